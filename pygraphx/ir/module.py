@@ -1,0 +1,238 @@
+"""Modules: an ordered list of instructions in SSA form (a graph, or a sub-graph).
+
+`add_parameter`, `add_literal`, `add_instruction` and `add_return` build a module in order;
+`insert_instruction`, `replace_instruction`, `replace_op` and `remove_instruction` edit it while
+keeping every use list right; `validate()` checks the invariants passes must preserve (inputs
+defined before use, use lists consistent, shapes as the operators compute them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from pygraphx.ir.argument import Literal
+from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.shape import Shape
+from pygraphx.ops.base import Op, ShapeError
+from pygraphx.ops.builtin import LiteralOp, Param, Return
+
+
+class ModuleError(ValueError):
+    """An edit or check of a module that would break its invariants."""
+
+
+class Module:
+    """A named, ordered list of instructions."""
+
+    def __init__(self, name: str = "main") -> None:
+        self.name = name
+        self.instructions: list[Instruction] = []
+        self.parent: Module | None = None
+
+    # --- building -----------------------------------------------------------------------
+    def add_parameter(self, name: str, shape: Shape) -> Instruction:
+        if any(i.is_param() and i.op.parameter == name for i in self.instructions):
+            raise ModuleError(f"module {self.name!r} already has a parameter named {name!r}")
+        ins = Instruction(Param(name, shape), [], shape, self)
+        self.instructions.append(ins)
+        return ins
+
+    def add_literal(self, value: Literal | np.ndarray | Any) -> Instruction:
+        lit = value if isinstance(value, Literal) else Literal(np.asarray(value))
+        ins = Instruction(LiteralOp(lit), [], lit.get_shape(), self)
+        self.instructions.append(ins)
+        return ins
+
+    def add_instruction(
+        self,
+        op: Op,
+        inputs: Sequence[Instruction] = (),
+        module_inputs: Sequence[Module] = (),
+    ) -> Instruction:
+        ins = self._make(op, inputs, module_inputs)
+        self.instructions.append(ins)
+        return ins
+
+    def add_return(self, inputs: Sequence[Instruction]) -> Instruction:
+        if self.instructions and self.instructions[-1].is_return():
+            raise ModuleError(f"module {self.name!r} already ends with @return")
+        return self.add_instruction(Return(), inputs)
+
+    def insert_instruction(
+        self,
+        before: Instruction,
+        op: Op,
+        inputs: Sequence[Instruction] = (),
+        module_inputs: Sequence[Module] = (),
+    ) -> Instruction:
+        ins = self._make(op, inputs, module_inputs)
+        self.instructions.insert(self.position(before), ins)
+        return ins
+
+    def insert_literal(self, before: Instruction, value: Literal | np.ndarray) -> Instruction:
+        lit = value if isinstance(value, Literal) else Literal(np.asarray(value))
+        ins = Instruction(LiteralOp(lit), [], lit.get_shape(), self)
+        self.instructions.insert(self.position(before), ins)
+        return ins
+
+    def _make(
+        self, op: Op, inputs: Sequence[Instruction], module_inputs: Sequence[Module]
+    ) -> Instruction:
+        inputs = list(inputs)
+        for i in inputs:
+            if not isinstance(i, Instruction):
+                raise ModuleError(f"{op.name}: input {i!r} is not an instruction")
+        shape = compute_shape(op, inputs, module_inputs)
+        ins = Instruction(op, inputs, shape, self, list(module_inputs))
+        for i in inputs:
+            i.outputs.append(ins)
+        return ins
+
+    # --- editing ------------------------------------------------------------------------
+    def position(self, ins: Instruction) -> int:
+        for k, other in enumerate(self.instructions):
+            if other is ins:
+                return k
+        raise ModuleError(f"instruction {ins.op.name} is not in module {self.name!r}")
+
+    def replace_instruction(self, ins: Instruction, rep: Instruction) -> Instruction:
+        """Make every user of `ins` use `rep` instead (the shapes must match)."""
+        if ins is rep:
+            return rep
+        if ins.shape.lens() != rep.shape.lens() or ins.shape.type() != rep.shape.type():
+            raise ModuleError(
+                f"cannot replace {ins.op.name} ({ins.shape}) with {rep.op.name} ({rep.shape})"
+            )
+        for user in list(ins.outputs):
+            user.inputs = [rep if x is ins else x for x in user.inputs]
+            if user not in rep.outputs:
+                rep.outputs.append(user)
+        ins.outputs = []
+        return rep
+
+    def replace_op(
+        self, ins: Instruction, op: Op, inputs: Sequence[Instruction] | None = None
+    ) -> Instruction:
+        """Change the operator (and optionally inputs) of `ins` in place, keeping its users."""
+        new_inputs = list(ins.inputs if inputs is None else inputs)
+        shape = compute_shape(op, new_inputs, ins.module_inputs)
+        if shape.lens() != ins.shape.lens() or shape.type() != ins.shape.type():
+            raise ModuleError(
+                f"replacing {ins.op.name} with {op.name} changes the shape {ins.shape} -> {shape}"
+            )
+        for i in ins.inputs:
+            if ins in i.outputs:
+                i.outputs.remove(ins)
+        ins.op, ins.inputs, ins.shape = op, new_inputs, shape
+        for i in new_inputs:
+            if ins not in i.outputs:
+                i.outputs.append(ins)
+        return ins
+
+    def remove_instruction(self, ins: Instruction) -> None:
+        if ins.outputs:
+            raise ModuleError(f"cannot remove {ins.op.name}: it still has users")
+        self.instructions.pop(self.position(ins))
+        for i in ins.inputs:
+            while ins in i.outputs:
+                i.outputs.remove(ins)
+
+    def remove_instructions(self, dead: set[Instruction]) -> None:
+        """Remove many instructions at once (none of their users may survive)."""
+        keep = [i for i in self.instructions if i not in dead]
+        for ins in dead:
+            for i in ins.inputs:
+                i.outputs = [u for u in i.outputs if u is not ins]
+        self.instructions = keep
+
+    # --- queries ------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Instruction]:
+        return iter(self.instructions)
+
+    def __len__(self) -> int:
+        return len(self.instructions)
+
+    def get_parameters(self) -> list[Instruction]:
+        return [i for i in self.instructions if i.is_param()]
+
+    def get_parameter_names(self) -> list[str]:
+        return [i.op.parameter for i in self.get_parameters()]
+
+    def get_parameter_shapes(self) -> dict[str, Shape]:
+        return {i.op.parameter: i.shape for i in self.get_parameters()}
+
+    def get_parameter(self, name: str) -> Instruction:
+        for i in self.get_parameters():
+            if i.op.parameter == name:
+                return i
+        raise KeyError(f"module {self.name!r} has no parameter {name!r}")
+
+    def get_returns(self) -> list[Instruction]:
+        if self.instructions and self.instructions[-1].is_return():
+            return list(self.instructions[-1].inputs)
+        return [self.instructions[-1]] if self.instructions else []
+
+    def get_output_shapes(self) -> list[Shape]:
+        return [i.shape for i in self.get_returns()]
+
+    def validate(self) -> None:
+        """Raise `ModuleError` naming the first instruction that breaks an invariant."""
+        seen: set[int] = set()
+        outer = _outer_instructions(self)
+        members = {id(i) for i in self.instructions}
+        for k, ins in enumerate(self.instructions):
+            where = f"module {self.name!r}, instruction {k} ({ins.op.name})"
+            if ins.module is not self:
+                raise ModuleError(f"{where}: belongs to another module")
+            for i in ins.inputs:
+                if id(i) not in seen and id(i) not in outer:
+                    raise ModuleError(f"{where}: input {i.op.name} is not defined before it")
+                if ins not in i.outputs:
+                    raise ModuleError(f"{where}: missing from the users of input {i.op.name}")
+            for user in ins.outputs:
+                if id(user) not in members and user.module is self:
+                    raise ModuleError(f"{where}: user {user.op.name} is not in the module")
+                if ins not in user.inputs:
+                    raise ModuleError(f"{where}: stale user {user.op.name}")
+            if ins.is_return() and k != len(self.instructions) - 1:
+                raise ModuleError(f"{where}: @return is not the last instruction")
+            try:
+                shape = compute_shape(ins.op, ins.inputs, ins.module_inputs)
+            except ShapeError as exc:
+                raise ModuleError(f"{where}: {exc}") from exc
+            if not ins.is_return() and shape != ins.shape:
+                raise ModuleError(f"{where}: stored shape {ins.shape} but the op gives {shape}")
+            seen.add(id(ins))
+
+    def __str__(self) -> str:
+        from pygraphx.ir.printer import print_module
+
+        return print_module(self)
+
+
+def _outer_instructions(module: Module) -> set[int]:
+    ids: set[int] = set()
+    parent = module.parent
+    while parent is not None:
+        ids.update(id(i) for i in parent.instructions)
+        parent = parent.parent
+    return ids
+
+
+def compute_shape(
+    op: Op, inputs: Sequence[Instruction], module_inputs: Sequence[Module] = ()
+) -> Shape:
+    """The output shape of `op` on `inputs`; errors name the operator and the input shapes."""
+    shapes = [i.shape for i in inputs]
+    try:
+        if module_inputs:
+            return op.compute_shape(shapes, module_inputs)  # type: ignore[call-arg]
+        return op.compute_shape(shapes)
+    except ShapeError:
+        raise
+    except (ValueError, IndexError, TypeError) as exc:
+        listed = "; ".join(str(s) for s in shapes)
+        raise ShapeError(f"{op}: cannot compute the output shape of ({listed}): {exc}") from exc

@@ -1,0 +1,173 @@
+"""Programs: the modules of a model (`main` plus sub-modules), and its compile/run entry points.
+
+`Program` is what `parse_onnx` returns and what users compile and run, with MIGraphX's Python
+API: `compile(target)`, `run({name: array})` -> list of arguments, `get_parameter_shapes()`,
+`get_inputs()`, `get_outputs()`, `get_output_shapes()`. Compiling runs the target's pass list
+and asks the target for an executable; running checks the inputs against the parameters first,
+so a wrong name, type or shape fails with a message that says which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pygraphx.ir.argument import Argument
+from pygraphx.ir.module import Module
+from pygraphx.ir.shape import Shape, from_dtype
+
+if TYPE_CHECKING:
+    from pygraphx.targets.base import Executable, Target
+
+
+class ProgramError(RuntimeError):
+    """Misuse of a program: running before compiling, wrong inputs, ..."""
+
+
+class Program:
+    """A model in the IR: modules by name, `main` first."""
+
+    def __init__(self) -> None:
+        self.modules: dict[str, Module] = {}
+        self.output_names: list[str] = []
+        self.target: Target | None = None
+        self.compile_options: dict[str, Any] = {}
+        self._executable: Executable | None = None
+        self.create_module("main")
+
+    # --- modules --------------------------------------------------------------------------
+    def get_main_module(self) -> Module:
+        return self.modules["main"]
+
+    def create_module(self, name: str, parent: Module | None = None) -> Module:
+        if name in self.modules:
+            raise ProgramError(f"program already has a module named {name!r}")
+        mod = Module(name)
+        mod.parent = parent
+        self.modules[name] = mod
+        return mod
+
+    def get_module(self, name: str) -> Module:
+        try:
+            return self.modules[name]
+        except KeyError:
+            raise ProgramError(f"program has no module {name!r}") from None
+
+    def remove_module(self, name: str) -> None:
+        del self.modules[name]
+
+    # --- signature ------------------------------------------------------------------------
+    def get_parameter_names(self) -> list[str]:
+        return self.get_main_module().get_parameter_names()
+
+    def get_parameter_shapes(self) -> dict[str, Shape]:
+        return self.get_main_module().get_parameter_shapes()
+
+    def get_inputs(self) -> dict[str, Shape]:
+        """Parameter name -> shape (the seeds' `get_inputs()`)."""
+        return self.get_parameter_shapes()
+
+    def get_output_shapes(self) -> list[Shape]:
+        return self.get_main_module().get_output_shapes()
+
+    def get_output_names(self) -> list[str]:
+        shapes = self.get_output_shapes()
+        names = list(self.output_names[: len(shapes)])
+        names += [f"main:#output_{k}" for k in range(len(names), len(shapes))]
+        return names
+
+    def get_outputs(self) -> dict[str, Shape]:
+        """Output name -> shape, in output order."""
+        return dict(zip(self.get_output_names(), self.get_output_shapes(), strict=True))
+
+    # --- compile and run ------------------------------------------------------------------
+    def is_compiled(self) -> bool:
+        return self._executable is not None
+
+    def compile(
+        self,
+        t: Target,
+        offload_copy: bool = True,
+        fast_math: bool = True,
+        device_id: int = 0,
+        exhaustive_tune: bool = False,
+    ) -> None:
+        """Optimise the program for target `t` and prepare it to run."""
+        if self.is_compiled():
+            raise ProgramError(f"program is already compiled for target {self.target.name!r}")
+        options = {
+            "offload_copy": offload_copy,
+            "fast_math": fast_math,
+            "device_id": device_id,
+            "exhaustive_tune": exhaustive_tune,
+        }
+        self._executable = t.compile(self, options)
+        self.target = t
+        self.compile_options = options
+
+    def run(self, params: Mapping[str, Any]) -> list[Argument]:
+        """Evaluate the compiled program; `params` maps parameter names to arrays/arguments."""
+        if self._executable is None:
+            raise ProgramError("compile the program first: prog.compile(pygraphx.get_target(...))")
+        arrays = self._check_params(params)
+        return [Argument(a) for a in self._executable.run(arrays)]
+
+    eval = run
+
+    def _check_params(self, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        expected = self.get_parameter_shapes()
+        unknown = sorted(set(params) - set(expected))
+        if unknown:
+            raise ProgramError(
+                f"unknown parameter(s) {unknown}; the program's parameters are {list(expected)}"
+            )
+        arrays: dict[str, np.ndarray] = {}
+        for name, shape in expected.items():
+            if name not in params:
+                raise ProgramError(f"missing parameter {name!r} ({shape})")
+            value = params[name]
+            arr = value.array if isinstance(value, Argument) else np.asarray(value)
+            if arr.dtype != shape.dtype():
+                got = _type_name(arr.dtype)
+                raise ProgramError(
+                    f"parameter {name!r} expects {shape.type()} but got {got}; "
+                    f"convert it with .astype(np.{shape.dtype().name})"
+                )
+            if list(arr.shape) != shape.lens():
+                raise ProgramError(
+                    f"parameter {name!r} expects lens {shape.lens()} but got {list(arr.shape)}"
+                )
+            arrays[name] = arr
+        return arrays
+
+    # --- printing -------------------------------------------------------------------------
+    def __str__(self) -> str:
+        from pygraphx.ir.printer import instruction_names, print_module
+
+        out = []
+        names: dict[int, str] = {}
+        for mod in self._module_order():
+            parent_names = names if mod.parent is not None else {}
+            out.append(print_module(mod, names=parent_names))
+            names.update(instruction_names(mod, parent_names))
+        return "\n".join(out)
+
+    def _module_order(self) -> list[Module]:
+        main = self.get_main_module()
+        return [main] + [m for m in self.modules.values() if m is not main]
+
+    def sort(self) -> None:
+        """Kept for MIGraphX API compatibility: modules are always in a valid order."""
+
+    def validate(self) -> None:
+        for mod in self.modules.values():
+            mod.validate()
+
+
+def _type_name(dtype: np.dtype) -> str:
+    try:
+        return from_dtype(dtype)
+    except ValueError:
+        return str(dtype)

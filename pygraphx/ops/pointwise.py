@@ -1,0 +1,236 @@
+"""Pointwise (element-wise) operators: unary math, binary arithmetic, comparisons, logic.
+
+Each is one short class whose `apply(o, *xs)` writes its math over an ops handler (see
+`handler.py`), so the same description is the numpy reference, the torch lowering and the
+Triton code. All inputs must have the same lens (the frontend inserts `multibroadcast` first, as
+MIGraphX does); the output is standard-strided with the first input's type, or `bool_type` for
+comparisons and logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from pygraphx.ir.shape import Shape, to_dtype
+from pygraphx.ops.base import Op, ShapeError, check_arity, register_op
+from pygraphx.ops.handler import NUMPY
+
+
+class Pointwise(Op):
+    """Base of element-wise operators."""
+
+    arity: ClassVar[int] = 1
+    # output type: None = same as input 0, else a type name
+    out_type: ClassVar[str | None] = None
+    # all inputs must share one type (false for e.g. where's condition, pow's exponent)
+    same_type: ClassVar[bool] = True
+
+    def apply(self, o: Any, *xs: Any) -> Any:
+        raise NotImplementedError
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        check_arity(self, inputs, self.arity)
+        lens = inputs[0].lens()
+        for s in inputs[1:]:
+            if s.lens() != lens:
+                raise ShapeError(
+                    f"{self.name}: inputs have different lens "
+                    f"{[x.lens() for x in inputs]} (broadcast them first)"
+                )
+        if self.same_type and len({s.type() for s in inputs}) > 1:
+            raise ShapeError(f"{self.name}: inputs have different types {[s.type() for s in inputs]}")
+        return Shape(self.out_type or self.result_type(inputs), lens)
+
+    def result_type(self, inputs: Sequence[Shape]) -> str:
+        return inputs[0].type()
+
+    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            out = self.apply(NUMPY, *args)
+        return np.asarray(out).astype(output_shape.dtype(), copy=False)
+
+
+def _unary(op_name: str, fn: str) -> type[Pointwise]:
+    def apply(self: Pointwise, o: Any, x: Any) -> Any:
+        return getattr(o, fn)(x)
+
+    cls = type(op_name.capitalize(), (Pointwise,), {"name": op_name, "apply": apply})
+    cls.__module__ = __name__
+    cls.__qualname__ = cls.__name__
+    return register_op(cls)
+
+
+def _binary(op_name: str, fn: str, out_type: str | None = None) -> type[Pointwise]:
+    def apply(self: Pointwise, o: Any, x: Any, y: Any) -> Any:
+        return getattr(o, fn)(x, y)
+
+    attrs = {"name": op_name, "apply": apply, "arity": 2, "out_type": out_type}
+    cls = type(op_name.capitalize(), (Pointwise,), attrs)
+    cls.__module__ = __name__
+    cls.__qualname__ = cls.__name__
+    return register_op(cls)
+
+
+# op name -> ops handler method, one per line
+UNARY = {
+    "abs": "abs", "neg": "neg", "sign": "sign", "floor": "floor", "ceil": "ceil",
+    "round": "round", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
+    "recip": "recip", "erf": "erf", "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin",
+    "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh",
+    "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "sigmoid": "sigmoid",
+}  # fmt: skip
+BINARY = {
+    "add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "maximum",
+    "min": "minimum", "fmod": "fmod", "mod": "mod",
+}  # fmt: skip
+BITWISE = {"bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor"}
+COMPARE = {
+    "equal": "equal", "less": "less", "greater": "greater", "less_or_equal": "less_equal",
+    "greater_or_equal": "greater_equal", "logical_and": "logical_and",
+    "logical_or": "logical_or", "logical_xor": "logical_xor",
+}  # fmt: skip
+
+for _name, _fn in UNARY.items():
+    _unary(_name, _fn)
+for _name, _fn in {**BINARY, **BITWISE}.items():
+    _binary(_name, _fn)
+for _name, _fn in COMPARE.items():
+    _binary(_name, _fn, out_type="bool_type")
+
+
+@register_op
+class Not(Pointwise):
+    name = "not"
+
+    def apply(self, o: Any, x: Any) -> Any:
+        return o.logical_not(x) if x.dtype == np.bool_ else o.bitwise_not(x)
+
+    def result_type(self, inputs: Sequence[Shape]) -> str:
+        return inputs[0].type()
+
+
+@register_op
+class Isnan(Pointwise):
+    name = "isnan"
+    out_type = "bool_type"
+
+    def apply(self, o: Any, x: Any) -> Any:
+        return o.isnan(x)
+
+
+@register_op
+class Relu(Pointwise):
+    name = "relu"
+
+    def apply(self, o: Any, x: Any) -> Any:
+        return o.maximum(x, o.constant(0, x))
+
+
+@register_op
+class LeakyRelu(Pointwise):
+    name = "leaky_relu"
+    alpha: float = 0.01
+
+    def apply(self, o: Any, x: Any) -> Any:
+        return o.where(o.greater(x, o.constant(0, x)), x, o.mul(x, o.constant(self.alpha, x)))
+
+
+@register_op
+class Elu(Pointwise):
+    name = "elu"
+    alpha: float = 1.0
+
+    def apply(self, o: Any, x: Any) -> Any:
+        neg = o.mul(o.constant(self.alpha, x), o.sub(o.exp(x), o.constant(1, x)))
+        return o.where(o.greater(x, o.constant(0, x)), x, neg)
+
+
+@register_op
+class Pow(Pointwise):
+    name = "pow"
+    arity = 2
+    same_type = False
+
+    def apply(self, o: Any, x: Any, y: Any) -> Any:
+        return o.pow(x, o.cast(y, x.dtype))
+
+
+@register_op
+class Where(Pointwise):
+    """where(cond, a, b): `a` where cond is true, else `b`; output type is `a`'s."""
+
+    name = "where"
+    arity = 3
+    same_type = False
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        out = super().compute_shape(inputs)
+        if inputs[0].type() != "bool_type":
+            raise ShapeError(f"where: condition must be bool_type, got {inputs[0].type()}")
+        if inputs[1].type() != inputs[2].type():
+            raise ShapeError(f"where: branches differ in type {inputs[1].type()}, {inputs[2].type()}")
+        return Shape(inputs[1].type(), out.lens())
+
+    def apply(self, o: Any, c: Any, x: Any, y: Any) -> Any:
+        return o.where(c, x, y)
+
+
+@register_op
+class Clip(Pointwise):
+    """clip(x, lo, hi) = min(max(x, lo), hi)."""
+
+    name = "clip"
+    arity = 3
+
+    def apply(self, o: Any, x: Any, lo: Any, hi: Any) -> Any:
+        return o.minimum(o.maximum(x, lo), hi)
+
+
+@register_op
+class Convert(Pointwise):
+    """Cast to `target_type` (float -> int truncates; out-of-range follows numpy)."""
+
+    name = "convert"
+    target_type: str = "float_type"
+    same_type = False
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        check_arity(self, inputs, 1)
+        return Shape(self.target_type, inputs[0].lens())
+
+    def apply(self, o: Any, x: Any) -> Any:
+        return o.cast(x, to_dtype(self.target_type))
+
+
+@register_op
+class Contiguous(Op):
+    """A packed, row-major copy of its input."""
+
+    name = "contiguous"
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        check_arity(self, inputs, 1)
+        return Shape(inputs[0].type(), inputs[0].lens())
+
+    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
+        return np.ascontiguousarray(args[0])
+
+
+@register_op
+class Identity(Op):
+    """The input itself (a view)."""
+
+    name = "identity"
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        check_arity(self, inputs, 1)
+        return inputs[0]
+
+    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
+        return args[0]
+
+    def output_alias(self, num_inputs: int) -> int:
+        return 0

@@ -1,0 +1,1 @@
+"""Target-independent passes, one per module, named after MIGraphX's passes."""

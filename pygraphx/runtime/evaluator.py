@@ -1,0 +1,89 @@
+"""The reference evaluator: walks a module in order and runs each operator's numpy `compute()`.
+
+Used by the `ref` target and by the frontend to fold constant sub-graphs. Each result is checked
+against the instruction's shape (lens and type), so an operator whose compute disagrees with its
+compute_shape is caught at the instruction that did it. Intermediate values are dropped after
+their last use so large models run in bounded memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.module import Module
+
+
+class EvaluationError(RuntimeError):
+    """An instruction failed or produced a value that does not match its shape."""
+
+
+class Evaluator:
+    """Runs one module with numpy; `run(params)` returns the module's outputs."""
+
+    def __init__(self, module: Module) -> None:
+        self.module = module
+        self.instructions = list(module.instructions)
+        last_use: dict[int, int] = {}
+        for k, ins in enumerate(self.instructions):
+            for i in ins.inputs:
+                last_use[id(i)] = k
+        self.returns = module.get_returns()
+        keep = {id(i) for i in self.returns}
+        # for each step, the instructions whose values can be dropped after it
+        self.release: list[list[Instruction]] = [[] for _ in self.instructions]
+        for k, ins in enumerate(self.instructions):
+            idx = last_use.get(id(ins))
+            if idx is not None and id(ins) not in keep:
+                self.release[idx].append(ins)
+
+    def run(
+        self,
+        params: Mapping[str, np.ndarray],
+        outer: Mapping[int, np.ndarray] | None = None,
+    ) -> list[np.ndarray]:
+        values: dict[int, np.ndarray] = dict(outer or {})
+        for k, ins in enumerate(self.instructions):
+            if ins.is_return():
+                break
+            values[id(ins)] = self._step(ins, params, values)
+            for dead in self.release[k]:
+                values.pop(id(dead), None)
+        return [values[id(i)] for i in self.returns]
+
+    def _step(
+        self, ins: Instruction, params: Mapping[str, np.ndarray], values: dict[int, np.ndarray]
+    ) -> np.ndarray:
+        op = ins.op
+        if ins.is_param():
+            try:
+                return params[op.parameter]
+            except KeyError:
+                raise EvaluationError(f"missing parameter {op.parameter!r}") from None
+        args = [values[id(i)] for i in ins.inputs]
+        try:
+            if ins.module_inputs:
+                out = op.compute_with_modules(ins.shape, args, ins.module_inputs, values)
+            else:
+                out = op.compute(ins.shape, args)
+        except EvaluationError:
+            raise
+        except Exception as exc:  # re-raised with the instruction named, nothing lost
+            raise EvaluationError(
+                f"{self.module.name}:@{self.module.position(ins)} {op}: {type(exc).__name__}: {exc}"
+            ) from exc
+        out = np.asarray(out)
+        expected = ins.shape
+        if list(out.shape) != expected.lens() or out.dtype != expected.dtype():
+            raise EvaluationError(
+                f"{self.module.name}:@{self.module.position(ins)} {op}: computed "
+                f"{out.dtype}{list(out.shape)} but its shape is {expected}"
+            )
+        return out
+
+
+def evaluate(module: Module, params: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Run `module` once with the reference semantics."""
+    return Evaluator(module).run(params)

@@ -1,0 +1,33 @@
+"""The target protocol: what `get_target(name)` returns and what `Program.compile` calls.
+
+A target names its ordered pass list and turns a (rewritten) program into an `Executable` whose
+`run(params)` maps parameter arrays to output arrays. Targets import the IR, never each other.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from pygraphx.ir.program import Program
+
+
+class Executable(Protocol):
+    def run(self, params: dict[str, np.ndarray]) -> list[np.ndarray]: ...
+
+
+class Target:
+    """Base class of targets."""
+
+    name = ""
+
+    def get_passes(self, options: dict[str, Any]) -> list:
+        return []
+
+    def compile(self, program: Program, options: dict[str, Any]) -> Executable:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"target({self.name!r})"

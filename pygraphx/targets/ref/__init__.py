@@ -1,0 +1,1 @@
+"""The reference target: every operator's numpy `compute()`, no rewrites (the oracle)."""

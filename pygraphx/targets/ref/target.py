@@ -1,0 +1,33 @@
+"""The `ref` target: runs the program as parsed, through each operator's numpy `compute()`.
+
+It applies no rewrites, so it is the oracle every other target and every pass is checked
+against. Compiling only validates the program and snapshots its main module for the evaluator.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pygraphx.runtime.evaluator import Evaluator
+from pygraphx.targets.base import Target
+
+if TYPE_CHECKING:
+    from pygraphx.ir.program import Program
+
+
+class RefExecutable:
+    def __init__(self, program: Program) -> None:
+        self.evaluator = Evaluator(program.get_main_module())
+
+    def run(self, params: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.evaluator.run(params)
+
+
+class RefTarget(Target):
+    name = "ref"
+
+    def compile(self, program: Program, options: dict[str, Any]) -> RefExecutable:
+        program.validate()
+        return RefExecutable(program)

@@ -1,0 +1,97 @@
+"""Shared pytest configuration and fixtures for the pygraphx test suite.
+
+Sections are owned by different contributors; add new fixtures in a section of your own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+# ============================================================================================
+# Exported real-architecture models (ResNet-50, MobileNetV2, BERT-base, GPT-2)
+#   helpers: tests/exported_models.py    users: tests/models/test_exported_vs_ort.py
+# ============================================================================================
+
+#: Overrides where exported models are cached (default: pytest's cache dir, kept across runs).
+EXPORT_CACHE_ENV = "PYGRAPHX_EXPORT_CACHE"
+
+#: Models that need ``transformers`` on top of ``torch``.
+_TRANSFORMERS_MODELS = frozenset({"bert_base", "gpt2"})
+
+ExportedModel = tuple[Path, dict[str, np.ndarray]]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "slow: long-running test (real-model exports, whole-network runs); "
+        "deselect with -m 'not slow'",
+    )
+
+
+def _load_exported_models() -> ModuleType:
+    """Import tests/exported_models.py by path, independent of pytest's import mode."""
+    module_name = "exported_models"
+    module = sys.modules.get(module_name)
+    if module is not None:
+        return module
+    path = Path(__file__).with_name("exported_models.py")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+def _export_cache_dir(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    override = os.environ.get(EXPORT_CACHE_ENV)
+    if override:
+        return Path(override)
+    cache = getattr(config, "cache", None)  # None when run with -p no:cacheprovider
+    if cache is not None:
+        return Path(cache.mkdir("exported"))
+    return tmp_path_factory.mktemp("exported")
+
+
+@pytest.fixture(scope="session")
+def exported_model(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], ExportedModel]:
+    """Factory ``get(name) -> (onnx_path, inputs)`` for the real-architecture exports.
+
+    Each model is exported at most once per session (and reused from the on-disk cache across
+    sessions while its cache key is unchanged).  Tests are skipped when torch, or transformers
+    for the HuggingFace models, is not installed.  ``inputs`` is a fresh copy on every call.
+    """
+    cache_dir = _export_cache_dir(request.config, tmp_path_factory)
+    memo: dict[str, ExportedModel] = {}
+
+    def get(name: str) -> ExportedModel:
+        if name not in memo:
+            pytest.importorskip("torch")
+            if name in _TRANSFORMERS_MODELS:
+                pytest.importorskip("transformers")
+            memo[name] = _load_exported_models().export_cached(name, cache_dir)
+        path, inputs = memo[name]
+        return path, {key: value.copy() for key, value in inputs.items()}
+
+    return get
+
+
+# ============================================================================================
+# End of exported-model section
+# ============================================================================================

@@ -1,0 +1,100 @@
+"""Shared test helpers: build one-node (or small) ONNX models and compare pygraphx with ORT.
+
+ONNX Runtime is the independent oracle; `check_node` runs the same model on both and compares
+shapes, dtypes and values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+import pygraphx
+
+
+def make_model(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: Mapping[str, np.ndarray],
+    outputs: Sequence[str],
+    initializers: Mapping[str, np.ndarray] | None = None,
+    opset: int = 17,
+) -> onnx.ModelProto:
+    """A model of `nodes` whose graph inputs are typed from the example arrays."""
+    graph_inputs = [
+        helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape)
+        )
+        for name, arr in inputs.items()
+    ]
+    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in (initializers or {}).items()]
+    graph_outputs = [onnx.ValueInfoProto(name=o) for o in outputs]
+    graph = helper.make_graph(list(nodes), "test", graph_inputs, graph_outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    known = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    for out in model.graph.output:
+        if out.name in known and known[out.name].type.HasField("tensor_type"):
+            out.type.CopyFrom(known[out.name].type)
+    return model
+
+
+def run_ort(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(
+        model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+    )
+    return sess.run(None, dict(feeds))
+
+
+def run_pgx(
+    model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], target: str = "ref", **parse: Any
+) -> list[np.ndarray]:
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString(), **parse)
+    prog.compile(pygraphx.get_target(target))
+    return [np.array(r) for r in prog.run(dict(feeds))]
+
+
+def assert_outputs_match(
+    ours: Sequence[np.ndarray], ref: Sequence[np.ndarray], rtol: float, atol: float
+) -> None:
+    assert len(ours) == len(ref), f"{len(ours)} outputs, expected {len(ref)}"
+    for k, (a, b) in enumerate(zip(ours, ref, strict=True)):
+        b = np.asarray(b)
+        assert a.dtype == b.dtype, f"output {k}: dtype {a.dtype}, expected {b.dtype}"
+        assert a.shape == b.shape, f"output {k}: shape {a.shape}, expected {b.shape}"
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"output {k}")
+
+
+def check_node(
+    op_type: str,
+    inputs: Mapping[str, np.ndarray],
+    attrs: Mapping[str, Any] | None = None,
+    *,
+    num_outputs: int = 1,
+    initializers: Mapping[str, np.ndarray] | None = None,
+    opset: int = 17,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    domain: str = "",
+) -> list[np.ndarray]:
+    """Run a one-node model on pygraphx `ref` and ONNX Runtime and compare every output.
+
+    `inputs` become graph inputs, `initializers` constant inputs; the node's inputs are the
+    names of both, in the order given (inputs first). Returns pygraphx's outputs.
+    """
+    names = list(inputs) + list(initializers or {})
+    outs = [f"out{k}" for k in range(num_outputs)]
+    node = helper.make_node(op_type, names, outs, domain=domain, **(attrs or {}))
+    model = make_model([node], inputs, outs, initializers, opset)
+    ref = run_ort(model, inputs)
+    ours = run_pgx(model, inputs)
+    assert_outputs_match(ours, ref, rtol, atol)
+    return ours
