@@ -14,6 +14,7 @@ from pygraphx.ir.argument import Argument, Literal, generate_argument, generate_
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.ir.program import Program, ProgramError
+from pygraphx.ir.serialize import SerializationError, load, save
 from pygraphx.ir.shape import Shape
 from pygraphx.onnx import (
     ExternalDataError,
@@ -46,6 +47,7 @@ __all__ = [
     "OnnxParseError",
     "Program",
     "ProgramError",
+    "SerializationError",
     "Shape",
     "Target",
     "UnsupportedOperatorError",
@@ -57,12 +59,14 @@ __all__ = [
     "get_target",
     "instruction",
     "literal",
+    "load",
     "make_op",
     "module",
     "op",
     "parse_onnx",
     "parse_onnx_buffer",
     "program",
+    "save",
     "shape",
     "target",
 ]

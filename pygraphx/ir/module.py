@@ -106,12 +106,30 @@ class Module:
             raise ModuleError(
                 f"cannot replace {ins.op.name} ({ins.shape}) with {rep.op.name} ({rep.shape})"
             )
-        for user in list(ins.outputs):
+        users = list(ins.outputs)
+        for user in users:
             user.inputs = [rep if x is ins else x for x in user.inputs]
             if user not in rep.outputs:
                 rep.outputs.append(user)
         ins.outputs = []
+        self._recompute_shapes(users)
         return rep
+
+    def _recompute_shapes(self, start: list[Instruction]) -> None:
+        """Re-derive the shapes of `start` and, where they change, of their users."""
+        work = list(start)
+        while work:
+            ins = work.pop()
+            if ins.is_return():
+                continue
+            shape = compute_shape(ins.op, ins.inputs, ins.module_inputs)
+            if shape != ins.shape:
+                if shape.lens() != ins.shape.lens() or shape.type() != ins.shape.type():
+                    raise ModuleError(
+                        f"{ins.op}: an input change alters its shape {ins.shape} -> {shape}"
+                    )
+                ins.shape = shape
+                work.extend(ins.outputs)
 
     def replace_op(
         self, ins: Instruction, op: Op, inputs: Sequence[Instruction] | None = None
@@ -126,10 +144,13 @@ class Module:
         for i in ins.inputs:
             if ins in i.outputs:
                 i.outputs.remove(ins)
+        changed = shape != ins.shape
         ins.op, ins.inputs, ins.shape = op, new_inputs, shape
         for i in new_inputs:
             if ins not in i.outputs:
                 i.outputs.append(ins)
+        if changed:
+            self._recompute_shapes(list(ins.outputs))
         return ins
 
     def remove_instruction(self, ins: Instruction) -> None:

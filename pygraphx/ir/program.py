@@ -35,6 +35,7 @@ class Program:
         self.target: Target | None = None
         self.compile_options: dict[str, Any] = {}
         self._executable: Executable | None = None
+        self.pass_times: list[tuple[str, float]] = []
         self.create_module("main")
 
     # --- modules --------------------------------------------------------------------------
@@ -103,7 +104,10 @@ class Program:
             "device_id": device_id,
             "exhaustive_tune": exhaustive_tune,
         }
-        self._executable = t.compile(self, options)
+        from pygraphx.passes.manager import run_passes
+
+        self.pass_times = run_passes(self, t.get_passes(options))
+        self._executable = t.prepare(self, options)
         self.target = t
         self.compile_options = options
 

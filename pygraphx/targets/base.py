@@ -24,9 +24,11 @@ class Target:
     name = ""
 
     def get_passes(self, options: dict[str, Any]) -> list:
+        """The ordered pass list this target runs at compile time."""
         return []
 
-    def compile(self, program: Program, options: dict[str, Any]) -> Executable:
+    def prepare(self, program: Program, options: dict[str, Any]) -> Executable:
+        """Make an executable from a program the passes have already rewritten."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

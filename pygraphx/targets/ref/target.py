@@ -1,7 +1,7 @@
 """The `ref` target: runs the program as parsed, through each operator's numpy `compute()`.
 
-It applies no rewrites, so it is the oracle every other target and every pass is checked
-against. Compiling only validates the program and snapshots its main module for the evaluator.
+It applies no rewrites (its pass list is empty), so it is the oracle every other target and
+every pass is checked against. Preparing validates the program and builds the evaluator.
 """
 
 from __future__ import annotations
@@ -28,6 +28,6 @@ class RefExecutable:
 class RefTarget(Target):
     name = "ref"
 
-    def compile(self, program: Program, options: dict[str, Any]) -> RefExecutable:
+    def prepare(self, program: Program, options: dict[str, Any]) -> RefExecutable:
         program.validate()
         return RefExecutable(program)

@@ -1,0 +1,228 @@
+"""Saving and loading programs: a documented msgpack container (never pickle).
+
+File layout (all integers little-endian):
+
+    offset  size  field
+    0       8     magic b"\\x89PGXPRG\\n"
+    8       4     format version (uint32), currently FORMAT_VERSION
+    12      8     payload length in bytes (uint64)
+    20      32    SHA-256 of the payload
+    52      n     payload: one msgpack map
+
+The payload map holds `pygraphx_version`, `output_names`, `target` (name or nil),
+`compile_options`, and `modules`: a list of {name, parent, instructions}, each instruction
+{op, attrs, inputs, modules, shape}. Inputs are [module index, instruction index] pairs. Shapes
+are msgpack extension 1 ([type, lens, strides]); arrays (literal values) are extension 2
+(type name, lens, raw C-order bytes). Operators are rebuilt by name from the operator registry,
+so a file can only create IR objects; it never runs code. Loading checks the magic, version,
+length and hash before decoding, and recomputes every instruction's shape against the stored one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import struct
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from pygraphx.ir.argument import Literal
+from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.module import Module, compute_shape
+from pygraphx.ir.program import Program
+from pygraphx.ir.shape import Shape, from_dtype, to_dtype
+from pygraphx.ops.base import OPS, Op
+from pygraphx.ops.builtin import LiteralOp
+from pygraphx.version import __version__
+
+MAGIC = b"\x89PGXPRG\n"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sIQ32s")
+_EXT_SHAPE = 1
+_EXT_ARRAY = 2
+
+
+class SerializationError(ValueError):
+    """The file is not a pygraphx program, or is truncated, tampered with, or of another version."""
+
+
+# --- encoding ---------------------------------------------------------------------------------
+def _encode_array(arr: np.ndarray) -> msgpack.ExtType:
+    arr = np.ascontiguousarray(arr)
+    head = msgpack.packb([from_dtype(arr.dtype), list(arr.shape)])
+    return msgpack.ExtType(_EXT_ARRAY, struct.pack("<I", len(head)) + head + arr.tobytes())
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, Shape):
+        return msgpack.ExtType(_EXT_SHAPE, msgpack.packb([obj.type(), obj.lens(), obj.strides()]))
+    if isinstance(obj, np.ndarray):
+        return _encode_array(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"cannot serialise a value of type {type(obj).__name__}")
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _EXT_SHAPE:
+        type_name, lens, strides = msgpack.unpackb(data)
+        return Shape(type_name, lens, strides)
+    if code == _EXT_ARRAY:
+        (n,) = struct.unpack_from("<I", data)
+        type_name, lens = msgpack.unpackb(data[4 : 4 + n])
+        dtype = to_dtype(type_name)
+        body = data[4 + n :]
+        count = int(np.prod(lens)) if lens else 1
+        if len(body) != count * dtype.itemsize:
+            raise SerializationError("array payload has the wrong size")
+        return np.frombuffer(body, dtype=dtype).reshape(lens).copy()
+    raise SerializationError(f"unknown msgpack extension type {code}")
+
+
+def _op_attrs(op: Op) -> dict[str, Any]:
+    return {f.name: getattr(op, f.name) for f in dataclasses.fields(op)}
+
+
+def program_to_dict(program: Program) -> dict[str, Any]:
+    modules = list(program.modules.values())
+    mod_index = {id(m): k for k, m in enumerate(modules)}
+    position: dict[int, tuple[int, int]] = {}
+    out_modules = []
+    for mi, mod in enumerate(modules):
+        instructions = []
+        for ii, ins in enumerate(mod.instructions):
+            position[id(ins)] = (mi, ii)
+            if ins.is_literal():
+                attrs: dict[str, Any] = {"value": ins.get_literal().array}
+            else:
+                attrs = _op_attrs(ins.op)
+            instructions.append(
+                {
+                    "op": ins.op.name,
+                    "attrs": attrs,
+                    "inputs": [list(position[id(i)]) for i in ins.inputs],
+                    "modules": [mod_index[id(m)] for m in ins.module_inputs],
+                    "shape": ins.shape,
+                }
+            )
+        parent = mod_index[id(mod.parent)] if mod.parent is not None else None
+        out_modules.append({"name": mod.name, "parent": parent, "instructions": instructions})
+    return {
+        "pygraphx_version": __version__,
+        "output_names": list(program.output_names),
+        "target": program.target.name if program.target is not None else None,
+        "compile_options": dict(program.compile_options),
+        "modules": out_modules,
+    }
+
+
+def dumps(program: Program) -> bytes:
+    """The bytes of the saved form of `program`."""
+    payload = msgpack.packb(program_to_dict(program), default=_default, use_bin_type=True)
+    digest = hashlib.sha256(payload).digest()
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), digest) + payload
+
+
+def save(program: Program, path: str | Path) -> None:
+    """Write `program` (parsed, optimised or compiled) to `path`."""
+    Path(path).write_bytes(dumps(program))
+
+
+# --- decoding ---------------------------------------------------------------------------------
+def loads(data: bytes, source: str = "<bytes>") -> Program:
+    """Rebuild a program from `dumps` output; compiled programs come back compiled."""
+    if len(data) < _HEADER.size or not data.startswith(MAGIC):
+        raise SerializationError(f"{source}: not a pygraphx program file (bad magic number)")
+    _, version, length, digest = _HEADER.unpack_from(data)
+    if version != FORMAT_VERSION:
+        raise SerializationError(
+            f"{source}: program file format version {version}; this pygraphx ({__version__}) "
+            f"reads version {FORMAT_VERSION}. Re-create it from the ONNX model"
+        )
+    payload = data[_HEADER.size :]
+    if len(payload) != length:
+        raise SerializationError(
+            f"{source}: truncated or padded: payload has {len(payload)} bytes, header says {length}"
+        )
+    if hashlib.sha256(payload).digest() != digest:
+        raise SerializationError(f"{source}: checksum mismatch: the file is corrupt or was modified")
+    try:
+        doc = msgpack.unpackb(payload, ext_hook=_ext_hook, raw=False, use_list=False,
+                              strict_map_key=True)
+    except (msgpack.UnpackException, ValueError, TypeError) as exc:
+        raise SerializationError(f"{source}: payload cannot be decoded: {exc}") from exc
+    try:
+        return _program_from_dict(doc)
+    except SerializationError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise SerializationError(f"{source}: malformed program: {type(exc).__name__}: {exc}") from exc
+
+
+def _program_from_dict(doc: dict[str, Any]) -> Program:
+    program = Program()
+    program.modules.clear()
+    modules: list[Module] = []
+    for m in doc["modules"]:
+        parent = modules[m["parent"]] if m["parent"] is not None else None
+        modules.append(program.create_module(m["name"], parent))
+    for mod, m in zip(modules, doc["modules"], strict=True):
+        for k, item in enumerate(m["instructions"]):
+            inputs = [modules[mi].instructions[ii] for mi, ii in item["inputs"]]
+            subs = [modules[i] for i in item["modules"]]
+            ins = _make_instruction(mod, item, inputs, subs)
+            if ins.shape != item["shape"] and not ins.is_return():
+                raise SerializationError(
+                    f"module {mod.name!r} instruction {k} ({item['op']}): stored shape "
+                    f"{item['shape']} differs from the computed {ins.shape}"
+                )
+    program.output_names = list(doc["output_names"])
+    target = doc["target"]
+    if target is not None:
+        from pygraphx.targets import get_target
+
+        t = get_target(target)
+        options = dict(doc["compile_options"])
+        program._executable = t.prepare(program, options)
+        program.target = t
+        program.compile_options = options
+    return program
+
+
+def _make_instruction(
+    mod: Module, item: dict[str, Any], inputs: list[Instruction], subs: list[Module]
+) -> Instruction:
+    name = item["op"]
+    if name == "@literal":
+        ins = Instruction(LiteralOp(Literal(item["attrs"]["value"], copy=False)), [], item["shape"], mod)
+        mod.instructions.append(ins)
+        return ins
+    cls = OPS.get(name)
+    if cls is None:
+        raise SerializationError(f"the file uses operator {name!r}, unknown to pygraphx {__version__}")
+    fields = {f.name for f in dataclasses.fields(cls)}
+    attrs = dict(item["attrs"])
+    if set(attrs) != fields:
+        raise SerializationError(f"operator {name!r}: attributes {sorted(attrs)} != {sorted(fields)}")
+    op = cls(**attrs)
+    if name == "@param":
+        return mod.add_parameter(op.parameter, op.shape)
+    shape = compute_shape(op, inputs, subs)
+    ins = Instruction(op, inputs, shape, mod, subs)
+    for i in inputs:
+        i.outputs.append(ins)
+    mod.instructions.append(ins)
+    return ins
+
+
+def load(path: str | Path) -> Program:
+    """Read a program written by `save`; errors say what is wrong with the file."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SerializationError(f"{path}: no such file") from None
+    return loads(data, str(path))
