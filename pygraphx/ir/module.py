@@ -31,6 +31,7 @@ class Module:
         self.name = name
         self.instructions: list[Instruction] = []
         self.parent: Module | None = None
+        self.memory_plan: Any = None  # set by the memory_coloring pass
 
     # --- building -----------------------------------------------------------------------
     def add_parameter(self, name: str, shape: Shape) -> Instruction:
@@ -88,7 +89,8 @@ class Module:
         shape = compute_shape(op, inputs, module_inputs)
         ins = Instruction(op, inputs, shape, self, list(module_inputs))
         for i in inputs:
-            i.outputs.append(ins)
+            if ins not in i.outputs:
+                i.outputs.append(ins)
         return ins
 
     # --- editing ------------------------------------------------------------------------

@@ -84,6 +84,16 @@ class Program:
         return dict(zip(self.get_output_names(), self.get_output_shapes(), strict=True))
 
     # --- compile and run ------------------------------------------------------------------
+    def get_memory_usage(self) -> int:
+        """Bytes of the scratch arena that memory_coloring planned for `main` (planned now if
+        no pass has done it)."""
+        main = self.get_main_module()
+        if main.memory_plan is None:
+            from pygraphx.passes.memory_coloring import plan_memory
+
+            return plan_memory(main).arena_bytes
+        return main.memory_plan.arena_bytes
+
     def is_compiled(self) -> bool:
         return self._executable is not None
 

@@ -169,15 +169,22 @@ def _program_from_dict(doc: dict[str, Any]) -> Program:
     for m in doc["modules"]:
         parent = modules[m["parent"]] if m["parent"] is not None else None
         modules.append(program.create_module(m["name"], parent))
+    # first every instruction with its stored shape (bodies may refer to outer values and
+    # outer instructions to bodies), then every shape recomputed and compared
     for mod, m in zip(modules, doc["modules"], strict=True):
-        for k, item in enumerate(m["instructions"]):
+        for item in m["instructions"]:
             inputs = [modules[mi].instructions[ii] for mi, ii in item["inputs"]]
             subs = [modules[i] for i in item["modules"]]
-            ins = _make_instruction(mod, item, inputs, subs)
-            if ins.shape != item["shape"] and not ins.is_return():
+            _make_instruction(mod, item, inputs, subs)
+    for mod in modules:
+        for k, ins in enumerate(mod.instructions):
+            if ins.is_return() or ins.is_literal() or ins.is_param():
+                continue
+            shape = compute_shape(ins.op, ins.inputs, ins.module_inputs)
+            if shape != ins.shape:
                 raise SerializationError(
-                    f"module {mod.name!r} instruction {k} ({item['op']}): stored shape "
-                    f"{item['shape']} differs from the computed {ins.shape}"
+                    f"module {mod.name!r} instruction {k} ({ins.op.name}): stored shape "
+                    f"{ins.shape} differs from the computed {shape}"
                 )
     program.output_names = list(doc["output_names"])
     target = doc["target"]
@@ -210,10 +217,10 @@ def _make_instruction(
     op = cls(**attrs)
     if name == "@param":
         return mod.add_parameter(op.parameter, op.shape)
-    shape = compute_shape(op, inputs, subs)
-    ins = Instruction(op, inputs, shape, mod, subs)
+    ins = Instruction(op, inputs, item["shape"], mod, subs)
     for i in inputs:
-        i.outputs.append(ins)
+        if ins not in i.outputs:
+            i.outputs.append(ins)
     mod.instructions.append(ins)
     return ins
 

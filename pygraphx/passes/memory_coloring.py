@@ -1,0 +1,137 @@
+"""memory_coloring: place every intermediate buffer of a module in one scratch arena.
+
+1. Buffers: each instruction that makes a new value (not a parameter, literal, or view of its
+   input) owns a buffer; a view's uses count as uses of the buffer it aliases.
+2. Liveness: a buffer lives from the instruction that writes it to its last use (returned
+   values live to the end).
+3. Interference: two buffers interfere when their live ranges overlap.
+4. Colouring: buffers are placed largest first, each at the lowest aligned offset that overlaps
+   no interfering buffer already placed (a first-fit colouring of the interference graph where
+   colours are address ranges).
+
+The plan is stored on the module (`module.memory_plan`); `check_plan` proves no two buffers that
+live at the same time overlap (run automatically with `PGX_DEBUG_MEMORY_COLORING=1`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.module import Module
+
+ALIGNMENT = 64
+
+
+@dataclass
+class Buffer:
+    ins: Instruction
+    size: int
+    start: int
+    end: int
+    offset: int = -1
+
+
+@dataclass
+class MemoryPlan:
+    """Offsets of every intermediate buffer in one arena of `arena_bytes`."""
+
+    alignment: int
+    buffers: list[Buffer] = field(default_factory=list)
+    arena_bytes: int = 0
+
+    def offset_of(self, ins: Instruction) -> int:
+        for b in self.buffers:
+            if b.ins is ins:
+                return b.offset
+        raise KeyError(f"{ins.op.name} has no buffer in the plan")
+
+    @property
+    def naive_bytes(self) -> int:
+        """What giving every intermediate its own buffer would take."""
+        return sum(b.size for b in self.buffers)
+
+    @property
+    def lower_bound(self) -> int:
+        """The largest total of simultaneously live bytes (no plan can use less)."""
+        events: list[tuple[int, int]] = []
+        for b in self.buffers:
+            events.append((b.start, b.size))
+            events.append((b.end + 1, -b.size))
+        live = peak = 0
+        for _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+            live += delta
+            peak = max(peak, live)
+        return peak
+
+
+def _aligned(n: int, alignment: int) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+def root_of(ins: Instruction) -> Instruction:
+    """The instruction whose buffer `ins` lives in (itself unless it is a view)."""
+    while True:
+        alias = ins.op.output_alias(len(ins.inputs))
+        if alias < 0 or ins.is_param() or ins.is_literal():
+            return ins
+        ins = ins.inputs[alias]
+
+
+def plan_memory(module: Module, alignment: int = ALIGNMENT) -> MemoryPlan:
+    """Liveness, interference and first-fit placement for `module` in its current order."""
+    index = {id(ins): k for k, ins in enumerate(module.instructions)}
+    buffers: dict[int, Buffer] = {}
+    end_of_module = len(module.instructions)
+    for k, ins in enumerate(module.instructions):
+        if ins.is_param() or ins.is_literal() or ins.is_return():
+            continue
+        if ins.op.output_alias(len(ins.inputs)) >= 0:
+            continue
+        buffers[id(ins)] = Buffer(ins, _aligned(max(ins.shape.bytes(), 1), alignment), k, k)
+    for k, ins in enumerate(module.instructions):
+        for i in ins.inputs:
+            b = buffers.get(id(root_of(i)))
+            if b is not None:
+                b.end = max(b.end, end_of_module if ins.is_return() else k)
+    del index
+    plan = MemoryPlan(alignment, list(buffers.values()))
+    placed: list[Buffer] = []
+    for b in sorted(plan.buffers, key=lambda b: (-b.size, b.start)):
+        busy = sorted(
+            (p.offset, p.offset + p.size)
+            for p in placed
+            if p.start <= b.end and b.start <= p.end
+        )
+        offset = 0
+        for lo, hi in busy:
+            if offset + b.size <= lo:
+                break
+            offset = max(offset, hi)
+        b.offset = offset
+        placed.append(b)
+    plan.arena_bytes = max((b.offset + b.size for b in plan.buffers), default=0)
+    return plan
+
+
+def check_plan(plan: MemoryPlan) -> None:
+    """Raise if two buffers that are live at the same time overlap in the arena."""
+    bs = sorted(plan.buffers, key=lambda b: b.offset)
+    for i, a in enumerate(bs):
+        for b in bs[i + 1 :]:
+            if b.offset >= a.offset + a.size:
+                break
+            if a.start <= b.end and b.start <= a.end:
+                raise AssertionError(
+                    f"memory_coloring: {a.ins.op} [{a.offset}, {a.offset + a.size}) and "
+                    f"{b.ins.op} [{b.offset}, {b.offset + b.size}) overlap while both are live"
+                )
+
+
+def memory_coloring(module: Module) -> None:
+    """Compute and attach `module.memory_plan`."""
+    plan = plan_memory(module)
+    if os.environ.get("PGX_DEBUG_MEMORY_COLORING", "") not in ("", "0"):
+        check_plan(plan)
+    module.memory_plan = plan  # type: ignore[attr-defined]
