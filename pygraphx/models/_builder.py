@@ -5,7 +5,7 @@ so that the driver's ``--model NAME`` and the tests need no download and no torc
 module holds :class:`GraphBuilder`, which gives nodes and tensors unique, exporter-style
 names (``/layer1/0/conv1/Conv`` with outputs ``/layer1/0/conv1/Conv_output_0``), keeps
 a stack of module scopes for parameter names (``layer1.0.conv1.weight``), adds
-initialisers and ``Constant`` nodes, and finally assembles an opset-17 ``ModelProto``.
+initialisers and ``Constant`` nodes, and assembles an opset-17 ``ModelProto``.
 """
 
 from __future__ import annotations
@@ -106,19 +106,24 @@ class GraphBuilder:
     def _node_name(self, op_type: str) -> str:
         return self._unique("/" + "/".join([*self._scope, op_type]))
 
-    def op(self, op_type: str, *inputs: str, outputs: int | Sequence[str] = 1,
-           **attrs: object) -> str | list[str]:
-        """Add one node. Returns its output name, or a list when it has several outputs."""
+    def _add(self, op_type: str, inputs: Sequence[str], outs: list[str] | int,
+             attrs: dict[str, object]) -> list[str]:
         node_name = self._node_name(op_type)
-        if isinstance(outputs, int):
-            outs = [f"{node_name}_output_{i}" for i in range(outputs)]
-        else:
-            outs = list(outputs)
-        for o in outs:
-            self._used.add(o)
-        self.graph.node.append(helper.make_node(op_type, list(inputs), outs, name=node_name,
-                                           **attrs))
-        return outs[0] if len(outs) == 1 else outs
+        if isinstance(outs, int):
+            outs = [f"{node_name}_output_{i}" for i in range(outs)]
+        self._used.update(outs)
+        self.graph.node.append(
+            helper.make_node(op_type, list(inputs), outs, name=node_name, **attrs))
+        return outs
+
+    def op(self, op_type: str, *inputs: str, output: str | None = None,
+           **attrs: object) -> str:
+        """Add a single-output node (output named ``output`` if given); return the output."""
+        return self._add(op_type, inputs, [output] if output else 1, attrs)[0]
+
+    def multi(self, op_type: str, *inputs: str, n: int, **attrs: object) -> list[str]:
+        """Add a node with ``n`` outputs (e.g. Split); return their names."""
+        return self._add(op_type, inputs, n, attrs)
 
     # ---------------------------------------------------------------- model
     def build(self, graph_name: str, doc: str = "") -> onnx.ModelProto:

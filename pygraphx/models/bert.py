@@ -47,9 +47,11 @@ BERT_BASE = BertConfig()
 
 def linear(gb: GraphBuilder, x: str, din: int, dout: int, std: float,
            weight_name: str = "weight.T") -> str:
-    """``x @ W + b`` as exported for a 3-D input (weight stored [din, dout], bias first in Add)."""
+    """``x @ W + b`` as exported for a 3-D input: weight stored [din, dout], bias first in Add.
+
+    Biases get the weights' std (HF initialises them to zero) so a dropped bias shows up."""
     w = gb.initializer(gb.normal((din, dout), std), weight_name)
-    b = gb.initializer(gb.normal((dout,), 0.01 * std), "bias")
+    b = gb.initializer(gb.normal((dout,), std), "bias")
     return gb.op("Add", b, gb.op("MatMul", x, w))
 
 
@@ -58,8 +60,7 @@ def layer_norm(gb: GraphBuilder, x: str, dim: int, eps: float,
     """LayerNormalization over the last axis; weight ~1 and bias ~0 with a little noise."""
     w = gb.initializer(gb.normal((dim,), 0.02, 1.0), "weight")
     b = gb.initializer(gb.normal((dim,), 0.02), "bias")
-    outs = [output] if output else 1
-    return gb.op("LayerNormalization", x, w, b, outputs=outs, axis=-1, epsilon=eps)
+    return gb.op("LayerNormalization", x, w, b, output=output, axis=-1, epsilon=eps)
 
 
 def shape_dims(gb: GraphBuilder, x: str, axes: tuple[int, ...]) -> list[str]:
@@ -72,13 +73,12 @@ def shape_dims(gb: GraphBuilder, x: str, axes: tuple[int, ...]) -> list[str]:
     return dims
 
 
-def split_heads(gb: GraphBuilder, x: str, heads: int, head_dim: int,
-                perm: tuple[int, ...] = (0, 2, 1, 3)) -> str:
-    """[B,S,H*D] -> Reshape(B,S,H,D) (shape from a Shape chain) -> Transpose(perm)."""
+def split_heads(gb: GraphBuilder, x: str, heads: int, head_dim: int) -> str:
+    """[B,S,H*D] -> Reshape(B,S,H,D) (shape from a Shape chain) -> Transpose(0,2,1,3)."""
     b, s = shape_dims(gb, x, (0, 1))
     target = gb.op("Concat", b, s, gb.const([heads], np.int64), gb.const([head_dim], np.int64),
                    axis=0)
-    return gb.op("Transpose", gb.op("Reshape", x, target), perm=list(perm))
+    return gb.op("Transpose", gb.op("Reshape", x, target), perm=[0, 2, 1, 3])
 
 
 def merge_heads(gb: GraphBuilder, x: str, hidden: int) -> str:
@@ -192,9 +192,9 @@ def build_bert(*, batch: int = 1, seq_len: int = 128, seed: int = 0,
         cls = gb.op("Gather", h, gb.const(0, np.int64), axis=1)
         with gb.scope("dense"):
             w = gb.initializer(gb.normal((cfg.hidden, cfg.hidden), std), "weight")
-            b = gb.initializer(gb.normal((cfg.hidden,), 0.01 * std), "bias")
+            b = gb.initializer(gb.normal((cfg.hidden,), std), "bias")
             pooled = gb.op("Gemm", cls, w, b, alpha=1.0, beta=1.0, transB=1)
-        gb.op("Tanh", pooled, outputs=["pooler_output"])
+        gb.op("Tanh", pooled, output="pooler_output")
 
     gb.add_output("last_hidden_state", np.float32, [batch, seq_len, cfg.hidden])
     gb.add_output("pooler_output", np.float32, [batch, cfg.hidden])

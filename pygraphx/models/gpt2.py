@@ -80,7 +80,7 @@ def _block(gb: GraphBuilder, h: str, pad_mask: str, causal: str, cfg: GPT2Config
     with gb.scope("attn"):
         with gb.scope("c_attn"):
             qkv = linear(gb, x, d, 3 * d, std, "weight")
-        q, k, v = gb.op("Split", qkv, gb.const([d, d, d], np.int64), outputs=3, axis=2)
+        q, k, v = gb.multi("Split", qkv, gb.const([d, d, d], np.int64), n=3, axis=2)
         q, k, v = (split_heads(gb, t, cfg.heads, d // cfg.heads) for t in (q, k, v))
         w = gb.op("MatMul", q, gb.op("Transpose", k, perm=[0, 1, 3, 2]))
         w = gb.op("Div", w, gb.const(math.sqrt(d // cfg.heads), np.float32))
@@ -140,6 +140,6 @@ def build_gpt2(*, batch: int = 1, seq_len: int = 128, seed: int = 0,
 
     with gb.scope("lm_head"):
         wt = gb.op("Transpose", wte, perm=[1, 0])
-        gb.op("MatMul", h, wt, outputs=["logits"])
+        gb.op("MatMul", h, wt, output="logits")
     gb.add_output("logits", np.float32, [batch, seq_len, cfg.vocab_size])
     return gb.build("gpt2", "HuggingFace GPT2LMHeadModel (small) layout, random weights")

@@ -11,7 +11,6 @@ Batch-norm running statistics are calibrated as described in ``resnet50``.
 
 from __future__ import annotations
 
-
 import numpy as np
 import onnx
 
@@ -77,6 +76,6 @@ def build_mobilenetv2(*, batch: int = 1, seed: int = 0) -> onnx.ModelProto:
     with gb.scope("classifier", 1):
         w = gb.initializer(gb.normal((NUM_CLASSES, LAST_CHANNELS), 0.01), "weight")
         b = gb.initializer(np.zeros(NUM_CLASSES, np.float32), "bias")
-        gb.op("Gemm", x, w, b, outputs=["output"], alpha=1.0, beta=1.0, transB=1)
+        gb.op("Gemm", x, w, b, output="output", alpha=1.0, beta=1.0, transB=1)
     gb.add_output("output", np.float32, [batch, NUM_CLASSES])
     return gb.build("mobilenetv2", "torchvision MobileNetV2 (width 1.0) layout, random weights")

@@ -142,7 +142,7 @@ def build_resnet50(*, batch: int = 1, seed: int = 0) -> onnx.ModelProto:
     xp = np.pad(x.val, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
     win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
     x = Feat(name, win.max(axis=(4, 5)))
-    for li, (blocks, width) in enumerate(zip(LAYERS, WIDTHS)):
+    for li, (blocks, width) in enumerate(zip(LAYERS, WIDTHS, strict=True)):
         for bi in range(blocks):
             with gb.scope(f"layer{li + 1}", bi):
                 x = _bottleneck(gb, x, width, 2 if (li > 0 and bi == 0) else 1)
@@ -153,6 +153,6 @@ def build_resnet50(*, batch: int = 1, seed: int = 0) -> onnx.ModelProto:
         w = gb.rng.uniform(-bound, bound, (NUM_CLASSES, cin)).astype(np.float32)
         b = gb.rng.uniform(-bound, bound, (NUM_CLASSES,)).astype(np.float32)
         gb.op("Gemm", pooled, gb.initializer(w, "weight"), gb.initializer(b, "bias"),
-              outputs=["output"], alpha=1.0, beta=1.0, transB=1)
+              output="output", alpha=1.0, beta=1.0, transB=1)
     gb.add_output("output", np.float32, [batch, NUM_CLASSES])
     return gb.build("resnet50", "torchvision ResNet-50 v1.5 layout, random weights")
