@@ -157,7 +157,8 @@ class OnnxParser:
             shown = ", ".join(names[:5]) + (f", ... ({len(names)} nodes)" if len(names) > 5 else "")
             lines.append(f"  {domain}::{op_type} (opset {opset}): {shown}")
         raise UnsupportedOperatorError(
-            f"{self.source}: {len(missing)} unsupported operator(s):\n" + "\n".join(lines)
+            f"{self.source}: {len(missing)} unsupported operator(s):\n"
+            + "\n".join(lines)
             + "\n(see `pygraphx-driver onnx --list`; skip_unknown_operators=True parses anyway)",
             [(d, o, v, n) for (d, o, v), n in sorted(missing.items())],
         )
@@ -176,7 +177,9 @@ class OnnxParser:
             self._value_info[vi.name] = vi
         initialised = set()
         for tensor in graph.initializer:
-            values[tensor.name] = module.add_literal(Literal(self.tensor_to_array(tensor), copy=False))
+            values[tensor.name] = module.add_literal(
+                Literal(self.tensor_to_array(tensor), copy=False)
+            )
             initialised.add(tensor.name)
         k = 0
         for inp in graph.input:
@@ -216,7 +219,7 @@ class OnnxParser:
         default = int(self.options["default_dim_value"]) or 1
         lens = []
         for d in tt.shape.dim:
-            if d.HasField("dim_value") and d.dim_value > 0:
+            if d.HasField("dim_value") and d.dim_value >= 0:
                 lens.append(int(d.dim_value))
             else:
                 lens.append(default)
@@ -275,7 +278,9 @@ class OnnxParser:
     # --- tensors and constants ------------------------------------------------------------
     def tensor_to_array(self, tensor: onnx.TensorProto) -> np.ndarray:
         if tensor.data_type == onnx.TensorProto.STRING:
-            raise OnnxParseError(f"{self.source}: tensor {tensor.name!r}: string tensors are not supported")
+            raise OnnxParseError(
+                f"{self.source}: tensor {tensor.name!r}: string tensors are not supported"
+            )
         try:
             onnx_type_to_shape_type(tensor.data_type)
         except ValueError as exc:
@@ -285,7 +290,9 @@ class OnnxParser:
         try:
             arr = numpy_helper.to_array(tensor)
         except (ValueError, TypeError) as exc:
-            raise OnnxParseError(f"{self.source}: tensor {tensor.name!r} is corrupt: {exc}") from None
+            raise OnnxParseError(
+                f"{self.source}: tensor {tensor.name!r} is corrupt: {exc}"
+            ) from None
         return np.ascontiguousarray(arr)
 
     def const_value(self, ins: Instruction) -> np.ndarray | None:

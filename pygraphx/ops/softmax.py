@@ -1,0 +1,75 @@
+"""Softmax family: `softmax` and `logsoftmax` along one `axis`, as MIGraphX defines them.
+
+Both are numerically stable: the maximum along the axis is subtracted before exponentiating, so
+large inputs neither overflow nor produce NaN. Half, bf16 and fp8 inputs are computed in float32
+and rounded once. ONNX's pre-opset-13 "coerce to 2-D" semantics are the frontend's business
+(it reshapes around a single-axis softmax).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from pygraphx.ir.shape import FLOAT_TYPES, Shape
+from pygraphx.ops.base import Op, ShapeError, check_arity, normalize_axis, register_op
+
+
+def _check(op: Op, inputs: Sequence[Shape], axis: int) -> Shape:
+    check_arity(op, inputs, 1)
+    s = inputs[0]
+    if s.type() not in FLOAT_TYPES:
+        raise ShapeError(f"{op.name}: input must be a floating-point type, got {s.type()}")
+    if s.ndim() == 0:
+        raise ShapeError(f"{op.name}: input must have rank 1 or more, got a scalar")
+    normalize_axis(op, axis, s.ndim())
+    return Shape(s.type(), s.lens())
+
+
+def _shifted(x: np.ndarray, axis: int) -> np.ndarray:
+    """`x - max(x, axis)` in float32 (or float64 for double inputs)."""
+    work = np.float64 if x.dtype == np.float64 else np.float32
+    x = np.asarray(x, dtype=work)
+    if x.size == 0:
+        return x.copy()
+    m = np.max(x, axis=axis, keepdims=True)
+    # an all -inf (or all +inf) slice would give nan from inf - inf; shift those by 0 instead
+    m = np.where(np.isfinite(m), m, 0).astype(work)
+    return x - m
+
+
+@register_op
+class Softmax(Op):
+    """exp(x) / sum(exp(x)) along `axis`."""
+
+    name = "softmax"
+    axis: int = 1
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        return _check(self, inputs, self.axis)
+
+    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
+        axis = normalize_axis(self, self.axis, args[0].ndim)
+        with np.errstate(all="ignore"):
+            e = np.exp(_shifted(args[0], axis))
+            out = e / np.sum(e, axis=axis, keepdims=True)
+        return out.astype(output_shape.dtype())
+
+
+@register_op
+class Logsoftmax(Op):
+    """x - log(sum(exp(x))) along `axis`."""
+
+    name = "logsoftmax"
+    axis: int = 1
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        return _check(self, inputs, self.axis)
+
+    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
+        axis = normalize_axis(self, self.axis, args[0].ndim)
+        with np.errstate(all="ignore"):
+            d = _shifted(args[0], axis)
+            out = d - np.log(np.sum(np.exp(d), axis=axis, keepdims=True))
+        return out.astype(output_shape.dtype())
