@@ -28,9 +28,7 @@ def _as_array(data: Any, shape: Shape | None) -> np.ndarray:
     if arr.dtype != dtype:
         raise TypeError(f"data of dtype {arr.dtype} does not match shape type {shape.type()}")
     if arr.size != shape.elements():
-        raise ValueError(
-            f"data has {arr.size} elements but shape {shape} needs {shape.elements()}"
-        )
+        raise ValueError(f"data has {arr.size} elements but shape {shape} needs {shape.elements()}")
     arr = np.ascontiguousarray(arr).reshape(shape.lens())
     if not shape.standard():
         itemsize = dtype.itemsize
@@ -135,7 +133,7 @@ def generate_argument(shape: Shape, seed: int = 0) -> Argument:
         data = rng.integers(0, 8, lens).astype(dtype)
     else:
         data = rng.uniform(-1.0, 1.0, lens).astype(dtype)
-    return Argument(data)
+    return Argument(data, shape)
 
 
 def generate_literal(shape: Shape, seed: int = 0) -> Literal:

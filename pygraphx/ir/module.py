@@ -69,8 +69,9 @@ class Module:
         inputs: Sequence[Instruction] = (),
         module_inputs: Sequence[Module] = (),
     ) -> Instruction:
+        pos = self.position(before)
         ins = self._make(op, inputs, module_inputs)
-        self.instructions.insert(self.position(before), ins)
+        self.instructions.insert(pos, ins)
         return ins
 
     def insert_literal(self, before: Instruction, value: Literal | np.ndarray) -> Instruction:
@@ -108,12 +109,13 @@ class Module:
             raise ModuleError(
                 f"cannot replace {ins.op.name} ({ins.shape}) with {rep.op.name} ({rep.shape})"
             )
-        users = list(ins.outputs)
+        # a user that is `rep` itself keeps `ins` (the "insert f(x), then replace x" edit)
+        users = [u for u in ins.outputs if u is not rep]
         for user in users:
             user.inputs = [rep if x is ins else x for x in user.inputs]
             if user not in rep.outputs:
                 rep.outputs.append(user)
-        ins.outputs = []
+        ins.outputs = [rep] if rep in ins.outputs else []
         self._recompute_shapes(users)
         return rep
 

@@ -148,10 +148,13 @@ def loads(data: bytes, source: str = "<bytes>") -> Program:
             f"{source}: truncated or padded: payload has {len(payload)} bytes, header says {length}"
         )
     if hashlib.sha256(payload).digest() != digest:
-        raise SerializationError(f"{source}: checksum mismatch: the file is corrupt or was modified")
+        raise SerializationError(
+            f"{source}: checksum mismatch: the file is corrupt or was modified"
+        )
     try:
-        doc = msgpack.unpackb(payload, ext_hook=_ext_hook, raw=False, use_list=False,
-                              strict_map_key=True)
+        doc = msgpack.unpackb(
+            payload, ext_hook=_ext_hook, raw=False, use_list=False, strict_map_key=True
+        )
     except (msgpack.UnpackException, ValueError, TypeError) as exc:
         raise SerializationError(f"{source}: payload cannot be decoded: {exc}") from exc
     try:
@@ -159,7 +162,9 @@ def loads(data: bytes, source: str = "<bytes>") -> Program:
     except SerializationError:
         raise
     except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise SerializationError(f"{source}: malformed program: {type(exc).__name__}: {exc}") from exc
+        raise SerializationError(
+            f"{source}: malformed program: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _program_from_dict(doc: dict[str, Any]) -> Program:
@@ -204,16 +209,22 @@ def _make_instruction(
 ) -> Instruction:
     name = item["op"]
     if name == "@literal":
-        ins = Instruction(LiteralOp(Literal(item["attrs"]["value"], copy=False)), [], item["shape"], mod)
+        ins = Instruction(
+            LiteralOp(Literal(item["attrs"]["value"], copy=False)), [], item["shape"], mod
+        )
         mod.instructions.append(ins)
         return ins
     cls = OPS.get(name)
     if cls is None:
-        raise SerializationError(f"the file uses operator {name!r}, unknown to pygraphx {__version__}")
+        raise SerializationError(
+            f"the file uses operator {name!r}, unknown to pygraphx {__version__}"
+        )
     fields = {f.name for f in dataclasses.fields(cls)}
     attrs = dict(item["attrs"])
     if set(attrs) != fields:
-        raise SerializationError(f"operator {name!r}: attributes {sorted(attrs)} != {sorted(fields)}")
+        raise SerializationError(
+            f"operator {name!r}: attributes {sorted(attrs)} != {sorted(fields)}"
+        )
     op = cls(**attrs)
     if name == "@param":
         return mod.add_parameter(op.parameter, op.shape)

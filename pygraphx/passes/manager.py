@@ -48,7 +48,9 @@ def disabled_passes() -> set[str]:
     return {p.strip() for p in _flag("PGX_DISABLE_PASSES").split(",") if p.strip()}
 
 
-def run_passes(program: Program, passes: Sequence[Pass], *, validate: bool = True) -> list[tuple[str, float]]:
+def run_passes(
+    program: Program, passes: Sequence[Pass], *, validate: bool = True
+) -> list[tuple[str, float]]:
     """Apply `passes` in order to every module; returns (pass name, seconds) per pass run."""
     trace = _flag("PGX_TRACE_COMPILE") not in ("", "0")
     timing = _flag("PGX_TIME_PASSES") not in ("", "0")

@@ -100,9 +100,7 @@ def plan_memory(module: Module, alignment: int = ALIGNMENT) -> MemoryPlan:
     placed: list[Buffer] = []
     for b in sorted(plan.buffers, key=lambda b: (-b.size, b.start)):
         busy = sorted(
-            (p.offset, p.offset + p.size)
-            for p in placed
-            if p.start <= b.end and b.start <= p.end
+            (p.offset, p.offset + p.size) for p in placed if p.start <= b.end and b.start <= p.end
         )
         offset = 0
         for lo, hi in busy:

@@ -1,0 +1,256 @@
+"""The driver's subcommands, one function each, and the table `main.py` builds argparse from.
+
+Every command is `fn(args, steps) -> exit status`. Results go to stdout in MIGraphX's formats
+(`read` prints the program as seed 003 shows it, `params` prints `inputs:` / `outputs:` as seed
+001 shows it); progress and step timings go to stderr through `Steps` (rich), so stdout stays
+clean for pipes. Later commands (compile, perf, verify, time) add an entry to `COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from rich.console import Console
+from rich.table import Table
+
+from pygraphx.driver.loader import (
+    DriverError,
+    LoadedModel,
+    add_loader_arguments,
+    describe_source,
+    load_program,
+)
+from pygraphx.ir.argument import Argument, format_values, generate_argument
+from pygraphx.ir.program import Program
+from pygraphx.ir.shape import Shape
+from pygraphx.targets import Target, get_target
+from pygraphx.version import ONNX_OPSET, __version__
+
+VALUES_SHOWN = 5  # first and last values printed per output, as MIGRAPHX_TRACE_EVAL does
+
+
+def format_seconds(seconds: float) -> str:
+    """`0.0123` -> `12.3 ms`, `2.5` -> `2.50 s`."""
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds:.2f} s"
+
+
+@dataclass
+class Steps:
+    """Shows a spinner on stderr while a long step runs, then its time (`parse: 1.20 s`)."""
+
+    console: Console
+    times: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def __call__(self, label: str) -> Iterator[None]:
+        start = time.perf_counter()
+        with self.console.status(f"{label} ...", spinner="dots"):
+            yield
+        elapsed = time.perf_counter() - start
+        self.times[label] = elapsed
+        self.console.print(f"{label}: {format_seconds(elapsed)}", style="dim", highlight=False)
+
+
+# --- read, params ---------------------------------------------------------------------------
+def cmd_read(args: argparse.Namespace, steps: Steps) -> int:
+    """Print the parsed program in MIGraphX's text format."""
+    print(f"Reading: {describe_source(args)}", flush=True)
+    loaded = load_program(args, steps)
+    print(loaded.program)
+    return 0
+
+
+def _shape_json(shape: Shape) -> dict[str, object]:
+    return {"type": shape.type(), "lens": shape.lens(), "strides": shape.strides()}
+
+
+def cmd_params(args: argparse.Namespace, steps: Steps) -> int:
+    """Print the program's inputs and outputs (name: type, lens, strides)."""
+    if not args.json:
+        print(f"Reading: {describe_source(args)}", flush=True)
+    program = load_program(args, steps).program
+    inputs, outputs = program.get_inputs(), program.get_outputs()
+    if args.json:
+        doc = {
+            "source": describe_source(args),
+            "inputs": {name: _shape_json(s) for name, s in inputs.items()},
+            "outputs": {name: _shape_json(s) for name, s in outputs.items()},
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    print("inputs:")
+    for name, shape in inputs.items():
+        print(f"{name}: {shape}")
+    print()
+    print("outputs:")
+    for name, shape in outputs.items():
+        print(f"{name}: {shape}")
+    return 0
+
+
+# --- run ------------------------------------------------------------------------------------
+def resolve_target(name: str) -> Target:
+    """The target called `name`, or a `DriverError` saying it is not available."""
+    try:
+        return get_target(name)
+    except ValueError as exc:
+        raise DriverError(
+            f"target {name!r} is not available yet ({exc}); run on the reference target with --ref"
+        ) from None
+
+
+def make_inputs(args: argparse.Namespace, loaded: LoadedModel) -> tuple[dict[str, Argument], str]:
+    """The run's inputs and a line describing them (`--fill0`, `--fill1`, or seeded random)."""
+    shapes = loaded.program.get_parameter_shapes()
+    if args.fill is not None:
+        value = args.fill
+        inputs = {n: Argument(np.full(s.lens(), value, s.dtype())) for n, s in shapes.items()}
+        return inputs, f"all {value}"
+    valid: dict[str, np.ndarray] = {}
+    if loaded.model_name is not None and loaded.model is not None:
+        from pygraphx.models import model_inputs
+
+        valid = model_inputs(loaded.model_name, loaded.model, seed=args.seed)
+    inputs = {}
+    for k, (name, shape) in enumerate(shapes.items()):
+        arr = valid.get(name)
+        if arr is not None and list(arr.shape) == shape.lens() and arr.dtype == shape.dtype():
+            inputs[name] = Argument(np.ascontiguousarray(arr))
+        else:  # each input its own stream, so equal shapes do not get equal values
+            inputs[name] = generate_argument(shape, args.seed + k)
+    kind = f"valid random inputs for {loaded.model_name}" if valid else "random"
+    return inputs, f"{kind} (seed {args.seed})"
+
+
+def summarize(name: str, value: Argument) -> list[str]:
+    """An output's shape, statistics over its finite values, and its first/last values."""
+    arr = np.asarray(value)
+    lines = [f"{name}: {value.get_shape()}"]
+    if arr.size == 0:
+        return [*lines, "  (no elements)"]
+    wide = arr.astype(np.float64).reshape(-1)
+    finite = np.isfinite(wide)
+    nonfinite = int(wide.size - finite.sum())
+    if finite.any():
+        x = wide[finite]
+        lines.append(
+            f"  min: {x.min():.6g}, max: {x.max():.6g}, mean: {x.mean():.6g}, std: {x.std():.6g}"
+        )
+    if nonfinite:
+        nan = int(np.isnan(wide).sum())
+        lines.append(f"  non-finite: {nan} nan, {nonfinite - nan} inf (of {wide.size} values)")
+    lines.append(f"  values: {format_values(arr, VALUES_SHOWN)}")
+    return lines
+
+
+def cmd_run(args: argparse.Namespace, steps: Steps) -> int:
+    """Compile the model, run it once on generated inputs, and summarise every output."""
+    target = resolve_target(args.target)
+    print(f"Reading: {describe_source(args)}", flush=True)
+    loaded = load_program(args, steps)
+    program: Program = loaded.program
+    with steps(f"compile ({target.name})"):
+        program.compile(target)
+    inputs, described = make_inputs(args, loaded)
+    start = time.perf_counter()
+    with steps("run"):
+        results = program.run(inputs)
+    elapsed = time.perf_counter() - start
+    print(f"Target: {target.name}")
+    print(f"Inputs: {described}")
+    for name, value in zip(program.get_output_names(), results, strict=True):
+        print()
+        print("\n".join(summarize(name, value)))
+    print()
+    print(f"Run time: {format_seconds(elapsed)}")
+    return 0
+
+
+# --- onnx, version --------------------------------------------------------------------------
+def cmd_onnx(args: argparse.Namespace, steps: Steps) -> int:
+    """`onnx --list`: the supported ONNX operators (a table on a terminal, else one per line)."""
+    if not args.list:
+        raise DriverError("onnx: nothing to do; use --list (-l) to list the supported operators")
+    from pygraphx.onnx import get_onnx_operators
+    from pygraphx.onnx.registry import supported_operators
+
+    out = Console(highlight=False)
+    if not out.is_terminal:
+        for name in get_onnx_operators():
+            print(name)
+        return 0
+    ops = supported_operators()
+    table = Table(title=f"Supported ONNX operators ({len(ops)})")
+    table.add_column("Domain")
+    table.add_column("Operator")
+    table.add_column("Since opset", justify="right")
+    for domain, op_type, since in ops:
+        table.add_row(domain, op_type, str(since))
+    out.print(table)
+    return 0
+
+
+def cmd_version(args: argparse.Namespace, steps: Steps) -> int:
+    """Versions of pygraphx, the ONNX opset it targets, and its main dependencies."""
+    print(f"pygraphx version: {__version__}")
+    print(f"ONNX Opset version: {ONNX_OPSET}")
+    print(f"onnx version: {onnx.__version__}")
+    print(f"numpy version: {np.__version__}")
+    return 0
+
+
+# --- the table ------------------------------------------------------------------------------
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    add_loader_arguments(parser)
+    target = parser.add_argument_group("target").add_mutually_exclusive_group()
+    for name in ("ref", "cpu", "gpu"):
+        target.add_argument(
+            f"--{name}", dest="target", action="store_const", const=name, help=f"run on {name}"
+        )
+    parser.set_defaults(target="ref")
+    data = parser.add_argument_group("inputs").add_mutually_exclusive_group()
+    data.add_argument("--fill0", dest="fill", action="store_const", const=0, help="inputs all 0")
+    data.add_argument("--fill1", dest="fill", action="store_const", const=1, help="inputs all 1")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+
+
+def _params_arguments(parser: argparse.ArgumentParser) -> None:
+    add_loader_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the parameters as JSON")
+
+
+def _onnx_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-l", "--list", action="store_true", help="list the supported ONNX operators"
+    )
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: what it does, its options, its help line."""
+
+    run: Callable[[argparse.Namespace, Steps], int]
+    arguments: Callable[[argparse.ArgumentParser], None]
+    help: str
+
+
+COMMANDS: dict[str, Command] = {
+    "read": Command(cmd_read, add_loader_arguments, "print the parsed program"),
+    "params": Command(cmd_params, _params_arguments, "print the model's inputs and outputs"),
+    "run": Command(cmd_run, _run_arguments, "compile and run the model once on test inputs"),
+    "onnx": Command(cmd_onnx, _onnx_arguments, "the supported ONNX operators (--list)"),
+    "version": Command(cmd_version, _no_arguments, "print version information"),
+}

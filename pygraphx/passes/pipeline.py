@@ -1,0 +1,52 @@
+"""The target-independent optimisation pipeline (what `-O` runs before a target lowers).
+
+The order matters and is explicit: fold constants, simplify algebra and layout, absorb pads,
+merge repeated work, remove what is dead, fuse element-wise and reduction regions, then plan
+memory. `optimize(program)` runs it; targets start their own lists with `optimize_passes()`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pygraphx.passes.dead_code_elimination import dead_code_elimination
+from pygraphx.passes.eliminate_common_subexpression import eliminate_common_subexpression
+from pygraphx.passes.eliminate_pad import eliminate_pad
+from pygraphx.passes.fuse_pointwise import fuse_pointwise
+from pygraphx.passes.fuse_reduce import fuse_reduce
+from pygraphx.passes.manager import Pass, module_pass, run_passes
+from pygraphx.passes.memory_coloring import memory_coloring
+from pygraphx.passes.propagate_constant import propagate_constant
+from pygraphx.passes.simplify_algebra import simplify_algebra
+from pygraphx.passes.simplify_reshapes import simplify_reshapes
+
+if TYPE_CHECKING:
+    from pygraphx.ir.program import Program
+
+
+def optimize_passes(fuse: bool = True, plan_memory: bool = True) -> list[Pass]:
+    """The ordered target-independent pass list."""
+    passes = [
+        module_pass(propagate_constant),
+        module_pass(simplify_reshapes),
+        module_pass(simplify_algebra),
+        module_pass(eliminate_pad),
+        module_pass(propagate_constant),
+        module_pass(eliminate_common_subexpression),
+        module_pass(simplify_algebra),
+        module_pass(simplify_reshapes),
+        module_pass(dead_code_elimination),
+    ]
+    if fuse:
+        passes += [Pass("fuse_pointwise", fuse_pointwise), Pass("fuse_reduce", fuse_reduce)]
+    if plan_memory:
+        passes.append(module_pass(memory_coloring))
+    return passes
+
+
+def optimize(program: Program) -> Program:
+    """Run the optimisation pipeline on an uncompiled program, in place; returns it."""
+    if program.is_compiled():
+        raise ValueError("optimize() works on an uncompiled program")
+    program.pass_times = run_passes(program, optimize_passes())
+    return program
