@@ -48,9 +48,7 @@ def run_ort(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(
-        model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
-    )
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     return sess.run(None, dict(feeds))
 
 

@@ -19,7 +19,9 @@ from onnx import numpy_helper
 from pygraphx.onnx.errors import ExternalDataError
 
 
-def load_external_tensor(tensor: onnx.TensorProto, model_dir: Path | None, source: str) -> np.ndarray:
+def load_external_tensor(
+    tensor: onnx.TensorProto, model_dir: Path | None, source: str
+) -> np.ndarray:
     """The numpy value of an initialiser whose bytes live in an external file."""
     where = f"{source}: initialiser {tensor.name!r}"
     info = {e.key: e.value for e in tensor.external_data}

@@ -41,7 +41,9 @@ class Pointwise(Op):
                     f"{[x.lens() for x in inputs]} (broadcast them first)"
                 )
         if self.same_type and len({s.type() for s in inputs}) > 1:
-            raise ShapeError(f"{self.name}: inputs have different types {[s.type() for s in inputs]}")
+            raise ShapeError(
+                f"{self.name}: inputs have different types {[s.type() for s in inputs]}"
+            )
         return Shape(self.out_type or self.result_type(inputs), lens)
 
     def result_type(self, inputs: Sequence[Shape]) -> str:
@@ -171,7 +173,9 @@ class Where(Pointwise):
         if inputs[0].type() != "bool_type":
             raise ShapeError(f"where: condition must be bool_type, got {inputs[0].type()}")
         if inputs[1].type() != inputs[2].type():
-            raise ShapeError(f"where: branches differ in type {inputs[1].type()}, {inputs[2].type()}")
+            raise ShapeError(
+                f"where: branches differ in type {inputs[1].type()}, {inputs[2].type()}"
+            )
         return Shape(inputs[1].type(), out.lens())
 
     def apply(self, o: Any, c: Any, x: Any, y: Any) -> Any:

@@ -34,7 +34,7 @@ class Evaluator:
         keep = {id(i) for i in self.returns}
         # for each step, the instructions whose values can be dropped after it
         self.release: list[list[Instruction]] = [[] for _ in self.instructions]
-        for k, ins in enumerate(self.instructions):
+        for ins in self.instructions:
             idx = last_use.get(id(ins))
             if idx is not None and id(ins) not in keep:
                 self.release[idx].append(ins)

@@ -50,7 +50,11 @@ class PygraphxBackend(Backend):
 
     @classmethod
     def run_model(
-        cls, model: onnx.ModelProto, inputs: Sequence[np.ndarray], device: str = "CPU", **kwargs: Any
+        cls,
+        model: onnx.ModelProto,
+        inputs: Sequence[np.ndarray],
+        device: str = "CPU",
+        **kwargs: Any,
     ) -> tuple[np.ndarray, ...]:
         return cls.prepare(model, device, **kwargs).run(inputs)
 

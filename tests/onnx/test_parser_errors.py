@@ -154,8 +154,10 @@ def test_external_data_from_buffer_is_refused(tmp_path: Path) -> None:
 
 
 def test_handler_error_names_node_op_and_opset() -> None:
-    model = _model([helper.make_node("Add", ["x", "w"], ["y"], name="bad_add")],
-                   inits=[numpy_helper.from_array(np.ones((4,), np.float32), "w")])
+    model = _model(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="bad_add")],
+        inits=[numpy_helper.from_array(np.ones((4,), np.float32), "w")],
+    )
     with pytest.raises(OnnxParseError) as info:
         pygraphx.parse_onnx_buffer(model.SerializeToString())
     msg = str(info.value)
