@@ -53,6 +53,10 @@ class Module:
         inputs: Sequence[Instruction] = (),
         module_inputs: Sequence[Module] = (),
     ) -> Instruction:
+        if self.instructions and self.instructions[-1].is_return():
+            raise ModuleError(
+                f"module {self.name!r} already ends with @return; use insert_instruction"
+            )
         ins = self._make(op, inputs, module_inputs)
         self.instructions.append(ins)
         return ins

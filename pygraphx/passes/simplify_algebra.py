@@ -81,6 +81,24 @@ def _broadcast_literal(
     return m.insert_instruction(before, make_op("multibroadcast", out_lens=tuple(lens)), [lit])
 
 
+def compress(value: np.ndarray) -> np.ndarray:
+    """The smallest array that broadcasts back to `value` (axes of repeated values cut to 1)."""
+    out = np.asarray(value)
+    for axis in range(out.ndim):
+        if out.shape[axis] > 1:
+            first = out.take([0], axis=axis)
+            if np.array_equal(np.broadcast_to(first, out.shape), out):
+                out = first
+    return np.ascontiguousarray(out)
+
+
+def _const_operand(
+    m: Module, before: Instruction, value: np.ndarray, lens: list[int]
+) -> Instruction:
+    """A constant operand of `lens`: the compressed literal, broadcast back."""
+    return _broadcast_literal(m, before, compress(value), lens)
+
+
 def _is_float(ins: Instruction) -> bool:
     return np.issubdtype(ins.shape.dtype(), np.floating) or ins.shape.type() == "bf16_type"
 
@@ -240,7 +258,7 @@ def mul_add_const(m: Module, ins: Instruction) -> Instruction | None:
             bv = const_value(b)
             if bv is None or a.op.name not in ("convolution", "dot"):
                 continue
-            scaled = _literal(m, ins, (bv * c).astype(bv.dtype))
+            scaled = _const_operand(m, ins, (bv * c).astype(bv.dtype), ins.shape.lens())
             mul = m.insert_instruction(ins, make_op("mul"), [a, _other(ins, add)])
             return m.insert_instruction(ins, make_op("add"), [mul, scaled])
     return None
@@ -258,7 +276,7 @@ def add_add_const(m: Module, ins: Instruction) -> Instruction | None:
             bv = const_value(b)
             if bv is None or const_value(a) is not None:
                 continue
-            summed = _literal(m, ins, (bv + c).astype(bv.dtype))
+            summed = _const_operand(m, ins, (bv + c).astype(bv.dtype), ins.shape.lens())
             return m.insert_instruction(ins, make_op("add"), [a, summed])
     return None
 
