@@ -39,36 +39,41 @@ def fuse_reduce(module: Module, program: Program) -> None:
         ]
         if not producers:
             continue
-        name = f"{module.name}:fused_reduce{counter}"
+        body = program.create_module(f"{module.name}:fused_reduce{counter}", parent=module)
         counter += 1
-        body = program.create_module(name, parent=module)
-        external: list[Instruction] = []
-        params: dict[int, Instruction] = {}
-
-        def param_for(x: Instruction) -> Instruction:
-            if id(x) not in params:
-                params[id(x)] = body.add_parameter(f"x{len(external)}", x.shape)
-                external.append(x)
-            return params[id(x)]
-
-        values: dict[int, Instruction] = {}
-        for p in producers:
-            sub = p.module_inputs[0]
-            inner: dict[int, Instruction] = {}
-            for k, sp in enumerate(sub.get_parameters()):
-                inner[id(sp)] = param_for(p.inputs[k])
-            for si in sub.instructions:
-                if si.is_param():
-                    continue
-                if si.is_return():
-                    values[id(p)] = inner[id(si.inputs[0])]
-                    break
-                inner[id(si)] = body.add_instruction(si.op, [inner[id(i)] for i in si.inputs])
-        args = [values[id(i)] if id(i) in values else param_for(i) for i in ins.inputs]
-        body.add_return([body.add_instruction(ins.op, args)])
+        external = _build_body(body, ins, producers)
         fused = module.insert_instruction(ins, FusedReduce(), external, [body])
         module.replace_instruction(ins, fused)
         module.remove_instruction(ins)
         for p in producers:
             module.remove_instruction(p)
             program.remove_module(p.module_inputs[0].name)
+
+
+def _build_body(body: Module, ins: Instruction, producers: list[Instruction]) -> list[Instruction]:
+    """Fill `body` with the producers' element-wise code and `ins`; returns the outer inputs."""
+    external: list[Instruction] = []
+    params: dict[int, Instruction] = {}
+
+    def param_for(x: Instruction) -> Instruction:
+        if id(x) not in params:
+            params[id(x)] = body.add_parameter(f"x{len(external)}", x.shape)
+            external.append(x)
+        return params[id(x)]
+
+    values: dict[int, Instruction] = {}
+    for p in producers:
+        sub = p.module_inputs[0]
+        inner: dict[int, Instruction] = {}
+        for k, sp in enumerate(sub.get_parameters()):
+            inner[id(sp)] = param_for(p.inputs[k])
+        for si in sub.instructions:
+            if si.is_param():
+                continue
+            if si.is_return():
+                values[id(p)] = inner[id(si.inputs[0])]
+                break
+            inner[id(si)] = body.add_instruction(si.op, [inner[id(i)] for i in si.inputs])
+    args = [values[id(i)] if id(i) in values else param_for(i) for i in ins.inputs]
+    body.add_return([body.add_instruction(ins.op, args)])
+    return external
