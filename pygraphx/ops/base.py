@@ -44,6 +44,8 @@ def make_op(name: str, **attributes: Any) -> Op:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in attributes.items():
+        if key not in fields and f"{key}_" in fields:  # python keywords: global -> global_
+            key = f"{key}_"
         if key not in fields:
             raise ValueError(f"operator {name!r} has no attribute {key!r}; it has {list(fields)}")
         kwargs[key] = tuple(value) if isinstance(value, list) else value
