@@ -121,12 +121,17 @@ class Program:
         self.target = t
         self.compile_options = options
 
-    def run(self, params: Mapping[str, Any]) -> list[Argument]:
-        """Evaluate the compiled program; `params` maps parameter names to arrays/arguments."""
+    def run(self, params: Mapping[str, Any], observer: Any = None) -> list[Argument]:
+        """Evaluate the compiled program; `params` maps parameter names to arrays/arguments.
+
+        `observer(instruction, value, seconds)` is called after each instruction of `main`
+        (profiling and tracing; see `runtime/evaluator.py`)."""
         if self._executable is None:
             raise ProgramError("compile the program first: prog.compile(pygraphx.get_target(...))")
         arrays = self._check_params(params)
-        return [Argument(a) for a in self._executable.run(arrays)]
+        if observer is None:
+            return [Argument(a) for a in self._executable.run(arrays)]
+        return [Argument(a) for a in self._executable.run(arrays, observer=observer)]
 
     eval = run
 

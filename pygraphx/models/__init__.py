@@ -35,10 +35,12 @@ class _Entry:
 _REGISTRY: dict[str, _Entry] = {
     "resnet50": _Entry(lambda b, s, seed: build_resnet50(batch=b, seed=seed)),
     "mobilenetv2": _Entry(lambda b, s, seed: build_mobilenetv2(batch=b, seed=seed)),
-    "bert_base": _Entry(lambda b, s, seed: build_bert(batch=b, seq_len=s, seed=seed),
-                        BERT_BASE.vocab_size),
-    "gpt2": _Entry(lambda b, s, seed: build_gpt2(batch=b, seq_len=s, seed=seed),
-                   GPT2_SMALL.vocab_size),
+    "bert_base": _Entry(
+        lambda b, s, seed: build_bert(batch=b, seq_len=s, seed=seed), BERT_BASE.vocab_size
+    ),
+    "gpt2": _Entry(
+        lambda b, s, seed: build_gpt2(batch=b, seq_len=s, seed=seed), GPT2_SMALL.vocab_size
+    ),
 }
 
 _TYPE_VOCAB = BERT_BASE.type_vocab
@@ -56,8 +58,7 @@ def _entry(name: str) -> _Entry:
     return _REGISTRY[key]
 
 
-def get_model(name: str, *, batch: int = 1, seq_len: int = 128,
-              seed: int = 0) -> onnx.ModelProto:
+def get_model(name: str, *, batch: int = 1, seq_len: int = 128, seed: int = 0) -> onnx.ModelProto:
     """Build the built-in model ``name`` (``seq_len`` is ignored by the image models)."""
     entry = _entry(name)
     if batch < 1 or seq_len < 1:

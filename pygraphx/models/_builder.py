@@ -40,7 +40,7 @@ class GraphBuilder:
         try:
             yield
         finally:
-            del self._scope[len(self._scope) - len(names):]
+            del self._scope[len(self._scope) - len(names) :]
 
     def _unique(self, base: str) -> str:
         name, i = base, 0
@@ -67,8 +67,9 @@ class GraphBuilder:
         elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
         self.graph.output.append(helper.make_tensor_value_info(name, elem, list(shape)))
 
-    def initializer(self, array: np.ndarray, leaf: str | None = None,
-                    name: str | None = None) -> str:
+    def initializer(
+        self, array: np.ndarray, leaf: str | None = None, name: str | None = None
+    ) -> str:
         """Add ``array`` as an initialiser named ``name`` or ``<scope>.<leaf>``."""
         if name is None:
             name = self.param_name(leaf if leaf is not None else "tensor")
@@ -89,8 +90,9 @@ class GraphBuilder:
             out += np.float32(mean)
         return out
 
-    def const(self, value: float | int | Sequence | np.ndarray,
-              dtype: type | np.dtype | None = None) -> str:
+    def const(
+        self, value: float | int | Sequence | np.ndarray, dtype: type | np.dtype | None = None
+    ) -> str:
         """Emit a ``Constant`` node (as the exporter does for literals); return its output."""
         arr = np.asarray(value, dtype=dtype)
         if arr.dtype == np.float64:
@@ -98,26 +100,30 @@ class GraphBuilder:
         node_name = self._node_name("Constant")
         out = f"{node_name}_output_0"
         self._used.add(out)
-        self.graph.node.append(helper.make_node(
-            "Constant", [], [out], name=node_name, value=numpy_helper.from_array(arr)))
+        self.graph.node.append(
+            helper.make_node(
+                "Constant", [], [out], name=node_name, value=numpy_helper.from_array(arr)
+            )
+        )
         return out
 
     # --------------------------------------------------------------- nodes
     def _node_name(self, op_type: str) -> str:
         return self._unique("/" + "/".join([*self._scope, op_type]))
 
-    def _add(self, op_type: str, inputs: Sequence[str], outs: list[str] | int,
-             attrs: dict[str, object]) -> list[str]:
+    def _add(
+        self, op_type: str, inputs: Sequence[str], outs: list[str] | int, attrs: dict[str, object]
+    ) -> list[str]:
         node_name = self._node_name(op_type)
         if isinstance(outs, int):
             outs = [f"{node_name}_output_{i}" for i in range(outs)]
         self._used.update(outs)
         self.graph.node.append(
-            helper.make_node(op_type, list(inputs), outs, name=node_name, **attrs))
+            helper.make_node(op_type, list(inputs), outs, name=node_name, **attrs)
+        )
         return outs
 
-    def op(self, op_type: str, *inputs: str, output: str | None = None,
-           **attrs: object) -> str:
+    def op(self, op_type: str, *inputs: str, output: str | None = None, **attrs: object) -> str:
         """Add a single-output node (output named ``output`` if given); return the output."""
         return self._add(op_type, inputs, [output] if output else 1, attrs)[0]
 

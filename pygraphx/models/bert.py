@@ -45,8 +45,9 @@ class BertConfig:
 BERT_BASE = BertConfig()
 
 
-def linear(gb: GraphBuilder, x: str, din: int, dout: int, std: float,
-           weight_name: str = "weight.T") -> str:
+def linear(
+    gb: GraphBuilder, x: str, din: int, dout: int, std: float, weight_name: str = "weight.T"
+) -> str:
     """``x @ W + b`` as exported for a 3-D input: weight stored [din, dout], bias first in Add.
 
     Biases get the weights' std (HF initialises them to zero) so a dropped bias shows up."""
@@ -55,8 +56,7 @@ def linear(gb: GraphBuilder, x: str, din: int, dout: int, std: float,
     return gb.op("Add", b, gb.op("MatMul", x, w))
 
 
-def layer_norm(gb: GraphBuilder, x: str, dim: int, eps: float,
-               output: str | None = None) -> str:
+def layer_norm(gb: GraphBuilder, x: str, dim: int, eps: float, output: str | None = None) -> str:
     """LayerNormalization over the last axis; weight ~1 and bias ~0 with a little noise."""
     w = gb.initializer(gb.normal((dim,), 0.02, 1.0), "weight")
     b = gb.initializer(gb.normal((dim,), 0.02), "bias")
@@ -76,8 +76,9 @@ def shape_dims(gb: GraphBuilder, x: str, axes: tuple[int, ...]) -> list[str]:
 def split_heads(gb: GraphBuilder, x: str, heads: int, head_dim: int) -> str:
     """[B,S,H*D] -> Reshape(B,S,H,D) (shape from a Shape chain) -> Transpose(0,2,1,3)."""
     b, s = shape_dims(gb, x, (0, 1))
-    target = gb.op("Concat", b, s, gb.const([heads], np.int64), gb.const([head_dim], np.int64),
-                   axis=0)
+    target = gb.op(
+        "Concat", b, s, gb.const([heads], np.int64), gb.const([head_dim], np.int64), axis=0
+    )
     return gb.op("Transpose", gb.op("Reshape", x, target), perm=[0, 2, 1, 3])
 
 
@@ -105,8 +106,9 @@ def extended_mask(gb: GraphBuilder, mask: str) -> str:
     return gb.op("Mul", m, gb.const(np.finfo(np.float32).min, np.float32))
 
 
-def _bert_layer(gb: GraphBuilder, h: str, mask: str, cfg: BertConfig,
-                output: str | None = None) -> str:
+def _bert_layer(
+    gb: GraphBuilder, h: str, mask: str, cfg: BertConfig, output: str | None = None
+) -> str:
     head_dim = cfg.hidden // cfg.heads
     std = cfg.init_std
     with gb.scope("attention"):
@@ -144,8 +146,9 @@ def _bert_layer(gb: GraphBuilder, h: str, mask: str, cfg: BertConfig,
             return layer_norm(gb, f, cfg.hidden, cfg.ln_eps, output)
 
 
-def build_bert(*, batch: int = 1, seq_len: int = 128, seed: int = 0,
-               config: BertConfig = BERT_BASE) -> onnx.ModelProto:
+def build_bert(
+    *, batch: int = 1, seq_len: int = 128, seed: int = 0, config: BertConfig = BERT_BASE
+) -> onnx.ModelProto:
     """Build a BERT encoder + pooler; inputs ``input_ids``, ``attention_mask``,
     ``token_type_ids`` (int64 [batch, seq_len]); outputs ``last_hidden_state`` and
     ``pooler_output``."""
@@ -159,17 +162,27 @@ def build_bert(*, batch: int = 1, seq_len: int = 128, seed: int = 0,
     std = cfg.init_std
 
     with gb.scope("embeddings"):
-        word = gb.initializer(gb.normal((cfg.vocab_size, cfg.hidden), std),
-                              "word_embeddings.weight")
-        pos = gb.initializer(gb.normal((cfg.max_position, cfg.hidden), std),
-                             "position_embeddings.weight")
-        tok = gb.initializer(gb.normal((cfg.type_vocab, cfg.hidden), std),
-                             "token_type_embeddings.weight")
-        pos_buf = gb.initializer(np.arange(cfg.max_position, dtype=np.int64)[None, :],
-                                 "position_ids")
+        word = gb.initializer(
+            gb.normal((cfg.vocab_size, cfg.hidden), std), "word_embeddings.weight"
+        )
+        pos = gb.initializer(
+            gb.normal((cfg.max_position, cfg.hidden), std), "position_embeddings.weight"
+        )
+        tok = gb.initializer(
+            gb.normal((cfg.type_vocab, cfg.hidden), std), "token_type_embeddings.weight"
+        )
+        pos_buf = gb.initializer(
+            np.arange(cfg.max_position, dtype=np.int64)[None, :], "position_ids"
+        )
         (seq,) = shape_dims(gb, ids, (1,))
-        pos_ids = gb.op("Slice", pos_buf, gb.const([0], np.int64), seq,
-                        gb.const([1], np.int64), gb.const([1], np.int64))
+        pos_ids = gb.op(
+            "Slice",
+            pos_buf,
+            gb.const([0], np.int64),
+            seq,
+            gb.const([1], np.int64),
+            gb.const([1], np.int64),
+        )
         with gb.scope("word_embeddings"):
             e = gb.op("Gather", word, ids)
         with gb.scope("token_type_embeddings"):

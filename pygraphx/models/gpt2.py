@@ -57,8 +57,9 @@ def _causal_slice(gb: GraphBuilder, bias: str, q: str, k: str) -> str:
     start = gb.op("Sub", kl, ql)
     starts = gb.op("Concat", start, gb.const([0], np.int64), axis=0)
     ends = gb.op("Concat", kl, kl, axis=0)
-    return gb.op("Slice", bias, starts, ends, gb.const([2, 3], np.int64),
-                 gb.const([1, 1], np.int64))
+    return gb.op(
+        "Slice", bias, starts, ends, gb.const([2, 3], np.int64), gb.const([1, 1], np.int64)
+    )
 
 
 def gelu_tanh(gb: GraphBuilder, x: str) -> str:
@@ -103,8 +104,9 @@ def _block(gb: GraphBuilder, h: str, pad_mask: str, causal: str, cfg: GPT2Config
     return gb.op("Add", h, f)
 
 
-def build_gpt2(*, batch: int = 1, seq_len: int = 128, seed: int = 0,
-               config: GPT2Config = GPT2_SMALL) -> onnx.ModelProto:
+def build_gpt2(
+    *, batch: int = 1, seq_len: int = 128, seed: int = 0, config: GPT2Config = GPT2_SMALL
+) -> onnx.ModelProto:
     """Build GPT-2 with an LM head; inputs ``input_ids`` and ``attention_mask``
     (int64 [batch, seq_len]); output ``logits`` [batch, seq_len, vocab]."""
     cfg = config

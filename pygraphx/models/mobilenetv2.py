@@ -18,14 +18,20 @@ from pygraphx.models._builder import GraphBuilder
 from pygraphx.models.resnet50 import Feat, add, batchnorm, conv, input_feat
 
 # (expand ratio t, output channels c, repeats n, first stride s), as in the paper.
-SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-            (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+SETTINGS = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
 LAST_CHANNELS = 1280
 NUM_CLASSES = 1000
 
 
-def _conv_bn(gb: GraphBuilder, x: Feat, cout: int, k: int, stride: int = 1,
-             group: int = 1) -> Feat:
+def _conv_bn(gb: GraphBuilder, x: Feat, cout: int, k: int, stride: int = 1, group: int = 1) -> Feat:
     """Conv2dNormActivation: Conv (no bias) -> BatchNormalization -> Clip(0, 6)."""
     with gb.scope(0):
         x = conv(gb, x, cout, k, stride, group)
@@ -36,8 +42,7 @@ def _conv_bn(gb: GraphBuilder, x: Feat, cout: int, k: int, stride: int = 1,
     return Feat(name, np.clip(x.val, 0.0, 6.0))
 
 
-def _inverted_residual(gb: GraphBuilder, x: Feat, cout: int, stride: int,
-                       expand: int) -> Feat:
+def _inverted_residual(gb: GraphBuilder, x: Feat, cout: int, stride: int, expand: int) -> Feat:
     cin = x.channels
     hidden = cin * expand
     use_res = stride == 1 and cin == cout

@@ -63,14 +63,29 @@ def _np_conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int, group: int) ->
     raise NotImplementedError(f"calibration conv supports group 1 or depthwise, got {group}")
 
 
-def conv(gb: GraphBuilder, x: Feat, cout: int, k: int, stride: int = 1, group: int = 1,
-         pad: int | None = None) -> Feat:
+def conv(
+    gb: GraphBuilder,
+    x: Feat,
+    cout: int,
+    k: int,
+    stride: int = 1,
+    group: int = 1,
+    pad: int | None = None,
+) -> Feat:
     """Bias-free Conv with Kaiming-normal (fan_in) weights, in the current scope."""
     cin = x.channels
     pad = (k - 1) // 2 if pad is None else pad
     w = gb.normal((cout, cin // group, k, k), math.sqrt(2.0 / (cin // group * k * k)))
-    name = gb.op("Conv", x.name, gb.initializer(w, "weight"), dilations=[1, 1], group=group,
-                 kernel_shape=[k, k], pads=[pad] * 4, strides=[stride, stride])
+    name = gb.op(
+        "Conv",
+        x.name,
+        gb.initializer(w, "weight"),
+        dilations=[1, 1],
+        group=group,
+        kernel_shape=[k, k],
+        pads=[pad] * 4,
+        strides=[stride, stride],
+    )
     return Feat(name, _np_conv(x.val, w, stride, pad, group))
 
 
@@ -81,9 +96,16 @@ def batchnorm(gb: GraphBuilder, x: Feat, gamma: float = 1.0) -> Feat:
     bias = gb.normal((c,), 0.02)
     mean = x.val.mean(axis=(0, 2, 3))
     var = np.maximum(x.val.var(axis=(0, 2, 3)), 1e-3)
-    name = gb.op("BatchNormalization", x.name, gb.initializer(scale, "weight"),
-                 gb.initializer(bias, "bias"), gb.initializer(mean, "running_mean"),
-                 gb.initializer(var, "running_var"), epsilon=1e-5, momentum=0.9)
+    name = gb.op(
+        "BatchNormalization",
+        x.name,
+        gb.initializer(scale, "weight"),
+        gb.initializer(bias, "bias"),
+        gb.initializer(mean, "running_mean"),
+        gb.initializer(var, "running_var"),
+        epsilon=1e-5,
+        momentum=0.9,
+    )
     inv = scale / np.sqrt(var + np.float32(1e-5))
     val = (x.val - mean[:, None, None]) * inv[:, None, None] + bias[:, None, None]
     return Feat(name, val.astype(np.float32))
@@ -137,8 +159,15 @@ def build_resnet50(*, batch: int = 1, seed: int = 0) -> onnx.ModelProto:
         x = conv(gb, x, 64, 7, 2, pad=3)
     with gb.scope("bn1"):
         x = relu(gb, batchnorm(gb, x))
-    name = gb.op("MaxPool", x.name, ceil_mode=0, dilations=[1, 1], kernel_shape=[3, 3],
-                 pads=[1, 1, 1, 1], strides=[2, 2])
+    name = gb.op(
+        "MaxPool",
+        x.name,
+        ceil_mode=0,
+        dilations=[1, 1],
+        kernel_shape=[3, 3],
+        pads=[1, 1, 1, 1],
+        strides=[2, 2],
+    )
     xp = np.pad(x.val, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
     win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
     x = Feat(name, win.max(axis=(4, 5)))
@@ -152,7 +181,15 @@ def build_resnet50(*, batch: int = 1, seed: int = 0) -> onnx.ModelProto:
         bound = 1.0 / math.sqrt(cin)
         w = gb.rng.uniform(-bound, bound, (NUM_CLASSES, cin)).astype(np.float32)
         b = gb.rng.uniform(-bound, bound, (NUM_CLASSES,)).astype(np.float32)
-        gb.op("Gemm", pooled, gb.initializer(w, "weight"), gb.initializer(b, "bias"),
-              output="output", alpha=1.0, beta=1.0, transB=1)
+        gb.op(
+            "Gemm",
+            pooled,
+            gb.initializer(w, "weight"),
+            gb.initializer(b, "bias"),
+            output="output",
+            alpha=1.0,
+            beta=1.0,
+            transB=1,
+        )
     gb.add_output("output", np.float32, [batch, NUM_CLASSES])
     return gb.build("resnet50", "torchvision ResNet-50 v1.5 layout, random weights")

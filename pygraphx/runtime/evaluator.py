@@ -8,12 +8,16 @@ their last use so large models run in bounded memory.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
+
+#: called with (instruction, its value, seconds it took) after each instruction runs
+Observer = Callable[[Instruction, np.ndarray, float], None]
 
 
 class EvaluationError(RuntimeError):
@@ -43,12 +47,21 @@ class Evaluator:
         self,
         params: Mapping[str, np.ndarray],
         outer: Mapping[int, np.ndarray] | None = None,
+        observer: Observer | None = None,
     ) -> list[np.ndarray]:
+        """Evaluate the module; `observer(ins, value, seconds)` sees every instruction's result
+        and time (profiling, PGX_TRACE_EVAL, per-instruction verification)."""
         values: dict[int, np.ndarray] = dict(outer or {})
         for k, ins in enumerate(self.instructions):
             if ins.is_return():
                 break
-            values[id(ins)] = self._step(ins, params, values)
+            if observer is None:
+                values[id(ins)] = self._step(ins, params, values)
+            else:
+                start = time.perf_counter()
+                value = self._step(ins, params, values)
+                observer(ins, value, time.perf_counter() - start)
+                values[id(ins)] = value
             for dead in self.release[k]:
                 values.pop(id(dead), None)
         return [values[id(i)] for i in self.returns]

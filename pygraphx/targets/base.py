@@ -6,6 +6,7 @@ A target names its ordered pass list and turns a (rewritten) program into an `Ex
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -15,7 +16,13 @@ if TYPE_CHECKING:
 
 
 class Executable(Protocol):
-    def run(self, params: dict[str, np.ndarray]) -> list[np.ndarray]: ...
+    """A compiled program. `observer(ins, value, seconds)`, when given, is called after each
+    instruction of `main` (instructions are the program's, so profiles print like the program).
+    """
+
+    def run(
+        self, params: dict[str, np.ndarray], observer: Callable[..., None] | None = None
+    ) -> list[np.ndarray]: ...
 
 
 class Target:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pygraphx.runtime.evaluator import Evaluator
+from pygraphx.runtime.evaluator import Evaluator, Observer
 from pygraphx.targets.base import Target
 
 if TYPE_CHECKING:
@@ -21,8 +21,10 @@ class RefExecutable:
     def __init__(self, program: Program) -> None:
         self.evaluator = Evaluator(program.get_main_module())
 
-    def run(self, params: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self.evaluator.run(params)
+    def run(
+        self, params: dict[str, np.ndarray], observer: Observer | None = None
+    ) -> list[np.ndarray]:
+        return self.evaluator.run(params, observer=observer)
 
 
 class RefTarget(Target):
