@@ -102,12 +102,15 @@ def test_building_errors(chain: Chain) -> None:
         m.add_parameter("x", F23)
     with pytest.raises(ModuleError, match="already ends with @return"):
         m.add_return([x])
+    with pytest.raises(ModuleError, match="already ends with @return; use insert_instruction"):
+        m.add_instruction(make_op("relu"), [x])
+    ret = m.instructions[-1]
     with pytest.raises(ModuleError, match="is not an instruction"):
-        m.add_instruction(make_op("relu"), ["x"])  # type: ignore[list-item]
+        m.insert_instruction(ret, make_op("relu"), ["x"])  # type: ignore[list-item]
     y = m.add_parameter("y", Shape("float_type", [3]))
     before = [list(i.outputs) for i in m.instructions]
     with pytest.raises(ShapeError, match="different lens"):
-        m.add_instruction(make_op("add"), [x, y])
+        m.insert_instruction(ret, make_op("add"), [x, y])
     assert [list(i.outputs) for i in m.instructions] == before  # a failed add leaves no trace
 
 
@@ -282,7 +285,7 @@ def test_validate_catches_a_stale_user(chain: Chain) -> None:
 
 def test_validate_catches_return_not_last(chain: Chain) -> None:
     m, x, r, n, ret = chain
-    m.add_instruction(make_op("exp"), [n])
+    m.instructions.append(m.instructions.pop(m.position(ret) - 1))  # reordered behind its back
     with pytest.raises(ModuleError, match="@return is not the last"):
         m.validate()
 
