@@ -21,7 +21,7 @@ def _as_array(data: Any, shape: Shape | None) -> np.ndarray:
     if shape is None:
         arr = np.asarray(data)
         if any(s < 0 for s in arr.strides):
-            arr = np.ascontiguousarray(arr)
+            arr = np.asarray(arr, order="C")
         return arr
     dtype = shape.dtype()
     arr = np.asarray(data)
@@ -29,7 +29,7 @@ def _as_array(data: Any, shape: Shape | None) -> np.ndarray:
         raise TypeError(f"data of dtype {arr.dtype} does not match shape type {shape.type()}")
     if arr.size != shape.elements():
         raise ValueError(f"data has {arr.size} elements but shape {shape} needs {shape.elements()}")
-    arr = np.ascontiguousarray(arr).reshape(shape.lens())
+    arr = np.asarray(arr, order="C").reshape(shape.lens())
     if not shape.standard():
         itemsize = dtype.itemsize
         base = np.empty(shape.element_space(), dtype)
@@ -60,7 +60,7 @@ class Argument:
         return self.array
 
     def contiguous(self) -> Argument:
-        return Argument(np.ascontiguousarray(self.array))
+        return Argument(np.asarray(self.array, order="C"))
 
     def tolist(self) -> list:
         return self.array.tolist()

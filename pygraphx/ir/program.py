@@ -129,6 +129,9 @@ class Program:
         if self._executable is None:
             raise ProgramError("compile the program first: prog.compile(pygraphx.get_target(...))")
         arrays = self._check_params(params)
+        from pygraphx.runtime.trace import with_eval_trace  # PGX_TRACE_EVAL, read per run
+
+        observer = with_eval_trace(self, observer)
         if observer is None:
             return [Argument(a) for a in self._executable.run(arrays)]
         return [Argument(a) for a in self._executable.run(arrays, observer=observer)]

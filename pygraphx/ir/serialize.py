@@ -51,7 +51,7 @@ class SerializationError(ValueError):
 
 # --- encoding ---------------------------------------------------------------------------------
 def _encode_array(arr: np.ndarray) -> msgpack.ExtType:
-    arr = np.ascontiguousarray(arr)
+    arr = np.asarray(arr, order="C")
     head = msgpack.packb([from_dtype(arr.dtype), list(arr.shape)])
     return msgpack.ExtType(_EXT_ARRAY, struct.pack("<I", len(head)) + head + arr.tobytes())
 

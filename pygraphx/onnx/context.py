@@ -152,3 +152,22 @@ class NodeContext:
 
     def shape_of(self, ins: Instruction) -> Shape:
         return ins.shape
+
+    def declared_lens(self, k: int = 0) -> list[int] | None:
+        """The static lens the model declares for output `k` (graph outputs and value_info,
+        e.g. from ONNX shape inference), or None when it declares none or a symbolic one."""
+        outputs = self.node.output
+        if k >= len(outputs) or not outputs[k]:
+            return None
+        vi = self.parser.value_info(outputs[k])
+        if vi is None or not vi.type.HasField("tensor_type"):
+            return None
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            return None
+        lens = []
+        for d in tt.shape.dim:
+            if not d.HasField("dim_value") or d.dim_value < 0:
+                return None
+            lens.append(int(d.dim_value))
+        return lens

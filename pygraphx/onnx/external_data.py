@@ -80,4 +80,4 @@ def load_external_tensor(
     del copy.external_data[:]
     copy.data_location = onnx.TensorProto.DEFAULT
     copy.raw_data = raw
-    return np.ascontiguousarray(numpy_helper.to_array(copy))
+    return np.asarray(numpy_helper.to_array(copy), order="C")

@@ -275,6 +275,10 @@ class OnnxParser:
             outs.append(ctx.module.add_instruction(op, [a for a in args if a is not None]))
         return outs
 
+    def value_info(self, name: str) -> onnx.ValueInfoProto | None:
+        """The declared type of value `name` (graph outputs and value_info), if any."""
+        return self._value_info.get(name)
+
     # --- tensors and constants ------------------------------------------------------------
     def tensor_to_array(self, tensor: onnx.TensorProto) -> np.ndarray:
         if tensor.data_type == onnx.TensorProto.STRING:
@@ -293,7 +297,7 @@ class OnnxParser:
             raise OnnxParseError(
                 f"{self.source}: tensor {tensor.name!r} is corrupt: {exc}"
             ) from None
-        return np.ascontiguousarray(arr)
+        return np.asarray(arr, order="C")
 
     def const_value(self, ins: Instruction) -> np.ndarray | None:
         """Evaluate `ins` at parse time if it depends only on literals (memoised)."""

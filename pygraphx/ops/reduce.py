@@ -268,4 +268,4 @@ class PrefixScanSum(Op):
             out = shifted
         if self.reverse:
             out = np.flip(out, axis=axis)
-        return np.ascontiguousarray(out).astype(output_shape.dtype(), copy=False)
+        return np.asarray(out, order="C").astype(output_shape.dtype(), copy=False)

@@ -60,7 +60,7 @@ def propagate_constant(module: Module) -> None:
         if id(ins) in done:
             continue
         done.add(id(ins))
-        arr = np.ascontiguousarray(value(ins))
+        arr = np.asarray(value(ins), order="C")
         lit = module.insert_literal(ins, Literal(arr))
         module.replace_instruction(ins, lit)
     dead_code_elimination(module)

@@ -69,7 +69,7 @@ def channel_vector(ins: Instruction, axis: int) -> np.ndarray | None:
 
 
 def _literal(m: Module, before: Instruction, value: np.ndarray) -> Instruction:
-    return m.insert_literal(before, Literal(np.ascontiguousarray(value), copy=False))
+    return m.insert_literal(before, Literal(np.asarray(value, order="C"), copy=False))
 
 
 def _broadcast_literal(
@@ -89,7 +89,7 @@ def compress(value: np.ndarray) -> np.ndarray:
             first = out.take([0], axis=axis)
             if np.array_equal(np.broadcast_to(first, out.shape), out):
                 out = first
-    return np.ascontiguousarray(out)
+    return np.asarray(out, order="C")
 
 
 def _const_operand(
