@@ -25,6 +25,8 @@ from pygraphx.onnx import (
     parse_onnx_buffer,
 )
 from pygraphx.ops import make_op
+from pygraphx.passes.pipeline import optimize
+from pygraphx.quantize import QuantizeError, quantize_bf16, quantize_fp16
 from pygraphx.targets import Target, get_target
 from pygraphx.version import __version__
 
@@ -47,6 +49,7 @@ __all__ = [
     "OnnxParseError",
     "Program",
     "ProgramError",
+    "QuantizeError",
     "SerializationError",
     "Shape",
     "Target",
@@ -63,9 +66,12 @@ __all__ = [
     "make_op",
     "module",
     "op",
+    "optimize",
     "parse_onnx",
     "parse_onnx_buffer",
     "program",
+    "quantize_bf16",
+    "quantize_fp16",
     "save",
     "shape",
     "target",

@@ -509,7 +509,7 @@ class Pooling(_PoolGeometry):
     def _pool(self, x: np.ndarray, out: list[int]) -> np.ndarray:
         begin, end, _ = self.geometry(x.shape)
         if self.mode == "max":
-            fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+            fill = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
             win = self.padded_windows(x, fill, begin, end, out)
             y = win[(..., *([0] * len(out)))].copy()
             for tap in _taps(self.lengths):
@@ -562,7 +562,7 @@ class PoolingIndices(_PoolGeometry):
         x = args[0]
         n, c, *size = x.shape
         begin, end, out = self.geometry(x.shape)
-        fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        fill = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
         win = self.padded_windows(x, fill, begin, end, out)
         # flat index of every padded position (row- or column-major in the image), -1 in pads
         if self.storage_order:

@@ -1,0 +1,287 @@
+"""truncate_float: make an uncompiled program compute in half or bf16 (MIGraphX's quantize_fp16).
+
+`quantize_fp16(prog)` and `quantize_bf16(prog)` rewrite a parsed (uncompiled) program in place,
+before `compile`, as MIGraphX's `truncate_float` pass does:
+
+* every computing instruction whose output is float32 or float64 takes its float inputs in the
+  low type and computes in it; an instruction with a fixed output type (comparisons -> bool,
+  argmax -> int64, convert to an integer) computes on the low-precision values it is given;
+* a `convert` to float32/float64 in the graph becomes a `convert` to the low type;
+* float parameters keep their type, with one `convert` to the low type right after each, and
+  every float output is converted back to its original type before `@return`, so callers feed
+  and receive the same dtypes as before;
+* float literals (weights) become low-precision literals directly, and a `convert` of a literal
+  is folded into one, so no runtime conversion of constants is left;
+* integer and bool computations that touch no converted value (token ids, gather indices, shape
+  math, masks) are left exactly as they were.
+
+Converting a literal saturates like MIGraphX's `convert` does: finite values beyond the low
+type's range become its largest finite value (an attention mask built from
+`finfo(float32).min` becomes -65504 in half rather than -inf, so `0 * mask` stays 0 and softmax
+stays finite). Infinities and NaN are kept.
+
+`ins_names` restricts the rewrite to instructions with those operator names (MIGraphX's
+argument; the default `("all",)` selects every one); an instruction that is not selected gets
+its inputs converted back to their original types. Fused sub-modules (`pointwise`,
+`fused_reduce` bodies, from `optimize`) are rewritten with their caller: their float
+parameters become low-precision parameters and their bodies compute in the low type. A fused
+instruction counts as selected when its own name or the name of any instruction in its body is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import ml_dtypes
+import numpy as np
+
+from pygraphx.ir.argument import Literal
+from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.module import Module, compute_shape
+from pygraphx.ir.program import Program
+from pygraphx.ir.shape import to_dtype
+from pygraphx.ops.builtin import Param, Return
+from pygraphx.ops.pointwise import Convert
+
+__all__ = ["QuantizeError", "quantize_bf16", "quantize_fp16", "truncate_float"]
+
+#: the types that are truncated
+WIDE_FLOATS = frozenset({"float_type", "double_type"})
+#: the types a program may be truncated to
+LOW_FLOATS = frozenset({"half_type", "bf16_type"})
+
+
+class QuantizeError(ValueError):
+    """The program cannot be quantized as asked (compiled already, bad arguments, ...)."""
+
+
+def quantize_fp16(prog: Program, ins_names: Iterable[str] = ("all",)) -> None:
+    """Rewrite the uncompiled `prog` in place to compute in half precision (`half_type`)."""
+    truncate_float(prog, "half_type", ins_names)
+
+
+def quantize_bf16(prog: Program, ins_names: Iterable[str] = ("all",)) -> None:
+    """Rewrite the uncompiled `prog` in place to compute in bfloat16 (`bf16_type`)."""
+    truncate_float(prog, "bf16_type", ins_names)
+
+
+def truncate_float(
+    prog: Program, target_type: str = "half_type", ins_names: Iterable[str] = ("all",)
+) -> None:
+    """Rewrite the uncompiled `prog` in place so its float32/float64 work runs in `target_type`.
+
+    Parameters and outputs keep their types; see the module docstring for the rules."""
+    if not isinstance(prog, Program):
+        raise QuantizeError(f"expected a pygraphx Program, got {type(prog).__name__}")
+    if target_type not in LOW_FLOATS:
+        raise QuantizeError(
+            f"cannot truncate floats to {target_type!r}; choose one of {sorted(LOW_FLOATS)}"
+        )
+    if prog.is_compiled() or prog.target is not None:
+        target = prog.target.name if prog.target is not None else "a target"
+        raise QuantizeError(
+            f"the program is already compiled for {target!r}; quantize the parsed program "
+            "before prog.compile(...) (as MIGraphX does), e.g. quantize_fp16(prog) then "
+            "prog.compile(pygraphx.get_target(...))"
+        )
+    if isinstance(ins_names, str):
+        ins_names = (ins_names,)
+    names = frozenset(ins_names)
+    if not names or not all(isinstance(n, str) for n in names):
+        raise QuantizeError(f"ins_names must be operator names (or 'all'), got {ins_names!r}")
+    _Truncate(prog, target_type, names).run()
+
+
+def low_precision_array(arr: np.ndarray, target_type: str) -> np.ndarray:
+    """`arr` in `target_type`, finite values saturated to its range (inf and NaN are kept)."""
+    dtype = to_dtype(target_type)
+    arr = np.asarray(arr)
+    if arr.dtype.kind in "fiu" and arr.size:
+        top = float(ml_dtypes.finfo(dtype).max)
+        wide = arr if arr.dtype.kind == "f" else arr.astype(np.float64)
+        finite = np.isfinite(wide)
+        if np.any(np.abs(wide[finite]) > top):
+            arr = np.where(finite, np.clip(wide, -top, top), wide)
+    return arr.astype(dtype, order="C")  # (np.ascontiguousarray makes a scalar 1-d)
+
+
+def _is_wide(ins: Instruction) -> bool:
+    return ins.shape.type() in WIDE_FLOATS
+
+
+class _Truncate:
+    """One rewrite of one program: value maps shared by every module it touches."""
+
+    def __init__(self, program: Program, low: str, names: frozenset[str]) -> None:
+        self.program = program
+        self.low = low
+        self.names = names
+        # an instruction -> the instruction now computing its value in another type
+        self.repl: dict[Instruction, Instruction] = {}
+        # a value kept in its wide type -> its low-precision copy (convert or literal)
+        self.low_copy: dict[Instruction, Instruction] = {}
+        # a replaced value -> a convert of its replacement back to the original type
+        self.orig_copy: dict[Instruction, Instruction] = {}
+        # a low-precision copy -> the wide value it copies
+        self.copy_of: dict[Instruction, Instruction] = {}
+        self.dead: dict[str, list[Instruction]] = {}
+        self.bodies: set[str] = set()  # sub-modules rewritten
+        self.kept_bodies: set[str] = set()  # sub-modules of unselected callers
+
+    # --- driver ---------------------------------------------------------------------------
+    def run(self) -> None:
+        main = self.program.get_main_module()
+        self.rewrite_module(main, top=True)
+        for mod in self.program.modules.values():
+            mod.memory_plan = None  # planned for the old instructions and sizes
+        self.program.validate()
+
+    def selected(self, ins: Instruction) -> bool:
+        if "all" in self.names or ins.op.name in self.names:
+            return True
+        return any(self.selected(i) for body in ins.module_inputs for i in body.instructions)
+
+    def rewrite_module(self, module: Module, top: bool) -> None:
+        self.dead.setdefault(module.name, [])
+        last = module.instructions[-1] if module.instructions else None
+        for ins in list(module.instructions):
+            if ins.is_literal():
+                continue  # converted when a selected instruction uses it
+            if ins.is_param():
+                if not top and _is_wide(ins):
+                    self.retype_parameter(module, ins)
+            elif ins.is_return():
+                self.rewrite_return(module, ins, top)
+            else:
+                self.rewrite_instruction(module, ins)
+        if top and last is not None and not last.is_return() and last in self.repl:
+            # no @return: the last instruction is the output, so keep its type
+            module.add_instruction(Convert(target_type=last.shape.type()), [self.repl[last]])
+        self.remove_dead(module)
+
+    def remove_dead(self, module: Module) -> None:
+        module.remove_instructions(set(self.dead.pop(module.name, [])))
+        # wide literals whose every user now takes the low-precision copy
+        unused = {x for x in self.low_copy if x.module is module and x.is_literal()}
+        module.remove_instructions({x for x in unused if not x.outputs})
+
+    # --- values ---------------------------------------------------------------------------
+    def insert_after(self, x: Instruction) -> Instruction:
+        """The instruction following `x` in its module (new work on `x` goes before it)."""
+        mod = x.module
+        return mod.instructions[mod.position(x) + 1]
+
+    def low_value(self, x: Instruction) -> Instruction:
+        """`x`'s value for a low-precision consumer."""
+        if x in self.repl:
+            return self.repl[x]
+        if not _is_wide(x):
+            return x
+        if x not in self.low_copy:
+            nxt = self.insert_after(x)
+            if x.is_literal():
+                arr = low_precision_array(x.get_literal().array, self.low)
+                self.low_copy[x] = x.module.insert_literal(nxt, Literal(arr, copy=False))
+            else:
+                self.low_copy[x] = x.module.insert_instruction(
+                    nxt, Convert(target_type=self.low), [x]
+                )
+            self.copy_of[self.low_copy[x]] = x
+        return self.low_copy[x]
+
+    def orig_value(self, x: Instruction) -> Instruction:
+        """`x`'s value in its original type (for outputs and unselected instructions)."""
+        if x not in self.repl:
+            return x
+        y = self.repl[x]
+        if y.shape.type() == x.shape.type():
+            return y
+        src = self.copy_of.get(y)
+        if src is not None and src.shape.type() == x.shape.type():
+            return src  # convert(convert(src)) back to src's own type: src itself
+        if x not in self.orig_copy:
+            back = Convert(target_type=x.shape.type())
+            nxt = self.insert_after(y)
+            if y.is_literal():
+                arr = back.compute(x.shape, [y.get_literal().array])
+                self.orig_copy[x] = y.module.insert_literal(nxt, Literal(arr, copy=False))
+            else:
+                self.orig_copy[x] = y.module.insert_instruction(nxt, back, [y])
+        return self.orig_copy[x]
+
+    # --- instructions ---------------------------------------------------------------------
+    def retype_parameter(self, module: Module, ins: Instruction) -> None:
+        """A fused body's float parameter becomes a low-precision one (its caller converts)."""
+        shape = ins.shape.with_type(self.low)
+        new = module.insert_instruction(ins, Param(ins.op.parameter, shape))
+        self.repl[ins] = new
+        self.dead[module.name].append(ins)
+
+    def rewrite_return(self, module: Module, ins: Instruction, top: bool) -> None:
+        if top:
+            inputs = [self.orig_value(x) for x in ins.inputs]
+        else:  # a body returns its low-precision values to its caller
+            inputs = [self.repl.get(x, x) for x in ins.inputs]
+        if any(a is not b for a, b in zip(inputs, ins.inputs, strict=True)):
+            module.replace_op(ins, Return(), inputs)
+
+    def rewrite_instruction(self, module: Module, ins: Instruction) -> None:
+        if not self.selected(ins):
+            for body in ins.module_inputs:
+                self.keep_body(body)
+            inputs = [self.orig_value(x) for x in ins.inputs]
+            if any(a is not b for a, b in zip(inputs, ins.inputs, strict=True)):
+                module.replace_op(ins, ins.op, inputs)
+            return
+        op = ins.op
+        retarget = isinstance(op, Convert) and op.target_type in WIDE_FLOATS
+        if not (
+            _is_wide(ins) or retarget or any(x in self.repl for x in ins.inputs)
+        ):  # integer/bool work on unconverted values: untouched
+            return
+        inputs = [self.low_value(x) for x in ins.inputs]
+        for body in ins.module_inputs:
+            self.rewrite_body(body)
+        if isinstance(op, Convert):
+            op = Convert(target_type=self.low) if retarget else op
+            src = inputs[0]
+            if src.shape.type() == op.target_type:  # e.g. convert(half -> half): the value
+                self.replace_with(module, ins, src)
+                return
+            if retarget and src.is_literal():  # fold: no runtime convert of constants
+                arr = low_precision_array(src.get_literal().array, self.low)
+                self.replace_with(module, ins, module.insert_literal(ins, Literal(arr)))
+                return
+        shape = compute_shape(op, inputs, ins.module_inputs)
+        if shape.type() == ins.shape.type():
+            if op != ins.op or any(a is not b for a, b in zip(inputs, ins.inputs, strict=True)):
+                module.replace_op(ins, op, inputs)
+            return
+        new = module.insert_instruction(ins, op, inputs, ins.module_inputs)
+        self.replace_with(module, ins, new)
+
+    def replace_with(self, module: Module, ins: Instruction, new: Instruction) -> None:
+        self.repl[ins] = new
+        self.dead[module.name].append(ins)
+
+    def keep_body(self, body: Module) -> None:
+        """An unselected caller's sub-module stays as it is."""
+        if body.name in self.bodies:
+            raise _shared_body(body)
+        self.kept_bodies.add(body.name)
+
+    def rewrite_body(self, body: Module) -> None:
+        """Rewrite a fused sub-module once, before its (selected) caller is rebuilt."""
+        if body.name in self.kept_bodies:
+            raise _shared_body(body)
+        if body.name in self.bodies:
+            return
+        self.bodies.add(body.name)
+        self.rewrite_module(body, top=False)
+
+
+def _shared_body(body: Module) -> QuantizeError:
+    return QuantizeError(
+        f"sub-module {body.name!r} is called by both selected and unselected instructions; "
+        "quantize before optimize(), or name both callers' operators in ins_names"
+    )
