@@ -3,17 +3,21 @@
 Every command is `fn(args, steps) -> exit status`. Results go to stdout in MIGraphX's formats
 (`read` prints the program as seed 003 shows it, `params` prints `inputs:` / `outputs:` as seed
 001 shows it); progress and step timings go to stderr through `Steps` (rich), so stdout stays
-clean for pipes. Later commands (compile, perf, verify, time) add an entry to `COMMANDS`.
+clean for pipes. `compile`, `time`, `perf` and `verify` live in their own modules
+(`compile_cmd.py`, `perf.py`, `verify.py`), which build on the helpers here (`Steps`,
+`compile_program`, `make_inputs`); `COMMANDS` imports them when they run.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -124,7 +128,7 @@ def make_inputs(args: argparse.Namespace, loaded: LoadedModel) -> tuple[dict[str
     for k, (name, shape) in enumerate(shapes.items()):
         arr = valid.get(name)
         if arr is not None and list(arr.shape) == shape.lens() and arr.dtype == shape.dtype():
-            inputs[name] = Argument(np.ascontiguousarray(arr))
+            inputs[name] = Argument(np.asarray(arr, order="C"))
         else:  # each input its own stream, so equal shapes do not get equal values
             inputs[name] = generate_argument(shape, args.seed + k)
     kind = f"valid random inputs for {loaded.model_name}" if valid else "random"
@@ -152,14 +156,35 @@ def summarize(name: str, value: Argument) -> list[str]:
     return lines
 
 
-def cmd_run(args: argparse.Namespace, steps: Steps) -> int:
-    """Compile the model, run it once on generated inputs, and summarise every output."""
-    target = resolve_target(args.target)
-    print(f"Reading: {describe_source(args)}", flush=True)
-    loaded = load_program(args, steps)
-    program: Program = loaded.program
+def compile_program(
+    args: argparse.Namespace, steps: Steps, loaded: LoadedModel | None = None
+) -> tuple[LoadedModel, Target]:
+    """Load the model (unless given), then compile it for `--ref/--cpu/--gpu` (default ref).
+
+    A program loaded compiled (`--migraphx`) runs on the target it was compiled for; naming
+    another target is an error."""
+    if loaded is None:
+        loaded = load_program(args, steps)
+    program = loaded.program
+    if program.is_compiled():
+        compiled = program.target.name
+        if args.target is not None and args.target != compiled:
+            raise DriverError(
+                f"{loaded.source} is already compiled for target {compiled!r}; drop "
+                f"--{args.target}, or compile the model for {args.target} from the ONNX file"
+            )
+        return loaded, program.target
+    target = resolve_target(args.target or "ref")
     with steps(f"compile ({target.name})"):
         program.compile(target)
+    return loaded, target
+
+
+def cmd_run(args: argparse.Namespace, steps: Steps) -> int:
+    """Compile the model, run it once on generated inputs, and summarise every output."""
+    print(f"Reading: {describe_source(args)}", flush=True)
+    loaded, target = compile_program(args, steps)
+    program: Program = loaded.program
     inputs, described = make_inputs(args, loaded)
     start = time.perf_counter()
     with steps("run"):
@@ -209,18 +234,33 @@ def cmd_version(args: argparse.Namespace, steps: Steps) -> int:
 
 
 # --- the table ------------------------------------------------------------------------------
-def _run_arguments(parser: argparse.ArgumentParser) -> None:
-    add_loader_arguments(parser)
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--ref` (the default) / `--cpu` / `--gpu`; `args.target` is None when none is given."""
     target = parser.add_argument_group("target").add_mutually_exclusive_group()
     for name in ("ref", "cpu", "gpu"):
+        default = " (default; a saved compiled program: its own target)" if name == "ref" else ""
         target.add_argument(
-            f"--{name}", dest="target", action="store_const", const=name, help=f"run on {name}"
+            f"--{name}",
+            dest="target",
+            action="store_const",
+            const=name,
+            help=f"compile for and run on {name}{default}",
         )
-    parser.set_defaults(target="ref")
+    parser.set_defaults(target=None)
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--fill0` / `--fill1` / `--seed N`: the inputs `make_inputs` generates."""
     data = parser.add_argument_group("inputs").add_mutually_exclusive_group()
     data.add_argument("--fill0", dest="fill", action="store_const", const=0, help="inputs all 0")
     data.add_argument("--fill1", dest="fill", action="store_const", const=1, help="inputs all 1")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    add_loader_arguments(parser)
+    add_target_arguments(parser)
+    add_input_arguments(parser)
 
 
 def _params_arguments(parser: argparse.ArgumentParser) -> None:
@@ -247,10 +287,42 @@ class Command:
     help: str
 
 
+def _lazy(module: str, name: str) -> Callable[..., Any]:
+    """`module.name`, imported on first call: those modules import this one."""
+
+    def call(*args: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args)
+
+    call.__name__ = name
+    return call
+
+
+_COMPILE, _PERF, _VERIFY = (f"pygraphx.driver.{m}" for m in ("compile_cmd", "perf", "verify"))
+
 COMMANDS: dict[str, Command] = {
     "read": Command(cmd_read, add_loader_arguments, "print the parsed program"),
     "params": Command(cmd_params, _params_arguments, "print the model's inputs and outputs"),
+    "compile": Command(
+        _lazy(_COMPILE, "cmd_compile"),
+        _lazy(_COMPILE, "compile_arguments"),
+        "compile the model and print (or --output) the compiled program",
+    ),
     "run": Command(cmd_run, _run_arguments, "compile and run the model once on test inputs"),
+    "time": Command(
+        _lazy(_PERF, "cmd_time"),
+        _lazy(_PERF, "time_arguments"),
+        "average run time over -n runs",
+    ),
+    "perf": Command(
+        _lazy(_PERF, "cmd_perf"),
+        _lazy(_PERF, "perf_arguments"),
+        "performance report: time of every instruction and of each op kind",
+    ),
+    "verify": Command(
+        _lazy(_VERIFY, "cmd_verify"),
+        _lazy(_VERIFY, "verify_arguments"),
+        "compare the compiled (optimised) program with the reference on the same inputs",
+    ),
     "onnx": Command(cmd_onnx, _onnx_arguments, "the supported ONNX operators (--list)"),
     "version": Command(cmd_version, _no_arguments, "print version information"),
 }

@@ -1,0 +1,373 @@
+"""The driver's `time` and `perf` commands: whole-run times and the per-instruction report.
+
+`time -n N` runs the compiled program once to warm up, then N times, and prints the average
+(`Total time: 1.23ms`) and the rate (`Rate: 812.3/sec` = 1000 / total ms * batch).
+
+`perf -n N` prints seed 003's report (`migraphx-driver perf`):
+
+    Allocating params ...
+    Running performance report ...
+    main:@2 = convolution[...](input,main:@1) -> float_type, {...}, {...}: 0.123ms, 5.2%
+    ...
+    Summary:
+    convolution: 22.6576ms / 49 = 0.4624ms, 53.2898%
+    ...
+    Batch size: 1
+    Rate: 975.796/sec
+    Total time: 32.7937ms
+    Total instructions time: 37.1238ms
+    Overhead time: 0.189906ms, -4.33002ms
+    Overhead: 1%, -13%
+    Run time (min / median / p90 / p99): ...
+
+How each number is measured (all averages are per run, over the N runs):
+* an instruction's time and share come from N runs with an observer
+  (`program.run(params, observer=...)`): its average time, and that time as a share of the
+  total instructions time (so the shares sum to 100%);
+* `Summary:` groups the instructions by op name: per-run time of all of them / their count =
+  average per instruction, share; sorted by time;
+* `Total time` is the average of N further runs without an observer (the real run time), and
+  the min / median / p90 / p99 line describes those runs; `Rate` = 1000 / total ms * batch, the
+  batch being `--batch` (default 1), as migraphx-driver reports it;
+* `Total instructions time` is the sum of the instructions' average times;
+* `Overhead time` is two numbers: first the overhead measured directly, in the observed runs,
+  as each run's wall time minus the sum of its instruction times (the walk over the program,
+  bookkeeping, observer calls: what migraphx measures with a no-op run); second
+  `Total time - Total instructions time`, which mixes that overhead with the cost of observing
+  and can be negative. `Overhead` gives both as a share of `Total time`, rounded.
+
+`--json` prints the same data as one JSON document instead. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from pygraphx.driver.commands import (
+    Steps,
+    add_input_arguments,
+    add_target_arguments,
+    compile_program,
+    make_inputs,
+)
+from pygraphx.driver.loader import add_loader_arguments, describe_source, positive_int
+from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.printer import instruction_names, print_module
+from pygraphx.ir.program import Program
+
+DEFAULT_RUNS = 100
+
+#: advance(k) is called after each run; a no-op when no progress is shown
+Advance = Callable[[], None]
+
+
+def _no_advance() -> None:
+    pass
+
+
+# --- measuring ------------------------------------------------------------------------------
+def time_runs(
+    program: Program, params: Mapping[str, Any], n: int, advance: Advance = _no_advance
+) -> list[float]:
+    """Seconds of each of `n` runs without an observer (the caller warms up first)."""
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        program.run(params)
+        times.append(time.perf_counter() - start)
+        advance()
+    return times
+
+
+@dataclass
+class Profile:
+    """What `n` observed runs measured: per-instruction total seconds and per-run sums."""
+
+    runs: int
+    order: list[Instruction] = field(default_factory=list)  # first-run order of main
+    seconds: dict[int, float] = field(default_factory=dict)  # id(ins) -> total over runs
+    walls: list[float] = field(default_factory=list)  # each observed run's wall time
+    sums: list[float] = field(default_factory=list)  # each observed run's instruction sum
+
+    def average(self, ins: Instruction) -> float:
+        return self.seconds.get(id(ins), 0.0) / self.runs
+
+
+def profile_runs(
+    program: Program, params: Mapping[str, Any], n: int, advance: Advance = _no_advance
+) -> Profile:
+    """Run `n` times with an observer that adds up every instruction's time."""
+    prof = Profile(n)
+
+    for _ in range(n):
+        run_sum = 0.0
+
+        def observe(ins: Instruction, value: Any, seconds: float) -> None:
+            nonlocal run_sum
+            key = id(ins)
+            if key not in prof.seconds:
+                prof.seconds[key] = 0.0
+                prof.order.append(ins)
+            prof.seconds[key] += seconds
+            run_sum += seconds
+
+        start = time.perf_counter()
+        program.run(params, observer=observe)
+        prof.walls.append(time.perf_counter() - start)
+        prof.sums.append(run_sum)
+        advance()
+    return prof
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else 0.0
+
+
+# --- the report -----------------------------------------------------------------------------
+@dataclass
+class PerfReport:
+    """The numbers of `perf` (times in ms), ready to print or to dump as JSON."""
+
+    program: Program
+    profile: Profile
+    run_times: list[float]  # seconds of the un-observed runs
+    batch: int
+
+    def __post_init__(self) -> None:
+        self.names = instruction_names(self.program.get_main_module())
+
+    @property
+    def total_ms(self) -> float:
+        return float(np.mean(self.run_times)) * 1e3
+
+    @property
+    def instructions_ms(self) -> float:
+        return sum(self.profile.average(i) for i in self.profile.order) * 1e3
+
+    def share(self, ms: float) -> float:
+        total = self.instructions_ms
+        return 100.0 * ms / total if total > 0 else 0.0
+
+    @property
+    def rate(self) -> float:
+        return 1000.0 / self.total_ms * self.batch if self.total_ms > 0 else float("inf")
+
+    @property
+    def overhead_ms(self) -> tuple[float, float]:
+        measured = float(np.mean(np.subtract(self.profile.walls, self.profile.sums))) * 1e3
+        return measured, self.total_ms - self.instructions_ms
+
+    def summary(self) -> list[tuple[str, float, int]]:
+        """(op name, per-run ms of all its instructions, count), slowest first."""
+        totals: dict[str, list[float]] = {}
+        for ins in self.profile.order:
+            totals.setdefault(ins.op.name, []).append(self.profile.average(ins) * 1e3)
+        rows = [(name, sum(ts), len(ts)) for name, ts in totals.items()]
+        return sorted(rows, key=lambda r: r[1], reverse=True)
+
+    def run_stats(self) -> dict[str, float]:
+        ms = [t * 1e3 for t in self.run_times]
+        return {
+            "min": min(ms),
+            "median": percentile(ms, 50),
+            "p90": percentile(ms, 90),
+            "p99": percentile(ms, 99),
+        }
+
+    def annotate(self, ins: Instruction) -> str:
+        if id(ins) not in self.profile.seconds:
+            return ""  # @return: nothing runs
+        ms = self.profile.average(ins) * 1e3
+        return f": {ms:g}ms, {self.share(ms):g}%"
+
+    def program_text(self) -> str:
+        """The compiled program, `main` annotated with each instruction's time and share."""
+        main = self.program.get_main_module()
+        out = [print_module(main, annotate=self.annotate)]
+        for mod in self.program.modules.values():
+            if mod is not main:  # fused bodies and sub-graphs, as the program prints them
+                out.append(print_module(mod, names=self.names))
+        return "\n".join(out)
+
+    def lines(self) -> list[str]:
+        """Everything after `Running performance report ...`."""
+        lines = self.program_text().rstrip("\n").splitlines()
+        lines += ["", "Summary:"]
+        for name, ms, count in self.summary():
+            lines.append(f"{name}: {ms:g}ms / {count} = {ms / count:g}ms, {self.share(ms):g}%")
+        first, second = self.overhead_ms
+        total = self.total_ms
+        stats = self.run_stats()
+        lines += [
+            "",
+            f"Batch size: {self.batch}",
+            f"Rate: {self.rate:g}/sec",
+            f"Total time: {total:g}ms",
+            f"Total instructions time: {self.instructions_ms:g}ms",
+            f"Overhead time: {first:g}ms, {second:g}ms",
+            f"Overhead: {round(100 * first / total):d}%, {round(100 * second / total):d}%",
+            "Run time (min / median / p90 / p99): "
+            + " / ".join(f"{stats[k]:g}ms" for k in ("min", "median", "p90", "p99")),
+        ]
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        from pygraphx.ir.printer import format_instruction
+
+        instructions = []
+        for ins in self.program.get_main_module().instructions:
+            if id(ins) not in self.profile.seconds:
+                continue
+            ms = self.profile.average(ins) * 1e3
+            instructions.append(
+                {
+                    "name": self.names[id(ins)],
+                    "op": ins.op.name,
+                    "instruction": format_instruction(ins, self.names),
+                    "time_ms": ms,
+                    "percent": self.share(ms),
+                }
+            )
+        first, second = self.overhead_ms
+        total = self.total_ms
+        return {
+            "runs": self.profile.runs,
+            "instructions": instructions,
+            "summary": [
+                {
+                    "op": name,
+                    "time_ms": ms,
+                    "count": count,
+                    "average_ms": ms / count,
+                    "percent": self.share(ms),
+                }
+                for name, ms, count in self.summary()
+            ],
+            "batch_size": self.batch,
+            "rate_per_sec": self.rate,
+            "total_time_ms": total,
+            "total_instructions_time_ms": self.instructions_ms,
+            "overhead_time_ms": {"measured": first, "total_minus_instructions": second},
+            "overhead_percent": {
+                "measured": 100 * first / total,
+                "total_minus_instructions": 100 * second / total,
+            },
+            "run_time_ms": self.run_stats(),
+        }
+
+
+def make_progress(steps: Steps) -> AbstractContextManager[Progress | None]:
+    """A progress bar on stderr while the runs go on; none when stderr is not a terminal."""
+    if not steps.console.is_terminal:
+        return contextlib.nullcontext(None)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=steps.console,
+        transient=True,
+    )
+
+
+def perf_report(
+    program: Program,
+    params: Mapping[str, Any],
+    n: int,
+    batch: int = 1,
+    progress: Progress | None = None,
+) -> PerfReport:
+    """Warm up once, then `n` observed runs and `n` plain runs of a compiled program."""
+    program.run(params)
+    if progress is None:
+        prof = profile_runs(program, params, n)
+        times = time_runs(program, params, n)
+        return PerfReport(program, prof, times, batch)
+    observed = progress.add_task("instructions", total=n)
+    prof = profile_runs(program, params, n, lambda: progress.advance(observed))
+    plain = progress.add_task("runs", total=n)
+    times = time_runs(program, params, n, lambda: progress.advance(plain))
+    return PerfReport(program, prof, times, batch)
+
+
+# --- the commands ---------------------------------------------------------------------------
+def time_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `time`: the model, the target, the inputs, -n."""
+    add_loader_arguments(parser)
+    add_target_arguments(parser)
+    add_input_arguments(parser)
+    parser.add_argument(
+        "-n",
+        "--iterations",
+        dest="n",
+        type=positive_int,
+        default=DEFAULT_RUNS,
+        metavar="N",
+        help=f"number of timed runs, after one warm-up run (default {DEFAULT_RUNS})",
+    )
+
+
+def perf_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `perf`: those of `time`, and --json."""
+    time_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def cmd_time(args: argparse.Namespace, steps: Steps) -> int:
+    """Average run time over -n runs after one warm-up, and the rate."""
+    print(f"Reading: {describe_source(args)}", flush=True)
+    loaded, target = compile_program(args, steps)
+    print("Allocating params ...", flush=True)
+    inputs, _ = make_inputs(args, loaded)
+    print("Running ...", flush=True)
+    program = loaded.program
+    program.run(inputs)
+    with make_progress(steps) as progress:
+        if progress is None:
+            times = time_runs(program, inputs, args.n)
+        else:
+            task = progress.add_task("runs", total=args.n)
+            times = time_runs(program, inputs, args.n, lambda: progress.advance(task))
+    total = float(np.mean(times)) * 1e3
+    batch = args.batch or 1
+    print(f"Batch size: {batch}")
+    print(f"Total time: {total:g}ms")
+    print(f"Rate: {1000.0 / total * batch:g}/sec")
+    return 0
+
+
+def cmd_perf(args: argparse.Namespace, steps: Steps) -> int:
+    """Seed 003's performance report (or --json)."""
+    text = not args.json
+    if text:
+        print(f"Reading: {describe_source(args)}", flush=True)
+    loaded, target = compile_program(args, steps)
+    if text:
+        print("Allocating params ...", flush=True)
+    inputs, described = make_inputs(args, loaded)
+    if text:
+        print("Running performance report ...", flush=True)
+    with make_progress(steps) as progress:
+        report = perf_report(loaded.program, inputs, args.n, args.batch or 1, progress)
+    if text:
+        print("\n".join(report.lines()))
+        return 0
+    doc = {
+        "source": describe_source(args),
+        "target": target.name,
+        "transforms": list(loaded.transforms),
+        "inputs": described,
+        **report.to_json(),
+    }
+    print(json.dumps(doc, indent=2))
+    return 0
