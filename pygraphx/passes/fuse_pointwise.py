@@ -1,7 +1,8 @@
 """fuse_pointwise: merge chains of element-wise instructions into `pointwise` sub-modules.
 
-A pointwise instruction joins the group of an element-wise input when that input has no other
-user and the same lens, so every group has exactly one value leaving it (its last instruction).
+An element-wise instruction joins the group of its users when they are all element-wise, all
+in that one group and of its lens, so every group has exactly one value leaving it (its last
+instruction) and values used several times inside a region (GELU's x) stay inside.
 Each group becomes a sub-module `main:pointwiseN` (parameters `x0, x1, ...` for the values
 entering it) and one `pointwise(...)` instruction in the parent, as in MIGraphX. Every target can
 run the group: ref evaluates the body, the code generators compile it to one kernel.
@@ -25,32 +26,26 @@ def is_pointwise(ins: Instruction) -> bool:
 
 
 def _groups(module: Module) -> list[list[Instruction]]:
-    """Union-find over element-wise instructions joined to single-use element-wise inputs."""
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
+    """Assign groups walking backwards: an element-wise instruction joins the group of its users
+    when all of them are in one group and have its lens; otherwise it starts a group. So every
+    member but the last has all its users inside the group, and one value leaves it."""
+    group_of: dict[int, int] = {}
     returned = {id(i) for i in module.get_returns()}
-    for ins in module.instructions:
+    next_group = 0
+    for ins in reversed(module.instructions):
         if not is_pointwise(ins):
             continue
-        parent[id(ins)] = id(ins)
-        for i in ins.inputs:
-            if (
-                id(i) in parent
-                and id(i) not in returned
-                and len(i.outputs) == 1
-                and i.shape.lens() == ins.shape.lens()
-            ):
-                parent[find(id(i))] = find(id(ins))
+        users = {group_of.get(id(u), -1) for u in ins.outputs}
+        same_lens = all(u.shape.lens() == ins.shape.lens() for u in ins.outputs)
+        if len(users) == 1 and -1 not in users and same_lens and id(ins) not in returned:
+            group_of[id(ins)] = users.pop()
+        else:
+            group_of[id(ins)] = next_group
+            next_group += 1
     groups: dict[int, list[Instruction]] = {}
     for ins in module.instructions:  # module order, so each group is in order too
-        if id(ins) in parent:
-            groups.setdefault(find(id(ins)), []).append(ins)
+        if id(ins) in group_of:
+            groups.setdefault(group_of[id(ins)], []).append(ins)
     return list(groups.values())
 
 
