@@ -17,6 +17,7 @@ from pygraphx.passes.fuse_reduce import fuse_reduce
 from pygraphx.passes.manager import Pass, module_pass, run_passes
 from pygraphx.passes.memory_coloring import memory_coloring
 from pygraphx.passes.propagate_constant import propagate_constant
+from pygraphx.passes.schedule import schedule
 from pygraphx.passes.simplify_algebra import simplify_algebra
 from pygraphx.passes.simplify_reshapes import simplify_reshapes
 
@@ -40,7 +41,7 @@ def optimize_passes(fuse: bool = True, plan_memory: bool = True) -> list[Pass]:
     if fuse:
         passes += [Pass("fuse_pointwise", fuse_pointwise), Pass("fuse_reduce", fuse_reduce)]
     if plan_memory:
-        passes.append(module_pass(memory_coloring))
+        passes += [module_pass(schedule), module_pass(memory_coloring)]
     return passes
 
 

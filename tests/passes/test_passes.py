@@ -331,3 +331,27 @@ def test_manager_names_a_pass_that_breaks_the_program() -> None:
     prog, _ = _parse([helper.make_node("Relu", ["x"], ["y"])], {"x": X}, ["y"])
     with pytest.raises(PassError, match="pass 'broken' left the program invalid"):
         run_passes(prog, [module_pass(broken)])
+
+
+def test_schedule_computes_values_next_to_their_use() -> None:
+    from pygraphx.passes.schedule import schedule
+
+    # `early` is computed first but only reduced at the very end, after a long chain
+    nodes = [helper.make_node("Exp", ["x"], ["early"])]
+    prev = "x"
+    for k in range(4):
+        nodes.append(helper.make_node("Tanh", [prev], [f"c{k}"]))
+        prev = f"c{k}"
+    nodes += [
+        helper.make_node("ReduceSum", [prev], ["r1"], keepdims=0),
+        helper.make_node("ReduceSum", ["early"], ["r2"], keepdims=0),
+        helper.make_node("Add", ["r1", "r2"], ["y"]),
+    ]
+    prog, _ = _parse(nodes, {"x": X}, ["y"])
+    before = plan_memory(prog.get_main_module()).lower_bound
+    prog2 = _check(nodes, {"x": X}, ["y"], None, [P(schedule)], rtol=1e-5, atol=1e-4)
+    after = plan_memory(prog2.get_main_module()).lower_bound
+    assert before >= 3 * X.nbytes
+    assert after < before and after <= 2 * X.nbytes + 256
+    ops = _ops(prog2)
+    assert ops.index("exp") > max(k for k, o in enumerate(ops) if o == "tanh")
