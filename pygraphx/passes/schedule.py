@@ -4,7 +4,8 @@ A value computed long before its first use occupies memory the whole time in bet
 pass rebuilds the order by depth-first walks from the outputs, emitting each instruction's
 inputs right before it (earliest input first, or latest first), so each producer sits as close
 to its consumer as dependencies allow. Of the original order and the two walks, the one with
-the lowest peak of simultaneously live bytes (the bound memory_coloring works to) is kept. (MIGraphX's schedule also assigns streams; this one only orders.)
+the lowest peak of simultaneously live bytes (the bound memory_coloring works to) is kept.
+(MIGraphX's schedule also assigns streams; this one only orders.)
 """
 
 from __future__ import annotations

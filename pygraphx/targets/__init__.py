@@ -11,6 +11,8 @@ def get_target(name: str) -> Target:
         from pygraphx.targets.ref.target import RefTarget
 
         return RefTarget()
+    if name == "cpu":
+        return __import__("pygraphx.targets.cpu", fromlist=["make_target"]).make_target()
     known = ["ref"]
     raise ValueError(f"unknown target {name!r}; available targets: {', '.join(known)}")
 
