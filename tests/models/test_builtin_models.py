@@ -24,9 +24,10 @@ SHORT_SEQ = 16
 EXPECTED_IO = {
     "resnet50": (["input"], {"output": lambda b, s: (b, 1000)}),
     "mobilenetv2": (["input"], {"output": lambda b, s: (b, 1000)}),
-    "bert_base": (["input_ids", "attention_mask", "token_type_ids"],
-                  {"last_hidden_state": lambda b, s: (b, s, 768),
-                   "pooler_output": lambda b, s: (b, 768)}),
+    "bert_base": (
+        ["input_ids", "attention_mask", "token_type_ids"],
+        {"last_hidden_state": lambda b, s: (b, s, 768), "pooler_output": lambda b, s: (b, 768)},
+    ),
     "gpt2": (["input_ids", "attention_mask"], {"logits": lambda b, s: (b, s, 50257)}),
 }
 
@@ -37,8 +38,9 @@ def _model(name: str, batch: int = 1, seq_len: int = SHORT_SEQ) -> onnx.ModelPro
 
 
 @functools.cache
-def _run(name: str, batch: int = 1,
-         seq_len: int = SHORT_SEQ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _run(
+    name: str, batch: int = 1, seq_len: int = SHORT_SEQ
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     model = _model(name, batch, seq_len)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = model_inputs(name, model, seed=1)
@@ -155,8 +157,13 @@ def test_cnn_structure() -> None:
     model = _model("mobilenetv2")
     clips = [n for n in model.graph.node if n.op_type == "Clip"]
     assert clips and all(len(n.input) == 3 for n in clips)
-    groups = [a.i for n in model.graph.node if n.op_type == "Conv"
-              for a in n.attribute if a.name == "group"]
+    groups = [
+        a.i
+        for n in model.graph.node
+        if n.op_type == "Conv"
+        for a in n.attribute
+        if a.name == "group"
+    ]
     assert sum(g > 1 for g in groups) == 17  # one depthwise conv per inverted residual
 
 

@@ -25,8 +25,9 @@ ATOL = 1e-5
 #: Per-model absolute tolerance where fp32 summation-order noise alone exceeds ``ATOL``.
 #: ResNet-50 logits (|x| <= 1.8): ONNX Runtime fp32 and torch fp32 both differ from a float64
 #: evaluation by up to 3.5e-5, and would need atol >= 2.8e-5 at rtol=1e-4 to pass against it, so
-#: two correct fp32 implementations cannot be expected to agree to 1e-5.
-ATOL_OVERRIDES: dict[str, float] = {"resnet50": 1e-4}
+#: two correct fp32 implementations cannot be expected to agree to 1e-5. pygraphx's ref differs
+#: from ORT by at most 2.8e-5 there (measured); every other model meets ATOL.
+ATOL_OVERRIDES: dict[str, float] = {"resnet50": 4e-5}
 MIN_STD = 1e-3
 
 ExportedModel = Callable[[str], tuple[Path, dict[str, np.ndarray]]]
@@ -68,9 +69,11 @@ def test_ort_oracle_is_non_degenerate(name: str, exported_model: ExportedModel) 
     _assert_non_degenerate(name, _run_ort(onnx_path, inputs))
 
 
+@pytest.mark.parametrize("optimize", [False, True], ids=["parsed", "optimized"])
 @pytest.mark.parametrize("name", MODEL_NAMES)
-def test_ref_target_matches_ort(name: str, exported_model: ExportedModel) -> None:
-    """Every output of the compiled reference program matches ONNX Runtime."""
+def test_ref_target_matches_ort(name: str, optimize: bool, exported_model: ExportedModel) -> None:
+    """Every output of the compiled reference program (as parsed, and after the optimisation
+    passes) matches ONNX Runtime."""
     pygraphx = _pygraphx()
     onnx_path, inputs = exported_model(name)
 
@@ -78,6 +81,8 @@ def test_ref_target_matches_ort(name: str, exported_model: ExportedModel) -> Non
     _assert_non_degenerate(name, expected)
 
     prog = pygraphx.parse_onnx(str(onnx_path))
+    if optimize:
+        pygraphx.optimize(prog)
     prog.compile(pygraphx.get_target("ref"))
     results = prog.run({key: value.copy() for key, value in inputs.items()})
 
