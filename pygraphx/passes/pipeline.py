@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from pygraphx.passes.dead_code_elimination import dead_code_elimination
 from pygraphx.passes.eliminate_common_subexpression import eliminate_common_subexpression
+from pygraphx.passes.eliminate_contiguous import eliminate_contiguous
+from pygraphx.passes.eliminate_identity import eliminate_identity
 from pygraphx.passes.eliminate_pad import eliminate_pad
 from pygraphx.passes.fuse_pointwise import fuse_pointwise
 from pygraphx.passes.fuse_reduce import fuse_reduce
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 def optimize_passes(fuse: bool = True, plan_memory: bool = True) -> list[Pass]:
     """The ordered target-independent pass list."""
     passes = [
+        module_pass(eliminate_identity),
         module_pass(propagate_constant),
         module_pass(simplify_reshapes),
         module_pass(simplify_algebra),
@@ -36,6 +39,7 @@ def optimize_passes(fuse: bool = True, plan_memory: bool = True) -> list[Pass]:
         module_pass(eliminate_common_subexpression),
         module_pass(simplify_algebra),
         module_pass(simplify_reshapes),
+        module_pass(eliminate_contiguous),
         module_pass(dead_code_elimination),
     ]
     if fuse:

@@ -1,8 +1,8 @@
 """simplify_reshapes: collapse chains of layout operators (transpose, reshape, identity, ...).
 
 Rules, one line each in the table below: transposes compose, reshapes of reshapes become one
-reshape, identities and no-op layout changes disappear, and a `contiguous` of a value that is
-already standard is dropped (eliminate_contiguous).
+reshape, and no-op layout changes disappear. (Identities and needless copies have passes of
+their own: eliminate_identity, eliminate_contiguous.)
 """
 
 from __future__ import annotations
@@ -42,16 +42,6 @@ def double_reshape(m: Module, ins: Instruction) -> Instruction | None:
     return None
 
 
-def identity_op(m: Module, ins: Instruction) -> Instruction | None:
-    return ins.inputs[0]
-
-
-def contiguous_standard(m: Module, ins: Instruction) -> Instruction | None:
-    # contiguous(x) -> x when x is already standard
-    x = ins.inputs[0]
-    return x if x.shape.standard() and not x.shape.broadcasted() else None
-
-
 # op name -> rules tried in order; each comment is the rule's algebra
 RULES: dict[str, list[Rule]] = {
     "transpose": [
@@ -62,8 +52,6 @@ RULES: dict[str, list[Rule]] = {
     "squeeze": [double_reshape],  # squeeze(reshape(x)) -> reshape(x)
     "unsqueeze": [double_reshape],  # unsqueeze(reshape(x)) -> reshape(x)
     "flatten": [double_reshape],  # flatten(reshape(x)) -> reshape(x)
-    "identity": [identity_op],    # identity(x) -> x
-    "contiguous": [contiguous_standard],  # contiguous(standard x) -> x
 }  # fmt: skip
 
 

@@ -355,3 +355,29 @@ def test_schedule_computes_values_next_to_their_use() -> None:
     assert after < before and after <= 2 * X.nbytes + 256
     ops = _ops(prog2)
     assert ops.index("exp") > max(k for k, o in enumerate(ops) if o == "tanh")
+
+
+def test_eliminate_identity_and_contiguous() -> None:
+    from pygraphx.passes.eliminate_contiguous import eliminate_contiguous
+    from pygraphx.passes.eliminate_identity import eliminate_identity
+
+    prog, feeds = _parse([helper.make_node("Relu", ["x"], ["y"])], {"x": X}, ["y"])
+    main = prog.get_main_module()
+    relu, ret = main.instructions[-2], main.instructions[-1]
+    ident = main.insert_instruction(ret, pygraphx.make_op("identity"), [relu])
+    copy = main.insert_instruction(ret, pygraphx.make_op("contiguous"), [ident])
+    t = main.insert_instruction(
+        ret, pygraphx.make_op("transpose", permutation=(0, 1, 3, 2)), [copy]
+    )
+    kept = main.insert_instruction(ret, pygraphx.make_op("contiguous"), [t])
+    main.replace_instruction(relu, relu)  # no-op
+    main.remove_instruction(ret)
+    main.add_return([kept])
+    expected = _run(prog, feeds)[0]
+    prog2, _ = _parse([helper.make_node("Relu", ["x"], ["y"])], {"x": X}, ["y"])
+    prog2.modules = prog.modules  # same modules, uncompiled program object
+    run_passes(prog2, [P(eliminate_identity), P(eliminate_contiguous)])
+    ops = _ops(prog2)
+    assert "identity" not in ops
+    assert ops.count("contiguous") == 1  # the copy of the transposed view stays
+    np.testing.assert_array_equal(_run(prog2, feeds)[0], expected)
