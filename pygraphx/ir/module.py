@@ -191,7 +191,8 @@ class Module:
         return [i.op.parameter for i in self.get_parameters()]
 
     def get_parameter_shapes(self) -> dict[str, Shape]:
-        return {i.op.parameter: i.shape for i in self.get_parameters()}
+        """Parameter name -> shape (the dynamic shape for parameters that have one)."""
+        return {i.op.parameter: i.op.dynamic_shape or i.shape for i in self.get_parameters()}
 
     def get_parameter(self, name: str) -> Instruction:
         for i in self.get_parameters():

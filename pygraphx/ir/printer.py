@@ -38,7 +38,7 @@ def format_instruction(ins: Instruction, names: dict[int, str]) -> str:
     """One instruction line without the trailing newline."""
     name = names.get(id(ins), "?")
     if ins.is_param():
-        return f"{name} = @param:{ins.op.parameter} -> {ins.shape}"
+        return f"{name} = @param:{ins.op.parameter} -> {ins.op.dynamic_shape or ins.shape}"
     if ins.is_literal():
         arr = ins.get_literal().array
         if arr.size <= LITERAL_PRINT_LIMIT:

@@ -9,7 +9,7 @@ so a wrong name, type or shape fails with a message that says which.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +36,11 @@ class Program:
         self.compile_options: dict[str, Any] = {}
         self._executable: Executable | None = None
         self.pass_times: list[tuple[str, float]] = []
+        # dynamic input dimensions: rebuild the program for concrete lens (set by the frontend),
+        # re-apply the program-level transforms (quantize, optimize) and compile, cached per lens
+        self.specializer: Callable[[dict[str, list[int]]], Program] | None = None
+        self.transforms: list[Callable[[Program], Any]] = []
+        self._specialized: dict[tuple, Program] = {}
         self.create_module("main")
 
     # --- modules --------------------------------------------------------------------------
@@ -84,6 +89,10 @@ class Program:
         return dict(zip(self.get_output_names(), self.get_output_shapes(), strict=True))
 
     # --- compile and run ------------------------------------------------------------------
+    def is_dynamic(self) -> bool:
+        """Whether some parameter has dynamic dimensions."""
+        return any(s.dynamic() for s in self.get_parameter_shapes().values())
+
     def get_memory_usage(self) -> int:
         """Bytes of the scratch arena that memory_coloring planned for `main` (planned now if
         no pass has done it)."""
@@ -129,6 +138,9 @@ class Program:
         if self._executable is None:
             raise ProgramError("compile the program first: prog.compile(pygraphx.get_target(...))")
         arrays = self._check_params(params)
+        static = {i.op.parameter: i.shape.lens() for i in self.get_main_module().get_parameters()}
+        if any(list(a.shape) != static[n] for n, a in arrays.items()):
+            return self._specialized_for(arrays).run(arrays, observer)
         from pygraphx.runtime.trace import with_eval_trace  # PGX_TRACE_EVAL, read per run
 
         observer = with_eval_trace(self, observer)
@@ -137,6 +149,20 @@ class Program:
         return [Argument(a) for a in self._executable.run(arrays, observer=observer)]
 
     eval = run
+
+    def _specialized_for(self, arrays: Mapping[str, np.ndarray]) -> Program:
+        """The program compiled for these concrete input lens (dynamic dimensions), cached."""
+        if self.specializer is None:
+            raise ProgramError("internal: dynamic parameters without a specializer")
+        key = tuple((n, tuple(a.shape)) for n, a in sorted(arrays.items()))
+        prog = self._specialized.get(key)
+        if prog is None:
+            prog = self.specializer({n: list(a.shape) for n, a in arrays.items()})
+            for transform in self.transforms:
+                transform(prog)
+            prog.compile(self.target, **self.compile_options)
+            self._specialized[key] = prog
+        return prog
 
     def _check_params(self, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
         expected = self.get_parameter_shapes()
@@ -157,7 +183,13 @@ class Program:
                     f"parameter {name!r} expects {shape.type()} but got {got}; "
                     f"convert it with .astype(np.{shape.dtype().name})"
                 )
-            if list(arr.shape) != shape.lens():
+            if shape.dynamic():
+                if not shape.accepts(arr.shape):
+                    raise ProgramError(
+                        f"parameter {name!r} expects lens within {shape} but got "
+                        f"{list(arr.shape)}"
+                    )
+            elif list(arr.shape) != shape.lens():
                 raise ProgramError(
                     f"parameter {name!r} expects lens {shape.lens()} but got {list(arr.shape)}"
                 )

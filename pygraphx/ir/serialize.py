@@ -121,6 +121,11 @@ def program_to_dict(program: Program) -> dict[str, Any]:
 
 def dumps(program: Program) -> bytes:
     """The bytes of the saved form of `program`."""
+    if program.is_dynamic():
+        raise SerializationError(
+            "programs with dynamic input dimensions cannot be saved yet; parse with static "
+            "map_input_dims (one file per shape) to save"
+        )
     payload = msgpack.packb(program_to_dict(program), default=_default, use_bin_type=True)
     digest = hashlib.sha256(payload).digest()
     return _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), digest) + payload

@@ -9,6 +9,7 @@ named as MIGraphX names them (`float_type`, `half_type`, ...) and map to numpy d
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from math import prod
 
 import ml_dtypes
@@ -72,6 +73,33 @@ def from_dtype(dtype: np.dtype | type) -> str:
         raise ValueError(f"numpy dtype {dt} has no pygraphx shape type") from None
 
 
+@dataclass(frozen=True)
+class DynamicDimension:
+    """A dimension known only as a range `[min, max]`, with `optimals` the sizes to tune for."""
+
+    min: int
+    max: int
+    optimals: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min <= self.max:
+            raise ValueError(f"dynamic dimension needs 0 <= min <= max, got {self.min}, {self.max}")
+        if any(not self.min <= o <= self.max for o in self.optimals):
+            raise ValueError(f"optimals {list(self.optimals)} outside [{self.min}, {self.max}]")
+
+    def is_fixed(self) -> bool:
+        return self.min == self.max
+
+    def __contains__(self, n: object) -> bool:
+        return isinstance(n, int) and self.min <= n <= self.max
+
+    def __str__(self) -> str:
+        if self.optimals:
+            opts = ", ".join(str(o) for o in self.optimals)
+            return f"{{{self.min}, {self.max}, {{{opts}}}}}"
+        return f"{{{self.min}, {self.max}}}"
+
+
 def standard_strides(lens: Sequence[int]) -> tuple[int, ...]:
     """Row-major strides (in elements) for `lens`."""
     strides = [1] * len(lens)
@@ -87,18 +115,23 @@ class Shape:
     Methods mirror MIGraphX's Python API: `lens()`, `strides()`, `type()`, `elements()`, ...
     """
 
-    __slots__ = ("_type", "_lens", "_strides", "_hash")
+    __slots__ = ("_type", "_lens", "_strides", "_dyn", "_hash")
 
     def __init__(
         self,
         type: str | np.dtype = "float_type",  # noqa: A002 - MIGraphX's keyword name
         lens: Iterable[int] = (),
         strides: Iterable[int] | None = None,
+        dyn_dims: Iterable[DynamicDimension] | None = None,
     ) -> None:
         if not isinstance(type, str):
             type = from_dtype(type)  # noqa: A001
         to_dtype(type)
         self._type = type
+        self._dyn: tuple[DynamicDimension, ...] | None = None
+        if dyn_dims is not None:
+            self._dyn = tuple(dyn_dims)
+            lens = [d.max for d in self._dyn]
         self._lens = tuple(int(x) for x in lens)
         if any(x < 0 for x in self._lens):
             raise ValueError(f"negative length in shape lens {list(self._lens)}")
@@ -173,7 +206,25 @@ class Shape:
         return len(self._lens) == 0 or all(s == 0 for s in self._strides)
 
     def dynamic(self) -> bool:
-        return False
+        """True when some dimensions are ranges (`lens()` then gives the maximum lens)."""
+        return self._dyn is not None
+
+    def dyn_dims(self) -> list[DynamicDimension]:
+        if self._dyn is None:
+            return [DynamicDimension(n, n) for n in self._lens]
+        return list(self._dyn)
+
+    def min_lens(self) -> list[int]:
+        return [d.min for d in self.dyn_dims()]
+
+    def max_lens(self) -> list[int]:
+        return [d.max for d in self.dyn_dims()]
+
+    def accepts(self, lens: Iterable[int]) -> bool:
+        """Whether concrete `lens` fit this (possibly dynamic) shape."""
+        lens = list(lens)
+        dims = self.dyn_dims()
+        return len(lens) == len(dims) and all(n in d for n, d in zip(lens, dims, strict=True))
 
     def with_lens(self, lens: Iterable[int]) -> Shape:
         """Same type, new lens, standard strides."""
@@ -187,7 +238,7 @@ class Shape:
 
     # --- value semantics ---------------------------------------------------------------
     def _key(self) -> tuple:
-        return (self._type, self._lens, self._strides)
+        return (self._type, self._lens, self._strides, self._dyn)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Shape) and self._key() == other._key()
@@ -198,11 +249,15 @@ class Shape:
         return self._hash
 
     def __str__(self) -> str:
+        if self._dyn is not None:
+            return f"{self._type}, {{{', '.join(str(d) for d in self._dyn)}}}"
         lens = ", ".join(str(x) for x in self._lens)
         strides = ", ".join(str(x) for x in self._strides)
         return f"{self._type}, {{{lens}}}, {{{strides}}}"
 
     def __repr__(self) -> str:
+        if self._dyn is not None:
+            return f"Shape({self._type!r}, dyn_dims={list(self._dyn)})"
         return f"Shape({self._type!r}, {list(self._lens)}, {list(self._strides)})"
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pygraphx.onnx.errors import ExternalDataError, OnnxParseError, UnsupportedOperatorError
-from pygraphx.onnx.parser import parse_onnx, parse_onnx_buffer
+from pygraphx.onnx.dynamic import parse_onnx, parse_onnx_buffer
 from pygraphx.onnx.registry import supported_operators
 
 

@@ -22,6 +22,8 @@ class Param(Op):
     name = "@param"
     parameter: str = ""
     shape: Shape = dataclasses.field(default_factory=Shape)
+    # the dynamic shape users may feed; `shape` is then its maximum, which the body is built for
+    dynamic_shape: Shape | None = None
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
         return self.shape

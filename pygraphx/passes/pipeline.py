@@ -54,4 +54,5 @@ def optimize(program: Program) -> Program:
     if program.is_compiled():
         raise ValueError("optimize() works on an uncompiled program")
     program.pass_times = run_passes(program, optimize_passes())
+    program.transforms.append(optimize)  # re-applied to shapes a dynamic program specializes
     return program

@@ -90,6 +90,8 @@ def truncate_float(
     if not names or not all(isinstance(n, str) for n in names):
         raise QuantizeError(f"ins_names must be operator names (or 'all'), got {ins_names!r}")
     _Truncate(prog, target_type, names).run()
+    # re-applied to the shapes a program with dynamic dimensions specializes to
+    prog.transforms.append(lambda p: truncate_float(p, target_type, names))
 
 
 def low_precision_array(arr: np.ndarray, target_type: str) -> np.ndarray:
