@@ -25,6 +25,12 @@ class Param(Op):
     # the dynamic shape users may feed; `shape` is then its maximum, which the body is built for
     dynamic_shape: Shape | None = None
 
+    def attributes(self) -> dict:
+        attrs = super().attributes()
+        if self.dynamic_shape is None:
+            del attrs["dynamic_shape"]
+        return attrs
+
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
         return self.shape
 
