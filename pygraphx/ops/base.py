@@ -57,6 +57,10 @@ class Op:
     """Base of every IR operator. Subclasses set `name` and define their attributes as fields."""
 
     name: ClassVar[str] = ""
+    #: the output's lens depend on input values (NonZero, Unique, NonMaxSuppression): the
+    #: shape is an upper bound, and the ref evaluator accepts any lens within it here and in
+    #: every instruction computed from this one
+    data_dependent: ClassVar[bool] = False
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
         raise NotImplementedError(f"{self.name}: compute_shape")
