@@ -15,14 +15,8 @@ from pygraphx.runtime.onnx_backend import PygraphxBackend
 # `python tools/node_suite_report.py` lists every failure with its cause; keep this in step.
 EXCLUDE: dict[str, str] = {  # fmt: skip
     # --- operators not supported yet (issue 3 covers the whole default domain) ---
-    r"test_attention_(?!.*_expanded)": "Attention (opsets 23-24) has no handler yet (issue 3)",
-    r"test_attention_.*(bf16_expanded|causal_fp16_expanded)": "bf16/fp16 attention expanded into float casts: reference rounds per op differently (issue 3)",
+    r"test_attention_.*(bf16|causal_fp16)": "bf16/fp16 attention: the reference rounds every op to 16 bits, we accumulate in float32 (1-ulp differences)",
     r"test_flexattention_(?!.*expanded)": "FlexAttention has no handler yet (issue 3)",
-    r"test_linear_attention": "LinearAttention has no handler yet (issue 3)",
-    r"test_rotary_embedding(?!.*_expanded)": "RotaryEmbedding has no handler yet (issue 3)",
-    r"test_swish(?!_expanded)": "Swish (opset 24) has no handler yet (issue 3)",
-    r"test_swiglu": "SwiGLU has no handler yet (issue 3)",
-    r"test_(gru|lstm|rnn|simple_rnn)": "RNN/GRU/LSTM not supported yet (issue 3)",
     r"test_(if|loop\d+|scan\d*|range_.*_expanded)": "control flow (If/Loop/Scan) not supported yet (issue 3)",
     r"test_(sequence|optional|identity_sequence|identity_opt|split_to_sequence)": "sequence and optional types not supported yet (issue 3)",
     r"test_(quantizelinear|dequantizelinear|dynamicquantizelinear)": "QuantizeLinear/DequantizeLinear not supported yet (issue 3)",
