@@ -38,7 +38,9 @@ class Program:
         self.pass_times: list[tuple[str, float]] = []
         # dynamic input dimensions: rebuild the program for concrete lens (set by the frontend),
         # re-apply the program-level transforms (quantize, optimize) and compile, cached per lens
-        self.specializer: Callable[[dict[str, list[int]]], Program] | None = None
+        self.specializer: Callable[[dict[str, np.ndarray]], Program] | None = None
+        # inputs whose values decide shapes: the program is compiled per value at run time
+        self.value_inputs: set[str] = set()
         self.transforms: list[Callable[[Program], Any]] = []
         self._specialized: dict[tuple, Program] = {}
         self.create_module("main")
@@ -139,8 +141,10 @@ class Program:
             raise ProgramError("compile the program first: prog.compile(pygraphx.get_target(...))")
         arrays = self._check_params(params)
         static = {i.op.parameter: i.shape.lens() for i in self.get_main_module().get_parameters()}
-        if any(list(a.shape) != static[n] for n, a in arrays.items()):
-            return self._specialized_for(arrays).run(arrays, observer)
+        if self.value_inputs or any(list(a.shape) != static[n] for n, a in arrays.items()):
+            prog = self._specialized_for(arrays)
+            names = prog.get_parameter_shapes()
+            return prog.run({n: a for n, a in arrays.items() if n in names}, observer)
         from pygraphx.runtime.trace import with_eval_trace  # PGX_TRACE_EVAL, read per run
 
         observer = with_eval_trace(self, observer)
@@ -151,13 +155,17 @@ class Program:
     eval = run
 
     def _specialized_for(self, arrays: Mapping[str, np.ndarray]) -> Program:
-        """The program compiled for these concrete input lens (dynamic dimensions), cached."""
+        """The program compiled for these concrete input lens (dynamic dimensions) and, for
+        inputs that decide shapes (`value_inputs`), these input values; cached."""
         if self.specializer is None:
             raise ProgramError("internal: dynamic parameters without a specializer")
-        key = tuple((n, tuple(a.shape)) for n, a in sorted(arrays.items()))
+        key = tuple(
+            (n, tuple(a.shape), a.dtype.str, a.tobytes() if n in self.value_inputs else b"")
+            for n, a in sorted(arrays.items())
+        )
         prog = self._specialized.get(key)
         if prog is None:
-            prog = self.specializer({n: list(a.shape) for n, a in arrays.items()})
+            prog = self.specializer(dict(arrays))
             for transform in self.transforms:
                 transform(prog)
             prog.compile(self.target, **self.compile_options)
@@ -186,8 +194,7 @@ class Program:
             if shape.dynamic():
                 if not shape.accepts(arr.shape):
                     raise ProgramError(
-                        f"parameter {name!r} expects lens within {shape} but got "
-                        f"{list(arr.shape)}"
+                        f"parameter {name!r} expects lens within {shape} but got {list(arr.shape)}"
                     )
             elif list(arr.shape) != shape.lens():
                 raise ProgramError(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pygraphx.onnx.errors import ExternalDataError, OnnxParseError, UnsupportedOperatorError
 from pygraphx.onnx.dynamic import parse_onnx, parse_onnx_buffer
+from pygraphx.onnx.errors import ExternalDataError, OnnxParseError, UnsupportedOperatorError
 from pygraphx.onnx.registry import supported_operators
 
 

@@ -19,7 +19,7 @@ from onnx import numpy_helper
 from pygraphx.ir.argument import Literal
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.shape import Shape, from_dtype
-from pygraphx.onnx.errors import OnnxParseError
+from pygraphx.onnx.errors import InputValueNeeded, OnnxParseError
 from pygraphx.ops.base import Op
 from pygraphx.ops.broadcast import Multibroadcast, broadcast_lens
 from pygraphx.ops.pointwise import Convert
@@ -29,6 +29,24 @@ if TYPE_CHECKING:
     from pygraphx.onnx.parser import OnnxParser
 
 _MISSING = object()
+
+
+def _params_feeding(ins: Instruction | None) -> list[Instruction]:
+    """The parameters `ins` is computed from."""
+    if ins is None:
+        return []
+    seen: set[int] = set()
+    params: list[Instruction] = []
+    stack = [ins]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if x.is_param():
+            params.append(x)
+        stack.extend(x.inputs)
+    return params
 
 
 def onnx_type_to_shape_type(elem_type: int) -> str:
@@ -144,10 +162,20 @@ class NodeContext:
     def require_const(self, ins: Instruction | None, what: str) -> np.ndarray:
         value = self.const(ins)
         if value is None:
-            raise self.error(
-                f"input {what!r} must be known at compile time (a constant, or computed from "
-                "static shapes); it depends on a runtime value"
+            params = _params_feeding(ins)
+            message = (
+                f"{self.parser.source}: {self.describe()}: input {what!r} must be known at "
+                "compile time (a constant, or computed from static shapes); it depends on "
+                "a runtime value"
             )
+            if params and not any(p.module.parent is not None for p in params):
+                names = sorted(p.op.parameter for p in params)
+                raise InputValueNeeded(
+                    f"{message} (graph input(s) {names}; parse with "
+                    "specialize_on_input_values=True to compile per value at run time)",
+                    set(names),
+                )
+            raise OnnxParseError(message)
         return value
 
     def shape_of(self, ins: Instruction) -> Shape:

@@ -1,4 +1,5 @@
-"""Dynamic input dimensions: `map_dyn_input_dims` and `default_dyn_dim_value`.
+"""Dynamic input dimensions (`map_dyn_input_dims`, `default_dyn_dim_value`) and programs whose
+shapes depend on input values (`specialize_on_input_values=True`).
 
 A model parsed with dynamic dimensions gets parameters whose shapes are ranges
 (`{{1, 8}, {3, 3}, {224, 224}, {224, 224}}`); its body is built for the maximum lens (seed 001:
@@ -6,6 +7,11 @@ A model parsed with dynamic dimensions gets parameters whose shapes are ranges
 ranges rebuilds the program for those lens from the same model, re-applies the program-level
 transforms (quantize, optimize), compiles it for the same target and caches it per lens, so each
 shape runs a fully static, fully optimised program.
+
+A model whose shapes depend on the *values* of some inputs (a Reshape target, ReduceSum axes
+or TopK's K fed as graph inputs) cannot be compiled before those values are known; with
+`specialize_on_input_values=True` it parses to a program of parameters only, and each run
+builds, compiles and caches the program for the values it is given.
 
 Dimension specs: an int (fixed), a (min, max) pair, a dict {"min", "max", "optimals"}, or a
 `DynamicDimension`.
@@ -22,7 +28,7 @@ import onnx
 from pygraphx.ir.program import Program
 from pygraphx.ir.shape import DynamicDimension, Shape
 from pygraphx.onnx import parser
-from pygraphx.onnx.errors import OnnxParseError
+from pygraphx.onnx.errors import InputValueNeeded, OnnxParseError
 from pygraphx.ops.builtin import Param
 
 DYNAMIC_OPTIONS = ("map_dyn_input_dims", "default_dyn_dim_value")
@@ -45,26 +51,81 @@ def to_dynamic_dimension(spec: Any) -> DynamicDimension:
 
 
 def parse_onnx(path: str | Path, **options: Any) -> Program:
-    """`parser.parse_onnx` with dynamic-dimension options."""
+    """`parser.parse_onnx` with dynamic-dimension and value-specialization options."""
     dyn = _take_dynamic(options)
-    if not dyn:
-        return parser.parse_onnx(path, **options)
-    proto = onnx.load(str(path), load_external_data=False)
-    return _parse_dynamic(
-        proto, str(path), lambda opts: parser.parse_onnx(path, **opts), options, dyn
-    )
+
+    def parse(opts: dict[str, Any]) -> Program:
+        return parser.parse_onnx(path, **opts)
+
+    def proto() -> onnx.ModelProto:
+        return onnx.load(str(path), load_external_data=False)
+
+    return _parse(parse, proto, str(path), options, dyn)
 
 
 def parse_onnx_buffer(data: bytes, **options: Any) -> Program:
-    """`parser.parse_onnx_buffer` with dynamic-dimension options."""
+    """`parser.parse_onnx_buffer` with dynamic-dimension and value-specialization options."""
     dyn = _take_dynamic(options)
-    if not dyn:
-        return parser.parse_onnx_buffer(data, **options)
     data = bytes(data)
-    proto = parser.load_model_proto(data, "<buffer>")
-    return _parse_dynamic(
-        proto, "<buffer>", lambda opts: parser.parse_onnx_buffer(data, **opts), options, dyn
-    )
+
+    def parse(opts: dict[str, Any]) -> Program:
+        return parser.parse_onnx_buffer(data, **opts)
+
+    def proto() -> onnx.ModelProto:
+        return parser.load_model_proto(data, "<buffer>")
+
+    return _parse(parse, proto, "<buffer>", options, dyn)
+
+
+def _parse(
+    parse: Callable[[dict[str, Any]], Program],
+    proto: Callable[[], onnx.ModelProto],
+    source: str,
+    options: dict[str, Any],
+    dyn: Mapping[str, Any],
+) -> Program:
+    try:
+        if not dyn:
+            return parse(options)
+        return _parse_dynamic(proto(), source, parse, options, dyn)
+    except InputValueNeeded as exc:
+        if not options.get("specialize_on_input_values") or dyn:
+            raise
+        return _deferred(proto(), source, parse, options, exc.inputs)
+
+
+def _deferred(
+    proto: onnx.ModelProto,
+    source: str,
+    parse: Callable[[dict[str, Any]], Program],
+    options: dict[str, Any],
+    needed: set[str],
+) -> Program:
+    """A program whose shapes depend on the values of `needed` inputs: only its parameters
+    are known until it runs; each run builds (and caches) the program for the given values."""
+    program = Program()
+    main = program.get_main_module()
+    shapes = parser.OnnxParser({**parser.OPTIONS, **options}, source, None)
+    initialised = {t.name for t in proto.graph.initializer}
+    for inp in proto.graph.input:
+        if inp.name not in initialised:
+            main.add_parameter(inp.name, shapes.input_shape(inp))
+    main.add_return([])
+    program.output_names = [o.name for o in proto.graph.output]
+    program.value_inputs = set(needed)
+
+    def specialize(arrays: dict[str, Any]) -> Program:
+        while True:
+            consts = {n: arrays[n] for n in program.value_inputs}
+            try:
+                return parse({**options, "constant_inputs": consts})
+            except InputValueNeeded as exc:
+                if exc.inputs <= program.value_inputs:
+                    raise
+                program.value_inputs |= exc.inputs
+
+    program.specializer = specialize
+    return program
 
 
 def _take_dynamic(options: dict[str, Any]) -> dict[str, Any]:
@@ -128,7 +189,8 @@ def _parse_dynamic(
             dyn_shape = Shape(ins.shape.type(), dyn_dims=ds)
             main.replace_op(ins, Param(ins.op.parameter, ins.shape, dyn_shape))
 
-    def specialize(lens: dict[str, list[int]]) -> Program:
+    def specialize(arrays: dict[str, Any]) -> Program:
+        lens = {n: list(a.shape) for n, a in arrays.items()}
         return parse({**options, "map_input_dims": {**user_map, **lens}})
 
     program.specializer = specialize

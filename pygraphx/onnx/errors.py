@@ -18,3 +18,12 @@ class UnsupportedOperatorError(OnnxParseError):
 
 class ExternalDataError(OnnxParseError):
     """An initialiser's external data file is missing, unsafe or too short."""
+
+
+class InputValueNeeded(OnnxParseError):
+    """A shape in the model depends on the *value* of graph inputs (`inputs`): the program can
+    only be built once those values are known (parse with `specialize_on_input_values=True`)."""
+
+    def __init__(self, message: str, inputs: set[str]) -> None:
+        super().__init__(message)
+        self.inputs = inputs

@@ -2,11 +2,19 @@
 
 `parse_onnx(path, **options)` and `parse_onnx_buffer(data, **options)` take MIGraphX's
 onnx_options (`default_dim_value`, `map_input_dims`, `skip_unknown_operators`,
-`print_program_on_error`). The walk is: check every node has a handler (one error lists all the
+`print_program_on_error`, `max_loop_iterations`: see handlers/control.py). The walk is: check
+every node has a handler (one error lists all the
 unsupported ones), turn initialisers into literals (external data read safely, see
 `external_data.py`), inputs into parameters, then each node through its handler in order;
 outputs become `@return`. Constant sub-graphs that handlers consumed as compile-time values
 (shape-computing chains) are then removed as dead code.
+
+Sub-graphs (If branches, Loop and Scan bodies; onnx/handlers/control.py) are parsed by the same
+walk into sub-modules whose parent is the module of their node (`parse_subgraph`); their nodes
+see every value of the enclosing scopes by name. Errors inside a sub-graph name the node and the
+chain of sub-graphs it sits in. Values are instructions, or, for ONNX sequences and optionals,
+compile-time `SequenceValue`/`OptionalValue` objects (onnx/handlers/sequence.py) that only the
+handlers marked `takes_sequences` (and Identity) accept.
 """
 
 from __future__ import annotations
@@ -30,15 +38,26 @@ from pygraphx.ir.shape import Shape
 from pygraphx.onnx.context import NodeContext, onnx_type_to_shape_type
 from pygraphx.onnx.errors import OnnxParseError, UnsupportedOperatorError
 from pygraphx.onnx.external_data import load_external_tensor
+from pygraphx.onnx.handlers.sequence import OptionalValue, SequenceValue, Value, describe
 from pygraphx.onnx.registry import find_handler
 from pygraphx.passes.dead_code_elimination import dead_code_elimination
 
-_OPTIONS = {
+OPTIONS = {
     "default_dim_value": 1,
     "map_input_dims": None,
     "skip_unknown_operators": False,
     "print_program_on_error": False,
+    # static length of a Loop's scan outputs when nothing else fixes it (control.py says how)
+    "max_loop_iterations": 10,
+    # graph inputs given values at parse time (they become literals, not parameters); used to
+    # specialize models whose shapes depend on input values (see onnx/dynamic.py)
+    "constant_inputs": None,
+    # parse models whose shapes depend on input values, compiling per value at run time
+    "specialize_on_input_values": False,
 }
+
+#: ops that pass any value through unchanged, sequences and optionals included
+_PASS_THROUGH = {"Identity"}
 
 
 def parse_onnx(path: str | Path, **options: Any) -> Program:
@@ -61,10 +80,10 @@ def parse_onnx_buffer(data: bytes, **options: Any) -> Program:
 
 
 def _parse(data: bytes, source: str, model_dir: Path | None, options: dict[str, Any]) -> Program:
-    unknown = sorted(set(options) - set(_OPTIONS))
+    unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
-        raise TypeError(f"unknown parse option(s) {unknown}; known: {sorted(_OPTIONS)}")
-    opts = {**_OPTIONS, **options}
+        raise TypeError(f"unknown parse option(s) {unknown}; known: {sorted(OPTIONS)}")
+    opts = {**OPTIONS, **options}
     model = load_model_proto(data, source)
     return OnnxParser(opts, source, model_dir).parse_model(model)
 
@@ -94,15 +113,22 @@ def load_model_proto(data: bytes, source: str) -> onnx.ModelProto:
     return model
 
 
-def _iter_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+def _node_label(node: onnx.NodeProto) -> str:
+    return node.name or f"<output {node.output[0] if node.output else '?'}>"
+
+
+def _iter_nodes(graph: onnx.GraphProto, where: str = "") -> Iterator[tuple[onnx.NodeProto, str]]:
+    """Every node, sub-graphs included, with where it sits ('' in the main graph, else e.g.
+    "body of Loop 'loop1' > then_branch of If 'if0'")."""
     for node in graph.node:
-        yield node
+        yield node, where
         for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _iter_nodes(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _iter_nodes(g)
+            graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else []
+            if a.type == onnx.AttributeProto.GRAPHS:
+                graphs = list(a.graphs)
+            for g in graphs:
+                inner = f"{a.name} of {node.op_type} {_node_label(node)!r}"
+                yield from _iter_nodes(g, f"{where} > {inner}" if where else inner)
 
 
 class OnnxParser:
@@ -114,8 +140,13 @@ class OnnxParser:
         self.model_dir = model_dir
         self.opsets: dict[str, int] = {}
         self.program = Program()
-        self._const: dict[int, np.ndarray | None] = {}
+        # id(instruction) -> (instruction, value): holding the instruction keeps its id unique
+        # even when the instruction is removed during the parse (discarded sub-modules, DCE)
+        self._const: dict[int, tuple[Instruction, np.ndarray | None]] = {}
         self._value_info: dict[str, onnx.ValueInfoProto] = {}
+        self._scope: list[str] = []  # sub-graphs being parsed, outermost first
+        self._scope_values: list[dict[str, Value]] = []  # the name -> value map of each graph
+        self._counters: dict[tuple[str, str], int] = {}  # (module, kind) -> next index
 
     # --- entry ----------------------------------------------------------------------------
     def parse_model(self, model: onnx.ModelProto) -> Program:
@@ -125,29 +156,62 @@ class OnnxParser:
         self._check_supported(model.graph)
         main = self.program.get_main_module()
         try:
-            outputs = self.parse_graph(model.graph, main, {})
+            values = self.parse_graph(model.graph, main, {})
+            outputs = [
+                self._output_tensor(v, o.name)
+                for v, o in zip(values, model.graph.output, strict=True)
+            ]
             main.add_return(outputs)
             self.program.output_names = [o.name for o in model.graph.output]
             dead_code_elimination(main)
+            self._remove_unused_modules()
         except OnnxParseError:
             if self.options["print_program_on_error"]:
                 print(self.program, file=sys.stderr)
             raise
         return self.program
 
+    def _output_tensor(self, value: Value, name: str) -> Instruction:
+        if isinstance(value, OptionalValue) and isinstance(value.item, Instruction):
+            return value.item
+        if isinstance(value, Instruction):
+            return value
+        raise OnnxParseError(
+            f"{self.source}: graph output {name!r} is {describe(value)}: programs return "
+            "tensors only (sequences and optionals are resolved at compile time and cannot be "
+            "graph outputs)"
+        )
+
+    def _remove_unused_modules(self) -> None:
+        """Drop sub-modules that no instruction reaches from `main` any more (bodies of dead
+        control-flow instructions)."""
+        main = self.program.get_main_module()
+        reached = {id(main)}
+        stack = [main]
+        while stack:
+            for ins in stack.pop().instructions:
+                for sub in ins.module_inputs:
+                    if id(sub) not in reached:
+                        reached.add(id(sub))
+                        stack.append(sub)
+        for name, mod in list(self.program.modules.items()):
+            if id(mod) not in reached:
+                self.program.remove_module(name)
+
     def _check_supported(self, graph: onnx.GraphProto) -> None:
         missing: dict[tuple[str, str, int], list[str]] = {}
-        for node in _iter_nodes(graph):
+        for node, where in _iter_nodes(graph):
             domain = "" if node.domain in ("", "ai.onnx") else node.domain
             opset = self.opsets.get(domain)
+            inside = f" (in {where})" if where else ""
             if opset is None:
                 raise OnnxParseError(
-                    f"{self.source}: node {node.name!r} ({node.domain}::{node.op_type}) uses "
-                    f"domain {node.domain!r}, which the model does not import"
+                    f"{self.source}: node {node.name!r} ({node.domain}::{node.op_type}){inside} "
+                    f"uses domain {node.domain!r}, which the model does not import"
                 )
             if find_handler(domain, node.op_type, opset) is None:
                 key = (domain or "ai.onnx", node.op_type, opset)
-                missing.setdefault(key, []).append(node.name or f"<output {node.output[0]}>")
+                missing.setdefault(key, []).append(_node_label(node) + inside)
         if not missing:
             return
         if self.options["skip_unknown_operators"]:
@@ -168,31 +232,55 @@ class OnnxParser:
         self,
         graph: onnx.GraphProto,
         module: Module,
-        outer: Mapping[str, Instruction],
+        outer: Mapping[str, Value],
         input_shapes: Sequence[Shape] | None = None,
-    ) -> list[Instruction]:
-        """Add `graph` to `module`; returns the instructions of the graph's outputs."""
-        values: dict[str, Instruction] = dict(outer)
+        inputs: Sequence[Value] | None = None,
+        names: dict[str, Value] | None = None,
+    ) -> list[Value]:
+        """Add `graph` to `module`; returns the values of the graph's outputs.
+
+        `outer` holds the values of the enclosing scopes by name. The graph's inputs become
+        parameters (with `input_shapes` when given, else their declared shapes), or, with
+        `inputs`, are bound to those values (a sub-graph inlined into `module`). `names`, when
+        given, receives every value of the graph by name."""
+        values: dict[str, Value] = dict(outer)
         for vi in list(graph.value_info) + list(graph.output):
-            self._value_info[vi.name] = vi
+            # a sub-graph parsed again keeps shapes declared for it meanwhile (declare_shape)
+            if vi.name not in self._value_info or not self.has_static_shape(vi.name):
+                self._value_info[vi.name] = vi
         initialised = set()
         for tensor in graph.initializer:
             values[tensor.name] = module.add_literal(
                 Literal(self.tensor_to_array(tensor), copy=False)
             )
             initialised.add(tensor.name)
-        k = 0
-        for inp in graph.input:
-            if inp.name in initialised:
+        formal = [inp for inp in graph.input if inp.name not in initialised]
+        if inputs is not None and len(inputs) != len(formal):
+            raise OnnxParseError(
+                f"{self.source}: graph {graph.name!r} takes {len(formal)} inputs, "
+                f"{len(inputs)} given"
+            )
+        constants = self.options.get("constant_inputs") or {}
+        for k, inp in enumerate(formal):
+            if inputs is not None:
+                values[inp.name] = inputs[k]
+                continue
+            if module.parent is None and inp.name in constants:
+                values[inp.name] = module.add_literal(Literal(np.asarray(constants[inp.name])))
                 continue
             if input_shapes is not None:
                 shape = input_shapes[k]
             else:
-                shape = self._input_shape(inp)
+                shape = self.input_shape(inp)
             values[inp.name] = module.add_parameter(inp.name, shape)
-            k += 1
-        for node in graph.node:
-            self._parse_node(node, module, values)
+        self._scope_values.append(values)
+        try:
+            for node in graph.node:
+                self._parse_node(node, module, values)
+        finally:
+            self._scope_values.pop()
+            if names is not None:
+                names.update(values)
         outs = []
         for out in graph.output:
             if out.name not in values:
@@ -200,10 +288,114 @@ class OnnxParser:
             outs.append(values[out.name])
         return outs
 
-    def _input_shape(self, inp: onnx.ValueInfoProto) -> Shape:
+    # --- sub-graphs (used by the control-flow and sequence handlers) ----------------------
+    def scope_values(self) -> dict[str, Value]:
+        """The name -> value map of the graph being parsed (what a sub-graph sees as outer)."""
+        return self._scope_values[-1]
+
+    def parse_subgraph(
+        self,
+        graph: onnx.GraphProto,
+        module: Module,
+        outer: Mapping[str, Value],
+        *,
+        label: str,
+        input_shapes: Sequence[Shape] | None = None,
+        inputs: Sequence[Value] | None = None,
+        names: dict[str, Value] | None = None,
+    ) -> list[Value]:
+        """`parse_graph` for a sub-graph; errors inside it say `(in <label> > ...)`, where
+        `label` says which sub-graph of which node it is."""
+        self._scope.append(label)
+        try:
+            return self.parse_graph(graph, module, outer, input_shapes, inputs, names)
+        except OnnxParseError as exc:
+            if not getattr(exc, "pgx_scoped", False) and exc.args:
+                where = " > ".join(self._scope)
+                exc.args = (f"{exc.args[0]} (in {where})", *exc.args[1:])
+                exc.pgx_scoped = True  # type: ignore[attr-defined]
+            raise
+        finally:
+            self._scope.pop()
+
+    def next_index(self, parent: Module, kind: str) -> int:
+        """The next number for a `kind` sub-module of `parent` (`if0`, `if1`, ...)."""
+        key = (parent.name, kind)
+        k = self._counters.get(key, 0)
+        self._counters[key] = k + 1
+        return k
+
+    def new_module(self, parent: Module, suffix: str) -> Module:
+        """A sub-module `<parent>:<suffix>` of the program, e.g. `main:if0_then`."""
+        return self.program.create_module(f"{parent.name}:{suffix}", parent)
+
+    def finish_module(self, module: Module, outputs: Sequence[Instruction]) -> None:
+        """Return `outputs` from a sub-module and drop what they do not need."""
+        module.add_return(list(outputs))
+        dead_code_elimination(module)
+
+    def discard_module(self, module: Module) -> None:
+        """Remove a sub-module (and its own sub-modules) that will not be used after all."""
+        doomed = {id(module)}
+        changed = True
+        while changed:
+            changed = False
+            for m in self.program.modules.values():
+                if id(m) not in doomed and m.parent is not None and id(m.parent) in doomed:
+                    doomed.add(id(m))
+                    changed = True
+        for name, m in list(self.program.modules.items()):
+            if id(m) in doomed:
+                for key in [k for k in self._counters if k[0] == name]:
+                    del self._counters[key]
+                for ins in m.instructions:
+                    for i in ins.inputs:
+                        i.outputs = [u for u in i.outputs if u is not ins]
+                m.instructions = []
+                self.program.remove_module(name)
+
+    @staticmethod
+    def captured(modules: Sequence[Module]) -> list[Instruction]:
+        """Values of enclosing modules that `modules` (or their own sub-modules) read, in order
+        of first use: the control instruction lists them as inputs, so liveness and ordering
+        passes see the dependency."""
+        inside: set[int] = set()
+        todo = list(modules)
+        seen_mods: set[int] = set()
+        all_mods = []
+        while todo:
+            m = todo.pop(0)
+            if id(m) in seen_mods:
+                continue
+            seen_mods.add(id(m))
+            all_mods.append(m)
+            inside.update(id(i) for i in m.instructions)
+            for ins in m.instructions:
+                todo.extend(ins.module_inputs)
+        out: list[Instruction] = []
+        taken: set[int] = set()
+        for m in all_mods:
+            for ins in m.instructions:
+                for i in ins.inputs:
+                    if id(i) not in inside and id(i) not in taken:
+                        taken.add(id(i))
+                        out.append(i)
+        return out
+
+    def input_shape(self, inp: onnx.ValueInfoProto) -> Shape:
         map_dims = self.options["map_input_dims"] or {}
-        tt = inp.type.tensor_type
-        if not inp.type.HasField("tensor_type"):
+        t = inp.type
+        if t.HasField("optional_type") and t.optional_type.elem_type.HasField("tensor_type"):
+            # an optional tensor input is a parameter that must be given (so it has an element)
+            t = t.optional_type.elem_type
+        tt = t.tensor_type
+        if t.HasField("sequence_type") or t.HasField("optional_type"):
+            kind = "a sequence" if t.HasField("sequence_type") else "an optional sequence"
+            raise OnnxParseError(
+                f"{self.source}: input {inp.name!r} is {kind}: programs take tensors only "
+                "(sequences are resolved at compile time, so they cannot be graph inputs)"
+            )
+        if not t.HasField("tensor_type"):
             raise OnnxParseError(f"{self.source}: input {inp.name!r} is not a tensor")
         try:
             type_name = onnx_type_to_shape_type(tt.elem_type)
@@ -225,13 +417,11 @@ class OnnxParser:
                 lens.append(default)
         return Shape(type_name, lens)
 
-    def _parse_node(
-        self, node: onnx.NodeProto, module: Module, values: dict[str, Instruction]
-    ) -> None:
+    def _parse_node(self, node: onnx.NodeProto, module: Module, values: dict[str, Value]) -> None:
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
         opset = self.opsets[domain]
         ctx = NodeContext(self, node, module, opset)
-        args: list[Instruction | None] = []
+        args: list[Value | None] = []
         for name in node.input:
             if not name:
                 args.append(None)
@@ -240,8 +430,20 @@ class OnnxParser:
             else:
                 raise ctx.error(f"input {name!r} is not produced by any earlier node or input")
         handler = find_handler(domain, node.op_type, opset)
-        if handler is None:  # only reachable with skip_unknown_operators
-            results = self._unknown(ctx, args)
+        structured = [
+            (k, a) for k, a in enumerate(args) if isinstance(a, SequenceValue | OptionalValue)
+        ]
+        results: Any
+        if structured and not getattr(handler, "takes_sequences", False):
+            k, a = structured[0]
+            if domain == "" and node.op_type in _PASS_THROUGH and len(args) == 1:
+                results = a
+            else:
+                raise ctx.error(
+                    f"input {k} ({node.input[k]!r}) is {describe(a)}; this operator takes tensors"
+                )
+        elif handler is None:  # only reachable with skip_unknown_operators
+            results = self._unknown(ctx, args)  # type: ignore[arg-type]
         else:
             try:
                 results = handler(ctx, args)
@@ -249,7 +451,7 @@ class OnnxParser:
                 raise
             except (ValueError, TypeError, IndexError, KeyError, NotImplementedError) as exc:
                 raise ctx.error(f"{type(exc).__name__}: {exc}") from exc
-        if isinstance(results, Instruction) or results is None:
+        if isinstance(results, Instruction | SequenceValue | OptionalValue) or results is None:
             results = [results]
         names = list(node.output)
         for k, name in enumerate(names):
@@ -270,7 +472,7 @@ class OnnxParser:
                     "unsupported operator skipped, but its output shape is unknown; "
                     "run onnx.shape_inference on the model first"
                 )
-            shape = self._input_shape(vi)
+            shape = self.input_shape(vi)
             op = Unknown(ctx.op_type, ctx.domain, shape)
             outs.append(ctx.module.add_instruction(op, [a for a in args if a is not None]))
         return outs
@@ -278,6 +480,21 @@ class OnnxParser:
     def value_info(self, name: str) -> onnx.ValueInfoProto | None:
         """The declared type of value `name` (graph outputs and value_info), if any."""
         return self._value_info.get(name)
+
+    def has_static_shape(self, name: str) -> bool:
+        vi = self._value_info.get(name)
+        if vi is None or not vi.type.HasField("tensor_type"):
+            return False
+        tt = vi.type.tensor_type
+        return tt.HasField("shape") and all(
+            d.HasField("dim_value") and d.dim_value >= 0 for d in tt.shape.dim
+        )
+
+    def declare_shape(self, name: str, shape: Shape) -> None:
+        """Record `shape` as the declared shape of value `name`, as if the model's value_info
+        said so (handlers of run-time shape inputs read it; e.g. Loop bodies, see control.py)."""
+        elem = onnx.helper.np_dtype_to_tensor_dtype(shape.dtype())
+        self._value_info[name] = onnx.helper.make_tensor_value_info(name, elem, shape.lens())
 
     # --- tensors and constants ------------------------------------------------------------
     def tensor_to_array(self, tensor: onnx.TensorProto) -> np.ndarray:
@@ -302,8 +519,9 @@ class OnnxParser:
     def const_value(self, ins: Instruction) -> np.ndarray | None:
         """Evaluate `ins` at parse time if it depends only on literals (memoised)."""
         key = id(ins)
-        if key in self._const:
-            return self._const[key]
+        entry = self._const.get(key)
+        if entry is not None and entry[0] is ins:
+            return entry[1]
         if ins.is_literal():
             value: np.ndarray | None = ins.get_literal().array
         elif ins.is_param() or ins.module_inputs or ins.op.name == "unknown":
@@ -314,5 +532,5 @@ class OnnxParser:
                 value = None
             else:
                 value = np.asarray(ins.op.compute(ins.shape, args))
-        self._const[key] = value
+        self._const[key] = (ins, value)
         return value

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import ml_dtypes
 import numpy as np
 
 from pygraphx.ir.shape import Shape, to_dtype
@@ -195,7 +196,11 @@ class Clip(Pointwise):
 
 @register_op
 class Convert(Pointwise):
-    """Cast to `target_type` (float -> int truncates; out-of-range follows numpy)."""
+    """Cast to `target_type` (float -> int truncates; out-of-range follows numpy).
+
+    To an fp8 type, out-of-range values overflow as ml_dtypes does (ONNX Cast's `saturate=0`);
+    `convert_saturate` below is the saturating cast.
+    """
 
     name = "convert"
     target_type: str = "float_type"
@@ -207,6 +212,47 @@ class Convert(Pointwise):
 
     def apply(self, o: Any, x: Any) -> Any:
         return o.cast(x, to_dtype(self.target_type))
+
+
+#: the fp8 types, the only targets of `convert_saturate`
+FP8_TYPES = ("fp8e4m3fnuz_type", "fp8e4m3fn_type", "fp8e5m2_type", "fp8e5m2fnuz_type")
+# source types a saturating convert clamps in directly; others (integers, bool, fp8) are widened
+# to float32 first (every fp8 maximum is exact there, and no fp8 bound fits an int8)
+_CLAMP_DTYPES = frozenset(
+    np.dtype(t) for t in (np.float16, np.float32, np.float64, ml_dtypes.bfloat16)
+)
+
+
+@register_op
+class ConvertSaturate(Pointwise):
+    """Cast to the fp8 `target_type`, saturating: ONNX Cast's `saturate=1` (opset 19+).
+
+    Finite values beyond the type's largest finite value and the infinities become that value
+    (with their sign), NaN stays NaN, everything else rounds to nearest even. `convert` to an
+    fp8 type keeps numpy's (ml_dtypes') overflow instead: NaN for the e4m3 and fnuz types, inf
+    for e5m2 (ONNX's `saturate=0`).
+    """
+
+    name = "convert_saturate"
+    target_type: str = "fp8e4m3fn_type"
+    same_type = False
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        check_arity(self, inputs, 1)
+        if self.target_type not in FP8_TYPES:
+            raise ShapeError(
+                f"{self.name}: target_type must be an fp8 type ({', '.join(FP8_TYPES)}), "
+                f"got {self.target_type}"
+            )
+        return Shape(self.target_type, inputs[0].lens())
+
+    def apply(self, o: Any, x: Any) -> Any:
+        dtype = to_dtype(self.target_type)
+        if np.dtype(x.dtype) not in _CLAMP_DTYPES:
+            x = o.cast(x, np.float32)
+        big = float(ml_dtypes.finfo(dtype).max)
+        clamped = o.minimum(o.maximum(x, o.constant(-big, x)), o.constant(big, x))
+        return o.cast(o.where(o.isnan(x), x, clamped), dtype)
 
 
 @register_op

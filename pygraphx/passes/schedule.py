@@ -34,8 +34,9 @@ def _dfs_order(module: Module, latest_first: bool) -> list[Instruction]:
             stack.append((ins, True))
             # inputs are emitted earliest-first, or latest-first (the input made last usually
             # heads the longest chain; computing it first shortens the others' live ranges)
-            for i in sorted(ins.inputs, key=lambda x: index[id(x)], reverse=not latest_first):
-                if id(i) not in done and i.module is module:
+            own = [i for i in ins.inputs if i.module is module]  # bodies may read outer values
+            for i in sorted(own, key=lambda x: index[id(x)], reverse=not latest_first):
+                if id(i) not in done:
                     stack.append((i, False))
     # anything unreachable (dead code) keeps its relative place at the end
     order += [i for i in module.instructions if id(i) not in done]

@@ -2,7 +2,8 @@
 
 `PygraphxBackend.prepare(model, device)` parses and compiles the model for a target (`ref` by
 default; pass `target="cpu"` later) and returns a rep whose `run(inputs)` takes the inputs in
-graph-input order, as the ONNX test runner gives them.
+graph-input order, as the ONNX test runner gives them. Models whose shapes depend on input
+values are compiled per value at run time (`specialize_on_input_values`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import onnx
 from onnx.backend.base import Backend, BackendRep
 
 from pygraphx.ir.program import Program
-from pygraphx.onnx.parser import parse_onnx_buffer
+from pygraphx.onnx import parse_onnx_buffer
 from pygraphx.targets import get_target
 
 
@@ -44,6 +45,8 @@ class PygraphxBackend(Backend):
         cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any
     ) -> PygraphxBackendRep:
         target = kwargs.pop("target", "ref")
+        # test models feed Reshape shapes, Reduce axes, TopK's K, ... as graph inputs
+        kwargs.setdefault("specialize_on_input_values", True)
         program = parse_onnx_buffer(model.SerializeToString(), **kwargs)
         program.compile(get_target(target))
         return PygraphxBackendRep(program)

@@ -12,7 +12,15 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.onnx.context import NodeContext, onnx_type_to_shape_type
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops import make_op
-from pygraphx.ops.pointwise import Clip, Convert, Elu, LeakyRelu, Where
+from pygraphx.ops.pointwise import (
+    FP8_TYPES,
+    Clip,
+    Convert,
+    ConvertSaturate,
+    Elu,
+    LeakyRelu,
+    Where,
+)
 
 Args = list[Instruction | None]
 
@@ -65,11 +73,13 @@ def parse_pow(ctx: NodeContext, args: Args) -> Instruction:
 
 @onnx_op("Mod")
 def parse_mod(ctx: NodeContext, args: Args) -> Instruction:
+    # fmod=1: C fmod (the dividend's sign). fmod=0: the divisor's sign, on floats too, as
+    # Python's % and onnx's node tests have it (x % 0 and inf % y are NaN, x % +-inf is x when
+    # the signs agree and +-inf when they differ); ONNX Runtime refuses fmod=0 on floats.
     a, b = ctx.broadcast(args[0], args[1])
-    fmod = ctx.attr("fmod", 0)
-    if not fmod and a.shape.type() in ("float_type", "half_type", "double_type", "bf16_type"):
-        raise ctx.error("Mod with fmod=0 is defined for integers only; set fmod=1 for floats")
-    return ctx.add(make_op("fmod" if fmod else "mod"), a, b)
+    if a.shape.type() != b.shape.type():
+        raise ctx.error(f"inputs have different types {a.shape.type()} and {b.shape.type()}")
+    return ctx.add(make_op("fmod" if ctx.attr("fmod", 0) else "mod"), a, b)
 
 
 def _variadic(op_name: str):
@@ -113,12 +123,16 @@ def parse_selu(ctx: NodeContext, args: Args) -> Instruction:
 
 @onnx_op("Celu")
 def parse_celu(ctx: NodeContext, args: Args) -> Instruction:
-    # celu(x) = max(0, x) + min(0, alpha * (exp(x / alpha) - 1))
+    # celu(x) = max(0, x) + min(0, alpha * (exp(x / alpha) - 1)) = alpha * elu_1(x / alpha);
+    # half and bf16 are computed in float32 and rounded once (as ONNX's reference does)
     x = args[0]
+    in_type = x.shape.type()
+    if in_type in ("half_type", "bf16_type"):
+        x = ctx.convert(x, "float_type")
     alpha = ctx.attr("alpha", 1.0)
     scaled = ctx.add(make_op("div"), x, ctx.scalar(alpha, x))
     e = ctx.add(Elu(1.0), scaled)
-    return ctx.add(make_op("mul"), e, ctx.scalar(alpha, x))
+    return ctx.convert(ctx.add(make_op("mul"), e, ctx.scalar(alpha, x)), in_type)
 
 
 @onnx_op("ThresholdedRelu")
@@ -222,20 +236,28 @@ def parse_where(ctx: NodeContext, args: Args) -> Instruction:
     return ctx.add(Where(), c, a, b)
 
 
+def _cast(ctx: NodeContext, x: Instruction, target: str) -> Instruction:
+    """Cast `x` to `target`; to an fp8 type `saturate` (opset 19+, default 1) clamps values out
+    of range, the infinities included, to the type's largest finite value."""
+    if x.shape.type() == target:
+        return x
+    if target in FP8_TYPES and ctx.attr("saturate", 1):
+        return ctx.add(ConvertSaturate(target), x)
+    return ctx.add(Convert(target), x)
+
+
 @onnx_op("Cast")
 def parse_cast(ctx: NodeContext, args: Args) -> Instruction:
     try:
         target = onnx_type_to_shape_type(ctx.attr("to"))
     except ValueError as exc:
         raise ctx.error(str(exc)) from None
-    if args[0].shape.type() == target:
-        return args[0]
-    return ctx.add(Convert(target), args[0])
+    return _cast(ctx, args[0], target)
 
 
 @onnx_op("CastLike")
 def parse_cast_like(ctx: NodeContext, args: Args) -> Instruction:
-    return ctx.convert(args[0], args[1].shape.type())
+    return _cast(ctx, args[0], args[1].shape.type())
 
 
 @onnx_op("Identity")

@@ -1,0 +1,332 @@
+"""pygraphx `cpu` vs ONNX Runtime (CPU EP) vs torch eager, on the built-in models.
+
+    python benchmarks/cpu_vs_peers.py                   # resnet50, mobilenetv2, bert_base, gpt2
+    python benchmarks/cpu_vs_peers.py --quick           # fewer runs, batch 1 only
+    python benchmarks/cpu_vs_peers.py --json out.json --profile
+
+Every engine runs the same ONNX model (`pygraphx.models`, random weights) on the same inputs
+with the same thread count (`--threads`, default: the `cpu` target's, i.e. `PGX_CPU_THREADS` or
+the usable cores). ONNX Runtime uses default session options except `intra_op_num_threads`.
+torch eager runs the CNNs only: a direct interpretation of the ONNX graph with
+`torch.nn.functional` calls in NCHW (what an eager `nn.Module` does), since torchvision is not a
+dependency; the transformers are skipped for eager (rebuilding them in torch is not simple).
+
+Timing: after warm-up runs, the engines are run in turn (pygraphx, ORT, eager, pygraphx, ...)
+so that machine noise hits them alike, and the median of the timed runs is reported.
+"Compile" is the time from ONNX bytes to a runnable model: parse + passes + prepare for
+pygraphx, session creation for ORT. With `--profile`, the models where pygraphx is slower than
+ORT get a per-op breakdown from a profiled run (`program.run(params, observer=...)`).
+The script also measures the executor's per-instruction overhead on a chain of 200 small
+instructions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pygraphx  # noqa: E402
+from pygraphx.models import get_model, model_inputs  # noqa: E402
+
+CNNS = ("resnet50", "mobilenetv2")
+MODELS = ("resnet50", "mobilenetv2", "bert_base", "gpt2")
+
+
+# --- engines --------------------------------------------------------------------------------
+
+
+def make_pygraphx(model: onnx.ModelProto, conv_output: str) -> tuple[Callable, float, Any]:
+    start = time.perf_counter()
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    from pygraphx.targets.cpu.target import CpuTarget
+
+    prog.compile(CpuTarget(conv_output=conv_output))
+    seconds = time.perf_counter() - start
+    return (lambda feeds: prog.run(feeds)), seconds, prog
+
+
+def make_ort(model: onnx.ModelProto, threads: int) -> tuple[Callable, float]:
+    import onnxruntime as ort
+
+    start = time.perf_counter()
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    seconds = time.perf_counter() - start
+    return (lambda feeds: sess.run(None, feeds)), seconds
+
+
+def make_eager(model: onnx.ModelProto) -> tuple[Callable, float]:
+    """Interpret the CNN graph node by node with torch.nn.functional (eager mode)."""
+    import torch
+    import torch.nn.functional as F
+
+    start = time.perf_counter()
+    weights = {
+        t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in model.graph.initializer
+    }
+    nodes = list(model.graph.node)
+    out_name = model.graph.output[0].name
+
+    def attrs(node: onnx.NodeProto) -> dict[str, Any]:
+        return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+    def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        with torch.inference_mode():
+            v: dict[str, Any] = dict(weights)
+            v.update({k: torch.from_numpy(a) for k, a in feeds.items()})
+            for n in nodes:
+                a = attrs(n)
+                x = [v[i] if i else None for i in n.input]
+                op = n.op_type
+                if op == "Conv":
+                    p = a.get("pads", [0, 0, 0, 0])
+                    y = F.conv2d(x[0], x[1], x[2] if len(x) > 2 else None, a.get("strides", 1),
+                                 p[:2], a.get("dilations", 1), a.get("group", 1))  # fmt: skip
+                elif op == "BatchNormalization":
+                    y = F.batch_norm(
+                        x[0], x[3], x[4], x[1], x[2], False, 0.0, a.get("epsilon", 1e-5)
+                    )
+                elif op == "Relu":
+                    y = F.relu(x[0])
+                elif op == "Clip":
+                    y = torch.clamp(x[0], float(x[1]), float(x[2]))
+                elif op == "Add":
+                    y = x[0] + x[1]
+                elif op == "MaxPool":
+                    p = a.get("pads", [0, 0, 0, 0])
+                    y = F.max_pool2d(x[0], a["kernel_shape"], a.get("strides", 1), p[:2])
+                elif op == "GlobalAveragePool":
+                    y = x[0].mean((2, 3), keepdim=True)
+                elif op == "Flatten":
+                    y = torch.flatten(x[0], a.get("axis", 1))
+                elif op == "Gemm":
+                    w = x[1].t() if a.get("transB", 0) else x[1]
+                    y = torch.addmm(x[2], x[0], w)
+                elif op == "Constant":
+                    y = torch.from_numpy(numpy_helper.to_array(a["value"]).copy())
+                else:
+                    raise NotImplementedError(f"eager baseline: ONNX op {op}")
+                v[n.output[0]] = y
+            return [v[out_name].numpy()]
+
+    return run, time.perf_counter() - start
+
+
+# --- measurement ----------------------------------------------------------------------------
+
+
+def interleaved(
+    engines: dict[str, Callable], feeds: dict[str, np.ndarray], warmup: int, repeat: int
+) -> dict[str, float]:
+    """Median milliseconds per engine, the engines taking turns."""
+    for fn in engines.values():
+        for _ in range(warmup):
+            fn(feeds)
+    times: dict[str, list[float]] = defaultdict(list)
+    for _ in range(repeat):
+        for name, fn in engines.items():
+            start = time.perf_counter()
+            fn(feeds)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+
+
+def profile(prog: Any, feeds: dict[str, np.ndarray], runs: int = 3) -> list[tuple[str, float, int]]:
+    """(op kind, mean ms per run, count) from profiled runs, largest first."""
+    total: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for r in range(runs):
+
+        def observe(ins: Any, value: Any, seconds: float, r: int = r) -> None:
+            key = ins.op.name
+            if ins.module_inputs:
+                body = [i.op.name for i in ins.module_inputs[0].instructions
+                        if not i.is_param() and not i.is_return()]  # fmt: skip
+                key += "{" + ",".join(body) + "}"
+            total[key] += seconds / runs
+            if r == 0:
+                count[key] += 1
+
+        prog.run(feeds, observer=observe)
+    rows = [(k, v * 1e3, count[k]) for k, v in total.items()]
+    return sorted(rows, key=lambda r: -r[1])
+
+
+def per_instruction_overhead(n: int = 200) -> dict[str, float]:
+    """Microseconds per instruction for a chain of `n` tiny element-wise instructions (2x2
+    floats, so the figure is the runtime's overhead plus torch's dispatch), and for the bare
+    executor loop over `n` no-op steps."""
+    import torch
+
+    from pygraphx.ir.program import Program
+    from pygraphx.ir.shape import Shape
+    from pygraphx.runtime.executor import Executor
+
+    prog = Program()
+    main = prog.get_main_module()
+    y = main.add_parameter("x", Shape("float_type", [2, 2]))
+    for k in range(n):
+        y = main.add_instruction(pygraphx.make_op(("relu", "neg", "abs", "exp")[k % 4]), [y])
+    main.add_return([y])
+    exe = pygraphx.get_target("cpu").prepare(prog, {})
+    feeds = {"x": np.ones((2, 2), np.float32)}
+    for _ in range(20):
+        exe.run(feeds)
+    ts = []
+    for _ in range(300):
+        start = time.perf_counter()
+        exe.run(feeds)
+        ts.append(time.perf_counter() - start)
+    bare = Executor([lambda: None] * n, lambda p: None, lambda: [], context=torch.inference_mode)
+    tb = []
+    for _ in range(300):
+        start = time.perf_counter()
+        bare.run({})
+        tb.append(time.perf_counter() - start)
+    out = torch.empty(2, 2)
+    x = torch.ones(2, 2)
+    with torch.inference_mode():
+        start = time.perf_counter()
+        for _ in range(n * 50):
+            torch.neg(x, out=out)
+        raw = (time.perf_counter() - start) / (n * 50)
+    return {
+        "us_per_instruction": statistics.median(ts) / n * 1e6,
+        "us_per_step_executor_loop": statistics.median(tb) / n * 1e6,
+        "us_per_raw_torch_call": raw * 1e6,
+    }
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pygraphx.targets.cpu import configure_openmp
+
+    configure_openmp()  # before torch is imported (see pygraphx/targets/cpu/__init__.py)
+    from pygraphx.targets.cpu.target import cpu_threads
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 8])
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=None, help="default: the cpu target's count")
+    ap.add_argument("--quick", action="store_true", help="1 warm-up, 3 timed runs, batch 1")
+    ap.add_argument("--no-eager", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="per-op breakdown where we lose")
+    ap.add_argument("--conv-output", choices=("torch", "arena"), default="torch")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.warmup, args.repeat, args.batches = 1, 3, [1]
+
+    import os
+
+    import torch
+
+    threads = args.threads or cpu_threads()
+    os.environ["PGX_CPU_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    print(
+        f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores visible, "
+        f"{threads} threads (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}); "
+        f"torch {torch.__version__}, onnxruntime "
+        f"{__import__('onnxruntime').__version__}; warm-up {args.warmup}, timed {args.repeat}"
+    )
+    results = []
+    for name in args.models:
+        for batch in args.batches:
+            seq = args.seq_len if name not in CNNS else 0
+            model = get_model(name, batch=batch, seq_len=max(seq, 1))
+            feeds = model_inputs(name, model)
+            run_pgx, t_pgx, prog = make_pygraphx(model, args.conv_output)
+            run_ort, t_ort = make_ort(model, threads)
+            engines: dict[str, Callable] = {"pygraphx": run_pgx, "ort": run_ort}
+            compile_s = {"pygraphx": t_pgx, "ort": t_ort}
+            if name in CNNS and not args.no_eager:
+                engines["eager"], compile_s["eager"] = make_eager(model)
+            ours = [np.array(a) for a in run_pgx(feeds)]
+            theirs = run_ort(feeds)
+            max_diff = max(float(np.max(np.abs(a - b))) for a, b in zip(ours, theirs, strict=True))
+            ms = interleaved(engines, feeds, args.warmup, args.repeat)
+            row: dict[str, Any] = {
+                "model": name,
+                "batch": batch,
+                "seq_len": seq or None,
+                "ms": ms,
+                "compile_s": compile_s,
+                "ratio_pygraphx_over_ort": ms["pygraphx"] / ms["ort"],
+                "max_abs_diff_vs_ort": max_diff,
+                "fallback_ops": prog._executable.fallbacks,
+            }
+            if args.profile and ms["pygraphx"] > ms["ort"]:
+                row["profile"] = [
+                    {"op": k, "ms": v, "count": c} for k, v, c in profile(prog, feeds)[:10]
+                ]
+            results.append(row)
+            _print_row(row)
+            del prog, engines, run_pgx, run_ort
+    overhead = per_instruction_overhead()
+    print(
+        f"\nper-instruction overhead (200 tiny instructions): {overhead['us_per_instruction']:.2f} "
+        f"us/instruction (bare executor loop {overhead['us_per_step_executor_loop']:.3f} us/step, "
+        f"one raw torch call {overhead['us_per_raw_torch_call']:.2f} us)"
+    )
+    _print_table(results)
+    if args.json is not None:
+        doc = {"threads": threads, "results": results, "overhead": overhead}
+        args.json.write_text(json.dumps(doc, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _print_row(row: dict[str, Any]) -> None:
+    parts = ", ".join(f"{k} {v:.2f} ms" for k, v in row["ms"].items())
+    ratio = row["ratio_pygraphx_over_ort"]
+    diff = row["max_abs_diff_vs_ort"]
+    print(f"{row['model']} b{row['batch']}: {parts}; pygraphx/ort {ratio:.2f}; "
+          f"max |diff| vs ort {diff:.2e}", flush=True)  # fmt: skip
+    for p in row.get("profile", []):
+        print(f"    {p['ms']:8.3f} ms  x{p['count']:<3d} {p['op'][:90]}")
+
+
+_COLUMNS = ("model", "batch", "pygraphx ms", "ORT ms", "eager ms", "pgx/ORT", "compile pgx s",
+            "compile ORT s")  # fmt: skip
+
+
+def _print_table(results: list[dict[str, Any]]) -> None:
+    rows = []
+    for r in results:
+        ms, cs = r["ms"], r["compile_s"]
+        rows.append([
+            r["model"], str(r["batch"]), f"{ms['pygraphx']:.2f}", f"{ms['ort']:.2f}",
+            f"{ms['eager']:.2f}" if "eager" in ms else "-", f"{r['ratio_pygraphx_over_ort']:.2f}",
+            f"{cs['pygraphx']:.2f}", f"{cs['ort']:.2f}",
+        ])  # fmt: skip
+    widths = [max(len(c), *(len(row[k]) for row in rows)) for k, c in enumerate(_COLUMNS)]
+    print()
+    print("| " + " | ".join(c.ljust(w) for c, w in zip(_COLUMNS, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        print("| " + " | ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) + " |")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,201 @@
+"""The state of lowering one module to torch: value slots, the arena, scratch, and the steps.
+
+Every IR value gets an index into `env`, a plain Python list the steps read and write. A value
+known when the program is prepared (a literal, an arena slot, a view of either) sits in `env`
+for good and costs nothing per run; a value that changes every run (a parameter, a tensor a torch
+call allocates, a view of those) is stored by the step that makes it. Steps are closures bound
+to their indices and tensors, so running the program is a loop over them.
+
+Intermediates live in one uint8 arena tensor carved at `memory_plan`'s offsets; scratch buffers
+of fused groups come from a small pool shared by all steps (steps run one at a time).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.shape import Shape
+from pygraphx.targets.torch_lowering.dtypes import torch_dtype
+
+if TYPE_CHECKING:
+    from pygraphx.passes.memory_coloring import MemoryPlan
+
+#: memory formats a value's tensor may have
+STANDARD, CHANNELS_LAST = "std", "cl"
+
+
+@dataclass
+class Step:
+    """One run-time step: `fn()` computes the value of `instructions[-1]` into `env[out]`.
+
+    `instructions` are the IR instructions the step covers (more than one when a lowering fused
+    a producer into its user); `unfused` are the steps to run instead when profiling.
+    """
+
+    fn: Callable[[], None]
+    instructions: list[Instruction]
+    out: int
+    unfused: list[Step] | None = None
+
+
+class LoweringError(RuntimeError):
+    """An instruction could not be lowered; the message names it."""
+
+
+class ScratchPool:
+    """Reusable byte buffers for temporaries of fused steps, grown as steps ask for more.
+
+    Buffer `k` is shared by every step that needs a k-th temporary; the typed views handed out
+    follow the buffer when it grows (torch views share the storage object, which `resize_`
+    reallocates in place).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.buffers: list[torch.Tensor] = []
+
+    def get(self, k: int, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Scratch `k` viewed with `like`'s lens and strides (which must be dense)."""
+        dtype = dtype or like.dtype
+        while len(self.buffers) <= k:
+            self.buffers.append(torch.empty(0, dtype=torch.uint8, device=self.device))
+        buf = self.buffers[k]
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        nbytes = max(like.numel(), 1) * itemsize
+        if buf.numel() < nbytes:
+            buf.resize_(nbytes)
+        flat = buf[:nbytes].view(dtype)
+        return flat.as_strided(like.shape, like.stride())
+
+
+@dataclass
+class LoweringContext:
+    """What every lowering function sees (see the module docstring)."""
+
+    device: torch.device
+    options: dict[str, Any]
+    plan: MemoryPlan | None
+    env: list[Any] = field(default_factory=list)
+    index: dict[int, int] = field(default_factory=dict)
+    static: list[bool] = field(default_factory=list)
+    const: list[bool] = field(default_factory=list)
+    layout: list[str] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    fallbacks: Counter = field(default_factory=Counter)
+    arena: torch.Tensor | None = None
+    offsets: dict[int, int] = field(default_factory=dict)
+    scratch: ScratchPool | None = None
+    users: dict[int, int] = field(default_factory=dict)
+    cache: dict[Any, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.scratch is None:
+            self.scratch = ScratchPool(self.device)
+        if self.plan is not None:
+            self.offsets = {id(b.ins): b.offset for b in self.plan.buffers}
+            if self.arena is None:
+                self.arena = torch.zeros(
+                    max(self.plan.arena_bytes, 1), dtype=torch.uint8, device=self.device
+                )
+
+    # --- value slots ----------------------------------------------------------------------
+    def new_slot(
+        self,
+        value: Any = None,
+        *,
+        static: bool = False,
+        layout: str = STANDARD,
+        const: bool = False,
+    ) -> int:
+        self.env.append(value)
+        self.static.append(static)
+        self.const.append(const)
+        self.layout.append(layout)
+        return len(self.env) - 1
+
+    def arg(self, ins: Instruction, k: int) -> int:
+        """The env index of input `k` of `ins`."""
+        return self.index[id(ins.inputs[k])]
+
+    def args(self, ins: Instruction) -> list[int]:
+        return [self.index[id(i)] for i in ins.inputs]
+
+    def value(self, idx: int) -> torch.Tensor | None:
+        """The tensor object at `idx` when it is fixed at prepare time (an arena slot, a
+        constant, a view of either; its contents may change every run), else None."""
+        return self.env[idx] if self.static[idx] else None
+
+    def constant(self, idx: int) -> torch.Tensor | None:
+        """The tensor at `idx` when its *values* are known at prepare time (a literal or a view
+        of one), else None."""
+        return self.env[idx] if self.const[idx] else None
+
+    def bind_static(
+        self, ins: Instruction, tensor: torch.Tensor, layout: str = STANDARD, const: bool = False
+    ) -> int:
+        idx = self.new_slot(tensor, static=True, layout=layout, const=const)
+        self.index[id(ins)] = idx
+        return idx
+
+    def bind_dynamic(self, ins: Instruction, layout: str = STANDARD) -> int:
+        idx = self.new_slot(None, layout=layout)
+        self.index[id(ins)] = idx
+        return idx
+
+    def mark_fresh(self, idx: int) -> None:
+        """The step at `idx` stores a tensor it allocated itself (outputs need no copy)."""
+        self.cache.setdefault("fresh", set()).add(idx)
+
+    def alias(self, ins: Instruction, idx: int) -> int:
+        self.index[id(ins)] = idx
+        return idx
+
+    def has_slot(self, ins: Instruction) -> bool:
+        return id(ins) in self.offsets
+
+    def slot_tensor(self, ins: Instruction, layout: str = STANDARD) -> torch.Tensor:
+        """A typed view of `ins`'s place in the arena (standard or channels-last strides)."""
+        shape = ins.shape
+        return self.arena_view(self.offsets[id(ins)], shape, layout)
+
+    def arena_view(self, offset: int, shape: Shape, layout: str = STANDARD) -> torch.Tensor:
+        dtype = torch_dtype(shape.dtype())
+        lens = shape.lens()
+        n = shape.elements()
+        itemsize = shape.type_size()
+        flat = self.arena[offset : offset + n * itemsize].view(dtype)
+        if layout == CHANNELS_LAST and len(lens) == 4:
+            nn, c, h, w = lens
+            return flat.view(nn, h, w, c).permute(0, 3, 1, 2)
+        return flat.view(lens)
+
+    def output(self, ins: Instruction, layout: str = STANDARD) -> tuple[int, torch.Tensor | None]:
+        """The env index `ins`'s step writes, and the tensor to write into (its arena slot), or
+        None when it has no slot (the step then stores a new tensor at the index)."""
+        if self.has_slot(ins):
+            t = self.slot_tensor(ins, layout)
+            return self.bind_static(ins, t, layout), t
+        return self.bind_dynamic(ins, layout), None
+
+    # --- steps ----------------------------------------------------------------------------
+    def emit(
+        self,
+        fn: Callable[[], None],
+        instructions: Instruction | list[Instruction],
+        out: int,
+        unfused: list[Step] | None = None,
+    ) -> Step:
+        if isinstance(instructions, Instruction):
+            instructions = [instructions]
+        step = Step(fn, list(instructions), out, unfused)
+        self.steps.append(step)
+        return step
+
+    def single_user(self, ins: Instruction) -> bool:
+        return len(ins.outputs) == 1

@@ -1,0 +1,140 @@
+"""Data-movement operators lowered to torch: concat, constant pad, reverse, gather.
+
+Each writes its arena slot directly: `torch.cat(..., out=)`, a fill plus a copy into the inner
+window for `pad`, `index_select`/`gather` with `out=` for the gathers (negative indices are
+wrapped first; out-of-range ones raise in torch, as they raise in the reference).
+
+Declined (numpy fallback): reflect/edge/wrap padding, `gathernd`, the scatters, `compress`,
+`resize`, `einsum`, `det`, `bitshift`, `topk`, `prefix_scan_sum`, the dynamic slice/pad ops, and
+any of these on types torch cannot compute in.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import torch
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.dtypes import COMPUTE_DTYPES, python_scalar, torch_dtype
+from pygraphx.targets.torch_lowering.lower import lowering
+from pygraphx.targets.torch_lowering.lower_math import output_buffer
+
+
+def _computable(ins: Instruction) -> bool:
+    return torch_dtype(ins.shape.dtype()) in COMPUTE_DTYPES
+
+
+@lowering("concat")
+def lower_concat(ctx: LoweringContext, ins: Instruction) -> bool:
+    if not _computable(ins):
+        return False
+    axis = ins.op.axis + ins.shape.ndim() if ins.op.axis < 0 else ins.op.axis
+    args = ctx.args(ins)
+    idx, out = output_buffer(ctx, ins, "std")
+    env = ctx.env
+    cat = torch.cat
+
+    def step() -> None:
+        cat([env[i] for i in args], axis, out=out)
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+@lowering("pad")
+def lower_pad(ctx: LoweringContext, ins: Instruction) -> bool:
+    op = ins.op
+    if op.mode != "constant" or not _computable(ins):
+        return False
+    rank = ins.shape.ndim()
+    lens = ins.inputs[0].shape.lens()
+    inner = tuple(slice(op.pads[k], op.pads[k] + lens[k]) for k in range(rank))
+    value = python_scalar(op.value, torch_dtype(ins.shape.dtype()))
+    x = ctx.arg(ins, 0)
+    idx, out = output_buffer(ctx, ins, "std")
+    window = out[inner]
+    env = ctx.env
+
+    def step() -> None:
+        out.fill_(value)
+        window.copy_(env[x])
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+@lowering("reverse")
+def lower_reverse(ctx: LoweringContext, ins: Instruction) -> bool:
+    if not _computable(ins):
+        return False
+    rank = ins.shape.ndim()
+    axes = tuple(sorted({a + rank if a < 0 else a for a in ins.op.axes}))
+    x = ctx.arg(ins, 0)
+    idx, out = output_buffer(ctx, ins, "std")
+    env = ctx.env
+
+    def step() -> None:
+        out.copy_(torch.flip(env[x], axes) if axes else env[x])
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+def _wrap(i: torch.Tensor, n: int) -> torch.Tensor:
+    """Indices with negatives counted from the end (left out of range: torch raises)."""
+    return torch.where(i < 0, i + n, i)
+
+
+@lowering("gather")
+def lower_gather(ctx: LoweringContext, ins: Instruction) -> bool:
+    data_shape, idx_shape = (i.shape for i in ins.inputs)
+    if not _computable(ins) or idx_shape.type() not in ("int32_type", "int64_type"):
+        return False
+    rank = data_shape.ndim()
+    axis = ins.op.axis + rank if ins.op.axis < 0 else ins.op.axis
+    lens = data_shape.lens()
+    n = lens[axis]
+    flat_lens = lens[:axis] + [prod(idx_shape.lens())] + lens[axis + 1 :]
+    d, i = ctx.args(ins)
+    idx, out = output_buffer(ctx, ins, "std")
+    out_flat = out.view(flat_lens)
+    env = ctx.env
+    select = torch.index_select
+    fixed = ctx.constant(i)
+    if fixed is not None:
+        ids = _wrap(fixed.reshape(-1).long(), n)
+        if bool(((ids < 0) | (ids >= n)).any()):
+            return False  # the reference raises its own error for the bad index at run time
+
+        def step_fixed() -> None:
+            select(env[d], axis, ids, out=out_flat)
+
+        ctx.emit(step_fixed, ins, idx)
+        return True
+
+    def step() -> None:
+        select(env[d], axis, _wrap(env[i].reshape(-1), n), out=out_flat)
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+@lowering("gather_elements")
+def lower_gather_elements(ctx: LoweringContext, ins: Instruction) -> bool:
+    data_shape, idx_shape = (i.shape for i in ins.inputs)
+    if not _computable(ins) or idx_shape.type() not in ("int32_type", "int64_type"):
+        return False
+    rank = data_shape.ndim()
+    axis = ins.op.axis + rank if ins.op.axis < 0 else ins.op.axis
+    n = data_shape.lens()[axis]
+    d, i = ctx.args(ins)
+    idx, out = output_buffer(ctx, ins, "std")
+    env = ctx.env
+
+    def step() -> None:
+        torch.gather(env[d], axis, _wrap(env[i], n).long(), out=out)
+
+    ctx.emit(step, ins, idx)
+    return True
