@@ -51,8 +51,11 @@ class Pointwise(Op):
         return inputs[0].type()
 
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
+        # bf16 and fp8 (ml_dtypes, numpy kind 'V') compute the whole op in float32 and round
+        # once, as the ONNX reference does, instead of rounding after every primitive
+        wide = [a.astype(np.float32) if a.dtype.kind == "V" else a for a in args]
         with np.errstate(all="ignore"):
-            out = self.apply(NUMPY, *args)
+            out = self.apply(NUMPY, *wide)
         return np.asarray(out).astype(output_shape.dtype(), copy=False)
 
 

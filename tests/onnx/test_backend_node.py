@@ -21,10 +21,6 @@ EXCLUDE: dict[str, str] = {  # fmt: skip
     r"test_ai_onnx_ml": "ai.onnx.ml domain (classical ML) not supported",
     # --- ops pending ---
     r"test_flexattention_(?!.*expanded)": "FlexAttention needs graph-valued attributes: not supported yet",
-    r"test_(sce_|nllloss_(?!.*_expanded))": "SoftmaxCrossEntropyLoss / NegativeLogLikelihoodLoss handlers pending",
-    r"test_(cast|castlike)_FLOAT(16)?_to_FLOAT8": "saturating casts to fp8: pending (ml_dtypes overflows instead of saturating)",
-    r"test_mod_.*fmod_0": "Mod with fmod=0 on floats: pending (Python-style float modulo)",
-    r"test_celu_bfloat16": "bf16 Celu: the reference rounds each step to bf16, we round once",
     # --- training-only and nondeterministic ---
     r"test_(adagrad|adam|momentum|nesterov)": "training-only optimiser ops: out of scope",
     r"test_training_dropout(_default)?(_mask)?_(cpu|cuda)": "training-mode Dropout draws random masks: pygraphx is an inference engine",

@@ -203,6 +203,16 @@ def parse_gelu(ctx: NodeContext, args: Args) -> Instruction:
 
 
 @onnx_op("PRelu")
+def parse_prelu_v1(ctx: NodeContext, args: Args) -> Instruction:
+    # before opset 7 a 1-D slope of length C applies per channel (axis 1), not to the last axis
+    x, slope = args[0], args[1]
+    lens = x.shape.lens()
+    if slope.shape.ndim() == 1 and len(lens) > 2 and slope.shape.lens()[0] == lens[1] > 1:
+        slope = ctx.add(make_op("reshape", dims=(lens[1],) + (1,) * (len(lens) - 2)), slope)
+    return parse_prelu(ctx, [x, slope])
+
+
+@onnx_op("PRelu", since=7)
 def parse_prelu(ctx: NodeContext, args: Args) -> Instruction:
     x, slope = ctx.broadcast(args[0], args[1])
     neg = ctx.add(make_op("mul"), x, slope)
