@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -174,7 +175,10 @@ def compile_program(
                 f"--{args.target}, or compile the model for {args.target} from the ONNX file"
             )
         return loaded, program.target
-    target = resolve_target(args.target or "ref")
+    name = args.target or "ref"
+    if name == "auto":  # the fastest target this machine has: cpu with torch, else ref
+        name = "cpu" if importlib.util.find_spec("torch") is not None else "ref"
+    target = resolve_target(name)
     with steps(f"compile ({target.name})"):
         program.compile(target)
     return loaded, target
@@ -235,7 +239,8 @@ def cmd_version(args: argparse.Namespace, steps: Steps) -> int:
 
 # --- the table ------------------------------------------------------------------------------
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--ref` (the default) / `--cpu` / `--gpu`; `args.target` is None when none is given."""
+    """`--ref` (the default) / `--cpu` / `--gpu` / `--auto`; `args.target` is None when none
+    is given."""
     target = parser.add_argument_group("target").add_mutually_exclusive_group()
     for name in ("ref", "cpu", "gpu"):
         default = " (default; a saved compiled program: its own target)" if name == "ref" else ""
@@ -246,6 +251,13 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
             const=name,
             help=f"compile for and run on {name}{default}",
         )
+    target.add_argument(
+        "--auto",
+        dest="target",
+        action="store_const",
+        const="auto",
+        help="cpu when torch is installed, else ref",
+    )
     parser.set_defaults(target=None)
 
 

@@ -542,3 +542,16 @@ def test_perf_builtin_resnet50(capsys: pytest.CaptureFixture[str]) -> None:
     assert summary["convolution"][2] == 53
     assert sum(float(r.group(3)) for r in report["rows"]) == pytest.approx(100.0, abs=0.01)
     assert report["tail"][0] == "Batch size: 1"
+
+
+def test_auto_target_picks_cpu_when_torch_is_installed(capsys) -> None:
+    """The README's main job: `perf --model ... --auto` (cpu with torch, else ref)."""
+    import importlib.util
+
+    from pygraphx.driver.main import main as driver_main
+
+    assert driver_main(["perf", "--model", "mobilenetv2", "-O", "--auto", "-n", "2"]) == 0
+    captured = capsys.readouterr()
+    expected = "cpu" if importlib.util.find_spec("torch") is not None else "ref"
+    assert f"compile ({expected})" in captured.err
+    assert "Summary:" in captured.out and "Rate:" in captured.out
