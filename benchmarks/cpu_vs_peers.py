@@ -12,10 +12,15 @@ torch eager runs the CNNs only: a direct interpretation of the ONNX graph with
 dependency; the transformers are skipped for eager (rebuilding them in torch is not simple).
 
 Timing: after warm-up runs, the engines are run in turn (pygraphx, ORT, eager, pygraphx, ...)
-so that machine noise hits them alike, and the median of the timed runs is reported.
+so that machine noise hits them alike, and the median of the timed runs is reported, as wall
+time (the table) and as process CPU time (the per-row lines and the JSON): on a machine whose
+cores are shared with other work, wall times swing by 2x between runs, while single-thread CPU
+times stay put.
 "Compile" is the time from ONNX bytes to a runnable model: parse + passes + prepare for
 pygraphx, session creation for ORT. With `--profile`, the models where pygraphx is slower than
-ORT get a per-op breakdown from a profiled run (`program.run(params, observer=...)`).
+ORT get a per-op breakdown from a profiled run (`program.run(params, observer=...)`, which
+reports every IR instruction and so runs fused producers as separate steps) and from timing
+the fast path's own steps (where a convolution with its fused epilogue is one step).
 The script also measures the executor's per-instruction overhead on a chain of 200 small
 instructions.
 """
@@ -132,18 +137,27 @@ def make_eager(model: onnx.ModelProto) -> tuple[Callable, float]:
 
 def interleaved(
     engines: dict[str, Callable], feeds: dict[str, np.ndarray], warmup: int, repeat: int
-) -> dict[str, float]:
-    """Median milliseconds per engine, the engines taking turns."""
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Median wall-clock and process-CPU milliseconds per engine, the engines taking turns.
+
+    CPU time counts every thread of the process; with one thread it is the work done, and it
+    does not grow when other processes take the core away (wall time does)."""
     for fn in engines.values():
         for _ in range(warmup):
             fn(feeds)
-    times: dict[str, list[float]] = defaultdict(list)
+    wall: dict[str, list[float]] = defaultdict(list)
+    cpu: dict[str, list[float]] = defaultdict(list)
     for _ in range(repeat):
         for name, fn in engines.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn(feeds)
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    med = statistics.median
+    return (
+        {name: med(ts) * 1e3 for name, ts in wall.items()},
+        {name: med(ts) * 1e3 for name, ts in cpu.items()},
+    )
 
 
 def profile(prog: Any, feeds: dict[str, np.ndarray], runs: int = 3) -> list[tuple[str, float, int]]:
@@ -165,6 +179,38 @@ def profile(prog: Any, feeds: dict[str, np.ndarray], runs: int = 3) -> list[tupl
         prog.run(feeds, observer=observe)
     rows = [(k, v * 1e3, count[k]) for k, v in total.items()]
     return sorted(rows, key=lambda r: -r[1])
+
+
+def step_profile(prog: Any, feeds: dict[str, np.ndarray], runs: int = 3) -> list[tuple]:
+    """(step kind, mean ms per run, count) of the fast path's own steps, largest first: fused
+    steps (a convolution with its epilogue, a GEMM with its bias and GELU) show as one."""
+    import torch
+
+    exe = prog._executable
+    steps = exe.lowered.steps
+    times = np.zeros(len(steps))
+    for _ in range(runs):
+        exe.executor.bind(feeds)
+        with torch.inference_mode():
+            for k, step in enumerate(steps):
+                start = time.perf_counter()
+                step.fn()
+                times[k] += time.perf_counter() - start
+    total: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for k, step in enumerate(steps):
+        key = "+".join(_kind(ins) for ins in step.instructions)
+        total[key] += times[k] / runs
+        count[key] += 1
+    return sorted(((k, v * 1e3, count[k]) for k, v in total.items()), key=lambda r: -r[1])
+
+
+def _kind(ins: Any) -> str:
+    if not ins.module_inputs:
+        return ins.op.name
+    body = [i.op.name for i in ins.module_inputs[0].instructions
+            if not i.is_param() and not i.is_return()]  # fmt: skip
+    return ins.op.name + "{" + ",".join(body) + "}"
 
 
 def per_instruction_overhead(n: int = 200) -> dict[str, float]:
@@ -246,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(threads)
     print(
         f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores visible, "
-        f"{threads} threads (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}); "
+        f"{threads} threads (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
+        f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}); "
         f"torch {torch.__version__}, onnxruntime "
         f"{__import__('onnxruntime').__version__}; warm-up {args.warmup}, timed {args.repeat}"
     )
@@ -265,12 +312,13 @@ def main(argv: list[str] | None = None) -> int:
             ours = [np.array(a) for a in run_pgx(feeds)]
             theirs = run_ort(feeds)
             max_diff = max(float(np.max(np.abs(a - b))) for a, b in zip(ours, theirs, strict=True))
-            ms = interleaved(engines, feeds, args.warmup, args.repeat)
+            ms, cpu_ms = interleaved(engines, feeds, args.warmup, args.repeat)
             row: dict[str, Any] = {
                 "model": name,
                 "batch": batch,
                 "seq_len": seq or None,
                 "ms": ms,
+                "cpu_ms": cpu_ms,
                 "compile_s": compile_s,
                 "ratio_pygraphx_over_ort": ms["pygraphx"] / ms["ort"],
                 "max_abs_diff_vs_ort": max_diff,
@@ -278,7 +326,10 @@ def main(argv: list[str] | None = None) -> int:
             }
             if args.profile and ms["pygraphx"] > ms["ort"]:
                 row["profile"] = [
-                    {"op": k, "ms": v, "count": c} for k, v, c in profile(prog, feeds)[:10]
+                    {"op": k, "ms": v, "count": c} for k, v, c in profile(prog, feeds)[:8]
+                ]
+                row["steps"] = [
+                    {"op": k, "ms": v, "count": c} for k, v, c in step_profile(prog, feeds)[:8]
                 ]
             results.append(row)
             _print_row(row)
@@ -301,10 +352,16 @@ def _print_row(row: dict[str, Any]) -> None:
     parts = ", ".join(f"{k} {v:.2f} ms" for k, v in row["ms"].items())
     ratio = row["ratio_pygraphx_over_ort"]
     diff = row["max_abs_diff_vs_ort"]
+    cpu = ", ".join(f"{k} {v:.2f}" for k, v in row["cpu_ms"].items())
     print(f"{row['model']} b{row['batch']}: {parts}; pygraphx/ort {ratio:.2f}; "
-          f"max |diff| vs ort {diff:.2e}", flush=True)  # fmt: skip
-    for p in row.get("profile", []):
-        print(f"    {p['ms']:8.3f} ms  x{p['count']:<3d} {p['op'][:90]}")
+          f"max |diff| vs ort {diff:.2e}; process CPU ms: {cpu}", flush=True)  # fmt: skip
+    if "profile" in row:
+        print("  profiled run (observer; every IR instruction, fused producers run apart):")
+        for p in row["profile"]:
+            print(f"    {p['ms']:8.3f} ms  x{p['count']:<3d} {p['op'][:90]}")
+        print("  fast-path steps (as they run; a fused step shows as producer+user):")
+        for p in row["steps"]:
+            print(f"    {p['ms']:8.3f} ms  x{p['count']:<3d} {p['op'][:90]}")
 
 
 _COLUMNS = ("model", "batch", "pygraphx ms", "ORT ms", "eager ms", "pgx/ORT", "compile pgx s",

@@ -753,3 +753,18 @@ def test_generated_group_writes_its_output_in_place() -> None:
     assert body[0].endswith("out=_out)")
     assert body[-1].endswith("out=_out)")
     assert sum("out=_s" in line for line in body) <= 3
+
+
+def test_openmp_spin_is_bounded_only_when_it_can_still_act(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pygraphx.targets import cpu
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    cpu.configure_openmp()  # torch is imported already: too late, nothing set
+    assert "GOMP_SPINCOUNT" not in os.environ
+    monkeypatch.delitem(sys.modules, "torch")
+    cpu.configure_openmp()
+    assert os.environ["GOMP_SPINCOUNT"] == cpu.SPINCOUNT
+    monkeypatch.setenv("GOMP_SPINCOUNT", "5")
+    cpu.configure_openmp()  # the user's choice stays
+    assert os.environ["GOMP_SPINCOUNT"] == "5"

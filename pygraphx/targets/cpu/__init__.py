@@ -4,11 +4,14 @@ Importing this package does not import torch; `make_target()` does, and says how
 when it is missing.
 
 OpenMP threads: when torch is not imported yet and the user has set neither `OMP_WAIT_POLICY`
-nor `GOMP_SPINCOUNT`, `make_target()` sets `OMP_WAIT_POLICY=PASSIVE` first: idle OpenMP workers
-then sleep instead of spinning. On a machine whose cores are shared with other work, spinning
-workers lose their time slices and every parallel region waits milliseconds for them (measured
-here: a 98k-element add took 8.8 ms with spinning workers and 11 us with sleeping ones); on an
-idle machine the cost is a few microseconds of wake-up per parallel region.
+nor `GOMP_SPINCOUNT`, `make_target()` sets `GOMP_SPINCOUNT=10000` first: an idle OpenMP worker
+spins briefly (enough to catch the next operator's parallel region) and then sleeps, instead of
+spinning for GNU OpenMP's default 300000 rounds. On a machine whose cores are shared with other
+work, long-spinning workers lose their time slices and every parallel region then waits
+milliseconds for them; workers that sleep at once (`OMP_WAIT_POLICY=PASSIVE`) cost a wake-up of
+tens of microseconds per region instead. Measured here on 2 shared cores: a 98k-element add
+took 5.4 ms with the default spinning under load and 0.23 ms with this setting, and MobileNetV2
+at batch 1 ran in 5.8 ms with it against 11.0 ms with PASSIVE.
 """
 
 from __future__ import annotations
@@ -36,13 +39,18 @@ def make_target() -> CpuTarget:
     return CpuTarget()
 
 
+#: GNU OpenMP spin rounds before an idle worker sleeps (see the module docstring)
+SPINCOUNT = "10000"
+
+
 def configure_openmp() -> None:
-    """Make idle OpenMP workers sleep (see the module docstring), if it is not too late."""
+    """Bound how long idle OpenMP workers spin (see the module docstring), if it is not too
+    late (torch not imported yet) and the user has not chosen."""
     if "torch" in sys.modules:
         return
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         return
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    os.environ["GOMP_SPINCOUNT"] = SPINCOUNT
 
 
 __all__ = ["configure_openmp", "make_target"]

@@ -25,6 +25,7 @@ memory plan gave it. The benchmark (`benchmarks/cpu_vs_peers.py --conv-output`) 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -94,7 +95,7 @@ def conv_plan(ctx: LoweringContext, ins: Instruction) -> ConvPlan:
     return ConvPlan(packed, padding, list(op.stride), list(op.dilation), op.group, pre_pad)
 
 
-def conv_producer(ctx: LoweringContext, x: int, plan: ConvPlan):  # noqa: ANN201 - a closure
+def conv_producer(ctx: LoweringContext, x: int, plan: ConvPlan) -> Callable[[], torch.Tensor]:
     """The closure running `plan` on env[x] and returning the (new) output tensor."""
     env = ctx.env
     conv = torch.ops.mkldnn._convolution_pointwise
@@ -214,7 +215,9 @@ def _add_leaves(node: Instruction, leaves: list[Instruction], root: bool = False
     return False
 
 
-def _activation(ctx: LoweringContext, node: Instruction, outer: dict[int, Instruction]):  # noqa: ANN202
+def _activation(
+    ctx: LoweringContext, node: Instruction, outer: dict[int, Instruction]
+) -> tuple[str, list[float], Instruction] | None:
     """(unary attr, scalars, input) of a relu / relu6 at the root, or None."""
     name = node.op.name
     if name == "relu":

@@ -1,0 +1,224 @@
+"""Matrix products lowered to torch: `dot`, with its bias and element-wise epilogue.
+
+With a constant right-hand side (a weight, broadcast over the batch or not) the whole
+batch is one GEMM, on the CPU through MKL with the weight packed once at prepare
+(`mkl._mkl_linear`); otherwise `torch.matmul`. The product is a new tensor (not an arena
+slot, like the convolutions' results: see `conv_fusion.py`). A dot whose only user is an
+element-wise group takes that group's bias add into the GEMM, and the rest of the group
+(residual add, GELU) updates the product in place, which becomes the group's value. Half and
+bf16 products are computed in float32 and rounded once, as the reference does.
+
+Declined (numpy fallback): integer and fp8 products and `quant_dot` (numpy's exact wrapping
+arithmetic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext
+from pygraphx.targets.torch_lowering.dtypes import torch_dtype
+from pygraphx.targets.torch_lowering.lower import defer, deferred_producer, lowering, storing
+from pygraphx.targets.torch_lowering.lower_math import (
+    compile_into,
+    lower_pointwise,
+    output_buffer,
+    scalar_inputs,
+    trace_group,
+)
+from pygraphx.targets.torch_lowering.pointwise import peel_add
+
+# --- matrix products ------------------------------------------------------------------------
+
+
+def _batch_broadcast_matrix(ctx: LoweringContext, ins: Instruction, k: int) -> torch.Tensor | None:
+    """Input k as one fixed 2-D matrix when it is the same matrix for every batch entry."""
+    x = ins.inputs[k].shape
+    t = ctx.constant(ctx.arg(ins, k))
+    if t is None:
+        return None
+    if x.ndim() == 2:
+        return t
+    strides = x.strides()[:-2]
+    if any(s != 0 for s, n in zip(strides, x.lens()[:-2], strict=True) if n != 1):
+        return None
+    return t[(0,) * (x.ndim() - 2)]
+
+
+def _bias_vector(ctx: LoweringContext, x: Instruction, n: int) -> torch.Tensor | None:
+    """A fixed float32 input that varies along its last axis only, as an (n,) vector."""
+    t = ctx.constant(ctx.index[id(x)])
+    if t is None or t.dtype != torch.float32 or t.dim() < 1 or t.shape[-1] != n:
+        return None
+    if any(s != 0 for s, m in zip(t.stride()[:-1], t.shape[:-1], strict=True) if m != 1):
+        return None
+    return t[(0,) * (t.dim() - 1)].contiguous()
+
+
+def _packed_weight(ctx: LoweringContext, ins: Instruction, w: torch.Tensor, rows: int) -> Any:
+    """MKL's packed form of the fixed (K, N) matrix `w` for `rows` x K inputs, made once."""
+    key = ("mkl_weight", id(ins.inputs[1]), rows)
+    if key not in ctx.cache:
+        wt = w.t().contiguous()
+        n, k = wt.shape
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(wt, rows)
+        # the original weight is read only for other row counts, which static shapes rule out
+        ctx.cache[key] = (packed, torch.zeros(1, dtype=wt.dtype).expand(n, k))
+    return ctx.cache[key]
+
+
+def _use_mkl(ctx: LoweringContext) -> bool:
+    return (
+        ctx.device.type == "cpu"
+        and ctx.options.get("mkl_linear", True)
+        and torch.backends.mkl.is_available()
+    )
+
+
+def dot_producer(
+    ctx: LoweringContext, ins: Instruction, bias: torch.Tensor | None = None
+) -> Callable[[], torch.Tensor] | None:
+    """A closure returning the product as a new tensor (plus `bias` along the last axis), or
+    None (declined: integer and fp8 types; a bias with a run-time right-hand side)."""
+    a_shape = ins.inputs[0].shape
+    dtype = torch_dtype(a_shape.dtype())
+    if dtype not in (torch.float32, torch.float64):
+        return None
+    env = ctx.env
+    a, b = ctx.args(ins)
+    out_lens = tuple(ins.shape.lens())
+    w = _batch_broadcast_matrix(ctx, ins, 1)
+    if w is None:
+        if bias is not None:
+            return None
+        mm = torch.matmul
+        return lambda: mm(env[a], env[b])
+    k, n = w.shape
+    rows = ins.shape.elements() // n if n else 0
+    if dtype == torch.float32 and _use_mkl(ctx) and rows > 0 and k > 0:
+        packed, original = _packed_weight(ctx, ins, w, rows)
+        linear = torch.ops.mkl._mkl_linear
+
+        def run_mkl() -> torch.Tensor:
+            return linear(env[a].reshape(rows, k), packed, original, bias, rows).view(out_lens)
+
+        return run_mkl
+    if bias is not None:
+        addmm = torch.addmm
+        return lambda: addmm(bias, env[a].reshape(rows, k), w).view(out_lens)
+    mm = torch.matmul
+    return lambda: mm(env[a], w)
+
+
+@lowering("dot")
+def lower_dot(ctx: LoweringContext, ins: Instruction) -> bool:
+    dtype = torch_dtype(ins.shape.dtype())
+    if dtype in (torch.float16, torch.bfloat16):
+        return _lower_low_precision_dot(ctx, ins)
+    produce = dot_producer(ctx, ins)
+    if produce is None:
+        return False
+    user = ins.outputs[0] if len(ins.outputs) == 1 else None
+    if user is not None and _epilogue_ok(ins, user) and defer(ctx, ins, user, _fuse_dot):
+        return True
+    idx = ctx.bind_dynamic(ins)
+    ctx.mark_fresh(idx)
+    env = ctx.env
+
+    def step() -> None:
+        env[idx] = produce()
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+def _lower_low_precision_dot(ctx: LoweringContext, ins: Instruction) -> bool:
+    """half / bf16: accumulate in float32 and round once, as the reference does."""
+    env = ctx.env
+    a, b = ctx.args(ins)
+    idx, out = output_buffer(ctx, ins, STANDARD)
+    mm = torch.matmul
+
+    def step() -> None:
+        out.copy_(mm(env[a].float(), env[b].float()))
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+def _epilogue_ok(producer: Instruction, user: Instruction) -> bool:
+    return (
+        user.op.name == "pointwise"
+        and user.shape.type() == producer.shape.type()
+        and user.shape.lens() == producer.shape.lens()
+        and trace_group(user.module_inputs[0]) is not None
+        and sum(1 for i in user.inputs if i is producer) == 1
+    )
+
+
+def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
+    """dot -> its element-wise user: a bias add in the group goes into the GEMM, and the rest
+    of the group updates the product in place, which becomes the group's value (profiling
+    runs the dot and the group as separate steps)."""
+    dot = deferred_producer(ctx, user)
+    saved, ctx.steps = ctx.steps, []
+    lower_dot_alone(ctx, dot)
+    lower_pointwise(ctx, user)
+    unfused, ctx.steps = ctx.steps, saved
+    traced = trace_group(user.module_inputs[0], scalar_inputs(ctx, user))
+    assert traced is not None
+    trace, result = traced
+    k = user.inputs.index(dot)
+    n = dot.shape.lens()[-1] if dot.shape.ndim() else 0
+    biases = {
+        j for j, x in enumerate(user.inputs) if x is not dot and _bias_vector(ctx, x, n) is not None
+    }
+    bias = None
+    peeled = peel_add(trace, result, k, biases)
+    if peeled is not None:
+        candidate = _bias_vector(ctx, user.inputs[peeled[2]], n)
+        if dot_producer(ctx, dot, candidate) is not None:
+            trace, result, bias = peeled[0], peeled[1], candidate
+    produce = dot_producer(ctx, dot, bias)
+    assert produce is not None
+    uidx = ctx.index[id(user)]
+    if ctx.static[uidx]:
+        # the profiling steps store the group's value at its index like the fused step does
+        unfused[-1].fn = storing(unfused[-1].fn, ctx.env, uidx, ctx.env[uidx])
+    ctx.static[uidx] = False
+    ctx.mark_fresh(uidx)
+    env = ctx.env
+    if result.kind == "in" and result.index == k:  # the group was the bias add alone
+
+        def step() -> None:
+            env[uidx] = produce()
+
+    else:
+        like = torch.empty(user.shape.lens(), dtype=torch_dtype(user.shape.dtype()), device="meta")
+        group = compile_into(
+            ctx, trace, result, ctx.args(user), like, aliased_input=k, out_expr=f"_env[{uidx}]"
+        )
+
+        def step() -> None:
+            env[uidx] = produce()
+            group()
+
+    ctx.emit(step, [dot, user], uidx, unfused)
+    return True
+
+
+def lower_dot_alone(ctx: LoweringContext, ins: Instruction) -> None:
+    produce = dot_producer(ctx, ins)
+    assert produce is not None
+    idx = ctx.bind_dynamic(ins)
+    ctx.mark_fresh(idx)
+    env = ctx.env
+
+    def step() -> None:
+        env[idx] = produce()
+
+    ctx.emit(step, ins, idx)
