@@ -1,8 +1,11 @@
-"""Targets by name: `get_target("ref")` (the numpy oracle); `cpu` and `gpu` come later."""
+"""Targets by name: `get_target("ref")` (the numpy oracle) and `get_target("cpu")` (torch on
+the CPU: oneDNN/MKL). The GPU target is not written yet."""
 
 from __future__ import annotations
 
 from pygraphx.targets.base import Target
+
+KNOWN_TARGETS = ("ref", "cpu")
 
 
 def get_target(name: str) -> Target:
@@ -12,9 +15,10 @@ def get_target(name: str) -> Target:
 
         return RefTarget()
     if name == "cpu":
-        return __import__("pygraphx.targets.cpu", fromlist=["make_target"]).make_target()
-    known = ["ref"]
-    raise ValueError(f"unknown target {name!r}; available targets: {', '.join(known)}")
+        from pygraphx.targets.cpu import make_target  # needs torch; says how to install it
+
+        return make_target()
+    raise ValueError(f"unknown target {name!r}; available targets: {', '.join(KNOWN_TARGETS)}")
 
 
-__all__ = ["Target", "get_target"]
+__all__ = ["KNOWN_TARGETS", "Target", "get_target"]
