@@ -95,3 +95,33 @@ def exported_model(
 # ============================================================================================
 # End of exported-model section
 # ============================================================================================
+
+
+# --- pass counts of the official ONNX suites in the summary (CI shows them) -------------------
+_SUITES = {
+    "tests/onnx/test_backend_node.py": "ONNX backend node suite on ref",
+    "tests/targets/test_cpu_node_suite.py": "ONNX backend node suite on cpu",
+    "tests/onnx/test_backend_models.py::OnnxBackendSimpleModelTest": "ONNX simple model suite",
+    "tests/onnx/test_backend_models.py::OnnxBackendPyTorchConvertedModelTest": (
+        "ONNX pytorch-converted suite"
+    ),
+    "tests/onnx/test_backend_models.py::OnnxBackendPyTorchOperatorModelTest": (
+        "ONNX pytorch-operator suite"
+    ),
+    "tests/onnx/test_backend_models.py::OnnxBackendRealModelTest": "ONNX real (light zoo) suite",
+}
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
+    counts = {label: [0, 0] for label in _SUITES.values()}
+    for outcome, index in (("passed", 0), ("failed", 1)):
+        for report in terminalreporter.stats.get(outcome, []):
+            nodeid = getattr(report, "nodeid", "")
+            for prefix, label in _SUITES.items():
+                if nodeid.startswith(prefix):
+                    counts[label][index] += 1
+    shown = {label: c for label, c in counts.items() if sum(c)}
+    if shown:
+        terminalreporter.section("ONNX suites")
+        for label, (passed, failed) in shown.items():
+            terminalreporter.write_line(f"{label}: {passed} passed, {failed} failed")
