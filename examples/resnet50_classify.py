@@ -54,11 +54,11 @@ def main(argv: list[str] | None = None) -> np.ndarray:
     print("inputs:")
     inputs = model.get_inputs()
     for key, value in inputs.items():
-        print("{}:{}".format(key, value))
+        print("{}:{}".format(key, value))  # noqa: UP032 - the seed's code
     print("outputs:")
     outputs = model.get_outputs()
     for key, value in outputs.items():
-        print("{}:{}".format(key, value))
+        print("{}:{}".format(key, value))  # noqa: UP032 - the seed's code
 
     inputName = list(model.get_inputs().keys())[0]
     inputShape = inputs[inputName].lens()

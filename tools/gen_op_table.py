@@ -1,7 +1,7 @@
 """Write docs/onnx_operators.md: every supported ONNX operator and its handler versions.
 
-    python tools/gen_op_table.py          # rewrite the table
-    python tools/gen_op_table.py --check  # exit 1 if the table is out of date (run by a test)
+python tools/gen_op_table.py          # rewrite the table
+python tools/gen_op_table.py --check  # exit 1 if the table is out of date (run by a test)
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Every command is `fn(args, steps) -> exit status`. Results go to stdout in MIGra
 (`read` prints the program as seed 003 shows it, `params` prints `inputs:` / `outputs:` as seed
 001 shows it); progress and step timings go to stderr through `Steps` (rich), so stdout stays
 clean for pipes. `compile`, `time`, `perf` and `verify` live in their own modules
-(`compile_cmd.py`, `perf.py`, `verify.py`), which build on the helpers here (`Steps`,
-`compile_program`, `make_inputs`); `COMMANDS` imports them when they run.
+(`compile_cmd.py`, `perf.py`, `verify.py` with `compare.py`), which build on the helpers here
+(`Steps`, `compile_program`, `make_inputs`); `COMMANDS` imports them when they run.
 """
 
 from __future__ import annotations

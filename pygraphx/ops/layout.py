@@ -1,10 +1,13 @@
-"""Layout operators: views that re-describe a buffer, and the copies that move data around.
+"""Layout operators: views that re-describe a buffer, and the run-time shape checks.
 
 Views (`transpose`, `slice`, `step`, `squeeze`, `unsqueeze`, and `reshape` / `flatten` of a
 standard input) return numpy views sharing memory with their input; their `compute_shape` gives
 the view's strides and `output_alias()` is 0, as in MIGraphX. `reshape` and `flatten` of a
 non-standard input (a transpose, a broadcast) still compute the right values: they copy first,
-and their shape is then standard. `concat`, `reverse` and `pad` always produce new packed data.
+and their shape is then standard. The ops that always produce new packed data (`concat`,
+`reverse`, `pad`, `dynamic_pad`) are in `copy_ops.py`. `shape_guard` and `dynamic_slice` serve
+ONNX inputs that decide a shape but are only known at run time (see the section below); the
+shape rules here (`reshape_lens`, `slice_ranges`, ...) are shared with the ONNX handlers.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from math import prod
 import numpy as np
 
 from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import Op, ShapeError, check_arity, check_same_type, register_op
+from pygraphx.ops.base import Op, ShapeError, check_arity, register_op
 from pygraphx.ops.broadcast import broadcast_lens
 
 
@@ -387,146 +390,14 @@ class Step(Op):
         return 0
 
 
-@register_op
-class Reverse(Op):
-    """Reverse the order of the elements along `axes` (a packed copy)."""
-
-    name = "reverse"
-    axes: tuple[int, ...] = ()
-
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
-        _axes(self, self.axes, s.ndim())
-        return Shape(s.type(), s.lens())
-
-    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
-        x = args[0]
-        return np.asarray(np.flip(x, tuple(_axes(self, self.axes, x.ndim))), order="C")
-
-
-@register_op
-class Concat(Op):
-    """Join the inputs along `axis`; every other dimension must agree (a packed copy)."""
-
-    name = "concat"
-    axis: int = 0
-
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        if not inputs:
-            raise ShapeError("concat: expected at least 1 input, got 0")
-        check_same_type(self, inputs)
-        first = inputs[0]
-        axis = _axis(self, self.axis, first.ndim())
-        lens = first.lens()
-        total = 0
-        for s in inputs:
-            other = s.lens()
-            if len(other) != len(lens) or any(
-                a != b for k, (a, b) in enumerate(zip(lens, other, strict=True)) if k != axis
-            ):
-                raise ShapeError(
-                    f"concat: input lens {[x.lens() for x in inputs]} differ outside axis {axis}"
-                )
-            total += other[axis]
-        lens[axis] = total
-        return Shape(first.type(), lens)
-
-    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
-        axis = self.axis + args[0].ndim if self.axis < 0 else self.axis
-        return np.concatenate(args, axis=axis)
-
-
-PAD_MODES = ("constant", "reflect", "edge", "wrap")
-
-
-@register_op
-class Pad(Op):
-    """Pad with `pads` = [begin_0, ..., begin_n, end_0, ..., end_n] (non-negative).
-
-    `mode` is constant (with `value`), reflect (mirror without the edge), edge (repeat the edge)
-    or wrap (continue periodically).
-    """
-
-    name = "pad"
-    pads: tuple[int, ...] = ()
-    mode: str = "constant"
-    value: float = 0.0
-
-    def _widths(self, s: Shape) -> list[tuple[int, int]]:
-        rank = s.ndim()
-        if len(self.pads) != 2 * rank:
-            raise ShapeError(
-                f"pad: pads {list(self.pads)} must have 2 * rank = {2 * rank} values for "
-                f"input lens {s.lens()}"
-            )
-        if any(p < 0 for p in self.pads):
-            raise ShapeError(f"pad: pads {list(self.pads)} must be non-negative (slice to crop)")
-        if self.mode not in PAD_MODES:
-            raise ShapeError(f"pad: unknown mode {self.mode!r}; known: {', '.join(PAD_MODES)}")
-        widths = [(int(self.pads[k]), int(self.pads[k + rank])) for k in range(rank)]
-        if self.mode != "constant":
-            for n, (b, e) in zip(s.lens(), widths, strict=True):
-                if (b or e) and n == 0:
-                    raise ShapeError(f"pad: {self.mode} padding of an empty dimension")
-        return widths
-
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
-        widths = self._widths(s)
-        return Shape(s.type(), [n + b + e for n, (b, e) in zip(s.lens(), widths, strict=True)])
-
-    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
-        return pad_array(args[0], self.pads, self.mode, self.value)
-
-
-def _reflect_pad(x: np.ndarray, widths: Sequence[tuple[int, int]]) -> np.ndarray:
-    """Mirror padding without repeating the edge; a length-1 dimension repeats its value."""
-    for axis, (b, e) in enumerate(widths):
-        if not (b or e):
-            continue
-        if x.shape[axis] == 1:
-            x = np.pad(x, [(0, 0)] * axis + [(b, e)] + [(0, 0)] * (x.ndim - axis - 1), "edge")
-        else:
-            pw = [(0, 0)] * x.ndim
-            pw[axis] = (b, e)
-            x = np.pad(x, pw, mode="reflect")
-    return np.asarray(x, order="C")
-
-
-def pad_array(x: np.ndarray, pads: Sequence[int], mode: str, value: object = 0) -> np.ndarray:
-    """ONNX Pad of an array: pads = begins then ends; negative pads crop (before padding)."""
-    rank = x.ndim
-    if len(pads) != 2 * rank:
-        raise ValueError(f"pads {list(pads)} must have 2 * rank = {2 * rank} values")
-    begins, ends = [int(p) for p in pads[:rank]], [int(p) for p in pads[rank:]]
-    crop = tuple(
-        slice(max(-b, 0), n - max(-e, 0)) for n, b, e in zip(x.shape, begins, ends, strict=True)
-    )
-    if any(c.start > c.stop for c in crop):
-        raise ValueError(f"negative pads {list(pads)} remove more than lens {list(x.shape)}")
-    x = x[crop]
-    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends, strict=True)]
-    if mode == "constant":
-        return np.pad(x, widths, mode="constant", constant_values=np.asarray(value, x.dtype))
-    if mode not in PAD_MODES:
-        raise ValueError(f"unknown pad mode {mode!r}; known: {', '.join(PAD_MODES)}")
-    for n, (b, e) in zip(x.shape, widths, strict=True):
-        if (b or e) and n == 0:
-            raise ValueError(f"{mode} padding of an empty dimension")
-    if mode == "reflect":
-        return _reflect_pad(x, widths)
-    return np.asarray(np.pad(x, widths, mode=mode), order="C")
-
-
 # --- run-time shape parameters ----------------------------------------------------------
 #
 # pygraphx shapes are static, but ONNX lets Reshape's shape, Slice's starts, Pad's pads, ...
 # be run-time tensors (graph inputs). When the model declares the node's output shape, the
 # frontend builds static IR from that shape and checks the run-time values against it: the ops
-# below take those tensors as extra inputs, compute from them, and raise when they disagree
-# with the static output (the evaluator checks every result's lens as well).
+# below (and `dynamic_pad` in copy_ops.py) take those tensors as extra inputs, compute from
+# them, and raise when they disagree with the static output (the evaluator checks every result's
+# lens as well).
 
 
 def _ints(v: np.ndarray) -> list[int]:
@@ -614,32 +485,3 @@ class DynamicSlice(Op):
         ranges = slice_ranges(x.shape, _ints(starts), _ints(ends), _ints(axes), _ints(steps))
         index = tuple(slice(b, e if e >= 0 else None, st) for b, e, st in ranges)
         return np.asarray(x[index], order="C")
-
-
-@register_op
-class DynamicPad(Op):
-    """ONNX Pad with run-time pads (input 1, begins then ends) and constant (input 2).
-
-    Negative pads crop; the output lens are static (`out_lens`) and checked at run time.
-    """
-
-    name = "dynamic_pad"
-    mode: str = "constant"
-    out_lens: tuple[int, ...] = ()
-
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 3)
-        s, pads, value = inputs
-        if self.mode not in PAD_MODES:
-            raise ShapeError(f"dynamic_pad: unknown mode {self.mode!r}")
-        if pads.type() not in ("int32_type", "int64_type") or pads.lens() != [2 * s.ndim()]:
-            raise ShapeError(f"dynamic_pad: pads must be {2 * s.ndim()} integers, got {pads}")
-        if value.elements() != 1:
-            raise ShapeError(f"dynamic_pad: the constant must be one value, got {value.lens()}")
-        if len(self.out_lens) != s.ndim():
-            raise ShapeError(f"dynamic_pad: out_lens {list(self.out_lens)} for input {s.lens()}")
-        return Shape(s.type(), self.out_lens)
-
-    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
-        x, pads, value = args
-        return pad_array(x, _ints(pads), self.mode, np.asarray(value).reshape(-1)[0])

@@ -21,15 +21,10 @@ import pytest
 from onnx import helper
 
 import pygraphx
+from pygraphx.driver.compare import Tolerance, compare, program_precision, tolerance_for
 from pygraphx.driver.loader import DriverError, quantizer
 from pygraphx.driver.main import main
-from pygraphx.driver.verify import (
-    Tolerance,
-    compare,
-    program_precision,
-    tolerance_for,
-    verify_programs,
-)
+from pygraphx.driver.verify import verify_programs
 from pygraphx.ir.program import Program
 from pygraphx.ops import make_op
 from pygraphx.passes.pipeline import optimize

@@ -1,7 +1,8 @@
 """The nn operators (convolution, deconvolution, pooling, normalisation) against direct loops.
 
 Each reference below is the textbook definition written as plain Python loops over output
-positions, independent of the im2col / strided-window code in `pygraphx/ops/nn.py`.
+positions, independent of the im2col / strided-window code in `pygraphx/ops/conv.py`,
+`pooling.py` and `nn.py`.
 """
 
 from __future__ import annotations

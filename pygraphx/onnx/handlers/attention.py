@@ -12,7 +12,7 @@ by the past length, or per batch by `nonpad_kv_seqlen`). Every part that is know
 time is folded into one literal bias; run-time parts (a mask input, `nonpad_kv_seqlen`) are IR
 ops. LinearAttention is a recurrence and maps to the `linear_attention` operator. The helpers
 here (`split_heads`, `merge_heads`, `repeat_kv`, `rotate`, ...) are shared
-with the com.microsoft contrib handlers (`contrib.py`).
+with the com.microsoft contrib handlers (`contrib_attention.py`, `contrib.py`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from pygraphx.onnx.handlers.softmax import reshape
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops import make_op
 from pygraphx.ops.attention import LinearAttention
+from pygraphx.ops.copy_ops import Concat, Pad
 from pygraphx.ops.gemm import Dot
 from pygraphx.ops.indexing import Gather
-from pygraphx.ops.layout import Concat, Pad, Slice, Step, Transpose, Unsqueeze
+from pygraphx.ops.layout import Slice, Step, Transpose, Unsqueeze
 from pygraphx.ops.pointwise import Where
 from pygraphx.ops.softmax import Softmax
 

@@ -15,10 +15,11 @@ from onnx import numpy_helper
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.shape import to_dtype
 from pygraphx.onnx.context import NodeContext, onnx_type_to_shape_type
-from pygraphx.onnx.handlers.layout import guard, runtime_lens
+from pygraphx.onnx.handlers._runtime_shapes import guard, runtime_lens
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops import make_op
-from pygraphx.ops.layout import Concat, Reshape
+from pygraphx.ops.copy_ops import Concat
+from pygraphx.ops.layout import Reshape
 
 Args = list[Instruction | None]
 

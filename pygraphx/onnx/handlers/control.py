@@ -45,7 +45,8 @@ from pygraphx.onnx.handlers.sequence import (
 )
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops.control import If, Loop, Scan
-from pygraphx.ops.layout import Concat, Unsqueeze
+from pygraphx.ops.copy_ops import Concat
+from pygraphx.ops.layout import Unsqueeze
 
 Args = list[Value | None]
 

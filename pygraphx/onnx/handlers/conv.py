@@ -19,13 +19,8 @@ from pygraphx.onnx.context import NodeContext
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops import make_op
 from pygraphx.ops.broadcast import Broadcast
-from pygraphx.ops.nn import (
-    Convolution,
-    Deconvolution,
-    DeformConvolution,
-    dilated,
-    same_padding,
-)
+from pygraphx.ops.conv import Convolution, Deconvolution, DeformConvolution
+from pygraphx.ops.nn import dilated, same_padding
 from pygraphx.ops.pointwise import Clip, Convert
 
 Args = list[Instruction | None]

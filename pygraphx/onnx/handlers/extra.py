@@ -19,7 +19,7 @@ import numpy as np
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.onnx.context import NodeContext, onnx_type_to_shape_type
-from pygraphx.onnx.handlers.layout import guard, runtime_lens
+from pygraphx.onnx.handlers._runtime_shapes import guard, runtime_lens
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops.broadcast import Multibroadcast
 from pygraphx.ops.extra import Bitcast, Col2im, GridSample, PrefixScanProd, TensorScatter

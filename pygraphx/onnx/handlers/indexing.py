@@ -14,14 +14,8 @@ import numpy as np
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.onnx.context import NodeContext
-from pygraphx.onnx.handlers.layout import (
-    arg,
-    const_ints,
-    guard,
-    norm_axes,
-    norm_axis,
-    runtime_lens,
-)
+from pygraphx.onnx.handlers._runtime_shapes import guard, runtime_lens
+from pygraphx.onnx.handlers.layout import arg, const_ints, norm_axes, norm_axis
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops import make_op
 from pygraphx.ops.indexing import (

@@ -4,7 +4,9 @@ Split, Slice, Pad, Expand, Tile, DepthToSpace, SpaceToDepth and Trilu.
 Inputs that decide an output shape (Reshape's shape, Slice's starts, Pad's pads, ...) must be
 known at compile time: they are read with `ctx.require_const`, which also folds the
 Shape -> Gather -> Concat chains that exporters emit. Old opsets that carried them as attributes
-are handled by their own functions.
+are handled by their own functions. A run-time value is accepted when the model declares the
+output shape: the helpers of `_runtime_shapes.py` build static IR for that shape and check the
+value at run time (`shape_guard`, `dynamic_slice`, `dynamic_pad`).
 """
 
 from __future__ import annotations
@@ -15,19 +17,16 @@ import numpy as np
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.onnx.context import NodeContext
+from pygraphx.onnx.handlers._runtime_shapes import guard, runtime_lens
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops import make_op
 from pygraphx.ops.base import ShapeError
 from pygraphx.ops.broadcast import Multibroadcast, broadcast_lens
+from pygraphx.ops.copy_ops import Concat, DynamicPad, Pad, Reverse
 from pygraphx.ops.layout import (
-    Concat,
-    DynamicPad,
     DynamicSlice,
     Flatten,
-    Pad,
     Reshape,
-    Reverse,
-    ShapeGuard,
     Slice,
     Squeeze,
     Step,
@@ -64,35 +63,6 @@ def norm_axes(ctx: NodeContext, axes: Sequence[int], rank: int) -> list[int]:
     if len(set(out)) != len(out):
         raise ctx.error(f"axes {list(axes)} repeat an axis")
     return out
-
-
-# --- run-time shape parameters -------------------------------------------------------------
-
-
-def declared_lens(ctx: NodeContext, k: int = 0) -> list[int] | None:
-    """The lens the model declares for output `k` (see `NodeContext.declared_lens`)."""
-    return ctx.declared_lens(k)
-
-
-def runtime_lens(ctx: NodeContext, ins: Instruction | None, what: str, k: int = 0) -> list[int]:
-    """Static lens for output `k` when `ins`, a shape-deciding input, is only known at run time.
-
-    They are the lens the model declares for the output; the caller checks the run-time value
-    against them (`shape_guard`, or an op that computes from it). Without a declaration this
-    raises the usual "must be known at compile time" error.
-    """
-    lens = declared_lens(ctx, k)
-    if lens is None:
-        ctx.require_const(ins, what)  # raises: a runtime value and no declared shape
-        raise ctx.error(f"input {what!r} is a run-time value")  # pragma: no cover
-    return lens
-
-
-def guard(
-    ctx: NodeContext, x: Instruction, value: Instruction, rule: str, expected: Sequence[int]
-) -> Instruction:
-    """`x`, after a run-time check that `value` gives `expected` under `rule` (see ShapeGuard)."""
-    return ctx.add(ShapeGuard(rule, tuple(int(n) for n in expected)), x, value)
 
 
 # --- Reshape ------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ import numpy as np
 from pygraphx.ir.instruction import Instruction
 from pygraphx.onnx.context import NodeContext, onnx_type_to_shape_type
 from pygraphx.onnx.registry import onnx_op
-from pygraphx.ops.layout import Concat, Slice, Squeeze, Unsqueeze
+from pygraphx.ops.copy_ops import Concat
+from pygraphx.ops.layout import Slice, Squeeze, Unsqueeze
 from pygraphx.ops.sequence import SequenceAt
 
 
