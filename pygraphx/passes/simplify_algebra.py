@@ -11,6 +11,8 @@ and have constant right inputs (the Q/K/V projections of attention) into one wid
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from pygraphx.ir.argument import Literal
@@ -246,8 +248,11 @@ def dot_mul(m: Module, ins: Instruction) -> Instruction | None:
     return None
 
 
-def mul_add_const(m: Module, ins: Instruction) -> Instruction | None:
-    # (a + b) * c -> a * c + b * c, for constants b and c (moves the scale onto a conv/dot)
+def _const_add_operand(
+    ins: Instruction,
+) -> Iterator[tuple[Instruction, Instruction, np.ndarray, np.ndarray]]:
+    """For `ins = op(add(a, b), c)` with constants b and c (either operand order): yields
+    (add, a, value of b, value of c)."""
     for add in ins.inputs:
         if add.op.name != "add" or len(add.outputs) != 1:
             continue
@@ -256,8 +261,14 @@ def mul_add_const(m: Module, ins: Instruction) -> Instruction | None:
             continue
         for a, b in (add.inputs, add.inputs[::-1]):
             bv = const_value(b)
-            if bv is None or a.op.name not in ("convolution", "dot"):
-                continue
+            if bv is not None:
+                yield add, a, bv, c
+
+
+def mul_add_const(m: Module, ins: Instruction) -> Instruction | None:
+    # (a + b) * c -> a * c + b * c, for constants b and c (moves the scale onto a conv/dot)
+    for add, a, bv, c in _const_add_operand(ins):
+        if a.op.name in ("convolution", "dot"):
             scaled = _const_operand(m, ins, (bv * c).astype(bv.dtype), ins.shape.lens())
             mul = m.insert_instruction(ins, make_op("mul"), [a, _other(ins, add)])
             return m.insert_instruction(ins, make_op("add"), [mul, scaled])
@@ -266,16 +277,8 @@ def mul_add_const(m: Module, ins: Instruction) -> Instruction | None:
 
 def add_add_const(m: Module, ins: Instruction) -> Instruction | None:
     # (a + b) + c -> a + (b + c), for constants b and c
-    for add in ins.inputs:
-        if add.op.name != "add" or len(add.outputs) != 1:
-            continue
-        c = const_value(_other(ins, add))
-        if c is None:
-            continue
-        for a, b in (add.inputs, add.inputs[::-1]):
-            bv = const_value(b)
-            if bv is None or const_value(a) is not None:
-                continue
+    for _, a, bv, c in _const_add_operand(ins):
+        if const_value(a) is None:
             summed = _const_operand(m, ins, (bv + c).astype(bv.dtype), ins.shape.lens())
             return m.insert_instruction(ins, make_op("add"), [a, summed])
     return None
