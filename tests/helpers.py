@@ -96,3 +96,59 @@ def check_node(
     ours = run_pgx(model, inputs)
     assert_outputs_match(ours, ref, rtol, atol)
     return ours
+
+
+NodeInput = tuple[str, "np.ndarray | None", bool]  # (name, value or None if omitted, constant?)
+
+
+def node_model(
+    op_type: str,
+    inputs: Sequence[NodeInput],
+    attrs: Mapping[str, Any] | None = None,
+    outputs: Sequence[int] = (0,),
+    *,
+    opset: int = 17,
+    domain: str = "",
+    extra_opsets: Sequence[tuple[str, int]] = (),
+    typed: bool = False,
+    out_types: Mapping[int, Any] | None = None,
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A one-node model and its feeds. Omitted inputs (value None) and unrequested outputs
+    get empty names; constant inputs become initialisers. With `typed`, outputs are declared
+    with the first input's type unless `out_types` says otherwise (ONNX Runtime wants a type
+    for every graph output of some contrib ops)."""
+    names, graph_inputs, inits, feeds = [], [], [], {}
+    for name, value, const in inputs:
+        if value is None:
+            names.append("")
+            continue
+        names.append(name)
+        if const:
+            inits.append(numpy_helper.from_array(value, name))
+        else:
+            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+            graph_inputs.append(helper.make_tensor_value_info(name, elem, list(value.shape)))
+            feeds[name] = value
+    while names and not names[-1]:
+        names.pop()
+    out_names = [f"out{k}" if k in outputs else "" for k in range(max(outputs) + 1)]
+    node = helper.make_node(op_type, names, out_names, domain=domain, **(attrs or {}))
+    if typed:
+        first = next(v for _, v, _ in inputs if v is not None)
+        graph_outputs = [
+            helper.make_tensor_value_info(
+                name,
+                helper.np_dtype_to_tensor_dtype(np.dtype((out_types or {}).get(k, first.dtype))),
+                None,
+            )
+            for k, name in enumerate(out_names)
+            if name
+        ]
+    else:
+        graph_outputs = [onnx.ValueInfoProto(name=n) for n in out_names if n]
+    graph = helper.make_graph([node], "test", graph_inputs, graph_outputs, inits)
+    imports = [helper.make_opsetid("", opset)]
+    imports += [helper.make_opsetid(d, v) for d, v in extra_opsets]
+    model = helper.make_model(graph, opset_imports=imports)
+    model.ir_version = 10
+    return model, feeds

@@ -17,16 +17,15 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
 
 from pygraphx.ir.shape import Shape
 from pygraphx.ops.attention import ConcatPastPresent
 from pygraphx.ops.base import ShapeError
-from tests.helpers import run_ort, run_pgx
+from tests import helpers
+from tests.helpers import NodeInput, run_ort, run_pgx
 
 MS = "com.microsoft"
 # (name, value or None for an omitted input, is an initializer)
-NodeInput = tuple[str, np.ndarray | None, bool]
 RNG = np.random.default_rng(0)
 
 
@@ -44,37 +43,12 @@ def node_model(
     domain: str = "",
     out_types: dict[int, type] | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """A one-node model importing both the default and the com.microsoft domain. Omitted
-    inputs and unrequested outputs get empty names; outputs are typed like the first input
-    unless `out_types` says otherwise (ONNX Runtime wants a type for every graph output)."""
-    names, graph_inputs, inits, feeds = [], [], [], {}
-    for name, value, const in inputs:
-        if value is None:
-            names.append("")
-            continue
-        names.append(name)
-        if const:
-            inits.append(numpy_helper.from_array(value, name))
-        else:
-            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
-            graph_inputs.append(helper.make_tensor_value_info(name, elem, list(value.shape)))
-            feeds[name] = value
-    while names and not names[-1]:
-        names.pop()
-    out_names = [f"out{k}" if k in outputs else "" for k in range(max(outputs) + 1)]
-    node = helper.make_node(op_type, names, out_names, domain=domain, **(attrs or {}))
-    first = next(v for _, v, _ in inputs if v is not None)
-    graph_outputs = []
-    for k, name in enumerate(out_names):
-        if name:
-            dtype = (out_types or {}).get(k, first.dtype)
-            elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-            graph_outputs.append(helper.make_tensor_value_info(name, elem, None))
-    graph = helper.make_graph([node], "test", graph_inputs, graph_outputs, inits)
-    imports = [helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)]
-    model = helper.make_model(graph, opset_imports=imports)
-    model.ir_version = 10
-    return model, feeds
+    """A one-node model importing both the default and the com.microsoft domain, outputs
+    typed (ONNX Runtime wants a type for every graph output)."""
+    return helpers.node_model(
+        op_type, inputs, attrs, outputs, opset=opset, domain=domain,
+        extra_opsets=((MS, 1),), typed=True, out_types=out_types,
+    )  # fmt: skip
 
 
 def run_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -16,18 +16,17 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
 
 from pygraphx.ir.shape import Shape
 from pygraphx.ops.base import ShapeError
 from pygraphx.ops.rnn import Gru, Lstm, Rnn
-from tests.helpers import run_ort, run_pgx
+from tests import helpers
+from tests.helpers import NodeInput, run_ort, run_pgx
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
 # (name, value or None for an omitted input, is an initializer)
-NodeInput = tuple[str, np.ndarray | None, bool]
-
-
 def node_model(
     op_type: str,
     inputs: Sequence[NodeInput],
@@ -36,27 +35,7 @@ def node_model(
     opset: int = 22,
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """A one-node model; omitted inputs get empty names, unrequested outputs too."""
-    names, graph_inputs, inits, feeds = [], [], [], {}
-    for name, value, const in inputs:
-        if value is None:
-            names.append("")
-            continue
-        names.append(name)
-        if const:
-            inits.append(numpy_helper.from_array(value, name))
-        else:
-            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
-            graph_inputs.append(helper.make_tensor_value_info(name, elem, list(value.shape)))
-            feeds[name] = value
-    while names and not names[-1]:
-        names.pop()
-    out_names = [f"out{k}" if k in outputs else "" for k in range(max(outputs) + 1)]
-    node = helper.make_node(op_type, names, out_names, **attrs)
-    graph_outputs = [onnx.ValueInfoProto(name=n) for n in out_names if n]
-    graph = helper.make_graph([node], "test", graph_inputs, graph_outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    return model, feeds
+    return helpers.node_model(op_type, inputs, attrs, outputs, opset=opset)
 
 
 def _layer_inputs(
