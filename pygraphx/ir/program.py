@@ -43,6 +43,7 @@ class Program:
         self.value_inputs: set[str] = set()
         self.transforms: list[Callable[[Program], Any]] = []
         self._specialized: dict[tuple, Program] = {}
+        self._dynamic = False  # set at compile: some parameter has dynamic dimensions
         self.create_module("main")
 
     # --- modules --------------------------------------------------------------------------
@@ -127,6 +128,7 @@ class Program:
         }
         from pygraphx.passes.manager import run_passes
 
+        self._dynamic = self.is_dynamic()
         self.pass_times = run_passes(self, t.get_passes(options))
         self._executable = t.prepare(self, options)
         self.target = t
@@ -140,8 +142,8 @@ class Program:
         if self._executable is None:
             raise ProgramError("compile the program first: prog.compile(pygraphx.get_target(...))")
         arrays = self._check_params(params)
-        static = {i.op.parameter: i.shape.lens() for i in self.get_main_module().get_parameters()}
-        if self.value_inputs or any(list(a.shape) != static[n] for n, a in arrays.items()):
+        # _check_params has fixed the lens of static parameters; only ranges can differ
+        if self.value_inputs or (self._dynamic and self._off_max_lens(arrays)):
             prog = self._specialized_for(arrays)
             names = prog.get_parameter_shapes()
             return prog.run({n: a for n, a in arrays.items() if n in names}, observer)
@@ -153,6 +155,13 @@ class Program:
         return [Argument(a) for a in self._executable.run(arrays, observer=observer)]
 
     eval = run
+
+    def _off_max_lens(self, arrays: Mapping[str, np.ndarray]) -> bool:
+        """Whether some input's lens differ from the maximum lens the body was built for."""
+        main = self.get_main_module()
+        return any(
+            list(arrays[i.op.parameter].shape) != i.shape.lens() for i in main.get_parameters()
+        )
 
     def _specialized_for(self, arrays: Mapping[str, np.ndarray]) -> Program:
         """The program compiled for these concrete input lens (dynamic dimensions) and, for
