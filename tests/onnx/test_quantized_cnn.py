@@ -1,5 +1,5 @@
 """A small CNN quantised by ONNX Runtime's `quantize_static`, parsed by pygraphx and compared with
-ONNX Runtime's run of the same quantised model.
+the official ONNX reference evaluator's run of the same quantised model.
 
 The float model is Conv+Relu+MaxPool twice, Flatten and a Gemm head (or MatMul+Add: ORT's
 QOperator format turns a Gemm into the com.microsoft QGemm contrib op, which pygraphx does not
@@ -13,8 +13,8 @@ reader (four random batches) and quantised in both formats:
 Tolerances: the last quantised tensor (the input of the final DequantizeLinear, exposed as an
 extra graph output) is an integer tensor and must match exactly; the float output must match
 within one quantisation step, the scale of that final DequantizeLinear (a difference of one in
-the integer tensor is one step after dequantisation). ORT runs with its graph optimisations off
-(the model as written) and at its default level (which fuses QDQ groups into integer kernels).
+the integer tensor is one step after dequantisation). The oracle is the ONNX reference
+evaluator, not ONNX Runtime: ORT 1.32's u8 x s8 kernels saturate on CPUs without VNNI.
 """
 
 from __future__ import annotations
@@ -139,10 +139,23 @@ CASES = [
 ]
 
 
+def run_onnx_reference(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
+    """The official ONNX reference evaluator (exact numpy integer arithmetic). Its
+    DequantizeLinear starts at opset 19, so the model is converted to opset 21 first."""
+    from onnx import version_converter
+    from onnx.reference import ReferenceEvaluator
+
+    converted = version_converter.convert_version(model, 21)
+    return ReferenceEvaluator(converted).run(None, {"x": x})
+
+
 @pytest.mark.parametrize("activation", ["QUInt8", "QInt8"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
 @pytest.mark.parametrize(("fmt", "head"), CASES, ids=[f"{f}-{h}" for f, h in CASES])
-def test_quantized_cnn_matches_ort(tmp_path, fmt, head, per_channel, activation):
+def test_quantized_cnn_matches_oracle(tmp_path, fmt, head, per_channel, activation):
+    """Against the ONNX reference evaluator, not ONNX Runtime: ORT 1.32's u8 x s8 integer kernels
+    on CPUs without VNNI saturate intermediate sums (its quantised tensor is off by up to 17 steps
+    here, while pygraphx and the reference evaluator agree exactly)."""
     model = quantised_cnn(tmp_path, fmt, head, per_channel, activation)
     ops = {n.op_type for n in model.graph.node}
     if fmt == "QOperator":
@@ -153,13 +166,10 @@ def test_quantized_cnn_matches_ort(tmp_path, fmt, head, per_channel, activation)
     x = np.random.default_rng(1).standard_normal(BATCH).astype(np.float32)
     y, q = run_pgx(model, {"x": x})
     assert q.dtype == (np.uint8 if activation == "QUInt8" else np.int8)
-    for optimise in (False, True):
-        y_ref, q_ref = run_ort(model, x, optimise)
-        np.testing.assert_array_equal(
-            q, q_ref, err_msg=f"quantised tensor (ORT optimise={optimise})"
-        )
-        assert y.dtype == y_ref.dtype and y.shape == y_ref.shape
-        np.testing.assert_allclose(y, y_ref, rtol=0, atol=step, err_msg=f"ORT optimise={optimise}")
+    y_ref, q_ref = run_onnx_reference(model, x)
+    np.testing.assert_array_equal(q, q_ref, err_msg="quantised tensor")
+    assert y.dtype == y_ref.dtype and y.shape == y_ref.shape
+    np.testing.assert_allclose(y, y_ref, rtol=0, atol=step)
 
 
 def test_quantized_cnn_keeps_accuracy(tmp_path):
