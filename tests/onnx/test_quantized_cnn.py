@@ -124,14 +124,6 @@ def _last_scale(model: onnx.ModelProto) -> float:
     return float(np.max(inits[last_dq.input[1]]))
 
 
-def run_ort(model: onnx.ModelProto, x: np.ndarray, optimise: bool) -> list[np.ndarray]:
-    opts = ort.SessionOptions()
-    if not optimise:
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return sess.run(None, {"x": x})
-
-
 CASES = [
     ("QDQ", "gemm"),
     ("QOperator", "matmul"),
