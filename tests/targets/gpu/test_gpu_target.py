@@ -168,4 +168,3 @@ def test_conv_model_matches_reference_on_cpu_lowering() -> None:
     ref.compile(pygraphx.get_target("ref"))
     got = np.array(compile_gpu_on_cpu(model).run({"x": x})[0])
     np.testing.assert_allclose(got, np.array(ref.run({"x": x})[0]), rtol=1e-5, atol=1e-5)
-
