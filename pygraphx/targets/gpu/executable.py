@@ -156,6 +156,11 @@ class GpuExecutable:
             ops = ", ".join(sorted(self.lowered.ctx.fallbacks))
             self._uncaptured(f"steps run on the host through numpy ({ops})")
             return
+        host_reads = self.lowered.ctx.cache.get("host_reads")
+        if host_reads:
+            ops = ", ".join(sorted(set(host_reads)))
+            self._uncaptured(f"steps read device values on the host ({ops})")
+            return
         self.static = {
             name: torch.empty(shape.lens(), dtype=torch_dtype(shape.dtype()), device=self.device)
             for name, _, shape in self.params
