@@ -62,6 +62,7 @@ class GpuExecutable:
         self.use_graph = bool(graph) and device.type == "cuda"
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: dict[str, torch.Tensor] = {}
+        self.graph_outputs: list[torch.Tensor] = []
         self.why_uncaptured: str | None = None if self.use_graph else "graphs disabled"
 
     # --- the public protocol --------------------------------------------------------------
@@ -132,7 +133,7 @@ class GpuExecutable:
                 for name, t in tensors.items():
                     self.static[name].copy_(t, non_blocking=True)
                 self.graph.replay()
-                return [self.env[i] for i in self.outputs]
+                return self.graph_outputs
             self._bind(tensors)
             for step in self.steps:
                 step()
@@ -186,6 +187,8 @@ class GpuExecutable:
             self._uncaptured(f"capture failed: {str(exc).splitlines()[0]}")
             return
         self.graph = graph
+        # the tensors the replays rewrite (env's slots change when a profiled run binds anew)
+        self.graph_outputs = [self.env[i] for i in self.outputs]
 
     def _uncaptured(self, why: str) -> None:
         self.why_uncaptured = why

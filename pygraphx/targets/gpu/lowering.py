@@ -65,7 +65,8 @@ def plain_dot(ctx: LoweringContext, ins: Instruction, torch_lowering: dict[str, 
     """A product with no attention around it: low precision natively, float32 as torch lowers."""
     dtype = torch_dtype(ins.shape.dtype())
     if dtype in (torch.float16, torch.bfloat16) and ctx.device.type == "cuda":
-        return _lower_native_dot(ctx, ins)
+        if _lower_native_dot(ctx, ins):
+            return True
     return torch_lowering["dot"](ctx, ins)
 
 
