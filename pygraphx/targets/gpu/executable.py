@@ -153,6 +153,9 @@ class GpuExecutable:
     def _capture(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Warm up, then capture the steps as one graph (or say why not and stay eager)."""
         self.use_graph = False
+        if not self.steps:  # nothing runs on the device: nothing to capture
+            self.why_uncaptured = "no device steps"
+            return
         if self.lowered.ctx.fallbacks:
             ops = ", ".join(sorted(self.lowered.ctx.fallbacks))
             self._uncaptured(f"steps run on the host through numpy ({ops})")
