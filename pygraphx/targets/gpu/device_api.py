@@ -65,7 +65,7 @@ def to_gpu(arg: Any, device_id: int = 0) -> GpuArgument:
     """Copy an argument / array to device `device_id`."""
     check_gpu(device_id)
     arr = np.asarray(arg.array if isinstance(arg, Argument) else arg)
-    t = from_numpy(np.ascontiguousarray(arr)).to(torch.device("cuda", device_id))
+    t = from_numpy(np.asarray(arr, order="C")).to(torch.device("cuda", device_id))
     return GpuArgument(t)
 
 

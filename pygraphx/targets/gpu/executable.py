@@ -68,7 +68,7 @@ class GpuExecutable:
     # --- the public protocol --------------------------------------------------------------
     def run(self, params: Mapping[str, np.ndarray], observer: Observer | None = None) -> list:
         """Host arrays in; host arrays out (copies no later run overwrites)."""
-        tensors = {name: from_numpy(np.ascontiguousarray(a)) for name, a in params.items()}
+        tensors = {name: from_numpy(np.asarray(a, order="C")) for name, a in params.items()}
         outs = self._execute(tensors, observer)
         return [to_numpy(t.contiguous().cpu()) for t in outs]
 
@@ -216,7 +216,7 @@ class GpuExecutable:
         t = as_device_tensor(value)
         if t is None:
             arr = value.array if isinstance(value, Argument) else np.asarray(value)
-            t = from_numpy(np.ascontiguousarray(arr))
+            t = from_numpy(np.asarray(arr, order="C"))
         want = torch_dtype(shape.dtype())
         if t.dtype != want or list(t.shape) != shape.lens():
             raise ValueError(

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from onnx import helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.targets import KNOWN_TARGETS  # noqa: E402
@@ -168,3 +168,33 @@ def test_conv_model_matches_reference_on_cpu_lowering() -> None:
     ref.compile(pygraphx.get_target("ref"))
     got = np.array(compile_gpu_on_cpu(model).run({"x": x})[0])
     np.testing.assert_allclose(got, np.array(ref.run({"x": x})[0]), rtol=1e-5, atol=1e-5)
+
+
+def if_model():
+    """relu(x) + 1 if c else -x (an If node: host control flow); model, inputs, numpy result."""
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "then", [], [out])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "else", [], [out])
+    nodes = [
+        helper.make_node("If", ["c"], ["r"], then_branch=then, else_branch=other),
+        helper.make_node("Add", ["r", "one"], ["out"]),
+    ]
+    feeds = {"x": x, "c": np.array(True)}
+    model = make_model(nodes, feeds, ["out"], {"one": np.array(1.0, np.float32)})
+    return model, feeds, np.maximum(x, 0) + 1
+
+
+def test_control_flow_runs_through_the_host_fallback() -> None:
+    model, feeds, want = if_model()
+    prog = compile_gpu_on_cpu(model)
+    assert "if" in prog._executable.fallbacks
+    np.testing.assert_allclose(np.array(prog.run(feeds)[0]), want, rtol=1e-6)
+
+
+def test_scalar_inputs_stay_scalars() -> None:
+    """0-d parameters reach the steps as 0-d tensors (ONNX node tests feed many)."""
+    x, y = np.array(2.5, np.float32), np.array([1.0, -2.0, 3.0], np.float32)
+    model = make_model([helper.make_node("Mul", ["x", "y"], ["out"])], {"x": x, "y": y}, ["out"])
+    got = np.array(compile_gpu_on_cpu(model).run({"x": x, "y": y})[0])
+    np.testing.assert_allclose(got, x * y)
