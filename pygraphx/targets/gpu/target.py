@@ -36,7 +36,8 @@ class GpuTarget(Target):
 
     Settings (keywords; they apply to this target object): `device_id` (default: compile's
     `device_id`), `graph` (capture one CUDA graph; default on unless `PGX_GPU_GRAPH=0`),
-    `channels_last` (convolutions in NHWC; default on), `tf32` (float32 GEMMs and convolutions
+    `channels_last` (convolutions in NHWC; default: chosen at compile, see
+    `choose_channels_last`), `tf32` (float32 GEMMs and convolutions
     may use TF32 tensor cores: faster, ~1e-3 relative error; default off), `overrides` (op name
     -> lowering function, tried before this target's own: where generated Triton kernels plug
     in), `device="cpu"` (run the GPU lowering on the CPU with no graph: tests and debugging).
@@ -71,7 +72,10 @@ class GpuTarget(Target):
             torch.backends.cuda.matmul.allow_tf32 = tf32
             torch.backends.cudnn.allow_tf32 = tf32
             torch.backends.cudnn.benchmark = True
-        overrides = gpu_overrides(channels_last=self.settings.get("channels_last", True))
+        channels_last = self.settings.get("channels_last")
+        if channels_last is None:
+            channels_last = choose_channels_last(program, tf32)
+        overrides = gpu_overrides(channels_last=channels_last)
         overrides.update(self.settings.get("overrides") or {})
         lower_options = {**options, "lowering_overrides": overrides, "mkldnn": False}
         where = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
@@ -83,3 +87,15 @@ class GpuTarget(Target):
             offload_copy=bool(options.get("offload_copy", True)),
             graph=self.settings.get("graph"),
         )
+
+
+def choose_channels_last(program: Program, tf32: bool) -> bool:
+    """NHWC when the convolutions run on tensor cores (half / bf16, or float32 with TF32): the
+    layout those kernels want; NCHW for plain float32, where cuDNN's NCHW kernels are faster."""
+    if tf32:
+        return True
+    low = {"half_type", "bf16_type"}
+    return any(
+        ins.op.name == "convolution" and ins.shape.type() in low
+        for ins in program.get_main_module().instructions
+    )
