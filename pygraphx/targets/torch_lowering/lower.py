@@ -30,6 +30,7 @@ import torch
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.passes.memory_coloring import MemoryPlan, plan_memory
+from pygraphx.runtime.evaluator import Evaluator
 from pygraphx.targets.torch_lowering.context import (
     STANDARD,
     LoweringContext,
@@ -196,7 +197,7 @@ def lower_fallback(ctx: LoweringContext, ins: Instruction) -> None:
         try:
             if modules:
                 values = {k: host(env[i]) for k, i in outer}
-                res = op.compute_with_modules(shape, arrays, modules, values)
+                res = op.compute_with_modules(shape, arrays, modules, values, Evaluator)
             else:
                 res = op.compute(shape, arrays)
         except Exception as exc:  # re-raised naming the instruction, nothing lost
