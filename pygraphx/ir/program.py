@@ -148,7 +148,7 @@ class Program:
             prog = self._specialized_for(arrays)
             names = prog.get_parameter_shapes()
             return prog.run({n: a for n, a in arrays.items() if n in names}, observer)
-        observer = with_eval_trace(self, observer)  # PGX_TRACE_EVAL, read per run
+        observer = with_eval_trace(self.get_main_module(), observer)  # PGX_TRACE_EVAL, read per run
         if observer is None:
             return [Argument(a) for a in self._executable.run(arrays)]
         return [Argument(a) for a in self._executable.run(arrays, observer=observer)]

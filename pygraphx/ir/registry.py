@@ -15,7 +15,6 @@ import numpy as np
 
 if TYPE_CHECKING:
     from pygraphx.ir.module import Module
-    from pygraphx.ir.program import Program
 
 
 class Executable(Protocol):
@@ -29,15 +28,16 @@ class Executable(Protocol):
 
 
 class CompileTarget(Protocol):
-    """What `Program.compile` and `load` ask of a target (`pygraphx.targets.base.Target`)."""
+    """What `Program.compile` and `load` ask of a target (`pygraphx.targets.base.Target`).
+    `program` is a `Program` (typed `Any`: `ir.program` imports this module)."""
 
     name: str
 
-    def compile(self, program: Program, options: dict[str, Any]) -> Executable:
+    def compile(self, program: Any, options: dict[str, Any]) -> Executable:
         """Run the target's passes on `program`, then make its executable."""
         ...
 
-    def prepare(self, program: Program, options: dict[str, Any]) -> Executable:
+    def prepare(self, program: Any, options: dict[str, Any]) -> Executable:
         """Make an executable from a program the passes have already rewritten."""
         ...
 
