@@ -116,10 +116,6 @@ class GpuExecutable:
     def attention_blocks(self) -> int:
         return int(self.lowered.ctx.cache.get("attention_blocks", 0))
 
-    @property
-    def prepare_seconds(self) -> float:
-        return self.lowered.seconds
-
     def __len__(self) -> int:
         return len(self.steps)
 

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("the gpu node suite needs a GPU", allow_module_level=True)
 
-from pygraphx.runtime.onnx_backend import PygraphxBackend, PygraphxBackendRep  # noqa: E402
+from pygraphx.onnx.backend import PygraphxBackend, PygraphxBackendRep  # noqa: E402
 from tests.onnx.test_backend_node import EXCLUDE  # noqa: E402
 from tests.targets.test_cpu_node_suite import CPU_EXCLUDE  # noqa: E402
 
