@@ -12,21 +12,27 @@ milliseconds for them; workers that sleep at once (`OMP_WAIT_POLICY=PASSIVE`) co
 tens of microseconds per region instead. Measured here on 2 shared cores: a 98k-element add
 took 5.4 ms with the default spinning under load and 0.23 ms with this setting, and MobileNetV2
 at batch 1 ran in 5.8 ms with it against 11.0 ms with PASSIVE.
+
+`import pygraphx` calls `configure_openmp()`, so the setting holds whenever pygraphx is imported
+before torch; when torch came first (GNU OpenMP reads the variable once, when it loads),
+`make_target()` warns once and says what to do.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+import warnings
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pygraphx.targets.cpu.target import CpuTarget
 
 
-def make_target() -> CpuTarget:
-    """The `cpu` target (needs torch)."""
-    configure_openmp()
+def make_target(**settings: Any) -> CpuTarget:
+    """The `cpu` target (needs torch); `settings` as `CpuTarget` takes them (`threads=N`)."""
+    if not configure_openmp():
+        _warn_spinning()
     try:
         import torch  # noqa: F401
     except ImportError as exc:
@@ -36,21 +42,40 @@ def make_target() -> CpuTarget:
         ) from exc
     from pygraphx.targets.cpu.target import CpuTarget
 
-    return CpuTarget()
+    return CpuTarget(**settings)
 
 
 #: GNU OpenMP spin rounds before an idle worker sleeps (see the module docstring)
 SPINCOUNT = "10000"
 
 
-def configure_openmp() -> None:
+def configure_openmp() -> bool:
     """Bound how long idle OpenMP workers spin (see the module docstring), if it is not too
-    late (torch not imported yet) and the user has not chosen."""
-    if "torch" in sys.modules:
-        return
+    late (torch not imported yet) and the user has not chosen. False when it is too late
+    (`make_target` then says so once)."""
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
-        return
+        return True
+    if "torch" in sys.modules:
+        return False
     os.environ["GOMP_SPINCOUNT"] = SPINCOUNT
+    return True
+
+
+_warned = False
+
+
+def _warn_spinning() -> None:
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    warnings.warn(
+        "pygraphx cpu target: torch was imported before pygraphx, so OpenMP's idle workers "
+        "spin for GNU OpenMP's default 300000 rounds, which slows runs when other work shares "
+        f"the cores; import pygraphx first or set GOMP_SPINCOUNT={SPINCOUNT} in the environment",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 __all__ = ["configure_openmp", "make_target"]
