@@ -11,6 +11,10 @@ threads of the process; CPU time far above latency x threads means threads spin 
 Each configuration is compiled once and timed in its own block (warm-up, then runs until
 `--seconds` have passed, at least 3 and at most `--max-runs`).
 
+`--spincounts 100 10000` repeats the probe once per GNU OpenMP spin count (each in a fresh
+process with `GOMP_SPINCOUNT` set, as OpenMP reads it once when torch loads); the rows then carry
+their spin count. Without it the probe runs once, with pygraphx's default (or the environment's).
+
 The end of the report names, per model, the thread count with the lowest latency, and the
 suggested cap: the smallest count whose latency is within 5% of the model's best on every
 model. That is the value for `DEFAULT_CAP` in `threads.py` (or `PGX_CPU_MAX_THREADS` on this
@@ -24,7 +28,9 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -85,26 +91,26 @@ def probe_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def suggest(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Best count per model (policy on) and the smallest count within TOLERANCE of every
-    model's best."""
-    best: dict[str, int] = {}
+    """Best (engine, count) per model (policy on, any spin count) and the smallest count within
+    TOLERANCE of every model's best."""
+    best: dict[str, str] = {}
     ok_counts: set[int] | None = None
+    totals: dict[int, float] = {}
     for name in dict.fromkeys(r["model"] for r in rows):
         mine = {
-            r["threads"]: r["ms"] for r in rows if r["model"] == name and r["engine"] == "policy_on"
+            (r["engine"], r["threads"]): r["ms"]
+            for r in rows
+            if r["model"] == name and r["engine"].startswith("policy_on")
         }
         top = min(mine.values())
-        best[name] = min(mine, key=mine.__getitem__)
-        good = {n for n, ms in mine.items() if ms <= top * (1 + TOLERANCE)}
+        engine, n = min(mine, key=mine.__getitem__)
+        best[name] = f"{n} threads ({engine})"
+        good = {n for (_, n), ms in mine.items() if ms <= top * (1 + TOLERANCE)}
         ok_counts = good if ok_counts is None else ok_counts & good
-    if ok_counts:
-        cap = min(ok_counts)
-    else:  # no count is good for every model: the one with the lowest sum of latencies
-        totals: dict[int, float] = {}
-        for r in rows:
-            if r["engine"] == "policy_on":
-                totals[r["threads"]] = totals.get(r["threads"], 0.0) + r["ms"]
-        cap = min(totals, key=totals.__getitem__)
+        for (_, n), ms in mine.items():
+            totals[n] = totals.get(n, 0.0) + ms
+    # no count good for every model: the one with the lowest sum of latencies
+    cap = min(ok_counts) if ok_counts else min(totals, key=totals.__getitem__)
     return {"best_threads": best, "suggested_cap": cap}
 
 
@@ -123,6 +129,26 @@ def print_table(rows: list[dict[str, Any]], threads: list[int]) -> None:
             print(f"| {name} | {engine} | " + " | ".join(cells) + " |")
 
 
+def with_spincounts(argv: list[str], spincounts: list[int]) -> list[dict[str, Any]]:
+    """Rows of this probe run once per spin count, each in its own process."""
+    import os
+
+    rest = list(argv)
+    k = rest.index("--spincounts")
+    del rest[k : k + 1 + len(spincounts)]
+    rows: list[dict[str, Any]] = []
+    for spin in spincounts:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "rows.json"
+            env = {**os.environ, "GOMP_SPINCOUNT": str(spin)}
+            env.pop("OMP_WAIT_POLICY", None)
+            cmd = [sys.executable, __file__, *rest, "--json", str(out)]
+            subprocess.run(cmd, env=env, check=True)
+            for row in json.loads(out.read_text())["rows"]:
+                rows.append({**row, "engine": f"{row['engine']}@spin{spin}", "spincount": spin})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
@@ -132,11 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=1.0, help="time per block (default 1)")
     ap.add_argument("--max-runs", type=int, default=30)
     ap.add_argument("--no-ort", action="store_true")
+    ap.add_argument("--spincounts", nargs="+", type=int, default=None, help="GOMP_SPINCOUNTs")
     ap.add_argument("--json", type=Path, default=None)
+    argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
+    start = time.perf_counter()
+    if args.spincounts:
+        rows = with_spincounts([a for a in argv if a != "--json" and a != str(args.json)],
+                               args.spincounts)  # fmt: skip
+        return report(rows, args, start)
     import torch
 
-    start = time.perf_counter()
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, "
           f"affinity {len(os.sched_getaffinity(0))}; torch {torch.__version__}; "
           f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}, "
@@ -144,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     for name in args.models:
         rows += probe_model(name, args)
+    return report(rows, args, start)
+
+
+def report(rows: list[dict[str, Any]], args: argparse.Namespace, start: float) -> int:
+    """The table, the advice, and the JSON file."""
     print_table(rows, args.threads)
     advice = suggest(rows)
     elapsed = time.perf_counter() - start
