@@ -1,29 +1,47 @@
 """Targets by name: `get_target("ref")` (the numpy oracle) and `get_target("cpu")` (torch on
-the CPU: oneDNN/MKL). The GPU target is not written yet."""
+the CPU: oneDNN/MKL). The GPU target is not written yet.
+
+Importing this package registers the targets in `pygraphx.ir.registry`, so `Program.compile`
+and `load` (in the IR, below this layer) find them by name.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from pygraphx.ir import registry
 from pygraphx.targets.base import Target
 
 KNOWN_TARGETS = ("ref", "cpu")
 
 
+def _make_ref() -> Target:
+    from pygraphx.targets.ref.target import RefTarget
+
+    return RefTarget()
+
+
+def _make_cpu() -> Target:
+    from pygraphx.targets.cpu import make_target  # needs torch; says how to install it
+
+    return make_target()
+
+
+registry.register_target("ref", _make_ref)
+registry.register_target("cpu", _make_cpu)
+
+
 def get_target(name: str, **settings: Any) -> Target:
     """The target called `name` (MIGraphX's `get_target`); keyword settings go to the target
     (`get_target("cpu", threads=4)`; `ref` takes none)."""
-    if name == "ref":
-        from pygraphx.targets.ref.target import RefTarget
-
-        if settings:
-            raise ValueError(f"the 'ref' target takes no settings (got {sorted(settings)})")
-        return RefTarget()
+    if not settings:
+        return registry.get_target(name)  # type: ignore[return-value]
     if name == "cpu":
-        from pygraphx.targets.cpu import make_target  # needs torch; says how to install it
+        from pygraphx.targets.cpu import make_target
 
         return make_target(**settings)
-    raise ValueError(f"unknown target {name!r}; available targets: {', '.join(KNOWN_TARGETS)}")
+    registry.get_target(name)  # an unknown name: its error, which lists the targets
+    raise ValueError(f"the {name!r} target takes no settings (got {sorted(settings)})")
 
 
 __all__ = ["KNOWN_TARGETS", "Target", "get_target"]
