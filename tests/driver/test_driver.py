@@ -9,6 +9,7 @@ every failure is one `error: ...` message with exit status 1 (argparse usage err
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -205,6 +206,27 @@ def test_run_unavailable_target(capsys: pytest.CaptureFixture[str], tiny: str) -
         pytest.skip("this machine has a GPU")
     rc, _, err = drive(capsys, "run", "--onnx", tiny, "--gpu")
     assert_error(rc, err, "--gpu: the 'gpu' target found no usable GPU", "get_target('cpu')")
+
+
+def test_run_threads(
+    capsys: pytest.CaptureFixture[str], tiny: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.delenv("PGX_CPU_THREADS", raising=False)
+    argv = ("run", "--onnx", tiny, "--input-dim", "@x", "4", "3", "--fill1", "--cpu")
+    rc, out, err = drive(capsys, *argv, "--threads", "1")
+    assert rc == 0, err
+    assert "Target: cpu" in out.splitlines() and "Threads: 1" in out.splitlines()
+    check_stats(parse_run_output(out)["y"], expected_outputs(np.ones((4, 3), np.float32))["y"])
+    assert "PGX_CPU_THREADS" not in os.environ  # set only while loading
+    rc, out, err = drive(capsys, *argv)
+    assert rc == 0, err
+    default = pygraphx.get_target("cpu").threads.n
+    assert f"Threads: {default}" in out.splitlines()
+    rc, _, err = drive(capsys, "run", "--onnx", tiny, "--ref", "--threads", "2")
+    assert_error(rc, err, "--threads 2 applies to the cpu target")
+    rc, _, err = drive(capsys, *argv, "--threads", "0")
+    assert rc == 2 and "--threads" in err
 
 
 def test_summarize_non_finite() -> None:
