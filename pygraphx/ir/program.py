@@ -9,6 +9,8 @@ so a wrong name, type or shape fails with a message that says which.
 
 from __future__ import annotations
 
+import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,11 @@ from pygraphx.ir.shape import Shape, from_dtype
 
 if TYPE_CHECKING:
     from pygraphx.targets.base import Executable, Target
+
+
+#: most specialized programs (per input lens / values) a dynamic program keeps, least recently
+#: used dropped first
+SPECIALIZED_CACHE_SIZE = 16
 
 
 class ProgramError(RuntimeError):
@@ -39,10 +46,13 @@ class Program:
         # dynamic input dimensions: rebuild the program for concrete lens (set by the frontend),
         # re-apply the program-level transforms (quantize, optimize) and compile, cached per lens
         self.specializer: Callable[[dict[str, np.ndarray]], Program] | None = None
+        # plain data the frontend rebuilds `specializer` from after a load (ir/serialize.py)
+        self.specializer_spec: dict[str, Any] | None = None
         # inputs whose values decide shapes: the program is compiled per value at run time
         self.value_inputs: set[str] = set()
         self.transforms: list[Callable[[Program], Any]] = []
-        self._specialized: dict[tuple, Program] = {}
+        self._specialized: OrderedDict[tuple, Program] = OrderedDict()
+        self._evicted = False  # the one-time warning that values keep changing was given
         self._dynamic = False  # set at compile: some parameter has dynamic dimensions
         self.create_module("main")
 
@@ -75,8 +85,9 @@ class Program:
         return self.get_main_module().get_parameter_shapes()
 
     def get_inputs(self) -> dict[str, Shape]:
-        """Parameter name -> shape (the seeds' `get_inputs()`)."""
-        return self.get_parameter_shapes()
+        """Parameter name -> shape (the seeds' `get_inputs()`); for dynamic parameters the
+        maximum shape (`get_parameter_shapes()` gives their ranges)."""
+        return {i.op.parameter: i.shape for i in self.get_main_module().get_parameters()}
 
     def get_output_shapes(self) -> list[Shape]:
         return self.get_main_module().get_output_shapes()
@@ -173,12 +184,26 @@ class Program:
             for n, a in sorted(arrays.items())
         )
         prog = self._specialized.get(key)
-        if prog is None:
-            prog = self.specializer(dict(arrays))
-            for transform in self.transforms:
-                transform(prog)
-            prog.compile(self.target, **self.compile_options)
-            self._specialized[key] = prog
+        if prog is not None:
+            self._specialized.move_to_end(key)
+            return prog
+        prog = self.specializer(dict(arrays))
+        for transform in self.transforms:
+            transform(prog)
+        prog.compile(self.target, **self.compile_options)
+        self._specialized[key] = prog
+        if len(self._specialized) > SPECIALIZED_CACHE_SIZE:
+            self._specialized.popitem(last=False)
+            if not self._evicted:
+                self._evicted = True
+                what = f"values of {sorted(self.value_inputs)}" if self.value_inputs else "lens"
+                warnings.warn(
+                    f"input {what} keep changing: more than {SPECIALIZED_CACHE_SIZE} distinct "
+                    "ones were compiled for, the least recently used are dropped and compiled "
+                    "again when they come back (each new one costs a full compile)",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
         return prog
 
     def _check_params(self, params: Mapping[str, Any]) -> dict[str, np.ndarray]:

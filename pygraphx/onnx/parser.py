@@ -52,8 +52,9 @@ OPTIONS = {
     # graph inputs given values at parse time (they become literals, not parameters); used to
     # specialize models whose shapes depend on input values (see onnx/dynamic.py)
     "constant_inputs": None,
-    # parse models whose shapes depend on input values, compiling per value at run time
-    "specialize_on_input_values": False,
+    # models whose shapes depend on input values compile per value at run time (onnx/dynamic.py);
+    # False forbids it (such a model then fails to parse with InputValueNeeded)
+    "specialize_on_input_values": True,
 }
 
 #: ops that pass any value through unchanged, sequences and optionals included
@@ -63,23 +64,30 @@ _PASS_THROUGH = {"Identity"}
 def parse_onnx(path: str | Path, **options: Any) -> Program:
     """Parse the ONNX model file at `path` into a program."""
     path = Path(path)
+    return parse_bytes(read_model_file(path), str(path), path.resolve().parent, options)
+
+
+def read_model_file(path: Path) -> bytes:
+    """The bytes of the model file at `path`; a missing or unreadable file gets a clear error."""
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise OnnxParseError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise OnnxParseError(f"{path}: is a directory, not an ONNX file") from None
     except PermissionError:
         raise OnnxParseError(f"{path}: permission denied") from None
-    return _parse(data, str(path), path.resolve().parent, options)
 
 
 def parse_onnx_buffer(data: bytes, **options: Any) -> Program:
     """Parse an ONNX model held in memory (external data is not allowed: it has no folder)."""
-    return _parse(bytes(data), "<buffer>", None, options)
+    return parse_bytes(bytes(data), "<buffer>", None, options)
 
 
-def _parse(data: bytes, source: str, model_dir: Path | None, options: dict[str, Any]) -> Program:
+def parse_bytes(
+    data: bytes, source: str, model_dir: Path | None, options: dict[str, Any]
+) -> Program:
+    """Parse the model `data` read from `source`; external data is looked up in `model_dir`."""
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise TypeError(f"unknown parse option(s) {unknown}; known: {sorted(OPTIONS)}")
