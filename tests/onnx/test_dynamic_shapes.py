@@ -83,7 +83,9 @@ def test_default_dyn_dim_value(dynamic_batch_model: Path) -> None:
     assert out[0].get_shape().lens() == [2, 5]
 
 
-def test_compiled_dynamic_program_saves_and_loads(dynamic_batch_model: Path, tmp_path: Path) -> None:
+def test_compiled_dynamic_program_saves_and_loads(
+    dynamic_batch_model: Path, tmp_path: Path
+) -> None:
     import onnx
 
     prog = pygraphx.parse_onnx(
@@ -114,7 +116,8 @@ def test_dynamic_programs_with_transforms_refuse_to_be_saved(
 
 
 def test_bad_dynamic_options(dynamic_batch_model: Path) -> None:
-    with pytest.raises(pygraphx.OnnxParseError, match=r"names \\['nope'\\], which the model has no input for.*\\['input'\\]"):
+    expected = r"names \['nope'\], which the model has no input for; its inputs are \['input'\]"
+    with pytest.raises(pygraphx.OnnxParseError, match=expected):
         pygraphx.parse_onnx(dynamic_batch_model, map_dyn_input_dims={"nope": [(1, 2)]})
     with pytest.raises(pygraphx.OnnxParseError, match="bad dynamic dimension"):
         pygraphx.parse_onnx(dynamic_batch_model, map_dyn_input_dims={"input": [(4, 2), 3, 16, 16]})
