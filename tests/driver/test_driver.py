@@ -309,7 +309,10 @@ def test_unknown_model(capsys: pytest.CaptureFixture[str]) -> None:
         (["--input-dim", "@x", "0", "3"], "must be at least 1"),
         (["--input-dim", "@", "1"], "followed by an input name"),
         (["--input-dim", "@x", "1", "3", "--input-dim", "@x", "2", "3"], "given twice"),
-        (["--input-dim", "@q", "1", "3"], "@q: no such input; the model's inputs are: x"),
+        (
+            ["--input-dim", "@q", "1", "3"],
+            "map_input_dims names ['q'], which the model has no input for; its inputs are ['x']",
+        ),
     ],
 )
 def test_bad_input_dim(
@@ -317,6 +320,104 @@ def test_bad_input_dim(
 ) -> None:
     rc, _, err = drive(capsys, "params", "--onnx", tiny, *dims)
     assert_error(rc, err, "--input-dim", fragment)
+
+
+def test_input_dim_naming_no_input(capsys: pytest.CaptureFixture[str], tiny: str) -> None:
+    # the parser checks map_input_dims keys (the Python API gets the same error)
+    rc, _, err = drive(capsys, "params", "--onnx", tiny, "--input-dim", "@q", "1", "3")
+    assert_error(rc, err, "map_input_dims names ['q']", "its inputs are ['x']")
+
+
+def test_input_dim_groups() -> None:
+    assert parse_input_dims([["@a", "1", "2", "@b", "3"], ["@c", "4"]]) == {
+        "a": [1, 2],
+        "b": [3],
+        "c": [4],
+    }
+    assert parse_input_dims(None) == {}
+    with pytest.raises(DriverError):
+        parse_input_dims([["@a", "-1"]])
+
+
+def test_seq_len_needs_builtin_model(capsys: pytest.CaptureFixture[str], tiny: str) -> None:
+    rc, _, err = drive(capsys, "params", "--onnx", tiny, "--seq-len", "8")
+    assert_error(rc, err, "--seq-len", "--input-dim")
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_shows_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str
+) -> None:
+    args = ["params", "--onnx", str(tmp_path / "nope.onnx")]
+    argv = ["--debug", *args] if where == "before" else [*args, "--debug"]
+    rc, _, err = drive(capsys, *argv)
+    assert rc == 1
+    assert "Traceback" in err and "error: " in err
+
+
+def test_internal_error_is_reported(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(args: object, steps: object) -> int:
+        raise TypeError("boom")
+
+    monkeypatch.setitem(COMMANDS, "version", Command(boom, lambda p: None, "boom"))
+    rc, _, err = drive(capsys, "version")
+    assert_error(rc, err, "internal error: TypeError: boom", "--debug")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["params"],
+        ["frobnicate"],
+        ["read", "--onnx", "a.onnx", "--model", "resnet50"],
+        ["params", "--onnx", "a.onnx", "--batch", "0"],
+        ["run", "--onnx", "a.onnx", "--fill0", "--fill1"],
+        ["run", "--onnx", "a.onnx", "--ref", "--gpu"],
+    ],
+)
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    rc, out, err = drive(capsys, *argv)
+    assert rc == 2
+    assert out == ""
+    assert "usage:" in err
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = drive(capsys, "params", "--help")
+    assert rc == 0
+    assert "--input-dim" in out
+
+
+# --- a built-in model (slow: builds ResNet-50's 25M weights) ----------------------------------
+@pytest.mark.slow
+def test_params_builtin_resnet50(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("pygraphx.models")
+    rc, out, err = drive(capsys, "params", "--model", "resnet50")
+    assert rc == 0, err
+    assert out.splitlines() == [
+        "Reading: resnet50 (built-in model, batch=1)",
+        "inputs:",
+        "input: float_type, {1, 3, 224, 224}, {150528, 50176, 224, 1}",
+        "",
+        "outputs:",
+        "output: float_type, {1, 1000}, {1000, 1}",
+        ),
+    ],
+)
+def test_bad_input_dim(
+    capsys: pytest.CaptureFixture[str], tiny: str, dims: list[str], fragment: str
+) -> None:
+    rc, _, err = drive(capsys, "params", "--onnx", tiny, *dims)
+    assert_error(rc, err, "--input-dim", fragment)
+
+
+def test_input_dim_naming_no_input(capsys: pytest.CaptureFixture[str], tiny: str) -> None:
+    # the parser checks map_input_dims keys (the Python API gets the same error)
+    rc, _, err = drive(capsys, "params", "--onnx", tiny, "--input-dim", "@q", "1", "3")
+    assert_error(rc, err, "map_input_dims names ['q']", "its inputs are ['x']")
 
 
 def test_input_dim_groups() -> None:
