@@ -50,6 +50,9 @@ class Program:
         self.specializer_spec: dict[str, Any] | None = None
         # inputs whose values decide shapes: the program is compiled per value at run time
         self.value_inputs: set[str] = set()
+        # graph outputs that are sequences: how many of the returned tensors each one takes
+        # (None: a tensor); `run` gives a sequence back as a list
+        self.output_structure: list[int | None] | None = None
         self.transforms: list[Callable[[Program], Any]] = []
         self._specialized: OrderedDict[tuple, Program] = OrderedDict()
         self._evicted = False  # the one-time warning that values keep changing was given
@@ -152,18 +155,26 @@ class Program:
         (profiling and tracing; see `runtime/evaluator.py`)."""
         if self._executable is None:
             raise ProgramError("compile the program first: prog.compile(pygraphx.get_target(...))")
-        arrays = self._check_params(params)
+        # value inputs that are no parameter (sequences, optionals) pass as given
+        param_names = set(self.get_parameter_names())
+        given = {n: params[n] for n in self.value_inputs - param_names if n in params}
+        absent = sorted(self.value_inputs - set(params) - param_names)
+        if absent:
+            raise ProgramError(f"missing input(s) {absent} (sequences or optionals)")
+        arrays = self._check_params({n: v for n, v in params.items() if n not in given})
         # _check_params has fixed the lens of static parameters; only ranges can differ
         if self.value_inputs or (self._dynamic and self._off_max_lens(arrays)):
-            prog = self._specialized_for(arrays)
+            prog = self._specialized_for({**given, **arrays})
             names = prog.get_parameter_shapes()
             return prog.run({n: a for n, a in arrays.items() if n in names}, observer)
         from pygraphx.runtime.trace import with_eval_trace  # PGX_TRACE_EVAL, read per run
 
         observer = with_eval_trace(self, observer)
         if observer is None:
-            return [Argument(a) for a in self._executable.run(arrays)]
-        return [Argument(a) for a in self._executable.run(arrays, observer=observer)]
+            results = [Argument(a) for a in self._executable.run(arrays)]
+        else:
+            results = [Argument(a) for a in self._executable.run(arrays, observer=observer)]
+        return _grouped(results, self.output_structure)
 
     eval = run
 
@@ -179,10 +190,7 @@ class Program:
         inputs that decide shapes (`value_inputs`), these input values; cached."""
         if self.specializer is None:
             raise ProgramError("internal: dynamic parameters without a specializer")
-        key = tuple(
-            (n, tuple(a.shape), a.dtype.str, a.tobytes() if n in self.value_inputs else b"")
-            for n, a in sorted(arrays.items())
-        )
+        key = tuple((n, _key(a, n in self.value_inputs)) for n, a in sorted(arrays.items()))
         prog = self._specialized.get(key)
         if prog is not None:
             self._specialized.move_to_end(key)
@@ -259,6 +267,32 @@ class Program:
     def validate(self) -> None:
         for mod in self.modules.values():
             mod.validate()
+
+
+def _key(value: Any, by_value: bool) -> Any:
+    """What identifies an input for the cache: lens and type, and its bytes when `by_value`
+    (lists and None: sequences and empty optionals, always by value)."""
+    if value is None:
+        return None
+    if isinstance(value, list | tuple):
+        return tuple(_key(np.asarray(v), True) for v in value)
+    return (tuple(value.shape), value.dtype.str, value.tobytes() if by_value else b"")
+
+
+def _grouped(results: list[Any], structure: list[int | None] | None) -> list[Any]:
+    """`results` with the tensors of each sequence output gathered into a list."""
+    if structure is None:
+        return results
+    out: list[Any] = []
+    k = 0
+    for count in structure:
+        if count is None:
+            out.append(results[k])
+            k += 1
+        else:
+            out.append(results[k : k + count])
+            k += count
+    return out
 
 
 def _type_name(dtype: np.dtype) -> str:

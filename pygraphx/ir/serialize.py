@@ -137,6 +137,7 @@ def program_to_dict(program: Program) -> dict[str, Any]:
         # dynamic programs: what rebuilds them per input lens / values (see Program)
         "specializer": program.specializer_spec,
         "value_inputs": sorted(program.value_inputs),
+        "output_structure": program.output_structure,
     }
 
 
@@ -240,6 +241,8 @@ def _program_from_dict(doc: dict[str, Any]) -> Program:
 def _restore_specializer(program: Program, doc: Mapping[str, Any]) -> None:
     spec = doc.get("specializer")
     program.value_inputs = set(doc.get("value_inputs", ()))
+    structure = doc.get("output_structure")
+    program.output_structure = list(structure) if structure is not None else None
     if spec is None:
         return
     restore = _SPECIALIZERS.get(spec["kind"])

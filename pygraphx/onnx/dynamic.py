@@ -47,6 +47,8 @@ from pygraphx.ops.builtin import Param
 DYNAMIC_OPTIONS = ("map_dyn_input_dims", "default_dyn_dim_value")
 ALL_OPTIONS = sorted([*parser.OPTIONS, *DYNAMIC_OPTIONS])
 _SPEC_KIND = "onnx"
+#: the range of a symbolic dimension of a program built per input value: any size
+_ANY_SIZE = 2**31 - 1
 
 
 def to_dynamic_dimension(spec: Any) -> DynamicDimension:
@@ -120,26 +122,43 @@ def _parse(model: _Model, options: dict[str, Any]) -> Program:
     except InputValueNeeded as exc:
         if options.get("specialize_on_input_values") is False:
             raise
-        program = _parameters_only(model, {**options, "map_input_dims": base})
-        needed = set(exc.inputs)
+        program, structured = _parameters_only(model, {**options, "map_input_dims": base}, dims)
+        needed = set(exc.inputs) | structured
     _attach(program, model, options, user_map, dims, needed)
     return program
 
 
-def _parameters_only(model: _Model, options: dict[str, Any]) -> Program:
+def _parameters_only(
+    model: _Model, options: dict[str, Any], dims: dict[str, list[DynamicDimension]]
+) -> tuple[Program, set[str]]:
     """A program of parameters only, for a model whose shapes depend on input values: only its
-    signature is known until it runs."""
+    signature is known until it runs. Dimensions the model leaves symbolic (and no option
+    fixes) accept any size (`dims` gets them): each run is built for the lens it is given.
+    Also returns the sequence and optional inputs, which are no parameters."""
     proto = model.proto()
     program = Program()
     main = program.get_main_module()
     shapes = parser.OnnxParser({**parser.OPTIONS, **options}, model.source, None)
     initialised = {t.name for t in proto.graph.initializer}
+    structured = set()
+    fixed = options.get("map_input_dims") or {}
     for inp in proto.graph.input:
-        if inp.name not in initialised:
-            main.add_parameter(inp.name, shapes.input_shape(inp))
+        if inp.name in initialised:
+            continue
+        if parser.structured_input(inp):
+            structured.add(inp.name)
+            continue
+        shape = shapes.input_shape(inp)
+        main.add_parameter(inp.name, shape)
+        tt = inp.type.tensor_type
+        if inp.name not in fixed and tt.HasField("shape") and any(map(_symbolic, tt.shape.dim)):
+            dims[inp.name] = [
+                DynamicDimension(0, _ANY_SIZE) if _symbolic(d) else DynamicDimension(n, n)
+                for d, n in zip(tt.shape.dim, shape.lens(), strict=True)
+            ]
     main.add_return([])
     program.output_names = [o.name for o in proto.graph.output]
-    return program
+    return program, structured
 
 
 def _attach(
@@ -182,7 +201,7 @@ def restore_specializer(program: Program, spec: Mapping[str, Any]) -> None:
     user_map = {n: list(v) for n, v in spec["map_input_dims"].items()}
 
     def specialize(arrays: dict[str, Any]) -> Program:
-        lens = {n: list(a.shape) for n, a in arrays.items()}
+        lens = {n: list(a.shape) for n, a in arrays.items() if isinstance(a, np.ndarray)}
         opts = {**options, "map_input_dims": {**user_map, **lens}}
         while True:
             consts = {n: arrays[n] for n in program.value_inputs}
