@@ -41,6 +41,8 @@ _TYPES: dict[str, np.dtype] = {
     "uint2_type": np.dtype(ml_dtypes.uint2),
     "fp4e2m1_type": np.dtype(ml_dtypes.float4_e2m1fn),
     "fp8e8m0_type": np.dtype(ml_dtypes.float8_e8m0fnu),
+    # ONNX STRING tensors: numpy object arrays of Python str (the reference target only)
+    "string_type": np.dtype(object),
 }
 _DTYPE_TO_TYPE: dict[np.dtype, str] = {v: k for k, v in _TYPES.items()}
 
