@@ -44,6 +44,7 @@ EXPECTED_DTYPES = {
     "uint2_type": ml_dtypes.uint2,
     "fp4e2m1_type": ml_dtypes.float4_e2m1fn,
     "fp8e8m0_type": ml_dtypes.float8_e8m0fnu,
+    "string_type": np.object_,
 }
 
 
