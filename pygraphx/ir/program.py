@@ -156,6 +156,9 @@ class Program:
         (profiling and tracing; see `runtime/evaluator.py`)."""
         if self._executable is None:
             raise ProgramError("compile the program first: prog.compile(pygraphx.get_target(...))")
+        device_io = getattr(self._executable, "takes_device_arguments", None)
+        if device_io is not None and device_io(params):
+            return self._run_device(params, observer)
         # value inputs that are no parameter (sequences, optionals) pass as given
         param_names = set(self.get_parameter_names())
         given = {n: params[n] for n in self.value_inputs - param_names if n in params}
@@ -176,6 +179,19 @@ class Program:
         return _grouped(results, self.output_structure)
 
     eval = run
+
+    def _run_device(self, params: Mapping[str, Any], observer: Any) -> list[Any]:
+        """Device arguments in and out (a gpu target's `offload_copy=False`, or device tensors
+        given as inputs); the target's executable checks and binds them. Static programs only."""
+        if self.value_inputs or self._dynamic:
+            raise ProgramError(
+                "device arguments need a program with static shapes; pass host arrays to a "
+                "program with dynamic dimensions or shape-deciding inputs"
+            )
+        try:
+            return self._executable.run_device(params, observer, self.get_output_names())
+        except ValueError as exc:
+            raise ProgramError(str(exc)) from None
 
     def _off_max_lens(self, arrays: Mapping[str, np.ndarray]) -> bool:
         """Whether some input's lens differ from the maximum lens the body was built for."""
