@@ -142,8 +142,13 @@ class TritonKernel:
 
     def _autotune(self, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> Config:
         options = candidates(self._src)
-        if interpreting() or out.device.type != "cuda" or len(options) == 1:
-            log.debug("%s: no timing here (interpreter or CPU): %s", self.key, options[0])
+        if interpreting() or out.device.type != "cuda":
+            # no timing without a device: the interpreter runs one program at a time in
+            # Python, so the widest block is the quickest there
+            choice = max(options, key=lambda c: c["BLOCK"])
+            log.debug("%s: not timed (interpreter or CPU): %s", self.key, choice)
+            return choice
+        if len(options) == 1:
             return options[0]
         scratch_in = [t.clone() for t in inputs]  # an input may alias `out`
         scratch_out = out.clone()
