@@ -372,18 +372,27 @@ class TritonOps:
         return self.emit(f"tl.reduce({self._masked(src, '1')}, 0, _mul)", acc)
 
     def reduce_max(self, x: TExpr, axes: Sequence[int]) -> TExpr:
-        low = lowest_literal(x.dtype)
-        return self.emit(f"tl.max({self._masked(x, low)}, axis=0)", x.dtype)
+        src = self.emit(self._masked(x, lowest_literal(x.dtype)), x.dtype)
+        return self.emit(nan_propagating("tl.max", src.text, x.dtype), x.dtype)
 
     def reduce_min(self, x: TExpr, axes: Sequence[int]) -> TExpr:
-        high = highest_literal(x.dtype)
-        return self.emit(f"tl.min({self._masked(x, high)}, axis=0)", x.dtype)
+        src = self.emit(self._masked(x, highest_literal(x.dtype)), x.dtype)
+        return self.emit(nan_propagating("tl.min", src.text, x.dtype), x.dtype)
 
     def reduce_mean(self, x: TExpr, axes: Sequence[int]) -> TExpr:
         total = self.reduce_sum(x, axes)
         if self.count_reduced == 0:
             return total  # the mean of nothing is 0, as the reference gives
         return self.emit(f"{total.text} / {float(self.count_reduced)!r}", total.dtype)
+
+
+def nan_propagating(fn: str, block: str, dtype: DTypeLike) -> str:
+    """`fn` (`tl.max` / `tl.min`) over axis 0 of `block`, nan if any lane is nan (as numpy;
+    Triton's own max and min drop nan)."""
+    if not _is_float(np.dtype(dtype)):
+        return f"{fn}({block}, axis=0)"
+    any_nan = f"tl.max(({block} != {block}).to(tl.int32), axis=0) > 0"
+    return f"tl.where({any_nan}, float('nan'), {fn}({block}, axis=0))"
 
 
 def lowest_literal(dtype: DTypeLike) -> str:

@@ -28,6 +28,7 @@ from pygraphx.codegen.triton.emitter import (
     UnsupportedGroup,
     highest_literal,
     lowest_literal,
+    nan_propagating,
     tl_dtype,
 )
 from pygraphx.ops.handler import accumulation_dtype, compute_dtype
@@ -95,9 +96,11 @@ def _unravel(index: str, lens: Sequence[int], prefix: str) -> tuple[list[str], l
     return lines, names[::-1]
 
 
-def _offset(names: Sequence[str], strides: Sequence[int]) -> str:
+def _offset(names: Sequence[str], strides: Sequence[int], zero: str = "0") -> str:
+    """The element offset of the unravelled index `names`; `zero` when no stride is non-zero
+    (a lane-wise `i * 0` keeps a block-shaped pointer where the mask is a block)."""
     terms = [f"{n} * {s}" if s != 1 else n for n, s in zip(names, strides, strict=True) if s]
-    return " + ".join(terms) if terms else "0"
+    return " + ".join(terms) if terms else zero
 
 
 def _load(k: int, offset: str, mask: str | None, desc_dtype: np.dtype, scalar: bool) -> str:
@@ -158,7 +161,7 @@ def pointwise_source(group: GroupTrace) -> KernelSource:
     _run(o, group, slice(0, len(group.steps.nodes)), env)
     lines += o.lines
     value = _store_value(_result(env, group), out.dtype)
-    lines.append(f"tl.store(out + {_offset(names, strides[-1])}, {value}, mask=mask)")
+    lines.append(f"tl.store(out + {_offset(names, strides[-1], 'i * 0')}, {value}, mask=mask)")
     src = _HEADER.format(name=group.name) + "@triton.jit\n" + body[0] + "\n"
     src += "".join(f"    {line}\n" for line in lines)
     return KernelSource(src, "pointwise", numel, 0)
@@ -234,7 +237,7 @@ def _column_loads(group: GroupTrace, rows: _Rows, env: dict, full_only: bool) ->
         if full_only and not rows.full[k]:
             continue
         if rows.full[k]:
-            off = f"ro{k} + {_offset(names, rows.inner_strides[k])}"
+            off = f"ro{k} + {_offset(names, rows.inner_strides[k], 'c * 0')}"
             scalar = not any(rows.outer_strides[k]) and not any(rows.inner_strides[k])
             text = _load(k, off, "mask", desc.dtype, scalar)
         else:
@@ -249,7 +252,7 @@ def _store(group: GroupTrace, rows: _Rows, env: dict, per_lane: bool) -> str:
     if not per_lane:
         return f"tl.store(out + ro{len(group.inputs)}, {value})"
     _, names = _unravel("c", rows.inner, "q")
-    off = f"ro{len(group.inputs)} + {_offset(names, rows.inner_strides[-1])}"
+    off = f"ro{len(group.inputs)} + {_offset(names, rows.inner_strides[-1], 'c * 0')}"
     return f"tl.store(out + {off}, {value}, mask=mask)"
 
 
@@ -309,7 +312,8 @@ def _looped_row(group: GroupTrace, node: Node, rows: _Rows) -> list[str]:
     lines += _loop(rows, body)
     final = {
         "reduce_sum": "tl.sum(acc, axis=0)", "reduce_prod": "tl.reduce(acc, 0, _mul)",
-        "reduce_max": "tl.max(acc, axis=0)", "reduce_min": "tl.min(acc, axis=0)",
+        "reduce_max": nan_propagating("tl.max", "acc", acc),
+        "reduce_min": nan_propagating("tl.min", "acc", acc),
         "reduce_mean": f"tl.sum(acc, axis=0) / {float(rows.row_len)!r}",
     }[node.fn]  # fmt: skip
     lines.append(f"red = {final}")
