@@ -41,10 +41,18 @@ def reference(ins_body: object, args: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def run_three(
-    group: GroupTrace, body: object, rng: np.random.Generator, triton: bool = True
+    group: GroupTrace,
+    body: object,
+    rng: np.random.Generator,
+    triton: bool = True,
+    inputs: Sequence[np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The group's output from ref (the body), numpy, torch and (if asked) Triton."""
-    pairs = [strided_input(d, rng) for d in group.inputs]
+    """The group's output from ref (the body), numpy, torch and (if asked) Triton, on random
+    inputs laid out as the group says (or on contiguous `inputs`)."""
+    if inputs is None:
+        pairs = [strided_input(d, rng) for d in group.inputs]
+    else:
+        pairs = [(a, torch.from_numpy(a.copy())) for a in inputs]
     arrays = [a for a, _ in pairs]
     tensors = [t for _, t in pairs]
     got = {"ref": reference(body, arrays)}

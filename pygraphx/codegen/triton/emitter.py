@@ -251,10 +251,16 @@ class TritonOps:
     def asinh(self, x: TExpr) -> TExpr:
         a = self.emit(f"tl.abs({x.text})", x.dtype)
         r = self.emit(f"tl.log({a.text} + tl.sqrt({a.text} * {a.text} + 1.0))", x.dtype)
+        big = f"tl.log({a.text}) + {math.log(2.0)!r}"  # as acosh: no overflow of a^2
+        r = self.emit(f"tl.where({a.text} > 1e8, {big}, {r.text})", x.dtype)
         return self.emit(f"tl.where({x.text} < 0, -{r.text}, {r.text})", x.dtype)
 
     def acosh(self, x: TExpr) -> TExpr:
-        return self.emit(f"tl.log({x.text} + tl.sqrt({x.text} * {x.text} - 1.0))", x.dtype)
+        r = self.emit(f"tl.log({x.text} + tl.sqrt({x.text} * {x.text} - 1.0))", x.dtype)
+        # past 1e8, x^2 - 1 is x^2 (and x^2 may overflow): acosh(x) = log(2x)
+        big = f"tl.log({x.text}) + {math.log(2.0)!r}"
+        r = self.emit(f"tl.where({x.text} > 1e8, {big}, {r.text})", x.dtype)
+        return self.emit(f"tl.where({x.text} < 1.0, float('nan'), {r.text})", x.dtype)
 
     def atanh(self, x: TExpr) -> TExpr:
         return self.emit(f"0.5 * tl.log((1.0 + {x.text}) / (1.0 - {x.text}))", x.dtype)
