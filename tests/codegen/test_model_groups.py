@@ -7,16 +7,20 @@ Groups that differ only in name are checked once (same steps, lens, strides and 
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pygraphx
+from pygraphx.codegen.trace import group_trace
 from pygraphx.ir.instruction import Instruction
 from pygraphx.models import get_model
 from pygraphx.passes.manager import run_passes
 from pygraphx.passes.pipeline import optimize_passes
+from tests.codegen.conftest import needs_triton
 from tests.codegen.groupcheck import check_instruction
+from tests.codegen.test_triton_kernels import compile_ahead_of_time
 
 SEQ = 8  # the transformer models at a short sequence (their groups are the same code)
 
@@ -47,3 +51,11 @@ def test_every_fused_group_matches_ref(name: str, interpret: object) -> None:
     rng = np.random.default_rng(0)
     for ins in groups:
         check_instruction(ins, rng, rtol=2e-5, atol=2e-5)
+
+
+@needs_triton
+@pytest.mark.parametrize("name", ["bert_base", "gpt2"])
+def test_transformer_kernels_compile_for_gpus(name: str, tmp_path: Path) -> None:
+    """Every fused group's kernel of the transformer models through Triton's real compiler
+    (sm_90 and gfx942); the interpreter alone accepts code the compiler refuses."""
+    compile_ahead_of_time([group_trace(ins) for ins in fused_groups(name)], tmp_path)

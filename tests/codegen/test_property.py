@@ -2,7 +2,7 @@
 
 A group is a few element-wise steps over 1-3 inputs of one lens, each input laid out with
 random strides (broadcast dimensions, transposed layouts), optionally ending in a reduction
-over trailing axes (sum, mean, max, min, softmax, logsoftmax) and one element-wise epilogue
+over trailing axes (sum, mean, max, min, prod, softmax, logsoftmax) and one element-wise epilogue
 step. The group is a real IR sub-module, so ref (the `Evaluator` of its body) is the oracle.
 Examples are derandomized so CI sees the same ones every run; `PGX_HYPOTHESIS_EXAMPLES`
 raises the count locally.
@@ -26,7 +26,15 @@ from tests.codegen.groupcheck import assert_close, run_three
 UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "erf", "sin", "cos", "floor", "ceil", "atan",
          "relu", "sqrt", "sinh", "round", "sign"]  # fmt: skip
 BINARY = ["add", "sub", "mul", "max", "min", "div"]
-REDUCE = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "softmax", "logsoftmax"]
+REDUCE = [
+    "reduce_sum",
+    "reduce_mean",
+    "reduce_max",
+    "reduce_min",
+    "reduce_prod",
+    "softmax",
+    "logsoftmax",
+]
 EXAMPLES = int(os.environ.get("PGX_HYPOTHESIS_EXAMPLES", "120"))
 
 

@@ -130,20 +130,26 @@ def test_unsupported_reduction_says_why() -> None:
 @needs_triton
 def test_sources_compile_ahead_of_time(tmp_path: Path) -> None:
     """The generated sources go through Triton's real compiler, to CUDA sm_90 and ROCm
-    gfx942 binaries (in a fresh process: see aot_compile.py)."""
-    from pygraphx.codegen.triton.emitter import tl_dtype
-    from pygraphx.codegen.triton.kernels import kernel_source
-
+    gfx942 binaries: a long-row softmax, fp16 and max reductions, tanh-GELU."""
     groups = [
         scaled_reduce("softmax", [2, 50257], axis=1)[1],
         scaled_reduce("reduce_mean", [8, 768], "half_type", axes=(1,))[1],
         scaled_reduce("reduce_max", [8, 768], axes=(1,))[1],
         _gelu_tanh_group(),
     ]
+    compile_ahead_of_time(groups, tmp_path)
+
+
+def compile_ahead_of_time(groups: list[GroupTrace], where: Path) -> None:
+    """Compile the kernels of `groups` for sm_90 and gfx942 in a fresh process (the
+    interpreter, once used, leaves `triton.language` patched in this one)."""
+    from pygraphx.codegen.triton.emitter import tl_dtype
+    from pygraphx.codegen.triton.kernels import kernel_source
+
     jobs = []
     for k, group in enumerate(groups):
         src = kernel_source(group)
-        path = tmp_path / f"k{k}.py"
+        path = where / f"k{k}.py"
         path.write_text(src.source)
         sig = {f"in{j}": "*" + _short(tl_dtype(d.dtype)) for j, d in enumerate(group.inputs)}
         sig["out"] = "*" + _short(tl_dtype(group.output.dtype))
@@ -151,11 +157,11 @@ def test_sources_compile_ahead_of_time(tmp_path: Path) -> None:
         jobs.append(
             {"path": str(path), "signature": sig, "block": 1 if src.kind == "row" else 1024}
         )
-    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    (where / "jobs.json").write_text(json.dumps(jobs))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     script = Path(__file__).with_name("aot_compile.py")
     run = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "jobs.json")],
+        [sys.executable, str(script), str(where / "jobs.json")],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
@@ -165,7 +171,7 @@ def test_sources_compile_ahead_of_time(tmp_path: Path) -> None:
 def _short(tl_name: str) -> str:
     names = {
         "tl.float32": "fp32", "tl.float16": "fp16", "tl.bfloat16": "bf16", "tl.float64": "fp64",
-        "tl.int1": "i1", "tl.int32": "i32", "tl.int64": "i64",
+        "tl.int1": "i1", "tl.int8": "i8", "tl.uint8": "u8", "tl.int32": "i32", "tl.int64": "i64",
     }  # fmt: skip
     return names[tl_name]
 
