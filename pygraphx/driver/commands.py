@@ -388,6 +388,11 @@ COMMANDS: dict[str, Command] = {
         _lazy(_VERIFY, "verify_arguments"),
         "compare the compiled (optimised) program with the reference on the same inputs",
     ),
+    "serve": Command(
+        _lazy("pygraphx.driver.serve_cmd", "cmd_serve"),
+        _lazy("pygraphx.driver.serve_cmd", "serve_arguments"),
+        "serve models on the KServe v2 protocol (HTTP and gRPC), with dynamic batching",
+    ),
     "onnx": Command(cmd_onnx, _onnx_arguments, "the supported ONNX operators (--list)"),
     "version": Command(cmd_version, _no_arguments, "print version information"),
 }
