@@ -37,8 +37,9 @@ class ModelConfig:
     dynamic batcher gathers (0: no batch axis, each request runs alone as given).
     batch_window_us: how long the first request of a batch waits for others.
     dynamic_batching: gather concurrent requests into batches (off: each runs alone).
-    instances: programs run concurrently (each compiled copy runs one batch at a time). queue_size: requests that may
-    wait; more are refused (HTTP 429). timeout_s: a request waiting longer fails (HTTP 504).
+    instances: programs run concurrently (each compiled copy runs one batch at a time).
+    queue_size: requests that may wait; more are refused (HTTP 429). timeout_s: a request
+    waiting longer fails (HTTP 504). version: the model version the protocol reports.
     """
 
     target: str = "cpu"
