@@ -36,6 +36,8 @@ class InferenceServer:
         self.metrics = Metrics()
         self.batchers: dict[str, Batcher] = {}
         self.live = True
+        self.draining = False  # shutting down: not ready, requests in flight finish
+        self.in_flight = 0  # infer calls begun and not yet answered
 
     @classmethod
     def load(cls, sources: Iterable[ModelSource]) -> InferenceServer:
@@ -51,14 +53,15 @@ class InferenceServer:
         self.batchers = {name: Batcher(m, self.metrics) for name, m in self.models.items()}
 
     async def stop(self) -> None:
-        """Refuse new requests and finish the queued ones."""
+        """Refuse new requests and finish the queued ones (after the front ends have stopped
+        taking requests and answered those they had)."""
         for b in self.batchers.values():
             b.closed = True
         for b in self.batchers.values():
             await b.close()
 
     def ready(self) -> bool:
-        return bool(self.batchers) and not any(b.closed for b in self.batchers.values())
+        return bool(self.batchers) and not self.draining
 
     def model(self, name: str, version: str = "") -> ServedModel:
         m = self.models.get(name)
@@ -72,7 +75,7 @@ class InferenceServer:
             self.model(name, version)
         except ModelNotFoundError:
             return False
-        return name in self.batchers and not self.batchers[name].closed
+        return name in self.batchers and not self.draining
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS}
@@ -103,5 +106,9 @@ class InferenceServer:
         batcher = self.batchers.get(name)
         if batcher is None:
             raise ModelNotFoundError(f"model {name!r} is not ready")
-        outputs = await batcher.submit(inputs)
+        self.in_flight += 1
+        try:
+            outputs = await batcher.submit(inputs)
+        finally:
+            self.in_flight -= 1
         return {k: outputs[k] for k in wanted} if wanted else outputs

@@ -1,8 +1,8 @@
 """Running the server: HTTP (uvicorn) and gRPC (grpc.aio) on one event loop, and stopping it.
 
 `serve` runs until its stop event is set (the driver sets it on SIGINT/SIGTERM); then it stops
-being ready, lets uvicorn and gRPC finish the requests in flight (at most `grace_s`), and drains
-the batchers' queues before returning. `ServerThread` runs the same in a background thread (the
+being ready, closes the listeners, lets uvicorn and gRPC answer the requests they have taken (at
+most `grace_s`; the batchers keep running for them), and then closes the batchers. `ServerThread` runs the same in a background thread (the
 tests, the benchmark, the Ray replica).
 """
 
@@ -91,8 +91,10 @@ async def serve(
         on_ready(ports)
     await stop.wait()
     log.info("shutting down: finishing the requests in flight")
-    http.should_exit = True
-    await asyncio.gather(server.stop(), grpc_server.stop(grace_s), http_task)
+    server.draining = True
+    http.should_exit = True  # stop listening, answer the requests already taken
+    await asyncio.gather(grpc_server.stop(grace_s), http_task)
+    await server.stop()  # nothing new can arrive: drain what is queued
     server.live = False
     log.info("stopped")
 
