@@ -2,8 +2,8 @@
 
 `serve` runs until its stop event is set (the driver sets it on SIGINT/SIGTERM); then it stops
 being ready, closes the listeners, lets uvicorn and gRPC answer the requests they have taken (at
-most `grace_s`; the batchers keep running for them), and then closes the batchers. `ServerThread` runs the same in a background thread (the
-tests, the benchmark, the Ray replica).
+most `grace_s`; the batchers keep running for them), and then closes the batchers.
+`ServerThread` runs the same in a background thread (the tests, the benchmark).
 """
 
 from __future__ import annotations
