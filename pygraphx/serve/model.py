@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,7 +118,10 @@ class ServedModel:
             optimize(program)
         program.compile(get_target(self.config.target))
         log.info("compiled %s batch %s for %s: %s", self.name, size, program.target.name, cache)
-        save(program, cache)
+        # written aside and renamed: replicas loading the same model never read half a file
+        partial = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        save(program, partial)
+        os.replace(partial, cache)
         return program
 
     def _batch_dims(self, size: int) -> dict[str, list[int]]:
