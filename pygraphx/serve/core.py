@@ -88,7 +88,7 @@ class InferenceServer:
         return {
             "name": m.name,
             "versions": [m.config.version],
-            "platform": f"pygraphx_{m.config.target}",
+            "platform": f"pygraphx_{m.target}",
             "inputs": tensors(m.inputs),
             "outputs": tensors(m.outputs),
         }

@@ -67,6 +67,7 @@ class ServedModel:
         self.path = source.path
         self.max_batch = source.config.max_batch
         first = self._load_programs()
+        self.target = first.target.name  # a saved program runs where it was compiled for
         self.inputs = self._specs(first.get_parameter_shapes().items(), batched=self.max_batch)
         outs = first.get_outputs().items()
         self.outputs = self._specs(outs, batched=self.max_batch)

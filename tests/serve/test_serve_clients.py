@@ -159,3 +159,42 @@ def test_metrics_count_requests_and_batches(served) -> None:
     assert 'pgx_inference_requests_total{model="bert",protocol="http",status="200"}' in text
     for name in ("pgx_request_latency_seconds_bucket", "pgx_batch_size_count", "pgx_queue_depth"):
         assert name in text
+
+
+def test_grpc_typed_contents_are_accepted(served) -> None:
+    """KServe clients other than Triton's may send `contents` instead of raw bytes."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    _, ports, paths = served
+    arrays = bert_inputs(1, seed=6)
+    request = service_pb2.ModelInferRequest(model_name="bert")
+    for name, arr in arrays.items():
+        tensor = request.inputs.add(name=name, datatype="INT64", shape=list(arr.shape))
+        tensor.contents.int64_contents.extend(arr.ravel().tolist())
+    request.outputs.add(name="pooler_output")
+    with grpc.insecure_channel(f"127.0.0.1:{ports.grpc}") as channel:
+        reply = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+    assert [o.name for o in reply.outputs] == ["pooler_output"]
+    got = np.frombuffer(reply.raw_output_contents[0], np.float32).reshape(1, -1)
+    np.testing.assert_array_equal(got, reference_run(paths["bert"], arrays)[1])
+
+
+def test_a_saved_program_is_served_as_saved(tmp_path: Path) -> None:
+    from pygraphx.ir.serialize import save
+    from pygraphx.onnx import parse_onnx
+    from pygraphx.targets import get_target
+
+    onnx_path = add_model(tmp_path / "src", "bert", tiny_bert())
+    program = parse_onnx(onnx_path)
+    program.compile(get_target("ref"))
+    (tmp_path / "repo" / "saved").mkdir(parents=True)
+    save(program, tmp_path / "repo" / "saved" / "bert.pgx")
+    arrays = bert_inputs(1, seed=9)
+    with running(tmp_path / "repo") as (server, ports):
+        assert server.models["saved"].max_batch == 0  # shapes fixed by the file
+        meta = _http(ports).get_model_metadata("saved")
+        assert meta["platform"] == "pygraphx_ref" and meta["inputs"][0]["shape"] == [1, 8]
+        got = _http(ports).infer("saved", _inputs(httpclient, arrays)).as_numpy("pooler_output")
+    want = _ort(onnx_path, arrays)[1]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
