@@ -27,9 +27,7 @@ def is_pointwise(ins: Instruction) -> bool:
     return isinstance(ins.op, Pointwise)
 
 
-def _groups(
-    module: Module, policy: FusionPolicy, trace: FusionTrace
-) -> list[list[Instruction]]:
+def _groups(module: Module, policy: FusionPolicy, trace: FusionTrace) -> list[list[Instruction]]:
     """Assign groups walking backwards: an element-wise instruction is offered to the group of
     its first user and joins it when the policy agrees (by default: all its users are in that
     group and have its lens); otherwise it starts a group. So every member but the last has all
@@ -58,9 +56,7 @@ def _groups(
     return sorted(groups, key=lambda g: position[id(g[0])])
 
 
-def fuse_pointwise(
-    module: Module, program: Program, policy: FusionPolicy | None = None
-) -> None:
+def fuse_pointwise(module: Module, program: Program, policy: FusionPolicy | None = None) -> None:
     """Replace every group of element-wise instructions by one `pointwise` instruction."""
     if module.parent is not None:
         return
@@ -87,4 +83,4 @@ def fuse_pointwise(
         fused = module.insert_instruction(last, PointwiseModule(), external, [body])
         module.replace_instruction(last, fused)
         module.remove_instructions(set(group))
-        trace.formed(name, group)
+        trace.formed(name, group, fused)

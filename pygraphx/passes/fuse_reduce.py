@@ -72,7 +72,7 @@ def fuse_reduce(module: Module, program: Program, policy: FusionPolicy | None = 
             fused_away.add(id(m))
             if m.op.name == "pointwise":
                 program.remove_module(m.module_inputs[0].name)
-        trace.formed(name, members)
+        trace.formed(name, members, fused)
 
 
 def _neighbours(group: FusionGroup) -> list[Instruction]:

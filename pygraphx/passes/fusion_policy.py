@@ -1,4 +1,4 @@
-"""Fusion policies: what a target lets `fuse_pointwise` and `fuse_reduce` put in one group, and why not.
+"""Fusion policies: what a target lets `fuse_pointwise`/`fuse_reduce` group, and why not.
 
 The two fusion passes walk the program and propose candidates; a `FusionPolicy` answers
 `can_fuse(group, candidate)` with `None` (yes) or a `Reason` (a short code and a sentence). A
@@ -124,9 +124,7 @@ class DefaultFusion:
 
     name = "default"
 
-    def __init__(
-        self, max_group_size: int | None = None, refuse_ops: Collection[str] = ()
-    ) -> None:
+    def __init__(self, max_group_size: int | None = None, refuse_ops: Collection[str] = ()) -> None:
         self.max_group_size = max_group_size
         self.refuse_ops = frozenset(refuse_ops)
 
@@ -165,7 +163,7 @@ class DefaultFusion:
     def _reduce(self, group: FusionGroup, candidate: Instruction) -> Reason | None:
         seed = group.seed
         if seed is None or not any(i is candidate for i in seed.inputs):
-            return Reason("not_fusible", "default fusion takes only the pointwise groups feeding the reduction")
+            return Reason("not_fusible", "default fusion takes only what feeds the reduction")
         if candidate.op.name != "pointwise":
             return Reason("not_fusible", f"{candidate.op.name} is not a pointwise group")
         if id(candidate) in group.returned:
@@ -199,9 +197,7 @@ class RowFusion(DefaultFusion):
 
     name = "row"
 
-    def __init__(
-        self, max_group_size: int | None = 64, refuse_ops: Collection[str] = ()
-    ) -> None:
+    def __init__(self, max_group_size: int | None = 64, refuse_ops: Collection[str] = ()) -> None:
         super().__init__(max_group_size, refuse_ops)
 
     def can_start(self, reduction: Instruction) -> Reason | None:
@@ -212,16 +208,29 @@ class RowFusion(DefaultFusion):
     def _reduce(self, group: FusionGroup, candidate: Instruction) -> Reason | None:
         seed = group.seed
         assert seed is not None
-        full, reduced = _row_shapes(seed)
-        row_type = seed.inputs[0].shape.type()
-        lens = tuple(candidate.shape.lens())
-        name = candidate.op.name
+        shape = self._row_shape(group, seed, candidate)
+        if shape is not None:
+            return shape
         if any(u in group for u in candidate.outputs):  # a producer: must stay inside
             if id(candidate) in group.returned:
                 return Reason("is_output", "the value is returned from the module")
             outside = sorted({_describe(u) for u in candidate.outputs if u not in group})
             if outside:
                 return Reason("multiple_users", f"also used by {', '.join(outside)}")
+        row_type = seed.inputs[0].shape.type()
+        if candidate.shape.type() != row_type:
+            return Reason("dtype_mismatch", f"{candidate.shape.type()} in a {row_type} row")
+        if row_type not in FLOAT_TYPES:
+            return Reason("dtype_mismatch", f"rows of {row_type} are not fused")
+        return None
+
+    @staticmethod
+    def _row_shape(group: FusionGroup, seed: Instruction, candidate: Instruction) -> Reason | None:
+        """Is the candidate a row op of the seed's row (a reduction of it, a broadcast back over
+        it, element-wise work on the full or the reduced lens)?"""
+        full, reduced = _row_shapes(seed)
+        lens = tuple(candidate.shape.lens())
+        name = candidate.op.name
         if name in REDUCE_LIKE:
             if trailing_axes(candidate) is None:
                 return Reason("reduce_not_last_axis", f"{candidate.op} is not over the last axes")
@@ -237,10 +246,6 @@ class RowFusion(DefaultFusion):
                 return Reason("shape_mismatch", f"lens {list(lens)} are not the row's")
         else:
             return Reason("not_fusible", f"{name} cannot be part of a row")
-        if candidate.shape.type() != row_type:
-            return Reason("dtype_mismatch", f"{candidate.shape.type()} in a {row_type} row")
-        if row_type not in FLOAT_TYPES:
-            return Reason("dtype_mismatch", f"rows of {row_type} are not fused")
         return None
 
 
@@ -264,8 +269,9 @@ class FusionTrace:
                 file=sys.stderr,
             )
 
-    def formed(self, module_name: str, members: list[Instruction]) -> None:
+    def formed(self, module_name: str, members: list[Instruction], fused: Instruction) -> None:
         if self.enabled:
+            self.names[id(fused)] = module_name
             ops = [op for m in members for op in inner_op_names(m)]
             print(
                 f"{self.pass_name}: formed {module_name} from "

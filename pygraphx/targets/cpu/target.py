@@ -126,7 +126,7 @@ class CpuTarget(Target):
         self.settings = settings
 
     def get_passes(self, options: dict[str, Any]) -> list[Pass]:
-        return optimize_passes()
+        return optimize_passes(policy=self.fusion_policy())
 
     def prepare(self, program: Program, options: dict[str, Any]) -> CpuExecutable:
         torch.set_num_threads(cpu_threads())
