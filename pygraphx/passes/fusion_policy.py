@@ -140,8 +140,11 @@ class DefaultFusion:
         return self._reduce(group, candidate)
 
     def _common(self, group: FusionGroup, candidate: Instruction) -> Reason | None:
-        refused = sorted(set(inner_op_names(candidate)) & self.refuse_ops)
-        if refused:
+        refused: list[str] = []
+        if self.refuse_ops:  # the op may not share a group, whichever side it is on
+            ops = {op for m in [candidate, *group] for op in inner_op_names(m)}
+            refused = sorted(ops & self.refuse_ops)
+        if refused and len(group) > 0:
             return Reason("target_refuses", f"{self.name} fusion cannot generate {refused}")
         if self.max_group_size is not None and len(group) >= self.max_group_size:
             return Reason("too_large", f"the group already has {len(group)} instructions")
