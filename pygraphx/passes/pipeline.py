@@ -16,6 +16,7 @@ from pygraphx.passes.eliminate_identity import eliminate_identity
 from pygraphx.passes.eliminate_pad import eliminate_pad
 from pygraphx.passes.fuse_pointwise import fuse_pointwise
 from pygraphx.passes.fuse_reduce import fuse_reduce
+from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy
 from pygraphx.passes.manager import Pass, module_pass, run_passes
 from pygraphx.passes.memory_coloring import memory_coloring
 from pygraphx.passes.propagate_constant import propagate_constant
@@ -27,8 +28,12 @@ if TYPE_CHECKING:
     from pygraphx.ir.program import Program
 
 
-def optimize_passes(fuse: bool = True, plan_memory: bool = True) -> list[Pass]:
-    """The ordered target-independent pass list."""
+def optimize_passes(
+    fuse: bool = True, plan_memory: bool = True, policy: FusionPolicy | None = None
+) -> list[Pass]:
+    """The ordered target-independent pass list; `policy` decides what the fusion passes group
+    (`DefaultFusion` when None, the CPU's choice)."""
+    policy = policy or DefaultFusion()
     passes = [
         module_pass(eliminate_identity),
         module_pass(propagate_constant),
@@ -43,7 +48,10 @@ def optimize_passes(fuse: bool = True, plan_memory: bool = True) -> list[Pass]:
         module_pass(dead_code_elimination),
     ]
     if fuse:
-        passes += [Pass("fuse_pointwise", fuse_pointwise), Pass("fuse_reduce", fuse_reduce)]
+        passes += [
+            Pass("fuse_pointwise", lambda m, p: fuse_pointwise(m, p, policy)),
+            Pass("fuse_reduce", lambda m, p: fuse_reduce(m, p, policy)),
+        ]
     if plan_memory:
         passes += [module_pass(schedule), module_pass(memory_coloring)]
     return passes
