@@ -7,8 +7,9 @@ every temporary of the output's dtype go to the output buffer itself whenever it
 first primitive writes it with `out=`, later ones update it in place), other temporaries to
 pooled scratch buffers, each reused as soon as its value is dead. Finally a small Python function
 calling the torch handler's functions with `out=` is generated and compiled, so a run executes
-straight-line torch calls with no per-primitive dispatch or allocation. (`activations.py`
-first replaces whole activation functions in a trace by one primitive each.)
+straight-line torch calls with no per-primitive dispatch or allocation. Activation operators
+(`ops/activation.py`) that the torch handler runs natively (`gelu`, `silu`, ...) are traced as
+one primitive each, so torch makes one pass over memory for them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
+from pygraphx.ops import make_op
+from pygraphx.ops.activation import NATIVE_ACTIVATIONS
 from pygraphx.ops.handler import NUMPY
 from pygraphx.ops.pointwise import Pointwise
 from pygraphx.targets.torch_lowering.dtypes import (
@@ -31,7 +34,7 @@ from pygraphx.targets.torch_lowering.dtypes import (
     python_scalar,
     torch_dtype,
 )
-from pygraphx.targets.torch_lowering.handler import TORCH
+from pygraphx.targets.torch_lowering.handler import TORCH, TorchOps
 
 
 class NotTraceable(Exception):
@@ -62,6 +65,8 @@ class Trace:
 
 
 _PRIMITIVES = frozenset(n for n in dir(NUMPY) if not n.startswith("_"))
+# activations the torch handler runs natively: traced as one primitive each
+_NATIVE = frozenset(n for n in NATIVE_ACTIVATIONS if hasattr(TorchOps, n))
 # primitives whose torch form accepts a Python scalar as the second operand
 _SCALAR_OK = frozenset(
     "add sub mul div pow fmod mod equal less greater less_equal greater_equal".split()
@@ -97,11 +102,30 @@ class Tracer:
     def _record(self, name: str, args: Sequence[Any]) -> Value:
         probes = [_probe(a) for a in args]
         with np.errstate(all="ignore"):
-            result = np.asarray(getattr(NUMPY, name)(*probes))
+            result = np.asarray(_numpy_fn(name)(*probes))
         if all(not isinstance(a, Value) or a.kind == "const" for a in args):
             return Value("const", result.dtype, const=result.reshape(()))  # folded
         self.trace.nodes.append(Node(name, list(args), result.dtype))
         return Value("node", result.dtype, index=len(self.trace.nodes) - 1)
+
+
+def _native_recorder(name: str) -> Callable[[Tracer, Value], Value]:
+    def record(self: Tracer, x: Value) -> Value:
+        return self._record(name, [x])
+
+    return record
+
+
+for _name in _NATIVE:
+    setattr(Tracer, _name, _native_recorder(_name))
+
+
+def _numpy_fn(name: str) -> Callable[..., Any]:
+    """The numpy form of a primitive, or of a native activation (its decomposition)."""
+    if name in _NATIVE:
+        op = make_op(name)
+        return lambda x: op.decompose(NUMPY, x)
+    return getattr(NUMPY, name)
 
 
 def _probe(a: Any) -> Any:
