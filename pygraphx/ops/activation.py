@@ -8,9 +8,8 @@ description. A handler may instead provide a method of the operator's name (the 
 for Gelu, HardSwish, HardSigmoid, Mish, Softplus and the com.microsoft GELU family, and the
 `recognize_activations` pass finds their decomposed forms in any model.
 
-Missing primitives, written from existing ones: softplus has no `log1p`, so it is
-`max(x, 0) + log(1 + exp(-|x|))` (exact enough for x > -15 in float32; below, where the true
-value is under 3e-7, it returns 0).
+A primitive missing from the handler, written from existing ones: `log1p` (for softplus and
+mish), as `log(w) * u / (w - 1)` with `w = 1 + u` (exact to a few ulps; `u` where `w == 1`).
 """
 
 from __future__ import annotations
@@ -58,6 +57,15 @@ class Activation(Pointwise):
 
 def _c(o: Any, value: float, x: Any) -> Any:
     return o.constant(value, x)
+
+
+def log1p(o: Any, u: Any) -> Any:
+    """log(1 + u), accurate for small u (the rounding error of 1 + u is divided back out)."""
+    w = o.add(u, _c(o, 1, u))
+    wm1 = o.sub(w, _c(o, 1, u))
+    exact = o.equal(wm1, _c(o, 0, u))
+    safe = o.where(exact, _c(o, 1, u), wm1)  # no 0/0 where the branch is not taken
+    return o.where(exact, u, o.div(o.mul(o.log(w), u), safe))
 
 
 @register_op
@@ -122,12 +130,12 @@ class Hardswish(Activation):
 
 @register_op
 class Softplus(Activation):
-    """log(1 + exp(x)), computed without overflow as max(x, 0) + log(1 + exp(-|x|))."""
+    """log(1 + exp(x)), computed without overflow as max(x, 0) + log1p(exp(-|x|))."""
 
     name = "softplus"
 
     def decompose(self, o: Any, x: Any) -> Any:
-        tail = o.log(o.add(o.exp(o.neg(o.abs(x))), _c(o, 1, x)))
+        tail = log1p(o, o.exp(o.neg(o.abs(x))))
         return o.add(o.maximum(x, _c(o, 0, x)), tail)
 
 
