@@ -131,6 +131,8 @@ def _plus_negated(m: Module, ins: Instruction, c: Captures) -> Instruction:
 
 def _batch_norm_affine(m: Module, ins: Instruction, c: Captures) -> Instruction | None:
     x = c["x"]
+    if ins.op.bn_mode != 1:
+        return None  # per-activation parameters: not a per-channel affine map
     values = [const_value(c[k]) for k in ("scale", "bias", "mean", "var")]
     s, b, mu, v = (np.asarray(t, np.float64).reshape(-1) for t in values)
     a = s / np.sqrt(v + ins.op.epsilon)
