@@ -172,3 +172,21 @@ def test_rule_set_reaches_a_fixed_point() -> None:
     m.add_return([y])
     sweeps = sa.RULES.apply(m)
     assert [i.op.name for i in m.instructions] == ["@param", "@param", "@return"] and sweeps <= 8
+
+
+def test_example_rule_file() -> None:
+    from pygraphx.passes.rules_example import rules_example
+
+    prog = Program()
+    m = prog.get_main_module()
+    a = m.add_parameter("a", Shape("float_type", [4]))
+    b = m.add_parameter("b", Shape("float_type", [4]))
+    y = _mk("mul")(m, _mk("exp")(m, a), _mk("exp")(m, b))
+    m.add_return([_mk("abs")(m, _mk("abs")(m, y))])
+    rules_example(m)
+    assert [i.op.name for i in m.instructions] == ["@param", "@param", "add", "exp", "abs",
+                                                   "@return"]  # fmt: skip
+    prog.compile(pygraphx.get_target("ref"))
+    va, vb = RNG.standard_normal(4).astype(np.float32), RNG.standard_normal(4).astype(np.float32)
+    got = np.array(prog.run({"a": va, "b": vb})[0])
+    np.testing.assert_allclose(got, np.abs(np.abs(np.exp(va) * np.exp(vb))), rtol=1e-6)
