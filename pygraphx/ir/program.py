@@ -2,9 +2,10 @@
 
 `Program` is what `parse_onnx` returns and what users compile and run, with MIGraphX's Python
 API: `compile(target)`, `run({name: array})` -> list of arguments, `get_parameter_shapes()`,
-`get_inputs()`, `get_outputs()`, `get_output_shapes()`. Compiling runs the target's pass list
-and asks the target for an executable; running checks the inputs against the parameters first,
-so a wrong name, type or shape fails with a message that says which.
+`get_inputs()`, `get_outputs()`, `get_output_shapes()`. Compiling asks the target (an object, or
+a name looked up in `ir.registry`) to run its pass list and make an executable; running checks
+the inputs against the parameters first, so a wrong name, type or shape fails with a message
+that says which.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pygraphx.ir import registry
 from pygraphx.ir.argument import Argument
 from pygraphx.ir.module import Module
 from pygraphx.ir.shape import Shape, from_dtype
+from pygraphx.ir.trace import with_eval_trace
 
 if TYPE_CHECKING:
-    from pygraphx.targets.base import Executable, Target
+    from pygraphx.ir.registry import CompileTarget, Executable
 
 
 class ProgramError(RuntimeError):
@@ -32,7 +35,7 @@ class Program:
     def __init__(self) -> None:
         self.modules: dict[str, Module] = {}
         self.output_names: list[str] = []
-        self.target: Target | None = None
+        self.target: CompileTarget | None = None
         self.compile_options: dict[str, Any] = {}
         self._executable: Executable | None = None
         self.pass_times: list[tuple[str, float]] = []
@@ -101,9 +104,7 @@ class Program:
         no pass has done it)."""
         main = self.get_main_module()
         if main.memory_plan is None:
-            from pygraphx.passes.memory_coloring import plan_memory
-
-            return plan_memory(main).arena_bytes
+            return registry.plan_memory(main).arena_bytes
         return main.memory_plan.arena_bytes
 
     def is_compiled(self) -> bool:
@@ -111,26 +112,26 @@ class Program:
 
     def compile(
         self,
-        t: Target,
+        t: CompileTarget | str,
         offload_copy: bool = True,
         fast_math: bool = True,
         device_id: int = 0,
         exhaustive_tune: bool = False,
     ) -> None:
-        """Optimise the program for target `t` and prepare it to run."""
+        """Optimise the program for target `t` (a target or its name) and prepare it to run:
+        the target runs its passes and makes the executable (`Target.compile`)."""
         if self.is_compiled():
             raise ProgramError(f"program is already compiled for target {self.target.name!r}")
+        if isinstance(t, str):
+            t = registry.get_target(t)
         options = {
             "offload_copy": offload_copy,
             "fast_math": fast_math,
             "device_id": device_id,
             "exhaustive_tune": exhaustive_tune,
         }
-        from pygraphx.passes.manager import run_passes
-
         self._dynamic = self.is_dynamic()
-        self.pass_times = run_passes(self, t.get_passes(options))
-        self._executable = t.prepare(self, options)
+        self._executable = t.compile(self, options)
         self.target = t
         self.compile_options = options
 
@@ -147,9 +148,7 @@ class Program:
             prog = self._specialized_for(arrays)
             names = prog.get_parameter_shapes()
             return prog.run({n: a for n, a in arrays.items() if n in names}, observer)
-        from pygraphx.runtime.trace import with_eval_trace  # PGX_TRACE_EVAL, read per run
-
-        observer = with_eval_trace(self, observer)
+        observer = with_eval_trace(self.get_main_module(), observer)  # PGX_TRACE_EVAL, read per run
         if observer is None:
             return [Argument(a) for a in self._executable.run(arrays)]
         return [Argument(a) for a in self._executable.run(arrays, observer=observer)]

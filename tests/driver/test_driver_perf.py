@@ -26,10 +26,10 @@ from pygraphx.driver.loader import DriverError, quantizer
 from pygraphx.driver.main import main
 from pygraphx.driver.verify import verify_programs
 from pygraphx.ir.program import Program
+from pygraphx.ir.trace import classify
 from pygraphx.ops import make_op
 from pygraphx.passes.pipeline import optimize
 from pygraphx.runtime.evaluator import Evaluator
-from pygraphx.runtime.trace import classify
 from pygraphx.targets.ref.target import RefExecutable, RefTarget
 from tests.helpers import make_model
 

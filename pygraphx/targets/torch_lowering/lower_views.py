@@ -19,7 +19,7 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.shape import Shape
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import to_numpy
-from pygraphx.targets.torch_lowering.lower import lowering
+from pygraphx.targets.torch_lowering.registry import lowering
 
 ViewFn = Callable[[torch.Tensor], torch.Tensor]
 
