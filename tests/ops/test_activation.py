@@ -81,7 +81,8 @@ def test_bf16_computes_in_float32() -> None:
     got = make_op("gelu").compute(Shape("bf16_type", list(X.shape)), [x])
     want = ORACLES["gelu"][1](x.astype(np.float64)).astype(ml_dtypes.bfloat16)
     # one rounding to bf16 at the end: at most one bf16 ulp from the rounded exact value
-    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2**-7, atol=1e-6)
+    got32, want32 = got.astype(np.float32), want.astype(np.float32)
+    np.testing.assert_allclose(got32, want32, rtol=2**-7, atol=1e-6)
 
 
 # --- the ONNX frontend emits the operators (values checked against ONNX Runtime) ---------------
