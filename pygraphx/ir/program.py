@@ -142,6 +142,9 @@ class Program:
         (profiling and tracing; see `runtime/evaluator.py`)."""
         if self._executable is None:
             raise ProgramError("compile the program first: prog.compile(pygraphx.get_target(...))")
+        device_io = getattr(self._executable, "takes_device_arguments", None)
+        if device_io is not None and device_io(params):
+            return self._run_device(params, observer)
         arrays = self._check_params(params)
         # _check_params has fixed the lens of static parameters; only ranges can differ
         if self.value_inputs or (self._dynamic and self._off_max_lens(arrays)):
@@ -154,6 +157,19 @@ class Program:
         return [Argument(a) for a in self._executable.run(arrays, observer=observer)]
 
     eval = run
+
+    def _run_device(self, params: Mapping[str, Any], observer: Any) -> list[Any]:
+        """Device arguments in and out (a gpu target's `offload_copy=False`, or device tensors
+        given as inputs); the target's executable checks and binds them. Static programs only."""
+        if self.value_inputs or self._dynamic:
+            raise ProgramError(
+                "device arguments need a program with static shapes; pass host arrays to a "
+                "program with dynamic dimensions or shape-deciding inputs"
+            )
+        try:
+            return self._executable.run_device(params, observer, self.get_output_names())
+        except ValueError as exc:
+            raise ProgramError(str(exc)) from None
 
     def _off_max_lens(self, arrays: Mapping[str, np.ndarray]) -> bool:
         """Whether some input's lens differ from the maximum lens the body was built for."""

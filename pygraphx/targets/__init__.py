@@ -1,5 +1,5 @@
-"""Targets by name: `get_target("ref")` (the numpy oracle) and `get_target("cpu")` (torch on
-the CPU: oneDNN/MKL). The GPU target is not written yet.
+"""Targets by name: `get_target("ref")` (the numpy oracle), `get_target("cpu")` (torch on
+the CPU: oneDNN/MKL) and `get_target("gpu")` (torch on one CUDA/ROCm device, CUDA graphs).
 
 Importing this package registers the targets in `pygraphx.ir.registry`, so `Program.compile`
 and `load` (in the IR, below this layer) find them by name.
@@ -7,10 +7,12 @@ and `load` (in the IR, below this layer) find them by name.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pygraphx.ir import registry
 from pygraphx.targets.base import Target
 
-KNOWN_TARGETS = ("ref", "cpu")
+KNOWN_TARGETS = ("ref", "cpu", "gpu")
 
 
 def _make_ref() -> Target:
@@ -25,12 +27,25 @@ def _make_cpu() -> Target:
     return make_target()
 
 
+def _make_gpu(**settings: Any) -> Target:
+    from pygraphx.targets.gpu import make_target  # needs torch and a GPU; says what is missing
+
+    return make_target(**settings)
+
+
 registry.register_target("ref", _make_ref)
 registry.register_target("cpu", _make_cpu)
+registry.register_target("gpu", _make_gpu)
 
 
-def get_target(name: str) -> Target:
-    """The target called `name` (MIGraphX's `get_target`)."""
+def get_target(name: str, **settings: Any) -> Target:
+    """The target called `name` (MIGraphX's `get_target`); `settings` tune the gpu target
+    (see `targets/gpu/target.py`). `get_target("gpu")` raises `GpuUnavailableError` saying
+    what is missing when this machine cannot run it."""
+    if settings:
+        if name != "gpu":
+            raise ValueError(f"target {name!r} takes no settings here (got {sorted(settings)})")
+        return _make_gpu(**settings)
     return registry.get_target(name)  # type: ignore[return-value]
 
 

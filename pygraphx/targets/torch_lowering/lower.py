@@ -8,6 +8,10 @@ lowering may decline (return False) for inputs it does not handle (a dtype, an a
 instruction then runs through its numpy `compute()` on numpy views of the tensors, and the
 result is copied into its arena slot (`fallbacks` counts these by op name).
 
+A target may replace the lowering of some ops without touching this table: the option
+`lowering_overrides` maps op names to lowering functions tried instead of the registered ones
+(the `gpu` target lowers convolutions, GEMMs and fused groups its own way through it).
+
 A lowering can also *defer* a producer into its only user (a convolution into the pointwise
 group that adds its bias and applies relu): the user's lowering then emits one step for both,
 keeping the separate steps for profiling. The producer must come right before its user (only
@@ -112,7 +116,7 @@ def lower_instruction(ctx: LoweringContext, ins: Instruction) -> None:
     fuser = ctx.cache.get(("fuse", id(ins)))
     if fuser is not None and fuser(ctx, ins):
         return
-    fn = LOWERINGS.get(ins.op.name)
+    fn = ctx.options.get("lowering_overrides", {}).get(ins.op.name) or LOWERINGS.get(ins.op.name)
     if fn is not None:
         mark = (len(ctx.env), len(ctx.steps))
         if fn(ctx, ins):

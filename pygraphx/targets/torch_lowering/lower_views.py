@@ -112,9 +112,11 @@ def lower_shape_guard(ctx: LoweringContext, ins: Instruction) -> bool:
     x, v = ctx.args(ins)
     op, shape = ins.op, ins.shape
     out = ctx.alias(ins, x)
+    if ctx.device.type != "cpu":  # reads values on the host every run (no graph capture)
+        ctx.cache.setdefault("host_reads", []).append(ins.op.name)
 
     def step() -> None:
-        op.compute(shape, [to_numpy(env[x]), np.asarray(to_numpy(env[v]))])
+        op.compute(shape, [to_numpy(env[x].cpu()), np.asarray(to_numpy(env[v].cpu()))])
 
     ctx.emit(step, ins, out)
     return True
