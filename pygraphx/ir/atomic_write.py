@@ -15,7 +15,6 @@ import os
 import tempfile
 from pathlib import Path
 
-
 _CHUNK = 1 << 22  # bytes per write call (a full disk is noticed early)
 
 
