@@ -5,10 +5,19 @@ API: `compile(target)`, `run({name: array})` -> list of arguments, `get_paramete
 `get_inputs()`, `get_outputs()`, `get_output_shapes()`. Compiling runs the target's pass list
 and asks the target for an executable; running checks the inputs against the parameters first,
 so a wrong name, type or shape fails with a message that says which.
+
+Threads: `run` on one compiled program is safe from any number of threads. Executables that
+keep per-run state (the cpu target's pre-bound slots) run one call at a time under the
+program's lock; those that declare `reentrant = True` (ref: all state is per call) run
+concurrently. `compile` holds the same lock, so a second concurrent compile waits and then
+fails clearly ("already compiled"). Outputs never alias the caller's inputs or the program's
+own buffers: an output that may share memory with an input, is read-only (a literal) or is
+returned twice is copied.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +53,8 @@ class Program:
         self.transforms: list[Callable[[Program], Any]] = []
         self._specialized: dict[tuple, Program] = {}
         self._dynamic = False  # set at compile: some parameter has dynamic dimensions
+        # compile, specialisation and non-reentrant runs take it (see the module docstring)
+        self._lock = threading.RLock()
         self.create_module("main")
 
     # --- modules --------------------------------------------------------------------------
@@ -117,7 +128,14 @@ class Program:
         device_id: int = 0,
         exhaustive_tune: bool = False,
     ) -> None:
-        """Optimise the program for target `t` and prepare it to run."""
+        """Optimise the program for target `t` and prepare it to run (atomic: a concurrent
+        second compile waits for the first, then fails as already compiled)."""
+        with self._lock:
+            self._compile(t, offload_copy, fast_math, device_id, exhaustive_tune)
+
+    def _compile(
+        self, t: Target, offload_copy: bool, fast_math: bool, device_id: int, exhaustive_tune: bool
+    ) -> None:
         if self.is_compiled():
             raise ProgramError(f"program is already compiled for target {self.target.name!r}")
         options = {
@@ -144,15 +162,28 @@ class Program:
         arrays = self._check_params(params)
         # _check_params has fixed the lens of static parameters; only ranges can differ
         if self.value_inputs or (self._dynamic and self._off_max_lens(arrays)):
-            prog = self._specialized_for(arrays)
+            with self._lock:
+                prog = self._specialized_for(arrays)
             names = prog.get_parameter_shapes()
             return prog.run({n: a for n, a in arrays.items() if n in names}, observer)
         from pygraphx.runtime.trace import with_eval_trace  # PGX_TRACE_EVAL, read per run
 
         observer = with_eval_trace(self, observer)
+        executable = self._executable
+        if getattr(executable, "reentrant", False):
+            outputs = self._run_executable(executable, arrays, observer)
+        else:
+            with self._lock:
+                outputs = self._run_executable(executable, arrays, observer)
+        return [Argument(a) for a in _unaliased(outputs, arrays)]
+
+    @staticmethod
+    def _run_executable(
+        executable: Executable, arrays: dict[str, np.ndarray], observer: Any
+    ) -> list[np.ndarray]:
         if observer is None:
-            return [Argument(a) for a in self._executable.run(arrays)]
-        return [Argument(a) for a in self._executable.run(arrays, observer=observer)]
+            return executable.run(arrays)
+        return executable.run(arrays, observer=observer)
 
     eval = run
 
@@ -234,6 +265,22 @@ class Program:
     def validate(self) -> None:
         for mod in self.modules.values():
             mod.validate()
+
+
+def _unaliased(outputs: list[np.ndarray], inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """`outputs` with a copy of every array that may share memory with an input, is read-only
+    (a literal of the program) or appears twice, so the caller owns what `run` returns."""
+    result: list[np.ndarray] = []
+    for out in outputs:
+        arr = np.asarray(out)
+        if (
+            not arr.flags.writeable
+            or any(np.may_share_memory(arr, a) for a in inputs.values())
+            or any(np.may_share_memory(arr, r) for r in result)
+        ):
+            arr = arr.copy()
+        result.append(arr)
+    return result
 
 
 def _type_name(dtype: np.dtype) -> str:
