@@ -34,6 +34,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
     except OSError as exc:
         raise AtomicWriteError(f"{path}: cannot create a temporary file: {exc}") from exc
     try:
+        os.chmod(tmp, _mode_for(path))
         with os.fdopen(fd, "wb") as f:
             view = memoryview(raw)
             for start in range(0, len(view), _CHUNK):
@@ -50,6 +51,21 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
             ) from exc
         raise
     _fsync_folder(folder)
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions the file gets: those of the file it replaces, else 0o666 less the
+    umask (what a plain `open(path, "w")` gives; mkstemp alone would give 0o600)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        pass
+    try:
+        status = Path("/proc/self/status").read_text()
+        umask = next(int(line.split()[1], 8) for line in status.splitlines() if "Umask" in line)
+    except (OSError, StopIteration, ValueError):
+        umask = 0o022
+    return 0o666 & ~umask
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -40,6 +40,7 @@ from pygraphx.onnx.errors import OnnxParseError, UnsupportedOperatorError
 from pygraphx.onnx.external_data import load_external_tensor
 from pygraphx.onnx.handlers.sequence import OptionalValue, SequenceValue, Value, describe
 from pygraphx.onnx.registry import find_handler
+from pygraphx.onnx.validate import validate_model
 from pygraphx.passes.dead_code_elimination import dead_code_elimination
 
 OPTIONS = {
@@ -63,6 +64,8 @@ _PASS_THROUGH = {"Identity"}
 def parse_onnx(path: str | Path, **options: Any) -> Program:
     """Parse the ONNX model file at `path` into a program."""
     path = Path(path)
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise OnnxParseError(f"{path}: not a regular file (a device or pipe?); refused")
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -153,6 +156,7 @@ class OnnxParser:
         for imp in model.opset_import:
             domain = "" if imp.domain in ("", "ai.onnx") else imp.domain
             self.opsets[domain] = int(imp.version)
+        validate_model(model, self.source)
         self._check_supported(model.graph)
         main = self.program.get_main_module()
         try:

@@ -135,3 +135,14 @@ def test_load_errors_name_the_file(tmp_path: Path) -> None:
         bad_path.write_bytes(bad)
         with pytest.raises(SerializationError, match=f"{bad_path}: .*{what}"):
             pygraphx.load(bad_path)
+
+
+def test_permissions_follow_umask_or_old_file(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    os.umask(old)
+    path = tmp_path / "new.txt"
+    write_atomic(path, "x")
+    assert path.stat().st_mode & 0o777 == 0o666 & ~old
+    path.chmod(0o640)
+    write_atomic(path, "y")
+    assert path.stat().st_mode & 0o777 == 0o640

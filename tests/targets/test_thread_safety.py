@@ -51,9 +51,7 @@ def test_threads_match_serial_runs(target: str) -> None:
 
     def worker(t: int) -> list[list[np.ndarray]]:
         start.wait()
-        return [
-            [np.array(o) for o in prog.run({"x": feeds[t * RUNS + r]})] for r in range(RUNS)
-        ]
+        return [[np.array(o) for o in prog.run({"x": feeds[t * RUNS + r]})] for r in range(RUNS)]
 
     with ThreadPoolExecutor(THREADS) as pool:
         results = [out for chunk in pool.map(worker, range(THREADS)) for out in chunk]
