@@ -7,7 +7,8 @@ worse, being read wrongly:
 - every name and op type is text (protobuf hands undecodable UTF-8 over as bytes);
 - each graph is in SSA form: no value is produced twice (two nodes, or a node and a graph
   input or initialiser, writing one name);
-- no initialiser or tensor attribute has a negative dimension, and no tensor has more than 2**48 elements (overflow);
+- no initialiser or tensor attribute has a negative dimension, and no tensor has more than
+  2**48 elements (overflow);
 - external data locations hold no NUL byte.
 
 Graphs nested in attributes (If/Loop/Scan bodies) are checked too, with an explicit stack (no
