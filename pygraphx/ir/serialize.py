@@ -68,6 +68,15 @@ def _default(obj: Any) -> Any:
 
 
 def _ext_hook(code: int, data: bytes) -> Any:
+    try:
+        return _decode_ext(code, data)
+    except SerializationError:
+        raise
+    except (struct.error, msgpack.UnpackException, ValueError, TypeError) as exc:
+        raise SerializationError(f"extension {code}: malformed: {exc}") from exc
+
+
+def _decode_ext(code: int, data: bytes) -> Any:
     if code == _EXT_SHAPE:
         type_name, lens, strides = msgpack.unpackb(data)
         return Shape(type_name, lens, strides)

@@ -104,7 +104,8 @@ class NodeContext:
         return len(outs)
 
     def describe(self) -> str:
-        label = repr(self.name) if self.name else f"(unnamed, output {self.node.output[0]!r})"
+        first = repr(self.node.output[0]) if self.node.output else "none"
+        label = repr(self.name) if self.name else f"(unnamed, output {first})"
         return f"node {label} ({self.domain}::{self.op_type}, opset {self.opset})"
 
     def error(self, message: str) -> OnnxParseError:

@@ -9,7 +9,9 @@ worse, being read wrongly:
   input or initialiser, writing one name);
 - no initialiser or tensor attribute has a negative dimension, and no tensor has more than
   2**48 elements (overflow);
-- external data locations hold no NUL byte.
+- external data locations hold no NUL byte;
+- every attribute of a standard ONNX operator has the type its schema declares (a FLOAT for
+  Softmax's `axis`, an INT for If's `then_branch`, ...; an INT is accepted for a FLOAT).
 
 Graphs nested in attributes (If/Loop/Scan bodies) are checked too, with an explicit stack (no
 recursion, so a deeply nested model cannot exhaust Python's stack).
@@ -30,10 +32,11 @@ MAX_ELEMENTS = 1 << 48
 
 def validate_model(model: onnx.ModelProto, source: str) -> None:
     """Raise `OnnxParseError` for the first structural defect of `model` (see the docstring)."""
+    opsets = {imp.domain or "ai.onnx": int(imp.version) for imp in model.opset_import}
     stack: list[tuple[onnx.GraphProto, str]] = [(model.graph, "main graph")]
     while stack:
         graph, where = stack.pop()
-        _check_graph(graph, f"{source}: {where}")
+        _check_graph(graph, f"{source}: {where}", opsets)
         for node in graph.node:
             for a in node.attribute:
                 subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
@@ -41,7 +44,7 @@ def validate_model(model: onnx.ModelProto, source: str) -> None:
                     stack.append((g, f"{where} > {a.name} of {node.op_type} {node.name!r}"))
 
 
-def _check_graph(graph: onnx.GraphProto, where: str) -> None:
+def _check_graph(graph: onnx.GraphProto, where: str, opsets: dict[str, int]) -> None:
     produced: dict[str, str] = {}
     for init in graph.initializer:
         _check_tensor(init, f"{where}: initialiser {init.name!r}")
@@ -53,6 +56,7 @@ def _check_graph(graph: onnx.GraphProto, where: str) -> None:
     for k, node in enumerate(graph.node):
         label = f"{where}: node {node.name or k!r} ({node.op_type})"
         _check_text([node.name, node.op_type, node.domain, *node.input, *node.output], label)
+        _check_attribute_types(node, opsets, label)
         for a in node.attribute:
             if a.type == onnx.AttributeProto.TENSOR:
                 _check_tensor(a.t, f"{label}: attribute {a.name!r}")
@@ -65,6 +69,30 @@ def _check_graph(graph: onnx.GraphProto, where: str) -> None:
                     "an ONNX graph must assign each value once (SSA)"
                 )
             produced[name] = f"node {node.name or k!r} ({node.op_type})"
+
+
+def _check_attribute_types(node: onnx.NodeProto, opsets: dict[str, int], label: str) -> None:
+    domain = node.domain or "ai.onnx"
+    if domain not in ("ai.onnx", "ai.onnx.ml") or domain not in opsets or not node.attribute:
+        return
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opsets[domain], node.domain)
+    except onnx.defs.SchemaError:
+        return  # not a standard operator at this opset: its handler (if any) decides
+    declared = schema.attributes
+    for a in node.attribute:
+        spec = declared.get(a.name)
+        if spec is None or int(spec.type) == a.type:
+            continue
+        if int(spec.type) == onnx.AttributeProto.FLOAT and a.type == onnx.AttributeProto.INT:
+            continue
+        want = onnx.AttributeProto.AttributeType.Name(int(spec.type))
+        got = (
+            onnx.AttributeProto.AttributeType.Name(a.type)
+            if a.type in onnx.AttributeProto.AttributeType.values()
+            else str(a.type)
+        )
+        raise OnnxParseError(f"{label}: attribute {a.name!r} must be {want}, got {got}")
 
 
 def _check_text(values: Iterable[object], where: str) -> None:

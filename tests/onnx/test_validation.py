@@ -130,3 +130,14 @@ def test_directory_and_device_are_refused(tmp_path: Path) -> None:
         pygraphx.parse_onnx(tmp_path)
     with pytest.raises(OnnxParseError, match="/dev/zero: not a regular file"):
         pygraphx.parse_onnx("/dev/zero")
+
+
+def test_graph_attribute_of_the_wrong_type() -> None:
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": X}, ["y"])
+    node = helper.make_node("If", ["c"], ["z"], name="branch")
+    node.attribute.append(helper.make_attribute("then_branch", 3))
+    node.attribute.append(helper.make_attribute("else_branch", 4))
+    model.graph.node.append(node)
+    model.graph.input.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
+    with pytest.raises(OnnxParseError, match="'branch'.*'then_branch' must be GRAPH, got INT"):
+        _parse(model)
