@@ -78,6 +78,13 @@ def mutate_model(data: bytes, rng: random.Random) -> bytes | None:
         model.ParseFromString(data)
     except DecodeError:
         return None
+    try:
+        return _mutate(model, rng)
+    except (UnicodeDecodeError, TypeError, ValueError):
+        return None  # the input holds undecodable text: the byte mutator takes over
+
+
+def _mutate(model: onnx.ModelProto, rng: random.Random) -> bytes:
     graph = model.graph
     choice = rng.randrange(8)
     nodes = list(graph.node)

@@ -32,7 +32,14 @@ MAX_ELEMENTS = 1 << 48
 
 def validate_model(model: onnx.ModelProto, source: str) -> None:
     """Raise `OnnxParseError` for the first structural defect of `model` (see the docstring)."""
-    opsets = {imp.domain or "ai.onnx": int(imp.version) for imp in model.opset_import}
+    opsets: dict[str, int] = {}
+    for imp in model.opset_import:
+        _check_text([imp.domain], f"{source}: opset import")
+        if not 1 <= imp.version < 1 << 20:
+            raise OnnxParseError(
+                f"{source}: opset import {imp.domain or 'ai.onnx'!r} has version {imp.version}"
+            )
+        opsets[imp.domain or "ai.onnx"] = int(imp.version)
     stack: list[tuple[onnx.GraphProto, str]] = [(model.graph, "main graph")]
     while stack:
         graph, where = stack.pop()
