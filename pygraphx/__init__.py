@@ -10,6 +10,8 @@ with `import pygraphx as migraphx`:
 
 from __future__ import annotations
 
+from typing import Any
+
 from pygraphx.ir.argument import Argument, Literal, generate_argument, generate_literal
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
@@ -28,7 +30,33 @@ from pygraphx.ops import make_op
 from pygraphx.passes.pipeline import optimize
 from pygraphx.quantize import QuantizeError, quantize_bf16, quantize_fp16
 from pygraphx.targets import Target, get_target
+from pygraphx.targets.gpu import GpuUnavailableError, check_gpu
 from pygraphx.version import __version__
+
+
+# --- MIGraphX's device API (torch is imported on first use) ---------------------------------
+def to_gpu(arg: Any, device_id: int = 0) -> Any:
+    """Copy an argument or array to GPU `device_id` (a `GpuArgument`)."""
+    check_gpu(device_id)
+    from pygraphx.targets.gpu.device_api import to_gpu as upload
+
+    return upload(arg, device_id)
+
+
+def from_gpu(arg: Any) -> Argument:
+    """Copy a `GpuArgument` (or torch tensor) back to the host as an `argument`."""
+    from pygraphx.targets.gpu.device_api import from_gpu as download
+
+    return download(arg)
+
+
+def allocate_gpu(s: Shape, device_id: int = 0) -> Any:
+    """Device memory for shape `s` on GPU `device_id` (uninitialised)."""
+    check_gpu(device_id)
+    from pygraphx.targets.gpu.device_api import allocate_gpu as allocate
+
+    return allocate(s, device_id)
+
 
 # MIGraphX's lower-case names
 shape = Shape
@@ -43,6 +71,7 @@ op = make_op
 __all__ = [
     "Argument",
     "ExternalDataError",
+    "GpuUnavailableError",
     "Instruction",
     "Literal",
     "Module",
@@ -55,7 +84,9 @@ __all__ = [
     "Target",
     "UnsupportedOperatorError",
     "__version__",
+    "allocate_gpu",
     "argument",
+    "from_gpu",
     "generate_argument",
     "generate_literal",
     "get_onnx_operators",
@@ -75,4 +106,5 @@ __all__ = [
     "save",
     "shape",
     "target",
+    "to_gpu",
 ]

@@ -19,7 +19,7 @@ import onnx
 from onnx import numpy_helper
 from onnx.backend.test.loader import load_model_tests
 
-from pygraphx.runtime.onnx_backend import PygraphxBackend
+from pygraphx.onnx.backend import PygraphxBackend
 
 
 def _array(x: object) -> object:

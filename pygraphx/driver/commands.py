@@ -36,6 +36,7 @@ from pygraphx.ir.argument import Argument, format_values, generate_argument
 from pygraphx.ir.program import Program
 from pygraphx.ir.shape import Shape
 from pygraphx.targets import Target, get_target
+from pygraphx.targets.gpu import GpuUnavailableError
 from pygraphx.version import ONNX_OPSET, __version__
 
 VALUES_SHOWN = 5  # first and last values printed per output, as MIGRAPHX_TRACE_EVAL does
@@ -111,6 +112,8 @@ def resolve_target(name: str) -> Target:
         raise DriverError(
             f"target {name!r} is not available yet ({exc}); run on the reference target with --ref"
         ) from None
+    except GpuUnavailableError as exc:
+        raise DriverError(f"--gpu: {exc}") from None
 
 
 def make_inputs(args: argparse.Namespace, loaded: LoadedModel) -> tuple[dict[str, Argument], str]:
@@ -176,12 +179,22 @@ def compile_program(
             )
         return loaded, program.target
     name = args.target or "ref"
-    if name == "auto":  # the fastest target this machine has: cpu with torch, else ref
-        name = "cpu" if importlib.util.find_spec("torch") is not None else "ref"
+    if name == "auto":
+        name = auto_target()
     target = resolve_target(name)
     with steps(f"compile ({target.name})"):
         program.compile(target)
     return loaded, target
+
+
+def auto_target() -> str:
+    """The fastest target this machine has: gpu when torch sees a GPU, cpu with torch, else
+    ref (torch is imported only when it is installed)."""
+    if importlib.util.find_spec("torch") is None:
+        return "ref"
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
 
 
 def cmd_run(args: argparse.Namespace, steps: Steps) -> int:
@@ -256,7 +269,7 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         dest="target",
         action="store_const",
         const="auto",
-        help="cpu when torch is installed, else ref",
+        help="gpu when torch sees a GPU, else cpu when torch is installed, else ref",
     )
     parser.set_defaults(target=None)
 

@@ -308,19 +308,14 @@ def apply_transforms(loaded: LoadedModel, args: argparse.Namespace, step: StepFn
 
 
 def quantizer(precision: str) -> Callable[[Program], Any]:
-    """`pygraphx.quantize_fp16` / `quantize_bf16`, imported only when asked for."""
+    """`pygraphx.quantize.quantize_fp16` / `quantize_bf16`, imported only when asked for (the
+    package's own module, not the top-level `pygraphx`, which only the API imports)."""
     name = f"quantize_{precision}"
-    import pygraphx
-
-    fn = getattr(pygraphx, name, None)
-    if fn is None:
-        try:
-            module = importlib.import_module("pygraphx.quantize")
-        except ImportError as exc:
-            raise DriverError(
-                f"--{precision}: pygraphx.quantize cannot be imported: {exc}"
-            ) from exc
-        fn = getattr(module, name, None)
+    try:
+        module = importlib.import_module("pygraphx.quantize")
+    except ImportError as exc:
+        raise DriverError(f"--{precision}: pygraphx.quantize cannot be imported: {exc}") from exc
+    fn = getattr(module, name, None)
     if fn is None:
         raise DriverError(
             f"--{precision}: this pygraphx has no {name}() yet (pygraphx.quantize does not "

@@ -50,6 +50,7 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.printer import format_instruction, instruction_names, print_module
 from pygraphx.ir.program import Program
 from pygraphx.ir.shape import shape_of
+from pygraphx.runtime.evaluator import Evaluator
 
 SAMPLES = 64  # elements compared first when looking for a value's counterpart
 
@@ -148,7 +149,9 @@ def _run(program: Program, inputs: Mapping[str, Any], record: bool) -> tuple[lis
 def _ref_compute(ins: Instruction, values: Mapping[int, np.ndarray]) -> np.ndarray:
     args = [values[id(i)] for i in ins.inputs]
     if ins.module_inputs:
-        return np.asarray(ins.op.compute_with_modules(ins.shape, args, ins.module_inputs, values))
+        return np.asarray(
+            ins.op.compute_with_modules(ins.shape, args, ins.module_inputs, values, Evaluator)
+        )
     return np.asarray(ins.op.compute(ins.shape, args))
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pygraphx.ir.op import Op
 from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import Op
 
 if TYPE_CHECKING:
     from pygraphx.ir.argument import Literal

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from pygraphx.ir.argument import Literal
+from pygraphx.ir.builtin_ops import LiteralOp, Param, Return
 from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.op import Op, ShapeError
 from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import Op, ShapeError
-from pygraphx.ops.builtin import LiteralOp, Param, Return
 
 
 class ModuleError(ValueError):

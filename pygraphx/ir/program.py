@@ -2,9 +2,10 @@
 
 `Program` is what `parse_onnx` returns and what users compile and run, with MIGraphX's Python
 API: `compile(target)`, `run({name: array})` -> list of arguments, `get_parameter_shapes()`,
-`get_inputs()`, `get_outputs()`, `get_output_shapes()`. Compiling runs the target's pass list
-and asks the target for an executable; running checks the inputs against the parameters first,
-so a wrong name, type or shape fails with a message that says which.
+`get_inputs()`, `get_outputs()`, `get_output_shapes()`. Compiling asks the target (an object, or
+a name looked up in `ir.registry`) to run its pass list and make an executable; running checks
+the inputs against the parameters first, so a wrong name, type or shape fails with a message
+that says which.
 
 Threads: `run` on one compiled program is safe from any number of threads. Executables that
 keep per-run state (the cpu target's pre-bound slots) run one call at a time under the
@@ -23,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pygraphx.ir import registry
 from pygraphx.ir.argument import Argument
 from pygraphx.ir.module import Module
 from pygraphx.ir.shape import Shape, from_dtype
+from pygraphx.ir.trace import with_eval_trace
 
 if TYPE_CHECKING:
-    from pygraphx.targets.base import Executable, Target
+    from pygraphx.ir.registry import CompileTarget, Executable
 
 
 class ProgramError(RuntimeError):
@@ -41,7 +44,7 @@ class Program:
     def __init__(self) -> None:
         self.modules: dict[str, Module] = {}
         self.output_names: list[str] = []
-        self.target: Target | None = None
+        self.target: CompileTarget | None = None
         self.compile_options: dict[str, Any] = {}
         self._executable: Executable | None = None
         self.pass_times: list[tuple[str, float]] = []
@@ -112,9 +115,7 @@ class Program:
         no pass has done it)."""
         main = self.get_main_module()
         if main.memory_plan is None:
-            from pygraphx.passes.memory_coloring import plan_memory
-
-            return plan_memory(main).arena_bytes
+            return registry.plan_memory(main).arena_bytes
         return main.memory_plan.arena_bytes
 
     def is_compiled(self) -> bool:
@@ -122,33 +123,38 @@ class Program:
 
     def compile(
         self,
-        t: Target,
+        t: CompileTarget | str,
         offload_copy: bool = True,
         fast_math: bool = True,
         device_id: int = 0,
         exhaustive_tune: bool = False,
     ) -> None:
-        """Optimise the program for target `t` and prepare it to run (atomic: a concurrent
-        second compile waits for the first, then fails as already compiled)."""
+        """Optimise the program for target `t` (a target or its name) and prepare it to run:
+        the target runs its passes and makes the executable (`Target.compile`). Atomic: a
+        concurrent second compile waits for the first, then fails as already compiled."""
         with self._lock:
             self._compile(t, offload_copy, fast_math, device_id, exhaustive_tune)
 
     def _compile(
-        self, t: Target, offload_copy: bool, fast_math: bool, device_id: int, exhaustive_tune: bool
+        self,
+        t: CompileTarget | str,
+        offload_copy: bool,
+        fast_math: bool,
+        device_id: int,
+        exhaustive_tune: bool,
     ) -> None:
         if self.is_compiled():
             raise ProgramError(f"program is already compiled for target {self.target.name!r}")
+        if isinstance(t, str):
+            t = registry.get_target(t)
         options = {
             "offload_copy": offload_copy,
             "fast_math": fast_math,
             "device_id": device_id,
             "exhaustive_tune": exhaustive_tune,
         }
-        from pygraphx.passes.manager import run_passes
-
         self._dynamic = self.is_dynamic()
-        self.pass_times = run_passes(self, t.get_passes(options))
-        self._executable = t.prepare(self, options)
+        self._executable = t.compile(self, options)
         self.target = t
         self.compile_options = options
 
@@ -159,6 +165,9 @@ class Program:
         (profiling and tracing; see `runtime/evaluator.py`)."""
         if self._executable is None:
             raise ProgramError("compile the program first: prog.compile(pygraphx.get_target(...))")
+        device_io = getattr(self._executable, "takes_device_arguments", None)
+        if device_io is not None and device_io(params):
+            return self._run_device(params, observer)
         arrays = self._check_params(params)
         # _check_params has fixed the lens of static parameters; only ranges can differ
         if self.value_inputs or (self._dynamic and self._off_max_lens(arrays)):
@@ -166,9 +175,7 @@ class Program:
                 prog = self._specialized_for(arrays)
             names = prog.get_parameter_shapes()
             return prog.run({n: a for n, a in arrays.items() if n in names}, observer)
-        from pygraphx.runtime.trace import with_eval_trace  # PGX_TRACE_EVAL, read per run
-
-        observer = with_eval_trace(self, observer)
+        observer = with_eval_trace(self.get_main_module(), observer)  # PGX_TRACE_EVAL, read per run
         executable = self._executable
         if getattr(executable, "reentrant", False):
             outputs = self._run_executable(executable, arrays, observer)
@@ -186,6 +193,20 @@ class Program:
         return executable.run(arrays, observer=observer)
 
     eval = run
+
+    def _run_device(self, params: Mapping[str, Any], observer: Any) -> list[Any]:
+        """Device arguments in and out (a gpu target's `offload_copy=False`, or device tensors
+        given as inputs); the target's executable checks and binds them. Static programs only."""
+        if self.value_inputs or self._dynamic:
+            raise ProgramError(
+                "device arguments need a program with static shapes; pass host arrays to a "
+                "program with dynamic dimensions or shape-deciding inputs"
+            )
+        try:
+            with self._lock:  # device executables keep per-run buffers (captured graphs)
+                return self._executable.run_device(params, observer, self.get_output_names())
+        except ValueError as exc:
+            raise ProgramError(str(exc)) from None
 
     def _off_max_lens(self, arrays: Mapping[str, np.ndarray]) -> bool:
         """Whether some input's lens differ from the maximum lens the body was built for."""

@@ -29,14 +29,15 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from pygraphx.ir import registry
 from pygraphx.ir.argument import Literal
 from pygraphx.ir.atomic_write import write_atomic
+from pygraphx.ir.builtin_ops import LiteralOp
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module, compute_shape
+from pygraphx.ir.op import OPS, Op
 from pygraphx.ir.program import Program
 from pygraphx.ir.shape import Shape, from_dtype, to_dtype
-from pygraphx.ops.base import OPS, Op
-from pygraphx.ops.builtin import LiteralOp
 from pygraphx.version import __version__
 
 MAGIC = b"\x89PGXPRG\n"
@@ -210,9 +211,7 @@ def _program_from_dict(doc: dict[str, Any]) -> Program:
     program.output_names = list(doc["output_names"])
     target = doc["target"]
     if target is not None:
-        from pygraphx.targets import get_target
-
-        t = get_target(target)
+        t = registry.get_target(target)
         options = dict(doc["compile_options"])
         program._executable = t.prepare(program, options)
         program.target = t

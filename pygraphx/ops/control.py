@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from pygraphx.ir.op import EvaluatorFactory
 from pygraphx.ir.shape import Shape
 from pygraphx.ops.base import Op, ShapeError, register_op
 
@@ -41,13 +42,14 @@ _STASH = "pygraphx.control"
 
 
 def run_module(
-    module: Any, args: Sequence[np.ndarray], outer: Mapping[int, np.ndarray]
+    module: Any,
+    args: Sequence[np.ndarray],
+    outer: Mapping[int, np.ndarray],
+    evaluator: EvaluatorFactory,
 ) -> list[np.ndarray]:
     """Evaluate a body with its parameters bound in order to `args`."""
-    from pygraphx.runtime.evaluator import Evaluator
-
     params = {p.op.parameter: a for p, a in zip(module.get_parameters(), args, strict=True)}
-    return Evaluator(module).run(params, outer=outer)
+    return evaluator(module).run(params, outer=outer)
 
 
 def _all_outputs(
@@ -124,10 +126,11 @@ class If(Op):
         args: Sequence[np.ndarray],
         modules: Sequence[Any],
         outer: Mapping[int, np.ndarray],
+        evaluator: EvaluatorFactory,
     ) -> np.ndarray:
         def compute() -> list[np.ndarray]:
             branch = modules[0] if bool(_scalar(args[0])) else modules[1]
-            return [np.array(r, order="C") for r in run_module(branch, [], outer)]
+            return [np.array(r, order="C") for r in run_module(branch, [], outer, evaluator)]
 
         return _all_outputs(modules[0], args, outer, compute)[self.output]
 
@@ -188,13 +191,12 @@ class Loop(Op):
         args: Sequence[np.ndarray],
         modules: Sequence[Any],
         outer: Mapping[int, np.ndarray],
+        evaluator: EvaluatorFactory,
     ) -> np.ndarray:
         body = modules[0]
         n, k = self._layout(modules)
 
         def compute() -> list[np.ndarray]:
-            from pygraphx.runtime.evaluator import Evaluator
-
             params = body.get_parameters()
             names = [p.op.parameter for p in params]
             iter_lens, cond_lens = params[0].shape.lens(), params[1].shape.lens()
@@ -204,7 +206,7 @@ class Loop(Op):
             trip = int(_scalar(args[0]))
             cond = bool(_scalar(args[1]))
             carried = list(args[2 : 2 + n])
-            evaluator = Evaluator(body)
+            body_evaluator = evaluator(body)
             i = 0
             while i < trip and cond:
                 if k and i >= length:
@@ -214,7 +216,9 @@ class Loop(Op):
                         "parse with a larger max_loop_iterations"
                     )
                 bound = [np.full(iter_lens, i, dtype=np.int64), np.full(cond_lens, cond)]
-                res = evaluator.run(dict(zip(names, bound + carried, strict=True)), outer=outer)
+                res = body_evaluator.run(
+                    dict(zip(names, bound + carried, strict=True)), outer=outer
+                )
                 cond = bool(_scalar(res[0]))
                 carried = list(res[1 : 1 + n])
                 for s, r in zip(scans, res[1 + n :], strict=True):
@@ -309,6 +313,7 @@ class Scan(Op):
         args: Sequence[np.ndarray],
         modules: Sequence[Any],
         outer: Mapping[int, np.ndarray],
+        evaluator: EvaluatorFactory,
     ) -> np.ndarray:
         body = modules[0]
         shapes = [Shape(a.dtype, a.shape) for a in args]
@@ -316,10 +321,8 @@ class Scan(Op):
         m = self.num_scan_inputs
 
         def one(states: list[np.ndarray], xs: list[np.ndarray]) -> list[np.ndarray]:
-            from pygraphx.runtime.evaluator import Evaluator
-
             names = body.get_parameter_names()
-            evaluator = Evaluator(body)
+            body_evaluator = evaluator(body)
             axes = [
                 _norm(a, x.ndim, "scan input axis")
                 for a, x in zip(self.scan_input_axes, xs, strict=True)
@@ -330,7 +333,9 @@ class Scan(Op):
                     np.take(x, length - 1 - t if d else t, axis=a)
                     for x, a, d in zip(xs, axes, self.scan_input_directions, strict=True)
                 ]
-                res = evaluator.run(dict(zip(names, states + slices, strict=True)), outer=outer)
+                res = body_evaluator.run(
+                    dict(zip(names, states + slices, strict=True)), outer=outer
+                )
                 states = list(res[:n])
                 for acc, r in zip(per_step, res[n:], strict=True):
                     acc.append(np.asarray(r))

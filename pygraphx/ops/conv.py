@@ -42,6 +42,21 @@ PADDING_DEFAULT, SAME_LOWER, SAME_UPPER = 0, 1, 2
 
 
 # --- convolution -----------------------------------------------------------------------------
+def _check_input_weights(op: Op, inputs: Sequence[Shape]) -> int:
+    """Checks a (de)convolution's input and weights; returns the number of spatial dims."""
+    check_arity(op, inputs, 2)
+    x, w = inputs
+    nd = _check_input(op, x)
+    if w.ndim() != x.ndim():
+        raise ShapeError(
+            f"{op.name}: weights lens {w.lens()} must have the input's rank {x.ndim()}"
+        )
+    if x.type() != w.type():
+        raise ShapeError(f"{op.name}: input {x.type()} and weights {w.type()} differ")
+    _check_spatial(op, nd, stride=op.stride, dilation=op.dilation)  # type: ignore[attr-defined]
+    return nd
+
+
 @register_op
 class Convolution(Op):
     """N-d convolution: input (N, C, *in), weights (M, C / group, *k) -> (N, M, *out).
@@ -71,16 +86,8 @@ class Convolution(Op):
         return begin, end
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 2)
         x, w = inputs
-        nd = _check_input(self, x)
-        if w.ndim() != x.ndim():
-            raise ShapeError(
-                f"{self.name}: weights lens {w.lens()} must have the input's rank {x.ndim()}"
-            )
-        if x.type() != w.type():
-            raise ShapeError(f"{self.name}: input {x.type()} and weights {w.type()} differ")
-        _check_spatial(self, nd, stride=self.stride, dilation=self.dilation)
+        _check_input_weights(self, inputs)
         if self.group < 1:
             raise ShapeError(f"{self.name}: group {self.group} must be positive")
         xl, wl = x.lens(), w.lens()
@@ -163,16 +170,8 @@ class Deconvolution(Op):
     padding_mode: int = PADDING_DEFAULT
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 2)
         x, w = inputs
-        nd = _check_input(self, x)
-        if w.ndim() != x.ndim():
-            raise ShapeError(
-                f"{self.name}: weights lens {w.lens()} must have the input's rank {x.ndim()}"
-            )
-        if x.type() != w.type():
-            raise ShapeError(f"{self.name}: input {x.type()} and weights {w.type()} differ")
-        _check_spatial(self, nd, stride=self.stride, dilation=self.dilation)
+        nd = _check_input_weights(self, inputs)
         if self.padding_mode != PADDING_DEFAULT:
             raise ShapeError(f"{self.name}: only padding_mode 0 (explicit padding) is supported")
         if self.group < 1:

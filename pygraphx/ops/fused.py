@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from pygraphx.ir.op import EvaluatorFactory
 from pygraphx.ir.shape import Shape
 from pygraphx.ops.base import Op, ShapeError, register_op
 
@@ -38,12 +39,11 @@ class _ModuleOp(Op):
         args: Sequence[np.ndarray],
         modules: Sequence[Any],
         outer: Mapping[int, np.ndarray],
+        evaluator: EvaluatorFactory,
     ) -> np.ndarray:
-        from pygraphx.runtime.evaluator import Evaluator
-
         body = modules[0]
         params = {p.op.parameter: a for p, a in zip(body.get_parameters(), args, strict=True)}
-        return Evaluator(body).run(params)[0]
+        return evaluator(body).run(params)[0]
 
 
 @register_op

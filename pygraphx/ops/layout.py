@@ -140,13 +140,6 @@ def slice_ranges(
     return out
 
 
-def range_length(start: int, stop: int, step: int) -> int:
-    """Number of elements of range(start, stop, step)."""
-    if step > 0:
-        return max(0, -(-(stop - start) // step))
-    return max(0, -(-(start - stop) // -step))
-
-
 def _reshape_lens(op: Op, lens: Sequence[int], dims: Sequence[int]) -> list[int]:
     try:
         return reshape_lens(lens, dims)

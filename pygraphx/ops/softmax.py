@@ -8,7 +8,7 @@ and rounded once. ONNX's pre-opset-13 "coerce to 2-D" semantics are the frontend
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -39,6 +39,25 @@ def _shifted(x: np.ndarray, axis: int) -> np.ndarray:
     return x - m
 
 
+def _softmax(d: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(d)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _logsoftmax(d: np.ndarray, axis: int) -> np.ndarray:
+    return d - np.log(np.sum(np.exp(d), axis=axis, keepdims=True))
+
+
+def _along_axis(
+    op: Op, output_shape: Shape, x: np.ndarray, f: Callable[[np.ndarray, int], np.ndarray]
+) -> np.ndarray:
+    """`f(x - max(x), axis)` along the op's axis, in the output's type."""
+    axis = normalize_axis(op, op.axis, x.ndim)  # type: ignore[attr-defined]
+    with np.errstate(all="ignore"):
+        out = f(_shifted(x, axis), axis)
+    return out.astype(output_shape.dtype())
+
+
 @register_op
 class Softmax(Op):
     """exp(x) / sum(exp(x)) along `axis`."""
@@ -50,11 +69,7 @@ class Softmax(Op):
         return _check(self, inputs, self.axis)
 
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
-        axis = normalize_axis(self, self.axis, args[0].ndim)
-        with np.errstate(all="ignore"):
-            e = np.exp(_shifted(args[0], axis))
-            out = e / np.sum(e, axis=axis, keepdims=True)
-        return out.astype(output_shape.dtype())
+        return _along_axis(self, output_shape, args[0], _softmax)
 
 
 @register_op
@@ -68,8 +83,4 @@ class Logsoftmax(Op):
         return _check(self, inputs, self.axis)
 
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
-        axis = normalize_axis(self, self.axis, args[0].ndim)
-        with np.errstate(all="ignore"):
-            d = _shifted(args[0], axis)
-            out = d - np.log(np.sum(np.exp(d), axis=axis, keepdims=True))
-        return out.astype(output_shape.dtype())
+        return _along_axis(self, output_shape, args[0], _logsoftmax)

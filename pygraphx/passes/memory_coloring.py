@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from pygraphx.ir import registry
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 
@@ -81,7 +82,6 @@ def root_of(ins: Instruction) -> Instruction:
 
 def plan_memory(module: Module, alignment: int = ALIGNMENT) -> MemoryPlan:
     """Liveness, interference and first-fit placement for `module` in its current order."""
-    index = {id(ins): k for k, ins in enumerate(module.instructions)}
     buffers: dict[int, Buffer] = {}
     end_of_module = len(module.instructions)
     for k, ins in enumerate(module.instructions):
@@ -95,7 +95,6 @@ def plan_memory(module: Module, alignment: int = ALIGNMENT) -> MemoryPlan:
             b = buffers.get(id(root_of(i)))
             if b is not None:
                 b.end = max(b.end, end_of_module if ins.is_return() else k)
-    del index
     plan = MemoryPlan(alignment, list(buffers.values()))
     placed: list[Buffer] = []
     for b in sorted(plan.buffers, key=lambda b: (-b.size, b.start)):
@@ -133,3 +132,7 @@ def memory_coloring(module: Module) -> None:
     if os.environ.get("PGX_DEBUG_MEMORY_COLORING", "") not in ("", "0"):
         check_plan(plan)
     module.memory_plan = plan  # type: ignore[attr-defined]
+
+
+# `Program.get_memory_usage` (in the IR, below this layer) plans through the registry
+registry.register_memory_planner(plan_memory)

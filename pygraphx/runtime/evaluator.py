@@ -83,7 +83,7 @@ class Evaluator:
         args = [values[id(i)] for i in ins.inputs]
         try:
             if ins.module_inputs:
-                out = op.compute_with_modules(ins.shape, args, ins.module_inputs, values)
+                out = op.compute_with_modules(ins.shape, args, ins.module_inputs, values, Evaluator)
             else:
                 out = op.compute(ins.shape, args)
         except EvaluationError:

@@ -1,24 +1,52 @@
-"""Targets by name: `get_target("ref")` (the numpy oracle) and `get_target("cpu")` (torch on
-the CPU: oneDNN/MKL). The GPU target is not written yet."""
+"""Targets by name: `get_target("ref")` (the numpy oracle), `get_target("cpu")` (torch on
+the CPU: oneDNN/MKL) and `get_target("gpu")` (torch on one CUDA/ROCm device, CUDA graphs).
+
+Importing this package registers the targets in `pygraphx.ir.registry`, so `Program.compile`
+and `load` (in the IR, below this layer) find them by name.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from pygraphx.ir import registry
 from pygraphx.targets.base import Target
 
-KNOWN_TARGETS = ("ref", "cpu")
+KNOWN_TARGETS = ("ref", "cpu", "gpu")
 
 
-def get_target(name: str) -> Target:
-    """The target called `name` (MIGraphX's `get_target`)."""
-    if name == "ref":
-        from pygraphx.targets.ref.target import RefTarget
+def _make_ref() -> Target:
+    from pygraphx.targets.ref.target import RefTarget
 
-        return RefTarget()
-    if name == "cpu":
-        from pygraphx.targets.cpu import make_target  # needs torch; says how to install it
+    return RefTarget()
 
-        return make_target()
-    raise ValueError(f"unknown target {name!r}; available targets: {', '.join(KNOWN_TARGETS)}")
+
+def _make_cpu() -> Target:
+    from pygraphx.targets.cpu import make_target  # needs torch; says how to install it
+
+    return make_target()
+
+
+def _make_gpu(**settings: Any) -> Target:
+    from pygraphx.targets.gpu import make_target  # needs torch and a GPU; says what is missing
+
+    return make_target(**settings)
+
+
+registry.register_target("ref", _make_ref)
+registry.register_target("cpu", _make_cpu)
+registry.register_target("gpu", _make_gpu)
+
+
+def get_target(name: str, **settings: Any) -> Target:
+    """The target called `name` (MIGraphX's `get_target`); `settings` tune the gpu target
+    (see `targets/gpu/target.py`). `get_target("gpu")` raises `GpuUnavailableError` saying
+    what is missing when this machine cannot run it."""
+    if settings:
+        if name != "gpu":
+            raise ValueError(f"target {name!r} takes no settings here (got {sorted(settings)})")
+        return _make_gpu(**settings)
+    return registry.get_target(name)  # type: ignore[return-value]
 
 
 __all__ = ["KNOWN_TARGETS", "Target", "get_target"]

@@ -1,28 +1,20 @@
 """The target protocol: what `get_target(name)` returns and what `Program.compile` calls.
 
 A target names its ordered pass list and turns a (rewritten) program into an `Executable` whose
-`run(params)` maps parameter arrays to output arrays. Targets import the IR, never each other.
+`run(params)` maps parameter arrays to output arrays; `compile(program, options)` does both.
+Targets import the IR, never each other. The IR reaches targets by name through
+`pygraphx.ir.registry`, where `pygraphx.targets` registers them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from pygraphx.ir.registry import Executable
+from pygraphx.passes.manager import run_passes
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
-
-
-class Executable(Protocol):
-    """A compiled program. `observer(ins, value, seconds)`, when given, is called after each
-    instruction of `main` (instructions are the program's, so profiles print like the program).
-    """
-
-    def run(
-        self, params: dict[str, np.ndarray], observer: Callable[..., None] | None = None
-    ) -> list[np.ndarray]: ...
 
 
 class Target:
@@ -38,5 +30,14 @@ class Target:
         """Make an executable from a program the passes have already rewritten."""
         raise NotImplementedError
 
+    def compile(self, program: Program, options: dict[str, Any]) -> Executable:
+        """Run this target's passes on `program` (their times go to `program.pass_times`),
+        then make the executable: what `Program.compile` calls."""
+        program.pass_times = run_passes(program, self.get_passes(options))
+        return self.prepare(program, options)
+
     def __repr__(self) -> str:
         return f"target({self.name!r})"
+
+
+__all__ = ["Executable", "Target"]

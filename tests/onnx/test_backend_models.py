@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import onnx.backend.test
 
-from pygraphx.runtime.onnx_backend import PygraphxBackend
+from pygraphx.onnx.backend import PygraphxBackend
 
 # regex (matched at the start of the test name) -> why those tests are excluded
 EXCLUDE: dict[str, str] = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import onnx.backend.test
 
-from pygraphx.runtime.onnx_backend import PygraphxBackend
+from pygraphx.onnx.backend import PygraphxBackend
 
 # regex (matched at the start of the test name) -> why those tests are excluded.
 # `python tools/node_suite_report.py` lists every failure with its cause; keep this in step.

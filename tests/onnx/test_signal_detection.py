@@ -24,9 +24,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from pygraphx.onnx.backend import PygraphxBackend
 from pygraphx.onnx.errors import OnnxParseError
 from pygraphx.ops.extra import col2im_blocks
-from pygraphx.runtime.onnx_backend import PygraphxBackend
 from tests.helpers import assert_outputs_match, check_node, make_model, run_pgx
 
 RNG = np.random.default_rng(0)

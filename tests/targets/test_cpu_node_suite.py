@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from pygraphx.runtime.onnx_backend import PygraphxBackend, PygraphxBackendRep  # noqa: E402
+from pygraphx.onnx.backend import PygraphxBackend, PygraphxBackendRep  # noqa: E402
 from tests.onnx.test_backend_node import EXCLUDE  # noqa: E402
 
 # regex (matched at the start of the test name) -> why it fails on cpu but not on ref

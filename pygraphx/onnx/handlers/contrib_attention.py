@@ -339,6 +339,57 @@ def _gqa_present_length(
     return (past_len if past is not None else seq), past is None
 
 
+def _gqa_unpack_qkv(
+    ctx: NodeContext, packed: Instruction, heads: int, kv_heads: int
+) -> tuple[Instruction, Instruction, Instruction]:
+    """Query, key and value sliced out of a packed [batch, seq, (heads + 2 kv_heads) size] input."""
+    width = packed.shape.lens()[2]
+    size = width // (heads + 2 * kv_heads)
+    q = last_axis_slice(ctx, packed, 0, heads * size)
+    k = last_axis_slice(ctx, packed, heads * size, (heads + kv_heads) * size)
+    v = last_axis_slice(ctx, packed, (heads + kv_heads) * size, width)
+    return q, k, v
+
+
+def _gqa_bias(
+    ctx: NodeContext,
+    kept: Instruction,
+    seqlens: Instruction,
+    lens: list[int],
+    type_name: str,
+    attention_bias: Instruction | None,
+) -> Instruction:
+    """The additive attention bias of GroupQueryAttention: causal, padding and window masks."""
+    # query s of batch b sees key t iff t <= kept[b] + s, t <= seqlens_k[b] and, with a local
+    # window of w keys (ONNX Runtime counts the query's own key), t > kept[b] + s - w
+    batch, _, seq, present_len = lens
+    pos_q = ctx.literal(np.arange(seq, dtype=np.int64).reshape(1, 1, seq, 1))
+    key = ctx.broadcast_to(
+        ctx.literal(np.arange(present_len, dtype=np.int64).reshape(1, 1, 1, -1)), lens
+    )
+    query_pos = ctx.broadcast_to(
+        binary(ctx, "add", pos_q, reshape(ctx, kept, [batch, 1, 1, 1])), lens
+    )
+    allowed = ctx.add(make_op("less_or_equal"), key, query_pos)
+    last = ctx.broadcast_to(reshape(ctx, seqlens, [batch, 1, 1, 1]), lens)
+    allowed = ctx.add(make_op("logical_and"), allowed, ctx.add(make_op("less_or_equal"), key, last))
+    window = ctx.attr("local_window_size", -1)
+    if window > 0:
+        low = ctx.add(make_op("sub"), query_pos, ctx.scalar(window - 1, query_pos))
+        allowed = ctx.add(
+            make_op("logical_and"), allowed, ctx.add(make_op("greater_or_equal"), key, low)
+        )
+    parts: list[BiasPart] = [bool_to_bias(ctx, allowed, type_name, float("-inf"))]
+    if attention_bias is not None:
+        ab = ctx.convert(attention_bias, type_name)
+        ab_lens = ab.shape.lens()
+        if ab_lens[-1] < present_len:
+            pads = (0,) * 7 + (present_len - ab_lens[-1],)
+            ab = ctx.add(Pad(pads=pads, value=float("-inf")), ab)
+        parts.append(ab)
+    return sum_bias(ctx, parts, to_dtype(type_name))
+
+
 @onnx_op("GroupQueryAttention", domain=MS)
 def parse_group_query_attention(ctx: NodeContext, args: Args) -> list[Instruction | None]:
     q, k, v = args[0], arg(args, 1), arg(args, 2)
@@ -353,11 +404,7 @@ def parse_group_query_attention(ctx: NodeContext, args: Args) -> list[Instructio
     heads, kv_heads = ctx.attr("num_heads"), ctx.attr("kv_num_heads")
     batch, seq, width = q.shape.lens()
     if k is None:  # packed QKV
-        size = width // (heads + 2 * kv_heads)
-        qs = last_axis_slice(ctx, q, 0, heads * size)
-        k = last_axis_slice(ctx, q, heads * size, (heads + kv_heads) * size)
-        v = last_axis_slice(ctx, q, (heads + kv_heads) * size, width)
-        q = qs
+        q, k, v = _gqa_unpack_qkv(ctx, q, heads, kv_heads)
     size = q.shape.lens()[2] // heads
     # [batch, seq, heads, size]
     qs = reshape(ctx, q, [batch, seq, heads, size])
@@ -388,35 +435,8 @@ def parse_group_query_attention(ctx: NodeContext, args: Args) -> list[Instructio
         inputs = [kept, new] + ([past] if past is not None else [])
         caches.append(ctx.add(ConcatPastPresent(present_length=present_len), *inputs))
     present_k, present_v = caches
-    # query s of batch b sees key t iff t <= kept[b] + s, t <= seqlens_k[b] and, with a local
-    # window of w keys (ONNX Runtime counts the query's own key), t > kept[b] + s - w
     type_name = q.shape.type()
-    lens = [batch, 1, seq, present_len]
-    pos_q = ctx.literal(np.arange(seq, dtype=np.int64).reshape(1, 1, seq, 1))
-    key = ctx.broadcast_to(
-        ctx.literal(np.arange(present_len, dtype=np.int64).reshape(1, 1, 1, -1)), lens
-    )
-    query_pos = ctx.broadcast_to(
-        binary(ctx, "add", pos_q, reshape(ctx, kept, [batch, 1, 1, 1])), lens
-    )
-    allowed = ctx.add(make_op("less_or_equal"), key, query_pos)
-    last = ctx.broadcast_to(reshape(ctx, seqlens, [batch, 1, 1, 1]), lens)
-    allowed = ctx.add(make_op("logical_and"), allowed, ctx.add(make_op("less_or_equal"), key, last))
-    window = ctx.attr("local_window_size", -1)
-    if window > 0:
-        low = ctx.add(make_op("sub"), query_pos, ctx.scalar(window - 1, query_pos))
-        allowed = ctx.add(
-            make_op("logical_and"), allowed, ctx.add(make_op("greater_or_equal"), key, low)
-        )
-    parts: list[BiasPart] = [bool_to_bias(ctx, allowed, type_name, float("-inf"))]
-    if attention_bias is not None:
-        ab = ctx.convert(attention_bias, type_name)
-        ab_lens = ab.shape.lens()
-        if ab_lens[-1] < present_len:
-            pads = (0,) * 7 + (present_len - ab_lens[-1],)
-            ab = ctx.add(Pad(pads=pads, value=float("-inf")), ab)
-        parts.append(ab)
-    bias = sum_bias(ctx, parts, to_dtype(type_name))
+    bias = _gqa_bias(ctx, kept, seqlens, [batch, 1, seq, present_len], type_name, attention_bias)
     reps = heads // kv_heads
     scale = ctx.attr("scale", 0.0) or 1 / sqrt(size)
     y, scores, probs = _scaled_attention(

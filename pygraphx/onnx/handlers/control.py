@@ -293,6 +293,54 @@ def _carried_problem(outs: Sequence[Value], shapes: Sequence[Shape], n: int, k: 
     return None
 
 
+def _parse_loop_body(
+    ctx: NodeContext,
+    body_g: onnx.GraphProto,
+    shapes: list[Shape],
+    outer: dict[str, Value],
+    idx: int,
+) -> tuple[Module, list[Value]]:
+    """The Loop body parsed into a new module, with the iteration-0 shapes as a second try."""
+    parser = ctx.parser
+    body = parser.new_module(ctx.module, f"loop{idx}_body")
+    try:
+        outs = parser.parse_subgraph(
+            body_g, body, outer, label=_label(ctx, "body"), input_shapes=shapes
+        )
+    except OnnxParseError:
+        # a shape computed from the iteration number (a Slice at `iter`, say): take the
+        # shapes the body has at iteration 0 as its declared ones and parse again
+        parser.discard_module(body)
+        if not _probe_shapes(ctx, body_g, shapes, idx):
+            raise
+        body = parser.new_module(ctx.module, f"loop{idx}_body")
+        outs = parser.parse_subgraph(
+            body_g, body, outer, label=_label(ctx, "body"), input_shapes=shapes
+        )
+    return body, outs
+
+
+def _scan_length(
+    ctx: NodeContext,
+    body: Module,
+    trip: int | None,
+    has_trip: bool,
+    cond0: bool | None,
+    n: int,
+    k: int,
+) -> int:
+    """The static length of the scan outputs: exact trip count, declared, M, or the option."""
+    exact = _trip_count(ctx, body, trip, has_trip, cond0)
+    declared = [lens[0] for j in range(n, n + k) if (lens := ctx.declared_lens(j))]
+    if exact is not None and exact <= _MAX_STATIC_TRIP:
+        return exact
+    if declared:
+        return declared[0]
+    if trip is not None and trip <= _MAX_STATIC_TRIP:
+        return trip
+    return int(ctx.parser.options["max_loop_iterations"])
+
+
 @onnx_op("Loop")
 @takes_sequences
 def parse_loop(ctx: NodeContext, args: Args) -> list[Value | None]:
@@ -332,21 +380,7 @@ def parse_loop(ctx: NodeContext, args: Args) -> list[Value | None]:
         _declared_shape(body_g.input[0], "int64_type"),
         _declared_shape(body_g.input[1], "bool_type"),
     ] + [Shape(v.shape.type(), v.shape.lens()) for v in inits]  # type: ignore[union-attr]
-    body = parser.new_module(ctx.module, f"loop{idx}_body")
-    try:
-        outs = parser.parse_subgraph(
-            body_g, body, outer, label=_label(ctx, "body"), input_shapes=shapes
-        )
-    except OnnxParseError:
-        # a shape computed from the iteration number (a Slice at `iter`, say): take the
-        # shapes the body has at iteration 0 as its declared ones and parse again
-        parser.discard_module(body)
-        if not _probe_shapes(ctx, body_g, shapes, idx):
-            raise
-        body = parser.new_module(ctx.module, f"loop{idx}_body")
-        outs = parser.parse_subgraph(
-            body_g, body, outer, label=_label(ctx, "body"), input_shapes=shapes
-        )
+    body, outs = _parse_loop_body(ctx, body_g, shapes, outer, idx)
     problem = _carried_problem(outs, shapes, n, k)
     if problem is None:
         cond_out = outs[0]
@@ -358,18 +392,7 @@ def parse_loop(ctx: NodeContext, args: Args) -> list[Value | None]:
         return _unroll(ctx, body_g, m_ins, trip, cond0, inits, k, problem)
     parser.finish_module(body, outs)  # type: ignore[arg-type]
 
-    length = 0
-    if k:
-        exact = _trip_count(ctx, body, trip, m_ins is not None, cond0)
-        declared = [lens[0] for j in range(n, n + k) if (lens := ctx.declared_lens(j))]
-        if exact is not None and exact <= _MAX_STATIC_TRIP:
-            length = exact
-        elif declared:
-            length = declared[0]
-        elif trip is not None and trip <= _MAX_STATIC_TRIP:
-            length = trip
-        else:
-            length = int(parser.options["max_loop_iterations"])
+    length = _scan_length(ctx, body, trip, m_ins is not None, cond0, n, k) if k else 0
     if m_ins is None:
         m_ins = ctx.literal(np.array(np.iinfo(np.int64).max, dtype=np.int64))
     if c_ins is None:

@@ -100,10 +100,6 @@ class CpuExecutable:
         """Op name -> instructions that run through numpy `compute()` (no torch lowering)."""
         return dict(self.lowered.ctx.fallbacks)
 
-    @property
-    def prepare_seconds(self) -> float:
-        return self.lowered.seconds
-
     def __len__(self) -> int:
         return len(self.executor)
 

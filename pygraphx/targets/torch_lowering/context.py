@@ -196,6 +196,3 @@ class LoweringContext:
         step = Step(fn, list(instructions), out, unfused)
         self.steps.append(step)
         return step
-
-    def single_user(self, ins: Instruction) -> bool:
-        return len(ins.outputs) == 1

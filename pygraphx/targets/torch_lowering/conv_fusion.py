@@ -35,13 +35,14 @@ import torch.nn.functional as F
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
-from pygraphx.targets.torch_lowering.lower import (
+from pygraphx.targets.torch_lowering.fallback import lower_fallback
+from pygraphx.targets.torch_lowering.registry import (
     defer,
     deferred_producer,
     is_deferred,
     storing,
 )
-from pygraphx.targets.torch_lowering.lower_nn import _torch_pad, store_result
+from pygraphx.targets.torch_lowering.store import store_result, torch_pad
 
 
 def mkldnn_usable(ctx: LoweringContext, ins: Instruction) -> bool:
@@ -78,7 +79,7 @@ def conv_plan(ctx: LoweringContext, ins: Instruction) -> ConvPlan:
     op = ins.op
     x_shape, w_shape = (i.shape for i in ins.inputs)
     begin, end = op.pads(x_shape.lens(), w_shape.lens())
-    pre_pad = None if begin == end else _torch_pad(begin, end)
+    pre_pad = None if begin == end else torch_pad(begin, end)
     padding = list(begin) if pre_pad is None else [0, 0]
     lens = list(x_shape.lens())
     if pre_pad is not None:
@@ -284,8 +285,6 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
     saved, ctx.steps = ctx.steps, []
     _lower_alone(ctx, conv)
     if not lower_pointwise(ctx, user):
-        from pygraphx.targets.torch_lowering.lower import lower_fallback
-
         lower_fallback(ctx, user)
     unfused, ctx.steps = ctx.steps, saved
     uidx = ctx.index[id(user)]

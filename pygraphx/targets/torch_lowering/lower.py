@@ -8,6 +8,10 @@ lowering may decline (return False) for inputs it does not handle (a dtype, an a
 instruction then runs through its numpy `compute()` on numpy views of the tensors, and the
 result is copied into its arena slot (`fallbacks` counts these by op name).
 
+A target may replace the lowering of some ops without touching this table: the option
+`lowering_overrides` maps op names to lowering functions tried instead of the registered ones
+(the `gpu` target lowers convolutions, GEMMs and fused groups its own way through it).
+
 A lowering can also *defer* a producer into its only user (a convolution into the pointwise
 group that adds its bias and applies relu): the user's lowering then emits one step for both,
 keeping the separate steps for profiling. The producer must come right before its user (only
@@ -24,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction
@@ -36,24 +39,9 @@ from pygraphx.targets.torch_lowering.context import (
     LoweringError,
     Step,
 )
-from pygraphx.targets.torch_lowering.dtypes import from_numpy, to_numpy
-
-#: op name -> lowering function (ctx, ins) -> bool (False: not handled, use the fallback)
-LOWERINGS: dict[str, Callable[[LoweringContext, Instruction], bool]] = {}
-
-#: deferred producer -> function lowering it together with its user
-Fuser = Callable[[LoweringContext, Instruction], bool]
-
-
-def lowering(*names: str) -> Callable[[Callable[..., bool]], Callable[..., bool]]:
-    """Register a lowering function for the IR ops `names`."""
-
-    def deco(fn: Callable[..., bool]) -> Callable[..., bool]:
-        for n in names:
-            LOWERINGS[n] = fn
-        return fn
-
-    return deco
+from pygraphx.targets.torch_lowering.dtypes import from_numpy
+from pygraphx.targets.torch_lowering.fallback import lower_fallback, outer_refs
+from pygraphx.targets.torch_lowering.registry import LOWERINGS
 
 
 @dataclass
@@ -128,7 +116,7 @@ def lower_instruction(ctx: LoweringContext, ins: Instruction) -> None:
     fuser = ctx.cache.get(("fuse", id(ins)))
     if fuser is not None and fuser(ctx, ins):
         return
-    fn = LOWERINGS.get(ins.op.name)
+    fn = ctx.options.get("lowering_overrides", {}).get(ins.op.name) or LOWERINGS.get(ins.op.name)
     if fn is not None:
         mark = (len(ctx.env), len(ctx.steps))
         if fn(ctx, ins):
@@ -136,120 +124,6 @@ def lower_instruction(ctx: LoweringContext, ins: Instruction) -> None:
         if (len(ctx.env), len(ctx.steps)) != mark:
             raise LoweringError(f"lowering of {ins.op} declined after emitting steps")
     lower_fallback(ctx, ins)
-
-
-def defer(ctx: LoweringContext, producer: Instruction, user: Instruction, fuser: Fuser) -> bool:
-    """Defer `producer` into `user` when nothing that writes memory runs between them."""
-    pos = ctx.cache["position"]
-    module = ctx.cache["module"]
-    lo, hi = pos[id(producer)], pos[id(user)]
-    for between in module.instructions[lo + 1 : hi]:
-        if between.is_literal() or between.is_param():
-            continue
-        if between.op.output_alias(len(between.inputs)) >= 0:
-            continue
-        return False
-    ctx.cache[("fuse", id(user))] = fuser
-    ctx.cache[("producer", id(user))] = producer
-    ctx.cache[("deferred", id(producer))] = True
-    return True
-
-
-def storing(fn: Callable[[], None], env: list[Any], idx: int, value: Any) -> Callable[[], None]:
-    """`fn`, then `env[idx] = value` (an unfused step whose fused twin stores a new tensor)."""
-
-    def step() -> None:
-        fn()
-        env[idx] = value
-
-    return step
-
-
-def deferred_producer(ctx: LoweringContext, user: Instruction) -> Instruction:
-    """The producer deferred into `user`."""
-    return ctx.cache[("producer", id(user))]
-
-
-def is_deferred(ctx: LoweringContext, ins: Instruction) -> bool:
-    return bool(ctx.cache.get(("deferred", id(ins))))
-
-
-# --- the numpy fallback -------------------------------------------------------------------
-
-
-def lower_fallback(ctx: LoweringContext, ins: Instruction) -> None:
-    """Run `ins` through its numpy `compute()` on views of the tensors (on a CPU device; other
-    devices copy to the host and back)."""
-    ctx.fallbacks[ins.op.name] += 1
-    env = ctx.env
-    args = ctx.args(ins)
-    op, shape = ins.op, ins.shape
-    lens, dtype = tuple(shape.lens()), shape.dtype()
-    where = _where(ctx, ins)
-    modules = list(ins.module_inputs)
-    outer = _outer_refs(ctx, ins) if modules else []
-    on_cpu = ctx.device.type == "cpu"
-    host = to_numpy if on_cpu else _to_host
-
-    def compute() -> np.ndarray:
-        arrays = [host(env[i]) for i in args]
-        try:
-            if modules:
-                values = {k: host(env[i]) for k, i in outer}
-                res = op.compute_with_modules(shape, arrays, modules, values)
-            else:
-                res = op.compute(shape, arrays)
-        except Exception as exc:  # re-raised naming the instruction, nothing lost
-            raise RuntimeError(f"{where} {op}: {type(exc).__name__}: {exc}") from exc
-        res = np.asarray(res)
-        if res.shape != lens or res.dtype != dtype:
-            raise RuntimeError(
-                f"{where} {op}: computed {res.dtype}{list(res.shape)} but its shape is {shape}"
-            )
-        return res
-
-    device = ctx.device
-    if op.output_alias(len(ins.inputs)) >= 0 or not ctx.has_slot(ins) or not on_cpu:
-        out = ctx.bind_dynamic(ins)
-
-        def step() -> None:
-            t = from_numpy(compute())
-            env[out] = t if on_cpu else t.to(device)
-
-    else:
-        out, slot = ctx.output(ins)
-        slot_np = to_numpy(slot)
-
-        def step() -> None:
-            np.copyto(slot_np, compute())
-
-    ctx.emit(step, ins, out)
-
-
-def _to_host(t: torch.Tensor) -> np.ndarray:
-    return to_numpy(t.cpu())
-
-
-def _where(ctx: LoweringContext, ins: Instruction) -> str:
-    module = ctx.cache["module"]
-    return f"{module.name}:@{ctx.cache['position'][id(ins)]}"
-
-
-def _outer_refs(ctx: LoweringContext, ins: Instruction) -> list[tuple[int, int]]:
-    """(id of an outer instruction, its env index) for every outer value a sub-module uses."""
-    refs: list[tuple[int, int]] = []
-    seen: set[int] = set()
-    stack = list(ins.module_inputs)
-    while stack:
-        mod = stack.pop()
-        members = {id(i) for i in mod.instructions}
-        for i in mod.instructions:
-            stack.extend(i.module_inputs)
-            for x in i.inputs:
-                if id(x) not in members and id(x) in ctx.index and id(x) not in seen:
-                    seen.add(id(x))
-                    refs.append((id(x), ctx.index[id(x)]))
-    return refs
 
 
 # --- releases and profiling -----------------------------------------------------------------
@@ -279,20 +153,9 @@ def step_reads(ctx: LoweringContext, step: Step) -> set[int]:
             idx = ctx.index.get(id(i))
             if idx is not None:
                 reads.add(idx)
-        for sub in ins.module_inputs:
-            for _, idx in _outer_refs_of(ctx, sub):
-                reads.add(idx)
+        if ins.module_inputs:
+            reads.update(idx for _, idx in outer_refs(ctx, ins))
     return reads
-
-
-def _outer_refs_of(ctx: LoweringContext, module: Module) -> list[tuple[int, int]]:
-    members = {id(i) for i in module.instructions}
-    out = []
-    for i in module.instructions:
-        for x in i.inputs:
-            if id(x) not in members and id(x) in ctx.index:
-                out.append((id(x), ctx.index[id(x)]))
-    return out
 
 
 def _with_release(fn: Callable[[], None], env: list[Any], idxs: list[int]) -> Callable[[], None]:
@@ -322,14 +185,4 @@ def _profile_plan(
     return plan
 
 
-__all__ = [
-    "LOWERINGS",
-    "STANDARD",
-    "Lowered",
-    "defer",
-    "is_deferred",
-    "lower_fallback",
-    "lower_instruction",
-    "lower_module",
-    "lowering",
-]
+__all__ = ["STANDARD", "Lowered", "lower_instruction", "lower_module"]

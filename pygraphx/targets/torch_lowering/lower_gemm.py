@@ -22,7 +22,6 @@ import torch
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
-from pygraphx.targets.torch_lowering.lower import defer, deferred_producer, lowering, storing
 from pygraphx.targets.torch_lowering.lower_math import (
     compile_into,
     lower_pointwise,
@@ -31,6 +30,7 @@ from pygraphx.targets.torch_lowering.lower_math import (
     trace_group,
 )
 from pygraphx.targets.torch_lowering.pointwise import peel_add
+from pygraphx.targets.torch_lowering.registry import defer, deferred_producer, lowering, storing
 
 # --- matrix products ------------------------------------------------------------------------
 

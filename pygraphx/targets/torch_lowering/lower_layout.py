@@ -18,8 +18,8 @@ import torch
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import COMPUTE_DTYPES, python_scalar, torch_dtype
-from pygraphx.targets.torch_lowering.lower import lowering
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
+from pygraphx.targets.torch_lowering.registry import lowering
 
 
 def _computable(ins: Instruction) -> bool:

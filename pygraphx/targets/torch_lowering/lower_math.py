@@ -36,7 +36,6 @@ from pygraphx.targets.torch_lowering.dtypes import (
     to_numpy,
     torch_dtype,
 )
-from pygraphx.targets.torch_lowering.lower import lowering
 from pygraphx.targets.torch_lowering.pointwise import (
     NotTraceable,
     Trace,
@@ -46,6 +45,7 @@ from pygraphx.targets.torch_lowering.pointwise import (
     trace_body,
     traceable_dtypes,
 )
+from pygraphx.targets.torch_lowering.registry import LOWERINGS, lowering
 
 Reducer = Callable[[torch.Tensor, torch.Tensor], Any]
 
@@ -178,7 +178,6 @@ def lower_single_pointwise(ctx: LoweringContext, ins: Instruction) -> bool:
 
 def register_single_pointwise() -> None:
     from pygraphx.ops.base import OPS
-    from pygraphx.targets.torch_lowering.lower import LOWERINGS
 
     for name, cls in OPS.items():
         if issubclass(cls, Pointwise) and name not in LOWERINGS:

@@ -21,9 +21,6 @@ with asymmetric padding, average pooling with dilation, deconvolution with negat
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 
@@ -31,41 +28,13 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.ops.nn import split_padding
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import FLOAT_DTYPES, torch_dtype
-from pygraphx.targets.torch_lowering.lower import lowering
+from pygraphx.targets.torch_lowering.registry import lowering
+from pygraphx.targets.torch_lowering.store import store_result, torch_pad
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _DECONV = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 _MAXPOOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 _AVGPOOL = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
-
-Producer = Callable[[], torch.Tensor]
-
-
-def store_result(
-    ctx: LoweringContext,
-    ins: Instruction,
-    produce: Producer,
-    layout: str = STANDARD,
-    instructions: list[Instruction] | None = None,
-    unfused: list[Any] | None = None,
-) -> None:
-    """Emit the step of an op whose torch function allocates its result: kept as a run-time
-    value (conv_output="torch") or copied into the arena slot (conv_output="arena")."""
-    env = ctx.env
-    if ctx.options.get("conv_output", "torch") == "arena" and ctx.has_slot(ins):
-        idx, out = ctx.output(ins, layout)
-
-        def step() -> None:
-            out.copy_(produce())
-
-    else:
-        idx = ctx.bind_dynamic(ins, layout)
-        ctx.mark_fresh(idx)
-
-        def step() -> None:
-            env[idx] = produce()
-
-    ctx.emit(step, instructions or ins, idx, unfused)
 
 
 def _float_compute(ins: Instruction) -> torch.dtype | None:
@@ -99,7 +68,7 @@ def lower_generic_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
     begin, end = op.pads(x_shape.lens(), w_shape.lens())
     conv = _CONV[nd]
     stride, dilation, groups = list(op.stride), list(op.dilation), op.group
-    pre_pad = None if begin == end else _torch_pad(begin, end)
+    pre_pad = None if begin == end else torch_pad(begin, end)
     padding = begin if pre_pad is None else [0] * nd
     env = ctx.env
     x, w = ctx.args(ins)
@@ -120,14 +89,6 @@ def lower_generic_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
 
     store_result(ctx, ins, produce, ctx.layout[x] if nd == 2 else STANDARD)
     return True
-
-
-def _torch_pad(begin: list[int], end: list[int]) -> list[int]:
-    """F.pad's argument (last dimension first) from per-dimension begin/end lists."""
-    pads: list[int] = []
-    for b, e in zip(reversed(begin), reversed(end), strict=True):
-        pads += [b, e]
-    return pads
 
 
 @lowering("deconvolution")

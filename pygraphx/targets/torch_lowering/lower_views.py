@@ -19,7 +19,7 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.shape import Shape
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import to_numpy
-from pygraphx.targets.torch_lowering.lower import lowering
+from pygraphx.targets.torch_lowering.registry import lowering
 
 ViewFn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -112,9 +112,11 @@ def lower_shape_guard(ctx: LoweringContext, ins: Instruction) -> bool:
     x, v = ctx.args(ins)
     op, shape = ins.op, ins.shape
     out = ctx.alias(ins, x)
+    if ctx.device.type != "cpu":  # reads values on the host every run (no graph capture)
+        ctx.cache.setdefault("host_reads", []).append(ins.op.name)
 
     def step() -> None:
-        op.compute(shape, [to_numpy(env[x]), np.asarray(to_numpy(env[v]))])
+        op.compute(shape, [to_numpy(env[x].cpu()), np.asarray(to_numpy(env[v].cpu()))])
 
     ctx.emit(step, ins, out)
     return True

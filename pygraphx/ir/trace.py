@@ -1,6 +1,6 @@
 """`PGX_TRACE_EVAL`: print every instruction of `main` as it runs (MIGraphX's MIGRAPHX_TRACE_EVAL).
 
-`Program.run` asks `with_eval_trace(program, observer)` for its observer on every run, so the
+`Program.run` asks `with_eval_trace(main_module, observer)` for its observer on every run, so the
 variable is read at run time. With `PGX_TRACE_EVAL=1` each instruction prints, on stdout as
 migraphx does, its line in the program's text format and its time (this instruction's, then
 the run's so far, both in ms):
@@ -33,7 +33,7 @@ from pygraphx.ir.printer import format_instruction, instruction_names
 
 if TYPE_CHECKING:
     from pygraphx.ir.instruction import Instruction
-    from pygraphx.ir.program import Program
+    from pygraphx.ir.module import Module
 
 ENV = "PGX_TRACE_EVAL"
 VALUES_SHOWN = 5  # first and last values of `Output:`
@@ -84,7 +84,7 @@ class EvalTracer:
 
     def __init__(
         self,
-        program: Program,
+        module: Module,
         level: int,
         inner: Callable[..., None] | None = None,
         write: Callable[[str], Any] | None = None,
@@ -92,7 +92,7 @@ class EvalTracer:
         self.level = level
         self.inner = inner
         self.write = write
-        self.names = instruction_names(program.get_main_module())
+        self.names = instruction_names(module)
         self.elapsed = 0.0
 
     def _print(self, text: str) -> None:
@@ -118,10 +118,10 @@ class EvalTracer:
             self.inner(ins, value, seconds)
 
 
-def with_eval_trace(program: Program, observer: Callable[..., None] | None) -> Any:
+def with_eval_trace(module: Module, observer: Callable[..., None] | None) -> Any:
     """The observer a run uses: `observer` itself when tracing is off, else a tracer that
     prints and then calls it."""
     level = trace_level()
     if level <= 0:
         return observer
-    return EvalTracer(program, level, observer)
+    return EvalTracer(module, level, observer)

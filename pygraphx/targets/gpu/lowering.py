@@ -1,0 +1,124 @@
+"""The gpu target's lowerings, handed to `targets/torch_lowering` as `lowering_overrides`.
+
+* `convolution`: 2-D float convolutions with constant weights through cuDNN / MIOpen
+  (`F.conv2d`), weights converted once at prepare to channels-last when the target chose that
+  layout (then torch runs the convolution in NHWC and returns a channels-last result, which the
+  element-wise groups after it keep); half and bf16 convolutions run in their own type on tensor
+  cores (cuDNN accumulates in float32). Others: the torch lowering's convolution.
+* `dot`: half / bf16 products in their own type (cuBLAS / hipBLASLt tensor cores, float32
+  accumulation); float32 products through the torch lowering (`addmm` with the bias of the
+  element-wise group after it folded in); attention recognised first (`attention.py`).
+* `pointwise` and `fused_reduce`: the torch lowering's eager code today. They are looked up here
+  by name, so the generated Triton kernels replace them through the target's `overrides`
+  setting without touching the lowering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.gpu import attention
+from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
+from pygraphx.targets.torch_lowering.dtypes import torch_dtype
+from pygraphx.targets.torch_lowering.lower import LOWERINGS, _load_lowerings
+from pygraphx.targets.torch_lowering.lower_math import output_buffer
+from pygraphx.targets.torch_lowering.lower_nn import store_result
+
+Lowering = Callable[[LoweringContext, Instruction], bool]
+
+_NATIVE = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def gpu_overrides(channels_last: bool = True) -> dict[str, Lowering]:
+    """Op name -> lowering for the gpu target (see the module docstring)."""
+    _load_lowerings()
+    torch_lowering = dict(LOWERINGS)
+
+    def conv(ctx: LoweringContext, ins: Instruction) -> bool:
+        if lower_library_convolution(ctx, ins, channels_last):
+            return True
+        return torch_lowering["convolution"](ctx, ins)
+
+    def dot(ctx: LoweringContext, ins: Instruction) -> bool:
+        if attention.lower_attention_dot(ctx, ins, lambda c, i: plain_dot(c, i, torch_lowering)):
+            return True
+        return plain_dot(ctx, ins, torch_lowering)
+
+    def fused_reduce(ctx: LoweringContext, ins: Instruction) -> bool:
+        return attention.lower_attention_softmax(
+            ctx, ins, lambda c, i: plain_dot(c, i, torch_lowering)
+        ) or torch_lowering["fused_reduce"](ctx, ins)
+
+    return {
+        "convolution": conv,
+        "dot": dot,
+        "pointwise": torch_lowering["pointwise"],
+        "fused_reduce": fused_reduce,
+    }
+
+
+def plain_dot(ctx: LoweringContext, ins: Instruction, torch_lowering: dict[str, Lowering]) -> bool:
+    """A product with no attention around it: low precision natively, float32 as torch lowers."""
+    dtype = torch_dtype(ins.shape.dtype())
+    if dtype in (torch.float16, torch.bfloat16) and ctx.device.type == "cuda":
+        if _lower_native_dot(ctx, ins):
+            return True
+    return torch_lowering["dot"](ctx, ins)
+
+
+def _lower_native_dot(ctx: LoweringContext, ins: Instruction) -> bool:
+    """half / bf16 GEMM in its own type (tensor cores, float32 accumulation inside cuBLAS)."""
+    if any(torch_dtype(i.shape.dtype()) != torch_dtype(ins.shape.dtype()) for i in ins.inputs):
+        return False
+    env = ctx.env
+    a, b = ctx.args(ins)
+    idx, out = output_buffer(ctx, ins, STANDARD)
+    matmul = torch.matmul
+    w = ctx.constant(b)
+    if w is not None and out.is_contiguous():
+
+        def step() -> None:
+            matmul(env[a], w, out=out)
+
+    else:
+
+        def step() -> None:
+            out.copy_(matmul(env[a], env[b]))
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+def lower_library_convolution(ctx: LoweringContext, ins: Instruction, channels_last: bool) -> bool:
+    """2-D convolution with a constant weight and symmetric padding, in its own float type."""
+    x_shape, w_shape = (i.shape for i in ins.inputs[:2])
+    dtype = torch_dtype(ins.shape.dtype())
+    if len(ins.inputs) != 2 or x_shape.ndim() != 4 or dtype not in _NATIVE:
+        return False
+    if torch_dtype(x_shape.dtype()) != dtype or ctx.device.type != "cuda":
+        return False
+    op = ins.op
+    begin, end = op.pads(x_shape.lens(), w_shape.lens())
+    x, widx = ctx.args(ins)
+    w = ctx.constant(widx)
+    if begin != end or w is None:
+        return False
+    layout = STANDARD
+    if channels_last:
+        w = w.contiguous(memory_format=torch.channels_last)
+        layout = CHANNELS_LAST
+    else:
+        w = w.contiguous()
+    env = ctx.env
+    conv = F.conv2d
+    stride, padding, dilation, groups = list(op.stride), list(begin), list(op.dilation), op.group
+
+    def produce() -> torch.Tensor:
+        return conv(env[x], w, None, stride, padding, dilation, groups)
+
+    store_result(ctx, ins, produce, layout)
+    return True

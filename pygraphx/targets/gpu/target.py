@@ -1,0 +1,101 @@
+"""`get_target("gpu")`: the optimised program lowered to torch on one CUDA / ROCm device.
+
+Compiling runs the target-independent pipeline (`optimize_passes()`); `prepare` lowers `main`
+through `targets/torch_lowering` onto `cuda:N` (`device_id`; ROCm builds of torch call their
+devices `cuda` too), with this target's own lowerings passed as `lowering_overrides`
+(`lowering.py`): convolutions through cuDNN / MIOpen with channels-last weights chosen once here,
+GEMMs through cuBLAS / hipBLASLt (bias folded into `addmm`), half and bf16 products and
+convolutions in their own type on tensor cores, recognised attention as
+`scaled_dot_product_attention`. Weights are uploaded once (literals become device tensors);
+intermediates live in the torch lowering's arena on the device. `executable.py` then warms the
+program up and captures it as one CUDA/HIP graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from pygraphx.passes.manager import Pass
+from pygraphx.passes.pipeline import optimize_passes
+from pygraphx.targets.base import Target
+from pygraphx.targets.gpu.executable import GpuExecutable
+from pygraphx.targets.gpu.lowering import gpu_overrides
+from pygraphx.targets.torch_lowering import lower_module
+
+if TYPE_CHECKING:
+    from pygraphx.ir.program import Program
+
+SETTINGS = frozenset(["device_id", "device", "graph", "channels_last", "tf32", "overrides"])
+
+
+class GpuTarget(Target):
+    """`get_target("gpu")`: torch on one GPU.
+
+    Settings (keywords; they apply to this target object): `device_id` (default: compile's
+    `device_id`), `graph` (capture one CUDA graph; default on unless `PGX_GPU_GRAPH=0`),
+    `channels_last` (convolutions in NHWC; default: chosen at compile, see
+    `choose_channels_last`), `tf32` (float32 GEMMs and convolutions
+    may use TF32 tensor cores: faster, ~1e-3 relative error; default off), `overrides` (op name
+    -> lowering function, tried before this target's own: where generated Triton kernels plug
+    in), `device="cpu"` (run the GPU lowering on the CPU with no graph: tests and debugging).
+    """
+
+    name = "gpu"
+
+    def __init__(self, **settings: Any) -> None:
+        unknown = set(settings) - SETTINGS
+        if unknown:
+            raise ValueError(
+                f"unknown gpu target settings {sorted(unknown)}; known: {sorted(SETTINGS)}"
+            )
+        self.settings = settings
+
+    def get_passes(self, options: dict[str, Any]) -> list[Pass]:
+        return optimize_passes()
+
+    def device(self, options: dict[str, Any]) -> torch.device:
+        if self.settings.get("device", "cuda") == "cpu":
+            return torch.device("cpu")
+        from pygraphx.targets.gpu import check_gpu
+
+        device_id = int(self.settings.get("device_id", options.get("device_id", 0)))
+        check_gpu(device_id)
+        return torch.device("cuda", device_id)
+
+    def prepare(self, program: Program, options: dict[str, Any]) -> GpuExecutable:
+        device = self.device(options)
+        tf32 = bool(self.settings.get("tf32", False))
+        if device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32
+            torch.backends.cudnn.benchmark = True
+        channels_last = self.settings.get("channels_last")
+        if channels_last is None:
+            channels_last = choose_channels_last(program, tf32)
+        overrides = gpu_overrides(channels_last=channels_last)
+        overrides.update(self.settings.get("overrides") or {})
+        lower_options = {**options, "lowering_overrides": overrides, "mkldnn": False}
+        where = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+        with torch.inference_mode(), where:
+            lowered = lower_module(program.get_main_module(), device, lower_options)
+        return GpuExecutable(
+            lowered,
+            device,
+            offload_copy=bool(options.get("offload_copy", True)),
+            graph=self.settings.get("graph"),
+        )
+
+
+def choose_channels_last(program: Program, tf32: bool) -> bool:
+    """NHWC when the convolutions run on tensor cores (half / bf16, or float32 with TF32): the
+    layout those kernels want; NCHW for plain float32, where cuDNN's NCHW kernels are faster."""
+    if tf32:
+        return True
+    low = {"half_type", "bf16_type"}
+    return any(
+        ins.op.name == "convolution" and ins.shape.type() in low
+        for ins in program.get_main_module().instructions
+    )
