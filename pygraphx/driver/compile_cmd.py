@@ -55,6 +55,8 @@ def cmd_compile(args: argparse.Namespace, steps: Steps) -> int:
         size = path.stat().st_size
         print(f"Saved: {path} (compiled for {target.name}, {size} bytes; load with --migraphx)")
     else:
-        path.write_text(str(program))
+        from pygraphx.ir.atomic_write import write_atomic
+
+        write_atomic(path, str(program))
         print(f"Wrote: {path} (compiled program for {target.name}, text)")
     return 0
