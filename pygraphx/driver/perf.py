@@ -356,6 +356,7 @@ def cmd_perf(args: argparse.Namespace, steps: Steps) -> int:
         print("Allocating params ...", flush=True)
     inputs, described = make_inputs(args, loaded)
     if text:
+        print(f"Inputs: {described}")
         print("Running performance report ...", flush=True)
     with make_progress(steps) as progress:
         report = perf_report(loaded.program, inputs, args.n, args.batch or 1, progress)

@@ -53,6 +53,28 @@ def optimize(program: Program) -> Program:
     """Run the optimisation pipeline on an uncompiled program, in place; returns it."""
     if program.is_compiled():
         raise ValueError("optimize() works on an uncompiled program")
-    program.pass_times = run_passes(program, optimize_passes())
+    passes = optimize_passes()
+    program.pass_times = run_passes(program, passes)
     program.transforms.append(optimize)  # re-applied to shapes a dynamic program specializes
+    # what compile() checks so that -O then compile does not run the same passes twice
+    program.optimized_as = (tuple(p.name for p in passes), structure(program))
     return program
+
+
+def structure(program: Program) -> tuple:
+    """The program's modules and their instructions' op names: changes when a pass or a
+    transform (quantize, a user's edit) changes the program."""
+    return tuple(
+        (name, tuple(ins.op.name for ins in mod.instructions))
+        for name, mod in program.modules.items()
+    )
+
+
+def already_optimized(program: Program, passes: list[Pass]) -> bool:
+    """Whether `optimize()` ran these very passes (by name, in order) on the program as it
+    is now, so that running them again would redo the same work."""
+    done = getattr(program, "optimized_as", None)
+    if done is None or not passes:
+        return False
+    names, shape = done
+    return names == tuple(p.name for p in passes) and shape == structure(program)
