@@ -103,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if hasattr(args, "file"):  # the commands that load a model
             resolve_model_file(args)
     except DriverError as exc:
+        print(parser.format_usage(), end="", file=sys.stderr)
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return 2
     debug = bool(args.debug)

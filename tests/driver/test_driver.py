@@ -20,6 +20,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import pygraphx
+from pygraphx.ir.serialize import FORMAT_VERSION
 from pygraphx.driver import commands
 from pygraphx.driver.commands import COMMANDS, Command
 from pygraphx.driver.loader import DriverError, parse_input_dims
@@ -237,6 +238,7 @@ def expected_version_lines() -> list[str]:
     return [
         f"pygraphx version: {pygraphx.__version__}",
         f"ONNX Opset version: {pygraphx.version.ONNX_OPSET}",
+        f"Program file format version: {FORMAT_VERSION} (.pgx/.mxr)",
         f"onnx version: {onnx.__version__}",
         f"numpy version: {np.__version__}",
     ]
