@@ -163,10 +163,9 @@ def defaulted(lines: Sequence[str]) -> list[str]:
 
 def batch_ignored(inputs: Sequence[DeclaredInput], options: dict[str, object]) -> str | None:
     """A warning when `--batch` is given but no input has a symbolic dimension left for it."""
-    fixed = options.get("map_input_dims") or {}
-    dyn = options.get("map_dyn_input_dims") or {}
-    free = [i for i in inputs if i.symbolic() and i.name not in fixed and i.name not in dyn]
-    if free or not inputs:
+    if options.get("map_input_dims") or options.get("map_dyn_input_dims") or not inputs:
+        return None  # the lens were given explicitly
+    if any(i.symbolic() for i in inputs):
         return None
     message = "the model's inputs have no symbolic dimension, so --batch changes no shape"
     example = next((i for i in inputs if i.dims), None)

@@ -20,11 +20,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import pygraphx
-from pygraphx.ir.serialize import FORMAT_VERSION
 from pygraphx.driver import commands
 from pygraphx.driver.commands import COMMANDS, Command
 from pygraphx.driver.loader import DriverError, parse_input_dims
 from pygraphx.driver.main import main
+from pygraphx.ir.serialize import FORMAT_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 C = np.array([0.5, -1.0, 2.0], np.float32)
