@@ -131,13 +131,14 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         action="append",
         metavar="ARG",
-        help="dynamic lens of a named input: each an integer or {min,max[,optimal...]}, e.g. "
-        "--dyn-input-dim @input {1,8} 3 224 224 (the program runs at any size in the ranges)",
+        help="dynamic lens of a named input: each an integer or a range min:max[:optimal...] "
+        "(or '{min,max}', quoted), e.g. --dyn-input-dim @input 1:8 3 224 224; the program "
+        "then runs at any size in the ranges",
     )
     shapes.add_argument(
         "--default-dyn-dim-value",
         metavar="DIM",
-        help="make every symbolic dimension dynamic: {min,max[,optimal...]} (or an integer)",
+        help="make every symbolic dimension a range: min:max[:optimal...] (or '{min,max}')",
     )
     shapes.add_argument(
         "--batch",

@@ -31,10 +31,14 @@ def compile_progress(steps: Steps, label: str, program: Program) -> Iterator[Non
         task = bar.add_task(label, total=None)
 
         def on_pass(index: int, count: int, name: str) -> None:
-            bar.update(task, total=count, completed=index, description=f"{label}: {name}")
+            bar.update(
+                task, total=count, completed=index, description=f"{label}: {name}", refresh=True
+            )
 
         with listen_passes(on_pass):
             yield
+        total = bar.tasks[0].total
+        bar.update(task, completed=total, description=label)
     elapsed = time.perf_counter() - start
     steps.times[label] = elapsed
     steps.console.print(f"{label}: {format_seconds(elapsed)}", style="dim", highlight=False)

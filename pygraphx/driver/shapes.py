@@ -59,28 +59,35 @@ _KEYED = re.compile(r"(min|max|optimals)\s*:\s*(\[[^\]]*\]|-?\d+)")
 
 
 def parse_dyn_dim(token: str, flag: str) -> int | dict[str, object]:
-    """`8` -> 8; `{1,8}` -> {"min": 1, "max": 8}; `{1,8,4}` / `{min:1,max:8,optimals:[4]}` add
-    optimals (the sizes to tune for)."""
+    """`8` -> 8; `1:8` or `{1,8}` -> {"min": 1, "max": 8, "optimals": []}; `1:8:4`, `{1,8,4}`
+    and `{min:1,max:8,optimals:[4]}` add optimals (the sizes to tune for). Shells expand an
+    unquoted `{1,8}` into two words, so the help shows `1:8`."""
     text = token.strip()
     try:
-        if not text.startswith("{"):
+        if not text.startswith("{") and ":" in text:  # 1:8 or 1:8:4 (no shell quoting needed)
+            parts = [int(p) for p in text.split(":")]
+            if len(parts) < 2:
+                raise ValueError("give at least min:max")
+            spec = {"min": parts[0], "max": parts[1], "optimals": parts[2:]}
+        elif not text.startswith("{"):
             return int(text)
-        if not text.endswith("}"):
+        elif not text.endswith("}"):
             raise ValueError("no closing '}'")
-        body = text[1:-1]
-        if ":" in body:
+        elif ":" in text[1:-1]:
+            body = text[1:-1]
             keyed = {k: v for k, v in _KEYED.findall(body)}
             opts = [int(o) for o in keyed.get("optimals", "[]").strip("[]").split(",") if o.strip()]
             spec = {"min": int(keyed["min"]), "max": int(keyed["max"]), "optimals": opts}
         else:
-            parts = [int(p) for p in body.split(",") if p.strip()]
+            parts = [int(p) for p in text[1:-1].split(",") if p.strip()]
             if len(parts) < 2:
                 raise ValueError("give at least {min,max}")
             spec = {"min": parts[0], "max": parts[1], "optimals": parts[2:]}
     except (ValueError, KeyError) as exc:
         raise DriverError(
-            f"{flag}: cannot read dimension {token!r} ({exc}); write an integer, {{min,max}}, "
-            "{min,max,optimal,...} or {min:1,max:8,optimals:[4]}"
+            f"{flag}: cannot read dimension {token!r} ({exc}); write an integer, min:max, "
+            "min:max:optimal..., '{min,max}' (quoted: shells expand braces) or "
+            "'{min:1,max:8,optimals:[4]}'"
         ) from None
     if not 1 <= spec["min"] <= spec["max"]:
         raise DriverError(f"{flag}: dimension {token!r} needs 1 <= min <= max")
@@ -120,9 +127,12 @@ def check_ranks(inputs: Sequence[DeclaredInput], dims: dict[str, list], flag: st
         if given is None or inp.dims is None or len(given) == len(inp.dims):
             continue
         declared = ", ".join(str(d) for d in inp.dims)
+        hint = ""
+        if flag == "--dyn-input-dim" and len(given) > len(inp.dims):
+            hint = " (an unquoted {min,max} is split in two by the shell: write min:max)"
         raise DriverError(
             f"{flag} @{inp.name}: input {inp.name!r} has rank {len(given)}, the model expects "
-            f"{len(inp.dims)} ([{declared}])"
+            f"{len(inp.dims)} ([{declared}]){hint}"
         )
 
 
