@@ -30,8 +30,12 @@ from pygraphx.ops import make_op
 from pygraphx.passes.pipeline import optimize
 from pygraphx.quantize import QuantizeError, quantize_bf16, quantize_fp16
 from pygraphx.targets import Target, get_target
+from pygraphx.targets.cpu import configure_openmp
 from pygraphx.targets.gpu import GpuUnavailableError, check_gpu
 from pygraphx.version import __version__
+
+# before torch loads GNU OpenMP, which reads its spin setting once (targets/cpu/__init__.py)
+configure_openmp()
 
 
 # --- MIGraphX's device API (torch is imported on first use) ---------------------------------

@@ -14,9 +14,11 @@ import argparse
 import importlib
 import importlib.util
 import json
+import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,7 @@ from pygraphx.driver.loader import (
     add_loader_arguments,
     describe_source,
     load_program,
+    positive_int,
 )
 from pygraphx.driver.progress import compile_progress
 from pygraphx.driver.steps import Steps, format_seconds
@@ -41,6 +44,7 @@ from pygraphx.ir.program import Program
 from pygraphx.ir.serialize import FORMAT_VERSION, MAGIC, SerializationError, load
 from pygraphx.ir.shape import Shape
 from pygraphx.targets import Target, get_target
+from pygraphx.targets.cpu.threads import THREADS_ENV
 from pygraphx.targets.gpu import GpuUnavailableError
 from pygraphx.version import ONNX_OPSET, __version__
 
@@ -85,10 +89,13 @@ def cmd_params(args: argparse.Namespace, steps: Steps) -> int:
 
 
 # --- run ------------------------------------------------------------------------------------
-def resolve_target(name: str) -> Target:
-    """The target called `name`, or a `DriverError` saying it is not available."""
+def resolve_target(name: str, threads: int | None = None) -> Target:
+    """The target called `name` (with `--threads`, cpu only), or a `DriverError` saying it is
+    not available."""
+    if threads is not None and name != "cpu":
+        raise DriverError(f"--threads {threads} applies to the cpu target (--cpu), not {name!r}")
     try:
-        return get_target(name)
+        return get_target(name, threads=threads) if threads is not None else get_target(name)
     except ValueError as exc:
         raise DriverError(
             f"target {name!r} is not available yet ({exc}); run on the reference target with --ref"
@@ -163,8 +170,10 @@ def compile_program(
 
     A program loaded compiled (`--migraphx`) runs on the target it was compiled for; naming
     another target is an error."""
+    threads = getattr(args, "threads", None)
     if loaded is None:
-        loaded = load_program(args, steps)
+        with _threads_env(threads):  # a saved compiled program is prepared as it loads
+            loaded = load_program(args, steps)
     program = loaded.program
     if program.is_compiled():
         compiled = program.target.name
@@ -177,7 +186,7 @@ def compile_program(
     name = args.target or "ref"
     if name == "auto":
         name = auto_target()
-    target = resolve_target(name)
+    target = resolve_target(name, threads)
     with compile_progress(steps, f"compile ({target.name})", program):
         program.compile(target, offload_copy=True)
     return loaded, target
@@ -193,6 +202,22 @@ def auto_target() -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
 
 
+@contextmanager
+def _threads_env(threads: int | None) -> Iterator[None]:
+    """`PGX_CPU_THREADS` set to `threads` (when given) for the duration."""
+    before = os.environ.get(THREADS_ENV)
+    if threads is not None:
+        os.environ[THREADS_ENV] = str(threads)
+    try:
+        yield
+    finally:
+        if threads is not None:
+            if before is None:
+                del os.environ[THREADS_ENV]
+            else:
+                os.environ[THREADS_ENV] = before
+
+
 def cmd_run(args: argparse.Namespace, steps: Steps) -> int:
     """Compile the model, run it once on generated inputs, and summarise every output."""
     print(f"Reading: {describe_source(args)}", flush=True)
@@ -204,6 +229,7 @@ def cmd_run(args: argparse.Namespace, steps: Steps) -> int:
         results = program.run(inputs)
     elapsed = time.perf_counter() - start
     print(f"Target: {target.name}")
+    print_threads(target)
     print(f"Inputs: {described}")
     for name, value in zip(program.get_output_names(), results, strict=True):
         print()
@@ -211,6 +237,13 @@ def cmd_run(args: argparse.Namespace, steps: Steps) -> int:
     print()
     print(f"Run time: {format_seconds(elapsed)}")
     return 0
+
+
+def print_threads(target: Target) -> None:
+    """`Threads: N` for a target that runs on CPU threads (cpu)."""
+    threads = getattr(target, "threads", None)
+    if threads is not None:
+        print(f"Threads: {threads.n}", flush=True)
 
 
 # --- onnx, version --------------------------------------------------------------------------
@@ -322,6 +355,14 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         help="host inputs and outputs, copied to and from the device (compile's offload_copy; "
         "already what the driver does, since its inputs live on the host: accepted for "
         "migraphx-driver command lines)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="threads of the cpu target (default: PGX_CPU_THREADS, else the physical cores "
+        "this process may use, capped; see the README)",
     )
     parser.set_defaults(target=None)
 

@@ -63,6 +63,7 @@ from pygraphx.driver.commands import (
     add_target_arguments,
     compile_program,
     make_inputs,
+    print_threads,
 )
 from pygraphx.driver.loader import add_loader_arguments, describe_source, positive_int
 from pygraphx.ir.instruction import Instruction
@@ -357,6 +358,7 @@ def cmd_time(args: argparse.Namespace, steps: Steps) -> int:
     """Average run time over -n runs after one warm-up, and the rate."""
     print(f"Reading: {describe_source(args)}", flush=True)
     loaded, target = compile_program(args, steps)
+    print_threads(target)
     print("Allocating params ...", flush=True)
     inputs, _ = make_inputs(args, loaded)
     print("Running ...", flush=True)
@@ -383,6 +385,7 @@ def cmd_perf(args: argparse.Namespace, steps: Steps) -> int:
         print(f"Reading: {describe_source(args)}", flush=True)
     loaded, target = compile_program(args, steps)
     if text:
+        print_threads(target)
         print("Allocating params ...", flush=True)
     inputs, described = make_inputs(args, loaded)
     if text:
@@ -396,6 +399,7 @@ def cmd_perf(args: argparse.Namespace, steps: Steps) -> int:
     doc = {
         "source": describe_source(args),
         "target": target.name,
+        "threads": getattr(getattr(target, "threads", None), "n", None),
         "transforms": list(loaded.transforms),
         "inputs": described,
         **report.to_json(),

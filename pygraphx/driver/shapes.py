@@ -145,8 +145,8 @@ def symbolic_dims(inputs: Sequence[DeclaredInput], options: dict[str, object]) -
     out = []
     for inp in inputs:
         for k, symbol in inp.symbolic():
-            if inp.name in fixed:
-                value, why = fixed[inp.name][k], "--input-dim"
+            if inp.name in fixed:  # a symbolic dimension's value is its maximum
+                value, why = f"1..{fixed[inp.name][k]}", "--input-dim: the largest size"
             elif inp.name in dyn:
                 value, why = _dyn_text(dyn[inp.name][k]), "--dyn-input-dim"
             elif default_dyn is not None:

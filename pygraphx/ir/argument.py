@@ -123,7 +123,8 @@ def _fmt(v: Any) -> str:
 
 
 def generate_argument(shape: Shape, seed: int = 0) -> Argument:
-    """A deterministic random argument of `shape` (floats in [-1, 1), integers in [0, 8))."""
+    """A deterministic random argument of `shape` (floats in [-1, 1), integers in [0, 8); the
+    unsigned e8m0 scale type in [0.25, 1); strings: decimals in [-1, 1))."""
     rng = np.random.default_rng(seed)
     dtype = to_dtype(shape.type())
     lens = shape.lens()
@@ -131,6 +132,10 @@ def generate_argument(shape: Shape, seed: int = 0) -> Argument:
         data = rng.integers(0, 2, lens).astype(np.bool_)
     elif np.issubdtype(dtype, np.integer):
         data = rng.integers(0, 8, lens).astype(dtype)
+    elif shape.type() == "string_type":  # decimal strings of floats in [-1, 1)
+        data = np.round(rng.uniform(-1.0, 1.0, lens), 3).astype(str).astype(object)
+    elif shape.type() == "fp8e8m0_type":  # powers of two only, no sign, no zero
+        data = rng.uniform(0.25, 1.0, lens).astype(dtype)
     else:
         data = rng.uniform(-1.0, 1.0, lens).astype(dtype)
     return Argument(data, shape)

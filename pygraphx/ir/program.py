@@ -10,6 +10,8 @@ that says which.
 
 from __future__ import annotations
 
+import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,11 @@ from pygraphx.ir.trace import with_eval_trace
 
 if TYPE_CHECKING:
     from pygraphx.ir.registry import CompileTarget, Executable
+
+
+#: most specialized programs (per input lens / values) a dynamic program keeps, least recently
+#: used dropped first
+SPECIALIZED_CACHE_SIZE = 16
 
 
 class ProgramError(RuntimeError):
@@ -42,10 +49,16 @@ class Program:
         # dynamic input dimensions: rebuild the program for concrete lens (set by the frontend),
         # re-apply the program-level transforms (quantize, optimize) and compile, cached per lens
         self.specializer: Callable[[dict[str, np.ndarray]], Program] | None = None
+        # plain data the frontend rebuilds `specializer` from after a load (ir/serialize.py)
+        self.specializer_spec: dict[str, Any] | None = None
         # inputs whose values decide shapes: the program is compiled per value at run time
         self.value_inputs: set[str] = set()
+        # graph outputs that are sequences: how many of the returned tensors each one takes
+        # (None: a tensor); `run` gives a sequence back as a list
+        self.output_structure: list[int | None] | None = None
         self.transforms: list[Callable[[Program], Any]] = []
-        self._specialized: dict[tuple, Program] = {}
+        self._specialized: OrderedDict[tuple, Program] = OrderedDict()
+        self._evicted = False  # the one-time warning that values keep changing was given
         self._dynamic = False  # set at compile: some parameter has dynamic dimensions
         self.create_module("main")
 
@@ -78,8 +91,9 @@ class Program:
         return self.get_main_module().get_parameter_shapes()
 
     def get_inputs(self) -> dict[str, Shape]:
-        """Parameter name -> shape (the seeds' `get_inputs()`)."""
-        return self.get_parameter_shapes()
+        """Parameter name -> shape (the seeds' `get_inputs()`); for dynamic parameters the
+        maximum shape (`get_parameter_shapes()` gives their ranges)."""
+        return {i.op.parameter: i.shape for i in self.get_main_module().get_parameters()}
 
     def get_output_shapes(self) -> list[Shape]:
         return self.get_main_module().get_output_shapes()
@@ -145,16 +159,24 @@ class Program:
         device_io = getattr(self._executable, "takes_device_arguments", None)
         if device_io is not None and device_io(params):
             return self._run_device(params, observer)
-        arrays = self._check_params(params)
+        # value inputs that are no parameter (sequences, optionals) pass as given
+        param_names = set(self.get_parameter_names())
+        given = {n: params[n] for n in self.value_inputs - param_names if n in params}
+        absent = sorted(self.value_inputs - set(params) - param_names)
+        if absent:
+            raise ProgramError(f"missing input(s) {absent} (sequences or optionals)")
+        arrays = self._check_params({n: v for n, v in params.items() if n not in given})
         # _check_params has fixed the lens of static parameters; only ranges can differ
         if self.value_inputs or (self._dynamic and self._off_max_lens(arrays)):
-            prog = self._specialized_for(arrays)
+            prog = self._specialized_for({**given, **arrays})
             names = prog.get_parameter_shapes()
             return prog.run({n: a for n, a in arrays.items() if n in names}, observer)
         observer = with_eval_trace(self.get_main_module(), observer)  # PGX_TRACE_EVAL, read per run
         if observer is None:
-            return [Argument(a) for a in self._executable.run(arrays)]
-        return [Argument(a) for a in self._executable.run(arrays, observer=observer)]
+            results = [Argument(a) for a in self._executable.run(arrays)]
+        else:
+            results = [Argument(a) for a in self._executable.run(arrays, observer=observer)]
+        return _grouped(results, self.output_structure)
 
     eval = run
 
@@ -183,17 +205,28 @@ class Program:
         inputs that decide shapes (`value_inputs`), these input values; cached."""
         if self.specializer is None:
             raise ProgramError("internal: dynamic parameters without a specializer")
-        key = tuple(
-            (n, tuple(a.shape), a.dtype.str, a.tobytes() if n in self.value_inputs else b"")
-            for n, a in sorted(arrays.items())
-        )
+        key = tuple((n, _key(a, n in self.value_inputs)) for n, a in sorted(arrays.items()))
         prog = self._specialized.get(key)
-        if prog is None:
-            prog = self.specializer(dict(arrays))
-            for transform in self.transforms:
-                transform(prog)
-            prog.compile(self.target, **self.compile_options)
-            self._specialized[key] = prog
+        if prog is not None:
+            self._specialized.move_to_end(key)
+            return prog
+        prog = self.specializer(dict(arrays))
+        for transform in self.transforms:
+            transform(prog)
+        prog.compile(self.target, **self.compile_options)
+        self._specialized[key] = prog
+        if len(self._specialized) > SPECIALIZED_CACHE_SIZE:
+            self._specialized.popitem(last=False)
+            if not self._evicted:
+                self._evicted = True
+                what = f"values of {sorted(self.value_inputs)}" if self.value_inputs else "lens"
+                warnings.warn(
+                    f"input {what} keep changing: more than {SPECIALIZED_CACHE_SIZE} distinct "
+                    "ones were compiled for, the least recently used are dropped and compiled "
+                    "again when they come back (each new one costs a full compile)",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
         return prog
 
     def _check_params(self, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -249,6 +282,32 @@ class Program:
     def validate(self) -> None:
         for mod in self.modules.values():
             mod.validate()
+
+
+def _key(value: Any, by_value: bool) -> Any:
+    """What identifies an input for the cache: lens and type, and its bytes when `by_value`
+    (lists and None: sequences and empty optionals, always by value)."""
+    if value is None:
+        return None
+    if isinstance(value, list | tuple):
+        return tuple(_key(np.asarray(v), True) for v in value)
+    return (tuple(value.shape), value.dtype.str, value.tobytes() if by_value else b"")
+
+
+def _grouped(results: list[Any], structure: list[int | None] | None) -> list[Any]:
+    """`results` with the tensors of each sequence output gathered into a list."""
+    if structure is None:
+        return results
+    out: list[Any] = []
+    k = 0
+    for count in structure:
+        if count is None:
+            out.append(results[k])
+            k += 1
+        else:
+            out.append(results[k : k + count])
+            k += count
+    return out
 
 
 def _type_name(dtype: np.dtype) -> str:

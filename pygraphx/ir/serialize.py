@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import struct
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module, compute_shape
 from pygraphx.ir.op import OPS, Op
 from pygraphx.ir.program import Program
-from pygraphx.ir.shape import Shape, from_dtype, to_dtype
+from pygraphx.ir.shape import DynamicDimension, Shape, from_dtype, to_dtype
 from pygraphx.version import __version__
 
 MAGIC = b"\x89PGXPRG\n"
@@ -50,6 +51,16 @@ class SerializationError(ValueError):
     """The file is not a pygraphx program, or is truncated, tampered with, or of another version."""
 
 
+#: kind -> function(program, spec) that sets `program.specializer` from the plain-data spec a
+#: frontend left in `program.specializer_spec` (the ONNX frontend registers "onnx")
+_SPECIALIZERS: dict[str, Callable[[Program, Mapping[str, Any]], None]] = {}
+
+
+def register_specializer(kind: str, restore: Callable[[Program, Mapping[str, Any]], None]) -> None:
+    """Let programs whose `specializer_spec` has this `kind` be loaded with a specializer."""
+    _SPECIALIZERS[kind] = restore
+
+
 # --- encoding ---------------------------------------------------------------------------------
 def _encode_array(arr: np.ndarray) -> msgpack.ExtType:
     arr = np.asarray(arr, order="C")
@@ -59,7 +70,10 @@ def _encode_array(arr: np.ndarray) -> msgpack.ExtType:
 
 def _default(obj: Any) -> Any:
     if isinstance(obj, Shape):
-        return msgpack.ExtType(_EXT_SHAPE, msgpack.packb([obj.type(), obj.lens(), obj.strides()]))
+        fields = [obj.type(), obj.lens(), obj.strides()]
+        if obj.dynamic():
+            fields.append([[d.min, d.max, list(d.optimals)] for d in obj.dyn_dims()])
+        return msgpack.ExtType(_EXT_SHAPE, msgpack.packb(fields))
     if isinstance(obj, np.ndarray):
         return _encode_array(obj)
     if isinstance(obj, np.generic):
@@ -69,7 +83,11 @@ def _default(obj: Any) -> Any:
 
 def _ext_hook(code: int, data: bytes) -> Any:
     if code == _EXT_SHAPE:
-        type_name, lens, strides = msgpack.unpackb(data)
+        fields = msgpack.unpackb(data)
+        if len(fields) == 4:  # dynamic: [type, max lens, strides, [[min, max, optimals], ...]]
+            dyn = [DynamicDimension(lo, hi, tuple(opt)) for lo, hi, opt in fields[3]]
+            return Shape(fields[0], dyn_dims=dyn)
+        type_name, lens, strides = fields
         return Shape(type_name, lens, strides)
     if code == _EXT_ARRAY:
         (n,) = struct.unpack_from("<I", data)
@@ -117,15 +135,24 @@ def program_to_dict(program: Program) -> dict[str, Any]:
         "target": program.target.name if program.target is not None else None,
         "compile_options": dict(program.compile_options),
         "modules": out_modules,
+        # dynamic programs: what rebuilds them per input lens / values (see Program)
+        "specializer": program.specializer_spec,
+        "value_inputs": sorted(program.value_inputs),
+        "output_structure": program.output_structure,
     }
 
 
 def dumps(program: Program) -> bytes:
     """The bytes of the saved form of `program`."""
-    if program.is_dynamic():
+    if program.specializer is not None and program.specializer_spec is None:
         raise SerializationError(
-            "programs with dynamic input dimensions cannot be saved yet; parse with static "
-            "map_input_dims (one file per shape) to save"
+            "this dynamic program was built without a saveable specializer (not by the ONNX "
+            "frontend); parse with static map_input_dims (one file per shape) to save"
+        )
+    if program.specializer is not None and program.transforms:
+        raise SerializationError(
+            "dynamic programs with program-level transforms (optimize, quantize) cannot be "
+            "saved yet: the transforms would not be re-applied to the shapes it specializes to"
         )
     payload = msgpack.packb(program_to_dict(program), default=_default, use_bin_type=True)
     digest = hashlib.sha256(payload).digest()
@@ -198,14 +225,42 @@ def _program_from_dict(doc: dict[str, Any]) -> Program:
                     f"{ins.shape} differs from the computed {shape}"
                 )
     program.output_names = list(doc["output_names"])
+    _restore_specializer(program, doc)
     target = doc["target"]
     if target is not None:
         t = registry.get_target(target)
         options = dict(doc["compile_options"])
         program._executable = t.prepare(program, options)
+        program._dynamic = program.is_dynamic()
         program.target = t
         program.compile_options = options
     return program
+
+
+def _restore_specializer(program: Program, doc: Mapping[str, Any]) -> None:
+    spec = doc.get("specializer")
+    program.value_inputs = set(doc.get("value_inputs", ()))
+    structure = doc.get("output_structure")
+    program.output_structure = list(structure) if structure is not None else None
+    if spec is None:
+        return
+    restore = _SPECIALIZERS.get(spec["kind"])
+    if restore is None:
+        raise SerializationError(
+            f"the program is rebuilt per input shape by the {spec['kind']!r} frontend, which "
+            "is not loaded (import pygraphx, or pygraphx.onnx, before loading)"
+        )
+    program.specializer_spec = _thaw(spec)
+    restore(program, program.specializer_spec)
+
+
+def _thaw(value: Any) -> Any:
+    """msgpack gives tuples for lists (use_list=False): lists again, recursively."""
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _thaw(v) for k, v in value.items()}
+    return value
 
 
 def _make_instruction(
@@ -231,7 +286,10 @@ def _make_instruction(
         )
     op = cls(**attrs)
     if name == "@param":
-        return mod.add_parameter(op.parameter, op.shape)
+        ins = mod.add_parameter(op.parameter, op.shape)
+        if op.dynamic_shape is not None:
+            ins.op = op
+        return ins
     ins = Instruction(op, inputs, item["shape"], mod, subs)
     for i in inputs:
         if ins not in i.outputs:

@@ -34,6 +34,15 @@ _TYPES: dict[str, np.dtype] = {
     "fp8e4m3fn_type": np.dtype(ml_dtypes.float8_e4m3fn),
     "fp8e5m2_type": np.dtype(ml_dtypes.float8_e5m2),
     "fp8e5m2fnuz_type": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    # ONNX's sub-byte and scale types (one element per byte in memory, as ml_dtypes holds them)
+    "int4_type": np.dtype(ml_dtypes.int4),
+    "uint4_type": np.dtype(ml_dtypes.uint4),
+    "int2_type": np.dtype(ml_dtypes.int2),
+    "uint2_type": np.dtype(ml_dtypes.uint2),
+    "fp4e2m1_type": np.dtype(ml_dtypes.float4_e2m1fn),
+    "fp8e8m0_type": np.dtype(ml_dtypes.float8_e8m0fnu),
+    # ONNX STRING tensors: numpy object arrays of Python str (the reference target only)
+    "string_type": np.dtype(object),
 }
 _DTYPE_TO_TYPE: dict[np.dtype, str] = {v: k for k, v in _TYPES.items()}
 
@@ -47,6 +56,8 @@ FLOAT_TYPES = frozenset(
         "fp8e4m3fn_type",
         "fp8e5m2_type",
         "fp8e5m2fnuz_type",
+        "fp4e2m1_type",
+        "fp8e8m0_type",
     ]
 )
 

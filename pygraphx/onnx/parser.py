@@ -36,7 +36,7 @@ from pygraphx.ir.module import Module
 from pygraphx.ir.program import Program
 from pygraphx.ir.shape import Shape
 from pygraphx.onnx.context import NodeContext, onnx_type_to_shape_type
-from pygraphx.onnx.errors import OnnxParseError, UnsupportedOperatorError
+from pygraphx.onnx.errors import InputValueNeeded, OnnxParseError, UnsupportedOperatorError
 from pygraphx.onnx.external_data import load_external_tensor
 from pygraphx.onnx.handlers.sequence import OptionalValue, SequenceValue, Value, describe
 from pygraphx.onnx.registry import find_handler
@@ -52,8 +52,9 @@ OPTIONS = {
     # graph inputs given values at parse time (they become literals, not parameters); used to
     # specialize models whose shapes depend on input values (see onnx/dynamic.py)
     "constant_inputs": None,
-    # parse models whose shapes depend on input values, compiling per value at run time
-    "specialize_on_input_values": False,
+    # models whose shapes depend on input values compile per value at run time (onnx/dynamic.py);
+    # False forbids it (such a model then fails to parse with InputValueNeeded)
+    "specialize_on_input_values": True,
 }
 
 #: ops that pass any value through unchanged, sequences and optionals included
@@ -63,23 +64,30 @@ _PASS_THROUGH = {"Identity"}
 def parse_onnx(path: str | Path, **options: Any) -> Program:
     """Parse the ONNX model file at `path` into a program."""
     path = Path(path)
+    return parse_bytes(read_model_file(path), str(path), path.resolve().parent, options)
+
+
+def read_model_file(path: Path) -> bytes:
+    """The bytes of the model file at `path`; a missing or unreadable file gets a clear error."""
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise OnnxParseError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise OnnxParseError(f"{path}: is a directory, not an ONNX file") from None
     except PermissionError:
         raise OnnxParseError(f"{path}: permission denied") from None
-    return _parse(data, str(path), path.resolve().parent, options)
 
 
 def parse_onnx_buffer(data: bytes, **options: Any) -> Program:
     """Parse an ONNX model held in memory (external data is not allowed: it has no folder)."""
-    return _parse(bytes(data), "<buffer>", None, options)
+    return parse_bytes(bytes(data), "<buffer>", None, options)
 
 
-def _parse(data: bytes, source: str, model_dir: Path | None, options: dict[str, Any]) -> Program:
+def parse_bytes(
+    data: bytes, source: str, model_dir: Path | None, options: dict[str, Any]
+) -> Program:
+    """Parse the model `data` read from `source`; external data is looked up in `model_dir`."""
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise TypeError(f"unknown parse option(s) {unknown}; known: {sorted(OPTIONS)}")
@@ -157,12 +165,16 @@ class OnnxParser:
         main = self.program.get_main_module()
         try:
             values = self.parse_graph(model.graph, main, {})
-            outputs = [
-                self._output_tensor(v, o.name)
-                for v, o in zip(values, model.graph.output, strict=True)
-            ]
+            outputs: list[Instruction] = []
+            structure: list[int | None] = []
+            for v, o in zip(values, model.graph.output, strict=True):
+                out = self._output_tensor(v, o.name)
+                structure.append(len(out) if isinstance(out, list) else None)
+                outputs += out if isinstance(out, list) else [out]
             main.add_return(outputs)
             self.program.output_names = [o.name for o in model.graph.output]
+            if any(k is not None for k in structure):
+                self.program.output_structure = structure
             dead_code_elimination(main)
             self._remove_unused_modules()
         except OnnxParseError:
@@ -171,15 +183,18 @@ class OnnxParser:
             raise
         return self.program
 
-    def _output_tensor(self, value: Value, name: str) -> Instruction:
-        if isinstance(value, OptionalValue) and isinstance(value.item, Instruction):
-            return value.item
+    def _output_tensor(self, value: Value, name: str) -> Instruction | list[Instruction]:
+        """The tensor of a graph output, or the tensors of a sequence output (`Program.run`
+        gives them back as a list)."""
+        if isinstance(value, OptionalValue) and value.item is not None:
+            value = value.item
         if isinstance(value, Instruction):
             return value
+        if isinstance(value, SequenceValue):
+            return list(value.items)
         raise OnnxParseError(
             f"{self.source}: graph output {name!r} is {describe(value)}: programs return "
-            "tensors only (sequences and optionals are resolved at compile time and cannot be "
-            "graph outputs)"
+            "tensors and sequences of tensors only"
         )
 
     def _remove_unused_modules(self) -> None:
@@ -266,8 +281,14 @@ class OnnxParser:
                 values[inp.name] = inputs[k]
                 continue
             if module.parent is None and inp.name in constants:
-                values[inp.name] = module.add_literal(Literal(np.asarray(constants[inp.name])))
+                values[inp.name] = self._constant_input(module, inp, constants[inp.name])
                 continue
+            if module.parent is None and inputs is None and structured_input(inp):
+                raise InputValueNeeded(
+                    f"{self.source}: input {inp.name!r} is a sequence or an optional: the "
+                    "program is built per value at run time (specialize_on_input_values)",
+                    {inp.name},
+                )
             if input_shapes is not None:
                 shape = input_shapes[k]
             else:
@@ -381,6 +402,25 @@ class OnnxParser:
                         taken.add(id(i))
                         out.append(i)
         return out
+
+    def _constant_input(self, module: Module, inp: onnx.ValueInfoProto, value: Any) -> Value:
+        """A graph input given at parse time: a literal, or a sequence or optional of them."""
+        t = inp.type
+        if t.HasField("optional_type"):
+            if value is None:
+                return OptionalValue(None)
+            inner = onnx.ValueInfoProto(name=inp.name, type=t.optional_type.elem_type)
+            return OptionalValue(self._constant_input(module, inner, value))
+        if t.HasField("sequence_type"):
+            if not isinstance(value, list | tuple):
+                raise OnnxParseError(
+                    f"{self.source}: input {inp.name!r} is a sequence; give a list of arrays"
+                )
+            elem = t.sequence_type.elem_type.tensor_type.elem_type
+            elem_type = onnx_type_to_shape_type(elem) if elem else None
+            items = [module.add_literal(Literal(np.asarray(v))) for v in value]
+            return SequenceValue(items, elem_type)
+        return module.add_literal(Literal(np.asarray(value)))
 
     def input_shape(self, inp: onnx.ValueInfoProto) -> Shape:
         map_dims = self.options["map_input_dims"] or {}
@@ -534,3 +574,11 @@ class OnnxParser:
                 value = np.asarray(ins.op.compute(ins.shape, args))
         self._const[key] = (ins, value)
         return value
+
+
+def structured_input(inp: onnx.ValueInfoProto) -> bool:
+    """A sequence input, or an optional one that may hold a sequence or nothing."""
+    t = inp.type
+    if t.HasField("sequence_type"):
+        return True
+    return t.HasField("optional_type") and not t.optional_type.elem_type.HasField("tensor_type")

@@ -17,7 +17,7 @@ import numpy as np
 
 from pygraphx.ir.shape import Shape, to_dtype
 from pygraphx.ops.base import Op, ShapeError, check_arity, register_op
-from pygraphx.ops.handler import NUMPY
+from pygraphx.ops.handler import NUMPY, compute_dtype
 
 
 class Pointwise(Op):
@@ -51,9 +51,9 @@ class Pointwise(Op):
         return inputs[0].type()
 
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
-        # bf16 and fp8 (ml_dtypes, numpy kind 'V') compute the whole op in float32 and round
-        # once, as the ONNX reference does, instead of rounding after every primitive
-        wide = [a.astype(np.float32) if a.dtype.kind == "V" else a for a in args]
+        # half, bf16 and fp8 compute the whole op in float32 and round once, as the ONNX
+        # reference does, instead of rounding after every primitive (the one rule, handler.py)
+        wide = [a.astype(compute_dtype(a.dtype), copy=False) for a in args]
         with np.errstate(all="ignore"):
             out = self.apply(NUMPY, *wide)
         return np.asarray(out).astype(output_shape.dtype(), copy=False)

@@ -5,8 +5,9 @@ lens: the frontend builds per-tensor, per-axis and blocked layouts out of broadc
 operators themselves are element-wise.
 
 - `quantizelinear(x, scale[, zero_point])`: `saturate(rint(x / scale) + zero_point)` for the
-  integer types (uint8, int8, uint16, int16: round half to even, then clamp to the type's range),
-  and `fp8(x / scale + zero_point)` for the fp8 types, rounding to nearest even; `saturate=1`
+  integer types (uint8, int8, uint16, int16, and ONNX's 4-bit and 2-bit ones: round half to even,
+  then clamp to the type's range), and `fp8(x / scale + zero_point)` for the fp8 types (and fp4
+  e2m1, which has no overflow value and always saturates), rounding to nearest even; `saturate=1`
   clamps out-of-range values (infinities included) to the largest finite value, `saturate=0`
   gives what the type has for overflow (NaN for the e4m3 types, inf for e5m2, NaN for fnuz).
   The output type is the zero point's, or `out_type` without one.
@@ -32,9 +33,15 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "int8_type": (-128, 127),
     "uint16_type": (0, 65535),
     "int16_type": (-32768, 32767),
+    "uint4_type": (0, 15),
+    "int4_type": (-8, 7),
+    "uint2_type": (0, 3),
+    "int2_type": (-2, 1),
 }
-FP8_TYPES = frozenset(t for t in FLOAT_TYPES if t.startswith("fp8"))
-QUANT_TYPES = frozenset(INT_RANGES) | FP8_TYPES
+FP8_TYPES = frozenset(t for t in FLOAT_TYPES if t.startswith("fp8") and t != "fp8e8m0_type")
+#: low-precision float types quantizelinear rounds to (fp8, and ONNX's fp4 e2m1)
+QUANT_FLOAT_TYPES = FP8_TYPES | {"fp4e2m1_type"}
+QUANT_TYPES = frozenset(INT_RANGES) | QUANT_FLOAT_TYPES
 #: types `x` of quantizelinear may have
 QUANTIZE_INPUT_TYPES = frozenset(
     {"float_type", "half_type", "bf16_type", "double_type", "int32_type"}

@@ -23,6 +23,7 @@ import numpy as np
 
 from pygraphx.ir.shape import Shape
 from pygraphx.ops.base import Op, ShapeError, check_arity, normalize_axis, register_op
+from pygraphx.ops.handler import accumulation_dtype
 
 
 def normalize_axes(op: Op, axes: Sequence[int], rank: int) -> tuple[int, ...]:
@@ -38,12 +39,8 @@ def normalize_axes(op: Op, axes: Sequence[int], rank: int) -> tuple[int, ...]:
 
 
 def _accumulator(x: np.ndarray) -> np.dtype:
-    """The dtype to accumulate `x` in: float32 for narrow floats, else its own dtype."""
-    if np.issubdtype(x.dtype, np.floating) and x.dtype.itemsize >= 4:
-        return x.dtype
-    if np.issubdtype(x.dtype, np.integer) or x.dtype == np.bool_:
-        return x.dtype
-    return np.dtype(np.float32)  # float16, bf16, fp8
+    """The dtype to accumulate `x` in (the rule is `ops.handler.accumulation_dtype`)."""
+    return accumulation_dtype(x.dtype)
 
 
 def _lowest(dtype: np.dtype) -> object:

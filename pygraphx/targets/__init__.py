@@ -39,14 +39,20 @@ registry.register_target("gpu", _make_gpu)
 
 
 def get_target(name: str, **settings: Any) -> Target:
-    """The target called `name` (MIGraphX's `get_target`); `settings` tune the gpu target
-    (see `targets/gpu/target.py`). `get_target("gpu")` raises `GpuUnavailableError` saying
-    what is missing when this machine cannot run it."""
-    if settings:
-        if name != "gpu":
-            raise ValueError(f"target {name!r} takes no settings here (got {sorted(settings)})")
+    """The target called `name` (MIGraphX's `get_target`); keyword settings go to the target
+    (`get_target("cpu", threads=4)`, `get_target("gpu", device_id=0)`, see
+    `targets/gpu/target.py`; `ref` takes none). `get_target("gpu")` raises
+    `GpuUnavailableError` saying what is missing when this machine cannot run it."""
+    if not settings:
+        return registry.get_target(name)  # type: ignore[return-value]
+    if name == "cpu":
+        from pygraphx.targets.cpu import make_target
+
+        return make_target(**settings)
+    if name == "gpu":
         return _make_gpu(**settings)
-    return registry.get_target(name)  # type: ignore[return-value]
+    registry.get_target(name)  # an unknown name: its error, which lists the targets
+    raise ValueError(f"the {name!r} target takes no settings (got {sorted(settings)})")
 
 
 __all__ = ["KNOWN_TARGETS", "Target", "get_target"]

@@ -160,7 +160,10 @@ def test_generate_argument_is_deterministic(type_name: str) -> None:
     a = generate_argument(shape, seed=7)
     b = generate_argument(shape, seed=7)
     assert a.get_shape() == shape
-    assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    if type_name == "string_type":  # object arrays: compare the strings, not the pointers
+        assert np.asarray(a).tolist() == np.asarray(b).tolist()
+    else:
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
     values = np.asarray(a).astype(np.float64)
     if type_name == "bool_type":
         assert set(np.unique(values)) <= {0.0, 1.0}

@@ -38,6 +38,13 @@ EXPECTED_DTYPES = {
     "fp8e4m3fn_type": ml_dtypes.float8_e4m3fn,
     "fp8e5m2_type": ml_dtypes.float8_e5m2,
     "fp8e5m2fnuz_type": ml_dtypes.float8_e5m2fnuz,
+    "int4_type": ml_dtypes.int4,
+    "uint4_type": ml_dtypes.uint4,
+    "int2_type": ml_dtypes.int2,
+    "uint2_type": ml_dtypes.uint2,
+    "fp4e2m1_type": ml_dtypes.float4_e2m1fn,
+    "fp8e8m0_type": ml_dtypes.float8_e8m0fnu,
+    "string_type": np.object_,
 }
 
 

@@ -199,24 +199,37 @@ def _seq_graph(nodes, inputs, outputs) -> onnx.ModelProto:
 SEQ = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, [2]))
 
 
-def test_sequence_graph_input_is_refused() -> None:
+def test_sequence_graph_input_is_built_per_value() -> None:
     model = _seq_graph(
         [helper.make_node("SequenceAt", ["s", "p"], ["y"])],
         [helper.make_value_info("s", SEQ), helper.make_tensor_value_info("p", 7, [])],
         [helper.make_tensor_value_info("y", F, None)],
     )
-    with pytest.raises(OnnxParseError, match="input 's' is a sequence: programs take tensors"):
-        parse(model)
+    prog = parse(model)
+    prog.compile(pygraphx.get_target("ref"))
+    seq = [np.full((2, 3), k, np.float32) for k in (1, 2, 3)]
+    for p in (2, 0, -2):  # oracle: Python indexing, which SequenceAt follows
+        out = prog.run({"s": seq, "p": np.array(p, np.int64)})
+        np.testing.assert_array_equal(np.array(out[0]), seq[p])
+    with pytest.raises(pygraphx.ProgramError, match=r"missing input\(s\) \['s'\]"):
+        prog.run({"p": np.array(0, np.int64)})
+    with pytest.raises(OnnxParseError, match="input 's' is a sequence or an optional"):
+        pygraphx.parse_onnx_buffer(model.SerializeToString(), specialize_on_input_values=False)
 
 
-def test_sequence_graph_output_is_refused() -> None:
+def test_sequence_graph_output_is_a_list() -> None:
     model = _seq_graph(
         [helper.make_node("SplitToSequence", ["x"], ["s"])],
         [helper.make_tensor_value_info("x", F, [2, 2])],
         [helper.make_value_info("s", SEQ)],
     )
-    with pytest.raises(OnnxParseError, match="graph output 's' is a sequence of 2"):
-        parse(model)
+    prog = parse(model)
+    prog.compile(pygraphx.get_target("ref"))
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    (seq,) = prog.run({"x": x})
+    assert isinstance(seq, list) and len(seq) == 2  # oracle: numpy's split along axis 0
+    for got, want in zip(seq, np.split(x, 2, axis=0), strict=True):
+        np.testing.assert_array_equal(np.array(got), want)
 
 
 def test_sequence_given_to_a_tensor_operator_is_refused() -> None:
@@ -247,7 +260,7 @@ def test_runtime_insert_position_is_refused() -> None:
         [helper.make_tensor_value_info("y", F, None)],
     )
     with pytest.raises(OnnxParseError, match="'ins'.*'position' must be known at compile time"):
-        parse(model)
+        pygraphx.parse_onnx_buffer(model.SerializeToString(), specialize_on_input_values=False)
 
 
 def test_runtime_position_over_elements_of_different_shapes_is_refused() -> None:

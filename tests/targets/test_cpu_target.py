@@ -661,14 +661,14 @@ def test_run_checks_names_before_touching_tensors() -> None:
 
 
 @pytest.mark.skipif(os.cpu_count() is None, reason="needs a CPU count")
-def test_prepare_sets_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prepare_takes_threads_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`PGX_CPU_THREADS` sets the program's threads; the caller's torch count is left alone
+    (runs set their own count and restore the caller's: tests/targets/test_cpu_threads.py)."""
     before = torch.get_num_threads()
-    try:
-        monkeypatch.setenv("PGX_CPU_THREADS", "1")
-        CpuTarget().prepare(_chain_program(3), {})
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)
+    monkeypatch.setenv("PGX_CPU_THREADS", "1")
+    exe = CpuTarget().prepare(_chain_program(3), {})
+    assert exe.threads == 1
+    assert torch.get_num_threads() == before
 
 
 def test_computed_operands_are_not_taken_for_constants() -> None:

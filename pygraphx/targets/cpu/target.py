@@ -6,15 +6,19 @@ pointwise and reduce fusion, memory colouring); `prepare` then lowers `main` thr
 packed weights and fused epilogues, MKL GEMMs, generated in-place code for fused element-wise
 groups, one arena for the intermediates) and wraps them in the lean executor.
 
-Threads: `torch.set_num_threads` is set to the number of cores this process may use, or to
-`PGX_CPU_THREADS`. Runs happen under `torch.inference_mode()`. Parameters and outputs are
-exchanged as numpy arrays that share memory with the tensors (`torch.from_numpy`,
-`Tensor.numpy()`); outputs are fresh arrays that a later run does not overwrite.
+Threads: `threads.py` decides how many (`threads=`, `PGX_CPU_THREADS`, else the physical
+cores this process may use, capped) and how many each step gets; `scheduling.py` applies it per
+run (process-wide budget, `torch.set_num_threads` only where the count changes, the caller's
+count restored after the run). Runs happen under `torch.inference_mode()`; one program runs
+one call at a time (its tensors are shared by every run), other programs run alongside.
+Parameters and outputs are exchanged as numpy arrays that share memory with the tensors
+(`torch.from_numpy`, `Tensor.numpy()`); outputs are fresh arrays that a later run does not
+overwrite.
 """
 
 from __future__ import annotations
 
-import os
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -25,37 +29,30 @@ from pygraphx.passes.manager import Pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.runtime.executor import Executor, Observer
 from pygraphx.targets.base import Target
+from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_thread_switches
+from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_policy_enabled
 from pygraphx.targets.torch_lowering import Lowered, lower_module
 from pygraphx.targets.torch_lowering.dtypes import from_numpy, to_numpy
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
 
-THREADS_ENV = "PGX_CPU_THREADS"
-
 
 def cpu_threads() -> int:
-    """Threads for torch's CPU kernels: `PGX_CPU_THREADS`, else the cores this process may use."""
-    value = os.environ.get(THREADS_ENV, "").strip()
-    if value:
-        try:
-            n = int(value)
-        except ValueError:
-            raise ValueError(f"{THREADS_ENV}={value!r} is not a whole number of threads") from None
-        if n < 1:
-            raise ValueError(f"{THREADS_ENV}={n} must be at least 1")
-        return n
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    """The default thread count of the cpu target (`PGX_CPU_THREADS`, else the physical cores
+    this process may use, capped; see `threads.py`)."""
+    return resolve_threads().n
 
 
 class CpuExecutable:
     """A program lowered to torch on the CPU (see the module docstring)."""
 
-    def __init__(self, lowered: Lowered) -> None:
+    def __init__(self, lowered: Lowered, threads: int = 1, step_policy: bool = False) -> None:
         self.lowered = lowered
+        self.threads = threads
+        self.step_threads = plan_step_threads(lowered.steps, threads, step_policy)
+        self.scope = RunScope(threads)
+        self._lock = threading.Lock()
         ctx = lowered.ctx
         env = ctx.env
         params = list(lowered.params)
@@ -81,19 +78,16 @@ class CpuExecutable:
                 return t
             return to_numpy(t) if t is not None else None
 
-        self.executor = Executor(
-            [s.fn for s in lowered.steps],
-            bind,
-            collect,
-            lowered.profile,
-            show,
-            torch.inference_mode,
+        fns = with_thread_switches(
+            [s.fn for s in lowered.steps], self.step_threads, self.scope.limit
         )
+        self.executor = Executor(fns, bind, collect, lowered.profile, show, self.scope)
 
     def run(
         self, params: dict[str, np.ndarray], observer: Observer | None = None
     ) -> list[np.ndarray]:
-        return self.executor.run(params, observer)
+        with self._lock:  # the env and arena are this program's: one run at a time
+            return self.executor.run(params, observer)
 
     @property
     def fallbacks(self) -> dict[str, int]:
@@ -107,26 +101,36 @@ class CpuExecutable:
 class CpuTarget(Target):
     """`get_target("cpu")`: torch on the CPU.
 
-    Keyword settings tune the lowering (they apply to this target object, not to saved
-    programs): `conv_output="torch" | "arena"` (where convolution and GEMM results live, see
+    Keyword settings (they apply to this target object, not to saved programs):
+    `threads=N` (threads per run; default `PGX_CPU_THREADS`, else the physical cores this
+    process may use, capped: see `threads.py`), `step_threads=False` (every step on all the
+    run's threads; default `PGX_CPU_STEP_THREADS`, on); and for the lowering
+    `conv_output="torch" | "arena"` (where convolution and GEMM results live, see
     `torch_lowering/conv_fusion.py`), `mkldnn=False` (no oneDNN convolutions),
     `mkl_linear=False` (no packed MKL GEMMs).
     """
 
     name = "cpu"
 
-    def __init__(self, **settings: Any) -> None:
+    def __init__(
+        self, threads: int | None = None, step_threads: bool | None = None, **settings: Any
+    ) -> None:
         unknown = set(settings) - {"conv_output", "mkldnn", "mkl_linear"}
         if unknown:
             raise ValueError(f"unknown cpu target settings {sorted(unknown)}")
         self.settings = settings
+        self.threads: ThreadCount = resolve_threads(threads)
+        self.step_policy = step_policy_enabled(step_threads)
 
     def get_passes(self, options: dict[str, Any]) -> list[Pass]:
         return optimize_passes()
 
     def prepare(self, program: Program, options: dict[str, Any]) -> CpuExecutable:
-        torch.set_num_threads(cpu_threads())
-        with torch.inference_mode():
+        with self.threads_scope(), torch.inference_mode():
             options = {**options, **self.settings}
             lowered = lower_module(program.get_main_module(), torch.device("cpu"), options)
-        return CpuExecutable(lowered)
+        return CpuExecutable(lowered, self.threads.n, self.step_policy)
+
+    def threads_scope(self) -> RunScope:
+        """This target's threads for work outside a run (prepare packs weights with them)."""
+        return RunScope(self.threads.n)

@@ -12,11 +12,14 @@ value they combine with.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from pygraphx.targets.torch_lowering.dtypes import python_scalar, torch_dtype
+from pygraphx.ops.handler import accumulation_dtype, compute_dtype
+from pygraphx.targets.torch_lowering.dtypes import numpy_dtype, python_scalar, torch_dtype
 
 Tensor = torch.Tensor
 
@@ -57,7 +60,7 @@ def _bitwise_not(x: Tensor, *, out: Tensor | None = None) -> Tensor:
 def _constant(value: Any, like: Any) -> Tensor:
     """A 0-d tensor of `like`'s dtype (broadcasts against it, takes part in no promotion)."""
     dtype = like.dtype if isinstance(like.dtype, torch.dtype) else torch_dtype(like.dtype)
-    device = like.device if isinstance(like, Tensor) else None
+    device = getattr(like, "device", None)
     return torch.tensor(python_scalar(value, dtype), dtype=dtype, device=device)
 
 
@@ -83,6 +86,58 @@ def _gelu_tanh(x: Tensor, *, out: Tensor | None = None) -> Tensor:
 
 def _silu(x: Tensor, *, out: Tensor | None = None) -> Tensor:
     return torch._C._nn.silu(x, out=out) if out is not None else torch._C._nn.silu(x)
+
+
+def _acc(x: Tensor) -> torch.dtype:
+    return torch_dtype(accumulation_dtype(numpy_dtype(x.dtype)))
+
+
+def _reduce_sum(x: Tensor, axes: Sequence[int], *, out: Tensor | None = None) -> Tensor:
+    return torch.sum(x, list(axes), keepdim=True, dtype=_acc(x), out=out)
+
+
+def _reduce_prod(x: Tensor, axes: Sequence[int], *, out: Tensor | None = None) -> Tensor:
+    r = x.to(_acc(x))
+    for a in sorted(axes):
+        r = torch.prod(r, a, keepdim=True)
+    return _into(r, out)
+
+
+def _reduce_max(x: Tensor, axes: Sequence[int], *, out: Tensor | None = None) -> Tensor:
+    if any(x.shape[a] == 0 for a in axes):  # empty: the type's lowest, as numpy's `initial`
+        return _into(_filled(x, axes, numpy_lowest(x.dtype)), out)
+    return torch.amax(x, list(axes), keepdim=True, out=out)
+
+
+def _reduce_min(x: Tensor, axes: Sequence[int], *, out: Tensor | None = None) -> Tensor:
+    if any(x.shape[a] == 0 for a in axes):
+        return _into(_filled(x, axes, numpy_highest(x.dtype)), out)
+    return torch.amin(x, list(axes), keepdim=True, out=out)
+
+
+def _reduce_mean(x: Tensor, axes: Sequence[int], *, out: Tensor | None = None) -> Tensor:
+    total = _reduce_sum(x, axes)
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    return _into(total / count if count else total, out)
+
+
+def _filled(x: Tensor, axes: Sequence[int], value: Any) -> Tensor:
+    lens = [1 if k in axes else n for k, n in enumerate(x.shape)]
+    return torch.full(lens, value, dtype=x.dtype, device=x.device)
+
+
+def numpy_lowest(dtype: torch.dtype) -> Any:
+    if dtype == torch.bool:
+        return False
+    return torch.iinfo(dtype).min if not dtype.is_floating_point else -math.inf
+
+
+def numpy_highest(dtype: torch.dtype) -> Any:
+    if dtype == torch.bool:
+        return True
+    return torch.iinfo(dtype).max if not dtype.is_floating_point else math.inf
 
 
 class TorchOps:
@@ -150,6 +205,13 @@ class TorchOps:
     # values
     constant = staticmethod(_constant)
     cast = staticmethod(_cast)
+    compute_dtype = staticmethod(compute_dtype)
+    # reductions (kept axes, accumulation_dtype)
+    reduce_sum = staticmethod(_reduce_sum)
+    reduce_prod = staticmethod(_reduce_prod)
+    reduce_max = staticmethod(_reduce_max)
+    reduce_min = staticmethod(_reduce_min)
+    reduce_mean = staticmethod(_reduce_mean)
 
 
 TORCH = TorchOps()

@@ -1,30 +1,27 @@
 """Fused element-wise groups as generated Python over torch: one step per `pointwise` group.
 
-A group's body (a sub-module of `Pointwise` instructions) is traced once through each
-operator's `apply(o, ...)` with a recording handler, giving a flat list of handler primitives
-(`add`, `exp`, `where`, ...), with constants folded. Registers are then assigned: the result and
-every temporary of the output's dtype go to the output buffer itself whenever it is free (the
-first primitive writes it with `out=`, later ones update it in place), other temporaries to
-pooled scratch buffers, each reused as soon as its value is dead. Finally a small Python function
-calling the torch handler's functions with `out=` is generated and compiled, so a run executes
-straight-line torch calls with no per-primitive dispatch or allocation. (`activations.py`
-first replaces whole activation functions in a trace by one primitive each.)
-"""
+A group's body (a sub-module of `Pointwise` instructions) is traced once into a flat list of
+handler primitives (`add`, `exp`, `where`, ...) with constants folded, by the torch-free tracer
+of `pygraphx.codegen.trace` (the description the Triton generator compiles too). Registers are
+then assigned: the result and every temporary of the output's dtype go to the output buffer
+itself whenever it is free (the first primitive writes it with `out=`, later ones update it in
+place), other temporaries to pooled scratch buffers, each reused as soon as its value is dead.
+Finally a small Python function calling the torch handler's functions with `out=` is generated
+and compiled, so a run executes straight-line torch calls with no per-primitive dispatch or
+allocation. (`activations.py` first replaces whole activation functions in a trace by one
+primitive each.)"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from pygraphx.ir.instruction import Instruction
-from pygraphx.ir.module import Module
-from pygraphx.ops.handler import NUMPY
-from pygraphx.ops.pointwise import Pointwise
+from pygraphx.codegen.trace import Node, NotTraceable, Trace, Tracer, Value, trace_body
 from pygraphx.targets.torch_lowering.dtypes import (
     computable,
     numpy_dtype,
@@ -33,36 +30,10 @@ from pygraphx.targets.torch_lowering.dtypes import (
 )
 from pygraphx.targets.torch_lowering.handler import TORCH
 
-
-class NotTraceable(Exception):
-    """The body cannot be traced into handler primitives (the caller falls back)."""
+__all__ = ["NotTraceable", "Node", "Trace", "Tracer", "Value", "trace_body", "compile_group"]
 
 
-@dataclass
-class Value:
-    """A traced value: an input (`kind="in"`), a constant, or a primitive's result."""
-
-    kind: str  # "in" | "const" | "node"
-    dtype: np.dtype
-    index: int = -1  # input number or node number
-    const: Any = None  # the numpy scalar of a constant
-
-
-@dataclass
-class Node:
-    fn: str
-    args: list[Any]  # Values, or plain attributes (a dtype for `cast`)
-    dtype: np.dtype
-
-
-@dataclass
-class Trace:
-    inputs: list[Value]
-    nodes: list[Node] = field(default_factory=list)
-
-
-_PRIMITIVES = frozenset(n for n in dir(NUMPY) if not n.startswith("_"))
-# primitives whose torch form accepts a Python scalar as the second operand
+# the scalar forms torch takes
 _SCALAR_OK = frozenset(
     "add sub mul div pow fmod mod equal less greater less_equal greater_equal".split()
 )
@@ -73,77 +44,6 @@ _COMMUTATIVE = frozenset(["add", "mul", "equal"])
 
 def _is_const(a: Any) -> bool:
     return isinstance(a, Value) and a.kind == "const"
-
-
-class Tracer:
-    """An ops handler that records primitives instead of computing them."""
-
-    def __init__(self, trace: Trace) -> None:
-        self.trace = trace
-
-    def __getattr__(self, name: str) -> Callable[..., Value]:
-        if name not in _PRIMITIVES:
-            raise NotTraceable(f"unknown ops-handler primitive {name!r}")
-
-        def record(*args: Any) -> Value:
-            return self._record(name, args)
-
-        return record
-
-    def constant(self, value: Any, like: Value) -> Value:
-        arr = np.asarray(value, dtype=like.dtype)
-        return Value("const", arr.dtype, const=arr)
-
-    def _record(self, name: str, args: Sequence[Any]) -> Value:
-        probes = [_probe(a) for a in args]
-        with np.errstate(all="ignore"):
-            result = np.asarray(getattr(NUMPY, name)(*probes))
-        if all(not isinstance(a, Value) or a.kind == "const" for a in args):
-            return Value("const", result.dtype, const=result.reshape(()))  # folded
-        self.trace.nodes.append(Node(name, list(args), result.dtype))
-        return Value("node", result.dtype, index=len(self.trace.nodes) - 1)
-
-
-def _probe(a: Any) -> Any:
-    """A stand-in numpy value for dtype inference (or the constant itself)."""
-    if not isinstance(a, Value):
-        return a
-    if a.kind == "const":
-        return a.const
-    return np.ones(1, dtype=a.dtype)
-
-
-def trace_body(
-    body: Module, stop: Instruction | None = None, consts: dict[int, np.ndarray] | None = None
-) -> tuple[Trace, Value]:
-    """Trace `body`'s pointwise instructions (up to, not including, `stop`); returns the trace
-    and the value of the body's result (or of `stop`'s first input). `consts`: parameters known
-    to be one number everywhere (a broadcast scalar literal), folded into the code as constants
-    (a Python scalar lets torch pick its scalar kernels: `pow(x, 3.0)` multiplies)."""
-    params = body.get_parameters()
-    trace = Trace([Value("in", p.shape.dtype(), index=k) for k, p in enumerate(params)])
-    tracer = Tracer(trace)
-    values: dict[int, Value] = {id(p): v for p, v in zip(params, trace.inputs, strict=True)}
-    for k, value in (consts or {}).items():
-        arr = np.asarray(value, dtype=params[k].shape.dtype()).reshape(())
-        values[id(params[k])] = Value("const", arr.dtype, const=arr)
-    for ins in body.instructions:
-        if ins.is_param():
-            continue
-        if ins is stop:
-            return trace, values[id(ins.inputs[0])]
-        if ins.is_return():
-            return trace, values[id(ins.inputs[0])]
-        if not isinstance(ins.op, Pointwise):
-            raise NotTraceable(f"{ins.op.name} is not element-wise")
-        v = ins.op.apply(tracer, *[values[id(i)] for i in ins.inputs])
-        if not isinstance(v, Value):
-            raise NotTraceable(f"{ins.op.name}: apply returned {type(v).__name__}")
-        want = ins.shape.dtype()
-        if v.dtype != want:
-            v = tracer.cast(v, want)
-        values[id(ins)] = v
-    raise NotTraceable("body has no @return")
 
 
 def traceable_dtypes(trace: Trace) -> bool:

@@ -1,0 +1,198 @@
+"""How the `cpu` target's speed depends on its thread count, on this host.
+
+    python benchmarks/cpu_threads_probe.py                  # 1, 2, 4, 8, 16 threads
+    python benchmarks/cpu_threads_probe.py --threads 1 2 --json probe.json
+
+For each built-in model at batch 1 (transformers at sequence 128), at each thread count, with
+the per-step thread policy on (small steps on fewer threads, see
+`pygraphx/targets/cpu/threads.py`) and off (every step on all threads), and ONNX Runtime at the
+same count for reference: the median latency and the mean process CPU time per run (all
+threads of the process; CPU time far above latency x threads means threads spin or wait).
+Each configuration is compiled once and timed in its own block (warm-up, then runs until
+`--seconds` have passed, at least 3 and at most `--max-runs`).
+
+`--spincounts 100 10000` repeats the probe once per GNU OpenMP spin count (each in a fresh
+process with `GOMP_SPINCOUNT` set, as OpenMP reads it once when torch loads); the rows then carry
+their spin count. Without it the probe runs once, with pygraphx's default (or the environment's).
+
+The end of the report names, per model, the thread count with the lowest latency, and the
+suggested cap: the smallest count whose latency is within 5% of the model's best on every
+model. That is the value for `DEFAULT_CAP` in `threads.py` (or `PGX_CPU_MAX_THREADS` on this
+host). The run is meant to stay under 5 minutes on a 16-core host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cpu_vs_peers import make_ort, make_pygraphx  # noqa: E402
+
+import pygraphx  # noqa: E402, F401  (before torch: OpenMP's spin setting)
+from pygraphx.models import get_model, model_inputs  # noqa: E402
+
+MODELS = ("resnet50", "mobilenetv2", "bert_base", "gpt2")
+#: a count is "as good as the best" within this fraction
+TOLERANCE = 0.05
+
+
+def time_block(
+    fn: Callable, feeds: dict[str, np.ndarray], warmup: int, seconds: float, max_runs: int
+) -> tuple[float, float, int]:
+    """(median ms, mean process-CPU ms per run, runs) of one block."""
+    for _ in range(warmup):
+        fn(feeds)
+    walls: list[float] = []
+    cpus: list[float] = []
+    begin = time.perf_counter()
+    while len(walls) < 3 or (time.perf_counter() - begin < seconds and len(walls) < max_runs):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        fn(feeds)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - start_cpu)
+    return statistics.median(walls) * 1e3, statistics.fmean(cpus) * 1e3, len(walls)
+
+
+def probe_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Rows of (engine, threads, ms, cpu_ms) for one model."""
+    model = get_model(name, batch=1, seq_len=args.seq_len)
+    feeds = model_inputs(name, model)
+    rows = []
+    for n in args.threads:
+        engines: dict[str, Callable] = {}
+        engines["policy_on"] = make_pygraphx(model, "torch", n, True)[0]
+        engines["policy_off"] = make_pygraphx(model, "torch", n, False)[0]
+        if not args.no_ort:
+            engines["ort"] = make_ort(model, n)[0]
+        for engine, fn in engines.items():
+            ms, cpu_ms, runs = time_block(fn, feeds, args.warmup, args.seconds, args.max_runs)
+            row = {"model": name, "engine": engine, "threads": n, "ms": ms, "cpu_ms": cpu_ms,
+                   "runs": runs}  # fmt: skip
+            rows.append(row)
+            print(f"{name:12s} {engine:10s} threads {n:2d}: {ms:9.2f} ms, "
+                  f"CPU {cpu_ms:9.2f} ms per run ({runs} runs)", flush=True)  # fmt: skip
+        del engines
+    return rows
+
+
+def suggest(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Best (engine, count) per model (policy on, any spin count) and the smallest count within
+    TOLERANCE of every model's best."""
+    best: dict[str, str] = {}
+    ok_counts: set[int] | None = None
+    totals: dict[int, float] = {}
+    for name in dict.fromkeys(r["model"] for r in rows):
+        mine = {
+            (r["engine"], r["threads"]): r["ms"]
+            for r in rows
+            if r["model"] == name and r["engine"].startswith("policy_on")
+        }
+        top = min(mine.values())
+        engine, n = min(mine, key=mine.__getitem__)
+        best[name] = f"{n} threads ({engine})"
+        good = {n for (_, n), ms in mine.items() if ms <= top * (1 + TOLERANCE)}
+        ok_counts = good if ok_counts is None else ok_counts & good
+        for (_, n), ms in mine.items():
+            totals[n] = totals.get(n, 0.0) + ms
+    # no count good for every model: the one with the lowest sum of latencies
+    cap = min(ok_counts) if ok_counts else min(totals, key=totals.__getitem__)
+    return {"best_threads": best, "suggested_cap": cap}
+
+
+def print_table(rows: list[dict[str, Any]], threads: list[int]) -> None:
+    engines = list(dict.fromkeys(r["engine"] for r in rows))
+    print("\n| model | engine | " + " | ".join(f"{n} thr ms (CPU ms)" for n in threads) + " |")
+    print("|---|---|" + "---|" * len(threads))
+    for name in dict.fromkeys(r["model"] for r in rows):
+        for engine in engines:
+            cells = []
+            for n in threads:
+                hit = [
+                    r for r in rows if (r["model"], r["engine"], r["threads"]) == (name, engine, n)
+                ]
+                cells.append(f"{hit[0]['ms']:.2f} ({hit[0]['cpu_ms']:.1f})" if hit else "-")
+            print(f"| {name} | {engine} | " + " | ".join(cells) + " |")
+
+
+def with_spincounts(argv: list[str], spincounts: list[int]) -> list[dict[str, Any]]:
+    """Rows of this probe run once per spin count, each in its own process."""
+    import os
+
+    rest = list(argv)
+    k = rest.index("--spincounts")
+    del rest[k : k + 1 + len(spincounts)]
+    rows: list[dict[str, Any]] = []
+    for spin in spincounts:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "rows.json"
+            env = {**os.environ, "GOMP_SPINCOUNT": str(spin)}
+            env.pop("OMP_WAIT_POLICY", None)
+            cmd = [sys.executable, __file__, *rest, "--json", str(out)]
+            subprocess.run(cmd, env=env, check=True)
+            for row in json.loads(out.read_text())["rows"]:
+                rows.append({**row, "engine": f"{row['engine']}@spin{spin}", "spincount": spin})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--threads", nargs="+", type=int, default=[1, 2, 4, 8, 16])
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=1.0, help="time per block (default 1)")
+    ap.add_argument("--max-runs", type=int, default=30)
+    ap.add_argument("--no-ort", action="store_true")
+    ap.add_argument("--spincounts", nargs="+", type=int, default=None, help="GOMP_SPINCOUNTs")
+    ap.add_argument("--json", type=Path, default=None)
+    argv = sys.argv[1:] if argv is None else argv
+    args = ap.parse_args(argv)
+    start = time.perf_counter()
+    if args.spincounts:
+        rows = with_spincounts([a for a in argv if a != "--json" and a != str(args.json)],
+                               args.spincounts)  # fmt: skip
+        return report(rows, args, start)
+    import torch
+
+    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, "
+          f"affinity {len(os.sched_getaffinity(0))}; torch {torch.__version__}; "
+          f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    for name in args.models:
+        rows += probe_model(name, args)
+    return report(rows, args, start)
+
+
+def report(rows: list[dict[str, Any]], args: argparse.Namespace, start: float) -> int:
+    """The table, the advice, and the JSON file."""
+    print_table(rows, args.threads)
+    advice = suggest(rows)
+    elapsed = time.perf_counter() - start
+    print(f"\nbest thread count per model (policy on): {advice['best_threads']}")
+    print(f"suggested cap (DEFAULT_CAP in pygraphx/targets/cpu/threads.py, or PGX_CPU_MAX_"
+          f"THREADS): {advice['suggested_cap']}; probe took {elapsed:.0f} s")  # fmt: skip
+    if args.json is not None:
+        doc = {"threads": args.threads, "rows": rows, **advice, "seconds": elapsed}
+        args.json.write_text(json.dumps(doc, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,112 @@
+"""Applying the thread policy of `threads.py` to a lowered program (torch's side of it).
+
+At prepare, `plan_step_threads` gives every step its thread count and `with_thread_switches`
+wraps the steps where the count changes from the step before, so a run calls
+`torch.set_num_threads` only at those boundaries. `RunScope` is the executor's context for one
+run: it takes the run's threads from the process-wide budget, sets them on the running OS thread,
+runs under `torch.inference_mode()`, and on exit gives the threads back and restores the
+caller's torch thread count.
+
+OpenMP's thread count (used by torch's own kernels and oneDNN) belongs to the OS thread, so
+concurrent runs keep their own counts. MKL's (packed GEMMs) is process-wide: two runs at once
+may each see the other's MKL count, so their MKL GEMMs can together use up to twice the larger
+run's threads. (MKL's thread-local setter is exported by torch's library but crashes when
+called through ctypes in torch 2.13, so it is not used.)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from math import prod
+from typing import Any
+
+import torch
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.cpu.threads import BUDGET, GEMM_OPS, step_threads
+from pygraphx.targets.torch_lowering.context import Step
+
+log = logging.getLogger("pygraphx.cpu")
+
+
+def set_threads(n: int) -> None:
+    """Threads for torch's next kernels on this OS thread (OpenMP's count is per thread; MKL's,
+    which torch sets too, is process-wide)."""
+    torch.set_num_threads(n)
+
+
+def _work(ins: Instruction) -> tuple[str, int, int]:
+    """(op name, elements read + written or output elements, inner length) of `ins`."""
+    name = ins.op.name
+    out = ins.shape.elements()
+    if name in GEMM_OPS and len(ins.inputs) >= 2:
+        if name in ("dot", "quant_dot"):
+            inner = ins.inputs[0].shape.lens()[-1]
+        else:  # convolutions: (input channels / group) * kernel size per output element
+            inner = prod(ins.inputs[1].shape.lens()[1:])
+        return name, out, inner
+    return name, out + sum(i.shape.elements() for i in ins.inputs), 1
+
+
+def plan_step_threads(steps: Sequence[Step], n: int, enabled: bool) -> list[int]:
+    """Each step's thread count (all `n` when the per-step policy is off)."""
+    if not enabled or n == 1:
+        return [n] * len(steps)
+    return [step_threads([_work(i) for i in s.instructions], n) for s in steps]
+
+
+def with_thread_switches(
+    fns: Sequence[Callable[[], None]], counts: Sequence[int], limit: list[int]
+) -> list[Callable[[], None]]:
+    """`fns`, each first one of a run of equal counts wrapped to set its count (never more
+    than `limit[0]`, the threads this run holds)."""
+    out: list[Callable[[], None]] = []
+    before = None
+    for fn, count in zip(fns, counts, strict=True):
+        out.append(fn if count == before else _switching(fn, count, limit))
+        before = count
+    return out
+
+
+def _switching(fn: Callable[[], None], count: int, limit: list[int]) -> Callable[[], None]:
+    def step() -> None:
+        set_threads(min(count, limit[0]))
+        fn()
+
+    return step
+
+
+class RunScope:
+    """The context of one run (see the module docstring); `limit[0]` is the run's threads."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.limit = [n]
+        self._saved: list[tuple[int, Any]] = []
+
+    def __call__(self) -> RunScope:
+        return self
+
+    def __enter__(self) -> RunScope:
+        before = torch.get_num_threads()
+        got = BUDGET.acquire(self.n)
+        if got < self.n:
+            log.info("cpu: %d of %d threads free (other runs hold the rest)", got, self.n)
+        self.limit[0] = got
+        set_threads(got)  # the profiled path runs every step on the run's threads
+        mode = torch.inference_mode()
+        mode.__enter__()
+        self._saved.append((before, mode))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        before, mode = self._saved.pop()
+        try:
+            mode.__exit__(*exc)
+            torch.set_num_threads(before)
+        finally:
+            BUDGET.release()
+
+
+__all__ = ["RunScope", "plan_step_threads", "set_threads", "with_thread_switches"]

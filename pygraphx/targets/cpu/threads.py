@@ -1,0 +1,283 @@
+"""How many threads the `cpu` target uses: per program, per step, and across concurrent runs.
+
+This module imports no torch; `targets/cpu/target.py` applies what it decides.
+
+**How many (per program).** `resolve_threads(explicit)` picks, first that applies:
+`get_target("cpu", threads=N)` (or the driver's `--threads N`), then `PGX_CPU_THREADS`, then the
+default: the *physical* cores among the CPUs this process may run on (its affinity mask; SMT
+siblings count once, as two hyper-threads share one core's vector units), no more than the
+cgroup CPU quota (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us / cpu.cfs_period_us`, rounded up),
+and no more than `PGX_CPU_MAX_THREADS` or `DEFAULT_CAP`.
+
+Why a cap: a batch-1 step of these models (a 768x768 GEMM, a 56x56 convolution) has only tens
+of microseconds of work per core at 16 cores, about what waking and joining a team of OpenMP
+threads costs; on a 16-core host the uncapped default was the slowest setting measured (issue
+10: BERT-base 596 ms at 16 threads, 115 ms at 4). `DEFAULT_CAP = 8` keeps every model of the
+issue's 2- to 8-core measurements at its full core count and halves the team on 16+ cores;
+`benchmarks/cpu_threads_probe.py` measures latency and CPU time at 1..16 threads on a host, and
+its best count is what to put here (or in `PGX_CPU_MAX_THREADS` for that host).
+
+**Per step.** A team of N threads is only worth waking for a step with enough work: at
+prepare, `step_threads` gives every step `work / MIN_WORK_PER_THREAD` threads (at least 1, at
+most N): GEMMs and convolutions count multiply-adds, every other step (pointwise, fused
+element-wise groups, reductions, copies) counts elements read and written. The decision is made
+once at compile time; a run only calls `torch.set_num_threads` where consecutive steps differ.
+`PGX_CPU_STEP_THREADS=0` (or `get_target("cpu", step_threads=False)`) runs every step on N.
+
+**Across runs.** OpenMP teams belong to the OS thread that starts them, so two programs run from
+two Python threads would each start a full team. `BUDGET` is one process-wide pool of the
+physical cores this process may use (no cap): a run takes up to its N threads from it (a run
+alone always gets its N; with others running it gets at most a fair share and waits while none
+is free) and gives them back at the end, so concurrent runs share the cores instead of
+oversubscribing them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+THREADS_ENV = "PGX_CPU_THREADS"
+CAP_ENV = "PGX_CPU_MAX_THREADS"
+STEP_POLICY_ENV = "PGX_CPU_STEP_THREADS"
+
+#: default upper bound on the thread count (see the module docstring)
+DEFAULT_CAP = 8
+
+#: GEMM / convolution: multiply-adds one thread must get before another is woken (about 25 us
+#: of single-core fp32 work at ~40 GFLOP/s, several times a wake-up and join)
+MIN_MACS_PER_THREAD = 500_000
+#: every other step: elements (read + written) per thread (torch's own grain is 32768)
+MIN_ELEMENTS_PER_THREAD = 65_536
+
+#: IR ops whose cost is counted in multiply-adds
+GEMM_OPS = frozenset({"dot", "quant_dot", "convolution", "quant_convolution", "deconvolution"})
+
+
+@dataclass(frozen=True)
+class ThreadCount:
+    """A resolved thread count and where it came from (for report headers and errors)."""
+
+    n: int
+    source: str  # "explicit", "PGX_CPU_THREADS" or "default"
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.n} ({self.source}{': ' + self.detail if self.detail else ''})"
+
+
+# --- the machine --------------------------------------------------------------------------
+
+
+def affinity_cpus() -> set[int]:
+    """The CPUs this process may run on."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return set(range(os.cpu_count() or 1))
+
+
+def physical_cores(cpus: Iterable[int], sysfs: Path = Path("/sys/devices/system/cpu")) -> int:
+    """Physical cores among `cpus` (SMT siblings counted once); `len(cpus)` where the topology
+    is not readable."""
+    cpus = sorted(set(cpus))
+    cores: set[tuple[str, str]] = set()
+    for cpu in cpus:
+        topo = sysfs / f"cpu{cpu}" / "topology"
+        try:
+            package = (topo / "physical_package_id").read_text().strip()
+            core = (topo / "core_id").read_text().strip()
+        except OSError:
+            return max(len(cpus), 1)
+        cores.add((package, core))
+    return max(len(cores), 1)
+
+
+def cgroup_cpu_limit(
+    root: Path = Path("/sys/fs/cgroup"), self_cgroup: Path = Path("/proc/self/cgroup")
+) -> float | None:
+    """CPUs' worth of time the process's cgroups allow (quota / period, the smallest along the
+    cgroup's ancestors), or None when there is no quota."""
+    try:
+        lines = self_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    limits: list[float] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        if hierarchy == "0" and controllers == "":
+            limits += _v2_limits(root, path)
+        elif "cpu" in controllers.split(","):
+            for base in {root / controllers, root / "cpu", root / "cpu,cpuacct"}:
+                limits += _v1_limits(base, path)
+    return min(limits) if limits else None
+
+
+def _ancestors(base: Path, path: str) -> list[Path]:
+    parts = [p for p in path.strip().split("/") if p]
+    return [base.joinpath(*parts[:k]) for k in range(len(parts), -1, -1)]
+
+
+def _v2_limits(root: Path, path: str) -> list[float]:
+    out = []
+    for d in _ancestors(root, path):
+        try:
+            fields = (d / "cpu.max").read_text().split()
+        except OSError:
+            continue
+        if len(fields) == 2 and fields[0] != "max":
+            out.append(int(fields[0]) / int(fields[1]))
+    return out
+
+
+def _v1_limits(base: Path, path: str) -> list[float]:
+    out = []
+    for d in _ancestors(base, path):
+        try:
+            quota = int((d / "cpu.cfs_quota_us").read_text())
+            period = int((d / "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            continue
+        if quota > 0 and period > 0:
+            out.append(quota / period)
+    return out
+
+
+# --- the count ----------------------------------------------------------------------------
+
+
+def _positive(name: str, text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a whole number of threads") from None
+    if n < 1:
+        raise ValueError(f"{name}={n} must be at least 1")
+    return n
+
+
+def default_threads(
+    cpus: Iterable[int] | None = None,
+    quota: float | None = None,
+    cap: int | None = None,
+    sysfs: Path = Path("/sys/devices/system/cpu"),
+) -> ThreadCount:
+    """Physical cores in the affinity mask, bounded by the cgroup quota and the cap."""
+    cpus = affinity_cpus() if cpus is None else set(cpus)
+    n = physical_cores(cpus, sysfs)
+    detail = [f"{n} physical cores of {len(cpus)} CPUs"]
+    if quota is not None and math.ceil(quota) < n:
+        n = max(1, math.ceil(quota))
+        detail.append(f"cgroup quota {quota:g} CPUs")
+    if cap is None:
+        text = os.environ.get(CAP_ENV, "").strip()
+        cap = _positive(CAP_ENV, text) if text else DEFAULT_CAP
+    if n > cap:
+        n = cap
+        detail.append(f"capped at {cap}")
+    return ThreadCount(n, "default", ", ".join(detail))
+
+
+def resolve_threads(explicit: int | None = None) -> ThreadCount:
+    """The program's thread count: `explicit`, else `PGX_CPU_THREADS`, else the default."""
+    if explicit is not None:
+        if isinstance(explicit, bool) or not isinstance(explicit, int) or explicit < 1:
+            raise ValueError(f"cpu target: threads={explicit!r} must be a whole number >= 1")
+        return ThreadCount(explicit, "explicit")
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if text:
+        return ThreadCount(_positive(THREADS_ENV, text), THREADS_ENV)
+    return default_threads(quota=cgroup_cpu_limit())
+
+
+def step_policy_enabled(setting: bool | None = None) -> bool:
+    """Whether steps get their own thread counts (`step_threads=`, else `PGX_CPU_STEP_THREADS`,
+    default on)."""
+    if setting is not None:
+        return bool(setting)
+    return os.environ.get(STEP_POLICY_ENV, "1").strip() not in ("0", "false", "off", "no")
+
+
+# --- per step -----------------------------------------------------------------------------
+
+
+def step_threads(work: Sequence[tuple[str, int, int]], n: int) -> int:
+    """Threads for a step covering instructions given as (op name, output elements, inner
+    length): GEMM-like ops count `elements * inner` multiply-adds, others elements."""
+    macs = sum(elems * inner for name, elems, inner in work if name in GEMM_OPS)
+    elems = sum(elems for name, elems, _ in work if name not in GEMM_OPS)
+    want = max(macs // MIN_MACS_PER_THREAD, elems // MIN_ELEMENTS_PER_THREAD, 1)
+    return int(min(n, want))
+
+
+# --- the process-wide budget --------------------------------------------------------------
+
+
+class ThreadBudget:
+    """Threads shared by the runs in flight in this process (see the module docstring)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = max(1, total)
+        self.free = self.total
+        self.holders = 0
+        self._cond = threading.Condition()
+        self._local = threading.local()
+
+    def acquire(self, want: int) -> int:
+        """Take up to `want` threads, waiting while none is free; returns how many."""
+        held = getattr(self._local, "held", 0)
+        if held:  # a run inside a run on this thread: it uses the outer run's threads
+            self._local.depth += 1
+            return min(want, held)
+        with self._cond:
+            while self.holders and self.free <= 0:
+                self._cond.wait()
+            if self.holders:
+                share = max(1, self.total // (self.holders + 1))
+                got = max(1, min(want, self.free, share))
+            else:
+                got = want  # alone: what was asked, even beyond the pool
+            self.free -= got
+            self.holders += 1
+        self._local.held, self._local.depth = got, 1
+        return got
+
+    def release(self) -> None:
+        """Give back what this thread's `acquire` took."""
+        self._local.depth -= 1
+        if self._local.depth:
+            return
+        got, self._local.held = self._local.held, 0
+        with self._cond:
+            self.free += got
+            self.holders -= 1
+            self._cond.notify_all()
+
+
+#: the process-wide pool: the physical cores this process may use (affinity and quota, no cap),
+#: so two runs capped at 8 on a 16-core host both get their 8
+BUDGET = ThreadBudget(default_threads(quota=cgroup_cpu_limit(), cap=1 << 30).n)
+
+
+__all__ = [
+    "BUDGET",
+    "CAP_ENV",
+    "DEFAULT_CAP",
+    "STEP_POLICY_ENV",
+    "THREADS_ENV",
+    "ThreadBudget",
+    "ThreadCount",
+    "cgroup_cpu_limit",
+    "default_threads",
+    "physical_cores",
+    "resolve_threads",
+    "step_policy_enabled",
+    "step_threads",
+]
