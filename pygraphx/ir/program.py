@@ -132,8 +132,27 @@ class Program:
         device_id: int = 0,
         exhaustive_tune: bool = False,
     ) -> None:
-        """Optimise the program for target `t` (a target or its name) and prepare it to run:
-        the target runs its passes and makes the executable (`Target.compile`)."""
+        """Optimise the program for target `t` and prepare it to run (in place).
+
+        The target runs its pass list (constant folding, simplification, fusion, memory
+        planning) and lowers the program to its executable. Passes that `pygraphx.optimize`
+        already ran on the unchanged program are not run again.
+
+        Args:
+            t: a target (`pygraphx.get_target("cpu")`) or its name (`"ref"`, `"cpu"`, `"gpu"`).
+            offload_copy: gpu: `run` takes host arrays and returns host arrays (copies to and
+                from the device); False takes and returns device arguments.
+            fast_math: allow faster approximations where a target has them.
+            device_id: gpu: which device (unless the target was made with its own).
+            exhaustive_tune: search kernel settings longer at compile time.
+
+        Raises:
+            ProgramError: the program is already compiled.
+
+        Example:
+            >>> prog = pygraphx.parse_onnx("model.onnx")
+            >>> prog.compile(pygraphx.get_target("cpu"))
+        """
         if self.is_compiled():
             raise ProgramError(f"program is already compiled for target {self.target.name!r}")
         if isinstance(t, str):
@@ -150,10 +169,28 @@ class Program:
         self.compile_options = options
 
     def run(self, params: Mapping[str, Any], observer: Any = None) -> list[Argument]:
-        """Evaluate the compiled program; `params` maps parameter names to arrays/arguments.
+        """Run the compiled program on `params` and return its outputs, in output order.
 
-        `observer(instruction, value, seconds)` is called after each instruction of `main`
-        (profiling and tracing; see `runtime/evaluator.py`)."""
+        Args:
+            params: input name -> numpy array or `argument` (on a gpu program compiled with
+                `offload_copy=False`: device arguments, torch CUDA tensors or DLPack objects).
+                Types and lens are checked against the parameters; a program with dynamic
+                dimensions takes any lens inside its ranges.
+            observer: `observer(instruction, value, seconds)` is called after each instruction
+                of `main` (profiling and tracing).
+
+        Returns:
+            One `argument` per output; `np.array(arg)` gives its values.
+
+        Raises:
+            ProgramError: the program is not compiled, or an input is missing, unknown, or of
+                the wrong type or lens (the message says which).
+
+        Example:
+            >>> out = prog.run({"input": np.zeros((1, 3, 224, 224), np.float32)})
+            >>> np.array(out[0]).shape
+            (1, 1000)
+        """
         if self._executable is None:
             raise ProgramError("compile the program first: prog.compile(pygraphx.get_target(...))")
         device_io = getattr(self._executable, "takes_device_arguments", None)
