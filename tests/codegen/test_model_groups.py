@@ -41,6 +41,7 @@ def fused_groups(name: str) -> list[Instruction]:
     return list(seen.values())
 
 
+@pytest.mark.slow  # every fused group of a whole network through the Triton interpreter
 @pytest.mark.parametrize("name", ["resnet50", "mobilenetv2", "bert_base", "gpt2"])
 def test_every_fused_group_matches_ref(name: str, interpret: object) -> None:
     groups = fused_groups(name)

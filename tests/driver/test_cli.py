@@ -356,7 +356,7 @@ def token_model(table: int = 10) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.mark.parametrize("target", ["--ref", "--cpu"])
+@pytest.mark.parametrize("target", ["--ref", pytest.param("--cpu", marks=pytest.mark.slow)])
 def test_integer_inputs_are_valid_for_their_consumers(tmp_path: Path, target: str) -> None:
     onnx.save(token_model(), tmp_path / "t.onnx")
     proc = cli("run", "t.onnx", target, "-O", cwd=tmp_path)
@@ -446,6 +446,7 @@ def tiny_bert_onnx() -> bytes:
 
 
 # --- 7. -O then compile runs the passes once ----------------------------------------------------
+@pytest.mark.slow  # a driver process with torch (the API test below is the quick check)
 def test_optimize_then_compile_runs_the_passes_once(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     onnx.save(cnn_model(), tmp_path / "m.onnx")
@@ -516,6 +517,7 @@ def run_on_terminal(*argv: str, cwd: Path) -> tuple[int, str]:
     return proc.wait(timeout=300), b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.slow  # two driver processes with torch, one on a pseudo-terminal
 def test_progress_bars_on_a_terminal_and_none_when_piped(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     onnx.save(cnn_model(), tmp_path / "m.onnx")

@@ -121,11 +121,13 @@ def test_model_inputs(name: str) -> None:
     assert all(np.array_equal(feeds[k], again[k]) for k in feeds)
 
 
+@pytest.mark.slow  # whole networks on ONNX Runtime and ref
 @pytest.mark.parametrize("name", MODELS)
 def test_onnxruntime_outputs(name: str) -> None:
     _check_outputs(name, batch=1, seq_len=SHORT_SEQ)
 
 
+@pytest.mark.slow
 def test_bert_base_seq128() -> None:
     _check_outputs("bert_base", batch=1, seq_len=128)
 
