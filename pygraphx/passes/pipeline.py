@@ -16,6 +16,7 @@ from pygraphx.passes.eliminate_identity import eliminate_identity
 from pygraphx.passes.eliminate_pad import eliminate_pad
 from pygraphx.passes.fuse_pointwise import fuse_pointwise
 from pygraphx.passes.fuse_reduce import fuse_reduce
+from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy
 from pygraphx.passes.manager import Pass, module_pass, run_passes
 from pygraphx.passes.memory_coloring import memory_coloring
 from pygraphx.passes.propagate_constant import propagate_constant
@@ -27,8 +28,12 @@ if TYPE_CHECKING:
     from pygraphx.ir.program import Program
 
 
-def optimize_passes(fuse: bool = True, plan_memory: bool = True) -> list[Pass]:
-    """The ordered target-independent pass list."""
+def optimize_passes(
+    fuse: bool = True, plan_memory: bool = True, policy: FusionPolicy | None = None
+) -> list[Pass]:
+    """The ordered target-independent pass list; `policy` decides what the fusion passes group
+    (`DefaultFusion` when None, the CPU's choice)."""
+    policy = policy or DefaultFusion()
     passes = [
         module_pass(eliminate_identity),
         module_pass(propagate_constant),
@@ -43,7 +48,10 @@ def optimize_passes(fuse: bool = True, plan_memory: bool = True) -> list[Pass]:
         module_pass(dead_code_elimination),
     ]
     if fuse:
-        passes += [Pass("fuse_pointwise", fuse_pointwise), Pass("fuse_reduce", fuse_reduce)]
+        passes += [
+            Pass("fuse_pointwise", lambda m, p: fuse_pointwise(m, p, policy)),
+            Pass("fuse_reduce", lambda m, p: fuse_reduce(m, p, policy)),
+        ]
     if plan_memory:
         passes += [module_pass(schedule), module_pass(memory_coloring)]
     return passes
@@ -53,11 +61,12 @@ def optimize(program: Program) -> Program:
     """Run the optimisation pipeline on an uncompiled program, in place; returns it."""
     if program.is_compiled():
         raise ValueError("optimize() works on an uncompiled program")
-    passes = optimize_passes()
+    policy = DefaultFusion()
+    passes = optimize_passes(policy=policy)
     program.pass_times = run_passes(program, passes)
     program.transforms.append(optimize)  # re-applied to shapes a dynamic program specializes
     # what compile() checks so that -O then compile does not run the same passes twice
-    program.optimized_as = (tuple(p.name for p in passes), structure(program))
+    program.optimized_as = (tuple(p.name for p in passes), policy_key(policy), structure(program))
     return program
 
 
@@ -70,11 +79,18 @@ def structure(program: Program) -> tuple:
     )
 
 
-def already_optimized(program: Program, passes: list[Pass]) -> bool:
-    """Whether `optimize()` ran these very passes (by name, in order) on the program as it
-    is now, so that running them again would redo the same work."""
+def policy_key(policy: FusionPolicy) -> tuple:
+    """A fusion policy's name and settings (two policies with equal keys fuse alike)."""
+    settings = getattr(policy, "__dict__", {})
+    return (type(policy).__name__, policy.name, sorted(settings.items(), key=str))
+
+
+def already_optimized(program: Program, passes: list[Pass], policy: FusionPolicy) -> bool:
+    """Whether `optimize()` ran these very passes (by name, in order, fusing by the same
+    `policy`) on the program as it is now, so that running them again would redo its work."""
     done = getattr(program, "optimized_as", None)
     if done is None or not passes:
         return False
-    names, shape = done
-    return names == tuple(p.name for p in passes) and shape == structure(program)
+    names, key, shape = done
+    same_passes = names == tuple(p.name for p in passes) and key == policy_key(policy)
+    return same_passes and shape == structure(program)
