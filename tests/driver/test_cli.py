@@ -530,3 +530,17 @@ def test_progress_bars_on_a_terminal_and_none_when_piped(tmp_path: Path) -> None
     assert piped.returncode == 0, piped.stderr
     assert "\u2501" not in piped.stderr and "\x1b[" not in piped.stderr
     assert "compile (cpu): " in piped.stderr  # the step's time, one plain line
+
+
+@pytest.mark.parametrize("target", ["ref", "cpu"])
+def test_out_of_range_gather_at_run_time_names_node_and_range(target: str) -> None:
+    if target == "cpu":
+        pytest.importorskip("torch")
+    prog = pygraphx.parse_onnx_buffer(token_model(table=2).SerializeToString())
+    prog.compile(pygraphx.get_target(target))
+    ids = np.full((1, 6), 5, np.int64)
+    with pytest.raises(Exception, match="valid indices: -2 to 1") as err:
+        prog.run({"ids": np.zeros_like(ids), "types": ids, "mask": np.ones_like(ids)})
+    message = str(err.value)
+    assert "gather[axis=0]" in message and "valid indices: -2 to 1" in message
+    assert "5" in message and "main:@" in message
