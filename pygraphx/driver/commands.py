@@ -1,9 +1,9 @@
 """The driver's subcommands, one function each, and the table `main.py` builds argparse from.
 
 Every command is `fn(args, steps) -> exit status`. Results go to stdout in MIGraphX's formats
-(`read` prints the program as seed 003 shows it, `params` prints `inputs:` / `outputs:` as seed
-001 shows it); progress and step timings go to stderr through `Steps` (rich), so stdout stays
-clean for pipes. `compile`, `time`, `perf` and `verify` live in their own modules
+(`read` prints the program in MIGraphX's text format, `params` prints `inputs:` / `outputs:` as
+`migraphx-driver params` does); progress and step timings go to stderr through `Steps` (rich),
+so stdout stays clean for pipes. `compile`, `time`, `perf` and `verify` live in their own modules
 (`compile_cmd.py`, `perf.py`, `verify.py` with `compare.py`), which build on the helpers here
 (`Steps`, `compile_program`, `make_inputs`); `COMMANDS` imports them when they run.
 """

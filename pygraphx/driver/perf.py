@@ -3,7 +3,7 @@
 `time -n N` runs the compiled program once to warm up, then N times, and prints the average
 (`Total time: 1.23ms`) and the rate (`Rate: 812.3/sec` = 1000 / total ms * batch).
 
-`perf -n N` prints seed 003's report (`migraphx-driver perf`):
+`perf -n N` prints the report of `migraphx-driver perf`, with every total explained:
 
     Allocating params ...
     Running performance report ...
@@ -411,7 +411,7 @@ def cmd_time(args: argparse.Namespace, steps: Steps) -> int:
 
 
 def cmd_perf(args: argparse.Namespace, steps: Steps) -> int:
-    """Seed 003's performance report (or --json)."""
+    """The performance report of `migraphx-driver perf`, every total explained (or --json)."""
     text = not args.json
     if text:
         print(f"Reading: {describe_source(args)}", flush=True)

@@ -91,7 +91,7 @@ class Program:
         return self.get_main_module().get_parameter_shapes()
 
     def get_inputs(self) -> dict[str, Shape]:
-        """Parameter name -> shape (the seeds' `get_inputs()`); for dynamic parameters the
+        """Parameter name -> shape (MIGraphX's `get_inputs()`); for dynamic parameters the
         maximum shape (`get_parameter_shapes()` gives their ranges)."""
         return {i.op.parameter: i.shape for i in self.get_main_module().get_parameters()}
 
