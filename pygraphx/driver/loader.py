@@ -118,6 +118,11 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
     precision.add_argument(
         "--bf16", action="store_true", help="convert the program to bf16 (quantize_bf16)"
     )
+    add_shape_arguments(parser)
+
+
+def add_shape_arguments(parser: argparse.ArgumentParser) -> None:
+    """The shape options: fixed and dynamic lens, batch, symbolic dimensions' values."""
     shapes = parser.add_argument_group("shapes")
     shapes.add_argument(
         "--input-dim",
