@@ -1,8 +1,9 @@
 """The target-independent optimisation pipeline (what `-O` runs before a target lowers).
 
 The order matters and is explicit: fold constants, simplify algebra and layout, absorb pads,
-merge repeated work, remove what is dead, fuse element-wise and reduction regions, then plan
-memory. `optimize(program)` runs it; targets start their own lists with `optimize_passes()`.
+merge repeated work, recognise whole activations (GELU, SiLU), remove what is dead, fuse
+element-wise and reduction regions, then plan memory. `optimize(program)` runs it; targets
+start their own lists with `optimize_passes()`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy
 from pygraphx.passes.manager import Pass, module_pass, run_passes
 from pygraphx.passes.memory_coloring import memory_coloring
 from pygraphx.passes.propagate_constant import propagate_constant
+from pygraphx.passes.recognize_activations import recognize_activations
 from pygraphx.passes.schedule import schedule
 from pygraphx.passes.simplify_algebra import simplify_algebra
 from pygraphx.passes.simplify_reshapes import simplify_reshapes
@@ -44,6 +46,7 @@ def optimize_passes(
         module_pass(eliminate_common_subexpression),
         module_pass(simplify_algebra),
         module_pass(simplify_reshapes),
+        module_pass(recognize_activations),
         module_pass(eliminate_contiguous),
         module_pass(dead_code_elimination),
     ]
