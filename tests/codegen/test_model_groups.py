@@ -54,6 +54,7 @@ def test_every_fused_group_matches_ref(name: str, interpret: object) -> None:
         check_instruction(ins, rng, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.slow  # every kernel of a whole transformer compiled ahead of time
 @needs_triton
 @pytest.mark.parametrize("name", ["bert_base", "gpt2"])
 def test_transformer_kernels_compile_for_gpus(name: str, tmp_path: Path) -> None:

@@ -84,6 +84,7 @@ def test_unknown_model_raises() -> None:
         model_inputs("no_such_model", _model("mobilenetv2"))
 
 
+@pytest.mark.slow  # onnx.checker with full shape inference on whole networks
 @pytest.mark.parametrize("name", MODELS)
 def test_model_is_valid_onnx(name: str) -> None:
     model = _model(name)
