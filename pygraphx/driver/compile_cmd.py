@@ -90,7 +90,9 @@ def cmd_compile(args: argparse.Namespace, steps: Steps) -> int:
             elif line:
                 modules.setdefault(current, []).append(line)
         text = json.dumps({"target": target.name, "modules": modules}, indent=1) + "\n"
-    path.write_text(text)
+    from pygraphx.ir.atomic_write import write_atomic
+
+    write_atomic(path, text)
     print(
         f"Wrote: {path} (compiled program for {target.name}, {kind}: for reading; it cannot be "
         "loaded back: write .pgx/.mxr or use --binary for that)"

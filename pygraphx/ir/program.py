@@ -6,10 +6,19 @@ API: `compile(target)`, `run({name: array})` -> list of arguments, `get_paramete
 a name looked up in `ir.registry`) to run its pass list and make an executable; running checks
 the inputs against the parameters first, so a wrong name, type or shape fails with a message
 that says which.
+
+Threads: `run` on one compiled program is safe from any number of threads. Executables that
+keep per-run state (the cpu target's pre-bound slots) run one call at a time under the
+program's lock; those that declare `reentrant = True` (ref: all state is per call) run
+concurrently. `compile` holds the same lock, so a second concurrent compile waits and then
+fails clearly ("already compiled"). Outputs never alias the caller's inputs or the program's
+own buffers: an output that may share memory with an input, is read-only (a literal) or is
+returned twice is copied.
 """
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -60,6 +69,8 @@ class Program:
         self._specialized: OrderedDict[tuple, Program] = OrderedDict()
         self._evicted = False  # the one-time warning that values keep changing was given
         self._dynamic = False  # set at compile: some parameter has dynamic dimensions
+        # compile, specialisation and non-reentrant runs take it (see the module docstring)
+        self._lock = threading.RLock()
         self.create_module("main")
 
     # --- modules --------------------------------------------------------------------------
@@ -146,6 +157,9 @@ class Program:
             device_id: gpu: which device (unless the target was made with its own).
             exhaustive_tune: search kernel settings longer at compile time.
 
+        Compiling is atomic: a concurrent second compile waits for the first, then fails as
+        already compiled.
+
         Raises:
             ProgramError: the program is already compiled.
 
@@ -153,6 +167,17 @@ class Program:
             >>> prog = pygraphx.parse_onnx("model.onnx")
             >>> prog.compile(pygraphx.get_target("cpu"))
         """
+        with self._lock:
+            self._compile(t, offload_copy, fast_math, device_id, exhaustive_tune)
+
+    def _compile(
+        self,
+        t: CompileTarget | str,
+        offload_copy: bool,
+        fast_math: bool,
+        device_id: int,
+        exhaustive_tune: bool,
+    ) -> None:
         if self.is_compiled():
             raise ProgramError(f"program is already compiled for target {self.target.name!r}")
         if isinstance(t, str):
@@ -205,15 +230,27 @@ class Program:
         arrays = self._check_params({n: v for n, v in params.items() if n not in given})
         # _check_params has fixed the lens of static parameters; only ranges can differ
         if self.value_inputs or (self._dynamic and self._off_max_lens(arrays)):
-            prog = self._specialized_for({**given, **arrays})
+            with self._lock:
+                prog = self._specialized_for({**given, **arrays})
             names = prog.get_parameter_shapes()
             return prog.run({n: a for n, a in arrays.items() if n in names}, observer)
         observer = with_eval_trace(self.get_main_module(), observer)  # PGX_TRACE_EVAL, read per run
-        if observer is None:
-            results = [Argument(a) for a in self._executable.run(arrays)]
+        executable = self._executable
+        if getattr(executable, "reentrant", False):
+            outputs = self._run_executable(executable, arrays, observer)
         else:
-            results = [Argument(a) for a in self._executable.run(arrays, observer=observer)]
+            with self._lock:
+                outputs = self._run_executable(executable, arrays, observer)
+        results = [Argument(a) for a in _unaliased(outputs, arrays)]
         return _grouped(results, self.output_structure)
+
+    @staticmethod
+    def _run_executable(
+        executable: Executable, arrays: dict[str, np.ndarray], observer: Any
+    ) -> list[np.ndarray]:
+        if observer is None:
+            return executable.run(arrays)
+        return executable.run(arrays, observer=observer)
 
     eval = run
 
@@ -226,7 +263,8 @@ class Program:
                 "program with dynamic dimensions or shape-deciding inputs"
             )
         try:
-            return self._executable.run_device(params, observer, self.get_output_names())
+            with self._lock:  # device executables keep per-run buffers (captured graphs)
+                return self._executable.run_device(params, observer, self.get_output_names())
         except ValueError as exc:
             raise ProgramError(str(exc)) from None
 
@@ -345,6 +383,22 @@ def _grouped(results: list[Any], structure: list[int | None] | None) -> list[Any
             out.append(results[k : k + count])
             k += count
     return out
+
+
+def _unaliased(outputs: list[np.ndarray], inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """`outputs` with a copy of every array that may share memory with an input, is read-only
+    (a literal of the program) or appears twice, so the caller owns what `run` returns."""
+    result: list[np.ndarray] = []
+    for out in outputs:
+        arr = np.asarray(out)
+        if (
+            not arr.flags.writeable
+            or any(np.may_share_memory(arr, a) for a in inputs.values())
+            or any(np.may_share_memory(arr, r) for r in result)
+        ):
+            arr = arr.copy()
+        result.append(arr)
+    return result
 
 
 def _type_name(dtype: np.dtype) -> str:
