@@ -23,6 +23,7 @@ from tests.serve.helpers import add_model, bert_inputs, reference_run, tiny_bert
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # a process that imports torch and compiles
 def test_driver_serves_an_onnx_file_and_stops_on_sigterm(tmp_path: Path) -> None:
     path = add_model(tmp_path, "bert", tiny_bert(), max_batch=2)
     cmd = [sys.executable, "-m", "pygraphx", "serve", "--onnx", str(path), "--cpu"]

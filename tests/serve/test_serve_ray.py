@@ -22,6 +22,8 @@ ort = pytest.importorskip("onnxruntime")
 from pygraphx.serve.ray import deployment, map_batches  # noqa: E402
 from tests.serve.helpers import add_model, bert_inputs, reference_run, tiny_bert  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a local Ray cluster: ~35 s on 2 cores
+
 
 def _free_port() -> int:
     with socket.socket() as s:
