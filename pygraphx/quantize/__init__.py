@@ -10,6 +10,7 @@ program compute in half or bfloat16 while keeping its parameter and output types
 from __future__ import annotations
 
 from pygraphx.quantize.int8 import quantize_int8
+from pygraphx.quantize.report import Int8Report, int8_report
 from pygraphx.quantize.truncate_float import (
     QuantizeError,
     quantize_bf16,
@@ -17,4 +18,12 @@ from pygraphx.quantize.truncate_float import (
     truncate_float,
 )
 
-__all__ = ["QuantizeError", "quantize_bf16", "quantize_fp16", "quantize_int8", "truncate_float"]
+__all__ = [
+    "Int8Report",
+    "QuantizeError",
+    "int8_report",
+    "quantize_bf16",
+    "quantize_fp16",
+    "quantize_int8",
+    "truncate_float",
+]
