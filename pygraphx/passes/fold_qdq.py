@@ -82,19 +82,19 @@ def _fold(module: Module, ins: Instruction) -> bool:
         return False
     stype = ins.inputs[1].shape.dtype()
     folded = (np.float64(sa.flat[0]) * channels.astype(np.float64)).astype(stype)
-    if is_dot:
-        product = module.insert_instruction(ins, make_op("quant_dot"), [qa, qb])
-    else:
-        product = module.insert_instruction(
-            ins, make_op("quant_convolution", **ins.op.attributes()), [qa, qb]
-        )
-    lens = tuple(product.shape.lens())
+    lens = tuple(ins.shape.lens())
     vector = module.insert_literal(ins, Literal(folded))
     if is_dot:
         spread = make_op("multibroadcast", out_lens=lens)
     else:
         spread = make_op("broadcast", axis=1, out_lens=lens)
-    scale = module.insert_instruction(ins, spread, [vector])
+    scale = module.insert_instruction(ins, spread, [vector])  # before the product: lowerings
+    if is_dot:  # that fuse the product with its dequantise find the scale already bound
+        product = module.insert_instruction(ins, make_op("quant_dot"), [qa, qb])
+    else:
+        product = module.insert_instruction(
+            ins, make_op("quant_convolution", **ins.op.attributes()), [qa, qb]
+        )
     result = module.insert_instruction(ins, make_op("dequantizelinear"), [product, scale])
     module.replace_instruction(ins, result)
     module.remove_instruction(ins)

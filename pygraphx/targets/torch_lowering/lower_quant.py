@@ -19,21 +19,26 @@ devices are declined too (the GPU target has its own plans for these).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.torch_lowering.context import LoweringContext
-from pygraphx.targets.torch_lowering.registry import lowering
+from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
+from pygraphx.targets.torch_lowering.registry import defer, lowering
 
 _INT8 = ("int8_type",)
 _EIGHT_BIT = ("int8_type", "uint8_type")
 
 
 def _emit_fresh(
-    ctx: LoweringContext, ins: Instruction, produce: Callable[[], torch.Tensor]
+    ctx: LoweringContext,
+    ins: Instruction,
+    produce: Callable[[], torch.Tensor],
+    layout: str = STANDARD,
 ) -> bool:
-    idx = ctx.bind_dynamic(ins)
+    """Bind `ins` to a tensor its step allocates (standard or channels-last strides)."""
+    idx = ctx.bind_dynamic(ins, layout)
     ctx.mark_fresh(idx)
     env = ctx.env
 
@@ -91,8 +96,37 @@ def _fixed_matrix(ctx: LoweringContext, ins: Instruction) -> torch.Tensor | None
     return t.contiguous()
 
 
+def _channel_vector(ctx: LoweringContext, ins: Instruction, k: int) -> torch.Tensor | None:
+    """Input k of `ins` as a float32 vector when it is a constant that varies along axis 1 only."""
+    if id(ins.inputs[k]) not in ctx.index:
+        return None  # not bound yet (comes after the producer)
+    t = ctx.constant(ctx.arg(ins, k))
+    if t is None or t.dtype != torch.float32 or t.dim() != 4:
+        return None
+    if any(
+        st != 0
+        for a, (st, n) in enumerate(zip(t.stride(), t.shape, strict=True))
+        if a != 1 and n > 1
+    ):
+        return None
+    return t[0, :, 0, 0].contiguous()
+
+
+def _dequantising_user(ctx: LoweringContext, ins: Instruction) -> tuple[Instruction, Any] | None:
+    """(the user, its per-channel scale) when `ins`'s only user is a dequantizelinear of it."""
+    if len(ins.outputs) != 1:
+        return None
+    user = ins.outputs[0]
+    if user.op.name != "dequantizelinear" or len(user.inputs) != 2 or user.inputs[0] is not ins:
+        return None
+    scale = _channel_vector(ctx, user, 1)
+    return None if scale is None else (user, scale)
+
+
 @lowering("quant_convolution")
 def lower_quant_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
+    """oneDNN int8 convolution; fused with its dequantizelinear user when it has one (the
+    scales applied by oneDNN to the int32 sums, float32 channels-last output)."""
     op = ins.op
     x, w = ins.inputs
     if not _on_cpu(ctx) or x.shape.type() not in _INT8 or w.shape.type() not in _INT8:
@@ -105,24 +139,55 @@ def lower_quant_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
         if pads[:2] != pads[2:]:
             return False
         pads = pads[:2]
-    stride, dilation, group = list(op.stride), list(op.dilation), op.group
+    geometry = (list(op.stride), pads, list(op.dilation), op.group)
+    fused = _dequantising_user(ctx, ins)
     channels = w.shape.lens()[0]
-    ones = torch.ones(channels, dtype=torch.float32)
-    zeros = torch.zeros(channels, dtype=torch.int64)
+    scale = fused[1] if fused is not None else torch.ones(channels, dtype=torch.float32)
     packed = torch.ops.onednn.qconv_prepack(
-        weights.contiguous(), ones, 1.0, 128, stride, pads, dilation, group, x.shape.lens()
+        weights.contiguous(), scale, 1.0, 128, *geometry, x.shape.lens()
     )
-    conv = torch.ops.onednn.qconv2d_pointwise
-    env, xi = ctx.env, ctx.arg(ins, 0)
+    run = _qconv_runner(ctx, ctx.arg(ins, 0), packed, scale, geometry, fused is None)
+    if fused is not None and defer(ctx, ins, fused[0], lambda c, user: _emit_cl(c, user, run)):
+        return True
+    if fused is not None:  # something runs in between: the int32 sums, then the dequantise
+        scale = torch.ones(channels, dtype=torch.float32)
+        packed = torch.ops.onednn.qconv_prepack(
+            weights.contiguous(), scale, 1.0, 128, *geometry, x.shape.lens()
+        )
+        run = _qconv_runner(ctx, ctx.arg(ins, 0), packed, scale, geometry, True)
+    return _emit_cl(ctx, ins, run)
+
+
+def _emit_cl(ctx: LoweringContext, ins: Instruction, produce: Callable[[], torch.Tensor]) -> bool:
+    idx = ctx.bind_dynamic(ins, CHANNELS_LAST)
+    ctx.mark_fresh(idx)
+    env = ctx.env
+
+    def step() -> None:
+        env[idx] = produce()
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+def _qconv_runner(
+    ctx: LoweringContext, xi: int, packed: Any, scale: torch.Tensor, geometry: tuple, sums: bool
+) -> Callable[[], torch.Tensor]:
+    """The oneDNN call: int32 sums when `sums`, else the sums times `scale` per channel."""
+    conv, env = torch.ops.onednn.qconv2d_pointwise, ctx.env
+    stride, pads, dilation, group = geometry
+    zeros = torch.zeros(scale.numel(), dtype=torch.int64)
+    cl = torch.channels_last
 
     def run() -> torch.Tensor:
-        shifted = env[xi].view(torch.uint8).bitwise_xor(128)  # int8 v -> uint8 v + 128
+        # oneDNN takes unsigned activations: int8 v -> uint8 v + 128 (a bit flip), zero point 128
+        shifted = env[xi].contiguous(memory_format=cl).view(torch.uint8).bitwise_xor(128)
         y = conv(
             shifted,
             1.0,
             128,
             packed,
-            ones,
+            scale,
             zeros,
             None,
             stride,
@@ -136,9 +201,9 @@ def lower_quant_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
             [],
             "",
         )
-        return y.to(torch.int32, memory_format=torch.contiguous_format)
+        return y.to(torch.int32) if sums else y
 
-    return _emit_fresh(ctx, ins, run)
+    return run
 
 
 @lowering("quantizelinear")
@@ -156,10 +221,9 @@ def lower_quantizelinear(ctx: LoweringContext, ins: Instruction) -> bool:
 
     def run() -> torch.Tensor:
         q = torch.round(env[xi] / env[si])
-        q = torch.nan_to_num(q, nan=lo).clamp_(lo, hi)
-        return q.to(dtype, memory_format=torch.contiguous_format)
+        return torch.nan_to_num(q, nan=lo).clamp_(lo, hi).to(dtype)
 
-    return _emit_fresh(ctx, ins, run)
+    return _emit_fresh(ctx, ins, run, ctx.layout[xi])
 
 
 @lowering("dequantizelinear")
@@ -173,6 +237,6 @@ def lower_dequantizelinear(ctx: LoweringContext, ins: Instruction) -> bool:
     xi, si = ctx.args(ins)
 
     def run() -> torch.Tensor:
-        return torch.mul(env[xi].to(torch.float32), env[si]).contiguous()
+        return torch.mul(env[xi].to(torch.float32), env[si])
 
-    return _emit_fresh(ctx, ins, run)
+    return _emit_fresh(ctx, ins, run, ctx.layout[xi])
