@@ -236,3 +236,41 @@ def test_report_resnetish_top1_and_sqnr():
     assert 0.0 < out.rel_rms < 0.1
     assert not prog.is_compiled()  # the report works on copies
     assert report.worst(1)[0].sqnr_db == min(layer.sqnr_db for layer in report.layers)
+
+
+# --- the fold_qdq pass on its own -----------------------------------------------------------
+def qdq_dot_program(zero_point: int) -> tuple[pygraphx.Program, np.ndarray, np.ndarray]:
+    from pygraphx.ops.base import make_op
+
+    rng = np.random.default_rng(5)
+    w = rng.integers(-127, 128, size=(4, 3)).astype(np.int8)
+    col = np.float32([0.25, 0.5, 0.125])
+    prog = pygraphx.Program()
+    m = prog.get_main_module()
+    x = m.add_parameter("x", pygraphx.Shape("int8_type", [2, 4]))
+    sx = m.add_literal(np.full((2, 4), 0.5, F32))
+    zx = m.add_literal(np.full((2, 4), zero_point, np.int8))
+    a = m.add_instruction(make_op("dequantizelinear"), [x, sx, zx])
+    b = m.add_instruction(
+        make_op("dequantizelinear"), [m.add_literal(w), m.add_literal(np.tile(col, (4, 1)))]
+    )
+    m.add_return([m.add_instruction(make_op("dot"), [a, b])])
+    return prog, w, col
+
+
+def test_fold_qdq_folds_symmetric_and_keeps_zero_points():
+    from pygraphx.passes.fold_qdq import fold_qdq
+
+    x = np.random.default_rng(6).integers(-128, 128, size=(2, 4)).astype(np.int8)
+    for zp in (0, 3):
+        prog, w, col = qdq_dot_program(zp)
+        fold_qdq(prog.get_main_module())
+        ops = {ins.op.name for ins in prog.get_main_module().instructions}
+        assert ("quant_dot" in ops) == (zp == 0) and ("dot" in ops) == (zp != 0)
+        prog.compile("ref")
+        got = run(prog, {"x": x})
+        want_acc = (x.astype(np.int64) - zp) @ w.astype(np.int64)
+        if zp == 0:  # exact: int sums times the folded scale 0.5 * col
+            np.testing.assert_array_equal(got, want_acc.astype(F32) * (F32(0.5) * col))
+        else:
+            np.testing.assert_allclose(got, want_acc * 0.5 * col, rtol=1e-6)
