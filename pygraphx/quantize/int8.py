@@ -104,9 +104,30 @@ def quantize_int8(
     method: str = "max",
     percentile: float = 99.99,
 ) -> None:
-    """Quantise the uncompiled float `prog` in place to int8 `dot` / `convolution` (see above).
+    """Quantise the uncompiled float `prog` in place to int8 `dot` / `convolution`.
 
-    `method` is the activation statistic: "max" (max |x|, the default) or "percentile"."""
+    The float program is run over `calibration` to choose the activations' scales; weights
+    are quantised per output channel; the products become `quant_dot` / `quant_convolution`
+    with exact int32 sums (see the module docstring for the rules).
+
+    Args:
+        prog: a parsed, not yet compiled program with static input shapes.
+        target: where the calibration runs (a target or its name; `ref` by default).
+        calibration: sample inputs, each a {input name: array or argument}; empty or None uses
+            MIGraphX's default parameters, with a warning (accuracy can be lost badly).
+        ins_names: operators to quantise, among "dot" and "convolution".
+        method: the activation statistic, "max" (max |x|) or "percentile".
+        percentile: the percentile of |x| for `method="percentile"`.
+
+    Raises:
+        QuantizeError: `prog` is compiled or dynamic, or an argument is not valid.
+
+    Example:
+        >>> prog = pygraphx.parse_onnx("resnet50.onnx")
+        >>> samples = [{"data": image} for image in calibration_images]
+        >>> pygraphx.quantize_int8(prog, pygraphx.get_target("cpu"), samples)
+        >>> prog.compile(pygraphx.get_target("cpu"))
+    """
     _check_program(prog)
     if isinstance(ins_names, str):
         ins_names = (ins_names,)
