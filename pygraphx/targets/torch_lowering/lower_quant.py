@@ -12,12 +12,14 @@
   without zero points: the reference's arithmetic (float32 divide, round half to even, clamp;
   float32 multiply), element for element.
 
-Anything else is declined (the numpy fallback runs it and is counted in `fallbacks`). Other
-devices are declined too (the GPU target has its own plans for these).
+Anything else is declined: the numpy fallback runs it (exact; counted in `fallbacks`), and for
+the integer products a warning is logged. Other devices are declined too (the GPU target has
+its own plans for these).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +28,8 @@ import torch
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.registry import defer, lowering
+
+log = logging.getLogger(__name__)
 
 _INT8 = ("int8_type",)
 _EIGHT_BIT = ("int8_type", "uint8_type")
@@ -53,10 +57,24 @@ def _on_cpu(ctx: LoweringContext) -> bool:
     return ctx.device.type == "cpu"
 
 
+def _decline(ins: Instruction, why: str) -> bool:
+    """Announce that an integer product runs through numpy (exact, but slow), and decline."""
+    log.warning(
+        "%s %s -> %s: no torch integer kernel (%s); it runs through numpy (exact, slow)",
+        ins.op.name,
+        [x.shape.lens() for x in ins.inputs],
+        ins.shape.lens(),
+        why,
+    )
+    return False
+
+
 @lowering("quant_dot")
 def lower_quant_dot(ctx: LoweringContext, ins: Instruction) -> bool:
-    if not _on_cpu(ctx) or any(x.shape.type() not in _INT8 for x in ins.inputs):
+    if not _on_cpu(ctx):
         return False
+    if any(x.shape.type() not in _INT8 for x in ins.inputs):
+        return _decline(ins, "only int8 x int8 runs as torch._int_mm")
     env = ctx.env
     a, b = ctx.args(ins)
     out_lens = tuple(ins.shape.lens())
@@ -66,7 +84,7 @@ def lower_quant_dot(ctx: LoweringContext, ins: Instruction) -> bool:
         k, n = w.shape
         rows = ins.shape.elements() // n if n else 0
         if rows == 0 or k == 0:
-            return False
+            return _decline(ins, "an empty product")
         return _emit_fresh(ctx, ins, lambda: int_mm(env[a].reshape(rows, k), w).view(out_lens))
     m, k = ins.inputs[0].shape.lens()[-2:]
     n = out_lens[-1]
@@ -129,15 +147,17 @@ def lower_quant_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
     scales applied by oneDNN to the int32 sums, float32 channels-last output)."""
     op = ins.op
     x, w = ins.inputs
-    if not _on_cpu(ctx) or x.shape.type() not in _INT8 or w.shape.type() not in _INT8:
+    if not _on_cpu(ctx):
         return False
+    if x.shape.type() not in _INT8 or w.shape.type() not in _INT8:
+        return _decline(ins, "oneDNN's path here takes int8 input and weights")
     weights = ctx.constant(ctx.arg(ins, 1))
     if weights is None or x.shape.ndim() != 4 or op.padding_mode != 0:
-        return False
+        return _decline(ins, "needs 2-D, constant weights and explicit padding")
     pads = list(op.padding)
     if len(pads) == 4:
         if pads[:2] != pads[2:]:
-            return False
+            return _decline(ins, f"asymmetric padding {pads}")
         pads = pads[:2]
     geometry = (list(op.stride), pads, list(op.dilation), op.group)
     fused = _dequantising_user(ctx, ins)
