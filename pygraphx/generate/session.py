@@ -110,6 +110,7 @@ class DecoderSession:
     layout: KVLayout
     has_positions: bool
     shapes_seen: set[tuple[int, ...]] = field(default_factory=set)
+    tokenizer: Any = None
 
     @classmethod
     def open(
