@@ -4,7 +4,8 @@ The layout is the one Optimum / ONNX Runtime GenAI exports use: inputs `input_id
 `attention_mask` (covering past + new tokens), `position_ids`, then `past_key_values.{i}.key` /
 `.value` per layer ([batch, kv_heads, past, head_dim]); outputs `logits` then
 `present.{i}.key` / `.value` ([batch, kv_heads, past + seq, head_dim]). Batch, sequence and past
-length are dynamic axes.
+length are dynamic axes. The attention mask always covers exactly past + new tokens (transformers'
+mask code reads a padding length from it at trace time, which is then 0 for every shape).
 
 torch and transformers are imported only when an export runs (they are optional dependencies of
 pygraphx); a missing one raises `ExportUnavailableError` naming the package.
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 import io
+import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,7 +158,11 @@ def export_decoder(model: Any, path: str | Path | None = None) -> bytes:
     axes.update({n: {0: "batch", 2: "past"} for n in past_names})
     axes.update({n: {0: "batch", 2: "total"} for n in present_names})
     buf = io.BytesIO()
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # the tracer's notes on transformers' Python-side checks (mask padding length, cache
+        # initialisation) hold for every shape of this layout; see the module docstring
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", message=".*aten::index.*")
         torch.onnx.export(
             _wrapper(model), (ids, mask, pos, *past), buf,
             input_names=["input_ids", "attention_mask", "position_ids", *past_names],
@@ -166,3 +173,28 @@ def export_decoder(model: Any, path: str | Path | None = None) -> bytes:
     if path is not None:
         Path(path).write_bytes(data)
     return data
+
+
+def cache_dir() -> Path:
+    """Where exported tiny decoders are kept: $PGX_CACHE_DIR, else ~/.cache/pygraphx."""
+    root = os.environ.get("PGX_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pygraphx"
+    )
+    return Path(root) / "decoders"
+
+
+def tiny_decoder_path(name: str, seed: int = 0) -> Path:
+    """The ONNX file of tiny decoder `name`, exported on first use and cached per torch and
+    transformers version (the export is deterministic for a seed)."""
+    torch = _require("torch")
+    transformers = _require("transformers")
+    folder = cache_dir()
+    tag = f"{name}-s{seed}-torch{torch.__version__}-tf{transformers.__version__}".replace("+", "_")
+    path = folder / f"{tag}.onnx"
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        data = export_decoder(tiny_model(name, seed))
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(data)
+        tmp.replace(path)  # atomic: a concurrent export leaves one whole file
+    return path

@@ -166,3 +166,22 @@ def test_model_without_cache_is_refused(tmp_path: Path) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     with pytest.raises(GenerateError, match="past_key_values"):
         DecoderSession.open(path, "ref")
+
+
+def test_top_level_api_and_driver(exported, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import pygraphx
+    from pygraphx.driver.main import main
+
+    path, model = exported["gpt2_tiny"]
+    p1, _ = prompts()
+    want = hf_greedy(model, p1, 12)
+    assert pygraphx.generate(path, p1, max_new_tokens=12, target="ref").tolist() == want
+    args = ["generate", "--onnx", str(path), "--prompt-ids", *map(str, p1)]
+    assert main([*args, "--max-new-tokens", "12", "--cpu", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["tokens"] == want and report["prompt_tokens"] == len(p1)
+    assert report["time_to_first_token_s"] > 0
+    assert main([*args, "--sample", "--temperature", "0"]) == 1
+    assert "temperature must be > 0" in capsys.readouterr().err
