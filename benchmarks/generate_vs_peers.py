@@ -33,12 +33,21 @@ import sys
 import time
 from typing import Any
 
+import pygraphx  # noqa: F401  (before torch: its OpenMP settings apply when torch loads)
+
 SMALL = {
     "qwen2_small": (
         "Qwen2ForCausalLM",
         "Qwen2Config",
-        dict(vocab_size=8000, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
-             num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024),
+        dict(
+            vocab_size=8000,
+            hidden_size=512,
+            intermediate_size=1536,
+            num_hidden_layers=4,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+        ),
     ),
 }
 
@@ -77,7 +86,10 @@ def run_pygraphx(args: argparse.Namespace, model: Any, rows: list[list[int]]) ->
 
     kw = {"threads": args.threads} if args.target == "cpu" else {}
     session = DecoderSession.open(
-        data, get_target(args.target, **kw), max_batch=len(rows), max_context=2 * (args.prompt_len + args.new)
+        data,
+        get_target(args.target, **kw),
+        max_batch=len(rows),
+        max_context=2 * (args.prompt_len + args.new),
     )
     gen = lambda: run_generation(session, rows, args.new, SamplingConfig(), set(), 0, None)  # noqa: E731
     gen()  # warm-up: compiles every bucketed shape
@@ -106,8 +118,14 @@ def run_transformers(args: argparse.Namespace, model: Any, rows: list[list[int]]
             torch.cuda.synchronize()
         start = time.perf_counter()
         with torch.no_grad():
-            out = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                                 do_sample=False, pad_token_id=0)
+            out = model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                pad_token_id=0,
+            )
         if device == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - start, out
@@ -125,7 +143,6 @@ def run_transformers(args: argparse.Namespace, model: Any, rows: list[list[int]]
 
 
 def worker(args: argparse.Namespace) -> None:
-    import pygraphx  # noqa: F401  (first: OpenMP settings before torch loads)
     import torch
 
     torch.set_num_threads(args.threads)
@@ -138,10 +155,27 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def spawn(args: argparse.Namespace, engine: str, model: str, batch: int, target: str) -> dict:
-    cmd = [sys.executable, __file__, "--worker", "--engine", engine, "--models", model,
-           "--batches", str(batch), "--target", target, "--threads", str(args.threads),
-           "--prompt-len", str(args.prompt_len), "--new", str(args.new),
-           "--repeat", str(args.repeat)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--engine",
+        engine,
+        "--models",
+        model,
+        "--batches",
+        str(batch),
+        "--target",
+        target,
+        "--threads",
+        str(args.threads),
+        "--prompt-len",
+        str(args.prompt_len),
+        "--new",
+        str(args.new),
+        "--repeat",
+        str(args.repeat),
+    ]
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -150,13 +184,17 @@ def spawn(args: argparse.Namespace, engine: str, model: str, batch: int, target:
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'model':12} {'dev':4} {'b':>2} {'engine':12} {'TTFT ms':>9} {'decode tok/s':>13} "
-            f"{'peak MB':>8} {'compile s':>9} {'shapes':>6} same")
+    head = (
+        f"{'model':12} {'dev':4} {'b':>2} {'engine':12} {'TTFT ms':>9} {'decode tok/s':>13} "
+        f"{'peak MB':>8} {'compile s':>9} {'shapes':>6} same"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
-            lines.append(f"{r['model']:12} {r['target']:4} {r['batch']:>2} {r['engine']:12} "
-                         f"error: {r['error']}")
+            lines.append(
+                f"{r['model']:12} {r['target']:4} {r['batch']:>2} {r['engine']:12} "
+                f"error: {r['error']}"
+            )
             continue
         lines.append(
             f"{r['model']:12} {r['target']:4} {r['batch']:>2} {r['engine']:12} "
@@ -202,8 +240,9 @@ def main(argv: list[str] | None = None) -> int:
                 for engine in ("pygraphx", "transformers"):
                     row = spawn(args, engine, model, batch, target)
                     pair[engine] = row
-                    rows.append({"model": model, "target": target, "batch": batch,
-                                 "engine": engine, **row})
+                    rows.append(
+                        {"model": model, "target": target, "batch": batch, "engine": engine, **row}
+                    )
                 if all("tokens" in r for r in pair.values()):
                     same = pair["pygraphx"]["tokens"] == pair["transformers"]["tokens"]
                     rows[-2]["same_tokens"] = rows[-1]["same_tokens"] = same
@@ -214,8 +253,16 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "prompt_len": args.prompt_len, "new": args.new,
-                       "rows": rows}, f, indent=1)
+            json.dump(
+                {
+                    "threads": args.threads,
+                    "prompt_len": args.prompt_len,
+                    "new": args.new,
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -389,8 +389,10 @@ COMMANDS: dict[str, Command] = {
         "compare the compiled (optimised) program with the reference on the same inputs",
     ),
     "onnx": Command(cmd_onnx, _onnx_arguments, "the supported ONNX operators (--list)"),
-    "generate": Command(_lazy("pygraphx.driver.generate_cmd", "cmd_generate"),
-                        _lazy("pygraphx.driver.generate_cmd", "generate_arguments"),
-                        "generate tokens with a decoder that has a KV cache (past/present)"),
+    "generate": Command(
+        _lazy("pygraphx.driver.generate_cmd", "cmd_generate"),
+        _lazy("pygraphx.driver.generate_cmd", "generate_arguments"),
+        "generate tokens with a decoder that has a KV cache (past/present)",
+    ),
     "version": Command(cmd_version, _no_arguments, "print version information"),
 }

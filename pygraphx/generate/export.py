@@ -57,16 +57,26 @@ TINY_DECODERS: dict[str, TinyDecoder] = {
         "LlamaForCausalLM",
         "LlamaConfig",
         dict(
-            vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+            vocab_size=1000,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
         ),
     ),
     "qwen2_tiny": TinyDecoder(
         "Qwen2ForCausalLM",
         "Qwen2Config",
         dict(
-            vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+            vocab_size=1000,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
         ),
     ),
 }
@@ -153,8 +163,12 @@ def export_decoder(model: Any, path: str | Path | None = None) -> bytes:
     mask = torch.ones(batch, past_len + seq, dtype=torch.int64)
     pos = torch.arange(past_len, past_len + seq).unsqueeze(0).expand(batch, seq).contiguous()
     past = [torch.randn(batch, kv_heads, past_len, head_dim) for _ in past_names]
-    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
-            "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
+    axes = {
+        "input_ids": {0: "batch", 1: "seq"},
+        "attention_mask": {0: "batch", 1: "total"},
+        "position_ids": {0: "batch", 1: "seq"},
+        "logits": {0: "batch", 1: "seq"},
+    }
     axes.update({n: {0: "batch", 2: "past"} for n in past_names})
     axes.update({n: {0: "batch", 2: "total"} for n in present_names})
     buf = io.BytesIO()
@@ -164,10 +178,15 @@ def export_decoder(model: Any, path: str | Path | None = None) -> bytes:
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", message=".*aten::index.*")
         torch.onnx.export(
-            _wrapper(model), (ids, mask, pos, *past), buf,
+            _wrapper(model),
+            (ids, mask, pos, *past),
+            buf,
             input_names=["input_ids", "attention_mask", "position_ids", *past_names],
-            output_names=["logits", *present_names], dynamic_axes=axes,
-            opset_version=OPSET, dynamo=False, do_constant_folding=True,
+            output_names=["logits", *present_names],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+            do_constant_folding=True,
         )
     data = buf.getvalue()
     if path is not None:

@@ -153,8 +153,10 @@ def generate(
     if text:
         texts = decode(tok, [_strip(r, stops) for r in result.tokens.tolist()])
         return texts[0] if isinstance(input_ids, str) else texts
-    single = not isinstance(input_ids, np.ndarray) and len(_as_rows(input_ids)) == 1 and not (
-        input_ids and isinstance(input_ids[0], Sequence)
+    single = (
+        not isinstance(input_ids, np.ndarray)
+        and len(_as_rows(input_ids)) == 1
+        and not (input_ids and isinstance(input_ids[0], Sequence))
     )
     single = single or (isinstance(input_ids, np.ndarray) and input_ids.ndim == 1)
     return result.tokens[0] if single else result.tokens

@@ -21,8 +21,10 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 (got {self.temperature}); "
-                             "use do_sample=False for greedy decoding")
+            raise ValueError(
+                f"temperature must be > 0 (got {self.temperature}); "
+                "use do_sample=False for greedy decoding"
+            )
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (got {self.top_k})")
         if not 0.0 < self.top_p <= 1.0:

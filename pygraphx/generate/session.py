@@ -83,8 +83,10 @@ def _kv_order(name: str) -> tuple[int, int]:
 def load_decoder(source: Any, max_batch: int, max_context: int) -> Program:
     """Parse an ONNX decoder (path or bytes) with ranges on batch [1, max_batch], new tokens and
     past [1, max_context] (the mask covers both), so each bucketed shape compiles statically."""
-    proto = onnx.load_model_from_string(source) if isinstance(source, bytes | bytearray) else (
-        onnx.load_model(str(source), load_external_data=False)
+    proto = (
+        onnx.load_model_from_string(source)
+        if isinstance(source, bytes | bytearray)
+        else (onnx.load_model(str(source), load_external_data=False))
     )
     batch, ctx = (1, max_batch), (1, max_context)
     dims: dict[str, list[Any]] = {}

@@ -160,8 +160,9 @@ def test_model_without_cache_is_refused(tmp_path: Path) -> None:
 
     ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, 4])
     out = helper.make_tensor_value_info("logits", TensorProto.INT64, [1, 4])
-    graph = helper.make_graph([helper.make_node("Identity", ["input_ids"], ["logits"])], "g",
-                              [ids], [out])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["input_ids"], ["logits"])], "g", [ids], [out]
+    )
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     with pytest.raises(GenerateError, match="past_key_values"):
