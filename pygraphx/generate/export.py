@@ -103,7 +103,7 @@ def kv_names(num_layers: int) -> tuple[list[str], list[str]]:
     return past, present
 
 
-def _wrapper(model: Any) -> Any:
+def _wrapper(model: Any, last_logits_only: bool) -> Any:
     """A module taking flat tensors (ids, mask, positions, past...) and returning flat ones."""
     torch = _require("torch")
     cache_utils = _require("transformers.cache_utils")
@@ -124,6 +124,7 @@ def _wrapper(model: Any) -> Any:
                 past_key_values=cache,
                 use_cache=True,
                 return_dict=True,
+                **({"logits_to_keep": 1} if last_logits_only else {}),
             )
             flat = []
             for layer in range(len(past) // 2):
@@ -150,8 +151,14 @@ def model_dims(model: Any) -> tuple[int, int, int]:
     return layers, kv_heads, head_dim
 
 
-def export_decoder(model: Any, path: str | Path | None = None) -> bytes:
+def export_decoder(
+    model: Any, path: str | Path | None = None, last_logits_only: bool = True
+) -> bytes:
     """Export `model` (a transformers causal LM) to ONNX with past/present KV tensors.
+
+    `last_logits_only`: `logits` is [batch, 1, vocab], the last position's only (what
+    generation needs; transformers' own `generate` computes only those too), which saves the
+    LM head's work on the other prompt positions at prefill.
 
     Returns the model bytes, also written to `path` when given.
     """
@@ -167,7 +174,7 @@ def export_decoder(model: Any, path: str | Path | None = None) -> bytes:
         "input_ids": {0: "batch", 1: "seq"},
         "attention_mask": {0: "batch", 1: "total"},
         "position_ids": {0: "batch", 1: "seq"},
-        "logits": {0: "batch", 1: "seq"},
+        "logits": {0: "batch"} if last_logits_only else {0: "batch", 1: "seq"},
     }
     axes.update({n: {0: "batch", 2: "past"} for n in past_names})
     axes.update({n: {0: "batch", 2: "total"} for n in present_names})
@@ -178,7 +185,7 @@ def export_decoder(model: Any, path: str | Path | None = None) -> bytes:
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", message=".*aten::index.*")
         torch.onnx.export(
-            _wrapper(model),
+            _wrapper(model, last_logits_only),
             (ids, mask, pos, *past),
             buf,
             input_names=["input_ids", "attention_mask", "position_ids", *past_names],

@@ -20,6 +20,9 @@ from pygraphx.generate.session import DecoderSession, GenerateError, bucket
 from pygraphx.generate.tokenizer import decode, encode, tokenizer_beside
 
 
+PROMPT_MIN = 8
+
+
 @dataclass
 class GenerationResult:
     """New tokens [batch, n] (rows stopped early are filled with the pad id) and timings."""
@@ -73,12 +76,19 @@ def run_generation(
     stops: set[int],
     pad_id: int,
     seed: int | None,
+    prompt_bucket: bool = True,
 ) -> GenerationResult:
-    """Prefill `rows` (left-padded) and decode up to `max_new_tokens` tokens per row."""
+    """Prefill `rows` (left-padded) and decode up to `max_new_tokens` tokens per row.
+
+    With `prompt_bucket` the prompts are left-padded (masked) to a power-of-two length of at
+    least `PROMPT_MIN`, so prompts of many lengths share a handful of compiled prefill shapes.
+    """
     if max_new_tokens < 1:
         raise GenerateError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
     rng = np.random.default_rng(seed)
     width = max(len(r) for r in rows)
+    if prompt_bucket:
+        width = bucket(width, PROMPT_MIN)
     ids, mask = left_pad(rows, pad_id, width)
     batch = len(rows)
     cache = session.new_cache(batch, bucket(width + max_new_tokens))
@@ -108,7 +118,9 @@ def run_generation(
         length += 1
         next_pos += 1
     decode_s = time.perf_counter() - start
-    return GenerationResult(out, width, prefill_s, decode_s, session.compile_count)
+    return GenerationResult(
+        out, max(len(r) for r in rows), prefill_s, decode_s, session.compile_count
+    )
 
 
 def open_session(

@@ -72,9 +72,9 @@ def test_compiles_once_per_bucket(exported) -> None:
     path, _ = exported["llama_tiny"]
     session = DecoderSession.open(path, "cpu", max_batch=1, max_context=128)
     generate(session, list(range(5)), max_new_tokens=NEW)
-    # prefill (1, 5, 16) + decode past buckets 16, 32, 64 for lengths 5..36
-    assert session.shapes_seen == {(1, 5, 16), (1, 1, 16), (1, 1, 32), (1, 1, 64)}
-    generate(session, list(range(10, 15)), max_new_tokens=NEW)
+    # prefill (1, 8, 16) (prompt padded to 8) + decode past buckets 16, 32, 64 for lengths 8..39
+    assert session.shapes_seen == {(1, 8, 16), (1, 1, 16), (1, 1, 32), (1, 1, 64)}
+    generate(session, list(range(10, 17)), max_new_tokens=NEW)  # 7 tokens: same shapes
     assert session.compile_count == 4
 
 
@@ -186,3 +186,19 @@ def test_top_level_api_and_driver(exported, capsys: pytest.CaptureFixture[str]) 
     assert report["time_to_first_token_s"] > 0
     assert main([*args, "--sample", "--temperature", "0"]) == 1
     assert "temperature must be > 0" in capsys.readouterr().err
+
+
+def test_full_logits_export_and_unbucketed_prompt(exported, tmp_path: Path) -> None:
+    """A decoder exported with logits for every position (as Optimum's are) works too, and so
+    does prefill at the prompt's own length."""
+    from pygraphx.generate import SamplingConfig as Cfg
+    from pygraphx.generate import run_generation
+
+    _, model = exported["llama_tiny"]
+    path = tmp_path / "full.onnx"
+    export_decoder(model, path, last_logits_only=False)
+    session = DecoderSession.open(path, "cpu", max_batch=1, max_context=64)
+    p1, _ = prompts()
+    res = run_generation(session, [p1], 12, Cfg(), set(), 0, None, prompt_bucket=False)
+    assert res.tokens[0].tolist() == hf_greedy(model, p1, 12)
+    assert (1, len(p1), 16) in session.shapes_seen
