@@ -150,8 +150,29 @@ def generate(
     tokenizer: Any = None,
     max_context: int = 1024,
 ) -> Any:
-    """Generate tokens after each prompt; returns int64 [batch, n] (a 1-D array for one
-    unbatched prompt), or text (a string or list of strings) when text was given."""
+    """Generate tokens after each prompt: prefill, then one decode step per new token.
+
+    Args:
+        model: a decoder ONNX file (or its bytes, a parsed `Program`, or a `DecoderSession` to
+            reuse compiled shapes) with `past_key_values.N.key|value` inputs and `present.N.*`
+            outputs.
+        input_ids: one prompt (ids, or text when a `tokenizer.json` is beside the model or
+            `tokenizer=` is given) or a batch of prompts of any lengths (left-padded).
+        max_new_tokens: tokens generated per prompt at most.
+        target: `"ref"`, `"cpu"` or `"gpu"` (or a `Target`).
+        eos_token_id: stop token(s); a row that emits one stops, later slots get `pad_token_id`
+            (default: the smallest stop id, else 0). All rows stopped: the loop ends.
+        do_sample, top_k, top_p, temperature, seed: sampling (greedy unless `do_sample`); the
+            same seed gives the same tokens.
+
+    Returns:
+        int64 array [batch, n] of new tokens (1-D for one unbatched prompt), or text.
+
+    Example:
+        >>> ids = pygraphx.generate("decoder.onnx", [[1, 2, 3], [4, 5]], max_new_tokens=8)
+        >>> ids.shape
+        (2, 8)
+    """
     rows_in = [input_ids] if isinstance(input_ids, str) else input_ids
     text = isinstance(rows_in, list) and bool(rows_in) and isinstance(rows_in[0], str)
     n_rows = len(rows_in) if text else len(_as_rows(input_ids))
