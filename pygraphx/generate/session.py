@@ -52,7 +52,7 @@ class KVLayout:
     kv_heads: int
     head_dim: int
     dtype: np.dtype
-    max_positions: int
+    max_past: int  # the largest past length the program accepts
 
 
 def _read_layout(prog: Program, path: str) -> KVLayout:
@@ -71,7 +71,7 @@ def _read_layout(prog: Program, path: str) -> KVLayout:
         raise GenerateError(f"{path}: present outputs {absent} missing (have {outputs})")
     s = shapes[past[0]]
     lens = s.max_lens() if s.dynamic() else s.lens()
-    return KVLayout(past, present, lens[1], lens[3], s.dtype(), 0)
+    return KVLayout(past, present, lens[1], lens[3], s.dtype(), lens[2])
 
 
 def _kv_order(name: str) -> tuple[int, int]:
@@ -157,6 +157,11 @@ class DecoderSession:
         """
         batch, seq = ids.shape
         past = bucket(length)
+        if past > self.layout.max_past:
+            raise GenerateError(
+                f"context of {length + seq} tokens needs a past of {past}, more than the "
+                f"{self.layout.max_past} the decoder was opened for (max_context)"
+            )
         if length + seq > cache[0].shape[2] or past > cache[0].shape[2]:
             raise GenerateError(f"context {length + seq} exceeds the cache ({cache[0].shape[2]})")
         mask = np.concatenate([valid[:, :past], new_mask], axis=1).astype(np.int64)

@@ -202,3 +202,10 @@ def test_full_logits_export_and_unbucketed_prompt(exported, tmp_path: Path) -> N
     res = run_generation(session, [p1], 12, Cfg(), set(), 0, None, prompt_bucket=False)
     assert res.tokens[0].tolist() == hf_greedy(model, p1, 12)
     assert (1, len(p1), 16) in session.shapes_seen
+
+
+def test_context_beyond_max_context_is_refused(exported) -> None:
+    path, _ = exported["llama_tiny"]
+    session = DecoderSession.open(path, "ref", max_batch=1, max_context=32)
+    with pytest.raises(GenerateError, match="max_context"):
+        generate(session, list(range(20)), max_new_tokens=20)
