@@ -19,7 +19,6 @@ from pygraphx.generate.sampling import SamplingConfig, next_tokens
 from pygraphx.generate.session import DecoderSession, GenerateError, bucket
 from pygraphx.generate.tokenizer import decode, encode, tokenizer_beside
 
-
 PROMPT_MIN = 8
 
 
