@@ -23,12 +23,15 @@ from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.targets.base import Target
 from pygraphx.targets.gpu.executable import GpuExecutable
 from pygraphx.targets.gpu.lowering import gpu_overrides
+from pygraphx.targets.gpu.triton_groups import TritonGroups, triton_wanted
 from pygraphx.targets.torch_lowering import lower_module
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
 
-SETTINGS = frozenset(["device_id", "device", "graph", "channels_last", "tf32", "overrides"])
+SETTINGS = frozenset(
+    ["device_id", "device", "graph", "channels_last", "tf32", "overrides", "triton"]
+)
 
 
 class GpuTarget(Target):
@@ -40,7 +43,10 @@ class GpuTarget(Target):
     `choose_channels_last`), `tf32` (float32 GEMMs and convolutions
     may use TF32 tensor cores: faster, ~1e-3 relative error; default off), `overrides` (op name
     -> lowering function, tried before this target's own: where generated Triton kernels plug
-    in), `device="cpu"` (run the GPU lowering on the CPU with no graph: tests and debugging).
+    in), `triton` (fused element-wise and reduction groups as generated Triton kernels,
+    `triton_groups.py`; default on for CUDA/ROCm devices unless `PGX_GPU_TRITON=0`; on the CPU
+    only under `TRITON_INTERPRET=1`), `device="cpu"` (run the GPU lowering on the CPU with no
+    graph: tests and debugging).
     """
 
     name = "gpu"
@@ -75,12 +81,18 @@ class GpuTarget(Target):
         channels_last = self.settings.get("channels_last")
         if channels_last is None:
             channels_last = choose_channels_last(program, tf32)
-        overrides = gpu_overrides(channels_last=channels_last)
+        kernels = None
+        if triton_wanted(self.settings.get("triton"), device):
+            kernels = TritonGroups(device)
+        overrides = gpu_overrides(channels_last=channels_last, kernels=kernels)
         overrides.update(self.settings.get("overrides") or {})
         lower_options = {**options, "lowering_overrides": overrides, "mkldnn": False}
         where = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
         with torch.inference_mode(), where:
             lowered = lower_module(program.get_main_module(), device, lower_options)
+        if kernels is not None:
+            kernels.announce()
+            lowered.ctx.cache["triton_groups"] = kernels
         return GpuExecutable(
             lowered,
             device,
