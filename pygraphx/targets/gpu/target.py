@@ -14,6 +14,7 @@ program up and captures it as one CUDA/HIP graph.
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -28,6 +29,8 @@ from pygraphx.targets.torch_lowering import lower_module
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
+
+log = logging.getLogger(__name__)
 
 SETTINGS = frozenset(
     ["device_id", "device", "graph", "channels_last", "tf32", "overrides", "triton"]
@@ -92,6 +95,11 @@ class GpuTarget(Target):
             lowered = lower_module(program.get_main_module(), device, lower_options)
         if kernels is not None:
             kernels.announce()
+            compiles, seconds = kernels.compile_ahead()
+            log.info(
+                "gpu target: %d fused groups as %d Triton kernels (%d compiles ahead, %.2f s)",
+                kernels.lowered, len(kernels.kernels), compiles, seconds,
+            )  # fmt: skip
             lowered.ctx.cache["triton_groups"] = kernels
         return GpuExecutable(
             lowered,

@@ -24,9 +24,11 @@ import dataclasses
 import importlib.util
 import os
 import re
+import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -34,10 +36,11 @@ import torch
 from pygraphx.codegen.trace import GroupTrace, NotTraceable, TensorDesc, group_trace
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
-from pygraphx.targets.torch_lowering.dtypes import numpy_dtype
+from pygraphx.targets.torch_lowering.dtypes import numpy_dtype, torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import group_layout, output_buffer
 
 TRITON_ENV = "PGX_GPU_TRITON"
+JOBS_ENV = "PGX_GPU_TRITON_JOBS"
 
 Lowering = Callable[[LoweringContext, Instruction], bool]
 
@@ -88,6 +91,7 @@ class TritonGroups:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.kernels: dict[str, Any] = {}  # source key -> TritonKernel (shared by identical groups)
+        self.samples: dict[str, tuple[list, torch.Tensor]] = {}  # key -> a call's tensors
         self.lowered = 0
         self.refused: Counter[str] = Counter()
         self.examples: dict[str, str] = {}
@@ -114,6 +118,34 @@ class TritonGroups:
             self.kernels[key] = found
         return found
 
+    def _remember(self, ctx: LoweringContext, args: Sequence[int], kernel: Any, out: Any) -> None:
+        """Tensors like a call's (for `compile_ahead`): the fixed ones, else placeholders."""
+        if kernel.key in self.samples:
+            return
+        inputs = [
+            ctx.value(a) if ctx.value(a) is not None else _placeholder(d, self.device)
+            for a, d in zip(args, kernel.group.inputs, strict=True)
+        ]
+        self.samples[kernel.key] = (inputs, out)
+
+    def compile_ahead(self, jobs: int | None = None) -> tuple[int, float]:
+        """Compile every kernel's launch configurations now, on `jobs` threads (default:
+        `$PGX_GPU_TRITON_JOBS`, else up to 8), so the first run does not compile them one by
+        one; returns (compiles, seconds). CUDA/ROCm only (the interpreter compiles nothing)."""
+        if self.device.type != "cuda" or not self.samples:
+            return 0, 0.0
+        jobs = jobs or int(os.environ.get(JOBS_ENV, "0") or 0) or min(8, os.cpu_count() or 1)
+        start = time.perf_counter()
+        device = self.device
+
+        def compile_one(key: str) -> int:
+            with torch.cuda.device(device):  # the current device is per thread
+                return self.kernels[key].compile_ahead(*self.samples[key])
+
+        with ThreadPoolExecutor(jobs) as pool:
+            counts = list(pool.map(compile_one, list(self.samples)))
+        return sum(counts), time.perf_counter() - start
+
     def lower(self, ctx: LoweringContext, ins: Instruction) -> bool:
         from pygraphx.codegen.triton.build import UnsupportedGroup
 
@@ -133,6 +165,7 @@ class TritonGroups:
             self.examples.setdefault(kind, f"{ins.op.name} {name}: {exc}")
             return False
         idx, out = output_buffer(ctx, ins, layout)
+        self._remember(ctx, args, kernel, out)
         ctx.emit(self._step(ctx, args, kernel, out), ins, idx)
         self.lowered += 1
         return True
@@ -176,6 +209,10 @@ class TritonGroups:
                 f"kernels: {kind} (e.g. {self.examples[kind]})",
                 stacklevel=3,
             )
+
+
+def _placeholder(desc: TensorDesc, device: torch.device) -> torch.Tensor:
+    return torch.empty(1, dtype=torch_dtype(desc.dtype), device=device)
 
 
 def _channels_last(desc: TensorDesc) -> TensorDesc:

@@ -1,0 +1,165 @@
+"""The gpu target's fused groups as generated Triton kernels, run on the CPU by Triton's
+interpreter (`TRITON_INTERPRET=1`, `GpuTarget(device="cpu", triton=True)`): the built-in models
+end to end against ref, the announcement of groups the generator refuses (checked against
+numpy), and when the kernels are (not) used."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if importlib.util.find_spec("triton") is None:  # not imported here: Triton reads
+    pytest.skip("triton is not installed", allow_module_level=True)  # TRITON_INTERPRET once
+
+from onnx import helper  # noqa: E402
+
+import pygraphx  # noqa: E402
+from pygraphx.models import get_model, model_inputs  # noqa: E402
+from pygraphx.targets.gpu.target import GpuTarget  # noqa: E402
+from tests.helpers import make_model  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # masked lanes in numpy
+
+RNG = np.random.default_rng(11)
+# the transformers at a short sequence; the image builders take no image size (224x224)
+MODELS = {"bert_base": {"seq_len": 8}, "gpt2": {"seq_len": 8}, "mobilenetv2": {}, "resnet50": {}}
+
+
+@pytest.fixture
+def interpret(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("PGX_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.delenv("PGX_GPU_TRITON", raising=False)
+    return tmp_path / "kernels"
+
+
+def compile_gpu_on_cpu(model, **settings) -> pygraphx.Program:
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(GpuTarget(device="cpu", **settings))
+    return prog
+
+
+def triton_groups(prog: pygraphx.Program):
+    return prog._executable.lowered.ctx.cache.get("triton_groups")
+
+
+def run_ref(model, inputs) -> list[np.ndarray]:
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(pygraphx.get_target("ref"))
+    return [np.array(a) for a in prog.run(inputs)]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_builtin_model_with_triton_kernels_matches_ref(name: str, interpret) -> None:
+    model = get_model(name, **MODELS[name])
+    inputs = model_inputs(name, model)
+    prog = compile_gpu_on_cpu(model, triton=True)
+    groups = triton_groups(prog)
+    assert groups is not None and groups.lowered > 0
+    assert not groups.refused, dict(groups.refused)
+    assert not prog._executable.fallbacks
+    assert len(groups.kernels) < groups.lowered  # identical groups share one kernel
+    assert any(interpret.glob("k*.py"))  # built through the disk cache
+    for got, want in zip(prog.run(inputs), run_ref(model, inputs), strict=True):
+        got = np.array(got)
+        scale = float(np.sqrt(np.mean(want.astype(np.float64) ** 2)))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(scale, 1.0))
+
+
+def column_sum_model():
+    """exp(x) summed over the leading axis (not the trailing one: the row kernels refuse it),
+    plus an element-wise tail; returns the model, its inputs and numpy's result."""
+    x = RNG.standard_normal((6, 5)).astype(np.float32)
+    nodes = [
+        helper.make_node("Exp", ["x"], ["e"]),
+        helper.make_node("ReduceSum", ["e", "axes"], ["s"], keepdims=1),
+        helper.make_node("Sigmoid", ["x"], ["g"]),
+        helper.make_node("Mul", ["g", "s"], ["out"]),
+    ]
+    model = make_model(nodes, {"x": x}, ["out"], {"axes": np.array([0], np.int64)})
+    s = np.exp(x.astype(np.float64)).sum(axis=0, keepdims=True)
+    return model, {"x": x}, s / (1 + np.exp(-x.astype(np.float64)))
+
+
+def test_refused_group_is_announced_and_runs_as_torch(interpret) -> None:
+    model, feeds, want = column_sum_model()
+    with pytest.warns(UserWarning, match=r"gpu target: 1 fused group\(s\) run as torch code.*"
+                      r"not over trailing axes") as record:  # fmt: skip
+        prog = compile_gpu_on_cpu(model, triton=True)
+    assert sum("run as torch code" in str(w.message) for w in record) == 1
+    groups = triton_groups(prog)
+    assert sum(groups.refused.values()) == 1
+    assert groups.lowered >= 1  # the element-wise tail is still a kernel
+    got = np.array(prog.run(feeds)[0])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_triton_is_off_on_the_cpu_without_the_interpreter(monkeypatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    model, feeds, want = column_sum_model()
+    prog = compile_gpu_on_cpu(model)
+    assert triton_groups(prog) is None
+    np.testing.assert_allclose(np.array(prog.run(feeds)[0]), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("how", ["setting", "environment"])
+def test_triton_can_be_turned_off(how: str, interpret, monkeypatch) -> None:
+    model, feeds, want = column_sum_model()
+    settings = {}
+    if how == "setting":
+        settings["triton"] = False
+    else:
+        monkeypatch.setenv("PGX_GPU_TRITON", "0")
+    prog = compile_gpu_on_cpu(model, **settings)
+    assert triton_groups(prog) is None
+    np.testing.assert_allclose(np.array(prog.run(feeds)[0]), want, rtol=1e-5, atol=1e-6)
+
+
+def test_interpreter_turns_triton_on_by_default(interpret) -> None:
+    model, feeds, want = column_sum_model()
+    with pytest.warns(UserWarning, match="run as torch code"):
+        prog = compile_gpu_on_cpu(model)
+    assert triton_groups(prog) is not None
+    np.testing.assert_allclose(np.array(prog.run(feeds)[0]), want, rtol=1e-5, atol=1e-6)
+
+
+# --- on a CUDA / ROCm device (skipped in CI) ---------------------------------------------------
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
+
+
+def compile_on_gpu(model, fp16: bool = False, **settings) -> pygraphx.Program:
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    if fp16:
+        pygraphx.quantize_fp16(prog)
+    prog.compile(pygraphx.get_target("gpu", **settings))
+    return prog
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", ["bert_base", "resnet50"])
+def test_gpu_kernels_tuned_before_capture_and_cached(name: str, tmp_path, monkeypatch) -> None:
+    """Every group is a kernel; the first run tunes them all (during warm-up) and then
+    captures the graph; a second compile finds the tuned configurations on disk and compiles
+    only those; triton on and off agree."""
+    monkeypatch.setenv("PGX_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PGX_GPU_TRITON", raising=False)
+    model = get_model(name, **{k: 128 for k in MODELS[name]})
+    inputs = model_inputs(name, model)
+    prog = compile_on_gpu(model, fp16=True)
+    groups = triton_groups(prog)
+    assert groups is not None and groups.lowered > 0 and not groups.refused
+    got = [np.array(a) for a in prog.run(inputs)]
+    assert prog._executable.graph is not None, prog._executable.why_uncaptured
+    assert all(k.config is not None for k in groups.kernels.values())
+    again = triton_groups(compile_on_gpu(model, fp16=True))
+    assert again.compile_ahead() == (len(again.kernels), pytest.approx(0, abs=60))
+    off = compile_on_gpu(model, fp16=True, triton=False)
+    assert triton_groups(off) is None
+    for a, b in zip(got, off.run(inputs), strict=True):
+        b = np.array(b).astype(np.float64)
+        rms = np.sqrt(np.mean((a.astype(np.float64) - b) ** 2)) / np.sqrt(np.mean(b**2))
+        assert rms < 1e-2
