@@ -1,9 +1,9 @@
 """Triton kernel source for a `GroupTrace`: pointwise groups and row reductions.
 
-* pointwise: a 1-D grid over the output's elements, `BLOCK` lanes a program; each lane's flat
-  index is unravelled over the (coalesced) lens and dotted with every input's strides, so any
-  strides and broadcasts (zero strides) are read in place. Inputs broadcast everywhere are one
-  scalar load.
+* pointwise: a 1-D grid over the output's elements in the output's memory order, `BLOCK`
+  lanes a program; each lane's flat index is unravelled over the (coalesced) lens and dotted
+  with every input's strides, so any strides and broadcasts (zero strides) are read in place.
+  Inputs broadcast everywhere are one scalar load.
 * row reductions (`fused_reduce`): the reduced axes must be trailing (after dropping length-1
   dimensions); one program per row. A row that fits `MAX_SINGLE` lanes is loaded once and the
   group's own description runs on it (prologue, reduction, epilogue); a longer row (GPT-2's
@@ -143,8 +143,11 @@ def _result(env: dict, group: GroupTrace) -> TExpr:
 def pointwise_source(group: GroupTrace) -> KernelSource:
     out = group.output
     numel = int(np.prod(out.lens, dtype=np.int64))
-    all_strides = [d.strides for d in group.inputs] + [out.strides]
-    lens, strides = coalesce(out.lens, all_strides)
+    # lanes walk the output in its memory order (a channels-last output: channels innermost),
+    # so neighbouring lanes store to neighbouring addresses; standard outputs keep their order
+    order = sorted(range(len(out.lens)), key=lambda d: -out.strides[d])
+    all_strides = [[s[d] for d in order] for s in [*(d.strides for d in group.inputs), out.strides]]
+    lens, strides = coalesce([out.lens[d] for d in order], all_strides)
     body = [_signature(group)]
     idx = "tl.program_id(0)"
     if numel > INT32_LIMIT:
