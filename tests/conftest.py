@@ -16,6 +16,17 @@ import numpy as np
 import pytest
 
 # ============================================================================================
+# Triton's interpreter on machines without a GPU
+#   users: tests/codegen/, the gpu target's Triton path on the CPU
+# ============================================================================================
+# Triton decides at its first import whether its library functions (`tl.zeros`, `tl.max`, ...)
+# are interpreted; torch imports triton as a side effect of some exports. So on a machine with no
+# GPU the interpreter is switched on here, before any test runs, instead of per test.
+_GPU_DEVICE_FILES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/kfd")
+if not any(os.path.exists(f) for f in _GPU_DEVICE_FILES):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# ============================================================================================
 # Exported real-architecture models (ResNet-50, MobileNetV2, BERT-base, GPT-2)
 #   helpers: tests/exported_models.py    users: tests/models/test_exported_vs_ort.py
 # ============================================================================================

@@ -12,6 +12,7 @@ fp16/bf16/fp8 values in `compute_dtype` and rounding only where the description 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,8 @@ import numpy as np
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.ir.shape import Shape
+from pygraphx.ops import make_op
+from pygraphx.ops.activation import NATIVE_ACTIVATIONS
 from pygraphx.ops.handler import NUMPY, PRIMITIVES, accumulation_dtype, compute_dtype
 from pygraphx.ops.pointwise import Pointwise
 from pygraphx.ops.reduce import normalize_axes
@@ -94,11 +97,39 @@ class Tracer:
     def _record(self, name: str, args: Sequence[Any]) -> Value:
         probes = [_probe(a) for a in args]
         with np.errstate(all="ignore"):
-            result = np.asarray(getattr(NUMPY, name)(*probes))
+            result = np.asarray(_numpy_fn(name)(*probes))
         if all(not isinstance(a, Value) or a.kind == "const" for a in args):
             return Value("const", result.dtype, const=result.reshape(()))  # folded
         self.trace.nodes.append(Node(name, list(args), result.dtype))
         return Value("node", result.dtype, index=len(self.trace.nodes) - 1)
+
+
+def _numpy_fn(name: str) -> Callable[..., Any]:
+    """The numpy form of a primitive, or of a native activation (its decomposition)."""
+    if name in NATIVE_ACTIVATIONS:
+        op = make_op(name)
+        return lambda x: op.decompose(NUMPY, x)
+    return getattr(NUMPY, name)
+
+
+def _native_recorder(name: str) -> Callable[[Tracer, Value], Value]:
+    def record(self: Tracer, x: Value) -> Value:
+        return self._record(name, [x])
+
+    return record
+
+
+@functools.cache
+def tracer_class(native: frozenset[str] = frozenset()) -> type[Tracer]:
+    """A `Tracer` that records the activations named in `native` (`ops/activation.py`) as one
+    step each, for a handler that runs them natively (torch's `gelu`, ...); other handlers
+    (numpy, Triton) get them decomposed into primitives."""
+    unknown = native - set(NATIVE_ACTIVATIONS)
+    if unknown:
+        raise ValueError(f"not native activations: {sorted(unknown)}")
+    if not native:
+        return Tracer
+    return type("NativeTracer", (Tracer,), {n: _native_recorder(n) for n in sorted(native)})
 
 
 def _probe(a: Any) -> Any:
@@ -129,14 +160,16 @@ def trace_body(
     stop: Instruction | None = None,
     consts: dict[int, np.ndarray] | None = None,
     reductions: bool = False,
+    native: frozenset[str] = frozenset(),
 ) -> tuple[Trace, Value]:
     """Trace `body`'s instructions (up to, not including, `stop`); returns the trace and the
     value of the body's result (or of `stop`'s first input). `consts`: parameters known to be
     one number everywhere, folded in as constants. `reductions`: trace reduce-like
-    instructions too (as `REDUCTIONS` steps), else they raise `NotTraceable`."""
+    instructions too (as `REDUCTIONS` steps), else they raise `NotTraceable`. `native`:
+    activations recorded as one step each (`tracer_class`)."""
     params = body.get_parameters()
     trace = Trace([Value("in", p.shape.dtype(), index=k) for k, p in enumerate(params)])
-    tracer = Tracer(trace)
+    tracer = tracer_class(native)(trace)
     values: dict[int, Value] = {id(p): v for p, v in zip(params, trace.inputs, strict=True)}
     for k, value in (consts or {}).items():
         arr = np.asarray(value, dtype=params[k].shape.dtype()).reshape(())

@@ -12,6 +12,9 @@
     Summary:
     convolution: 22.6576ms / 49 = 0.4624ms, 53.2898%
     ...
+    Fused groups:
+    main:fused_reduce0 (mul, add, softmax): 0.0123ms, 0.5%
+    ...
     Batch size: 1
     Rate: 975.796/sec
     Total time: 32.7937ms
@@ -26,6 +29,8 @@ How each number is measured (all averages are per run, over the N runs):
   total instructions time (so the shares sum to 100%);
 * `Summary:` groups the instructions by op name: per-run time of all of them / their count =
   average per instruction, share; sorted by time;
+* `Fused groups:` lists each fused group that ran (`pointwise`, `fused_reduce`): its module,
+  the ops in its body, its per-run time and share (in `--json`: `fused_groups`);
 * `Total time` is the average of N further runs without an observer (the real run time), and
   the min / median / p90 / p99 line describes those runs; `Rate` = 1000 / total ms * batch, the
   batch being `--batch` (default 1), as migraphx-driver reports it;
@@ -65,8 +70,10 @@ from pygraphx.driver.loader import add_loader_arguments, describe_source, positi
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.printer import instruction_names, print_module
 from pygraphx.ir.program import Program
+from pygraphx.passes.fusion_policy import inner_op_names
 
 DEFAULT_RUNS = 100
+FUSED_OPS = ("pointwise", "fused_reduce")
 
 #: advance(k) is called after each run; a no-op when no progress is shown
 Advance = Callable[[], None]
@@ -176,6 +183,26 @@ class PerfReport:
         rows = [(name, sum(ts), len(ts)) for name, ts in totals.items()]
         return sorted(rows, key=lambda r: r[1], reverse=True)
 
+    def fused_groups(self) -> list[dict[str, Any]]:
+        """Every fused group of `main` (`pointwise`, `fused_reduce`) that ran: its module, the
+        instruction calling it, the ops in its body, per-run ms and share; in program order."""
+        rows = []
+        for ins in self.profile.order:
+            if ins.op.name not in FUSED_OPS or not ins.module_inputs:
+                continue
+            ms = self.profile.average(ins) * 1e3
+            rows.append(
+                {
+                    "group": ins.module_inputs[0].name,
+                    "instruction": self.names[id(ins)],
+                    "kind": ins.op.name,
+                    "ops": inner_op_names(ins),
+                    "time_ms": ms,
+                    "percent": self.share(ms),
+                }
+            )
+        return rows
+
     def run_stats(self) -> dict[str, float]:
         ms = [t * 1e3 for t in self.run_times]
         return {
@@ -206,6 +233,10 @@ class PerfReport:
         lines += ["", "Summary:"]
         for name, ms, count in self.summary():
             lines.append(f"{name}: {ms:g}ms / {count} = {ms / count:g}ms, {self.share(ms):g}%")
+        lines += ["", "Fused groups:"]
+        for g in self.fused_groups():
+            ops = ", ".join(g["ops"])
+            lines.append(f"{g['group']} ({ops}): {g['time_ms']:g}ms, {g['percent']:g}%")
         first, second = self.overhead_ms
         total = self.total_ms
         stats = self.run_stats()
@@ -254,6 +285,7 @@ class PerfReport:
                 }
                 for name, ms, count in self.summary()
             ],
+            "fused_groups": self.fused_groups(),
             "batch_size": self.batch,
             "rate_per_sec": self.rate,
             "total_time_ms": total,

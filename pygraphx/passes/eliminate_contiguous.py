@@ -8,18 +8,23 @@ from __future__ import annotations
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
-from pygraphx.passes.rewrite import Rule, apply_to_fixed_point
+from pygraphx.passes.pattern import Captures, Rule, RuleSet, any_, op
 
 
-def contiguous_standard(m: Module, ins: Instruction) -> Instruction | None:
-    # contiguous(x) -> x when x is already standard
-    x = ins.inputs[0]
-    return x if x.shape.standard() and not x.shape.broadcasted() else None
+def _x(m: Module, ins: Instruction, c: Captures) -> Instruction:
+    return c["x"]
 
 
-RULES: dict[str, list[Rule]] = {"contiguous": [contiguous_standard]}  # contiguous(std x) -> x
+def _standard(ins: Instruction) -> bool:
+    return ins.shape.standard() and not ins.shape.broadcasted()
+
+
+# contiguous(x) -> x when x is already standard
+RULES = RuleSet("eliminate_contiguous", [
+    Rule("contiguous_standard", op("contiguous", any_("x").where(_standard)), _x),
+])  # fmt: skip
 
 
 def eliminate_contiguous(module: Module) -> None:
     """Remove contiguous copies of standard values."""
-    apply_to_fixed_point(module, RULES)
+    RULES.apply(module)

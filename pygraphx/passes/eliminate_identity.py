@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
-from pygraphx.passes.rewrite import Rule, apply_to_fixed_point
+from pygraphx.passes.pattern import Captures, Rule, RuleSet, any_, op
 
 
-def identity_op(m: Module, ins: Instruction) -> Instruction | None:
-    return ins.inputs[0]
+def _x(m: Module, ins: Instruction, c: Captures) -> Instruction:
+    return c["x"]
 
 
-RULES: dict[str, list[Rule]] = {"identity": [identity_op]}  # identity(x) -> x
+# identity(x) -> x
+RULES = RuleSet("eliminate_identity", [Rule("identity", op("identity", any_("x")), _x)])
 
 
 def eliminate_identity(module: Module) -> None:
     """Replace every identity by its input."""
-    apply_to_fixed_point(module, RULES)
+    RULES.apply(module)

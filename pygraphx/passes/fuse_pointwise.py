@@ -1,7 +1,8 @@
 """fuse_pointwise: merge chains of element-wise instructions into `pointwise` sub-modules.
 
-An element-wise instruction joins the group of its users when they are all element-wise, all
-in that one group and of its lens, so every group has exactly one value leaving it (its last
+An element-wise instruction joins the group of its users when the target's fusion policy agrees
+(`passes/fusion_policy.py`; by default: its users are all element-wise, all in that one group
+and of its lens), so every group has exactly one value leaving it (its last
 instruction) and values used several times inside a region (GELU's x) stay inside.
 Each group becomes a sub-module `main:pointwiseN` (parameters `x0, x1, ...` for the values
 entering it) and one `pointwise(...)` instruction in the parent, as in MIGraphX. Every target can
@@ -16,6 +17,7 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.ops.fused import PointwiseModule
 from pygraphx.ops.pointwise import Pointwise
+from pygraphx.passes.fusion_policy import DefaultFusion, FusionGroup, FusionPolicy, FusionTrace
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
@@ -25,36 +27,43 @@ def is_pointwise(ins: Instruction) -> bool:
     return isinstance(ins.op, Pointwise)
 
 
-def _groups(module: Module) -> list[list[Instruction]]:
-    """Assign groups walking backwards: an element-wise instruction joins the group of its users
-    when all of them are in one group and have its lens; otherwise it starts a group. So every
-    member but the last has all its users inside the group, and one value leaves it."""
-    group_of: dict[int, int] = {}
+def _groups(module: Module, policy: FusionPolicy, trace: FusionTrace) -> list[list[Instruction]]:
+    """Assign groups walking backwards: an element-wise instruction is offered to the group of
+    its first user and joins it when the policy agrees (by default: all its users are in that
+    group and have its lens); otherwise it starts a group. So every member but the last has all
+    its users inside the group, and one value leaves it."""
+    group_of: dict[int, FusionGroup] = {}
     returned = {id(i) for i in module.get_returns()}
-    next_group = 0
+    order: list[FusionGroup] = []
     for ins in reversed(module.instructions):
         if not is_pointwise(ins):
             continue
-        users = {group_of.get(id(u), -1) for u in ins.outputs}
-        same_lens = all(u.shape.lens() == ins.shape.lens() for u in ins.outputs)
-        if len(users) == 1 and -1 not in users and same_lens and id(ins) not in returned:
-            group_of[id(ins)] = users.pop()
-        else:
-            group_of[id(ins)] = next_group
-            next_group += 1
-    groups: dict[int, list[Instruction]] = {}
-    for ins in module.instructions:  # module order, so each group is in order too
-        if id(ins) in group_of:
-            groups.setdefault(group_of[id(ins)], []).append(ins)
-    return list(groups.values())
+        first = group_of.get(id(ins.outputs[0])) if ins.outputs else None
+        group = first if first is not None else FusionGroup("pointwise", module, returned)
+        reason = policy.can_fuse(group, ins)
+        if reason is not None:
+            if first is not None:
+                trace.refused(first, ins, reason)
+            group = FusionGroup("pointwise", module, returned)
+            order.append(group)
+        elif first is None:
+            order.append(group)
+        group.add(ins)
+        group_of[id(ins)] = group
+    # module order, so each group is in order too; groups numbered by their first member
+    position = {id(ins): k for k, ins in enumerate(module.instructions)}
+    groups = [sorted(g.members, key=lambda i: position[id(i)]) for g in order]
+    return sorted(groups, key=lambda g: position[id(g[0])])
 
 
-def fuse_pointwise(module: Module, program: Program) -> None:
+def fuse_pointwise(module: Module, program: Program, policy: FusionPolicy | None = None) -> None:
     """Replace every group of element-wise instructions by one `pointwise` instruction."""
     if module.parent is not None:
         return
+    policy = policy or DefaultFusion()
+    trace = FusionTrace("fuse_pointwise", module)
     counter = sum(1 for name in program.modules if name.startswith(f"{module.name}:pointwise"))
-    for group in _groups(module):
+    for group in _groups(module, policy, trace):
         members = {id(i) for i in group}
         external: list[Instruction] = []
         for ins in group:
@@ -74,3 +83,4 @@ def fuse_pointwise(module: Module, program: Program) -> None:
         fused = module.insert_instruction(last, PointwiseModule(), external, [body])
         module.replace_instruction(last, fused)
         module.remove_instructions(set(group))
+        trace.formed(name, group, fused)

@@ -1,8 +1,9 @@
 """The target-independent optimisation pipeline (what `-O` runs before a target lowers).
 
 The order matters and is explicit: fold constants, simplify algebra and layout, absorb pads,
-merge repeated work, remove what is dead, fuse element-wise and reduction regions, then plan
-memory. `optimize(program)` runs it; targets start their own lists with `optimize_passes()`.
+merge repeated work, recognise whole activations (GELU, SiLU), remove what is dead, fuse
+element-wise and reduction regions, then plan memory. `optimize(program)` runs it; targets
+start their own lists with `optimize_passes()`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from pygraphx.passes.eliminate_identity import eliminate_identity
 from pygraphx.passes.eliminate_pad import eliminate_pad
 from pygraphx.passes.fuse_pointwise import fuse_pointwise
 from pygraphx.passes.fuse_reduce import fuse_reduce
+from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy
 from pygraphx.passes.manager import Pass, module_pass, run_passes
 from pygraphx.passes.memory_coloring import memory_coloring
 from pygraphx.passes.propagate_constant import propagate_constant
+from pygraphx.passes.recognize_activations import recognize_activations
 from pygraphx.passes.schedule import schedule
 from pygraphx.passes.simplify_algebra import simplify_algebra
 from pygraphx.passes.simplify_reshapes import simplify_reshapes
@@ -27,8 +30,12 @@ if TYPE_CHECKING:
     from pygraphx.ir.program import Program
 
 
-def optimize_passes(fuse: bool = True, plan_memory: bool = True) -> list[Pass]:
-    """The ordered target-independent pass list."""
+def optimize_passes(
+    fuse: bool = True, plan_memory: bool = True, policy: FusionPolicy | None = None
+) -> list[Pass]:
+    """The ordered target-independent pass list; `policy` decides what the fusion passes group
+    (`DefaultFusion` when None, the CPU's choice)."""
+    policy = policy or DefaultFusion()
     passes = [
         module_pass(eliminate_identity),
         module_pass(propagate_constant),
@@ -39,11 +46,15 @@ def optimize_passes(fuse: bool = True, plan_memory: bool = True) -> list[Pass]:
         module_pass(eliminate_common_subexpression),
         module_pass(simplify_algebra),
         module_pass(simplify_reshapes),
+        module_pass(recognize_activations),
         module_pass(eliminate_contiguous),
         module_pass(dead_code_elimination),
     ]
     if fuse:
-        passes += [Pass("fuse_pointwise", fuse_pointwise), Pass("fuse_reduce", fuse_reduce)]
+        passes += [
+            Pass("fuse_pointwise", lambda m, p: fuse_pointwise(m, p, policy)),
+            Pass("fuse_reduce", lambda m, p: fuse_reduce(m, p, policy)),
+        ]
     if plan_memory:
         passes += [module_pass(schedule), module_pass(memory_coloring)]
     return passes

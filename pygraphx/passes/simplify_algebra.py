@@ -1,17 +1,17 @@
-"""simplify_algebra: algebraic rewrites, written as a table of rules (one line each).
+"""simplify_algebra: algebraic rewrites, declared as rules of the pattern language (pattern.py).
 
-Each rule looks at one instruction and returns its replacement (or None). The table is applied
-to a fixed point; dead instructions are removed between sweeps. Constants are literals, or
-broadcast views of literals (what the frontend makes of ONNX's broadcasting). Rules that fold
-constants into weights compute the new weights at once, so no runtime work is added.
+Each rule is a pattern (commutative ops match either way) and a rewrite that builds the
+replacement (or declines). The rule set is applied to a fixed point; dead instructions are
+removed between sweeps; `PGX_TRACE_REWRITE=1` prints each rule as it fires. Constants are
+literals, or broadcast views of literals (what the frontend makes of ONNX's broadcasting).
+Rules that fold constants into weights compute the new weights at once, so no runtime work is
+added.
 
 A separate sweep, `fuse_horizontal_dots`, merges matrix products that share their left input
 and have constant right inputs (the Q/K/V projections of attention) into one wider product.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import numpy as np
 
@@ -20,38 +20,26 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.ops import make_op
 from pygraphx.passes.dead_code_elimination import dead_code_elimination
-from pygraphx.passes.rewrite import Rule, apply_rules
-
-MAX_SWEEPS = 8
+from pygraphx.passes.pattern import (
+    Captures,
+    Rewrite,
+    Rule,
+    RuleSet,
+    any_,
+    const,
+    const_source,
+    const_value,
+    is_float,
+    op,
+    scalar,
+    single_use,
+)
 
 
 # --- constants ----------------------------------------------------------------------------
-def const_value(ins: Instruction) -> np.ndarray | None:
-    """The value of a literal or of a broadcast view of one, else None."""
-    if ins.is_literal():
-        return ins.get_literal().array
-    if ins.op.name in ("multibroadcast", "broadcast") and ins.inputs[0].is_literal():
-        return ins.op.compute(ins.shape, [ins.inputs[0].get_literal().array])
-    return None
-
-
-def scalar_value(ins: Instruction) -> float | None:
-    """The single value of a constant whose elements are all equal, else None."""
-    src = ins.inputs[0] if ins.op.name in ("multibroadcast", "broadcast") else ins
-    if not src.is_literal():
-        return None
-    arr = src.get_literal().array
-    if arr.size == 0:
-        return None
-    first = arr.reshape(-1)[0]
-    if arr.size > 1 and not np.all(arr == first):
-        return None
-    return first.item()
-
-
 def channel_vector(ins: Instruction, axis: int) -> np.ndarray | None:
     """If the constant varies only along `axis` of its shape, its values along it."""
-    src = ins.inputs[0] if ins.op.name in ("multibroadcast", "broadcast") else ins
+    src = const_source(ins)
     if not src.is_literal():
         return None
     value = const_value(ins)
@@ -101,225 +89,152 @@ def _const_operand(
     return _broadcast_literal(m, before, compress(value), lens)
 
 
-def _is_float(ins: Instruction) -> bool:
-    return np.issubdtype(ins.shape.dtype(), np.floating) or ins.shape.type() == "bf16_type"
-
-
 def _other(ins: Instruction, x: Instruction) -> Instruction:
     a, b = ins.inputs
     return b if a is x else a
 
 
-# --- rules --------------------------------------------------------------------------------
-def mul_one(m: Module, ins: Instruction) -> Instruction | None:
-    a, b = ins.inputs
-    if scalar_value(b) == 1:
-        return a
-    if scalar_value(a) == 1:
-        return b
-    return None
+# --- rules: each a pattern and a rewrite ---------------------------------------------------
+def _x(m: Module, ins: Instruction, c: Captures) -> Instruction:
+    return c["x"]
 
 
-def add_zero(m: Module, ins: Instruction) -> Instruction | None:
-    a, b = ins.inputs
-    if scalar_value(b) == 0:
-        return a
-    if scalar_value(a) == 0:
-        return b
-    return None
+def _zeros(m: Module, ins: Instruction, c: Captures) -> Instruction:
+    return _broadcast_literal(m, ins, np.zeros((), ins.shape.dtype()), ins.shape.lens())
 
 
-def sub_zero(m: Module, ins: Instruction) -> Instruction | None:
-    return ins.inputs[0] if scalar_value(ins.inputs[1]) == 0 else None
+def _unary(name: str) -> Rewrite:
+    def rewrite(m: Module, ins: Instruction, c: Captures) -> Instruction:
+        return m.insert_instruction(ins, make_op(name), [c["x"]])
+
+    return rewrite
 
 
-def div_one(m: Module, ins: Instruction) -> Instruction | None:
-    return ins.inputs[0] if scalar_value(ins.inputs[1]) == 1 else None
+def _square(m: Module, ins: Instruction, c: Captures) -> Instruction:
+    return m.insert_instruction(ins, make_op("mul"), [c["x"], c["x"]])
 
 
-def mul_zero(m: Module, ins: Instruction) -> Instruction | None:
-    # only for integers and bools: for floats x * 0 is NaN when x is inf or NaN
-    if _is_float(ins):
+def _times_reciprocal(m: Module, ins: Instruction, c: Captures) -> Instruction | None:
+    lit = const_source(c["c"]).get_literal().array
+    if not np.all(lit != 0):
         return None
-    a, b = ins.inputs
-    if scalar_value(a) == 0 or scalar_value(b) == 0:
-        return _broadcast_literal(m, ins, np.zeros((), ins.shape.dtype()), ins.shape.lens())
-    return None
+    recip = (1 / lit.astype(np.float64)).astype(lit.dtype)
+    new_c = _broadcast_literal(m, ins, recip, ins.shape.lens())
+    return m.insert_instruction(ins, make_op("mul"), [c["x"], new_c])
 
 
-def neg_neg(m: Module, ins: Instruction) -> Instruction | None:
-    x = ins.inputs[0]
-    return x.inputs[0] if x.op.name == "neg" else None
+def _plus_negated(m: Module, ins: Instruction, c: Captures) -> Instruction:
+    lit = const_source(c["c"]).get_literal().array
+    new_c = _broadcast_literal(m, ins, -lit, ins.shape.lens())
+    return m.insert_instruction(ins, make_op("add"), [c["x"], new_c])
 
 
-def div_const(m: Module, ins: Instruction) -> Instruction | None:
-    a, b = ins.inputs
-    value = const_value(b)
-    if value is None or not _is_float(ins) or not np.all(value != 0):
-        return None
-    src = b.inputs[0] if b.op.name in ("multibroadcast", "broadcast") else b
-    recip = (1 / src.get_literal().array.astype(np.float64)).astype(src.shape.dtype())
-    new_b = _broadcast_literal(m, ins, recip, ins.shape.lens())
-    return m.insert_instruction(ins, make_op("mul"), [a, new_b])
-
-
-def sub_const(m: Module, ins: Instruction) -> Instruction | None:
-    a, b = ins.inputs
-    if const_value(b) is None or not _is_float(ins):
-        return None
-    src = b.inputs[0] if b.op.name in ("multibroadcast", "broadcast") else b
-    new_b = _broadcast_literal(m, ins, -src.get_literal().array, ins.shape.lens())
-    return m.insert_instruction(ins, make_op("add"), [a, new_b])
-
-
-def recip_sqrt(m: Module, ins: Instruction) -> Instruction | None:
-    x = ins.inputs[0]
-    if x.op.name == "sqrt":
-        return m.insert_instruction(ins, make_op("rsqrt"), [x.inputs[0]])
-    return None
-
-
-def one_div_sqrt(m: Module, ins: Instruction) -> Instruction | None:
-    a, b = ins.inputs
-    if scalar_value(a) == 1 and b.op.name == "sqrt":
-        return m.insert_instruction(ins, make_op("rsqrt"), [b.inputs[0]])
-    return None
-
-
-def pow_two(m: Module, ins: Instruction) -> Instruction | None:
-    x, e = ins.inputs
-    if scalar_value(e) == 2 and _is_float(ins):
-        return m.insert_instruction(ins, make_op("mul"), [x, x])
-    return None
-
-
-def batch_norm_affine(m: Module, ins: Instruction) -> Instruction | None:
-    x, scale, bias, mean, var = ins.inputs
-    values = [const_value(i) for i in (scale, bias, mean, var)]
-    if any(v is None for v in values) or x.shape.ndim() < 2:
-        return None
+def _batch_norm_affine(m: Module, ins: Instruction, c: Captures) -> Instruction | None:
+    x = c["x"]
+    if ins.op.bn_mode != 1:
+        return None  # per-activation parameters: not a per-channel affine map
+    values = [const_value(c[k]) for k in ("scale", "bias", "mean", "var")]
     s, b, mu, v = (np.asarray(t, np.float64).reshape(-1) for t in values)
     a = s / np.sqrt(v + ins.op.epsilon)
-    c = b - mu * a
+    shift = b - mu * a
     lens = x.shape.lens()
     shape = [1, lens[1]] + [1] * (len(lens) - 2)
     dtype = x.shape.dtype()
-    mul = m.insert_instruction(
-        ins, make_op("mul"), [x, _broadcast_literal(m, ins, a.astype(dtype).reshape(shape), lens)]
-    )
-    return m.insert_instruction(
-        ins, make_op("add"), [mul, _broadcast_literal(m, ins, c.astype(dtype).reshape(shape), lens)]
-    )
+    scale = _broadcast_literal(m, ins, a.astype(dtype).reshape(shape), lens)
+    mul = m.insert_instruction(ins, make_op("mul"), [x, scale])
+    bias = _broadcast_literal(m, ins, shift.astype(dtype).reshape(shape), lens)
+    return m.insert_instruction(ins, make_op("add"), [mul, bias])
 
 
-def conv_mul(m: Module, ins: Instruction) -> Instruction | None:
-    for conv in ins.inputs:
-        if conv.op.name != "convolution" or len(conv.outputs) != 1:
-            continue
-        w = conv.inputs[1]
-        c = channel_vector(_other(ins, conv), 1)
-        if c is None or not w.is_literal():
-            continue
-        weights = w.get_literal().array
-        groups_out = weights.shape[0]
-        if c.shape[0] != groups_out:
-            continue
-        scaled = (weights * c.reshape([-1] + [1] * (weights.ndim - 1))).astype(weights.dtype)
-        new_w = _literal(m, ins, scaled)
-        return m.insert_instruction(ins, conv.op, [conv.inputs[0], new_w])
-    return None
+def _conv_scaled(m: Module, ins: Instruction, c: Captures) -> Instruction | None:
+    conv, weights = c["conv"], c["w"].get_literal().array
+    scale = channel_vector(c["c"], 1)
+    if scale is None or scale.shape[0] != weights.shape[0]:
+        return None
+    scaled = (weights * scale.reshape([-1] + [1] * (weights.ndim - 1))).astype(weights.dtype)
+    return m.insert_instruction(ins, conv.op, [c["x"], _literal(m, ins, scaled)])
 
 
-def dot_mul(m: Module, ins: Instruction) -> Instruction | None:
-    for dot in ins.inputs:
-        if dot.op.name != "dot" or len(dot.outputs) != 1:
-            continue
-        b = dot.inputs[1]
-        b_value = const_value(b)
-        c = channel_vector(_other(ins, dot), dot.shape.ndim() - 1)
-        if b_value is None or c is None:
-            continue
-        src = b.inputs[0] if b.op.name in ("multibroadcast", "broadcast") else b
-        weights = src.get_literal().array
-        if weights.shape[-1] != c.shape[0]:
-            continue
-        new_b = _broadcast_literal(m, ins, (weights * c).astype(weights.dtype), b.shape.lens())
-        return m.insert_instruction(ins, dot.op, [dot.inputs[0], new_b])
-    return None
+def _dot_scaled(m: Module, ins: Instruction, c: Captures) -> Instruction | None:
+    dot, b = c["dot"], c["w"]
+    scale = channel_vector(c["c"], dot.shape.ndim() - 1)
+    weights = const_source(b).get_literal().array
+    if scale is None or weights.shape[-1] != scale.shape[0]:
+        return None
+    new_b = _broadcast_literal(m, ins, (weights * scale).astype(weights.dtype), b.shape.lens())
+    return m.insert_instruction(ins, dot.op, [c["x"], new_b])
 
 
-def _const_add_operand(
-    ins: Instruction,
-) -> Iterator[tuple[Instruction, Instruction, np.ndarray, np.ndarray]]:
-    """For `ins = op(add(a, b), c)` with constants b and c (either operand order): yields
-    (add, a, value of b, value of c)."""
-    for add in ins.inputs:
-        if add.op.name != "add" or len(add.outputs) != 1:
-            continue
-        c = const_value(_other(ins, add))
-        if c is None:
-            continue
-        for a, b in (add.inputs, add.inputs[::-1]):
-            bv = const_value(b)
-            if bv is not None:
-                yield add, a, bv, c
+def _distribute_scale(m: Module, ins: Instruction, c: Captures) -> Instruction:
+    bv, cv = const_value(c["b"]), const_value(c["c"])
+    scaled = _const_operand(m, ins, (bv * cv).astype(bv.dtype), ins.shape.lens())
+    mul = m.insert_instruction(ins, make_op("mul"), [c["x"], c["c"]])
+    return m.insert_instruction(ins, make_op("add"), [mul, scaled])
 
 
-def mul_add_const(m: Module, ins: Instruction) -> Instruction | None:
-    # (a + b) * c -> a * c + b * c, for constants b and c (moves the scale onto a conv/dot)
-    for add, a, bv, c in _const_add_operand(ins):
-        if a.op.name in ("convolution", "dot"):
-            scaled = _const_operand(m, ins, (bv * c).astype(bv.dtype), ins.shape.lens())
-            mul = m.insert_instruction(ins, make_op("mul"), [a, _other(ins, add)])
-            return m.insert_instruction(ins, make_op("add"), [mul, scaled])
-    return None
+def _fold_constants(m: Module, ins: Instruction, c: Captures) -> Instruction:
+    bv, cv = const_value(c["b"]), const_value(c["c"])
+    summed = _const_operand(m, ins, (bv + cv).astype(bv.dtype), ins.shape.lens())
+    return m.insert_instruction(ins, make_op("add"), [c["x"], summed])
 
 
-def add_add_const(m: Module, ins: Instruction) -> Instruction | None:
-    # (a + b) + c -> a + (b + c), for constants b and c
-    for _, a, bv, c in _const_add_operand(ins):
-        if const_value(a) is None:
-            summed = _const_operand(m, ins, (bv + c).astype(bv.dtype), ins.shape.lens())
-            return m.insert_instruction(ins, make_op("add"), [a, summed])
-    return None
+def _not_const(ins: Instruction) -> bool:
+    return const_value(ins) is None
 
 
-# op name -> rules tried in order; each comment is the rule's algebra
-RULES: dict[str, list[Rule]] = {
-    "mul": [
-        mul_one,          # x * 1 -> x
-        mul_zero,         # x * 0 -> 0 (integers and bools only)
-        conv_mul,         # conv(x, w) * c -> conv(x, w * c)   (c per output channel)
-        dot_mul,          # dot(x, W) * c -> dot(x, W * c)     (c per output column)
-        mul_add_const,    # (a + b) * c -> a * c + b * c       (b, c constants)
-    ],
-    "add": [
-        add_zero,         # x + 0 -> x
-        add_add_const,    # (a + b) + c -> a + (b + c)         (b, c constants)
-    ],
-    "sub": [
-        sub_zero,         # x - 0 -> x
-        sub_const,        # x - c -> x + (-c)
-    ],
-    "div": [
-        div_one,          # x / 1 -> x
-        one_div_sqrt,     # 1 / sqrt(x) -> rsqrt(x)
-        div_const,        # x / c -> x * (1 / c)
-    ],
-    "neg": [neg_neg],     # -(-x) -> x
-    "recip": [recip_sqrt],  # 1 / sqrt(x) -> rsqrt(x)
-    "pow": [pow_two],     # x ^ 2 -> x * x
-    "batch_norm_inference": [
-        batch_norm_affine,  # bn(x) -> x * (s / sqrt(v + eps)) + (b - m * s / sqrt(v + eps))
-    ],
-}  # fmt: skip
+def _not_float(ins: Instruction) -> bool:
+    return not is_float(ins)
+
+
+X = any_("x")
+_CONV = op("convolution", X, any_("w").where(lambda i: i.is_literal())).where(single_use)
+_DOT = op("dot", X, const("w")).where(single_use)
+_CONV_OR_DOT = op(("convolution", "dot")).named("x")
+_ADD_CONST = op("add", X.where(_not_const), const("b")).where(single_use)
+
+# each rule: its algebra, its pattern, its rewrite (the rules of one op are tried in order)
+RULES = RuleSet("simplify_algebra", [
+    # x * 1 -> x
+    Rule("mul_one", op("mul", X, scalar(1)), _x),
+    # x * 0 -> 0 (integers and bools only: for floats x * 0 is NaN when x is inf or NaN)
+    Rule("mul_zero", op("mul", X, scalar(0)).where(_not_float), _zeros),
+    # conv(x, w) * c -> conv(x, w * c)   (c per output channel)
+    Rule("conv_mul", op("mul", _CONV.named("conv"), const("c")), _conv_scaled),
+    # dot(x, W) * c -> dot(x, W * c)     (c per output column)
+    Rule("dot_mul", op("mul", _DOT.named("dot"), const("c")), _dot_scaled),
+    # (a + b) * c -> a * c + b * c       (b, c constants; a a conv or dot, which takes the scale)
+    Rule("mul_add_const", op("mul", op("add", _CONV_OR_DOT, const("b")).where(single_use),
+                             const("c")), _distribute_scale),
+    # x + 0 -> x
+    Rule("add_zero", op("add", X, scalar(0)), _x),
+    # (a + b) + c -> a + (b + c)         (b, c constants)
+    Rule("add_add_const", op("add", _ADD_CONST, const("c")), _fold_constants),
+    # x - 0 -> x
+    Rule("sub_zero", op("sub", X, scalar(0)), _x),
+    # x - c -> x + (-c)                  (floats)
+    Rule("sub_const", op("sub", X, const("c")).where(is_float), _plus_negated),
+    # x / 1 -> x
+    Rule("div_one", op("div", X, scalar(1)), _x),
+    # 1 / sqrt(x) -> rsqrt(x)
+    Rule("one_div_sqrt", op("div", scalar(1), op("sqrt", X)), _unary("rsqrt")),
+    # x / c -> x * (1 / c)               (floats, c nowhere zero)
+    Rule("div_const", op("div", X, const("c")).where(is_float), _times_reciprocal),
+    # -(-x) -> x
+    Rule("neg_neg", op("neg", op("neg", X)), _x),
+    # recip(sqrt(x)) -> rsqrt(x)
+    Rule("recip_sqrt", op("recip", op("sqrt", X)), _unary("rsqrt")),
+    # x ^ 2 -> x * x                     (floats)
+    Rule("pow_two", op("pow", X, scalar(2)).where(is_float), _square),
+    # bn(x) -> x * (s / sqrt(v + eps)) + (b - m * s / sqrt(v + eps))
+    Rule("batch_norm_affine",
+         op("batch_norm_inference", X.where(lambda i: i.shape.ndim() >= 2), const("scale"),
+            const("bias"), const("mean"), const("var")), _batch_norm_affine),
+])  # fmt: skip
 
 
 def simplify_algebra(module: Module) -> None:
     """Apply the rule table to a fixed point, then merge horizontal matrix products."""
-    for _ in range(MAX_SWEEPS):
-        if not apply_rules(module, RULES):
-            break
+    RULES.apply(module)
     fuse_horizontal_dots(module)
 
 
@@ -342,8 +257,7 @@ def fuse_horizontal_dots(module: Module) -> None:
         weights = []
         for d in dots:
             b = d.inputs[1]
-            src = b.inputs[0] if b.op.name in ("multibroadcast", "broadcast") else b
-            weights.append(src.get_literal().array)
+            weights.append(const_source(b).get_literal().array)
         if any(w.ndim != weights[0].ndim or w.shape[:-1] != weights[0].shape[:-1] for w in weights):
             continue
         biases = []

@@ -10,14 +10,11 @@ from __future__ import annotations
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.ops import make_op
-from pygraphx.passes.rewrite import Rule, apply_to_fixed_point
+from pygraphx.passes.pattern import Captures, Rule, RuleSet, op
 
 
-def double_transpose(m: Module, ins: Instruction) -> Instruction | None:
-    # transpose(transpose(x, p), q) -> transpose(x, p o q)
+def double_transpose(m: Module, ins: Instruction, c: Captures) -> Instruction | None:
     x = ins.inputs[0]
-    if x.op.name != "transpose":
-        return None
     p, q = x.op.permutation, ins.op.permutation
     perm = tuple(p[k] for k in q)
     if perm == tuple(range(len(perm))):
@@ -25,36 +22,37 @@ def double_transpose(m: Module, ins: Instruction) -> Instruction | None:
     return m.insert_instruction(ins, make_op("transpose", permutation=perm), [x.inputs[0]])
 
 
-def identity_transpose(m: Module, ins: Instruction) -> Instruction | None:
+def identity_transpose(m: Module, ins: Instruction, c: Captures) -> Instruction | None:
     perm = ins.op.permutation
     return ins.inputs[0] if tuple(perm) == tuple(range(len(perm))) else None
 
 
-def double_reshape(m: Module, ins: Instruction) -> Instruction | None:
-    # reshape(reshape(x)) -> reshape(x); reshape to the same lens -> x
+def same_lens(m: Module, ins: Instruction, c: Captures) -> Instruction | None:
     x = ins.inputs[0]
-    if x.shape.lens() == ins.shape.lens() and x.shape.standard():
-        return x
-    if x.op.name in ("reshape", "squeeze", "unsqueeze", "flatten") and x.inputs[0].shape.standard():
-        return m.insert_instruction(
-            ins, make_op("reshape", dims=tuple(ins.shape.lens())), [x.inputs[0]]
-        )
-    return None
+    return x if x.shape.lens() == ins.shape.lens() and x.shape.standard() else None
 
 
-# op name -> rules tried in order; each comment is the rule's algebra
-RULES: dict[str, list[Rule]] = {
-    "transpose": [
-        identity_transpose,  # transpose(x, identity) -> x
-        double_transpose,    # transpose(transpose(x, p), q) -> transpose(x, p o q)
-    ],
-    "reshape": [double_reshape],  # reshape(reshape(x)) -> reshape(x); same lens -> x
-    "squeeze": [double_reshape],  # squeeze(reshape(x)) -> reshape(x)
-    "unsqueeze": [double_reshape],  # unsqueeze(reshape(x)) -> reshape(x)
-    "flatten": [double_reshape],  # flatten(reshape(x)) -> reshape(x)
-}  # fmt: skip
+def double_reshape(m: Module, ins: Instruction, c: Captures) -> Instruction | None:
+    x = ins.inputs[0].inputs[0]
+    if not x.shape.standard():
+        return None
+    return m.insert_instruction(ins, make_op("reshape", dims=tuple(ins.shape.lens())), [x])
+
+
+_RESHAPES = ("reshape", "squeeze", "unsqueeze", "flatten")
+
+RULES = RuleSet("simplify_reshapes", [
+    # transpose(x, identity) -> x
+    Rule("identity_transpose", op("transpose"), identity_transpose),
+    # transpose(transpose(x, p), q) -> transpose(x, p o q)
+    Rule("double_transpose", op("transpose", op("transpose")), double_transpose),
+    # reshape/squeeze/unsqueeze/flatten of a standard x to x's own lens -> x
+    Rule("same_lens", op(_RESHAPES), same_lens),
+    # reshape(reshape(x)) -> reshape(x) (any of the four on any of the four, x standard)
+    Rule("double_reshape", op(_RESHAPES, op(_RESHAPES)), double_reshape),
+])  # fmt: skip
 
 
 def simplify_reshapes(module: Module) -> None:
     """Apply the layout rules to a fixed point."""
-    apply_to_fixed_point(module, RULES)
+    RULES.apply(module)

@@ -2,8 +2,9 @@
 
 A target names its ordered pass list and turns a (rewritten) program into an `Executable` whose
 `run(params)` maps parameter arrays to output arrays; `compile(program, options)` does both.
-Targets import the IR, never each other. The IR reaches targets by name through
-`pygraphx.ir.registry`, where `pygraphx.targets` registers them.
+`fusion_policy()` tells the fusion passes what the target can run as one group. Targets import
+the IR, never each other. The IR reaches targets by name through `pygraphx.ir.registry`, where
+`pygraphx.targets` registers them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pygraphx.ir.registry import Executable
+from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy
 from pygraphx.passes.manager import run_passes
 
 if TYPE_CHECKING:
@@ -21,6 +23,11 @@ class Target:
     """Base class of targets."""
 
     name = ""
+
+    def fusion_policy(self) -> FusionPolicy:
+        """What this target lets the fusion passes group (`passes/fusion_policy.py`): the
+        default is the CPU's `DefaultFusion`; a code-generating target returns `RowFusion`."""
+        return DefaultFusion()
 
     def get_passes(self, options: dict[str, Any]) -> list:
         """The ordered pass list this target runs at compile time."""

@@ -246,7 +246,7 @@ def test_time(capsys: pytest.CaptureFixture[str], model_path: str) -> None:
 
 
 def parse_perf(out: str) -> dict[str, Any]:
-    """perf's stdout -> instruction rows, summary rows and the final numbers."""
+    """perf's stdout -> instruction rows, summary rows, fused groups and the final numbers."""
     lines = out.splitlines()
     start = lines.index("Running performance report ...") + 1
     end = lines.index("Summary:")
@@ -259,6 +259,14 @@ def parse_perf(out: str) -> dict[str, Any]:
         assert m, lines[k]
         summary.append((m.group(1), float(m.group(2)), int(m.group(3)), float(m.group(5))))
         k += 1
+    assert lines[k + 1] == "Fused groups:", lines[k + 1]
+    fused = []
+    k += 2
+    while lines[k]:
+        m = re.fullmatch(rf"(\S+) \((.*)\): ({NUMBER})ms, ({NUMBER})%", lines[k])
+        assert m, lines[k]
+        fused.append((m.group(1), m.group(2).split(", "), float(m.group(3)), float(m.group(4))))
+        k += 1
     tail = lines[k + 1 :]
     program = lines[start:end]
     while program and not program[-1]:
@@ -267,6 +275,7 @@ def parse_perf(out: str) -> dict[str, Any]:
         "program": program,
         "rows": [r for r in rows if r],
         "summary": summary,
+        "fused": fused,
         "tail": tail,
     }
 
@@ -555,3 +564,32 @@ def test_auto_target_picks_cpu_when_torch_is_installed(capsys) -> None:
         expected = "gpu" if torch.cuda.is_available() else "cpu"
     assert f"compile ({expected})" in captured.err
     assert "Summary:" in captured.out and "Rate:" in captured.out
+
+
+def test_perf_lists_the_fused_groups(capsys: pytest.CaptureFixture[str], model_path: str) -> None:
+    """`s = x + C` has users in two groups, so -O makes three pointwise groups: add, mul, relu;
+    each is listed with its body's ops and the time of the instruction that calls it."""
+    rc, out, err = drive(capsys, "perf", "--onnx", model_path, "-n", "3", "-O")
+    assert rc == 0, err
+    report = parse_perf(out)
+    assert sorted(tuple(ops) for _, ops, _, _ in report["fused"]) == [
+        ("add",),
+        ("mul",),
+        ("relu",),
+    ]
+    rows = {r.group(1).split(" = ")[0]: r for r in report["rows"]}
+    calls = [r for name, r in rows.items() if "pointwise(" in r.group(1)]
+    assert len(calls) == 3
+    for group, _, ms, share in report["fused"]:
+        (row,) = [r for r in calls if f"[{group}]" in r.group(1)]
+        assert ms == pytest.approx(float(row.group(2)), rel=1e-3, abs=1e-6)
+        assert share == pytest.approx(float(row.group(3)), rel=1e-3, abs=1e-6)
+    rc, out, err = drive(capsys, "perf", "--onnx", model_path, "-n", "2", "-O", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    groups = doc["fused_groups"]
+    assert sorted(g["ops"] for g in groups) == [["add"], ["mul"], ["relu"]]
+    by_name = {i["name"]: i for i in doc["instructions"]}
+    for g in groups:
+        assert g["kind"] == "pointwise" and g["group"].startswith("main:pointwise")
+        assert g["time_ms"] == pytest.approx(by_name[g["instruction"]]["time_ms"])

@@ -225,7 +225,9 @@ class TritonOps:
         return self._call("tl.erf", x)
 
     def sigmoid(self, x: TExpr) -> TExpr:
-        return self._call("tl.sigmoid", x)
+        # core ops only: tl.sigmoid is a @jit library function, which the interpreter cannot
+        # call once triton was imported before TRITON_INTERPRET was set (torch imports it)
+        return self.emit(f"1.0 / (1.0 + tl.exp(-{x.text}))", x.dtype)
 
     def sin(self, x: TExpr) -> TExpr:
         return self._call("tl.sin", x)

@@ -439,7 +439,9 @@ def parse_rotary_embedding(ctx: NodeContext, args: Args) -> Instruction:
 
 def swish(ctx: NodeContext, x: Instruction, alpha: float) -> Instruction:
     """x * sigmoid(alpha * x)."""
-    z = x if alpha == 1.0 else ctx.add(make_op("mul"), x, ctx.scalar(alpha, x))
+    if alpha == 1.0:
+        return ctx.add(make_op("silu"), x)
+    z = ctx.add(make_op("mul"), x, ctx.scalar(alpha, x))
     return ctx.add(make_op("mul"), x, ctx.add(make_op("sigmoid"), z))
 
 

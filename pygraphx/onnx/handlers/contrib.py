@@ -14,7 +14,7 @@ compile time into one float literal that a plain `dot` consumes.
 
 from __future__ import annotations
 
-from math import ceil, sqrt
+from math import ceil
 
 import numpy as np
 
@@ -36,14 +36,6 @@ MS = "com.microsoft"
 # --- activations ----------------------------------------------------------------------------
 
 
-def _gelu(ctx: NodeContext, x: Instruction) -> Instruction:
-    """0.5 x (1 + erf(x / sqrt(2)))."""
-    mul = make_op("mul")
-    t = ctx.add(make_op("erf"), ctx.add(mul, x, ctx.scalar(1 / sqrt(2), x)))
-    one_plus = ctx.add(make_op("add"), t, ctx.scalar(1, x))
-    return ctx.add(mul, ctx.add(mul, x, one_plus), ctx.scalar(0.5, x))
-
-
 def _with_bias(ctx: NodeContext, x: Instruction, bias: Instruction | None) -> Instruction:
     if bias is None:
         return x
@@ -53,26 +45,20 @@ def _with_bias(ctx: NodeContext, x: Instruction, bias: Instruction | None) -> In
 @onnx_op("Gelu", domain=MS)
 def parse_ms_gelu(ctx: NodeContext, args: Args) -> Instruction:
     float_input(ctx, args[0], "X")
-    return _gelu(ctx, args[0])
+    return ctx.add(make_op("gelu"), args[0])
 
 
 @onnx_op("BiasGelu", domain=MS)
 def parse_bias_gelu(ctx: NodeContext, args: Args) -> Instruction:
     float_input(ctx, args[0], "A")
-    return _gelu(ctx, _with_bias(ctx, args[0], args[1]))
+    return ctx.add(make_op("gelu"), _with_bias(ctx, args[0], args[1]))
 
 
 @onnx_op("FastGelu", domain=MS)
 def parse_fast_gelu(ctx: NodeContext, args: Args) -> Instruction:
     # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
     float_input(ctx, args[0], "X")
-    x = _with_bias(ctx, args[0], arg(args, 1))
-    mul, add = make_op("mul"), make_op("add")
-    x3 = ctx.add(mul, ctx.add(mul, x, x), x)
-    inner = ctx.add(add, x, ctx.add(mul, x3, ctx.scalar(0.044715, x)))
-    t = ctx.add(make_op("tanh"), ctx.add(mul, inner, ctx.scalar(sqrt(2 / np.pi), x)))
-    one_plus = ctx.add(add, t, ctx.scalar(1, x))
-    return ctx.add(mul, ctx.add(mul, x, one_plus), ctx.scalar(0.5, x))
+    return ctx.add(make_op("gelu_tanh"), _with_bias(ctx, args[0], arg(args, 1)))
 
 
 @onnx_op("QuickGelu", domain=MS)

@@ -145,29 +145,18 @@ def parse_thresholded_relu(ctx: NodeContext, args: Args) -> Instruction:
 @onnx_op("HardSigmoid")
 def parse_hard_sigmoid(ctx: NodeContext, args: Args) -> Instruction:
     # max(0, min(1, alpha * x + beta))
-    x = args[0]
-    return _hard_sigmoid(ctx, x, ctx.attr("alpha", 0.2), ctx.attr("beta", 0.5))
-
-
-def _hard_sigmoid(ctx: NodeContext, x: Instruction, alpha: float, beta: float) -> Instruction:
-    y = ctx.add(make_op("mul"), x, ctx.scalar(alpha, x))
-    y = ctx.add(make_op("add"), y, ctx.scalar(beta, x))
-    return ctx.add(Clip(), y, ctx.scalar(0, x), ctx.scalar(1, x))
+    alpha, beta = ctx.attr("alpha", 0.2), ctx.attr("beta", 0.5)
+    return ctx.add(make_op("hardsigmoid", alpha=alpha, beta=beta), args[0])
 
 
 @onnx_op("HardSwish")
 def parse_hard_swish(ctx: NodeContext, args: Args) -> Instruction:
-    # x * hardsigmoid(x, 1/6, 0.5)
-    x = args[0]
-    return ctx.add(make_op("mul"), x, _hard_sigmoid(ctx, x, 1.0 / 6.0, 0.5))
+    return ctx.add(make_op("hardswish"), args[0])  # x * hardsigmoid(x, 1/6, 0.5)
 
 
 @onnx_op("Softplus")
 def parse_softplus(ctx: NodeContext, args: Args) -> Instruction:
-    # log(exp(x) + 1)
-    x = args[0]
-    e = ctx.add(make_op("exp"), x)
-    return ctx.add(make_op("log"), ctx.add(make_op("add"), e, ctx.scalar(1, x)))
+    return ctx.add(make_op("softplus"), args[0])  # log(exp(x) + 1)
 
 
 @onnx_op("Softsign")
@@ -180,26 +169,15 @@ def parse_softsign(ctx: NodeContext, args: Args) -> Instruction:
 
 @onnx_op("Mish")
 def parse_mish(ctx: NodeContext, args: Args) -> Instruction:
-    # x * tanh(softplus(x))
-    x = args[0]
-    sp = parse_softplus(ctx, [x])
-    return ctx.add(make_op("mul"), x, ctx.add(make_op("tanh"), sp))
+    return ctx.add(make_op("mish"), args[0])  # x * tanh(softplus(x))
 
 
 @onnx_op("Gelu", since=20)
 def parse_gelu(ctx: NodeContext, args: Args) -> Instruction:
-    x = args[0]
-    mul, add = make_op("mul"), make_op("add")
-    if ctx.attr("approximate", "none") == "tanh":
-        # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-        x3 = ctx.add(mul, ctx.add(mul, x, x), x)
-        inner = ctx.add(add, x, ctx.add(mul, x3, ctx.scalar(0.044715, x)))
-        t = ctx.add(make_op("tanh"), ctx.add(mul, inner, ctx.scalar(0.7978845608028654, x)))
-    else:
-        # 0.5 x (1 + erf(x / sqrt(2)))
-        t = ctx.add(make_op("erf"), ctx.add(mul, x, ctx.scalar(0.7071067811865476, x)))
-    one_plus = ctx.add(add, t, ctx.scalar(1, x))
-    return ctx.add(mul, ctx.add(mul, x, one_plus), ctx.scalar(0.5, x))
+    approximate = ctx.attr("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise ctx.error(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+    return ctx.add(make_op("gelu_tanh" if approximate == "tanh" else "gelu"), args[0])
 
 
 @onnx_op("PRelu")

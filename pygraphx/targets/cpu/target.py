@@ -123,7 +123,7 @@ class CpuTarget(Target):
         self.step_policy = step_policy_enabled(step_threads)
 
     def get_passes(self, options: dict[str, Any]) -> list[Pass]:
-        return optimize_passes()
+        return optimize_passes(policy=self.fusion_policy())
 
     def prepare(self, program: Program, options: dict[str, Any]) -> CpuExecutable:
         with self.threads_scope(), torch.inference_mode():

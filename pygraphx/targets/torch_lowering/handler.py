@@ -140,6 +140,21 @@ def numpy_highest(dtype: torch.dtype) -> Any:
     return torch.iinfo(dtype).max if not dtype.is_floating_point else math.inf
 
 
+def _hardswish(x: Tensor, *, out: Tensor | None = None) -> Tensor:
+    return torch._C._nn.hardswish(x, out=out) if out is not None else torch._C._nn.hardswish(x)
+
+
+def _mish(x: Tensor, *, out: Tensor | None = None) -> Tensor:
+    return torch._C._nn.mish(x, out=out) if out is not None else torch._C._nn.mish(x)
+
+
+def _softplus(x: Tensor, *, out: Tensor | None = None) -> Tensor:
+    # threshold 20: x itself above 20, where log(1 + exp(x)) - x < 3e-9
+    if out is None:
+        return torch._C._nn.softplus(x, 1, 20)
+    return torch._C._nn.softplus(x, 1, 20, out=out)
+
+
 class TorchOps:
     """The torch ops handler (method names and semantics of `NumpyOps`)."""
 
@@ -198,10 +213,14 @@ class TorchOps:
     bitwise_xor = staticmethod(torch.bitwise_xor)
     bitwise_not = staticmethod(_bitwise_not)
     where = staticmethod(torch.where)
-    # whole activations, which the pointwise compiler recognises in traced groups
+    # native activations: ops/activation.py's operators call these instead of their
+    # decomposition (one torch kernel, one pass over memory)
     gelu = staticmethod(_gelu)
     gelu_tanh = staticmethod(_gelu_tanh)
     silu = staticmethod(_silu)
+    hardswish = staticmethod(_hardswish)
+    mish = staticmethod(_mish)
+    softplus = staticmethod(_softplus)
     # values
     constant = staticmethod(_constant)
     cast = staticmethod(_cast)

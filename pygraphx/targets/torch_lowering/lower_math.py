@@ -24,7 +24,6 @@ from pygraphx.ir.module import Module
 from pygraphx.ops.fused import FusedReduce, PointwiseModule
 from pygraphx.ops.pointwise import Pointwise
 from pygraphx.ops.reduce import normalize_axes
-from pygraphx.targets.torch_lowering.activations import collapse_activations
 from pygraphx.targets.torch_lowering.context import (
     CHANNELS_LAST,
     STANDARD,
@@ -127,7 +126,7 @@ def trace_group(
         return None
     if not traceable_dtypes(trace):
         return None
-    return collapse_activations(trace, result)
+    return trace, result
 
 
 def scalar_inputs(ctx: LoweringContext, ins: Instruction) -> dict[int, np.ndarray]:
@@ -299,7 +298,6 @@ def lower_fused_reduce(ctx: LoweringContext, ins: Instruction) -> bool:
         return False
     if not traceable_dtypes(trace):
         return False
-    trace, result = collapse_activations(trace, result)
     idx, out = output_buffer(ctx, ins, STANDARD)
     like = torch.empty(src.shape.lens(), dtype=torch_dtype(src.shape.dtype()), device="meta")
     tmp = ctx.scratch.get(0, like)

@@ -8,8 +8,9 @@ itself whenever it is free (the first primitive writes it with `out=`, later one
 place), other temporaries to pooled scratch buffers, each reused as soon as its value is dead.
 Finally a small Python function calling the torch handler's functions with `out=` is generated
 and compiled, so a run executes straight-line torch calls with no per-primitive dispatch or
-allocation. (`activations.py` first replaces whole activation functions in a trace by one
-primitive each.)"""
+allocation. Activation operators (`ops/activation.py`) that the torch handler runs natively
+(`gelu`, `silu`, ...) are traced as one primitive each, so torch makes one pass over memory for
+them."""
 
 from __future__ import annotations
 
@@ -21,16 +22,33 @@ from typing import Any
 import numpy as np
 import torch
 
-from pygraphx.codegen.trace import Node, NotTraceable, Trace, Tracer, Value, trace_body
+from pygraphx.codegen import trace as _codegen_trace
+from pygraphx.codegen.trace import Node, NotTraceable, Trace, Tracer, Value
+from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.module import Module
+from pygraphx.ops.activation import NATIVE_ACTIVATIONS
 from pygraphx.targets.torch_lowering.dtypes import (
     computable,
     numpy_dtype,
     python_scalar,
     torch_dtype,
 )
-from pygraphx.targets.torch_lowering.handler import TORCH
+from pygraphx.targets.torch_lowering.handler import TORCH, TorchOps
 
 __all__ = ["NotTraceable", "Node", "Trace", "Tracer", "Value", "trace_body", "compile_group"]
+
+# activations the torch handler runs natively: traced as one primitive each
+NATIVE = frozenset(n for n in NATIVE_ACTIVATIONS if hasattr(TorchOps, n))
+
+
+def trace_body(
+    body: Module,
+    stop: Instruction | None = None,
+    consts: dict[int, np.ndarray] | None = None,
+    reductions: bool = False,
+) -> tuple[Trace, Value]:
+    """`codegen.trace.trace_body` with torch's native activations kept whole."""
+    return _codegen_trace.trace_body(body, stop, consts, reductions, native=NATIVE)
 
 
 # the scalar forms torch takes
