@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy, RowFusion
 from pygraphx.passes.manager import Pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.targets.base import Target
@@ -62,8 +63,18 @@ class GpuTarget(Target):
             )
         self.settings = settings
 
+    def fusion_policy(self) -> FusionPolicy:
+        """`RowFusion` where fused groups become generated Triton kernels (a softmax or a
+        layer norm row is one group, one kernel); the CPU's groups where torch code runs them
+        (triton off, or the CPU without the interpreter)."""
+        cpu = self.settings.get("device", "cuda") == "cpu"
+        device = torch.device("cpu" if cpu else "cuda")
+        return (
+            RowFusion() if triton_wanted(self.settings.get("triton"), device) else DefaultFusion()
+        )
+
     def get_passes(self, options: dict[str, Any]) -> list[Pass]:
-        return optimize_passes()
+        return optimize_passes(policy=self.fusion_policy())
 
     def device(self, options: dict[str, Any]) -> torch.device:
         if self.settings.get("device", "cuda") == "cpu":

@@ -11,7 +11,9 @@ Triton compile and one autotune. Launch parameters are tuned at the first call, 
 executable makes during warm-up, before capturing the CUDA graph.
 
 A group the generator refuses (`UnsupportedGroup`, `NotTraceable`) runs through the torch
-lowering; `announce()` says so in one warning per kind of reason, with the number of groups.
+lowering, or where that declines (a whole-row group with an epilogue) its description through
+the torch ops handler (`lower_traced`); `announce()` says so in one warning per kind of
+reason, with the number of groups.
 
 Enabled by default on CUDA/ROCm devices (`GpuTarget(triton=False)` or `PGX_GPU_TRITON=0` turns
 it off); on the CPU (`device="cpu"`) only under Triton's interpreter (`TRITON_INTERPRET=1`),
@@ -33,10 +35,11 @@ from typing import Any
 
 import torch
 
-from pygraphx.codegen.trace import GroupTrace, NotTraceable, TensorDesc, group_trace
+from pygraphx.codegen.trace import GroupTrace, NotTraceable, TensorDesc, evaluate, group_trace
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import numpy_dtype, torch_dtype
+from pygraphx.targets.torch_lowering.handler import TORCH
 from pygraphx.targets.torch_lowering.lower_math import group_layout, output_buffer
 
 TRITON_ENV = "PGX_GPU_TRITON"
@@ -100,9 +103,26 @@ class TritonGroups:
         """The override of `pointwise` / `fused_reduce`: a kernel, else `fallback`."""
 
         def lower(ctx: LoweringContext, ins: Instruction) -> bool:
-            return self.lower(ctx, ins) or fallback(ctx, ins)
+            return self.lower(ctx, ins) or fallback(ctx, ins) or self.lower_traced(ctx, ins)
 
         return lower
+
+    def lower_traced(self, ctx: LoweringContext, ins: Instruction) -> bool:
+        """A group that neither a kernel nor the torch lowering takes (a whole-row group of
+        `RowFusion` with its epilogue): its description run through the torch ops handler,
+        eagerly, on the device (capturable, unlike the numpy fallback)."""
+        try:
+            group = group_trace(ins)
+        except NotTraceable:
+            return False
+        args, env = ctx.args(ins), ctx.env
+        idx, out = output_buffer(ctx, ins, STANDARD)
+
+        def step() -> None:
+            out.copy_(evaluate(group, TORCH, [env[a] for a in args]))
+
+        ctx.emit(step, ins, idx)
+        return True
 
     def kernel(self, group: GroupTrace) -> Any:
         """The built kernel of `group`, one per distinct source: the group's name (which the
