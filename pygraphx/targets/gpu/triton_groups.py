@@ -93,8 +93,8 @@ class TritonGroups:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.kernels: dict[str, Any] = {}  # source key -> TritonKernel (shared by identical groups)
-        self.samples: dict[str, tuple[list, torch.Tensor]] = {}  # key -> a call's tensors
+        self.kernels: dict[tuple, Any] = {}  # see `kernel`
+        self.samples: dict[int, tuple[Any, list, torch.Tensor]] = {}  # a call of each kernel
         self.lowered = 0
         self.refused: Counter[str] = Counter()
         self.examples: dict[str, str] = {}
@@ -125,13 +125,16 @@ class TritonGroups:
         return True
 
     def kernel(self, group: GroupTrace) -> Any:
-        """The built kernel of `group`, one per distinct source: the group's name (which the
-        source names) is replaced by its kind, so identical groups share a kernel."""
+        """The built kernel of `group`, one per distinct source and tensor descriptions: the
+        group's name (which the source names) is replaced by its kind, so identical groups of
+        different layers share a kernel (and its compile and autotune)."""
         from pygraphx.codegen.triton.build import build_kernel, kernel_key
         from pygraphx.codegen.triton.kernels import kernel_source
 
         group = dataclasses.replace(group, name=group.kind)
-        key = kernel_key(kernel_source(group).source, self.device)
+        # the descriptions too: groups of other shapes may coalesce to the same source, but
+        # a kernel object checks its arguments against the one group it was built for
+        key = (kernel_key(kernel_source(group).source, self.device), *group.inputs, group.output)
         found = self.kernels.get(key)
         if found is None:
             found = build_kernel(group, self.device)
@@ -140,13 +143,13 @@ class TritonGroups:
 
     def _remember(self, ctx: LoweringContext, args: Sequence[int], kernel: Any, out: Any) -> None:
         """Tensors like a call's (for `compile_ahead`): the fixed ones, else placeholders."""
-        if kernel.key in self.samples:
+        if id(kernel) in self.samples:
             return
         inputs = [
             ctx.value(a) if ctx.value(a) is not None else _placeholder(d, self.device)
             for a, d in zip(args, kernel.group.inputs, strict=True)
         ]
-        self.samples[kernel.key] = (inputs, out)
+        self.samples[id(kernel)] = (kernel, inputs, out)
 
     def compile_ahead(self, jobs: int | None = None) -> tuple[int, float]:
         """Compile every kernel's launch configurations now, on `jobs` threads (default:
@@ -158,12 +161,13 @@ class TritonGroups:
         start = time.perf_counter()
         device = self.device
 
-        def compile_one(key: str) -> int:
+        def compile_one(sample: tuple[Any, list, torch.Tensor]) -> int:
+            kernel, inputs, out = sample
             with torch.cuda.device(device):  # the current device is per thread
-                return self.kernels[key].compile_ahead(*self.samples[key])
+                return kernel.compile_ahead(inputs, out)
 
         with ThreadPoolExecutor(jobs) as pool:
-            counts = list(pool.map(compile_one, list(self.samples)))
+            counts = list(pool.map(compile_one, list(self.samples.values())))
         return sum(counts), time.perf_counter() - start
 
     def lower(self, ctx: LoweringContext, ins: Instruction) -> bool:
