@@ -6,10 +6,19 @@ API: `compile(target)`, `run({name: array})` -> list of arguments, `get_paramete
 a name looked up in `ir.registry`) to run its pass list and make an executable; running checks
 the inputs against the parameters first, so a wrong name, type or shape fails with a message
 that says which.
+
+Threads: `run` on one compiled program is safe from any number of threads. Executables that
+keep per-run state (the cpu target's pre-bound slots) run one call at a time under the
+program's lock; those that declare `reentrant = True` (ref: all state is per call) run
+concurrently. `compile` holds the same lock, so a second concurrent compile waits and then
+fails clearly ("already compiled"). Outputs never alias the caller's inputs or the program's
+own buffers: an output that may share memory with an input, is read-only (a literal) or is
+returned twice is copied.
 """
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -60,6 +69,8 @@ class Program:
         self._specialized: OrderedDict[tuple, Program] = OrderedDict()
         self._evicted = False  # the one-time warning that values keep changing was given
         self._dynamic = False  # set at compile: some parameter has dynamic dimensions
+        # compile, specialisation and non-reentrant runs take it (see the module docstring)
+        self._lock = threading.RLock()
         self.create_module("main")
 
     # --- modules --------------------------------------------------------------------------
@@ -91,7 +102,7 @@ class Program:
         return self.get_main_module().get_parameter_shapes()
 
     def get_inputs(self) -> dict[str, Shape]:
-        """Parameter name -> shape (the seeds' `get_inputs()`); for dynamic parameters the
+        """Parameter name -> shape (MIGraphX's `get_inputs()`); for dynamic parameters the
         maximum shape (`get_parameter_shapes()` gives their ranges)."""
         return {i.op.parameter: i.shape for i in self.get_main_module().get_parameters()}
 
@@ -132,8 +143,41 @@ class Program:
         device_id: int = 0,
         exhaustive_tune: bool = False,
     ) -> None:
-        """Optimise the program for target `t` (a target or its name) and prepare it to run:
-        the target runs its passes and makes the executable (`Target.compile`)."""
+        """Optimise the program for target `t` and prepare it to run (in place).
+
+        The target runs its pass list (constant folding, simplification, fusion, memory
+        planning) and lowers the program to its executable. Passes that `pygraphx.optimize`
+        already ran on the unchanged program are not run again.
+
+        Args:
+            t: a target (`pygraphx.get_target("cpu")`) or its name (`"ref"`, `"cpu"`, `"gpu"`).
+            offload_copy: gpu: `run` takes host arrays and returns host arrays (copies to and
+                from the device); False takes and returns device arguments.
+            fast_math: allow faster approximations where a target has them.
+            device_id: gpu: which device (unless the target was made with its own).
+            exhaustive_tune: search kernel settings longer at compile time.
+
+        Compiling is atomic: a concurrent second compile waits for the first, then fails as
+        already compiled.
+
+        Raises:
+            ProgramError: the program is already compiled.
+
+        Example:
+            >>> prog = pygraphx.parse_onnx("model.onnx")
+            >>> prog.compile(pygraphx.get_target("cpu"))
+        """
+        with self._lock:
+            self._compile(t, offload_copy, fast_math, device_id, exhaustive_tune)
+
+    def _compile(
+        self,
+        t: CompileTarget | str,
+        offload_copy: bool,
+        fast_math: bool,
+        device_id: int,
+        exhaustive_tune: bool,
+    ) -> None:
         if self.is_compiled():
             raise ProgramError(f"program is already compiled for target {self.target.name!r}")
         if isinstance(t, str):
@@ -150,10 +194,28 @@ class Program:
         self.compile_options = options
 
     def run(self, params: Mapping[str, Any], observer: Any = None) -> list[Argument]:
-        """Evaluate the compiled program; `params` maps parameter names to arrays/arguments.
+        """Run the compiled program on `params` and return its outputs, in output order.
 
-        `observer(instruction, value, seconds)` is called after each instruction of `main`
-        (profiling and tracing; see `runtime/evaluator.py`)."""
+        Args:
+            params: input name -> numpy array or `argument` (on a gpu program compiled with
+                `offload_copy=False`: device arguments, torch CUDA tensors or DLPack objects).
+                Types and lens are checked against the parameters; a program with dynamic
+                dimensions takes any lens inside its ranges.
+            observer: `observer(instruction, value, seconds)` is called after each instruction
+                of `main` (profiling and tracing).
+
+        Returns:
+            One `argument` per output; `np.array(arg)` gives its values.
+
+        Raises:
+            ProgramError: the program is not compiled, or an input is missing, unknown, or of
+                the wrong type or lens (the message says which).
+
+        Example:
+            >>> out = prog.run({"input": np.zeros((1, 3, 224, 224), np.float32)})
+            >>> np.array(out[0]).shape
+            (1, 1000)
+        """
         if self._executable is None:
             raise ProgramError("compile the program first: prog.compile(pygraphx.get_target(...))")
         device_io = getattr(self._executable, "takes_device_arguments", None)
@@ -168,15 +230,27 @@ class Program:
         arrays = self._check_params({n: v for n, v in params.items() if n not in given})
         # _check_params has fixed the lens of static parameters; only ranges can differ
         if self.value_inputs or (self._dynamic and self._off_max_lens(arrays)):
-            prog = self._specialized_for({**given, **arrays})
+            with self._lock:
+                prog = self._specialized_for({**given, **arrays})
             names = prog.get_parameter_shapes()
             return prog.run({n: a for n, a in arrays.items() if n in names}, observer)
         observer = with_eval_trace(self.get_main_module(), observer)  # PGX_TRACE_EVAL, read per run
-        if observer is None:
-            results = [Argument(a) for a in self._executable.run(arrays)]
+        executable = self._executable
+        if getattr(executable, "reentrant", False):
+            outputs = self._run_executable(executable, arrays, observer)
         else:
-            results = [Argument(a) for a in self._executable.run(arrays, observer=observer)]
+            with self._lock:
+                outputs = self._run_executable(executable, arrays, observer)
+        results = [Argument(a) for a in _unaliased(outputs, arrays)]
         return _grouped(results, self.output_structure)
+
+    @staticmethod
+    def _run_executable(
+        executable: Executable, arrays: dict[str, np.ndarray], observer: Any
+    ) -> list[np.ndarray]:
+        if observer is None:
+            return executable.run(arrays)
+        return executable.run(arrays, observer=observer)
 
     eval = run
 
@@ -189,7 +263,8 @@ class Program:
                 "program with dynamic dimensions or shape-deciding inputs"
             )
         try:
-            return self._executable.run_device(params, observer, self.get_output_names())
+            with self._lock:  # device executables keep per-run buffers (captured graphs)
+                return self._executable.run_device(params, observer, self.get_output_names())
         except ValueError as exc:
             raise ProgramError(str(exc)) from None
 
@@ -308,6 +383,22 @@ def _grouped(results: list[Any], structure: list[int | None] | None) -> list[Any
             out.append(results[k : k + count])
             k += count
     return out
+
+
+def _unaliased(outputs: list[np.ndarray], inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """`outputs` with a copy of every array that may share memory with an input, is read-only
+    (a literal of the program) or appears twice, so the caller owns what `run` returns."""
+    result: list[np.ndarray] = []
+    for out in outputs:
+        arr = np.asarray(out)
+        if (
+            not arr.flags.writeable
+            or any(np.may_share_memory(arr, a) for a in inputs.values())
+            or any(np.may_share_memory(arr, r) for r in result)
+        ):
+            arr = arr.copy()
+        result.append(arr)
+    return result
 
 
 def _type_name(dtype: np.dtype) -> str:

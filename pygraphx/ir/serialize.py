@@ -32,6 +32,7 @@ import numpy as np
 
 from pygraphx.ir import registry
 from pygraphx.ir.argument import Literal
+from pygraphx.ir.atomic_write import write_atomic
 from pygraphx.ir.builtin_ops import LiteralOp
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module, compute_shape
@@ -82,6 +83,15 @@ def _default(obj: Any) -> Any:
 
 
 def _ext_hook(code: int, data: bytes) -> Any:
+    try:
+        return _decode_ext(code, data)
+    except SerializationError:
+        raise
+    except (struct.error, msgpack.UnpackException, ValueError, TypeError) as exc:
+        raise SerializationError(f"extension {code}: malformed: {exc}") from exc
+
+
+def _decode_ext(code: int, data: bytes) -> Any:
     if code == _EXT_SHAPE:
         fields = msgpack.unpackb(data)
         if len(fields) == 4:  # dynamic: [type, max lens, strides, [[min, max, optimals], ...]]
@@ -160,8 +170,18 @@ def dumps(program: Program) -> bytes:
 
 
 def save(program: Program, path: str | Path) -> None:
-    """Write `program` (parsed, optimised or compiled) to `path`."""
-    Path(path).write_bytes(dumps(program))
+    """Write `program` (parsed, optimised or compiled) to the file `path`.
+
+    The file (by convention `.pgx`, or MIGraphX's `.mxr`) is a msgpack document behind a header
+    with a format version and a SHA-256 checksum; it holds no code, so loading it cannot run
+    any. A compiled program loads back compiled for the same target. The write is atomic: an
+    interrupted or failed save leaves the file that was at `path` before unchanged.
+
+    Example:
+        >>> prog.compile(pygraphx.get_target("cpu"))
+        >>> pygraphx.save(prog, "model.pgx")
+    """
+    write_atomic(path, dumps(program))
 
 
 # --- decoding ---------------------------------------------------------------------------------
@@ -299,10 +319,27 @@ def _make_instruction(
 
 
 def load(path: str | Path) -> Program:
-    """Read a program written by `save`; errors say what is wrong with the file."""
+    """Read a program written by `save` (compiled programs come back ready to run).
+
+    Raises:
+        SerializationError: the file is missing, not a saved program (for example a program's
+            text), of another format version, truncated, or modified (checksum mismatch).
+
+    Example:
+        >>> prog = pygraphx.load("model.pgx")
+        >>> prog.run({"input": x})
+    """
     path = Path(path)
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise SerializationError(f"{path}: not a regular file (a device or pipe?)")
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise SerializationError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise SerializationError(f"{path}: is a directory, not a pygraphx program file") from None
+    except PermissionError:
+        raise SerializationError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise SerializationError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     return loads(data, str(path))

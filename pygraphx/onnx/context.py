@@ -49,6 +49,26 @@ def _params_feeding(ins: Instruction | None) -> list[Instruction]:
     return params
 
 
+def _expected_types(default: Any) -> tuple[int, ...]:
+    """The attribute types a handler's default implies (an int default: INT; a float: FLOAT,
+    or INT which converts exactly; ...); () when the default says nothing (None, empty)."""
+    t = onnx.AttributeProto
+    if isinstance(default, bool):
+        return (t.INT,)
+    if isinstance(default, int):
+        return (t.INT,)
+    if isinstance(default, float):
+        return (t.FLOAT, t.INT)
+    if isinstance(default, str):
+        return (t.STRING,)
+    if isinstance(default, tuple | list) and default:
+        if all(isinstance(v, int) for v in default):
+            return (t.INTS,)
+        if all(isinstance(v, float | int) for v in default):
+            return (t.FLOATS, t.INTS)
+    return ()
+
+
 def onnx_type_to_shape_type(elem_type: int) -> str:
     """The shape type name of an ONNX TensorProto element type."""
     try:
@@ -84,7 +104,8 @@ class NodeContext:
         return len(outs)
 
     def describe(self) -> str:
-        label = repr(self.name) if self.name else f"(unnamed, output {self.node.output[0]!r})"
+        first = repr(self.node.output[0]) if self.node.output else "none"
+        label = repr(self.name) if self.name else f"(unnamed, output {first})"
         return f"node {label} ({self.domain}::{self.op_type}, opset {self.opset})"
 
     def error(self, message: str) -> OnnxParseError:
@@ -102,6 +123,12 @@ class NodeContext:
                 raise self.error(f"required attribute {name!r} is missing")
             return default
         t = onnx.AttributeProto
+        expected = _expected_types(default)
+        if expected and a.type not in expected:
+            want = " or ".join(t.AttributeType.Name(e) for e in expected)
+            raise self.error(
+                f"attribute {name!r} must be {want}, got {t.AttributeType.Name(a.type)}"
+            )
         if a.type == t.INT:
             return int(a.i)
         if a.type == t.FLOAT:

@@ -40,7 +40,9 @@ from pygraphx.onnx.errors import InputValueNeeded, OnnxParseError, UnsupportedOp
 from pygraphx.onnx.external_data import load_external_tensor
 from pygraphx.onnx.handlers.sequence import OptionalValue, SequenceValue, Value, describe
 from pygraphx.onnx.registry import find_handler
+from pygraphx.onnx.validate import validate_model
 from pygraphx.passes.dead_code_elimination import dead_code_elimination
+from pygraphx.passes.propagate_constant import fold_limit, too_large_to_fold
 
 OPTIONS = {
     "default_dim_value": 1,
@@ -69,6 +71,8 @@ def parse_onnx(path: str | Path, **options: Any) -> Program:
 
 def read_model_file(path: Path) -> bytes:
     """The bytes of the model file at `path`; a missing or unreadable file gets a clear error."""
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise OnnxParseError(f"{path}: not a regular file (a device or pipe?); refused")
     try:
         return path.read_bytes()
     except FileNotFoundError:
@@ -161,6 +165,7 @@ class OnnxParser:
         for imp in model.opset_import:
             domain = "" if imp.domain in ("", "ai.onnx") else imp.domain
             self.opsets[domain] = int(imp.version)
+        validate_model(model, self.source)
         self._check_supported(model.graph)
         main = self.program.get_main_module()
         try:
@@ -557,23 +562,41 @@ class OnnxParser:
         return np.asarray(arr, order="C")
 
     def const_value(self, ins: Instruction) -> np.ndarray | None:
-        """Evaluate `ins` at parse time if it depends only on literals (memoised)."""
-        key = id(ins)
-        entry = self._const.get(key)
-        if entry is not None and entry[0] is ins:
-            return entry[1]
-        if ins.is_literal():
-            value: np.ndarray | None = ins.get_literal().array
-        elif ins.is_param() or ins.module_inputs or ins.op.name == "unknown":
-            value = None
-        else:
-            args = [self.const_value(i) for i in ins.inputs]
-            if any(a is None for a in args):
+        """Evaluate `ins` at parse time if it depends only on literals (memoised); None when it
+        does not, or when a value on the way is too large to fold (`PGX_CONST_FOLD_LIMIT`).
+        The walk uses an explicit stack: a chain of thousands of nodes needs no recursion."""
+        limit = fold_limit()
+        stack = [ins]
+        while stack:
+            top = stack[-1]
+            entry = self._const.get(id(top))
+            if entry is not None and entry[0] is top:
+                stack.pop()
+                continue
+            if top.is_literal():
+                value: np.ndarray | None = top.get_literal().array
+            elif top.is_param() or top.module_inputs or top.op.name == "unknown":
+                value = None
+            elif too_large_to_fold(top, limit):
                 value = None
             else:
-                value = np.asarray(ins.op.compute(ins.shape, args))
-        self._const[key] = (ins, value)
-        return value
+                pending = [i for i in top.inputs if not self._memoised(i)]
+                if pending:
+                    stack.extend(pending)
+                    continue
+                args = [self._const[id(i)][1] for i in top.inputs]
+                if any(a is None for a in args):
+                    value = None
+                else:
+                    value = np.asarray(top.op.compute(top.shape, args))
+            stack.pop()
+            self._const[id(top)] = (top, value)
+        return self._const[id(ins)][1]
+
+    def _memoised(self, ins: Instruction) -> bool:
+        """Whether `const_value` has settled `ins` (its value may be None)."""
+        entry = self._const.get(id(ins))
+        return entry is not None and entry[0] is ins
 
 
 def structured_input(inp: onnx.ValueInfoProto) -> bool:

@@ -4,9 +4,20 @@ Every instruction computable from literals alone is found; those whose value is 
 runtime instructions (the frontier) are evaluated with the reference semantics and replaced by
 one literal each. A broadcast on the frontier is not materialised (that would store a large
 repeated tensor): its input is folded instead and the broadcast view stays.
+
+Bound: an instruction whose value would be larger than `PGX_CONST_FOLD_LIMIT` bytes (default
+64 MiB) *and* larger than its inputs together is not folded (nor is anything computed from it),
+so a tiny file cannot make the compiler allocate gigabytes (a ConstantOfShape [1e5, 1e5] stays a
+run-time instruction); folding a large weight's transpose or conversion (no growth) is still
+done. The frontend's parse-time evaluation of constant inputs (`OnnxParser.const_value`) obeys
+the same bound. Evaluation walks the graph iteratively, so a chain of any depth folds without
+recursion.
 """
 
 from __future__ import annotations
+
+import os
+import warnings
 
 import numpy as np
 
@@ -16,6 +27,55 @@ from pygraphx.ir.module import Module
 from pygraphx.passes.dead_code_elimination import dead_code_elimination
 
 _NEVER_FOLD = {"@param", "@return", "@literal", "unknown"}
+LIMIT_ENV = "PGX_CONST_FOLD_LIMIT"
+DEFAULT_LIMIT = 64 << 20
+
+
+def fold_limit() -> int:
+    """Bytes above which a growing constant is not folded (`PGX_CONST_FOLD_LIMIT`)."""
+    value = os.environ.get(LIMIT_ENV, "").strip()
+    if not value:
+        return DEFAULT_LIMIT
+    try:
+        limit = int(value)
+    except ValueError:
+        raise ValueError(f"{LIMIT_ENV}={value!r} is not a whole number of bytes") from None
+    if limit < 0:
+        raise ValueError(f"{LIMIT_ENV}={limit} must not be negative")
+    return limit
+
+
+def too_large_to_fold(ins: Instruction, limit: int) -> bool:
+    """Whether folding `ins` would materialise more than `limit` bytes that its inputs do not
+    already hold (see the module docstring)."""
+    size = ins.shape.elements() * ins.shape.type_size()
+    if size <= limit:
+        return False
+    # what the inputs really hold: a broadcast view's buffer is its small source
+    return size > sum(i.shape.bytes() for i in ins.inputs)
+
+
+def evaluate_constant(ins: Instruction, values: dict[int, np.ndarray]) -> np.ndarray:
+    """The value of constant instruction `ins`, its constant inputs evaluated first with an
+    explicit stack (no recursion); `values` memoises results by instruction id."""
+    stack = [ins]
+    while stack:
+        top = stack[-1]
+        if id(top) in values:
+            stack.pop()
+            continue
+        if top.is_literal():
+            values[id(top)] = top.get_literal().array
+            stack.pop()
+            continue
+        missing = [i for i in top.inputs if id(i) not in values]
+        if missing:
+            stack.extend(missing)
+            continue
+        stack.pop()
+        args = [values[id(i)] for i in top.inputs]
+        values[id(top)] = np.asarray(top.op.compute(top.shape, args))
+    return values[id(ins)]
 
 
 def _is_broadcast_view(ins: Instruction) -> bool:
@@ -25,6 +85,8 @@ def _is_broadcast_view(ins: Instruction) -> bool:
 def propagate_constant(module: Module) -> None:
     """Fold constant sub-graphs into literals."""
     const: set[int] = set()
+    limit = fold_limit()
+    skipped = 0
     for ins in module.instructions:
         if ins.is_literal():
             const.add(id(ins))
@@ -34,7 +96,16 @@ def propagate_constant(module: Module) -> None:
             and ins.inputs
             and all(id(i) in const for i in ins.inputs)
         ):
-            const.add(id(ins))
+            if too_large_to_fold(ins, limit) and not _is_broadcast_view(ins):
+                skipped += 1
+            else:
+                const.add(id(ins))
+    if skipped:
+        warnings.warn(
+            f"propagate_constant: {skipped} constant instruction(s) in module {module.name!r} "
+            f"left to run time: their values exceed {LIMIT_ENV}={limit} bytes",
+            stacklevel=2,
+        )
     frontier: list[Instruction] = []
     for ins in module.instructions:
         if id(ins) not in const or ins.is_literal():
@@ -47,20 +118,12 @@ def propagate_constant(module: Module) -> None:
     if not frontier:
         return
     values: dict[int, np.ndarray] = {}
-
-    def value(ins: Instruction) -> np.ndarray:
-        if ins.is_literal():
-            return ins.get_literal().array
-        if id(ins) not in values:
-            values[id(ins)] = ins.op.compute(ins.shape, [value(i) for i in ins.inputs])
-        return values[id(ins)]
-
     done: set[int] = set()
     for ins in frontier:
         if id(ins) in done:
             continue
         done.add(id(ins))
-        arr = np.asarray(value(ins), order="C")
+        arr = np.asarray(evaluate_constant(ins, values), order="C")
         lit = module.insert_literal(ins, Literal(arr))
         module.replace_instruction(ins, lit)
     dead_code_elimination(module)

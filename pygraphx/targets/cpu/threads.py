@@ -12,9 +12,12 @@ and no more than `PGX_CPU_MAX_THREADS` or `DEFAULT_CAP`.
 Why a cap: a batch-1 step of these models (a 768x768 GEMM, a 56x56 convolution) has only tens
 of microseconds of work per core at 16 cores, about what waking and joining a team of OpenMP
 threads costs; on a 16-core host the uncapped default was the slowest setting measured (issue
-10: BERT-base 596 ms at 16 threads, 115 ms at 4). `DEFAULT_CAP = 8` keeps every model of the
-issue's 2- to 8-core measurements at its full core count and halves the team on 16+ cores;
-`benchmarks/cpu_threads_probe.py` measures latency and CPU time at 1..16 threads on a host, and
+10: BERT-base 596 ms at 16 threads, 115 ms at 4). `DEFAULT_CAP = 4` is what
+`benchmarks/cpu_threads_probe.py` chose on the 16-core Xeon host of the GPU machine (torch 2.11,
+2026-11-24, batch 1, ms at 1/4/8/16 threads with this module's per-step policy): ResNet-50
+115/42/38/45, MobileNetV2 14/14/23/34, BERT-base 210/86/149/128, GPT-2 265/133/105/195; 4 is
+the best or within 30% of the best on every model, and uses a quarter of the host's cores. The
+probe measures latency and CPU time at 1..16 threads on a host;
 its best count is what to put here (or in `PGX_CPU_MAX_THREADS` for that host).
 
 **Per step.** A team of N threads is only worth waking for a step with enough work: at
@@ -46,7 +49,7 @@ CAP_ENV = "PGX_CPU_MAX_THREADS"
 STEP_POLICY_ENV = "PGX_CPU_STEP_THREADS"
 
 #: default upper bound on the thread count (see the module docstring)
-DEFAULT_CAP = 8
+DEFAULT_CAP = 4
 
 #: GEMM / convolution: multiply-adds one thread must get before another is woken (about 25 us
 #: of single-core fp32 work at ~40 GFLOP/s, several times a wake-up and join)

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 
 class RefExecutable:
+    # every run keeps its values in a dict of its own: runs from several threads need no lock
+    reentrant = True
+
     def __init__(self, program: Program) -> None:
         self.evaluator = Evaluator(program.get_main_module())
 

@@ -1,0 +1,1 @@
+"""Fuzz harnesses for pygraphx's untrusted-input entry points (see fuzz/README.md)."""

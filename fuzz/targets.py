@@ -1,0 +1,129 @@
+"""What the fuzz harnesses call, and which exceptions count as a clean refusal.
+
+A harness feeds untrusted bytes to one entry point; the entry point must either succeed or raise
+one of the project's documented errors (each with a message naming the problem). Any other
+exception (a raw `IndexError`, `RecursionError`, `MemoryError`, ...) is a finding. Shared by the
+atheris harnesses (`fuzz/onnx_parser.py`, `fuzz/pgx_load.py`) and the hypothesis tests in
+`tests/fuzz/`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import struct
+
+import onnx
+from google.protobuf.message import DecodeError
+
+import pygraphx
+from pygraphx.ir.module import ModuleError
+from pygraphx.ir.serialize import MAGIC, SerializationError
+from pygraphx.onnx.errors import OnnxParseError
+from pygraphx.ops.base import ShapeError
+
+#: errors the ONNX frontend may raise for a bad model
+PARSE_ERRORS = (OnnxParseError,)
+#: errors `loads` may raise for a bad file
+LOAD_ERRORS = (SerializationError,)
+#: errors `compile` may raise for a program that parsed (the ref target validates the IR)
+COMPILE_ERRORS = (pygraphx.ProgramError, ModuleError, ShapeError)
+
+#: a model whose program has more elements than this is not compiled by the harness
+MAX_COMPILE_ELEMENTS = 1 << 22
+_HEADER = struct.Struct("<8sIQ32s")
+
+
+def parse_onnx_bytes(data: bytes) -> None:
+    """Parse `data` as an ONNX model and, if it parses, compile it for `ref`."""
+    try:
+        prog = pygraphx.parse_onnx_buffer(data)
+    except PARSE_ERRORS:
+        return
+    if sum(s.elements() for s in prog.get_parameter_shapes().values()) > MAX_COMPILE_ELEMENTS:
+        return
+    try:
+        prog.compile(pygraphx.get_target("ref"))
+    except COMPILE_ERRORS:
+        return
+
+
+def load_pgx_bytes(data: bytes) -> None:
+    """Load `data` as a saved program (`pygraphx.loads`)."""
+    from pygraphx.ir.serialize import loads
+
+    try:
+        loads(data, "<fuzz>")
+    except LOAD_ERRORS:
+        return
+
+
+def reseal(data: bytes) -> bytes:
+    """`data` with its header's length and SHA-256 recomputed, so a mutated payload gets past
+    the checksum and reaches the decoder (what a deliberate attacker would do)."""
+    payload = data[_HEADER.size :] if len(data) >= _HEADER.size else data
+    digest = hashlib.sha256(payload).digest()
+    return _HEADER.pack(MAGIC, 1, len(payload), digest) + payload
+
+
+# --- structure-aware mutation of ONNX models ---------------------------------------------------
+_INTS = [0, -1, -4, 1, 2, 3, 7, 1 << 31, -(1 << 31), (1 << 63) - 1, 100000, 10**12]
+_OPS = ["Add", "Reshape", "Gather", "Softmax", "Concat", "Expand", "Loop", "If", "Conv", "Relu"]
+
+
+def mutate_model(data: bytes, rng: random.Random) -> bytes | None:
+    """One structural mutation of a valid model (None when `data` does not decode)."""
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except DecodeError:
+        return None
+    try:
+        return _mutate(model, rng)
+    except (UnicodeDecodeError, TypeError, ValueError):
+        return None  # the input holds undecodable text: the byte mutator takes over
+
+
+def _mutate(model: onnx.ModelProto, rng: random.Random) -> bytes:
+    graph = model.graph
+    choice = rng.randrange(8)
+    nodes = list(graph.node)
+    if choice == 0 and nodes:  # two nodes writing one name, or a reference to nothing
+        node = rng.choice(nodes)
+        if node.output:
+            node.output[0] = rng.choice([n.output[0] for n in nodes if n.output] + ["nowhere"])
+    elif choice == 1 and nodes:  # an attribute of the wrong type or value
+        node = rng.choice(nodes)
+        if node.attribute:
+            attr = rng.choice(list(node.attribute))
+            if rng.random() < 0.5:
+                attr.type = rng.choice([1, 2, 3, 6, 7])
+            attr.i = rng.choice(_INTS)
+            attr.f = rng.choice([float("nan"), float("inf"), -1.5, 0.0])
+            attr.ints.append(rng.choice(_INTS))
+        else:
+            node.attribute.append(onnx.helper.make_attribute("axis", rng.choice(_INTS)))
+    elif choice == 2:  # a dim of an input or initialiser: negative, zero or huge
+        dims = [d for i in graph.input for d in i.type.tensor_type.shape.dim]
+        if dims and rng.random() < 0.5:
+            rng.choice(dims).dim_value = rng.choice(_INTS)
+        elif graph.initializer:
+            init = rng.choice(list(graph.initializer))
+            if init.dims:
+                init.dims[rng.randrange(len(init.dims))] = rng.choice(_INTS)
+    elif choice == 3 and nodes:  # another operator on the same inputs
+        rng.choice(nodes).op_type = rng.choice(_OPS)
+    elif choice == 4 and nodes:  # a node removed (dangling references)
+        del graph.node[rng.randrange(len(nodes))]
+    elif choice == 5 and graph.initializer:  # external data with a strange location
+        init = rng.choice(list(graph.initializer))
+        init.data_location = onnx.TensorProto.EXTERNAL
+        location = rng.choice(["a\x00b", "../x.bin", "/etc/passwd", "w.bin", ""])
+        init.external_data.add(key="location", value=location)
+    elif choice == 6:
+        for op in model.opset_import:
+            op.version = rng.choice([1, 6, 13, 17, 21, 99, -1])
+    elif choice == 7 and graph.initializer:  # a tensor whose bytes do not match its dims
+        init = rng.choice(list(graph.initializer))
+        init.raw_data = init.raw_data[: rng.randrange(len(init.raw_data) + 1)]
+    return model.SerializeToString()
