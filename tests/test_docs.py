@@ -25,6 +25,8 @@ DOCUMENTED = [
     pygraphx.load,
     pygraphx.quantize_fp16,
     pygraphx.quantize_bf16,
+    pygraphx.quantize_int8,
+    pygraphx.quantize.int8_report,
     pygraphx.Program.compile,
     pygraphx.Program.run,
 ]
