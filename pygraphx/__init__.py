@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pygraphx import generate  # a package that is also callable: pygraphx.generate(...)
 from pygraphx.ir.argument import Argument, Literal, generate_argument, generate_literal
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
@@ -91,6 +92,7 @@ __all__ = [
     "allocate_gpu",
     "argument",
     "from_gpu",
+    "generate",
     "generate_argument",
     "generate_literal",
     "get_onnx_operators",

@@ -155,6 +155,10 @@ def _reduction_step(tracer: Tracer, ins: Instruction, x: Value) -> Value:
     return tracer.reduce(op.name, x, axes)
 
 
+def _keeps_rank(ins: Instruction) -> bool:
+    return ins.inputs[0].shape.ndim() == ins.shape.ndim()
+
+
 def trace_body(
     body: Module,
     stop: Instruction | None = None,
@@ -182,6 +186,8 @@ def trace_body(
         args = [values[id(i)] for i in ins.inputs]
         if isinstance(ins.op, Pointwise):
             v = ins.op.apply(tracer, *args)
+        elif reductions and ins.op.name == "multibroadcast" and _keeps_rank(ins):
+            v = args[0]  # a reduced row value over the row again: keepdims values broadcast
         elif reductions and len(args) == 1:
             v = _reduction_step(tracer, ins, args[0])
         else:
@@ -214,8 +220,9 @@ class TensorDesc:
 @dataclass
 class GroupTrace:
     """A fused group as data. `steps.nodes[:reduce_at]` is the prologue over `lens`; the
-    node at `reduce_at` (if any) is the reduction; the rest is the epilogue over
-    `output.lens`. `result` is the value written to `output`."""
+    node at `reduce_at` (if any) is the (first) reduction; the rest is the epilogue, which in a
+    whole-row group (`RowFusion`: a layer norm) may reduce the same row again and broadcast
+    the results back over it. `result` is the value written to `output`."""
 
     kind: str  # "pointwise" | "fused_reduce"
     name: str  # the body module's name, for messages
@@ -243,8 +250,9 @@ def module_trace(body: Module, input_shapes: Sequence[Shape], kind: str) -> Grou
     """The description of `body` read with inputs of `input_shapes` (lens as the parameters)."""
     steps, result = trace_body(body, reductions=(kind == "fused_reduce"))
     reds = [j for j, n in enumerate(steps.nodes) if n.fn in REDUCTIONS]
-    if len(reds) > 1:
-        raise NotTraceable(f"{body.name}: {len(reds)} reductions in one group")
+    rows = {tuple(i.inputs[0].shape.lens()) for i in body.instructions if _is_reduction(i)}
+    if len(rows) > 1 or len({steps.nodes[j].args[1] for j in reds}) > 1:
+        raise NotTraceable(f"{body.name}: reductions of different rows in one group")
     if kind == "fused_reduce" and not reds:
         raise NotTraceable(f"{body.name}: a fused_reduce group with no reduction")
     if result.kind == "const":

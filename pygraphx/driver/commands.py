@@ -491,4 +491,10 @@ COMMANDS: dict[str, Command] = {
         "serve models on the KServe v2 protocol (HTTP and gRPC), with dynamic batching",
         ("serve --model-repository models/", "serve --onnx model.onnx --cpu --max-batch 8"),
     ),
+    "generate": Command(
+        _lazy("pygraphx.driver.generate_cmd", "cmd_generate"),
+        _lazy("pygraphx.driver.generate_cmd", "generate_arguments"),
+        "generate tokens with a decoder that has a KV cache (past/present inputs/outputs)",
+        ("generate --model llama_tiny --prompt-ids 1 2 3", "generate --onnx m.onnx --prompt Hi"),
+    ),
 }

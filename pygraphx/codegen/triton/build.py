@@ -4,10 +4,10 @@ The source (`kernels.py`) is written to `<cache>/<key>.py` and imported from the
 reads a function's source from its file). The key is a hash of the source, the device's name
 and the Triton version, so a second compile of the same model finds its kernels on disk; the
 cache directory is `$PGX_CACHE_DIR` or `~/.cache/pygraphx/kernels`. At the first call a small
-autotune times each launch configuration (`BLOCK`, `num_warps`) on scratch copies of the
-arguments and writes the fastest to `<key>.json`, which later builds read back. Under the
-interpreter (`TRITON_INTERPRET=1`, CPU tensors) timing means nothing: the first candidate is
-used and nothing is written.
+autotune times each launch configuration (`BLOCK`, `num_warps`) on the arguments themselves
+(on copies where the output's bytes overlap an input's) and writes the fastest to
+`<key>.json`, which later builds read back. Under the interpreter (`TRITON_INTERPRET=1`,
+CPU tensors) timing means nothing: the widest block is used and nothing is written.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import ml_dtypes
 import numpy as np
 import torch
 import triton
-import triton.testing
 
 from pygraphx.codegen.trace import GroupTrace, TensorDesc
 from pygraphx.codegen.triton.emitter import UnsupportedGroup
@@ -120,6 +119,15 @@ class TritonKernel:
         self._launch(inputs, out, self.config)
         return out
 
+    def compile_ahead(self, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> int:
+        """Compile, without launching, the configurations the first call will run (the tuned
+        one when the disk cache has it, else every autotune candidate); returns how many.
+        Tensors only give dtypes and alignment here: any of the right dtype will do."""
+        configs = [self.config] if self.config is not None else candidates(self._src)
+        for config in configs:
+            self._fn.warmup(*inputs, out, grid=self._grid(config), **config)
+        return len(configs)
+
     def _grid(self, config: Config) -> tuple[int]:
         if self.kind == "pointwise":
             return (triton.cdiv(self._src.numel, config["BLOCK"]),)
@@ -150,21 +158,47 @@ class TritonKernel:
             return choice
         if len(options) == 1:
             return options[0]
-        scratch_in = [t.clone() for t in inputs]  # an input may alias `out`
-        scratch_out = out.clone()
-        times = []
-        for config in options:
-            run = self._bench_fn(scratch_in, scratch_out, config)
-            times.append((triton.testing.do_bench(run, warmup=5, rep=20), config))
+        if any(_overlaps(t, out) for t in inputs):  # written in place: time on copies
+            inputs, out = [t.clone() for t in inputs], out.clone()
+        times = [(_time_launches(lambda c=c: self._launch(inputs, out, c)), c) for c in options]
         best = min(times, key=lambda tc: tc[0])[1]
         _write(self._config_path, json.dumps(best))
         log.info("%s: tuned %s", self.key, best)
         return best
 
-    def _bench_fn(
-        self, inputs: Sequence[torch.Tensor], out: torch.Tensor, config: Config
-    ) -> Callable:
-        return lambda: self._launch(inputs, out, config)
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    reach = [s * (n - 1) for n, s in zip(t.shape, t.stride(), strict=True)]
+    size, base = t.element_size(), t.data_ptr()
+    return base + size * sum(r for r in reach if r < 0), base + size * (
+        1 + sum(r for r in reach if r > 0)
+    )
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether `a` and `b` may share bytes (arena slots share one storage, so compare ranges)."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    (a0, a1), (b0, b1) = _byte_range(a), _byte_range(b)
+    return a0 < b1 and b0 < a1
+
+
+def _time_launches(run: Callable[[], None], reps: int = 20) -> float:
+    """Device milliseconds of one launch: the median of `reps`, between CUDA events, after a
+    warm-up launch that compiles. No L2 flush buffer (`triton.testing.do_bench` allocates
+    256 MB for one, which would count in the program's peak memory); the groups of one
+    program run back to back with warm caches anyway."""
+    run()
+    torch.cuda.synchronize()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
+    events[0].record()
+    for e in events[1:]:
+        run()
+        e.record()
+    torch.cuda.synchronize()
+    return sorted(a.elapsed_time(b) for a, b in zip(events[:-1], events[1:], strict=True))[
+        reps // 2
+    ]
 
 
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:

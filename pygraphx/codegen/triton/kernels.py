@@ -1,12 +1,13 @@
 """Triton kernel source for a `GroupTrace`: pointwise groups and row reductions.
 
-* pointwise: a 1-D grid over the output's elements, `BLOCK` lanes a program; each lane's flat
-  index is unravelled over the (coalesced) lens and dotted with every input's strides, so any
-  strides and broadcasts (zero strides) are read in place. Inputs broadcast everywhere are one
-  scalar load.
+* pointwise: a 1-D grid over the output's elements in the output's memory order, `BLOCK`
+  lanes a program; each lane's flat index is unravelled over the (coalesced) lens and dotted
+  with every input's strides, so any strides and broadcasts (zero strides) are read in place.
+  Inputs broadcast everywhere are one scalar load.
 * row reductions (`fused_reduce`): the reduced axes must be trailing (after dropping length-1
   dimensions); one program per row. A row that fits `MAX_SINGLE` lanes is loaded once and the
-  group's own description runs on it (prologue, reduction, epilogue); a longer row (GPT-2's
+  group's own description runs on it (prologue, reduction, epilogue; a whole layer norm's
+  two reductions and the values broadcast back over the row, too); a longer row (GPT-2's
   50257-wide softmax) loops over it in `BLOCK` chunks: sums, products, max and min accumulate
   lane-wise, softmax keeps a running max and rescaled sum and writes in a second pass.
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pygraphx.codegen.trace import REDUCTIONS, GroupTrace, Node, run_steps
+from pygraphx.codegen.trace import REDUCTIONS, GroupTrace, Node, TensorDesc, run_steps
 from pygraphx.codegen.triton.emitter import (
     TExpr,
     TritonOps,
@@ -143,8 +144,11 @@ def _result(env: dict, group: GroupTrace) -> TExpr:
 def pointwise_source(group: GroupTrace) -> KernelSource:
     out = group.output
     numel = int(np.prod(out.lens, dtype=np.int64))
-    all_strides = [d.strides for d in group.inputs] + [out.strides]
-    lens, strides = coalesce(out.lens, all_strides)
+    # lanes walk the output in its memory order (a channels-last output: channels innermost),
+    # so neighbouring lanes store to neighbouring addresses; standard outputs keep their order
+    order = sorted(range(len(out.lens)), key=lambda d: -out.strides[d])
+    all_strides = [[s[d] for d in order] for s in [*(d.strides for d in group.inputs), out.strides]]
+    lens, strides = coalesce([out.lens[d] for d in order], all_strides)
     body = [_signature(group)]
     idx = "tl.program_id(0)"
     if numel > INT32_LIMIT:
@@ -193,13 +197,18 @@ def _split_rows(group: GroupTrace, node: Node) -> _Rows:
                 f"{group.name}: {node.fn} over axes {axes} of {lens} is not over trailing axes"
             )
     full = [tuple(d.lens) == tuple(lens) for d in group.inputs]
+    reduced = tuple(n if d < split else 1 for d, n in enumerate(lens))
     for k, d in enumerate(group.inputs):
-        if not full[k] and tuple(d.lens) != tuple(group.output.lens):
+        if not full[k] and tuple(d.lens) != reduced:
             raise UnsupportedGroup(f"{group.name}: input {k} has lens {d.lens}")
-    out_strides = list(group.output.strides)
-    if group.output.lens != tuple(lens):  # reduced output: its reduced axes have length 1
-        out_strides = [s if d < split else 0 for d, s in enumerate(out_strides)]
-    strides = [list(d.strides) for d in group.inputs] + [out_strides]
+
+    def row_strides(desc: TensorDesc) -> list[int]:
+        """Strides over the row's lens: a reduced tensor's reduced axes have length 1."""
+        if tuple(desc.lens) == tuple(lens):
+            return list(desc.strides)
+        return [s if d < split else 0 for d, s in enumerate(desc.strides)]
+
+    strides = [row_strides(d) for d in [*group.inputs, group.output]]
     outer, o_str = coalesce(lens[:split], [s[:split] for s in strides])
     inner, i_str = coalesce(lens[split:], [s[split:] for s in strides])
     rows = int(np.prod(outer, dtype=np.int64))
@@ -215,6 +224,12 @@ def reduce_source(group: GroupTrace, max_single: int = MAX_SINGLE) -> KernelSour
         raise UnsupportedGroup(f"{group.name}: the result is not computed")
     rows = _split_rows(group, node)
     single = rows.row_len <= max_single
+    count = sum(1 for n in group.steps.nodes if n.fn in REDUCTIONS)
+    if count > 1 and not single:
+        raise UnsupportedGroup(
+            f"{group.name}: {count} reductions of a row of {rows.row_len} (> {max_single}) "
+            "elements: only rows that fit one block take several"
+        )
     lines = ["row = tl.program_id(0)"]
     if rows.rows * max(rows.row_len, 1) > INT32_LIMIT:
         lines[0] += ".to(tl.int64)"
@@ -267,7 +282,7 @@ def _single_row(group: GroupTrace, node: Node, rows: _Rows) -> list[str]:
     o.count_reduced = rows.row_len
     run_steps(o, group.steps.nodes, env)
     lines += o.lines
-    per_lane = node.fn in ("softmax", "logsoftmax")
+    per_lane = tuple(group.output.lens) == tuple(group.lens)  # else one value a row
     lines.append(_store(group, rows, env, per_lane))
     return lines
 

@@ -8,14 +8,15 @@
 * `dot`: half / bf16 products in their own type (cuBLAS / hipBLASLt tensor cores, float32
   accumulation); float32 products through the torch lowering (`addmm` with the bias of the
   element-wise group after it folded in); attention recognised first (`attention.py`).
-* `pointwise` and `fused_reduce`: the torch lowering's eager code today. They are looked up here
-  by name, so the generated Triton kernels replace them through the target's `overrides`
-  setting without touching the lowering.
+* `pointwise` and `fused_reduce`: generated Triton kernels when the target passes `kernels`
+  (`triton_groups.TritonGroups`), else (and for a group the generator refuses) the torch
+  lowering's eager code. Recognised attention comes first in `fused_reduce`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -28,15 +29,23 @@ from pygraphx.targets.torch_lowering.lower import LOWERINGS, _load_lowerings
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
 from pygraphx.targets.torch_lowering.lower_nn import store_result
 
+if TYPE_CHECKING:
+    from pygraphx.targets.gpu.triton_groups import TritonGroups
+
 Lowering = Callable[[LoweringContext, Instruction], bool]
 
 _NATIVE = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def gpu_overrides(channels_last: bool = True) -> dict[str, Lowering]:
+def gpu_overrides(
+    channels_last: bool = True, kernels: TritonGroups | None = None
+) -> dict[str, Lowering]:
     """Op name -> lowering for the gpu target (see the module docstring)."""
     _load_lowerings()
     torch_lowering = dict(LOWERINGS)
+    pointwise, reduce = torch_lowering["pointwise"], torch_lowering["fused_reduce"]
+    if kernels is not None:
+        pointwise, reduce = kernels.lowering(pointwise), kernels.lowering(reduce)
 
     def conv(ctx: LoweringContext, ins: Instruction) -> bool:
         if lower_library_convolution(ctx, ins, channels_last):
@@ -51,12 +60,12 @@ def gpu_overrides(channels_last: bool = True) -> dict[str, Lowering]:
     def fused_reduce(ctx: LoweringContext, ins: Instruction) -> bool:
         return attention.lower_attention_softmax(
             ctx, ins, lambda c, i: plain_dot(c, i, torch_lowering)
-        ) or torch_lowering["fused_reduce"](ctx, ins)
+        ) or reduce(ctx, ins)
 
     return {
         "convolution": conv,
         "dot": dot,
-        "pointwise": torch_lowering["pointwise"],
+        "pointwise": pointwise,
         "fused_reduce": fused_reduce,
     }
 

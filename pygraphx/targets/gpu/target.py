@@ -14,21 +14,28 @@ program up and captures it as one CUDA/HIP graph.
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy, RowFusion
 from pygraphx.passes.manager import Pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.targets.base import Target
 from pygraphx.targets.gpu.executable import GpuExecutable
 from pygraphx.targets.gpu.lowering import gpu_overrides
+from pygraphx.targets.gpu.triton_groups import TritonGroups, triton_wanted
 from pygraphx.targets.torch_lowering import lower_module
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
 
-SETTINGS = frozenset(["device_id", "device", "graph", "channels_last", "tf32", "overrides"])
+log = logging.getLogger(__name__)
+
+SETTINGS = frozenset(
+    ["device_id", "device", "graph", "channels_last", "tf32", "overrides", "triton"]
+)
 
 
 class GpuTarget(Target):
@@ -40,7 +47,10 @@ class GpuTarget(Target):
     `choose_channels_last`), `tf32` (float32 GEMMs and convolutions
     may use TF32 tensor cores: faster, ~1e-3 relative error; default off), `overrides` (op name
     -> lowering function, tried before this target's own: where generated Triton kernels plug
-    in), `device="cpu"` (run the GPU lowering on the CPU with no graph: tests and debugging).
+    in), `triton` (fused element-wise and reduction groups as generated Triton kernels,
+    `triton_groups.py`; default on for CUDA/ROCm devices unless `PGX_GPU_TRITON=0`; on the CPU
+    only under `TRITON_INTERPRET=1`), `device="cpu"` (run the GPU lowering on the CPU with no
+    graph: tests and debugging).
     """
 
     name = "gpu"
@@ -53,8 +63,18 @@ class GpuTarget(Target):
             )
         self.settings = settings
 
+    def fusion_policy(self) -> FusionPolicy:
+        """`RowFusion` where fused groups become generated Triton kernels (a softmax or a
+        layer norm row is one group, one kernel); the CPU's groups where torch code runs them
+        (triton off, or the CPU without the interpreter)."""
+        cpu = self.settings.get("device", "cuda") == "cpu"
+        device = torch.device("cpu" if cpu else "cuda")
+        return (
+            RowFusion() if triton_wanted(self.settings.get("triton"), device) else DefaultFusion()
+        )
+
     def get_passes(self, options: dict[str, Any]) -> list[Pass]:
-        return optimize_passes()
+        return optimize_passes(policy=self.fusion_policy())
 
     def device(self, options: dict[str, Any]) -> torch.device:
         if self.settings.get("device", "cuda") == "cpu":
@@ -75,12 +95,23 @@ class GpuTarget(Target):
         channels_last = self.settings.get("channels_last")
         if channels_last is None:
             channels_last = choose_channels_last(program, tf32)
-        overrides = gpu_overrides(channels_last=channels_last)
+        kernels = None
+        if triton_wanted(self.settings.get("triton"), device):
+            kernels = TritonGroups(device)
+        overrides = gpu_overrides(channels_last=channels_last, kernels=kernels)
         overrides.update(self.settings.get("overrides") or {})
         lower_options = {**options, "lowering_overrides": overrides, "mkldnn": False}
         where = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
         with torch.inference_mode(), where:
             lowered = lower_module(program.get_main_module(), device, lower_options)
+        if kernels is not None:
+            kernels.announce()
+            compiles, seconds = kernels.compile_ahead()
+            log.info(
+                "gpu target: %d fused groups as %d Triton kernels (%d compiles ahead, %.2f s)",
+                kernels.lowered, len(kernels.kernels), compiles, seconds,
+            )  # fmt: skip
+            lowered.ctx.cache["triton_groups"] = kernels
         return GpuExecutable(
             lowered,
             device,
