@@ -1,9 +1,9 @@
 """The driver's subcommands, one function each, and the table `main.py` builds argparse from.
 
 Every command is `fn(args, steps) -> exit status`. Results go to stdout in MIGraphX's formats
-(`read` prints the program as seed 003 shows it, `params` prints `inputs:` / `outputs:` as seed
-001 shows it); progress and step timings go to stderr through `Steps` (rich), so stdout stays
-clean for pipes. `compile`, `time`, `perf` and `verify` live in their own modules
+(`read` prints the program in MIGraphX's text format, `params` prints `inputs:` / `outputs:` as
+`migraphx-driver params` does); progress and step timings go to stderr through `Steps` (rich),
+so stdout stays clean for pipes. `compile`, `time`, `perf` and `verify` live in their own modules
 (`compile_cmd.py`, `perf.py`, `verify.py` with `compare.py`), which build on the helpers here
 (`Steps`, `compile_program`, `make_inputs`); `COMMANDS` imports them when they run.
 """
@@ -15,17 +15,20 @@ import importlib
 import importlib.util
 import json
 import os
+import struct
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+import msgpack
 import numpy as np
 import onnx
 from rich.console import Console
 from rich.table import Table
 
+from pygraphx.driver.inputs import check_index_inputs, generate_inputs, plan_inputs
 from pygraphx.driver.loader import (
     DriverError,
     LoadedModel,
@@ -34,8 +37,11 @@ from pygraphx.driver.loader import (
     load_program,
     positive_int,
 )
-from pygraphx.ir.argument import Argument, format_values, generate_argument
+from pygraphx.driver.progress import compile_progress
+from pygraphx.driver.steps import Steps, format_seconds
+from pygraphx.ir.argument import Argument, format_values
 from pygraphx.ir.program import Program
+from pygraphx.ir.serialize import FORMAT_VERSION, MAGIC, SerializationError, load
 from pygraphx.ir.shape import Shape
 from pygraphx.targets import Target, get_target
 from pygraphx.targets.cpu.threads import THREADS_ENV
@@ -43,30 +49,6 @@ from pygraphx.targets.gpu import GpuUnavailableError
 from pygraphx.version import ONNX_OPSET, __version__
 
 VALUES_SHOWN = 5  # first and last values printed per output, as MIGRAPHX_TRACE_EVAL does
-
-
-def format_seconds(seconds: float) -> str:
-    """`0.0123` -> `12.3 ms`, `2.5` -> `2.50 s`."""
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds:.2f} s"
-
-
-@dataclass
-class Steps:
-    """Shows a spinner on stderr while a long step runs, then its time (`parse: 1.20 s`)."""
-
-    console: Console
-    times: dict[str, float] = field(default_factory=dict)
-
-    @contextmanager
-    def __call__(self, label: str) -> Iterator[None]:
-        start = time.perf_counter()
-        with self.console.status(f"{label} ...", spinner="dots"):
-            yield
-        elapsed = time.perf_counter() - start
-        self.times[label] = elapsed
-        self.console.print(f"{label}: {format_seconds(elapsed)}", style="dim", highlight=False)
 
 
 # --- read, params ---------------------------------------------------------------------------
@@ -123,26 +105,41 @@ def resolve_target(name: str, threads: int | None = None) -> Target:
 
 
 def make_inputs(args: argparse.Namespace, loaded: LoadedModel) -> tuple[dict[str, Argument], str]:
-    """The run's inputs and a line describing them (`--fill0`, `--fill1`, or seeded random)."""
+    """The run's inputs and what they are (`--fill0`, `--fill1`, or seeded random, integer
+    inputs drawn from the range their consumers accept: see `inputs.py`)."""
     shapes = loaded.program.get_parameter_shapes()
     if args.fill is not None:
         value = args.fill
         inputs = {n: Argument(np.full(s.lens(), value, s.dtype())) for n, s in shapes.items()}
-        return inputs, f"all {value}"
+        described = f"all {value}"
+    else:
+        inputs, described = _random_inputs(args, loaded, shapes)
+    plans = loaded.input_plans if loaded.input_plans is not None else plan_inputs(loaded.program)
+    try:
+        check_index_inputs(plans, inputs)
+    except ValueError as exc:
+        raise DriverError(f"{described}: {exc}") from None
+    return inputs, described
+
+
+def _random_inputs(
+    args: argparse.Namespace, loaded: LoadedModel, shapes: dict[str, Shape]
+) -> tuple[dict[str, Argument], str]:
     valid: dict[str, np.ndarray] = {}
     if loaded.model_name is not None and loaded.model is not None:
         from pygraphx.models import model_inputs
 
         valid = model_inputs(loaded.model_name, loaded.model, seed=args.seed)
-    inputs = {}
-    for k, (name, shape) in enumerate(shapes.items()):
+    plans = loaded.input_plans if loaded.input_plans is not None else plan_inputs(loaded.program)
+    inputs, notes = generate_inputs(plans, shapes, args.seed)
+    for name, shape in shapes.items():
         arr = valid.get(name)
         if arr is not None and list(arr.shape) == shape.lens() and arr.dtype == shape.dtype():
             inputs[name] = Argument(np.asarray(arr, order="C"))
-        else:  # each input its own stream, so equal shapes do not get equal values
-            inputs[name] = generate_argument(shape, args.seed + k)
-    kind = f"valid random inputs for {loaded.model_name}" if valid else "random"
-    return inputs, f"{kind} (seed {args.seed})"
+    if valid:
+        return inputs, f"valid random inputs for {loaded.model_name} (seed {args.seed})"
+    described = f"random (seed {args.seed})"
+    return inputs, described + "".join(f"; {note}" for note in notes)
 
 
 def summarize(name: str, value: Argument) -> list[str]:
@@ -190,8 +187,8 @@ def compile_program(
     if name == "auto":
         name = auto_target()
     target = resolve_target(name, threads)
-    with steps(f"compile ({target.name})"):
-        program.compile(target)
+    with compile_progress(steps, f"compile ({target.name})", program):
+        program.compile(target, offload_copy=True)
     return loaded, target
 
 
@@ -274,12 +271,60 @@ def cmd_onnx(args: argparse.Namespace, steps: Steps) -> int:
 
 
 def cmd_version(args: argparse.Namespace, steps: Steps) -> int:
-    """Versions of pygraphx, the ONNX opset it targets, and its main dependencies."""
+    """Versions of pygraphx, the ONNX opset it targets, and its main dependencies; with
+    `--migraphx FILE`, those of a saved program."""
+    path = getattr(args, "migraphx", None)
+    if path is not None:
+        for line in saved_file_versions(path):
+            print(line)
+        return 0
     print(f"pygraphx version: {__version__}")
     print(f"ONNX Opset version: {ONNX_OPSET}")
+    print(f"Program file format version: {FORMAT_VERSION} (.pgx/.mxr)")
     print(f"onnx version: {onnx.__version__}")
     print(f"numpy version: {np.__version__}")
     return 0
+
+
+def saved_file_versions(path: str) -> list[str]:
+    """What `version --migraphx FILE` prints: the file's format version (and whether this
+    pygraphx reads it), the pygraphx that wrote it and the target it was compiled for."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEADER_SIZE)
+    except OSError as exc:
+        raise DriverError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(head) < _HEADER_SIZE or not head.startswith(MAGIC):
+        raise DriverError(
+            f"{path}: not a saved pygraphx program (bad magic number); write one with "
+            "`compile --binary --output FILE` or an output named .pgx/.mxr"
+        )
+    (version,) = struct.unpack_from("<I", head, len(MAGIC))
+    lines = [f"File: {path}"]
+    if version != FORMAT_VERSION:
+        return [
+            *lines,
+            f"Program file format version: {version} (this pygraphx {__version__} reads "
+            f"{FORMAT_VERSION}: not compatible; re-create it from the ONNX model)",
+        ]
+    try:
+        program = load(path)  # checks length, checksum and every instruction
+    except SerializationError as exc:
+        raise DriverError(str(exc)) from None
+    with open(path, "rb") as f:
+        doc = msgpack.unpackb(f.read()[_HEADER_SIZE:], raw=False, strict_map_key=False)
+    target = program.target.name if program.target is not None else "none (not compiled)"
+    return [
+        *lines,
+        f"Program file format version: {version} (this pygraphx {__version__} reads "
+        f"{FORMAT_VERSION}: compatible)",
+        f"Written by pygraphx version: {doc.get('pygraphx_version', 'unknown')}",
+        f"Compiled for target: {target}",
+    ]
+
+
+#: the saved-program header (ir/serialize.py): magic, format version, length, SHA-256
+_HEADER_SIZE = len(MAGIC) + 4 + 8 + 32
 
 
 # --- the table ------------------------------------------------------------------------------
@@ -302,6 +347,14 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_const",
         const="auto",
         help="gpu when torch sees a GPU, else cpu when torch is installed, else ref",
+    )
+    parser.add_argument(
+        "--enable-offload-copy",
+        dest="offload_copy",
+        action="store_true",
+        help="host inputs and outputs, copied to and from the device (compile's offload_copy; "
+        "already what the driver does, since its inputs live on the host: accepted for "
+        "migraphx-driver command lines)",
     )
     parser.add_argument(
         "--threads",
@@ -339,8 +392,12 @@ def _onnx_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _no_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+def _version_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--migraphx",
+        metavar="FILE",
+        help="a saved program (.pgx/.mxr): the format version and the pygraphx that wrote it",
+    )
 
 
 @dataclass(frozen=True)
@@ -350,6 +407,7 @@ class Command:
     run: Callable[[argparse.Namespace, Steps], int]
     arguments: Callable[[argparse.ArgumentParser], None]
     help: str
+    examples: tuple[str, ...] = ()  # command lines shown by --help (after the program name)
 
 
 def _lazy(module: str, name: str) -> Callable[..., Any]:
@@ -365,29 +423,66 @@ def _lazy(module: str, name: str) -> Callable[..., Any]:
 _COMPILE, _PERF, _VERIFY = (f"pygraphx.driver.{m}" for m in ("compile_cmd", "perf", "verify"))
 
 COMMANDS: dict[str, Command] = {
-    "read": Command(cmd_read, add_loader_arguments, "print the parsed program"),
-    "params": Command(cmd_params, _params_arguments, "print the model's inputs and outputs"),
+    "read": Command(
+        cmd_read,
+        add_loader_arguments,
+        "print the parsed program",
+        ("read model.onnx", "read --onnx model.onnx -O", "read --migraphx model.mxr"),
+    ),
+    "params": Command(
+        cmd_params,
+        _params_arguments,
+        "print the model's inputs and outputs",
+        ("params model.onnx", "params --onnx model.onnx --batch 8", "params model.pgx --json"),
+    ),
     "compile": Command(
         _lazy(_COMPILE, "cmd_compile"),
         _lazy(_COMPILE, "compile_arguments"),
         "compile the model and print (or --output) the compiled program",
+        (
+            "compile model.onnx --cpu -o model.pgx        # binary (from the extension)",
+            "compile --enable-offload-copy --binary --output ./model.mxr --onnx ./model.onnx",
+            "compile model.onnx -O -o model.txt           # the compiled program as text",
+        ),
     ),
-    "run": Command(cmd_run, _run_arguments, "compile and run the model once on test inputs"),
+    "run": Command(
+        cmd_run,
+        _run_arguments,
+        "compile and run the model once on test inputs",
+        ("run model.onnx --cpu", "run model.pgx", "run --model bert_base --seq-len 64 --cpu"),
+    ),
     "time": Command(
         _lazy(_PERF, "cmd_time"),
         _lazy(_PERF, "time_arguments"),
         "average run time over -n runs",
+        ("time model.onnx --cpu -n 50", "time --onnx model.onnx --batch 8 --fp16 --cpu"),
     ),
     "perf": Command(
         _lazy(_PERF, "cmd_perf"),
         _lazy(_PERF, "perf_arguments"),
         "performance report: time of every instruction and of each op kind",
+        (
+            "perf model.onnx --cpu -n 20",
+            "perf --enable-offload-copy --input-dim @input 64 3 224 224 -n 100 --gpu --onnx m.onnx",
+            "perf model.pgx --json",
+        ),
     ),
     "verify": Command(
         _lazy(_VERIFY, "cmd_verify"),
         _lazy(_VERIFY, "verify_arguments"),
         "compare the compiled (optimised) program with the reference on the same inputs",
+        ("verify model.onnx --cpu -O", "verify --model gpt2 --seq-len 32 --cpu --fp16"),
     ),
-    "onnx": Command(cmd_onnx, _onnx_arguments, "the supported ONNX operators (--list)"),
-    "version": Command(cmd_version, _no_arguments, "print version information"),
+    "onnx": Command(
+        cmd_onnx,
+        _onnx_arguments,
+        "the supported ONNX operators (--list)",
+        ("onnx -l", "onnx --list | grep -i conv"),
+    ),
+    "version": Command(
+        cmd_version,
+        _version_arguments,
+        "print version information (of this pygraphx, or of a saved program with --migraphx)",
+        ("version", "version --migraphx ./model.mxr", "--version"),
+    ),
 }

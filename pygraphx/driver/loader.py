@@ -29,21 +29,35 @@ import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import onnx
 
+from pygraphx.driver.errors import DriverError
+from pygraphx.driver.inputs import plan_inputs
+from pygraphx.driver.shapes import (
+    DeclaredInput,
+    batch_ignored,
+    check_ranks,
+    declared_inputs,
+    defaulted,
+    parse_dyn_dim,
+    parse_dyn_input_dims,
+    symbolic_dims,
+)
 from pygraphx.ir.program import Program
-from pygraphx.onnx import parse_onnx, parse_onnx_buffer
+from pygraphx.ir.serialize import MAGIC
+from pygraphx.onnx import OnnxParseError, UnsupportedOperatorError, parse_onnx, parse_onnx_buffer
+from pygraphx.onnx.parser import load_model_proto
+from pygraphx.ops.base import ShapeError
 
 #: `step(label)` -> a context manager around one long step (progress and timing).
 StepFn = Callable[[str], AbstractContextManager[Any]]
 
 DEFAULT_SEQ_LEN = 128
-
-
-class DriverError(Exception):
-    """A problem with the command line or its inputs; the message says what to change."""
+SAVED_SUFFIXES = (".pgx", ".mxr")  # .mxr: MIGraphX's name for a saved program
+ONNX_SUFFIXES = (".onnx",)
 
 
 @dataclass
@@ -57,6 +71,8 @@ class LoadedModel:
     #: parses the model again, untransformed (no -O, no --fp16); None for `--migraphx`
     reparse: Callable[[], Program] | None = None
     transforms: tuple[str, ...] = ()  # what was applied: "fp16", "bf16", "optimize"
+    #: the range of each input's values, read from the program before it was compiled
+    input_plans: dict[str, Any] | None = None
 
 
 def positive_int(text: str) -> int:
@@ -72,8 +88,15 @@ def positive_int(text: str) -> int:
 
 def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the model and shape options to a subcommand's parser."""
-    src = parser.add_argument_group("model")
-    which = src.add_mutually_exclusive_group(required=True)
+    src = parser.add_argument_group("model (a FILE, or one of --onnx, --model, --migraphx)")
+    src.add_argument(
+        "file",
+        nargs="?",
+        metavar="FILE",
+        help="the model file, its format from the extension: .onnx an ONNX model, .pgx/.mxr a "
+        "saved program (other names: read as a saved program when they start like one)",
+    )
+    which = src.add_mutually_exclusive_group()
     which.add_argument("--onnx", metavar="FILE", help="an ONNX model file")
     which.add_argument(
         "--model", metavar="NAME", help="a built-in model (resnet50, mobilenetv2, bert_base, ...)"
@@ -95,6 +118,11 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
     precision.add_argument(
         "--bf16", action="store_true", help="convert the program to bf16 (quantize_bf16)"
     )
+    add_shape_arguments(parser)
+
+
+def add_shape_arguments(parser: argparse.ArgumentParser) -> None:
+    """The shape options: fixed and dynamic lens, batch, symbolic dimensions' values."""
     shapes = parser.add_argument_group("shapes")
     shapes.add_argument(
         "--input-dim",
@@ -102,6 +130,20 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="ARG",
         help="lens of a named input, e.g. --input-dim @input 64 3 224 224 (repeatable)",
+    )
+    shapes.add_argument(
+        "--dyn-input-dim",
+        nargs="+",
+        action="append",
+        metavar="ARG",
+        help="dynamic lens of a named input: each an integer or a range min:max[:optimal...] "
+        "(or '{min,max}', quoted), e.g. --dyn-input-dim @input 1:8 3 224 224; the program "
+        "then runs at any size in the ranges",
+    )
+    shapes.add_argument(
+        "--default-dyn-dim-value",
+        metavar="DIM",
+        help="make every symbolic dimension a range: min:max[:optimal...] (or '{min,max}')",
     )
     shapes.add_argument(
         "--batch",
@@ -172,9 +214,44 @@ def parse_options(args: argparse.Namespace) -> dict[str, Any]:
     dims = parse_input_dims(args.input_dim)
     if dims:
         options["map_input_dims"] = dims
+    dyn = parse_dyn_input_dims(getattr(args, "dyn_input_dim", None))
+    if dyn:
+        options["map_dyn_input_dims"] = dyn
+    if getattr(args, "default_dyn_dim_value", None) is not None:
+        value = parse_dyn_dim(args.default_dyn_dim_value, "--default-dyn-dim-value")
+        options["default_dyn_dim_value"] = value
     if args.skip_unknown_operators:
         options["skip_unknown_operators"] = True
     return options
+
+
+def resolve_model_file(args: argparse.Namespace) -> None:
+    """Turn the positional FILE into `args.onnx` or `args.migraphx` (by its extension, else by
+    its first bytes); exactly one way of naming the model must be given."""
+    given = [f"--{f}" for f in ("onnx", "model", "migraphx") if getattr(args, f, None)]
+    file = getattr(args, "file", None)
+    if file is None:
+        if not given:
+            raise DriverError(
+                "give the model: a FILE (model.onnx, or model.pgx / model.mxr saved by "
+                "compile), --onnx FILE, --model NAME (built-in) or --migraphx FILE"
+            )
+        return
+    if given:
+        raise DriverError(f"the model is given twice: {file} and {given[0]}; give one")
+    suffix = Path(file).suffix.lower()
+    if suffix in SAVED_SUFFIXES or (suffix not in ONNX_SUFFIXES and _starts_saved(file)):
+        args.migraphx = file
+    else:
+        args.onnx = file
+
+
+def _starts_saved(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
 
 
 def describe_source(args: argparse.Namespace) -> str:
@@ -200,6 +277,8 @@ def load_program(args: argparse.Namespace, step: StepFn = _no_step) -> LoadedMod
         loaded = _load_saved(args, step)
     else:
         loaded = _parse_model(args, step)
+    # what consumes each input, read before -O fuses or a target lowers the consumers
+    loaded.input_plans = plan_inputs(loaded.program)
     apply_transforms(loaded, args, step)
     return loaded
 
@@ -214,22 +293,72 @@ def _parse_model(args: argparse.Namespace, step: StepFn) -> LoadedModel:
                 "for an ONNX file use --input-dim @NAME D1 D2 ..."
             )
         path = args.onnx
-        with step("parse"):
-            program = parse_onnx(path, **options)
-        loaded = LoadedModel(program, source, reparse=lambda: parse_onnx(path, **options))
+        declared = _declared_inputs_of_file(path)
+        _check_shape_options(args, declared, options)
+
+        def parse() -> Program:
+            return parse_onnx(path, **options)
+
+        model = None
     else:
         model = build_model(args.model, args.batch or 1, args.seq_len or DEFAULT_SEQ_LEN, step)
         if args.skip_unknown_operators:  # skipped nodes take their output shapes from here
             with step("shape inference"):
                 model = onnx.shape_inference.infer_shapes(model)
         data = model.SerializeToString()
-        with step("parse"):
-            program = parse_onnx_buffer(data, **options)
-        loaded = LoadedModel(
-            program, source, args.model, model, reparse=lambda: parse_onnx_buffer(data, **options)
-        )
+        declared = declared_inputs(model)
+        check_ranks(declared, options.get("map_input_dims") or {}, "--input-dim")
+
+        def parse() -> Program:
+            return parse_onnx_buffer(data, **options)
+
+    symbols = symbolic_dims(declared, options)
+    if symbols:
+        print(f"Symbolic dimensions: {', '.join(symbols)}", file=sys.stderr, flush=True)
+    with step("parse"):
+        program = _parse_explained(parse, defaulted(symbols))
     check_input_dims(program, options.get("map_input_dims", {}))
-    return loaded
+    return LoadedModel(program, source, args.model, model, reparse=parse)
+
+
+def _declared_inputs_of_file(path: str) -> list[DeclaredInput]:
+    """The ONNX file's declared inputs; none when it cannot be read (the parse then says why)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return []
+    return declared_inputs(load_model_proto(data, path))
+
+
+def _check_shape_options(
+    args: argparse.Namespace, declared: list[DeclaredInput], options: dict[str, Any]
+) -> None:
+    """Ranks of --input-dim / --dyn-input-dim, and a warning when --batch changes nothing."""
+    check_ranks(declared, options.get("map_input_dims") or {}, "--input-dim")
+    check_ranks(declared, options.get("map_dyn_input_dims") or {}, "--dyn-input-dim")
+    if args.batch is not None and args.default_dim_value is None:
+        warning = batch_ignored(declared, options)
+        if warning is not None:
+            print(f"warning: --batch {args.batch}: {warning}", file=sys.stderr, flush=True)
+
+
+def _parse_explained(parse: Callable[[], Program], defaulted_dims: list[str]) -> Program:
+    """`parse()`, with the command-line spelling in the unsupported-operator hint, and shape
+    errors noting which symbolic dimensions took a default value."""
+    try:
+        return parse()
+    except UnsupportedOperatorError as exc:
+        text = str(exc).replace(
+            "skip_unknown_operators=True parses anyway", "--skip-unknown-operators parses anyway"
+        )
+        raise DriverError(text) from exc
+    except (OnnxParseError, ShapeError) as exc:
+        if not defaulted_dims:
+            raise
+        raise DriverError(
+            f"{exc}\n(note: symbolic dimensions were defaulted: {', '.join(defaulted_dims)}; "
+            "set them with --input-dim @NAME D1 D2 ..., --batch N or --dyn-input-dim)"
+        ) from exc
 
 
 def _load_saved(args: argparse.Namespace, step: StepFn) -> LoadedModel:
@@ -239,6 +368,8 @@ def _load_saved(args: argparse.Namespace, step: StepFn) -> LoadedModel:
         flag
         for flag, value in (
             ("--input-dim", args.input_dim),
+            ("--dyn-input-dim", getattr(args, "dyn_input_dim", None)),
+            ("--default-dyn-dim-value", getattr(args, "default_dyn_dim_value", None)),
             ("--default-dim-value", args.default_dim_value),
             ("--seq-len", args.seq_len),
             ("--skip-unknown-operators", args.skip_unknown_operators or None),
@@ -254,7 +385,7 @@ def _load_saved(args: argparse.Namespace, step: StepFn) -> LoadedModel:
         try:
             program = load(args.migraphx)
         except SerializationError as exc:
-            raise DriverError(str(exc)) from exc
+            raise DriverError(f"{exc}{_text_file_hint(args.migraphx, exc)}") from exc
     if args.batch is not None:
         shapes = list(program.get_parameter_shapes().items())
         if shapes and shapes[0][1].lens() and shapes[0][1].lens()[0] != args.batch:
@@ -264,6 +395,23 @@ def _load_saved(args: argparse.Namespace, step: StepFn) -> LoadedModel:
                 f"{shape.lens()[0]} ({shape}); --batch only states a saved program's batch size"
             )
     return LoadedModel(program, describe_source(args))
+
+
+def _text_file_hint(path: str, exc: Exception) -> str:
+    """For a file that is not a saved program: how to write one (text files cannot be loaded)."""
+    if "bad magic number" not in str(exc):
+        return ""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return ""
+    kind = "the program's text" if head.lstrip().startswith((b"module:", b"{")) else "not one"
+    return (
+        f"; it looks like {kind}: a saved program is written by `compile --binary --output F` "
+        f"or an output named .pgx/.mxr (text files from .txt/.json outputs cannot be loaded), "
+        "and an ONNX model is read with --onnx or a .onnx name"
+    )
 
 
 def apply_transforms(loaded: LoadedModel, args: argparse.Namespace, step: StepFn) -> None:

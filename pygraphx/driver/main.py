@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from pygraphx.driver.commands import COMMANDS, Steps, cmd_version
-from pygraphx.driver.loader import DriverError
+from pygraphx.driver.loader import DriverError, resolve_model_file
 from pygraphx.ir.module import ModuleError
 from pygraphx.ir.program import ProgramError
 from pygraphx.onnx.errors import OnnxParseError
@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="pygraphx driver: read, inspect and run ONNX models (after migraphx-driver)",
+        epilog=f"examples:\n  {PROG} perf model.onnx --cpu\n  {PROG} compile model.onnx "
+        f"-o model.pgx\n  {PROG} run model.pgx\n  {PROG} COMMAND --help   (options, examples)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     parser.add_argument("--version", action="store_true", help="same as the version command")
@@ -59,7 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
-        p = sub.add_parser(name, help=command.help, description=command.help, parents=[common])
+        p = sub.add_parser(
+            name,
+            help=command.help,
+            description=command.help,
+            epilog="examples:\n" + "\n".join(f"  {PROG} {line}" for line in command.examples),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[common],
+        )
         command.arguments(p)
     return parser
 
@@ -88,6 +98,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_usage(sys.stderr)
         print(f"{PROG}: error: a command is required ({', '.join(COMMANDS)})", file=sys.stderr)
+        return 2
+    try:
+        if hasattr(args, "file"):  # the commands that load a model
+            resolve_model_file(args)
+    except DriverError as exc:
+        print(parser.format_usage(), end="", file=sys.stderr)
+        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return 2
     debug = bool(args.debug)
     try:

@@ -3,7 +3,7 @@
 `time -n N` runs the compiled program once to warm up, then N times, and prints the average
 (`Total time: 1.23ms`) and the rate (`Rate: 812.3/sec` = 1000 / total ms * batch).
 
-`perf -n N` prints seed 003's report (`migraphx-driver perf`):
+`perf -n N` prints the report of `migraphx-driver perf`, with every total explained:
 
     Allocating params ...
     Running performance report ...
@@ -15,15 +15,17 @@
     Fused groups:
     main:fused_reduce0 (mul, add, softmax): 0.0123ms, 0.5%
     ...
-    Batch size: 1
-    Rate: 975.796/sec
-    Total time: 32.7937ms
-    Total instructions time: 37.1238ms
-    Overhead time: 0.189906ms, -4.33002ms
-    Overhead: 1%, -13%
-    Run time (min / median / p90 / p99): ...
+    Batch size: 1 (first dimension of input 'input')
+    Rate: 975.796/sec (batch size / total time)
+    Total time: 32.7937ms (mean of 100 runs, not profiled)
+    Total instructions time: 31.9ms (sum of the instructions' mean times in 100 profiled runs)
+    Profiled run time: 32.1ms (instructions + overhead; profiling took away 0.69ms to ...)
+    Overhead time: 0.2ms (profiled run time - total instructions time)
+    Overhead: 1% of the profiled run time
+    Run time (min / median / p90 / p99): ... (the runs not profiled)
 
-How each number is measured (all averages are per run, over the N runs):
+How each number is measured (all averages are per run, over the N runs). Every figure is
+measured in the runs it describes, so none can come out negative:
 * an instruction's time and share come from N runs with an observer
   (`program.run(params, observer=...)`): its average time, and that time as a share of the
   total instructions time (so the shares sum to 100%);
@@ -32,14 +34,16 @@ How each number is measured (all averages are per run, over the N runs):
 * `Fused groups:` lists each fused group that ran (`pointwise`, `fused_reduce`): its module,
   the ops in its body, its per-run time and share (in `--json`: `fused_groups`);
 * `Total time` is the average of N further runs without an observer (the real run time), and
-  the min / median / p90 / p99 line describes those runs; `Rate` = 1000 / total ms * batch, the
-  batch being `--batch` (default 1), as migraphx-driver reports it;
-* `Total instructions time` is the sum of the instructions' average times;
-* `Overhead time` is two numbers: first the overhead measured directly, in the observed runs,
-  as each run's wall time minus the sum of its instruction times (the walk over the program,
-  bookkeeping, observer calls: what migraphx measures with a no-op run); second
-  `Total time - Total instructions time`, which mixes that overhead with the cost of observing
-  and can be negative. `Overhead` gives both as a share of `Total time`, rounded.
+  the min / median / p90 / p99 line describes those runs; `Rate` = 1000 / total ms * batch;
+* `Batch size` is the first dimension of the first input that has two or more (the line says
+  which), so `--input-dim @x 4 ...` and `--batch 4` both report 4; 1 when no input has one;
+* `Total instructions time` is the sum of the instructions' average times in the profiled runs;
+  `Profiled run time` is those runs' average wall time, and `Overhead time` the difference (the
+  walk over the program, bookkeeping, the observer calls), with its share of the profiled run.
+  Instructions timed one by one can take longer than the un-profiled run (a target that
+  overlaps work, or caches warmed differently): the `Profiled run time` line says by how much
+  profiling changed the run time, instead of MIGraphX's `Total time - Total instructions time`
+  (which came out as a negative overhead).
 
 `--json` prints the same data as one JSON document instead. Progress goes to stderr.
 """
@@ -150,6 +154,7 @@ class PerfReport:
     profile: Profile
     run_times: list[float]  # seconds of the un-observed runs
     batch: int
+    batch_source: str = "given"  # what the batch size was read from
 
     def __post_init__(self) -> None:
         self.names = instruction_names(self.program.get_main_module())
@@ -171,9 +176,15 @@ class PerfReport:
         return 1000.0 / self.total_ms * self.batch if self.total_ms > 0 else float("inf")
 
     @property
-    def overhead_ms(self) -> tuple[float, float]:
-        measured = float(np.mean(np.subtract(self.profile.walls, self.profile.sums))) * 1e3
-        return measured, self.total_ms - self.instructions_ms
+    def profiled_ms(self) -> float:
+        """Average wall time of the profiled runs."""
+        return float(np.mean(self.profile.walls)) * 1e3
+
+    @property
+    def overhead_ms(self) -> float:
+        """Profiled run time minus its instructions' times (never negative: measured in the
+        same runs): walking the program, bookkeeping, the observer calls."""
+        return max(self.profiled_ms - self.instructions_ms, 0.0)
 
     def summary(self) -> list[tuple[str, float, int]]:
         """(op name, per-run ms of all its instructions, count), slowest first."""
@@ -237,21 +248,30 @@ class PerfReport:
         for g in self.fused_groups():
             ops = ", ".join(g["ops"])
             lines.append(f"{g['group']} ({ops}): {g['time_ms']:g}ms, {g['percent']:g}%")
-        first, second = self.overhead_ms
-        total = self.total_ms
-        stats = self.run_stats()
-        lines += [
-            "",
-            f"Batch size: {self.batch}",
-            f"Rate: {self.rate:g}/sec",
-            f"Total time: {total:g}ms",
-            f"Total instructions time: {self.instructions_ms:g}ms",
-            f"Overhead time: {first:g}ms, {second:g}ms",
-            f"Overhead: {round(100 * first / total):d}%, {round(100 * second / total):d}%",
-            "Run time (min / median / p90 / p99): "
-            + " / ".join(f"{stats[k]:g}ms" for k in ("min", "median", "p90", "p99")),
-        ]
+        lines += ["", *self.totals()]
         return lines
+
+    def totals(self) -> list[str]:
+        """The closing figures, each saying what it measures."""
+        total, profiled, overhead = self.total_ms, self.profiled_ms, self.overhead_ms
+        cost = profiled - total
+        stats = self.run_stats()
+        n = self.profile.runs
+        return [
+            f"Batch size: {self.batch} ({self.batch_source})",
+            f"Rate: {self.rate:g}/sec (batch size / total time)",
+            f"Total time: {total:g}ms (mean of {n} runs, not profiled)",
+            f"Total instructions time: {self.instructions_ms:g}ms (sum of the instructions' "
+            f"mean times in {n} profiled runs)",
+            f"Profiled run time: {profiled:g}ms (instructions + overhead; profiling "
+            f"{'added' if cost >= 0 else 'took away'} {abs(cost):g}ms to the total time)",
+            f"Overhead time: {overhead:g}ms (profiled run time - total instructions time)",
+            f"Overhead: {round(100 * overhead / profiled) if profiled > 0 else 0:d}% of the "
+            "profiled run time",
+            "Run time (min / median / p90 / p99): "
+            + " / ".join(f"{stats[k]:g}ms" for k in ("min", "median", "p90", "p99"))
+            + " (the runs not profiled)",
+        ]
 
     def to_json(self) -> dict[str, Any]:
         from pygraphx.ir.printer import format_instruction
@@ -270,7 +290,6 @@ class PerfReport:
                     "percent": self.share(ms),
                 }
             )
-        first, second = self.overhead_ms
         total = self.total_ms
         return {
             "runs": self.profile.runs,
@@ -287,14 +306,16 @@ class PerfReport:
             ],
             "fused_groups": self.fused_groups(),
             "batch_size": self.batch,
+            "batch_size_from": self.batch_source,
             "rate_per_sec": self.rate,
             "total_time_ms": total,
             "total_instructions_time_ms": self.instructions_ms,
-            "overhead_time_ms": {"measured": first, "total_minus_instructions": second},
-            "overhead_percent": {
-                "measured": 100 * first / total,
-                "total_minus_instructions": 100 * second / total,
-            },
+            "profiled_run_time_ms": self.profiled_ms,
+            "overhead_time_ms": self.overhead_ms,
+            "overhead_percent": 100 * self.overhead_ms / self.profiled_ms
+            if self.profiled_ms > 0
+            else 0.0,
+            "profiling_cost_ms": self.profiled_ms - total,
             "run_time_ms": self.run_stats(),
         }
 
@@ -317,7 +338,7 @@ def perf_report(
     program: Program,
     params: Mapping[str, Any],
     n: int,
-    batch: int = 1,
+    batch: tuple[int, str] = (1, "given"),
     progress: Progress | None = None,
 ) -> PerfReport:
     """Warm up once, then `n` observed runs and `n` plain runs of a compiled program."""
@@ -325,12 +346,21 @@ def perf_report(
     if progress is None:
         prof = profile_runs(program, params, n)
         times = time_runs(program, params, n)
-        return PerfReport(program, prof, times, batch)
+        return PerfReport(program, prof, times, *batch)
     observed = progress.add_task("instructions", total=n)
     prof = profile_runs(program, params, n, lambda: progress.advance(observed))
     plain = progress.add_task("runs", total=n)
     times = time_runs(program, params, n, lambda: progress.advance(plain))
-    return PerfReport(program, prof, times, batch)
+    return PerfReport(program, prof, times, *batch)
+
+
+def batch_size(program: Program) -> tuple[int, str]:
+    """The batch a run processes: the first dimension of the first input with two or more
+    dimensions, and where it was read from."""
+    for name, shape in program.get_parameter_shapes().items():
+        if len(shape.lens()) >= 2:
+            return shape.lens()[0], f"first dimension of input {name!r}"
+    return 1, "no input has a batch dimension"
 
 
 # --- the commands ---------------------------------------------------------------------------
@@ -373,15 +403,15 @@ def cmd_time(args: argparse.Namespace, steps: Steps) -> int:
             task = progress.add_task("runs", total=args.n)
             times = time_runs(program, inputs, args.n, lambda: progress.advance(task))
     total = float(np.mean(times)) * 1e3
-    batch = args.batch or 1
-    print(f"Batch size: {batch}")
+    batch, source = batch_size(program)
+    print(f"Batch size: {batch} ({source})")
     print(f"Total time: {total:g}ms")
     print(f"Rate: {1000.0 / total * batch:g}/sec")
     return 0
 
 
 def cmd_perf(args: argparse.Namespace, steps: Steps) -> int:
-    """Seed 003's performance report (or --json)."""
+    """The performance report of `migraphx-driver perf`, every total explained (or --json)."""
     text = not args.json
     if text:
         print(f"Reading: {describe_source(args)}", flush=True)
@@ -391,9 +421,10 @@ def cmd_perf(args: argparse.Namespace, steps: Steps) -> int:
         print("Allocating params ...", flush=True)
     inputs, described = make_inputs(args, loaded)
     if text:
+        print(f"Inputs: {described}")
         print("Running performance report ...", flush=True)
     with make_progress(steps) as progress:
-        report = perf_report(loaded.program, inputs, args.n, args.batch or 1, progress)
+        report = perf_report(loaded.program, inputs, args.n, batch_size(loaded.program), progress)
     if text:
         print("\n".join(report.lines()))
         return 0

@@ -1,4 +1,4 @@
-"""Text form of modules and programs, in MIGraphX's format (seed 003).
+"""Text form of modules and programs, in MIGraphX's format (as `migraphx-driver read` prints).
 
     module: "main"
     input = @param:input -> float_type, {1, 3, 224, 224}, {150528, 50176, 224, 1}

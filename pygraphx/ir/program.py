@@ -102,7 +102,7 @@ class Program:
         return self.get_main_module().get_parameter_shapes()
 
     def get_inputs(self) -> dict[str, Shape]:
-        """Parameter name -> shape (the seeds' `get_inputs()`); for dynamic parameters the
+        """Parameter name -> shape (MIGraphX's `get_inputs()`); for dynamic parameters the
         maximum shape (`get_parameter_shapes()` gives their ranges)."""
         return {i.op.parameter: i.shape for i in self.get_main_module().get_parameters()}
 
@@ -143,9 +143,30 @@ class Program:
         device_id: int = 0,
         exhaustive_tune: bool = False,
     ) -> None:
-        """Optimise the program for target `t` (a target or its name) and prepare it to run:
-        the target runs its passes and makes the executable (`Target.compile`). Atomic: a
-        concurrent second compile waits for the first, then fails as already compiled."""
+        """Optimise the program for target `t` and prepare it to run (in place).
+
+        The target runs its pass list (constant folding, simplification, fusion, memory
+        planning) and lowers the program to its executable. Passes that `pygraphx.optimize`
+        already ran on the unchanged program are not run again.
+
+        Args:
+            t: a target (`pygraphx.get_target("cpu")`) or its name (`"ref"`, `"cpu"`, `"gpu"`).
+            offload_copy: gpu: `run` takes host arrays and returns host arrays (copies to and
+                from the device); False takes and returns device arguments.
+            fast_math: allow faster approximations where a target has them.
+            device_id: gpu: which device (unless the target was made with its own).
+            exhaustive_tune: search kernel settings longer at compile time.
+
+        Compiling is atomic: a concurrent second compile waits for the first, then fails as
+        already compiled.
+
+        Raises:
+            ProgramError: the program is already compiled.
+
+        Example:
+            >>> prog = pygraphx.parse_onnx("model.onnx")
+            >>> prog.compile(pygraphx.get_target("cpu"))
+        """
         with self._lock:
             self._compile(t, offload_copy, fast_math, device_id, exhaustive_tune)
 
@@ -173,10 +194,28 @@ class Program:
         self.compile_options = options
 
     def run(self, params: Mapping[str, Any], observer: Any = None) -> list[Argument]:
-        """Evaluate the compiled program; `params` maps parameter names to arrays/arguments.
+        """Run the compiled program on `params` and return its outputs, in output order.
 
-        `observer(instruction, value, seconds)` is called after each instruction of `main`
-        (profiling and tracing; see `runtime/evaluator.py`)."""
+        Args:
+            params: input name -> numpy array or `argument` (on a gpu program compiled with
+                `offload_copy=False`: device arguments, torch CUDA tensors or DLPack objects).
+                Types and lens are checked against the parameters; a program with dynamic
+                dimensions takes any lens inside its ranges.
+            observer: `observer(instruction, value, seconds)` is called after each instruction
+                of `main` (profiling and tracing).
+
+        Returns:
+            One `argument` per output; `np.array(arg)` gives its values.
+
+        Raises:
+            ProgramError: the program is not compiled, or an input is missing, unknown, or of
+                the wrong type or lens (the message says which).
+
+        Example:
+            >>> out = prog.run({"input": np.zeros((1, 3, 224, 224), np.float32)})
+            >>> np.array(out[0]).shape
+            (1, 1000)
+        """
         if self._executable is None:
             raise ProgramError("compile the program first: prog.compile(pygraphx.get_target(...))")
         device_io = getattr(self._executable, "takes_device_arguments", None)

@@ -171,8 +171,17 @@ def dumps(program: Program) -> bytes:
 
 
 def save(program: Program, path: str | Path) -> None:
-    """Write `program` (parsed, optimised or compiled) to `path`, atomically: an interrupted or
-    failed save leaves the file that was at `path` before unchanged (see `ir/atomic_write.py`)."""
+    """Write `program` (parsed, optimised or compiled) to the file `path`.
+
+    The file (by convention `.pgx`, or MIGraphX's `.mxr`) is a msgpack document behind a header
+    with a format version and a SHA-256 checksum; it holds no code, so loading it cannot run
+    any. A compiled program loads back compiled for the same target. The write is atomic: an
+    interrupted or failed save leaves the file that was at `path` before unchanged.
+
+    Example:
+        >>> prog.compile(pygraphx.get_target("cpu"))
+        >>> pygraphx.save(prog, "model.pgx")
+    """
     write_atomic(path, dumps(program))
 
 
@@ -311,7 +320,16 @@ def _make_instruction(
 
 
 def load(path: str | Path) -> Program:
-    """Read a program written by `save`; errors say what is wrong with the file."""
+    """Read a program written by `save` (compiled programs come back ready to run).
+
+    Raises:
+        SerializationError: the file is missing, not a saved program (for example a program's
+            text), of another format version, truncated, or modified (checksum mismatch).
+
+    Example:
+        >>> prog = pygraphx.load("model.pgx")
+        >>> prog.run({"input": x})
+    """
     path = Path(path)
     data = read_regular_file(path, SerializationError, "a pygraphx program file")
     return loads(data, str(path))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pygraphx.onnx.dynamic import parse_onnx, parse_onnx_buffer
+from pygraphx.onnx.api import parse_onnx, parse_onnx_buffer
 from pygraphx.onnx.errors import ExternalDataError, OnnxParseError, UnsupportedOperatorError
 from pygraphx.onnx.registry import supported_operators
 

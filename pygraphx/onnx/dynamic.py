@@ -1,7 +1,7 @@
 """Dynamic input dimensions and programs whose shapes depend on input values.
 
 Dimensions become ranges in three ways:
-- `map_input_dims` (seed 001: "set a maximum input shape, then run with smaller ones"): for a
+- `map_input_dims` (MIGraphX's "set a maximum input shape, then run with smaller ones"): for a
   dimension the model declares symbolic or unknown, the given value is the maximum (and the
   optimal) of a range `[1, given]`; dimensions the model fixes take the given value as today;
 - `map_dyn_input_dims`: explicit ranges per input (MIGraphX's option);

@@ -1,4 +1,5 @@
-"""Convolution operators on NCHW tensors: `convolution`, `deconvolution`, `deform_convolution`.
+"""Convolution operators on NCHW tensors: `convolution`, `deconvolution`, `deform_convolution`,
+`quant_convolution`.
 
 `convolution` is N-d grouped convolution, `deconvolution` its transpose (ONNX ConvTranspose) and
 `deform_convolution` ONNX DeformConv (learned per-tap offsets and an optional mask). They work on
@@ -118,6 +119,34 @@ class Convolution(Op):
         out = output_shape.lens()[2:]
         y = conv_nd(xp, w.astype(acc, copy=False), self.stride, self.dilation, self.group, out)
         return y.astype(output_shape.dtype(), copy=False)
+
+
+@register_op
+class QuantConvolution(Convolution):
+    """`convolution` of int8/uint8 input and weights, accumulated exactly into int32.
+
+    MIGraphX's `quant_convolution`: the result is the integer sum of products (wrapped to int32
+    on overflow, as two's-complement accumulation would). The scales of a quantised layer are
+    applied afterwards by a `dequantizelinear` of this result (`passes/fold_qdq.py`).
+    """
+
+    name = "quant_convolution"
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        types = [s.type() for s in inputs]
+        if len(inputs) != 2 or any(t not in ("int8_type", "uint8_type") for t in types):
+            raise ShapeError(f"{self.name}: needs int8/uint8 input and weights, got {types}")
+        float_shapes = [Shape("float_type", s.lens()) for s in inputs]
+        return Shape("int32_type", super().compute_shape(float_shapes).lens())
+
+    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
+        x, w = args
+        begin, end = self.pads(x.shape, w.shape)
+        xp = _pad(x.astype(np.float64), begin, end, 0)
+        out = output_shape.lens()[2:]
+        # products of 8-bit values: every partial sum stays an integer below 2**53 (exact)
+        y = conv_nd(xp, w.astype(np.float64), self.stride, self.dilation, self.group, out)
+        return np.rint(y).astype(np.int64).astype(np.int32)
 
 
 def conv_nd(

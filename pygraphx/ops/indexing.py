@@ -46,7 +46,8 @@ def wrap_indices(op: Op, indices: np.ndarray, n: int | np.ndarray) -> np.ndarray
         first = idx[bad].reshape(-1)[0]
         limit = n if np.ndim(n) == 0 else np.broadcast_to(n, idx.shape)[bad].reshape(-1)[0]
         raise IndexError(
-            f"{op.name}: index {int(first)} is out of range for a dimension of {limit}"
+            f"{op.name}: index {int(first)} is out of range for a dimension of {limit} "
+            f"(valid indices: -{limit} to {limit - 1})"
         )
     return np.where(idx < 0, idx + n, idx)
 

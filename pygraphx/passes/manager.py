@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,20 @@ def disabled_passes() -> set[str]:
     return {p.strip() for p in _flag("PGX_DISABLE_PASSES").split(",") if p.strip()}
 
 
+#: `listener(index, count, pass name)` is called before each pass runs (progress bars)
+PASS_LISTENERS: list[Callable[[int, int, str], None]] = []
+
+
+@contextmanager
+def listen_passes(listener: Callable[[int, int, str], None]) -> Iterator[None]:
+    """Call `listener` before every pass that runs while the context is open."""
+    PASS_LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        PASS_LISTENERS.remove(listener)
+
+
 def run_passes(
     program: Program, passes: Sequence[Pass], *, validate: bool = True
 ) -> list[tuple[str, float]]:
@@ -56,7 +71,9 @@ def run_passes(
     timing = _flag("PGX_TIME_PASSES") not in ("", "0")
     skip = disabled_passes()
     times: list[tuple[str, float]] = []
-    for p in passes:
+    for k, p in enumerate(passes):
+        for listener in PASS_LISTENERS:
+            listener(k, len(passes), p.name)
         if p.name in skip:
             if trace or timing:
                 print(f"Pass: {p.name} (disabled by PGX_DISABLE_PASSES)", file=sys.stderr)

@@ -64,6 +64,36 @@ def optimize(program: Program) -> Program:
     """Run the optimisation pipeline on an uncompiled program, in place; returns it."""
     if program.is_compiled():
         raise ValueError("optimize() works on an uncompiled program")
-    program.pass_times = run_passes(program, optimize_passes())
+    policy = DefaultFusion()
+    passes = optimize_passes(policy=policy)
+    program.pass_times = run_passes(program, passes)
     program.transforms.append(optimize)  # re-applied to shapes a dynamic program specializes
+    # what compile() checks so that -O then compile does not run the same passes twice
+    program.optimized_as = (tuple(p.name for p in passes), policy_key(policy), structure(program))
     return program
+
+
+def structure(program: Program) -> tuple:
+    """The program's modules and their instructions' op names: changes when a pass or a
+    transform (quantize, a user's edit) changes the program."""
+    return tuple(
+        (name, tuple(ins.op.name for ins in mod.instructions))
+        for name, mod in program.modules.items()
+    )
+
+
+def policy_key(policy: FusionPolicy) -> tuple:
+    """A fusion policy's name and settings (two policies with equal keys fuse alike)."""
+    settings = getattr(policy, "__dict__", {})
+    return (type(policy).__name__, policy.name, sorted(settings.items(), key=str))
+
+
+def already_optimized(program: Program, passes: list[Pass], policy: FusionPolicy) -> bool:
+    """Whether `optimize()` ran these very passes (by name, in order, fusing by the same
+    `policy`) on the program as it is now, so that running them again would redo its work."""
+    done = getattr(program, "optimized_as", None)
+    if done is None or not passes:
+        return False
+    names, key, shape = done
+    same_passes = names == tuple(p.name for p in passes) and key == policy_key(policy)
+    return same_passes and shape == structure(program)

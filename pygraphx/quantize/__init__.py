@@ -2,11 +2,15 @@
 
 `quantize_fp16(prog)` / `quantize_bf16(prog)` (MIGraphX's `truncate_float`) make a parsed
 program compute in half or bfloat16 while keeping its parameter and output types; see
-`truncate_float.py`. Run them before `prog.compile(...)`.
+`truncate_float.py`. `quantize_int8(prog, target, calibration)` calibrates and rewrites `dot` /
+`convolution` to int8 products (`int8.py`); `int8_report` measures what that costs in accuracy
+(`report.py`). Run them before `prog.compile(...)`.
 """
 
 from __future__ import annotations
 
+from pygraphx.quantize.int8 import quantize_int8
+from pygraphx.quantize.report import Int8Report, int8_report
 from pygraphx.quantize.truncate_float import (
     QuantizeError,
     quantize_bf16,
@@ -14,4 +18,12 @@ from pygraphx.quantize.truncate_float import (
     truncate_float,
 )
 
-__all__ = ["QuantizeError", "quantize_bf16", "quantize_fp16", "truncate_float"]
+__all__ = [
+    "Int8Report",
+    "QuantizeError",
+    "int8_report",
+    "quantize_bf16",
+    "quantize_fp16",
+    "quantize_int8",
+    "truncate_float",
+]

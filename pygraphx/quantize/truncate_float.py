@@ -56,12 +56,33 @@ class QuantizeError(ValueError):
 
 
 def quantize_fp16(prog: Program, ins_names: Iterable[str] = ("all",)) -> None:
-    """Rewrite the uncompiled `prog` in place to compute in half precision (`half_type`)."""
+    """Rewrite the uncompiled `prog` in place to compute in half precision (`half_type`).
+
+    Parameters and outputs keep their types (converts are inserted at the edges), so callers
+    pass and get the same arrays as before.
+
+    Args:
+        prog: a parsed, not yet compiled program.
+        ins_names: which instructions to convert: `("all",)`, or names of operators.
+
+    Raises:
+        QuantizeError: `prog` is not a program, or is already compiled.
+
+    Example:
+        >>> prog = pygraphx.parse_onnx("model.onnx")
+        >>> pygraphx.quantize_fp16(prog)
+        >>> prog.compile(pygraphx.get_target("gpu"))
+    """
     truncate_float(prog, "half_type", ins_names)
 
 
 def quantize_bf16(prog: Program, ins_names: Iterable[str] = ("all",)) -> None:
-    """Rewrite the uncompiled `prog` in place to compute in bfloat16 (`bf16_type`)."""
+    """Rewrite the uncompiled `prog` in place to compute in bfloat16 (`bf16_type`); as
+    `quantize_fp16`, with bfloat16's range (that of float32) and fewer mantissa bits.
+
+    Example:
+        >>> pygraphx.quantize_bf16(prog)
+    """
     truncate_float(prog, "bf16_type", ins_names)
 
 

@@ -39,10 +39,23 @@ registry.register_target("gpu", _make_gpu)
 
 
 def get_target(name: str, **settings: Any) -> Target:
-    """The target called `name` (MIGraphX's `get_target`); keyword settings go to the target
-    (`get_target("cpu", threads=4)`, `get_target("gpu", device_id=0)`, see
-    `targets/gpu/target.py`; `ref` takes none). `get_target("gpu")` raises
-    `GpuUnavailableError` saying what is missing when this machine cannot run it."""
+    """The target called `name`, to pass to `Program.compile` (MIGraphX's `get_target`).
+
+    Args:
+        name: `"ref"` (numpy, the reference), `"cpu"` (torch on the CPU) or `"gpu"` (torch on
+            a CUDA or ROCm device).
+        **settings: the target's own settings: cpu takes `threads=N` (default: the
+            `PGX_CPU_THREADS` variable, else the usable physical cores, capped) and
+            `step_threads=False`; gpu takes `device_id=N`; ref takes none.
+
+    Raises:
+        ValueError: an unknown target name (the message lists the known ones) or setting.
+        GpuUnavailableError: `"gpu"` on a machine where torch sees no GPU (it says what is
+            missing).
+
+    Example:
+        >>> prog.compile(pygraphx.get_target("cpu", threads=4))
+    """
     if not settings:
         return registry.get_target(name)  # type: ignore[return-value]
     if name == "cpu":

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pygraphx.ir.registry import Executable
 from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy
 from pygraphx.passes.manager import run_passes
+from pygraphx.passes.pipeline import already_optimized
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
@@ -39,8 +40,11 @@ class Target:
 
     def compile(self, program: Program, options: dict[str, Any]) -> Executable:
         """Run this target's passes on `program` (their times go to `program.pass_times`),
-        then make the executable: what `Program.compile` calls."""
-        program.pass_times = run_passes(program, self.get_passes(options))
+        then make the executable: what `Program.compile` calls. Passes that `optimize()`
+        already ran on the unchanged program (`-O`) are not run again."""
+        passes = self.get_passes(options)
+        if not already_optimized(program, passes, self.fusion_policy()):  # -O, then compile
+            program.pass_times = run_passes(program, passes)
         return self.prepare(program, options)
 
     def __repr__(self) -> str:

@@ -41,6 +41,7 @@ def fused_groups(name: str) -> list[Instruction]:
     return list(seen.values())
 
 
+@pytest.mark.slow  # every fused group of a whole network through the Triton interpreter
 @pytest.mark.parametrize("name", ["resnet50", "mobilenetv2", "bert_base", "gpt2"])
 def test_every_fused_group_matches_ref(name: str, interpret: object) -> None:
     groups = fused_groups(name)
@@ -53,6 +54,7 @@ def test_every_fused_group_matches_ref(name: str, interpret: object) -> None:
         check_instruction(ins, rng, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.slow  # every kernel of a whole transformer compiled ahead of time
 @needs_triton
 @pytest.mark.parametrize("name", ["bert_base", "gpt2"])
 def test_transformer_kernels_compile_for_gpus(name: str, tmp_path: Path) -> None:

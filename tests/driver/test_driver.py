@@ -25,6 +25,7 @@ from pygraphx.driver import commands
 from pygraphx.driver.commands import COMMANDS, Command
 from pygraphx.driver.loader import DriverError, parse_input_dims
 from pygraphx.driver.main import main
+from pygraphx.ir.serialize import FORMAT_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 C = np.array([0.5, -1.0, 2.0], np.float32)
@@ -259,6 +260,7 @@ def expected_version_lines() -> list[str]:
     return [
         f"pygraphx version: {pygraphx.__version__}",
         f"ONNX Opset version: {pygraphx.version.ONNX_OPSET}",
+        f"Program file format version: {FORMAT_VERSION} (.pgx/.mxr)",
         f"onnx version: {onnx.__version__}",
         f"numpy version: {np.__version__}",
     ]

@@ -84,6 +84,7 @@ def test_unknown_model_raises() -> None:
         model_inputs("no_such_model", _model("mobilenetv2"))
 
 
+@pytest.mark.slow  # onnx.checker with full shape inference on whole networks
 @pytest.mark.parametrize("name", MODELS)
 def test_model_is_valid_onnx(name: str) -> None:
     model = _model(name)
@@ -121,11 +122,13 @@ def test_model_inputs(name: str) -> None:
     assert all(np.array_equal(feeds[k], again[k]) for k in feeds)
 
 
+@pytest.mark.slow  # whole networks on ONNX Runtime and ref
 @pytest.mark.parametrize("name", MODELS)
 def test_onnxruntime_outputs(name: str) -> None:
     _check_outputs(name, batch=1, seq_len=SHORT_SEQ)
 
 
+@pytest.mark.slow
 def test_bert_base_seq128() -> None:
     _check_outputs("bert_base", batch=1, seq_len=128)
 

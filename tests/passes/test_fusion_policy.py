@@ -268,6 +268,7 @@ def _optimized(name: str, policy: FusionPolicy, seq_len: int = 8) -> tuple[Progr
     return prog, model
 
 
+@pytest.mark.slow  # BERT-base built, parsed and fused
 def test_row_fusion_on_bert_fuses_every_layer_norm_and_softmax() -> None:
     """BERT-base: 25 LayerNorms (embeddings + 2 per layer x 12) and 12 softmaxes, each one
     fused_reduce group; outputs match ONNX Runtime."""
@@ -291,6 +292,7 @@ def test_row_fusion_on_bert_fuses_every_layer_norm_and_softmax() -> None:
         np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.slow  # whole networks built and fused
 @pytest.mark.parametrize(
     ("name", "pointwise", "fused_reduce"),
     # Measured on main before fusion policies existed (commit 3725a0c, fuse_pointwise /

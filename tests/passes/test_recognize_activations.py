@@ -109,6 +109,7 @@ def _optimised_ops(model: onnx.ModelProto) -> list[str]:
     return [i.op.name for m in prog.modules.values() for i in m.instructions]
 
 
+@pytest.mark.slow  # whole transformers built and optimised
 @pytest.mark.parametrize(("name", "op", "layers"), [("bert_base", "gelu", 12),
                                                     ("gpt2", "gelu_tanh", 12)])  # fmt: skip
 def test_builtin_models_keep_their_gelu(name: str, op: str, layers: int) -> None:
@@ -127,6 +128,7 @@ def _export(module, args: tuple, opset: int = 17) -> onnx.ModelProto:
     return onnx.load_from_string(buf.getvalue())
 
 
+@pytest.mark.slow  # transformers exports
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "silu"])
 def test_transformers_export_keeps_its_activation(act: str) -> None:
     torch = pytest.importorskip("torch")

@@ -519,6 +519,7 @@ def test_pointwise_group_in_place_code() -> None:
 # --- built-in models ------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # builds and runs whole networks on ref and cpu (2-25 s each)
 @pytest.mark.parametrize("name", ["resnet50", "mobilenetv2", "bert_base", "gpt2"])
 def test_builtin_models_match_ref(name: str) -> None:
     from pygraphx.models import get_model, model_inputs

@@ -66,6 +66,7 @@ def _load_lowerings() -> None:
         lower_layout,
         lower_math,
         lower_nn,
+        lower_quant,
         lower_views,
     )
 

@@ -16,6 +16,7 @@ from math import prod
 import torch
 
 from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.printer import instruction_names
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import COMPUTE_DTYPES, python_scalar, torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
@@ -124,10 +125,26 @@ def lower_gather(ctx: LoweringContext, ins: Instruction) -> bool:
         return True
 
     def step() -> None:
-        select(env[d], axis, _wrap(env[i].reshape(-1), n), out=out_flat)
+        try:
+            select(env[d], axis, _wrap(env[i].reshape(-1), n), out=out_flat)
+        except IndexError:  # torch says only "index out of range in self"
+            raise IndexError(gather_range_message(ins, env[i], n)) from None
 
     ctx.emit(step, ins, idx)
     return True
+
+
+def gather_range_message(ins: Instruction, indices: torch.Tensor, n: int) -> str:
+    """What an out-of-range gather index is: the node, the indices' source, the valid range."""
+    bad = indices[(indices < -n) | (indices >= n)].reshape(-1)
+    first = int(bad[0]) if bad.numel() else None
+    source = ins.inputs[1]
+    named = f"input {source.op.parameter!r}" if source.is_param() else "its indices"
+    label = instruction_names(ins.module).get(id(ins), ins.op.name) if ins.module else ins.op.name
+    return (
+        f"{label} gather[axis={ins.op.axis}]: {named} holds {first}, out of range for a "
+        f"dimension of {n} (valid indices: -{n} to {n - 1})"
+    )
 
 
 @lowering("gather_elements")

@@ -1,0 +1,90 @@
+"""Calibration: run a float program over sample inputs and observe chosen intermediate values.
+
+`expose(prog, positions)` copies a program (through its serialised form, so the original is
+left alone) and appends the instructions at the given positions of `main` to its outputs;
+`observe(...)` compiles that copy for a target and runs it over calibration samples, handing
+each observed value to a statistic. The statistics: `max` (the largest |x| seen) and
+`percentile` (that percentile of |x| over every sample, from a bounded random subsample of each
+value so memory stays small).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.program import Program
+from pygraphx.ir.serialize import dumps, loads
+from pygraphx.quantize.truncate_float import QuantizeError
+
+__all__ = ["AbsStatistic", "expose", "observe"]
+
+#: values kept per observed tensor and sample for the percentile statistic
+SUBSAMPLE = 1 << 18
+
+
+class AbsStatistic:
+    """Accumulates |x| of one tensor over samples: its maximum, or a percentile of it."""
+
+    def __init__(self, method: str = "max", percentile: float = 99.99, seed: int = 0) -> None:
+        if method not in ("max", "percentile"):
+            raise QuantizeError(f"unknown calibration method {method!r}; use 'max' or 'percentile'")
+        if not 0.0 < percentile <= 100.0:
+            raise QuantizeError(f"percentile {percentile} must be in (0, 100]")
+        self.method, self.percentile = method, percentile
+        self.max = 0.0
+        self.kept: list[np.ndarray] = []
+        self.rng = np.random.default_rng(seed)
+
+    def add(self, value: np.ndarray) -> None:
+        mag = np.abs(np.asarray(value, dtype=np.float64)).ravel()
+        mag = mag[np.isfinite(mag)]
+        if mag.size == 0:
+            return
+        self.max = max(self.max, float(mag.max()))
+        if self.method == "percentile":
+            if mag.size > SUBSAMPLE:
+                mag = self.rng.choice(mag, SUBSAMPLE, replace=False)
+            self.kept.append(mag)
+
+    def result(self) -> float:
+        """The calibrated magnitude (0.0 when nothing was seen)."""
+        if self.method == "max" or not self.kept:
+            return self.max
+        return float(np.percentile(np.concatenate(self.kept), self.percentile))
+
+
+def expose(prog: Program, positions: Sequence[int]) -> tuple[Program, int]:
+    """A copy of `prog` whose outputs are its own followed by `main`'s instructions at
+    `positions`; returns (copy, number of original outputs)."""
+    copy = loads(dumps(prog), source="<calibration copy>")
+    main = copy.get_main_module()
+    instructions: list[Instruction] = list(main.instructions)
+    outputs = main.get_returns()
+    if instructions and instructions[-1].is_return():
+        main.remove_instruction(instructions[-1])
+    main.add_return(outputs + [instructions[p] for p in positions])
+    copy.output_names = [*copy.output_names, *(f"@observed{k}" for k in range(len(positions)))]
+    copy.output_structure = None
+    return copy, len(outputs)
+
+
+def observe(
+    prog: Program, target: Any, positions: Sequence[int], samples: Sequence[Mapping[str, Any]]
+) -> list[list[np.ndarray]]:
+    """For each sample, [the program's outputs..., the values at `positions`...] as arrays,
+    computed by `prog` compiled for `target` (a copy; `prog` itself is not compiled)."""
+    copy, _ = expose(prog, positions)
+    copy.compile(target)
+    results = []
+    for k, sample in enumerate(samples):
+        if not isinstance(sample, Mapping):
+            raise QuantizeError(
+                f"calibration sample {k} is a {type(sample).__name__}; each sample must map "
+                "input names to arrays/arguments"
+            )
+        results.append([np.asarray(v) for v in copy.run(dict(sample))])
+    return results

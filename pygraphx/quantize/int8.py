@@ -1,0 +1,246 @@
+"""quantize_int8: calibrated symmetric int8 quantisation of `dot` and `convolution` (MIGraphX's).
+
+`quantize_int8(prog, target, calibration)` rewrites an uncompiled float program in place:
+
+1. calibration: the float program (a copy, compiled for `target`, `ref` by default) runs over
+   the calibration samples (a list of {input name: array or argument}); for every non-constant
+   input of a selected `dot` / `convolution` it records max |x| (or a percentile of |x|);
+2. each such activation gets `quantizelinear` -> `dequantizelinear` with one scale per tensor,
+   `scale = max|x| / 127`, int8, no zero point (symmetric);
+3. each constant right operand (weights) is quantised now, per output channel (the last axis
+   of a `dot`'s right operand, axis 0 of a convolution's weights): an int8 literal and a
+   `dequantizelinear` with `scale[c] = max|w[c]| / 127` (a constant left operand of a `dot`
+   gets one scale); a broadcast weight (MatMul's batch multibroadcast) is quantised before
+   the broadcast, so no repeated copy is stored;
+4. the `fold_qdq` pass turns these into `quant_dot` / `quant_convolution` (exact int32
+   accumulation) followed by one `dequantizelinear` with the two scales folded.
+
+Without calibration data the activations take MIGraphX's default parameters (a quantisation
+step of 1/64, i.e. values beyond about +-1.98 saturate) and a warning says that accuracy can be
+badly lost. Rounding is half to even with saturation to [-127, 127]: with these scales -128 is
+never produced by an in-range value, and symmetric ranges keep weights' negation exact.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pygraphx.ir.argument import Literal
+from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.module import Module
+from pygraphx.ir.program import Program
+from pygraphx.ops.base import make_op
+from pygraphx.ops.quant import quantize
+from pygraphx.passes.fold_qdq import fold_qdq
+from pygraphx.passes.propagate_constant import evaluate_constant
+from pygraphx.quantize.calibrate import AbsStatistic, observe
+from pygraphx.quantize.truncate_float import QuantizeError
+
+__all__ = ["DEFAULT_ACTIVATION_SCALE", "QuantizedInput", "quantize_int8", "quantized_inputs"]
+
+log = logging.getLogger(__name__)
+
+#: MIGraphX's default activation parameters without calibration data: q = round(64 * x)
+DEFAULT_ACTIVATION_SCALE = 1.0 / 64.0
+QMAX = 127
+SUPPORTED = frozenset({"dot", "convolution"})
+
+
+class QuantizedInput:
+    """One operand of a selected instruction: (instruction, input index, is it constant)."""
+
+    def __init__(self, ins: Instruction, index: int, constant: bool) -> None:
+        self.ins, self.index, self.constant = ins, index, constant
+
+    @property
+    def value(self) -> Instruction:
+        return self.ins.inputs[self.index]
+
+
+def _is_constant(ins: Instruction) -> bool:
+    stack, seen = [ins], set()
+    while stack:
+        top = stack.pop()
+        if id(top) not in seen:
+            seen.add(id(top))
+            if top.is_param() or top.module_inputs or top.op.name == "unknown":
+                return False
+            stack.extend(top.inputs)
+    return True
+
+
+def quantized_inputs(prog: Program, ins_names: Iterable[str]) -> list[QuantizedInput]:
+    """The operands `quantize_int8` quantises: both inputs of every float32 `dot` /
+    `convolution` of `main` named in `ins_names` (not both constant)."""
+    names = set(ins_names)
+    unknown = names - SUPPORTED
+    if unknown:
+        raise QuantizeError(
+            f"quantize_int8 quantises {sorted(SUPPORTED)}; cannot quantise {sorted(unknown)}"
+        )
+    found = []
+    for ins in prog.get_main_module().instructions:
+        if ins.op.name not in names or len(ins.inputs) != 2:
+            continue
+        if any(x.shape.type() != "float_type" for x in ins.inputs):
+            continue
+        constant = [_is_constant(x) for x in ins.inputs]
+        if all(constant):
+            continue  # folded at compile time anyway
+        found.extend(QuantizedInput(ins, k, constant[k]) for k in range(2))
+    return found
+
+
+def quantize_int8(
+    prog: Program,
+    target: Any = "ref",
+    calibration: Sequence[Mapping[str, Any]] | None = None,
+    ins_names: Iterable[str] = ("dot", "convolution"),
+    method: str = "max",
+    percentile: float = 99.99,
+) -> None:
+    """Quantise the uncompiled float `prog` in place to int8 `dot` / `convolution`.
+
+    The float program is run over `calibration` to choose the activations' scales; weights
+    are quantised per output channel; the products become `quant_dot` / `quant_convolution`
+    with exact int32 sums (see the module docstring for the rules).
+
+    Args:
+        prog: a parsed, not yet compiled program with static input shapes.
+        target: where the calibration runs (a target or its name; `ref` by default).
+        calibration: sample inputs, each a {input name: array or argument}; empty or None uses
+            MIGraphX's default parameters, with a warning (accuracy can be lost badly).
+        ins_names: operators to quantise, among "dot" and "convolution".
+        method: the activation statistic, "max" (max |x|) or "percentile".
+        percentile: the percentile of |x| for `method="percentile"`.
+
+    Raises:
+        QuantizeError: `prog` is compiled or dynamic, or an argument is not valid.
+
+    Example:
+        >>> prog = pygraphx.parse_onnx("resnet50.onnx")
+        >>> samples = [{"data": image} for image in calibration_images]
+        >>> pygraphx.quantize_int8(prog, pygraphx.get_target("cpu"), samples)
+        >>> prog.compile(pygraphx.get_target("cpu"))
+    """
+    _check_program(prog)
+    if isinstance(ins_names, str):
+        ins_names = (ins_names,)
+    operands = quantized_inputs(prog, ins_names)
+    activations = _unique([op.value for op in operands if not op.constant])
+    magnitudes = _calibrate(prog, target, calibration, activations, method, percentile)
+    main = prog.get_main_module()
+    dq_of: dict[int, Instruction] = {}
+    for x in activations:
+        scale = magnitudes[id(x)] / QMAX if magnitudes else DEFAULT_ACTIVATION_SCALE
+        dq_of[id(x)] = _insert_qdq(main, x, scale or 1.0)
+    for op in operands:
+        if op.constant:
+            dq = _quantise_weight(main, op, per_channel=op.index == 1)
+        else:
+            dq = dq_of[id(op.value)]
+        inputs = list(op.ins.inputs)
+        inputs[op.index] = dq
+        main.replace_op(op.ins, op.ins.op, inputs)
+    fold_qdq(main)
+    for mod in prog.modules.values():
+        mod.memory_plan = None
+    prog.validate()
+
+
+def _check_program(prog: Program) -> None:
+    if not isinstance(prog, Program):
+        raise QuantizeError(f"expected a pygraphx Program, got {type(prog).__name__}")
+    if prog.is_compiled() or prog.target is not None:
+        raise QuantizeError(
+            "the program is already compiled; call quantize_int8(prog, ...) on the parsed "
+            "program before prog.compile(...), as MIGraphX does"
+        )
+    if prog.is_dynamic():
+        raise QuantizeError("quantize_int8 needs static input shapes (parse with fixed lens)")
+
+
+def _unique(values: list[Instruction]) -> list[Instruction]:
+    return list({id(v): v for v in values}.values())
+
+
+def _calibrate(
+    prog: Program,
+    target: Any,
+    calibration: Sequence[Mapping[str, Any]] | None,
+    activations: list[Instruction],
+    method: str,
+    percentile: float,
+) -> dict[int, float]:
+    """max |x| (or its percentile) of each activation over the samples; {} without samples."""
+    if not calibration:
+        message = (
+            "quantize_int8: no calibration data; using MIGraphX's default int8 parameters "
+            f"(activation step {DEFAULT_ACTIVATION_SCALE}, saturating beyond "
+            f"+-{QMAX * DEFAULT_ACTIVATION_SCALE:.3g}): accuracy can be lost badly. Pass a "
+            "list of sample inputs as `calibration`."
+        )
+        warnings.warn(message, UserWarning, stacklevel=3)
+        log.warning(message)
+        return {}
+    main = prog.get_main_module()
+    positions = [main.position(x) for x in activations]
+    stats = [AbsStatistic(method, percentile) for _ in activations]
+    for outputs in observe(prog, target, positions, calibration):
+        for stat, value in zip(stats, outputs[len(outputs) - len(positions) :], strict=True):
+            stat.add(value)
+    return {id(x): s.result() for x, s in zip(activations, stats, strict=True)}
+
+
+def _scale_view(main: Module, before: Instruction, scale: np.ndarray, lens: list[int], axis: int):
+    """A literal of per-channel `scale` (or a scalar one) broadcast to `lens` before `before`."""
+    lit = main.insert_literal(before, Literal(np.asarray(scale, dtype=np.float32).reshape(-1)))
+    if scale.size == 1:
+        op = make_op("multibroadcast", out_lens=tuple(lens))
+    elif axis == len(lens) - 1:
+        op = make_op("multibroadcast", out_lens=tuple(lens))
+    else:
+        op = make_op("broadcast", axis=axis, out_lens=tuple(lens))
+    return main.insert_instruction(before, op, [lit])
+
+
+def _insert_qdq(main: Module, x: Instruction, scale: float) -> Instruction:
+    """quantizelinear -> dequantizelinear of activation `x` with one scale (after `x`)."""
+    after = main.instructions[main.position(x) + 1]
+    lens = x.shape.lens()
+    s = _scale_view(main, after, np.float32([scale]), lens, 0)
+    q = main.insert_instruction(after, make_op("quantizelinear", out_type="int8_type"), [x, s])
+    return main.insert_instruction(after, make_op("dequantizelinear"), [q, s])
+
+
+def _quantise_weight(main: Module, operand: QuantizedInput, per_channel: bool) -> Instruction:
+    """An int8 literal of constant operand `w` and its dequantizelinear (before the user):
+    per output channel when `per_channel`, else one scale; a MatMul's batch multibroadcast
+    is re-applied to the int8 literal instead of storing a repeated copy."""
+    w, user = operand.value, operand.ins
+    is_dot = user.op.name == "dot"
+    axis = (w.shape.ndim() - 1 if is_dot else 0) if per_channel else None
+    base, rebroadcast = w, None
+    if is_dot and w.op.name == "multibroadcast" and w.inputs[0].shape.ndim() >= 1:
+        if w.inputs[0].shape.lens()[-1] == w.shape.lens()[-1]:
+            base, rebroadcast = w.inputs[0], w.op
+    value = np.asarray(evaluate_constant(base, {}), dtype=np.float32)
+    if axis is None:
+        mags, shape = np.array([np.abs(value).max(initial=0.0)]), (1,) * value.ndim
+    else:
+        local = value.ndim - 1 if is_dot else 0
+        others = tuple(a for a in range(value.ndim) if a != local)
+        mags = np.abs(value).max(axis=others, initial=0.0).reshape(-1)
+        shape = tuple(-1 if a == local else 1 for a in range(value.ndim))
+    scales = np.where(mags > 0, mags / QMAX, 1.0).astype(np.float32)
+    q = quantize(value, scales.reshape(shape), None, np.dtype(np.int8))
+    qw = main.insert_literal(user, Literal(q))
+    if rebroadcast is not None:
+        qw = main.insert_instruction(user, rebroadcast, [qw])
+    s = _scale_view(main, user, scales, w.shape.lens(), 0 if axis is None else axis)
+    return main.insert_instruction(user, make_op("dequantizelinear"), [qw, s])

@@ -1,0 +1,262 @@
+"""Integer quantised products lowered to torch on the CPU, and their quantise / dequantise steps.
+
+- `quant_dot` (int8 x int8 -> int32): `torch._int_mm` (exact int32 accumulation); a constant
+  right-hand side broadcast over the batch makes the whole batch one GEMM, a run-time one is
+  one `_int_mm` per batch entry.
+- `quant_convolution` (2-D, int8 input and constant int8 weights, symmetric padding): oneDNN's
+  int8 convolution (`torch.ops.onednn.qconv2d_pointwise`, weights packed once at prepare).
+  oneDNN takes unsigned activations, so the input is shifted by 128 (a bit flip) with zero
+  point 128, which gives the same integer sums. It returns the int32 sums through float32:
+  exact up to 2**24 in magnitude, rounded to float32's precision (relative 6e-8) beyond.
+- `quantizelinear` (float32 -> int8/uint8) and `dequantizelinear` (int8/uint8/int32 -> float32)
+  without zero points: the reference's arithmetic (float32 divide, round half to even, clamp;
+  float32 multiply), element for element.
+
+Anything else is declined: the numpy fallback runs it (exact; counted in `fallbacks`), and for
+the integer products a warning is logged. Other devices are declined too (the GPU target has
+its own plans for these).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
+from pygraphx.targets.torch_lowering.registry import defer, lowering
+
+log = logging.getLogger(__name__)
+
+_INT8 = ("int8_type",)
+_EIGHT_BIT = ("int8_type", "uint8_type")
+
+
+def _emit_fresh(
+    ctx: LoweringContext,
+    ins: Instruction,
+    produce: Callable[[], torch.Tensor],
+    layout: str = STANDARD,
+) -> bool:
+    """Bind `ins` to a tensor its step allocates (standard or channels-last strides)."""
+    idx = ctx.bind_dynamic(ins, layout)
+    ctx.mark_fresh(idx)
+    env = ctx.env
+
+    def step() -> None:
+        env[idx] = produce()
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+def _on_cpu(ctx: LoweringContext) -> bool:
+    return ctx.device.type == "cpu"
+
+
+def _decline(ins: Instruction, why: str) -> bool:
+    """Announce that an integer product runs through numpy (exact, but slow), and decline."""
+    log.warning(
+        "%s %s -> %s: no torch integer kernel (%s); it runs through numpy (exact, slow)",
+        ins.op.name,
+        [x.shape.lens() for x in ins.inputs],
+        ins.shape.lens(),
+        why,
+    )
+    return False
+
+
+@lowering("quant_dot")
+def lower_quant_dot(ctx: LoweringContext, ins: Instruction) -> bool:
+    if not _on_cpu(ctx):
+        return False
+    if any(x.shape.type() not in _INT8 for x in ins.inputs):
+        return _decline(ins, "only int8 x int8 runs as torch._int_mm")
+    env = ctx.env
+    a, b = ctx.args(ins)
+    out_lens = tuple(ins.shape.lens())
+    int_mm = torch._int_mm
+    w = _fixed_matrix(ctx, ins)
+    if w is not None:
+        k, n = w.shape
+        rows = ins.shape.elements() // n if n else 0
+        if rows == 0 or k == 0:
+            return _decline(ins, "an empty product")
+        return _emit_fresh(ctx, ins, lambda: int_mm(env[a].reshape(rows, k), w).view(out_lens))
+    m, k = ins.inputs[0].shape.lens()[-2:]
+    n = out_lens[-1]
+
+    def batched() -> torch.Tensor:
+        x, y = env[a].reshape(-1, m, k), env[b].reshape(-1, k, n)
+        out = torch.empty((x.shape[0], m, n), dtype=torch.int32)
+        for i in range(x.shape[0]):
+            out[i] = int_mm(x[i], y[i])
+        return out.view(out_lens)
+
+    return _emit_fresh(ctx, ins, batched)
+
+
+def _fixed_matrix(ctx: LoweringContext, ins: Instruction) -> torch.Tensor | None:
+    """The right-hand side as one contiguous (K, N) matrix when it is constant and the same
+    for every batch entry."""
+    t = ctx.constant(ctx.arg(ins, 1))
+    if t is None:
+        return None
+    lens = ins.inputs[1].shape.lens()
+    if t.dim() > 2:
+        strides = t.stride()[:-2]
+        if any(s != 0 for s, n in zip(strides, lens[:-2], strict=True) if n != 1):
+            return None
+        t = t[(0,) * (t.dim() - 2)]
+    return t.contiguous()
+
+
+def _channel_vector(ctx: LoweringContext, ins: Instruction, k: int) -> torch.Tensor | None:
+    """Input k of `ins` as a float32 vector when it is a constant that varies along axis 1 only."""
+    if id(ins.inputs[k]) not in ctx.index:
+        return None  # not bound yet (comes after the producer)
+    t = ctx.constant(ctx.arg(ins, k))
+    if t is None or t.dtype != torch.float32 or t.dim() != 4:
+        return None
+    if any(
+        st != 0
+        for a, (st, n) in enumerate(zip(t.stride(), t.shape, strict=True))
+        if a != 1 and n > 1
+    ):
+        return None
+    return t[0, :, 0, 0].contiguous()
+
+
+def _dequantising_user(ctx: LoweringContext, ins: Instruction) -> tuple[Instruction, Any] | None:
+    """(the user, its per-channel scale) when `ins`'s only user is a dequantizelinear of it."""
+    if len(ins.outputs) != 1:
+        return None
+    user = ins.outputs[0]
+    if user.op.name != "dequantizelinear" or len(user.inputs) != 2 or user.inputs[0] is not ins:
+        return None
+    scale = _channel_vector(ctx, user, 1)
+    return None if scale is None else (user, scale)
+
+
+@lowering("quant_convolution")
+def lower_quant_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
+    """oneDNN int8 convolution; fused with its dequantizelinear user when it has one (the
+    scales applied by oneDNN to the int32 sums, float32 channels-last output)."""
+    op = ins.op
+    x, w = ins.inputs
+    if not _on_cpu(ctx):
+        return False
+    if x.shape.type() not in _INT8 or w.shape.type() not in _INT8:
+        return _decline(ins, "oneDNN's path here takes int8 input and weights")
+    weights = ctx.constant(ctx.arg(ins, 1))
+    if weights is None or x.shape.ndim() != 4 or op.padding_mode != 0:
+        return _decline(ins, "needs 2-D, constant weights and explicit padding")
+    pads = list(op.padding)
+    if len(pads) == 4:
+        if pads[:2] != pads[2:]:
+            return _decline(ins, f"asymmetric padding {pads}")
+        pads = pads[:2]
+    geometry = (list(op.stride), pads, list(op.dilation), op.group)
+    fused = _dequantising_user(ctx, ins)
+    channels = w.shape.lens()[0]
+    scale = fused[1] if fused is not None else torch.ones(channels, dtype=torch.float32)
+    packed = torch.ops.onednn.qconv_prepack(
+        weights.contiguous(), scale, 1.0, 128, *geometry, x.shape.lens()
+    )
+    run = _qconv_runner(ctx, ctx.arg(ins, 0), packed, scale, geometry, fused is None)
+    if fused is not None and defer(ctx, ins, fused[0], lambda c, user: _emit_cl(c, user, run)):
+        return True
+    if fused is not None:  # something runs in between: the int32 sums, then the dequantise
+        scale = torch.ones(channels, dtype=torch.float32)
+        packed = torch.ops.onednn.qconv_prepack(
+            weights.contiguous(), scale, 1.0, 128, *geometry, x.shape.lens()
+        )
+        run = _qconv_runner(ctx, ctx.arg(ins, 0), packed, scale, geometry, True)
+    return _emit_cl(ctx, ins, run)
+
+
+def _emit_cl(ctx: LoweringContext, ins: Instruction, produce: Callable[[], torch.Tensor]) -> bool:
+    idx = ctx.bind_dynamic(ins, CHANNELS_LAST)
+    ctx.mark_fresh(idx)
+    env = ctx.env
+
+    def step() -> None:
+        env[idx] = produce()
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+def _qconv_runner(
+    ctx: LoweringContext, xi: int, packed: Any, scale: torch.Tensor, geometry: tuple, sums: bool
+) -> Callable[[], torch.Tensor]:
+    """The oneDNN call: int32 sums when `sums`, else the sums times `scale` per channel."""
+    conv, env = torch.ops.onednn.qconv2d_pointwise, ctx.env
+    stride, pads, dilation, group = geometry
+    zeros = torch.zeros(scale.numel(), dtype=torch.int64)
+    cl = torch.channels_last
+
+    def run() -> torch.Tensor:
+        # oneDNN takes unsigned activations: int8 v -> uint8 v + 128 (a bit flip), zero point 128
+        shifted = env[xi].contiguous(memory_format=cl).view(torch.uint8).bitwise_xor(128)
+        y = conv(
+            shifted,
+            1.0,
+            128,
+            packed,
+            scale,
+            zeros,
+            None,
+            stride,
+            pads,
+            dilation,
+            group,
+            1.0,
+            0,
+            torch.float32,
+            "none",
+            [],
+            "",
+        )
+        return y.to(torch.int32) if sums else y
+
+    return run
+
+
+@lowering("quantizelinear")
+def lower_quantizelinear(ctx: LoweringContext, ins: Instruction) -> bool:
+    x, s = ins.inputs[:2]
+    out = ins.shape.type()
+    if len(ins.inputs) != 2 or out not in _EIGHT_BIT:
+        return False
+    if x.shape.type() != "float_type" or s.shape.type() != "float_type":
+        return False
+    lo, hi = (-128, 127) if out == "int8_type" else (0, 255)
+    dtype = torch.int8 if out == "int8_type" else torch.uint8
+    env = ctx.env
+    xi, si = ctx.args(ins)
+
+    def run() -> torch.Tensor:
+        q = torch.round(env[xi] / env[si])
+        return torch.nan_to_num(q, nan=lo).clamp_(lo, hi).to(dtype)
+
+    return _emit_fresh(ctx, ins, run, ctx.layout[xi])
+
+
+@lowering("dequantizelinear")
+def lower_dequantizelinear(ctx: LoweringContext, ins: Instruction) -> bool:
+    x, s = ins.inputs[:2]
+    if len(ins.inputs) != 2 or x.shape.type() not in (*_EIGHT_BIT, "int32_type"):
+        return False
+    if s.shape.type() != "float_type":
+        return False
+    env = ctx.env
+    xi, si = ctx.args(ins)
+
+    def run() -> torch.Tensor:
+        return torch.mul(env[xi].to(torch.float32), env[si])
+
+    return _emit_fresh(ctx, ins, run, ctx.layout[xi])
