@@ -34,6 +34,7 @@ from pygraphx.ir import registry
 from pygraphx.ir.argument import Literal
 from pygraphx.ir.atomic_write import write_atomic
 from pygraphx.ir.builtin_ops import LiteralOp
+from pygraphx.ir.file_read import read_regular_file
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module, compute_shape
 from pygraphx.ir.op import OPS, Op
@@ -330,16 +331,5 @@ def load(path: str | Path) -> Program:
         >>> prog.run({"input": x})
     """
     path = Path(path)
-    if path.exists() and not path.is_dir() and not path.is_file():
-        raise SerializationError(f"{path}: not a regular file (a device or pipe?)")
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise SerializationError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise SerializationError(f"{path}: is a directory, not a pygraphx program file") from None
-    except PermissionError:
-        raise SerializationError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise SerializationError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    data = read_regular_file(path, SerializationError, "a pygraphx program file")
     return loads(data, str(path))

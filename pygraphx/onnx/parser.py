@@ -31,6 +31,7 @@ from onnx import numpy_helper
 
 import pygraphx.onnx.handlers  # noqa: F401 - registers every handler
 from pygraphx.ir.argument import Literal
+from pygraphx.ir.file_read import read_regular_file
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.ir.program import Program
@@ -71,16 +72,7 @@ def parse_onnx(path: str | Path, **options: Any) -> Program:
 
 def read_model_file(path: Path) -> bytes:
     """The bytes of the model file at `path`; a missing or unreadable file gets a clear error."""
-    if path.exists() and not path.is_dir() and not path.is_file():
-        raise OnnxParseError(f"{path}: not a regular file (a device or pipe?); refused")
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise OnnxParseError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise OnnxParseError(f"{path}: is a directory, not an ONNX file") from None
-    except PermissionError:
-        raise OnnxParseError(f"{path}: permission denied") from None
+    return read_regular_file(path, OnnxParseError, "an ONNX file")
 
 
 def parse_onnx_buffer(data: bytes, **options: Any) -> Program:

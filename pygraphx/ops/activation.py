@@ -68,6 +68,11 @@ def log1p(o: Any, u: Any) -> Any:
     return o.where(exact, u, o.div(o.mul(o.log(w), u), safe))
 
 
+def _half_x_one_plus(o: Any, x: Any, t: Any) -> Any:
+    """x * 0.5 * (1 + t): the common outer form of both GELUs (t = erf(...) or tanh(...))."""
+    return o.mul(o.mul(x, _c(o, 0.5, x)), o.add(t, _c(o, 1, x)))
+
+
 @register_op
 class Gelu(Activation):
     """x * 0.5 * (1 + erf(x / sqrt(2)))."""
@@ -75,8 +80,7 @@ class Gelu(Activation):
     name = "gelu"
 
     def decompose(self, o: Any, x: Any) -> Any:
-        t = o.erf(o.mul(x, _c(o, SQRT_HALF, x)))
-        return o.mul(o.mul(x, _c(o, 0.5, x)), o.add(t, _c(o, 1, x)))
+        return _half_x_one_plus(o, x, o.erf(o.mul(x, _c(o, SQRT_HALF, x))))
 
 
 @register_op
@@ -88,8 +92,7 @@ class GeluTanh(Activation):
     def decompose(self, o: Any, x: Any) -> Any:
         x3 = o.mul(o.mul(x, x), x)
         inner = o.add(x, o.mul(x3, _c(o, GELU_TANH_CUBIC, x)))
-        t = o.tanh(o.mul(inner, _c(o, SQRT_2_OVER_PI, x)))
-        return o.mul(o.mul(x, _c(o, 0.5, x)), o.add(t, _c(o, 1, x)))
+        return _half_x_one_plus(o, x, o.tanh(o.mul(inner, _c(o, SQRT_2_OVER_PI, x))))
 
 
 @register_op

@@ -16,11 +16,13 @@ __all__ = [
     "OPS",
     "Op",
     "ShapeError",
+    "ViewOp",
     "check_arity",
     "check_same_type",
     "format_attribute",
     "make_op",
     "normalize_axis",
+    "one_input",
     "register_op",
 ]
 
@@ -29,6 +31,19 @@ def check_arity(op: Op, inputs: Sequence[Shape], *counts: int) -> None:
     if len(inputs) not in counts:
         want = " or ".join(str(c) for c in counts)
         raise ShapeError(f"{op.name}: expected {want} inputs, got {len(inputs)}")
+
+
+def one_input(op: Op, inputs: Sequence[Shape]) -> Shape:
+    """The shape of a one-input operator's input (a ShapeError naming `op` otherwise)."""
+    check_arity(op, inputs, 1)
+    return inputs[0]
+
+
+class ViewOp(Op):
+    """An operator whose output is a view of its input 0 (shares its memory)."""
+
+    def output_alias(self, num_inputs: int) -> int:
+        return 0
 
 
 def check_same_type(op: Op, inputs: Sequence[Shape]) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import Op, ShapeError, check_arity, register_op
+from pygraphx.ops.base import ShapeError, ViewOp, one_input, register_op
 
 
 def broadcast_lens(*lens: Sequence[int]) -> list[int]:
@@ -32,15 +32,14 @@ def broadcast_lens(*lens: Sequence[int]) -> list[int]:
 
 
 @register_op
-class Multibroadcast(Op):
+class Multibroadcast(ViewOp):
     """Broadcast the input to `out_lens` with numpy's rules (a view)."""
 
     name = "multibroadcast"
     out_lens: tuple[int, ...] = ()
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         lens, strides, out = s.lens(), s.strides(), list(self.out_lens)
         if len(lens) > len(out):
             raise ShapeError(f"multibroadcast: input rank {len(lens)} > output rank {len(out)}")
@@ -58,12 +57,9 @@ class Multibroadcast(Op):
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
         return np.broadcast_to(args[0], self.out_lens)
 
-    def output_alias(self, num_inputs: int) -> int:
-        return 0
-
 
 @register_op
-class Broadcast(Op):
+class Broadcast(ViewOp):
     """Place the input's dimensions at `axis` of `out_lens`, broadcasting the rest (a view)."""
 
     name = "broadcast"
@@ -71,8 +67,7 @@ class Broadcast(Op):
     out_lens: tuple[int, ...] = ()
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         out = list(self.out_lens)
         if self.axis + s.ndim() > len(out):
             raise ShapeError(f"broadcast: input {s.lens()} at axis {self.axis} exceeds {out}")
@@ -88,6 +83,3 @@ class Broadcast(Op):
         trailing = len(self.out_lens) - self.axis - x.ndim
         x = x.reshape(list(x.shape) + [1] * trailing) if trailing else x
         return np.broadcast_to(x, self.out_lens)
-
-    def output_alias(self, num_inputs: int) -> int:
-        return 0

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import Op, ShapeError, check_arity, check_same_type, register_op
+from pygraphx.ops.base import Op, ShapeError, check_arity, check_same_type, one_input, register_op
 from pygraphx.ops.layout import _axes, _axis, _ints
 
 
@@ -30,8 +30,7 @@ class Reverse(Op):
     axes: tuple[int, ...] = ()
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         _axes(self, self.axes, s.ndim())
         return Shape(s.type(), s.lens())
 
@@ -107,8 +106,7 @@ class Pad(Op):
         return widths
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         widths = self._widths(s)
         return Shape(s.type(), [n + b + e for n, (b, e) in zip(s.lens(), widths, strict=True)])
 

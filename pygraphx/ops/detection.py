@@ -28,7 +28,7 @@ from typing import ClassVar
 import numpy as np
 
 from pygraphx.ir.shape import FLOAT_TYPES, Shape
-from pygraphx.ops.base import Op, ShapeError, check_arity, normalize_axis, register_op
+from pygraphx.ops.base import Op, ShapeError, check_arity, normalize_axis, one_input, register_op
 
 
 def _check_count(op: Op, got: int, count: int, what: str) -> None:
@@ -300,8 +300,7 @@ class Nonzero(Op):
     data_dependent: ClassVar[bool] = True
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         n = self.count if self.count >= 0 else s.elements()
         return Shape("int64_type", [max(s.ndim(), 1), n])
 
@@ -346,8 +345,7 @@ class Unique(Op):
     data_dependent: ClassVar[bool] = True
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         if self.output not in (0, 1, 2, 3):
             raise ShapeError(f"unique: output must be 0..3, got {self.output}")
         lens = s.lens()

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pygraphx.ir.shape import FLOAT_TYPES, Shape, to_dtype
-from pygraphx.ops.base import Op, ShapeError, check_arity, normalize_axis, register_op
+from pygraphx.ops.base import Op, ShapeError, check_arity, normalize_axis, one_input, register_op
 
 INDEX_TYPES = ("int32_type", "int64_type")
 
@@ -387,8 +387,7 @@ class Bitcast(Op):
     target_type: str = "int32_type"
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         if to_dtype(self.target_type).itemsize != s.type_size():
             raise ShapeError(
                 f"bitcast: {s.type()} ({s.type_size() * 8} bits) and {self.target_type} "

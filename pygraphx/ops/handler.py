@@ -142,7 +142,8 @@ def missing_primitives(handler: Any) -> list[str]:
     return [name for name in PRIMITIVES if not callable(getattr(handler, name, None))]
 
 
-def _lowest(dtype: np.dtype) -> Any:
+def lowest(dtype: np.dtype) -> Any:
+    """The identity of max over `dtype`: its lowest value (-inf for floats)."""
     if dtype == np.bool_:
         return False
     if np.issubdtype(dtype, np.integer):
@@ -150,7 +151,8 @@ def _lowest(dtype: np.dtype) -> Any:
     return -np.inf
 
 
-def _highest(dtype: np.dtype) -> Any:
+def highest(dtype: np.dtype) -> Any:
+    """The identity of min over `dtype`: its highest value (+inf for floats)."""
     if dtype == np.bool_:
         return True
     if np.issubdtype(dtype, np.integer):
@@ -273,12 +275,12 @@ class NumpyOps:
     @staticmethod
     def reduce_max(x: np.ndarray, axes: Axes) -> np.ndarray:
         x = np.asarray(x)
-        return np.max(x, axis=tuple(axes), keepdims=True, initial=_lowest(x.dtype))
+        return np.max(x, axis=tuple(axes), keepdims=True, initial=lowest(x.dtype))
 
     @staticmethod
     def reduce_min(x: np.ndarray, axes: Axes) -> np.ndarray:
         x = np.asarray(x)
-        return np.min(x, axis=tuple(axes), keepdims=True, initial=_highest(x.dtype))
+        return np.min(x, axis=tuple(axes), keepdims=True, initial=highest(x.dtype))
 
     @staticmethod
     def reduce_mean(x: np.ndarray, axes: Axes) -> np.ndarray:

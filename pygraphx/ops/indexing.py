@@ -30,6 +30,14 @@ def _check_indices(op: Op, s: Shape) -> None:
         raise ShapeError(f"{op.name}: indices must be int32_type or int64_type, got {s.type()}")
 
 
+def _data_indices_axis(op: Op, inputs: Sequence[Shape]) -> tuple[Shape, Shape, int]:
+    """The data and indices shapes of a gather-like op, checked, and its axis made >= 0."""
+    check_arity(op, inputs, 2)
+    data, idx = inputs
+    _check_indices(op, idx)
+    return data, idx, _axis(op, op.axis, data.ndim())  # type: ignore[attr-defined]
+
+
 def wrap_indices(op: Op, indices: np.ndarray, n: int | np.ndarray) -> np.ndarray:
     """Indices with negatives counted from the end; IndexError when any is out of range."""
     idx = np.asarray(indices).astype(np.int64)
@@ -52,10 +60,7 @@ class Gather(Op):
     axis: int = 0
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 2)
-        data, idx = inputs
-        _check_indices(self, idx)
-        axis = _axis(self, self.axis, data.ndim())
+        data, idx, axis = _data_indices_axis(self, inputs)
         lens = data.lens()
         return Shape(data.type(), lens[:axis] + idx.lens() + lens[axis + 1 :])
 
@@ -73,10 +78,7 @@ class GatherElements(Op):
     axis: int = 0
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 2)
-        data, idx = inputs
-        _check_indices(self, idx)
-        axis = _axis(self, self.axis, data.ndim())
+        data, idx, axis = _data_indices_axis(self, inputs)
         if idx.ndim() != data.ndim():
             raise ShapeError(
                 f"gather_elements: indices rank {idx.ndim()} differs from data rank {data.ndim()}"
@@ -167,6 +169,25 @@ def _check_reduction(op: Op, reduction: str) -> None:
         raise ShapeError(f"{op.name}: unknown reduction {reduction!r}; known: {list(REDUCTIONS)}")
 
 
+def _scatter_inputs(op: Op, inputs: Sequence[Shape]) -> tuple[Shape, Shape, Shape]:
+    """data, indices and updates of a scatter op, with the indices' type and the reduction
+    checked."""
+    check_arity(op, inputs, 3)
+    data, idx, upd = inputs
+    _check_indices(op, idx)
+    _check_reduction(op, op.reduction)  # type: ignore[attr-defined]
+    return data, idx, upd
+
+
+def _scatter_result(op: Op, data: Shape, upd: Shape) -> Shape:
+    """A scatter's output: data's shape, once the updates are checked to be of data's type."""
+    if upd.type() != data.type():
+        raise ShapeError(
+            f"{op.name}: updates type {upd.type()} differs from data type {data.type()}"
+        )
+    return Shape(data.type(), data.lens())
+
+
 @register_op
 class ScatterElements(Op):
     """A copy of `data` with `updates` written at `indices` along `axis` (optionally reduced)."""
@@ -176,10 +197,7 @@ class ScatterElements(Op):
     reduction: str = "none"
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 3)
-        data, idx, upd = inputs
-        _check_indices(self, idx)
-        _check_reduction(self, self.reduction)
+        data, idx, upd = _scatter_inputs(self, inputs)
         _axis(self, self.axis, data.ndim())
         if idx.lens() != upd.lens():
             raise ShapeError(
@@ -189,11 +207,7 @@ class ScatterElements(Op):
             raise ShapeError(
                 f"scatter_elements: indices rank {idx.ndim()} differs from data rank {data.ndim()}"
             )
-        if upd.type() != data.type():
-            raise ShapeError(
-                f"scatter_elements: updates type {upd.type()} differs from data type {data.type()}"
-            )
-        return Shape(data.type(), data.lens())
+        return _scatter_result(self, data, upd)
 
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
         data, idx, upd = args
@@ -214,10 +228,7 @@ class Scatternd(Op):
     reduction: str = "none"
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 3)
-        data, idx, upd = inputs
-        _check_indices(self, idx)
-        _check_reduction(self, self.reduction)
+        data, idx, upd = _scatter_inputs(self, inputs)
         k = idx.lens()[-1] if idx.ndim() else 0
         if idx.ndim() < 1 or k > data.ndim():
             raise ShapeError(
@@ -229,11 +240,7 @@ class Scatternd(Op):
                 f"scatternd: updates lens {upd.lens()} must be {want} for data {data.lens()} and "
                 f"indices {idx.lens()}"
             )
-        if upd.type() != data.type():
-            raise ShapeError(
-                f"scatternd: updates type {upd.type()} differs from data type {data.type()}"
-            )
-        return Shape(data.type(), data.lens())
+        return _scatter_result(self, data, upd)
 
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
         data, idx, upd = args

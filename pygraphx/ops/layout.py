@@ -18,7 +18,7 @@ from math import prod
 import numpy as np
 
 from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import Op, ShapeError, check_arity, register_op
+from pygraphx.ops.base import Op, ShapeError, ViewOp, check_arity, one_input, register_op
 from pygraphx.ops.broadcast import broadcast_lens
 
 
@@ -154,16 +154,23 @@ def _reshape_array(x: np.ndarray, lens: Sequence[int]) -> np.ndarray:
     return np.asarray(x, order="C").reshape(lens)
 
 
+class _Reshaping(ViewOp):
+    """The same elements in row-major order with the output's lens (a view of a standard
+    input, a packed copy of any other)."""
+
+    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
+        return _reshape_array(args[0], output_shape.lens())
+
+
 @register_op
-class Transpose(Op):
+class Transpose(ViewOp):
     """Permute the dimensions: output dimension k is input dimension `permutation[k]` (a view)."""
 
     name = "transpose"
     permutation: tuple[int, ...] = ()
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         perm = list(self.permutation)
         if sorted(perm) != list(range(s.ndim())):
             raise ShapeError(
@@ -176,12 +183,9 @@ class Transpose(Op):
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
         return np.transpose(args[0], self.permutation)
 
-    def output_alias(self, num_inputs: int) -> int:
-        return 0
-
 
 @register_op
-class Reshape(Op):
+class Reshape(_Reshaping):
     """New lens with the same elements in row-major order; `dims` may hold one -1 and 0s.
 
     A view of a standard input; a non-standard input (transposed, broadcast, strided) is copied
@@ -192,27 +196,19 @@ class Reshape(Op):
     dims: tuple[int, ...] = ()
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         return Shape(s.type(), _reshape_lens(self, s.lens(), self.dims))
-
-    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
-        return _reshape_array(args[0], output_shape.lens())
-
-    def output_alias(self, num_inputs: int) -> int:
-        return 0
 
 
 @register_op
-class Flatten(Op):
+class Flatten(_Reshaping):
     """Reshape to 2-D: [prod(lens[:axis]), prod(lens[axis:])] (a view of a standard input)."""
 
     name = "flatten"
     axis: int = 1
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         rank = s.ndim()
         if not -rank <= self.axis <= rank:
             raise ShapeError(f"flatten: axis {self.axis} is out of range for rank {rank}")
@@ -220,15 +216,9 @@ class Flatten(Op):
         lens = s.lens()
         return Shape(s.type(), [prod(lens[:axis]), prod(lens[axis:])])
 
-    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
-        return _reshape_array(args[0], output_shape.lens())
-
-    def output_alias(self, num_inputs: int) -> int:
-        return 0
-
 
 @register_op
-class Squeeze(Op):
+class Squeeze(ViewOp):
     """Remove dimensions of length 1: those in `axes`, or every one when `axes` is empty."""
 
     name = "squeeze"
@@ -247,8 +237,7 @@ class Squeeze(Op):
         return [k for k in range(len(lens)) if k not in axes]
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         kept = self._kept(s)
         lens, strides = s.lens(), s.strides()
         return Shape(s.type(), [lens[k] for k in kept], [strides[k] for k in kept])
@@ -258,20 +247,16 @@ class Squeeze(Op):
         drop = tuple(k for k in range(x.ndim) if k not in self._kept(Shape(x.dtype, x.shape)))
         return np.squeeze(x, axis=drop) if drop else x[...]
 
-    def output_alias(self, num_inputs: int) -> int:
-        return 0
-
 
 @register_op
-class Unsqueeze(Op):
+class Unsqueeze(ViewOp):
     """Insert dimensions of length 1 at `axes` (positions in the output) (a view)."""
 
     name = "unsqueeze"
     axes: tuple[int, ...] = ()
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         rank = s.ndim() + len(self.axes)
         axes = _axes(self, self.axes, rank)
         lens: list[int] = []
@@ -296,9 +281,6 @@ class Unsqueeze(Op):
         rank = x.ndim + len(self.axes)
         return np.expand_dims(x, tuple(_axes(self, self.axes, rank)))
 
-    def output_alias(self, num_inputs: int) -> int:
-        return 0
-
 
 def _clamp_bounds(n: int, start: int, end: int) -> tuple[int, int]:
     """Slice bounds for step 1: negatives count from the end, then clamp to [0, n]."""
@@ -312,7 +294,7 @@ def _clamp_bounds(n: int, start: int, end: int) -> tuple[int, int]:
 
 
 @register_op
-class Slice(Op):
+class Slice(ViewOp):
     """`x[starts:ends]` along `axes` with step 1 (a view); bounds follow numpy's clamping."""
 
     name = "slice"
@@ -333,8 +315,7 @@ class Slice(Op):
         return bounds
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         lens = [e - b for b, e in self._bounds(s)]
         return Shape(s.type(), lens, s.strides())
 
@@ -343,12 +324,9 @@ class Slice(Op):
         bounds = self._bounds(Shape(x.dtype, x.shape))
         return x[tuple(slice(b, e) for b, e in bounds)]
 
-    def output_alias(self, num_inputs: int) -> int:
-        return 0
-
 
 @register_op
-class Step(Op):
+class Step(ViewOp):
     """Every `steps[k]`-th element along `axes[k]`, from the first (a view; steps > 0)."""
 
     name = "step"
@@ -368,8 +346,7 @@ class Step(Op):
         return steps
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         steps = self._steps(s)
         lens = [(n + st - 1) // st for n, st in zip(s.lens(), steps, strict=True)]
         strides = [x * st for x, st in zip(s.strides(), steps, strict=True)]
@@ -378,9 +355,6 @@ class Step(Op):
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
         x = args[0]
         return x[tuple(slice(None, None, st) for st in self._steps(Shape(x.dtype, x.shape)))]
-
-    def output_alias(self, num_inputs: int) -> int:
-        return 0
 
 
 # --- run-time shape parameters ----------------------------------------------------------
@@ -417,7 +391,7 @@ GUARD_RULES = {
 
 
 @register_op
-class ShapeGuard(Op):
+class ShapeGuard(ViewOp):
     """Input 0 unchanged (a view), once the run-time shape tensor (input 1) is checked.
 
     `rule` says how ONNX derives lens from the tensor and input 0's lens (reshape, squeeze,
@@ -448,9 +422,6 @@ class ShapeGuard(Op):
                 f"{list(got)}, but the program was compiled for {list(self.expected)}"
             )
         return x
-
-    def output_alias(self, num_inputs: int) -> int:
-        return 0
 
 
 @register_op

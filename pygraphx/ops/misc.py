@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pygraphx.ir.shape import FLOAT_TYPES, Shape
-from pygraphx.ops.base import Op, ShapeError, check_arity, check_same_type, register_op
+from pygraphx.ops.base import Op, ShapeError, check_arity, check_same_type, one_input, register_op
 from pygraphx.ops.broadcast import broadcast_lens
 from pygraphx.ops.pointwise import Pointwise
 
@@ -129,8 +129,7 @@ class Det(Op):
     name = "det"
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         lens = s.lens()
         if len(lens) < 2 or lens[-1] != lens[-2]:
             raise ShapeError(f"det: input {lens} is not a (batch of) square matrices [..., M, M]")

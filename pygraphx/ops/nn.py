@@ -25,7 +25,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from pygraphx.ir.shape import FLOAT_TYPES, Shape
-from pygraphx.ops.base import Op, ShapeError, check_arity, register_op
+from pygraphx.ops.base import Op, ShapeError, check_arity, one_input, register_op
 
 
 # --- shared helpers --------------------------------------------------------------------------
@@ -217,8 +217,7 @@ class Lrn(Op):
     size: int = 1
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        x = inputs[0]
+        x = one_input(self, inputs)
         if x.ndim() < 2 or x.type() not in FLOAT_TYPES:
             raise ShapeError(f"{self.name}: input must be a float N x C x ..., got {x}")
         if self.size < 1:

@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from pygraphx.ir.shape import Shape, to_dtype
-from pygraphx.ops.base import Op, ShapeError, check_arity, register_op
+from pygraphx.ops.base import Op, ShapeError, ViewOp, check_arity, register_op
 from pygraphx.ops.handler import NUMPY, compute_dtype
 
 
@@ -273,7 +273,7 @@ class Contiguous(Op):
 
 
 @register_op
-class Identity(Op):
+class Identity(ViewOp):
     """The input itself (a view)."""
 
     name = "identity"
@@ -284,6 +284,3 @@ class Identity(Op):
 
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
         return args[0]
-
-    def output_alias(self, num_inputs: int) -> int:
-        return 0

@@ -22,7 +22,7 @@ from math import prod
 import numpy as np
 
 from pygraphx.ir.shape import FLOAT_TYPES, Shape
-from pygraphx.ops.base import Op, ShapeError, check_arity, register_op
+from pygraphx.ops.base import Op, ShapeError, check_arity, one_input, register_op
 from pygraphx.ops.nn import (
     _check_input,
     _check_spatial,
@@ -109,8 +109,7 @@ class Pooling(_PoolGeometry):
         return {("global" if k == "global_" else k): v for k, v in attrs.items()}
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        x = inputs[0]
+        x = one_input(self, inputs)
         nd = _check_input(self, x)
         if self.mode not in POOLING_MODES:
             raise ShapeError(f"{self.name}: mode {self.mode!r} is not one of {POOLING_MODES}")
@@ -194,8 +193,7 @@ class PoolingIndices(_PoolGeometry):
     storage_order: int = 0
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        x = inputs[0]
+        x = one_input(self, inputs)
         _check_input(self, x)
         if self.storage_order not in (0, 1):
             raise ShapeError(f"{self.name}: storage_order {self.storage_order} must be 0 or 1")

@@ -22,8 +22,8 @@ from typing import ClassVar
 import numpy as np
 
 from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import Op, ShapeError, check_arity, normalize_axis, register_op
-from pygraphx.ops.handler import accumulation_dtype
+from pygraphx.ops.base import Op, ShapeError, normalize_axis, one_input, register_op
+from pygraphx.ops.handler import accumulation_dtype, highest, lowest
 
 
 def normalize_axes(op: Op, axes: Sequence[int], rank: int) -> tuple[int, ...]:
@@ -43,22 +43,6 @@ def _accumulator(x: np.ndarray) -> np.dtype:
     return accumulation_dtype(x.dtype)
 
 
-def _lowest(dtype: np.dtype) -> object:
-    if dtype == np.bool_:
-        return False
-    if np.issubdtype(dtype, np.integer):
-        return np.iinfo(dtype).min
-    return -np.inf
-
-
-def _highest(dtype: np.dtype) -> object:
-    if dtype == np.bool_:
-        return True
-    if np.issubdtype(dtype, np.integer):
-        return np.iinfo(dtype).max
-    return np.inf
-
-
 @dataclasses.dataclass(frozen=True)
 class Reduce(Op):
     """Base of the `reduce_*` operators: `axes` (empty = all) kept as length-1 dimensions."""
@@ -66,8 +50,7 @@ class Reduce(Op):
     axes: tuple[int, ...] = ()
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         lens = s.lens()
         for a in normalize_axes(self, self.axes, s.ndim()):
             lens[a] = 1
@@ -121,7 +104,7 @@ class ReduceMax(Reduce):
     name = "reduce_max"
 
     def reduce(self, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-        return np.max(x, axis=axes, keepdims=True, initial=_lowest(x.dtype))
+        return np.max(x, axis=axes, keepdims=True, initial=lowest(x.dtype))
 
 
 @register_op
@@ -129,7 +112,7 @@ class ReduceMin(Reduce):
     name = "reduce_min"
 
     def reduce(self, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-        return np.min(x, axis=axes, keepdims=True, initial=_highest(x.dtype))
+        return np.min(x, axis=axes, keepdims=True, initial=highest(x.dtype))
 
 
 @register_op
@@ -149,8 +132,7 @@ class ArgReduce(Op):
     pick: ClassVar = staticmethod(np.argmax)
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         if s.ndim() == 0:
             raise ShapeError(f"{self.name}: the input is a scalar; it needs at least one axis")
         axis = normalize_axis(self, self.axis, s.ndim())
@@ -209,8 +191,7 @@ class Topk(Op):
     output: int = 0
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         if s.ndim() == 0:
             raise ShapeError("topk: the input is a scalar; it needs at least one axis")
         axis = normalize_axis(self, self.axis, s.ndim())
@@ -243,8 +224,7 @@ class PrefixScanSum(Op):
     reverse: bool = False
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        check_arity(self, inputs, 1)
-        s = inputs[0]
+        s = one_input(self, inputs)
         if s.ndim() == 0:
             raise ShapeError("prefix_scan_sum: the input is a scalar; it needs at least one axis")
         normalize_axis(self, self.axis, s.ndim())

@@ -8,7 +8,9 @@ and rounded once. ONNX's pre-opset-13 "coerce to 2-D" semantics are the frontend
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -58,29 +60,31 @@ def _along_axis(
     return out.astype(output_shape.dtype())
 
 
+@dataclasses.dataclass(frozen=True)
+class _AlongAxis(Op):
+    """An op computing `along(x - max(x), axis)` over one axis (`along` is a class attribute)."""
+
+    axis: int = 1
+    along: ClassVar[Callable[[np.ndarray, int], np.ndarray]]
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        return _check(self, inputs, self.axis)
+
+    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
+        return _along_axis(self, output_shape, args[0], type(self).along)
+
+
 @register_op
-class Softmax(Op):
+class Softmax(_AlongAxis):
     """exp(x) / sum(exp(x)) along `axis`."""
 
     name = "softmax"
-    axis: int = 1
-
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        return _check(self, inputs, self.axis)
-
-    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
-        return _along_axis(self, output_shape, args[0], _softmax)
+    along = staticmethod(_softmax)
 
 
 @register_op
-class Logsoftmax(Op):
+class Logsoftmax(_AlongAxis):
     """x - log(sum(exp(x))) along `axis`."""
 
     name = "logsoftmax"
-    axis: int = 1
-
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        return _check(self, inputs, self.axis)
-
-    def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
-        return _along_axis(self, output_shape, args[0], _logsoftmax)
+    along = staticmethod(_logsoftmax)

@@ -725,7 +725,7 @@ def _activation_model(kind: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]
 def test_activation_sub_graphs_become_one_kernel(kind: str, primitive: str | None) -> None:
     model, feeds = _activation_model(kind)
     cpu = compare(model, feeds, rtol=1e-5, atol=1e-5)
-    code = "\n".join(cpu._executable.lowered.ctx.cache["sources"])
+    code = "\n".join(cpu._executable.lowered.ctx.sources)
     if primitive is None:
         assert "_f_gelu" not in code and "_f_erf" in code
     else:
@@ -740,7 +740,7 @@ def test_scalar_constants_are_folded_into_the_code() -> None:
     ]
     model = make_model(nodes, {"x": x}, ["y"], {"three": np.float32(3), "two": np.float32(2)})
     cpu = compare(model, {"x": x})
-    code = "\n".join(cpu._executable.lowered.ctx.cache["sources"])
+    code = "\n".join(cpu._executable.lowered.ctx.sources)
     assert "_f_pow(_env[" in code and ", 3.0, out=" in code and ", 2.0, out=" in code
 
 
@@ -749,7 +749,7 @@ def test_generated_group_writes_its_output_in_place() -> None:
     value needed next to the running result takes a scratch buffer."""
     model, feeds = _activation_model("near")
     cpu = compare(model, feeds)
-    code = [s for s in cpu._executable.lowered.ctx.cache["sources"] if "_f_erf" in s][0]
+    code = [s for s in cpu._executable.lowered.ctx.sources if "_f_erf" in s][0]
     body = [line.strip() for line in code.splitlines() if "out=" in line]
     assert body[0].endswith("out=_out)")
     assert body[-1].endswith("out=_out)")

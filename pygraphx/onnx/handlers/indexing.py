@@ -36,7 +36,9 @@ from pygraphx.ops.pointwise import Where
 Args = list[Instruction | None]
 
 
-def _indices(ctx: NodeContext, idx: Instruction, what: str = "indices") -> Instruction:
+def _indices(ctx: NodeContext, idx: Instruction | None, what: str = "indices") -> Instruction:
+    if idx is None:  # an empty input name: the required input was left out (fuzz finding onnx-8)
+        raise ctx.error(f"the {what} input is required but was left out (empty name)")
     if idx.shape.type() not in INDEX_TYPES:
         raise ctx.error(f"{what} must be int32 or int64, got {idx.shape.type()}")
     return idx

@@ -57,7 +57,7 @@ class CpuExecutable:
         env = ctx.env
         params = list(lowered.params)
         outputs = list(lowered.outputs)
-        fresh = ctx.cache.get("fresh", set())
+        fresh = ctx.fresh
 
         def bind(values: Mapping[str, np.ndarray]) -> None:
             for name, idx in params:

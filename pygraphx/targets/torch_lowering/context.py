@@ -24,7 +24,11 @@ from pygraphx.ir.shape import Shape
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 
 if TYPE_CHECKING:
+    from pygraphx.ir.module import Module
     from pygraphx.passes.memory_coloring import MemoryPlan
+
+#: a function lowering a deferred producer together with its user: (ctx, user) -> handled
+Fuser = Callable[["LoweringContext", Instruction], bool]
 
 #: memory formats a value's tensor may have
 STANDARD, CHANNELS_LAST = "std", "cl"
@@ -91,8 +95,26 @@ class LoweringContext:
     arena: torch.Tensor | None = None
     offsets: dict[int, int] = field(default_factory=dict)
     scratch: ScratchPool | None = None
-    users: dict[int, int] = field(default_factory=dict)
+    module: Module | None = None
+    """The module being lowered."""
+    position: dict[int, int] = field(default_factory=dict)
+    """id(instruction) -> its index in `module.instructions` (for names and order checks)."""
+    fusers: dict[int, Fuser] = field(default_factory=dict)
+    """id(user) -> the function that lowers the user together with its deferred producer."""
+    producers: dict[int, Instruction] = field(default_factory=dict)
+    """id(user) -> the producer deferred into it (`registry.defer`)."""
+    deferred: set[int] = field(default_factory=set)
+    """ids of producers deferred into their user: they emit no step of their own."""
+    packed_weights: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    """(library, id(weight), geometry...) -> a weight reordered once for oneDNN or MKL."""
+    fresh: set[int] = field(default_factory=set)
+    """env indices whose step stores a tensor it allocated itself (outputs need no copy)."""
+    sources: list[str] = field(default_factory=list)
+    """The generated source of every fused pointwise step (for tests and tracing)."""
+    host_reads: list[str] = field(default_factory=list)
+    """Ops whose steps read device values on the host every run (they rule out graph capture)."""
     cache: dict[Any, Any] = field(default_factory=dict)
+    """Entries private to one target (targets/gpu: attention matching, Triton groups)."""
 
     def __post_init__(self) -> None:
         if self.scratch is None:
@@ -150,7 +172,7 @@ class LoweringContext:
 
     def mark_fresh(self, idx: int) -> None:
         """The step at `idx` stores a tensor it allocated itself (outputs need no copy)."""
-        self.cache.setdefault("fresh", set()).add(idx)
+        self.fresh.add(idx)
 
     def alias(self, ins: Instruction, idx: int) -> int:
         self.index[id(ins)] = idx

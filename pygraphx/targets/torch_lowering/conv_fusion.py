@@ -87,12 +87,12 @@ def conv_plan(ctx: LoweringContext, ins: Instruction) -> ConvPlan:
     w = ctx.constant(ctx.arg(ins, 1))
     key = ("mkldnn_weight", id(ins.inputs[1]), tuple(padding), tuple(op.stride),
            tuple(op.dilation), op.group, tuple(lens))  # fmt: skip
-    packed = ctx.cache.get(key)
+    packed = ctx.packed_weights.get(key)
     if packed is None:
         packed = torch.ops.mkldnn._reorder_convolution_weight(
             w.contiguous(), padding, list(op.stride), list(op.dilation), op.group, lens
         )
-        ctx.cache[key] = packed
+        ctx.packed_weights[key] = packed
     return ConvPlan(packed, padding, list(op.stride), list(op.dilation), op.group, pre_pad)
 
 

@@ -68,8 +68,8 @@ def _to_host(t: torch.Tensor) -> np.ndarray:
 
 
 def _where(ctx: LoweringContext, ins: Instruction) -> str:
-    module = ctx.cache["module"]
-    return f"{module.name}:@{ctx.cache['position'][id(ins)]}"
+    assert ctx.module is not None
+    return f"{ctx.module.name}:@{ctx.position[id(ins)]}"
 
 
 def outer_refs(ctx: LoweringContext, ins: Instruction) -> list[tuple[int, int]]:

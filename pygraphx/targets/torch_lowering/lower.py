@@ -81,8 +81,10 @@ def lower_module(
     if plan is None or not _plan_matches(plan, module):
         plan = plan_memory(module)
     ctx = LoweringContext(device=device, options=dict(options or {}), plan=plan)
-    ctx.cache["module"] = module
-    ctx.cache["position"] = {id(i): k for k, i in enumerate(module.instructions)}
+    ctx.module = module
+    ctx.position = {id(i): k for k, i in enumerate(module.instructions)}
+    # targets/gpu still reads these three through `cache` (its code is edited elsewhere)
+    ctx.cache.update(module=module, position=ctx.position, host_reads=ctx.host_reads)
     params: list[tuple[str, int]] = []
     outputs: list[int] = []
     for ins in module.instructions:
@@ -114,7 +116,7 @@ def literal_tensor(ins: Instruction, device: torch.device) -> torch.Tensor:
 
 def lower_instruction(ctx: LoweringContext, ins: Instruction) -> None:
     """Bind `ins`'s value and emit its step(s) (through a fuser, its lowering, or numpy)."""
-    fuser = ctx.cache.get(("fuse", id(ins)))
+    fuser = ctx.fusers.get(id(ins))
     if fuser is not None and fuser(ctx, ins):
         return
     fn = ctx.options.get("lowering_overrides", {}).get(ins.op.name) or LOWERINGS.get(ins.op.name)

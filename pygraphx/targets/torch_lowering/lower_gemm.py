@@ -62,13 +62,13 @@ def _bias_vector(ctx: LoweringContext, x: Instruction, n: int) -> torch.Tensor |
 def _packed_weight(ctx: LoweringContext, ins: Instruction, w: torch.Tensor, rows: int) -> Any:
     """MKL's packed form of the fixed (K, N) matrix `w` for `rows` x K inputs, made once."""
     key = ("mkl_weight", id(ins.inputs[1]), rows)
-    if key not in ctx.cache:
+    if key not in ctx.packed_weights:
         wt = w.t().contiguous()
         n, k = wt.shape
         packed = torch.ops.mkl._mkl_reorder_linear_weight(wt, rows)
         # the original weight is read only for other row counts, which static shapes rule out
-        ctx.cache[key] = (packed, torch.zeros(1, dtype=wt.dtype).expand(n, k))
-    return ctx.cache[key]
+        ctx.packed_weights[key] = (packed, torch.zeros(1, dtype=wt.dtype).expand(n, k))
+    return ctx.packed_weights[key]
 
 
 def _use_mkl(ctx: LoweringContext) -> bool:
@@ -125,6 +125,12 @@ def lower_dot(ctx: LoweringContext, ins: Instruction) -> bool:
     user = ins.outputs[0] if len(ins.outputs) == 1 else None
     if user is not None and _epilogue_ok(ins, user) and defer(ctx, ins, user, _fuse_dot):
         return True
+    _emit_produced(ctx, ins, produce)
+    return True
+
+
+def _emit_produced(ctx: LoweringContext, ins: Instruction, produce: Callable[[], Any]) -> None:
+    """A step storing the new tensor `produce()` returns as `ins`'s value."""
     idx = ctx.bind_dynamic(ins)
     ctx.mark_fresh(idx)
     env = ctx.env
@@ -133,7 +139,6 @@ def lower_dot(ctx: LoweringContext, ins: Instruction) -> bool:
         env[idx] = produce()
 
     ctx.emit(step, ins, idx)
-    return True
 
 
 def _lower_low_precision_dot(ctx: LoweringContext, ins: Instruction) -> bool:
@@ -214,11 +219,4 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
 def lower_dot_alone(ctx: LoweringContext, ins: Instruction) -> None:
     produce = dot_producer(ctx, ins)
     assert produce is not None
-    idx = ctx.bind_dynamic(ins)
-    ctx.mark_fresh(idx)
-    env = ctx.env
-
-    def step() -> None:
-        env[idx] = produce()
-
-    ctx.emit(step, ins, idx)
+    _emit_produced(ctx, ins, produce)

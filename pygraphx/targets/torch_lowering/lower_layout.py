@@ -88,13 +88,22 @@ def _wrap(i: torch.Tensor, n: int) -> torch.Tensor:
     return torch.where(i < 0, i + n, i)
 
 
+def _gatherable(ins: Instruction) -> bool:
+    """A gather-like instruction torch can run: computable types and int32/int64 indices."""
+    return _computable(ins) and ins.inputs[1].shape.type() in ("int32_type", "int64_type")
+
+
+def _gather_axis(ins: Instruction) -> int:
+    rank = ins.inputs[0].shape.ndim()
+    return ins.op.axis + rank if ins.op.axis < 0 else ins.op.axis
+
+
 @lowering("gather")
 def lower_gather(ctx: LoweringContext, ins: Instruction) -> bool:
-    data_shape, idx_shape = (i.shape for i in ins.inputs)
-    if not _computable(ins) or idx_shape.type() not in ("int32_type", "int64_type"):
+    if not _gatherable(ins):
         return False
-    rank = data_shape.ndim()
-    axis = ins.op.axis + rank if ins.op.axis < 0 else ins.op.axis
+    data_shape, idx_shape = (i.shape for i in ins.inputs)
+    axis = _gather_axis(ins)
     lens = data_shape.lens()
     n = lens[axis]
     flat_lens = lens[:axis] + [prod(idx_shape.lens())] + lens[axis + 1 :]
@@ -140,12 +149,10 @@ def gather_range_message(ins: Instruction, indices: torch.Tensor, n: int) -> str
 
 @lowering("gather_elements")
 def lower_gather_elements(ctx: LoweringContext, ins: Instruction) -> bool:
-    data_shape, idx_shape = (i.shape for i in ins.inputs)
-    if not _computable(ins) or idx_shape.type() not in ("int32_type", "int64_type"):
+    if not _gatherable(ins):
         return False
-    rank = data_shape.ndim()
-    axis = ins.op.axis + rank if ins.op.axis < 0 else ins.op.axis
-    n = data_shape.lens()[axis]
+    axis = _gather_axis(ins)
+    n = ins.inputs[0].shape.lens()[axis]
     d, i = ctx.args(ins)
     idx, out = output_buffer(ctx, ins, "std")
     env = ctx.env

@@ -113,7 +113,7 @@ def compile_into(
     compiled = compile_group(
         trace, result, exprs, out, get, bindings, aliased_input, out_expr, ctx.device
     )
-    ctx.cache.setdefault("sources", []).append(compiled.source)
+    ctx.sources.append(compiled.source)
     return compiled.fn
 
 
@@ -156,17 +156,16 @@ def trace_single(ins: Instruction) -> tuple[Trace, Value] | None:
 @lowering("pointwise")
 def lower_pointwise(ctx: LoweringContext, ins: Instruction) -> bool:
     """A fused element-wise group: one generated step writing the slot in place."""
-    traced = trace_group(ins.module_inputs[0], scalar_inputs(ctx, ins))
-    if traced is None:
-        return False
-    args = ctx.args(ins)
-    idx, out = output_buffer(ctx, ins, group_layout(ctx, ins, args))
-    ctx.emit(compile_into(ctx, *traced, args, out), ins, idx)
-    return True
+    return _emit_traced(ctx, ins, trace_group(ins.module_inputs[0], scalar_inputs(ctx, ins)))
 
 
 def lower_single_pointwise(ctx: LoweringContext, ins: Instruction) -> bool:
-    traced = trace_single(ins)
+    """One element-wise instruction, as a group of one."""
+    return _emit_traced(ctx, ins, trace_single(ins))
+
+
+def _emit_traced(ctx: LoweringContext, ins: Instruction, traced: tuple[Any, Any] | None) -> bool:
+    """The generated step of a traced group (False when it could not be traced)."""
     if traced is None:
         return False
     args = ctx.args(ins)

@@ -113,7 +113,7 @@ def lower_shape_guard(ctx: LoweringContext, ins: Instruction) -> bool:
     op, shape = ins.op, ins.shape
     out = ctx.alias(ins, x)
     if ctx.device.type != "cpu":  # reads values on the host every run (no graph capture)
-        ctx.cache.setdefault("host_reads", []).append(ins.op.name)
+        ctx.host_reads.append(ins.op.name)
 
     def step() -> None:
         op.compute(shape, [to_numpy(env[x].cpu()), np.asarray(to_numpy(env[v].cpu()))])

@@ -99,111 +99,145 @@ def compile_group(
     `out_expr`: the output is the tensor this expression reads at run time (shaped like `out`,
     which may then be a meta tensor; `device` says where constants go).
     """
-    device = device or out.device
     out_dtype = numpy_dtype(out.dtype)
-    if result.kind != "node" or (result.kind == "node" and result.index != len(trace.nodes) - 1):
-        # the result is an input or a constant (or not the last primitive): end with a copy
-        trace = Trace(trace.inputs, list(trace.nodes))
-        trace.nodes.append(Node("cast", [result, out_dtype], out_dtype))
-        result = Value("node", out_dtype, index=len(trace.nodes) - 1)
-    nodes = trace.nodes
+    trace = _ending_in(trace, result, out_dtype)
+    gen = _StepWriter(inputs, scratch, bindings, device or out.device, out_dtype)
+    if out_expr is None:
+        gen.ns["_out"] = out
+    else:
+        gen.lines.append(f"_out = {out_expr}")
+    if aliased_input is not None:
+        gen.busy["_out"] = ("in", aliased_input)
+    last_use = _last_uses(trace.nodes)
+    for j, n in enumerate(trace.nodes):
+        gen.emit(j, n, last_use, is_last=j == len(trace.nodes) - 1)
+    return gen.build()
+
+
+def _ending_in(trace: Trace, result: Value, out_dtype: np.dtype) -> Trace:
+    """`trace` whose last primitive computes `result`: where the result is an input, a constant
+    or not the last primitive, a copy (`cast`) to the output's dtype is appended."""
+    if result.kind == "node" and result.index == len(trace.nodes) - 1:
+        return trace
+    return Trace(trace.inputs, [*trace.nodes, Node("cast", [result, out_dtype], out_dtype)])
+
+
+def _last_uses(nodes: Sequence[Node]) -> dict[tuple[str, int], int]:
+    """For every input and node value: the index of the last primitive that reads it."""
     last_use: dict[tuple[str, int], int] = {}
     for j, n in enumerate(nodes):
         for a in n.args:
             if isinstance(a, Value) and a.kind in ("node", "in"):
                 last_use[(a.kind, a.index)] = j
-    ns: dict[str, Any] = dict(bindings)
-    lines: list[str] = []
-    if out_expr is None:
-        ns["_out"] = out
-    else:
-        lines.append(f"_out = {out_expr}")
-    # register file: "out" or ("s", k); which value occupies it
-    reg_of: dict[int, str] = {}
-    busy: dict[str, tuple[str, int]] = {}
-    if aliased_input is not None:
-        busy["_out"] = ("in", aliased_input)
-    free_scratch: dict[torch.dtype, list[str]] = {}
-    n_scratch = 0
-    fn_names: dict[str, str] = {}
-    const_names: dict[int, str] = {}
+    return last_use
 
-    def expr(a: Any, pos: int, fn: str) -> str:
-        if isinstance(a, Value):
-            if a.kind == "in":
-                return inputs[a.index]
-            if a.kind == "node":
-                return reg_of[a.index]
-            # a constant: a Python scalar where torch takes one, else a 0-d tensor
-            dt = torch_dtype(a.dtype)
-            if pos == 1 and fn in _SCALAR_OK:
-                scalar = python_scalar(a.const, dt)
-                if isinstance(scalar, float) and not math.isfinite(scalar):
-                    name = f"_k{len(ns)}"  # inf and nan have no literal: bind them
-                    ns[name] = scalar
-                    return name
-                return repr(scalar)
-            key = id(a)
-            if key not in const_names:
-                name = f"_c{len(const_names)}"
-                ns[name] = torch.tensor(python_scalar(a.const, dt), dtype=dt, device=device)
-                const_names[key] = name
-            return const_names[key]
-        if isinstance(a, np.dtype | type):
-            name = f"_dt{len(ns)}"
-            ns[name] = torch_dtype(a)
-            return name
-        return repr(a)
 
-    for j, n in enumerate(nodes):
-        # free the registers of values whose last use is this node (in-place is safe here)
-        dying = [
-            (a.kind, a.index)
-            for a in n.args
-            if isinstance(a, Value)
-            and a.kind in ("node", "in")
-            and last_use.get((a.kind, a.index)) == j
-        ]
+class _StepWriter:
+    """Writes the straight-line step of one group: assigns registers (the output buffer `_out`
+    or pooled scratch buffers `_s<k>`), names constants and functions in the namespace `ns`,
+    and collects the generated lines."""
+
+    def __init__(
+        self,
+        inputs: Sequence[str],
+        scratch: Callable[[int, torch.dtype], torch.Tensor],
+        bindings: dict[str, Any],
+        device: torch.device,
+        out_dtype: np.dtype,
+    ) -> None:
+        self.inputs = inputs
+        self.scratch = scratch
+        self.device = device
+        self.out_dtype = out_dtype
+        self.ns: dict[str, Any] = dict(bindings)
+        self.lines: list[str] = []
+        self.reg_of: dict[int, str] = {}  # node index -> the register holding its value
+        self.busy: dict[str, tuple[str, int]] = {}  # register -> the value that occupies it
+        self.free_scratch: dict[torch.dtype, list[str]] = {}
+        self.n_scratch = 0
+        self.fn_names: dict[str, str] = {}
+        self.const_names: dict[int, str] = {}
+
+    def emit(self, j: int, n: Node, last_use: dict[tuple[str, int], int], is_last: bool) -> None:
+        """Append the call for primitive `j`."""
         operands = list(n.args)
         if n.fn in _COMMUTATIVE and _is_const(operands[0]) and not _is_const(operands[1]):
             operands.reverse()  # the constant second, where torch takes a Python scalar
-        args = [expr(a, pos, n.fn) for pos, a in enumerate(operands)]
-        for key in dying:
-            for reg, holder in list(busy.items()):
-                if holder == key:
-                    del busy[reg]
-                    if reg != "_out":
-                        free_scratch.setdefault(_scratch_dtype(reg, ns), []).append(reg)
-        dt = torch_dtype(n.dtype)
-        if j == len(nodes) - 1 or ("_out" not in busy and n.dtype == out_dtype):
-            reg = "_out"
-        else:
-            pool = free_scratch.get(dt, [])
-            if pool:
-                reg = pool.pop()
-            else:
-                reg = f"_s{n_scratch}"
-                ns[reg] = scratch(n_scratch, dt)
-                n_scratch += 1
-        busy[reg] = ("node", j)
-        reg_of[j] = reg
-        if n.fn not in fn_names:
-            fn_names[n.fn] = f"_f_{n.fn}"
-            ns[fn_names[n.fn]] = getattr(TORCH, n.fn)
-        call = f"{fn_names[n.fn]}({', '.join(args)}, out={reg})"
-        lines.append(call)
-    src = "def _make():\n"
-    src += "".join(f"    {k} = _ns[{k!r}]\n" for k in ns)
-    src += "    def step():\n"
-    src += "".join(f"        {line}\n" for line in lines)
-    src += "    return step\n"
-    glb: dict[str, Any] = {"_ns": ns}
-    exec(compile(src, "<pygraphx pointwise>", "exec"), glb)  # noqa: S102 - our own generated code
-    return Compiled(glb["_make"](), src)
+        args = [self.expr(a, pos, n.fn) for pos, a in enumerate(operands)]
+        # free the registers of values whose last use is this node (in-place is safe here)
+        for a in n.args:
+            if isinstance(a, Value) and a.kind in ("node", "in"):
+                if last_use.get((a.kind, a.index)) == j:
+                    self.release((a.kind, a.index))
+        reg = self.register(n.dtype, is_last)
+        self.busy[reg] = ("node", j)
+        self.reg_of[j] = reg
+        if n.fn not in self.fn_names:
+            self.fn_names[n.fn] = f"_f_{n.fn}"
+            self.ns[self.fn_names[n.fn]] = getattr(TORCH, n.fn)
+        self.lines.append(f"{self.fn_names[n.fn]}({', '.join(args)}, out={reg})")
 
+    def release(self, key: tuple[str, int]) -> None:
+        for reg, holder in list(self.busy.items()):
+            if holder == key:
+                del self.busy[reg]
+                if reg != "_out":
+                    self.free_scratch.setdefault(self.ns[reg].dtype, []).append(reg)
 
-def _scratch_dtype(reg: str, ns: dict[str, Any]) -> torch.dtype:
-    return ns[reg].dtype
+    def register(self, dtype: np.dtype, is_last: bool) -> str:
+        """The output buffer when it is free and of this dtype (always for the result), else a
+        free scratch buffer of this dtype, else a new one."""
+        if is_last or ("_out" not in self.busy and dtype == self.out_dtype):
+            return "_out"
+        dt = torch_dtype(dtype)
+        pool = self.free_scratch.get(dt, [])
+        if pool:
+            return pool.pop()
+        reg = f"_s{self.n_scratch}"
+        self.ns[reg] = self.scratch(self.n_scratch, dt)
+        self.n_scratch += 1
+        return reg
+
+    def expr(self, a: Any, pos: int, fn: str) -> str:
+        """The Python expression for operand `a` at position `pos` of a call to `fn`."""
+        if isinstance(a, Value):
+            if a.kind == "in":
+                return self.inputs[a.index]
+            if a.kind == "node":
+                return self.reg_of[a.index]
+            return self.const_expr(a, pos, fn)
+        if isinstance(a, np.dtype | type):
+            return self.bind(f"_dt{len(self.ns)}", torch_dtype(a))
+        return repr(a)
+
+    def const_expr(self, a: Value, pos: int, fn: str) -> str:
+        """A constant: a Python scalar where torch takes one, else a bound 0-d tensor."""
+        dt = torch_dtype(a.dtype)
+        if pos == 1 and fn in _SCALAR_OK:
+            scalar = python_scalar(a.const, dt)
+            if isinstance(scalar, float) and not math.isfinite(scalar):
+                return self.bind(f"_k{len(self.ns)}", scalar)  # inf and nan have no literal
+            return repr(scalar)
+        key = id(a)
+        if key not in self.const_names:
+            value = torch.tensor(python_scalar(a.const, dt), dtype=dt, device=self.device)
+            self.const_names[key] = self.bind(f"_c{len(self.const_names)}", value)
+        return self.const_names[key]
+
+    def bind(self, name: str, value: Any) -> str:
+        self.ns[name] = value
+        return name
+
+    def build(self) -> Compiled:
+        """Compile the collected lines into a closure over the bound names."""
+        src = "def _make():\n"
+        src += "".join(f"    {k} = _ns[{k!r}]\n" for k in self.ns)
+        src += "    def step():\n"
+        src += "".join(f"        {line}\n" for line in self.lines)
+        src += "    return step\n"
+        glb: dict[str, Any] = {"_ns": self.ns}
+        exec(compile(src, "<pygraphx pointwise>", "exec"), glb)  # noqa: S102 - our own code
+        return Compiled(glb["_make"](), src)
 
 
 def peel_add(

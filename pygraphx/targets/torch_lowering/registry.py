@@ -13,13 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.context import Fuser, LoweringContext
 
 #: op name -> lowering function (ctx, ins) -> bool (False: not handled, use the fallback)
 LOWERINGS: dict[str, Callable[[LoweringContext, Instruction], bool]] = {}
-
-#: deferred producer -> function lowering it together with its user
-Fuser = Callable[[LoweringContext, Instruction], bool]
 
 
 def lowering(*names: str) -> Callable[[Callable[..., bool]], Callable[..., bool]]:
@@ -35,8 +32,9 @@ def lowering(*names: str) -> Callable[[Callable[..., bool]], Callable[..., bool]
 
 def defer(ctx: LoweringContext, producer: Instruction, user: Instruction, fuser: Fuser) -> bool:
     """Defer `producer` into `user` when nothing that writes memory runs between them."""
-    pos = ctx.cache["position"]
-    module = ctx.cache["module"]
+    pos = ctx.position
+    module = ctx.module
+    assert module is not None
     lo, hi = pos[id(producer)], pos[id(user)]
     for between in module.instructions[lo + 1 : hi]:
         if between.is_literal() or between.is_param():
@@ -44,9 +42,9 @@ def defer(ctx: LoweringContext, producer: Instruction, user: Instruction, fuser:
         if between.op.output_alias(len(between.inputs)) >= 0:
             continue
         return False
-    ctx.cache[("fuse", id(user))] = fuser
-    ctx.cache[("producer", id(user))] = producer
-    ctx.cache[("deferred", id(producer))] = True
+    ctx.fusers[id(user)] = fuser
+    ctx.producers[id(user)] = producer
+    ctx.deferred.add(id(producer))
     return True
 
 
@@ -62,11 +60,11 @@ def storing(fn: Callable[[], None], env: list[Any], idx: int, value: Any) -> Cal
 
 def deferred_producer(ctx: LoweringContext, user: Instruction) -> Instruction:
     """The producer deferred into `user`."""
-    return ctx.cache[("producer", id(user))]
+    return ctx.producers[id(user)]
 
 
 def is_deferred(ctx: LoweringContext, ins: Instruction) -> bool:
-    return bool(ctx.cache.get(("deferred", id(ins))))
+    return id(ins) in ctx.deferred
 
 
 __all__ = [
