@@ -77,6 +77,9 @@ def test_binary_primitive(op: str, dtype: str, interpret: object) -> None:
         x = np.array([7, -7, 7, -7, 5, 0, 3, -1], np.int32)
         y = np.array([2, 2, -2, -2, 5, 3, 1, 4], np.int32)
     else:
-        x = np.array([7.5, -7.5, 7.5, -7.5, 0.5, 2.0, -2.0, 0.0, np.nan, 3.0], np.float32)
-        y = np.array([2.0, 2.0, -2.0, -2.0, 0.25, 3.0, 3.0, 2.0, 1.0, -0.5], np.float32)
+        # the last five: ONNX's fmod edge cases (division by zero and by +-inf, inf dividends)
+        x = np.array([7.5, -7.5, 7.5, -7.5, 0.5, 2.0, -2.0, 0.0, np.nan, 3.0,
+                      3.0, -3.0, 3.0, np.inf, -np.inf], np.float32)  # fmt: skip
+        y = np.array([2.0, 2.0, -2.0, -2.0, 0.25, 3.0, 3.0, 2.0, 1.0, -0.5,
+                      0.0, np.inf, -np.inf, 2.0, 2.0], np.float32)  # fmt: skip
     _one_op(op, 2, dtype, [x, y])
