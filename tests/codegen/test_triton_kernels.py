@@ -186,3 +186,20 @@ def _gelu_tanh_group() -> GroupTrace:
     body.add_return([body.add_instruction(make_op("mul"), [x, t])])
     return module_trace(body, [Shape("float_type", lens), Shape("float_type", lens, [0, 0])],
                         "pointwise")  # fmt: skip
+
+
+@needs_triton
+@pytest.mark.parametrize("source, target", [("fp8e4m3fn_type", "float_type"),
+                                            ("float_type", "fp8e5m2fnuz_type")])  # fmt: skip
+def test_fp8_casts_are_refused_with_the_reason(source: str, target: str) -> None:
+    """fp8 conversions stay on the torch path (ONNX's fp8 rounding and saturation rules are not
+    Triton's): the generator refuses the group and says why, so the caller can announce it."""
+    from pygraphx.codegen.triton.emitter import UnsupportedGroup
+    from pygraphx.codegen.triton.kernels import kernel_source
+
+    body = Module("main:cast")
+    x = body.add_parameter("x0", Shape(source, [4, 8]))
+    body.add_return([body.add_instruction(make_op("convert", target_type=target), [x])])
+    group = module_trace(body, [x.shape], "pointwise")
+    with pytest.raises(UnsupportedGroup, match="float8"):
+        kernel_source(group)

@@ -382,6 +382,8 @@ def _looped_softmax(
 
 def kernel_source(group: GroupTrace) -> KernelSource:
     """The Triton source of `group` (raises `UnsupportedGroup` with the reason)."""
+    for desc in [*group.inputs, group.output]:
+        tl_dtype(desc.dtype)  # a type with no Triton form (fp8: ONNX's rounding) is refused
     if group.reduce_at is None:
         return pointwise_source(group)
     return reduce_source(group)
