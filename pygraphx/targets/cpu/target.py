@@ -19,6 +19,7 @@ overwrite.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,21 @@ from pygraphx.targets.torch_lowering.dtypes import from_numpy, to_numpy
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
+
+
+def announce_fallbacks(fallbacks: Mapping[str, int]) -> None:
+    """One warning per compile when instructions run through numpy instead of torch: which ops,
+    how many, and where their cost shows (`perf` times every step)."""
+    if not fallbacks:
+        return
+    ops = ", ".join(f"{name} x{n}" for name, n in sorted(fallbacks.items()))
+    total = sum(fallbacks.values())
+    warnings.warn(
+        f"cpu target: {total} instruction(s) run through the numpy fallback, not torch ({ops}); "
+        "`pygraphx-driver perf --cpu` shows the time each one costs",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def cpu_threads() -> int:
@@ -129,6 +145,7 @@ class CpuTarget(Target):
         with self.threads_scope(), torch.inference_mode():
             options = {**options, **self.settings}
             lowered = lower_module(program.get_main_module(), torch.device("cpu"), options)
+        announce_fallbacks(lowered.ctx.fallbacks)
         return CpuExecutable(lowered, self.threads.n, self.step_policy)
 
     def threads_scope(self) -> RunScope:
