@@ -47,38 +47,25 @@ class TinyDecoder:
     config: dict[str, Any]
 
 
+# Llama and Qwen2 share one tiny shape: grouped-query attention (4 query heads on 2 KV heads)
+_GQA_TINY: dict[str, int] = dict(
+    vocab_size=1000,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
+
 TINY_DECODERS: dict[str, TinyDecoder] = {
     "gpt2_tiny": TinyDecoder(
         "GPT2LMHeadModel",
         "GPT2Config",
         dict(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=256),
     ),
-    "llama_tiny": TinyDecoder(
-        "LlamaForCausalLM",
-        "LlamaConfig",
-        dict(
-            vocab_size=1000,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-        ),
-    ),
-    "qwen2_tiny": TinyDecoder(
-        "Qwen2ForCausalLM",
-        "Qwen2Config",
-        dict(
-            vocab_size=1000,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-        ),
-    ),
+    "llama_tiny": TinyDecoder("LlamaForCausalLM", "LlamaConfig", dict(_GQA_TINY)),
+    "qwen2_tiny": TinyDecoder("Qwen2ForCausalLM", "Qwen2Config", dict(_GQA_TINY)),
 }
 
 

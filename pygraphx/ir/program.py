@@ -221,12 +221,7 @@ class Program:
         device_io = getattr(self._executable, "takes_device_arguments", None)
         if device_io is not None and device_io(params):
             return self._run_device(params, observer)
-        # value inputs that are no parameter (sequences, optionals) pass as given
-        param_names = set(self.get_parameter_names())
-        given = {n: params[n] for n in self.value_inputs - param_names if n in params}
-        absent = sorted(self.value_inputs - set(params) - param_names)
-        if absent:
-            raise ProgramError(f"missing input(s) {absent} (sequences or optionals)")
+        given = self._structured_inputs(params) if self.value_inputs else {}
         arrays = self._check_params({n: v for n, v in params.items() if n not in given})
         # _check_params has fixed the lens of static parameters; only ranges can differ
         if self.value_inputs or (self._dynamic and self._off_max_lens(arrays)):
@@ -243,6 +238,16 @@ class Program:
                 outputs = self._run_executable(executable, arrays, observer)
         results = [Argument(a) for a in _unaliased(outputs, arrays)]
         return _grouped(results, self.output_structure)
+
+    def _structured_inputs(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The value inputs that are no parameter (sequences, optionals): they pass as given.
+        Only programs with value inputs pay for this walk over the parameters."""
+        param_names = set(self.get_parameter_names())
+        given = {n: params[n] for n in self.value_inputs - param_names if n in params}
+        absent = sorted(self.value_inputs - set(params) - param_names)
+        if absent:
+            raise ProgramError(f"missing input(s) {absent} (sequences or optionals)")
+        return given
 
     @staticmethod
     def _run_executable(
