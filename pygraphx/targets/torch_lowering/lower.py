@@ -67,6 +67,7 @@ def _load_lowerings() -> None:
         lower_math,
         lower_nn,
         lower_quant,
+        lower_resize,
         lower_views,
     )
 
