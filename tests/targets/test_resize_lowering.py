@@ -77,3 +77,48 @@ def test_cases_cover_the_modes() -> None:
     assert len(CASES) >= 30
     for word in ("nearest", "linear", "cubic", "antialias", "align_corners", "exclude_outside"):
         assert word in names
+
+
+def test_both_paths_are_exercised() -> None:
+    """The cases above run through `F.interpolate` (the exporters' forms) and through the
+    separable gathers (every other form), several of each."""
+    from pygraphx.targets.torch_lowering.lower_resize import interpolate_args
+
+    fast, gathers = set(), set()
+    for name, (model, _, _) in CASES.items():
+        prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+        for ins in prog.get_main_module().instructions:
+            if ins.op.name == "resize":
+                (fast if interpolate_args(ins) is not None else gathers).add(name)
+    assert {"test_resize_upsample_scales_linear", "test_resize_upsample_scales_cubic"} <= fast
+    assert len(gathers) >= 20, sorted(fast)
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu_on_cpu"])
+@pytest.mark.parametrize("factors", [(2, 4), (1, 2), (3, 2), (2, 6)])
+def test_nearest_integer_upsampling_is_repeat(factors: tuple[int, int], target: str) -> None:
+    """`nn.Upsample(mode="nearest")`'s Resize (asymmetric, floor) by integer factors repeats
+    each pixel: through F.interpolate for powers of two, through the gathers otherwise."""
+    from onnx import TensorProto, helper
+
+    from pygraphx.targets.torch_lowering.lower_resize import interpolate_args
+
+    x = np.random.default_rng(3).standard_normal((2, 3, 5, 4)).astype(np.float32)
+    scales = np.array([1, 1, *factors], np.float32)
+    modes = {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest", **modes)
+    out_shape = [2, 3, 5 * factors[0], 4 * factors[1]]
+    graph = helper.make_graph(
+        [node], "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+        [numpy_helper.from_array(scales, "scales")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    resize = [i for i in prog.get_main_module().instructions if i.op.name == "resize"]
+    powers = all(f & (f - 1) == 0 for f in factors)
+    assert (interpolate_args(resize[0]) is not None) == powers
+    prog.compile(pygraphx.get_target("cpu") if target == "cpu" else GpuTarget(device="cpu"))
+    assert not prog._executable.fallbacks
+    want = x.repeat(factors[0], axis=2).repeat(factors[1], axis=3)
+    np.testing.assert_array_equal(np.asarray(prog.run({"x": x})[0]), want)
