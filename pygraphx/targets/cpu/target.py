@@ -33,7 +33,7 @@ from pygraphx.targets.base import Target
 from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_thread_switches
 from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_policy_enabled
 from pygraphx.targets.torch_lowering import Lowered, lower_module
-from pygraphx.targets.torch_lowering.dtypes import from_numpy, to_numpy
+from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
@@ -77,10 +77,12 @@ class CpuExecutable:
 
         def bind(values: Mapping[str, np.ndarray]) -> None:
             for name, idx in params:
-                env[idx] = from_numpy(values[name])
+                env[idx] = env_value(values[name])
 
         def take(idx: int) -> np.ndarray:
             t = env[idx]
+            if isinstance(t, np.ndarray):  # a type torch cannot hold (see dtypes.py)
+                return t.copy()
             if idx in fresh and t.is_contiguous():
                 return to_numpy(t)
             return to_numpy(t.clone(memory_format=torch.contiguous_format))

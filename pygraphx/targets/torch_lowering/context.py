@@ -113,6 +113,8 @@ class LoweringContext:
     """The generated source of every fused pointwise step (for tests and tracing)."""
     host_reads: list[str] = field(default_factory=list)
     """Ops whose steps read device values on the host every run (they rule out graph capture)."""
+    bounded: set[int] = field(default_factory=set)
+    """ids of instructions whose lens are only bounded by their shape (`fallback.py`)."""
     cache: dict[Any, Any] = field(default_factory=dict)
     """Entries private to one target (targets/gpu: attention matching, Triton groups)."""
 
