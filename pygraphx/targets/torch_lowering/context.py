@@ -39,13 +39,15 @@ class Step:
     """One run-time step: `fn()` computes the value of `instructions[-1]` into `env[out]`.
 
     `instructions` are the IR instructions the step covers (more than one when a lowering fused
-    a producer into its user); `unfused` are the steps to run instead when profiling.
+    a producer into its user); `unfused` are the steps to run instead when profiling;
+    `fallback` marks a step that runs the operator's numpy code (`fallback.py`).
     """
 
     fn: Callable[[], None]
     instructions: list[Instruction]
     out: int
     unfused: list[Step] | None = None
+    fallback: bool = False
 
 
 class LoweringError(RuntimeError):

@@ -4,7 +4,8 @@ evaluator), and the result is copied into its arena slot.
 
 Two kinds of instruction always come here (`needs_fallback`), counted and announced like the
 rest: those with a value torch cannot hold (sub-byte types, e8m0, strings: see `dtypes.py`),
-whose values then stay numpy arrays in `env`; and those computed from a data-dependent value
+among their inputs, output or the insides of a fused group, whose values then stay numpy arrays
+in `env`; and those computed from a data-dependent value
 whose length the model leaves open (NonZero, Unique, NonMaxSuppression with `count=-1`; the
 IR shape is only an upper bound, as in the ref evaluator), whose results are stored with their
 real lens instead of in an arena slot. The data-dependent instruction itself keeps its lowering
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.module import Module
 from pygraphx.runtime.evaluator import Evaluator
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import env_value, host_array, storable, to_numpy
@@ -32,7 +34,19 @@ def needs_fallback(ctx: LoweringContext, ins: Instruction) -> bool:
         ctx.bounded.add(id(ins))
     if from_bounded:
         return True
-    return not all(storable(i.shape.dtype()) for i in (ins, *ins.inputs))
+    return not all(storable(i.shape.dtype()) for i in _values(ins))
+
+
+def _values(ins: Instruction) -> list[Instruction]:
+    """`ins`, its inputs, and every instruction of its sub-modules (a fused group's insides)."""
+    values = [ins, *ins.inputs]
+    stack = list(ins.module_inputs)
+    while stack:
+        mod = stack.pop()
+        values.extend(mod.instructions)
+        for i in mod.instructions:
+            stack.extend(i.module_inputs)
+    return values
 
 
 def lower_fallback(ctx: LoweringContext, ins: Instruction) -> None:
@@ -55,7 +69,8 @@ def lower_fallback(ctx: LoweringContext, ins: Instruction) -> None:
         try:
             if modules:
                 values = {k: host(env[i]) for k, i in outer}
-                res = op.compute_with_modules(shape, arrays, modules, values, Evaluator)
+                evaluator = _bounded_evaluator if bounded else Evaluator
+                res = op.compute_with_modules(shape, arrays, modules, values, evaluator)
             else:
                 res = op.compute(shape, arrays)
         except Exception as exc:  # re-raised naming the instruction, nothing lost
@@ -63,7 +78,9 @@ def lower_fallback(ctx: LoweringContext, ins: Instruction) -> None:
         res = np.asarray(res)
         if not _fits(res, lens, bounded) or res.dtype != dtype:
             bound = "outside its bound" if bounded else "but its shape is"
-            raise RuntimeError(f"{where} {op}: computed {res.dtype}{list(res.shape)} {bound} {shape}")
+            raise RuntimeError(
+                f"{where} {op}: computed {res.dtype}{list(res.shape)} {bound} {shape}"
+            )
         return res
 
     device = ctx.device
@@ -82,7 +99,15 @@ def lower_fallback(ctx: LoweringContext, ins: Instruction) -> None:
         def step() -> None:
             np.copyto(slot_np, compute())
 
-    ctx.emit(step, ins, out)
+    ctx.emit(step, ins, out).fallback = True
+
+
+def _bounded_evaluator(module: Module) -> Evaluator:
+    """An evaluator of a sub-module run on bounded values: every value's lens may be smaller
+    than its shape's (as the ref evaluator has it downstream of a data-dependent op)."""
+    evaluator = Evaluator(module)
+    evaluator.bounded.update(id(i) for i in evaluator.instructions)
+    return evaluator
 
 
 def _fits(res: np.ndarray, lens: tuple[int, ...], bounded: bool) -> bool:

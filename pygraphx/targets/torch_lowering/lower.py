@@ -63,6 +63,7 @@ class Lowered:
 def _load_lowerings() -> None:
     # the lowering modules register themselves on import
     from pygraphx.targets.torch_lowering import (  # noqa: F401
+        lower_detection,
         lower_gemm,
         lower_layout,
         lower_math,
