@@ -26,6 +26,11 @@ from pygraphx.targets.gpu.target import GpuTarget  # noqa: E402
 on_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
 FP32_LIMIT = 1e-3  # relative RMS error vs ONNX Runtime (as tests/targets/gpu/test_gpu_cuda.py)
 FP16_LIMIT = 1e-2  # relative RMS error of fp16 vs fp32
+#: Where fp16 rounding alone, in any engine, exceeds FP16_LIMIT. unet_small (random weights,
+#: BatchNorm statistics re-estimated on noise: such nets amplify perturbations layer by layer):
+#: torch's own `module.half()` run is 1.20e-2 from its float32 run (torch 2.13, CPU), and the
+#: gpu lowering on the CPU in fp16 is 1.21e-2 from its fp32.
+FP16_LIMITS = {"unet_small": 2e-2}
 _FULL: dict[str, tuple] = {}
 
 
@@ -90,7 +95,7 @@ def test_zoo_full_size_fp16_close_to_fp32(name: str) -> None:
         assert g.shape == w.shape and np.isfinite(g).all(), (name, k)
         err = rel_rms(g, w)
         print(f"{name} output {k}: fp16 vs fp32 relative RMS {err:.2e}")
-        assert err < FP16_LIMIT, (name, k, err)
+        assert err < FP16_LIMITS.get(name, FP16_LIMIT), (name, k, err)
 
 
 @pytest.mark.slow
