@@ -267,9 +267,12 @@ class Detect(nn.Module):
         points, strides = [], []
         for feat, stride in zip(feats, self.strides, strict=True):
             h, w = feat.shape[2:]
-            sy, sx = torch.meshgrid(torch.arange(h) + 0.5, torch.arange(w) + 0.5, indexing="ij")
+            like = {"device": feat.device, "dtype": feat.dtype}
+            sy = torch.arange(h, **like) + 0.5
+            sx = torch.arange(w, **like) + 0.5
+            sy, sx = torch.meshgrid(sy, sx, indexing="ij")
             points.append(torch.stack((sx, sy), -1).view(-1, 2))
-            strides.append(torch.full((h * w, 1), float(stride)))
+            strides.append(torch.full((h * w, 1), float(stride), **like))
         return torch.cat(points).transpose(0, 1), torch.cat(strides).transpose(0, 1)
 
     def forward(self, feats: list[torch.Tensor]) -> torch.Tensor:
