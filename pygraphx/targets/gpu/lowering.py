@@ -48,7 +48,7 @@ def gpu_overrides(
         pointwise, reduce = kernels.lowering(pointwise), kernels.lowering(reduce)
 
     def conv(ctx: LoweringContext, ins: Instruction) -> bool:
-        if lower_library_convolution(ctx, ins, channels_last):
+        if ctx.device.type == "cuda" and lower_library_convolution(ctx, ins, channels_last):
             return True
         return torch_lowering["convolution"](ctx, ins)
 
@@ -103,25 +103,21 @@ def _lower_native_dot(ctx: LoweringContext, ins: Instruction) -> bool:
 
 
 def lower_library_convolution(ctx: LoweringContext, ins: Instruction, channels_last: bool) -> bool:
-    """2-D convolution with a constant weight and symmetric padding, in its own float type."""
+    """2-D convolution with a constant weight and symmetric padding, in its own float type
+    (`gpu_overrides` calls it on CUDA / ROCm devices; tests call it on the CPU)."""
     x_shape, w_shape = (i.shape for i in ins.inputs[:2])
     dtype = torch_dtype(ins.shape.dtype())
     if len(ins.inputs) != 2 or x_shape.ndim() != 4 or dtype not in _NATIVE:
         return False
-    if torch_dtype(x_shape.dtype()) != dtype or ctx.device.type != "cuda":
+    if torch_dtype(x_shape.dtype()) != dtype:
         return False
     op = ins.op
     begin, end = op.pads(x_shape.lens(), w_shape.lens())
-    x, widx = ctx.args(ins)
-    w = ctx.constant(widx)
+    x = ctx.arg(ins, 0)
+    w = ctx.constant(ctx.arg(ins, 1))
     if begin != end or w is None:
         return False
-    layout = STANDARD
-    if channels_last:
-        w = w.contiguous(memory_format=torch.channels_last)
-        layout = CHANNELS_LAST
-    else:
-        w = w.contiguous()
+    w = weight_in_layout(ctx, ins, w, channels_last)
     env = ctx.env
     conv = F.conv2d
     stride, padding, dilation, groups = list(op.stride), list(begin), list(op.dilation), op.group
@@ -129,5 +125,20 @@ def lower_library_convolution(ctx: LoweringContext, ins: Instruction, channels_l
     def produce() -> torch.Tensor:
         return conv(env[x], w, None, stride, padding, dilation, groups)
 
-    store_result(ctx, ins, produce, layout)
+    store_result(ctx, ins, produce, CHANNELS_LAST if channels_last else STANDARD)
     return True
+
+
+def weight_in_layout(
+    ctx: LoweringContext, ins: Instruction, w: torch.Tensor, channels_last: bool
+) -> torch.Tensor:
+    """`ins`'s constant weight `w` (input 1) in the layout its convolution runs in. When the
+    layout needs a copy and the weight is a literal this convolution alone uses, the copy takes
+    the literal's place, so the device holds the weight once (not the upload and its copy)."""
+    widx = ctx.arg(ins, 1)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    converted = w.contiguous(memory_format=fmt)
+    literal = ins.inputs[1]
+    if converted is not w and literal.is_literal() and all(u is ins for u in literal.outputs):
+        ctx.env[widx] = converted
+    return converted

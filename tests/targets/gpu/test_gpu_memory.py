@@ -1,0 +1,128 @@
+"""Device memory the gpu lowering holds, checked on the CPU (`GpuTarget(device="cpu")`): every
+tensor a lowered program keeps (its value slots, its steps' closures, the arena, scratch) is
+counted by storage and compared with what it needs, the weights once plus the planned arena;
+and a compiled program's executable goes away with the program (the benchmark's warm compile
+relies on that)."""
+
+from __future__ import annotations
+
+import gc
+import types
+import weakref
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from onnx import helper  # noqa: E402
+
+import pygraphx  # noqa: E402
+from pygraphx.targets.gpu.lowering import lower_library_convolution  # noqa: E402
+from pygraphx.targets.gpu.target import GpuTarget  # noqa: E402
+from pygraphx.targets.torch_lowering.lower import LOWERINGS, _load_lowerings  # noqa: E402
+from tests.helpers import make_model  # noqa: E402
+
+RNG = np.random.default_rng(11)
+
+
+#: storages this small are scalar constants fused steps keep (a relu's 0): not counted
+SCALAR_BYTES = 16
+
+
+def held_storages(roots: list[Any]) -> dict[int, int]:
+    """data_ptr -> bytes of every tensor storage reachable from `roots` through lists, tuples,
+    dicts and function closures (how steps keep their tensors), scalars aside."""
+    seen: set[int] = set()
+    storages: dict[int, int] = {}
+    stack = list(roots)
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, torch.Tensor):
+            st = x.untyped_storage()
+            if st.nbytes() > SCALAR_BYTES:
+                storages[st.data_ptr()] = st.nbytes()
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, types.FunctionType):
+            stack.extend(c.cell_contents for c in x.__closure__ or () if _filled(c))
+    return storages
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+def conv_model() -> tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """3x3 conv -> relu -> 3x3 conv -> 1x1 conv, each weight its own initializer."""
+    x = RNG.standard_normal((1, 4, 12, 12)).astype(np.float32)
+    inits = {
+        "w1": RNG.standard_normal((8, 4, 3, 3)).astype(np.float32),
+        "w2": RNG.standard_normal((8, 8, 3, 3)).astype(np.float32),
+        "w3": RNG.standard_normal((6, 8, 1, 1)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c2", "w3"], ["out"]),
+    ]
+    return make_model(nodes, {"x": x}, ["out"], inits), {"x": x}, inits
+
+
+def library_conv(channels_last: bool):
+    """The gpu target's cuDNN-path convolution, made to run on the CPU (else torch's)."""
+    _load_lowerings()
+
+    def conv(ctx, ins) -> bool:
+        return lower_library_convolution(ctx, ins, channels_last) or LOWERINGS["convolution"](
+            ctx, ins
+        )
+
+    return conv
+
+
+@pytest.mark.parametrize("channels_last", [True, False], ids=["nhwc", "nchw"])
+def test_lowering_holds_weights_once_and_the_planned_arena(channels_last: bool) -> None:
+    model, feeds, inits = conv_model()
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    overrides = {"convolution": library_conv(channels_last)}
+    prog.compile(GpuTarget(device="cpu", triton=False, overrides=overrides))
+    ex = prog._executable
+    ctx = ex.lowered.ctx
+    plan = ctx.module.memory_plan or ctx.plan
+    weights = sum(i.shape.bytes() for i in ctx.module.instructions if i.is_literal())
+    assert weights >= sum(a.nbytes for a in inits.values())
+    need = weights + max(plan.arena_bytes, 1)
+    held = held_storages([ctx.env, [s.fn for s in ctx.steps], ctx.scratch.buffers, ctx.arena])
+    assert sum(held.values()) <= need, (sum(held.values()), weights, plan.arena_bytes)
+    # the oracle: onnxruntime on the same model (checks the relaid weights are the same numbers)
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)[0]
+    np.testing.assert_allclose(np.array(prog.run(feeds)[0]), want, rtol=1e-4, atol=1e-4)
+    held = held_storages([ctx.env, [s.fn for s in ctx.steps], ctx.scratch.buffers, ctx.arena])
+    out_bytes = want.nbytes  # a run keeps its outputs (and parameters) bound until the next
+    assert sum(held.values()) <= need + out_bytes + feeds["x"].nbytes
+
+
+def test_executable_is_freed_with_its_program() -> None:
+    """Nothing global keeps a compiled program's executable (its weights and arena) alive."""
+    model, feeds, _ = conv_model()
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(GpuTarget(device="cpu"))
+    prog.run(feeds)
+    ref = weakref.ref(prog._executable)
+    del prog
+    gc.collect()
+    assert ref() is None
