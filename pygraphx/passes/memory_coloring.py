@@ -80,12 +80,18 @@ def root_of(ins: Instruction) -> Instruction:
         ins = ins.inputs[alias]
 
 
-def plan_memory(module: Module, alignment: int = ALIGNMENT) -> MemoryPlan:
-    """Liveness, interference and first-fit placement for `module` in its current order."""
+def plan_memory(
+    module: Module, alignment: int = ALIGNMENT, unplanned: frozenset[str] = frozenset()
+) -> MemoryPlan:
+    """Liveness, interference and first-fit placement for `module` in its current order.
+
+    `unplanned`: op names whose results the caller allocates itself (a target whose library
+    calls return new tensors, e.g. the gpu target's convolutions): they get no buffer, so the
+    arena does not reserve room nobody writes."""
     buffers: dict[int, Buffer] = {}
     end_of_module = len(module.instructions)
     for k, ins in enumerate(module.instructions):
-        if ins.is_param() or ins.is_literal() or ins.is_return():
+        if ins.is_param() or ins.is_literal() or ins.is_return() or ins.op.name in unplanned:
             continue
         if ins.op.output_alias(len(ins.inputs)) >= 0:
             continue

@@ -101,6 +101,10 @@ class GpuTarget(Target):
         overrides = gpu_overrides(channels_last=channels_last, kernels=kernels)
         overrides.update(self.settings.get("overrides") or {})
         lower_options = {**options, "lowering_overrides": overrides, "mkldnn": False}
+        if options.get("conv_output", "torch") == "torch":
+            # every convolution's step stores the tensor torch returns (cuDNN / MIOpen have no
+            # out= argument): an arena slot for it would be room nobody writes
+            lower_options["unplanned_ops"] = ("convolution",)
         where = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
         with torch.inference_mode(), where:
             lowered = lower_module(program.get_main_module(), device, lower_options)

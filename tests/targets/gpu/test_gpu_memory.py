@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 from onnx import helper  # noqa: E402
 
 import pygraphx  # noqa: E402
+from pygraphx.passes.memory_coloring import check_plan, plan_memory  # noqa: E402
 from pygraphx.targets.gpu.lowering import lower_library_convolution  # noqa: E402
 from pygraphx.targets.gpu.target import GpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering.lower import LOWERINGS, _load_lowerings  # noqa: E402
@@ -100,7 +101,7 @@ def test_lowering_holds_weights_once_and_the_planned_arena(channels_last: bool) 
     prog.compile(GpuTarget(device="cpu", triton=False, overrides=overrides))
     ex = prog._executable
     ctx = ex.lowered.ctx
-    plan = ctx.module.memory_plan or ctx.plan
+    plan = ctx.plan
     weights = sum(i.shape.bytes() for i in ctx.module.instructions if i.is_literal())
     assert weights >= sum(a.nbytes for a in inits.values())
     need = weights + max(plan.arena_bytes, 1)
@@ -114,6 +115,29 @@ def test_lowering_holds_weights_once_and_the_planned_arena(channels_last: bool) 
     held = held_storages([ctx.env, [s.fn for s in ctx.steps], ctx.scratch.buffers, ctx.arena])
     out_bytes = want.nbytes  # a run keeps its outputs (and parameters) bound until the next
     assert sum(held.values()) <= need + out_bytes + feeds["x"].nbytes
+
+
+def test_convolution_outputs_take_no_arena_room() -> None:
+    """cuDNN returns new tensors: the gpu target's plan leaves convolutions out of the arena,
+    and the rest is still placed without overlaps (`check_plan`)."""
+    model, feeds, _ = conv_model()
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(GpuTarget(device="cpu", triton=False))
+    ctx = prog._executable.lowered.ctx
+    module = ctx.module
+    full = plan_memory(module)
+    assert any(b.ins.op.name == "convolution" for b in full.buffers)
+    assert not any(b.ins.op.name == "convolution" for b in ctx.plan.buffers)
+    assert {id(b.ins) for b in ctx.plan.buffers} == {
+        id(b.ins) for b in full.buffers if b.ins.op.name != "convolution"
+    }
+    check_plan(ctx.plan)
+    assert ctx.plan.arena_bytes < full.arena_bytes
+    assert ctx.arena.numel() == max(ctx.plan.arena_bytes, 1)
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(np.array(prog.run(feeds)[0]), sess.run(None, feeds)[0],
+                               rtol=1e-4, atol=1e-4)  # fmt: skip
 
 
 def test_executable_is_freed_with_its_program() -> None:
