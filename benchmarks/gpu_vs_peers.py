@@ -139,8 +139,13 @@ def time_calls(fn: Callable[[], Any], warmup: int, runs: int) -> list[float]:
 
 
 def fresh_block() -> int:
+    """Start an engine's block; returns the bytes allocated at its start. cuBLAS workspaces
+    that torch cached for earlier blocks' streams are freed first: torch.compile's CUDA graphs
+    (and pygraphx's capture) free them while they run, so a workspace left in the baseline
+    would be subtracted from that engine's peak (32 MiB on Hopper, once per stream)."""
     gc.collect()
     torch.cuda.synchronize()
+    torch._C._cuda_clearCublasWorkspaces()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     return torch.cuda.memory_allocated()
