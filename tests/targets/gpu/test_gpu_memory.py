@@ -150,3 +150,66 @@ def test_executable_is_freed_with_its_program() -> None:
     del prog
     gc.collect()
     assert ref() is None
+
+
+def _triton_runs_here() -> bool:
+    from pygraphx.targets.gpu.triton_groups import triton_wanted
+
+    return triton_wanted(None, torch.device("cpu")) or torch.cuda.is_available()
+
+
+needs_triton = pytest.mark.skipif(
+    not _triton_runs_here(), reason="needs Triton (a GPU or TRITON_INTERPRET=1)"
+)
+
+
+@needs_triton
+@pytest.mark.parametrize(("rows", "k", "n"), [(1, 300, 37), (4, 512, 8), (3, 7, 1000)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gemv_kernel_matches_numpy(rows: int, k: int, n: int, dtype: torch.dtype) -> None:
+    from pygraphx.targets.gpu.gemv import gemv
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    a = torch.randn(rows, k, dtype=torch.float32).to(dtype)
+    w = torch.randn(k, n, dtype=torch.float32).to(dtype)
+    out = torch.empty(rows, n, dtype=dtype, device=device)
+    gemv(a.to(device), w.t().contiguous().to(device), out)
+    want = a.double().numpy() @ w.double().numpy()
+    got = out.cpu().double().numpy()
+    tol = 2e-2 if dtype == torch.bfloat16 else 2e-3
+    scale = np.abs(a.double().numpy()) @ np.abs(w.double().numpy())
+    assert np.all(np.abs(got - want) <= tol * scale + 1e-3), np.max(np.abs(got - want))
+
+
+@needs_triton
+def test_classifier_runs_as_gemv_with_its_weight_held_once() -> None:
+    """A batch-1 fp16 classifier (MatMul by a constant, then Add) through `lower_gemv`: the
+    transposed weight replaces the upload, and the result matches onnxruntime."""
+    from pygraphx.targets.gpu.gemv import lower_gemv
+
+    x = RNG.standard_normal((1, 96)).astype(np.float32)
+    inits = {"w": (RNG.standard_normal((96, 40)) / 10).astype(np.float32),
+             "b": RNG.standard_normal(40).astype(np.float32)}  # fmt: skip
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]),
+             helper.make_node("Add", ["y", "b"], ["out"])]  # fmt: skip
+    model = make_model(nodes, {"x": x}, ["out"], inits)
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    pygraphx.quantize_fp16(prog)
+    used: list[str] = []
+
+    def dot(ctx, ins) -> bool:
+        if lower_gemv(ctx, ins):
+            used.append("gemv")
+            return True
+        return False
+
+    prog.compile(GpuTarget(device="cpu", overrides={"dot": dot}))
+    assert used == ["gemv"]
+    ctx = prog._executable.lowered.ctx
+    weights = sum(i.shape.bytes() for i in ctx.module.instructions if i.is_literal())
+    held = held_storages([ctx.env, [s.fn for s in ctx.steps], ctx.scratch.buffers, ctx.arena])
+    assert sum(held.values()) <= weights + max(ctx.plan.arena_bytes, 1)
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=2e-2, atol=2e-2)
