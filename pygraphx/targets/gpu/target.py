@@ -14,6 +14,7 @@ program up and captures it as one CUDA/HIP graph.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +26,11 @@ from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.targets.base import Target
 from pygraphx.targets.gpu.executable import GpuExecutable
 from pygraphx.targets.gpu.lowering import gpu_overrides
-from pygraphx.targets.gpu.triton_groups import TritonGroups, triton_wanted
+from pygraphx.targets.gpu.triton_groups import TritonGroups, in_place_input, triton_wanted
 from pygraphx.targets.torch_lowering import lower_module
 
 if TYPE_CHECKING:
+    from pygraphx.ir.instruction import Instruction
     from pygraphx.ir.program import Program
 
 log = logging.getLogger(__name__)
@@ -102,9 +104,7 @@ class GpuTarget(Target):
         overrides.update(self.settings.get("overrides") or {})
         lower_options = {**options, "lowering_overrides": overrides, "mkldnn": False}
         if options.get("conv_output", "torch") == "torch":
-            # every convolution's step stores the tensor torch returns (cuDNN / MIOpen have no
-            # out= argument): an arena slot for it would be room nobody writes
-            lower_options["unplanned_ops"] = ("convolution",)
+            lower_options["unplanned"] = functools.partial(unplanned, kernels is not None)
         where = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
         with torch.inference_mode(), where:
             lowered = lower_module(program.get_main_module(), device, lower_options)
@@ -122,6 +122,15 @@ class GpuTarget(Target):
             offload_copy=bool(options.get("offload_copy", True)),
             graph=self.settings.get("graph"),
         )
+
+
+def unplanned(triton: bool, ins: Instruction) -> bool:
+    """What the arena leaves out: every convolution (its step stores the tensor cuDNN / MIOpen
+    return: they take no out= argument), and with Triton the element-wise group run in place
+    on a convolution's result (`triton_groups.in_place_input`)."""
+    if ins.op.name == "convolution":
+        return True
+    return triton and in_place_input(ins) is not None
 
 
 def choose_channels_last(program: Program, tf32: bool) -> bool:

@@ -8,8 +8,9 @@ lowering may decline (return False) for inputs it does not handle (a dtype, an a
 instruction then runs through its numpy `compute()` on numpy views of the tensors, and the
 result is copied into its arena slot (`fallbacks` counts these by op name).
 
-The option `unplanned_ops` names ops whose results the target's lowerings always allocate
-themselves (the gpu target's convolutions): the memory plan then leaves them out of the arena.
+The option `unplanned` (instruction -> bool) picks instructions whose results the target's
+lowerings always place themselves (the gpu target's convolutions, which cuDNN allocates, and
+the epilogues run in place on them): the memory plan then leaves them out of the arena.
 
 A target may replace the lowering of some ops without touching this table: the option
 `lowering_overrides` maps op names to lowering functions tried instead of the registered ones
@@ -81,8 +82,8 @@ def lower_module(
     _load_lowerings()
     start = time.perf_counter()
     plan: MemoryPlan | None = module.memory_plan
-    unplanned = frozenset((options or {}).get("unplanned_ops", ()))
-    if plan is None or unplanned or not _plan_matches(plan, module):
+    unplanned = (options or {}).get("unplanned")
+    if plan is None or unplanned is not None or not _plan_matches(plan, module):
         plan = plan_memory(module, unplanned=unplanned)
     ctx = LoweringContext(device=device, options=dict(options or {}), plan=plan)
     ctx.module = module

@@ -213,3 +213,28 @@ def test_classifier_runs_as_gemv_with_its_weight_held_once() -> None:
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     want = sess.run(None, {"x": x})[0]
     np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=2e-2, atol=2e-2)
+
+
+@needs_triton
+def test_epilogue_runs_in_place_on_the_convolution_result() -> None:
+    """relu(conv(x)) with Triton: the relu group writes over the convolution's own tensor, so
+    neither takes arena room; the first run (which autotunes into a new tensor) and the later
+    in-place runs match onnxruntime."""
+    from pygraphx.targets.gpu.triton_groups import in_place_input
+
+    model, feeds, _ = conv_model()
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(GpuTarget(device="cpu", triton=True))
+    ctx = prog._executable.lowered.ctx
+    in_place = [i for i in ctx.module.instructions if in_place_input(i) is not None]
+    assert in_place, "the relu after the first convolution should run in place"
+    planned = {id(b.ins) for b in ctx.plan.buffers}
+    assert not any(id(i) in planned for i in in_place)
+    # bound per run (in place), not a private buffer held for good
+    assert not any(ctx.static[ctx.index[id(i)]] for i in in_place)
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)[0]
+    for _ in range(3):
+        got = np.array(prog.run(feeds)[0])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
