@@ -1,8 +1,11 @@
 """A program lowered for the GPU, run as one captured CUDA/HIP graph where it can be.
 
 The first run binds static device buffers to the parameters, runs the steps twice on a side
-stream (lazy library initialisation: cuDNN algorithm search, cuBLAS handles), then captures
-one pass over the steps into a `torch.cuda.CUDAGraph`. Every later run copies its inputs into
+stream (lazy library initialisation: cuDNN algorithm search, cuBLAS handles, Triton autotune),
+then captures one pass over the steps into a `torch.cuda.CUDAGraph` on that same stream (one
+per device, shared by every program: `capture_stream`); cuBLAS's cached workspaces are freed
+around both (`release_library_workspaces`), so the capture allocates the one it needs in the
+graph's own pool and no program leaves one behind. Every later run copies its inputs into
 the static buffers, replays the graph and reads the outputs from the tensors the capture
 produced (the graph rewrites them in place). A program whose steps cannot be captured (a numpy
 fallback, a step that reads values on the host: data-dependent shapes, host control flow)

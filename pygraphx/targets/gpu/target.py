@@ -6,9 +6,12 @@ devices `cuda` too), with this target's own lowerings passed as `lowering_overri
 (`lowering.py`): convolutions through cuDNN / MIOpen with channels-last weights chosen once here,
 GEMMs through cuBLAS / hipBLASLt (bias folded into `addmm`), half and bf16 products and
 convolutions in their own type on tensor cores, recognised attention as
-`scaled_dot_product_attention`. Weights are uploaded once (literals become device tensors);
-intermediates live in the torch lowering's arena on the device. `executable.py` then warms the
-program up and captures it as one CUDA/HIP graph.
+`scaled_dot_product_attention`. Weights are uploaded once (literals become device tensors; a
+weight relaid for its only user replaces its upload). Intermediates live in the torch
+lowering's arena on the device, except the tensors convolutions return (cuDNN / MIOpen take no
+out= argument) and the element-wise groups run in place on them (`unplanned`): those live in
+torch's allocator (the CUDA graph's private pool once captured), freed after their last use.
+`executable.py` then warms the program up and captures it as one CUDA/HIP graph.
 """
 
 from __future__ import annotations
