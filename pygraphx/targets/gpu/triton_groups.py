@@ -214,16 +214,12 @@ class TritonGroups:
         """The group's kernel writing its result over input `j` (element k is read, then
         written, by the same program). Its first call (the autotune, which launches the kernel
         several times) and a call whose input `j` has other strides write a new tensor."""
-        env, fixed = ctx.env, [ctx.value(a) for a in args]
+        env, gather = ctx.env, self._gather(ctx, args, kernel)
         desc = kernel.group.output
         dtype = torch_dtype(desc.dtype)
-        by_strides: dict[tuple, Any] = {}
 
         def run() -> None:
-            xs = [env[a] if t is None else t for a, t in zip(args, fixed, strict=True)]
-            k = kernel
-            if not all(_fits(x, d) for x, d in zip(xs, k.group.inputs, strict=True)):
-                k = self._restrided(kernel, xs, by_strides)
+            xs, k = gather()
             out = xs[j]
             if k.config is None or not _fits(out, desc):
                 out = torch.empty_strided(desc.lens, desc.strides, dtype=dtype, device=out.device)
@@ -243,17 +239,28 @@ class TritonGroups:
                 kernel(inputs, out)
 
             return run_fixed
-        env = ctx.env
-        by_strides: dict[tuple, Any] = {}
+        gather = self._gather(ctx, args, kernel)
 
         def run() -> None:
-            xs = [env[a] if t is None else t for a, t in zip(args, fixed, strict=True)]
-            k = kernel
-            if not all(_fits(x, d) for x, d in zip(xs, k.group.inputs, strict=True)):
-                k = self._restrided(kernel, xs, by_strides)
+            xs, k = gather()
             k(xs, out)
 
         return run
+
+    def _gather(
+        self, ctx: LoweringContext, args: Sequence[int], kernel: Any
+    ) -> Callable[[], tuple[list[torch.Tensor], Any]]:
+        """Per call: the group's input tensors, and the kernel built for their strides."""
+        env, fixed = ctx.env, [ctx.value(a) for a in args]
+        by_strides: dict[tuple, Any] = {}
+
+        def gather() -> tuple[list[torch.Tensor], Any]:
+            xs = [env[a] if t is None else t for a, t in zip(args, fixed, strict=True)]
+            if all(_fits(x, d) for x, d in zip(xs, kernel.group.inputs, strict=True)):
+                return xs, kernel
+            return xs, self._restrided(kernel, xs, by_strides)
+
+        return gather
 
     def _restrided(self, kernel: Any, xs: Sequence[torch.Tensor], seen: dict[tuple, Any]) -> Any:
         """The kernel of `kernel`'s group for inputs with the strides of `xs` (built once)."""
