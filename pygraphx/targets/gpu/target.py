@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -39,8 +40,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SETTINGS = frozenset(
-    ["device_id", "device", "graph", "channels_last", "tf32", "overrides", "triton"]
-)
+    [
+        "device_id", "device", "graph", "channels_last", "tf32", "overrides", "triton",
+        "cudnn_benchmark",
+    ]
+)  # fmt: skip
+#: `PGX_GPU_CUDNN_BENCHMARK=0`: cuDNN's heuristic algorithms instead of timing them
+CUDNN_BENCHMARK_ENV = "PGX_GPU_CUDNN_BENCHMARK"
 
 
 class GpuTarget(Target):
@@ -54,8 +60,11 @@ class GpuTarget(Target):
     -> lowering function, tried before this target's own: where generated Triton kernels plug
     in), `triton` (fused element-wise and reduction groups as generated Triton kernels,
     `triton_groups.py`; default on for CUDA/ROCm devices unless `PGX_GPU_TRITON=0`; on the CPU
-    only under `TRITON_INTERPRET=1`), `device="cpu"` (run the GPU lowering on the CPU with no
-    graph: tests and debugging).
+    only under `TRITON_INTERPRET=1`), `cudnn_benchmark` (cuDNN times its algorithms at the
+    first run and keeps the fastest: default on unless `PGX_GPU_CUDNN_BENCHMARK=0`; the timing
+    allocates the largest workspace any candidate wants, e.g. 122 MB for ResNet-50's stem at
+    batch 32, which then shows in the peak), `device="cpu"` (run the GPU lowering on the CPU
+    with no graph: tests and debugging).
     """
 
     name = "gpu"
@@ -96,7 +105,7 @@ class GpuTarget(Target):
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = tf32
             torch.backends.cudnn.allow_tf32 = tf32
-            torch.backends.cudnn.benchmark = True
+            torch.backends.cudnn.benchmark = cudnn_benchmark(self.settings.get("cudnn_benchmark"))
         channels_last = self.settings.get("channels_last")
         if channels_last is None:
             channels_last = choose_channels_last(program, tf32)
@@ -125,6 +134,13 @@ class GpuTarget(Target):
             offload_copy=bool(options.get("offload_copy", True)),
             graph=self.settings.get("graph"),
         )
+
+
+def cudnn_benchmark(setting: bool | None) -> bool:
+    """The `cudnn_benchmark` setting, else `PGX_GPU_CUDNN_BENCHMARK` (default on)."""
+    if setting is None:
+        return os.environ.get(CUDNN_BENCHMARK_ENV, "1").strip() != "0"
+    return bool(setting)
 
 
 def unplanned(triton: bool, ins: Instruction) -> bool:

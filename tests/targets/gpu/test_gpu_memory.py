@@ -238,3 +238,15 @@ def test_epilogue_runs_in_place_on_the_convolution_result() -> None:
     for _ in range(3):
         got = np.array(prog.run(feeds)[0])
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_cudnn_benchmark_setting_and_environment(monkeypatch) -> None:
+    """cuDNN's algorithm timing (its workspace shows in the peak) can be turned off."""
+    from pygraphx.targets.gpu.target import cudnn_benchmark
+
+    monkeypatch.delenv("PGX_GPU_CUDNN_BENCHMARK", raising=False)
+    assert cudnn_benchmark(None) is True
+    monkeypatch.setenv("PGX_GPU_CUDNN_BENCHMARK", "0")
+    assert cudnn_benchmark(None) is False
+    assert cudnn_benchmark(True) is True
+    assert GpuTarget(device="cpu", cudnn_benchmark=False).settings["cudnn_benchmark"] is False
