@@ -176,9 +176,11 @@ class GpuExecutable:
             self.static[name].copy_(t)
         stream = capture_stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
-        release_library_workspaces(self.device)
-        with torch.cuda.stream(stream):
-            for _ in range(WARMUP_RUNS):
+        for _ in range(WARMUP_RUNS):
+            # freed before each pass: a workspace the last steps took (cuBLAS, for a final
+            # GEMM) must not stay live through the next pass's activation peak
+            release_library_workspaces(self.device)
+            with torch.cuda.stream(stream):
                 self._bind(self.static)
                 for step in self.steps:
                     step()
