@@ -43,7 +43,9 @@ def held_storages(roots: list[Any]) -> dict[int, int]:
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, torch.Tensor):
+        if isinstance(x, torch.Tensor) and x.is_mkldnn:  # a packed weight: no storage
+            storages[id(x)] = x.numel() * x.element_size()
+        elif isinstance(x, torch.Tensor):
             st = x.untyped_storage()
             if st.nbytes() > SCALAR_BYTES:
                 storages[st.data_ptr()] = st.nbytes()
@@ -250,3 +252,26 @@ def test_cudnn_benchmark_setting_and_environment(monkeypatch) -> None:
     assert cudnn_benchmark(None) is False
     assert cudnn_benchmark(True) is True
     assert GpuTarget(device="cpu", cudnn_benchmark=False).settings["cudnn_benchmark"] is False
+
+
+@needs_triton
+@pytest.mark.parametrize("name", ["resnet50", "mobilenetv2"])
+def test_builtin_cnn_holds_weights_once_and_a_small_arena(name: str) -> None:
+    """A built-in CNN in fp16 lowered as on the GPU (cuDNN-path convolutions with channels-last
+    weights, Triton groups, in-place epilogues, the classifier as `gemv`), on the CPU and not
+    run: everything it holds
+    is the weights plus the planned arena, and the arena is a fraction of the full plan's (the
+    convolution results and their epilogues live outside it, one tensor each)."""
+    from pygraphx.models import get_model
+    from pygraphx.targets.gpu.gemv import lower_gemv
+
+    prog = pygraphx.parse_onnx_buffer(get_model(name).SerializeToString())
+    pygraphx.quantize_fp16(prog)
+    overrides = {"convolution": library_conv(True), "dot": lower_gemv}
+    prog.compile(GpuTarget(device="cpu", triton=True, overrides=overrides))
+    ctx = prog._executable.lowered.ctx
+    weights = sum(i.shape.bytes() for i in ctx.module.instructions if i.is_literal())
+    held = held_storages([ctx.env, [s.fn for s in ctx.steps], ctx.scratch.buffers, ctx.arena])
+    assert sum(held.values()) <= weights + ctx.plan.arena_bytes, (sum(held.values()), weights)
+    full = plan_memory(ctx.module)
+    assert ctx.plan.arena_bytes * 5 < full.arena_bytes, (ctx.plan.arena_bytes, full.arena_bytes)
