@@ -19,6 +19,10 @@ Without calibration data the activations take MIGraphX's default parameters (a q
 step of 1/64, i.e. values beyond about +-1.98 saturate) and a warning says that accuracy can be
 badly lost. Rounding is half to even with saturation to [-127, 127]: with these scales -128 is
 never produced by an in-range value, and symmetric ranges keep weights' negation exact.
+
+The steps are shared with `quantize_fp8` (`fp8.py`) through `quantize_qdq` and a `QuantFormat`
+(the quantised type, its largest magnitude and the default step): fp8 differs only in the type
+(e4m3, `scale = max|x| / 448`) and in that no integer product is folded.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,7 +46,15 @@ from pygraphx.passes.propagate_constant import evaluate_constant
 from pygraphx.quantize.calibrate import AbsStatistic, observe
 from pygraphx.quantize.truncate_float import QuantizeError
 
-__all__ = ["DEFAULT_ACTIVATION_SCALE", "QuantizedInput", "quantize_int8", "quantized_inputs"]
+__all__ = [
+    "DEFAULT_ACTIVATION_SCALE",
+    "INT8",
+    "QuantFormat",
+    "QuantizedInput",
+    "quantize_int8",
+    "quantize_qdq",
+    "quantized_inputs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +62,20 @@ log = logging.getLogger(__name__)
 DEFAULT_ACTIVATION_SCALE = 1.0 / 64.0
 QMAX = 127
 SUPPORTED = frozenset({"dot", "convolution"})
+
+
+@dataclass(frozen=True)
+class QuantFormat:
+    """What a QDQ quantisation rounds to: `scale = max|x| / qmax`, values of `type_name`."""
+
+    name: str  # "int8", "fp8": how messages and the API name it
+    type_name: str  # the IR type of the quantised values
+    dtype: np.dtype
+    qmax: float  # the largest magnitude a calibrated max|x| maps to
+    default_scale: float = DEFAULT_ACTIVATION_SCALE  # the activations' step without calibration
+
+
+INT8 = QuantFormat("int8", "int8_type", np.dtype(np.int8), QMAX)
 
 
 class QuantizedInput:
@@ -74,14 +101,16 @@ def _is_constant(ins: Instruction) -> bool:
     return True
 
 
-def quantized_inputs(prog: Program, ins_names: Iterable[str]) -> list[QuantizedInput]:
-    """The operands `quantize_int8` quantises: both inputs of every float32 `dot` /
-    `convolution` of `main` named in `ins_names` (not both constant)."""
+def quantized_inputs(
+    prog: Program, ins_names: Iterable[str], fmt: QuantFormat = INT8
+) -> list[QuantizedInput]:
+    """The operands `quantize_int8` / `quantize_fp8` quantise: both inputs of every float32
+    `dot` / `convolution` of `main` named in `ins_names` (not both constant)."""
     names = set(ins_names)
     unknown = names - SUPPORTED
     if unknown:
         raise QuantizeError(
-            f"quantize_int8 quantises {sorted(SUPPORTED)}; cannot quantise {sorted(unknown)}"
+            f"quantize_{fmt.name} quantises {sorted(SUPPORTED)}; cannot quantise {sorted(unknown)}"
         )
     found = []
     for ins in prog.get_main_module().instructions:
@@ -128,41 +157,57 @@ def quantize_int8(
         >>> pygraphx.quantize_int8(prog, pygraphx.get_target("cpu"), samples)
         >>> prog.compile(pygraphx.get_target("cpu"))
     """
-    _check_program(prog)
+    quantize_qdq(prog, target, calibration, ins_names, method, percentile, INT8)
+
+
+def quantize_qdq(
+    prog: Program,
+    target: Any,
+    calibration: Sequence[Mapping[str, Any]] | None,
+    ins_names: Iterable[str],
+    method: str,
+    percentile: float,
+    fmt: QuantFormat,
+) -> None:
+    """The work of `quantize_int8` / `quantize_fp8` in format `fmt`: calibrate, insert the
+    QDQ pairs, quantise the weights, fold integer products (see the module docstring)."""
+    _check_program(prog, fmt)
     if isinstance(ins_names, str):
         ins_names = (ins_names,)
-    operands = quantized_inputs(prog, ins_names)
+    operands = quantized_inputs(prog, ins_names, fmt)
     activations = _unique([op.value for op in operands if not op.constant])
-    magnitudes = _calibrate(prog, target, calibration, activations, method, percentile)
+    magnitudes = _calibrate(prog, target, calibration, activations, method, percentile, fmt)
     main = prog.get_main_module()
     dq_of: dict[int, Instruction] = {}
     for x in activations:
-        scale = magnitudes[id(x)] / QMAX if magnitudes else DEFAULT_ACTIVATION_SCALE
-        dq_of[id(x)] = _insert_qdq(main, x, scale or 1.0)
+        scale = magnitudes[id(x)] / fmt.qmax if magnitudes else fmt.default_scale
+        dq_of[id(x)] = _insert_qdq(main, x, scale or 1.0, fmt)
     for op in operands:
         if op.constant:
-            dq = _quantise_weight(main, op, per_channel=op.index == 1)
+            dq = _quantise_weight(main, op, op.index == 1, fmt)
         else:
             dq = dq_of[id(op.value)]
         inputs = list(op.ins.inputs)
         inputs[op.index] = dq
         main.replace_op(op.ins, op.ins.op, inputs)
-    fold_qdq(main)
+    fold_qdq(main)  # folds the int8 products only; fp8 ones stay dot(dequantizelinear(...))
     for mod in prog.modules.values():
         mod.memory_plan = None
     prog.validate()
 
 
-def _check_program(prog: Program) -> None:
+def _check_program(prog: Program, fmt: QuantFormat) -> None:
     if not isinstance(prog, Program):
         raise QuantizeError(f"expected a pygraphx Program, got {type(prog).__name__}")
     if prog.is_compiled() or prog.target is not None:
         raise QuantizeError(
-            "the program is already compiled; call quantize_int8(prog, ...) on the parsed "
-            "program before prog.compile(...), as MIGraphX does"
+            f"the program is already compiled; call quantize_{fmt.name}(prog, ...) on the "
+            "parsed program before prog.compile(...), as MIGraphX does"
         )
     if prog.is_dynamic():
-        raise QuantizeError("quantize_int8 needs static input shapes (parse with fixed lens)")
+        raise QuantizeError(
+            f"quantize_{fmt.name} needs static input shapes (parse with fixed lens)"
+        )
 
 
 def _unique(values: list[Instruction]) -> list[Instruction]:
@@ -176,16 +221,17 @@ def _calibrate(
     activations: list[Instruction],
     method: str,
     percentile: float,
+    fmt: QuantFormat,
 ) -> dict[int, float]:
     """max |x| (or its percentile) of each activation over the samples; {} without samples."""
     if not calibration:
         message = (
-            "quantize_int8: no calibration data; using MIGraphX's default int8 parameters "
-            f"(activation step {DEFAULT_ACTIVATION_SCALE}, saturating beyond "
-            f"+-{QMAX * DEFAULT_ACTIVATION_SCALE:.3g}): accuracy can be lost badly. Pass a "
+            f"quantize_{fmt.name}: no calibration data; using MIGraphX's default {fmt.name} "
+            f"parameters (activation step {fmt.default_scale}, saturating beyond "
+            f"+-{fmt.qmax * fmt.default_scale:.3g}): accuracy can be lost badly. Pass a "
             "list of sample inputs as `calibration`."
         )
-        warnings.warn(message, UserWarning, stacklevel=3)
+        warnings.warn(message, UserWarning, stacklevel=4)
         log.warning(message)
         return {}
     main = prog.get_main_module()
@@ -209,19 +255,21 @@ def _scale_view(main: Module, before: Instruction, scale: np.ndarray, lens: list
     return main.insert_instruction(before, op, [lit])
 
 
-def _insert_qdq(main: Module, x: Instruction, scale: float) -> Instruction:
+def _insert_qdq(main: Module, x: Instruction, scale: float, fmt: QuantFormat) -> Instruction:
     """quantizelinear -> dequantizelinear of activation `x` with one scale (after `x`)."""
     after = main.instructions[main.position(x) + 1]
     lens = x.shape.lens()
     s = _scale_view(main, after, np.float32([scale]), lens, 0)
-    q = main.insert_instruction(after, make_op("quantizelinear", out_type="int8_type"), [x, s])
+    q = main.insert_instruction(after, make_op("quantizelinear", out_type=fmt.type_name), [x, s])
     return main.insert_instruction(after, make_op("dequantizelinear"), [q, s])
 
 
-def _quantise_weight(main: Module, operand: QuantizedInput, per_channel: bool) -> Instruction:
-    """An int8 literal of constant operand `w` and its dequantizelinear (before the user):
-    per output channel when `per_channel`, else one scale; a MatMul's batch multibroadcast
-    is re-applied to the int8 literal instead of storing a repeated copy."""
+def _quantise_weight(
+    main: Module, operand: QuantizedInput, per_channel: bool, fmt: QuantFormat
+) -> Instruction:
+    """A quantised (`fmt`) literal of constant operand `w` and its dequantizelinear (before the
+    user): per output channel when `per_channel`, else one scale; a MatMul's batch
+    multibroadcast is re-applied to the quantised literal instead of storing a repeated copy."""
     w, user = operand.value, operand.ins
     is_dot = user.op.name == "dot"
     axis = (w.shape.ndim() - 1 if is_dot else 0) if per_channel else None
@@ -237,8 +285,8 @@ def _quantise_weight(main: Module, operand: QuantizedInput, per_channel: bool) -
         others = tuple(a for a in range(value.ndim) if a != local)
         mags = np.abs(value).max(axis=others, initial=0.0).reshape(-1)
         shape = tuple(-1 if a == local else 1 for a in range(value.ndim))
-    scales = np.where(mags > 0, mags / QMAX, 1.0).astype(np.float32)
-    q = quantize(value, scales.reshape(shape), None, np.dtype(np.int8))
+    scales = np.where(mags > 0, mags / np.float32(fmt.qmax), 1.0).astype(np.float32)
+    q = quantize(value, scales.reshape(shape), None, fmt.dtype)
     qw = main.insert_literal(user, Literal(q))
     if rebroadcast is not None:
         qw = main.insert_instruction(user, rebroadcast, [qw])
