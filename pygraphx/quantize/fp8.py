@@ -20,7 +20,6 @@ fp8's, the speed is not); `quantize_fp8` says so once with a warning for a targe
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -32,8 +31,6 @@ from pygraphx.ir.program import Program
 from pygraphx.quantize.int8 import QuantFormat, quantize_qdq
 
 __all__ = ["FP8", "FP8_GEMM_TARGETS", "quantize_fp8"]
-
-log = logging.getLogger(__name__)
 
 _E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 FP8 = QuantFormat("fp8", "fp8e4m3fn_type", _E4M3, float(ml_dtypes.finfo(_E4M3).max))
@@ -92,4 +89,3 @@ def _announce_float_products(target: Any) -> None:
         "fp8 program's, but it is not faster than float32 (quantise/dequantise add time)"
     )
     warnings.warn(message, UserWarning, stacklevel=3)
-    log.warning(message)

@@ -27,7 +27,6 @@ The steps are shared with `quantize_fp8` (`fp8.py`) through `quantize_qdq` and a
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,8 +54,6 @@ __all__ = [
     "quantize_qdq",
     "quantized_inputs",
 ]
-
-log = logging.getLogger(__name__)
 
 #: MIGraphX's default activation parameters without calibration data: q = round(64 * x)
 DEFAULT_ACTIVATION_SCALE = 1.0 / 64.0
@@ -232,7 +229,6 @@ def _calibrate(
             "list of sample inputs as `calibration`."
         )
         warnings.warn(message, UserWarning, stacklevel=4)
-        log.warning(message)
         return {}
     main = prog.get_main_module()
     positions = [main.position(x) for x in activations]
