@@ -559,24 +559,38 @@ def quantize_calibrated(
 ) -> None:
     """--int8 / --fp8: calibrate on --calibration's samples (a bar per sample on a terminal)
     and quantise `program` in place."""
-    import warnings
-
     quantize = quantizer(precision)
     samples, _ = calibration_samples(args, program)
     if not samples:
         warn_uncalibrated(precision, step)
     target = calibration_target(args)
     label = f"calibrate and quantize {precision} ({target.name})"
-    with contextlib.ExitStack() as stack:
-        if isinstance(step, Steps) and samples:
-            samples = stack.enter_context(sample_progress(step, label, samples))
-        else:
-            stack.enter_context(step(label))
-        stack.enter_context(_quantize_errors(precision))
-        caught = stack.enter_context(warnings.catch_warnings(record=True))
+    with progress_of_samples(step, label, samples) as samples:
+        with _quantize_errors(precision), quantizer_warnings(precision, step):
+            quantize(program, target, samples)
+
+
+@contextlib.contextmanager
+def progress_of_samples(step: StepFn, label: str, samples: list[Any]) -> Any:
+    """`step(label)`, with a bar per sample on a terminal; yields the samples to loop over."""
+    if isinstance(step, Steps) and samples:
+        with sample_progress(step, label, samples) as wrapped:
+            yield wrapped
+    else:
+        with step(label):
+            yield samples
+
+
+@contextlib.contextmanager
+def quantizer_warnings(precision: str, step: StepFn) -> Any:
+    """The quantiser's warnings as one plain `warning:` line each on stderr (the uncalibrated
+    one is left out: `warn_uncalibrated` says it louder)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        quantize(program, target, samples)
-    for warning in caught:  # one plain line each; the uncalibrated one was said above, louder
+        yield
+    for warning in caught:
         text = str(warning.message)
         if not text.startswith(f"quantize_{precision}: no calibration"):
             _say(f"warning: {text}", step)
