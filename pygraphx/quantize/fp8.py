@@ -46,6 +46,8 @@ def quantize_fp8(
     ins_names: Iterable[str] = ("dot", "convolution"),
     method: str = "max",
     percentile: float = 99.99,
+    smooth: float | None = None,
+    keep_float: int = 0,
 ) -> None:
     """Quantise the uncompiled float `prog` in place to fp8 e4m3 `dot` / `convolution` inputs.
 
@@ -63,6 +65,12 @@ def quantize_fp8(
         ins_names: operators to quantise, among "dot" and "convolution".
         method: the activation statistic, "max" (max |x|) or "percentile".
         percentile: the percentile of |x| for `method="percentile"`.
+        smooth: None, or the alpha in [0, 1] of activation smoothing (`smooth.py`: the
+            activations feeding `dot`s with constant weights are divided per input channel by
+            factors the weights' rows take on, so outlier channels stop costing the others
+            their precision; 0.5 is usual for transformers; needs `method="max"`).
+        keep_float: how many selected instructions to leave in float, those whose activation
+            input has the largest crest factor max|x| / rms(x) (as `quantize_int8`).
 
     Raises:
         QuantizeError: `prog` is compiled or dynamic, or an argument is not valid.
@@ -73,7 +81,7 @@ def quantize_fp8(
         >>> pygraphx.quantize_fp8(prog, pygraphx.get_target("ref"), samples)
         >>> prog.compile(pygraphx.get_target("ref"))
     """
-    quantize_qdq(prog, target, calibration, ins_names, method, percentile, FP8)
+    quantize_qdq(prog, target, calibration, ins_names, method, percentile, FP8, smooth, keep_float)
     _announce_float_products(target)
 
 

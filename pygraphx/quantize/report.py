@@ -88,7 +88,10 @@ class QuantReport:
         more = (
             f" ({len(shown)} worst of {len(self.layers)})" if len(shown) < len(self.layers) else ""
         )
-        out.append(f"Quantised layers, worst first{more}: SQNR of the output against float")
+        out.append(
+            f"Quantised layers, worst first{more}: SQNR of the output against float (each "
+            "includes the noise of the layers before it)"
+        )
         out += [f"  {layer.sqnr_db:8.2f} dB  {layer.name}" for layer in shown]
         return out
 
@@ -142,12 +145,15 @@ def quant_report(
     percentile: float = 99.99,
     precision: str = "int8",
     transform: Callable[[Program], Any] | None = None,
+    smooth: float | None = None,
+    keep_float: int = 0,
 ) -> QuantReport:
     """Measure what `quantize_int8` / `quantize_fp8` costs: per-layer SQNR and the outputs'
     errors, the quantised copy against the float copy, both compiled for `target`.
 
     `prog` (float, uncompiled) is copied twice and left as it is. `transform` (e.g. the
-    optimisation passes) is applied to both copies after quantising, before compiling.
+    optimisation passes) is applied to both copies after quantising, before compiling;
+    `method`, `percentile`, `smooth` and `keep_float` are the quantiser's.
 
     Example:
         >>> report = quant_report(prog, "cpu", calibration_samples, test_samples, precision="fp8")
@@ -163,7 +169,9 @@ def quant_report(
     positions = [main.position(ins) for ins in layers]
     float_copy, n_out = expose(prog, positions)
     quant_copy, _ = expose(prog, positions)
-    QUANTIZERS[precision](quant_copy, target, calibration, names, method, percentile)
+    QUANTIZERS[precision](
+        quant_copy, target, calibration, names, method, percentile, smooth, keep_float
+    )
     if transform is not None:
         transform(float_copy)
         transform(quant_copy)
