@@ -148,6 +148,20 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="calibrate on the first N samples of --calibration (default: all of them)",
     )
+    transform.add_argument(
+        "--keep-float",
+        type=positive_int,
+        metavar="N",
+        help="with --int8/--fp8: leave the N dot/convolution whose inputs are most peaked "
+        "(max|x| / rms(x) over the calibration) in float; helps transformers' feed-forward layers",
+    )
+    transform.add_argument(
+        "--smooth",
+        type=float,
+        metavar="ALPHA",
+        help="with --int8/--fp8: smooth activation outliers into the weights (SmoothQuant, "
+        "alpha in [0, 1], e.g. 0.5)",
+    )
     add_shape_arguments(parser)
 
 
@@ -453,7 +467,7 @@ def precision_of(args: argparse.Namespace) -> str | None:
     --calibration and --calibration-samples come with --int8/--fp8."""
     precision = next((p for p in PRECISIONS if getattr(args, p, False)), None)
     if precision not in CALIBRATED:
-        for flag in ("calibration", "calibration_samples"):
+        for flag in ("calibration", "calibration_samples", "keep_float", "smooth"):
             if getattr(args, flag, None) is not None:
                 name = "--" + flag.replace("_", "-")
                 raise DriverError(f"{name} applies to --int8 or --fp8, which were not given")
@@ -567,7 +581,13 @@ def quantize_calibrated(
     label = f"calibrate and quantize {precision} ({target.name})"
     with progress_of_samples(step, label, samples) as samples:
         with _quantize_errors(precision), quantizer_warnings(precision, step):
-            quantize(program, target, samples)
+            quantize(program, target, samples, **quantizer_options(args))
+
+
+def quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
+    """--keep-float and --smooth as `quantize_int8` / `quantize_fp8` options (those given)."""
+    options = {k: getattr(args, k, None) for k in ("keep_float", "smooth")}
+    return {k: v for k, v in options.items() if v is not None}
 
 
 @contextlib.contextmanager

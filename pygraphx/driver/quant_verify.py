@@ -31,6 +31,7 @@ from pygraphx.driver.loader import (
     load_program,
     precision_of,
     progress_of_samples,
+    quantizer_options,
     quantizer_warnings,
     warn_uncalibrated,
 )
@@ -59,7 +60,8 @@ def _float_model(args: argparse.Namespace, precision: str, steps: Steps) -> Any:
     plain = argparse.Namespace(**vars(args))
     for key in (precision, "optimize"):
         setattr(plain, key, False)
-    plain.calibration = plain.calibration_samples = None
+    for key in ("calibration", "calibration_samples", "keep_float", "smooth"):
+        setattr(plain, key, None)
     loaded = load_program(plain, steps)
     if loaded.program.is_compiled():
         raise DriverError(
@@ -98,7 +100,13 @@ def cmd_verify_quantized(args: argparse.Namespace, steps: Steps) -> int:
     with progress_of_samples(steps, label, calibration) as calib:
         with quantizer_warnings(precision, steps):
             report = quant_report(
-                loaded.program, target, calib, samples, precision=precision, transform=transform
+                loaded.program,
+                target,
+                calib,
+                samples,
+                precision=precision,
+                transform=transform,
+                **quantizer_options(args),
             )
     names = loaded.program.get_output_names()
     failed = [o for o in report.outputs if not o.rel_rms <= tol]
