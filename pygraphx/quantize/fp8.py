@@ -60,17 +60,9 @@ def quantize_fp8(
         target: where the calibration runs (a target or its name; `ref` by default); a target
             without fp8 GEMM kernels (every one but `ref`, the oracle) gets a warning that the
             products run as float32 maths.
-        calibration: sample inputs, each a {input name: array or argument}; empty or None uses
-            MIGraphX's default parameters, with a warning (accuracy can be lost badly).
-        ins_names: operators to quantise, among "dot" and "convolution".
-        method: the activation statistic, "max" (max |x|) or "percentile".
-        percentile: the percentile of |x| for `method="percentile"`.
-        smooth: None, or the alpha in [0, 1] of activation smoothing (`smooth.py`: the
-            activations feeding `dot`s with constant weights are divided per input channel by
-            factors the weights' rows take on, so outlier channels stop costing the others
-            their precision; 0.5 is usual for transformers; needs `method="max"`).
-        keep_float: how many selected instructions to leave in float, those whose activation
-            input has the largest crest factor max|x| / rms(x) (as `quantize_int8`).
+        calibration, ins_names, method, percentile, smooth, keep_float: as for
+            `quantize_int8` (sample inputs; the operators; the activation statistic, "max" or
+            "percentile"; the SmoothQuant alpha or None; how many most peaked layers stay float).
 
     Raises:
         QuantizeError: `prog` is compiled or dynamic, or an argument is not valid.
