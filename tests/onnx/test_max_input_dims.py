@@ -89,7 +89,10 @@ def _image(shape: list[int]) -> np.ndarray:
     return np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
 
 
-@pytest.mark.parametrize("target", ["ref", "cpu"])
+_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm device")
+
+
+@pytest.mark.parametrize("target", ["ref", "cpu", pytest.param("gpu", marks=_GPU)])
 def test_seed_001_max_shape_flow(resnet_dynamic_batch: Path, target: str) -> None:
     model = pygraphx.parse_onnx(resnet_dynamic_batch, map_input_dims={"input": [8, 3, 64, 64]})
     assert model.get_inputs()["input"] == pygraphx.Shape("float_type", [8, 3, 64, 64])
