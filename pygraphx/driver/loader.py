@@ -149,6 +149,12 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
         help="calibrate on the first N samples of --calibration (default: all of them)",
     )
     transform.add_argument(
+        "--calibration-method",
+        choices=("max", "percentile"),
+        help="with --int8/--fp8: the activations' statistic, max |x| (default) or the "
+        "99.99th percentile of |x|",
+    )
+    transform.add_argument(
         "--keep-float",
         type=positive_int,
         metavar="N",
@@ -459,6 +465,14 @@ def _text_file_hint(path: str, exc: Exception) -> str:
 
 
 PRECISIONS = ("fp16", "bf16", "int8", "fp8")
+#: the options that only --int8 / --fp8 take (argparse destinations)
+CALIBRATION_FLAGS = (
+    "calibration",
+    "calibration_samples",
+    "calibration_method",
+    "keep_float",
+    "smooth",
+)
 CALIBRATED = ("int8", "fp8")
 
 
@@ -467,7 +481,7 @@ def precision_of(args: argparse.Namespace) -> str | None:
     --calibration and --calibration-samples come with --int8/--fp8."""
     precision = next((p for p in PRECISIONS if getattr(args, p, False)), None)
     if precision not in CALIBRATED:
-        for flag in ("calibration", "calibration_samples", "keep_float", "smooth"):
+        for flag in CALIBRATION_FLAGS:
             if getattr(args, flag, None) is not None:
                 name = "--" + flag.replace("_", "-")
                 raise DriverError(f"{name} applies to --int8 or --fp8, which were not given")
@@ -494,7 +508,7 @@ def apply_transforms(loaded: LoadedModel, args: argparse.Namespace, step: StepFn
         done.append(precision)
     elif precision is not None:
         quantize = quantizer(precision)
-        with step(f"quantize {precision}"), _quantize_errors(precision):
+        with step(f"quantize {precision}"), quantize_errors(precision):
             result = quantize(program)
         if isinstance(result, Program):  # in place, or returns the converted program
             loaded.program = program = result
@@ -513,7 +527,7 @@ def apply_transforms(loaded: LoadedModel, args: argparse.Namespace, step: StepFn
 
 
 @contextlib.contextmanager
-def _quantize_errors(precision: str) -> Any:
+def quantize_errors(precision: str) -> Any:
     """QuantizeError (where pygraphx.quantize defines it) as a DriverError naming the flag."""
     errors = tuple(
         e for e in [getattr(sys.modules.get("pygraphx.quantize"), "QuantizeError", None)] if e
@@ -580,13 +594,18 @@ def quantize_calibrated(
     target = calibration_target(args)
     label = f"calibrate and quantize {precision} ({target.name})"
     with progress_of_samples(step, label, samples) as samples:
-        with _quantize_errors(precision), quantizer_warnings(precision, step):
+        with quantize_errors(precision), quantizer_warnings(precision, step):
             quantize(program, target, samples, **quantizer_options(args))
 
 
 def quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
-    """--keep-float and --smooth as `quantize_int8` / `quantize_fp8` options (those given)."""
-    options = {k: getattr(args, k, None) for k in ("keep_float", "smooth")}
+    """--calibration-method, --keep-float and --smooth as `quantize_int8` / `quantize_fp8`
+    options (those given)."""
+    options = {
+        "method": getattr(args, "calibration_method", None),
+        "keep_float": getattr(args, "keep_float", None),
+        "smooth": getattr(args, "smooth", None),
+    }
     return {k: v for k, v in options.items() if v is not None}
 
 

@@ -25,12 +25,14 @@ from typing import Any
 from pygraphx.driver.commands import Steps, auto_target, make_inputs, resolve_target
 from pygraphx.driver.compare import finite_json
 from pygraphx.driver.loader import (
+    CALIBRATION_FLAGS,
     DriverError,
     calibration_samples,
     describe_source,
     load_program,
     precision_of,
     progress_of_samples,
+    quantize_errors,
     quantizer_options,
     quantizer_warnings,
     warn_uncalibrated,
@@ -60,7 +62,7 @@ def _float_model(args: argparse.Namespace, precision: str, steps: Steps) -> Any:
     plain = argparse.Namespace(**vars(args))
     for key in (precision, "optimize"):
         setattr(plain, key, False)
-    for key in ("calibration", "calibration_samples", "keep_float", "smooth"):
+    for key in CALIBRATION_FLAGS:
         setattr(plain, key, None)
     loaded = load_program(plain, steps)
     if loaded.program.is_compiled():
@@ -98,7 +100,7 @@ def cmd_verify_quantized(args: argparse.Namespace, steps: Steps) -> int:
         from pygraphx.passes.pipeline import optimize as transform
     label = f"calibrate {precision} and compare with float ({target.name})"
     with progress_of_samples(steps, label, calibration) as calib:
-        with quantizer_warnings(precision, steps):
+        with quantize_errors(precision), quantizer_warnings(precision, steps):
             report = quant_report(
                 loaded.program,
                 target,

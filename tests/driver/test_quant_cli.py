@@ -136,3 +136,36 @@ def test_help_documents_the_calibration_format() -> None:
     text = " ".join(proc.stdout.split())
     assert "--int8" in text and "--fp8" in text and "--calibration-samples" in text
     assert "INPUT_0, INPUT_1" in text and "leading sample axis" in text
+
+
+def test_sample_progress_bar_on_a_terminal_and_plain_when_piped() -> None:
+    import io
+
+    from rich.console import Console
+
+    from pygraphx.driver.progress import sample_progress
+    from pygraphx.driver.steps import Steps
+
+    for terminal in (True, False):
+        buf = io.StringIO()
+        steps = Steps(Console(file=buf, force_terminal=terminal, width=100))
+        seen = []
+        with sample_progress(steps, "calibrate", [10, 20, 30]) as samples:
+            assert len(samples) == 3
+            seen.extend(samples)
+        assert seen == [10, 20, 30] and "calibrate" in steps.times
+        text = buf.getvalue()
+        assert ("3/3" in text) == terminal  # the bar's count, only on a terminal
+        assert "calibrate: " in text
+
+
+def test_calibration_options_reach_the_quantiser(folder: Path) -> None:
+    proc = cli("compile", "model.onnx", "--int8", "--calibration", "cal.npz", "--keep-float",
+               "1", "-o", "k.pgx", cwd=folder)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    ops = [i.op.name for i in pygraphx.load(folder / "k.pgx").get_main_module().instructions]
+    assert ops.count("quant_convolution") + ops.count("quant_dot") == 1  # one layer kept float
+    proc = cli("verify", "model.onnx", "--int8", "--calibration", "cal.npz", "--smooth", "0.5",
+               "--calibration-method", "percentile", cwd=folder)  # fmt: skip
+    assert proc.returncode == 1
+    assert "error: --int8: quantize_int8: smoothing works with method='max'" in proc.stderr
