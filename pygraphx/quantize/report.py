@@ -50,6 +50,7 @@ class LayerAccuracy:
     name: str  # "main:@<position> <op> <lens> x <lens>": its name in the float program (`read`)
     op: str
     sqnr_db: float
+    quantized: bool = True  # False: left in float (`keep_float`); its SQNR is upstream noise
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ class QuantReport:
             f"Quantised layers, worst first{more}: SQNR of the output against float (each "
             "includes the noise of the layers before it)"
         )
-        out += [f"  {layer.sqnr_db:8.2f} dB  {layer.name}" for layer in shown]
+        kept = {False: " (kept in float)", True: ""}
+        out += [f"  {x.sqnr_db:8.2f} dB  {x.name}{kept[x.quantized]}" for x in shown]
         return out
 
 
@@ -172,6 +174,8 @@ def quant_report(
     QUANTIZERS[precision](
         quant_copy, target, calibration, names, method, percentile, smooth, keep_float
     )
+    returned = quant_copy.get_main_module().get_returns()[n_out:]
+    quantized = [_is_quantized(ins) for ins in returned]
     if transform is not None:
         transform(float_copy)
         transform(quant_copy)
@@ -185,6 +189,7 @@ def quant_report(
             f"main:@{p} {ins.op.name} " + " x ".join(str(x.shape.lens()) for x in ins.inputs),
             ins.op.name,
             sqnr_db(joined(floats, n_out + k), joined(quants, n_out + k)),
+            quantized[k],
         )
         for k, (p, ins) in enumerate(zip(positions, layers, strict=True))
     ]
@@ -192,6 +197,14 @@ def quant_report(
         _output_accuracy(k, [r[k] for r in floats], [r[k] for r in quants]) for k in range(n_out)
     ]
     return QuantReport(layer_acc, outputs, len(samples), precision)
+
+
+def _is_quantized(ins: Any) -> bool:
+    """Whether a layer's value in the quantised copy comes from quantised maths: a folded
+    product's dequantizelinear, or a product of dequantised values (fp8)."""
+    if ins.op.name == "dequantizelinear":
+        return True
+    return any(x.op.name == "dequantizelinear" for x in ins.inputs)
 
 
 def _output_accuracy(k: int, floats: list[np.ndarray], ints: list[np.ndarray]) -> OutputAccuracy:

@@ -169,3 +169,10 @@ def test_calibration_options_reach_the_quantiser(folder: Path) -> None:
                "--calibration-method", "percentile", cwd=folder)  # fmt: skip
     assert proc.returncode == 1
     assert "error: --int8: quantize_int8: smoothing works with method='max'" in proc.stderr
+    proc = cli("verify", "model.onnx", "--int8", "--calibration", "cal.npz", "--keep-float",
+               "1", "--json", cwd=folder)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(layer["quantized"] for layer in json.loads(proc.stdout)["layers"]) == [
+        False,
+        True,
+    ]
