@@ -146,7 +146,8 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
         "--calibration-samples",
         type=positive_int,
         metavar="N",
-        help="calibrate on the first N samples of --calibration (default: all of them)",
+        help="calibrate on the first N samples of --calibration (default: all of them); verify "
+        "--int8/--fp8 compares on the rest",
     )
     transform.add_argument(
         "--calibration-method",
