@@ -118,7 +118,7 @@ def cmd_verify_quantized(args: argparse.Namespace, steps: Steps) -> int:
         if failed
         else f"PASSED: every output's relative RMS error is at most {tol:g} (--rms-tol)"
     )
-    calibrated = f"{args.calibration} ({len(calibration)} samples)" if calibration else "none"
+    calibrated = f"{args.calibration} ({len(calibration)} sample(s))" if calibration else "none"
     if text:
         applied = ", optimize" if args.optimize else ""
         print(f"Target: {target.name} ({precision}{applied}); calibration: {calibrated}")
