@@ -97,7 +97,8 @@ class CpuExecutable:
         fns = with_thread_switches(
             [s.fn for s in lowered.steps], self.step_threads, self.scope.limit
         )
-        self.executor = Executor(fns, bind, collect, lowered.profile, show, self.scope)
+        computes = [s.instructions for s in lowered.steps]
+        self.executor = Executor(fns, bind, collect, lowered.profile, show, self.scope, computes)
 
     def run(
         self, params: dict[str, np.ndarray], observer: Observer | None = None
