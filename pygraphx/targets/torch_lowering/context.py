@@ -24,6 +24,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.printer import instruction_names
+from pygraphx.ir.program import ProgramError
 from pygraphx.ir.shape import Shape
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 
@@ -56,9 +57,10 @@ class LoweringError(RuntimeError):
     """An instruction could not be lowered; the message names it."""
 
 
-class ArenaError(LoweringError, MemoryError):
+class ArenaError(LoweringError, ProgramError, MemoryError):
     """The arena of intermediates could not be allocated; the message gives its size and the
-    instructions whose buffers are largest."""
+    instructions whose buffers are largest (a `ProgramError`: this program cannot be compiled
+    for this target with this memory)."""
 
 
 class ScratchPool:
