@@ -127,3 +127,82 @@ def _mutate(model: onnx.ModelProto, rng: random.Random) -> bytes:
         init = rng.choice(list(graph.initializer))
         init.raw_data = init.raw_data[: rng.randrange(len(init.raw_data) + 1)]
     return model.SerializeToString()
+
+
+# --- the driver's command line -------------------------------------------------------------
+#: commands the driver harness runs: cheap, and none writes a file or starts a server
+DRIVER_COMMANDS = ("read", "params", "run", "onnx", "version")
+#: argv tokens starting with this name a file in the harness's workspace (`driver_workspace`)
+WORKSPACE_PREFIX = "WS:"
+#: the most input bytes the driver may generate under the harness (instead of the machine's RAM)
+DRIVER_INPUT_BUDGET = 64 << 20
+_workspace: list[str] = []
+
+
+def driver_workspace() -> str:
+    """A temporary folder holding `mlp.onnx` (fuzz/make_corpus.py's MLP) and its saved forms
+    `mlp.pgx` and `mlp_ref.pgx` (compiled for ref), made once per process."""
+    if not _workspace:
+        import tempfile
+        from pathlib import Path
+
+        from fuzz.make_corpus import seeds
+
+        folder = Path(tempfile.mkdtemp(prefix="pgx-fuzz-driver-"))
+        data = seeds()["mlp"].SerializeToString()
+        (folder / "mlp.onnx").write_bytes(data)
+        pygraphx.save(pygraphx.parse_onnx_buffer(data), folder / "mlp.pgx")
+        compiled = pygraphx.parse_onnx_buffer(data)
+        compiled.compile(pygraphx.get_target("ref"))
+        pygraphx.save(compiled, folder / "mlp_ref.pgx")
+        _workspace.append(str(folder))
+    return _workspace[0]
+
+
+def driver_argv(data: bytes) -> list[str]:
+    """`data` as an argv list: NUL-separated tokens (undecodable bytes kept as the OS would,
+    `surrogateescape`); tokens starting `WS:` name files in the workspace."""
+    folder = driver_workspace()
+    tokens = data.split(b"\0")[:64]
+    argv = [t.decode("utf-8", "surrogateescape") for t in tokens]
+    return [
+        folder + "/" + a[len(WORKSPACE_PREFIX) :] if a.startswith(WORKSPACE_PREFIX) else a
+        for a in argv
+    ]
+
+
+class DriverFinding(AssertionError):
+    """The driver reported an internal error (a non-project exception) for an argv."""
+
+
+def run_driver_argv(data: bytes) -> None:
+    """Run the driver's `main` on `data` as argv (`driver_argv`), output captured. Argument
+    errors, project errors and success are fine; an `internal error` line, an exception out
+    of `main` or a status that is no int is a finding. Commands outside `DRIVER_COMMANDS` and
+    `--model` (building a built-in model takes seconds) are parsed but not run."""
+    import argparse
+    import contextlib
+    import io
+
+    from pygraphx.driver import inputs
+    from pygraphx.driver.main import build_parser, main
+
+    argv = driver_argv(data)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit:  # argparse's usage error or --help: its message went to stderr
+            return
+        except argparse.ArgumentError as exc:  # exit_on_error is on: this would be a bug
+            raise DriverFinding(f"argparse raised for {argv!r}: {exc}") from exc
+        if args.command not in DRIVER_COMMANDS or getattr(args, "model", None) is not None:
+            return
+        budget = inputs.physical_memory
+        inputs.physical_memory = lambda: DRIVER_INPUT_BUDGET
+        try:
+            status = main(argv)
+        finally:
+            inputs.physical_memory = budget
+    if not isinstance(status, int) or "internal error" in err.getvalue():
+        raise DriverFinding(f"argv {argv!r}: status {status!r}\n{err.getvalue()[-2000:]}")
