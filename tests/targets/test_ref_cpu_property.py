@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pygraphx
-from tests.passes.test_simplify_property import STEPS, Replay, _build
+from tests.passes.test_simplify_property import draw_twin_programs
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -25,17 +25,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
 @given(data=st.data())
 def test_cpu_computes_what_ref_computes(data) -> None:
-    lens = data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3), label="lens")
-    steps = data.draw(st.lists(st.sampled_from(STEPS), min_size=1, max_size=8), label="steps")
-    n_outputs = data.draw(st.integers(1, 2), label="outputs")
-    seed = data.draw(st.integers(0, 2**16), label="seed")
-    replay = Replay(data.draw)
-    on_ref = _build(replay, lens, steps, n_outputs)
-    on_cpu = _build(replay.rewind(), lens, steps, n_outputs)
+    on_ref, on_cpu, x = draw_twin_programs(data, max_dim=5)
     text = str(on_ref)
     on_ref.compile(pygraphx.get_target("ref"))
     on_cpu.compile(pygraphx.get_target("cpu"))
-    x = np.random.default_rng(seed).standard_normal(lens).astype(np.float32)
     want = [np.array(r) for r in on_ref.run({"x": x})]
     got = [np.array(r) for r in on_cpu.run({"x": x})]
     for a, b in zip(got, want, strict=True):
