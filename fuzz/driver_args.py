@@ -1,6 +1,8 @@
 """atheris harness: the driver's argument parsing and its cheap commands on mutated argv lists.
 
-An input is an argv list, tokens separated by NUL bytes (`fuzz/corpus/driver`); tokens that
+An input is an argv list, tokens separated by NUL bytes (`fuzz/corpus/driver`); half of the
+mutations are token-level (an option of the driver's parser, a command or an odd value inserted,
+a token replaced or deleted: `fuzz.targets.mutate_argv`), the rest libFuzzer's bytes. Tokens that
 start with `WS:` name files in a temporary workspace holding a small ONNX model and its saved
 forms (`fuzz.targets.driver_workspace`). Every argv is parsed by the driver's parser; those
 naming `read`, `params`, `run`, `onnx` or `version` (no `--model`: building a built-in model is
@@ -15,6 +17,7 @@ for huge inputs is refused quickly. Usage (from the repository root):
 
 from __future__ import annotations
 
+import random
 import sys
 
 import atheris
@@ -22,12 +25,21 @@ import atheris
 with atheris.instrument_imports(include=["pygraphx"]):
     import pygraphx.driver.commands
     import pygraphx.driver.main  # noqa: F401 (instrumented here; the harness calls it lazily)
-    from fuzz.targets import driver_workspace, run_driver_argv
+    from fuzz.targets import driver_workspace, mutate_argv, run_driver_argv
+
+
+def custom_mutator(data: bytes, max_size: int, seed: int) -> bytes:
+    rng = random.Random(seed)
+    if rng.random() < 0.5:
+        mutated = mutate_argv(data, rng)
+        if len(mutated) <= max_size:
+            return mutated
+    return atheris.Mutate(data, max_size)
 
 
 def main() -> None:
     driver_workspace()  # made before fuzzing starts, so the first input is not slow
-    atheris.Setup(sys.argv, run_driver_argv)
+    atheris.Setup(sys.argv, run_driver_argv, custom_mutator=custom_mutator)
     atheris.Fuzz()
 
 

@@ -9,6 +9,7 @@ atheris harnesses (`fuzz/onnx_parser.py`, `fuzz/pgx_load.py`) and the hypothesis
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import random
 import struct
@@ -169,6 +170,57 @@ def driver_argv(data: bytes) -> list[str]:
         folder + "/" + a[len(WORKSPACE_PREFIX) :] if a.startswith(WORKSPACE_PREFIX) else a
         for a in argv
     ]
+
+
+#: values the argv mutator puts after an option or in place of a token
+_ARG_VALUES = ["-1", "0", "1", "2", "8", "100000", str(2**63), str(2**64), "nan", "1e3", "",
+               "@x", "@", "@y", "x", "1:4", "4:1", "{1,8}", "{1,8,4}", "1:", "float",
+               "WS:mlp.onnx", "WS:mlp.pgx", "WS:mlp_ref.pgx", "WS:", "/dev/zero",
+               "WS:nothing.onnx", "-", "--"]  # fmt: skip
+_driver_words: list[str] = []
+
+
+def _driver_vocabulary() -> list[str]:
+    """Every command name and option string of the driver's parser (read once)."""
+    if not _driver_words:
+        from pygraphx.driver.commands import COMMANDS
+        from pygraphx.driver.main import build_parser
+
+        words = set(COMMANDS)
+        top = build_parser()
+        parsers = [top]
+        for action in top._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += list(action.choices.values())
+        for parser in parsers:
+            for action in parser._actions:
+                words.update(action.option_strings)
+        _driver_words.extend(sorted(words))
+    return _driver_words
+
+
+def mutate_argv(data: bytes, rng: random.Random) -> bytes:
+    """One token-level mutation of an argv input (`driver_argv`'s format): insert an option of
+    the driver's parser or a command, insert, replace or delete a token, or give a value from
+    `_ARG_VALUES`; the byte mutator does the rest."""
+    argv = data.split(b"\0")
+    words = _driver_vocabulary()
+    k = rng.randrange(len(argv) + 1)
+    choice = rng.randrange(5)
+    if choice == 0:  # an option (and a value) inserted
+        new = [rng.choice(words).encode()]
+        if rng.random() < 0.6:
+            new.append(rng.choice(_ARG_VALUES).encode())
+        argv[k:k] = new
+    elif choice == 1 and argv:  # a token replaced by a value
+        argv[min(k, len(argv) - 1)] = rng.choice(_ARG_VALUES).encode()
+    elif choice == 2 and len(argv) > 1:  # a token deleted
+        del argv[min(k, len(argv) - 1)]
+    elif choice == 3:  # a value inserted
+        argv.insert(k, rng.choice(_ARG_VALUES).encode())
+    else:  # another command first
+        argv[0:1] = [rng.choice(words).encode()]
+    return b"\0".join(argv)
 
 
 class DriverFinding(AssertionError):
