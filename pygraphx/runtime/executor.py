@@ -71,18 +71,24 @@ class Executor:
         self.bind(params)
         with self.context():
             if observer is None:
-                k = 0
+                step = None
                 try:
-                    for k, step in enumerate(self.steps):  # noqa: B007 (k names a failure)
+                    for step in self.steps:  # the loop costs nothing more for the naming
                         step()
                 except EvaluationError:
                     raise
                 except Exception as exc:  # re-raised with the instruction named, nothing lost
-                    where = self.computes[k] if k < len(self.computes) else ()
-                    raise step_error(where, exc) from exc
+                    raise step_error(self._computed_by(step), exc) from exc
             else:
                 self._run_profiled(observer)
             return self.collect()
+
+    def _computed_by(self, step: Callable[[], None] | None) -> Sequence[Instruction]:
+        """The instructions `step` (the one that failed) computes; () when unknown."""
+        for k, candidate in enumerate(self.steps):
+            if candidate is step:
+                return self.computes[k] if k < len(self.computes) else ()
+        return ()
 
     def _run_profiled(self, observer: Observer) -> None:
         show = self.show
