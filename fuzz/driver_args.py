@@ -17,7 +17,6 @@ for huge inputs is refused quickly. Usage (from the repository root):
 
 from __future__ import annotations
 
-import random
 import sys
 
 import atheris
@@ -25,21 +24,13 @@ import atheris
 with atheris.instrument_imports(include=["pygraphx"]):
     import pygraphx.driver.commands
     import pygraphx.driver.main  # noqa: F401 (instrumented here; the harness calls it lazily)
-    from fuzz.targets import driver_workspace, mutate_argv, run_driver_argv
-
-
-def custom_mutator(data: bytes, max_size: int, seed: int) -> bytes:
-    rng = random.Random(seed)
-    if rng.random() < 0.5:
-        mutated = mutate_argv(data, rng)
-        if len(mutated) <= max_size:
-            return mutated
-    return atheris.Mutate(data, max_size)
+    from fuzz.targets import driver_workspace, mixed_mutator, mutate_argv, run_driver_argv
 
 
 def main() -> None:
     driver_workspace()  # made before fuzzing starts, so the first input is not slow
-    atheris.Setup(sys.argv, run_driver_argv, custom_mutator=custom_mutator)
+    mutator = mixed_mutator(mutate_argv, lambda data, n: atheris.Mutate(data, n))
+    atheris.Setup(sys.argv, run_driver_argv, custom_mutator=mutator)
     atheris.Fuzz()
 
 

@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import random
 import struct
+from collections.abc import Callable
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -65,6 +66,25 @@ def reseal(data: bytes) -> bytes:
     payload = data[_HEADER.size :] if len(data) >= _HEADER.size else data
     digest = hashlib.sha256(payload).digest()
     return _HEADER.pack(MAGIC, 1, len(payload), digest) + payload
+
+
+def mixed_mutator(
+    structured: Callable[[bytes, random.Random], bytes | None],
+    byte_mutator: Callable[[bytes, int], bytes],
+) -> Callable[[bytes, int, int], bytes]:
+    """A libFuzzer custom mutator: half of the time `structured(data, rng)` (when it gives
+    bytes that fit), otherwise `byte_mutator(data, max_size)` (a call of `atheris.Mutate`,
+    looked up when it runs: atheris binds it only once `Fuzz()` has started)."""
+
+    def custom_mutator(data: bytes, max_size: int, seed: int) -> bytes:
+        rng = random.Random(seed)
+        if rng.random() < 0.5:
+            mutated = structured(data, rng)
+            if mutated is not None and len(mutated) <= max_size:
+                return mutated
+        return byte_mutator(data, max_size)
+
+    return custom_mutator
 
 
 # --- structure-aware mutation of ONNX models ---------------------------------------------------
