@@ -76,6 +76,12 @@ def test_seed_out_of_range(models: Path, seed: str, message: str) -> None:
     assert proc.returncode == 2  # argparse's usage error
 
 
+def test_generate_seed_out_of_range(models: Path) -> None:
+    argv = ("generate", "--model", "llama_tiny", "--prompt-ids", "1", "--seed", "-1")
+    proc = driver(*argv, cwd=models)
+    _refused(proc, "argument --seed", "must be in [0, 2**63 - 1], got -1")
+
+
 def test_largest_seed_runs(models: Path) -> None:
     proc = driver("run", "rank2.onnx", "--seed", str(2**63 - 1), cwd=models)
     assert proc.returncode == 0, proc.stderr
