@@ -36,6 +36,7 @@ from pygraphx.quantize import (
     quantize_fp16,
     quantize_int8,
 )
+from pygraphx.runtime.evaluator import EvaluationError
 from pygraphx.targets import Target, get_target
 from pygraphx.targets.cpu import configure_openmp
 from pygraphx.targets.gpu import GpuUnavailableError, check_gpu
@@ -81,6 +82,7 @@ op = make_op
 
 __all__ = [
     "Argument",
+    "EvaluationError",
     "ExternalDataError",
     "GpuUnavailableError",
     "Instruction",

@@ -298,6 +298,8 @@ def resolve_model_file(args: argparse.Namespace) -> None:
 
 
 def _starts_saved(path: str) -> bool:
+    if not Path(path).is_file():  # a device or pipe could block or never end: the load says so
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(len(MAGIC)) == MAGIC
@@ -373,7 +375,10 @@ def _parse_model(args: argparse.Namespace, step: StepFn) -> LoadedModel:
 
 
 def _declared_inputs_of_file(path: str) -> list[DeclaredInput]:
-    """The ONNX file's declared inputs; none when it cannot be read (the parse then says why)."""
+    """The ONNX file's declared inputs; none when it cannot be read or is no regular file (a
+    device such as /dev/zero never ends): the parse then says why."""
+    if not Path(path).is_file():
+        return []
     try:
         data = Path(path).read_bytes()
     except OSError:
