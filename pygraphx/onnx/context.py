@@ -179,6 +179,14 @@ class NodeContext:
         lens = broadcast_lens(*(i.shape.lens() for i in inputs))
         return [self.broadcast_to(i, lens) for i in inputs]
 
+    def inline(self, graph: onnx.GraphProto, inputs: Sequence[Any], label: str) -> list[Any]:
+        """Parse the sub-graph `graph` into this node's module with `inputs` as its inputs
+        (one unrolled iteration or element); it sees every value in scope here."""
+        parser = self.parser
+        return parser.parse_subgraph(
+            graph, self.module, parser.scope_values(), label=label, inputs=inputs
+        )
+
     # --- compile-time values --------------------------------------------------------------
     def const(self, ins: Instruction | None) -> np.ndarray | None:
         """The value of `ins` if it depends on literals only, else None."""
