@@ -18,6 +18,7 @@ Runtime does; half, bf16 and fp8 are computed in float32 and rounded once.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from math import prod
@@ -43,7 +44,18 @@ PADDING_DEFAULT, SAME_LOWER, SAME_UPPER = 0, 1, 2
 
 
 # --- convolution -----------------------------------------------------------------------------
-def _check_input_weights(op: Op, inputs: Sequence[Shape]) -> int:
+@dataclasses.dataclass(frozen=True)
+class _ConvOp(Op):
+    """The attributes `convolution` and `deconvolution` share (MIGraphX's names and order)."""
+
+    padding: tuple[int, ...] = (0, 0)
+    stride: tuple[int, ...] = (1, 1)
+    dilation: tuple[int, ...] = (1, 1)
+    group: int = 1
+    padding_mode: int = PADDING_DEFAULT
+
+
+def _check_input_weights(op: _ConvOp, inputs: Sequence[Shape]) -> int:
     """Checks a (de)convolution's input and weights; returns the number of spatial dims."""
     check_arity(op, inputs, 2)
     x, w = inputs
@@ -54,12 +66,12 @@ def _check_input_weights(op: Op, inputs: Sequence[Shape]) -> int:
         )
     if x.type() != w.type():
         raise ShapeError(f"{op.name}: input {x.type()} and weights {w.type()} differ")
-    _check_spatial(op, nd, stride=op.stride, dilation=op.dilation)  # type: ignore[attr-defined]
+    _check_spatial(op, nd, stride=op.stride, dilation=op.dilation)
     return nd
 
 
 @register_op
-class Convolution(Op):
+class Convolution(_ConvOp):
     """N-d convolution: input (N, C, *in), weights (M, C / group, *k) -> (N, M, *out).
 
     `padding_mode` 1 / 2 (same_lower / same_upper) ignores `padding` and pads so that
@@ -67,11 +79,6 @@ class Convolution(Op):
     """
 
     name = "convolution"
-    padding: tuple[int, ...] = (0, 0)
-    stride: tuple[int, ...] = (1, 1)
-    dilation: tuple[int, ...] = (1, 1)
-    group: int = 1
-    padding_mode: int = PADDING_DEFAULT
 
     def pads(self, x: Sequence[int], w: Sequence[int]) -> tuple[list[int], list[int]]:
         """Effective (begin, end) padding for input lens `x` and weight lens `w`."""
@@ -183,7 +190,7 @@ def conv_nd(
 
 
 @register_op
-class Deconvolution(Op):
+class Deconvolution(_ConvOp):
     """N-d transposed convolution (ONNX ConvTranspose): (N, C, *in), (C, M / group, *k).
 
     The full result has length (in - 1) * stride + dilated(k); `padding` crops `begin` values
@@ -192,11 +199,6 @@ class Deconvolution(Op):
     """
 
     name = "deconvolution"
-    padding: tuple[int, ...] = (0, 0)
-    stride: tuple[int, ...] = (1, 1)
-    dilation: tuple[int, ...] = (1, 1)
-    group: int = 1
-    padding_mode: int = PADDING_DEFAULT
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
         x, w = inputs
