@@ -41,6 +41,7 @@ from pygraphx.onnx.errors import InputValueNeeded, OnnxParseError, UnsupportedOp
 from pygraphx.onnx.external_data import load_external_tensor
 from pygraphx.onnx.handlers.sequence import OptionalValue, SequenceValue, Value, describe
 from pygraphx.onnx.registry import find_handler
+from pygraphx.onnx.schema import missing_required_inputs
 from pygraphx.onnx.validate import validate_model
 from pygraphx.passes.dead_code_elimination import dead_code_elimination
 from pygraphx.passes.propagate_constant import fold_limit, too_large_to_fold
@@ -467,6 +468,11 @@ class OnnxParser:
             else:
                 raise ctx.error(f"input {name!r} is not produced by any earlier node or input")
         handler = find_handler(domain, node.op_type, opset)
+        missing = missing_required_inputs(domain, node.op_type, opset, args)
+        if missing:
+            k = missing[0]
+            given = repr(node.input[k]) if k < len(node.input) else "not given"
+            raise ctx.error(f"input {k} is required by {node.op_type}-{opset} but is {given}")
         structured = [
             (k, a) for k, a in enumerate(args) if isinstance(a, SequenceValue | OptionalValue)
         ]
