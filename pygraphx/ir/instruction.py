@@ -7,6 +7,7 @@ the use lists consistent; passes change instructions only through the module's m
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from pygraphx.ir.op import Op
@@ -63,3 +64,19 @@ class Instruction:
 
     def __repr__(self) -> str:
         return f"<instruction {self.op.name} -> {self.shape}>"
+
+
+def reachable(
+    start: Iterable[Instruction], step: Callable[[Instruction], Iterable[Instruction]]
+) -> Iterator[Instruction]:
+    """`start` and every instruction reached from it through `step` (`inputs`, or a filter of
+    `outputs`), each once, depth first with an explicit stack (graphs can be deep)."""
+    seen: set[int] = set()
+    stack = list(start)
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        yield x
+        stack.extend(step(x))
