@@ -28,6 +28,7 @@ __all__ = [
     "OPS",
     "BodyCall",
     "ModuleOp",
+    "OneInputOp",
     "Op",
     "ShapeError",
     "ViewOp",
@@ -51,6 +52,18 @@ def one_input(op: Op, inputs: Sequence[Shape]) -> Shape:
     """The shape of a one-input operator's input (a ShapeError naming `op` otherwise)."""
     check_arity(op, inputs, 1)
     return inputs[0]
+
+
+class OneInputOp(Op):
+    """An operator of one input whose output shape follows from that input's: subclasses
+    write `shape_for(s)`; `compute_shape` checks the arity first (an error naming the op)."""
+
+    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
+        return self.shape_for(one_input(self, inputs))
+
+    def shape_for(self, s: Shape) -> Shape:
+        """The output shape for input shape `s`."""
+        raise NotImplementedError(f"{self.name}: shape_for")
 
 
 class ViewOp(Op):

@@ -15,7 +15,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from pygraphx.ir.shape import FLOAT_TYPES, Shape
-from pygraphx.ops.base import Op, ShapeError, check_arity, check_same_type, one_input, register_op
+from pygraphx.ops.base import (
+    OneInputOp,
+    Op,
+    ShapeError,
+    check_arity,
+    check_same_type,
+    register_op,
+)
 from pygraphx.ops.broadcast import broadcast_lens
 
 
@@ -121,13 +128,12 @@ class Einsum(Op):
 
 # --- det --------------------------------------------------------------------------------------
 @register_op
-class Det(Op):
+class Det(OneInputOp):
     """Determinant of the square matrices in the last two dimensions: [..., M, M] -> [...]."""
 
     name = "det"
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         lens = s.lens()
         if len(lens) < 2 or lens[-1] != lens[-2]:
             raise ShapeError(f"det: input {lens} is not a (batch of) square matrices [..., M, M]")
