@@ -18,14 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import (
-    OneInputOp,
-    Op,
-    ShapeError,
-    check_arity,
-    check_same_type,
-    register_op,
-)
+from pygraphx.ops.base import OneInputOp, Op, ShapeError, check_arity, check_same_type, register_op
 from pygraphx.ops.layout import _axes, _axis, _ints
 
 

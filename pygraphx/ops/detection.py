@@ -28,14 +28,7 @@ from typing import ClassVar
 import numpy as np
 
 from pygraphx.ir.shape import FLOAT_TYPES, Shape
-from pygraphx.ops.base import (
-    OneInputOp,
-    Op,
-    ShapeError,
-    check_arity,
-    normalize_axis,
-    register_op,
-)
+from pygraphx.ops.base import OneInputOp, Op, ShapeError, check_arity, normalize_axis, register_op
 
 
 def _check_count(op: Op, got: int, count: int, what: str) -> None:

@@ -29,14 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pygraphx.ir.shape import FLOAT_TYPES, Shape, to_dtype
-from pygraphx.ops.base import (
-    OneInputOp,
-    Op,
-    ShapeError,
-    check_arity,
-    normalize_axis,
-    register_op,
-)
+from pygraphx.ops.base import OneInputOp, Op, ShapeError, check_arity, normalize_axis, register_op
 
 INDEX_TYPES = ("int32_type", "int64_type")
 

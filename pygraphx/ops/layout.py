@@ -18,14 +18,7 @@ from math import prod
 import numpy as np
 
 from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import (
-    OneInputOp,
-    Op,
-    ShapeError,
-    ViewOp,
-    check_arity,
-    register_op,
-)
+from pygraphx.ops.base import OneInputOp, Op, ShapeError, ViewOp, check_arity, register_op
 from pygraphx.ops.broadcast import broadcast_lens
 
 

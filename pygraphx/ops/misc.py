@@ -15,14 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pygraphx.ir.shape import FLOAT_TYPES, Shape
-from pygraphx.ops.base import (
-    OneInputOp,
-    Op,
-    ShapeError,
-    check_arity,
-    check_same_type,
-    register_op,
-)
+from pygraphx.ops.base import OneInputOp, Op, ShapeError, check_arity, check_same_type, register_op
 from pygraphx.ops.broadcast import broadcast_lens
 
 
