@@ -174,6 +174,17 @@ class LoweringContext:
         self.index[id(ins)] = idx
         return idx
 
+    def replace_literal(self, ins: Instruction, k: int, value: torch.Tensor) -> None:
+        """Put `value` (input `k` of `ins`, a literal, in the layout `ins` wants) in the
+        literal's slot when `ins` is its only user, so the device holds the weight once, not the
+        upload beside its relaid copy."""
+        literal = ins.inputs[k]
+        idx = self.arg(ins, k)
+        if value is self.env[idx] or not literal.is_literal():
+            return
+        if all(u is ins for u in literal.outputs):
+            self.env[idx] = value
+
     def mark_fresh(self, idx: int) -> None:
         """The step at `idx` stores a tensor it allocated itself (outputs need no copy)."""
         self.fresh.add(idx)
