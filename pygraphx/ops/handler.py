@@ -256,7 +256,7 @@ class NumpyOps:
     @staticmethod
     def reduce_mean(x: np.ndarray, axes: Axes) -> np.ndarray:
         x = np.asarray(x)
-        total = NumpyOps.reduce_sum(x, axes)  # type: ignore[attr-defined]
+        total = _accumulated(np.sum, x, axes)
         count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
         if count == 0:
             return total
