@@ -29,7 +29,13 @@ from pygraphx.onnx import (
 )
 from pygraphx.ops import make_op
 from pygraphx.passes.pipeline import optimize
-from pygraphx.quantize import QuantizeError, quantize_bf16, quantize_fp16, quantize_int8
+from pygraphx.quantize import (
+    QuantizeError,
+    quantize_bf16,
+    quantize_fp8,
+    quantize_fp16,
+    quantize_int8,
+)
 from pygraphx.targets import Target, get_target
 from pygraphx.targets.cpu import configure_openmp
 from pygraphx.targets.gpu import GpuUnavailableError, check_gpu
@@ -108,6 +114,7 @@ __all__ = [
     "parse_onnx_buffer",
     "program",
     "quantize_bf16",
+    "quantize_fp8",
     "quantize_fp16",
     "quantize_int8",
     "save",

@@ -471,7 +471,11 @@ COMMANDS: dict[str, Command] = {
         _lazy(_VERIFY, "cmd_verify"),
         _lazy(_VERIFY, "verify_arguments"),
         "compare the compiled (optimised) program with the reference on the same inputs",
-        ("verify model.onnx --cpu -O", "verify --model gpt2 --seq-len 32 --cpu --fp16"),
+        (
+            "verify model.onnx --cpu -O",
+            "verify --model gpt2 --seq-len 32 --cpu --fp16",
+            "verify model.onnx --cpu --int8 --calibration cal.npz --calibration-samples 16",
+        ),
     ),
     "onnx": Command(
         cmd_onnx,

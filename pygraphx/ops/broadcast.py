@@ -11,13 +11,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pygraphx.ir.shape import Shape
+from pygraphx.ir.shape import MAX_RANK, Shape
 from pygraphx.ops.base import OneInputOp, ShapeError, ViewOp, register_op
 
 
 def broadcast_lens(*lens: Sequence[int]) -> list[int]:
     """The numpy-broadcast result of several lens; raises ShapeError when they clash."""
     rank = max((len(x) for x in lens), default=0)
+    if rank > MAX_RANK:
+        raise ShapeError(f"a broadcast to rank {rank}: at most {MAX_RANK} dimensions are supported")
     out = [1] * rank
     for x in lens:
         padded = [1] * (rank - len(x)) + list(x)

@@ -17,7 +17,7 @@ from math import prod
 
 import numpy as np
 
-from pygraphx.ir.shape import Shape
+from pygraphx.ir.shape import MAX_RANK, Shape
 from pygraphx.ops.base import OneInputOp, Op, ShapeError, ViewOp, check_arity, register_op
 from pygraphx.ops.broadcast import broadcast_lens
 
@@ -40,6 +40,8 @@ def _axes(op: Op, axes: Sequence[int], rank: int) -> list[int]:
 def reshape_lens(lens: Sequence[int], dims: Sequence[int], allowzero: bool = False) -> list[int]:
     """Resolve reshape dims (ONNX/MIGraphX rules): 0 copies the input dimension unless
     `allowzero`, one -1 is inferred. Raises ValueError when the dims do not fit `lens`."""
+    if len(dims) > MAX_RANK:
+        raise ValueError(f"{len(dims)} target dimensions: at most {MAX_RANK} are supported")
     out = []
     infer = -1
     for k, d in enumerate(dims):
