@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pygraphx.ir.argument import Argument, generate_argument
-from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.instruction import Instruction, reachable
 from pygraphx.ir.printer import instruction_names
 from pygraphx.ir.program import Program
 from pygraphx.ir.shape import Shape
@@ -71,13 +71,7 @@ def _index_uses(ins: Instruction, names: dict[int, str]) -> list[tuple[int, str]
     """(valid exclusive bound, description) for every gather that takes `ins`'s values as
     indices, following value-preserving operators."""
     found: list[tuple[int, str]] = []
-    seen: set[int] = set()
-    todo = [ins]
-    while todo:
-        cur = todo.pop()
-        if id(cur) in seen:
-            continue
-        seen.add(id(cur))
+    for cur in reachable([ins], _value_preserving_users):
         for user in cur.outputs:
             name = user.op.name
             if name in INDEXING and len(user.inputs) > 1 and user.inputs[1] is cur:
@@ -87,9 +81,12 @@ def _index_uses(ins: Instruction, names: dict[int, str]) -> list[tuple[int, str]
                 size = data.lens()[axis]
                 label = names.get(id(user), name)
                 found.append((size, f"indices of {label} {name} (axis {axis} of size {size})"))
-            elif name in VALUE_PRESERVING or _int_convert(user):
-                todo.append(user)
     return found
+
+
+def _value_preserving_users(ins: Instruction) -> list[Instruction]:
+    """The users that pass `ins`'s values on unchanged (reshapes, integer converts, ...)."""
+    return [u for u in ins.outputs if u.op.name in VALUE_PRESERVING or _int_convert(u)]
 
 
 def _int_convert(ins: Instruction) -> bool:
