@@ -22,6 +22,7 @@ import pygraphx  # noqa: E402
 from pygraphx.passes.memory_coloring import check_plan, plan_memory  # noqa: E402
 from pygraphx.targets.gpu.lowering import lower_library_convolution  # noqa: E402
 from pygraphx.targets.gpu.target import GpuTarget  # noqa: E402
+from pygraphx.targets.gpu.triton_groups import triton_wanted  # noqa: E402
 from pygraphx.targets.torch_lowering.lower import LOWERINGS, _load_lowerings  # noqa: E402
 from tests.helpers import make_model  # noqa: E402
 
@@ -155,10 +156,16 @@ def test_executable_is_freed_with_its_program() -> None:
 
 
 def _triton_runs_here() -> bool:
-    from pygraphx.targets.gpu.triton_groups import triton_wanted
-
     return triton_wanted(None, torch.device("cpu")) or torch.cuda.is_available()
 
+
+# the lowering is inspected on device "cpu", where Triton runs only under the interpreter (on a
+# GPU machine conftest leaves TRITON_INTERPRET unset: benchmarks/gpu_memory_probe.py measures
+# the device there)
+cpu_triton = pytest.mark.skipif(
+    not triton_wanted(None, torch.device("cpu")),
+    reason="inspects the cpu-device lowering with Triton's interpreter (TRITON_INTERPRET=1)",
+)
 
 needs_triton = pytest.mark.skipif(
     not _triton_runs_here(), reason="needs Triton (a GPU or TRITON_INTERPRET=1)"
@@ -184,6 +191,7 @@ def test_gemv_kernel_matches_numpy(rows: int, k: int, n: int, dtype: torch.dtype
 
 
 @needs_triton
+@cpu_triton
 def test_classifier_runs_as_gemv_with_its_weight_held_once() -> None:
     """A batch-1 fp16 classifier (MatMul by a constant, then Add) through `lower_gemv`: the
     transposed weight replaces the upload, and the result matches onnxruntime."""
@@ -218,6 +226,7 @@ def test_classifier_runs_as_gemv_with_its_weight_held_once() -> None:
 
 
 @needs_triton
+@cpu_triton
 def test_epilogue_runs_in_place_on_the_convolution_result() -> None:
     """relu(conv(x)) with Triton: the relu group writes over the convolution's own tensor, so
     neither takes arena room; the first run (which autotunes into a new tensor) and the later
@@ -255,6 +264,7 @@ def test_cudnn_benchmark_setting_and_environment(monkeypatch) -> None:
 
 
 @needs_triton
+@cpu_triton
 @pytest.mark.parametrize("name", ["resnet50", "mobilenetv2"])
 def test_builtin_cnn_holds_weights_once_and_a_small_arena(name: str) -> None:
     """A built-in CNN in fp16 lowered as on the GPU (cuDNN-path convolutions with channels-last
