@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+import pygraphx
+
 pytest.importorskip("fastapi")
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -95,7 +97,9 @@ def test_an_error_fails_only_its_own_request(bert_server, caplog) -> None:
 
     with caplog.at_level(logging.WARNING, logger="pygraphx.serve"):
         results = asyncio.run_coroutine_threadsafe(all_at_once(), loop).result(60)
-    assert isinstance(results[3], IndexError) and "out of range" in str(results[3])
+    # the run's error names the instruction (pygraphx.EvaluationError, the IndexError its cause)
+    assert isinstance(results[3], pygraphx.EvaluationError), results[3]
+    assert "out of range" in str(results[3]) and "gather" in str(results[3])
     for arrays, got in zip(good, results[:3] + results[4:], strict=True):
         assert isinstance(got, dict), got
         want = _ort_rows(session, arrays)
