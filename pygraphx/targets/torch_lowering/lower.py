@@ -41,6 +41,7 @@ from pygraphx.targets.torch_lowering.context import (
 )
 from pygraphx.targets.torch_lowering.dtypes import from_numpy
 from pygraphx.targets.torch_lowering.fallback import lower_fallback, outer_refs
+from pygraphx.targets.torch_lowering.literal_store import LITERALS
 from pygraphx.targets.torch_lowering.registry import LOWERINGS
 
 
@@ -92,7 +93,7 @@ def lower_module(
         if name == "@param":
             params.append((ins.op.parameter, ctx.bind_dynamic(ins)))
         elif name == "@literal":
-            ctx.bind_static(ins, literal_tensor(ins, device), const=True)
+            ctx.bind_static(ins, literal_tensor(ins, device, ctx.options), const=True)
         elif name == "@return":
             outputs = ctx.args(ins)
         else:
@@ -109,8 +110,16 @@ def _plan_matches(plan: MemoryPlan, module: Module) -> bool:
     return all(id(b.ins) in members for b in plan.buffers)
 
 
-def literal_tensor(ins: Instruction, device: torch.device) -> torch.Tensor:
-    t = from_numpy(ins.get_literal().array)
+def literal_tensor(
+    ins: Instruction, device: torch.device, options: dict[str, Any] | None = None
+) -> torch.Tensor:
+    """`ins`'s literal on `device`. Off the CPU (or with the option `share_literals`) through
+    the shared store (`literal_store.py`): the specializations of one dynamic program, each
+    lowered on its own, then hold one device copy of each weight."""
+    array = ins.get_literal().array
+    if (options or {}).get("share_literals", device.type != "cpu"):
+        return LITERALS.tensor(array, device)
+    t = from_numpy(array)
     return t if t.device == device else t.to(device)
 
 
