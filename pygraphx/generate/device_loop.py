@@ -117,9 +117,7 @@ def run_device_generation(
         ones = torch.ones((batch, 1), dtype=torch.int64, device=device)
         _sync(device)
         start = time.perf_counter()
-        logits = cache.step(
-            0, _dev(ids, device), _dev(mask, device), _dev(positions, device)
-        )
+        logits = cache.step(0, _dev(ids, device), _dev(mask, device), _dev(positions, device))
         state = _Stops(stops, batch, pad_id, device)
         n, length, prefill_s = max_new_tokens, width, 0.0
         for t in range(max_new_tokens):

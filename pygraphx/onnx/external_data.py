@@ -96,9 +96,7 @@ def load_external_tensor(
 
 
 #: (path, size, mtime) -> the whole file mapped read-only, while some view of it lives
-_MAPS: weakref.WeakValueDictionary[tuple[str, int, int], np.memmap] = (
-    weakref.WeakValueDictionary()
-)
+_MAPS: weakref.WeakValueDictionary[tuple[str, int, int], np.memmap] = weakref.WeakValueDictionary()
 _MAPS_LOCK = threading.Lock()
 
 
