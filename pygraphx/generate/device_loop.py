@@ -28,7 +28,6 @@ from pygraphx.generate.sampling import SamplingConfig, next_tokens
 from pygraphx.generate.session import GenerateError, bucket
 
 if TYPE_CHECKING:
-    from pygraphx.generate.loop import GenerationResult
     from pygraphx.generate.session import DecoderSession
 
 _NUMPY_TO_TORCH = {
@@ -102,10 +101,9 @@ def run_device_generation(
     stops: set[int],
     pad_id: int,
     rng: np.random.Generator,
-) -> GenerationResult:
-    """`loop.run_generation` after left-padding, with the cache on the session's device."""
-    from pygraphx.generate.loop import GenerationResult
-
+) -> tuple[np.ndarray, float, float]:
+    """`loop.run_generation` after left-padding, with the cache on the session's device:
+    (new tokens [batch, n], prefill seconds (time to first token), decode seconds)."""
     device = session.device
     batch, width = ids.shape
     with torch.inference_mode():
@@ -136,8 +134,7 @@ def run_device_generation(
             pos += 1
         tokens = out[:, :n].cpu().numpy()  # waits for the device
         decode_s = time.perf_counter() - start
-    prompt = int(mask.sum(axis=1).max())
-    return GenerationResult(tokens, prompt, prefill_s, decode_s, session.compile_count)
+    return tokens, prefill_s, decode_s
 
 
 class _Stops:

@@ -91,9 +91,11 @@ def run_generation(
         width = bucket(width, PROMPT_MIN)
     ids, mask = left_pad(rows, pad_id, width)
     if session.device is not None:
-        return run_device_generation(
+        tokens, prefill_s, decode_s = run_device_generation(
             session, ids, mask, max_new_tokens, sampling, stops, pad_id, rng
         )
+        prompt = max(len(r) for r in rows)
+        return GenerationResult(tokens, prompt, prefill_s, decode_s, session.compile_count)
     batch = len(rows)
     cache = session.new_cache(batch, bucket(width + max_new_tokens))
     valid = np.zeros((batch, cache[0].shape[2]), np.int64)

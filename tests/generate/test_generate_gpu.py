@@ -28,6 +28,7 @@ from pygraphx.targets.torch_lowering.literal_store import (  # noqa: E402
     _mapped_root,
     literal_key,
 )
+from tests.generate.test_generate import hf_greedy  # noqa: E402
 
 MODELS = ["gpt2_tiny", "llama_tiny", "qwen2_tiny"]
 NEW = 32
@@ -45,14 +46,6 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, 
         export_decoder(model, path, external_data=f"{name}.onnx.data")
         out[name] = (path, model)
     return out
-
-
-def hf_greedy(model: object, prompt: list[int], n: int = NEW) -> list[int]:
-    with torch.no_grad():
-        out = model.generate(
-            torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False
-        )
-    return out[0, len(prompt) :].tolist()
 
 
 def prompts() -> tuple[list[int], list[int]]:
