@@ -21,8 +21,11 @@ length and hash before decoding, and recomputes every instruction's shape agains
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import struct
+import types
+import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,7 @@ from pygraphx.ir.file_read import read_regular_file
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module, compute_shape
 from pygraphx.ir.op import OPS, Op
-from pygraphx.ir.program import Program
+from pygraphx.ir.program import Program, ProgramError
 from pygraphx.ir.shape import DynamicDimension, Shape, from_dtype, to_dtype
 from pygraphx.version import __version__
 
@@ -215,7 +218,7 @@ def loads(data: bytes, source: str = "<bytes>") -> Program:
         return _program_from_dict(doc)
     except SerializationError:
         raise
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
+    except (KeyError, IndexError, TypeError, ValueError, ProgramError) as exc:
         raise SerializationError(
             f"{source}: malformed program: {type(exc).__name__}: {exc}"
         ) from exc
@@ -288,6 +291,8 @@ def _make_instruction(
     mod: Module, item: dict[str, Any], inputs: list[Instruction], subs: list[Module]
 ) -> Instruction:
     name = item["op"]
+    if not isinstance(item["shape"], Shape):
+        raise SerializationError(f"operator {name!r}: its shape is {type(item['shape']).__name__}")
     if name == "@literal":
         ins = Instruction(
             LiteralOp(Literal(item["attrs"]["value"], copy=False)), [], item["shape"], mod
@@ -305,6 +310,7 @@ def _make_instruction(
         raise SerializationError(
             f"operator {name!r}: attributes {sorted(attrs)} != {sorted(fields)}"
         )
+    _check_attr_types(cls, attrs)
     op = cls(**attrs)
     if name == "@param":
         ins = mod.add_parameter(op.parameter, op.shape)
@@ -317,6 +323,34 @@ def _make_instruction(
             i.outputs.append(ins)
     mod.instructions.append(ins)
     return ins
+
+
+@functools.cache
+def _attr_types(cls: type) -> dict[str, Any]:
+    """The operator dataclass's field types (annotations resolved)."""
+    return typing.get_type_hints(cls)
+
+
+def _check_attr_types(cls: type, attrs: Mapping[str, Any]) -> None:
+    """Refuse attribute values of the wrong kind before the operator sees them (a file is
+    untrusted input: an int where a shape belongs must not reach the shape code)."""
+    for key, hint in _attr_types(cls).items():
+        if key not in attrs:
+            continue
+        kind = typing.get_origin(hint) or hint
+        if kind is typing.Union or isinstance(hint, types.UnionType):
+            kinds = tuple(typing.get_origin(h) or h for h in typing.get_args(hint))
+        else:
+            kinds = (kind,)
+        kinds = tuple(k for k in kinds if isinstance(k, type))
+        if not kinds or any(k in (object, float) for k in kinds):
+            continue  # Any, or float (which also takes ints and numpy scalars)
+        value = attrs[key]
+        if not isinstance(value, kinds):
+            raise SerializationError(
+                f"operator {cls.__name__}: attribute {key!r} is {type(value).__name__}, "
+                f"expected {hint}"
+            )
 
 
 def load(path: str | Path) -> Program:

@@ -8,6 +8,10 @@ lowering may decline (return False) for inputs it does not handle (a dtype, an a
 instruction then runs through its numpy `compute()` on numpy views of the tensors, and the
 result is copied into its arena slot (`fallbacks` counts these by op name).
 
+The option `unplanned` (instruction -> bool) picks instructions whose results the target's
+lowerings always place themselves (the gpu target's convolutions, which cuDNN allocates, and
+the epilogues run in place on them): the memory plan then leaves them out of the arena.
+
 A target may replace the lowering of some ops without touching this table: the option
 `lowering_overrides` maps op names to lowering functions tried instead of the registered ones
 (the `gpu` target lowers convolutions, GEMMs and fused groups its own way through it).
@@ -28,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction
@@ -39,8 +44,8 @@ from pygraphx.targets.torch_lowering.context import (
     LoweringError,
     Step,
 )
-from pygraphx.targets.torch_lowering.dtypes import from_numpy
-from pygraphx.targets.torch_lowering.fallback import lower_fallback, outer_refs
+from pygraphx.targets.torch_lowering.dtypes import env_value, storable
+from pygraphx.targets.torch_lowering.fallback import lower_fallback, needs_fallback, outer_refs
 from pygraphx.targets.torch_lowering.literal_store import LITERALS
 from pygraphx.targets.torch_lowering.registry import LOWERINGS
 
@@ -63,11 +68,13 @@ class Lowered:
 def _load_lowerings() -> None:
     # the lowering modules register themselves on import
     from pygraphx.targets.torch_lowering import (  # noqa: F401
+        lower_detection,
         lower_gemm,
         lower_layout,
         lower_math,
         lower_nn,
         lower_quant,
+        lower_resize,
         lower_views,
     )
 
@@ -79,8 +86,9 @@ def lower_module(
     _load_lowerings()
     start = time.perf_counter()
     plan: MemoryPlan | None = module.memory_plan
-    if plan is None or not _plan_matches(plan, module):
-        plan = plan_memory(module)
+    unplanned = (options or {}).get("unplanned")
+    if plan is None or unplanned is not None or not _plan_matches(plan, module):
+        plan = plan_memory(module, unplanned=unplanned)
     ctx = LoweringContext(device=device, options=dict(options or {}), plan=plan)
     ctx.module = module
     ctx.position = {id(i): k for k, i in enumerate(module.instructions)}
@@ -112,21 +120,26 @@ def _plan_matches(plan: MemoryPlan, module: Module) -> bool:
 
 def literal_tensor(
     ins: Instruction, device: torch.device, options: dict[str, Any] | None = None
-) -> torch.Tensor:
-    """`ins`'s literal on `device`. Off the CPU (or with the option `share_literals`) through
-    the shared store (`literal_store.py`): the specializations of one dynamic program, each
-    lowered on its own, then hold one device copy of each weight."""
+) -> torch.Tensor | np.ndarray:
+    """The literal as a tensor on `device` (a numpy array when torch cannot hold its type).
+    Off the CPU (or with the option `share_literals`) through the shared store
+    (`literal_store.py`): the specializations of one dynamic program, each lowered on its own,
+    then hold one device copy of each weight."""
     array = ins.get_literal().array
-    if (options or {}).get("share_literals", device.type != "cpu"):
+    share = (options or {}).get("share_literals", device.type != "cpu")
+    if share and storable(np.asarray(array).dtype):
         return LITERALS.tensor(array, device)
-    t = from_numpy(array)
-    return t if t.device == device else t.to(device)
+    t = env_value(array)
+    return t if isinstance(t, np.ndarray) or t.device == device else t.to(device)
 
 
 def lower_instruction(ctx: LoweringContext, ins: Instruction) -> None:
     """Bind `ins`'s value and emit its step(s) (through a fuser, its lowering, or numpy)."""
     fuser = ctx.fusers.get(id(ins))
     if fuser is not None and fuser(ctx, ins):
+        return
+    if needs_fallback(ctx, ins):
+        lower_fallback(ctx, ins)
         return
     fn = ctx.options.get("lowering_overrides", {}).get(ins.op.name) or LOWERINGS.get(ins.op.name)
     if fn is not None:
