@@ -3,6 +3,11 @@
     python benchmarks/generate_vs_peers.py                      # cpu, batch 1 and 8
     python benchmarks/generate_vs_peers.py --models qwen2_small --batches 1 --json out.json
     python benchmarks/generate_vs_peers.py --gpu                # also on the GPU (when present)
+    python benchmarks/generate_vs_peers.py --device cuda --configs qwen2_0_5b --json out.json
+
+`--device cuda` runs the Qwen2-sized fp16 rows instead (`generate_gpu_rows.py`: export timed on
+its own, pygraphx gpu vs transformers eager, `--peer-compile` adds static cache +
+torch.compile); `--configs` picks `qwen2_0_5b` and/or `qwen2_7b` (one device call each).
 
 Each (engine, model, batch, device) row runs in its own subprocess, so its peak resident memory
 (`ru_maxrss`, the whole process: Python, torch, weights, caches) is its own. The models are
@@ -218,7 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--engine", help=argparse.SUPPRESS)
     p.add_argument("--target", default="cpu", help=argparse.SUPPRESS)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--configs", default="qwen2_0_5b,qwen2_7b", help="--device cuda: configs")
+    p.add_argument("--workdir", default="/tmp/pgx_gen_models", help="--device cuda: exports")
+    p.add_argument("--peer-compile", action="store_true", help="also static cache + compile")
     args = p.parse_args(argv)
+    if args.device == "cuda":
+        return main_cuda(args)
     if args.threads is None:
         from pygraphx.targets.cpu.threads import resolve_threads
 
@@ -263,6 +274,27 @@ def main(argv: list[str] | None = None) -> int:
                 f,
                 indent=1,
             )
+    return 0
+
+
+def main_cuda(args: argparse.Namespace) -> int:
+    """The `--device cuda` rows (see `generate_gpu_rows.py`)."""
+    import generate_gpu_rows as gpu
+
+    if args.worker:
+        gpu.worker(args)
+        return 0
+    if args.new == 64 and "--new" not in sys.argv:
+        args.new = 128
+    rows = gpu.run_gpu(args)
+    for r in rows:
+        r.pop("tokens", None)
+    print(f"GPU, batch 1, fp16, prompt {args.prompt_len} tokens, {args.new} new, greedy")
+    for r in rows:
+        print(json.dumps(r))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"prompt_len": args.prompt_len, "new": args.new, "rows": rows}, f, indent=1)
     return 0
 
 

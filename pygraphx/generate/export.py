@@ -139,9 +139,16 @@ def model_dims(model: Any) -> tuple[int, int, int]:
 
 
 def export_decoder(
-    model: Any, path: str | Path | None = None, last_logits_only: bool = True
+    model: Any,
+    path: str | Path | None = None,
+    last_logits_only: bool = True,
+    external_data: str | None = None,
 ) -> bytes:
     """Export `model` (a transformers causal LM) to ONNX with past/present KV tensors.
+
+    The example inputs take the model's device and float type (export an fp16 model on the GPU
+    as it is). `external_data`: the name of one data file beside `path` that then holds every
+    weight (large models: ONNX files are limited to 2 GB); returns b"" in that case.
 
     `last_logits_only`: `logits` is [batch, 1, vocab], the last position's only (what
     generation needs; transformers' own `generate` computes only those too), which saves the
@@ -150,13 +157,21 @@ def export_decoder(
     Returns the model bytes, also written to `path` when given.
     """
     torch = _require("torch")
+    if external_data is not None and path is None:
+        raise ValueError("external_data needs a path to write the model to")
     layers, kv_heads, head_dim = model_dims(model)
     past_names, present_names = kv_names(layers)
     batch, seq, past_len = 2, 3, 4
-    ids = torch.randint(0, model.config.vocab_size, (batch, seq))
-    mask = torch.ones(batch, past_len + seq, dtype=torch.int64)
-    pos = torch.arange(past_len, past_len + seq).unsqueeze(0).expand(batch, seq).contiguous()
-    past = [torch.randn(batch, kv_heads, past_len, head_dim) for _ in past_names]
+    weight = next(model.parameters())
+    dev = weight.device
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=dev)
+    mask = torch.ones(batch, past_len + seq, dtype=torch.int64, device=dev)
+    pos = torch.arange(past_len, past_len + seq, device=dev).unsqueeze(0).expand(batch, seq)
+    pos = pos.contiguous()
+    past = [
+        torch.randn(batch, kv_heads, past_len, head_dim, dtype=weight.dtype, device=dev)
+        for _ in past_names
+    ]
     axes = {
         "input_ids": {0: "batch", 1: "seq"},
         "attention_mask": {0: "batch", 1: "total"},
@@ -165,7 +180,7 @@ def export_decoder(
     }
     axes.update({n: {0: "batch", 2: "past"} for n in past_names})
     axes.update({n: {0: "batch", 2: "total"} for n in present_names})
-    buf = io.BytesIO()
+    buf: Any = io.BytesIO() if external_data is None else str(path)
     with torch.no_grad(), warnings.catch_warnings():
         # the tracer's notes on transformers' Python-side checks (mask padding length, cache
         # initialisation) hold for every shape of this layout; see the module docstring
@@ -182,10 +197,32 @@ def export_decoder(
             dynamo=False,
             do_constant_folding=True,
         )
+    if external_data is not None:
+        _to_one_data_file(Path(path), external_data)
+        return b""
     data = buf.getvalue()
     if path is not None:
         Path(path).write_bytes(data)
     return data
+
+
+def _to_one_data_file(path: Path, location: str) -> None:
+    """Rewrite the model at `path` with every initialiser in the data file `location` beside
+    it (torch writes models over 2 GB with one file per tensor, smaller ones inline)."""
+    onnx = _require("onnx")
+    proto = onnx.load_model(str(path), load_external_data=False)
+    old = {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
+    onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
+    onnx.save_model(
+        proto,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=location,
+        size_threshold=1024,
+    )
+    for name in old - {location}:
+        (path.parent / name).unlink(missing_ok=True)
 
 
 def cache_dir() -> Path:

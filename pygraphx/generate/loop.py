@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from pygraphx.generate.device_loop import run_device_generation
 from pygraphx.generate.sampling import SamplingConfig, next_tokens
 from pygraphx.generate.session import DecoderSession, GenerateError, bucket
 from pygraphx.generate.tokenizer import decode, encode, tokenizer_beside
@@ -89,6 +90,12 @@ def run_generation(
     if prompt_bucket:
         width = bucket(width, PROMPT_MIN)
     ids, mask = left_pad(rows, pad_id, width)
+    if session.device is not None:
+        tokens, prefill_s, decode_s = run_device_generation(
+            session, ids, mask, max_new_tokens, sampling, stops, pad_id, rng
+        )
+        prompt = max(len(r) for r in rows)
+        return GenerationResult(tokens, prompt, prefill_s, decode_s, session.compile_count)
     batch = len(rows)
     cache = session.new_cache(batch, bucket(width + max_new_tokens))
     valid = np.zeros((batch, cache[0].shape[2]), np.int64)

@@ -114,6 +114,7 @@ class DecoderSession:
     has_positions: bool
     shapes_seen: set[tuple[int, ...]] = field(default_factory=set)
     tokenizer: Any = None
+    executables: dict[tuple[int, int, int], tuple[Any, list[str]]] = field(default_factory=dict)
 
     @classmethod
     def open(
@@ -141,6 +142,36 @@ class DecoderSession:
         if not prog.is_compiled():
             prog.compile(get_target(target) if isinstance(target, str) else target)
         return cls(prog, layout, has_positions)
+
+    @property
+    def device(self) -> Any:
+        """The torch device the compiled program runs on (`gpu` target), else None: then the
+        cache stays on the host (`step`); with a device `device_loop.py` keeps it there."""
+        exe = self.program._executable
+        return getattr(exe, "device", None) if hasattr(exe, "_execute") else None
+
+    def device_executable(self, batch: int, seq: int, past: int) -> tuple[Any, list[str]]:
+        """The device executable compiled for one bucketed shape (compiled on first use, then
+        kept here: each is captured once as a CUDA graph) and its output names."""
+        key = (batch, seq, past)
+        found = self.executables.get(key)
+        if found is not None:
+            return found
+        lay = self.layout
+        lens = {"input_ids": (batch, seq), "attention_mask": (batch, past + seq)}
+        if self.has_positions:
+            lens["position_ids"] = (batch, seq)
+        lens.update({n: (batch, lay.kv_heads, past, lay.head_dim) for n in lay.past_names})
+        types = self.program.get_parameter_shapes()
+        # only lens and types decide the specialization: zero-stride arrays stand for inputs
+        arrays = {n: np.broadcast_to(np.zeros((), types[n].dtype()), s) for n, s in lens.items()}
+        prog = self.program
+        if prog._off_max_lens(arrays):
+            prog = prog._specialized_for(arrays)
+        self.shapes_seen.add(key)
+        found = (prog._executable, prog.get_output_names())
+        self.executables[key] = found
+        return found
 
     @property
     def compile_count(self) -> int:

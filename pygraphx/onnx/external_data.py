@@ -4,11 +4,20 @@ The data file must resolve inside the model's folder: absolute paths, `..` compo
 symbolic links that lead out of the folder are refused, as is a file shorter than
 offset + length or a length that does not match the tensor's size. A model given as a buffer has
 no folder, so its external data cannot be read.
+
+Tensors of plain numeric types are read-only views of the data file mapped into memory
+(`numpy.memmap`, one mapping per file, shared by every parse while some view of it lives): a
+parse copies no weight bytes, the device upload reads them straight from the page cache, and the
+parses of one model for several input shapes share the same pages (and, on a GPU, one device
+copy: `targets/torch_lowering/literal_store.py` identifies such views by file and offset).
+Other types (strings, sub-byte types) are read and converted through ONNX's helper.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from math import prod
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -72,6 +81,9 @@ def load_external_tensor(
             f"{where}: external data needs bytes {offset}..{offset + length} of {path}, "
             f"but the file has only {size} bytes (truncated?)"
         )
+    mapped = _mapped_view(tensor, path, offset, length, dtype)
+    if mapped is not None:
+        return mapped
     with path.open("rb") as f:
         f.seek(offset)
         raw = f.read(length)
@@ -81,3 +93,37 @@ def load_external_tensor(
     copy.data_location = onnx.TensorProto.DEFAULT
     copy.raw_data = raw
     return np.asarray(numpy_helper.to_array(copy), order="C")
+
+
+#: (path, size, mtime) -> the whole file mapped read-only, while some view of it lives
+_MAPS: weakref.WeakValueDictionary[tuple[str, int, int], np.memmap] = weakref.WeakValueDictionary()
+_MAPS_LOCK = threading.Lock()
+
+
+def _mapped_view(
+    tensor: onnx.TensorProto, path: Path, offset: int, length: int, dtype: np.dtype
+) -> np.ndarray | None:
+    """The tensor as a read-only view of its mapped file, or None for types not stored as
+    their numpy bytes (strings, 4-bit and 8-bit float types, big-endian hosts)."""
+    if dtype.kind not in "biuf" or dtype.itemsize * 8 != _bits(tensor.data_type) or length == 0:
+        return None
+    if np.little_endian is False:
+        return None
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    with _MAPS_LOCK:
+        root = _MAPS.get(key)
+        if root is None:
+            root = np.memmap(path, dtype=np.uint8, mode="r")
+            _MAPS[key] = root
+    return root[offset : offset + length].view(dtype).reshape(tuple(tensor.dims))
+
+
+def _bits(data_type: int) -> int:
+    """Bits per element ONNX stores a tensor type with (0: not a fixed-size numeric type)."""
+    T = onnx.TensorProto
+    bits = {
+        T.FLOAT: 32, T.DOUBLE: 64, T.FLOAT16: 16, T.INT8: 8, T.UINT8: 8, T.INT16: 16,
+        T.UINT16: 16, T.INT32: 32, T.UINT32: 32, T.INT64: 64, T.UINT64: 64, T.BOOL: 8,
+    }  # fmt: skip
+    return bits.get(data_type, 0)

@@ -119,6 +119,8 @@ def propagate_constant(module: Module) -> None:
             continue
         done.add(id(ins))
         arr = np.asarray(evaluate_constant(ins, values), order="C")
-        lit = module.insert_literal(ins, Literal(arr))
+        # a read-only result is a view of an (immutable) literal: a reshape or an unsqueeze of a
+        # weight keeps its memory (a memory-mapped weight stays mapped) instead of a copy
+        lit = module.insert_literal(ins, Literal(arr, copy=arr.flags.writeable))
         module.replace_instruction(ins, lit)
     dead_code_elimination(module)

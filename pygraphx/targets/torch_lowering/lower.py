@@ -44,8 +44,9 @@ from pygraphx.targets.torch_lowering.context import (
     LoweringError,
     Step,
 )
-from pygraphx.targets.torch_lowering.dtypes import env_value
+from pygraphx.targets.torch_lowering.dtypes import env_value, storable
 from pygraphx.targets.torch_lowering.fallback import lower_fallback, needs_fallback, outer_refs
+from pygraphx.targets.torch_lowering.literal_store import LITERALS
 from pygraphx.targets.torch_lowering.registry import LOWERINGS
 
 
@@ -100,7 +101,7 @@ def lower_module(
         if name == "@param":
             params.append((ins.op.parameter, ctx.bind_dynamic(ins)))
         elif name == "@literal":
-            ctx.bind_static(ins, literal_tensor(ins, device), const=True)
+            ctx.bind_static(ins, literal_tensor(ins, device, ctx.options), const=True)
         elif name == "@return":
             outputs = ctx.args(ins)
         else:
@@ -117,9 +118,18 @@ def _plan_matches(plan: MemoryPlan, module: Module) -> bool:
     return all(id(b.ins) in members for b in plan.buffers)
 
 
-def literal_tensor(ins: Instruction, device: torch.device) -> torch.Tensor | np.ndarray:
-    """The literal as a tensor on `device` (a numpy array when torch cannot hold its type)."""
-    t = env_value(ins.get_literal().array)
+def literal_tensor(
+    ins: Instruction, device: torch.device, options: dict[str, Any] | None = None
+) -> torch.Tensor | np.ndarray:
+    """The literal as a tensor on `device` (a numpy array when torch cannot hold its type).
+    Off the CPU (or with the option `share_literals`) through the shared store
+    (`literal_store.py`): the specializations of one dynamic program, each lowered on its own,
+    then hold one device copy of each weight."""
+    array = ins.get_literal().array
+    share = (options or {}).get("share_literals", device.type != "cpu")
+    if share and storable(np.asarray(array).dtype):
+        return LITERALS.tensor(array, device)
+    t = env_value(array)
     return t if isinstance(t, np.ndarray) or t.device == device else t.to(device)
 
 
