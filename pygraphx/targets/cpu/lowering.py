@@ -4,8 +4,11 @@
   run as one `scaled_dot_product_attention` call (torch's fused CPU kernel: the score matrix
   is never written out), see `torch_lowering/attention.py`; every other product and reduction
   lowers as the torch lowering does.
+* `reduce_mean`: a layer normalisation it starts (the seven instructions ONNX's
+  LayerNormalization becomes) runs as one `F.layer_norm` call, see
+  `torch_lowering/layernorm.py`.
 
-The setting `attention=False` turns the recognition off (to compare).
+The settings `attention=False` and `layernorm=False` turn the recognition off (to compare).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.attention import with_attention
 from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.layernorm import lower_layernorm
 from pygraphx.targets.torch_lowering.lower import LOWERINGS, _load_lowerings
 
 Lowering = Callable[[LoweringContext, Instruction], bool]
@@ -27,4 +31,11 @@ def cpu_overrides(options: dict[str, Any]) -> dict[str, Lowering]:
     overrides: dict[str, Lowering] = {}
     if options.get("attention", True):
         overrides.update(with_attention(LOWERINGS["dot"], LOWERINGS["fused_reduce"]))
+    if options.get("layernorm", True):
+        reduce_mean = LOWERINGS["reduce_mean"]
+
+        def lower_mean(ctx: LoweringContext, ins: Instruction) -> bool:
+            return lower_layernorm(ctx, ins) or reduce_mean(ctx, ins)
+
+        overrides["reduce_mean"] = lower_mean
     return overrides

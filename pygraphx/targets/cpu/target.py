@@ -112,6 +112,11 @@ class CpuExecutable:
         return int(self.lowered.ctx.cache.get("attention_blocks", 0))
 
     @property
+    def layernorm_blocks(self) -> int:
+        """Layer normalisations run as one `F.layer_norm` step."""
+        return int(self.lowered.ctx.cache.get("layernorm_blocks", 0))
+
+    @property
     def fallbacks(self) -> dict[str, int]:
         """Op name -> instructions that run through numpy `compute()` (no torch lowering)."""
         return dict(self.lowered.ctx.fallbacks)
@@ -129,8 +134,8 @@ class CpuTarget(Target):
     run's threads; default `PGX_CPU_STEP_THREADS`, on); and for the lowering
     `conv_output="torch" | "arena"` (where convolution and GEMM results live, see
     `torch_lowering/conv_fusion.py`), `mkldnn=False` (no oneDNN convolutions),
-    `mkl_linear=False` (no packed MKL GEMMs), `attention=False` (no fused attention, see
-    `lowering.py`).
+    `mkl_linear=False` (no packed MKL GEMMs), `attention=False` / `layernorm=False` (no fused
+    attention / layer normalisation, see `lowering.py`).
     """
 
     name = "cpu"
@@ -138,7 +143,7 @@ class CpuTarget(Target):
     def __init__(
         self, threads: int | None = None, step_threads: bool | None = None, **settings: Any
     ) -> None:
-        unknown = set(settings) - {"conv_output", "mkldnn", "mkl_linear", "attention"}
+        unknown = set(settings) - {"conv_output", "mkldnn", "mkl_linear", "attention", "layernorm"}
         if unknown:
             raise ValueError(f"unknown cpu target settings {sorted(unknown)}")
         self.settings = settings
