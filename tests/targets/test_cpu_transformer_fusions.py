@@ -33,15 +33,19 @@ def compile_cpu(model, **settings) -> pygraphx.Program:
     return prog
 
 
+def check_fused_and_not(model, feeds, want, setting: str) -> None:
+    """One block fused by default, none with `setting=False`; both match `want`."""
+    counter = f"{setting}_blocks"
+    for on in (True, False):
+        prog = compile_cpu(model, **({} if on else {setting: False}))
+        assert getattr(prog._executable, counter) == int(on)
+        got = np.array(prog.run(feeds)[0])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{setting}={on}")
+
+
 @pytest.mark.parametrize("kind", ["mask", "causal"])
 def test_attention_runs_fused_and_exact(kind: str) -> None:
-    model, feeds, want = attention_model(kind)
-    prog = compile_cpu(model)
-    assert prog._executable.attention_blocks == 1
-    np.testing.assert_allclose(np.array(prog.run(feeds)[0]), want, rtol=1e-5, atol=1e-5)
-    off = compile_cpu(model, attention=False)
-    assert off._executable.attention_blocks == 0
-    np.testing.assert_allclose(np.array(off.run(feeds)[0]), want, rtol=1e-5, atol=1e-5)
+    check_fused_and_not(*attention_model(kind), "attention")
 
 
 def test_other_prologues_are_not_attention() -> None:
@@ -87,30 +91,23 @@ def layernorm_model(affine: bool, residual: bool):
 @pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
 @pytest.mark.parametrize("residual", [True, False], ids=["residual", "input"])
 def test_layernorm_runs_as_one_step(affine: bool, residual: bool) -> None:
-    model, feeds, want = layernorm_model(affine, residual)
-    prog = compile_cpu(model)
-    assert prog._executable.layernorm_blocks == 1
-    np.testing.assert_allclose(np.array(prog.run(feeds)[0]), want, rtol=1e-5, atol=1e-5)
-    off = compile_cpu(model, layernorm=False)
-    assert off._executable.layernorm_blocks == 0
-    np.testing.assert_allclose(np.array(off.run(feeds)[0]), want, rtol=1e-5, atol=1e-5)
+    check_fused_and_not(*layernorm_model(affine, residual), "layernorm")
 
 
 def test_layernorm_with_an_outside_use_is_not_fused() -> None:
-    """The deviation x - mean is also an output: the pattern must not swallow it."""
+    """An exporter's chain (ReduceMean, Sub, Pow 2, ReduceMean, Add, Sqrt, Div) is fused; with
+    the deviation x - mean also an output, the pattern must not swallow it."""
     x = RNG.standard_normal((3, 16)).astype(np.float32)
+    chain = [("ReduceMean", ["x"], "m"), ("Sub", ["x", "m"], "d"), ("Pow", ["d", "two"], "d2"),
+             ("ReduceMean", ["d2"], "v"), ("Add", ["v", "eps"], "ve"), ("Sqrt", ["ve"], "s"),
+             ("Div", ["d", "s"], "y")]  # fmt: skip
     nodes = [
-        helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]),
-        helper.make_node("Sub", ["x", "m"], ["d"]),
-        helper.make_node("Mul", ["d", "d"], ["d2"]),
-        helper.make_node("ReduceMean", ["d2"], ["v"], axes=[-1]),
-        helper.make_node("Add", ["v", "eps"], ["ve"]),
-        helper.make_node("Sqrt", ["ve"], ["s"]),
-        helper.make_node("Div", ["d", "s"], ["y"]),
+        helper.make_node(op, ins, [out], **({"axes": [-1]} if op == "ReduceMean" else {}))
+        for op, ins, out in chain
     ]
-    eps = {"eps": np.array(1e-5, np.float32)}
-    model = make_model(nodes, {"x": x}, ["y", "d"], eps, opset=17)
-    chain = make_model(nodes, {"x": x}, ["y"], eps, opset=17)
+    consts = {"eps": np.array(1e-5, np.float32), "two": np.array(2.0, np.float32)}
+    model = make_model(nodes, {"x": x}, ["y", "d"], consts)
+    chain = make_model(nodes, {"x": x}, ["y"], consts)
     d = x - x.mean(-1, keepdims=True)
     want = d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5)
     assert compile_cpu(chain)._executable.layernorm_blocks == 1

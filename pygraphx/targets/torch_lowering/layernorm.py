@@ -113,7 +113,7 @@ def _of_inputs(node: Node, fn: str, a: int, b: int) -> bool:
     return (_is_in(x, a) and _is_in(y, b)) or (fn == "mul" and _is_in(x, b) and _is_in(y, a))
 
 
-def _centre(ctx: LoweringContext, mean: Instruction) -> Instruction | None:
+def _centre(mean: Instruction) -> Instruction | None:
     """`d = x - broadcast(mean(x))`, the deviation, when `mean` starts the pattern."""
     x = mean.inputs[0]
     lens = x.shape.lens()
@@ -154,7 +154,7 @@ def _variance(d: Instruction) -> Instruction | None:
     return v if square or (node.fn == "pow" and _const(node.args[1]) == 2.0) else None
 
 
-def _stddev(ctx: LoweringContext, v: Instruction) -> tuple[Instruction, float] | None:
+def _stddev(v: Instruction) -> tuple[Instruction, float] | None:
     """`s = sqrt(v + eps)`, one element-wise group on `v` alone; (s, eps)."""
     s = _only_user(v, "pointwise")
     nodes = _fns(s) if s is not None else None
@@ -169,7 +169,7 @@ def _stddev(ctx: LoweringContext, v: Instruction) -> tuple[Instruction, float] |
 
 
 def _affine(
-    ctx: LoweringContext, y: Instruction, d: Instruction, sb: Instruction
+    y: Instruction, d: Instruction, sb: Instruction
 ) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
     """`y = d / sb [* w] [+ b]`: the fixed vectors (w, b), or None."""
     nodes = _fns(y)
@@ -197,9 +197,9 @@ def match_layernorm(ctx: LoweringContext, mean: Instruction) -> Norm | None:
     """The layer normalisation `mean` starts (see the module docstring), or None."""
     if mean.op.name != "reduce_mean" or len(mean.inputs) != 1:
         return None
-    d = _centre(ctx, mean)
+    d = _centre(mean)
     v = _variance(d) if d is not None else None
-    found = _stddev(ctx, v) if v is not None else None
+    found = _stddev(v) if v is not None else None
     if found is None:
         return None
     s, eps = found
@@ -209,7 +209,7 @@ def match_layernorm(ctx: LoweringContext, mean: Instruction) -> Norm | None:
         return None
     if len(d.outputs) != 2 or y.shape.lens() != d.shape.lens() or y.shape.dtype() != np.float32:
         return None
-    affine = _affine(ctx, y, d, sb)
+    affine = _affine(y, d, sb)
     if affine is None:
         return None
     members = [mean, mean.outputs[0], d, v, s, sb, y]
