@@ -271,7 +271,8 @@ class PerfReport:
         """(ops of a step, per-run ms of all such steps, count), slowest first."""
         totals: dict[str, list[float]] = {}
         for step in self.steps or []:
-            kind = "+".join(i.op.name for i in step.instructions if _works(i)) or "view"
+            names = [i.op.name for i in step.instructions if _works(i)]
+            kind = "+".join(names or [i.op.name for i in step.instructions])
             totals.setdefault(kind, []).append(step.seconds * 1e3)
         rows = [(kind, sum(ts), len(ts)) for kind, ts in totals.items()]
         return sorted(rows, key=lambda r: r[1], reverse=True)
