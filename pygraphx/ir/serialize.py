@@ -291,6 +291,8 @@ def _make_instruction(
     mod: Module, item: dict[str, Any], inputs: list[Instruction], subs: list[Module]
 ) -> Instruction:
     name = item["op"]
+    if not isinstance(item["shape"], Shape):
+        raise SerializationError(f"operator {name!r}: its shape is {type(item['shape']).__name__}")
     if name == "@literal":
         ins = Instruction(
             LiteralOp(Literal(item["attrs"]["value"], copy=False)), [], item["shape"], mod
@@ -309,8 +311,6 @@ def _make_instruction(
             f"operator {name!r}: attributes {sorted(attrs)} != {sorted(fields)}"
         )
     _check_attr_types(cls, attrs)
-    if not isinstance(item["shape"], Shape):
-        raise SerializationError(f"operator {name!r}: its shape is {type(item['shape']).__name__}")
     op = cls(**attrs)
     if name == "@param":
         ins = mod.add_parameter(op.parameter, op.shape)

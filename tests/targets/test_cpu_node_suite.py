@@ -18,9 +18,8 @@ from pygraphx.onnx.backend import PygraphxBackend, PygraphxBackendRep  # noqa: E
 from tests.onnx.test_backend_node import EXCLUDE  # noqa: E402
 
 # regex (matched at the start of the test name) -> why it fails on cpu but not on ref
-CPU_EXCLUDE: dict[str, str] = {
-    r"test_unique_(sorted|not_sorted)_(with|without)": "Unique's data-dependent lens: the cpu lowering checks exact static shapes",
-}
+# (none today: Unique, once listed here, is lowered to torch.unique with its data-dependent lens)
+CPU_EXCLUDE: dict[str, str] = {}
 
 
 class CpuBackend(PygraphxBackend):

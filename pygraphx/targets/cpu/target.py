@@ -19,6 +19,7 @@ overwrite.
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -30,11 +31,12 @@ from pygraphx.passes.manager import Pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.runtime.executor import Executor, Observer
 from pygraphx.targets.base import Target
+from pygraphx.targets.cpu.fallback_cost import FallbackTimer, announce_cost, timed_steps
 from pygraphx.targets.cpu.lowering import cpu_overrides
 from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_thread_switches
 from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_policy_enabled
 from pygraphx.targets.torch_lowering import Lowered, lower_module
-from pygraphx.targets.torch_lowering.dtypes import from_numpy, to_numpy
+from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
@@ -42,14 +44,15 @@ if TYPE_CHECKING:
 
 def announce_fallbacks(fallbacks: Mapping[str, int]) -> None:
     """One warning per compile when instructions run through numpy instead of torch: which ops,
-    how many, and where their cost shows (`perf` times every step)."""
+    how many, and where their cost shows (the first run says their share of its time, see
+    `fallback_cost.py`; `perf` times every step)."""
     if not fallbacks:
         return
     ops = ", ".join(f"{name} x{n}" for name, n in sorted(fallbacks.items()))
     total = sum(fallbacks.values())
     warnings.warn(
         f"cpu target: {total} instruction(s) run through the numpy fallback, not torch ({ops}); "
-        "`pygraphx-driver perf --cpu` shows the time each one costs",
+        "the first run says what they cost, `pygraphx-driver perf --cpu` the time of each",
         RuntimeWarning,
         stacklevel=3,
     )
@@ -78,10 +81,12 @@ class CpuExecutable:
 
         def bind(values: Mapping[str, np.ndarray]) -> None:
             for name, idx in params:
-                env[idx] = from_numpy(values[name])
+                env[idx] = env_value(values[name])
 
         def take(idx: int) -> np.ndarray:
             t = env[idx]
+            if isinstance(t, np.ndarray):  # a type torch cannot hold (see dtypes.py)
+                return t.copy()
             if idx in fresh and t.is_contiguous():
                 return to_numpy(t)
             return to_numpy(t.clone(memory_format=torch.contiguous_format))
@@ -99,12 +104,25 @@ class CpuExecutable:
             [s.fn for s in lowered.steps], self.step_threads, self.scope.limit
         )
         self.executor = Executor(fns, bind, collect, lowered.profile, show, self.scope)
+        # the first run times the fallback steps once and says what they cost (fallback_cost)
+        flags = [s.fallback for s in lowered.steps]
+        self._first: tuple[Executor, FallbackTimer] | None = None
+        if any(flags):
+            timed, timer = timed_steps(fns, flags)
+            self._first = (Executor(timed, bind, collect, (), show, self.scope), timer)
 
     def run(
         self, params: dict[str, np.ndarray], observer: Observer | None = None
     ) -> list[np.ndarray]:
         with self._lock:  # the env and arena are this program's: one run at a time
-            return self.executor.run(params, observer)
+            if self._first is None or observer is not None:
+                return self.executor.run(params, observer)
+            (first, timer), self._first = self._first, None
+            start = time.perf_counter()
+            outputs = first.run(params)
+            total = time.perf_counter() - start
+            announce_cost(sum(self.lowered.ctx.fallbacks.values()), timer.seconds, total)
+            return outputs
 
     @property
     def attention_blocks(self) -> int:

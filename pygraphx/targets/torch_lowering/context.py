@@ -39,13 +39,15 @@ class Step:
     """One run-time step: `fn()` computes the value of `instructions[-1]` into `env[out]`.
 
     `instructions` are the IR instructions the step covers (more than one when a lowering fused
-    a producer into its user); `unfused` are the steps to run instead when profiling.
+    a producer into its user); `unfused` are the steps to run instead when profiling;
+    `fallback` marks a step that runs the operator's numpy code (`fallback.py`).
     """
 
     fn: Callable[[], None]
     instructions: list[Instruction]
     out: int
     unfused: list[Step] | None = None
+    fallback: bool = False
 
 
 class LoweringError(RuntimeError):
@@ -113,6 +115,8 @@ class LoweringContext:
     """The generated source of every fused pointwise step (for tests and tracing)."""
     host_reads: list[str] = field(default_factory=list)
     """Ops whose steps read device values on the host every run (they rule out graph capture)."""
+    bounded: set[int] = field(default_factory=set)
+    """ids of instructions whose lens are only bounded by their shape (`fallback.py`)."""
     cache: dict[Any, Any] = field(default_factory=dict)
     """Entries private to one target (targets/gpu: attention matching, Triton groups)."""
 

@@ -4,7 +4,10 @@ Tensors cross the numpy/torch border without copies (`torch.from_numpy`, `Tensor
 bf16 and the fp8 types have no numpy dtype that torch knows, so they cross as same-width integer
 views and are re-viewed on the other side. `COMPUTE_DTYPES` are the types torch's CPU kernels do
 arithmetic in; values of other types (uint16/32/64, fp8) are stored in torch tensors but computed
-through the operator's numpy `compute()`.
+through the operator's numpy `compute()`. The types torch has no storage for (the sub-byte
+int4/uint4/int2/uint2/fp4e2m1, e8m0, and strings as object arrays) are not `storable`: their
+values stay numpy arrays wherever a tensor would be (`env_value`, `host_array`), and only the
+numpy fallback computes with them.
 """
 
 from __future__ import annotations
@@ -86,6 +89,22 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype:
 def computable(dtype: np.dtype | torch.dtype) -> bool:
     """True when torch's CPU kernels do arithmetic in `dtype`."""
     return torch_dtype(dtype) in COMPUTE_DTYPES
+
+
+def storable(dtype: np.dtype | type) -> bool:
+    """True when torch has a tensor type holding `dtype` (see the module docstring)."""
+    return np.dtype(dtype) in _TO_TORCH
+
+
+def env_value(array: np.ndarray) -> torch.Tensor | np.ndarray:
+    """`from_numpy(array)`, or the array itself for a type torch cannot hold."""
+    arr = np.asarray(array)
+    return from_numpy(arr) if storable(arr.dtype) else arr
+
+
+def host_array(value: torch.Tensor | np.ndarray) -> np.ndarray:
+    """A numpy view of a value `env_value` made (a CPU tensor, or an array torch cannot hold)."""
+    return value if isinstance(value, np.ndarray) else to_numpy(value)
 
 
 def from_numpy(array: np.ndarray) -> torch.Tensor:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction
@@ -39,8 +40,8 @@ from pygraphx.targets.torch_lowering.context import (
     LoweringError,
     Step,
 )
-from pygraphx.targets.torch_lowering.dtypes import from_numpy
-from pygraphx.targets.torch_lowering.fallback import lower_fallback, outer_refs
+from pygraphx.targets.torch_lowering.dtypes import env_value
+from pygraphx.targets.torch_lowering.fallback import lower_fallback, needs_fallback, outer_refs
 from pygraphx.targets.torch_lowering.registry import LOWERINGS
 
 
@@ -62,6 +63,7 @@ class Lowered:
 def _load_lowerings() -> None:
     # the lowering modules register themselves on import
     from pygraphx.targets.torch_lowering import (  # noqa: F401
+        lower_detection,
         lower_gemm,
         lower_layout,
         lower_math,
@@ -109,15 +111,19 @@ def _plan_matches(plan: MemoryPlan, module: Module) -> bool:
     return all(id(b.ins) in members for b in plan.buffers)
 
 
-def literal_tensor(ins: Instruction, device: torch.device) -> torch.Tensor:
-    t = from_numpy(ins.get_literal().array)
-    return t if t.device == device else t.to(device)
+def literal_tensor(ins: Instruction, device: torch.device) -> torch.Tensor | np.ndarray:
+    """The literal as a tensor on `device` (a numpy array when torch cannot hold its type)."""
+    t = env_value(ins.get_literal().array)
+    return t if isinstance(t, np.ndarray) or t.device == device else t.to(device)
 
 
 def lower_instruction(ctx: LoweringContext, ins: Instruction) -> None:
     """Bind `ins`'s value and emit its step(s) (through a fuser, its lowering, or numpy)."""
     fuser = ctx.fusers.get(id(ins))
     if fuser is not None and fuser(ctx, ins):
+        return
+    if needs_fallback(ctx, ins):
+        lower_fallback(ctx, ins)
         return
     fn = ctx.options.get("lowering_overrides", {}).get(ins.op.name) or LOWERINGS.get(ins.op.name)
     if fn is not None:
