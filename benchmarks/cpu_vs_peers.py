@@ -5,6 +5,9 @@
     python benchmarks/cpu_vs_peers.py --quick           # fewer runs, batch 1 only
     python benchmarks/cpu_vs_peers.py --neighbour       # engines alternate run by run
     python benchmarks/cpu_vs_peers.py --json out.json --profile
+    python benchmarks/cpu_vs_peers.py --models vit_b16 unet_small yolov8_style minilm
+                                                        # zoo models (benchmarks/zoo.py), once
+                                                        # each at the zoo's own batch
 
 Every engine runs the same ONNX model (`pygraphx.models`, random weights) on the same inputs
 with the same thread count (`--threads N`, default: the `cpu` target's, i.e. `PGX_CPU_THREADS`
@@ -55,6 +58,7 @@ from onnx import numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pygraphx  # noqa: E402
+from benchmarks.zoo import SIZES, ZOO_NAMES, input_summary, zoo_model  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 
 CNNS = ("resnet50", "mobilenetv2")
@@ -326,7 +330,8 @@ def per_instruction_overhead(n: int = 200) -> dict[str, float]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS + ZOO_NAMES)
+    ap.add_argument("--zoo-size", choices=("full", "test"), default="full", help="zoo models")
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 8])
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--warmup", type=int, default=3)
@@ -363,11 +368,22 @@ def make_engines(
     return engines, compile_s, notes, prog
 
 
+def load_zoo(name: str, size: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray], int]:
+    """A zoo model (exported once, cached), its inputs and its batch."""
+    path, feeds = zoo_model(name, size)
+    print(f"# {name} ({SIZES[name][size]}): {input_summary(feeds)}", flush=True)
+    return onnx.load(str(path)), feeds, int(next(iter(feeds.values())).shape[0])
+
+
 def measure(name: str, batch: int, args: argparse.Namespace, threads: int) -> dict[str, Any]:
     """One table row: every engine on one model and batch."""
     seq = args.seq_len if name not in CNNS else 0
-    model = get_model(name, batch=batch, seq_len=max(seq, 1))
-    feeds = model_inputs(name, model)
+    if name in ZOO_NAMES:
+        model, feeds, batch = load_zoo(name, args.zoo_size)
+        seq = 0
+    else:
+        model = get_model(name, batch=batch, seq_len=max(seq, 1))
+        feeds = model_inputs(name, model)
     engines, compile_s, notes, prog = make_engines(model, name, args, threads)
     reference = engines["ort"](feeds)
     diffs = {}
@@ -414,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     results = []
     for name in args.models:
-        for batch in args.batches:
+        for batch in args.batches if name not in ZOO_NAMES else args.batches[:1]:
             row = measure(name, batch, args, threads)
             results.append(row)
             _print_row(row)

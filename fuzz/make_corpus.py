@@ -1,6 +1,8 @@
 """Write the seed corpus: small valid ONNX models (fuzz/corpus/onnx) covering the frontend's
-main paths (initialisers, attributes, constant shape inputs, sub-graphs) and their saved forms
-(fuzz/corpus/pgx). Run from the repository root: `python -m fuzz.make_corpus`."""
+main paths (initialisers, attributes, constant shape inputs, sub-graphs), their saved forms
+(fuzz/corpus/pgx), and driver command lines (fuzz/corpus/driver: NUL-separated argv, `WS:`
+naming the driver harness's workspace files).
+Run from the repository root: `python -m fuzz.make_corpus`."""
 
 from __future__ import annotations
 
@@ -102,7 +104,42 @@ def seeds() -> dict[str, onnx.ModelProto]:
     }
 
 
+#: driver command lines for `fuzz/driver_args.py` (its options, good and bad values)
+DRIVER_SEEDS = [
+    ["read", "WS:mlp.onnx"],
+    ["read", "--onnx", "WS:mlp.onnx", "-O", "--fp16"],
+    ["read", "--migraphx", "WS:mlp.pgx"],
+    ["read", "WS:mlp.onnx", "--input-dim", "@x", "3", "8"],
+    ["read", "WS:mlp.onnx", "--dyn-input-dim", "@x", "1:4", "8"],
+    ["read", "WS:mlp.onnx", "--batch", "2", "--default-dim-value", "3", "--bf16"],
+    ["read", "WS:mlp.onnx", "--skip-unknown-operators"],
+    ["params", "WS:mlp.onnx", "--json"],
+    ["params", "WS:mlp_ref.pgx", "--batch", "2"],
+    ["run", "WS:mlp.onnx", "--seed", "3"],
+    ["run", "WS:mlp.onnx", "--fill1", "--ref"],
+    ["run", "WS:mlp_ref.pgx", "--seed", "-1"],
+    ["run", "WS:mlp.onnx", "--input-dim", "@x", "100000", "100000", "100000"],
+    ["run", "WS:mlp.onnx", "--dyn-input-dim", "@x", "{1,8}", "8", "--fill0"],
+    ["run", "/dev/zero"],
+    ["run", "WS:mlp.onnx", "--gpu"],
+    ["read", "WS:", "--debug"],
+    ["onnx", "--list"],
+    ["version", "--migraphx", "WS:mlp.pgx"],
+    ["compile", "--help"],
+    ["--version"],
+]
+
+
+def write_driver_corpus() -> None:
+    """fuzz/corpus/driver: one file per `DRIVER_SEEDS` entry."""
+    folder = CORPUS / "driver"
+    folder.mkdir(parents=True, exist_ok=True)
+    for k, argv in enumerate(DRIVER_SEEDS):
+        (folder / f"argv-{k:02d}").write_bytes(b"\0".join(a.encode() for a in argv))
+
+
 def main() -> None:
+    write_driver_corpus()
     (CORPUS / "onnx").mkdir(parents=True, exist_ok=True)
     (CORPUS / "pgx").mkdir(parents=True, exist_ok=True)
     for name, model in seeds().items():

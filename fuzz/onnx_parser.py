@@ -10,27 +10,18 @@ crash. Usage (from the repository root; libFuzzer flags pass through):
 
 from __future__ import annotations
 
-import random
 import sys
 
 import atheris
 
 with atheris.instrument_imports(include=["pygraphx"]):
-    from fuzz.targets import mutate_model, parse_onnx_bytes
-
-
-def custom_mutator(data: bytes, max_size: int, seed: int) -> bytes:
-    rng = random.Random(seed)
-    if rng.random() < 0.5:
-        mutated = mutate_model(data, rng)
-        if mutated is not None and len(mutated) <= max_size:
-            return mutated
-    return atheris.Mutate(data, max_size)
+    from fuzz.targets import mixed_mutator, mutate_model, parse_onnx_bytes
 
 
 def main() -> None:
     sys.setrecursionlimit(10_000)  # the default: a deep model must not rely on a larger one
-    atheris.Setup(sys.argv, parse_onnx_bytes, custom_mutator=custom_mutator)
+    mutator = mixed_mutator(mutate_model, lambda data, n: atheris.Mutate(data, n))
+    atheris.Setup(sys.argv, parse_onnx_bytes, custom_mutator=mutator)
     atheris.Fuzz()
 
 

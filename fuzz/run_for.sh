@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Run one harness for SECONDS in total at low priority, restarting after each crash so one
 # finding does not end the session; crashes land in $OUT (default /tmp/pgx-fuzz/HARNESS).
-# Usage: fuzz/run_for.sh onnx_parser|pgx_load SECONDS [extra libFuzzer flags]
+# Usage: fuzz/run_for.sh onnx_parser|pgx_load|driver_args SECONDS [extra libFuzzer flags]
 set -u
 harness=$1; seconds=$2; shift 2
 out=${OUT:-/tmp/pgx-fuzz/$harness}
-corpus=fuzz/corpus/$([ "$harness" = onnx_parser ] && echo onnx || echo pgx)
+case $harness in
+  onnx_parser) corpus=fuzz/corpus/onnx ;;
+  pgx_load) corpus=fuzz/corpus/pgx ;;
+  driver_args) corpus=fuzz/corpus/driver ;;
+  *) echo "unknown harness $harness (onnx_parser, pgx_load, driver_args)" >&2; exit 2 ;;
+esac
 mkdir -p "$out/work"
 end=$(( $(date +%s) + seconds ))
 runs=0

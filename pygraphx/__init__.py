@@ -29,7 +29,14 @@ from pygraphx.onnx import (
 )
 from pygraphx.ops import make_op
 from pygraphx.passes.pipeline import optimize
-from pygraphx.quantize import QuantizeError, quantize_bf16, quantize_fp16, quantize_int8
+from pygraphx.quantize import (
+    QuantizeError,
+    quantize_bf16,
+    quantize_fp8,
+    quantize_fp16,
+    quantize_int8,
+)
+from pygraphx.runtime.evaluator import EvaluationError
 from pygraphx.targets import Target, get_target
 from pygraphx.targets.cpu import configure_openmp
 from pygraphx.targets.gpu import GpuUnavailableError, check_gpu
@@ -75,6 +82,7 @@ op = make_op
 
 __all__ = [
     "Argument",
+    "EvaluationError",
     "ExternalDataError",
     "GpuUnavailableError",
     "Instruction",
@@ -108,6 +116,7 @@ __all__ = [
     "parse_onnx_buffer",
     "program",
     "quantize_bf16",
+    "quantize_fp8",
     "quantize_fp16",
     "quantize_int8",
     "save",

@@ -385,11 +385,12 @@ MODEL_NAMES: tuple[str, ...] = tuple(BUILDERS)
 # --------------------------------------------------------------------------------------------
 
 
-def cache_key() -> str:
-    """Version string that names cache files: manual version, library versions, source hash."""
+def cache_key(*extra_sources: Path) -> str:
+    """Version string that names cache files: manual version, library versions, and a hash of
+    this file's source plus ``extra_sources`` (the files of other builders using this cache)."""
     import transformers
 
-    source = Path(__file__).read_bytes()
+    source = b"".join(path.read_bytes() for path in (Path(__file__), *extra_sources))
     digest = hashlib.sha256(source).hexdigest()[:10]
     return (
         f"v{EXPORT_VERSION}-torch{torch.__version__}-tf{transformers.__version__}-{digest}"
@@ -431,18 +432,23 @@ def load_inputs(npz_path: Path) -> dict[str, np.ndarray]:
 
 
 def export_cached(
-    name: str, cache_dir: str | os.PathLike[str]
+    name: str,
+    cache_dir: str | os.PathLike[str],
+    builders: dict[str, Callable[[], ExportResult]] | None = None,
+    key: str | None = None,
 ) -> tuple[Path, dict[str, np.ndarray]]:
     """Export model ``name`` into ``cache_dir`` once and return ``(onnx_path, inputs)``.
 
-    Files are named ``<name>-<cache_key()>.onnx`` / ``.npz``; exports from older keys for the
-    same model are deleted when a new one is written.
+    ``builders`` defaults to :data:`BUILDERS` and ``key`` to :func:`cache_key`; other model
+    collections (``benchmarks/zoo.py``) pass their own. Files are named ``<name>-<key>.onnx`` /
+    ``.npz``; exports from older keys for the same model are deleted when a new one is written.
     """
-    if name not in BUILDERS:
-        raise KeyError(f"unknown exported model {name!r}; choose from {MODEL_NAMES}")
+    builders = BUILDERS if builders is None else builders
+    if name not in builders:
+        raise KeyError(f"unknown exported model {name!r}; choose from {tuple(builders)}")
     directory = Path(cache_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    stem = f"{name}-{cache_key()}"
+    stem = f"{name}-{key or cache_key()}"
     onnx_path = directory / f"{stem}.onnx"
     npz_path = directory / f"{stem}.npz"
 
@@ -450,7 +456,7 @@ def export_cached(
         if not (onnx_path.exists() and npz_path.exists()):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # tracer/deprecation chatter from the exporter
-                onnx_bytes, inputs = BUILDERS[name]()
+                onnx_bytes, inputs = builders[name]()
             for stale in directory.glob(f"{name}-*"):
                 if stale.suffix in (".onnx", ".npz"):
                     stale.unlink(missing_ok=True)

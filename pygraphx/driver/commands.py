@@ -28,7 +28,13 @@ import onnx
 from rich.console import Console
 from rich.table import Table
 
-from pygraphx.driver.inputs import check_index_inputs, generate_inputs, plan_inputs
+from pygraphx.driver.inputs import (
+    check_index_inputs,
+    check_input_sizes,
+    generate_inputs,
+    plan_inputs,
+    seed_argument,
+)
 from pygraphx.driver.loader import (
     DriverError,
     LoadedModel,
@@ -108,6 +114,10 @@ def make_inputs(args: argparse.Namespace, loaded: LoadedModel) -> tuple[dict[str
     """The run's inputs and what they are (`--fill0`, `--fill1`, or seeded random, integer
     inputs drawn from the range their consumers accept: see `inputs.py`)."""
     shapes = loaded.program.get_parameter_shapes()
+    try:
+        check_input_sizes(shapes)
+    except ValueError as exc:
+        raise DriverError(str(exc)) from None
     if args.fill is not None:
         value = args.fill
         inputs = {n: Argument(np.full(s.lens(), value, s.dtype())) for n, s in shapes.items()}
@@ -372,7 +382,9 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("inputs").add_mutually_exclusive_group()
     data.add_argument("--fill0", dest="fill", action="store_const", const=0, help="inputs all 0")
     data.add_argument("--fill1", dest="fill", action="store_const", const=1, help="inputs all 1")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument(
+        "--seed", type=seed_argument, default=0, help="seed of the random inputs (0 to 2**63-1)"
+    )
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -471,7 +483,11 @@ COMMANDS: dict[str, Command] = {
         _lazy(_VERIFY, "cmd_verify"),
         _lazy(_VERIFY, "verify_arguments"),
         "compare the compiled (optimised) program with the reference on the same inputs",
-        ("verify model.onnx --cpu -O", "verify --model gpt2 --seq-len 32 --cpu --fp16"),
+        (
+            "verify model.onnx --cpu -O",
+            "verify --model gpt2 --seq-len 32 --cpu --fp16",
+            "verify model.onnx --cpu --int8 --calibration cal.npz --calibration-samples 16",
+        ),
     ),
     "onnx": Command(
         cmd_onnx,

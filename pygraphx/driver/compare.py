@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -169,3 +170,14 @@ def program_precision(program: Program) -> str:
     """The least precise float type any instruction of `program` produces (float by default)."""
     used = {ins.shape.type() for mod in program.modules.values() for ins in mod.instructions}
     return next((t for t in PRECISION_ORDER if t in used), "float_type")
+
+
+def finite_json(obj: Any) -> Any:
+    """JSON has no inf/nan: write them as strings (in dicts, lists and tuples)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_json(v) for v in obj]
+    return obj

@@ -17,6 +17,7 @@ import json
 import sys
 
 from pygraphx.driver.commands import Steps
+from pygraphx.driver.inputs import seed_argument
 from pygraphx.driver.loader import DriverError
 from pygraphx.generate import DecoderSession, SamplingConfig, run_generation
 from pygraphx.generate.export import TINY_DECODERS, tiny_decoder_path
@@ -40,7 +41,7 @@ def generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--seed", type=seed_argument, default=None)
     parser.add_argument("--json", action="store_true", help="tokens and timings as JSON")
 
 

@@ -7,17 +7,21 @@ consumes each integer input: it follows the input through operators that keep it
 range is the size of the gathered axis, the smallest over all of them) or to a convert to bool or
 float (a mask: 0 or 1). `generate_inputs` then draws every input from its range and says what it
 drew; `check_index_inputs` tells which input, node and range before a run that would index out
-of bounds.
+of bounds. `check_input_sizes` refuses inputs that cannot fit in this machine's memory before any
+is allocated, and `seed_argument` is `--seed`'s type (a non-negative 64-bit integer).
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from pygraphx.ir.argument import Argument, generate_argument
-from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.instruction import Instruction, reachable
 from pygraphx.ir.printer import instruction_names
 from pygraphx.ir.program import Program
 from pygraphx.ir.shape import Shape
@@ -42,6 +46,7 @@ INDEXING = {"gather": 1, "gather_elements": 1}
 INTEGER_TYPES = ("int8_type", "int16_type", "int32_type", "int64_type")
 INTEGER_TYPES += ("uint8_type", "uint16_type", "uint32_type", "uint64_type")
 DEFAULT_HIGH = 8  # generate_argument's integers are in [0, 8)
+MAX_SEED = 2**63 - 1
 
 
 @dataclass
@@ -66,13 +71,7 @@ def _index_uses(ins: Instruction, names: dict[int, str]) -> list[tuple[int, str]
     """(valid exclusive bound, description) for every gather that takes `ins`'s values as
     indices, following value-preserving operators."""
     found: list[tuple[int, str]] = []
-    seen: set[int] = set()
-    todo = [ins]
-    while todo:
-        cur = todo.pop()
-        if id(cur) in seen:
-            continue
-        seen.add(id(cur))
+    for cur in reachable([ins], _value_preserving_users):
         for user in cur.outputs:
             name = user.op.name
             if name in INDEXING and len(user.inputs) > 1 and user.inputs[1] is cur:
@@ -82,9 +81,12 @@ def _index_uses(ins: Instruction, names: dict[int, str]) -> list[tuple[int, str]
                 size = data.lens()[axis]
                 label = names.get(id(user), name)
                 found.append((size, f"indices of {label} {name} (axis {axis} of size {size})"))
-            elif name in VALUE_PRESERVING or _int_convert(user):
-                todo.append(user)
     return found
+
+
+def _value_preserving_users(ins: Instruction) -> list[Instruction]:
+    """The users that pass `ins`'s values on unchanged (reshapes, integer converts, ...)."""
+    return [u for u in ins.outputs if u.op.name in VALUE_PRESERVING or _int_convert(u)]
 
 
 def _int_convert(ins: Instruction) -> bool:
@@ -141,6 +143,48 @@ def generate_inputs(
     return inputs, notes
 
 
+def seed_argument(text: str) -> int:
+    """`--seed`'s argparse type: an integer in [0, 2**63 - 1] (argparse reports the message)."""
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= seed <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**63 - 1], got {seed}")
+    return seed
+
+
+def physical_memory() -> int | None:
+    """Bytes of memory this machine has (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_input_sizes(shapes: Mapping[str, Shape], limit: int | None = None) -> None:
+    """A `ValueError` naming the input, its shape and its bytes when the inputs to generate need
+    more than `limit` bytes (default: this machine's memory); checked before any is allocated."""
+    limit = physical_memory() if limit is None else limit
+    if limit is None:
+        return
+    total = 0
+    for name, shape in shapes.items():
+        nbytes = shape.elements() * shape.type_size()
+        total += nbytes
+        if nbytes > limit:
+            raise ValueError(
+                f"input {name!r} ({shape.type()} {shape.lens()}) needs {nbytes:,} bytes, more than "
+                f"this machine's memory ({limit:,} bytes); give it smaller dimensions "
+                f"(--input-dim @{name} ...)"
+            )
+    if total > limit:
+        raise ValueError(
+            f"the inputs need {total:,} bytes together, more than this machine's memory "
+            f"({limit:,} bytes); give them smaller dimensions (--input-dim)"
+        )
+
+
 def check_index_inputs(plans: dict[str, InputPlan], inputs: dict[str, Argument]) -> None:
     """A `ValueError` naming the input, the node and the valid range when an input's values
     fall outside the range of the gather that takes them as indices (negative indices count
@@ -160,4 +204,12 @@ def check_index_inputs(plans: dict[str, InputPlan], inputs: dict[str, Argument])
             )
 
 
-__all__ = ["DEFAULT_HIGH", "InputPlan", "check_index_inputs", "generate_inputs", "plan_inputs"]
+__all__ = [
+    "DEFAULT_HIGH",
+    "InputPlan",
+    "check_index_inputs",
+    "check_input_sizes",
+    "generate_inputs",
+    "plan_inputs",
+    "seed_argument",
+]

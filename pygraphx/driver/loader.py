@@ -10,8 +10,12 @@ The options follow `migraphx-driver`'s loader:
 * `--batch N` sets `default_dim_value` (every unknown dimension) and the built-in model's batch;
   `--default-dim-value N` sets unknown dimensions alone and wins over `--batch`;
 * `--seq-len N` sets the sequence length of the built-in transformers;
-* `--fp16` / `--bf16` convert the parsed program with `pygraphx.quantize_fp16` / `quantize_bf16`,
-  then `-O` / `--optimize` runs the target-independent passes (`passes.pipeline.optimize`).
+* `--fp16` / `--bf16` convert the parsed program with `pygraphx.quantize_fp16` / `quantize_bf16`;
+  `--int8` / `--fp8` quantise its `dot` / `convolution` with `quantize_int8` / `quantize_fp8`,
+  calibrated on the samples of `--calibration FILE.npz` (format: `calibration.py`; the first
+  `--calibration-samples N`), on the command's target; without a file, MIGraphX's default
+  parameters and a loud warning. Then `-O` / `--optimize` runs the target-independent passes
+  (`passes.pipeline.optimize`).
 
 A saved program has fixed shapes, so `--migraphx` takes no shape option except `--batch`, which
 then only states the batch size that `perf` and `time` report (it must match the program).
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -34,8 +39,10 @@ from typing import Any
 
 import onnx
 
+from pygraphx.driver.calibration import FORMAT_HELP, read_calibration
 from pygraphx.driver.errors import DriverError
 from pygraphx.driver.inputs import plan_inputs
+from pygraphx.driver.progress import sample_progress
 from pygraphx.driver.shapes import (
     DeclaredInput,
     batch_ignored,
@@ -46,6 +53,7 @@ from pygraphx.driver.shapes import (
     parse_dyn_input_dims,
     symbolic_dims,
 )
+from pygraphx.driver.steps import Steps
 from pygraphx.ir.program import Program
 from pygraphx.ir.serialize import MAGIC
 from pygraphx.onnx import OnnxParseError, UnsupportedOperatorError, parse_onnx, parse_onnx_buffer
@@ -70,7 +78,7 @@ class LoadedModel:
     model: onnx.ModelProto | None = None  # the built-in model's ONNX proto
     #: parses the model again, untransformed (no -O, no --fp16); None for `--migraphx`
     reparse: Callable[[], Program] | None = None
-    transforms: tuple[str, ...] = ()  # what was applied: "fp16", "bf16", "optimize"
+    transforms: tuple[str, ...] = ()  # what was applied: "fp16", "bf16", "int8", "optimize"
     #: the range of each input's values, read from the program before it was compiled
     input_plans: dict[str, Any] | None = None
 
@@ -117,6 +125,49 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
     )
     precision.add_argument(
         "--bf16", action="store_true", help="convert the program to bf16 (quantize_bf16)"
+    )
+    precision.add_argument(
+        "--int8",
+        action="store_true",
+        help="quantise dot/convolution to int8 (quantize_int8), calibrated with --calibration",
+    )
+    precision.add_argument(
+        "--fp8",
+        action="store_true",
+        help="quantise dot/convolution to fp8 e4m3 (quantize_fp8), calibrated with --calibration",
+    )
+    transform.add_argument(
+        "--calibration",
+        metavar="FILE.npz",
+        help=f"calibration samples for --int8/--fp8: {FORMAT_HELP}; without it MIGraphX's "
+        "default parameters are used, which can lose much accuracy",
+    )
+    transform.add_argument(
+        "--calibration-samples",
+        type=positive_int,
+        metavar="N",
+        help="calibrate on the first N samples of --calibration (default: all of them); verify "
+        "--int8/--fp8 compares on the rest",
+    )
+    transform.add_argument(
+        "--calibration-method",
+        choices=("max", "percentile"),
+        help="with --int8/--fp8: the activations' statistic, max |x| (default) or the "
+        "99.99th percentile of |x|",
+    )
+    transform.add_argument(
+        "--keep-float",
+        type=positive_int,
+        metavar="N",
+        help="with --int8/--fp8: leave the N dot/convolution whose inputs are most peaked "
+        "(max|x| / rms(x) over the calibration) in float; helps transformers' feed-forward layers",
+    )
+    transform.add_argument(
+        "--smooth",
+        type=float,
+        metavar="ALPHA",
+        help="with --int8/--fp8: smooth activation outliers into the weights (SmoothQuant, "
+        "alpha in [0, 1], e.g. 0.5)",
     )
     add_shape_arguments(parser)
 
@@ -247,6 +298,8 @@ def resolve_model_file(args: argparse.Namespace) -> None:
 
 
 def _starts_saved(path: str) -> bool:
+    if not Path(path).is_file():  # a device or pipe could block or never end: the load says so
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(len(MAGIC)) == MAGIC
@@ -322,7 +375,10 @@ def _parse_model(args: argparse.Namespace, step: StepFn) -> LoadedModel:
 
 
 def _declared_inputs_of_file(path: str) -> list[DeclaredInput]:
-    """The ONNX file's declared inputs; none when it cannot be read (the parse then says why)."""
+    """The ONNX file's declared inputs; none when it cannot be read or is no regular file (a
+    device such as /dev/zero never ends): the parse then says why."""
+    if not Path(path).is_file():
+        return []
     try:
         data = Path(path).read_bytes()
     except OSError:
@@ -414,10 +470,34 @@ def _text_file_hint(path: str, exc: Exception) -> str:
     )
 
 
+PRECISIONS = ("fp16", "bf16", "int8", "fp8")
+#: the options that only --int8 / --fp8 take (argparse destinations)
+CALIBRATION_FLAGS = (
+    "calibration",
+    "calibration_samples",
+    "calibration_method",
+    "keep_float",
+    "smooth",
+)
+CALIBRATED = ("int8", "fp8")
+
+
+def precision_of(args: argparse.Namespace) -> str | None:
+    """The precision flag given (--fp16/--bf16/--int8/--fp8), if any; checks that
+    --calibration and --calibration-samples come with --int8/--fp8."""
+    precision = next((p for p in PRECISIONS if getattr(args, p, False)), None)
+    if precision not in CALIBRATED:
+        for flag in CALIBRATION_FLAGS:
+            if getattr(args, flag, None) is not None:
+                name = "--" + flag.replace("_", "-")
+                raise DriverError(f"{name} applies to --int8 or --fp8, which were not given")
+    return precision
+
+
 def apply_transforms(loaded: LoadedModel, args: argparse.Namespace, step: StepFn) -> None:
-    """--fp16 / --bf16, then -O, on `loaded.program` (in place); records what was done."""
-    precision = "fp16" if getattr(args, "fp16", False) else None
-    precision = "bf16" if getattr(args, "bf16", False) else precision
+    """--fp16 / --bf16 / --int8 / --fp8, then -O, on `loaded.program` (in place); records
+    what was done."""
+    precision = precision_of(args)
     optimize = getattr(args, "optimize", False)
     program = loaded.program
     if (precision or optimize) and program.is_compiled():
@@ -429,16 +509,13 @@ def apply_transforms(loaded: LoadedModel, args: argparse.Namespace, step: StepFn
             "model)"
         )
     done: list[str] = []
-    if precision is not None:
+    if precision in CALIBRATED:
+        quantize_calibrated(program, args, precision, step)
+        done.append(precision)
+    elif precision is not None:
         quantize = quantizer(precision)
-        errors = tuple(  # QuantizeError, where pygraphx.quantize defines it: a user's error
-            e for e in [getattr(sys.modules.get("pygraphx.quantize"), "QuantizeError", None)] if e
-        )
-        with step(f"quantize {precision}"):
-            try:
-                result = quantize(program)
-            except errors as exc:
-                raise DriverError(f"--{precision}: {exc}") from exc
+        with step(f"quantize {precision}"), quantize_errors(precision):
+            result = quantize(program)
         if isinstance(result, Program):  # in place, or returns the converted program
             loaded.program = program = result
         done.append(precision)
@@ -455,9 +532,127 @@ def apply_transforms(loaded: LoadedModel, args: argparse.Namespace, step: StepFn
     loaded.transforms = tuple(done)
 
 
-def quantizer(precision: str) -> Callable[[Program], Any]:
-    """`pygraphx.quantize.quantize_fp16` / `quantize_bf16`, imported only when asked for (the
-    package's own module, not the top-level `pygraphx`, which only the API imports)."""
+@contextlib.contextmanager
+def quantize_errors(precision: str) -> Any:
+    """QuantizeError (where pygraphx.quantize defines it) as a DriverError naming the flag."""
+    errors = tuple(
+        e for e in [getattr(sys.modules.get("pygraphx.quantize"), "QuantizeError", None)] if e
+    )
+    try:
+        yield
+    except errors as exc:
+        raise DriverError(f"--{precision}: {exc}") from exc
+
+
+def calibration_samples(
+    args: argparse.Namespace, program: Program
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the samples to calibrate on, the held-out rest) from --calibration (both empty
+    without it); --calibration-samples N takes the first N."""
+    path = getattr(args, "calibration", None)
+    if path is None:
+        return [], []
+    samples = read_calibration(path, program.get_parameter_shapes())
+    wanted = getattr(args, "calibration_samples", None)
+    if wanted is not None and wanted > len(samples):
+        raise DriverError(
+            f"--calibration-samples {wanted}: {path} holds only {len(samples)} sample(s)"
+        )
+    n = len(samples) if wanted is None else wanted
+    return samples[:n], samples[n:]
+
+
+def calibration_target(args: argparse.Namespace) -> Any:
+    """The target the calibration runs on: the command's (--ref/--cpu/--gpu; ref by default,
+    cpu for --auto when torch is installed), with --threads."""
+    from pygraphx.targets import get_target
+    from pygraphx.targets.gpu import GpuUnavailableError
+
+    name = getattr(args, "target", None) or "ref"
+    if name == "auto":
+        name = "cpu" if importlib.util.find_spec("torch") is not None else "ref"
+    threads = getattr(args, "threads", None) if name == "cpu" else None
+    try:
+        return get_target(name, threads=threads) if threads is not None else get_target(name)
+    except (ValueError, GpuUnavailableError) as exc:
+        raise DriverError(f"calibration on target {name!r}: {exc}") from None
+
+
+def warn_uncalibrated(precision: str, step: StepFn) -> None:
+    """The loud warning of --int8/--fp8 without --calibration."""
+    text = (
+        f"WARNING: --{precision} without --calibration: using MIGraphX's default {precision} "
+        "parameters (activation step 1/64), so larger activations saturate and ACCURACY MAY BE "
+        "LOST BADLY. Give --calibration FILE.npz with samples of real inputs."
+    )
+    _say(text, step, "bold red")
+
+
+def quantize_calibrated(
+    program: Program, args: argparse.Namespace, precision: str, step: StepFn
+) -> None:
+    """--int8 / --fp8: calibrate on --calibration's samples (a bar per sample on a terminal)
+    and quantise `program` in place."""
+    quantize = quantizer(precision)
+    samples, _ = calibration_samples(args, program)
+    if not samples:
+        warn_uncalibrated(precision, step)
+    target = calibration_target(args)
+    label = f"calibrate and quantize {precision} ({target.name})"
+    with progress_of_samples(step, label, samples) as samples:
+        with quantize_errors(precision), quantizer_warnings(precision, step):
+            quantize(program, target, samples, **quantizer_options(args))
+
+
+def quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
+    """--calibration-method, --keep-float and --smooth as `quantize_int8` / `quantize_fp8`
+    options (those given)."""
+    options = {
+        "method": getattr(args, "calibration_method", None),
+        "keep_float": getattr(args, "keep_float", None),
+        "smooth": getattr(args, "smooth", None),
+    }
+    return {k: v for k, v in options.items() if v is not None}
+
+
+@contextlib.contextmanager
+def progress_of_samples(step: StepFn, label: str, samples: list[Any]) -> Any:
+    """`step(label)`, with a bar per sample on a terminal; yields the samples to loop over."""
+    if isinstance(step, Steps) and samples:
+        with sample_progress(step, label, samples) as wrapped:
+            yield wrapped
+    else:
+        with step(label):
+            yield samples
+
+
+@contextlib.contextmanager
+def quantizer_warnings(precision: str, step: StepFn) -> Any:
+    """The quantiser's warnings as one plain `warning:` line each on stderr (the uncalibrated
+    one is left out: `warn_uncalibrated` says it louder)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        text = str(warning.message)
+        if not text.startswith(f"quantize_{precision}: no calibration"):
+            _say(f"warning: {text}", step)
+
+
+def _say(text: str, step: StepFn, style: str = "yellow") -> None:
+    """A line on stderr (through the steps' console when there is one)."""
+    if isinstance(step, Steps):
+        step.console.print(text, style=style, highlight=False)
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
+def quantizer(precision: str) -> Callable[..., Any]:
+    """`pygraphx.quantize.quantize_<precision>` (fp16, bf16, int8, fp8), imported only when
+    asked for (the package's own module, not the top-level `pygraphx`, which only the API
+    imports)."""
     name = f"quantize_{precision}"
     try:
         module = importlib.import_module("pygraphx.quantize")

@@ -2,6 +2,9 @@
 
     pygraphx-driver verify --onnx model.onnx -O --per-instruction
     pygraphx-driver verify --migraphx model.pgx --reference model.onnx
+    pygraphx-driver verify model.onnx --int8 --calibration cal.npz --cpu
+
+With `--int8` / `--fp8`, verify reports what quantisation costs instead (`quant_verify.py`).
 
 The candidate (the program as the command line makes it: -O, --fp16/--bf16, the chosen target,
 or a saved program) and the reference (the unoptimised parse of the same model, compiled for
@@ -29,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,8 +46,16 @@ from pygraphx.driver.commands import (
     compile_program,
     make_inputs,
 )
-from pygraphx.driver.compare import Comparison, Tolerance, compare, program_precision, tolerance_for
+from pygraphx.driver.compare import (
+    Comparison,
+    Tolerance,
+    compare,
+    finite_json,
+    program_precision,
+    tolerance_for,
+)
 from pygraphx.driver.loader import DriverError, add_loader_arguments, describe_source
+from pygraphx.driver.quant_verify import DEFAULT_RMS_TOL, cmd_verify_quantized
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.printer import format_instruction, instruction_names, print_module
 from pygraphx.ir.program import Program
@@ -106,7 +116,7 @@ class VerifyReport:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return _finite(
+        return finite_json(
             {
                 "passed": self.passed,
                 "precision": self.precision,
@@ -114,17 +124,6 @@ class VerifyReport:
                 "culprit": asdict(self.culprit) if self.culprit else None,
             }
         )
-
-
-def _finite(obj: Any) -> Any:
-    """JSON has no inf/nan: write them as strings."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 # --- running and recording ------------------------------------------------------------------
@@ -329,6 +328,15 @@ def verify_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="when an output differs, name the first instruction whose output diverges",
     )
+    check.add_argument(
+        "--rms-tol",
+        type=float,
+        metavar="TOL",
+        help="with --int8/--fp8: the largest relative RMS error ||q - f|| / ||f|| of an output "
+        "against float that passes (default "
+        + ", ".join(f"{v:g} for {k}" for k, v in DEFAULT_RMS_TOL.items())
+        + "); the report lists every quantised layer's SQNR, worst first",
+    )
     check.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -366,7 +374,12 @@ def _reference(args: argparse.Namespace, loaded: Any, steps: Steps) -> Program:
 
 
 def cmd_verify(args: argparse.Namespace, steps: Steps) -> int:
-    """Compare the candidate's outputs with the reference's; status 1 when any differs."""
+    """Compare the candidate's outputs with the reference's; status 1 when any differs.
+    With --int8 / --fp8: the quantisation's accuracy report (`quant_verify.py`)."""
+    if args.int8 or args.fp8:
+        return cmd_verify_quantized(args, steps)
+    if args.rms_tol is not None:
+        raise DriverError("--rms-tol judges verify --int8 / --fp8; give one of them")
     text = not args.json
     if text:
         print(f"Reading: {describe_source(args)}", flush=True)

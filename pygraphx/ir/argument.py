@@ -136,8 +136,11 @@ def generate_argument(shape: Shape, seed: int = 0) -> Argument:
         data = np.round(rng.uniform(-1.0, 1.0, lens), 3).astype(str).astype(object)
     elif shape.type() == "fp8e8m0_type":  # powers of two only, no sign, no zero
         data = rng.uniform(0.25, 1.0, lens).astype(dtype)
-    else:
-        data = rng.uniform(-1.0, 1.0, lens).astype(dtype)
+    else:  # drawn in float32 (float64 for double), never a float64 copy of a float32 input
+        data = rng.random(lens, dtype=np.float64 if dtype == np.float64 else np.float32)
+        data *= 2
+        data -= 1
+        data = data.astype(dtype, copy=False)
     return Argument(data, shape)
 
 

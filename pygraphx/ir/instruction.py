@@ -7,7 +7,8 @@ the use lists consistent; passes change instructions only through the module's m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 from pygraphx.ir.op import Op
 from pygraphx.ir.shape import Shape
@@ -15,6 +16,8 @@ from pygraphx.ir.shape import Shape
 if TYPE_CHECKING:
     from pygraphx.ir.argument import Literal
     from pygraphx.ir.module import Module
+
+_T = TypeVar("_T")
 
 
 class Instruction:
@@ -63,3 +66,18 @@ class Instruction:
 
     def __repr__(self) -> str:
         return f"<instruction {self.op.name} -> {self.shape}>"
+
+
+def reachable(start: Iterable[_T], step: Callable[[_T], Iterable[_T]]) -> Iterator[_T]:
+    """`start` and every node reached from it through `step` (an instruction's `inputs`, a
+    filter of its `outputs`, the modules a module calls), each once, depth first with an
+    explicit stack (graphs can be deep)."""
+    seen: set[int] = set()
+    stack = list(start)
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        yield x
+        stack.extend(step(x))

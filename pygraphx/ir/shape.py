@@ -46,6 +46,10 @@ _TYPES: dict[str, np.dtype] = {
 }
 _DTYPE_TO_TYPE: dict[np.dtype, str] = {v: k for k, v in _TYPES.items()}
 
+#: the most dimensions a shape may have (numpy's own limit; ONNX sets none, and a fuzzed model
+#: with a million-element Reshape target must be refused, not multiplied out)
+MAX_RANK = 64
+
 FLOAT_TYPES = frozenset(
     [
         "half_type",
@@ -144,6 +148,8 @@ class Shape:
             self._dyn = tuple(dyn_dims)
             lens = [d.max for d in self._dyn]
         self._lens = tuple(int(x) for x in lens)
+        if len(self._lens) > MAX_RANK:
+            raise ValueError(f"a shape of rank {len(self._lens)}: at most {MAX_RANK} are supported")
         if any(x < 0 for x in self._lens):
             raise ValueError(f"negative length in shape lens {list(self._lens)}")
         if strides is None:

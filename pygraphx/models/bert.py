@@ -28,18 +28,24 @@ from pygraphx.models._builder import GraphBuilder
 
 
 @dataclass(frozen=True)
-class BertConfig:
-    """Hyper-parameters of a BERT encoder (defaults: bert-base-uncased)."""
+class TransformerConfig:
+    """The hyper-parameters BERT and GPT-2 share (defaults: the base / small sizes)."""
 
-    vocab_size: int = 30522
     hidden: int = 768
     layers: int = 12
     heads: int = 12
+    init_std: float = 0.02
+
+
+@dataclass(frozen=True)
+class BertConfig(TransformerConfig):
+    """Hyper-parameters of a BERT encoder (defaults: bert-base-uncased)."""
+
+    vocab_size: int = 30522
     intermediate: int = 3072
     max_position: int = 512
     type_vocab: int = 2
     ln_eps: float = 1e-12
-    init_std: float = 0.02
 
 
 BERT_BASE = BertConfig()
@@ -95,6 +101,19 @@ def gelu_erf(gb: GraphBuilder, x: str) -> str:
     e = gb.op("Erf", gb.op("Div", x, gb.const(1.4142135, np.float32)))
     y = gb.op("Mul", x, gb.op("Add", e, gb.const(1.0, np.float32)))
     return gb.op("Mul", y, gb.const(0.5, np.float32))
+
+
+def start_graph(
+    batch: int, seq_len: int, seed: int, max_position: int
+) -> tuple[GraphBuilder, str, str]:
+    """A graph builder with the int64 [batch, seq_len] inputs ``input_ids`` and
+    ``attention_mask`` (their names), for a model of at most `max_position` positions."""
+    if not 1 <= seq_len <= max_position:
+        raise ValueError(f"seq_len must be in [1, {max_position}], got {seq_len}")
+    gb = GraphBuilder(seed)
+    ids = gb.add_input("input_ids", np.int64, [batch, seq_len])
+    mask = gb.add_input("attention_mask", np.int64, [batch, seq_len])
+    return gb, ids, mask
 
 
 def extended_mask(gb: GraphBuilder, mask: str) -> str:
@@ -153,11 +172,7 @@ def build_bert(
     ``token_type_ids`` (int64 [batch, seq_len]); outputs ``last_hidden_state`` and
     ``pooler_output``."""
     cfg = config
-    if not 1 <= seq_len <= cfg.max_position:
-        raise ValueError(f"seq_len must be in [1, {cfg.max_position}], got {seq_len}")
-    gb = GraphBuilder(seed)
-    ids = gb.add_input("input_ids", np.int64, [batch, seq_len])
-    mask_in = gb.add_input("attention_mask", np.int64, [batch, seq_len])
+    gb, ids, mask_in = start_graph(batch, seq_len, seed, cfg.max_position)
     types = gb.add_input("token_type_ids", np.int64, [batch, seq_len])
     std = cfg.init_std
 

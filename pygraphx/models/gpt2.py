@@ -25,26 +25,24 @@ import onnx
 
 from pygraphx.models._builder import GraphBuilder
 from pygraphx.models.bert import (
+    TransformerConfig,
     extended_mask,
     layer_norm,
     linear,
     merge_heads,
     shape_dims,
     split_heads,
+    start_graph,
 )
 
 
 @dataclass(frozen=True)
-class GPT2Config:
+class GPT2Config(TransformerConfig):
     """Hyper-parameters of a GPT-2 decoder (defaults: gpt2 small)."""
 
     vocab_size: int = 50257
-    hidden: int = 768
-    layers: int = 12
-    heads: int = 12
     n_positions: int = 1024
     ln_eps: float = 1e-5
-    init_std: float = 0.02
 
 
 GPT2_SMALL = GPT2Config()
@@ -110,11 +108,7 @@ def build_gpt2(
     """Build GPT-2 with an LM head; inputs ``input_ids`` and ``attention_mask``
     (int64 [batch, seq_len]); output ``logits`` [batch, seq_len, vocab]."""
     cfg = config
-    if not 1 <= seq_len <= cfg.n_positions:
-        raise ValueError(f"seq_len must be in [1, {cfg.n_positions}], got {seq_len}")
-    gb = GraphBuilder(seed)
-    ids = gb.add_input("input_ids", np.int64, [batch, seq_len])
-    mask_in = gb.add_input("attention_mask", np.int64, [batch, seq_len])
+    gb, ids, mask_in = start_graph(batch, seq_len, seed, cfg.n_positions)
     std = cfg.init_std
 
     with gb.scope("transformer"):

@@ -17,7 +17,7 @@ import onnx
 from onnx import numpy_helper
 
 from pygraphx.ir.argument import Literal
-from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.instruction import Instruction, reachable
 from pygraphx.ir.shape import Shape, from_dtype
 from pygraphx.onnx.errors import InputValueNeeded, OnnxParseError
 from pygraphx.ops.base import Op
@@ -35,18 +35,7 @@ def _params_feeding(ins: Instruction | None) -> list[Instruction]:
     """The parameters `ins` is computed from."""
     if ins is None:
         return []
-    seen: set[int] = set()
-    params: list[Instruction] = []
-    stack = [ins]
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if x.is_param():
-            params.append(x)
-        stack.extend(x.inputs)
-    return params
+    return [x for x in reachable([ins], lambda x: x.inputs) if x.is_param()]
 
 
 def _expected_types(default: Any) -> tuple[int, ...]:
@@ -178,6 +167,14 @@ class NodeContext:
         """Multibroadcast inputs to their common lens (numpy rules), as MIGraphX does."""
         lens = broadcast_lens(*(i.shape.lens() for i in inputs))
         return [self.broadcast_to(i, lens) for i in inputs]
+
+    def inline(self, graph: onnx.GraphProto, inputs: Sequence[Any], label: str) -> list[Any]:
+        """Parse the sub-graph `graph` into this node's module with `inputs` as its inputs
+        (one unrolled iteration or element); it sees every value in scope here."""
+        parser = self.parser
+        return parser.parse_subgraph(
+            graph, self.module, parser.scope_values(), label=label, inputs=inputs
+        )
 
     # --- compile-time values --------------------------------------------------------------
     def const(self, ins: Instruction | None) -> np.ndarray | None:

@@ -74,8 +74,13 @@ class _Model:
     data: bytes
     source: str
     model_dir: Path | None
+    tensors: dict[Any, np.ndarray] | None = None
+    """Initialisers decoded once, shared by every program parsed from this model (set for the
+    specializations; a plain parse decodes them as it goes)."""
 
     def parse(self, options: dict[str, Any]) -> Program:
+        if self.tensors is not None:
+            options = {**options, "tensor_cache": self.tensors}
         return parser.parse_bytes(self.data, self.source, self.model_dir, options)
 
     def proto(self) -> onnx.ModelProto:
@@ -194,9 +199,11 @@ def _attach(
 
 def restore_specializer(program: Program, spec: Mapping[str, Any]) -> None:
     """Set `program.specializer` from its spec: the model parsed again with the concrete lens of
-    every input and the values of `program.value_inputs`."""
+    every input and the values of `program.value_inputs`. The specializations share the model's
+    decoded initialisers: their weights are held once, however many the program's cache keeps."""
     model_dir = spec["model_dir"]
     model = _Model(bytes(spec["model"]), spec["source"], Path(model_dir) if model_dir else None)
+    model.tensors = {}
     options = dict(spec["options"])
     user_map = {n: list(v) for n, v in spec["map_input_dims"].items()}
 

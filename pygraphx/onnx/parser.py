@@ -19,6 +19,7 @@ handlers marked `takes_sequences` (and Identity) accept.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -59,6 +60,9 @@ OPTIONS = {
     # models whose shapes depend on input values compile per value at run time (onnx/dynamic.py);
     # False forbids it (such a model then fails to parse with InputValueNeeded)
     "specialize_on_input_values": True,
+    # internal: a dict shared by the parses of one model (onnx/dynamic.py's specializations):
+    # each initialiser is decoded once and its read-only array shared by every program
+    "tensor_cache": None,
 }
 
 #: ops that pass any value through unchanged, sequences and optionals included
@@ -264,7 +268,7 @@ class OnnxParser:
         initialised = set()
         for tensor in graph.initializer:
             values[tensor.name] = module.add_literal(
-                Literal(self.tensor_to_array(tensor), copy=False)
+                Literal(self.initializer_array(tensor), copy=False)
             )
             initialised.add(tensor.name)
         formal = [inp for inp in graph.input if inp.name not in initialised]
@@ -540,6 +544,23 @@ class OnnxParser:
         self._value_info[name] = onnx.helper.make_tensor_value_info(name, elem, shape.lens())
 
     # --- tensors and constants ------------------------------------------------------------
+    def initializer_array(self, tensor: onnx.TensorProto) -> np.ndarray:
+        """`tensor_to_array`, decoded once per model when the parse has a `tensor_cache` (an
+        initialiser held in the model's bytes, keyed by its name, type, dims and a digest of
+        its bytes); the array is then read-only and shared by the programs of that model."""
+        cache = self.options.get("tensor_cache")
+        if cache is None or tensor.data_location == onnx.TensorProto.EXTERNAL:
+            return self.tensor_to_array(tensor)
+        raw = tensor.raw_data
+        key = (tensor.name, tensor.data_type, tuple(tensor.dims), hashlib.sha256(raw).digest())
+        arr = cache.get(key) if raw else None
+        if arr is None:
+            arr = self.tensor_to_array(tensor)
+            arr.flags.writeable = False
+            if raw:
+                cache[key] = arr
+        return arr
+
     def tensor_to_array(self, tensor: onnx.TensorProto) -> np.ndarray:
         if tensor.data_type == onnx.TensorProto.STRING:
             raise OnnxParseError(

@@ -11,13 +11,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import ShapeError, ViewOp, one_input, register_op
+from pygraphx.ir.shape import MAX_RANK, Shape
+from pygraphx.ops.base import OneInputOp, ShapeError, ViewOp, register_op
 
 
 def broadcast_lens(*lens: Sequence[int]) -> list[int]:
     """The numpy-broadcast result of several lens; raises ShapeError when they clash."""
     rank = max((len(x) for x in lens), default=0)
+    if rank > MAX_RANK:
+        raise ShapeError(f"a broadcast to rank {rank}: at most {MAX_RANK} dimensions are supported")
     out = [1] * rank
     for x in lens:
         padded = [1] * (rank - len(x)) + list(x)
@@ -32,14 +34,13 @@ def broadcast_lens(*lens: Sequence[int]) -> list[int]:
 
 
 @register_op
-class Multibroadcast(ViewOp):
+class Multibroadcast(OneInputOp, ViewOp):
     """Broadcast the input to `out_lens` with numpy's rules (a view)."""
 
     name = "multibroadcast"
     out_lens: tuple[int, ...] = ()
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         lens, strides, out = s.lens(), s.strides(), list(self.out_lens)
         if len(lens) > len(out):
             raise ShapeError(f"multibroadcast: input rank {len(lens)} > output rank {len(out)}")
@@ -59,15 +60,14 @@ class Multibroadcast(ViewOp):
 
 
 @register_op
-class Broadcast(ViewOp):
+class Broadcast(OneInputOp, ViewOp):
     """Place the input's dimensions at `axis` of `out_lens`, broadcasting the rest (a view)."""
 
     name = "broadcast"
     axis: int = 0
     out_lens: tuple[int, ...] = ()
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         out = list(self.out_lens)
         if self.axis + s.ndim() > len(out):
             raise ShapeError(f"broadcast: input {s.lens()} at axis {self.axis} exceeds {out}")

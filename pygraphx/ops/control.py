@@ -28,39 +28,23 @@ Semantics (ONNX's, with static shapes):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from pygraphx.ir.op import EvaluatorFactory
 from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import Op, ShapeError, register_op
+from pygraphx.ops.base import BodyCall, ModuleOp, Op, ShapeError, register_op
 
 _STASH = "pygraphx.control"
 
 
-def run_module(
-    module: Any,
-    args: Sequence[np.ndarray],
-    outer: Mapping[int, np.ndarray],
-    evaluator: EvaluatorFactory,
-) -> list[np.ndarray]:
-    """Evaluate a body with its parameters bound in order to `args`."""
-    params = {p.op.parameter: a for p, a in zip(module.get_parameters(), args, strict=True)}
-    return evaluator(module).run(params, outer=outer)
-
-
-def _all_outputs(
-    body: Any,
-    args: Sequence[np.ndarray],
-    outer: Mapping[int, np.ndarray],
-    compute: Callable[[], list[np.ndarray]],
-) -> list[np.ndarray]:
+def _all_outputs(call: BodyCall, compute: Callable[[], list[np.ndarray]]) -> list[np.ndarray]:
     """Every output of a multi-output control node, computed once per evaluation (see the
     module docstring): sibling instructions get the same argument objects in one run."""
-    key = (_STASH, id(body))
+    args, outer = call.args, call.outer
+    key = (_STASH, id(call.modules[0]))
     entry = outer.get(key) if isinstance(outer, MutableMapping) else None  # type: ignore[call-overload]
     if entry is not None:
         old_args, results = entry
@@ -94,7 +78,7 @@ def _check_modules(op: Op, modules: Sequence[Any], count: int) -> None:
 
 
 @register_op
-class If(Op):
+class If(ModuleOp):
     """Output `output` of the branch `cond` selects (inputs: cond, then captured values)."""
 
     name = "if"
@@ -120,23 +104,16 @@ class If(Op):
             raise ShapeError(f"if: output {self.output} of {len(then_s)}")
         return then_s[self.output].as_standard()
 
-    def compute_with_modules(
-        self,
-        output_shape: Shape,
-        args: Sequence[np.ndarray],
-        modules: Sequence[Any],
-        outer: Mapping[int, np.ndarray],
-        evaluator: EvaluatorFactory,
-    ) -> np.ndarray:
+    def evaluate(self, call: BodyCall) -> np.ndarray:
         def compute() -> list[np.ndarray]:
-            branch = modules[0] if bool(_scalar(args[0])) else modules[1]
-            return [np.array(r, order="C") for r in run_module(branch, [], outer, evaluator)]
+            branch = call.modules[0] if bool(_scalar(call.args[0])) else call.modules[1]
+            return [np.array(r, order="C") for r in call.run(branch, [])]
 
-        return _all_outputs(modules[0], args, outer, compute)[self.output]
+        return _all_outputs(call, compute)[self.output]
 
 
 @register_op
-class Loop(Op):
+class Loop(ModuleOp):
     """ONNX Loop: inputs (trip_count, cond, v_init..., captured...); body (iter, cond, v...) ->
     (cond, v..., scan...). Output k < N is the final v[k], else scan output k - N stacked along
     a new axis 0 of static length `max_iterations`."""
@@ -185,16 +162,9 @@ class Loop(Op):
         s = outs[1 + self.output]
         return Shape(s.type(), [self.max_iterations] + s.lens())
 
-    def compute_with_modules(
-        self,
-        output_shape: Shape,
-        args: Sequence[np.ndarray],
-        modules: Sequence[Any],
-        outer: Mapping[int, np.ndarray],
-        evaluator: EvaluatorFactory,
-    ) -> np.ndarray:
-        body = modules[0]
-        n, k = self._layout(modules)
+    def evaluate(self, call: BodyCall) -> np.ndarray:
+        args, body = call.args, call.modules[0]
+        n, k = self._layout(call.modules)
 
         def compute() -> list[np.ndarray]:
             params = body.get_parameters()
@@ -206,7 +176,7 @@ class Loop(Op):
             trip = int(_scalar(args[0]))
             cond = bool(_scalar(args[1]))
             carried = list(args[2 : 2 + n])
-            body_evaluator = evaluator(body)
+            body_evaluator = call.evaluator(body)
             i = 0
             while i < trip and cond:
                 if k and i >= length:
@@ -217,7 +187,7 @@ class Loop(Op):
                     )
                 bound = [np.full(iter_lens, i, dtype=np.int64), np.full(cond_lens, cond)]
                 res = body_evaluator.run(
-                    dict(zip(names, bound + carried, strict=True)), outer=outer
+                    dict(zip(names, bound + carried, strict=True)), outer=call.outer
                 )
                 cond = bool(_scalar(res[0]))
                 carried = list(res[1 : 1 + n])
@@ -226,7 +196,7 @@ class Loop(Op):
                 i += 1
             return [np.array(c, order="C") for c in carried] + scans
 
-        return _all_outputs(body, args, outer, compute)[self.output]
+        return _all_outputs(call, compute)[self.output]
 
 
 def _norm(axis: int, rank: int, what: str) -> int:
@@ -236,7 +206,7 @@ def _norm(axis: int, rank: int, what: str) -> int:
 
 
 @register_op
-class Scan(Op):
+class Scan(ModuleOp):
     """ONNX Scan: inputs (state_init..., scan_in..., captured...); body (state..., slice...) ->
     (state..., scan_out...). Opset-8 models set `batched` (a leading batch axis everywhere)."""
 
@@ -307,22 +277,15 @@ class Scan(Op):
         lens.insert(axis, length)
         return Shape(s.type(), batch + lens)
 
-    def compute_with_modules(
-        self,
-        output_shape: Shape,
-        args: Sequence[np.ndarray],
-        modules: Sequence[Any],
-        outer: Mapping[int, np.ndarray],
-        evaluator: EvaluatorFactory,
-    ) -> np.ndarray:
-        body = modules[0]
+    def evaluate(self, call: BodyCall) -> np.ndarray:
+        args, body = call.args, call.modules[0]
         shapes = [Shape(a.dtype, a.shape) for a in args]
-        n, k, length = self._layout(shapes, modules)
+        n, k, length = self._layout(shapes, call.modules)
         m = self.num_scan_inputs
 
         def one(states: list[np.ndarray], xs: list[np.ndarray]) -> list[np.ndarray]:
             names = body.get_parameter_names()
-            body_evaluator = evaluator(body)
+            body_evaluator = call.evaluator(body)
             axes = [
                 _norm(a, x.ndim, "scan input axis")
                 for a, x in zip(self.scan_input_axes, xs, strict=True)
@@ -334,7 +297,7 @@ class Scan(Op):
                     for x, a, d in zip(xs, axes, self.scan_input_directions, strict=True)
                 ]
                 res = body_evaluator.run(
-                    dict(zip(names, states + slices, strict=True)), outer=outer
+                    dict(zip(names, states + slices, strict=True)), outer=call.outer
                 )
                 states = list(res[:n])
                 for acc, r in zip(per_step, res[n:], strict=True):
@@ -362,10 +325,11 @@ class Scan(Op):
                 return [
                     np.zeros(s.lens(), dtype=s.dtype())
                     for s in (
-                        replace(self, output=j).compute_shape(shapes, modules) for j in range(n + k)
+                        replace(self, output=j).compute_shape(shapes, call.modules)
+                        for j in range(n + k)
                     )
                 ]
             per_batch = [one([s[b] for s in states], [x[b] for x in xs]) for b in range(batch)]
             return [np.stack([r[j] for r in per_batch]) for j in range(n + k)]
 
-        return _all_outputs(body, args, outer, compute)[self.output]
+        return _all_outputs(call, compute)[self.output]

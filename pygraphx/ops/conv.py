@@ -4,8 +4,8 @@
 `convolution` is N-d grouped convolution, `deconvolution` its transpose (ONNX ConvTranspose) and
 `deform_convolution` ONNX DeformConv (learned per-tap offsets and an optional mask). They work on
 `N x C x D1 x ... x Dn` inputs with any number (>= 1) of spatial dimensions; `padding`, `stride`
-and `dilation` follow the rules in `nn.py`, which also holds the spatial helpers (`_windows`,
-`_pad`, `split_padding`, `same_padding`, ...) shared with `pooling.py`.
+and `dilation` follow the rules in `spatial.py`, which holds the spatial helpers (`windows`,
+`pad`, `split_padding`, `same_padding`, ...) shared with `pooling.py`.
 
 In the pipeline: the ONNX handlers (`onnx/handlers/conv.py`) build these ops with `auto_pad`
 already resolved into explicit padding; passes (`eliminate_pad`) may fold a zero `pad` into
@@ -18,6 +18,7 @@ Runtime does; half, bf16 and fp8 are computed in float32 and rounded once.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from math import prod
@@ -25,41 +26,42 @@ from math import prod
 import numpy as np
 
 from pygraphx.ir.shape import Shape
+from pygraphx.ops import spatial
 from pygraphx.ops.base import Op, ShapeError, check_arity, register_op
-from pygraphx.ops.nn import (
-    _check_input,
-    _check_spatial,
-    _pad,
-    _taps,
-    _windows,
-    dilated,
-    same_padding,
-    split_padding,
-    work_dtype,
-)
 
 # convolution padding_mode values (MIGraphX's padding_mode_t)
 PADDING_DEFAULT, SAME_LOWER, SAME_UPPER = 0, 1, 2
 
 
 # --- convolution -----------------------------------------------------------------------------
-def _check_input_weights(op: Op, inputs: Sequence[Shape]) -> int:
+@dataclasses.dataclass(frozen=True)
+class _ConvOp(Op):
+    """The attributes `convolution` and `deconvolution` share (MIGraphX's names and order)."""
+
+    padding: tuple[int, ...] = (0, 0)
+    stride: tuple[int, ...] = (1, 1)
+    dilation: tuple[int, ...] = (1, 1)
+    group: int = 1
+    padding_mode: int = PADDING_DEFAULT
+
+
+def _check_input_weights(op: _ConvOp, inputs: Sequence[Shape]) -> int:
     """Checks a (de)convolution's input and weights; returns the number of spatial dims."""
     check_arity(op, inputs, 2)
     x, w = inputs
-    nd = _check_input(op, x)
+    nd = spatial.check_input(op, x)
     if w.ndim() != x.ndim():
         raise ShapeError(
             f"{op.name}: weights lens {w.lens()} must have the input's rank {x.ndim()}"
         )
     if x.type() != w.type():
         raise ShapeError(f"{op.name}: input {x.type()} and weights {w.type()} differ")
-    _check_spatial(op, nd, stride=op.stride, dilation=op.dilation)  # type: ignore[attr-defined]
+    spatial.check_spatial(op, nd, stride=op.stride, dilation=op.dilation)
     return nd
 
 
 @register_op
-class Convolution(Op):
+class Convolution(_ConvOp):
     """N-d convolution: input (N, C, *in), weights (M, C / group, *k) -> (N, M, *out).
 
     `padding_mode` 1 / 2 (same_lower / same_upper) ignores `padding` and pads so that
@@ -67,21 +69,16 @@ class Convolution(Op):
     """
 
     name = "convolution"
-    padding: tuple[int, ...] = (0, 0)
-    stride: tuple[int, ...] = (1, 1)
-    dilation: tuple[int, ...] = (1, 1)
-    group: int = 1
-    padding_mode: int = PADDING_DEFAULT
 
     def pads(self, x: Sequence[int], w: Sequence[int]) -> tuple[list[int], list[int]]:
         """Effective (begin, end) padding for input lens `x` and weight lens `w`."""
         nd = len(x) - 2
         if self.padding_mode in (SAME_LOWER, SAME_UPPER):
-            spans = [dilated(k, d) for k, d in zip(w[2:], self.dilation, strict=True)]
-            return same_padding(x[2:], spans, self.stride, self.padding_mode == SAME_LOWER)
+            spans = [spatial.dilated(k, d) for k, d in zip(w[2:], self.dilation, strict=True)]
+            return spatial.same_padding(x[2:], spans, self.stride, self.padding_mode == SAME_LOWER)
         if self.padding_mode != PADDING_DEFAULT:
             raise ShapeError(f"{self.name}: unknown padding_mode {self.padding_mode}")
-        begin, end = split_padding(self, self.padding, nd)
+        begin, end = spatial.split_padding(self, self.padding, nd)
         if any(p < 0 for p in begin + end):
             raise ShapeError(f"{self.name}: padding {list(self.padding)} must not be negative")
         return begin, end
@@ -102,7 +99,7 @@ class Convolution(Op):
         for n, k, b, e, s, d in zip(
             xl[2:], wl[2:], begin, end, self.stride, self.dilation, strict=True
         ):
-            span = n + b + e - dilated(k, d)
+            span = n + b + e - spatial.dilated(k, d)
             if span < 0:
                 raise ShapeError(
                     f"{self.name}: kernel {wl[2:]} (dilation {list(self.dilation)}) is larger "
@@ -113,9 +110,9 @@ class Convolution(Op):
 
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
         x, w = args
-        acc = work_dtype(output_shape.type())
+        acc = spatial.work_dtype(output_shape.type())
         begin, end = self.pads(x.shape, w.shape)
-        xp = _pad(x.astype(acc, copy=False), begin, end, 0)
+        xp = spatial.pad(x.astype(acc, copy=False), begin, end, 0)
         out = output_shape.lens()[2:]
         y = conv_nd(xp, w.astype(acc, copy=False), self.stride, self.dilation, self.group, out)
         return y.astype(output_shape.dtype(), copy=False)
@@ -142,7 +139,7 @@ class QuantConvolution(Convolution):
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
         x, w = args
         begin, end = self.pads(x.shape, w.shape)
-        xp = _pad(x.astype(np.float64), begin, end, 0)
+        xp = spatial.pad(x.astype(np.float64), begin, end, 0)
         out = output_shape.lens()[2:]
         # products of 8-bit values: every partial sum stays an integer below 2**53 (exact)
         y = conv_nd(xp, w.astype(np.float64), self.stride, self.dilation, self.group, out)
@@ -161,14 +158,14 @@ def conv_nd(
     n, c = xp.shape[:2]
     m, cg, *k = w.shape
     nd, mg, kk, p = len(k), m // group, prod(k), prod(out)
-    win = _windows(xp, k, stride, dilation, out)  # (N, C, *out, *k)
+    win = spatial.windows(xp, k, stride, dilation, out)  # (N, C, *out, *k)
     if cg == 1 and group > 1:
         # depthwise: a multiply-add per kernel tap over the whole output, no tiny GEMMs
         wt = w.reshape(group, mg, kk)
         y = np.zeros((n, group, mg, *out), dtype=xp.dtype)
         tmp = np.empty_like(y)
         ones = (1,) * nd
-        for t, tap in enumerate(_taps(k)):
+        for t, tap in enumerate(spatial.taps(k)):
             src = win[(..., *tap)][:, :, None]
             np.multiply(src, wt[:, :, t].reshape(group, mg, *ones), out=tmp)
             y += tmp
@@ -183,7 +180,7 @@ def conv_nd(
 
 
 @register_op
-class Deconvolution(Op):
+class Deconvolution(_ConvOp):
     """N-d transposed convolution (ONNX ConvTranspose): (N, C, *in), (C, M / group, *k).
 
     The full result has length (in - 1) * stride + dilated(k); `padding` crops `begin` values
@@ -192,11 +189,6 @@ class Deconvolution(Op):
     """
 
     name = "deconvolution"
-    padding: tuple[int, ...] = (0, 0)
-    stride: tuple[int, ...] = (1, 1)
-    dilation: tuple[int, ...] = (1, 1)
-    group: int = 1
-    padding_mode: int = PADDING_DEFAULT
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
         x, w = inputs
@@ -211,12 +203,12 @@ class Deconvolution(Op):
                 f"{self.name}: weights {wl} need weights[0] == input channels {xl[1]}, "
                 f"divisible by group {self.group}"
             )
-        begin, end = split_padding(self, self.padding, nd)
+        begin, end = spatial.split_padding(self, self.padding, nd)
         out = []
         for n, k, b, e, s, d in zip(
             xl[2:], wl[2:], begin, end, self.stride, self.dilation, strict=True
         ):
-            size = (n - 1) * s + dilated(k, d) - b - e
+            size = (n - 1) * s + spatial.dilated(k, d) - b - e
             if size < 1:
                 raise ShapeError(
                     f"{self.name}: padding {list(self.padding)} leaves no output for input "
@@ -227,7 +219,7 @@ class Deconvolution(Op):
 
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
         x, w = args
-        acc = work_dtype(output_shape.type())
+        acc = spatial.work_dtype(output_shape.type())
         x, w = x.astype(acc, copy=False), w.astype(acc, copy=False)
         n, c, *size = x.shape
         _, mg, *k = w.shape
@@ -237,17 +229,17 @@ class Deconvolution(Op):
         wt = w.reshape(g, cg, mg * prod(k)).transpose(0, 2, 1)
         cols = np.matmul(wt, x.reshape(n, g, cg, prod(size))).reshape(n, m, *k, *size)
         spans = [
-            (i - 1) * s + dilated(kk, d)
+            (i - 1) * s + spatial.dilated(kk, d)
             for i, kk, s, d in zip(size, k, self.stride, self.dilation, strict=True)
         ]
         full = np.zeros((n, m, *spans), dtype=acc)
-        for tap in _taps(k):
+        for tap in spatial.taps(k):
             dst = tuple(
                 slice(t * d, t * d + (i - 1) * s + 1, s)
                 for t, d, i, s in zip(tap, self.dilation, size, self.stride, strict=True)
             )
             full[(slice(None), slice(None), *dst)] += cols[(slice(None), slice(None), *tap)]
-        begin, _ = split_padding(self, self.padding, nd)
+        begin, _ = spatial.split_padding(self, self.padding, nd)
         out = output_shape.lens()
         y = np.zeros(out, dtype=acc)
         src, dst = [], []
@@ -299,16 +291,16 @@ class DeformConvolution(Op):
         return out
 
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
-        acc = work_dtype(output_shape.type())
+        acc = spatial.work_dtype(output_shape.type())
         x, w, offset = (a.astype(acc, copy=False) for a in args[:3])
         n, c, *size = x.shape
         m, cg, *k = w.shape
         out = output_shape.lens()[2:]
         nd, og, kk, p, g = len(size), self.offset_group, prod(k), prod(out), self.group
-        begin, _ = split_padding(self, self.padding, nd)
+        begin, _ = spatial.split_padding(self, self.padding, nd)
         off = offset.reshape(n, og, kk, nd, p)
         # sampling position of every (tap, output) pair along each spatial dim: (N, og, K, P)
-        taps = np.array(list(_taps(k)), dtype=acc).reshape(kk, nd)
+        taps = np.array(list(spatial.taps(k)), dtype=acc).reshape(kk, nd)
         grid = np.stack(np.meshgrid(*(np.arange(o, dtype=acc) for o in out), indexing="ij"))
         grid = grid.reshape(nd, p)
         pos = [

@@ -18,19 +18,18 @@ from collections.abc import Sequence
 import numpy as np
 
 from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import Op, ShapeError, check_arity, check_same_type, one_input, register_op
+from pygraphx.ops.base import OneInputOp, Op, ShapeError, check_arity, check_same_type, register_op
 from pygraphx.ops.layout import _axes, _axis, _ints
 
 
 @register_op
-class Reverse(Op):
+class Reverse(OneInputOp):
     """Reverse the order of the elements along `axes` (a packed copy)."""
 
     name = "reverse"
     axes: tuple[int, ...] = ()
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         _axes(self, self.axes, s.ndim())
         return Shape(s.type(), s.lens())
 
@@ -75,7 +74,7 @@ PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 
 @register_op
-class Pad(Op):
+class Pad(OneInputOp):
     """Pad with `pads` = [begin_0, ..., begin_n, end_0, ..., end_n] (non-negative).
 
     `mode` is constant (with `value`), reflect (mirror without the edge), edge (repeat the edge)
@@ -105,8 +104,7 @@ class Pad(Op):
                     raise ShapeError(f"pad: {self.mode} padding of an empty dimension")
         return widths
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         widths = self._widths(s)
         return Shape(s.type(), [n + b + e for n, (b, e) in zip(s.lens(), widths, strict=True)])
 

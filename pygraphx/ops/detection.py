@@ -28,7 +28,7 @@ from typing import ClassVar
 import numpy as np
 
 from pygraphx.ir.shape import FLOAT_TYPES, Shape
-from pygraphx.ops.base import Op, ShapeError, check_arity, normalize_axis, one_input, register_op
+from pygraphx.ops.base import OneInputOp, Op, ShapeError, check_arity, normalize_axis, register_op
 
 
 def _check_count(op: Op, got: int, count: int, what: str) -> None:
@@ -291,7 +291,7 @@ def nonzero(x: np.ndarray) -> np.ndarray:
 
 
 @register_op
-class Nonzero(Op):
+class Nonzero(OneInputOp):
     """The indices of the non-zero elements, [rank, count] int64, in row-major order (a scalar
     counts as rank 1, as ONNX Runtime has it)."""
 
@@ -299,8 +299,7 @@ class Nonzero(Op):
     count: int = -1
     data_dependent: ClassVar[bool] = True
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         n = self.count if self.count >= 0 else s.elements()
         return Shape("int64_type", [max(s.ndim(), 1), n])
 
@@ -332,7 +331,7 @@ def unique(
 
 
 @register_op
-class Unique(Op):
+class Unique(OneInputOp):
     """ONNX Unique; `output` picks one of (Y, indices, inverse_indices, counts), as `topk`'s
     `output` does. `axis=None` flattens the input; `count` is the declared number of unique
     values (slices along `axis`), -1 when unknown (see the module)."""
@@ -344,8 +343,7 @@ class Unique(Op):
     count: int = -1
     data_dependent: ClassVar[bool] = True
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         if self.output not in (0, 1, 2, 3):
             raise ShapeError(f"unique: output must be 0..3, got {self.output}")
         lens = s.lens()

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pygraphx.ir.shape import FLOAT_TYPES, Shape, to_dtype
-from pygraphx.ops.base import Op, ShapeError, check_arity, normalize_axis, one_input, register_op
+from pygraphx.ops.base import OneInputOp, Op, ShapeError, check_arity, normalize_axis, register_op
 
 INDEX_TYPES = ("int32_type", "int64_type")
 
@@ -380,14 +380,13 @@ class TensorScatter(Op):
 
 # --- BitCast ----------------------------------------------------------------------------------
 @register_op
-class Bitcast(Op):
+class Bitcast(OneInputOp):
     """The input's bytes reinterpreted as `target_type`, which must have the same width."""
 
     name = "bitcast"
     target_type: str = "int32_type"
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         if to_dtype(self.target_type).itemsize != s.type_size():
             raise ShapeError(
                 f"bitcast: {s.type()} ({s.type_size() * 8} bits) and {self.target_type} "

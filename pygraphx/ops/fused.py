@@ -7,17 +7,16 @@ the element-wise work around it. The reference semantics just evaluate the body.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from pygraphx.ir.op import EvaluatorFactory
 from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import Op, ShapeError, register_op
+from pygraphx.ops.base import BodyCall, ModuleOp, ShapeError, register_op
 
 
-class _ModuleOp(Op):
+class _FusedOp(ModuleOp):
     def compute_shape(self, inputs: Sequence[Shape], modules: Sequence[Any] = ()) -> Shape:
         if len(modules) != 1:
             raise ShapeError(f"{self.name}: needs exactly one sub-module, got {len(modules)}")
@@ -33,24 +32,17 @@ class _ModuleOp(Op):
             raise ShapeError(f"{self.name}: body must return one value, returns {len(outs)}")
         return outs[0].as_standard()
 
-    def compute_with_modules(
-        self,
-        output_shape: Shape,
-        args: Sequence[np.ndarray],
-        modules: Sequence[Any],
-        outer: Mapping[int, np.ndarray],
-        evaluator: EvaluatorFactory,
-    ) -> np.ndarray:
-        body = modules[0]
-        params = {p.op.parameter: a for p, a in zip(body.get_parameters(), args, strict=True)}
-        return evaluator(body).run(params)[0]
+    def evaluate(self, call: BodyCall) -> np.ndarray:
+        body = call.modules[0]
+        # a fused body reads only its parameters: no outer values to copy in
+        return call.evaluator(body).run(call.params(body, call.args))[0]
 
 
 @register_op
-class PointwiseModule(_ModuleOp):
+class PointwiseModule(_FusedOp):
     name = "pointwise"
 
 
 @register_op
-class FusedReduce(_ModuleOp):
+class FusedReduce(_FusedOp):
     name = "fused_reduce"

@@ -18,8 +18,9 @@ Two dtype rules live here and nowhere else:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import ml_dtypes
 import numpy as np
@@ -27,6 +28,7 @@ import scipy.special
 from numpy.typing import DTypeLike
 
 Axes = Sequence[int]
+_H = TypeVar("_H")
 
 #: the floating types narrower than float32 (computed in float32)
 _NARROW_FLOATS = frozenset(
@@ -160,136 +162,23 @@ def highest(dtype: np.dtype) -> Any:
     return np.inf
 
 
-class NumpyOps:
-    """The numpy ops handler (errors on invalid values are silenced, as in C++)."""
+def library_primitives(
+    library: Any, table: str, **functions: Callable[..., Any]
+) -> Callable[[type[_H]], type[_H]]:
+    """A class decorator that fills a handler from a table: each entry of `table` (separated
+    by white space) is a primitive `name`, or `name=function`, that becomes a static method
+    calling `library`'s function of that name; each keyword a static method calling the
+    function it names. A function the library lacks fails at import time."""
 
-    # arithmetic
-    add = staticmethod(np.add)
-    sub = staticmethod(np.subtract)
-    mul = staticmethod(np.multiply)
-    neg = staticmethod(np.negative)
-    abs = staticmethod(np.abs)
-    sign = staticmethod(np.sign)
-    maximum = staticmethod(np.maximum)
-    minimum = staticmethod(np.minimum)
-    fmax = staticmethod(np.fmax)
-    fmin = staticmethod(np.fmin)
-    floor = staticmethod(np.floor)
-    ceil = staticmethod(np.ceil)
-    # transcendental
-    exp = staticmethod(np.exp)
-    log = staticmethod(np.log)
-    sqrt = staticmethod(np.sqrt)
-    sin = staticmethod(np.sin)
-    cos = staticmethod(np.cos)
-    tan = staticmethod(np.tan)
-    asin = staticmethod(np.arcsin)
-    acos = staticmethod(np.arccos)
-    atan = staticmethod(np.arctan)
-    sinh = staticmethod(np.sinh)
-    cosh = staticmethod(np.cosh)
-    tanh = staticmethod(np.tanh)
-    asinh = staticmethod(np.arcsinh)
-    acosh = staticmethod(np.arccosh)
-    atanh = staticmethod(np.arctanh)
-    isnan = staticmethod(np.isnan)
-    isinf = staticmethod(np.isinf)
-    # comparison and logic
-    equal = staticmethod(np.equal)
-    less = staticmethod(np.less)
-    greater = staticmethod(np.greater)
-    less_equal = staticmethod(np.less_equal)
-    greater_equal = staticmethod(np.greater_equal)
-    logical_and = staticmethod(np.logical_and)
-    logical_or = staticmethod(np.logical_or)
-    logical_xor = staticmethod(np.logical_xor)
-    logical_not = staticmethod(np.logical_not)
-    bitwise_and = staticmethod(np.bitwise_and)
-    bitwise_or = staticmethod(np.bitwise_or)
-    bitwise_xor = staticmethod(np.bitwise_xor)
-    bitwise_not = staticmethod(np.invert)
-    where = staticmethod(np.where)
-    compute_dtype = staticmethod(compute_dtype)
+    def fill(cls: type[_H]) -> type[_H]:
+        for entry in table.split():
+            name, _, function = entry.partition("=")
+            setattr(cls, name, staticmethod(getattr(library, function or name)))
+        for name, fn in functions.items():
+            setattr(cls, name, staticmethod(fn))
+        return cls
 
-    @staticmethod
-    def div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Division; integers truncate toward zero (C semantics, as ONNX specifies)."""
-        if np.issubdtype(x.dtype, np.integer):
-            q = np.trunc(np.true_divide(x, y))
-            return q.astype(x.dtype)
-        return np.true_divide(x, y)
-
-    @staticmethod
-    def fmod(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return np.fmod(x, y)
-
-    @staticmethod
-    def mod(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return np.mod(x, y)
-
-    @staticmethod
-    def pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return np.power(x, y)
-
-    @staticmethod
-    def erf(x: np.ndarray) -> np.ndarray:
-        return _erf(x)
-
-    @staticmethod
-    def round(x: np.ndarray) -> np.ndarray:
-        return np.round(x)  # half to even, as ONNX Round
-
-    @staticmethod
-    def recip(x: np.ndarray) -> np.ndarray:
-        return np.reciprocal(x)
-
-    @staticmethod
-    def rsqrt(x: np.ndarray) -> np.ndarray:
-        return np.reciprocal(np.sqrt(x))
-
-    @staticmethod
-    def sigmoid(x: np.ndarray) -> np.ndarray:
-        return _sigmoid(x)
-
-    @staticmethod
-    def constant(value: Any, like: np.ndarray) -> np.ndarray:
-        """A scalar of `like`'s dtype (broadcasts against it)."""
-        dtype = like.dtype if hasattr(like, "dtype") else np.asarray(like).dtype
-        return np.asarray(value, dtype=dtype)
-
-    @staticmethod
-    def cast(x: np.ndarray, dtype: DTypeLike) -> np.ndarray:
-        return np.asarray(x).astype(dtype)
-
-    # reductions
-    @staticmethod
-    def reduce_sum(x: np.ndarray, axes: Axes) -> np.ndarray:
-        x = np.asarray(x)
-        return np.sum(x, axis=tuple(axes), keepdims=True, dtype=accumulation_dtype(x.dtype))
-
-    @staticmethod
-    def reduce_prod(x: np.ndarray, axes: Axes) -> np.ndarray:
-        x = np.asarray(x)
-        return np.prod(x, axis=tuple(axes), keepdims=True, dtype=accumulation_dtype(x.dtype))
-
-    @staticmethod
-    def reduce_max(x: np.ndarray, axes: Axes) -> np.ndarray:
-        x = np.asarray(x)
-        return np.max(x, axis=tuple(axes), keepdims=True, initial=lowest(x.dtype))
-
-    @staticmethod
-    def reduce_min(x: np.ndarray, axes: Axes) -> np.ndarray:
-        x = np.asarray(x)
-        return np.min(x, axis=tuple(axes), keepdims=True, initial=highest(x.dtype))
-
-    @staticmethod
-    def reduce_mean(x: np.ndarray, axes: Axes) -> np.ndarray:
-        x = np.asarray(x)
-        total = NumpyOps.reduce_sum(x, axes)
-        count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-        if count == 0:
-            return total
-        return total / np.asarray(count, dtype=total.dtype)
+    return fill
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -306,6 +195,72 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 def _erf(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     return scipy.special.erf(x).astype(x.dtype, copy=False)
+
+
+def _accumulated(reduce: Callable[..., np.ndarray], x: np.ndarray, axes: Axes) -> np.ndarray:
+    """`reduce` (np.sum, np.prod) over `axes`, kept, in `accumulation_dtype`."""
+    x = np.asarray(x)
+    return reduce(x, axis=tuple(axes), keepdims=True, dtype=accumulation_dtype(x.dtype))
+
+
+def _extreme(
+    reduce: Callable[..., np.ndarray], empty: Callable[[np.dtype], Any], x: np.ndarray, axes: Axes
+) -> np.ndarray:
+    """`reduce` (np.max, np.min) over `axes`, kept; an empty reduction gives `empty(dtype)`."""
+    x = np.asarray(x)
+    return reduce(x, axis=tuple(axes), keepdims=True, initial=empty(x.dtype))
+
+
+@library_primitives(
+    np,
+    """add sub=subtract mul=multiply neg=negative pow=power recip=reciprocal fmod mod round
+    maximum minimum fmax fmin floor ceil abs sign exp log sqrt sin cos tan sinh cosh tanh
+    asin=arcsin acos=arccos atan=arctan asinh=arcsinh acosh=arccosh atanh=arctanh
+    isnan isinf equal less greater less_equal greater_equal logical_and logical_or logical_xor
+    logical_not bitwise_and bitwise_or bitwise_xor bitwise_not=invert where""",
+    erf=_erf,
+    sigmoid=_sigmoid,
+    compute_dtype=compute_dtype,
+    reduce_sum=partial(_accumulated, np.sum),
+    reduce_prod=partial(_accumulated, np.prod),
+    reduce_max=partial(_extreme, np.max, lowest),
+    reduce_min=partial(_extreme, np.min, highest),
+)
+class NumpyOps:
+    """The numpy ops handler (errors on invalid values are silenced, as in C++): numpy's
+    functions from the table above (`round` is half to even, as ONNX Round), and the
+    primitives numpy has no one function for."""
+
+    @staticmethod
+    def div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Division; integers truncate toward zero (C semantics, as ONNX specifies)."""
+        if np.issubdtype(x.dtype, np.integer):
+            q = np.trunc(np.true_divide(x, y))
+            return q.astype(x.dtype)
+        return np.true_divide(x, y)
+
+    @staticmethod
+    def rsqrt(x: np.ndarray) -> np.ndarray:
+        return np.reciprocal(np.sqrt(x))
+
+    @staticmethod
+    def constant(value: Any, like: np.ndarray) -> np.ndarray:
+        """A scalar of `like`'s dtype (broadcasts against it)."""
+        dtype = like.dtype if hasattr(like, "dtype") else np.asarray(like).dtype
+        return np.asarray(value, dtype=dtype)
+
+    @staticmethod
+    def cast(x: np.ndarray, dtype: DTypeLike) -> np.ndarray:
+        return np.asarray(x).astype(dtype)
+
+    @staticmethod
+    def reduce_mean(x: np.ndarray, axes: Axes) -> np.ndarray:
+        x = np.asarray(x)
+        total = _accumulated(np.sum, x, axes)
+        count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+        if count == 0:
+            return total
+        return total / np.asarray(count, dtype=total.dtype)
 
 
 NUMPY = NumpyOps()

@@ -17,8 +17,8 @@ from math import prod
 
 import numpy as np
 
-from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import Op, ShapeError, ViewOp, check_arity, one_input, register_op
+from pygraphx.ir.shape import MAX_RANK, Shape
+from pygraphx.ops.base import OneInputOp, Op, ShapeError, ViewOp, check_arity, register_op
 from pygraphx.ops.broadcast import broadcast_lens
 
 
@@ -40,6 +40,8 @@ def _axes(op: Op, axes: Sequence[int], rank: int) -> list[int]:
 def reshape_lens(lens: Sequence[int], dims: Sequence[int], allowzero: bool = False) -> list[int]:
     """Resolve reshape dims (ONNX/MIGraphX rules): 0 copies the input dimension unless
     `allowzero`, one -1 is inferred. Raises ValueError when the dims do not fit `lens`."""
+    if len(dims) > MAX_RANK:
+        raise ValueError(f"{len(dims)} target dimensions: at most {MAX_RANK} are supported")
     out = []
     infer = -1
     for k, d in enumerate(dims):
@@ -154,7 +156,7 @@ def _reshape_array(x: np.ndarray, lens: Sequence[int]) -> np.ndarray:
     return np.asarray(x, order="C").reshape(lens)
 
 
-class _Reshaping(ViewOp):
+class _Reshaping(OneInputOp, ViewOp):
     """The same elements in row-major order with the output's lens (a view of a standard
     input, a packed copy of any other)."""
 
@@ -163,14 +165,13 @@ class _Reshaping(ViewOp):
 
 
 @register_op
-class Transpose(ViewOp):
+class Transpose(OneInputOp, ViewOp):
     """Permute the dimensions: output dimension k is input dimension `permutation[k]` (a view)."""
 
     name = "transpose"
     permutation: tuple[int, ...] = ()
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         perm = list(self.permutation)
         if sorted(perm) != list(range(s.ndim())):
             raise ShapeError(
@@ -195,8 +196,7 @@ class Reshape(_Reshaping):
     name = "reshape"
     dims: tuple[int, ...] = ()
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         return Shape(s.type(), _reshape_lens(self, s.lens(), self.dims))
 
 
@@ -207,8 +207,7 @@ class Flatten(_Reshaping):
     name = "flatten"
     axis: int = 1
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         rank = s.ndim()
         if not -rank <= self.axis <= rank:
             raise ShapeError(f"flatten: axis {self.axis} is out of range for rank {rank}")
@@ -218,7 +217,7 @@ class Flatten(_Reshaping):
 
 
 @register_op
-class Squeeze(ViewOp):
+class Squeeze(OneInputOp, ViewOp):
     """Remove dimensions of length 1: those in `axes`, or every one when `axes` is empty."""
 
     name = "squeeze"
@@ -236,8 +235,7 @@ class Squeeze(ViewOp):
                 )
         return [k for k in range(len(lens)) if k not in axes]
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         kept = self._kept(s)
         lens, strides = s.lens(), s.strides()
         return Shape(s.type(), [lens[k] for k in kept], [strides[k] for k in kept])
@@ -249,14 +247,13 @@ class Squeeze(ViewOp):
 
 
 @register_op
-class Unsqueeze(ViewOp):
+class Unsqueeze(OneInputOp, ViewOp):
     """Insert dimensions of length 1 at `axes` (positions in the output) (a view)."""
 
     name = "unsqueeze"
     axes: tuple[int, ...] = ()
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         rank = s.ndim() + len(self.axes)
         axes = _axes(self, self.axes, rank)
         lens: list[int] = []
@@ -294,7 +291,7 @@ def _clamp_bounds(n: int, start: int, end: int) -> tuple[int, int]:
 
 
 @register_op
-class Slice(ViewOp):
+class Slice(OneInputOp, ViewOp):
     """`x[starts:ends]` along `axes` with step 1 (a view); bounds follow numpy's clamping."""
 
     name = "slice"
@@ -314,8 +311,7 @@ class Slice(ViewOp):
             bounds[a] = _clamp_bounds(lens[a], int(b), int(e))
         return bounds
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         lens = [e - b for b, e in self._bounds(s)]
         return Shape(s.type(), lens, s.strides())
 
@@ -326,7 +322,7 @@ class Slice(ViewOp):
 
 
 @register_op
-class Step(ViewOp):
+class Step(OneInputOp, ViewOp):
     """Every `steps[k]`-th element along `axes[k]`, from the first (a view; steps > 0)."""
 
     name = "step"
@@ -345,8 +341,7 @@ class Step(ViewOp):
             steps[a] = int(st)
         return steps
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         steps = self._steps(s)
         lens = [(n + st - 1) // st for n, st in zip(s.lens(), steps, strict=True)]
         strides = [x * st for x, st in zip(s.strides(), steps, strict=True)]

@@ -1,24 +1,22 @@
-"""Miscellaneous operators: `einsum`, `det`, `isinf` and `bitshift`.
+"""Miscellaneous operators: `einsum`, `det` and `bitshift` (`isinf` is in pointwise.py).
 
 `einsum[equation]` is one operator computed with `np.einsum` (the frontend may later decompose
 it into transpose/dot/reduce); its output shape comes from parsing the equation here, ellipsis
 and implicit output included. `det` is the determinant over the last two dimensions.
-`isinf` is element-wise (true for +-inf). `bitshift[direction]` shifts integers by a per-element
-amount; a shift outside [0, bit width) gives 0, or -1 for a right shift of a negative value, as
-ONNX specifies (numpy's saturating behaviour, not C's masking).
+`bitshift[direction]` shifts integers by a per-element amount; a shift outside [0, bit width)
+gives 0, or -1 for a right shift of a negative value, as ONNX specifies (numpy's saturating
+behaviour, not C's masking).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from pygraphx.ir.shape import FLOAT_TYPES, Shape
-from pygraphx.ops.base import Op, ShapeError, check_arity, check_same_type, one_input, register_op
+from pygraphx.ops.base import OneInputOp, Op, ShapeError, check_arity, check_same_type, register_op
 from pygraphx.ops.broadcast import broadcast_lens
-from pygraphx.ops.pointwise import Pointwise
 
 
 def _narrow_float(dtype: np.dtype) -> bool:
@@ -123,13 +121,12 @@ class Einsum(Op):
 
 # --- det --------------------------------------------------------------------------------------
 @register_op
-class Det(Op):
+class Det(OneInputOp):
     """Determinant of the square matrices in the last two dimensions: [..., M, M] -> [...]."""
 
     name = "det"
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         lens = s.lens()
         if len(lens) < 2 or lens[-1] != lens[-2]:
             raise ShapeError(f"det: input {lens} is not a (batch of) square matrices [..., M, M]")
@@ -144,18 +141,6 @@ class Det(Op):
         if x.shape[-1] == 0:
             return np.ones(output_shape.lens(), output_shape.dtype())
         return np.asarray(np.linalg.det(x)).astype(output_shape.dtype())
-
-
-# --- isinf ------------------------------------------------------------------------------------
-@register_op
-class Isinf(Pointwise):
-    """True where the element is +inf or -inf."""
-
-    name = "isinf"
-    out_type = "bool_type"
-
-    def apply(self, o: Any, x: Any) -> Any:
-        return o.isinf(x)
 
 
 # --- bitshift ---------------------------------------------------------------------------------

@@ -59,11 +59,12 @@ class Pointwise(Op):
         return np.asarray(out).astype(output_shape.dtype(), copy=False)
 
 
-def _unary(op_name: str, fn: str) -> type[Pointwise]:
+def _unary(op_name: str, fn: str, out_type: str | None = None) -> type[Pointwise]:
     def apply(self: Pointwise, o: Any, x: Any) -> Any:
         return getattr(o, fn)(x)
 
-    cls = type(op_name.capitalize(), (Pointwise,), {"name": op_name, "apply": apply})
+    attrs = {"name": op_name, "apply": apply, "out_type": out_type}
+    cls = type(op_name.capitalize(), (Pointwise,), attrs)
     cls.__module__ = __name__
     cls.__qualname__ = cls.__name__
     return register_op(cls)
@@ -118,13 +119,9 @@ class Not(Pointwise):
         return inputs[0].type()
 
 
-@register_op
-class Isnan(Pointwise):
-    name = "isnan"
-    out_type = "bool_type"
-
-    def apply(self, o: Any, x: Any) -> Any:
-        return o.isnan(x)
+#: true where the element is nan / +inf or -inf
+Isnan = _unary("isnan", "isnan", out_type="bool_type")
+Isinf = _unary("isinf", "isinf", out_type="bool_type")
 
 
 @register_op

@@ -5,7 +5,7 @@
 and `max_unpool` scatters values back to those indices (ONNX MaxUnpool). `_PoolGeometry` holds
 the output-size rules (padding, dilations, ceil_mode) that `pooling` and `pooling_indices`
 share. They work on `N x C x D1 x ... x Dn` inputs with any number (>= 1) of spatial
-dimensions, using the spatial helpers of `nn.py`.
+dimensions, using the spatial helpers of `spatial.py`.
 
 In the pipeline: the ONNX handlers (`onnx/handlers/pooling.py`) build these ops with `auto_pad`
 already resolved into explicit padding; targets lower them
@@ -22,17 +22,8 @@ from math import prod
 import numpy as np
 
 from pygraphx.ir.shape import FLOAT_TYPES, Shape
+from pygraphx.ops import spatial
 from pygraphx.ops.base import Op, ShapeError, check_arity, one_input, register_op
-from pygraphx.ops.nn import (
-    _check_input,
-    _check_spatial,
-    _pad,
-    _taps,
-    _windows,
-    dilated,
-    split_padding,
-    work_dtype,
-)
 
 POOLING_MODES = ("average", "max", "lpnorm")
 
@@ -52,13 +43,13 @@ class _PoolGeometry(Op):
         padding, stride, lengths = self.padding, self.stride, self.lengths
         dilations, ceil_mode = self.dilations, self.ceil_mode
         nd = len(lens) - 2
-        _check_spatial(self, nd, stride=stride, lengths=lengths, dilations=dilations)
-        begin, end = split_padding(self, padding, nd)
+        spatial.check_spatial(self, nd, stride=stride, lengths=lengths, dilations=dilations)
+        begin, end = spatial.split_padding(self, padding, nd)
         if any(p < 0 for p in begin + end):
             raise ShapeError(f"{self.name}: padding {list(padding)} must not be negative")
         out = []
         for n, b, e, s, k, d in zip(lens[2:], begin, end, stride, lengths, dilations, strict=True):
-            span = n + b + e - dilated(k, d)
+            span = n + b + e - spatial.dilated(k, d)
             if span < 0:
                 raise ShapeError(
                     f"{self.name}: window {list(lengths)} (dilations {list(dilations)}) is "
@@ -76,12 +67,12 @@ class _PoolGeometry(Op):
         """Window view (N, C, *out, *k) of `x` padded with `fill`, incl. ceil_mode's overhang."""
         stride, lengths, dilations = self.stride, self.lengths, self.dilations
         ends = [
-            max(e, (o - 1) * s + dilated(k, d) - n - b)
+            max(e, (o - 1) * s + spatial.dilated(k, d) - n - b)
             for n, b, e, o, s, k, d in zip(
                 x.shape[2:], begin, end, out, stride, lengths, dilations, strict=True
             )
         ]
-        return _windows(_pad(x, begin, ends, fill), lengths, stride, dilations, out)
+        return spatial.windows(spatial.pad(x, begin, ends, fill), lengths, stride, dilations, out)
 
 
 @register_op
@@ -110,7 +101,7 @@ class Pooling(_PoolGeometry):
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
         x = one_input(self, inputs)
-        nd = _check_input(self, x)
+        nd = spatial.check_input(self, x)
         if self.mode not in POOLING_MODES:
             raise ShapeError(f"{self.name}: mode {self.mode!r} is not one of {POOLING_MODES}")
         if self.mode != "max" and x.type() not in FLOAT_TYPES:
@@ -128,7 +119,7 @@ class Pooling(_PoolGeometry):
         x = args[0]
         nd = x.ndim - 2
         axes = tuple(range(2, 2 + nd))
-        acc = x.dtype if self.mode == "max" else work_dtype(output_shape.type())
+        acc = x.dtype if self.mode == "max" else spatial.work_dtype(output_shape.type())
         x = x.astype(acc, copy=False)
         if self.global_ or (
             list(self.lengths) == list(x.shape[2:])
@@ -155,13 +146,13 @@ class Pooling(_PoolGeometry):
             fill = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
             win = self.padded_windows(x, fill, begin, end, out)
             y = win[(..., *([0] * len(out)))].copy()
-            for tap in _taps(self.lengths):
+            for tap in spatial.taps(self.lengths):
                 np.maximum(y, win[(..., *tap)], out=y)
             return y
         src = np.abs(x) ** self.lp_order if self.mode == "lpnorm" else x
         win = self.padded_windows(src, 0, begin, end, out)
         y = np.zeros(win.shape[: 2 + len(out)], dtype=x.dtype)
-        for tap in _taps(self.lengths):
+        for tap in spatial.taps(self.lengths):
             y += win[(..., *tap)]
         if self.mode == "lpnorm":
             return np.sqrt(y) if self.lp_order == 2 else y ** (1.0 / self.lp_order)
@@ -173,7 +164,7 @@ class Pooling(_PoolGeometry):
         mask[(0, 0, *inner) if not self.count_include_pad else (0, 0)] = 1
         mwin = self.padded_windows(mask, 0, [0] * len(out), [0] * len(out), out)
         count = np.zeros(mwin.shape[: 2 + len(out)], dtype=x.dtype)
-        for tap in _taps(self.lengths):
+        for tap in spatial.taps(self.lengths):
             count += mwin[(..., *tap)]
         return y / np.maximum(count, 1)
 
@@ -194,7 +185,7 @@ class PoolingIndices(_PoolGeometry):
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
         x = one_input(self, inputs)
-        _check_input(self, x)
+        spatial.check_input(self, x)
         if self.storage_order not in (0, 1):
             raise ShapeError(f"{self.name}: storage_order {self.storage_order} must be 0 or 1")
         _, _, out = self.geometry(x.lens())
@@ -216,7 +207,7 @@ class PoolingIndices(_PoolGeometry):
         iwin = self.padded_windows(flat[None, None], -1, begin, end, out)
         best = win[(..., *([0] * len(out)))].copy()
         idx = np.broadcast_to(iwin[(..., *([0] * len(out)))], best.shape).copy()
-        for tap in _taps(self.lengths):
+        for tap in spatial.taps(self.lengths):
             v = win[(..., *tap)]
             better = v > best
             best = np.where(better, v, best)
@@ -237,7 +228,7 @@ class MaxUnpool(Op):
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
         check_arity(self, inputs, 2)
         x, idx = inputs
-        _check_input(self, x)
+        spatial.check_input(self, x)
         if idx.lens() != x.lens() or idx.type() not in ("int64_type", "int32_type"):
             raise ShapeError(f"{self.name}: indices {idx} must be integers of the input's lens")
         if len(self.out_lens) != x.ndim() or list(self.out_lens[:2]) != x.lens()[:2]:

@@ -22,7 +22,7 @@ from typing import ClassVar
 import numpy as np
 
 from pygraphx.ir.shape import Shape
-from pygraphx.ops.base import Op, ShapeError, normalize_axis, one_input, register_op
+from pygraphx.ops.base import OneInputOp, Op, ShapeError, normalize_axis, register_op
 from pygraphx.ops.handler import accumulation_dtype, highest, lowest
 
 
@@ -44,13 +44,12 @@ def _accumulator(x: np.ndarray) -> np.dtype:
 
 
 @dataclasses.dataclass(frozen=True)
-class Reduce(Op):
+class Reduce(OneInputOp):
     """Base of the `reduce_*` operators: `axes` (empty = all) kept as length-1 dimensions."""
 
     axes: tuple[int, ...] = ()
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         lens = s.lens()
         for a in normalize_axes(self, self.axes, s.ndim()):
             lens[a] = 1
@@ -124,15 +123,14 @@ class ReduceProd(Reduce):
 
 
 @dataclasses.dataclass(frozen=True)
-class ArgReduce(Op):
+class ArgReduce(OneInputOp):
     """Base of `argmax`/`argmin`: int64 index along `axis`, which is kept as length 1."""
 
     axis: int = 0
     select_last_index: bool = False
     pick: ClassVar = staticmethod(np.argmax)
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         if s.ndim() == 0:
             raise ShapeError(f"{self.name}: the input is a scalar; it needs at least one axis")
         axis = normalize_axis(self, self.axis, s.ndim())
@@ -177,7 +175,7 @@ def _stable_order(x: np.ndarray, axis: int, largest: bool) -> np.ndarray:
 
 
 @register_op
-class Topk(Op):
+class Topk(OneInputOp):
     """The `k` largest (or smallest) elements along `axis`, sorted, lower index first on ties.
 
     `output=0` gives the values (the input's type), `output=1` their int64 indices; MIGraphX
@@ -190,8 +188,7 @@ class Topk(Op):
     largest: bool = True
     output: int = 0
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         if s.ndim() == 0:
             raise ShapeError("topk: the input is a scalar; it needs at least one axis")
         axis = normalize_axis(self, self.axis, s.ndim())
@@ -214,7 +211,7 @@ class Topk(Op):
 
 
 @register_op
-class PrefixScanSum(Op):
+class PrefixScanSum(OneInputOp):
     """Cumulative sum along `axis` (ONNX CumSum); `exclusive` leaves out the element itself,
     `reverse` sums from the end."""
 
@@ -223,8 +220,7 @@ class PrefixScanSum(Op):
     exclusive: bool = False
     reverse: bool = False
 
-    def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
-        s = one_input(self, inputs)
+    def shape_for(self, s: Shape) -> Shape:
         if s.ndim() == 0:
             raise ShapeError("prefix_scan_sum: the input is a scalar; it needs at least one axis")
         normalize_axis(self, self.axis, s.ndim())

@@ -1,9 +1,10 @@
 """Softmax family: `softmax` and `logsoftmax` along one `axis`, as MIGraphX defines them.
 
 Both are numerically stable: the maximum along the axis is subtracted before exponentiating, so
-large inputs neither overflow nor produce NaN. Half, bf16 and fp8 inputs are computed in float32
-and rounded once. ONNX's pre-opset-13 "coerce to 2-D" semantics are the frontend's business
-(it reshapes around a single-axis softmax).
+large finite inputs neither overflow nor produce NaN. IEEE special values follow ONNX Runtime
+(and torch): a slice holding NaN or +Inf, or only -Inf, is all NaN (`inf - inf` is NaN).
+Half, bf16 and fp8 inputs are computed in float32 and rounded once. ONNX's pre-opset-13
+"coerce to 2-D" semantics are the frontend's business (it reshapes around a single-axis softmax).
 """
 
 from __future__ import annotations
@@ -35,10 +36,8 @@ def _shifted(x: np.ndarray, axis: int) -> np.ndarray:
     x = np.asarray(x, dtype=work)
     if x.size == 0:
         return x.copy()
-    m = np.max(x, axis=axis, keepdims=True)
-    # an all -inf (or all +inf) slice would give nan from inf - inf; shift those by 0 instead
-    m = np.where(np.isfinite(m), m, 0).astype(work)
-    return x - m
+    # no special case for an infinite maximum: like ONNX Runtime, such a slice becomes NaN
+    return x - np.max(x, axis=axis, keepdims=True)
 
 
 def _softmax(d: np.ndarray, axis: int) -> np.ndarray:

@@ -11,24 +11,13 @@ then drops them from the program.
 
 from __future__ import annotations
 
-from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.instruction import Instruction, reachable
 from pygraphx.ir.module import Module
 
 
 def _nested(modules: list[Module]) -> list[Module]:
     """`modules` and every module their instructions call, each once."""
-    out: list[Module] = []
-    seen: set[int] = set()
-    todo = list(modules)
-    while todo:
-        m = todo.pop()
-        if id(m) in seen:
-            continue
-        seen.add(id(m))
-        out.append(m)
-        for ins in m.instructions:
-            todo.extend(ins.module_inputs)
-    return out
+    return list(reachable(modules, lambda m: [s for i in m.instructions for s in i.module_inputs]))
 
 
 def dead_code_elimination(module: Module) -> None:

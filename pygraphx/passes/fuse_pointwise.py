@@ -17,7 +17,12 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.ops.fused import PointwiseModule
 from pygraphx.ops.pointwise import Pointwise
-from pygraphx.passes.fusion_policy import DefaultFusion, FusionGroup, FusionPolicy, FusionTrace
+from pygraphx.passes.fusion_policy import (
+    FusionGroup,
+    FusionPolicy,
+    FusionSite,
+    FusionTrace,
+)
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
@@ -60,27 +65,19 @@ def fuse_pointwise(module: Module, program: Program, policy: FusionPolicy | None
     """Replace every group of element-wise instructions by one `pointwise` instruction."""
     if module.parent is not None:
         return
-    policy = policy or DefaultFusion()
-    trace = FusionTrace("fuse_pointwise", module)
-    counter = sum(1 for name in program.modules if name.startswith(f"{module.name}:pointwise"))
-    for group in _groups(module, policy, trace):
+    site = FusionSite("fuse_pointwise", "pointwise", module, program, policy)
+    for group in _groups(module, site.policy, site.trace):
         members = {id(i) for i in group}
         external: list[Instruction] = []
         for ins in group:
             for i in ins.inputs:
                 if id(i) not in members and all(i is not e for e in external):
                     external.append(i)
-        name = f"{module.name}:pointwise{counter}"
-        counter += 1
-        body = program.create_module(name, parent=module)
+        body = site.new_body()
         mapping: dict[int, Instruction] = {}
         for k, e in enumerate(external):
             mapping[id(e)] = body.add_parameter(f"x{k}", e.shape)
         for ins in group:
             mapping[id(ins)] = body.add_instruction(ins.op, [mapping[id(i)] for i in ins.inputs])
         body.add_return([mapping[id(group[-1])]])
-        last = group[-1]
-        fused = module.insert_instruction(last, PointwiseModule(), external, [body])
-        module.replace_instruction(last, fused)
-        module.remove_instructions(set(group))
-        trace.formed(name, group, fused)
+        site.replace(group, PointwiseModule(), external, body)

@@ -23,9 +23,9 @@ from pygraphx.ir.module import Module
 from pygraphx.ops.fused import FusedReduce
 from pygraphx.passes.fusion_policy import (
     REDUCE_LIKE,
-    DefaultFusion,
     FusionGroup,
     FusionPolicy,
+    FusionSite,
     FusionTrace,
     Reason,
 )
@@ -40,9 +40,8 @@ def fuse_reduce(module: Module, program: Program, policy: FusionPolicy | None = 
     """Grow a group around each reduction (see the module docstring) and fuse it."""
     if module.parent is not None:
         return
-    policy = policy or DefaultFusion()
-    trace = FusionTrace("fuse_reduce", module)
-    counter = sum(1 for name in program.modules if name.startswith(f"{module.name}:fused_reduce"))
+    site = FusionSite("fuse_reduce", "fused_reduce", module, program, policy)
+    policy, trace = site.policy, site.trace
     returned = {id(i) for i in module.get_returns()}
     position = {id(ins): k for k, ins in enumerate(module.instructions)}
     fused_away: set[int] = set()
@@ -59,20 +58,14 @@ def fuse_reduce(module: Module, program: Program, policy: FusionPolicy | None = 
         members = sorted(group.members, key=lambda i: position[id(i)])
         if len(members) < 2 or _exits(group) != [members[-1]]:
             continue
-        name = f"{module.name}:fused_reduce{counter}"
-        counter += 1
-        body = program.create_module(name, parent=module)
+        body = site.new_body()
         external = _build_body(body, members)
-        last = members[-1]
-        fused = module.insert_instruction(last, FusedReduce(), external, [body])
-        position[id(fused)] = position[id(last)]
-        module.replace_instruction(last, fused)
-        module.remove_instructions(set(members))
+        fused = site.replace(members, FusedReduce(), external, body)
+        position[id(fused)] = position[id(members[-1])]
         for m in members:
             fused_away.add(id(m))
             if m.op.name == "pointwise":
                 program.remove_module(m.module_inputs[0].name)
-        trace.formed(name, members, fused)
 
 
 def _neighbours(group: FusionGroup) -> list[Instruction]:

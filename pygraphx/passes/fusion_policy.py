@@ -22,13 +22,17 @@ import os
 import sys
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
+from pygraphx.ir.op import Op
 from pygraphx.ir.printer import instruction_names
 from pygraphx.ir.shape import FLOAT_TYPES
 from pygraphx.ops.pointwise import Pointwise
+
+if TYPE_CHECKING:
+    from pygraphx.ir.program import Program
 
 REDUCE_LIKE = frozenset(
     ["softmax", "logsoftmax", "reduce_sum", "reduce_mean", "reduce_max", "reduce_min",
@@ -281,3 +285,41 @@ class FusionTrace:
                 f"{', '.join(self._name(m) for m in members)}: ops {ops}",
                 file=sys.stderr,
             )
+
+
+class FusionSite:
+    """Where a fusion pass works: `module` of `program` with the target's policy (the default
+    one if None) and a trace; it numbers the bodies it creates (`main:pointwise0`, ...) and puts
+    one instruction running each in place of its group."""
+
+    def __init__(
+        self,
+        pass_name: str,
+        kind: str,
+        module: Module,
+        program: Program,
+        policy: FusionPolicy | None,
+    ) -> None:
+        self.module, self.program, self.kind = module, program, kind
+        self.policy = policy or DefaultFusion()
+        self.trace = FusionTrace(pass_name, module)
+        prefix = f"{module.name}:{kind}"
+        self.counter = sum(1 for name in program.modules if name.startswith(prefix))
+
+    def new_body(self) -> Module:
+        """A new, empty sub-module of `module` named after the next number."""
+        name = f"{self.module.name}:{self.kind}{self.counter}"
+        self.counter += 1
+        return self.program.create_module(name, parent=self.module)
+
+    def replace(
+        self, members: list[Instruction], op: Op, external: list[Instruction], body: Module
+    ) -> Instruction:
+        """Put one `op` instruction (inputs `external`, running `body`) in place of `members`,
+        whose last one's value is the group's result; the trace reports it."""
+        last = members[-1]
+        fused = self.module.insert_instruction(last, op, external, [body])
+        self.module.replace_instruction(last, fused)
+        self.module.remove_instructions(set(members))
+        self.trace.formed(body.name, members, fused)
+        return fused

@@ -16,6 +16,7 @@ live at the same time overlap (run automatically with `PGX_DEBUG_MEMORY_COLORING
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pygraphx.ir import registry
@@ -80,12 +81,23 @@ def root_of(ins: Instruction) -> Instruction:
         ins = ins.inputs[alias]
 
 
-def plan_memory(module: Module, alignment: int = ALIGNMENT) -> MemoryPlan:
-    """Liveness, interference and first-fit placement for `module` in its current order."""
+def plan_memory(
+    module: Module,
+    alignment: int = ALIGNMENT,
+    unplanned: Callable[[Instruction], bool] | None = None,
+) -> MemoryPlan:
+    """Liveness, interference and first-fit placement for `module` in its current order.
+
+    `unplanned(ins)`: True for instructions whose results the caller places itself (a target
+    whose library calls return new tensors, e.g. the gpu target's convolutions and the
+    epilogues it runs in place on them): they get no buffer, so the arena reserves no room
+    nobody writes."""
     buffers: dict[int, Buffer] = {}
     end_of_module = len(module.instructions)
     for k, ins in enumerate(module.instructions):
         if ins.is_param() or ins.is_literal() or ins.is_return():
+            continue
+        if unplanned is not None and unplanned(ins):
             continue
         if ins.op.output_alias(len(ins.inputs)) >= 0:
             continue

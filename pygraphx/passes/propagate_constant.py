@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 
 from pygraphx.ir.argument import Literal
+from pygraphx.ir.env import whole_number
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.passes.dead_code_elimination import dead_code_elimination
@@ -36,13 +37,7 @@ def fold_limit() -> int:
     value = os.environ.get(LIMIT_ENV, "").strip()
     if not value:
         return DEFAULT_LIMIT
-    try:
-        limit = int(value)
-    except ValueError:
-        raise ValueError(f"{LIMIT_ENV}={value!r} is not a whole number of bytes") from None
-    if limit < 0:
-        raise ValueError(f"{LIMIT_ENV}={limit} must not be negative")
-    return limit
+    return whole_number(LIMIT_ENV, value, 0, "bytes")
 
 
 def too_large_to_fold(ins: Instruction, limit: int) -> bool:

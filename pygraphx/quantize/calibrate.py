@@ -5,7 +5,8 @@ left alone) and appends the instructions at the given positions of `main` to its
 `observe(...)` compiles that copy for a target and runs it over calibration samples, handing
 each observed value to a statistic. The statistics: `max` (the largest |x| seen) and
 `percentile` (that percentile of |x| over every sample, from a bounded random subsample of each
-value so memory stays small).
+value so memory stays small); with `channels`, also max |x| per index of the last axis (for
+smoothing, `smooth.py`).
 """
 
 from __future__ import annotations
@@ -29,26 +30,46 @@ SUBSAMPLE = 1 << 18
 class AbsStatistic:
     """Accumulates |x| of one tensor over samples: its maximum, or a percentile of it."""
 
-    def __init__(self, method: str = "max", percentile: float = 99.99, seed: int = 0) -> None:
+    def __init__(
+        self, method: str = "max", percentile: float = 99.99, seed: int = 0, channels: bool = False
+    ) -> None:
         if method not in ("max", "percentile"):
             raise QuantizeError(f"unknown calibration method {method!r}; use 'max' or 'percentile'")
         if not 0.0 < percentile <= 100.0:
             raise QuantizeError(f"percentile {percentile} must be in (0, 100]")
         self.method, self.percentile = method, percentile
         self.max = 0.0
+        self.sum_sq, self.count = 0.0, 0  # for the crest factor
         self.kept: list[np.ndarray] = []
         self.rng = np.random.default_rng(seed)
+        #: with `channels`: the largest |x| per index of the last axis (input channel of a dot)
+        self.channel_max: np.ndarray | None = None
+        self.channels = channels
 
     def add(self, value: np.ndarray) -> None:
+        if self.channels and np.ndim(value) >= 1:
+            per = np.abs(np.asarray(value, dtype=np.float64))
+            per = np.where(np.isfinite(per), per, 0.0).reshape(-1, per.shape[-1]).max(axis=0)
+            self.channel_max = (
+                per if self.channel_max is None else np.maximum(self.channel_max, per)
+            )
         mag = np.abs(np.asarray(value, dtype=np.float64)).ravel()
         mag = mag[np.isfinite(mag)]
         if mag.size == 0:
             return
         self.max = max(self.max, float(mag.max()))
+        self.sum_sq += float(np.dot(mag, mag))
+        self.count += mag.size
         if self.method == "percentile":
             if mag.size > SUBSAMPLE:
                 mag = self.rng.choice(mag, SUBSAMPLE, replace=False)
             self.kept.append(mag)
+
+    def crest(self) -> float:
+        """max |x| / rms(x) over every value seen (1.0 when nothing or only zeros were seen):
+        per-tensor quantisation's SQNR falls by 20 log10(crest) dB."""
+        rms = (self.sum_sq / self.count) ** 0.5 if self.count else 0.0
+        return self.max / rms if rms > 0 else 1.0
 
     def result(self) -> float:
         """The calibrated magnitude (0.0 when nothing was seen)."""

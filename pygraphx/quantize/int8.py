@@ -19,13 +19,17 @@ Without calibration data the activations take MIGraphX's default parameters (a q
 step of 1/64, i.e. values beyond about +-1.98 saturate) and a warning says that accuracy can be
 badly lost. Rounding is half to even with saturation to [-127, 127]: with these scales -128 is
 never produced by an in-range value, and symmetric ranges keep weights' negation exact.
+
+The steps are shared with `quantize_fp8` (`fp8.py`) through `quantize_qdq` and a `QuantFormat`
+(the quantised type, its largest magnitude and the default step): fp8 differs only in the type
+(e4m3, `scale = max|x| / 448`) and in that no integer product is folded.
 """
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,16 +43,37 @@ from pygraphx.ops.quant import quantize
 from pygraphx.passes.fold_qdq import fold_qdq
 from pygraphx.passes.propagate_constant import evaluate_constant
 from pygraphx.quantize.calibrate import AbsStatistic, observe
+from pygraphx.quantize.smooth import smoothable, smoothing_factors
 from pygraphx.quantize.truncate_float import QuantizeError
 
-__all__ = ["DEFAULT_ACTIVATION_SCALE", "QuantizedInput", "quantize_int8", "quantized_inputs"]
-
-log = logging.getLogger(__name__)
+__all__ = [
+    "DEFAULT_ACTIVATION_SCALE",
+    "INT8",
+    "QuantFormat",
+    "QuantizedInput",
+    "quantize_int8",
+    "quantize_qdq",
+    "quantized_inputs",
+]
 
 #: MIGraphX's default activation parameters without calibration data: q = round(64 * x)
 DEFAULT_ACTIVATION_SCALE = 1.0 / 64.0
 QMAX = 127
 SUPPORTED = frozenset({"dot", "convolution"})
+
+
+@dataclass(frozen=True)
+class QuantFormat:
+    """What a QDQ quantisation rounds to: `scale = max|x| / qmax`, values of `type_name`."""
+
+    name: str  # "int8", "fp8": how messages and the API name it
+    type_name: str  # the IR type of the quantised values
+    dtype: np.dtype
+    qmax: float  # the largest magnitude a calibrated max|x| maps to
+    default_scale: float = DEFAULT_ACTIVATION_SCALE  # the activations' step without calibration
+
+
+INT8 = QuantFormat("int8", "int8_type", np.dtype(np.int8), QMAX)
 
 
 class QuantizedInput:
@@ -74,14 +99,16 @@ def _is_constant(ins: Instruction) -> bool:
     return True
 
 
-def quantized_inputs(prog: Program, ins_names: Iterable[str]) -> list[QuantizedInput]:
-    """The operands `quantize_int8` quantises: both inputs of every float32 `dot` /
-    `convolution` of `main` named in `ins_names` (not both constant)."""
+def quantized_inputs(
+    prog: Program, ins_names: Iterable[str], fmt: QuantFormat = INT8
+) -> list[QuantizedInput]:
+    """The operands `quantize_int8` / `quantize_fp8` quantise: both inputs of every float32
+    `dot` / `convolution` of `main` named in `ins_names` (not both constant)."""
     names = set(ins_names)
     unknown = names - SUPPORTED
     if unknown:
         raise QuantizeError(
-            f"quantize_int8 quantises {sorted(SUPPORTED)}; cannot quantise {sorted(unknown)}"
+            f"quantize_{fmt.name} quantises {sorted(SUPPORTED)}; cannot quantise {sorted(unknown)}"
         )
     found = []
     for ins in prog.get_main_module().instructions:
@@ -103,6 +130,8 @@ def quantize_int8(
     ins_names: Iterable[str] = ("dot", "convolution"),
     method: str = "max",
     percentile: float = 99.99,
+    smooth: float | None = None,
+    keep_float: int = 0,
 ) -> None:
     """Quantise the uncompiled float `prog` in place to int8 `dot` / `convolution`.
 
@@ -118,6 +147,14 @@ def quantize_int8(
         ins_names: operators to quantise, among "dot" and "convolution".
         method: the activation statistic, "max" (max |x|) or "percentile".
         percentile: the percentile of |x| for `method="percentile"`.
+        smooth: None, or the alpha in [0, 1] of activation smoothing (`smooth.py`: the
+            activations feeding `dot`s with constant weights are divided per input channel by
+            factors the weights' rows take on, so outlier channels stop costing the others
+            their precision; 0.5 is usual for transformers; needs `method="max"`).
+        keep_float: how many of the selected instructions to leave in float: those whose
+            activation input has the largest crest factor max|x| / rms(x) over the
+            calibration (per-tensor quantisation's SQNR falls by 20 log10(crest) dB; in BERT-like
+            encoders these are the feed-forward layers). Needs calibration data.
 
     Raises:
         QuantizeError: `prog` is compiled or dynamic, or an argument is not valid.
@@ -128,41 +165,121 @@ def quantize_int8(
         >>> pygraphx.quantize_int8(prog, pygraphx.get_target("cpu"), samples)
         >>> prog.compile(pygraphx.get_target("cpu"))
     """
-    _check_program(prog)
+    quantize_qdq(prog, target, calibration, ins_names, method, percentile, INT8, smooth, keep_float)
+
+
+def quantize_qdq(
+    prog: Program,
+    target: Any,
+    calibration: Sequence[Mapping[str, Any]] | None,
+    ins_names: Iterable[str],
+    method: str,
+    percentile: float,
+    fmt: QuantFormat,
+    smooth: float | None = None,
+    keep_float: int = 0,
+) -> None:
+    """The work of `quantize_int8` / `quantize_fp8` in format `fmt`: calibrate, leave the
+    `keep_float` layers with the most peaked inputs in float, insert the QDQ pairs (after
+    smoothing the activations that allow it, when `smooth` is an alpha), quantise the weights,
+    fold integer products (see the module docstring)."""
+    _check_program(prog, fmt)
+    _check_smooth(smooth, method, fmt)
     if isinstance(ins_names, str):
         ins_names = (ins_names,)
-    operands = quantized_inputs(prog, ins_names)
+    operands = quantized_inputs(prog, ins_names, fmt)
     activations = _unique([op.value for op in operands if not op.constant])
-    magnitudes = _calibrate(prog, target, calibration, activations, method, percentile)
+    groups = smoothable(operands) if smooth is not None and calibration else {}
+    stats = _calibrate(prog, target, calibration, activations, method, percentile, fmt, groups)
+    if keep_float and stats:
+        operands = _drop_peaked(operands, stats, keep_float)
+        activations = _unique([op.value for op in operands if not op.constant])
+        groups = smoothable(operands) if groups else {}
     main = prog.get_main_module()
     dq_of: dict[int, Instruction] = {}
+    row_scales: dict[int, np.ndarray] = {}  # id(weight operand's dot) -> its rows' factors
     for x in activations:
-        scale = magnitudes[id(x)] / QMAX if magnitudes else DEFAULT_ACTIVATION_SCALE
-        dq_of[id(x)] = _insert_qdq(main, x, scale or 1.0)
+        if not stats:
+            dq_of[id(x)] = _insert_qdq(main, x, fmt.default_scale, fmt)
+            continue
+        stat = stats[id(x)]
+        magnitude, quantised = stat.result(), x
+        if id(x) in groups:
+            factors, magnitude = _smoothing(stat, groups[id(x)], smooth or 0.0)
+            quantised = _divide_channels(main, x, factors)
+            row_scales.update({id(w.ins): factors for w in groups[id(x)]})
+        dq_of[id(x)] = _insert_qdq(main, quantised, magnitude / fmt.qmax or 1.0, fmt)
     for op in operands:
         if op.constant:
-            dq = _quantise_weight(main, op, per_channel=op.index == 1)
+            dq = _quantise_weight(main, op, op.index == 1, fmt, row_scales.get(id(op.ins)))
         else:
             dq = dq_of[id(op.value)]
         inputs = list(op.ins.inputs)
         inputs[op.index] = dq
         main.replace_op(op.ins, op.ins.op, inputs)
-    fold_qdq(main)
+    fold_qdq(main)  # folds the int8 products only; fp8 ones stay dot(dequantizelinear(...))
     for mod in prog.modules.values():
         mod.memory_plan = None
     prog.validate()
 
 
-def _check_program(prog: Program) -> None:
+def _drop_peaked(
+    operands: list[QuantizedInput], stats: Mapping[int, AbsStatistic], keep: int
+) -> list[QuantizedInput]:
+    """`operands` without those of the `keep` instructions whose activation input has the
+    largest crest factor max|x| / rms(x) (they stay float: per-tensor scales cost them most)."""
+    crest: dict[int, float] = {}
+    for op in operands:
+        if not op.constant:
+            crest[id(op.ins)] = max(crest.get(id(op.ins), 0.0), stats[id(op.value)].crest())
+    worst = set(sorted(crest, key=crest.__getitem__, reverse=True)[:keep])
+    return [op for op in operands if id(op.ins) not in worst]
+
+
+def _check_smooth(smooth: float | None, method: str, fmt: QuantFormat) -> None:
+    if smooth is None:
+        return
+    if not 0.0 <= smooth <= 1.0:
+        raise QuantizeError(f"quantize_{fmt.name}: smooth={smooth} must be in [0, 1]")
+    if method != "max":
+        raise QuantizeError(
+            f"quantize_{fmt.name}: smoothing works with method='max' (the smoothed maxima follow "
+            f"from the channels' maxima), not {method!r}"
+        )
+
+
+def _smoothing(stat: AbsStatistic, weights: list[QuantizedInput], alpha: float):
+    """(factors s, max |x / s|) of a smoothed activation from its channels' maxima and its
+    weights' rows (the K axis, -2, of each dot's right operand)."""
+    rows = [np.abs(_weight_value(w)[0]) for w in weights]
+    rows_max = np.max(
+        [r.max(axis=tuple(a for a in range(r.ndim) if a != r.ndim - 2)) for r in rows], axis=0
+    )
+    act = stat.channel_max if stat.channel_max is not None else np.zeros_like(rows_max)
+    factors = smoothing_factors(act, rows_max, alpha)
+    return factors, float(np.max(act / factors, initial=0.0))
+
+
+def _divide_channels(main: Module, x: Instruction, factors: np.ndarray) -> Instruction:
+    """`x * (1 / factors)` along x's last axis, inserted after `x`."""
+    after = main.instructions[main.position(x) + 1]
+    inverse = (np.float32(1.0) / factors).astype(np.float32)
+    view = _scale_view(main, after, inverse, x.shape.lens(), x.shape.ndim() - 1)
+    return main.insert_instruction(after, make_op("mul"), [x, view])
+
+
+def _check_program(prog: Program, fmt: QuantFormat) -> None:
     if not isinstance(prog, Program):
         raise QuantizeError(f"expected a pygraphx Program, got {type(prog).__name__}")
     if prog.is_compiled() or prog.target is not None:
         raise QuantizeError(
-            "the program is already compiled; call quantize_int8(prog, ...) on the parsed "
-            "program before prog.compile(...), as MIGraphX does"
+            f"the program is already compiled; call quantize_{fmt.name}(prog, ...) on the "
+            "parsed program before prog.compile(...), as MIGraphX does"
         )
     if prog.is_dynamic():
-        raise QuantizeError("quantize_int8 needs static input shapes (parse with fixed lens)")
+        raise QuantizeError(
+            f"quantize_{fmt.name} needs static input shapes (parse with fixed lens)"
+        )
 
 
 def _unique(values: list[Instruction]) -> list[Instruction]:
@@ -176,25 +293,27 @@ def _calibrate(
     activations: list[Instruction],
     method: str,
     percentile: float,
-) -> dict[int, float]:
-    """max |x| (or its percentile) of each activation over the samples; {} without samples."""
+    fmt: QuantFormat,
+    channels: Mapping[int, Any] = {},  # noqa: B006 (read only)
+) -> dict[int, AbsStatistic]:
+    """The |x| statistics of each activation over the samples (per channel too for the ids in
+    `channels`); {} without samples."""
     if not calibration:
         message = (
-            "quantize_int8: no calibration data; using MIGraphX's default int8 parameters "
-            f"(activation step {DEFAULT_ACTIVATION_SCALE}, saturating beyond "
-            f"+-{QMAX * DEFAULT_ACTIVATION_SCALE:.3g}): accuracy can be lost badly. Pass a "
+            f"quantize_{fmt.name}: no calibration data; using MIGraphX's default {fmt.name} "
+            f"parameters (activation step {fmt.default_scale}, saturating beyond "
+            f"+-{fmt.qmax * fmt.default_scale:.3g}): accuracy can be lost badly. Pass a "
             "list of sample inputs as `calibration`."
         )
-        warnings.warn(message, UserWarning, stacklevel=3)
-        log.warning(message)
+        warnings.warn(message, UserWarning, stacklevel=4)
         return {}
     main = prog.get_main_module()
     positions = [main.position(x) for x in activations]
-    stats = [AbsStatistic(method, percentile) for _ in activations]
+    stats = [AbsStatistic(method, percentile, channels=id(x) in channels) for x in activations]
     for outputs in observe(prog, target, positions, calibration):
         for stat, value in zip(stats, outputs[len(outputs) - len(positions) :], strict=True):
             stat.add(value)
-    return {id(x): s.result() for x, s in zip(activations, stats, strict=True)}
+    return {id(x): s for x, s in zip(activations, stats, strict=True)}
 
 
 def _scale_view(main: Module, before: Instruction, scale: np.ndarray, lens: list[int], axis: int):
@@ -209,27 +328,43 @@ def _scale_view(main: Module, before: Instruction, scale: np.ndarray, lens: list
     return main.insert_instruction(before, op, [lit])
 
 
-def _insert_qdq(main: Module, x: Instruction, scale: float) -> Instruction:
+def _insert_qdq(main: Module, x: Instruction, scale: float, fmt: QuantFormat) -> Instruction:
     """quantizelinear -> dequantizelinear of activation `x` with one scale (after `x`)."""
     after = main.instructions[main.position(x) + 1]
     lens = x.shape.lens()
     s = _scale_view(main, after, np.float32([scale]), lens, 0)
-    q = main.insert_instruction(after, make_op("quantizelinear", out_type="int8_type"), [x, s])
+    q = main.insert_instruction(after, make_op("quantizelinear", out_type=fmt.type_name), [x, s])
     return main.insert_instruction(after, make_op("dequantizelinear"), [q, s])
 
 
-def _quantise_weight(main: Module, operand: QuantizedInput, per_channel: bool) -> Instruction:
-    """An int8 literal of constant operand `w` and its dequantizelinear (before the user):
-    per output channel when `per_channel`, else one scale; a MatMul's batch multibroadcast
-    is re-applied to the int8 literal instead of storing a repeated copy."""
+def _weight_value(operand: QuantizedInput) -> tuple[np.ndarray, Any]:
+    """(the constant operand's value, the MatMul batch multibroadcast to re-apply or None):
+    a broadcast weight is quantised before the broadcast."""
+    w, user = operand.value, operand.ins
+    base, rebroadcast = w, None
+    if user.op.name == "dot" and w.op.name == "multibroadcast" and w.inputs[0].shape.ndim() >= 1:
+        if w.inputs[0].shape.lens()[-1] == w.shape.lens()[-1]:
+            base, rebroadcast = w.inputs[0], w.op
+    return np.asarray(evaluate_constant(base, {}), dtype=np.float32), rebroadcast
+
+
+def _quantise_weight(
+    main: Module,
+    operand: QuantizedInput,
+    per_channel: bool,
+    fmt: QuantFormat,
+    row_scale: np.ndarray | None = None,
+) -> Instruction:
+    """A quantised (`fmt`) literal of constant operand `w` (its rows, axis -2, multiplied by
+    `row_scale` first when smoothing) and its dequantizelinear (before the user): per output
+    channel when `per_channel`, else one scale; a MatMul's batch multibroadcast is re-applied
+    to the quantised literal instead of storing a repeated copy."""
     w, user = operand.value, operand.ins
     is_dot = user.op.name == "dot"
     axis = (w.shape.ndim() - 1 if is_dot else 0) if per_channel else None
-    base, rebroadcast = w, None
-    if is_dot and w.op.name == "multibroadcast" and w.inputs[0].shape.ndim() >= 1:
-        if w.inputs[0].shape.lens()[-1] == w.shape.lens()[-1]:
-            base, rebroadcast = w.inputs[0], w.op
-    value = np.asarray(evaluate_constant(base, {}), dtype=np.float32)
+    value, rebroadcast = _weight_value(operand)
+    if row_scale is not None:
+        value = value * row_scale.reshape(-1, 1)
     if axis is None:
         mags, shape = np.array([np.abs(value).max(initial=0.0)]), (1,) * value.ndim
     else:
@@ -237,8 +372,8 @@ def _quantise_weight(main: Module, operand: QuantizedInput, per_channel: bool) -
         others = tuple(a for a in range(value.ndim) if a != local)
         mags = np.abs(value).max(axis=others, initial=0.0).reshape(-1)
         shape = tuple(-1 if a == local else 1 for a in range(value.ndim))
-    scales = np.where(mags > 0, mags / QMAX, 1.0).astype(np.float32)
-    q = quantize(value, scales.reshape(shape), None, np.dtype(np.int8))
+    scales = np.where(mags > 0, mags / np.float32(fmt.qmax), 1.0).astype(np.float32)
+    q = quantize(value, scales.reshape(shape), None, fmt.dtype)
     qw = main.insert_literal(user, Literal(q))
     if rebroadcast is not None:
         qw = main.insert_instruction(user, rebroadcast, [qw])

@@ -15,8 +15,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("harness, corpus", [("onnx_parser", "onnx"), ("pgx_load", "pgx")])
-def test_harness_runs_clean(harness: str, corpus: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "harness, corpus, runs",
+    [("onnx_parser", "onnx", 20000), ("pgx_load", "pgx", 20000), ("driver_args", "driver", 200)],
+)  # the driver runs a command per input (~10-50 ms): fewer runs keep it to a few seconds
+def test_harness_runs_clean(harness: str, corpus: str, runs: int, tmp_path: Path) -> None:
     pytest.importorskip("atheris")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
@@ -27,7 +30,7 @@ def test_harness_runs_clean(harness: str, corpus: str, tmp_path: Path) -> None:
             str(tmp_path),
             str(ROOT / "fuzz" / "corpus" / corpus),
             "-seed=1",
-            "-runs=20000",
+            f"-runs={runs}",
             "-max_total_time=60",
             "-timeout=20",
             "-rss_limit_mb=4096",

@@ -204,20 +204,27 @@ class Replay:
         return self
 
 
-@settings(max_examples=300, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
-@given(data=st.data())
-def test_optimised_program_computes_the_same_values(data) -> None:
-    lens = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3), label="lens")
+def draw_twin_programs(data, max_dim: int = 4) -> tuple[Program, Program, np.ndarray]:
+    """Two copies of one random program (built from the same draws, so each can be compiled on
+    its own) and a random input `x` for it; also used by tests/targets/test_ref_cpu_property.py."""
+    lens = data.draw(st.lists(st.integers(1, max_dim), min_size=1, max_size=3), label="lens")
     steps = data.draw(st.lists(st.sampled_from(STEPS), min_size=1, max_size=8), label="steps")
     n_outputs = data.draw(st.integers(1, 2), label="outputs")
     seed = data.draw(st.integers(0, 2**16), label="seed")
     replay = Replay(data.draw)
-    plain = _build(replay, lens, steps, n_outputs)
-    optimised = _build(replay.rewind(), lens, steps, n_outputs)
+    first = _build(replay, lens, steps, n_outputs)
+    second = _build(replay.rewind(), lens, steps, n_outputs)
+    x = np.random.default_rng(seed).standard_normal(lens).astype(np.float32)
+    return first, second, x
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+@given(data=st.data())
+def test_optimised_program_computes_the_same_values(data) -> None:
+    plain, optimised, x = draw_twin_programs(data)
     text = str(plain)
     optimize(optimised)
-    x = np.random.default_rng(seed).standard_normal(lens).astype(np.float32)
     want = _run(plain, x)
     got = _run(optimised, x)
     for a, b in zip(got, want, strict=True):

@@ -274,3 +274,56 @@ def test_fold_qdq_folds_symmetric_and_keeps_zero_points():
             np.testing.assert_array_equal(got, want_acc.astype(F32) * (F32(0.5) * col))
         else:
             np.testing.assert_allclose(got, want_acc * 0.5 * col, rtol=1e-6)
+
+
+# --- smoothing and keep_float ---------------------------------------------------------------
+def test_smoothing_matches_numpy_oracle():
+    """x @ w with a peaked input channel: smoothing divides x's channels by s = a^alpha /
+    w^(1-alpha) (numpy here), scales w's rows by s, then quantises as usual."""
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((8, 5)).astype(F32)
+    model = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        {"x": np.zeros((4, 8), F32)},
+        ["y"],
+        {"w": w},
+    )
+    calib = [
+        rng.standard_normal((4, 8)).astype(F32) * np.float32([1, 1, 30, 1, 1, 1, 1, 1])
+        for _ in range(3)
+    ]
+    prog = parse(model)
+    quantize_int8(prog, "ref", [{"x": c} for c in calib], ins_names=("dot",), smooth=0.5)
+    ops = [ins.op.name for ins in prog.get_main_module().instructions]
+    assert "quant_dot" in ops and "mul" in ops
+    prog.compile("ref")
+    a = np.max([np.abs(c.astype(np.float64)).max(axis=0) for c in calib], axis=0)
+    s = (np.sqrt(a) / np.sqrt(np.abs(w.astype(np.float64)).max(axis=1))).astype(F32)
+    inv = (F32(1) / s).astype(F32)
+    sx = F32(float(np.max(a / s)) / 127)
+    ws = w * s[:, None]
+    sw = weight_scales(ws, 1)
+    x = rng.standard_normal((4, 8)).astype(F32) * np.float32([1, 1, 30, 1, 1, 1, 1, 1])
+    want = (q8(x * inv, sx) @ q8(ws, sw[None, :])).astype(F32) * (sx * sw)
+    np.testing.assert_allclose(run(prog, {"x": x}), want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+    float_y = x.astype(np.float64) @ w
+    plain = parse(model)
+    quantize_int8(plain, "ref", [{"x": c} for c in calib], ins_names=("dot",))
+    plain.compile("ref")
+    err = lambda y: np.linalg.norm(y - float_y)  # noqa: E731
+    assert err(run(prog, {"x": x})) < err(run(plain, {"x": x}))  # the outlier channel costs less
+
+
+def test_keep_float_leaves_the_most_peaked_input_in_float():
+    rng = np.random.default_rng(8)
+    model, _ = mlp(rng)
+    calib = [rng.standard_normal((3, 8)).astype(F32) for _ in range(3)]
+    calib[0][0, 0] = 100.0  # x's crest factor is far above relu(h)'s
+    prog = parse(model)
+    quantize_int8(prog, "ref", [{"x": c} for c in calib], keep_float=1)
+    ops = [ins.op.name for ins in prog.get_main_module().instructions]
+    assert ops.count("dot") == 1 and ops.count("quant_dot") == 1
+    first = next(
+        i for i in prog.get_main_module().instructions if i.op.name in ("dot", "quant_dot")
+    )
+    assert first.op.name == "dot" and first.inputs[0].op.name == "@param"

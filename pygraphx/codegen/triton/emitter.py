@@ -14,7 +14,7 @@ atan by argument halving and its odd series, round-half-to-even from floor.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,17 @@ def literal(value: Any, dtype: DTypeLike) -> TExpr:
     return TExpr(text, dt, True)
 
 
+def _one_line(template: str, dtype: DTypeLike | None = None) -> Callable[..., TExpr]:
+    """A primitive written as one line of Triton: `template` with the operands' text for
+    {0}, {1}, ...; the result holds `dtype`, or the first operand's dtype when None."""
+
+    def primitive(self: TritonOps, *xs: TExpr) -> TExpr:
+        texts = [x.text for x in xs]
+        return self.emit(template.format(*texts), xs[0].dtype if dtype is None else dtype)
+
+    return primitive
+
+
 class TritonOps:
     """Writes each primitive as one line of Triton; see the module docstring."""
 
@@ -106,16 +117,45 @@ class TritonOps:
     def _k(self, value: float, like: TExpr) -> TExpr:
         return literal(value, like.dtype)
 
-    # arithmetic
-    def add(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._bin("+", x, y)
+    # primitives that are one Triton expression over the operands
+    add = _one_line("{0} + {1}")
+    sub = _one_line("{0} - {1}")
+    mul = _one_line("{0} * {1}")
+    neg = _one_line("-{0}")
+    abs = _one_line("tl.abs({0})")
+    recip = _one_line("1.0 / {0}")
+    exp = _one_line("tl.exp({0})")
+    log = _one_line("tl.log({0})")
+    sqrt = _one_line("tl.sqrt({0})")
+    rsqrt = _one_line("1.0 / tl.sqrt({0})")
+    erf = _one_line("tl.erf({0})")
+    sin = _one_line("tl.sin({0})")
+    cos = _one_line("tl.cos({0})")
+    tan = _one_line("tl.sin({0}) / tl.cos({0})")
+    sinh = _one_line("(tl.exp({0}) - tl.exp(-{0})) * 0.5")
+    cosh = _one_line("(tl.exp({0}) + tl.exp(-{0})) * 0.5")
+    atanh = _one_line("0.5 * tl.log((1.0 + {0}) / (1.0 - {0}))")
+    bitwise_and = _one_line("{0} & {1}")
+    bitwise_or = _one_line("{0} | {1}")
+    bitwise_xor = _one_line("{0} ^ {1}")
+    bitwise_not = _one_line("~{0}")
+    # core ops only: tl.sigmoid is a @jit library function, which the interpreter cannot
+    # call once triton was imported before TRITON_INTERPRET was set (torch imports it)
+    sigmoid = _one_line("1.0 / (1.0 + tl.exp(-{0}))")
+    # classification, comparison and logic: bool results
+    isnan = _one_line("{0} != {0}", np.bool_)
+    isinf = _one_line("tl.abs({0}) == float('inf')", np.bool_)
+    equal = _one_line("{0} == {1}", np.bool_)
+    less = _one_line("{0} < {1}", np.bool_)
+    greater = _one_line("{0} > {1}", np.bool_)
+    less_equal = _one_line("{0} <= {1}", np.bool_)
+    greater_equal = _one_line("{0} >= {1}", np.bool_)
+    logical_and = _one_line("({0} != 0) & ({1} != 0)", np.bool_)
+    logical_or = _one_line("({0} != 0) | ({1} != 0)", np.bool_)
+    logical_xor = _one_line("({0} != 0) ^ ({1} != 0)", np.bool_)
+    logical_not = _one_line("{0} == 0", np.bool_)
 
-    def sub(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._bin("-", x, y)
-
-    def mul(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._bin("*", x, y)
-
+    # arithmetic in several steps or by dtype
     def div(self, x: TExpr, y: TExpr) -> TExpr:
         # Triton's `//` on integers truncates toward zero (C), as ONNX wants
         return self._bin("/" if _is_float(x.dtype) else "//", x, y)
@@ -153,12 +193,6 @@ class TritonOps:
         return self.emit(f"tl.where({neg}, float('nan'), tl.where({x.text} < 0, "
                          f"{signed.text}, {mag.text}))", x.dtype)  # fmt: skip
 
-    def neg(self, x: TExpr) -> TExpr:
-        return self.emit(f"-{x.text}", x.dtype)
-
-    def abs(self, x: TExpr) -> TExpr:
-        return self._call("tl.abs", x)
-
     def sign(self, x: TExpr) -> TExpr:
         one, zero = self._k(1, x), self._k(0, x)
         s = f"tl.where({x.text} > {zero.text}, {one.text}, tl.where({x.text} < {zero.text}, "
@@ -169,30 +203,26 @@ class TritonOps:
         return r
 
     def maximum(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._minmax(">", x, y)
+        return self._extremum(">", x, y, ignore_nan=False)
 
     def minimum(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._minmax("<", x, y)
-
-    def _minmax(self, cmp: str, x: TExpr, y: TExpr) -> TExpr:
-        r = self.emit(f"tl.where({x.text} {cmp} {y.text}, {x.text}, {y.text})", x.dtype)
-        if not _is_float(x.dtype):
-            return r
-        # nan propagates (either operand), as numpy's maximum / minimum
-        return self.emit(f"tl.where({x.text} != {x.text}, {x.text}, {r.text})", x.dtype)
+        return self._extremum("<", x, y, ignore_nan=False)
 
     def fmax(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._fminmax(">", x, y)
+        return self._extremum(">", x, y, ignore_nan=True)
 
     def fmin(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._fminmax("<", x, y)
+        return self._extremum("<", x, y, ignore_nan=True)
 
-    def _fminmax(self, cmp: str, x: TExpr, y: TExpr) -> TExpr:
+    def _extremum(self, cmp: str, x: TExpr, y: TExpr, ignore_nan: bool) -> TExpr:
         r = self.emit(f"tl.where({x.text} {cmp} {y.text}, {x.text}, {y.text})", x.dtype)
         if not _is_float(x.dtype):
             return r
-        r = self.emit(f"tl.where({y.text} != {y.text}, {x.text}, {r.text})", x.dtype)
-        return self.emit(f"tl.where({x.text} != {x.text}, {y.text}, {r.text})", x.dtype)
+        if ignore_nan:  # fmax / fmin: a nan operand gives the other one
+            r = self.emit(f"tl.where({y.text} != {y.text}, {x.text}, {r.text})", x.dtype)
+            return self.emit(f"tl.where({x.text} != {x.text}, {y.text}, {r.text})", x.dtype)
+        # nan propagates (either operand), as numpy's maximum / minimum
+        return self.emit(f"tl.where({x.text} != {x.text}, {x.text}, {r.text})", x.dtype)
 
     def floor(self, x: TExpr) -> TExpr:
         return self._call("tl.floor", x) if _is_float(x.dtype) else x
@@ -211,50 +241,12 @@ class TritonOps:
         big = 2.0 ** (52 if x.dtype == np.float64 else 23)  # from here on every float is whole
         return self.emit(f"tl.where(tl.abs({x.text}) >= {big!r}, {x.text}, {r.text})", x.dtype)
 
-    def recip(self, x: TExpr) -> TExpr:
-        return self.emit(f"1.0 / {x.text}", x.dtype)
-
-    # transcendental
-    def exp(self, x: TExpr) -> TExpr:
-        return self._call("tl.exp", x)
-
-    def log(self, x: TExpr) -> TExpr:
-        return self._call("tl.log", x)
-
-    def sqrt(self, x: TExpr) -> TExpr:
-        return self._call("tl.sqrt", x)
-
-    def rsqrt(self, x: TExpr) -> TExpr:
-        return self.emit(f"1.0 / tl.sqrt({x.text})", x.dtype)
-
-    def erf(self, x: TExpr) -> TExpr:
-        return self._call("tl.erf", x)
-
-    def sigmoid(self, x: TExpr) -> TExpr:
-        # core ops only: tl.sigmoid is a @jit library function, which the interpreter cannot
-        # call once triton was imported before TRITON_INTERPRET was set (torch imports it)
-        return self.emit(f"1.0 / (1.0 + tl.exp(-{x.text}))", x.dtype)
-
-    def sin(self, x: TExpr) -> TExpr:
-        return self._call("tl.sin", x)
-
-    def cos(self, x: TExpr) -> TExpr:
-        return self._call("tl.cos", x)
-
-    def tan(self, x: TExpr) -> TExpr:
-        return self.emit(f"tl.sin({x.text}) / tl.cos({x.text})", x.dtype)
-
+    # transcendental functions without a core form
     def tanh(self, x: TExpr) -> TExpr:
         # (1 - e^-2|x|) / (1 + e^-2|x|) with x's sign: no overflow in either tail
         e = self.emit(f"tl.exp(-2.0 * tl.abs({x.text}))", x.dtype)
         t = self.emit(f"(1.0 - {e.text}) / (1.0 + {e.text})", x.dtype)
         return self.emit(f"tl.where({x.text} < 0, -{t.text}, {t.text})", x.dtype)
-
-    def sinh(self, x: TExpr) -> TExpr:
-        return self.emit(f"(tl.exp({x.text}) - tl.exp(-{x.text})) * 0.5", x.dtype)
-
-    def cosh(self, x: TExpr) -> TExpr:
-        return self.emit(f"(tl.exp({x.text}) + tl.exp(-{x.text})) * 0.5", x.dtype)
 
     def asinh(self, x: TExpr) -> TExpr:
         a = self.emit(f"tl.abs({x.text})", x.dtype)
@@ -269,9 +261,6 @@ class TritonOps:
         big = f"tl.log({x.text}) + {math.log(2.0)!r}"
         r = self.emit(f"tl.where({x.text} > 1e8, {big}, {r.text})", x.dtype)
         return self.emit(f"tl.where({x.text} < 1.0, float('nan'), {r.text})", x.dtype)
-
-    def atanh(self, x: TExpr) -> TExpr:
-        return self.emit(f"0.5 * tl.log((1.0 + {x.text}) / (1.0 - {x.text}))", x.dtype)
 
     def atan(self, x: TExpr) -> TExpr:
         # fold |x| > 1 onto 1/|x| (atan(a) = pi/2 - atan(1/a)), halve the angle twice
@@ -302,54 +291,7 @@ class TritonOps:
         r = self.atan(q)
         return self.emit(f"2.0 * {r.text}", x.dtype)
 
-    # classification, comparison and logic
-    def isnan(self, x: TExpr) -> TExpr:
-        if not _is_float(x.dtype):
-            return self.emit(f"{x.text} != {x.text}", np.bool_)
-        return self.emit(f"{x.text} != {x.text}", np.bool_)
-
-    def isinf(self, x: TExpr) -> TExpr:
-        return self.emit(f"tl.abs({x.text}) == float('inf')", np.bool_)
-
-    def equal(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._bin("==", x, y, np.bool_)
-
-    def less(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._bin("<", x, y, np.bool_)
-
-    def greater(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._bin(">", x, y, np.bool_)
-
-    def less_equal(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._bin("<=", x, y, np.bool_)
-
-    def greater_equal(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._bin(">=", x, y, np.bool_)
-
-    def logical_and(self, x: TExpr, y: TExpr) -> TExpr:
-        return self.emit(f"({x.text} != 0) & ({y.text} != 0)", np.bool_)
-
-    def logical_or(self, x: TExpr, y: TExpr) -> TExpr:
-        return self.emit(f"({x.text} != 0) | ({y.text} != 0)", np.bool_)
-
-    def logical_xor(self, x: TExpr, y: TExpr) -> TExpr:
-        return self.emit(f"({x.text} != 0) ^ ({y.text} != 0)", np.bool_)
-
-    def logical_not(self, x: TExpr) -> TExpr:
-        return self.emit(f"{x.text} == 0", np.bool_)
-
-    def bitwise_and(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._bin("&", x, y)
-
-    def bitwise_or(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._bin("|", x, y)
-
-    def bitwise_xor(self, x: TExpr, y: TExpr) -> TExpr:
-        return self._bin("^", x, y)
-
-    def bitwise_not(self, x: TExpr) -> TExpr:
-        return self.emit(f"~{x.text}", x.dtype)
-
+    # selection
     def where(self, c: TExpr, x: TExpr, y: TExpr) -> TExpr:
         r = self.emit(f"tl.where({c.text}, {x.text}, {y.text})", x.dtype)
         if x.literal and y.literal and x.dtype not in (np.float32, np.int32):
@@ -410,18 +352,20 @@ def nan_propagating(fn: str, block: str, dtype: DTypeLike) -> str:
 
 
 def lowest_literal(dtype: DTypeLike) -> str:
-    dt = np.dtype(dtype)
-    if _is_float(dt):
-        return "float('-inf')"
-    if dt == np.bool_:
-        return "0"
-    return literal(np.iinfo(dt).min, dt).text
+    """The identity of max over `dtype` as Triton text: its lowest value (-inf for floats)."""
+    return _end_literal(dtype, low=True)
 
 
 def highest_literal(dtype: DTypeLike) -> str:
+    """The identity of min over `dtype` as Triton text: its highest value (+inf for floats)."""
+    return _end_literal(dtype, low=False)
+
+
+def _end_literal(dtype: DTypeLike, low: bool) -> str:
     dt = np.dtype(dtype)
     if _is_float(dt):
-        return "float('inf')"
+        return "float('-inf')" if low else "float('inf')"
     if dt == np.bool_:
-        return "1"
-    return literal(np.iinfo(dt).max, dt).text
+        return "0" if low else "1"
+    info = np.iinfo(dt)
+    return literal(info.min if low else info.max, dt).text

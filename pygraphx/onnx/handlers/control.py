@@ -427,7 +427,6 @@ def _unroll(
             f"{why}: a static IR can only run such a loop unrolled at compile time, and the "
             "initial condition is a run-time value"
         )
-    parser = ctx.parser
     n = len(inits)
     carried = list(inits)
     scans: list[list[Instruction]] = [[] for _ in range(k)]
@@ -440,13 +439,7 @@ def _unroll(
             ctx.literal(np.array(cond, dtype=np.bool_)),
             *carried,
         ]
-        outs = parser.parse_subgraph(
-            body_g,
-            ctx.module,
-            parser.scope_values(),
-            label=f"{_label(ctx, 'body')} (unrolled, iteration {i})",
-            inputs=bound,
-        )
+        outs = ctx.inline(body_g, bound, f"{_label(ctx, 'body')} (unrolled, iteration {i})")
         c = _const_scalar(ctx, _tensor(ctx, outs[0], "the body's condition output"))
         if c is None:
             raise ctx.error(

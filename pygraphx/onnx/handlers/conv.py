@@ -20,8 +20,8 @@ from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops import make_op
 from pygraphx.ops.broadcast import Broadcast
 from pygraphx.ops.conv import Convolution, Deconvolution, DeformConvolution
-from pygraphx.ops.nn import dilated, same_padding
 from pygraphx.ops.pointwise import Clip, Convert
+from pygraphx.ops.spatial import dilated, same_padding
 
 Args = list[Instruction | None]
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")

@@ -15,6 +15,7 @@ import numpy as np
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.onnx.context import NodeContext
+from pygraphx.onnx.handlers.layout import arg
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops.detection import (
     Nonmaxsuppression,
@@ -27,10 +28,6 @@ from pygraphx.ops.detection import (
 )
 
 Args = list[Instruction | None]
-
-
-def _arg(args: Args, k: int) -> Instruction | None:
-    return args[k] if k < len(args) else None
 
 
 def _declared(ctx: NodeContext, k: int, dim: int) -> int:
@@ -87,7 +84,7 @@ def _scalar(value: np.ndarray | None) -> np.generic | None:
 @onnx_op("NonMaxSuppression", since=10)
 def parse_non_max_suppression(ctx: NodeContext, args: Args) -> Instruction:
     boxes, scores = args[0], args[1]
-    max_out, iou, score = (_arg(args, k) for k in (2, 3, 4))
+    max_out, iou, score = (arg(args, k) for k in (2, 3, 4))
     bl, sl = boxes.shape.lens(), scores.shape.lens()
     if len(bl) != 3 or bl[2] != 4 or len(sl) != 3 or sl[0] != bl[0] or sl[2] != bl[1]:
         raise ctx.error(f"boxes {bl} and scores {sl} must be [B, n, 4] and [B, C, n]")

@@ -20,6 +20,7 @@ import numpy as np
 from pygraphx.ir.instruction import Instruction
 from pygraphx.onnx.context import NodeContext, onnx_type_to_shape_type
 from pygraphx.onnx.handlers._runtime_shapes import guard, runtime_lens
+from pygraphx.onnx.handlers.layout import arg
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops.broadcast import Multibroadcast
 from pygraphx.ops.extra import Bitcast, Col2im, GridSample, PrefixScanProd, TensorScatter
@@ -28,10 +29,6 @@ from pygraphx.ops.indexing import Gather
 from pygraphx.ops.layout import Reshape, Transpose
 
 Args = list[Instruction | None]
-
-
-def _arg(args: Args, k: int) -> Instruction | None:
-    return args[k] if k < len(args) else None
 
 
 def _const_ints(ctx: NodeContext, ins: Instruction | None) -> list[int] | None:
@@ -167,7 +164,7 @@ def parse_cumprod(ctx: NodeContext, args: Args) -> Instruction:
 # --- TensorScatter ----------------------------------------------------------------------------
 @onnx_op("TensorScatter", since=24)
 def parse_tensor_scatter(ctx: NodeContext, args: Args) -> Instruction:
-    cache, update, write = args[0], args[1], _arg(args, 2)
+    cache, update, write = args[0], args[1], arg(args, 2)
     mode = ctx.attr("mode", "linear")
     rank = cache.shape.ndim()
     axis = ctx.attr("axis", -2)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.shape import MAX_RANK
 from pygraphx.onnx.context import NodeContext
 from pygraphx.onnx.handlers._runtime_shapes import guard, runtime_lens
 from pygraphx.onnx.registry import onnx_op
@@ -449,6 +450,8 @@ def parse_expand(ctx: NodeContext, args: Args) -> Instruction:
     if ctx.const(shape) is None:
         lens = runtime_lens(ctx, shape, "shape")
         return ctx.add(Multibroadcast(tuple(lens)), guard(ctx, x, shape, "expand", lens))
+    if np.size(ctx.const(shape)) > MAX_RANK:
+        raise ctx.error(f"shape has {np.size(ctx.const(shape))} dimensions: at most {MAX_RANK}")
     dims = const_ints(ctx, shape, "shape")
     try:
         lens = broadcast_lens(x.shape.lens(), dims)

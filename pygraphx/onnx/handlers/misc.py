@@ -16,8 +16,8 @@ from pygraphx.onnx.context import NodeContext
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops import make_op
 from pygraphx.ops.base import ShapeError
-from pygraphx.ops.misc import Bitshift, Det, Einsum, Isinf, einsum_lens
-from pygraphx.ops.pointwise import Where
+from pygraphx.ops.misc import Bitshift, Det, Einsum, einsum_lens
+from pygraphx.ops.pointwise import Isinf, Where
 
 Args = list[Instruction | None]
 

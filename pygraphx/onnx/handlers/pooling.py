@@ -14,8 +14,8 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.onnx.context import NodeContext
 from pygraphx.onnx.handlers.conv import auto_pads, spatial_attr, spatial_rank
 from pygraphx.onnx.registry import onnx_op
-from pygraphx.ops.nn import dilated
 from pygraphx.ops.pooling import MaxUnpool, Pooling, PoolingIndices
+from pygraphx.ops.spatial import dilated
 
 Args = list[Instruction | None]
 

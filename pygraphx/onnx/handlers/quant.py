@@ -24,6 +24,7 @@ from __future__ import annotations
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.shape import FLOAT_TYPES
 from pygraphx.onnx.context import NodeContext, onnx_type_to_shape_type
+from pygraphx.onnx.handlers.layout import arg
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops import make_op
 from pygraphx.ops.broadcast import Broadcast, Multibroadcast
@@ -33,10 +34,6 @@ from pygraphx.ops.quant import QUANT_TYPES, DequantizeLinear, QuantizeLinear
 from pygraphx.ops.reduce import ReduceMax, ReduceMin
 
 Args = list[Instruction | None]
-
-
-def _arg(args: Args, k: int) -> Instruction | None:
-    return args[k] if k < len(args) else None
 
 
 def _type_attr(ctx: NodeContext, name: str) -> str | None:
@@ -114,7 +111,7 @@ def _check_scale(ctx: NodeContext, scale: Instruction) -> None:
 
 @onnx_op("QuantizeLinear", since=10)
 def parse_quantizelinear(ctx: NodeContext, args: Args) -> Instruction:
-    x, scale, zp = args[0], args[1], _arg(args, 2)
+    x, scale, zp = args[0], args[1], arg(args, 2)
     _check_scale(ctx, scale)
     out_type = _type_attr(ctx, "output_dtype")
     if zp is not None:
@@ -146,7 +143,7 @@ def parse_quantizelinear(ctx: NodeContext, args: Args) -> Instruction:
 
 @onnx_op("DequantizeLinear", since=10)
 def parse_dequantizelinear(ctx: NodeContext, args: Args) -> Instruction:
-    x, scale, zp = args[0], args[1], _arg(args, 2)
+    x, scale, zp = args[0], args[1], arg(args, 2)
     _check_scale(ctx, scale)
     if zp is not None and zp.shape.type() != x.shape.type():
         raise ctx.error(f"zero point type {zp.shape.type()} differs from x's {x.shape.type()}")

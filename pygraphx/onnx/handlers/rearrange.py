@@ -18,35 +18,31 @@ from pygraphx.ops.pointwise import Where
 # --- DepthToSpace, SpaceToDepth -------------------------------------------------------------
 
 
-def _nchw(ctx: NodeContext, x: Instruction) -> list[int]:
+def _block_args(ctx: NodeContext, x: Instruction) -> tuple[list[int], int, bool]:
+    """The input's lens (N, C, H, W), the blocksize and whether the mode is DCR (else CRD)."""
     lens = x.shape.lens()
     if len(lens) != 4:
         raise ctx.error(f"input must be 4-D (N, C, H, W), got lens {lens}")
-    return lens
-
-
-def _blocksize(ctx: NodeContext) -> int:
     b = ctx.attr("blocksize")
     if b <= 0:
         raise ctx.error(f"blocksize must be positive, got {b}")
-    return b
+    mode = ctx.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise ctx.error(f"unknown mode {mode!r} (DCR or CRD)")
+    return lens, b, mode == "DCR"
 
 
 @onnx_op("DepthToSpace")
 def parse_depth_to_space(ctx: NodeContext, args: Args) -> Instruction:
     x = args[0]
-    n, c, h, w = _nchw(ctx, x)
-    b = _blocksize(ctx)
-    mode = ctx.attr("mode", "DCR")
+    (n, c, h, w), b, dcr = _block_args(ctx, x)
     if c % (b * b):
         raise ctx.error(f"channels {c} are not divisible by blocksize^2 = {b * b}")
     c2 = c // (b * b)
-    if mode == "DCR":
+    if dcr:
         dims, perm = (n, b, b, c2, h, w), (0, 3, 4, 1, 5, 2)
-    elif mode == "CRD":
-        dims, perm = (n, c2, b, b, h, w), (0, 1, 4, 2, 5, 3)
     else:
-        raise ctx.error(f"unknown mode {mode!r} (DCR or CRD)")
+        dims, perm = (n, c2, b, b, h, w), (0, 1, 4, 2, 5, 3)
     y = ctx.add(Transpose(perm), ctx.add(Reshape(dims), x))
     return ctx.add(Reshape((n, c2, h * b, w * b)), y)
 
@@ -54,17 +50,10 @@ def parse_depth_to_space(ctx: NodeContext, args: Args) -> Instruction:
 @onnx_op("SpaceToDepth")
 def parse_space_to_depth(ctx: NodeContext, args: Args) -> Instruction:
     x = args[0]
-    n, c, h, w = _nchw(ctx, x)
-    b = _blocksize(ctx)
-    mode = ctx.attr("mode", "DCR")
+    (n, c, h, w), b, dcr = _block_args(ctx, x)
     if h % b or w % b:
         raise ctx.error(f"spatial lens {h}x{w} are not divisible by blocksize {b}")
-    if mode == "DCR":
-        perm = (0, 3, 5, 1, 2, 4)
-    elif mode == "CRD":
-        perm = (0, 1, 3, 5, 2, 4)
-    else:
-        raise ctx.error(f"unknown mode {mode!r} (DCR or CRD)")
+    perm = (0, 3, 5, 1, 2, 4) if dcr else (0, 1, 3, 5, 2, 4)
     y = ctx.add(Transpose(perm), ctx.add(Reshape((n, c, h // b, b, w // b, b)), x))
     return ctx.add(Reshape((n, c * b * b, h // b, w // b)), y)
 

@@ -19,8 +19,7 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.onnx.context import NodeContext
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops import make_op
-from pygraphx.ops.misc import Isinf
-from pygraphx.ops.pointwise import Where
+from pygraphx.ops.pointwise import Isinf, Where
 from pygraphx.ops.reduce import (
     Argmax,
     Argmin,

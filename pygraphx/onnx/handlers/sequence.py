@@ -292,17 +292,10 @@ def parse_sequence_map(ctx: NodeContext, args: Args) -> list[SequenceValue]:
             raise ctx.error(f"input {k} has {len(a.items)} elements, input 0 has {n}")
         if not isinstance(a, SequenceValue | Instruction):
             raise ctx.error(f"input {k} must be a sequence or a tensor, got {describe(a)}")
-    parser = ctx.parser
     outputs: list[list[Instruction]] = [[] for _ in body.output]
     for i in range(n):
         bound = [a.items[i] if isinstance(a, SequenceValue) else a for a in args]
-        outs = parser.parse_subgraph(
-            body,
-            ctx.module,
-            parser.scope_values(),
-            label=f"body of {ctx.describe()} (element {i})",
-            inputs=bound,
-        )
+        outs = ctx.inline(body, bound, f"body of {ctx.describe()} (element {i})")
         for acc, o in zip(outputs, outs, strict=True):
             acc.append(_tensor(ctx, o, "body output"))
     result = []

@@ -24,6 +24,7 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.shape import to_dtype
 from pygraphx.onnx.context import NodeContext, onnx_type_to_shape_type
 from pygraphx.onnx.handlers._runtime_shapes import guard, runtime_lens
+from pygraphx.onnx.handlers.layout import arg
 from pygraphx.onnx.registry import onnx_op
 from pygraphx.ops import make_op
 from pygraphx.ops.broadcast import Broadcast
@@ -31,10 +32,6 @@ from pygraphx.ops.indexing import Gather
 from pygraphx.ops.signal import Fft, MelWeightMatrix, mel_weight_matrix
 
 Args = list[Instruction | None]
-
-
-def _arg(args: Args, k: int) -> Instruction | None:
-    return args[k] if k < len(args) else None
 
 
 def _const_int(ctx: NodeContext, ins: Instruction | None) -> int | None:
@@ -88,14 +85,14 @@ def _dft(
 
 @onnx_op("DFT", since=17)
 def parse_dft_17(ctx: NodeContext, args: Args) -> Instruction:
-    return _dft(ctx, args[0], _arg(args, 1), ctx.attr("axis", 1))
+    return _dft(ctx, args[0], arg(args, 1), ctx.attr("axis", 1))
 
 
 @onnx_op("DFT", since=20)
 def parse_dft(ctx: NodeContext, args: Args) -> Instruction:
-    axis_ins = _arg(args, 2)
+    axis_ins = arg(args, 2)
     axis = -2 if axis_ins is None else _const_int(ctx, axis_ins)
-    return _dft(ctx, args[0], _arg(args, 1), axis_ins if axis is None else axis)
+    return _dft(ctx, args[0], arg(args, 1), axis_ins if axis is None else axis)
 
 
 # --- STFT -----------------------------------------------------------------------------------
@@ -119,7 +116,7 @@ def _stft_candidates(
 
 @onnx_op("STFT", since=17)
 def parse_stft(ctx: NodeContext, args: Args) -> Instruction:
-    signal, step_ins, window, length_ins = (_arg(args, k) for k in range(4))
+    signal, step_ins, window, length_ins = (arg(args, k) for k in range(4))
     lens = signal.shape.lens()
     if len(lens) != 3 or lens[-1] not in (1, 2):
         raise ctx.error(f"signal {lens} must be [batch, length, 1 or 2]")

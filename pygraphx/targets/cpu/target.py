@@ -103,13 +103,15 @@ class CpuExecutable:
         fns = with_thread_switches(
             [s.fn for s in lowered.steps], self.step_threads, self.scope.limit
         )
-        self.executor = Executor(fns, bind, collect, lowered.profile, show, self.scope)
+        computes = [s.instructions for s in lowered.steps]
+        self.executor = Executor(fns, bind, collect, lowered.profile, show, self.scope, computes)
         # the first run times the fallback steps once and says what they cost (fallback_cost)
         flags = [s.fallback for s in lowered.steps]
         self._first: tuple[Executor, FallbackTimer] | None = None
         if any(flags):
             timed, timer = timed_steps(fns, flags)
-            self._first = (Executor(timed, bind, collect, (), show, self.scope), timer)
+            first = Executor(timed, bind, collect, (), show, self.scope, computes)
+            self._first = (first, timer)
 
     def run(
         self, params: dict[str, np.ndarray], observer: Observer | None = None

@@ -44,6 +44,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pygraphx.ir.env import whole_number
+
 THREADS_ENV = "PGX_CPU_THREADS"
 CAP_ENV = "PGX_CPU_MAX_THREADS"
 STEP_POLICY_ENV = "PGX_CPU_STEP_THREADS"
@@ -157,13 +159,7 @@ def _v1_limits(base: Path, path: str) -> list[float]:
 
 
 def _positive(name: str, text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise ValueError(f"{name}={text!r} is not a whole number of threads") from None
-    if n < 1:
-        raise ValueError(f"{name}={n} must be at least 1")
-    return n
+    return whole_number(name, text, 1, "threads")
 
 
 def default_threads(

@@ -1,8 +1,11 @@
 """A program lowered for the GPU, run as one captured CUDA/HIP graph where it can be.
 
 The first run binds static device buffers to the parameters, runs the steps twice on a side
-stream (lazy library initialisation: cuDNN algorithm search, cuBLAS handles), then captures
-one pass over the steps into a `torch.cuda.CUDAGraph`. Every later run copies its inputs into
+stream (lazy library initialisation: cuDNN algorithm search, cuBLAS handles, Triton autotune),
+then captures one pass over the steps into a `torch.cuda.CUDAGraph` on that same stream (one
+per device, shared by every program: `capture_stream`); cuBLAS's cached workspaces are freed
+around both (`release_library_workspaces`), so the capture allocates the one it needs in the
+graph's own pool and no program leaves one behind. Every later run copies its inputs into
 the static buffers, replays the graph and reads the outputs from the tensors the capture
 produced (the graph rewrites them in place). A program whose steps cannot be captured (a numpy
 fallback, a step that reads values on the host: data-dependent shapes, host control flow)
@@ -171,27 +174,40 @@ class GpuExecutable:
         }
         for name, t in tensors.items():
             self.static[name].copy_(t)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP_RUNS):
+        stream = capture_stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        for _ in range(WARMUP_RUNS):
+            # freed before each pass: a workspace the last steps took (cuBLAS, for a final
+            # GEMM) must not stay live through the next pass's activation peak
+            release_library_workspaces(self.device)
+            with torch.cuda.stream(stream):
                 self._bind(self.static)
                 for step in self.steps:
                     step()
-        torch.cuda.current_stream(self.device).wait_stream(side)
+        self._drop_dynamic()  # the warm-up's outputs must not stay live beside the capture's
+        release_library_workspaces(self.device)
         graph = torch.cuda.CUDAGraph()
         try:
             self._bind(self.static)
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, stream=stream):
                 for step in self.steps:
                     step()
         except RuntimeError as exc:  # announced; the steps then run uncaptured
             torch.cuda.synchronize(self.device)
             self._uncaptured(f"capture failed: {str(exc).splitlines()[0]}")
             return
+        finally:
+            release_library_workspaces(self.device)
         self.graph = graph
         # the tensors the replays rewrite (env's slots change when a profiled run binds anew)
         self.graph_outputs = [self.env[i] for i in self.outputs]
+
+    def _drop_dynamic(self) -> None:
+        """Forget every run-time value (parameters bound, tensors the steps allocated)."""
+        env, static = self.env, self.lowered.ctx.static
+        for i in range(len(env)):
+            if not static[i]:
+                env[i] = None
 
     def _uncaptured(self, why: str) -> None:
         self.why_uncaptured = why
@@ -271,6 +287,37 @@ class GpuExecutable:
             else:
                 result.append(GpuArgument(t.clone(memory_format=torch.contiguous_format)))
         return result
+
+
+_CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """The one side stream every program on `device` warms up and is captured on. cuBLAS keeps
+    a workspace (32 MiB on Hopper) per handle and stream for good, so a new stream per program,
+    or a warm-up stream apart from the capture stream, would each leave one behind."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[index] = torch.cuda.Stream(index)
+    return _CAPTURE_STREAMS[index]
+
+
+def release_library_workspaces(device: torch.device) -> None:
+    """Free the cuBLAS workspaces torch caches per stream, as torch.compile's CUDA graphs do
+    around their warm-up and capture: the warm-up's workspace then goes back to the ordinary
+    pool, the capture allocates its own in the graph's private pool (which the graph keeps: only
+    its replays use it), and no captured graph points at a workspace that eager code may reuse.
+    Any stream that needs one later allocates it again. Without the private torch hook (older or
+    other builds) nothing is freed and the workspaces stay cached: memory only, announced."""
+    torch.cuda.synchronize(device)
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is None:
+        warnings.warn(
+            "gpu target: this torch cannot free cuBLAS workspaces; each stays cached",
+            stacklevel=3,
+        )
+        return
+    clear()
 
 
 def _timed(fn: Callable[[], None]) -> float:

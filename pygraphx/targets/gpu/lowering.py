@@ -6,8 +6,10 @@
   element-wise groups after it keep); half and bf16 convolutions run in their own type on tensor
   cores (cuDNN accumulates in float32). Others: the torch lowering's convolution.
 * `dot`: half / bf16 products in their own type (cuBLAS / hipBLASLt tensor cores, float32
-  accumulation); float32 products through the torch lowering (`addmm` with the bias of the
-  element-wise group after it folded in); attention recognised first (`attention.py`).
+  accumulation; with Triton on, a product of a few rows with a constant matrix runs as
+  `gemv.py`'s kernel, which needs no cuBLAS workspace); float32 products through the torch
+  lowering (`addmm` with the bias of the element-wise group after it folded in); attention
+  recognised first (`attention.py`).
 * `pointwise` and `fused_reduce`: generated Triton kernels when the target passes `kernels`
   (`triton_groups.TritonGroups`), else (and for a group the generator refuses) the torch
   lowering's eager code. Recognised attention comes first in `fused_reduce`.
@@ -48,19 +50,20 @@ def gpu_overrides(
         pointwise, reduce = kernels.lowering(pointwise), kernels.lowering(reduce)
 
     def conv(ctx: LoweringContext, ins: Instruction) -> bool:
-        if lower_library_convolution(ctx, ins, channels_last):
+        if ctx.device.type == "cuda" and lower_library_convolution(ctx, ins, channels_last):
             return True
         return torch_lowering["convolution"](ctx, ins)
 
+    triton = kernels is not None
+
+    def product(c: LoweringContext, i: Instruction) -> bool:
+        return plain_dot(c, i, torch_lowering, gemv=triton)
+
     def dot(ctx: LoweringContext, ins: Instruction) -> bool:
-        if attention.lower_attention_dot(ctx, ins, lambda c, i: plain_dot(c, i, torch_lowering)):
-            return True
-        return plain_dot(ctx, ins, torch_lowering)
+        return attention.lower_attention_dot(ctx, ins, product) or product(ctx, ins)
 
     def fused_reduce(ctx: LoweringContext, ins: Instruction) -> bool:
-        return attention.lower_attention_softmax(
-            ctx, ins, lambda c, i: plain_dot(c, i, torch_lowering)
-        ) or reduce(ctx, ins)
+        return attention.lower_attention_softmax(ctx, ins, product) or reduce(ctx, ins)
 
     return {
         "convolution": conv,
@@ -70,10 +73,21 @@ def gpu_overrides(
     }
 
 
-def plain_dot(ctx: LoweringContext, ins: Instruction, torch_lowering: dict[str, Lowering]) -> bool:
-    """A product with no attention around it: low precision natively, float32 as torch lowers."""
+def plain_dot(
+    ctx: LoweringContext,
+    ins: Instruction,
+    torch_lowering: dict[str, Lowering],
+    gemv: bool = False,
+) -> bool:
+    """A product with no attention around it: low precision natively (a few rows times a
+    constant matrix as `gemv.py`'s Triton kernel when `gemv`), float32 as torch lowers."""
     dtype = torch_dtype(ins.shape.dtype())
     if dtype in (torch.float16, torch.bfloat16) and ctx.device.type == "cuda":
+        if gemv:
+            from pygraphx.targets.gpu.gemv import lower_gemv
+
+            if lower_gemv(ctx, ins):
+                return True
         if _lower_native_dot(ctx, ins):
             return True
     return torch_lowering["dot"](ctx, ins)
@@ -103,25 +117,21 @@ def _lower_native_dot(ctx: LoweringContext, ins: Instruction) -> bool:
 
 
 def lower_library_convolution(ctx: LoweringContext, ins: Instruction, channels_last: bool) -> bool:
-    """2-D convolution with a constant weight and symmetric padding, in its own float type."""
+    """2-D convolution with a constant weight and symmetric padding, in its own float type
+    (`gpu_overrides` calls it on CUDA / ROCm devices; tests call it on the CPU)."""
     x_shape, w_shape = (i.shape for i in ins.inputs[:2])
     dtype = torch_dtype(ins.shape.dtype())
     if len(ins.inputs) != 2 or x_shape.ndim() != 4 or dtype not in _NATIVE:
         return False
-    if torch_dtype(x_shape.dtype()) != dtype or ctx.device.type != "cuda":
+    if torch_dtype(x_shape.dtype()) != dtype:
         return False
     op = ins.op
     begin, end = op.pads(x_shape.lens(), w_shape.lens())
-    x, widx = ctx.args(ins)
-    w = ctx.constant(widx)
+    x = ctx.arg(ins, 0)
+    w = ctx.constant(ctx.arg(ins, 1))
     if begin != end or w is None:
         return False
-    layout = STANDARD
-    if channels_last:
-        w = w.contiguous(memory_format=torch.channels_last)
-        layout = CHANNELS_LAST
-    else:
-        w = w.contiguous()
+    w = weight_in_layout(ctx, ins, w, channels_last)
     env = ctx.env
     conv = F.conv2d
     stride, padding, dilation, groups = list(op.stride), list(begin), list(op.dilation), op.group
@@ -129,5 +139,16 @@ def lower_library_convolution(ctx: LoweringContext, ins: Instruction, channels_l
     def produce() -> torch.Tensor:
         return conv(env[x], w, None, stride, padding, dilation, groups)
 
-    store_result(ctx, ins, produce, layout)
+    store_result(ctx, ins, produce, CHANNELS_LAST if channels_last else STANDARD)
     return True
+
+
+def weight_in_layout(
+    ctx: LoweringContext, ins: Instruction, w: torch.Tensor, channels_last: bool
+) -> torch.Tensor:
+    """`ins`'s constant weight `w` (input 1) in the layout its convolution runs in, held once
+    (`LoweringContext.replace_literal`)."""
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    converted = w.contiguous(memory_format=fmt)
+    ctx.replace_literal(ins, 1, converted)
+    return converted

@@ -6,15 +6,20 @@ devices `cuda` too), with this target's own lowerings passed as `lowering_overri
 (`lowering.py`): convolutions through cuDNN / MIOpen with channels-last weights chosen once here,
 GEMMs through cuBLAS / hipBLASLt (bias folded into `addmm`), half and bf16 products and
 convolutions in their own type on tensor cores, recognised attention as
-`scaled_dot_product_attention`. Weights are uploaded once (literals become device tensors);
-intermediates live in the torch lowering's arena on the device. `executable.py` then warms the
-program up and captures it as one CUDA/HIP graph.
+`scaled_dot_product_attention`. Weights are uploaded once (literals become device tensors; a
+weight relaid for its only user replaces its upload). Intermediates live in the torch
+lowering's arena on the device, except the tensors convolutions return (cuDNN / MIOpen take no
+out= argument) and the element-wise groups run in place on them (`unplanned`): those live in
+torch's allocator (the CUDA graph's private pool once captured), freed after their last use.
+`executable.py` then warms the program up and captures it as one CUDA/HIP graph.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -25,17 +30,23 @@ from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.targets.base import Target
 from pygraphx.targets.gpu.executable import GpuExecutable
 from pygraphx.targets.gpu.lowering import gpu_overrides
-from pygraphx.targets.gpu.triton_groups import TritonGroups, triton_wanted
+from pygraphx.targets.gpu.triton_groups import TritonGroups, in_place_input, triton_wanted
 from pygraphx.targets.torch_lowering import lower_module
 
 if TYPE_CHECKING:
+    from pygraphx.ir.instruction import Instruction
     from pygraphx.ir.program import Program
 
 log = logging.getLogger(__name__)
 
 SETTINGS = frozenset(
-    ["device_id", "device", "graph", "channels_last", "tf32", "overrides", "triton"]
-)
+    [
+        "device_id", "device", "graph", "channels_last", "tf32", "overrides", "triton",
+        "cudnn_benchmark",
+    ]
+)  # fmt: skip
+#: `PGX_GPU_CUDNN_BENCHMARK=0`: cuDNN's heuristic algorithms instead of timing them
+CUDNN_BENCHMARK_ENV = "PGX_GPU_CUDNN_BENCHMARK"
 
 
 class GpuTarget(Target):
@@ -49,8 +60,11 @@ class GpuTarget(Target):
     -> lowering function, tried before this target's own: where generated Triton kernels plug
     in), `triton` (fused element-wise and reduction groups as generated Triton kernels,
     `triton_groups.py`; default on for CUDA/ROCm devices unless `PGX_GPU_TRITON=0`; on the CPU
-    only under `TRITON_INTERPRET=1`), `device="cpu"` (run the GPU lowering on the CPU with no
-    graph: tests and debugging).
+    only under `TRITON_INTERPRET=1`), `cudnn_benchmark` (cuDNN times its algorithms at the
+    first run and keeps the fastest: default on unless `PGX_GPU_CUDNN_BENCHMARK=0`; the timing
+    allocates the largest workspace any candidate wants, e.g. 122 MB for ResNet-50's stem at
+    batch 32, which then shows in the peak), `device="cpu"` (run the GPU lowering on the CPU
+    with no graph: tests and debugging).
     """
 
     name = "gpu"
@@ -91,7 +105,7 @@ class GpuTarget(Target):
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = tf32
             torch.backends.cudnn.allow_tf32 = tf32
-            torch.backends.cudnn.benchmark = True
+            torch.backends.cudnn.benchmark = cudnn_benchmark(self.settings.get("cudnn_benchmark"))
         channels_last = self.settings.get("channels_last")
         if channels_last is None:
             channels_last = choose_channels_last(program, tf32)
@@ -101,6 +115,8 @@ class GpuTarget(Target):
         overrides = gpu_overrides(channels_last=channels_last, kernels=kernels)
         overrides.update(self.settings.get("overrides") or {})
         lower_options = {**options, "lowering_overrides": overrides, "mkldnn": False}
+        if options.get("conv_output", "torch") == "torch":
+            lower_options["unplanned"] = functools.partial(unplanned, kernels is not None)
         where = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
         with torch.inference_mode(), where:
             lowered = lower_module(program.get_main_module(), device, lower_options)
@@ -118,6 +134,22 @@ class GpuTarget(Target):
             offload_copy=bool(options.get("offload_copy", True)),
             graph=self.settings.get("graph"),
         )
+
+
+def cudnn_benchmark(setting: bool | None) -> bool:
+    """The `cudnn_benchmark` setting, else `PGX_GPU_CUDNN_BENCHMARK` (default on)."""
+    if setting is None:
+        return os.environ.get(CUDNN_BENCHMARK_ENV, "1").strip() != "0"
+    return bool(setting)
+
+
+def unplanned(triton: bool, ins: Instruction) -> bool:
+    """What the arena leaves out: every convolution (its step stores the tensor cuDNN / MIOpen
+    return: they take no out= argument), and with Triton the element-wise group run in place
+    on a convolution's result (`triton_groups.in_place_input`)."""
+    if ins.op.name == "convolution":
+        return True
+    return triton and in_place_input(ins) is not None
 
 
 def choose_channels_last(program: Program, tf32: bool) -> bool:

@@ -188,11 +188,45 @@ class TritonGroups:
             self.refused[kind] += 1
             self.examples.setdefault(kind, f"{ins.op.name} {name}: {exc}")
             return False
+        j = in_place_input(ins)
+        if j is not None and not ctx.has_slot(ins) and self._may_alias(ctx, args[j], kernel, j):
+            idx = ctx.bind_dynamic(ins, layout)
+            ctx.mark_fresh(idx)
+            self._remember(ctx, args, kernel, _placeholder(kernel.group.output, self.device))
+            ctx.emit(self._in_place_step(ctx, args, kernel, j, idx), ins, idx)
+            self.lowered += 1
+            return True
         idx, out = output_buffer(ctx, ins, layout)
         self._remember(ctx, args, kernel, out)
         ctx.emit(self._step(ctx, args, kernel, out), ins, idx)
         self.lowered += 1
         return True
+
+    @staticmethod
+    def _may_alias(ctx: LoweringContext, src: int, kernel: Any, j: int) -> bool:
+        """Whether the kernel may write over input `j`: a tensor its producer's step allocated
+        (nothing else holds it), read at the very addresses the output is written to."""
+        return src in ctx.fresh and kernel.group.inputs[j] == kernel.group.output
+
+    def _in_place_step(
+        self, ctx: LoweringContext, args: Sequence[int], kernel: Any, j: int, idx: int
+    ) -> Callable[[], None]:
+        """The group's kernel writing its result over input `j` (element k is read, then
+        written, by the same program). Its first call (the autotune, which launches the kernel
+        several times) and a call whose input `j` has other strides write a new tensor."""
+        env, gather = ctx.env, self._gather(ctx, args, kernel)
+        desc = kernel.group.output
+        dtype = torch_dtype(desc.dtype)
+
+        def run() -> None:
+            xs, k = gather()
+            out = xs[j]
+            if k.config is None or not _fits(out, desc):
+                out = torch.empty_strided(desc.lens, desc.strides, dtype=dtype, device=out.device)
+            k(xs, out)
+            env[idx] = out
+
+        return run
 
     def _step(
         self, ctx: LoweringContext, args: Sequence[int], kernel: Any, out: torch.Tensor
@@ -205,17 +239,28 @@ class TritonGroups:
                 kernel(inputs, out)
 
             return run_fixed
-        env = ctx.env
-        by_strides: dict[tuple, Any] = {}
+        gather = self._gather(ctx, args, kernel)
 
         def run() -> None:
-            xs = [env[a] if t is None else t for a, t in zip(args, fixed, strict=True)]
-            k = kernel
-            if not all(_fits(x, d) for x, d in zip(xs, k.group.inputs, strict=True)):
-                k = self._restrided(kernel, xs, by_strides)
+            xs, k = gather()
             k(xs, out)
 
         return run
+
+    def _gather(
+        self, ctx: LoweringContext, args: Sequence[int], kernel: Any
+    ) -> Callable[[], tuple[list[torch.Tensor], Any]]:
+        """Per call: the group's input tensors, and the kernel built for their strides."""
+        env, fixed = ctx.env, [ctx.value(a) for a in args]
+        by_strides: dict[tuple, Any] = {}
+
+        def gather() -> tuple[list[torch.Tensor], Any]:
+            xs = [env[a] if t is None else t for a, t in zip(args, fixed, strict=True)]
+            if all(_fits(x, d) for x, d in zip(xs, kernel.group.inputs, strict=True)):
+                return xs, kernel
+            return xs, self._restrided(kernel, xs, by_strides)
+
+        return gather
 
     def _restrided(self, kernel: Any, xs: Sequence[torch.Tensor], seen: dict[tuple, Any]) -> Any:
         """The kernel of `kernel`'s group for inputs with the strides of `xs` (built once)."""
@@ -233,6 +278,20 @@ class TritonGroups:
                 f"kernels: {kind} (e.g. {self.examples[kind]})",
                 stacklevel=3,
             )
+
+
+def in_place_input(ins: Instruction) -> int | None:
+    """The input an element-wise group may overwrite with its result: a convolution's result
+    (a tensor its step allocates) that only this group reads, of the group's own shape and
+    type. The memory plan leaves such groups out of the arena (`target.unplanned`)."""
+    if ins.op.name != "pointwise":
+        return None
+    for j, x in enumerate(ins.inputs):
+        if x.op.name != "convolution" or x.shape.type() != ins.shape.type():
+            continue
+        if x.shape.lens() == ins.shape.lens() and all(u is ins for u in x.outputs):
+            return j
+    return None
 
 
 def _placeholder(desc: TensorDesc, device: torch.device) -> torch.Tensor:

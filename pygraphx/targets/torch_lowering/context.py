@@ -7,7 +7,10 @@ call allocates, a view of those) is stored by the step that makes it. Steps are 
 to their indices and tensors, so running the program is a loop over them.
 
 Intermediates live in one uint8 arena tensor carved at `memory_plan`'s offsets; scratch buffers
-of fused groups come from a small pool shared by all steps (steps run one at a time).
+of fused groups come from a small pool shared by all steps (steps run one at a time). On the
+host the arena is reserved, not filled, at prepare: its pages are touched (and count) only when a
+run writes them, so compiling a program with huge intermediates costs no memory; an arena that
+cannot even be reserved is an `ArenaError` naming its size and largest buffers.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.printer import instruction_names
+from pygraphx.ir.program import ProgramError
 from pygraphx.ir.shape import Shape
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 
@@ -54,6 +59,12 @@ class LoweringError(RuntimeError):
     """An instruction could not be lowered; the message names it."""
 
 
+class ArenaError(LoweringError, ProgramError, MemoryError):
+    """The arena of intermediates could not be allocated; the message gives its size and the
+    instructions whose buffers are largest (a `ProgramError`: this program cannot be compiled
+    for this target with this memory)."""
+
+
 class ScratchPool:
     """Reusable byte buffers for temporaries of fused steps, grown as steps ask for more.
 
@@ -78,6 +89,35 @@ class ScratchPool:
             buf.resize_(nbytes)
         flat = buf[:nbytes].view(dtype)
         return flat.as_strided(like.shape, like.stride())
+
+
+def allocate_arena(plan: MemoryPlan, device: torch.device) -> torch.Tensor:
+    """The arena for `plan`: reserved untouched on the host (`torch.empty`: no page is written
+    until a run writes it), zeroed on a device; `ArenaError` when it cannot be had."""
+    nbytes = max(plan.arena_bytes, 1)
+    try:
+        if device.type == "cpu":
+            return torch.empty(nbytes, dtype=torch.uint8, device=device)
+        return torch.zeros(nbytes, dtype=torch.uint8, device=device)
+    except (RuntimeError, MemoryError) as exc:  # torch's allocator: "can't allocate memory"
+        raise ArenaError(_arena_message(plan, device, exc)) from exc
+
+
+def _arena_message(plan: MemoryPlan, device: torch.device, exc: BaseException) -> str:
+    largest = sorted(plan.buffers, key=lambda b: b.size, reverse=True)[:3]
+    named = []
+    for b in largest:
+        label = instruction_names(b.ins.module).get(id(b.ins), "?") if b.ins.module else "?"
+        named.append(f"{label} {b.ins.op.name} {b.ins.shape} ({_gb(b.size)})")
+    return (
+        f"cannot allocate the {plan.arena_bytes:,}-byte ({_gb(plan.arena_bytes)}) arena for the "
+        f"program's intermediates on {device}; largest buffers: {', '.join(named)}. "
+        f"Smaller input dimensions (or a smaller dynamic maximum) shrink it. ({exc})"
+    )
+
+
+def _gb(nbytes: int) -> str:
+    return f"{nbytes / 1e9:.2f} GB"
 
 
 @dataclass
@@ -126,9 +166,7 @@ class LoweringContext:
         if self.plan is not None:
             self.offsets = {id(b.ins): b.offset for b in self.plan.buffers}
             if self.arena is None:
-                self.arena = torch.zeros(
-                    max(self.plan.arena_bytes, 1), dtype=torch.uint8, device=self.device
-                )
+                self.arena = allocate_arena(self.plan, self.device)
 
     # --- value slots ----------------------------------------------------------------------
     def new_slot(
@@ -173,6 +211,17 @@ class LoweringContext:
         idx = self.new_slot(None, layout=layout)
         self.index[id(ins)] = idx
         return idx
+
+    def replace_literal(self, ins: Instruction, k: int, value: torch.Tensor) -> None:
+        """Put `value` (input `k` of `ins`, a literal, in the layout `ins` wants) in the
+        literal's slot when `ins` is its only user, so the device holds the weight once, not the
+        upload beside its relaid copy."""
+        literal = ins.inputs[k]
+        idx = self.arg(ins, k)
+        if value is self.env[idx] or not literal.is_literal():
+            return
+        if all(u is ins for u in literal.outputs):
+            self.env[idx] = value
 
     def mark_fresh(self, idx: int) -> None:
         """The step at `idx` stores a tensor it allocated itself (outputs need no copy)."""

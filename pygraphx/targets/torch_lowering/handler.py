@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from pygraphx.ops.handler import accumulation_dtype, compute_dtype
+from pygraphx.ops.handler import accumulation_dtype, compute_dtype, library_primitives
 from pygraphx.targets.torch_lowering.dtypes import numpy_dtype, python_scalar, torch_dtype
 
 Tensor = torch.Tensor
@@ -53,10 +53,6 @@ def _isinf(x: Tensor, *, out: Tensor | None = None) -> Tensor:
     return _into(torch.isinf(x), out)
 
 
-def _bitwise_not(x: Tensor, *, out: Tensor | None = None) -> Tensor:
-    return torch.bitwise_not(x, out=out)
-
-
 def _constant(value: Any, like: Any) -> Tensor:
     """A 0-d tensor of `like`'s dtype (broadcasts against it, takes part in no promotion)."""
     dtype = like.dtype if isinstance(like.dtype, torch.dtype) else torch_dtype(like.dtype)
@@ -68,10 +64,6 @@ def _cast(x: Tensor, dtype: Any, *, out: Tensor | None = None) -> Tensor:
     if out is not None:
         return out.copy_(x)
     return x.to(torch_dtype(dtype))
-
-
-def _sigmoid(x: Tensor, *, out: Tensor | None = None) -> Tensor:
-    return torch.sigmoid(x, out=out)
 
 
 def _gelu(x: Tensor, *, out: Tensor | None = None) -> Tensor:
@@ -155,82 +147,37 @@ def _softplus(x: Tensor, *, out: Tensor | None = None) -> Tensor:
     return torch._C._nn.softplus(x, 1, 20, out=out)
 
 
-class TorchOps:
-    """The torch ops handler (method names and semantics of `NumpyOps`)."""
-
-    # arithmetic
-    add = staticmethod(torch.add)
-    sub = staticmethod(torch.sub)
-    mul = staticmethod(torch.mul)
-    div = staticmethod(_div)
-    neg = staticmethod(torch.neg)
-    abs = staticmethod(torch.abs)
-    sign = staticmethod(_sign)
-    maximum = staticmethod(torch.maximum)
-    minimum = staticmethod(torch.minimum)
-    fmax = staticmethod(torch.fmax)
-    fmin = staticmethod(torch.fmin)
-    floor = staticmethod(torch.floor)
-    ceil = staticmethod(torch.ceil)
-    fmod = staticmethod(torch.fmod)
-    mod = staticmethod(torch.remainder)
-    pow = staticmethod(torch.pow)
-    round = staticmethod(torch.round)  # half to even, as numpy and ONNX
-    recip = staticmethod(torch.reciprocal)
-    # transcendental
-    exp = staticmethod(torch.exp)
-    log = staticmethod(torch.log)
-    sqrt = staticmethod(torch.sqrt)
-    rsqrt = staticmethod(torch.rsqrt)
-    erf = staticmethod(torch.erf)
-    sigmoid = staticmethod(_sigmoid)
-    sin = staticmethod(torch.sin)
-    cos = staticmethod(torch.cos)
-    tan = staticmethod(torch.tan)
-    asin = staticmethod(torch.asin)
-    acos = staticmethod(torch.acos)
-    atan = staticmethod(torch.atan)
-    sinh = staticmethod(torch.sinh)
-    cosh = staticmethod(torch.cosh)
-    tanh = staticmethod(torch.tanh)
-    asinh = staticmethod(torch.asinh)
-    acosh = staticmethod(torch.acosh)
-    atanh = staticmethod(torch.atanh)
-    isnan = staticmethod(_isnan)
-    isinf = staticmethod(_isinf)
-    # comparison and logic
-    equal = staticmethod(torch.eq)
-    less = staticmethod(torch.lt)
-    greater = staticmethod(torch.gt)
-    less_equal = staticmethod(torch.le)
-    greater_equal = staticmethod(torch.ge)
-    logical_and = staticmethod(torch.logical_and)
-    logical_or = staticmethod(torch.logical_or)
-    logical_xor = staticmethod(torch.logical_xor)
-    logical_not = staticmethod(torch.logical_not)
-    bitwise_and = staticmethod(torch.bitwise_and)
-    bitwise_or = staticmethod(torch.bitwise_or)
-    bitwise_xor = staticmethod(torch.bitwise_xor)
-    bitwise_not = staticmethod(_bitwise_not)
-    where = staticmethod(torch.where)
+@library_primitives(
+    torch,
+    """add sub mul neg abs fmod mod=remainder pow round maximum minimum fmax fmin floor ceil
+    recip=reciprocal exp log sqrt rsqrt erf sigmoid sin cos tan asin acos atan sinh cosh tanh
+    asinh acosh atanh equal=eq less=lt greater=gt less_equal=le greater_equal=ge logical_and
+    logical_or logical_xor logical_not bitwise_and bitwise_or bitwise_xor bitwise_not where""",
+    div=_div,
+    sign=_sign,
+    isnan=_isnan,
+    isinf=_isinf,
+    constant=_constant,
+    cast=_cast,
+    compute_dtype=compute_dtype,
+    reduce_sum=_reduce_sum,
+    reduce_prod=_reduce_prod,
+    reduce_max=_reduce_max,
+    reduce_min=_reduce_min,
+    reduce_mean=_reduce_mean,
     # native activations: ops/activation.py's operators call these instead of their
     # decomposition (one torch kernel, one pass over memory)
-    gelu = staticmethod(_gelu)
-    gelu_tanh = staticmethod(_gelu_tanh)
-    silu = staticmethod(_silu)
-    hardswish = staticmethod(_hardswish)
-    mish = staticmethod(_mish)
-    softplus = staticmethod(_softplus)
-    # values
-    constant = staticmethod(_constant)
-    cast = staticmethod(_cast)
-    compute_dtype = staticmethod(compute_dtype)
-    # reductions (kept axes, accumulation_dtype)
-    reduce_sum = staticmethod(_reduce_sum)
-    reduce_prod = staticmethod(_reduce_prod)
-    reduce_max = staticmethod(_reduce_max)
-    reduce_min = staticmethod(_reduce_min)
-    reduce_mean = staticmethod(_reduce_mean)
+    gelu=_gelu,
+    gelu_tanh=_gelu_tanh,
+    silu=_silu,
+    hardswish=_hardswish,
+    mish=_mish,
+    softplus=_softplus,
+)
+class TorchOps:
+    """The torch ops handler (method names and semantics of `NumpyOps`): torch's functions
+    from the table above (`round` is half to even, as numpy and ONNX), and ours where torch
+    differs from numpy or takes no `out=`."""
 
 
 TORCH = TorchOps()

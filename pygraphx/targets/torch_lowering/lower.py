@@ -8,6 +8,10 @@ lowering may decline (return False) for inputs it does not handle (a dtype, an a
 instruction then runs through its numpy `compute()` on numpy views of the tensors, and the
 result is copied into its arena slot (`fallbacks` counts these by op name).
 
+The option `unplanned` (instruction -> bool) picks instructions whose results the target's
+lowerings always place themselves (the gpu target's convolutions, which cuDNN allocates, and
+the epilogues run in place on them): the memory plan then leaves them out of the arena.
+
 A target may replace the lowering of some ops without touching this table: the option
 `lowering_overrides` maps op names to lowering functions tried instead of the registered ones
 (the `gpu` target lowers convolutions, GEMMs and fused groups its own way through it).
@@ -69,6 +73,7 @@ def _load_lowerings() -> None:
         lower_math,
         lower_nn,
         lower_quant,
+        lower_resize,
         lower_views,
     )
 
@@ -80,8 +85,9 @@ def lower_module(
     _load_lowerings()
     start = time.perf_counter()
     plan: MemoryPlan | None = module.memory_plan
-    if plan is None or not _plan_matches(plan, module):
-        plan = plan_memory(module)
+    unplanned = (options or {}).get("unplanned")
+    if plan is None or unplanned is not None or not _plan_matches(plan, module):
+        plan = plan_memory(module, unplanned=unplanned)
     ctx = LoweringContext(device=device, options=dict(options or {}), plan=plan)
     ctx.module = module
     ctx.position = {id(i): k for k, i in enumerate(module.instructions)}

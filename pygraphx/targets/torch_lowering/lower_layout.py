@@ -5,7 +5,7 @@ window for `pad`, `index_select`/`gather` with `out=` for the gathers (negative 
 wrapped first; out-of-range ones raise in torch, as they raise in the reference).
 
 Declined (numpy fallback): reflect/edge/wrap padding, `gathernd`, the scatters, `compress`,
-`resize`, `einsum`, `det`, `bitshift`, `topk`, `prefix_scan_sum`, the dynamic slice/pad ops, and
+`einsum`, `det`, `bitshift`, `topk`, `prefix_scan_sum`, the dynamic slice/pad ops, and
 any of these on types torch cannot compute in.
 """
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.ops.nn import split_padding
+from pygraphx.ops.spatial import split_padding
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import FLOAT_DTYPES, torch_dtype
 from pygraphx.targets.torch_lowering.registry import lowering

@@ -167,7 +167,9 @@ def lower_quant_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
         weights.contiguous(), scale, 1.0, 128, *geometry, x.shape.lens()
     )
     run = _qconv_runner(ctx, ctx.arg(ins, 0), packed, scale, geometry, fused is None)
-    if fused is not None and defer(ctx, ins, fused[0], lambda c, user: _emit_cl(c, user, run)):
+    if fused is not None and defer(
+        ctx, ins, fused[0], lambda c, user: _emit_fresh(c, user, run, CHANNELS_LAST)
+    ):
         return True
     if fused is not None:  # something runs in between: the int32 sums, then the dequantise
         scale = torch.ones(channels, dtype=torch.float32)
@@ -175,19 +177,7 @@ def lower_quant_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
             weights.contiguous(), scale, 1.0, 128, *geometry, x.shape.lens()
         )
         run = _qconv_runner(ctx, ctx.arg(ins, 0), packed, scale, geometry, True)
-    return _emit_cl(ctx, ins, run)
-
-
-def _emit_cl(ctx: LoweringContext, ins: Instruction, produce: Callable[[], torch.Tensor]) -> bool:
-    idx = ctx.bind_dynamic(ins, CHANNELS_LAST)
-    ctx.mark_fresh(idx)
-    env = ctx.env
-
-    def step() -> None:
-        env[idx] = produce()
-
-    ctx.emit(step, ins, idx)
-    return True
+    return _emit_fresh(ctx, ins, run, CHANNELS_LAST)
 
 
 def _qconv_runner(

@@ -1,0 +1,21 @@
+"""Whole-number settings read from environment variables, with errors that name the variable.
+
+`PGX_CONST_FOLD_LIMIT` (bytes, passes/propagate_constant.py) and `PGX_CPU_THREADS` /
+`PGX_CPU_MAX_THREADS` (threads, targets/cpu/threads.py) are read through `whole_number`, so a typo
+is reported the same way wherever it is made.
+"""
+
+from __future__ import annotations
+
+
+def whole_number(name: str, text: str, minimum: int, unit: str) -> int:
+    """`text`, the value of the environment variable `name`, as a whole number of `unit` of at
+    least `minimum`; a ValueError naming `name` otherwise."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a whole number of {unit}") from None
+    if n < minimum:
+        least = "must not be negative" if minimum == 0 else f"must be at least {minimum}"
+        raise ValueError(f"{name}={n} {least}")
+    return n

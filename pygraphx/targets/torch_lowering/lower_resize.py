@@ -1,0 +1,162 @@
+"""`resize` lowered to torch as separable per-axis resampling.
+
+ONNX Resize (without a crop box) is separable: along each resized axis, output position k reads
+a few input positions with fixed weights. Those are worked out once, at lowering time, by the
+operator's own coordinate helpers (`source_coordinates`, `nearest_index`,
+`interpolation_weights`, the ones the reference evaluates), so every coordinate mode, nearest
+rounding mode, cubic coefficient, `exclude_outside` and antialias setting means exactly what it
+means on `ref`. At run time an axis is one `index_select` (nearest) or a sum of `index_select`s
+times their weights (linear, cubic: 2 or 4 taps an axis, more with antialias), on the device,
+with no host step (so a CUDA graph can hold it).
+
+The resizes exporters write for `nn.Upsample` / `F.interpolate` run as `F.interpolate` itself
+(several times faster than the gathers) where its arithmetic is the operator's: float data,
+batch and channels kept, every spatial scale exactly output/input; nearest with the asymmetric
+transform, floor rounding and power-of-two factors (where torch's source index is exact);
+(bi/tri)linear with half_pixel, pytorch_half_pixel (outputs longer than 1) or align_corners;
+bicubic (4-D) with those transforms and A = -0.75; none with antialias or exclude_outside.
+
+Declined (numpy fallback): `tf_crop_and_resize` (extrapolated values outside the box), the
+4-input form whose scales or sizes are read at run time, interpolation of integer types (the
+reference rounds and saturates), and types torch cannot compute in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.ops.indexing import interpolation_weights, nearest_index, source_coordinates
+from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.dtypes import COMPUTE_DTYPES, torch_dtype
+from pygraphx.targets.torch_lowering.lower_math import output_buffer
+from pygraphx.targets.torch_lowering.registry import lowering
+
+#: (axis, input index of each tap [taps, out_len], weight of each tap shaped to broadcast along
+#: the axis, or None for nearest)
+AxisPlan = tuple[int, torch.Tensor, list[torch.Tensor] | None]
+
+
+def _taps(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The non-zero entries of a dense [out, in] weight matrix as [taps, out] input indices and
+    weights (rows with fewer taps are padded with weight 0 on index 0)."""
+    nonzero = weights != 0
+    taps = max(1, int(nonzero.sum(axis=1).max(initial=0)))
+    order = np.argsort(~nonzero, axis=1, kind="stable")[:, :taps]  # non-zero columns first
+    return order.T, np.take_along_axis(weights, order, axis=1).T
+
+
+def axis_plans(ins: Instruction, device: torch.device, dtype: torch.dtype) -> list[AxisPlan]:
+    """How each resized axis of `ins` reads its input (axes left as they are are skipped)."""
+    op = ins.op
+    lens = ins.inputs[0].shape.lens()
+    plans: list[AxisPlan] = []
+    for axis, (in_len, out_len) in enumerate(zip(lens, op.sizes, strict=True)):
+        scale = float(op.scales[axis])
+        if out_len == in_len and scale == 1.0:
+            continue
+        coords = source_coordinates(op.coordinate_transformation_mode, out_len, in_len, scale)
+        if op.mode == "nearest":
+            index = nearest_index(coords, op.nearest_mode, in_len, scale)[None, :]
+            plans.append((axis, torch.from_numpy(index).to(device), None))
+            continue
+        dense = interpolation_weights(
+            coords, in_len, op.mode, scale, op.cubic_coeff_a, op.exclude_outside, op.antialias
+        )
+        index, weight = _taps(dense)
+        shape = [1] * len(lens)
+        shape[axis] = out_len
+        per_tap = [torch.tensor(w, dtype=dtype, device=device).reshape(shape) for w in weight]
+        plans.append((axis, torch.from_numpy(np.ascontiguousarray(index)).to(device), per_tap))
+    return plans
+
+
+def resample(t: torch.Tensor, plans: list[AxisPlan]) -> torch.Tensor:
+    """`t` resampled along every planned axis in turn."""
+    select = torch.index_select
+    for axis, index, weights in plans:
+        if weights is None:
+            t = select(t, axis, index[0])
+            continue
+        acc = select(t, axis, index[0]) * weights[0]
+        for k in range(1, len(weights)):
+            acc.addcmul_(select(t, axis, index[k]), weights[k])
+        t = acc
+    return t
+
+
+_LINEAR_BY_RANK = {3: "linear", 4: "bilinear", 5: "trilinear"}
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def interpolate_args(ins: Instruction) -> dict[str, Any] | None:
+    """`F.interpolate` keyword arguments computing `ins` exactly as the operator defines it, or
+    None where torch's arithmetic would differ (see the module docstring)."""
+    op = ins.op
+    lens = ins.inputs[0].shape.lens()
+    rank = len(lens)
+    ctm = op.coordinate_transformation_mode
+    if rank not in _LINEAR_BY_RANK or op.antialias or op.exclude_outside:
+        return None
+    if tuple(op.sizes[:2]) != tuple(lens[:2]) or any(float(f) != 1.0 for f in op.scales[:2]):
+        return None
+    spatial = list(zip(lens[2:], op.sizes[2:], op.scales[2:], strict=True))
+    if any(n_in == 0 or float(f) != n_out / n_in for n_in, n_out, f in spatial):
+        return None
+    size = list(op.sizes[2:])
+    if op.mode == "nearest":
+        exact = all(
+            n_out % n_in == 0 and _power_of_two(n_out // n_in) for n_in, n_out, _ in spatial
+        )
+        if ctm == "asymmetric" and op.nearest_mode == "floor" and exact:
+            return {"size": size, "mode": "nearest"}
+        return None
+    if ctm == "pytorch_half_pixel" and any(n_out == 1 for _, n_out, _ in spatial):
+        return None
+    if ctm not in ("half_pixel", "pytorch_half_pixel", "align_corners"):
+        return None
+    if op.mode == "linear":
+        mode = _LINEAR_BY_RANK[rank]
+    elif op.mode == "cubic" and rank == 4 and op.cubic_coeff_a == -0.75:
+        mode = "bicubic"
+    else:
+        return None
+    return {"size": size, "mode": mode, "align_corners": ctm == "align_corners"}
+
+
+@lowering("resize")
+def lower_resize(ctx: LoweringContext, ins: Instruction) -> bool:
+    op = ins.op
+    dtype = torch_dtype(ins.shape.dtype())
+    if len(ins.inputs) != 1 or dtype not in COMPUTE_DTYPES:
+        return False
+    if op.coordinate_transformation_mode == "tf_crop_and_resize":
+        return False
+    if op.mode != "nearest" and not dtype.is_floating_point:
+        return False
+    x = ctx.arg(ins, 0)
+    idx, out = output_buffer(ctx, ins, "std")
+    env = ctx.env
+    fast = interpolate_args(ins) if dtype.is_floating_point else None
+    if fast is not None:
+        interpolate = F.interpolate
+
+        def step_interpolate() -> None:
+            out.copy_(interpolate(env[x], **fast))
+
+        ctx.emit(step_interpolate, ins, idx)
+        return True
+    plans = axis_plans(ins, ctx.device, dtype)
+
+    def step() -> None:
+        out.copy_(resample(env[x], plans))
+
+    ctx.emit(step, ins, idx)
+    return True
