@@ -15,6 +15,9 @@
     Fused groups:
     main:fused_reduce0 (mul, add, softmax): 0.0123ms, 0.5%
     ...
+    Steps as they run (cpu):
+    dot+fused_reduce+dot: 1.5ms / 12 = 0.125ms, 9.1%
+    ...
     Batch size: 1 (first dimension of input 'input')
     Rate: 975.796/sec (batch size / total time)
     Total time: 32.7937ms (mean of 100 runs, not profiled)
@@ -35,6 +38,12 @@ measured in the runs it describes, so none can come out negative:
   the ops in its body, its per-run time and share (in `--json`: `fused_groups`);
 * `Total time` is the average of N further runs without an observer (the real run time), and
   the min / median / p90 / p99 line describes those runs; `Rate` = 1000 / total ms * batch;
+* `Steps as they run` (the `cpu` target only): the instruction lines above come from the
+  observer path, which runs a fused step's parts one by one; this section times the fast
+  path's own steps in N more runs (a convolution with its fused epilogue, a GEMM with its bias
+  and GELU, an attention block, a layer normalisation are each one step), grouped by the ops
+  each step computes (views and literals left out), with per-run time / count = average per
+  step and share of the steps' total (in `--json`: `steps`);
 * `Batch size` is the first dimension of the first input that has two or more (the line says
   which), so `--input-dim @x 4 ...` and `--batch 4` both report 4; 1 when no input has one;
 * `Total instructions time` is the sum of the instructions' average times in the profiled runs;
@@ -155,6 +164,7 @@ class PerfReport:
     run_times: list[float]  # seconds of the un-observed runs
     batch: int
     batch_source: str = "given"  # what the batch size was read from
+    steps: list[Any] | None = None  # the fast path's steps timed as they run (cpu)
 
     def __post_init__(self) -> None:
         self.names = instruction_names(self.program.get_main_module())
@@ -248,8 +258,24 @@ class PerfReport:
         for g in self.fused_groups():
             ops = ", ".join(g["ops"])
             lines.append(f"{g['group']} ({ops}): {g['time_ms']:g}ms, {g['percent']:g}%")
+        if self.steps:
+            lines += ["", "Steps as they run (cpu):"]
+            total = sum(ms for _, ms, _ in self.step_summary())
+            for kind, ms, count in self.step_summary():
+                share = 100.0 * ms / total if total > 0 else 0.0
+                lines.append(f"{kind}: {ms:g}ms / {count} = {ms / count:g}ms, {share:g}%")
         lines += ["", *self.totals()]
         return lines
+
+    def step_summary(self) -> list[tuple[str, float, int]]:
+        """(ops of a step, per-run ms of all such steps, count), slowest first."""
+        totals: dict[str, list[float]] = {}
+        for step in self.steps or []:
+            names = [i.op.name for i in step.instructions if _works(i)]
+            kind = "+".join(names or [i.op.name for i in step.instructions])
+            totals.setdefault(kind, []).append(step.seconds * 1e3)
+        rows = [(kind, sum(ts), len(ts)) for kind, ts in totals.items()]
+        return sorted(rows, key=lambda r: r[1], reverse=True)
 
     def totals(self) -> list[str]:
         """The closing figures, each saying what it measures."""
@@ -305,6 +331,10 @@ class PerfReport:
                 for name, ms, count in self.summary()
             ],
             "fused_groups": self.fused_groups(),
+            "steps": [
+                {"ops": kind, "time_ms": ms, "count": count}
+                for kind, ms, count in self.step_summary()
+            ],
             "batch_size": self.batch,
             "batch_size_from": self.batch_source,
             "rate_per_sec": self.rate,
@@ -318,6 +348,23 @@ class PerfReport:
             "profiling_cost_ms": self.profiled_ms - total,
             "run_time_ms": self.run_stats(),
         }
+
+
+def _works(ins: Instruction) -> bool:
+    """Whether `ins` is named in a step's ops (views and literals are not work)."""
+    return not ins.is_literal() and ins.op.output_alias(len(ins.inputs)) < 0
+
+
+def step_times(program: Program, params: Mapping[str, Any], n: int) -> list[Any] | None:
+    """The cpu target's fast-path steps timed as they run (None for other targets)."""
+    from pygraphx.targets.cpu.target import CpuExecutable
+
+    exe = getattr(program, "_executable", None)
+    if not isinstance(exe, CpuExecutable):
+        return None
+    from pygraphx.targets.cpu.profile import time_steps
+
+    return time_steps(exe, params, n)
 
 
 def make_progress(steps: Steps) -> AbstractContextManager[Progress | None]:
@@ -346,12 +393,12 @@ def perf_report(
     if progress is None:
         prof = profile_runs(program, params, n)
         times = time_runs(program, params, n)
-        return PerfReport(program, prof, times, *batch)
+        return PerfReport(program, prof, times, *batch, steps=step_times(program, params, n))
     observed = progress.add_task("instructions", total=n)
     prof = profile_runs(program, params, n, lambda: progress.advance(observed))
     plain = progress.add_task("runs", total=n)
     times = time_runs(program, params, n, lambda: progress.advance(plain))
-    return PerfReport(program, prof, times, *batch)
+    return PerfReport(program, prof, times, *batch, steps=step_times(program, params, n))
 
 
 def batch_size(program: Program) -> tuple[int, str]:

@@ -32,6 +32,7 @@ from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.runtime.executor import Executor, Observer
 from pygraphx.targets.base import Target
 from pygraphx.targets.cpu.fallback_cost import FallbackTimer, announce_cost, timed_steps
+from pygraphx.targets.cpu.lowering import cpu_overrides
 from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_thread_switches
 from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_policy_enabled
 from pygraphx.targets.torch_lowering import Lowered, lower_module
@@ -126,6 +127,16 @@ class CpuExecutable:
             return outputs
 
     @property
+    def attention_blocks(self) -> int:
+        """Attention blocks run as one fused `scaled_dot_product_attention` step."""
+        return int(self.lowered.ctx.cache.get("attention_blocks", 0))
+
+    @property
+    def layernorm_blocks(self) -> int:
+        """Layer normalisations run as one `F.layer_norm` step."""
+        return int(self.lowered.ctx.cache.get("layernorm_blocks", 0))
+
+    @property
     def fallbacks(self) -> dict[str, int]:
         """Op name -> instructions that run through numpy `compute()` (no torch lowering)."""
         return dict(self.lowered.ctx.fallbacks)
@@ -143,7 +154,8 @@ class CpuTarget(Target):
     run's threads; default `PGX_CPU_STEP_THREADS`, on); and for the lowering
     `conv_output="torch" | "arena"` (where convolution and GEMM results live, see
     `torch_lowering/conv_fusion.py`), `mkldnn=False` (no oneDNN convolutions),
-    `mkl_linear=False` (no packed MKL GEMMs).
+    `mkl_linear=False` (no packed MKL GEMMs), `attention=False` / `layernorm=False` (no fused
+    attention / layer normalisation, see `lowering.py`).
     """
 
     name = "cpu"
@@ -151,7 +163,7 @@ class CpuTarget(Target):
     def __init__(
         self, threads: int | None = None, step_threads: bool | None = None, **settings: Any
     ) -> None:
-        unknown = set(settings) - {"conv_output", "mkldnn", "mkl_linear"}
+        unknown = set(settings) - {"conv_output", "mkldnn", "mkl_linear", "attention", "layernorm"}
         if unknown:
             raise ValueError(f"unknown cpu target settings {sorted(unknown)}")
         self.settings = settings
@@ -164,6 +176,7 @@ class CpuTarget(Target):
     def prepare(self, program: Program, options: dict[str, Any]) -> CpuExecutable:
         with self.threads_scope(), torch.inference_mode():
             options = {**options, **self.settings}
+            options["lowering_overrides"] = cpu_overrides(options)
             lowered = lower_module(program.get_main_module(), torch.device("cpu"), options)
         announce_fallbacks(lowered.ctx.fallbacks)
         return CpuExecutable(lowered, self.threads.n, self.step_policy)

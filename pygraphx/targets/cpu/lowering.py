@@ -1,0 +1,41 @@
+"""The cpu target's lowerings, handed to `targets/torch_lowering` as `lowering_overrides`.
+
+* `dot` and `fused_reduce`: attention blocks (`softmax(Q K^T * s + mask) V`) recognised and
+  run as one `scaled_dot_product_attention` call (torch's fused CPU kernel: the score matrix
+  is never written out), see `torch_lowering/attention.py`; every other product and reduction
+  lowers as the torch lowering does.
+* `reduce_mean`: a layer normalisation it starts (the seven instructions ONNX's
+  LayerNormalization becomes) runs as one `F.layer_norm` call, see
+  `torch_lowering/layernorm.py`.
+
+The settings `attention=False` and `layernorm=False` turn the recognition off (to compare).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.torch_lowering.attention import with_attention
+from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.layernorm import lower_layernorm
+from pygraphx.targets.torch_lowering.lower import LOWERINGS, _load_lowerings
+
+Lowering = Callable[[LoweringContext, Instruction], bool]
+
+
+def cpu_overrides(options: dict[str, Any]) -> dict[str, Lowering]:
+    """Op name -> lowering for the cpu target (see the module docstring)."""
+    _load_lowerings()
+    overrides: dict[str, Lowering] = {}
+    if options.get("attention", True):
+        overrides.update(with_attention(LOWERINGS["dot"], LOWERINGS["fused_reduce"]))
+    if options.get("layernorm", True):
+        reduce_mean = LOWERINGS["reduce_mean"]
+
+        def lower_mean(ctx: LoweringContext, ins: Instruction) -> bool:
+            return lower_layernorm(ctx, ins) or reduce_mean(ctx, ins)
+
+        overrides["reduce_mean"] = lower_mean
+    return overrides

@@ -1,0 +1,228 @@
+"""Attention recognised in the lowered program and run as `scaled_dot_product_attention`
+(shared by the `cpu` and `gpu` targets: `with_attention` wraps their `dot` and `fused_reduce`
+lowerings).
+
+The optimised IR of an attention block is `s = dot(Q, Kt)`, then a `fused_reduce` whose body
+is `softmax(prologue(s, ...), axis=-1)`, then `o = dot(p, V)`. When
+
+* `s` feeds only the group and the group only the second product (as its left operand),
+* nothing between the first product and the second writes memory (only views, literals and
+  the group), so Q, K and V are intact when the fused step runs,
+* the prologue is exactly `s * c` (or `s / c`) for a constant c, then optionally
+  `where(b, ., F)` with F <= -1e4 (a masked-out fill: its softmax weight is 0 whether or not the
+  scaled score is added to it, as long as a row keeps one unmasked entry), then optionally
+  `+ m`,
+
+the three instructions become one step: `F.scaled_dot_product_attention(Q, K, V,
+attn_mask=..., scale=c)` (flash / memory-efficient kernels on CUDA; on the CPU torch's fused
+flash-attention kernel, which never materialises the score matrix). The additive mask is
+`where(b, m, F + m)` (or its parts) computed per run. Anything else lowers as before: when the
+group does not match, the first product is lowered at the group's place (only views and
+literals lie between them, so its inputs are unchanged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.dtypes import torch_dtype
+from pygraphx.targets.torch_lowering.lower_math import scalar_inputs
+from pygraphx.targets.torch_lowering.pointwise import Node, NotTraceable, Value, trace_body
+
+Lowering = Callable[[LoweringContext, Instruction], bool]
+#: `ctx.cache` key of the number of attention blocks a lowering fused
+BLOCKS = "attention_blocks"
+#: fills at or below this are "masked out" (see the module docstring)
+MASKED_FILL = -1e4
+
+
+@dataclass
+class Pattern:
+    scale: float
+    keep: int | None = None  # group input of the boolean keep-mask of `where`
+    keep_true: bool = True  # whether `where` keeps the score where the mask is true
+    fill: float = 0.0
+    add: int | None = None  # group input of the additive mask
+
+
+def _softmax_group(ins: Instruction) -> bool:
+    if ins.op.name != "fused_reduce":
+        return False
+    red = ins.module_inputs[0].get_returns()[0]
+    return red.op.name == "softmax" and red.op.axis in (-1, red.shape.ndim() - 1)
+
+
+def _candidate(ctx: LoweringContext, dot1: Instruction) -> Instruction | None:
+    """The second product when `dot1` starts an attention block (structure only)."""
+    if len(dot1.outputs) != 1 or dot1.shape.ndim() < 3:
+        return None
+    group = dot1.outputs[0]
+    if not _softmax_group(group) or len(group.outputs) != 1 or group.inputs.count(dot1) != 1:
+        return None
+    dot2 = group.outputs[0]
+    if dot2.op.name != "dot" or dot2.inputs[0] is not group or dot2.inputs[1] is group:
+        return None
+    dtypes = {i.shape.type() for i in (*dot1.inputs, dot2.inputs[1], dot2)}
+    if (
+        len(dtypes) != 1
+        or dot2.shape.dtype() not in (np.float32, np.float16)
+        and (dot2.shape.type() != "bf16_type")
+    ):
+        return None
+    pos, module = ctx.cache["position"], ctx.cache["module"]
+    for between in module.instructions[pos[id(dot1)] + 1 : pos[id(dot2)]]:
+        if between is group or between.is_literal() or between.is_param():
+            continue
+        if between.op.output_alias(len(between.inputs)) < 0:
+            return None
+    return dot2
+
+
+def lower_attention_dot(ctx: LoweringContext, ins: Instruction, plain: Lowering) -> bool:
+    """First product of a candidate block: bound with no step (decided at the group);
+    the second product of a matched block: the fused step."""
+    pattern = ctx.cache.get(("attention", id(ins)))
+    if pattern is not None:
+        _emit_sdpa(ctx, ins, pattern)
+        return True
+    if _candidate(ctx, ins) is None:
+        return False
+    ctx.bind_dynamic(ins)
+    ctx.cache[("attention_pending", id(ins.outputs[0]))] = ins
+    return True
+
+
+def lower_attention_softmax(ctx: LoweringContext, ins: Instruction, plain: Lowering) -> bool:
+    """The softmax group of a candidate block: matched, it is bound with no step; not matched,
+    the pending first product is lowered here and the group declines (lowered as usual)."""
+    dot1 = ctx.cache.pop(("attention_pending", id(ins)), None)
+    if dot1 is None:
+        return False
+    pattern = match_prologue(ctx, ins, ins.inputs.index(dot1))
+    if pattern is None:
+        if not plain(ctx, dot1):
+            raise RuntimeError(f"{dot1.op}: postponed product could not be lowered")
+        return False
+    ctx.bind_dynamic(ins)
+    ctx.cache[("attention", id(ins.outputs[0]))] = pattern
+    return True
+
+
+def match_prologue(ctx: LoweringContext, group: Instruction, score: int) -> Pattern | None:
+    """The softmax prologue as a `Pattern`, or None when it is not exactly one."""
+    body = group.module_inputs[0]
+    red = body.get_returns()[0]
+    try:
+        trace, result = trace_body(body, stop=red, consts=scalar_inputs(ctx, group))
+    except NotTraceable:
+        return None
+    nodes = trace.nodes
+    if not nodes or result.kind != "node" or result.index != len(nodes) - 1:
+        return None
+    first = nodes[0]
+    if first.fn not in ("mul", "div") or not _is_input(first.args[0], score):
+        return None
+    c = _const(first.args[1])
+    if c is None or c == 0:
+        return None
+    pattern = Pattern(scale=c if first.fn == "mul" else 1.0 / c)
+    for k, node in enumerate(nodes[1:], start=1):
+        if not _extend(pattern, node, k):
+            return None
+    return pattern
+
+
+def _extend(p: Pattern, node: Node, k: int) -> bool:
+    """Take node `k` (which must use node k-1) into the pattern: the where, then the add."""
+
+    def same(a: object) -> bool:
+        return isinstance(a, Value) and a.kind == "node" and a.index == k - 1
+
+    if node.fn == "where" and p.keep is None and p.add is None and _input(node.args[0]) is not None:
+        b, x, y = node.args
+        if same(x) and _const(y) is not None and _const(y) <= MASKED_FILL:
+            p.keep, p.keep_true, p.fill = _input(b), True, _const(y)
+            return True
+        if same(y) and _const(x) is not None and _const(x) <= MASKED_FILL:
+            p.keep, p.keep_true, p.fill = _input(b), False, _const(x)
+            return True
+        return False
+    if node.fn == "add" and p.add is None:
+        a, b = node.args
+        other = b if same(a) else a if same(b) else None
+        if other is not None and _input(other) is not None:
+            p.add = _input(other)
+            return True
+    return False
+
+
+def _is_input(v: object, k: int) -> bool:
+    return _input(v) == k
+
+
+def _input(v: object) -> int | None:
+    return v.index if isinstance(v, Value) and v.kind == "in" else None
+
+
+def _const(v: object) -> float | None:
+    if isinstance(v, Value) and v.kind == "const":
+        return float(v.const)
+    return None
+
+
+def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
+    group = dot2.inputs[0]
+    dot1 = next(i for i in group.inputs if i.op.name == "dot" and i.outputs == [group])
+    env = ctx.env
+    q, kt = ctx.args(dot1)
+    v = ctx.arg(dot2, 1)
+    gargs = ctx.args(group)
+    keep = gargs[p.keep] if p.keep is not None else None
+    add = gargs[p.add] if p.add is not None else None
+    mask = _mask_fn(env, keep, p.keep_true, p.fill, add, torch_dtype(dot2.shape.dtype()))
+    sdpa, scale = F.scaled_dot_product_attention, p.scale
+    idx = ctx.bind_dynamic(dot2)
+    ctx.mark_fresh(idx)
+
+    def step() -> None:
+        env[idx] = sdpa(env[q], env[kt].transpose(-1, -2), env[v], attn_mask=mask(), scale=scale)
+
+    ctx.emit(step, [dot1, group, dot2], idx)
+    ctx.cache[BLOCKS] = ctx.cache.get(BLOCKS, 0) + 1
+
+
+def _mask_fn(
+    env: list, keep: int | None, keep_true: bool, fill: float, add: int | None, dtype: torch.dtype
+) -> Callable[[], torch.Tensor | None]:
+    """The additive attention mask of the pattern, computed per run (or None)."""
+    where = torch.where
+    if keep is None and add is None:
+        return lambda: None
+    if keep is None:
+        return lambda: env[add]
+    if add is None:
+        on, off = (0.0, fill) if keep_true else (fill, 0.0)
+        return lambda: where(env[keep], on, off).to(dtype)
+    if keep_true:
+        return lambda: where(env[keep], env[add], env[add] + fill)
+    return lambda: where(env[keep], env[add] + fill, env[add])
+
+
+def with_attention(dot: Lowering, fused_reduce: Lowering) -> dict[str, Lowering]:
+    """`dot` and `fused_reduce` lowerings that recognise attention first and otherwise lower
+    as `dot` and `fused_reduce` do (a target's `lowering_overrides` entries)."""
+
+    def lower_dot(ctx: LoweringContext, ins: Instruction) -> bool:
+        return lower_attention_dot(ctx, ins, dot) or dot(ctx, ins)
+
+    def lower_reduce(ctx: LoweringContext, ins: Instruction) -> bool:
+        return lower_attention_softmax(ctx, ins, dot) or fused_reduce(ctx, ins)
+
+    return {"dot": lower_dot, "fused_reduce": lower_reduce}

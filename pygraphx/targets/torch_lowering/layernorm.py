@@ -1,0 +1,262 @@
+"""Layer normalisation recognised in the lowered program and run as one `F.layer_norm` call.
+
+ONNX's LayerNormalization (and the exporters' ReduceMean / Sub / Pow / Sqrt / Div chains) reach
+the lowering as seven instructions over the last axis of a float32 `x`:
+
+    m = reduce_mean(x)                     d = pointwise{sub}(x, broadcast(m))
+    v = fused_reduce{mul(d, d), reduce_mean}(d)
+    s = pointwise{add(v, eps), sqrt}(v)    y = pointwise{div(d, broadcast(s)) [* w] [+ b]}(...)
+
+When they form exactly this shape (each intermediate used only inside it, `w` and `b` fixed
+vectors along the last axis, `eps` one constant) and nothing between `m` and `y` writes memory
+(only the pattern, views, literals and parameters), the whole normalisation is one step at
+`m`'s place: `y = F.layer_norm(x, (n,), w, b, eps)`, a new tensor (one pass over `x` in torch's
+fused kernel instead of four passes and three temporaries). The other instructions of the
+pattern emit no step. Anything else lowers as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.lower_math import trace_group
+from pygraphx.targets.torch_lowering.pointwise import Node, NotTraceable, Value, trace_body
+
+#: `ctx.cache` key of the number of normalisations a lowering fused
+BLOCKS = "layernorm_blocks"
+
+
+@dataclass
+class Norm:
+    """A matched layer normalisation: its input, instructions (program order), output, and
+    the affine parts."""
+
+    x: Instruction
+    members: list[Instruction]
+    y: Instruction
+    eps: float
+    weight: torch.Tensor | None
+    bias: torch.Tensor | None
+
+
+def _only_user(ins: Instruction, op: str) -> Instruction | None:
+    users = ins.outputs
+    if len(users) != 1 or users[0].op.name != op:
+        return None
+    return users[0]
+
+
+def _last_axis(ins: Instruction, rank: int) -> bool:
+    return tuple(int(a) % rank for a in ins.op.axes) == (rank - 1,)
+
+
+def _is_in(v: object, k: int) -> bool:
+    return isinstance(v, Value) and v.kind == "in" and v.index == k
+
+
+def _is_node(v: object, k: int) -> bool:
+    return isinstance(v, Value) and v.kind == "node" and v.index == k
+
+
+def _const(v: object) -> float | None:
+    return float(v.const) if isinstance(v, Value) and v.kind == "const" else None
+
+
+def _fixed(ins: Instruction) -> np.ndarray | None:
+    """The values of a literal seen through broadcasts (the literal's own array), or None.
+    (Matching runs before the inputs after `m` are lowered, so this reads the IR.)"""
+    while ins.op.name == "multibroadcast":
+        ins = ins.inputs[0]
+    return ins.get_literal().array if ins.is_literal() else None
+
+
+def _scalars(group: Instruction) -> dict[int, np.ndarray]:
+    """Inputs of `group` that are one fixed number, by position (folded into its trace)."""
+    found = {}
+    for k, x in enumerate(group.inputs):
+        a = _fixed(x)
+        if a is not None and a.size == 1 and x.shape.dtype() == a.dtype:
+            found[k] = a.reshape(())
+    return found
+
+
+def _vector(x: Instruction, n: int) -> torch.Tensor | None:
+    """A fixed float32 input that is one (n,) vector along the last axis, broadcast."""
+    a = _fixed(x)
+    if a is None or a.dtype != np.float32 or a.size != n or (a.ndim and a.shape[-1] != n):
+        return None
+    return torch.from_numpy(np.ascontiguousarray(a).reshape(n).copy())
+
+
+def _fns(group: Instruction) -> list[Node] | None:
+    """The nodes of an element-wise group's trace, when its result is the last node."""
+    traced = trace_group(group.module_inputs[0], _scalars(group))
+    if traced is None:
+        return None
+    trace, result = traced
+    if not trace.nodes or not _is_node(result, len(trace.nodes) - 1):
+        return None
+    return trace.nodes
+
+
+def _of_inputs(node: Node, fn: str, a: int, b: int) -> bool:
+    """`node` is `fn(input a, input b)` (either order for mul)."""
+    if node.fn != fn:
+        return False
+    x, y = node.args
+    return (_is_in(x, a) and _is_in(y, b)) or (fn == "mul" and _is_in(x, b) and _is_in(y, a))
+
+
+def _centre(mean: Instruction) -> Instruction | None:
+    """`d = x - broadcast(mean(x))`, the deviation, when `mean` starts the pattern."""
+    x = mean.inputs[0]
+    lens = x.shape.lens()
+    if x.shape.dtype() != np.float32:
+        return None
+    if not lens or not _last_axis(mean, len(lens)):
+        return None
+    mb = _only_user(mean, "multibroadcast")
+    d = _only_user(mb, "pointwise") if mb is not None else None
+    if d is None or mb.shape.lens() != lens or len(d.inputs) != 2 or mb not in d.inputs:
+        return None
+    nodes = _fns(d)
+    kx, km = d.inputs.index(x) if x in d.inputs else -1, d.inputs.index(mb)
+    if nodes is None or len(nodes) != 1 or kx < 0:
+        return None
+    return d if _of_inputs(nodes[0], "sub", kx, km) else None
+
+
+def _variance(d: Instruction) -> Instruction | None:
+    """`v = mean(d * d)` over the last axis, a `fused_reduce` reading only `d`."""
+    users = [u for u in d.outputs if u.op.name == "fused_reduce"]
+    if len(users) != 1 or users[0].inputs != [d]:
+        return None
+    v = users[0]
+    body = v.module_inputs[0]
+    red = body.get_returns()[0]
+    if red.op.name != "reduce_mean" or not _last_axis(red, d.shape.ndim()):
+        return None
+    try:
+        trace, result = trace_body(body, stop=red)
+    except NotTraceable:
+        return None
+    nodes = trace.nodes
+    if len(nodes) != 1 or not _is_node(result, 0):
+        return None
+    node = nodes[0]
+    square = _of_inputs(node, "mul", 0, 0)
+    return v if square or (node.fn == "pow" and _const(node.args[1]) == 2.0) else None
+
+
+def _stddev(v: Instruction) -> tuple[Instruction, float] | None:
+    """`s = sqrt(v + eps)`, one element-wise group on `v` alone; (s, eps)."""
+    s = _only_user(v, "pointwise")
+    nodes = _fns(s) if s is not None else None
+    if nodes is None or len(nodes) != 2 or nodes[1].fn != "sqrt":
+        return None
+    add, k = nodes[0], s.inputs.index(v)
+    if add.fn != "add" or not _is_node(nodes[1].args[0], 0):
+        return None
+    a, b = add.args
+    eps = _const(b) if _is_in(a, k) else _const(a) if _is_in(b, k) else None
+    return (s, eps) if eps is not None and eps >= 0 else None
+
+
+def _affine(
+    y: Instruction, d: Instruction, sb: Instruction
+) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+    """`y = d / sb [* w] [+ b]`: the fixed vectors (w, b), or None."""
+    nodes = _fns(y)
+    if nodes is None or d not in y.inputs or sb not in y.inputs or y.inputs.count(d) != 1:
+        return None
+    if not _of_inputs(nodes[0], "div", y.inputs.index(d), y.inputs.index(sb)):
+        return None
+    n = d.shape.lens()[-1]
+    found: dict[str, torch.Tensor] = {}
+    for k, node in enumerate(nodes[1:], start=1):
+        if node.fn not in ("mul", "add") or node.fn in found or "add" in found:
+            return None
+        a, b = node.args
+        other = b if _is_node(a, k - 1) else a if _is_node(b, k - 1) else None
+        if other is None or other.kind != "in":
+            return None
+        vec = _vector(y.inputs[other.index], n)
+        if vec is None:
+            return None
+        found[node.fn] = vec
+    return found.get("mul"), found.get("add")
+
+
+def match_layernorm(ctx: LoweringContext, mean: Instruction) -> Norm | None:
+    """The layer normalisation `mean` starts (see the module docstring), or None."""
+    if mean.op.name != "reduce_mean" or len(mean.inputs) != 1:
+        return None
+    d = _centre(mean)
+    v = _variance(d) if d is not None else None
+    found = _stddev(v) if v is not None else None
+    if found is None:
+        return None
+    s, eps = found
+    sb = _only_user(s, "multibroadcast")
+    y = _only_user(sb, "pointwise") if sb is not None else None
+    if y is None or sb.shape.lens() != d.shape.lens() or set(d.outputs) != {v, y}:
+        return None
+    if len(d.outputs) != 2 or y.shape.lens() != d.shape.lens() or y.shape.dtype() != np.float32:
+        return None
+    affine = _affine(y, d, sb)
+    if affine is None:
+        return None
+    members = [mean, mean.outputs[0], d, v, s, sb, y]
+    if not _nothing_writes_between(ctx, members):
+        return None
+    return Norm(mean.inputs[0], members, y, eps, *affine)
+
+
+def _nothing_writes_between(ctx: LoweringContext, members: list[Instruction]) -> bool:
+    pos = ctx.position
+    module = ctx.module
+    assert module is not None
+    ids = {id(m) for m in members}
+    lo, hi = pos[id(members[0])], pos[id(members[-1])]
+    for between in module.instructions[lo + 1 : hi]:
+        if id(between) in ids or between.is_literal() or between.is_param():
+            continue
+        if between.op.output_alias(len(between.inputs)) < 0:
+            return False
+    return True
+
+
+def lower_layernorm(ctx: LoweringContext, mean: Instruction) -> bool:
+    """`mean` starting a layer normalisation: the whole of it as one step (see the module
+    docstring); False (nothing bound) when it does not start one."""
+    norm = match_layernorm(ctx, mean)
+    if norm is None:
+        return False
+    env = ctx.env
+    x = ctx.arg(mean, 0)
+    for member in norm.members:
+        ctx.bind_dynamic(member)
+        if member is not mean:
+            ctx.fusers[id(member)] = _bound
+    idx = ctx.index[id(norm.y)]
+    ctx.mark_fresh(idx)
+    shape, w, b, eps = (norm.x.shape.lens()[-1],), norm.weight, norm.bias, norm.eps
+    layer_norm = F.layer_norm
+
+    def step() -> None:
+        env[idx] = layer_norm(env[x], shape, w, b, eps)
+
+    ctx.emit(step, norm.members, idx)
+    ctx.cache[BLOCKS] = ctx.cache.get(BLOCKS, 0) + 1
+    return True
+
+
+def _bound(ctx: LoweringContext, ins: Instruction) -> bool:
+    """A member of a fused normalisation: bound when it was matched, no step of its own."""
+    return True
