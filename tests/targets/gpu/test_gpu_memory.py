@@ -256,9 +256,12 @@ def test_cudnn_benchmark_setting_and_environment(monkeypatch) -> None:
     from pygraphx.targets.gpu.target import cudnn_benchmark
 
     monkeypatch.delenv("PGX_GPU_CUDNN_BENCHMARK", raising=False)
+    assert cudnn_benchmark(None) is False  # heuristics unless compile(exhaustive_tune=True)
+    assert cudnn_benchmark(None, exhaustive_tune=True) is True
+    monkeypatch.setenv("PGX_GPU_CUDNN_BENCHMARK", "1")
     assert cudnn_benchmark(None) is True
     monkeypatch.setenv("PGX_GPU_CUDNN_BENCHMARK", "0")
-    assert cudnn_benchmark(None) is False
+    assert cudnn_benchmark(None, exhaustive_tune=True) is False
     assert cudnn_benchmark(True) is True
     assert GpuTarget(device="cpu", cudnn_benchmark=False).settings["cudnn_benchmark"] is False
 
