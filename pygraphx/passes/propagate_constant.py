@@ -121,6 +121,18 @@ def propagate_constant(module: Module) -> None:
         arr = np.asarray(evaluate_constant(ins, values), order="C")
         # a read-only result is a view of an (immutable) literal: a reshape or an unsqueeze of a
         # weight keeps its memory (a memory-mapped weight stays mapped) instead of a copy
-        lit = module.insert_literal(ins, Literal(arr, copy=arr.flags.writeable))
+        # (only with the standard strides: a size-1 axis of a broadcast keeps stride 0 and
+        # counts as contiguous to numpy, but the literal's shape must be standard)
+        keep = not arr.flags.writeable and arr.strides == _standard_strides(arr)
+        lit = module.insert_literal(ins, Literal(arr, copy=not keep))
         module.replace_instruction(ins, lit)
     dead_code_elimination(module)
+
+
+def _standard_strides(arr: np.ndarray) -> tuple[int, ...]:
+    """The byte strides of a C-ordered array of `arr`'s shape and type."""
+    strides, step = [], arr.itemsize
+    for n in reversed(arr.shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
