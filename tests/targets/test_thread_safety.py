@@ -38,7 +38,15 @@ def _inputs(k: int) -> np.ndarray:
     return np.random.default_rng(1000 + k).standard_normal((4, 32)).astype(np.float32)
 
 
-@pytest.mark.parametrize("target", ["ref", "cpu"])
+def _has_gpu() -> bool:
+    torch = pytest.importorskip("torch")
+    return bool(torch.cuda.is_available())
+
+
+_GPU = pytest.param("gpu", marks=pytest.mark.skipif("not _has_gpu()", reason="needs a GPU"))
+
+
+@pytest.mark.parametrize("target", ["ref", "cpu", _GPU])
 def test_threads_match_serial_runs(target: str) -> None:
     prog = pygraphx.parse_onnx_buffer(_mlp())
     prog.compile(pygraphx.get_target(target))
