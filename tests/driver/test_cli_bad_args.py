@@ -141,3 +141,16 @@ def test_random_inputs_are_made_in_their_own_type(type_name: str) -> None:
     assert arr.min() >= -1 and arr.max() <= 1 and abs(float(arr.mean())) < 0.01
     own = arr.nbytes if type_name != "half_type" else 2 * arr.nbytes  # drawn in float32
     assert peak < own * 1.6, (peak, own)
+
+
+def test_absurd_dynamic_dimension_is_refused_cleanly(tmp_path: Path) -> None:
+    """A dynamic dimension beyond any address space (a driver-fuzzing finding: torch failed to
+    unpack the arena's byte count) is a clear arena error, not an internal error."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "M"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "dyn.onnx")  # fmt: skip
+    proc = driver("run", "--cpu", "dyn.onnx", "--dyn-input-dim", "@x", "9" * 40, "{1,8}",
+                  cwd=tmp_path)  # fmt: skip
+    _refused(proc, "cannot allocate", "arena")

@@ -91,10 +91,16 @@ class ScratchPool:
         return flat.as_strided(like.shape, like.stride())
 
 
+#: no machine addresses more bytes than this (2**63 - 1: torch's sizes are signed 64-bit)
+MAX_ARENA_BYTES = 2**63 - 1
+
+
 def allocate_arena(plan: MemoryPlan, device: torch.device) -> torch.Tensor:
     """The arena for `plan`: reserved untouched on the host (`torch.empty`: no page is written
     until a run writes it), zeroed on a device; `ArenaError` when it cannot be had."""
     nbytes = max(plan.arena_bytes, 1)
+    if nbytes > MAX_ARENA_BYTES:  # beyond any address space (torch would fail to unpack it)
+        raise ArenaError(_arena_message(plan, device, OverflowError(f"{nbytes} bytes")))
     try:
         if device.type == "cpu":
             return torch.empty(nbytes, dtype=torch.uint8, device=device)
