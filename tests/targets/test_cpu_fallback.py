@@ -25,7 +25,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.ir.program import Program  # noqa: E402
-from pygraphx.targets.cpu.fallback_cost import cost_message, timed_steps  # noqa: E402
+from pygraphx.targets.torch_lowering.fallback_cost import cost_message, timed_steps  # noqa: E402
 
 RNG = np.random.default_rng(7)
 
@@ -190,12 +190,20 @@ def test_unique_of_nan_matches_the_reference_with_a_warning() -> None:
 # --- what the fallback costs ---------------------------------------------------------------------
 
 
-def test_first_run_reports_the_fallback_cost_once() -> None:
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+def test_first_run_reports_the_fallback_cost_once(target: str) -> None:
+    """cpu, and the gpu target's uncaptured runs (here its lowering on the CPU device)."""
     nodes = [helper.make_node("Cast", ["x"], ["q"], to=TensorProto.INT4),
              helper.make_node("Cast", ["q"], ["y"], to=TensorProto.FLOAT),
              helper.make_node("Relu", ["y"], ["r"])]  # fmt: skip
     m = model(nodes, {"x": (TensorProto.FLOAT, [4])}, {"r": TensorProto.FLOAT})
-    prog = cpu_program(m)
+    if target == "cpu":
+        prog = cpu_program(m)
+    else:
+        from pygraphx.targets.gpu.target import GpuTarget
+
+        prog = pygraphx.parse_onnx_buffer(m.SerializeToString())
+        prog.compile(GpuTarget(device="cpu"))
     feeds = {"x": np.arange(4, dtype=np.float32)}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -206,7 +214,7 @@ def test_first_run_reports_the_fallback_cost_once() -> None:
     n = sum(prog._executable.fallbacks.values())
     number = r"[\d.e+-]+"
     pattern = (
-        rf"cpu target: numpy fallback: {n} instruction\(s\) took {number} ms of {number} ms "
+        rf"{target} target: numpy fallback: {n} instruction\(s\) took {number} ms of {number} ms "
         r"\(\d+%\) of this run"
     )
     assert re.fullmatch(pattern, reports[0]), reports[0]
@@ -244,3 +252,18 @@ def test_cost_message_gives_the_share() -> None:
     assert cost_message(3, 0.002, 0.008) == (
         "cpu target: numpy fallback: 3 instruction(s) took 2 ms of 8 ms (25%) of this run"
     )
+
+
+def test_timed_steps_synchronise_around_a_device_fallback() -> None:
+    """With a device sync, queued work finishes before the fallback's clock starts and the
+    fallback's own device work before it stops."""
+    order: list[str] = []
+    fns, timer = timed_steps(
+        [lambda: order.append("device"), lambda: order.append("fallback")],
+        [False, True],
+        sync=lambda: order.append("sync"),
+    )
+    for fn in fns:
+        fn()
+    assert order == ["device", "sync", "fallback", "sync"]
+    assert timer.seconds >= 0

@@ -38,6 +38,7 @@ from pygraphx.runtime.executor import Observer
 from pygraphx.targets.gpu.device_api import GpuArgument, as_device_tensor
 from pygraphx.targets.torch_lowering import Lowered
 from pygraphx.targets.torch_lowering.dtypes import from_numpy, to_numpy, torch_dtype
+from pygraphx.targets.torch_lowering.fallback_cost import announce_cost, timed_steps
 
 GRAPH_ENV = "PGX_GPU_GRAPH"
 WARMUP_RUNS = 2
@@ -60,6 +61,8 @@ class GpuExecutable:
         self.offload_copy = offload_copy
         self.env = lowered.ctx.env
         self.steps = [s.fn for s in lowered.steps]
+        self._fallback_flags = [s.fallback for s in lowered.steps]
+        self._cost_pending = any(self._fallback_flags)
         module = lowered.ctx.cache["module"]
         shapes = {p.op.parameter: p.shape for p in module.get_parameters()}
         self.params = [(name, idx, shapes[name]) for name, idx in lowered.params]
@@ -138,9 +141,28 @@ class GpuExecutable:
                 self.graph.replay()
                 return self.graph_outputs
             self._bind(tensors)
+            if self._cost_pending:  # the first uncaptured run says what the fallback costs
+                self._cost_pending = False
+                self._run_timing_fallbacks()
+                return [self.env[i] for i in self.outputs]
             for step in self.steps:
                 step()
             return [self.env[i] for i in self.outputs]
+
+    def _run_timing_fallbacks(self) -> None:
+        sync = self._sync
+        steps, timer = timed_steps(self.steps, self._fallback_flags, sync)
+        sync()
+        start = time.perf_counter()
+        for step in steps:
+            step()
+        sync()
+        total = time.perf_counter() - start
+        announce_cost(sum(self.fallbacks.values()), timer.seconds, total, "gpu")
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _device_context(self) -> Any:
         if self.device.type == "cuda":
