@@ -85,3 +85,25 @@ def test_forced_failure_in_a_cpu_step_is_wrapped() -> None:
     with pytest.raises(EvaluationError, match=r"main:@\d+ dot: ZeroDivisionError: planted") as err:
         prog.run({"x": x})
     assert isinstance(err.value.__cause__, ZeroDivisionError)
+
+
+def test_forced_failure_in_a_gpu_step_is_wrapped() -> None:
+    """The gpu target's step loop (uncaptured runs; here its lowering on the CPU device) names
+    the failing step's instruction the same way."""
+    from pygraphx.targets.gpu.target import GpuTarget
+
+    x = np.ones((2, 3), np.float32)
+    nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("MatMul", ["e", "w"], ["y"])]
+    model = make_model(nodes, {"x": x}, ["y"], {"w": np.ones((3, 2), np.float32)})
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(GpuTarget(device="cpu"))
+    ex = prog._executable
+    victim = next(k for k, s in enumerate(ex.lowered.steps) if s.instructions[-1].op.name == "dot")
+
+    def broken() -> None:
+        raise ZeroDivisionError("planted")
+
+    ex.steps[victim] = broken
+    with pytest.raises(EvaluationError, match=r"main:@\d+ dot: ZeroDivisionError: planted") as err:
+        prog.run({"x": x})
+    assert isinstance(err.value.__cause__, ZeroDivisionError)

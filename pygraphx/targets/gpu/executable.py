@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from pygraphx.ir.argument import Argument
-from pygraphx.runtime.executor import Observer
+from pygraphx.runtime.evaluator import EvaluationError
+from pygraphx.runtime.executor import Observer, step_error
 from pygraphx.targets.gpu.device_api import GpuArgument, as_device_tensor
 from pygraphx.targets.torch_lowering import Lowered
 from pygraphx.targets.torch_lowering.dtypes import from_numpy, to_numpy, torch_dtype
@@ -145,17 +146,28 @@ class GpuExecutable:
                 self._cost_pending = False
                 self._run_timing_fallbacks()
                 return [self.env[i] for i in self.outputs]
-            for step in self.steps:
-                step()
+            self._run_steps(self.steps)
             return [self.env[i] for i in self.outputs]
+
+    def _run_steps(self, steps: list[Callable[[], None]]) -> None:
+        """Run `steps` (this executable's, possibly wrapped); an error is re-raised as a
+        `pygraphx.EvaluationError` naming the instructions of the step that failed."""
+        k = -1
+        try:
+            for k, step in enumerate(steps):  # noqa: B007 - k names the failed step
+                step()
+        except EvaluationError:
+            raise
+        except Exception as exc:  # re-raised with the instruction named, nothing lost
+            computes = self.lowered.steps[k].instructions if 0 <= k < len(steps) else ()
+            raise step_error(computes, exc) from exc
 
     def _run_timing_fallbacks(self) -> None:
         sync = self._sync
         steps, timer = timed_steps(self.steps, self._fallback_flags, sync)
         sync()
         start = time.perf_counter()
-        for step in steps:
-            step()
+        self._run_steps(steps)
         sync()
         total = time.perf_counter() - start
         announce_cost(sum(self.fallbacks.values()), timer.seconds, total, "gpu")
@@ -204,8 +216,7 @@ class GpuExecutable:
             release_library_workspaces(self.device)
             with torch.cuda.stream(stream):
                 self._bind(self.static)
-                for step in self.steps:
-                    step()
+                self._run_steps(self.steps)
         self._drop_dynamic()  # the warm-up's outputs must not stay live beside the capture's
         release_library_workspaces(self.device)
         graph = torch.cuda.CUDAGraph()
