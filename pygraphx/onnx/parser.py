@@ -496,7 +496,14 @@ class OnnxParser:
                 results = handler(ctx, args)
             except OnnxParseError:
                 raise
-            except (ValueError, TypeError, IndexError, KeyError, NotImplementedError) as exc:
+            except (
+                ValueError,
+                TypeError,
+                IndexError,
+                KeyError,
+                NotImplementedError,
+                OverflowError,
+            ) as exc:  # a handler meeting values the model should not hold: named, kept
                 raise ctx.error(f"{type(exc).__name__}: {exc}") from exc
         if isinstance(results, Instruction | SequenceValue | OptionalValue) or results is None:
             results = [results]

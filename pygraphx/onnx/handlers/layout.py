@@ -51,7 +51,10 @@ def const_ints(ctx: NodeContext, ins: Instruction | None, what: str) -> list[int
     """A compile-time integer list (None when the optional input is absent)."""
     if ins is None:
         return None
-    return [int(v) for v in np.asarray(ctx.require_const(ins, what)).reshape(-1)]
+    value = np.asarray(ctx.require_const(ins, what))
+    if value.dtype.kind not in "iub":
+        raise ctx.error(f"{what} must hold integers, got {value.dtype}")
+    return [int(v) for v in value.reshape(-1)]
 
 
 def norm_axis(ctx: NodeContext, axis: int, rank: int, what: str = "axis") -> int:
