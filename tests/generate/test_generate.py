@@ -26,17 +26,24 @@ TARGETS = ["ref", "cpu"] + (["gpu"] if torch.cuda.is_available() else [])
 NEW = 32
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
-    """Each tiny decoder: (ONNX path, the transformers model it came from)."""
+def export_tiny_decoders(
+    folder: Path, external_data: bool = False
+) -> dict[str, tuple[Path, object]]:
+    """Each tiny decoder: (ONNX path, the transformers model it came from); with
+    `external_data` the weights go to `<name>.onnx.data` beside the model."""
     out = {}
-    folder = tmp_path_factory.mktemp("decoders")
     for name in MODELS:
         model = tiny_model(name)
         path = folder / f"{name}.onnx"
-        export_decoder(model, path)
+        export_decoder(model, path, external_data=f"{name}.onnx.data" if external_data else None)
         out[name] = (path, model)
     return out
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
+    """Each tiny decoder: (ONNX path, the transformers model it came from)."""
+    return export_tiny_decoders(tmp_path_factory.mktemp("decoders"))
 
 
 def hf_greedy(model: object, prompt: list[int], n: int = NEW) -> list[int]:

@@ -20,7 +20,6 @@ onnx = pytest.importorskip("onnx")
 
 from pygraphx.generate import DecoderSession, generate  # noqa: E402
 from pygraphx.generate.device_loop import DeviceCache  # noqa: E402
-from pygraphx.generate.export import export_decoder, tiny_model  # noqa: E402
 from pygraphx.targets import get_target  # noqa: E402
 from pygraphx.targets.torch_lowering import lower_module  # noqa: E402
 from pygraphx.targets.torch_lowering.literal_store import (  # noqa: E402
@@ -28,7 +27,7 @@ from pygraphx.targets.torch_lowering.literal_store import (  # noqa: E402
     _mapped_root,
     literal_key,
 )
-from tests.generate.test_generate import hf_greedy  # noqa: E402
+from tests.generate.test_generate import export_tiny_decoders, hf_greedy  # noqa: E402
 
 MODELS = ["gpt2_tiny", "llama_tiny", "qwen2_tiny"]
 NEW = 32
@@ -38,14 +37,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
     """Each tiny decoder: (ONNX path, the transformers model), weights in external data."""
-    out = {}
-    folder = tmp_path_factory.mktemp("decoders_gpu")
-    for name in MODELS:
-        model = tiny_model(name)
-        path = folder / f"{name}.onnx"
-        export_decoder(model, path, external_data=f"{name}.onnx.data")
-        out[name] = (path, model)
-    return out
+    return export_tiny_decoders(tmp_path_factory.mktemp("decoders_gpu"), external_data=True)
 
 
 def prompts() -> tuple[list[int], list[int]]:

@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 from onnx import helper  # noqa: E402
 
 import pygraphx  # noqa: E402
+from pygraphx.ir.instruction import reachable  # noqa: E402
 from pygraphx.passes.memory_coloring import check_plan, plan_memory  # noqa: E402
 from pygraphx.targets.gpu.lowering import lower_library_convolution  # noqa: E402
 from pygraphx.targets.gpu.target import GpuTarget  # noqa: E402
@@ -36,27 +37,26 @@ SCALAR_BYTES = 16
 def held_storages(roots: list[Any]) -> dict[int, int]:
     """data_ptr -> bytes of every tensor storage reachable from `roots` through lists, tuples,
     dicts and function closures (how steps keep their tensors), scalars aside."""
-    seen: set[int] = set()
     storages: dict[int, int] = {}
-    stack = list(roots)
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
+    for x in reachable(roots, _held_children):
         if isinstance(x, torch.Tensor) and x.is_mkldnn:  # a packed weight: no storage
             storages[id(x)] = x.numel() * x.element_size()
         elif isinstance(x, torch.Tensor):
             st = x.untyped_storage()
             if st.nbytes() > SCALAR_BYTES:
                 storages[st.data_ptr()] = st.nbytes()
-        elif isinstance(x, (list, tuple)):
-            stack.extend(x)
-        elif isinstance(x, dict):
-            stack.extend(x.values())
-        elif isinstance(x, types.FunctionType):
-            stack.extend(c.cell_contents for c in x.__closure__ or () if _filled(c))
     return storages
+
+
+def _held_children(x: Any) -> Any:
+    """What a container or a closure holds (a tensor or anything else: nothing further)."""
+    if isinstance(x, (list, tuple)):
+        return x
+    if isinstance(x, dict):
+        return x.values()
+    if isinstance(x, types.FunctionType):
+        return [c.cell_contents for c in x.__closure__ or () if _filled(c)]
+    return ()
 
 
 def _filled(cell: Any) -> bool:
