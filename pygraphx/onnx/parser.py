@@ -41,6 +41,7 @@ from pygraphx.onnx.context import NodeContext, onnx_type_to_shape_type
 from pygraphx.onnx.errors import InputValueNeeded, OnnxParseError, UnsupportedOperatorError
 from pygraphx.onnx.external_data import load_external_tensor
 from pygraphx.onnx.handlers.sequence import OptionalValue, SequenceValue, Value, describe
+from pygraphx.onnx.mapped_model import read_model_mapped
 from pygraphx.onnx.registry import find_handler
 from pygraphx.onnx.schema import missing_required_inputs
 from pygraphx.onnx.validate import validate_model
@@ -75,8 +76,14 @@ def parse_onnx(path: str | Path, **options: Any) -> Program:
     return parse_bytes(read_model_file(path), str(path), path.resolve().parent, options)
 
 
-def read_model_file(path: Path) -> bytes:
-    """The bytes of the model file at `path`; a missing or unreadable file gets a clear error."""
+def read_model_file(path: Path, mapped: bool = True) -> bytes:
+    """The bytes of the model file at `path`; a missing or unreadable file gets a clear error.
+    With `mapped`, large initialisers are left in the file and the bytes refer to them as
+    external data (`mapped_model.py`: the parse then holds no copy of the weights)."""
+    if mapped and path.is_file():
+        stripped = read_model_mapped(path)
+        if stripped is not None:
+            return stripped
     return read_regular_file(path, OnnxParseError, "an ONNX file")
 
 

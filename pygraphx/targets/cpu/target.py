@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from pygraphx.ir.mapped import release_mapped
 from pygraphx.passes.manager import Pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.runtime.executor import Executor, Observer
@@ -56,6 +57,21 @@ def announce_fallbacks(fallbacks: Mapping[str, int]) -> None:
         RuntimeWarning,
         stacklevel=3,
     )
+
+
+def release_weight_pages(program: Program) -> int:
+    """After lowering: drop the pages of the mapped model file that this process has read (the
+    passes and the weight packing read every weight once) from its resident memory. The
+    literals stay views of the file (save and the dynamic re-compiles read them again); the
+    weights the steps use as they are fault back in from the page cache on the first run, the
+    packed ones are never read again. Returns the bytes of mapping released."""
+    arrays = [
+        ins.get_literal().array
+        for module in program.modules.values()
+        for ins in module.instructions
+        if ins.is_literal()
+    ]
+    return release_mapped(arrays)
 
 
 def cpu_threads() -> int:
@@ -178,6 +194,7 @@ class CpuTarget(Target):
             options = {**options, **self.settings}
             options["lowering_overrides"] = cpu_overrides(options)
             lowered = lower_module(program.get_main_module(), torch.device("cpu"), options)
+        release_weight_pages(program)
         announce_fallbacks(lowered.ctx.fallbacks)
         return CpuExecutable(lowered, self.threads.n, self.step_policy)
 
