@@ -12,9 +12,43 @@ them back in, so the literals stay valid for save, re-compiles and any step that
 from __future__ import annotations
 
 import mmap
+import threading
+import weakref
 from collections.abc import Iterable
 
 import numpy as np
+
+#: id -> a read-only np.memmap of a whole model file (registered by the frontend)
+_ROOTS: weakref.WeakValueDictionary[int, np.memmap] = weakref.WeakValueDictionary()
+_LOCK = threading.Lock()
+
+
+def register_mapping(root: np.memmap) -> None:
+    """Record `root`, a read-only mapping of a whole file, so that `release_range` may drop
+    pages inside it (no other memory is ever released: on anonymous memory that would lose
+    data)."""
+    with _LOCK:
+        _ROOTS[id(root)] = root
+
+
+def release_range(address: int, nbytes: int) -> int:
+    """Drop the whole pages of [address, address + nbytes) from resident memory when they lie
+    in a registered file mapping (see the module docstring); returns the bytes released (0
+    for memory that is not such a mapping)."""
+    with _LOCK:
+        roots = list(_ROOTS.values())
+    for root in roots:
+        raw = root.base
+        start = root.ctypes.data
+        if not isinstance(raw, mmap.mmap) or raw.closed or not start <= address < start + len(raw):
+            continue
+        lo = -(-(address - start) // mmap.PAGESIZE) * mmap.PAGESIZE
+        hi = min(address + nbytes - start, len(raw)) // mmap.PAGESIZE * mmap.PAGESIZE
+        if hi <= lo or not hasattr(mmap, "MADV_DONTNEED"):
+            return 0
+        raw.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        return hi - lo
+    return 0
 
 
 def release_mapped(arrays: Iterable[np.ndarray]) -> int:
@@ -37,4 +71,4 @@ def release_mapped(arrays: Iterable[np.ndarray]) -> int:
     return released
 
 
-__all__ = ["release_mapped"]
+__all__ = ["register_mapping", "release_mapped", "release_range"]

@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from pygraphx.ir.mapped import register_mapping
 from pygraphx.onnx.errors import ExternalDataError
 
 
@@ -116,6 +117,7 @@ def _mapped_view(
         if root is None:
             root = np.memmap(path, dtype=np.uint8, mode="r")
             _MAPS[key] = root
+            register_mapping(root)  # its pages may be given back once the weights are packed
     return root[offset : offset + length].view(dtype).reshape(tuple(tensor.dims))
 
 

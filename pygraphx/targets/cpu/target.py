@@ -190,6 +190,7 @@ class CpuTarget(Target):
         return optimize_passes(policy=self.fusion_policy())
 
     def prepare(self, program: Program, options: dict[str, Any]) -> CpuExecutable:
+        release_weight_pages(program)  # what the passes read; lowering reads each again once
         with self.threads_scope(), torch.inference_mode():
             options = {**options, **self.settings}
             options["lowering_overrides"] = cpu_overrides(options)

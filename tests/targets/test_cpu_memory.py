@@ -1,0 +1,211 @@
+"""Weights held once (issue 10, memory): a model parsed from its file reads its initialisers as
+views of the mapped file (`onnx/mapped_model.py`), and after the cpu target has packed them no
+numpy copy of a big weight is alive and the file's pages are no longer resident
+(`ir/mapped.py`). Results, save/load and dynamic re-compiles are checked against ONNX Runtime."""
+
+from __future__ import annotations
+
+import mmap
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import pygraphx
+from pygraphx.ir.instruction import reachable
+from pygraphx.onnx.errors import OnnxParseError
+from pygraphx.onnx.mapped_model import MIN_MAPPED_BYTES, read_model_mapped
+from tests.helpers import run_ort
+
+K, N = 512, 1024  # a 2 MiB float32 weight
+
+
+def _model(batch: int | str = 4) -> onnx.ModelProto:
+    """x @ w1 + b, relu, @ w2: two big weights (MKL/oneDNN pack them), a small bias, and a
+    small shape initialiser given as int64_data (not raw bytes)."""
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((K, N)).astype(np.float32)
+    w2 = rng.standard_normal((N, K)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, K])
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"]),
+            helper.make_node("Add", ["h", "b"], ["hb"]),
+            helper.make_node("Relu", ["hb"], ["r"]),
+            helper.make_node("MatMul", ["r", "w2"], ["y0"]),
+            helper.make_node("Reshape", ["y0", "shape"], ["y"]),
+        ],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, K])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(w1, "w1"),
+            numpy_helper.from_array(w2, "w2"),
+            numpy_helper.from_array(b, "b"),
+            shape,
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _save(model: onnx.ModelProto, tmp_path: Path) -> Path:
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _x(batch: int = 4) -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((batch, K)).astype(np.float32)
+
+
+def _mapped(array: np.ndarray) -> bool:
+    base = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, mmap.mmap)
+
+
+def _literals(prog: pygraphx.Program) -> list[np.ndarray]:
+    return [i.get_literal().array for i in prog.get_main_module().instructions if i.is_literal()]
+
+
+def _children(x: Any) -> Any:
+    """What a container or a step's closure holds."""
+    if isinstance(x, (list, tuple)):
+        return x
+    if isinstance(x, dict):
+        return x.values()
+    if isinstance(x, types.FunctionType):
+        return [c.cell_contents for c in x.__closure__ or () if c.cell_contents is not None]
+    return ()
+
+
+def _nbytes(x: Any) -> int:
+    if isinstance(x, np.ndarray):
+        return x.nbytes
+    if isinstance(x, torch.Tensor) and not x.is_mkldnn and x.device.type == "cpu":
+        return x.untyped_storage().nbytes()
+    return 0
+
+
+def _in_mapping(x: Any) -> bool:
+    """Whether the memory of array or tensor `x` lies in a mapped file."""
+    if isinstance(x, np.ndarray):
+        return _mapped(x)
+    address = x.untyped_storage().data_ptr()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            lo, hi = (int(v, 16) for v in fields[0].split("-"))
+            if lo <= address < hi:
+                return len(fields) >= 6 and fields[5].endswith(".onnx")
+    return False
+
+
+def _resident_bytes(array: np.ndarray) -> int:
+    """Bytes of `array`'s pages mapped into this process now (/proc/self/pagemap's present
+    bit; readable without privileges)."""
+    first, end = (
+        array.ctypes.data // mmap.PAGESIZE,
+        -(-(array.ctypes.data + array.nbytes) // mmap.PAGESIZE),
+    )
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(first * 8)
+        entries = np.frombuffer(f.read((end - first) * 8), dtype=np.uint64)
+    return int((entries >> np.uint64(63)).sum()) * mmap.PAGESIZE
+
+
+def test_initialisers_are_views_of_the_file(tmp_path: Path) -> None:
+    model = _model()
+    path = _save(model, tmp_path)
+    prog = pygraphx.parse_onnx(path)
+    big = [a for a in _literals(prog) if a.nbytes >= MIN_MAPPED_BYTES]
+    assert len(big) == 3 and all(_mapped(a) for a in big)
+    expected = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    values = sorted(big, key=lambda a: a.nbytes)
+    for name, got in zip(("b", "w1", "w2"), values, strict=True):
+        np.testing.assert_array_equal(got.reshape(expected[name].shape), expected[name])
+    # the parse holds no proto: the bytes it decoded left every big initialiser in the file
+    stripped = read_model_mapped(path)
+    assert stripped is not None and len(stripped) < 4096 < path.stat().st_size
+
+
+def test_after_compile_no_copy_of_a_packed_weight_and_no_resident_pages(tmp_path: Path) -> None:
+    path = _save(_model(), tmp_path)
+    prog = pygraphx.parse_onnx(path)
+    prog.compile(pygraphx.get_target("cpu", threads=1))
+    ctx = prog._executable.lowered.ctx
+    packed = {id(t) for t in reachable(ctx.packed_weights.values(), _children)}
+    roots = [ctx.env, [s.fn for s in ctx.steps], _literals(prog)]
+    copies = [
+        x
+        for x in reachable(roots, _children)
+        if id(x) not in packed and _nbytes(x) >= K * N * 4 and not _in_mapping(x)
+    ]
+    assert copies == [], "a copy of a packed weight is still held by the program"
+    weights = [a for a in _literals(prog) if a.nbytes >= K * N * 4]
+    assert len(weights) == 2 and all(_mapped(a) for a in weights)
+    if sys.platform.startswith("linux"):
+        assert all(_resident_bytes(a) <= 2 * mmap.PAGESIZE for a in weights)
+    x = _x()
+    (expected,) = run_ort(_model(), {"x": x})
+    np.testing.assert_allclose(np.asarray(prog.run({"x": x})[0]), expected, rtol=1e-4, atol=1e-3)
+
+
+def test_save_and_load_after_compile_read_the_weights_again(tmp_path: Path) -> None:
+    path = _save(_model(), tmp_path)
+    prog = pygraphx.parse_onnx(path)
+    prog.compile(pygraphx.get_target("cpu", threads=1))
+    saved = tmp_path / "mlp.pgx"
+    pygraphx.save(prog, saved)
+    path.unlink()  # the saved program carries its weights: the model file is not needed
+    loaded = pygraphx.load(saved)
+    x = _x()
+    (expected,) = run_ort(_model(), {"x": x})
+    np.testing.assert_allclose(np.asarray(loaded.run({"x": x})[0]), expected, rtol=1e-4, atol=1e-3)
+
+
+def test_dynamic_recompiles_from_the_mapped_weights(tmp_path: Path) -> None:
+    path = _save(_model("batch"), tmp_path)
+    prog = pygraphx.parse_onnx(path, map_dyn_input_dims={"x": [(1, 8), K]})
+    prog.compile(pygraphx.get_target("cpu", threads=1))
+    for batch in (8, 3, 1):
+        x = _x(batch)
+        (expected,) = run_ort(_model("batch"), {"x": x})
+        got = np.asarray(prog.run({"x": x})[0])
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
+    saved = tmp_path / "dyn.pgx"
+    pygraphx.save(prog, saved)
+    path.unlink()  # the specializer's model carries its weights inline, not the file's name
+    loaded = pygraphx.load(saved)
+    x = _x(2)
+    (expected,) = run_ort(_model("batch"), {"x": x})
+    np.testing.assert_allclose(np.asarray(loaded.run({"x": x})[0]), expected, rtol=1e-4, atol=1e-3)
+
+
+def test_map_weights_off_reads_the_file_whole(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PGX_MAP_WEIGHTS", "0")
+    path = _save(_model(), tmp_path)
+    assert read_model_mapped(path) is None
+    prog = pygraphx.parse_onnx(path)
+    assert not any(_mapped(a) for a in _literals(prog))
+    prog.compile(pygraphx.get_target("cpu", threads=1))
+    x = _x()
+    (expected,) = run_ort(_model(), {"x": x})
+    np.testing.assert_allclose(np.asarray(prog.run({"x": x})[0]), expected, rtol=1e-4, atol=1e-3)
+
+
+def test_truncated_file_is_still_a_parse_error(tmp_path: Path) -> None:
+    data = _model().SerializeToString()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    assert read_model_mapped(path) is None  # the scanner leaves it to the protobuf decoder
+    with pytest.raises(OnnxParseError, match="cut.onnx"):
+        pygraphx.parse_onnx(path)
