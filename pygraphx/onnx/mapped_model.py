@@ -15,6 +15,8 @@ The mapping follows the file: rewriting the model file in place (truncating it) 
 parsed from it lives is an error on POSIX systems (the program's weights change, or reading them
 faults); replacing the file with a new one (write elsewhere, then rename: what `onnx.save` to a
 temporary name and most tools do) is safe. `PGX_MAP_WEIGHTS=0` reads the whole file instead.
+A model held in memory (`parse_onnx_buffer`) is cut the same way (`split_buffer`): its
+initialisers become read-only views of the caller's immutable bytes, not copies.
 A file the scanner does not understand (groups, a truncated field) is left whole: the protobuf
 decoder then parses it, or reports it, as before.
 """
@@ -92,7 +94,9 @@ def _entry(key: str, value: str) -> bytes:
     return _delimited(_EXTERNAL_DATA, _delimited(1, key.encode()) + _delimited(2, value.encode()))
 
 
-def _strip_tensor(buf: mmap.mmap, start: int, end: int, location: str) -> bytes | None:
+def _strip_tensor(
+    buf: mmap.mmap | bytes, start: int, end: int, location: str, spans: set[tuple[int, int]]
+) -> bytes | None:
     """The TensorProto at buf[start:end] with its raw_data replaced by a reference to where it
     lies in the file, or None to keep it as it is (small, or not raw bytes held inline)."""
     fields = list(_fields(buf, start, end))
@@ -106,6 +110,7 @@ def _strip_tensor(buf: mmap.mmap, start: int, end: int, location: str) -> bytes 
     for number, _, s, _, e in fields:
         if number != _RAW_DATA:
             out += buf[s:e]
+    spans.add((raw[3], raw[4] - raw[3]))
     out += _entry("location", location)
     out += _entry("offset", str(raw[3]))
     out += _entry("length", str(raw[4] - raw[3]))
@@ -113,27 +118,52 @@ def _strip_tensor(buf: mmap.mmap, start: int, end: int, location: str) -> bytes 
     return bytes(out)
 
 
-def _strip_graph(buf: mmap.mmap, start: int, end: int, location: str) -> bytes:
+def _strip_graph(
+    buf: mmap.mmap | bytes, start: int, end: int, location: str, spans: set[tuple[int, int]]
+) -> bytes:
     out = bytearray()
     for number, wire, s, p, e in _fields(buf, start, end):
         stripped = None
         if number == _GRAPH_INITIALIZER and wire == _LENGTH_DELIMITED:
-            stripped = _strip_tensor(buf, p, e, location)
+            stripped = _strip_tensor(buf, p, e, location, spans)
         out += buf[s:e] if stripped is None else _delimited(number, stripped)
     return bytes(out)
 
 
-def strip_weights(buf: mmap.mmap, location: str) -> bytes:
+def strip_weights(
+    buf: mmap.mmap | bytes, location: str, spans: set[tuple[int, int]] | None = None
+) -> bytes:
     """The model in `buf` with its large main-graph initialisers turned into external data
-    in the file `location` (see the module docstring); `_NotScannable` when the bytes are not
-    protobuf this scanner reads."""
+    in the file `location` (see the module docstring); the (offset, length) of each goes into
+    `spans`. `_NotScannable` when the bytes are not protobuf this scanner reads."""
+    spans = set() if spans is None else spans
     out = bytearray()
     for number, wire, s, p, e in _fields(buf, 0, len(buf)):
         if number == _MODEL_GRAPH and wire == _LENGTH_DELIMITED:
-            out += _delimited(number, _strip_graph(buf, p, e, location))
+            out += _delimited(number, _strip_graph(buf, p, e, location, spans))
         else:
             out += buf[s:e]
     return bytes(out)
+
+
+#: the `location` of an initialiser left in the model's bytes held in memory (`split_buffer`)
+BUFFER_LOCATION = "pygraphx:model-bytes"
+
+
+def split_buffer(data: bytes) -> tuple[bytes, set[tuple[int, int]]] | None:
+    """For a model held in memory: its bytes with the large initialisers referring to where
+    they lie in `data` (location `BUFFER_LOCATION`), and those (offset, length) spans; the
+    parser then reads them as read-only views of `data` (immutable bytes) instead of copying
+    them out of the decoded message. None: decode `data` as it is (mapping disabled, nothing
+    to leave out, or bytes the scanner does not handle)."""
+    if not mapping_enabled():
+        return None
+    spans: set[tuple[int, int]] = set()
+    try:
+        stripped = strip_weights(data, BUFFER_LOCATION, spans)
+    except _NotScannable:
+        return None
+    return (stripped, spans) if spans else None
 
 
 def mapping_enabled() -> bool:
@@ -154,4 +184,10 @@ def read_model_mapped(path: Path) -> bytes | None:
         return None
 
 
-__all__ = ["MIN_MAPPED_BYTES", "mapping_enabled", "read_model_mapped"]
+__all__ = [
+    "BUFFER_LOCATION",
+    "MIN_MAPPED_BYTES",
+    "mapping_enabled",
+    "read_model_mapped",
+    "split_buffer",
+]

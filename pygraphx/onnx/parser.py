@@ -39,9 +39,9 @@ from pygraphx.ir.program import Program
 from pygraphx.ir.shape import Shape
 from pygraphx.onnx.context import NodeContext, onnx_type_to_shape_type
 from pygraphx.onnx.errors import InputValueNeeded, OnnxParseError, UnsupportedOperatorError
-from pygraphx.onnx.external_data import load_external_tensor
+from pygraphx.onnx.external_data import held_tensor, load_external_tensor
 from pygraphx.onnx.handlers.sequence import OptionalValue, SequenceValue, Value, describe
-from pygraphx.onnx.mapped_model import read_model_mapped
+from pygraphx.onnx.mapped_model import BUFFER_LOCATION, read_model_mapped, split_buffer
 from pygraphx.onnx.registry import find_handler
 from pygraphx.onnx.schema import missing_required_inputs
 from pygraphx.onnx.validate import validate_model
@@ -100,8 +100,10 @@ def parse_bytes(
     if unknown:
         raise TypeError(f"unknown parse option(s) {unknown}; known: {sorted(OPTIONS)}")
     opts = {**OPTIONS, **options}
-    model = load_model_proto(data, source)
-    return OnnxParser(opts, source, model_dir).parse_model(model)
+    split = split_buffer(data)  # large initialisers stay in `data`: views, not copies
+    model = load_model_proto(data if split is None else split[0], source)
+    held = None if split is None else (data, split[1])
+    return OnnxParser(opts, source, model_dir, held).parse_model(model)
 
 
 def load_model_proto(data: bytes, source: str) -> onnx.ModelProto:
@@ -150,10 +152,18 @@ def _iter_nodes(graph: onnx.GraphProto, where: str = "") -> Iterator[tuple[onnx.
 class OnnxParser:
     """One parse of one model."""
 
-    def __init__(self, options: Mapping[str, Any], source: str, model_dir: Path | None) -> None:
+    def __init__(
+        self,
+        options: Mapping[str, Any],
+        source: str,
+        model_dir: Path | None,
+        held: tuple[bytes, set[tuple[int, int]]] | None = None,
+    ) -> None:
         self.options = options
         self.source = source
         self.model_dir = model_dir
+        # the model's bytes and the (offset, length) of the initialisers left in them
+        self._held = held
         self.opsets: dict[str, int] = {}
         self.program = Program()
         # id(instruction) -> (instruction, value): holding the instruction keeps its id unique
@@ -584,15 +594,32 @@ class OnnxParser:
             onnx_type_to_shape_type(tensor.data_type)
         except ValueError as exc:
             raise OnnxParseError(f"{self.source}: tensor {tensor.name!r}: {exc}") from None
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        span = self._held_span(tensor)
+        if span is None and tensor.data_location == onnx.TensorProto.EXTERNAL:
             return load_external_tensor(tensor, self.model_dir, self.source)
         try:
+            if span is not None and self._held is not None:
+                return held_tensor(tensor, self._held[0], *span)
             arr = numpy_helper.to_array(tensor)
         except (ValueError, TypeError) as exc:
             raise OnnxParseError(
                 f"{self.source}: tensor {tensor.name!r} is corrupt: {exc}"
             ) from None
         return np.asarray(arr, order="C")
+
+    def _held_span(self, tensor: onnx.TensorProto) -> tuple[int, int] | None:
+        """(offset, length) of `tensor`'s bytes in the model's bytes when `split_buffer` left
+        them there (only spans it recorded: no other location is ever read this way)."""
+        if self._held is None or tensor.data_location != onnx.TensorProto.EXTERNAL:
+            return None
+        info = {e.key: e.value for e in tensor.external_data}
+        if info.get("location") != BUFFER_LOCATION:
+            return None
+        try:
+            span = (int(info.get("offset", "")), int(info.get("length", "")))
+        except ValueError:
+            return None
+        return span if span in self._held[1] else None
 
     def const_value(self, ins: Instruction) -> np.ndarray | None:
         """Evaluate `ins` at parse time if it depends only on literals (memoised); None when it

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 import pygraphx
 from pygraphx.ir.instruction import reachable
 from pygraphx.onnx.errors import OnnxParseError
-from pygraphx.onnx.mapped_model import MIN_MAPPED_BYTES, read_model_mapped
+from pygraphx.onnx.mapped_model import BUFFER_LOCATION, MIN_MAPPED_BYTES, read_model_mapped
 from tests.helpers import run_ort
 
 K, N = 512, 1024  # a 2 MiB float32 weight
@@ -209,3 +209,45 @@ def test_truncated_file_is_still_a_parse_error(tmp_path: Path) -> None:
     assert read_model_mapped(path) is None  # the scanner leaves it to the protobuf decoder
     with pytest.raises(OnnxParseError, match="cut.onnx"):
         pygraphx.parse_onnx(path)
+
+
+def _held_by_bytes(array: np.ndarray) -> bool:
+    base = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, bytes)
+
+
+def test_buffer_initialisers_are_views_of_the_bytes() -> None:
+    model = _model()
+    data = model.SerializeToString()
+    prog = pygraphx.parse_onnx_buffer(data)
+    big = [a for a in _literals(prog) if a.nbytes >= MIN_MAPPED_BYTES]
+    assert len(big) == 3 and all(_held_by_bytes(a) for a in big)
+    prog.compile(pygraphx.get_target("cpu", threads=1))
+    x = _x()
+    (expected,) = run_ort(model, {"x": x})
+    np.testing.assert_allclose(np.asarray(prog.run({"x": x})[0]), expected, rtol=1e-4, atol=1e-3)
+
+
+def test_buffer_location_of_the_user_is_not_read_from_the_bytes() -> None:
+    """A tensor that names the buffer location itself (not one the scanner left in place) is
+    external data, which a buffer cannot have: the usual error, no read of the bytes."""
+    model = _model()
+    w1 = model.graph.initializer[0]
+    w1.ClearField("raw_data")
+    w1.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", BUFFER_LOCATION), ("offset", "0"), ("length", str(K * N * 4))):
+        entry = w1.external_data.add()
+        entry.key, entry.value = key, value
+    with pytest.raises(OnnxParseError, match="cannot be read from a buffer"):
+        pygraphx.parse_onnx_buffer(model.SerializeToString())
+
+
+def test_raw_data_of_the_wrong_length_is_a_parse_error(tmp_path: Path) -> None:
+    model = _model()
+    model.graph.initializer[0].raw_data = model.graph.initializer[0].raw_data[:-4]
+    with pytest.raises(OnnxParseError, match="'w1' is corrupt"):
+        pygraphx.parse_onnx_buffer(model.SerializeToString())
+    with pytest.raises(OnnxParseError, match="w1"):
+        pygraphx.parse_onnx(_save(model, tmp_path))
