@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import mmap
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from pygraphx.ir.instruction import reachable
 from pygraphx.onnx.errors import OnnxParseError
 from pygraphx.onnx.mapped_model import BUFFER_LOCATION, MIN_MAPPED_BYTES, read_model_mapped
 from tests.helpers import run_ort
+from tests.targets.gpu.test_gpu_memory import _held_children  # containers and closures
 
 K, N = 512, 1024  # a 2 MiB float32 weight
 
@@ -74,17 +74,6 @@ def _mapped(array: np.ndarray) -> bool:
 
 def _literals(prog: pygraphx.Program) -> list[np.ndarray]:
     return [i.get_literal().array for i in prog.get_main_module().instructions if i.is_literal()]
-
-
-def _children(x: Any) -> Any:
-    """What a container or a step's closure holds."""
-    if isinstance(x, (list, tuple)):
-        return x
-    if isinstance(x, dict):
-        return x.values()
-    if isinstance(x, types.FunctionType):
-        return [c.cell_contents for c in x.__closure__ or () if c.cell_contents is not None]
-    return ()
 
 
 def _nbytes(x: Any) -> int:
@@ -142,11 +131,11 @@ def test_after_compile_no_copy_of_a_packed_weight_and_no_resident_pages(tmp_path
     prog = pygraphx.parse_onnx(path)
     prog.compile(pygraphx.get_target("cpu", threads=1))
     ctx = prog._executable.lowered.ctx
-    packed = {id(t) for t in reachable(ctx.packed_weights.values(), _children)}
+    packed = {id(t) for t in reachable(ctx.packed_weights.values(), _held_children)}
     roots = [ctx.env, [s.fn for s in ctx.steps], _literals(prog)]
     copies = [
         x
-        for x in reachable(roots, _children)
+        for x in reachable(roots, _held_children)
         if id(x) not in packed and _nbytes(x) >= K * N * 4 and not _in_mapping(x)
     ]
     assert copies == [], "a copy of a packed weight is still held by the program"
