@@ -146,7 +146,7 @@ def _measured(
         state.over_budget += 1
         return "onednn"
     start = time.perf_counter()
-    times = time_kernels(plan, names, other_lens)
+    times = time_kernels(plan, names, other_lens, start + state.budget_s - state.spent_s)
     state.spent_s += time.perf_counter() - start
     state.measured += 1
     choice = pick(times)
@@ -186,14 +186,18 @@ def choice_key(plan: ConvPlan, names: list[str], other_lens: list[int] | None) -
 
 
 def time_kernels(
-    plan: ConvPlan, names: list[str], other_lens: list[int] | None
+    plan: ConvPlan,
+    names: list[str],
+    other_lens: list[int] | None,
+    deadline: float = float("inf"),
 ) -> dict[str, float]:
     """Best seconds per call of each kernel on random channels-last inputs of `plan`'s shape.
 
     The candidates run interleaved round by round (a burst of load hits them alike), on a
     few input copies in turn (about `COLD_BYTES` in all), so that a small layer is not timed
     on inputs that a loop keeps hot in the cache. With one thread the clock is the thread's
-    CPU time, which other processes' load does not inflate."""
+    CPU time, which other processes' load does not inflate. Rounds after the first stop at
+    `deadline` (a `time.perf_counter()` value)."""
     cl = torch.channels_last
     lens = list(plan.x_lens)
     if plan.pre_pad is not None:  # the kernels pad the input themselves
@@ -213,7 +217,9 @@ def time_kernels(
         for name, fn in fns.items():
             best[name] = min(best[name], _seconds(fn, clock))
     rounds = ROUNDS if min(best.values()) < SLOW_CALL_S else 2
-    for _ in range(rounds):
+    for r in range(rounds):
+        if r and time.perf_counter() > deadline:
+            break
         for name, fn in fns.items():
             best[name] = min(best[name], _seconds(fn, clock))
     return best
