@@ -11,7 +11,8 @@
   products in float32); its scale multiply stays a `mul` that the element-wise group after it
   absorbs.
 * `quant_dot` of two int8 activations (attention's products): a float32 batched GEMM of the
-  int8 values, exact while 128 * 128 * K < 2**24 (K <= 1024), declined beyond.
+  int8 values, exact while 128 * 128 * K < 2**24 (K <= 1024), declined beyond; of two fp8
+  activations: the same (float32 sums of exact products, as the reference computes them).
 * `quantizelinear` to int8 with one scale: `quant_kernels.quantise_int8` (one pass); to fp8
   e4m3: divide, clamp to +-448, cast (torch rounds to nearest even).
 * `quant_convolution` (`quant_conv.py`).
@@ -30,6 +31,7 @@ import torch
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_kernels as qk
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext
+from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
 from pygraphx.targets.torch_lowering.lower_quant import _fixed_matrix
 from pygraphx.targets.torch_lowering.registry import defer
@@ -143,7 +145,9 @@ def lower_gpu_quant_dot(
         return _lower_fixed(ctx, ins, IntGemm, w, triton)
     if types == {FP8} and w is not None:
         return _lower_fixed(ctx, ins, Fp8Gemm, w, triton)
-    if types == {"int8_type"} and ins.inputs[0].shape.lens()[-1] <= EXACT_FLOAT_K:
+    if types == {FP8} or (
+        types == {"int8_type"} and ins.inputs[0].shape.lens()[-1] <= EXACT_FLOAT_K
+    ):
         return _lower_runtime(ctx, ins, triton)
     return fallback(ctx, ins)
 
@@ -189,8 +193,8 @@ def _lower_fixed_unfused(ctx, ins, gemm, rows: int, k: int, n: int) -> bool:
 
 
 def _lower_runtime(ctx: LoweringContext, ins: Instruction, triton: bool) -> bool:
-    """Two int8 activations: an exact float32 batched GEMM of their values, with the dequantise
-    of its user as the epilogue when it has one."""
+    """Two int8 (or fp8) activations: a float32 batched GEMM of their values (exact sums for
+    int8), with the dequantise of its user as the epilogue when it has one."""
     a, b = ctx.args(ins)
     env = ctx.env
     m, k = ins.inputs[0].shape.lens()[-2:]
@@ -259,6 +263,27 @@ def lower_gpu_quantizelinear(
     return True
 
 
+def lower_gpu_dequantizelinear(ctx: LoweringContext, ins: Instruction, fallback: Lowering) -> bool:
+    """`float32(x) * float32(scale)` in the output's type for int8, int32 and fp8 e4m3 `x` and a
+    float `scale` of any width (the torch lowering takes float32 scales only); else `fallback`."""
+    x, s = ins.inputs[:2]
+    floats = ("float_type", "half_type", "bf16_type")
+    if len(ins.inputs) != 2 or x.shape.type() not in ("int8_type", "int32_type", FP8):
+        return fallback(ctx, ins)
+    if s.shape.type() not in floats or ins.shape.type() not in floats:
+        return fallback(ctx, ins)
+    env, (xi, si) = ctx.env, ctx.args(ins)
+    out_dtype, f32 = torch_dtype(ins.shape.dtype()), torch.float32
+    idx = ctx.bind_dynamic(ins, ctx.layout[xi])
+    ctx.mark_fresh(idx)
+
+    def step() -> None:
+        env[idx] = torch.mul(env[xi].to(f32), env[si].to(f32)).to(out_dtype)
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
 def _dense(t: torch.Tensor) -> bool:
     """Whether `t` covers its memory without gaps in standard or channels-last order."""
     return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
@@ -278,4 +303,4 @@ def _lower_fp8_quantise(ctx: LoweringContext, ins: Instruction, xi: int, si: int
     return True
 
 
-__all__ = ["lower_gpu_quant_dot", "lower_gpu_quantizelinear"]
+__all__ = ["lower_gpu_dequantizelinear", "lower_gpu_quant_dot", "lower_gpu_quantizelinear"]
