@@ -82,7 +82,14 @@ def _state(prog: pygraphx.Program) -> conv_choice.ChoiceState:
 def _fresh_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (conv_choice.KERNEL_ENV, conv_choice.BUDGET_ENV, conv_choice.CACHE_ENV):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(conv_choice.KERNEL_ENV, "measure")  # the tests below time kernels
     conv_choice.clear_cache()
+
+
+def test_measurement_is_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(conv_choice.KERNEL_ENV)
+    state = _state(_compile(_net()[0]))
+    assert state.measured == 0 and state.chosen["onednn"] == LAYERS
 
 
 @pytest.mark.parametrize("kernel", ["measure", "off", "onednn", "matmul", "torch_cl"])
