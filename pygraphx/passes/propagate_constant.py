@@ -124,10 +124,6 @@ def propagate_constant(module: Module) -> None:
         # (only with the standard strides: a size-1 axis of a broadcast keeps stride 0 and
         # counts as contiguous to numpy, but the literal's shape must be standard)
         keep = not arr.flags.writeable and arr.strides == _standard_strides(arr)
-        if not arr.flags.writeable and not keep and arr.flags.c_contiguous and arr.size:
-            # a size-1 axis with another stride (an unsqueeze or a broadcast to 1): the same
-            # memory re-viewed with standard strides, not a copy of the weight
-            arr, keep = arr.reshape(-1).reshape(arr.shape), True
         lit = module.insert_literal(ins, Literal(arr, copy=not keep))
         module.replace_instruction(ins, lit)
     dead_code_elimination(module)
