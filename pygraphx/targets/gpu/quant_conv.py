@@ -29,9 +29,11 @@ import torch
 import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.gpu.quant import IntGemm, epilogue
+from pygraphx.targets.gpu.quant import IntGemm, dequantised_product
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
+from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
+from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh
 from pygraphx.targets.torch_lowering.registry import defer
 
 log = logging.getLogger(__name__)
@@ -135,33 +137,32 @@ def lower_gpu_quant_convolution(
 
 def _lower_gemm(ctx, ins, geo: Geometry, weights, fused, triton: bool) -> bool:
     wmat = weights.permute(2, 3, 1, 0).reshape(geo.k, geo.c_out)
-    gemm = IntGemm(wmat, geo.rows, ctx.device)
     xi, env = ctx.arg(ins, 0), ctx.env
-
-    def sums() -> torch.Tensor:
-        return gemm(geo.columns(env[xi]))
-
     if fused is not None:
         user, scale = fused
-        finish = epilogue(triton)
+        product = dequantised_product(wmat, geo.rows, ctx.device, triton)
+
+        dtype = torch_dtype(user.shape.dtype())
+        nhwc = (geo.n, geo.ho, geo.wo, geo.c_out)
+
+        def produce() -> torch.Tensor:
+            out = torch.empty(nhwc, dtype=dtype, device=env[xi].device)
+            product(geo.columns(env[xi]), scale, out.view(geo.rows, geo.c_out))
+            return out.permute(0, 3, 1, 2)
 
         def fuse(c: LoweringContext, u: Instruction) -> bool:
-            idx, out = output_buffer(c, u, CHANNELS_LAST)
-            rows = out.permute(0, 2, 3, 1).reshape(geo.rows, geo.c_out)
-
-            def step() -> None:
-                finish(sums(), scale, rows)
-
-            c.emit(step, [ins, u], idx)
-            return True
+            # a new tensor, not the user's arena slot: one kernel reads the input while it
+            # writes (a 1x1 convolution reads its input in place)
+            return _emit_fresh(c, u, produce, CHANNELS_LAST)
 
         if defer(ctx, ins, user, fuse):
             return True
+    gemm = IntGemm(wmat, geo.rows, ctx.device)
     idx, out = output_buffer(ctx, ins, CHANNELS_LAST)
     rows = out.permute(0, 2, 3, 1).reshape(geo.rows, geo.c_out)
 
     def step() -> None:
-        rows.copy_(sums())
+        rows.copy_(gemm(geo.columns(env[xi])))
 
     ctx.emit(step, ins, idx)
     return True
@@ -192,17 +193,14 @@ def _lower_half(ctx, ins, geo: Geometry, weights, fused) -> bool:
     conv, half = F.conv2d, torch.float16
     geometry = (geo.stride, geo.pad, geo.dilation)
 
-    def fuse(c: LoweringContext, u: Instruction) -> bool:
-        idx, out = output_buffer(c, u, CHANNELS_LAST)
+    dtype, cl = torch_dtype(user.shape.dtype()), torch.channels_last
 
-        def step() -> None:
-            xh = env[xi].to(half).mul_(s_x)
-            out.copy_(conv(xh, w_half, None, *geometry))
+    def produce() -> torch.Tensor:
+        xh = env[xi].to(half).mul_(s_x)
+        y = conv(xh, w_half, None, *geometry)
+        return y.to(dtype).contiguous(memory_format=cl)
 
-        c.emit(step, [ins, u], idx)
-        return True
-
-    return defer(ctx, ins, user, fuse)
+    return defer(ctx, ins, user, lambda c, u: _emit_fresh(c, u, produce, CHANNELS_LAST))
 
 
 __all__ = ["INT8_CONV_ENV", "conv_mode", "lower_gpu_quant_convolution"]
