@@ -203,3 +203,60 @@ def test_fp8_products_match_ref(fp16: bool) -> None:
         near = np.isclose(g, w, rtol=2e-3, atol=2e-3 * np.abs(w).max())
         assert near.mean() > 0.95, near.mean()
         assert rel_rms(g, w) < 2e-2
+
+
+@pytest.mark.parametrize(
+    ("kernel", "stride", "pad", "dilation"),
+    [(3, 1, 1, 1), (3, 2, 1, 1), (3, 1, 2, 2), (1, 2, 0, 1)],
+)
+def test_int8_conv_kernel_matches_torch(kernel: int, stride: int, pad: int, dilation: int) -> None:
+    n, c, h, w, c_out = 2, 64, 9, 7, 20
+    x = torch.randint(-128, 128, (n, c, h, w), dtype=torch.int8)
+    weight = torch.randint(-128, 128, (c_out, c, kernel, kernel), dtype=torch.int8)
+    want = torch.nn.functional.conv2d(
+        x.double(), weight.double(), stride=stride, padding=pad, dilation=dilation
+    )
+    ho, wo = want.shape[2:]
+    scale = torch.rand(c_out) * 1e-3
+    want = (want * scale.double()[None, :, None, None]).permute(0, 2, 3, 1).reshape(-1, c_out)
+    x_cl = x.contiguous(memory_format=torch.channels_last).to(DEVICE)
+    wt = weight.permute(0, 2, 3, 1).reshape(c_out, -1).contiguous().to(DEVICE)
+    out = torch.empty((n * ho * wo, c_out), dtype=torch.float32, device=DEVICE)
+    geometry = (kernel, (stride, stride), (pad, pad), (dilation, dilation), ho, wo)
+    qk.int8_conv(x_cl, wt, scale.to(DEVICE), out, geometry)
+    np.testing.assert_allclose(out.cpu().double().numpy(), want.numpy(), rtol=1e-6)
+
+
+def test_int8_implicit_gemm_convolution_matches_ref(monkeypatch) -> None:
+    """64 input channels: the 3x3 convolutions run as `int8_conv` (no patch copy)."""
+    monkeypatch.setenv(INT8_CONV_ENV, "gemm")
+    monkeypatch.setenv(INT8_GEMM_ENV, "triton")
+    calls: list[tuple] = []
+    real = qk.int8_conv
+    monkeypatch.setattr(qk, "int8_conv", lambda *a: calls.append(a[4]) or real(*a))
+    nodes = [
+        helper.make_node("Conv", ["img", "w3"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w3s"], ["out"], pads=[1, 1, 1, 1], strides=[2, 2]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "c",
+        [helper.make_tensor_value_info("img", TensorProto.FLOAT, [2, 64, 6, 6])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [_init("w3", 64, 64, 3, 3, scale=0.05), _init("w3s", 16, 64, 3, 3, scale=0.05)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    def feeds(seed: int) -> dict[str, np.ndarray]:
+        return {"img": np.random.default_rng(seed).standard_normal((2, 64, 6, 6), np.float32)}
+
+    ref, gpu = quantised(model, feeds, "int8", False), quantised(model, feeds, "int8", False)
+    ref.compile(pygraphx.get_target("ref"))
+    gpu.compile(pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"})))
+    want = np.array(ref.run(feeds(0))[0])
+    for _ in range(2):
+        got = np.array(gpu.run(feeds(0))[0])
+    assert not gpu._executable.fallbacks
+    assert len({tuple(c[1]) for c in calls}) == 2  # both (strides 1 and 2) ran as int8_conv
+    close_within(got, want, 1e-5)
