@@ -118,7 +118,8 @@ class IntGemm:
         self.rows, self.k, self.n = rows, k, n
         self.rows_p = max(rows, 17) if device.type == "cuda" else rows
         k_p, n_p = padded(k), padded(n)
-        self.w = torch.nn.functional.pad(w, (0, n_p - n, 0, k_p - k)).contiguous()
+        # column-major (K, N): the "TN" operand order of cuBLASLt's int8 kernels
+        self.w = torch.nn.functional.pad(w, (0, n_p - n, 0, k_p - k)).t().contiguous().t()
         self.buf = None
         if (self.rows_p, k_p) != (rows, k):
             self.buf = torch.zeros((self.rows_p, k_p), dtype=torch.int8, device=device)

@@ -25,7 +25,7 @@ def _init(name: str, *shape: int, scale: float = 0.3) -> TensorProto:
     return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype(np.float32), name)
 
 
-def conv_and_dot_model(batch: int = 2, width: int = 40):
+def conv_and_dot_model(batch: int = 2, width: int = 44):
     """3x3 (padded), 1x1, 1x1 stride 2 and 7x7 stride 2 convolutions, a MatMul + bias + Relu
     with K and N not multiples of 8, and a product of two activations."""
     nodes = [
