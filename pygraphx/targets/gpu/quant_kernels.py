@@ -104,7 +104,7 @@ def _int8_gemm_kernel(
             w_ptr + cols[None, :] * stride_wn + kk[:, None],
             mask=(cols[None, :] < N) & (kk[:, None] < K), other=0,
         )  # fmt: skip
-        acc = tl.dot(a, w, acc)
+        acc = tl.dot(a, w, acc, out_dtype=tl.int32)
     _store_dequantised(acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om)
 
 
@@ -131,7 +131,7 @@ def _int8_conv_kernel(
         w = tl.load(
             w_ptr + cols[None, :] * stride_wn + (k0 + ks)[:, None], mask=cols[None, :] < N, other=0
         )
-        acc = tl.dot(a, w, acc)
+        acc = tl.dot(a, w, acc, out_dtype=tl.int32)
     _store_dequantised(acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om)
 
 
