@@ -145,6 +145,7 @@ def _mapped_view(
         root = _MAPS.get(key)
         if root is None:
             root = np.memmap(path, dtype=np.uint8, mode="r")
+            root.pygraphx_file = key  # what the device literal store identifies it by
             _MAPS[key] = root
             register_mapping(root)  # its pages may be given back once the weights are packed
     return root[offset : offset + length].view(dtype).reshape(tuple(tensor.dims))

@@ -156,7 +156,7 @@ def split_buffer(data: bytes) -> tuple[bytes, set[tuple[int, int]]] | None:
     parser then reads them as read-only views of `data` (immutable bytes) instead of copying
     them out of the decoded message. None: decode `data` as it is (mapping disabled, nothing
     to leave out, or bytes the scanner does not handle)."""
-    if not mapping_enabled():
+    if not mapping_enabled() or not isinstance(data, bytes):  # views need immutable bytes
         return None
     spans: set[tuple[int, int]] = set()
     try:

@@ -20,6 +20,7 @@ import pygraphx
 from pygraphx.ir.instruction import reachable
 from pygraphx.onnx.errors import OnnxParseError
 from pygraphx.onnx.mapped_model import BUFFER_LOCATION, MIN_MAPPED_BYTES, read_model_mapped
+from pygraphx.targets.torch_lowering.literal_store import literal_key
 from tests.helpers import run_ort
 from tests.targets.gpu.test_gpu_memory import _held_children  # containers and closures
 
@@ -240,3 +241,22 @@ def test_raw_data_of_the_wrong_length_is_a_parse_error(tmp_path: Path) -> None:
         pygraphx.parse_onnx_buffer(model.SerializeToString())
     with pytest.raises(OnnxParseError, match="w1"):
         pygraphx.parse_onnx(_save(model, tmp_path))
+
+
+def test_device_store_keys_a_replaced_or_deleted_file_by_the_mapped_bytes(tmp_path: Path) -> None:
+    """The device literal store identifies a mapped weight by the file as it was mapped: a
+    model file replaced after the parse (same name, same size, new weights) gives a different
+    key, and a deleted one still has a key."""
+    path = _save(_model(), tmp_path)
+    old = max(_literals(pygraphx.parse_onnx(path)), key=lambda a: a.nbytes)
+    changed = _model()
+    for w in changed.graph.initializer[:2]:  # w1 and w2
+        w.raw_data = (numpy_helper.to_array(w) + 1).astype(np.float32).tobytes()
+    fresh = tmp_path / "new.onnx"
+    fresh.write_bytes(changed.SerializeToString())
+    fresh.replace(path)  # same path and size, other weights
+    new = max(_literals(pygraphx.parse_onnx(path)), key=lambda a: a.nbytes)
+    assert not np.array_equal(old, new)
+    assert literal_key(old) != literal_key(new)
+    path.unlink()
+    assert literal_key(old) is not None and literal_key(old)[0] == "file"
