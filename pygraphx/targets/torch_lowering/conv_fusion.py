@@ -1,6 +1,7 @@
 """oneDNN convolutions on the CPU, with their element-wise epilogue fused as post-ops.
 
-A 2-D float32 convolution whose weights are a literal runs as
+A 2-D float32 (or, on a CPU with bf16 instructions, bf16) convolution whose weights are a
+literal runs as
 `mkldnn._convolution_pointwise` with the weights reordered into oneDNN's blocked format once,
 at prepare, on channels-last activations (the first convolution converts its input; every later
 one gets channels-last tensors from its producers). This is the path torch's own CPU compiler
@@ -35,7 +36,9 @@ import torch.nn.functional as F
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
+from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.fallback import lower_fallback
+from pygraphx.targets.torch_lowering.lower_gemm import bf16_gemm
 from pygraphx.targets.torch_lowering.registry import (
     defer,
     deferred_producer,
@@ -52,7 +55,7 @@ def mkldnn_usable(ctx: LoweringContext, ins: Instruction) -> bool:
         return False
     x, w = ins.inputs
     return (
-        x.shape.type() == "float_type"
+        (x.shape.type() == "float_type" or (x.shape.type() == "bf16_type" and bf16_gemm(ctx)))
         and x.shape.ndim() == 4
         and ctx.constant(ctx.arg(ins, 1)) is not None
         and ins.shape.elements() > 0
@@ -150,7 +153,7 @@ def _lower_alone(ctx: LoweringContext, ins: Instruction) -> None:
 def _may_fuse(conv: Instruction, user: Instruction) -> bool:
     return (
         user.op.name == "pointwise"
-        and user.shape.type() == "float_type"
+        and user.shape.type() == conv.shape.type()
         and user.shape.lens() == conv.shape.lens()
         and sum(1 for i in user.inputs if i is conv) == 1
     )
@@ -169,7 +172,7 @@ class Epilogue:
 
 def match_epilogue(ctx: LoweringContext, conv: Instruction, user: Instruction) -> Epilogue | None:
     """`user`'s body as act(conv + constants [+ other]), or None."""
-    if is_deferred(ctx, user) or user.shape.type() != "float_type":
+    if is_deferred(ctx, user) or user.shape.type() != conv.shape.type():
         return None
     body: Module = user.module_inputs[0]
     params = body.get_parameters()
@@ -262,7 +265,7 @@ def _channel_constant(ctx: LoweringContext, x: Instruction, channels: int) -> np
     if id(x) not in ctx.index:
         return None
     t = ctx.constant(ctx.index[id(x)])
-    if t is None or t.dim() != 4 or t.dtype != torch.float32:
+    if t is None or t.dim() != 4 or t.dtype not in (torch.float32, torch.bfloat16):
         return None
     strides = t.stride()
     if any(strides[k] != 0 for k in (0, 2, 3) if t.shape[k] != 1):
@@ -270,7 +273,7 @@ def _channel_constant(ctx: LoweringContext, x: Instruction, channels: int) -> np
     vec = t[0, :, 0, 0]
     if vec.shape[0] != channels:
         return None
-    return vec.numpy().astype(np.float32)
+    return vec.float().numpy()
 
 
 def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
@@ -292,7 +295,8 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
         # the fused step stores a new tensor at the group's index: so must its unfused step
         unfused[-1].fn = storing(unfused[-1].fn, ctx.env, uidx, ctx.env[uidx])
     plan = conv_plan(ctx, conv)
-    plan.bias = torch.from_numpy(epi.bias) if epi.bias.any() else None
+    dtype = torch_dtype(conv.shape.dtype())  # oneDNN takes the bias in the input's type
+    plan.bias = torch.from_numpy(epi.bias).to(dtype) if epi.bias.any() else None
     plan.unary, plan.scalars = epi.unary, epi.scalars
     if epi.other is not None:
         plan.other = ctx.index[id(epi.other)]
