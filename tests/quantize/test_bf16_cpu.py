@@ -142,3 +142,37 @@ def _ops(ins) -> set[str]:
     for body in ins.module_inputs:
         names |= {i.op.name for i in body.instructions}
     return names
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_without_bf16_instructions_compile_warns_once_and_stays_correct(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a processor oneDNN cannot run bf16 on, compiling warns once, the products run by
+    conversion (nothing packed in bf16), and the results are still right."""
+    from pygraphx.targets.torch_lowering import lower_gemm
+
+    monkeypatch.setattr(lower_gemm, "cpu_has_bf16", lambda: False)
+    model, feeds = MODELS[name]()
+    with pytest.warns(RuntimeWarning, match="no bf16 instructions") as record:
+        prog = compile_bf16(model)
+    assert sum("no bf16 instructions" in str(w.message) for w in record) == 1
+    ctx = prog._executable.lowered.ctx
+    assert not any(t.dtype == torch.bfloat16 for t in ctx.packed_weights.values())
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    for g, w in zip(prog.run(feeds), want, strict=True):
+        assert relative_rms(g, w) < BF16_RMS
+
+
+def test_float32_programs_do_not_warn(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warnings
+
+    from pygraphx.targets.torch_lowering import lower_gemm
+
+    monkeypatch.setattr(lower_gemm, "cpu_has_bf16", lambda: False)
+    model, _ = encoder_model()
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        prog.compile(CpuTarget(threads=1))
+    assert not [w for w in record if "bf16" in str(w.message)]

@@ -104,9 +104,17 @@ DNNL_EPILOGUES = {"gelu": ("gelu", "none"), "gelu_tanh": ("gelu", "tanh"), "silu
 GEMM_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 
 
+def cpu_has_bf16() -> bool:
+    """oneDNN (through torch) computes bf16 natively on this processor (avx512_bf16, AMX, or
+    the AVX-512 core set oneDNN's bf16 kernels need)."""
+    return torch.backends.mkldnn.is_available() and bool(
+        torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
+
+
 def bf16_gemm(ctx: LoweringContext) -> bool:
-    """bf16 GEMMs run natively: oneDNN on a CPU with bf16 instructions (avx512_bf16, AMX)."""
-    return _use_dnnl(ctx) and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    """bf16 GEMMs and convolutions run natively: oneDNN on a CPU with bf16 instructions."""
+    return _use_dnnl(ctx) and cpu_has_bf16()
 
 
 def _use_mkl(ctx: LoweringContext) -> bool:
