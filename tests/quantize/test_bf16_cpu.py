@@ -5,6 +5,8 @@ weights packed once in bf16, so that no run converts a weight."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -176,3 +178,23 @@ def test_float32_programs_do_not_warn(monkeypatch: pytest.MonkeyPatch) -> None:
         warnings.simplefilter("always")
         prog.compile(CpuTarget(threads=1))
     assert not [w for w in record if "bf16" in str(w.message)]
+
+
+def test_driver_verify_bf16_reports_error_against_float32(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`verify --cpu --bf16`: the bf16 program on cpu against the float32 reference, each
+    output's relative RMS error printed and judged with bf16's tolerance."""
+    import onnx
+
+    from pygraphx.driver.main import main
+
+    model, _ = encoder_model()
+    path = tmp_path / "encoder.onnx"
+    onnx.save(model, str(path))
+    rc = main(["verify", "--onnx", str(path), "--cpu", "--bf16"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "Target: cpu (bf16)" in out and "Precision: bf16_type" in out
+    errors = [float(e) for e in re.findall(r"rms error: ([0-9.e+-]+) \(relative\)", out)]
+    assert len(errors) == 2 and all(1e-5 < e < BF16_RMS for e in errors), out
