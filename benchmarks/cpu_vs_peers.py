@@ -19,7 +19,8 @@ twice: at fp32 (`INFERENCE_PRECISION_HINT=f32`, the fair comparison) and with it
 precision on this CPU (bf16 where the processor has bf16 instructions; its max |diff| vs ORT
 shows what that costs). pygraphx also runs at bf16 (`pgx_bf16`: `quantize_bf16` before compile,
 what the driver's `--bf16` does) where oneDNN has bf16 instructions on this processor
-(`--no-bf16` leaves it out). Every engine's relative RMS error against ORT's float32 outputs,
+(`--no-bf16` leaves it out; `--bf16-ops dot` converts only the matrix products, as the
+driver's `--precision-ops dot`). Every engine's relative RMS error against ORT's float32 outputs,
 ||y - y_ort|| / ||y_ort|| (the worst output), is reported next to its max |diff|: it is the error
 bf16 costs for `pgx_bf16` and `ov_default`. torch eager runs the CNNs only: a direct
 interpretation of the ONNX graph with `torch.nn.functional` calls in NCHW (what an eager
@@ -78,14 +79,14 @@ def make_pygraphx(
     conv_output: str,
     threads: int,
     step_threads: bool = True,
-    bf16: bool = False,
+    bf16: tuple[str, ...] | None = None,
 ) -> tuple[Callable, float, Any]:
     start = time.perf_counter()
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     from pygraphx.targets.cpu.target import CpuTarget
 
-    if bf16:
-        pygraphx.quantize_bf16(prog)
+    if bf16:  # the operators converted (quantize_bf16's ins_names)
+        pygraphx.quantize_bf16(prog, bf16)
 
     prog.compile(CpuTarget(conv_output=conv_output, threads=threads, step_threads=step_threads))
     seconds = time.perf_counter() - start
@@ -354,6 +355,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--no-openvino", action="store_true")
     ap.add_argument("--no-bf16", action="store_true", help="no pygraphx bf16 (pgx_bf16) engine")
+    ap.add_argument(
+        "--bf16-ops",
+        nargs="+",
+        default=["all"],
+        help="pgx_bf16's converted operators (driver: --precision-ops), e.g. dot",
+    )
     ap.add_argument("--no-step-threads", action="store_true", help="pygraphx: N on every step")
     ap.add_argument("--profile", action="store_true", help="per-op breakdown where we lose")
     ap.add_argument("--conv-output", choices=("torch", "arena"), default="torch")
@@ -375,7 +382,7 @@ def make_engines(
     notes: dict[str, str] = {}
     if not args.no_bf16 and bf16_native():
         engines["pgx_bf16"], compile_s["pgx_bf16"], _ = make_pygraphx(
-            model, args.conv_output, threads, not args.no_step_threads, bf16=True
+            model, args.conv_output, threads, not args.no_step_threads, bf16=tuple(args.bf16_ops)
         )
     if not args.no_openvino and openvino_available():
         for key, precision in (("ov_f32", "f32"), ("ov_default", None)):
@@ -483,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads_source": str(resolved),
             "mode": "neighbour" if args.neighbour else "blocks",
             "step_threads": not args.no_step_threads,
+            "bf16_ops": args.bf16_ops,
             "results": results,
             "overhead": overhead,
         }

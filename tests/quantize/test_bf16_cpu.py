@@ -198,3 +198,30 @@ def test_driver_verify_bf16_reports_error_against_float32(
     assert "Target: cpu (bf16)" in out and "Precision: bf16_type" in out
     errors = [float(e) for e in re.findall(r"rms error: ([0-9.e+-]+) \(relative\)", out)]
     assert len(errors) == 2 and all(1e-5 < e < BF16_RMS for e in errors), out
+
+
+@native
+def test_bf16_products_only_keep_the_rest_in_float32(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--precision-ops dot` (ins_names=("dot",)): the GEMMs run in bf16 with packed bf16
+    weights, the layer norm stays one float32 step, and the error stays within bf16's."""
+    import onnx
+
+    from pygraphx.driver.main import main
+
+    model, feeds = encoder_model()
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    pygraphx.quantize_bf16(prog, ("dot",))
+    prog.compile(CpuTarget(threads=1))
+    packed = prog._executable.lowered.ctx.packed_weights.values()
+    assert packed and all(t.dtype == torch.bfloat16 for t in packed)
+    assert prog._executable.layernorm_blocks == 1
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    for g, w in zip(prog.run(feeds), want, strict=True):
+        assert 1e-5 < relative_rms(g, w) < BF16_RMS
+    path = tmp_path / "encoder.onnx"
+    onnx.save(model, str(path))
+    assert main(["verify", "--onnx", str(path), "--cpu", "--bf16", "--precision-ops", "dot"]) == 0
+    assert main(["verify", "--onnx", str(path), "--cpu", "--precision-ops", "dot"]) != 0
+    assert "--precision-ops applies to --fp16 or --bf16" in capsys.readouterr().err
