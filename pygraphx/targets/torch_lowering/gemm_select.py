@@ -36,7 +36,7 @@ KERNELS = ("dnnl", "mkl", "addmm")
 ASSUMED_GFLOPS = 50.0
 #: calls estimated slower than this are not measured
 MAX_MEASURED_SECONDS = 0.05
-#: time spent measuring one candidate (at least one timed call, at most `MAX_REPEATS`)
+#: time spent measuring one candidate (at least two timed calls, at most `MAX_REPEATS`)
 MEASURE_SECONDS = 0.02
 MAX_REPEATS = 5
 
@@ -91,16 +91,17 @@ def choose(
 def measure(
     kernels: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor
 ) -> dict[str, float]:
-    """Each kernel's best wall time on `x`: one warm-up call, then up to `MAX_REPEATS` timed
-    calls (fewer for slow kernels), the kernels interleaved so that a burst of load elsewhere
-    hits them alike."""
-    best = {}
+    """Each kernel's best wall time on `x`: one untimed warm-up call (oneDNN creates its
+    primitive then), then 2 to `MAX_REPEATS` timed calls (fewer for slow kernels), the kernels
+    interleaved so that a burst of load elsewhere hits them alike."""
+    first = {}
     for name, fn in kernels.items():
         start = time.perf_counter()
         fn(x)
-        best[name] = time.perf_counter() - start
-    slowest = max(best.values())
-    repeats = max(1, min(MAX_REPEATS, int(MEASURE_SECONDS / max(slowest, 1e-6))))
+        first[name] = time.perf_counter() - start
+    slowest = max(first.values())
+    repeats = max(2, min(MAX_REPEATS, int(MEASURE_SECONDS / max(slowest, 1e-6))))
+    best = dict.fromkeys(kernels, float("inf"))
     for _ in range(repeats):
         for name, fn in kernels.items():
             start = time.perf_counter()
