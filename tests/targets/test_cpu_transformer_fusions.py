@@ -209,13 +209,14 @@ def test_every_gemm_kernel_matches_numpy(kernel: str, monkeypatch: pytest.Monkey
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_gemm_kernel_choice_is_measured_once_and_cached(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without `PGX_CPU_GEMM` the kernel is the fastest measured one; a second compile of the
-    same shape reuses the choice without measuring; an unknown `PGX_CPU_GEMM` is an error."""
+def test_gemm_kernel_measured_on_request_once_and_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `PGX_CPU_GEMM=measure` the kernel is the fastest measured one and a second compile
+    of the same shape reuses the choice without measuring; by default nothing is measured and
+    oneDNN runs; an unknown `PGX_CPU_GEMM` is an error."""
     from pygraphx.targets.torch_lowering import gemm_select
     from pygraphx.targets.torch_lowering.lower_gemm import GEMM_KERNELS
 
-    monkeypatch.delenv(gemm_select.KERNEL_ENV, raising=False)
+    monkeypatch.setenv(gemm_select.KERNEL_ENV, "measure")
     gemm_select.clear_cache()
     measured: list[dict[str, float]] = []
     real = gemm_select.measure
@@ -234,6 +235,11 @@ def test_gemm_kernel_choice_is_measured_once_and_cached(monkeypatch: pytest.Monk
     np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-4, atol=1e-4)
     compile_cpu(model, threads=1)
     assert len(measured) == 1
+    gemm_select.clear_cache()
+    monkeypatch.delenv(gemm_select.KERNEL_ENV)
+    prog = compile_cpu(model, threads=1)
+    assert len(measured) == 1
+    assert list(prog._executable.lowered.ctx.cache[GEMM_KERNELS].values()) == ["dnnl"]
     monkeypatch.setenv(gemm_select.KERNEL_ENV, "blas")
     with pytest.raises(ValueError, match="PGX_CPU_GEMM='blas'"):
         compile_cpu(model, threads=1)

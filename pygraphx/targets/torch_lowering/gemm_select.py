@@ -1,22 +1,26 @@
-"""Choosing the kernel of a constant-weight GEMM by measuring the candidates at prepare.
+"""Choosing the kernel of a constant-weight GEMM, by default or by measuring at prepare.
 
 `lower_gemm.py` can run `x @ W (+ b)` with a fixed weight through oneDNN (`dnnl`, weight
-reordered once), MKL (`mkl`, weight packed once) or plain `torch.addmm` (`addmm`). Which is
-fastest depends on the shape, the thread count and the machine (on the 2-core AMD EPYC
-development machine oneDNN wins every BERT / GPT-2 shape at one thread, 100-110 GFLOP/s
-against MKL's and addmm's 75-97, and is 2x faster on GPT-2's 128 x 768 x 50257 head; Intel
-hosts may differ). So at prepare every candidate is timed on a random input of the real shape
-with the threads the run will use (best of a few calls after a warm-up, which is robust to a
-busy machine), and the fastest is taken. The choice is cached for the process by (rows, k, n,
-threads, candidates), so a model's repeated layers and later compiles measure nothing (a bias
-add inside the GEMM costs every kernel alike, so whether there is one is not part of the key).
+reordered once), MKL (`mkl`, weight packed once) or plain `torch.addmm` (`addmm`). By default
+the first available of these is taken (oneDNN wherever torch has it): on the 2-core AMD EPYC
+development machine (Zen 4, torch 2.13, one thread, process CPU time, best of 8-200 calls) it
+was the fastest on every BERT-base / GPT-2 shape, 100-110 GFLOP/s against MKL's and addmm's
+75-97 (ONNX Runtime's MLAS: 95-113), 2x faster than both on GPT-2's 128 x 768 x 50257 head, and
+within noise of them on 1-row products (about 55 us for 768 x 768); measuring cost compile time
+and found nothing better here.
 
-Measuring is skipped (the first candidate, oneDNN where available, is taken) when one call
-would take longer than `MAX_MEASURED_SECONDS` at `ASSUMED_GFLOPS` per thread: such products
-are bandwidth- and FMA-bound in every library and the measurement would dominate compile time.
+`PGX_CPU_GEMM=measure` times every candidate at prepare on a random input of the real shape
+with the threads the run will use (one untimed warm-up, then the best of 2-5 calls, the kernels
+interleaved so that a burst of load elsewhere hits them alike) and takes the fastest, for hosts
+where another library may win. Choices are cached for the process by (rows, k, n, threads,
+candidates), so a model's repeated layers and later compiles measure nothing (a bias add inside
+the GEMM costs every kernel alike, so it is not part of the key). Products estimated to take
+longer than `MAX_MEASURED_SECONDS` (at `ASSUMED_GFLOPS` per thread) are not measured: they are
+FMA-bound in every library, and the measurement would dominate compile time.
 
-`PGX_CPU_GEMM` overrides the choice: `auto` (default), or one of `dnnl`, `mkl`, `addmm` for
-every product that kernel can run (others keep `auto`). An unknown value is an error.
+`PGX_CPU_GEMM` values: `auto` (the default), `measure`, or one of `dnnl`, `mkl`, `addmm` for
+every product that kernel can run (a product with an activation epilogue runs on oneDNN, the
+only one that takes it). Another value is an error naming the variable.
 """
 
 from __future__ import annotations
@@ -44,13 +48,13 @@ Key = tuple[int, int, int, int, tuple[str, ...]]
 _CHOICES: dict[Key, str] = {}
 
 
-def forced_kernel() -> str | None:
-    """The kernel `PGX_CPU_GEMM` names, or None for `auto` / unset."""
+def setting() -> str:
+    """`PGX_CPU_GEMM`: `auto` (also when unset), `measure` or a kernel name."""
     value = os.environ.get(KERNEL_ENV, "auto").strip().lower() or "auto"
-    if value == "auto":
-        return None
-    if value not in KERNELS:
-        raise ValueError(f"{KERNEL_ENV}={value!r}: expected auto or one of {', '.join(KERNELS)}")
+    if value not in ("auto", "measure", *KERNELS):
+        raise ValueError(
+            f"{KERNEL_ENV}={value!r}: expected auto, measure or one of {', '.join(KERNELS)}"
+        )
     return value
 
 
@@ -66,12 +70,13 @@ def choose(
     candidates: Sequence[str],
     make: Callable[[str], Callable[[torch.Tensor], torch.Tensor]],
 ) -> str:
-    """The fastest of `candidates` (kernel names, preferred first) for this product;
-    `make(name)` builds a candidate as a function of the (rows, k) input."""
-    forced = forced_kernel()
-    if forced in candidates:
-        return forced
-    if len(candidates) == 1:
+    """The kernel for this product among `candidates` (names, preferred first): the one
+    `PGX_CPU_GEMM` names, else the first, or with `measure` the fastest measured; `make(name)`
+    builds a candidate as a function of the (rows, k) input."""
+    mode = setting()
+    if mode in candidates:
+        return mode
+    if mode != "measure" or len(candidates) == 1:
         return candidates[0]
     threads = torch.get_num_threads()
     key = (rows, k, n, threads, tuple(candidates))
@@ -115,4 +120,12 @@ def clear_cache() -> None:
     _CHOICES.clear()
 
 
-__all__ = ["KERNELS", "KERNEL_ENV", "choose", "clear_cache", "estimated_seconds", "measure"]
+__all__ = [
+    "KERNELS",
+    "KERNEL_ENV",
+    "choose",
+    "clear_cache",
+    "estimated_seconds",
+    "measure",
+    "setting",
+]

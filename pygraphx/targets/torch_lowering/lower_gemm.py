@@ -1,19 +1,21 @@
 """Matrix products lowered to torch: `dot`, with its bias and element-wise epilogue.
 
-With a constant right-hand side (a weight, broadcast over the batch or not) the whole
-batch is one GEMM, on the CPU through oneDNN with the weight reordered once at prepare
-(`mkldnn._linear_pointwise`, which also applies a GELU / SiLU epilogue inside the GEMM),
-through MKL with the weight packed once (`mkl._mkl_linear`), or `torch.addmm`: whichever
-`gemm_select.py` measures fastest for the shape and thread count at prepare (oneDNN alone
-for a product with an epilogue; `mkldnn=False` / `mkl_linear=False` remove a candidate);
-otherwise `torch.matmul`. Measured (CPU time per call, one thread, an AMD EPYC with AVX-512, torch
-2.13) on BERT-base's shapes (128 x 768 x {768, 2304, 3072}, 128 x 3072 x 768): oneDNN 100-107
-GFLOP/s against MKL's 84-94; a GELU after the GEMM costs 2% inside oneDNN, 3-10% as a separate
-pass. The product is a new tensor (not an arena slot, like the convolutions' results: see
-`conv_fusion.py`). A dot whose only user is an
-element-wise group takes that group's bias add into the GEMM, and the rest of the group
-(residual add, GELU) updates the product in place, which becomes the group's value. Half and
-bf16 products are computed in float32 and rounded once, as the reference does.
+With a constant right-hand side (a weight, broadcast over the batch or not) the whole batch is
+one GEMM, on the CPU through oneDNN with the weight reordered once at prepare
+(`mkldnn._linear_pointwise`, which also applies a GELU / SiLU epilogue inside the GEMM), through
+MKL with the weight packed once (`mkl._mkl_linear`), or `torch.addmm`, as `gemm_select.py`
+chooses (oneDNN unless `PGX_CPU_GEMM` asks for another or for measuring; oneDNN alone for a
+product with an epilogue; `mkldnn=False` / `mkl_linear=False` remove a candidate); otherwise
+`torch.matmul`. Measured (CPU time per call, one thread, an AMD EPYC with AVX-512, torch 2.13)
+on BERT-base's shapes (128 x 768 x {768, 2304, 3072}, 128 x 3072 x 768): oneDNN 100-107 GFLOP/s
+against MKL's 84-94; a GELU after the GEMM costs 2% inside oneDNN, 3-10% as a separate pass. The
+product is a new tensor (not an arena slot, like the convolutions' results: see
+`conv_fusion.py`). A dot whose only user is an element-wise group takes that group's bias add
+into the GEMM, and the rest of the group (residual add, GELU) updates the product in place,
+which becomes the group's value (oneDNN's binary post-op, `_linear_pointwise.binary(...,
+"add")`, was no faster than that in-place add: BERT-base's 12 layers of GEMMs at batch 1, one
+thread, 213 ms against 212). Half and bf16 products are computed in float32 and rounded
+once, as the reference does.
 
 Declined (numpy fallback): integer and fp8 products and `quant_dot` (numpy's exact wrapping
 arithmetic).
@@ -160,8 +162,8 @@ def _fast_kernel(
     bias: torch.Tensor | None,
     epilogue: str | None,
 ) -> Kernel | None:
-    """The fastest float32 kernel for this product (`gemm_select`), or None when none takes
-    the epilogue."""
+    """The float32 kernel `gemm_select` chooses for this product, or None when none takes the
+    epilogue."""
     k, n = w.shape
     names = [name for name, ok in (("dnnl", _use_dnnl(ctx)), ("mkl", _use_mkl(ctx))) if ok]
     names.append("addmm")
