@@ -19,6 +19,7 @@ from pygraphx.targets.cpu.scheduling import LOAD_ADAPT_ENV, RunScope, load_threa
     [
         (2, 0.4, 2, 2),  # idle machine
         (2, 2.3, 2, 2),  # the load is this run's own threads
+        (2, 2.9, 2, 2),  # others keep less than one CPU busy
         (2, 3.0, 2, 1),  # one busy neighbour on two CPUs: one CPU left
         (2, 12.0, 2, 1),  # far more work than CPUs: at least one thread
         (4, 14.5, 16, 4),  # 10.5 CPUs busy elsewhere, 5.5 left: all four

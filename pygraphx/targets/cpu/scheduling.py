@@ -13,11 +13,12 @@ thread to get a time slice (ONNX Runtime's pool hands out work dynamically and d
 the 2-core development machine at a load average of about 12, BERT-base at batch 1 took a
 median 2,881 ms on 2 threads and 854 ms on 1 (ORT on 2 threads: 1,239 ms; one process, runs
 interleaved). So a run takes `load_threads(n)` threads: the 1-minute load average less this
-run's own n is what others keep busy, and the run takes no more threads than the CPUs left
-(rounded, at least 1). An idle machine, or one whose load is this program's own, keeps n; the
+run's own n, rounded down, is the CPUs others keep busy, and the run takes no more threads
+than the CPUs left (at least 1). An idle machine, or one whose load is this program's own (or
+exceeds it by less than one CPU: spinning pools of other engines in the process), keeps n; the
 first run that takes fewer says so (log level INFO). `PGX_CPU_LOAD_ADAPT=0` keeps n always.
-A neighbour whose load is below one CPU is not seen (the load average cannot tell it from
-this program's own threads).
+A neighbour that keeps less than a whole CPU busy is not seen, and one that this program runs
+rarely beside may be counted as this program's own (the load average cannot tell them apart).
 
 OpenMP's thread count (used by torch's own kernels and oneDNN) belongs to the OS thread, so
 concurrent runs keep their own counts. MKL's (packed GEMMs) is process-wide: two runs at once
@@ -57,8 +58,8 @@ def load_threads(n: int, load: float | None = None, cpus: int | None = None) -> 
         except OSError:  # not available on this platform
             return n
     cpus = cpus if cpus is not None else os.cpu_count() or 1
-    others = max(0.0, load - n)
-    return max(1, min(n, int(cpus - others + 0.5)))
+    others = int(max(0.0, load - n))  # whole CPUs kept busy by others
+    return max(1, min(n, cpus - others))
 
 
 def set_threads(n: int) -> None:
