@@ -36,6 +36,13 @@ def test_load_adaptation_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) ->
     assert load_threads(2, 12.0, 2) == 2
 
 
+def test_no_load_average_keeps_every_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the platform has no load average (Windows), a run keeps its threads."""
+    monkeypatch.delenv(LOAD_ADAPT_ENV, raising=False)
+    monkeypatch.delattr(scheduling.os, "getloadavg")
+    assert load_threads(4) == 4
+
+
 def test_busy_machine_runs_on_fewer_threads_and_says_so_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -55,7 +55,7 @@ def load_threads(n: int, load: float | None = None, cpus: int | None = None) -> 
     if load is None:
         try:
             load = os.getloadavg()[0]
-        except OSError:  # not available on this platform
+        except (OSError, AttributeError):  # not available on this platform (Windows)
             return n
     cpus = cpus if cpus is not None else os.cpu_count() or 1
     others = int(max(0.0, load - n))  # whole CPUs kept busy by others
