@@ -14,8 +14,10 @@ product is a new tensor (not an arena slot, like the convolutions' results: see
 into the GEMM, and the rest of the group (residual add, GELU) updates the product in place,
 which becomes the group's value (oneDNN's binary post-op, `_linear_pointwise.binary(...,
 "add")`, was no faster than that in-place add: BERT-base's 12 layers of GEMMs at batch 1, one
-thread, 213 ms against 212). Half and bf16 products are computed in float32 and rounded
-once, as the reference does.
+thread, 213 ms against 212). bf16 products on a CPU with bf16 instructions (`bf16_gemm`) run
+in bf16 through oneDNN the same way, with the weight packed once in bf16 (accumulated in
+float32 and rounded once, as the reference does; a fused bias and activation are applied before
+that one rounding). Other half and bf16 products are computed in float32 and rounded once.
 
 Declined (numpy fallback): integer and fp8 products and `quant_dot` (numpy's exact wrapping
 arithmetic).
@@ -65,7 +67,7 @@ def _batch_broadcast_matrix(ctx: LoweringContext, ins: Instruction, k: int) -> t
 def _bias_vector(ctx: LoweringContext, x: Instruction, n: int) -> torch.Tensor | None:
     """A fixed float32 input that varies along its last axis only, as an (n,) vector."""
     t = ctx.constant(ctx.index[id(x)])
-    if t is None or t.dtype != torch.float32 or t.dim() < 1 or t.shape[-1] != n:
+    if t is None or t.dtype not in GEMM_DTYPES or t.dim() < 1 or t.shape[-1] != n:
         return None
     if any(s != 0 for s, m in zip(t.stride()[:-1], t.shape[:-1], strict=True) if m != 1):
         return None
@@ -112,6 +114,23 @@ def _use_dnnl(ctx: LoweringContext) -> bool:
 
 #: traced activation -> oneDNN's post-op (attr, algorithm) for `_linear_pointwise`
 DNNL_EPILOGUES = {"gelu": ("gelu", "none"), "gelu_tanh": ("gelu", "tanh"), "silu": ("swish", "")}
+
+
+#: the product types `dot_producer` runs (bf16 only where `bf16_gemm` holds)
+GEMM_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+
+def cpu_has_bf16() -> bool:
+    """oneDNN (through torch) computes bf16 natively on this processor (avx512_bf16, AMX, or
+    the AVX-512 core set oneDNN's bf16 kernels need)."""
+    return torch.backends.mkldnn.is_available() and bool(
+        torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
+
+
+def bf16_gemm(ctx: LoweringContext) -> bool:
+    """bf16 GEMMs and convolutions run natively: oneDNN on a CPU with bf16 instructions."""
+    return _use_dnnl(ctx) and cpu_has_bf16()
 
 
 def _use_mkl(ctx: LoweringContext) -> bool:
@@ -162,11 +181,13 @@ def _fast_kernel(
     bias: torch.Tensor | None,
     epilogue: str | None,
 ) -> Kernel | None:
-    """The float32 kernel `gemm_select` chooses for this product, or None when none takes the
-    epilogue."""
+    """The float32 / bf16 kernel `gemm_select` chooses for this product, or None when none
+    takes the epilogue."""
     k, n = w.shape
     names = [name for name, ok in (("dnnl", _use_dnnl(ctx)), ("mkl", _use_mkl(ctx))) if ok]
     names.append("addmm")
+    if w.dtype == torch.bfloat16:  # only where `bf16_gemm` holds: oneDNN's bf16 kernels
+        names = ["dnnl"]
     if epilogue is not None:
         names = names[:1] if names[0] == "dnnl" else []
     if not names:
@@ -187,10 +208,13 @@ def dot_producer(
 ) -> Callable[[], torch.Tensor] | None:
     """A closure returning the product as a new tensor (plus `bias` along the last axis, then
     the activation `epilogue`, a key of `DNNL_EPILOGUES`), or None (declined: integer and fp8
-    types; a bias with a run-time right-hand side; an epilogue oneDNN does not take here)."""
+    types, half, bf16 without `bf16_gemm`; a bias with a run-time right-hand side; an epilogue
+    oneDNN does not take here)."""
     a_shape = ins.inputs[0].shape
     dtype = torch_dtype(a_shape.dtype())
-    if dtype not in (torch.float32, torch.float64):
+    if dtype not in GEMM_DTYPES or (dtype == torch.bfloat16 and not bf16_gemm(ctx)):
+        return None
+    if bias is not None and bias.dtype != dtype:
         return None
     env = ctx.env
     a, b = ctx.args(ins)
@@ -203,7 +227,7 @@ def dot_producer(
         return lambda: mm(env[a], env[b])
     k, n = w.shape
     rows = ins.shape.elements() // n if n else 0
-    if dtype == torch.float32 and rows > 0 and k > 0:
+    if dtype in (torch.float32, torch.bfloat16) and rows > 0 and k > 0:
         kernel = _fast_kernel(ctx, ins, w, rows, bias, epilogue)
         if kernel is None:
             return None
@@ -220,7 +244,7 @@ def dot_producer(
 @lowering("dot")
 def lower_dot(ctx: LoweringContext, ins: Instruction) -> bool:
     dtype = torch_dtype(ins.shape.dtype())
-    if dtype in (torch.float16, torch.bfloat16):
+    if dtype == torch.float16 or (dtype == torch.bfloat16 and not bf16_gemm(ctx)):
         return _lower_low_precision_dot(ctx, ins)
     produce = dot_producer(ctx, ins)
     if produce is None:
