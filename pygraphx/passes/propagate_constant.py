@@ -118,15 +118,25 @@ def propagate_constant(module: Module) -> None:
         if id(ins) in done:
             continue
         done.add(id(ins))
-        arr = np.asarray(evaluate_constant(ins, values), order="C")
-        # a read-only result is a view of an (immutable) literal: a reshape or an unsqueeze of a
-        # weight keeps its memory (a memory-mapped weight stays mapped) instead of a copy
-        # (only with the standard strides: a size-1 axis of a broadcast keeps stride 0 and
-        # counts as contiguous to numpy, but the literal's shape must be standard)
-        keep = not arr.flags.writeable and arr.strides == _standard_strides(arr)
+        arr = _standard_view(np.asarray(evaluate_constant(ins, values), order="C"))
+        # a read-only result is a view of an (immutable) literal: a reshape, an unsqueeze or a
+        # broadcast to new size-1 axes of a weight keeps its memory (a memory-mapped weight
+        # stays mapped); a writeable one was computed here and is not needed elsewhere. Either
+        # is kept without a copy when it has the standard strides the literal's shape needs.
+        keep = arr.strides == _standard_strides(arr)
         lit = module.insert_literal(ins, Literal(arr, copy=not keep))
         module.replace_instruction(ins, lit)
     dead_code_elimination(module)
+
+
+def _standard_view(arr: np.ndarray) -> np.ndarray:
+    """`arr` with the standard strides where it only differs from them on axes of length 1
+    (numpy calls such an array contiguous: a size-1 axis of a broadcast keeps stride 0): a
+    view of the same memory, as read-only as `arr`; any other array unchanged."""
+    standard = _standard_strides(arr)
+    if arr.strides == standard or not arr.flags.c_contiguous or arr.size == 0:
+        return arr
+    return np.lib.stride_tricks.as_strided(arr, arr.shape, standard, writeable=arr.flags.writeable)
 
 
 def _standard_strides(arr: np.ndarray) -> tuple[int, ...]:

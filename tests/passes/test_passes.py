@@ -134,6 +134,26 @@ def test_propagate_constant_folds_literal_math_but_not_broadcasts() -> None:
     assert [i.shape.lens() for i in lit] == [[8]]  # folded before the broadcast, not after
 
 
+def test_propagate_constant_keeps_a_new_unit_axis_of_a_weight_without_a_copy() -> None:
+    """multibroadcast [4, 5] -> [1, 4, 5] of a weight (what a MatMul of a 3-D input by a 2-D
+    weight parses to) folds to a literal with standard strides viewing the weight's memory;
+    the program still computes x + w (numpy)."""
+    prog = Program()
+    m = prog.get_main_module()
+    w = RNG.standard_normal((4, 5)).astype(np.float32)
+    x = m.add_parameter("x", pygraphx.Shape("float_type", [1, 4, 5]))
+    lit = m.add_literal(w)
+    wide = m.add_instruction(pygraphx.make_op("multibroadcast", out_lens=[1, 4, 5]), [lit])
+    m.add_return([m.add_instruction(pygraphx.make_op("add"), [x, wide])])
+    propagate_constant(m)
+    m.validate()
+    (folded,) = [i for i in m if i.is_literal()]
+    assert folded.shape == pygraphx.Shape("float_type", [1, 4, 5])  # standard strides
+    assert np.shares_memory(folded.get_literal().array, lit.get_literal().array)
+    xv = RNG.standard_normal((1, 4, 5)).astype(np.float32)
+    np.testing.assert_array_equal(_run(prog, {"x": xv})[0], xv + w[None])
+
+
 def _conv_bn_model(pad: bool = False):
     w = (RNG.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
     inits = {
