@@ -221,30 +221,35 @@ class Module:
         members = {id(i) for i in self.instructions}
         checked = getattr(self, "_shape_checked", {})
         now: dict[int, tuple] = {}
+        last = len(self.instructions) - 1
         for k, ins in enumerate(self.instructions):
-            where = f"module {self.name!r}, instruction {k} ({ins.op.name})"
             if ins.module is not self:
-                raise ModuleError(f"{where}: belongs to another module")
+                raise ModuleError(f"{self._where(k)}: belongs to another module")
             for i in ins.inputs:
                 if id(i) not in seen:
                     outer = _outer_instructions(self) if outer is None else outer
                     if id(i) not in outer:
-                        raise ModuleError(f"{where}: input {i.op.name} is not defined before it")
+                        msg = f"input {i.op.name} is not defined before it"
+                        raise ModuleError(f"{self._where(k)}: {msg}")
                 if ins not in i.outputs:
-                    raise ModuleError(f"{where}: missing from the users of input {i.op.name}")
+                    msg = f"missing from the users of input {i.op.name}"
+                    raise ModuleError(f"{self._where(k)}: {msg}")
             for user in ins.outputs:
                 if id(user) not in members and user.module is self:
-                    raise ModuleError(f"{where}: user {user.op.name} is not in the module")
+                    raise ModuleError(f"{self._where(k)}: user {user.op.name} is not in the module")
                 if ins not in user.inputs:
-                    raise ModuleError(f"{where}: stale user {user.op.name}")
-            if ins.is_return() and k != len(self.instructions) - 1:
-                raise ModuleError(f"{where}: @return is not the last instruction")
+                    raise ModuleError(f"{self._where(k)}: stale user {user.op.name}")
+            if k != last and ins.is_return():
+                raise ModuleError(f"{self._where(k)}: @return is not the last instruction")
             stamp = _shape_stamp(ins)
             if not _same_stamp(checked.get(id(ins)), stamp):
-                _check_shape(ins, where)
+                _check_shape(ins, self._where(k))
             now[id(ins)] = stamp
             seen.add(id(ins))
         self._shape_checked = now
+
+    def _where(self, k: int) -> str:
+        return f"module {self.name!r}, instruction {k} ({self.instructions[k].op.name})"
 
     def __str__(self) -> str:
         from pygraphx.ir.printer import print_module
