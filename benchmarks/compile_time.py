@@ -51,6 +51,10 @@ def _time_pygraphx(data: bytes, target_name: str) -> dict[str, Any]:
     def timed_prepare(program: Any, options: dict[str, Any]) -> Any:
         start = time.perf_counter()
         result = prepare(program, options)
+        if target_name == "gpu":  # weights uploaded and packed, not just queued
+            import torch
+
+            torch.cuda.synchronize()
         stamps["prepare"] = time.perf_counter() - start
         return result
 
