@@ -147,15 +147,15 @@ class Shape:
         if dyn_dims is not None:
             self._dyn = tuple(dyn_dims)
             lens = [d.max for d in self._dyn]
-        self._lens = tuple(int(x) for x in lens)
+        self._lens = tuple(map(int, lens))
         if len(self._lens) > MAX_RANK:
             raise ValueError(f"a shape of rank {len(self._lens)}: at most {MAX_RANK} are supported")
-        if any(x < 0 for x in self._lens):
+        if self._lens and min(self._lens) < 0:
             raise ValueError(f"negative length in shape lens {list(self._lens)}")
         if strides is None:
             self._strides = standard_strides(self._lens)
         else:
-            self._strides = tuple(int(x) for x in strides)
+            self._strides = tuple(map(int, strides))
             if len(self._strides) != len(self._lens):
                 raise ValueError(
                     f"shape lens {list(self._lens)} and strides {list(self._strides)} "
