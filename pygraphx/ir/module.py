@@ -212,9 +212,10 @@ class Module:
     def validate(self) -> None:
         """Raise `ModuleError` naming the first instruction that breaks an invariant.
 
-        An instruction whose operator, shape and input shapes are the very objects that the
-        last `validate()` checked is not re-derived (operators and shapes are immutable, so the
-        answer cannot have changed); instructions that call sub-modules always are.
+        An instruction whose operator is the very object the last `validate()` checked, and
+        whose shape and input shapes equal the ones it checked, is not re-derived (operators
+        and shapes are immutable, so the answer cannot have changed); instructions that call
+        sub-modules always are.
         """
         seen: set[int] = set()
         outer: set[int] | None = None  # the enclosing modules' instructions, when first needed
