@@ -130,13 +130,13 @@ def propagate_constant(module: Module) -> None:
 
 
 def _standard_view(arr: np.ndarray) -> np.ndarray:
-    """`arr` with the standard strides where it only differs from them on axes of length 1
-    (numpy calls such an array contiguous: a size-1 axis of a broadcast keeps stride 0): a
-    view of the same memory, as read-only as `arr`; any other array unchanged."""
-    standard = _standard_strides(arr)
-    if arr.strides == standard or not arr.flags.c_contiguous or arr.size == 0:
+    """A read-only view whose only odd strides are on size-1 axes (a broadcast to [1, K, N] of
+    a [K, N] weight has stride 0 there) as the same memory with the standard strides, so the
+    folded literal stays a view of the weight (mapped, shared by every specialization)."""
+    ones = tuple(i for i, n in enumerate(arr.shape) if n == 1)
+    if arr.flags.writeable or not ones or arr.strides == _standard_strides(arr):
         return arr
-    return np.lib.stride_tricks.as_strided(arr, arr.shape, standard, writeable=arr.flags.writeable)
+    return np.expand_dims(np.squeeze(arr, axis=ones), ones)
 
 
 def _standard_strides(arr: np.ndarray) -> tuple[int, ...]:
