@@ -154,6 +154,28 @@ def test_propagate_constant_keeps_a_new_unit_axis_of_a_weight_without_a_copy() -
     np.testing.assert_array_equal(_run(prog, {"x": xv})[0], xv + w[None])
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda w: w.T,  # a transposed weight
+        lambda w: np.broadcast_to(w.T, (1, *w.T.shape)),  # ... broadcast to [1, N, K]
+        lambda w: w.astype(np.float16).T,
+        lambda w: w[::2].T,  # a strided transpose
+        lambda w: np.broadcast_to(w[0], w.shape),  # broadcast along a real axis: numpy's copy
+        lambda w: w[:7, :5].T,  # small: numpy's copy
+    ],
+)
+def test_c_ordered_copies_like_numpy(make: Callable) -> None:
+    from pygraphx.passes.propagate_constant import c_ordered
+
+    src = make(RNG.standard_normal((700, 301)).astype(np.float32))
+    got = c_ordered(src)
+    want = np.ascontiguousarray(src)
+    assert got.flags.c_contiguous and got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    assert not np.shares_memory(got, src)
+
+
 def _conv_bn_model(pad: bool = False):
     w = (RNG.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
     inits = {
