@@ -258,7 +258,16 @@ class Shape:
         return (self._type, self._lens, self._strides, self._dyn)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Shape) and self._key() == other._key()
+        if self is other:
+            return True
+        if not isinstance(other, Shape):
+            return False
+        return (
+            self._lens == other._lens
+            and self._strides == other._strides
+            and self._type == other._type
+            and self._dyn == other._dyn
+        )
 
     def __hash__(self) -> int:
         if self._hash is None:
