@@ -22,6 +22,7 @@ import pygraphx
 from pygraphx.models.bert import BertConfig, build_bert
 from pygraphx.quantize import quantize_bf16, quantize_fp16
 from tests.helpers import make_model
+from tests.quantize.test_truncate_float import rel_rms
 
 QUANTIZE = {"bf16": quantize_bf16, "fp16": quantize_fp16}
 #: relative RMS error allowed against float32 (bf16 keeps 8 mantissa bits, half 11)
@@ -36,12 +37,6 @@ SUBSETS = [
     ("all",),
 ]
 TINY_BERT = BertConfig(hidden=64, layers=1, heads=2, intermediate=128, vocab_size=100)
-
-
-def rel_rms(got: np.ndarray, want: np.ndarray) -> float:
-    """rms(got - want) / rms(want), in float64."""
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    return float(np.sqrt(np.mean((got - want) ** 2)) / np.sqrt(np.mean(want**2)))
 
 
 def check_against_ort(
