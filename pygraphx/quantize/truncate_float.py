@@ -10,8 +10,10 @@ before `compile`, as MIGraphX's `truncate_float` pass does:
 * float parameters keep their type, with one `convert` to the low type right after each, and
   every float output is converted back to its original type before `@return`, so callers feed
   and receive the same dtypes as before;
-* float literals (weights) become low-precision literals directly, and a `convert` of a literal
-  is folded into one, so no runtime conversion of constants is left;
+* float literals (weights) become low-precision literals directly, a `convert` of a literal
+  is folded into one, and a view of a literal (a broadcast scalar, left wide when the view's
+  operator is not selected) becomes the same view of the low-precision literal, so no runtime
+  conversion of constants is left;
 * integer and bool computations that touch no converted value (token ids, gather indices, shape
   math, masks) are left exactly as they were.
 
