@@ -15,8 +15,12 @@ import mmap
 import threading
 import weakref
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pygraphx.ir.program import Program
 
 #: id -> a read-only np.memmap of a whole model file (registered by the frontend)
 _ROOTS: weakref.WeakValueDictionary[int, np.memmap] = weakref.WeakValueDictionary()
@@ -71,4 +75,19 @@ def release_mapped(arrays: Iterable[np.ndarray]) -> int:
     return released
 
 
-__all__ = ["register_mapping", "release_mapped", "release_range"]
+def release_weight_pages(program: Program) -> int:
+    """After lowering: drop the pages of the mapped model file that this process has read (the
+    passes and the weight packing read every weight once) from its resident memory. The
+    literals stay views of the file (save and the dynamic re-compiles read them again); the
+    weights the steps use as they are fault back in from the page cache on the first run, the
+    packed ones are never read again. Returns the bytes of mapping released."""
+    arrays = [
+        ins.get_literal().array
+        for module in program.modules.values()
+        for ins in module.instructions
+        if ins.is_literal()
+    ]
+    return release_mapped(arrays)
+
+
+__all__ = ["register_mapping", "release_mapped", "release_range", "release_weight_pages"]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from pygraphx.ir.mapped import release_mapped
+from pygraphx.ir.mapped import release_weight_pages
 from pygraphx.passes.manager import Pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.runtime.executor import Executor, Observer
@@ -59,21 +59,6 @@ def announce_fallbacks(fallbacks: Mapping[str, int]) -> None:
         RuntimeWarning,
         stacklevel=3,
     )
-
-
-def release_weight_pages(program: Program) -> int:
-    """After lowering: drop the pages of the mapped model file that this process has read (the
-    passes and the weight packing read every weight once) from its resident memory. The
-    literals stay views of the file (save and the dynamic re-compiles read them again); the
-    weights the steps use as they are fault back in from the page cache on the first run, the
-    packed ones are never read again. Returns the bytes of mapping released."""
-    arrays = [
-        ins.get_literal().array
-        for module in program.modules.values()
-        for ins in module.instructions
-        if ins.is_literal()
-    ]
-    return release_mapped(arrays)
 
 
 def cpu_threads() -> int:
