@@ -11,8 +11,11 @@ one value and `sw` varying only along the last axis (per output column), it beco
 `quant_dot` of fp8 inputs is the float32 sum of exact fp8 products, `mul` applies the folded
 scale in float32 (an element-wise op, so the fusion passes merge it with the bias and
 activation after it), and `convert` (only when the `dot` was half or bf16, e.g. after
-`quantize_fp16`) gives the original type back. The result differs from the `dot` of the
-dequantised values by float rounding only (the scales multiply the sum instead of each term).
+`quantize_fp16`) gives the original type back. In a float32 program the result differs from
+the `dot` of the dequantised values by float rounding only (the scales multiply the sum
+instead of each term); in a half one the `dot` rounded each dequantised operand to half first,
+which this skips (so it is closer to exact fp8 maths, and a value the next fp8 quantisation
+sees may land one fp8 step away from the reference's).
 Convolutions are left as they are.
 """
 

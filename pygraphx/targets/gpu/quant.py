@@ -24,6 +24,7 @@ integer products to the numpy fallback with a warning: the executable's `fallbac
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 import torch
@@ -33,7 +34,7 @@ from pygraphx.targets.gpu import quant_kernels as qk
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
-from pygraphx.targets.torch_lowering.lower_quant import _fixed_matrix
+from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh, _fixed_matrix
 from pygraphx.targets.torch_lowering.registry import defer
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 Lowering = Callable[[LoweringContext, Instruction], bool]
 Epilogue = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 
+INT8_GEMM_ENV = "PGX_GPU_INT8_GEMM"
 FP8 = "fp8e4m3fn_type"
 FP8_MAX = 448.0
 #: the largest K whose int8 sums a float32 GEMM adds exactly (128 * 128 * K < 2**24)
@@ -49,6 +51,34 @@ EXACT_FLOAT_K = 1023
 
 def epilogue(triton: bool) -> Epilogue:
     return qk.dequantise if triton else qk.eager_dequantise
+
+
+def int8_gemm_choice(triton: bool) -> str:
+    """`PGX_GPU_INT8_GEMM` (triton or cublas); triton by default where Triton kernels run."""
+    choice = os.environ.get(INT8_GEMM_ENV, "").strip() or ("triton" if triton else "cublas")
+    if choice not in ("triton", "cublas"):
+        raise ValueError(f"{INT8_GEMM_ENV}={choice!r}: expected triton or cublas")
+    if choice == "triton" and not triton:
+        return "cublas"  # Triton off for this target: the library path, as asked for there
+    return choice
+
+
+def dequantised_product(
+    w: torch.Tensor, rows: int, device: torch.device, triton: bool
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]:
+    """`(x, scale, out)`: `out = float32(x @ w) * scale` for int8 `x` (rows, K) and the
+    constant int8 `w` (K, N): one Triton kernel (`quant_kernels.int8_gemm`), or
+    `torch._int_mm` and the dequantise kernel (`PGX_GPU_INT8_GEMM`)."""
+    if int8_gemm_choice(triton) == "triton":
+        wt = w.t().contiguous()
+        gemm = qk.int8_gemm
+
+        def fused(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+            gemm(x if x.stride(-1) == 1 else x.contiguous(), wt, scale, out)
+
+        return fused
+    library, finish = IntGemm(w, rows, device), epilogue(triton)
+    return lambda x, scale, out: finish(library(x), scale, out)
 
 
 def column_scale(ctx: LoweringContext, user: Instruction, n: int) -> torch.Tensor | None:
@@ -88,7 +118,8 @@ class IntGemm:
         self.rows, self.k, self.n = rows, k, n
         self.rows_p = max(rows, 17) if device.type == "cuda" else rows
         k_p, n_p = padded(k), padded(n)
-        self.w = torch.nn.functional.pad(w, (0, n_p - n, 0, k_p - k)).contiguous()
+        # column-major (K, N): the "TN" operand order of cuBLASLt's int8 kernels
+        self.w = torch.nn.functional.pad(w, (0, n_p - n, 0, k_p - k)).t().contiguous().t()
         self.buf = None
         if (self.rows_p, k_p) != (rows, k):
             self.buf = torch.zeros((self.rows_p, k_p), dtype=torch.int8, device=device)
@@ -157,27 +188,27 @@ def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: b
     rows = ins.shape.elements() // n if n else 0
     if rows == 0 or k == 0:
         return False
-    gemm = gemm_type(w, rows, ctx.device)
     a, env = ctx.arg(ins, 0), ctx.env
-    fused = dequantising_user(ctx, ins, n)
+    fused = dequantising_user(ctx, ins, n) if gemm_type is IntGemm else None
     if fused is None:
-        return _lower_fixed_unfused(ctx, ins, gemm, rows, k, n)
+        return _lower_fixed_unfused(ctx, ins, gemm_type(w, rows, ctx.device), rows, k, n)
     user, scale = fused
-    finish = epilogue(triton)
+    product = dequantised_product(w, rows, ctx.device, triton)
+
+    dtype, lens = torch_dtype(user.shape.dtype()), tuple(user.shape.lens())
+
+    def produce() -> torch.Tensor:
+        out = torch.empty(lens, dtype=dtype, device=env[a].device)
+        product(env[a].reshape(rows, k), scale, out.view(rows, n))
+        return out
 
     def fuse(c: LoweringContext, u: Instruction) -> bool:
-        idx, out = output_buffer(c, u, STANDARD)
-        out2 = out.view(rows, n)
-
-        def step() -> None:
-            finish(gemm(env[a].reshape(rows, k)), scale, out2)
-
-        c.emit(step, [ins, u], idx)
-        return True
+        # a new tensor, not the user's arena slot: one kernel reads the input while it writes
+        return _emit_fresh(c, u, produce)
 
     if defer(ctx, ins, user, fuse):
         return True
-    return _lower_fixed_unfused(ctx, ins, gemm, rows, k, n)
+    return _lower_fixed_unfused(ctx, ins, gemm_type(w, rows, ctx.device), rows, k, n)
 
 
 def _lower_fixed_unfused(ctx, ins, gemm, rows: int, k: int, n: int) -> bool:

@@ -2,12 +2,14 @@
 
 Two ways, chosen per convolution by `PGX_GPU_INT8_CONV` (read at prepare):
 
-* `gemm` (default): the convolution as one `torch._int_mm` in channels-last order (exact int32
+* `gemm` (default): the convolution as one int8 GEMM in channels-last order (exact int32
   sums). A 1x1 convolution with stride 1 and no padding is the GEMM (N*H*W x C) x (C x C_out) of
-  its NHWC input as it is; any other one first gathers its patches (`im2col`: a padded NHWC
-  copy and one strided gather, K = kh*kw*C); the result rows are the NHWC output. A
-  `dequantizelinear` user with a per-channel scale is the GEMM's epilogue
-  (`quant_kernels.dequantise`), so the output is the user's float type, channels-last.
+  its NHWC input as it is. Any other one, with Triton GEMMs (`PGX_GPU_INT8_GEMM`, `quant.py`)
+  and input channels a multiple of 64, is `quant_kernels.int8_conv` (an implicit GEMM reading
+  the input in place); else it first gathers its patches (`im2col`: a padded NHWC copy and
+  one strided gather, K = kh*kw*C). The result rows are the NHWC output. A
+  `dequantizelinear` user with a per-channel scale is the GEMM's epilogue, so the output is the
+  user's float type, channels-last.
 * `fp16`: cuDNN's half convolution on dequantised values, for convolutions that are not 1x1
   (`mixed`: 1x1 as `gemm`, the rest so) or all of them (`fp16`). The input is
   `half(q) * s_x` (the activation's scale, read from the `quantizelinear` that made it), the
@@ -29,9 +31,12 @@ import torch
 import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.gpu.quant import IntGemm, epilogue
+from pygraphx.targets.gpu import quant_kernels as qk
+from pygraphx.targets.gpu.quant import IntGemm, dequantised_product, int8_gemm_choice
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
+from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
+from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh
 from pygraphx.targets.torch_lowering.registry import defer
 
 log = logging.getLogger(__name__)
@@ -135,36 +140,62 @@ def lower_gpu_quant_convolution(
 
 def _lower_gemm(ctx, ins, geo: Geometry, weights, fused, triton: bool) -> bool:
     wmat = weights.permute(2, 3, 1, 0).reshape(geo.k, geo.c_out)
-    gemm = IntGemm(wmat, geo.rows, ctx.device)
     xi, env = ctx.arg(ins, 0), ctx.env
-
-    def sums() -> torch.Tensor:
-        return gemm(geo.columns(env[xi]))
-
     if fused is not None:
         user, scale = fused
-        finish = epilogue(triton)
+        product = dequantised_product(wmat, geo.rows, ctx.device, triton)
+        columns = geo.columns
+        if implicit_gemm(geo, triton):
+            product, columns = implicit_conv(weights, geo), channels_last
+
+        dtype = torch_dtype(user.shape.dtype())
+        nhwc = (geo.n, geo.ho, geo.wo, geo.c_out)
+
+        def produce() -> torch.Tensor:
+            out = torch.empty(nhwc, dtype=dtype, device=env[xi].device)
+            product(columns(env[xi]), scale, out.view(geo.rows, geo.c_out))
+            return out.permute(0, 3, 1, 2)
 
         def fuse(c: LoweringContext, u: Instruction) -> bool:
-            idx, out = output_buffer(c, u, CHANNELS_LAST)
-            rows = out.permute(0, 2, 3, 1).reshape(geo.rows, geo.c_out)
-
-            def step() -> None:
-                finish(sums(), scale, rows)
-
-            c.emit(step, [ins, u], idx)
-            return True
+            # a new tensor, not the user's arena slot: one kernel reads the input while it
+            # writes (a 1x1 convolution reads its input in place)
+            return _emit_fresh(c, u, produce, CHANNELS_LAST)
 
         if defer(ctx, ins, user, fuse):
             return True
+    gemm = IntGemm(wmat, geo.rows, ctx.device)
     idx, out = output_buffer(ctx, ins, CHANNELS_LAST)
     rows = out.permute(0, 2, 3, 1).reshape(geo.rows, geo.c_out)
 
     def step() -> None:
-        rows.copy_(sums())
+        rows.copy_(gemm(geo.columns(env[xi])))
 
     ctx.emit(step, ins, idx)
     return True
+
+
+def implicit_gemm(geo: Geometry, triton: bool) -> bool:
+    """Whether the convolution runs as `quant_kernels.int8_conv` (Triton GEMMs chosen, not a
+    plain 1x1, input channels a multiple of its K block)."""
+    return (
+        int8_gemm_choice(triton) == "triton" and not geo.pointwise and geo.c % qk.CONV_BLOCK_K == 0
+    )
+
+
+def channels_last(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous(memory_format=torch.channels_last)
+
+
+def implicit_conv(weights: torch.Tensor, geo: Geometry) -> Callable:
+    """`(x, scale, out)` running `quant_kernels.int8_conv` with the weight in (kh, kw, c) order."""
+    wt = weights.permute(0, 2, 3, 1).reshape(geo.c_out, geo.k).contiguous()
+    geometry = (geo.kw, geo.stride, geo.pad, geo.dilation, geo.ho, geo.wo)
+    conv = qk.int8_conv
+
+    def run(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+        conv(x, wt, scale, out, geometry)
+
+    return run
 
 
 def _activation_scale(ctx: LoweringContext, ins: Instruction) -> float | None:
@@ -192,17 +223,14 @@ def _lower_half(ctx, ins, geo: Geometry, weights, fused) -> bool:
     conv, half = F.conv2d, torch.float16
     geometry = (geo.stride, geo.pad, geo.dilation)
 
-    def fuse(c: LoweringContext, u: Instruction) -> bool:
-        idx, out = output_buffer(c, u, CHANNELS_LAST)
+    dtype, cl = torch_dtype(user.shape.dtype()), torch.channels_last
 
-        def step() -> None:
-            xh = env[xi].to(half).mul_(s_x)
-            out.copy_(conv(xh, w_half, None, *geometry))
+    def produce() -> torch.Tensor:
+        xh = env[xi].to(half).mul_(s_x)
+        y = conv(xh, w_half, None, *geometry)
+        return y.to(dtype).contiguous(memory_format=cl)
 
-        c.emit(step, [ins, u], idx)
-        return True
-
-    return defer(ctx, ins, user, fuse)
+    return defer(ctx, ins, user, lambda c, u: _emit_fresh(c, u, produce, CHANNELS_LAST))
 
 
 __all__ = ["INT8_CONV_ENV", "conv_mode", "lower_gpu_quant_convolution"]

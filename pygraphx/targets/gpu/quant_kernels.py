@@ -9,9 +9,18 @@
   of `quant_dot`'s dequantizelinear), int32 or float32 sums in, any float type out: the
   epilogue of `torch._int_mm` / `torch._scaled_mm`, one kernel instead of a cast and a multiply.
 
-Both take 2-D row-major views (the caller flattens); on a machine without a GPU they run under
-`TRITON_INTERPRET=1` on CPU tensors, and `eager_*` give the same numbers with torch ops where
-Triton is off.
+* `int8_gemm(a, wt, scale, out)`: `out = (a @ wt.T) * scale[None, :]`, int8 operands, exact
+  int32 sums in registers, the dequantise as the epilogue: the int32 product never goes to
+  memory (`torch._int_mm` writes it and `dequantise` reads it back: 8 bytes per output element
+  more). Tiles of 128 x 128 x 64 (fewer rows for small products), grouped launch order so
+  neighbouring programs share weight tiles in L2.
+* `int8_conv(x, wt, scale, out, geometry)`: the same for a convolution of a channels-last int8
+  input, as an implicit GEMM (each K block is one kernel tap's run of channels, read in place:
+  no patch matrix in memory), for inputs whose channels are a multiple of `CONV_BLOCK_K`.
+
+They take 2-D views with unit inner stride (the caller flattens); on a machine without a GPU
+they run under `TRITON_INTERPRET=1` on CPU tensors, and `eager_*` give the same numbers with
+torch ops where Triton is off.
 """
 
 from __future__ import annotations
@@ -56,6 +65,125 @@ def _dequantise_kernel(
     )
 
 
+@triton.jit
+def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """This program's output rows and columns (grouped order: neighbours share weight tiles)."""
+    pid = tl.program_id(0)
+    num_m, num_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    group = GROUP_M * num_n
+    first_m = (pid // group) * GROUP_M
+    size_m = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group) % size_m
+    pid_n = (pid % group) // size_m
+    return pid_m * BLOCK_M + tl.arange(0, BLOCK_M), pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+
+
+@triton.jit
+def _store_dequantised(acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om):
+    s = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
+    y = (acc.to(tl.float32) * s[None, :]).to(out_ptr.dtype.element_ty)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y, mask=mask)
+
+
+@triton.jit
+def _int8_gemm_kernel(
+    a_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, stride_am, stride_wn, stride_om,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):  # fmt: skip
+    rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + ks
+        a = tl.load(
+            a_ptr + rows[:, None] * stride_am + kk[None, :],
+            mask=(rows[:, None] < M) & (kk[None, :] < K), other=0,
+        )  # fmt: skip
+        w = tl.load(
+            w_ptr + cols[None, :] * stride_wn + kk[:, None],
+            mask=(cols[None, :] < N) & (kk[:, None] < K), other=0,
+        )  # fmt: skip
+        acc = tl.dot(a, w, acc, out_dtype=tl.int32)
+    _store_dequantised(acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om)
+
+
+@triton.jit
+def _int8_conv_kernel(
+    x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw,
+    stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):  # fmt: skip
+    rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    wo = rows % WO
+    ho = (rows // WO) % HO
+    base = (rows // (WO * HO)) * sxn
+    h0, w0 = ho * SH - PH, wo * SW - PW
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):  # a block of K lies in one tap: C % BLOCK_K == 0
+        tap = k0 // C
+        kh = tap // KW
+        hi, wi = h0 + kh * DH, w0 + (tap - kh * KW) * DW
+        inside = (rows < M) & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
+        offs = base + hi * sxh + wi * sxw + (k0 - tap * C)
+        a = tl.load(x_ptr + offs[:, None] + ks[None, :], mask=inside[:, None], other=0)
+        w = tl.load(
+            w_ptr + cols[None, :] * stride_wn + (k0 + ks)[:, None], mask=cols[None, :] < N, other=0
+        )
+        acc = tl.dot(a, w, acc, out_dtype=tl.int32)
+    _store_dequantised(acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om)
+
+
+def _config(m: int) -> dict[str, int]:
+    block_m = 128 if m > 64 else max(16, triton.next_power_of_2(m))
+    return {"BLOCK_M": block_m, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
+
+
+def _grid(m: int, n: int, config: dict[str, int]) -> tuple[int]:
+    return (triton.cdiv(m, config["BLOCK_M"]) * triton.cdiv(n, config["BLOCK_N"]),)
+
+
+def int8_gemm(a: torch.Tensor, wt: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+    """`out = float32(a @ wt.T) * scale` for int8 `a` (M, K) and `wt` (N, K), unit inner
+    strides, float32 `scale` (N,), any float `out` (M, N)."""
+    m, k = a.shape
+    n = wt.shape[0]
+    if m == 0 or n == 0:
+        return
+    config = _config(m)
+    _int8_gemm_kernel[_grid(m, n, config)](
+        a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0),
+        **config, num_warps=8, num_stages=4,
+    )  # fmt: skip
+
+
+#: the K block of `int8_conv`: a convolution's input channels must be a multiple of it
+CONV_BLOCK_K = 64
+
+
+def int8_conv(
+    x: torch.Tensor, wt: torch.Tensor, scale: torch.Tensor, out: torch.Tensor, geometry: tuple
+) -> None:
+    """Implicit-GEMM convolution: `out[(n, ho, wo), c_out] = float32(sum x * w) * scale[c_out]`
+    for the channels-last int8 `x` (N, C, H, W), `wt` (C_out, kh*kw*C) in (kh, kw, c) order,
+    `out` (N*HO*WO, C_out) rows; `geometry` = (kw, stride, pads, dilation, HO, WO). No patch
+    copy: each K block reads one tap's channels straight from `x` (zeros outside it)."""
+    n, c, h, w = x.shape
+    kw, (sh, sw), (ph, pw), (dh, dw), ho, wo = geometry
+    m, k, c_out = n * ho * wo, wt.shape[1], wt.shape[0]
+    if m == 0 or c_out == 0:
+        return
+    config = _config(m)
+    config["BLOCK_K"] = CONV_BLOCK_K
+    sxn, _, sxh, sxw = x.stride()
+    _int8_conv_kernel[_grid(m, c_out, config)](
+        x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw,
+        wt.stride(0), out.stride(0), sh, sw, ph, pw, dh, dw, kw,
+        **config, num_warps=8, num_stages=4,
+    )  # fmt: skip
+
+
 def quantise_int8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
     """`out = saturate(rint(x / scale))` (int8) for a dense `x`, `out` laid out alike, and a
     one-element float32 `scale`."""
@@ -90,4 +218,11 @@ def eager_dequantise(acc: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) 
     out.copy_(acc.to(torch.float32) * scale)
 
 
-__all__ = ["dequantise", "eager_dequantise", "eager_quantise_int8", "quantise_int8"]
+__all__ = [
+    "dequantise",
+    "eager_dequantise",
+    "eager_quantise_int8",
+    "int8_conv",
+    "int8_gemm",
+    "quantise_int8",
+]
