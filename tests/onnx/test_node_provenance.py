@@ -31,7 +31,7 @@ from pygraphx.ir.shape import Shape
 from pygraphx.onnx.parser import node_source_label
 from pygraphx.ops import make_op
 from pygraphx.passes.pipeline import optimize
-from tests.helpers import assert_outputs_match, make_model, run_ort
+from tests.helpers import assert_outputs_match, make_model, plant_cpu_step_failure, run_ort
 
 pytest.importorskip("torch")
 
@@ -158,15 +158,7 @@ def test_optimisation_keeps_sources() -> None:
 def test_failure_in_a_fused_cpu_step_names_every_fused_node() -> None:
     prog = pygraphx.parse_onnx_buffer(_chain_model().SerializeToString())
     prog.compile(pygraphx.get_target("cpu"))
-    executor = prog._executable.executor
-    steps = list(executor.steps)
-    victim = next(k for k, ins in enumerate(executor.computes) if ins[-1].op.name == "pointwise")
-
-    def broken() -> None:
-        raise ZeroDivisionError("planted")
-
-    steps[victim] = broken
-    executor.steps = tuple(steps)
+    plant_cpu_step_failure(prog, "pointwise")
     with pytest.raises(pygraphx.EvaluationError, match="planted") as err:
         prog.run({"x": np.ones((2, 3), np.float32)})
     assert str(err.value).endswith("(ONNX nodes " + ", ".join(FUSED) + ")"), str(err.value)
@@ -307,3 +299,18 @@ def test_printed_programs_do_not_change() -> None:
     main = prog.get_main_module()
     text = print_module(main, annotate=lambda i: f"  # {describe_sources(i.source)}")
     assert "# (ONNX node 'enc/lookup' Gather)" in text
+
+
+@pytest.mark.parametrize("profiled", [False, True], ids=["plain", "profiled"])
+def test_gpu_step_loop_names_the_onnx_node(profiled: bool) -> None:
+    """The gpu target's step loops (here its lowering on the CPU device), plain and profiled."""
+    from pygraphx.targets.gpu.target import GpuTarget
+
+    model, good, bad, k = _index_model("gather", named=True)
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(GpuTarget(device="cpu"))
+    assert_outputs_match([np.array(prog.run(good)[0])], run_ort(model, good), 1e-6, 1e-6)
+    observer = (lambda ins, value, seconds: None) if profiled else None
+    with pytest.raises(pygraphx.EvaluationError) as err:
+        prog.run(bad, observer=observer)
+    assert str(err.value).endswith("(ONNX node 'enc/lookup' Gather)"), str(err.value)
