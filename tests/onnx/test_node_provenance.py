@@ -23,10 +23,11 @@ import pytest
 from onnx import TensorProto, helper
 
 import pygraphx
+from pygraphx.driver.main import main as driver_main
 from pygraphx.ir import serialize
-from pygraphx.ir.instruction import describe_sources, node_source
+from pygraphx.ir.instruction import node_source
 from pygraphx.ir.module import Module
-from pygraphx.ir.printer import print_module
+from pygraphx.ir.printer import print_program, source_annotation
 from pygraphx.ir.shape import Shape
 from pygraphx.onnx.parser import node_source_label
 from pygraphx.ops import make_op
@@ -291,14 +292,23 @@ def test_a_malformed_source_is_refused() -> None:
         serialize.loads(data)
 
 
-def test_printed_programs_do_not_change() -> None:
-    """`print(prog)` shows no sources; an annotation asks for them."""
+def test_printed_programs_do_not_change(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`print(prog)` shows no sources; `source_annotation` (the driver's `read --sources`)
+    ends each line with its nodes."""
     model, _, _, _ = _index_model("gather", named=True)
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-    assert "enc/" not in str(prog) and "ONNX" not in str(prog)
-    main = prog.get_main_module()
-    text = print_module(main, annotate=lambda i: f"  # {describe_sources(i.source)}")
-    assert "# (ONNX node 'enc/lookup' Gather)" in text
+    plain = str(prog)
+    assert "enc/" not in plain and "#" not in plain
+    annotated = print_program(prog, source_annotation)
+    for line, noted in zip(plain.splitlines(), annotated.splitlines(), strict=True):
+        assert noted.startswith(line)
+        assert ("gather[" in line) == noted.endswith("  # 'enc/lookup' Gather")
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    assert driver_main(["read", str(path), "--sources"]) == 0
+    assert annotated in capsys.readouterr().out
+    assert driver_main(["read", str(path)]) == 0
+    assert plain in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("profiled", [False, True], ids=["plain", "profiled"])
