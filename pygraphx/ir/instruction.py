@@ -15,8 +15,7 @@ member's. Run-time errors name them (`describe_sources`); `()` means none is kno
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, TypeVar
 
 from pygraphx.ir.op import Op
@@ -93,14 +92,22 @@ class Instruction:
         return f"<instruction {self.op.name} -> {self.shape}>"
 
 
-@contextmanager
-def node_source(labels: tuple[str, ...]) -> Iterator[None]:
-    """Instructions made inside this block record `labels` as their `source`."""
-    token = _CURRENT_SOURCE.set(labels)
-    try:
-        yield
-    finally:
-        _CURRENT_SOURCE.reset(token)
+class node_source:  # noqa: N801 - used as a function: `with node_source(labels): ...`
+    """Instructions made inside this block record `labels` as their `source` (a class, not a
+    generator: the parser enters one per node)."""
+
+    __slots__ = ("labels", "token")
+
+    def __init__(self, labels: tuple[str, ...]) -> None:
+        self.labels = labels
+        self.token: Token[tuple[str, ...]] | None = None
+
+    def __enter__(self) -> None:
+        self.token = _CURRENT_SOURCE.set(self.labels)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.token is not None:
+            _CURRENT_SOURCE.reset(self.token)
 
 
 def merge_sources(instructions: Iterable[Instruction]) -> tuple[str, ...]:
