@@ -6,8 +6,10 @@ onnx_options (`default_dim_value`, `map_input_dims`, `skip_unknown_operators`,
 every node has a handler (one error lists all the
 unsupported ones), turn initialisers into literals (external data read safely, see
 `external_data.py`), inputs into parameters, then each node through its handler in order;
-outputs become `@return`. Constant sub-graphs that handlers consumed as compile-time values
-(shape-computing chains) are then removed as dead code.
+outputs become `@return`. Every instruction a node's handler makes records the node
+(`Instruction.source`, see `node_source_label`), so run-time errors name it. Constant
+sub-graphs that handlers consumed as compile-time values (shape-computing chains) are then
+removed as dead code.
 
 Sub-graphs (If branches, Loop and Scan bodies; onnx/handlers/control.py) are parsed by the same
 walk into sub-modules whose parent is the module of their node (`parse_subgraph`); their nodes
@@ -33,7 +35,7 @@ from onnx import numpy_helper
 import pygraphx.onnx.handlers  # noqa: F401 - registers every handler
 from pygraphx.ir.argument import Literal
 from pygraphx.ir.file_read import read_regular_file
-from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.instruction import Instruction, node_source
 from pygraphx.ir.module import Module
 from pygraphx.ir.program import Program
 from pygraphx.ir.shape import Shape
@@ -133,6 +135,14 @@ def load_model_proto(data: bytes, source: str) -> onnx.ModelProto:
 
 def _node_label(node: onnx.NodeProto) -> str:
     return node.name or f"<output {node.output[0] if node.output else '?'}>"
+
+
+def node_source_label(node: onnx.NodeProto, index: int) -> str:
+    """How run-time errors name the node (`Instruction.source`): `'layer1/conv2' Conv`, or
+    `Conv #12` (its index in its graph) when it has no name; other domains prefix the op."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    op = f"{domain}::{node.op_type}" if domain else node.op_type
+    return f"{node.name!r} {op}" if node.name else f"{op} #{index}"
 
 
 def _iter_nodes(graph: onnx.GraphProto, where: str = "") -> Iterator[tuple[onnx.NodeProto, str]]:
@@ -315,8 +325,9 @@ class OnnxParser:
             values[inp.name] = module.add_parameter(inp.name, shape)
         self._scope_values.append(values)
         try:
-            for node in graph.node:
-                self._parse_node(node, module, values)
+            for index, node in enumerate(graph.node):
+                with node_source((node_source_label(node, index),)):
+                    self._parse_node(node, module, values)
         finally:
             self._scope_values.pop()
             if names is not None:
