@@ -53,7 +53,9 @@ def _model(batch: int | str = 4) -> onnx.ModelProto:
             shape,
         ],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # ONNX Runtime builds before 1.31 read IR <= 13 only
+    return model
 
 
 def _save(model: onnx.ModelProto, tmp_path: Path) -> Path:
