@@ -22,6 +22,11 @@ batch). Timing: `--warmup` calls, then `--runs` calls each between two CUDA even
 in ms. Accuracy: the relative RMS error of the first output against `fp32` on the timing input
 (seed 0). `fallbacks` lists instructions that ran through numpy (they make a variant slow and
 say that a kernel is missing). Figures are comparable within one run of this script.
+
+`--profile`: after timing, each variant runs `--profile-runs` more times uncaptured with the
+gpu target's device-event profiling (the one `perf --gpu` uses: every step between two CUDA
+events, queued behind a spin kernel so no host time is in them) and prints its device time per
+step kind (op name; fused groups with their inner ops) and its `--top` slowest steps.
 """
 
 from __future__ import annotations
@@ -45,7 +50,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import pygraphx  # noqa: E402
+from pygraphx.driver.perf import profile_runs  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
+from pygraphx.passes.fusion_policy import inner_op_names  # noqa: E402
 from pygraphx.targets.gpu.quant import INT8_GEMM_ENV  # noqa: E402
 from pygraphx.targets.gpu.quant_conv import INT8_CONV_ENV  # noqa: E402
 
@@ -104,7 +111,45 @@ def variant(label: str, path: Path, env: dict[str, str], feeds, args) -> tuple[d
     ms = time_ms(lambda: prog.run(feeds), args.warmup, args.runs)
     row = {"variant": label, "ms": ms, "graph": ex.graph is not None,
            "fallbacks": dict(ex.fallbacks), "prepare_s": prepare, "env": env}  # fmt: skip
+    if args.profile:
+        row["profile"] = device_profile(prog, feeds, args.profile_runs, args.top)
     return row, out
+
+
+def step_kind(ins) -> str:
+    """An instruction's op name; a fused group's with its inner ops."""
+    if ins.module_inputs:
+        return f"{ins.op.name}[{','.join(inner_op_names(ins))}]"
+    return ins.op.name
+
+
+def device_profile(prog, feeds, runs: int, top: int) -> dict[str, Any]:
+    """Per-run device ms of every step kind and of the `top` slowest steps (`profile_runs`:
+    the gpu target's device-event timing of each step, uncaptured)."""
+    prof = profile_runs(prog, feeds, runs)
+    steps = []
+    for ins in prof.order:
+        ms = prof.average(ins) * 1e3
+        if ms > 0:
+            shape = f"{ins.shape.type()}{list(ins.shape.lens())}"
+            steps.append({"kind": step_kind(ins), "ms": ms, "shape": shape})
+    kinds: dict[str, list[float]] = {}
+    for step in steps:
+        kinds.setdefault(step["kind"], []).append(step["ms"])
+    by_kind = sorted(
+        ({"kind": k, "ms": sum(v), "count": len(v)} for k, v in kinds.items()),
+        key=lambda r: r["ms"],
+        reverse=True,
+    )
+    total = sum(s["ms"] for s in steps)
+    print(f"    device time of the steps: {total:.3f} ms per run ({runs} profiled runs)")
+    for r in by_kind:
+        share = 100 * r["ms"] / total if total > 0 else 0.0
+        print(f"      {r['ms']:8.3f} ms {share:5.1f}%  x{r['count']:<4d} {r['kind']}")
+    print(f"    top {top} steps:")
+    for s in sorted(steps, key=lambda r: r["ms"], reverse=True)[:top]:
+        print(f"      {s['ms']:8.3f} ms  {s['kind']}  {s['shape']}")
+    return {"total_ms": total, "by_kind": by_kind, "steps": steps}
 
 
 def plans(name: str) -> list[tuple[str, str, dict[str, str]]]:
@@ -161,6 +206,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--profile", action="store_true", help="device time per step kind (see above)")
+    ap.add_argument("--profile-runs", type=int, default=3)
+    ap.add_argument("--top", type=int, default=15, help="slowest steps printed with --profile")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("quant_gpu.py needs a CUDA/ROCm GPU", file=sys.stderr)
