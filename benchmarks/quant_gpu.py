@@ -116,10 +116,17 @@ def variant(label: str, path: Path, env: dict[str, str], feeds, args) -> tuple[d
     return row, out
 
 
+QUANT_PRODUCTS = ("quant_dot", "quant_convolution")
+
+
 def step_kind(ins) -> str:
-    """An instruction's op name; a fused group's with its inner ops."""
+    """An instruction's op name; a fused group's with its inner ops; a dequantise that is its
+    product's epilogue (the product's step is timed under it) as `product+dequantise`."""
     if ins.module_inputs:
         return f"{ins.op.name}[{','.join(inner_op_names(ins))}]"
+    source = ins.inputs[0].op.name if ins.inputs else ""
+    if ins.op.name == "dequantizelinear" and source in QUANT_PRODUCTS:
+        return f"{source}+dequantise"
     return ins.op.name
 
 
@@ -131,7 +138,9 @@ def device_profile(prog, feeds, runs: int, top: int) -> dict[str, Any]:
     for ins in prof.order:
         ms = prof.average(ins) * 1e3
         if ms > 0:
-            shape = f"{ins.shape.type()}{list(ins.shape.lens())}"
+            source = ins.inputs[0] if "+" in step_kind(ins) else ins
+            ins_lens = " ".join(str(list(x.shape.lens())) for x in source.inputs)
+            shape = f"{ins.shape.type()}{list(ins.shape.lens())} <- {ins_lens}"
             steps.append({"kind": step_kind(ins), "ms": ms, "shape": shape})
     kinds: dict[str, list[float]] = {}
     for step in steps:

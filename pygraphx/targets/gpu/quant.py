@@ -10,9 +10,10 @@
   makes them): `torch._scaled_mm` with unit scales and float32 output (the sums of exact fp8
   products in float32); its scale multiply stays a `mul` that the element-wise group after it
   absorbs.
-* `quant_dot` of two int8 activations (attention's products): a float32 batched GEMM of the
-  int8 values, exact while 128 * 128 * K < 2**24 (K <= 1024), declined beyond; of two fp8
-  activations: the same (float32 sums of exact products, as the reference computes them).
+* `quant_dot` of two int8 activations (attention's products): a batched GEMM of the int8
+  values as half with float32 accumulation and output (`runtime_sums`; float32 off CUDA),
+  exact while 128 * 128 * K < 2**24 (K <= 1023), declined beyond; of two fp8 activations: the
+  same (float32 sums of exact products, as the reference computes them).
 * `quantizelinear` to int8 with one scale: `quant_kernels.quantise_int8` (one pass); to fp8
   e4m3: divide, clamp to +-448, cast (torch rounds to nearest even).
 * `quant_convolution` (`quant_conv.py`).
@@ -230,11 +231,7 @@ def _lower_runtime(ctx: LoweringContext, ins: Instruction, triton: bool) -> bool
     env = ctx.env
     m, k = ins.inputs[0].shape.lens()[-2:]
     n = ins.shape.lens()[-1]
-    f32 = torch.float32
-
-    def sums() -> torch.Tensor:
-        x, y = env[a].reshape(-1, m, k).to(f32), env[b].reshape(-1, k, n).to(f32)
-        return torch.bmm(x, y).view(-1, n)
+    sums = runtime_sums(ctx.device, m, k, n, lambda: env[a], lambda: env[b])
 
     fused = dequantising_user(ctx, ins, n)
     if fused is not None:
@@ -253,6 +250,28 @@ def _lower_runtime(ctx: LoweringContext, ins: Instruction, triton: bool) -> bool
     out2 = out.view(-1, n)
     ctx.emit(lambda: out2.copy_(sums()), ins, idx)
     return True
+
+
+def runtime_sums(device: torch.device, m: int, k: int, n: int, left, right):
+    """`() -> (rows, n)` float32 sums of the batched product of two int8 / fp8 activations.
+    On CUDA both go to half (exact for int8 and fp8 e4m3 values) and one half tensor-core
+    `bmm` accumulates in float32 (`out_dtype`): the products of int8 / fp8 values are exact in
+    float32, so int8 sums are exact for K <= 1023 as a float32 GEMM's are, at half the bytes
+    and tensor-core speed. Elsewhere a float32 `bmm`."""
+    f32, f16 = torch.float32, torch.float16
+    if device.type == "cuda":
+
+        def sums() -> torch.Tensor:
+            x, y = left().reshape(-1, m, k).to(f16), right().reshape(-1, k, n).to(f16)
+            return torch.bmm(x, y, out_dtype=f32).view(-1, n)
+
+        return sums
+
+    def sums_f32() -> torch.Tensor:
+        x, y = left().reshape(-1, m, k).to(f32), right().reshape(-1, k, n).to(f32)
+        return torch.bmm(x, y).view(-1, n)
+
+    return sums_f32
 
 
 def lower_gpu_quantizelinear(
