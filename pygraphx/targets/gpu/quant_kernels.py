@@ -12,8 +12,9 @@
 * `int8_gemm(a, wt, scale, out)`: `out = (a @ wt.T) * scale[None, :]`, int8 operands, exact
   int32 sums in registers, the dequantise as the epilogue: the int32 product never goes to
   memory (`torch._int_mm` writes it and `dequantise` reads it back: 8 bytes per output element
-  more). Tiles of 128 x 128 x 64 (fewer rows for small products), grouped launch order so
-  neighbouring programs share weight tiles in L2.
+  more). Tiles autotuned per (M, N, K) on CUDA (`GEMM_CONFIGS`; 128 x 128 x 64, fewer rows
+  for small products, where nothing is timed), grouped launch order so neighbouring programs
+  share weight tiles in L2.
 * `int8_conv(x, wt, scale, out, geometry)`: the same for a convolution of a channels-last int8
   input, as an implicit GEMM (each K block is one kernel tap's run of channels, read in place:
   no patch matrix in memory), for inputs whose channels are a multiple of `CONV_BLOCK_K`.
@@ -24,6 +25,9 @@ torch ops where Triton is off.
 """
 
 from __future__ import annotations
+
+import os
+from typing import Any
 
 import torch
 import triton
@@ -136,6 +140,7 @@ def _int8_conv_kernel(
 
 
 def _config(m: int) -> dict[str, int]:
+    """The one configuration used where nothing is timed (the interpreter, CPU tensors)."""
     block_m = 128 if m > 64 else max(16, triton.next_power_of_2(m))
     return {"BLOCK_M": block_m, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
 
@@ -144,18 +149,72 @@ def _grid(m: int, n: int, config: dict[str, int]) -> tuple[int]:
     return (triton.cdiv(m, config["BLOCK_M"]) * triton.cdiv(n, config["BLOCK_N"]),)
 
 
+def _tuned_grid(meta: dict[str, Any]) -> tuple[int]:
+    return _grid(meta["M"], meta["N"], meta)
+
+
+#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): the shapes int8 Triton GEMMs are commonly tuned
+#: over (tiles of 64-256, int8 K blocks of 64-128 bytes, 3-5 stages within shared memory)
+GEMM_CONFIGS = [
+    (128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 8, 4), (128, 128, 64, 4, 4),
+    (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (64, 64, 128, 4, 5), (128, 128, 64, 8, 5),
+]  # fmt: skip
+#: the same for the implicit-GEMM convolution, whose K block is one tap's `CONV_BLOCK_K` channels
+CONV_CONFIGS = [
+    (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (64, 128, 64, 4, 4),
+    (128, 64, 64, 4, 4), (128, 128, 64, 4, 5), (64, 64, 64, 4, 5),
+]  # fmt: skip
+
+
+def _autotuned(kernel, configs: list[tuple[int, ...]]):
+    """`kernel` under `triton.autotune` over `configs`, keyed on (M, N, K): each new product
+    shape times every configuration at its first launch (the gpu executable's warm-up runs,
+    before the CUDA graph capture) and keeps the fastest."""
+    return triton.autotune(
+        configs=[
+            triton.Config(
+                {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                num_warps=warps,
+                num_stages=stages,
+            )
+            for bm, bn, bk, warps, stages in configs
+        ],
+        key=["M", "N", "K"],
+    )(kernel)
+
+
+_tuned: dict[str, Any] = {}
+
+
+def _tuned_kernel(name: str):
+    """The autotuned `int8_gemm` / `int8_conv` kernel (made at first use)."""
+    if name not in _tuned:
+        if name == "gemm":
+            _tuned[name] = _autotuned(_int8_gemm_kernel, GEMM_CONFIGS)
+        else:
+            _tuned[name] = _autotuned(_int8_conv_kernel, CONV_CONFIGS)
+    return _tuned[name]
+
+
+def _timed(t: torch.Tensor) -> bool:
+    """Whether launches on `t` are autotuned (a CUDA tensor, not under the interpreter)."""
+    return t.device.type == "cuda" and os.environ.get("TRITON_INTERPRET", "") in ("", "0")
+
+
 def int8_gemm(a: torch.Tensor, wt: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
     """`out = float32(a @ wt.T) * scale` for int8 `a` (M, K) and `wt` (N, K), unit inner
-    strides, float32 `scale` (N,), any float `out` (M, N)."""
+    strides, float32 `scale` (N,), any float `out` (M, N). On CUDA the tiles are autotuned per
+    (M, N, K) (`GEMM_CONFIGS`)."""
     m, k = a.shape
     n = wt.shape[0]
     if m == 0 or n == 0:
         return
+    args = (a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0))
+    if _timed(a):
+        _tuned_kernel("gemm")[_tuned_grid](*args)
+        return
     config = _config(m)
-    _int8_gemm_kernel[_grid(m, n, config)](
-        a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0),
-        **config, num_warps=8, num_stages=4,
-    )  # fmt: skip
+    _int8_gemm_kernel[_grid(m, n, config)](*args, **config, num_warps=8, num_stages=4)
 
 
 #: the K block of `int8_conv`: a convolution's input channels must be a multiple of it
@@ -168,20 +227,24 @@ def int8_conv(
     """Implicit-GEMM convolution: `out[(n, ho, wo), c_out] = float32(sum x * w) * scale[c_out]`
     for the channels-last int8 `x` (N, C, H, W), `wt` (C_out, kh*kw*C) in (kh, kw, c) order,
     `out` (N*HO*WO, C_out) rows; `geometry` = (kw, stride, pads, dilation, HO, WO). No patch
-    copy: each K block reads one tap's channels straight from `x` (zeros outside it)."""
+    copy: each K block reads one tap's channels straight from `x` (zeros outside it). On CUDA
+    the tiles are autotuned per (M, N, K) (`CONV_CONFIGS`)."""
     n, c, h, w = x.shape
     kw, (sh, sw), (ph, pw), (dh, dw), ho, wo = geometry
     m, k, c_out = n * ho * wo, wt.shape[1], wt.shape[0]
     if m == 0 or c_out == 0:
         return
-    config = _config(m)
-    config["BLOCK_K"] = CONV_BLOCK_K
     sxn, _, sxh, sxw = x.stride()
-    _int8_conv_kernel[_grid(m, c_out, config)](
+    args = (
         x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw,
         wt.stride(0), out.stride(0), sh, sw, ph, pw, dh, dw, kw,
-        **config, num_warps=8, num_stages=4,
     )  # fmt: skip
+    if _timed(x):
+        _tuned_kernel("conv")[_tuned_grid](*args)
+        return
+    config = _config(m)
+    config["BLOCK_K"] = CONV_BLOCK_K
+    _int8_conv_kernel[_grid(m, c_out, config)](*args, **config, num_warps=8, num_stages=4)
 
 
 def quantise_int8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
