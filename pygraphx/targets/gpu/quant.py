@@ -14,8 +14,10 @@
   values as half with float32 accumulation and output (`runtime_sums`; float32 off CUDA),
   exact while 128 * 128 * K < 2**24 (K <= 1023), declined beyond; of two fp8 activations: the
   same (float32 sums of exact products, as the reference computes them).
-* `quantizelinear` to int8 with one scale: `quant_kernels.quantise_int8` (one pass); to fp8
-  e4m3: divide, clamp to +-448, cast (torch rounds to nearest even).
+* `quantizelinear` with one scale: `quant_kernels.quantise_int8` / `quantise_fp8` (one pass
+  each); to fp8 with a `dequantizelinear` of the same scale as its only user (an fp8
+  round trip before a product kept in float, e.g. fp8 convolutions): both as one pass
+  (`fake_quantise_fp8`), no fp8 tensor; fp8 with other scales: divide, clamp to +-448, cast.
 * `quant_convolution` (`quant_conv.py`).
 
 Everything else (and any case declined here) goes to the torch lowering, which on a GPU sends
@@ -274,43 +276,84 @@ def runtime_sums(device: torch.device, m: int, k: int, n: int, left, right):
     return sums_f32
 
 
+def one_scale(ctx: LoweringContext, si: int) -> torch.Tensor | None:
+    """The constant scale at slot `si` as a one-element float32 tensor when all its values are
+    equal, else None."""
+    scale = ctx.constant(si)
+    if scale is None or scale.numel() == 0:
+        return None
+    flat = scale.reshape(-1)
+    if not bool((flat == flat[0]).all()):
+        return None
+    return flat[:1].to(torch.float32).contiguous()
+
+
 def lower_gpu_quantizelinear(
     ctx: LoweringContext, ins: Instruction, fallback: Lowering, triton: bool
 ) -> bool:
-    """int8 with one scale as one Triton pass; fp8 e4m3 with torch ops; else `fallback`."""
-    x, s = ins.inputs[:2]
+    """int8 or fp8 e4m3 with one constant scale as one pass (Triton, or torch ops without it);
+    fp8 with a dequantise as its only user as one round-trip pass into the user's type (a
+    product kept in float: fp8 convolutions); other fp8 with torch ops; else `fallback`."""
+    x = ins.inputs[0]
     out_type = ins.shape.type()
     if len(ins.inputs) != 2 or x.shape.type() not in ("float_type", "half_type", "bf16_type"):
         return fallback(ctx, ins)
     xi, si = ctx.args(ins)
-    scale = ctx.constant(si)
+    one = one_scale(ctx, si)
     if out_type == FP8:
-        return _lower_fp8_quantise(ctx, ins, xi, si)
-    if out_type != "int8_type" or scale is None or scale.numel() == 0:
+        if one is None:
+            return _lower_fp8_quantise(ctx, ins, xi, si)
+        if _lower_fake_fp8(ctx, ins, xi, one, triton):
+            return True
+        run = qk.quantise_fp8 if triton else qk.eager_quantise_fp8
+        return _emit_quantise(ctx, ins, xi, one, run, torch.float8_e4m3fn)
+    if out_type != "int8_type" or one is None:
         return fallback(ctx, ins)
-    flat = scale.reshape(-1)
-    if not bool((flat == flat[0]).all()):
-        return fallback(ctx, ins)
-    one = flat[:1].to(torch.float32).contiguous()
     run = qk.quantise_int8 if triton else qk.eager_quantise_int8
-    env, layout = ctx.env, ctx.layout[xi]
+    return _emit_quantise(ctx, ins, xi, one, run, torch.int8)
+
+
+def _emit_quantise(ctx, ins, xi: int, one: torch.Tensor, run, dtype: torch.dtype) -> bool:
+    """One step: `run(x, one, q)` into a fresh `dtype` tensor laid out as `x`."""
+    env = ctx.env
 
     def produce() -> torch.Tensor:
         src = env[xi]
         if not _dense(src):
             src = src.contiguous()
-        q = torch.empty_like(src, dtype=torch.int8)
+        q = torch.empty_like(src, dtype=dtype)
         run(src, one, q)
         return q
 
-    idx = ctx.bind_dynamic(ins, layout)
-    ctx.mark_fresh(idx)
+    return _emit_fresh(ctx, ins, produce, ctx.layout[xi])
 
-    def step() -> None:
-        env[idx] = produce()
 
-    ctx.emit(step, ins, idx)
-    return True
+def _lower_fake_fp8(ctx, ins, xi: int, one: torch.Tensor, triton: bool) -> bool:
+    """fp8 quantise and its only user, a dequantise with the same one scale, as one pass."""
+    if len(ins.outputs) != 1:
+        return False
+    user = ins.outputs[0]
+    if user.op.name != "dequantizelinear" or len(user.inputs) != 2 or user.inputs[0] is not ins:
+        return False
+    if id(user.inputs[1]) not in ctx.index:
+        return False
+    theirs = one_scale(ctx, ctx.arg(user, 1))
+    if theirs is None or not bool((theirs == one).all()):
+        return False
+    if user.shape.type() not in ("float_type", "half_type", "bf16_type"):
+        return False
+    run = qk.fake_quantise_fp8 if triton else qk.eager_fake_quantise_fp8
+    env, dtype, layout = ctx.env, torch_dtype(user.shape.dtype()), ctx.layout[xi]
+
+    def produce() -> torch.Tensor:
+        src = env[xi]
+        if not _dense(src):
+            src = src.contiguous()
+        out = torch.empty_like(src, dtype=dtype)
+        run(src, one, out)
+        return out
+
+    return defer(ctx, ins, user, lambda c, u: _emit_fresh(c, u, produce, layout))
 
 
 def lower_gpu_dequantizelinear(ctx: LoweringContext, ins: Instruction, fallback: Lowering) -> bool:

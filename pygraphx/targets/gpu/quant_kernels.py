@@ -52,6 +52,47 @@ def _quantise_int8_kernel(x_ptr, scale_ptr, out_ptr, n, BLOCK: tl.constexpr, MAG
 
 
 @triton.jit
+def _fp8_round(v, MAGIC: tl.constexpr):
+    """|v| <= 448 (float32) rounded to the nearest fp8 e4m3 value, half to even: a step of
+    2**(e - 3) in binade e (e >= -6; the subnormals share binade -6's step, 2**-9)."""
+    mag = tl.abs(v)
+    e = ((mag.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    e = tl.maximum(e, -6)
+    step = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
+    q = (tl.math.div_rn(mag, step) + MAGIC) - MAGIC  # < 16: exact, half to even
+    return tl.where(v.to(tl.int32, bitcast=True) < 0, -q * step, q * step)  # -0 stays -0
+
+
+@triton.jit
+def _fp8_bits(r):
+    """The e4m3fn byte of `r`, a float32 that is an fp8 e4m3 value (NaN as 0x7F)."""
+    bits = r.to(tl.int32, bitcast=True)
+    sign = (bits >> 24) & 0x80
+    mag = tl.abs(r)
+    normal = (((bits >> 23) & 0xFF) - 120) * 8 + ((bits >> 20) & 7)  # exponent bias 7
+    sub = (tl.where(mag < 0.015625, mag, 0.0) * 512.0).to(tl.int32)  # k * 2**-9 below 2**-6
+    code = tl.where(mag < 0.015625, sub, normal)
+    return tl.where(r != r, 0x7F, sign | code).to(tl.uint8)
+
+
+@triton.jit
+def _quantise_fp8_kernel(
+    x_ptr, scale_ptr, out_ptr, n, BLOCK: tl.constexpr, MAGIC: tl.constexpr, ROUND_TRIP: tl.constexpr
+):  # fmt: skip
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    s = tl.load(scale_ptr).to(tl.float32)
+    v = tl.math.div_rn(x, s)
+    r = _fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
+    r = tl.where(v != v, v, r)  # NaN stays NaN
+    if ROUND_TRIP:  # dequantised at once: r * scale in the output's type
+        tl.store(out_ptr + offs, (r * s).to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.store(out_ptr + offs, _fp8_bits(r), mask=mask)
+
+
+@triton.jit
 def _dequantise_kernel(
     acc_ptr, scale_ptr, out_ptr, M, N, stride_am, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -257,6 +298,41 @@ def quantise_int8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> No
     _quantise_int8_kernel[grid](x, scale, out, n, BLOCK=_BLOCK, MAGIC=_MAGIC, num_warps=4)
 
 
+def quantise_fp8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+    """`out = fp8_e4m3fn(clamp(x / scale, +-448))` (round half to even, NaN stays NaN) for a
+    dense `x`, `out` laid out alike, a one-element float32 `scale`: one pass (the fp8 byte is
+    built from float32 bits, as the interpreter's fp8 cast is not exact)."""
+    _fp8_launch(x, scale, out.view(torch.uint8), False)
+
+
+def fake_quantise_fp8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+    """`out = dequantise(quantise_fp8(x))` = fp8 value * `scale` in `out`'s float type, one
+    pass and no fp8 tensor (a `quantizelinear` whose only user is its `dequantizelinear`)."""
+    _fp8_launch(x, scale, out, True)
+
+
+def _fp8_launch(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor, round_trip: bool) -> None:
+    n = x.numel()
+    if n == 0:
+        return
+    grid = (triton.cdiv(n, _BLOCK),)
+    _quantise_fp8_kernel[grid](
+        x, scale, out, n, BLOCK=_BLOCK, MAGIC=_MAGIC, ROUND_TRIP=round_trip, num_warps=4
+    )
+
+
+def eager_quantise_fp8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+    """`quantise_fp8` with torch ops (several kernels; torch's cast rounds half to even)."""
+    v = x.to(torch.float32) / scale
+    out.copy_(v.clamp_(-448.0, 448.0).to(torch.float8_e4m3fn))
+
+
+def eager_fake_quantise_fp8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+    """`fake_quantise_fp8` with torch ops."""
+    v = (x.to(torch.float32) / scale).clamp_(-448.0, 448.0).to(torch.float8_e4m3fn)
+    out.copy_(v.to(torch.float32) * scale)
+
+
 def dequantise(acc: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
     """`out = acc * scale[None, :]` in float32, stored in `out`'s type (2-D, unit inner
     stride; `scale` a contiguous float32 vector of `acc.shape[1]`)."""
@@ -283,6 +359,10 @@ def eager_dequantise(acc: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) 
 
 __all__ = [
     "dequantise",
+    "eager_fake_quantise_fp8",
+    "eager_quantise_fp8",
+    "fake_quantise_fp8",
+    "quantise_fp8",
     "eager_dequantise",
     "eager_quantise_int8",
     "int8_conv",
