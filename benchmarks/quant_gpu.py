@@ -2,6 +2,7 @@
 
     python benchmarks/quant_gpu.py                            # both models, every variant
     python benchmarks/quant_gpu.py --models bert_base --json out.json
+    python benchmarks/quant_gpu.py --profile --int8-gemms triton --conv-modes gemm
 
 Every variant compiles the same built-in ONNX model (`pygraphx.models`, random weights) for
 `get_target("gpu")` with its inputs on the device (`offload_copy=False`, no host copies timed):
@@ -161,13 +162,15 @@ def device_profile(prog, feeds, runs: int, top: int) -> dict[str, Any]:
     return {"total_ms": total, "by_kind": by_kind, "steps": steps}
 
 
-def plans(name: str) -> list[tuple[str, str, dict[str, str]]]:
-    """(label, kind, environment) of every variant of model `name`."""
+def plans(
+    name: str, gemms=("triton", "cublas"), modes=("gemm", "mixed", "fp16")
+) -> list[tuple[str, str, dict[str, str]]]:
+    """(label, kind, environment) of every variant of model `name` (int8 rows for the GEMM
+    choices `gemms` and, with convolutions, the convolution modes `modes`)."""
     rows = [("fp32", "fp32", {}), ("fp16", "fp16", {})]
-    gemms = ("triton", "cublas")
     if name in CONV_MODELS:
-        for mode in ("gemm", "mixed", "fp16"):
-            for gemm in gemms if mode != "fp16" else ("triton",):
+        for mode in modes:
+            for gemm in gemms if mode != "fp16" else gemms[:1]:
                 env = {INT8_CONV_ENV: mode, INT8_GEMM_ENV: gemm}
                 rows.append((f"int8 conv={mode} gemm={gemm}", "int8", env))
     else:
@@ -185,7 +188,7 @@ def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any
     calib = [model_inputs(name, model, seed=k) for k in range(1, args.calib + 1)]
     files: dict[str, Path] = {}
     rows, want = [], None
-    for label, kind, env in plans(name):
+    for label, kind, env in plans(name, args.int8_gemms, args.conv_modes):
         if kind not in args.variants:
             continue
         if kind not in files:
@@ -215,6 +218,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--int8-gemms", nargs="+", default=["triton", "cublas"])
+    ap.add_argument("--conv-modes", nargs="+", default=["gemm", "mixed", "fp16"])
     ap.add_argument("--profile", action="store_true", help="device time per step kind (see above)")
     ap.add_argument("--profile-runs", type=int, default=3)
     ap.add_argument("--top", type=int, default=15, help="slowest steps printed with --profile")

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+import triton.testing
 
 _BLOCK = 1024
 _BLOCK_M, _BLOCK_N = 32, 64
@@ -221,7 +222,14 @@ def _autotuned(kernel, configs: list[tuple[int, ...]]):
             for bm, bn, bk, warps, stages in configs
         ],
         key=["M", "N", "K"],
+        do_bench=_quick_bench,
     )(kernel)
+
+
+def _quick_bench(kernel_call, quantiles):
+    """Triton's timing with a short warm-up and 20 ms of repeats (its default 25 + 100 ms per
+    configuration and shape adds most of a minute to a ResNet-50 compile)."""
+    return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
 
 
 _tuned: dict[str, Any] = {}
