@@ -5,7 +5,8 @@
   at prepare, the activation at run time into a private buffer (announced with a log line);
   zero padding leaves every sum unchanged. When its only user is the `dequantizelinear` with the
   folded per-column scale (`passes/fold_qdq.py`), that dequantise is the GEMM's epilogue
-  (`quant_kernels.dequantise`: one kernel, int32 in, the user's float type out).
+  (`quant_kernels.dequantise`: one kernel, int32 in, the user's float type out); with Triton
+  GEMMs, so is a bias / residual / ReLU group after it (`quant_epilogue.py`).
 * `quant_dot` of fp8 e4m3 x fp8 e4m3 with a constant right-hand side (`passes/fold_fp8.py`
   makes them): `torch._scaled_mm` with unit scales and float32 output (the sums of exact fp8
   products in float32); its scale multiply stays a `mul` that the element-wise group after it
@@ -34,6 +35,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_kernels as qk
+from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, deferred_epilogue
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
@@ -70,18 +72,24 @@ def dequantised_product(
     w: torch.Tensor, rows: int, device: torch.device, triton: bool
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]:
     """`(x, scale, out)`: `out = float32(x @ w) * scale` for int8 `x` (rows, K) and the
-    constant int8 `w` (K, N): one Triton kernel (`quant_kernels.int8_gemm`), or
-    `torch._int_mm` and the dequantise kernel (`PGX_GPU_INT8_GEMM`)."""
+    constant int8 `w` (K, N): one Triton kernel (`quant_kernels.int8_gemm`, which also takes
+    `epilogue` and `residual`), or `torch._int_mm` and the dequantise kernel
+    (`PGX_GPU_INT8_GEMM`)."""
     if int8_gemm_choice(triton) == "triton":
         wt = w.t().contiguous()
         gemm = qk.int8_gemm
 
-        def fused(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
-            gemm(x if x.stride(-1) == 1 else x.contiguous(), wt, scale, out)
+        def fused(x, scale, out, epilogue=None, residual=None) -> None:
+            gemm(x if x.stride(-1) == 1 else x.contiguous(), wt, scale, out, epilogue, residual)
 
         return fused
     library, finish = IntGemm(w, rows, device), epilogue(triton)
-    return lambda x, scale, out: finish(library(x), scale, out)
+
+    def unfused(x, scale, out, epilogue=None, residual=None) -> None:
+        assert epilogue is None, "the library GEMM takes no epilogue"
+        finish(library(x), scale, out)
+
+    return unfused
 
 
 def column_scale(ctx: LoweringContext, user: Instruction, n: int) -> torch.Tensor | None:
@@ -200,18 +208,33 @@ def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: b
 
     dtype, lens = torch_dtype(user.shape.dtype()), tuple(user.shape.lens())
 
-    def produce() -> torch.Tensor:
-        out = torch.empty(lens, dtype=dtype, device=env[a].device)
-        product(env[a].reshape(rows, k), scale, out.view(rows, n))
-        return out
+    def producer(plan: EpiloguePlan | None) -> Callable[[], torch.Tensor]:
+        ep = None if plan is None else plan.epilogue
+        residual = (lambda: None) if plan is None else plan.residual_rows(env, _rows(rows, n))
+
+        def produce() -> torch.Tensor:
+            out = torch.empty(lens, dtype=dtype, device=env[a].device)
+            product(env[a].reshape(rows, k), scale, out.view(rows, n), ep, residual())
+            return out
+
+        return produce
+
+    def emit(c: LoweringContext, at: Instruction, plan: EpiloguePlan | None) -> bool:
+        # a new tensor, not the user's arena slot: one kernel reads the input while it writes
+        return _emit_fresh(c, at, producer(plan))
 
     def fuse(c: LoweringContext, u: Instruction) -> bool:
-        # a new tensor, not the user's arena slot: one kernel reads the input while it writes
-        return _emit_fresh(c, u, produce)
+        if int8_gemm_choice(triton) == "triton" and deferred_epilogue(c, u, -1, n, emit):
+            return True
+        return emit(c, u, None)
 
     if defer(ctx, ins, user, fuse):
         return True
     return _lower_fixed_unfused(ctx, ins, gemm_type(w, rows, ctx.device), rows, k, n)
+
+
+def _rows(rows: int, n: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda t: t.reshape(rows, n)
 
 
 def _lower_fixed_unfused(ctx, ins, gemm, rows: int, k: int, n: int) -> bool:

@@ -125,16 +125,39 @@ def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.conste
 
 
 @triton.jit
-def _store_dequantised(acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om):
+def _epilogue_op(y, code: tl.constexpr, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty):
+    """One element-wise op after the dequantise (0 none, 1 + bias[col], 2 + residual[row, col],
+    3 relu), rounded to the output type `ty` as the unfused op would store it."""
+    if code == 1:
+        b = tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        y = (y + b[None, :]).to(ty).to(tl.float32)
+    elif code == 2:
+        r = tl.load(res_ptr + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0)
+        y = (y + r.to(tl.float32)).to(ty).to(tl.float32)
+    elif code == 3:
+        y = tl.maximum(y, 0.0)
+    return y
+
+
+@triton.jit
+def _store_dequantised(
+    acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
+    E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+):  # fmt: skip
+    ty = out_ptr.dtype.element_ty
     s = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
-    y = (acc.to(tl.float32) * s[None, :]).to(out_ptr.dtype.element_ty)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y, mask=mask)
+    y = (acc.to(tl.float32) * s[None, :]).to(ty).to(tl.float32)
+    y = _epilogue_op(y, E0, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
+    y = _epilogue_op(y, E1, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
+    y = _epilogue_op(y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
 
 
 @triton.jit
 def _int8_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, stride_am, stride_wn, stride_om,
+    bias_ptr, res_ptr, stride_rm, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -151,13 +174,17 @@ def _int8_gemm_kernel(
             mask=(cols[None, :] < N) & (kk[:, None] < K), other=0,
         )  # fmt: skip
         acc = tl.dot(a, w, acc, out_dtype=tl.int32)
-    _store_dequantised(acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om)
+    _store_dequantised(
+        acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
+        E0, E1, E2,
+    )  # fmt: skip
 
 
 @triton.jit
 def _int8_conv_kernel(
     x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw,
     stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
+    bias_ptr, res_ptr, stride_rm, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -178,7 +205,10 @@ def _int8_conv_kernel(
             w_ptr + cols[None, :] * stride_wn + (k0 + ks)[:, None], mask=cols[None, :] < N, other=0
         )
         acc = tl.dot(a, w, acc, out_dtype=tl.int32)
-    _store_dequantised(acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om)
+    _store_dequantised(
+        acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
+        E0, E1, E2,
+    )  # fmt: skip
 
 
 def _config(m: int) -> dict[str, int]:
@@ -250,20 +280,57 @@ def _timed(t: torch.Tensor) -> bool:
     return t.device.type == "cuda" and os.environ.get("TRITON_INTERPRET", "") in ("", "0")
 
 
-def int8_gemm(a: torch.Tensor, wt: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
-    """`out = float32(a @ wt.T) * scale` for int8 `a` (M, K) and `wt` (N, K), unit inner
-    strides, float32 `scale` (N,), any float `out` (M, N). On CUDA the tiles are autotuned per
-    (M, N, K) (`GEMM_CONFIGS`)."""
+class Epilogue:
+    """Element-wise ops after a product's dequantise, in order (at most three): `"bias"`
+    (+ `bias[col]`), `"residual"` (+ `residual[row, col]`, a 2-D view with unit inner stride),
+    `"relu"`; each rounded to the output's type as the unfused op would store it."""
+
+    CODES = {"bias": 1, "residual": 2, "relu": 3}
+
+    def __init__(self, ops, bias: torch.Tensor | None = None) -> None:
+        if len(ops) > 3 or any(op not in self.CODES for op in ops):
+            raise ValueError(f"unsupported epilogue {ops}")
+        self.ops, self.bias = list(ops), bias
+        self.codes = [self.CODES[op] for op in ops] + [0] * (3 - len(ops))
+
+    def args(self, scale: torch.Tensor, residual: torch.Tensor | None) -> tuple:
+        """(bias pointer, residual pointer, residual row stride) for the kernel."""
+        bias = self.bias if self.bias is not None else scale
+        res = residual if residual is not None else scale
+        return (bias, res, residual.stride(0) if residual is not None else 0)
+
+
+NO_EPILOGUE = Epilogue(())
+
+
+def _epilogue_args(scale, epilogue: Epilogue | None, residual) -> tuple[tuple, dict[str, int]]:
+    ep = epilogue or NO_EPILOGUE
+    e0, e1, e2 = ep.codes
+    return ep.args(scale, residual), {"E0": e0, "E1": e1, "E2": e2}
+
+
+def int8_gemm(
+    a: torch.Tensor,
+    wt: torch.Tensor,
+    scale: torch.Tensor,
+    out: torch.Tensor,
+    epilogue: Epilogue | None = None,
+    residual: torch.Tensor | None = None,
+) -> None:
+    """`out = epilogue(float32(a @ wt.T) * scale)` for int8 `a` (M, K) and `wt` (N, K), unit
+    inner strides, float32 `scale` (N,), any float `out` (M, N). On CUDA the tiles are
+    autotuned per (M, N, K) (`GEMM_CONFIGS`)."""
     m, k = a.shape
     n = wt.shape[0]
     if m == 0 or n == 0:
         return
-    args = (a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0))
+    extra, codes = _epilogue_args(scale, epilogue, residual)
+    args = (a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0), *extra)
     if _timed(a):
-        _tuned_kernel("gemm")[_tuned_grid](*args)
+        _tuned_kernel("gemm")[_tuned_grid](*args, **codes)
         return
     config = _config(m)
-    _int8_gemm_kernel[_grid(m, n, config)](*args, **config, num_warps=8, num_stages=4)
+    _int8_gemm_kernel[_grid(m, n, config)](*args, **codes, **config, num_warps=8, num_stages=4)
 
 
 #: the K block of `int8_conv`: a convolution's input channels must be a multiple of it
@@ -271,7 +338,13 @@ CONV_BLOCK_K = 64
 
 
 def int8_conv(
-    x: torch.Tensor, wt: torch.Tensor, scale: torch.Tensor, out: torch.Tensor, geometry: tuple
+    x: torch.Tensor,
+    wt: torch.Tensor,
+    scale: torch.Tensor,
+    out: torch.Tensor,
+    geometry: tuple,
+    epilogue: Epilogue | None = None,
+    residual: torch.Tensor | None = None,
 ) -> None:
     """Implicit-GEMM convolution: `out[(n, ho, wo), c_out] = float32(sum x * w) * scale[c_out]`
     for the channels-last int8 `x` (N, C, H, W), `wt` (C_out, kh*kw*C) in (kh, kw, c) order,
@@ -288,12 +361,14 @@ def int8_conv(
         x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw,
         wt.stride(0), out.stride(0), sh, sw, ph, pw, dh, dw, kw,
     )  # fmt: skip
+    extra, codes = _epilogue_args(scale, epilogue, residual)
     if _timed(x):
-        _tuned_kernel("conv")[_tuned_grid](*args)
+        _tuned_kernel("conv")[_tuned_grid](*args, *extra, **codes)
         return
     config = _config(m)
     config["BLOCK_K"] = CONV_BLOCK_K
-    _int8_conv_kernel[_grid(m, c_out, config)](*args, **config, num_warps=8, num_stages=4)
+    grid = _grid(m, c_out, config)
+    _int8_conv_kernel[grid](*args, *extra, **codes, **config, num_warps=8, num_stages=4)
 
 
 def quantise_int8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
@@ -366,6 +441,7 @@ def eager_dequantise(acc: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) 
 
 
 __all__ = [
+    "Epilogue",
     "dequantise",
     "eager_fake_quantise_fp8",
     "eager_quantise_fp8",

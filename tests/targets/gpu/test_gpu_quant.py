@@ -292,3 +292,69 @@ def test_int8_implicit_gemm_convolution_matches_ref(monkeypatch) -> None:
     assert not gpu._executable.fallbacks
     assert len({tuple(c[1]) for c in calls}) == 2  # both (strides 1 and 2) ran as int8_conv
     close_within(got, want, 1e-5)
+
+
+def residual_block_model():
+    """A ResNet-style block: 3x3 conv + bias + ReLU, 1x1 conv + bias + the block input + ReLU,
+    then a MatMul + bias + ReLU (every group after a product fits the GEMM's epilogue)."""
+    nodes = [
+        helper.make_node("Conv", ["img", "w3", "b3"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"]),
+        helper.make_node("Add", ["c1", "r0"], ["s"]),
+        helper.make_node("Relu", ["s"], ["r1"]),
+        helper.make_node("Reshape", ["r1", "shape"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "W"], ["m"]),
+        helper.make_node("Add", ["m", "B"], ["a"]),
+        helper.make_node("Relu", ["a"], ["out"]),
+    ]
+    inits = [
+        _init("w3", 64, 64, 3, 3, scale=0.05),
+        _init("b3", 64),
+        _init("w1", 64, 64, 1, 1, scale=0.1),
+        _init("b1", 64),
+        numpy_helper.from_array(np.array([2, 64, 36], np.int64), "shape"),
+        _init("W", 36, 40, scale=0.2),
+        _init("B", 40),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "block",
+        [helper.make_tensor_value_info("img", TensorProto.FLOAT, [2, 64, 6, 6])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    def feeds(seed: int) -> dict[str, np.ndarray]:
+        return {"img": np.random.default_rng(seed).standard_normal((2, 64, 6, 6), np.float32)}
+
+    return model, feeds
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_int8_gemm_epilogues_match_ref(fp16: bool, monkeypatch) -> None:
+    """Bias, residual and ReLU groups run inside the Triton GEMMs (none left as steps of their
+    own), with the unfused program's numbers."""
+    monkeypatch.setenv(INT8_CONV_ENV, "gemm")
+    monkeypatch.setenv(INT8_GEMM_ENV, "triton")
+    seen: list[tuple] = []
+    for name in ("int8_gemm", "int8_conv"):
+        real = getattr(qk, name)
+
+        def spy(*a, r=real, at=5 if name == "int8_conv" else 4, **kw):
+            ep = a[at] if len(a) > at else None
+            seen.append(tuple(ep.ops) if ep is not None else ())
+            return r(*a, **kw)
+
+        monkeypatch.setattr(qk, name, spy)
+    model, feeds = residual_block_model()
+    ref, gpu = quantised(model, feeds, "int8", fp16), quantised(model, feeds, "int8", fp16)
+    ref.compile(pygraphx.get_target("ref"))
+    gpu.compile(pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"})))
+    want = np.array(ref.run(feeds(0))[0])
+    for _ in range(2):
+        got = np.array(gpu.run(feeds(0))[0])
+    assert not gpu._executable.fallbacks
+    assert {("bias", "relu"), ("bias", "residual", "relu")} <= set(seen), seen
+    close_within(got, want, 2e-3 if fp16 else 1e-5)
