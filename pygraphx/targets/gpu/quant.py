@@ -336,18 +336,23 @@ def lower_gpu_quantizelinear(
     return _emit_quantise(ctx, ins, xi, one, run, torch.int8)
 
 
-def _emit_quantise(ctx, ins, xi: int, one: torch.Tensor, run, dtype: torch.dtype) -> bool:
-    """One step: `run(x, one, q)` into a fresh `dtype` tensor laid out as `x`."""
-    env = ctx.env
+def _elementwise(env: list, xi: int, one: torch.Tensor, run, dtype: torch.dtype):
+    """`() -> run(x, one, out)`'s fresh `out` of `dtype`, laid out as the dense `x`."""
 
     def produce() -> torch.Tensor:
         src = env[xi]
         if not _dense(src):
             src = src.contiguous()
-        q = torch.empty_like(src, dtype=dtype)
-        run(src, one, q)
-        return q
+        out = torch.empty_like(src, dtype=dtype)
+        run(src, one, out)
+        return out
 
+    return produce
+
+
+def _emit_quantise(ctx, ins, xi: int, one: torch.Tensor, run, dtype: torch.dtype) -> bool:
+    """One step: `run(x, one, q)` into a fresh `dtype` tensor laid out as `x`."""
+    produce = _elementwise(ctx.env, xi, one, run, dtype)
     return _emit_fresh(ctx, ins, produce, ctx.layout[xi])
 
 
@@ -366,16 +371,8 @@ def _lower_fake_fp8(ctx, ins, xi: int, one: torch.Tensor, triton: bool) -> bool:
     if user.shape.type() not in ("float_type", "half_type", "bf16_type"):
         return False
     run = qk.fake_quantise_fp8 if triton else qk.eager_fake_quantise_fp8
-    env, dtype, layout = ctx.env, torch_dtype(user.shape.dtype()), ctx.layout[xi]
-
-    def produce() -> torch.Tensor:
-        src = env[xi]
-        if not _dense(src):
-            src = src.contiguous()
-        out = torch.empty_like(src, dtype=dtype)
-        run(src, one, out)
-        return out
-
+    produce = _elementwise(ctx.env, xi, one, run, torch_dtype(user.shape.dtype()))
+    layout = ctx.layout[xi]
     return defer(ctx, ins, user, lambda c, u: _emit_fresh(c, u, produce, layout))
 
 

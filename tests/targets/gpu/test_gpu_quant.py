@@ -94,6 +94,18 @@ def run_both(kind: str, fp16: bool, **settings) -> tuple[list, list, pygraphx.Pr
     return got, want, gpu
 
 
+def first_output_both(model, feeds, fp16: bool) -> tuple[np.ndarray, np.ndarray, pygraphx.Program]:
+    """(gpu's first int8 output, ref's, the gpu program) on `feeds(0)`, with no fallbacks."""
+    ref, gpu = quantised(model, feeds, "int8", fp16), quantised(model, feeds, "int8", fp16)
+    ref.compile(pygraphx.get_target("ref"))
+    gpu.compile(pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"})))
+    want = np.array(ref.run(feeds(0))[0])
+    for _ in range(2):  # on a GPU: capture, then replay
+        got = np.array(gpu.run(feeds(0))[0])
+    assert not gpu._executable.fallbacks
+    return got, want, gpu
+
+
 def rel_rms(got: np.ndarray, want: np.ndarray) -> float:
     got, want = got.astype(np.float64), want.astype(np.float64)
     return float(np.sqrt(np.mean((got - want) ** 2) / np.mean(want**2)))
@@ -283,13 +295,7 @@ def test_int8_implicit_gemm_convolution_matches_ref(monkeypatch) -> None:
     def feeds(seed: int) -> dict[str, np.ndarray]:
         return {"img": np.random.default_rng(seed).standard_normal((2, 64, 6, 6), np.float32)}
 
-    ref, gpu = quantised(model, feeds, "int8", False), quantised(model, feeds, "int8", False)
-    ref.compile(pygraphx.get_target("ref"))
-    gpu.compile(pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"})))
-    want = np.array(ref.run(feeds(0))[0])
-    for _ in range(2):
-        got = np.array(gpu.run(feeds(0))[0])
-    assert not gpu._executable.fallbacks
+    got, want, gpu = first_output_both(model, feeds, False)
     assert len({tuple(c[1]) for c in calls}) == 2  # both (strides 1 and 2) ran as int8_conv
     close_within(got, want, 1e-5)
 
@@ -348,13 +354,6 @@ def test_int8_gemm_epilogues_match_ref(fp16: bool, monkeypatch) -> None:
             return r(*a, **kw)
 
         monkeypatch.setattr(qk, name, spy)
-    model, feeds = residual_block_model()
-    ref, gpu = quantised(model, feeds, "int8", fp16), quantised(model, feeds, "int8", fp16)
-    ref.compile(pygraphx.get_target("ref"))
-    gpu.compile(pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"})))
-    want = np.array(ref.run(feeds(0))[0])
-    for _ in range(2):
-        got = np.array(gpu.run(feeds(0))[0])
-    assert not gpu._executable.fallbacks
+    got, want, _ = first_output_both(*residual_block_model(), fp16)
     assert {("bias", "relu"), ("bias", "residual", "relu")} <= set(seen), seen
     close_within(got, want, 2e-3 if fp16 else 1e-5)
