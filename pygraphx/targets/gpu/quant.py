@@ -277,6 +277,23 @@ def _lower_runtime(ctx: LoweringContext, ins: Instruction, triton: bool) -> bool
     return True
 
 
+_HALF_BMM: dict[str, bool] = {}
+
+
+def _half_bmm_to_float(device: torch.device) -> bool:
+    """Whether this torch has `bmm(half, half, out_dtype=float32)` on `device` (checked once;
+    without it the float32 `bmm` runs, and a log line says so)."""
+    key = str(device)
+    if key not in _HALF_BMM:
+        x = torch.ones((1, 2, 2), dtype=torch.float16, device=device)
+        try:
+            _HALF_BMM[key] = torch.bmm(x, x, out_dtype=torch.float32).dtype == torch.float32
+        except (RuntimeError, TypeError, NotImplementedError) as exc:
+            log.warning("gpu int8/fp8 activation products: float32 bmm (no half bmm: %s)", exc)
+            _HALF_BMM[key] = False
+    return _HALF_BMM[key]
+
+
 def runtime_sums(device: torch.device, m: int, k: int, n: int, left, right):
     """`() -> (rows, n)` float32 sums of the batched product of two int8 / fp8 activations.
     On CUDA both go to half (exact for int8 and fp8 e4m3 values) and one half tensor-core
@@ -284,7 +301,7 @@ def runtime_sums(device: torch.device, m: int, k: int, n: int, left, right):
     float32, so int8 sums are exact for K <= 1023 as a float32 GEMM's are, at half the bytes
     and tensor-core speed. Elsewhere a float32 `bmm`."""
     f32, f16 = torch.float32, torch.float16
-    if device.type == "cuda":
+    if device.type == "cuda" and _half_bmm_to_float(device):
 
         def sums() -> torch.Tensor:
             x, y = left().reshape(-1, m, k).to(f16), right().reshape(-1, k, n).to(f16)
