@@ -35,7 +35,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_kernels as qk
-from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, deferred_epilogue
+from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, bind_quantised, deferred_epilogue
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
@@ -79,13 +79,14 @@ def dequantised_product(
         wt = w.t().contiguous()
         gemm = qk.int8_gemm
 
-        def fused(x, scale, out, epilogue=None, residual=None) -> None:
-            gemm(x if x.stride(-1) == 1 else x.contiguous(), wt, scale, out, epilogue, residual)
+        def fused(x, scale, out, epilogue=None, residual=None, qout=None) -> None:
+            x = x if x.stride(-1) == 1 else x.contiguous()
+            gemm(x, wt, scale, out, epilogue, residual, qout)
 
         return fused
     library, finish = IntGemm(w, rows, device), epilogue(triton)
 
-    def unfused(x, scale, out, epilogue=None, residual=None) -> None:
+    def unfused(x, scale, out, epilogue=None, residual=None, qout=None) -> None:
         assert epilogue is None, "the library GEMM takes no epilogue"
         finish(library(x), scale, out)
 
@@ -208,20 +209,24 @@ def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: b
 
     dtype, lens = torch_dtype(user.shape.dtype()), tuple(user.shape.lens())
 
-    def producer(plan: EpiloguePlan | None) -> Callable[[], torch.Tensor]:
+    def emit(c: LoweringContext, at: Instruction, plan: EpiloguePlan | None) -> bool:
         ep = None if plan is None else plan.epilogue
         residual = (lambda: None) if plan is None else plan.residual_rows(env, _rows(rows, n))
+        holder = {} if plan is None else bind_quantised(c, plan, STANDARD)
 
         def produce() -> torch.Tensor:
             out = torch.empty(lens, dtype=dtype, device=env[a].device)
-            product(env[a].reshape(rows, k), scale, out.view(rows, n), ep, residual())
+            q = None
+            if plan is not None and plan.quantise is not None:
+                q = holder["q"] = torch.empty(lens, dtype=torch.int8, device=out.device)
+            x = env[a].reshape(rows, k)
+            product(
+                x, scale, out.view(rows, n), ep, residual(), None if q is None else q.view(rows, n)
+            )
             return out
 
-        return produce
-
-    def emit(c: LoweringContext, at: Instruction, plan: EpiloguePlan | None) -> bool:
         # a new tensor, not the user's arena slot: one kernel reads the input while it writes
-        return _emit_fresh(c, at, producer(plan))
+        return _emit_fresh(c, at, produce)
 
     def fuse(c: LoweringContext, u: Instruction) -> bool:
         if int8_gemm_choice(triton) == "triton" and deferred_epilogue(c, u, -1, n, emit):

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_kernels as qk
 from pygraphx.targets.gpu.quant import IntGemm, dequantised_product, int8_gemm_choice
-from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, deferred_epilogue
+from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, bind_quantised, deferred_epilogue
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
@@ -174,10 +174,17 @@ def _lower_fused_gemm(ctx, ins, geo: Geometry, weights, wmat, fused, triton: boo
     def emit(c: LoweringContext, at: Instruction, plan: EpiloguePlan | None) -> bool:
         ep = None if plan is None else plan.epilogue
         residual = (lambda: None) if plan is None else plan.residual_rows(env, rows)
+        holder = {} if plan is None else bind_quantised(c, plan, CHANNELS_LAST)
+        quantise = plan is not None and plan.quantise is not None
+        flat = (geo.rows, geo.c_out)
 
         def produce() -> torch.Tensor:
             out = torch.empty(nhwc, dtype=dtype, device=env[xi].device)
-            product(columns(env[xi]), scale, out.view(geo.rows, geo.c_out), ep, residual())
+            q = torch.empty(nhwc, dtype=torch.int8, device=out.device) if quantise else None
+            qv = None if q is None else q.view(flat)
+            product(columns(env[xi]), scale, out.view(flat), ep, residual(), qv)
+            if q is not None:
+                holder["q"] = q.permute(0, 3, 1, 2)
             return out.permute(0, 3, 1, 2)
 
         # a new tensor, not the user's arena slot: one kernel reads the input while it
@@ -210,8 +217,8 @@ def implicit_conv(weights: torch.Tensor, geo: Geometry) -> Callable:
     geometry = (geo.kw, geo.stride, geo.pad, geo.dilation, geo.ho, geo.wo)
     conv = qk.int8_conv
 
-    def run(x, scale, out, epilogue=None, residual=None) -> None:
-        conv(x, wt, scale, out, geometry, epilogue, residual)
+    def run(x, scale, out, epilogue=None, residual=None, qout=None) -> None:
+        conv(x, wt, scale, out, geometry, epilogue, residual, qout)
 
     return run
 

@@ -10,7 +10,9 @@ that group is the dequantise's only user and its body is at most three of
 
 the group runs inside the GEMM (`quant_kernels.Epilogue`): its output is written once, not
 written by the GEMM, read and written again by the group. Each op is rounded to the group's
-type as the unfused op stores it, so the numbers are the unfused program's.
+type as the unfused op stores it, so the numbers are the unfused program's. When the group
+has an int8 `quantizelinear` user with one constant scale (the next layer's input), the
+kernel writes that int8 tensor too, and the float one only if something else reads it.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_kernels as qk
 from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh
 from pygraphx.targets.torch_lowering.registry import defer
 
-__all__ = ["EpiloguePlan", "deferred_epilogue", "epilogue_plan"]
+__all__ = ["EpiloguePlan", "bind_quantised", "deferred_epilogue", "epilogue_plan"]
 
 
 @dataclass
@@ -35,6 +39,8 @@ class EpiloguePlan:
     group: Instruction
     epilogue: qk.Epilogue
     residual: int | None
+    #: the group's int8 `quantizelinear` user the kernel also computes (None: it runs alone)
+    quantise: Instruction | None = None
 
     def residual_rows(self, env: list, rows: Callable[[torch.Tensor], torch.Tensor]):
         """`() -> (rows, channels)` view of the residual (`rows` flattens it), or None."""
@@ -42,6 +48,19 @@ class EpiloguePlan:
             return lambda: None
         slot = self.residual
         return lambda: _unit_inner(rows(env[slot]))
+
+
+def bind_quantised(ctx: LoweringContext, plan: EpiloguePlan, layout: str) -> dict:
+    """Make the plan's `quantizelinear` (when it has one) take the int8 tensor the GEMM step
+    leaves in the returned holder under "q" (its own step only binds it); {} otherwise."""
+    holder: dict = {}
+    if plan.quantise is not None:
+
+        def bound(c: LoweringContext, q: Instruction) -> bool:
+            return _emit_fresh(c, q, lambda: holder["q"], layout)
+
+        ctx.fusers[id(plan.quantise)] = bound
+    return holder
 
 
 def _unit_inner(t: torch.Tensor) -> torch.Tensor:
@@ -126,8 +145,11 @@ def _plan_body(ctx, user: Instruction, group: Instruction, axis: int, n: int):
         if ins.is_param() or ins.is_literal():
             continue
         if ins.is_return():
-            ok = len(ins.inputs) == 1 and ins.inputs[0] is running and len(ops) <= 3
-            return EpiloguePlan(group, qk.Epilogue(ops, bias), residual) if ok else None
+            if len(ins.inputs) != 1 or ins.inputs[0] is not running or len(ops) > 3:
+                return None
+            quantise, scale, store = quantising_user(ctx, group)
+            epilogue = qk.Epilogue(ops, bias, scale, store)
+            return EpiloguePlan(group, epilogue, residual, quantise)
         if ins.op.name == "relu" and list(ins.inputs) == [running]:
             ops.append("relu")
         elif ins.op.name == "add" and len(ins.inputs) == 2 and running in ins.inputs:
@@ -148,6 +170,30 @@ def _plan_body(ctx, user: Instruction, group: Instruction, axis: int, n: int):
             return None
         running = ins
     return None
+
+
+def quantising_user(ctx: LoweringContext, group: Instruction):
+    """(the int8 `quantizelinear` of `group` with one constant scale, that scale as a float32
+    tensor, whether the group's float value is still needed) or (None, None, True)."""
+    users = [u for u in group.outputs if u.op.name == "quantizelinear"]
+    if len(users) != 1 or len(users[0].inputs) != 2 or users[0].inputs[0] is not group:
+        return None, None, True
+    quantise = users[0]
+    if quantise.shape.type() != "int8_type":
+        return None, None, True
+    value = _literal_behind(quantise.inputs[1])
+    if value is None or value.size == 0 or not (value == value.flat[0]).all():
+        return None, None, True
+    scale = torch.tensor([float(value.flat[0])], dtype=torch.float32, device=ctx.device)
+    returned = any(group in r.inputs for r in ctx.module.instructions if r.is_return())
+    return quantise, scale, len(group.outputs) > 1 or returned
+
+
+def _literal_behind(x: Instruction) -> np.ndarray | None:
+    """The values of the literal `x` broadcasts or reshapes, else None."""
+    while x.op.name in ("multibroadcast", "broadcast", "reshape", "contiguous"):
+        x = x.inputs[0]
+    return np.asarray(x.get_literal().array) if x.is_literal() else None
 
 
 def _same(x: Instruction, group: Instruction) -> bool:

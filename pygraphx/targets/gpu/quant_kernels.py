@@ -142,7 +142,8 @@ def _epilogue_op(y, code: tl.constexpr, rows, cols, mask, bias_ptr, res_ptr, str
 @triton.jit
 def _store_dequantised(
     acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-    E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    qs_ptr, q_ptr, stride_qm, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
 ):  # fmt: skip
     ty = out_ptr.dtype.element_ty
     s = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
@@ -151,13 +152,21 @@ def _store_dequantised(
     y = _epilogue_op(y, E0, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
     y = _epilogue_op(y, E1, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
     y = _epilogue_op(y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
-    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
+    if STORE:
+        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
+    if QUANT:  # the int8 quantise of the stored value (`_quantise_int8_kernel`'s arithmetic)
+        v = tl.math.div_rn(y.to(ty).to(tl.float32), tl.load(qs_ptr).to(tl.float32))
+        v = tl.minimum(tl.maximum(v, -128.0), 127.0)
+        v = tl.where(v != v, -128.0, (v + MAGIC) - MAGIC)
+        tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], v.to(tl.int8), mask=mask)
 
 
 @triton.jit
 def _int8_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, stride_am, stride_wn, stride_om,
-    bias_ptr, res_ptr, stride_rm, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
+    E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -176,7 +185,7 @@ def _int8_gemm_kernel(
         acc = tl.dot(a, w, acc, out_dtype=tl.int32)
     _store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-        E0, E1, E2,
+        qs_ptr, q_ptr, stride_qm, E0, E1, E2, QUANT, STORE, MAGIC,
     )  # fmt: skip
 
 
@@ -184,7 +193,9 @@ def _int8_gemm_kernel(
 def _int8_conv_kernel(
     x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw,
     stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
-    bias_ptr, res_ptr, stride_rm, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
+    E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -207,7 +218,7 @@ def _int8_conv_kernel(
         acc = tl.dot(a, w, acc, out_dtype=tl.int32)
     _store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-        E0, E1, E2,
+        qs_ptr, q_ptr, stride_qm, E0, E1, E2, QUANT, STORE, MAGIC,
     )  # fmt: skip
 
 
@@ -283,30 +294,44 @@ def _timed(t: torch.Tensor) -> bool:
 class Epilogue:
     """Element-wise ops after a product's dequantise, in order (at most three): `"bias"`
     (+ `bias[col]`), `"residual"` (+ `residual[row, col]`, a 2-D view with unit inner stride),
-    `"relu"`; each rounded to the output's type as the unfused op would store it."""
+    `"relu"`; each rounded to the output's type as the unfused op would store it. With
+    `quant_scale` (one float32 value) the result is also quantised to int8 into `qout`
+    (`quantise_int8`'s arithmetic); `store=False` skips writing the float result."""
 
     CODES = {"bias": 1, "residual": 2, "relu": 3}
 
-    def __init__(self, ops, bias: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        ops,
+        bias: torch.Tensor | None = None,
+        quant_scale: torch.Tensor | None = None,
+        store: bool = True,
+    ) -> None:
         if len(ops) > 3 or any(op not in self.CODES for op in ops):
             raise ValueError(f"unsupported epilogue {ops}")
-        self.ops, self.bias = list(ops), bias
+        self.ops, self.bias, self.quant_scale, self.store = list(ops), bias, quant_scale, store
         self.codes = [self.CODES[op] for op in ops] + [0] * (3 - len(ops))
 
-    def args(self, scale: torch.Tensor, residual: torch.Tensor | None) -> tuple:
-        """(bias pointer, residual pointer, residual row stride) for the kernel."""
+    def args(self, scale: torch.Tensor, residual, qout) -> tuple:
+        """(bias, residual, its row stride, quantise scale, int8 out, its row stride)."""
         bias = self.bias if self.bias is not None else scale
         res = residual if residual is not None else scale
-        return (bias, res, residual.stride(0) if residual is not None else 0)
+        qs = self.quant_scale if self.quant_scale is not None else scale
+        q = qout if qout is not None else scale
+        rs = residual.stride(0) if residual is not None else 0
+        return (bias, res, rs, qs, q, qout.stride(0) if qout is not None else 0)
 
 
 NO_EPILOGUE = Epilogue(())
 
 
-def _epilogue_args(scale, epilogue: Epilogue | None, residual) -> tuple[tuple, dict[str, int]]:
+def _epilogue_args(scale, epilogue: Epilogue | None, residual, qout=None) -> tuple[tuple, dict]:
     ep = epilogue or NO_EPILOGUE
+    if (ep.quant_scale is None) != (qout is None):
+        raise ValueError("an epilogue that quantises needs the int8 output, and only it")
     e0, e1, e2 = ep.codes
-    return ep.args(scale, residual), {"E0": e0, "E1": e1, "E2": e2}
+    flags = {"QUANT": qout is not None, "STORE": ep.store, "MAGIC": _MAGIC}
+    return ep.args(scale, residual, qout), {"E0": e0, "E1": e1, "E2": e2, **flags}
 
 
 def int8_gemm(
@@ -316,6 +341,7 @@ def int8_gemm(
     out: torch.Tensor,
     epilogue: Epilogue | None = None,
     residual: torch.Tensor | None = None,
+    qout: torch.Tensor | None = None,
 ) -> None:
     """`out = epilogue(float32(a @ wt.T) * scale)` for int8 `a` (M, K) and `wt` (N, K), unit
     inner strides, float32 `scale` (N,), any float `out` (M, N). On CUDA the tiles are
@@ -324,7 +350,7 @@ def int8_gemm(
     n = wt.shape[0]
     if m == 0 or n == 0:
         return
-    extra, codes = _epilogue_args(scale, epilogue, residual)
+    extra, codes = _epilogue_args(scale, epilogue, residual, qout)
     args = (a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0), *extra)
     if _timed(a):
         _tuned_kernel("gemm")[_tuned_grid](*args, **codes)
@@ -345,6 +371,7 @@ def int8_conv(
     geometry: tuple,
     epilogue: Epilogue | None = None,
     residual: torch.Tensor | None = None,
+    qout: torch.Tensor | None = None,
 ) -> None:
     """Implicit-GEMM convolution: `out[(n, ho, wo), c_out] = float32(sum x * w) * scale[c_out]`
     for the channels-last int8 `x` (N, C, H, W), `wt` (C_out, kh*kw*C) in (kh, kw, c) order,
@@ -361,7 +388,7 @@ def int8_conv(
         x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw,
         wt.stride(0), out.stride(0), sh, sw, ph, pw, dh, dw, kw,
     )  # fmt: skip
-    extra, codes = _epilogue_args(scale, epilogue, residual)
+    extra, codes = _epilogue_args(scale, epilogue, residual, qout)
     if _timed(x):
         _tuned_kernel("conv")[_tuned_grid](*args, *extra, **codes)
         return

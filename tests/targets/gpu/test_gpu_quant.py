@@ -340,8 +340,8 @@ def residual_block_model():
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
 def test_int8_gemm_epilogues_match_ref(fp16: bool, monkeypatch) -> None:
-    """Bias, residual and ReLU groups run inside the Triton GEMMs (none left as steps of their
-    own), with the unfused program's numbers."""
+    """Bias, residual and ReLU groups run inside the Triton GEMMs, as does the int8 quantise of
+    the next layer's input, with the unfused program's numbers."""
     monkeypatch.setenv(INT8_CONV_ENV, "gemm")
     monkeypatch.setenv(INT8_GEMM_ENV, "triton")
     seen: list[tuple] = []
@@ -350,10 +350,14 @@ def test_int8_gemm_epilogues_match_ref(fp16: bool, monkeypatch) -> None:
 
         def spy(*a, r=real, at=5 if name == "int8_conv" else 4, **kw):
             ep = a[at] if len(a) > at else None
-            seen.append(tuple(ep.ops) if ep is not None else ())
+            if ep is not None:
+                seen.append((*ep.ops, "quantise" if ep.quant_scale is not None else "-"))
             return r(*a, **kw)
 
         monkeypatch.setattr(qk, name, spy)
     got, want, _ = first_output_both(*residual_block_model(), fp16)
-    assert {("bias", "relu"), ("bias", "residual", "relu")} <= set(seen), seen
+    # the first convolution's ReLU also writes the second's int8 input (and its float value,
+    # which the residual add reads)
+    want_ops = {("bias", "relu", "quantise"), ("bias", "residual", "relu", "-")}
+    assert want_ops <= set(seen), seen
     close_within(got, want, 2e-3 if fp16 else 1e-5)
