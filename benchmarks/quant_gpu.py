@@ -120,15 +120,25 @@ def variant(label: str, path: Path, env: dict[str, str], feeds, args) -> tuple[d
 QUANT_PRODUCTS = ("quant_dot", "quant_convolution")
 
 
-def step_kind(ins) -> str:
+def step_kind(ins, timed=lambda ins: True) -> str:
     """An instruction's op name; a fused group's with its inner ops; a dequantise that is its
-    product's epilogue (the product's step is timed under it) as `product+dequantise`."""
-    if ins.module_inputs:
-        return f"{ins.op.name}[{','.join(inner_op_names(ins))}]"
+    product's epilogue (the product's step is timed under it) as `product+dequantise`, and a
+    group that is the GEMM's epilogue too (its dequantise has no time: `timed`) as
+    `product+dequantise+group`."""
     source = ins.inputs[0].op.name if ins.inputs else ""
     if ins.op.name == "dequantizelinear" and source in QUANT_PRODUCTS:
         return f"{source}+dequantise"
-    return ins.op.name
+    if not ins.module_inputs:
+        return ins.op.name
+    kind = f"{ins.op.name}[{','.join(inner_op_names(ins))}]"
+    for x in ins.inputs:
+        if (
+            x.op.name == "dequantizelinear"
+            and not timed(x)
+            and x.inputs[0].op.name in QUANT_PRODUCTS
+        ):
+            return f"{x.inputs[0].op.name}+dequantise+{kind}"
+    return kind
 
 
 def device_profile(prog, feeds, runs: int, top: int) -> dict[str, Any]:
@@ -136,13 +146,18 @@ def device_profile(prog, feeds, runs: int, top: int) -> dict[str, Any]:
     the gpu target's device-event timing of each step, uncaptured)."""
     prof = profile_runs(prog, feeds, runs)
     steps = []
+
+    def timed(ins) -> bool:
+        return prof.average(ins) > 0
+
     for ins in prof.order:
         ms = prof.average(ins) * 1e3
         if ms > 0:
-            source = ins.inputs[0] if "+" in step_kind(ins) else ins
+            kind = step_kind(ins, timed)
+            source = ins.inputs[0] if kind.endswith("+dequantise") else ins
             ins_lens = " ".join(str(list(x.shape.lens())) for x in source.inputs)
             shape = f"{ins.shape.type()}{list(ins.shape.lens())} <- {ins_lens}"
-            steps.append({"kind": step_kind(ins), "ms": ms, "shape": shape})
+            steps.append({"kind": kind, "ms": ms, "shape": shape})
     kinds: dict[str, list[float]] = {}
     for step in steps:
         kinds.setdefault(step["kind"], []).append(step["ms"])
