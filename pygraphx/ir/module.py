@@ -3,7 +3,9 @@
 `add_parameter`, `add_literal`, `add_instruction` and `add_return` build a module in order;
 `insert_instruction`, `replace_instruction`, `replace_op` and `remove_instruction` edit it while
 keeping every use list right; `validate()` checks the invariants passes must preserve (inputs
-defined before use, use lists consistent, shapes as the operators compute them).
+defined before use, use lists consistent, shapes as the operators compute them). Edits keep the
+ONNX nodes instructions come from (`Instruction.source`): an inserted instruction takes those
+of the one it is inserted before, a replacement with none of its own those of the replaced.
 """
 
 from __future__ import annotations
@@ -76,12 +78,14 @@ class Module:
     ) -> Instruction:
         pos = self.position(before)
         ins = self._make(op, inputs, module_inputs)
+        ins.source = ins.source or before.source  # a rewrite of `before` computes its node
         self.instructions.insert(pos, ins)
         return ins
 
     def insert_literal(self, before: Instruction, value: Literal | np.ndarray) -> Instruction:
         lit = value if isinstance(value, Literal) else Literal(np.asarray(value))
         ins = Instruction(LiteralOp(lit), [], lit.get_shape(), self)
+        ins.source = ins.source or before.source
         self.instructions.insert(self.position(before), ins)
         return ins
 
@@ -107,7 +111,8 @@ class Module:
             raise ModuleError(f"instruction {ins.op.name} is not in module {self.name!r}") from None
 
     def replace_instruction(self, ins: Instruction, rep: Instruction) -> Instruction:
-        """Make every user of `ins` use `rep` instead (the shapes must match)."""
+        """Make every user of `ins` use `rep` instead (the shapes must match); a `rep` with no
+        ONNX node of its own takes those of `ins` (it computes that node's value now)."""
         if ins is rep:
             return rep
         if ins.shape.lens() != rep.shape.lens() or ins.shape.type() != rep.shape.type():
@@ -121,6 +126,8 @@ class Module:
             if user not in rep.outputs:
                 rep.outputs.append(user)
         ins.outputs = [rep] if rep in ins.outputs else []
+        if not rep.source and not rep.is_param():
+            rep.source = ins.source
         self._recompute_shapes(users)
         return rep
 
