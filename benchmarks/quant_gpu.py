@@ -2,6 +2,7 @@
 
     python benchmarks/quant_gpu.py                            # both models, every variant
     python benchmarks/quant_gpu.py --models bert_base --json out.json
+    python benchmarks/quant_gpu.py --profile --int8-gemms triton --conv-modes gemm
 
 Every variant compiles the same built-in ONNX model (`pygraphx.models`, random weights) for
 `get_target("gpu")` with its inputs on the device (`offload_copy=False`, no host copies timed):
@@ -22,6 +23,11 @@ batch). Timing: `--warmup` calls, then `--runs` calls each between two CUDA even
 in ms. Accuracy: the relative RMS error of the first output against `fp32` on the timing input
 (seed 0). `fallbacks` lists instructions that ran through numpy (they make a variant slow and
 say that a kernel is missing). Figures are comparable within one run of this script.
+
+`--profile`: after timing, each variant runs `--profile-runs` more times uncaptured with the
+gpu target's device-event profiling (the one `perf --gpu` uses: every step between two CUDA
+events, queued behind a spin kernel so no host time is in them) and prints its device time per
+step kind (op name; fused groups with their inner ops) and its `--top` slowest steps.
 """
 
 from __future__ import annotations
@@ -45,7 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import pygraphx  # noqa: E402
+from pygraphx.driver.perf import profile_runs  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
+from pygraphx.passes.fusion_policy import inner_op_names  # noqa: E402
 from pygraphx.targets.gpu.quant import INT8_GEMM_ENV  # noqa: E402
 from pygraphx.targets.gpu.quant_conv import INT8_CONV_ENV  # noqa: E402
 
@@ -104,16 +112,80 @@ def variant(label: str, path: Path, env: dict[str, str], feeds, args) -> tuple[d
     ms = time_ms(lambda: prog.run(feeds), args.warmup, args.runs)
     row = {"variant": label, "ms": ms, "graph": ex.graph is not None,
            "fallbacks": dict(ex.fallbacks), "prepare_s": prepare, "env": env}  # fmt: skip
+    if args.profile:
+        row["profile"] = device_profile(prog, feeds, args.profile_runs, args.top)
     return row, out
 
 
-def plans(name: str) -> list[tuple[str, str, dict[str, str]]]:
-    """(label, kind, environment) of every variant of model `name`."""
+QUANT_PRODUCTS = ("quant_dot", "quant_convolution")
+
+
+def step_kind(ins, timed=lambda ins: True) -> str:
+    """An instruction's op name; a fused group's with its inner ops; a dequantise that is its
+    product's epilogue (the product's step is timed under it) as `product+dequantise`, and a
+    group that is the GEMM's epilogue too (its dequantise has no time: `timed`) as
+    `product+dequantise+group`."""
+    source = ins.inputs[0].op.name if ins.inputs else ""
+    if ins.op.name == "dequantizelinear" and source in QUANT_PRODUCTS:
+        return f"{source}+dequantise"
+    if not ins.module_inputs:
+        return ins.op.name
+    kind = f"{ins.op.name}[{','.join(inner_op_names(ins))}]"
+    for x in ins.inputs:
+        if (
+            x.op.name == "dequantizelinear"
+            and not timed(x)
+            and x.inputs[0].op.name in QUANT_PRODUCTS
+        ):
+            return f"{x.inputs[0].op.name}+dequantise+{kind}"
+    return kind
+
+
+def device_profile(prog, feeds, runs: int, top: int) -> dict[str, Any]:
+    """Per-run device ms of every step kind and of the `top` slowest steps (`profile_runs`:
+    the gpu target's device-event timing of each step, uncaptured)."""
+    prof = profile_runs(prog, feeds, runs)
+    steps = []
+
+    def timed(ins) -> bool:
+        return prof.average(ins) > 0
+
+    for ins in prof.order:
+        ms = prof.average(ins) * 1e3
+        if ms > 0:
+            kind = step_kind(ins, timed)
+            source = ins.inputs[0] if kind.endswith("+dequantise") else ins
+            ins_lens = " ".join(str(list(x.shape.lens())) for x in source.inputs)
+            shape = f"{ins.shape.type()}{list(ins.shape.lens())} <- {ins_lens}"
+            steps.append({"kind": kind, "ms": ms, "shape": shape})
+    kinds: dict[str, list[float]] = {}
+    for step in steps:
+        kinds.setdefault(step["kind"], []).append(step["ms"])
+    by_kind = sorted(
+        ({"kind": k, "ms": sum(v), "count": len(v)} for k, v in kinds.items()),
+        key=lambda r: r["ms"],
+        reverse=True,
+    )
+    total = sum(s["ms"] for s in steps)
+    print(f"    device time of the steps: {total:.3f} ms per run ({runs} profiled runs)")
+    for r in by_kind:
+        share = 100 * r["ms"] / total if total > 0 else 0.0
+        print(f"      {r['ms']:8.3f} ms {share:5.1f}%  x{r['count']:<4d} {r['kind']}")
+    print(f"    top {top} steps:")
+    for s in sorted(steps, key=lambda r: r["ms"], reverse=True)[:top]:
+        print(f"      {s['ms']:8.3f} ms  {s['kind']}  {s['shape']}")
+    return {"total_ms": total, "by_kind": by_kind, "steps": steps}
+
+
+def plans(
+    name: str, gemms=("triton", "cublas"), modes=("gemm", "mixed", "fp16")
+) -> list[tuple[str, str, dict[str, str]]]:
+    """(label, kind, environment) of every variant of model `name` (int8 rows for the GEMM
+    choices `gemms` and, with convolutions, the convolution modes `modes`)."""
     rows = [("fp32", "fp32", {}), ("fp16", "fp16", {})]
-    gemms = ("triton", "cublas")
     if name in CONV_MODELS:
-        for mode in ("gemm", "mixed", "fp16"):
-            for gemm in gemms if mode != "fp16" else ("triton",):
+        for mode in modes:
+            for gemm in gemms if mode != "fp16" else gemms[:1]:
                 env = {INT8_CONV_ENV: mode, INT8_GEMM_ENV: gemm}
                 rows.append((f"int8 conv={mode} gemm={gemm}", "int8", env))
     else:
@@ -131,7 +203,7 @@ def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any
     calib = [model_inputs(name, model, seed=k) for k in range(1, args.calib + 1)]
     files: dict[str, Path] = {}
     rows, want = [], None
-    for label, kind, env in plans(name):
+    for label, kind, env in plans(name, args.int8_gemms, args.conv_modes):
         if kind not in args.variants:
             continue
         if kind not in files:
@@ -161,6 +233,11 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--int8-gemms", nargs="+", default=["triton", "cublas"])
+    ap.add_argument("--conv-modes", nargs="+", default=["gemm", "mixed", "fp16"])
+    ap.add_argument("--profile", action="store_true", help="device time per step kind (see above)")
+    ap.add_argument("--profile-runs", type=int, default=3)
+    ap.add_argument("--top", type=int, default=15, help="slowest steps printed with --profile")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("quant_gpu.py needs a CUDA/ROCm GPU", file=sys.stderr)

@@ -11,7 +11,7 @@ smoothing, `smooth.py`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,14 +47,13 @@ class AbsStatistic:
         self.channels = channels
 
     def add(self, value: np.ndarray) -> None:
-        if self.channels and np.ndim(value) >= 1:
-            per = np.abs(np.asarray(value, dtype=np.float64))
-            per = np.where(np.isfinite(per), per, 0.0).reshape(-1, per.shape[-1]).max(axis=0)
+        mag, finite = _magnitudes(value)
+        if self.channels and mag.ndim >= 1:
+            per = mag.reshape(-1, mag.shape[-1]).max(axis=0).astype(np.float64)
             self.channel_max = (
                 per if self.channel_max is None else np.maximum(self.channel_max, per)
             )
-        mag = np.abs(np.asarray(value, dtype=np.float64)).ravel()
-        mag = mag[np.isfinite(mag)]
+        mag = mag.ravel() if finite is None else finite
         if mag.size == 0:
             return
         self.max = max(self.max, float(mag.max()))
@@ -63,7 +62,7 @@ class AbsStatistic:
         if self.method == "percentile":
             if mag.size > SUBSAMPLE:
                 mag = self.rng.choice(mag, SUBSAMPLE, replace=False)
-            self.kept.append(mag)
+            self.kept.append(mag.astype(np.float64))
 
     def crest(self) -> float:
         """max |x| / rms(x) over every value seen (1.0 when nothing or only zeros were seen):
@@ -76,6 +75,22 @@ class AbsStatistic:
         if self.method == "max" or not self.kept:
             return self.max
         return float(np.percentile(np.concatenate(self.kept), self.percentile))
+
+
+def _magnitudes(value: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """(|value| in float32 (float64 stays) with non-finite values as 0, the finite magnitudes
+    flattened or None when all are finite): one pass over memory in the common case (float64
+    copies of every activation made calibration slow)."""
+    arr = np.asarray(value)
+    if arr.dtype != np.float64:
+        arr = arr.astype(np.float32, copy=False)
+    mag = np.abs(arr)
+    if mag.size == 0 or np.isfinite(mag.max()):
+        return mag, None
+    finite = np.isfinite(mag)
+    kept = mag[finite]
+    mag[~finite] = 0.0
+    return mag, kept
 
 
 def expose(prog: Program, positions: Sequence[int]) -> tuple[Program, int]:
@@ -95,17 +110,17 @@ def expose(prog: Program, positions: Sequence[int]) -> tuple[Program, int]:
 
 def observe(
     prog: Program, target: Any, positions: Sequence[int], samples: Sequence[Mapping[str, Any]]
-) -> list[list[np.ndarray]]:
-    """For each sample, [the program's outputs..., the values at `positions`...] as arrays,
-    computed by `prog` compiled for `target` (a copy; `prog` itself is not compiled)."""
+) -> Iterator[list[np.ndarray]]:
+    """For each sample in turn, [the program's outputs..., the values at `positions`...] as
+    arrays, computed by `prog` compiled for `target` (a copy; `prog` itself is not compiled).
+    One sample's values at a time: every activation of a large model over all samples does not
+    fit in memory."""
     copy, _ = expose(prog, positions)
     copy.compile(target)
-    results = []
     for k, sample in enumerate(samples):
         if not isinstance(sample, Mapping):
             raise QuantizeError(
                 f"calibration sample {k} is a {type(sample).__name__}; each sample must map "
                 "input names to arrays/arguments"
             )
-        results.append([np.asarray(v) for v in copy.run(dict(sample))])
-    return results
+        yield [np.asarray(v) for v in copy.run(dict(sample))]

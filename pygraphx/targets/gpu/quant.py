@@ -5,16 +5,20 @@
   at prepare, the activation at run time into a private buffer (announced with a log line);
   zero padding leaves every sum unchanged. When its only user is the `dequantizelinear` with the
   folded per-column scale (`passes/fold_qdq.py`), that dequantise is the GEMM's epilogue
-  (`quant_kernels.dequantise`: one kernel, int32 in, the user's float type out).
+  (`quant_kernels.dequantise`: one kernel, int32 in, the user's float type out); with Triton
+  GEMMs, so is a bias / residual / ReLU group after it (`quant_epilogue.py`).
 * `quant_dot` of fp8 e4m3 x fp8 e4m3 with a constant right-hand side (`passes/fold_fp8.py`
   makes them): `torch._scaled_mm` with unit scales and float32 output (the sums of exact fp8
   products in float32); its scale multiply stays a `mul` that the element-wise group after it
   absorbs.
-* `quant_dot` of two int8 activations (attention's products): a float32 batched GEMM of the
-  int8 values, exact while 128 * 128 * K < 2**24 (K <= 1024), declined beyond; of two fp8
-  activations: the same (float32 sums of exact products, as the reference computes them).
-* `quantizelinear` to int8 with one scale: `quant_kernels.quantise_int8` (one pass); to fp8
-  e4m3: divide, clamp to +-448, cast (torch rounds to nearest even).
+* `quant_dot` of two int8 activations (attention's products): a batched GEMM of the int8
+  values as half with float32 accumulation and output (`runtime_sums`; float32 off CUDA),
+  exact while 128 * 128 * K < 2**24 (K <= 1023), declined beyond; of two fp8 activations: the
+  same (float32 sums of exact products, as the reference computes them).
+* `quantizelinear` with one scale: `quant_kernels.quantise_int8` / `quantise_fp8` (one pass
+  each); to fp8 with a `dequantizelinear` of the same scale as its only user (an fp8
+  round trip before a product kept in float, e.g. fp8 convolutions): both as one pass
+  (`fake_quantise_fp8`), no fp8 tensor; fp8 with other scales: divide, clamp to +-448, cast.
 * `quant_convolution` (`quant_conv.py`).
 
 Everything else (and any case declined here) goes to the torch lowering, which on a GPU sends
@@ -31,6 +35,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_kernels as qk
+from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, bind_quantised, deferred_epilogue
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
@@ -67,18 +72,25 @@ def dequantised_product(
     w: torch.Tensor, rows: int, device: torch.device, triton: bool
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]:
     """`(x, scale, out)`: `out = float32(x @ w) * scale` for int8 `x` (rows, K) and the
-    constant int8 `w` (K, N): one Triton kernel (`quant_kernels.int8_gemm`), or
-    `torch._int_mm` and the dequantise kernel (`PGX_GPU_INT8_GEMM`)."""
+    constant int8 `w` (K, N): one Triton kernel (`quant_kernels.int8_gemm`, which also takes
+    `epilogue` and `residual`), or `torch._int_mm` and the dequantise kernel
+    (`PGX_GPU_INT8_GEMM`)."""
     if int8_gemm_choice(triton) == "triton":
         wt = w.t().contiguous()
         gemm = qk.int8_gemm
 
-        def fused(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
-            gemm(x if x.stride(-1) == 1 else x.contiguous(), wt, scale, out)
+        def fused(x, scale, out, epilogue=None, residual=None, qout=None) -> None:
+            x = x if x.stride(-1) == 1 else x.contiguous()
+            gemm(x, wt, scale, out, epilogue, residual, qout)
 
         return fused
     library, finish = IntGemm(w, rows, device), epilogue(triton)
-    return lambda x, scale, out: finish(library(x), scale, out)
+
+    def unfused(x, scale, out, epilogue=None, residual=None, qout=None) -> None:
+        assert epilogue is None, "the library GEMM takes no epilogue"
+        finish(library(x), scale, out)
+
+    return unfused
 
 
 def column_scale(ctx: LoweringContext, user: Instruction, n: int) -> torch.Tensor | None:
@@ -197,18 +209,37 @@ def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: b
 
     dtype, lens = torch_dtype(user.shape.dtype()), tuple(user.shape.lens())
 
-    def produce() -> torch.Tensor:
-        out = torch.empty(lens, dtype=dtype, device=env[a].device)
-        product(env[a].reshape(rows, k), scale, out.view(rows, n))
-        return out
+    def emit(c: LoweringContext, at: Instruction, plan: EpiloguePlan | None) -> bool:
+        ep = None if plan is None else plan.epilogue
+        residual = (lambda: None) if plan is None else plan.residual_rows(env, _rows(rows, n))
+        holder = {} if plan is None else bind_quantised(c, plan, STANDARD)
+
+        def produce() -> torch.Tensor:
+            out = torch.empty(lens, dtype=dtype, device=env[a].device)
+            q = None
+            if plan is not None and plan.quantise is not None:
+                q = holder["q"] = torch.empty(lens, dtype=torch.int8, device=out.device)
+            x = env[a].reshape(rows, k)
+            product(
+                x, scale, out.view(rows, n), ep, residual(), None if q is None else q.view(rows, n)
+            )
+            return out
+
+        # a new tensor, not the user's arena slot: one kernel reads the input while it writes
+        return _emit_fresh(c, at, produce)
 
     def fuse(c: LoweringContext, u: Instruction) -> bool:
-        # a new tensor, not the user's arena slot: one kernel reads the input while it writes
-        return _emit_fresh(c, u, produce)
+        if int8_gemm_choice(triton) == "triton" and deferred_epilogue(c, u, -1, n, emit):
+            return True
+        return emit(c, u, None)
 
     if defer(ctx, ins, user, fuse):
         return True
     return _lower_fixed_unfused(ctx, ins, gemm_type(w, rows, ctx.device), rows, k, n)
+
+
+def _rows(rows: int, n: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda t: t.reshape(rows, n)
 
 
 def _lower_fixed_unfused(ctx, ins, gemm, rows: int, k: int, n: int) -> bool:
@@ -230,11 +261,7 @@ def _lower_runtime(ctx: LoweringContext, ins: Instruction, triton: bool) -> bool
     env = ctx.env
     m, k = ins.inputs[0].shape.lens()[-2:]
     n = ins.shape.lens()[-1]
-    f32 = torch.float32
-
-    def sums() -> torch.Tensor:
-        x, y = env[a].reshape(-1, m, k).to(f32), env[b].reshape(-1, k, n).to(f32)
-        return torch.bmm(x, y).view(-1, n)
+    sums = runtime_sums(ctx.device, m, k, n, lambda: env[a], lambda: env[b])
 
     fused = dequantising_user(ctx, ins, n)
     if fused is not None:
@@ -255,43 +282,120 @@ def _lower_runtime(ctx: LoweringContext, ins: Instruction, triton: bool) -> bool
     return True
 
 
+_HALF_BMM: dict[str, bool] = {}
+
+
+def _half_bmm_to_float(device: torch.device) -> bool:
+    """Whether this torch has `bmm(half, half, out_dtype=float32)` on `device` (checked once;
+    without it the float32 `bmm` runs, and a log line says so)."""
+    key = str(device)
+    if key not in _HALF_BMM:
+        x = torch.ones((1, 2, 2), dtype=torch.float16, device=device)
+        try:
+            _HALF_BMM[key] = torch.bmm(x, x, out_dtype=torch.float32).dtype == torch.float32
+        except (RuntimeError, TypeError, NotImplementedError) as exc:
+            log.warning("gpu int8/fp8 activation products: float32 bmm (no half bmm: %s)", exc)
+            _HALF_BMM[key] = False
+    return _HALF_BMM[key]
+
+
+def runtime_sums(device: torch.device, m: int, k: int, n: int, left, right):
+    """`() -> (rows, n)` float32 sums of the batched product of two int8 / fp8 activations.
+    On CUDA both go to half (exact for int8 and fp8 e4m3 values) and one half tensor-core
+    `bmm` accumulates in float32 (`out_dtype`): the products of int8 / fp8 values are exact in
+    float32, so int8 sums are exact for K <= 1023 as a float32 GEMM's are, at half the bytes
+    and tensor-core speed. Elsewhere a float32 `bmm`."""
+    f32, f16 = torch.float32, torch.float16
+    if device.type == "cuda" and _half_bmm_to_float(device):
+
+        def sums() -> torch.Tensor:
+            x, y = left().reshape(-1, m, k).to(f16), right().reshape(-1, k, n).to(f16)
+            return torch.bmm(x, y, out_dtype=f32).view(-1, n)
+
+        return sums
+
+    def sums_f32() -> torch.Tensor:
+        x, y = left().reshape(-1, m, k).to(f32), right().reshape(-1, k, n).to(f32)
+        return torch.bmm(x, y).view(-1, n)
+
+    return sums_f32
+
+
+def one_scale(ctx: LoweringContext, si: int) -> torch.Tensor | None:
+    """The constant scale at slot `si` as a one-element float32 tensor when all its values are
+    equal, else None."""
+    scale = ctx.constant(si)
+    if scale is None or scale.numel() == 0:
+        return None
+    flat = scale.reshape(-1)
+    if not bool((flat == flat[0]).all()):
+        return None
+    return flat[:1].to(torch.float32).contiguous()
+
+
 def lower_gpu_quantizelinear(
     ctx: LoweringContext, ins: Instruction, fallback: Lowering, triton: bool
 ) -> bool:
-    """int8 with one scale as one Triton pass; fp8 e4m3 with torch ops; else `fallback`."""
-    x, s = ins.inputs[:2]
+    """int8 or fp8 e4m3 with one constant scale as one pass (Triton, or torch ops without it);
+    fp8 with a dequantise as its only user as one round-trip pass into the user's type (a
+    product kept in float: fp8 convolutions); other fp8 with torch ops; else `fallback`."""
+    x = ins.inputs[0]
     out_type = ins.shape.type()
     if len(ins.inputs) != 2 or x.shape.type() not in ("float_type", "half_type", "bf16_type"):
         return fallback(ctx, ins)
     xi, si = ctx.args(ins)
-    scale = ctx.constant(si)
+    one = one_scale(ctx, si)
     if out_type == FP8:
-        return _lower_fp8_quantise(ctx, ins, xi, si)
-    if out_type != "int8_type" or scale is None or scale.numel() == 0:
+        if one is None:
+            return _lower_fp8_quantise(ctx, ins, xi, si)
+        if _lower_fake_fp8(ctx, ins, xi, one, triton):
+            return True
+        run = qk.quantise_fp8 if triton else qk.eager_quantise_fp8
+        return _emit_quantise(ctx, ins, xi, one, run, torch.float8_e4m3fn)
+    if out_type != "int8_type" or one is None:
         return fallback(ctx, ins)
-    flat = scale.reshape(-1)
-    if not bool((flat == flat[0]).all()):
-        return fallback(ctx, ins)
-    one = flat[:1].to(torch.float32).contiguous()
     run = qk.quantise_int8 if triton else qk.eager_quantise_int8
-    env, layout = ctx.env, ctx.layout[xi]
+    return _emit_quantise(ctx, ins, xi, one, run, torch.int8)
+
+
+def _elementwise(env: list, xi: int, one: torch.Tensor, run, dtype: torch.dtype):
+    """`() -> run(x, one, out)`'s fresh `out` of `dtype`, laid out as the dense `x`."""
 
     def produce() -> torch.Tensor:
         src = env[xi]
         if not _dense(src):
             src = src.contiguous()
-        q = torch.empty_like(src, dtype=torch.int8)
-        run(src, one, q)
-        return q
+        out = torch.empty_like(src, dtype=dtype)
+        run(src, one, out)
+        return out
 
-    idx = ctx.bind_dynamic(ins, layout)
-    ctx.mark_fresh(idx)
+    return produce
 
-    def step() -> None:
-        env[idx] = produce()
 
-    ctx.emit(step, ins, idx)
-    return True
+def _emit_quantise(ctx, ins, xi: int, one: torch.Tensor, run, dtype: torch.dtype) -> bool:
+    """One step: `run(x, one, q)` into a fresh `dtype` tensor laid out as `x`."""
+    produce = _elementwise(ctx.env, xi, one, run, dtype)
+    return _emit_fresh(ctx, ins, produce, ctx.layout[xi])
+
+
+def _lower_fake_fp8(ctx, ins, xi: int, one: torch.Tensor, triton: bool) -> bool:
+    """fp8 quantise and its only user, a dequantise with the same one scale, as one pass."""
+    if len(ins.outputs) != 1:
+        return False
+    user = ins.outputs[0]
+    if user.op.name != "dequantizelinear" or len(user.inputs) != 2 or user.inputs[0] is not ins:
+        return False
+    if id(user.inputs[1]) not in ctx.index:
+        return False
+    theirs = one_scale(ctx, ctx.arg(user, 1))
+    if theirs is None or not bool((theirs == one).all()):
+        return False
+    if user.shape.type() not in ("float_type", "half_type", "bf16_type"):
+        return False
+    run = qk.fake_quantise_fp8 if triton else qk.eager_fake_quantise_fp8
+    produce = _elementwise(ctx.env, xi, one, run, torch_dtype(user.shape.dtype()))
+    layout = ctx.layout[xi]
+    return defer(ctx, ins, user, lambda c, u: _emit_fresh(c, u, produce, layout))
 
 
 def lower_gpu_dequantizelinear(ctx: LoweringContext, ins: Instruction, fallback: Lowering) -> bool:

@@ -9,7 +9,8 @@ Two ways, chosen per convolution by `PGX_GPU_INT8_CONV` (read at prepare):
   the input in place); else it first gathers its patches (`im2col`: a padded NHWC copy and
   one strided gather, K = kh*kw*C). The result rows are the NHWC output. A
   `dequantizelinear` user with a per-channel scale is the GEMM's epilogue, so the output is the
-  user's float type, channels-last.
+  user's float type, channels-last; with Triton GEMMs a bias / residual / ReLU group after it
+  is too (`quant_epilogue.py`).
 * `fp16`: cuDNN's half convolution on dequantised values, for convolutions that are not 1x1
   (`mixed`: 1x1 as `gemm`, the rest so) or all of them (`fp16`). The input is
   `half(q) * s_x` (the activation's scale, read from the `quantizelinear` that made it), the
@@ -33,6 +34,7 @@ import torch.nn.functional as F
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_kernels as qk
 from pygraphx.targets.gpu.quant import IntGemm, dequantised_product, int8_gemm_choice
+from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, bind_quantised, deferred_epilogue
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
@@ -141,28 +143,8 @@ def lower_gpu_quant_convolution(
 def _lower_gemm(ctx, ins, geo: Geometry, weights, fused, triton: bool) -> bool:
     wmat = weights.permute(2, 3, 1, 0).reshape(geo.k, geo.c_out)
     xi, env = ctx.arg(ins, 0), ctx.env
-    if fused is not None:
-        user, scale = fused
-        product = dequantised_product(wmat, geo.rows, ctx.device, triton)
-        columns = geo.columns
-        if implicit_gemm(geo, triton):
-            product, columns = implicit_conv(weights, geo), channels_last
-
-        dtype = torch_dtype(user.shape.dtype())
-        nhwc = (geo.n, geo.ho, geo.wo, geo.c_out)
-
-        def produce() -> torch.Tensor:
-            out = torch.empty(nhwc, dtype=dtype, device=env[xi].device)
-            product(columns(env[xi]), scale, out.view(geo.rows, geo.c_out))
-            return out.permute(0, 3, 1, 2)
-
-        def fuse(c: LoweringContext, u: Instruction) -> bool:
-            # a new tensor, not the user's arena slot: one kernel reads the input while it
-            # writes (a 1x1 convolution reads its input in place)
-            return _emit_fresh(c, u, produce, CHANNELS_LAST)
-
-        if defer(ctx, ins, user, fuse):
-            return True
+    if fused is not None and _lower_fused_gemm(ctx, ins, geo, weights, wmat, fused, triton):
+        return True
     gemm = IntGemm(wmat, geo.rows, ctx.device)
     idx, out = output_buffer(ctx, ins, CHANNELS_LAST)
     rows = out.permute(0, 2, 3, 1).reshape(geo.rows, geo.c_out)
@@ -172,6 +154,49 @@ def _lower_gemm(ctx, ins, geo: Geometry, weights, fused, triton: bool) -> bool:
 
     ctx.emit(step, ins, idx)
     return True
+
+
+def _lower_fused_gemm(ctx, ins, geo: Geometry, weights, wmat, fused, triton: bool) -> bool:
+    """The convolution, its dequantise (and, with Triton GEMMs, a bias / residual / ReLU group
+    after it: `quant_epilogue.py`) as one kernel writing NHWC rows."""
+    user, scale = fused
+    xi, env = ctx.arg(ins, 0), ctx.env
+    product = dequantised_product(wmat, geo.rows, ctx.device, triton)
+    columns = geo.columns
+    if implicit_gemm(geo, triton):
+        product, columns = implicit_conv(weights, geo), channels_last
+    dtype = torch_dtype(user.shape.dtype())
+    nhwc = (geo.n, geo.ho, geo.wo, geo.c_out)
+
+    def rows(t: torch.Tensor) -> torch.Tensor:
+        return t.permute(0, 2, 3, 1).reshape(geo.rows, geo.c_out)
+
+    def emit(c: LoweringContext, at: Instruction, plan: EpiloguePlan | None) -> bool:
+        ep = None if plan is None else plan.epilogue
+        residual = (lambda: None) if plan is None else plan.residual_rows(env, rows)
+        holder = {} if plan is None else bind_quantised(c, plan, CHANNELS_LAST)
+        quantise = plan is not None and plan.quantise is not None
+        flat = (geo.rows, geo.c_out)
+
+        def produce() -> torch.Tensor:
+            out = torch.empty(nhwc, dtype=dtype, device=env[xi].device)
+            q = torch.empty(nhwc, dtype=torch.int8, device=out.device) if quantise else None
+            qv = None if q is None else q.view(flat)
+            product(columns(env[xi]), scale, out.view(flat), ep, residual(), qv)
+            if q is not None:
+                holder["q"] = q.permute(0, 3, 1, 2)
+            return out.permute(0, 3, 1, 2)
+
+        # a new tensor, not the user's arena slot: one kernel reads the input while it
+        # writes (a 1x1 convolution reads its input in place)
+        return _emit_fresh(c, at, produce, CHANNELS_LAST)
+
+    def fuse(c: LoweringContext, u: Instruction) -> bool:
+        if int8_gemm_choice(triton) == "triton" and deferred_epilogue(c, u, 1, geo.c_out, emit):
+            return True
+        return emit(c, u, None)
+
+    return defer(ctx, ins, user, fuse)
 
 
 def implicit_gemm(geo: Geometry, triton: bool) -> bool:
@@ -192,8 +217,8 @@ def implicit_conv(weights: torch.Tensor, geo: Geometry) -> Callable:
     geometry = (geo.kw, geo.stride, geo.pad, geo.dilation, geo.ho, geo.wo)
     conv = qk.int8_conv
 
-    def run(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
-        conv(x, wt, scale, out, geometry)
+    def run(x, scale, out, epilogue=None, residual=None, qout=None) -> None:
+        conv(x, wt, scale, out, geometry, epilogue, residual, qout)
 
     return run
 

@@ -12,8 +12,9 @@
 * `int8_gemm(a, wt, scale, out)`: `out = (a @ wt.T) * scale[None, :]`, int8 operands, exact
   int32 sums in registers, the dequantise as the epilogue: the int32 product never goes to
   memory (`torch._int_mm` writes it and `dequantise` reads it back: 8 bytes per output element
-  more). Tiles of 128 x 128 x 64 (fewer rows for small products), grouped launch order so
-  neighbouring programs share weight tiles in L2.
+  more). Tiles autotuned per (M, N, K) on CUDA (`GEMM_CONFIGS`; 128 x 128 x 64, fewer rows
+  for small products, where nothing is timed), grouped launch order so neighbouring programs
+  share weight tiles in L2.
 * `int8_conv(x, wt, scale, out, geometry)`: the same for a convolution of a channels-last int8
   input, as an implicit GEMM (each K block is one kernel tap's run of channels, read in place:
   no patch matrix in memory), for inputs whose channels are a multiple of `CONV_BLOCK_K`.
@@ -25,9 +26,13 @@ torch ops where Triton is off.
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
+import triton.testing
 
 _BLOCK = 1024
 _BLOCK_M, _BLOCK_N = 32, 64
@@ -45,6 +50,47 @@ def _quantise_int8_kernel(x_ptr, scale_ptr, out_ptr, n, BLOCK: tl.constexpr, MAG
     v = (v + MAGIC) - MAGIC
     v = tl.where(x != x, -128.0, v)  # NaN -> the low end, as the reference's cast gives
     tl.store(out_ptr + offs, v.to(tl.int8), mask=mask)
+
+
+@triton.jit
+def _fp8_round(v, MAGIC: tl.constexpr):
+    """|v| <= 448 (float32) rounded to the nearest fp8 e4m3 value, half to even: a step of
+    2**(e - 3) in binade e (e >= -6; the subnormals share binade -6's step, 2**-9)."""
+    mag = tl.abs(v)
+    e = ((mag.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    e = tl.maximum(e, -6)
+    step = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
+    q = (tl.math.div_rn(mag, step) + MAGIC) - MAGIC  # < 16: exact, half to even
+    return tl.where(v.to(tl.int32, bitcast=True) < 0, -q * step, q * step)  # -0 stays -0
+
+
+@triton.jit
+def _fp8_bits(r):
+    """The e4m3fn byte of `r`, a float32 that is an fp8 e4m3 value (NaN as 0x7F)."""
+    bits = r.to(tl.int32, bitcast=True)
+    sign = (bits >> 24) & 0x80
+    mag = tl.abs(r)
+    normal = (((bits >> 23) & 0xFF) - 120) * 8 + ((bits >> 20) & 7)  # exponent bias 7
+    sub = (tl.where(mag < 0.015625, mag, 0.0) * 512.0).to(tl.int32)  # k * 2**-9 below 2**-6
+    code = tl.where(mag < 0.015625, sub, normal)
+    return tl.where(r != r, 0x7F, sign | code).to(tl.uint8)
+
+
+@triton.jit
+def _quantise_fp8_kernel(
+    x_ptr, scale_ptr, out_ptr, n, BLOCK: tl.constexpr, MAGIC: tl.constexpr, ROUND_TRIP: tl.constexpr
+):  # fmt: skip
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    s = tl.load(scale_ptr).to(tl.float32)
+    v = tl.math.div_rn(x, s)
+    r = _fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
+    r = tl.where(v != v, v, r)  # NaN stays NaN
+    if ROUND_TRIP:  # dequantised at once: r * scale in the output's type
+        tl.store(out_ptr + offs, (r * s).to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.store(out_ptr + offs, _fp8_bits(r), mask=mask)
 
 
 @triton.jit
@@ -79,16 +125,48 @@ def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.conste
 
 
 @triton.jit
-def _store_dequantised(acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om):
+def _epilogue_op(y, code: tl.constexpr, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty):
+    """One element-wise op after the dequantise (0 none, 1 + bias[col], 2 + residual[row, col],
+    3 relu), rounded to the output type `ty` as the unfused op would store it."""
+    if code == 1:
+        b = tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        y = (y + b[None, :]).to(ty).to(tl.float32)
+    elif code == 2:
+        r = tl.load(res_ptr + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0)
+        y = (y + r.to(tl.float32)).to(ty).to(tl.float32)
+    elif code == 3:
+        y = tl.maximum(y, 0.0)
+    return y
+
+
+@triton.jit
+def _store_dequantised(
+    acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
+    qs_ptr, q_ptr, stride_qm, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
+):  # fmt: skip
+    ty = out_ptr.dtype.element_ty
     s = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
-    y = (acc.to(tl.float32) * s[None, :]).to(out_ptr.dtype.element_ty)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y, mask=mask)
+    y = (acc.to(tl.float32) * s[None, :]).to(ty).to(tl.float32)
+    y = _epilogue_op(y, E0, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
+    y = _epilogue_op(y, E1, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
+    y = _epilogue_op(y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
+    if STORE:
+        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
+    if QUANT:  # the int8 quantise of the stored value (`_quantise_int8_kernel`'s arithmetic)
+        v = tl.math.div_rn(y.to(ty).to(tl.float32), tl.load(qs_ptr).to(tl.float32))
+        v = tl.minimum(tl.maximum(v, -128.0), 127.0)
+        v = tl.where(v != v, -128.0, (v + MAGIC) - MAGIC)
+        tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], v.to(tl.int8), mask=mask)
 
 
 @triton.jit
 def _int8_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, stride_am, stride_wn, stride_om,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
+    E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -105,13 +183,19 @@ def _int8_gemm_kernel(
             mask=(cols[None, :] < N) & (kk[:, None] < K), other=0,
         )  # fmt: skip
         acc = tl.dot(a, w, acc, out_dtype=tl.int32)
-    _store_dequantised(acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om)
+    _store_dequantised(
+        acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
+        qs_ptr, q_ptr, stride_qm, E0, E1, E2, QUANT, STORE, MAGIC,
+    )  # fmt: skip
 
 
 @triton.jit
 def _int8_conv_kernel(
     x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw,
     stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
+    E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -132,10 +216,14 @@ def _int8_conv_kernel(
             w_ptr + cols[None, :] * stride_wn + (k0 + ks)[:, None], mask=cols[None, :] < N, other=0
         )
         acc = tl.dot(a, w, acc, out_dtype=tl.int32)
-    _store_dequantised(acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om)
+    _store_dequantised(
+        acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
+        qs_ptr, q_ptr, stride_qm, E0, E1, E2, QUANT, STORE, MAGIC,
+    )  # fmt: skip
 
 
 def _config(m: int) -> dict[str, int]:
+    """The one configuration used where nothing is timed (the interpreter, CPU tensors)."""
     block_m = 128 if m > 64 else max(16, triton.next_power_of_2(m))
     return {"BLOCK_M": block_m, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
 
@@ -144,18 +232,131 @@ def _grid(m: int, n: int, config: dict[str, int]) -> tuple[int]:
     return (triton.cdiv(m, config["BLOCK_M"]) * triton.cdiv(n, config["BLOCK_N"]),)
 
 
-def int8_gemm(a: torch.Tensor, wt: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
-    """`out = float32(a @ wt.T) * scale` for int8 `a` (M, K) and `wt` (N, K), unit inner
-    strides, float32 `scale` (N,), any float `out` (M, N)."""
+def _tuned_grid(meta: dict[str, Any]) -> tuple[int]:
+    return _grid(meta["M"], meta["N"], meta)
+
+
+#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): the shapes int8 Triton GEMMs are commonly tuned
+#: over (tiles of 64-256, int8 K blocks of 64-128 bytes, 3-5 stages within shared memory)
+GEMM_CONFIGS = [
+    (128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 8, 4), (128, 128, 64, 4, 4),
+    (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (64, 64, 128, 4, 5), (128, 128, 64, 8, 5),
+]  # fmt: skip
+#: the same for the implicit-GEMM convolution, whose K block is one tap's `CONV_BLOCK_K` channels
+CONV_CONFIGS = [
+    (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (64, 128, 64, 4, 4),
+    (128, 64, 64, 4, 4), (128, 128, 64, 4, 5), (64, 64, 64, 4, 5),
+]  # fmt: skip
+
+
+def _autotuned(kernel, configs: list[tuple[int, ...]]):
+    """`kernel` under `triton.autotune` over `configs`, keyed on (M, N, K): each new product
+    shape times every configuration at its first launch (the gpu executable's warm-up runs,
+    before the CUDA graph capture) and keeps the fastest."""
+    return triton.autotune(
+        configs=[
+            triton.Config(
+                {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                num_warps=warps,
+                num_stages=stages,
+            )
+            for bm, bn, bk, warps, stages in configs
+        ],
+        key=["M", "N", "K"],
+        do_bench=_quick_bench,
+    )(kernel)
+
+
+def _quick_bench(kernel_call, quantiles):
+    """Triton's timing with a short warm-up and 20 ms of repeats (its default 25 + 100 ms per
+    configuration and shape adds most of a minute to a ResNet-50 compile)."""
+    return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
+
+
+_tuned: dict[str, Any] = {}
+
+
+def _tuned_kernel(name: str):
+    """The autotuned `int8_gemm` / `int8_conv` kernel (made at first use)."""
+    if name not in _tuned:
+        if name == "gemm":
+            _tuned[name] = _autotuned(_int8_gemm_kernel, GEMM_CONFIGS)
+        else:
+            _tuned[name] = _autotuned(_int8_conv_kernel, CONV_CONFIGS)
+    return _tuned[name]
+
+
+def _timed(t: torch.Tensor) -> bool:
+    """Whether launches on `t` are autotuned (a CUDA tensor, not under the interpreter)."""
+    return t.device.type == "cuda" and os.environ.get("TRITON_INTERPRET", "") in ("", "0")
+
+
+class Epilogue:
+    """Element-wise ops after a product's dequantise, in order (at most three): `"bias"`
+    (+ `bias[col]`), `"residual"` (+ `residual[row, col]`, a 2-D view with unit inner stride),
+    `"relu"`; each rounded to the output's type as the unfused op would store it. With
+    `quant_scale` (one float32 value) the result is also quantised to int8 into `qout`
+    (`quantise_int8`'s arithmetic); `store=False` skips writing the float result."""
+
+    CODES = {"bias": 1, "residual": 2, "relu": 3}
+
+    def __init__(
+        self,
+        ops,
+        bias: torch.Tensor | None = None,
+        quant_scale: torch.Tensor | None = None,
+        store: bool = True,
+    ) -> None:
+        if len(ops) > 3 or any(op not in self.CODES for op in ops):
+            raise ValueError(f"unsupported epilogue {ops}")
+        self.ops, self.bias, self.quant_scale, self.store = list(ops), bias, quant_scale, store
+        self.codes = [self.CODES[op] for op in ops] + [0] * (3 - len(ops))
+
+    def args(self, scale: torch.Tensor, residual, qout) -> tuple:
+        """(bias, residual, its row stride, quantise scale, int8 out, its row stride)."""
+        bias = self.bias if self.bias is not None else scale
+        res = residual if residual is not None else scale
+        qs = self.quant_scale if self.quant_scale is not None else scale
+        q = qout if qout is not None else scale
+        rs = residual.stride(0) if residual is not None else 0
+        return (bias, res, rs, qs, q, qout.stride(0) if qout is not None else 0)
+
+
+NO_EPILOGUE = Epilogue(())
+
+
+def _epilogue_args(scale, epilogue: Epilogue | None, residual, qout=None) -> tuple[tuple, dict]:
+    ep = epilogue or NO_EPILOGUE
+    if (ep.quant_scale is None) != (qout is None):
+        raise ValueError("an epilogue that quantises needs the int8 output, and only it")
+    e0, e1, e2 = ep.codes
+    flags = {"QUANT": qout is not None, "STORE": ep.store, "MAGIC": _MAGIC}
+    return ep.args(scale, residual, qout), {"E0": e0, "E1": e1, "E2": e2, **flags}
+
+
+def int8_gemm(
+    a: torch.Tensor,
+    wt: torch.Tensor,
+    scale: torch.Tensor,
+    out: torch.Tensor,
+    epilogue: Epilogue | None = None,
+    residual: torch.Tensor | None = None,
+    qout: torch.Tensor | None = None,
+) -> None:
+    """`out = epilogue(float32(a @ wt.T) * scale)` for int8 `a` (M, K) and `wt` (N, K), unit
+    inner strides, float32 `scale` (N,), any float `out` (M, N). On CUDA the tiles are
+    autotuned per (M, N, K) (`GEMM_CONFIGS`)."""
     m, k = a.shape
     n = wt.shape[0]
     if m == 0 or n == 0:
         return
+    extra, codes = _epilogue_args(scale, epilogue, residual, qout)
+    args = (a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0), *extra)
+    if _timed(a):
+        _tuned_kernel("gemm")[_tuned_grid](*args, **codes)
+        return
     config = _config(m)
-    _int8_gemm_kernel[_grid(m, n, config)](
-        a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0),
-        **config, num_warps=8, num_stages=4,
-    )  # fmt: skip
+    _int8_gemm_kernel[_grid(m, n, config)](*args, **codes, **config, num_warps=8, num_stages=4)
 
 
 #: the K block of `int8_conv`: a convolution's input channels must be a multiple of it
@@ -163,25 +364,38 @@ CONV_BLOCK_K = 64
 
 
 def int8_conv(
-    x: torch.Tensor, wt: torch.Tensor, scale: torch.Tensor, out: torch.Tensor, geometry: tuple
+    x: torch.Tensor,
+    wt: torch.Tensor,
+    scale: torch.Tensor,
+    out: torch.Tensor,
+    geometry: tuple,
+    epilogue: Epilogue | None = None,
+    residual: torch.Tensor | None = None,
+    qout: torch.Tensor | None = None,
 ) -> None:
     """Implicit-GEMM convolution: `out[(n, ho, wo), c_out] = float32(sum x * w) * scale[c_out]`
     for the channels-last int8 `x` (N, C, H, W), `wt` (C_out, kh*kw*C) in (kh, kw, c) order,
     `out` (N*HO*WO, C_out) rows; `geometry` = (kw, stride, pads, dilation, HO, WO). No patch
-    copy: each K block reads one tap's channels straight from `x` (zeros outside it)."""
+    copy: each K block reads one tap's channels straight from `x` (zeros outside it). On CUDA
+    the tiles are autotuned per (M, N, K) (`CONV_CONFIGS`)."""
     n, c, h, w = x.shape
     kw, (sh, sw), (ph, pw), (dh, dw), ho, wo = geometry
     m, k, c_out = n * ho * wo, wt.shape[1], wt.shape[0]
     if m == 0 or c_out == 0:
         return
-    config = _config(m)
-    config["BLOCK_K"] = CONV_BLOCK_K
     sxn, _, sxh, sxw = x.stride()
-    _int8_conv_kernel[_grid(m, c_out, config)](
+    args = (
         x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw,
         wt.stride(0), out.stride(0), sh, sw, ph, pw, dh, dw, kw,
-        **config, num_warps=8, num_stages=4,
     )  # fmt: skip
+    extra, codes = _epilogue_args(scale, epilogue, residual, qout)
+    if _timed(x):
+        _tuned_kernel("conv")[_tuned_grid](*args, *extra, **codes)
+        return
+    config = _config(m)
+    config["BLOCK_K"] = CONV_BLOCK_K
+    grid = _grid(m, c_out, config)
+    _int8_conv_kernel[grid](*args, *extra, **codes, **config, num_warps=8, num_stages=4)
 
 
 def quantise_int8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
@@ -192,6 +406,41 @@ def quantise_int8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> No
         return
     grid = (triton.cdiv(n, _BLOCK),)
     _quantise_int8_kernel[grid](x, scale, out, n, BLOCK=_BLOCK, MAGIC=_MAGIC, num_warps=4)
+
+
+def quantise_fp8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+    """`out = fp8_e4m3fn(clamp(x / scale, +-448))` (round half to even, NaN stays NaN) for a
+    dense `x`, `out` laid out alike, a one-element float32 `scale`: one pass (the fp8 byte is
+    built from float32 bits, as the interpreter's fp8 cast is not exact)."""
+    _fp8_launch(x, scale, out.view(torch.uint8), False)
+
+
+def fake_quantise_fp8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+    """`out = dequantise(quantise_fp8(x))` = fp8 value * `scale` in `out`'s float type, one
+    pass and no fp8 tensor (a `quantizelinear` whose only user is its `dequantizelinear`)."""
+    _fp8_launch(x, scale, out, True)
+
+
+def _fp8_launch(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor, round_trip: bool) -> None:
+    n = x.numel()
+    if n == 0:
+        return
+    grid = (triton.cdiv(n, _BLOCK),)
+    _quantise_fp8_kernel[grid](
+        x, scale, out, n, BLOCK=_BLOCK, MAGIC=_MAGIC, ROUND_TRIP=round_trip, num_warps=4
+    )
+
+
+def eager_quantise_fp8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+    """`quantise_fp8` with torch ops (several kernels; torch's cast rounds half to even)."""
+    v = x.to(torch.float32) / scale
+    out.copy_(v.clamp_(-448.0, 448.0).to(torch.float8_e4m3fn))
+
+
+def eager_fake_quantise_fp8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+    """`fake_quantise_fp8` with torch ops."""
+    v = (x.to(torch.float32) / scale).clamp_(-448.0, 448.0).to(torch.float8_e4m3fn)
+    out.copy_(v.to(torch.float32) * scale)
 
 
 def dequantise(acc: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
@@ -219,7 +468,12 @@ def eager_dequantise(acc: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) 
 
 
 __all__ = [
+    "Epilogue",
     "dequantise",
+    "eager_fake_quantise_fp8",
+    "eager_quantise_fp8",
+    "fake_quantise_fp8",
+    "quantise_fp8",
     "eager_dequantise",
     "eager_quantise_int8",
     "int8_conv",
