@@ -107,7 +107,8 @@ class DecodeState:
         tok = self.chosen if self.sampled else logits.argmax(dim=-1)
         if self.has_stops:
             tok = torch.where(self.done, self.pad, tok)
-            self.done |= torch.isin(tok, self.stop_ids)
+            # not torch.isin: for larger inputs it sorts and may read sizes on the host
+            self.done |= (tok[:, None] == self.stop_ids[None, :]).any(dim=1)
         self.tokens.index_copy_(1, self.step, tok[:, None])
         self.step += 1
         return tok

@@ -71,6 +71,8 @@ def test_gpu_greedy_matches_transformers(exported, name: str) -> None:
     assert session.device.type == "cuda"
     for exe, _ in session.executables.values():
         assert exe.graph is not None, exe.why_uncaptured  # every shape replays its graph
+    # each decode state captured one epilogue per past bucket it met
+    assert session.device_states and all(s.epilogues for s in session.device_states.values())
 
 
 @pytest.mark.parametrize("name", MODELS)
