@@ -48,9 +48,12 @@ def _is_constant(ins: Instruction) -> bool:
     return True
 
 
-def _dequantised(ins: Instruction) -> tuple[Instruction, np.ndarray] | None:
-    """(the 8-bit value, its scale array) when `ins` is a symmetric dequantizelinear."""
-    if ins.op.name != "dequantizelinear" or ins.inputs[0].shape.type() not in _EIGHT_BIT:
+def _dequantised(
+    ins: Instruction, types: frozenset[str] = _EIGHT_BIT
+) -> tuple[Instruction, np.ndarray] | None:
+    """(the quantised value, its scale array) when `ins` is a symmetric dequantizelinear of a
+    value of one of `types` (8-bit integers by default; `fold_fp8` asks for fp8)."""
+    if ins.op.name != "dequantizelinear" or ins.inputs[0].shape.type() not in types:
         return None
     if not all(_is_constant(x) for x in ins.inputs[1:]):
         return None
