@@ -31,6 +31,7 @@ from pygraphx.passes.manager import Pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.runtime.executor import Executor, Observer
 from pygraphx.targets.base import Target
+from pygraphx.targets.cpu.bf16 import announce_slow_bf16
 from pygraphx.targets.cpu.lowering import cpu_overrides
 from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_thread_switches
 from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_policy_enabled
@@ -186,6 +187,7 @@ class CpuTarget(Target):
         if conv_choices is not None:
             finish_conv_choice(conv_choices)
         announce_fallbacks(lowered.ctx.fallbacks)
+        announce_slow_bf16(program.get_main_module())
         return CpuExecutable(lowered, self.threads.n, self.step_policy)
 
     def threads_scope(self) -> RunScope:

@@ -1,6 +1,7 @@
 """CPU convolutions with their element-wise epilogue fused (oneDNN post-ops).
 
-A 2-D float32 convolution whose weights are a literal runs on channels-last activations
+A 2-D float32 convolution whose weights are a literal (bf16 too, on a CPU with bf16
+instructions, always on the oneDNN kernel) runs on channels-last activations
 through one of the kernels of `conv_kernels.py`, chosen per layer by measurement at prepare
 (`conv_choice.py`): by default `mkldnn._convolution_pointwise` with the weights reordered into
 oneDNN's blocked format once, at prepare (depthwise layers included). The first convolution
@@ -41,7 +42,9 @@ from pygraphx.ir.module import Module
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
 from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_kernel
 from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan, build_kernel
+from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.fallback import lower_fallback
+from pygraphx.targets.torch_lowering.lower_gemm import bf16_gemm
 from pygraphx.targets.torch_lowering.registry import (
     defer,
     deferred_producer,
@@ -58,7 +61,7 @@ def mkldnn_usable(ctx: LoweringContext, ins: Instruction) -> bool:
         return False
     x, w = ins.inputs
     return (
-        x.shape.type() == "float_type"
+        (x.shape.type() == "float_type" or (x.shape.type() == "bf16_type" and bf16_gemm(ctx)))
         and x.shape.ndim() == 4
         and ctx.constant(ctx.arg(ins, 1)) is not None
         and ins.shape.elements() > 0
@@ -98,7 +101,7 @@ def conv_producer(
     returning the (new) output tensor, on the kernel `conv_choice` picks for it
     (`measure=False`: the default kernel, nothing timed: the unfused twin of a fused step)."""
     env = ctx.env
-    if measure:
+    if measure and plan.weight.dtype == torch.float32:  # bf16: oneDNN, the only native kernel
         state = choice_state(ctx.options, ctx.cache)
         plan.kernel = choose_kernel(state, plan, other_lens)
     o = plan.other
@@ -126,7 +129,7 @@ def _lower_alone(ctx: LoweringContext, ins: Instruction, measure: bool = True) -
 def _may_fuse(conv: Instruction, user: Instruction) -> bool:
     return (
         user.op.name == "pointwise"
-        and user.shape.type() == "float_type"
+        and user.shape.type() == conv.shape.type()
         and user.shape.lens() == conv.shape.lens()
         and sum(1 for i in user.inputs if i is conv) == 1
     )
@@ -145,7 +148,7 @@ class Epilogue:
 
 def match_epilogue(ctx: LoweringContext, conv: Instruction, user: Instruction) -> Epilogue | None:
     """`user`'s body as act(conv + constants [+ other]), or None."""
-    if is_deferred(ctx, user) or user.shape.type() != "float_type":
+    if is_deferred(ctx, user) or user.shape.type() != conv.shape.type():
         return None
     body: Module = user.module_inputs[0]
     params = body.get_parameters()
@@ -238,7 +241,7 @@ def _channel_constant(ctx: LoweringContext, x: Instruction, channels: int) -> np
     if id(x) not in ctx.index:
         return None
     t = ctx.constant(ctx.index[id(x)])
-    if t is None or t.dim() != 4 or t.dtype != torch.float32:
+    if t is None or t.dim() != 4 or t.dtype not in (torch.float32, torch.bfloat16):
         return None
     strides = t.stride()
     if any(strides[k] != 0 for k in (0, 2, 3) if t.shape[k] != 1):
@@ -246,7 +249,7 @@ def _channel_constant(ctx: LoweringContext, x: Instruction, channels: int) -> np
     vec = t[0, :, 0, 0]
     if vec.shape[0] != channels:
         return None
-    return vec.numpy().astype(np.float32)
+    return vec.float().numpy().copy()
 
 
 def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
@@ -259,7 +262,8 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
         _lower_alone(ctx, conv)
         return False
     plan = conv_plan(ctx, conv)
-    plan.bias = torch.from_numpy(epi.bias) if epi.bias.any() else None
+    dtype = torch_dtype(conv.shape.dtype())  # oneDNN takes the bias in the input's type
+    plan.bias = torch.from_numpy(epi.bias).to(dtype) if epi.bias.any() else None
     plan.unary, plan.scalars = epi.unary, epi.scalars
     # oneDNN fuses only relu after a binary add: such a group runs apart from its convolution
     apart = epi.other is not None and (
