@@ -143,6 +143,7 @@ def export_decoder(
     path: str | Path | None = None,
     last_logits_only: bool = True,
     external_data: str | None = None,
+    one_data_file: bool = True,
 ) -> bytes:
     """Export `model` (a transformers causal LM) to ONNX with past/present KV tensors.
 
@@ -198,12 +199,22 @@ def export_decoder(
             do_constant_folding=True,
         )
     if external_data is not None:
-        _to_one_data_file(Path(path), external_data)
+        if one_data_file or _inline_initialisers(Path(path)):
+            _to_one_data_file(Path(path), external_data)
         return b""
     data = buf.getvalue()
     if path is not None:
         Path(path).write_bytes(data)
     return data
+
+
+#: a model file larger than this holds its weights inline (torch wrote it whole, under 2 GB)
+INLINE_BYTES = 64 << 20
+
+
+def _inline_initialisers(path: Path) -> bool:
+    """Whether the model at `path` holds its weights inline rather than in data files."""
+    return path.stat().st_size > INLINE_BYTES
 
 
 def _to_one_data_file(path: Path, location: str) -> None:

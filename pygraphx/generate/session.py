@@ -115,6 +115,8 @@ class DecoderSession:
     shapes_seen: set[tuple[int, ...]] = field(default_factory=set)
     tokenizer: Any = None
     executables: dict[tuple[int, int, int], tuple[Any, list[str]]] = field(default_factory=dict)
+    #: `device_loop.DecodeState` per kind of generation (batch, tokens, stops, sampling)
+    device_states: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
     @classmethod
     def open(

@@ -19,7 +19,13 @@ pytest.importorskip("transformers")
 onnx = pytest.importorskip("onnx")
 
 from pygraphx.generate import DecoderSession, generate  # noqa: E402
-from pygraphx.generate.device_loop import DeviceCache  # noqa: E402
+from pygraphx.generate.device_loop import (  # noqa: E402
+    STOP_CHECK_EVERY,
+    DecodeState,
+    DeviceDecoder,
+    _decode,
+    _prefill,
+)
 from pygraphx.passes.derived_literals import concatenate, sources_of  # noqa: E402
 from pygraphx.targets import get_target  # noqa: E402
 from pygraphx.targets.torch_lowering import lower_module  # noqa: E402
@@ -65,6 +71,8 @@ def test_gpu_greedy_matches_transformers(exported, name: str) -> None:
     assert session.device.type == "cuda"
     for exe, _ in session.executables.values():
         assert exe.graph is not None, exe.why_uncaptured  # every shape replays its graph
+    # each decode state captured one epilogue per past bucket it met
+    assert session.device_states and all(s.epilogues for s in session.device_states.values())
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -88,31 +96,84 @@ def test_device_loop_stops_and_sampling_match_host_loop(exported) -> None:
     assert generate(dev, p1, **kw).tolist() == generate(host, p1, **kw).tolist()
 
 
+def _gpu_on_cpu(path: Path, batch: int) -> DecoderSession:
+    target = get_target("gpu", device="cpu")
+    return DecoderSession.open(path, target, max_batch=batch, max_context=64)
+
+
 def test_device_cache_written_in_place_like_host_cache(exported) -> None:
-    """Prefill + 20 decode steps: the device cache's valid slots hold what the host loop's cache
-    holds, the tensors are the same objects throughout (updated in place), logits agree."""
+    """After a prompt of 8 and 20 new tokens (buckets 16 then 32), the last bucket's cache
+    buffers (the program's own inputs, written by the epilogue in place) hold in their valid
+    slots what the host loop's cache holds, the mask marks exactly those slots, and the token
+    fed back is the last one chosen."""
     path, _ = exported["llama_tiny"]
-    dev = DecoderSession.open(path, get_target("gpu", device="cpu"), max_batch=1, max_context=64)
+    dev = _gpu_on_cpu(path, 1)
     host = DecoderSession.open(path, "cpu", max_batch=1, max_context=64)
     ids = np.array([[5, 17, 300, 42, 7, 9, 11, 13]], np.int64)
-    ones = np.ones_like(ids)
-    pos = np.arange(8)[None]
-    cache = DeviceCache(dev, 1, 64, torch.device("cpu"))
-    before = [t.data_ptr() for t in cache.tensors]
+    ones, state = np.ones_like(ids), DecodeState.new(1, 32, 0, False, torch.device("cpu"))
+    state.reset(set(), 0)
+    feed = {"input_ids": ids, "attention_mask": ones, "position_ids": np.arange(8)[None]}
+    source = _prefill(dev, state, None, {k: torch.from_numpy(v) for k, v in feed.items()})
+    decoder = DeviceDecoder(dev, state)
+    assert _decode(decoder, source, 8, 21, False) == 21  # steps at lengths 8..27
     hcache, valid = host.new_cache(1, 64), np.zeros((1, 64), np.int64)
-    t_ids, t_one = torch.from_numpy(ids), torch.ones((1, 1), dtype=torch.int64)
-    got = cache.step(0, t_ids, torch.from_numpy(ones), torch.from_numpy(pos))
-    want = host.step(hcache, valid, 0, ids, ones, pos)
-    for k in range(20):
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
-        tok = int(np.argmax(want[0]))
-        got = cache.step(8 + k, torch.tensor([[tok]]), t_one, torch.tensor([[8 + k]]))
-        want = host.step(hcache, valid, 8 + k, np.array([[tok]]), ones[:, :1], np.array([[8 + k]]))
-    assert [t.data_ptr() for t in cache.tensors] == before
-    assert cache.valid.numpy()[0, :28].all() and not cache.valid.numpy()[0, 28:].any()
-    for d, h in zip(cache.tensors, hcache, strict=True):
-        np.testing.assert_allclose(d.numpy()[:, :, :28], h[:, :, :28], rtol=1e-5, atol=1e-5)
-        assert not d.numpy()[:, :, 28:].any()  # nothing written past the valid slots
+    logits = host.step(hcache, valid, 0, ids, ones, feed["position_ids"])
+    want = []
+    for k in range(21):
+        want.append(int(np.argmax(logits[0])))
+        logits = host.step(
+            hcache, valid, 8 + k, np.array([[want[-1]]]), ones[:, :1], np.array([[8 + k]])
+        )
+    assert state.tokens[0, :21].tolist() == want
+    b = decoder.bucket
+    assert b.past == 32 and int(state.length) == 8 + 20
+    mask = b.inputs["attention_mask"].numpy()[0]
+    assert mask[:28].all() and not mask[28:32].any() and mask[32] == 1
+    assert int(b.inputs["input_ids"][0, 0]) == want[20]
+    assert int(b.inputs["position_ids"][0, 0]) == 28
+    for name, h in zip(dev.layout.past_names, hcache, strict=True):
+        d = b.inputs[name].numpy()
+        np.testing.assert_allclose(d[:, :, :28], h[:, :, :28], rtol=1e-5, atol=1e-5)
+        assert not d[:, :, 28:].any()  # nothing written past the valid slots
+
+
+def _host_work(prof: object) -> dict[str, int]:
+    """Top-level host events (not inside another) of a profiled run, by name."""
+    counts: dict[str, int] = {}
+    for evt in prof.events():
+        if evt.cpu_parent is None:
+            counts[evt.name] = counts.get(evt.name, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("stops", [False, True])
+def test_decode_token_runs_the_program_and_its_epilogue_only(exported, stops: bool) -> None:
+    """Per decode token the host runs the step's program and its epilogue and nothing else
+    (on CUDA each is one graph replay); buckets are entered 3 times (16, 32, 64) for 40
+    tokens after an 8-token prompt; with stop tokens, one check every STOP_CHECK_EVERY
+    tokens. Counted with the torch profiler on the CPU (the same loop without graphs)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    path, _ = exported["qwen2_tiny"]
+    session = _gpu_on_cpu(path, 2)
+    p1, p2 = prompts()
+    kw = dict(max_new_tokens=40, eos_token_id=[999, 998] if stops else None)
+    generate(session, [p1[:3], p1[:8]], **kw)  # compiled before the profiled run
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        tokens = generate(session, [p1[:3], p1[:8]], **kw)
+    assert tokens.shape == (2, 40) and not np.isin(tokens, [999, 998]).any()
+    work = _host_work(prof)
+    work = {k: v for k, v in work.items() if k.startswith(("pgx::", "aten::"))}
+    main, epi, enter = (
+        work.pop("pgx::decode_main"),
+        work.pop("pgx::decode_epilogue"),
+        work.pop("pgx::decode_enter"),
+    )
+    assert enter == 3 and main == 39 - enter and epi == 39  # an entry runs the epilogue too
+    assert work.pop("pgx::prefill") == 1
+    assert work.pop("pgx::stop_check", 0) == (39 // STOP_CHECK_EVERY if stops else 0)
+    # what remains ran once per generation (inputs uploaded, the tokens read back)
+    assert all(v <= 8 for v in work.values()), work
 
 
 def _specializations(path: Path) -> list:
