@@ -48,15 +48,22 @@ def _is_constant(ins: Instruction) -> bool:
     return True
 
 
-def _dequantised(ins: Instruction) -> tuple[Instruction, np.ndarray] | None:
-    """(the 8-bit value, its scale array) when `ins` is a symmetric dequantizelinear."""
+def _dequantised(ins: Instruction) -> tuple[Instruction, np.ndarray | Instruction] | None:
+    """(the 8-bit value, its scale) when `ins` is a symmetric dequantizelinear: the scale is a
+    constant array, or, for a scale computed at run time, the value its multibroadcast
+    spreads (the per-row / per-column scales of dynamic quantisation)."""
     if ins.op.name != "dequantizelinear" or ins.inputs[0].shape.type() not in _EIGHT_BIT:
         return None
-    if not all(_is_constant(x) for x in ins.inputs[1:]):
+    if len(ins.inputs) == 3 and (
+        not _is_constant(ins.inputs[2]) or np.any(evaluate_constant(ins.inputs[2], {}) != 0)
+    ):
         return None
-    if len(ins.inputs) == 3 and np.any(evaluate_constant(ins.inputs[2], {}) != 0):
-        return None
-    return ins.inputs[0], np.asarray(evaluate_constant(ins.inputs[1], {}))
+    scale = ins.inputs[1]
+    if _is_constant(scale):
+        return ins.inputs[0], np.asarray(evaluate_constant(scale, {}))
+    if scale.op.name == "multibroadcast":
+        return ins.inputs[0], scale.inputs[0]
+    return None
 
 
 def _channel_scales(scale: np.ndarray, axis: int) -> np.ndarray | None:
@@ -74,6 +81,8 @@ def _fold(module: Module, ins: Instruction) -> bool:
     if left is None or right is None:
         return False
     (qa, sa), (qb, sb) = left, right
+    if isinstance(sa, Instruction) or isinstance(sb, Instruction):
+        return ins.op.name == "dot" and _fold_runtime(module, ins, qa, sa, qb, sb)
     if sa.size == 0 or np.any(sa != sa.flat[0]):
         return False
     is_dot = ins.op.name == "dot"
@@ -95,6 +104,53 @@ def _fold(module: Module, ins: Instruction) -> bool:
         product = module.insert_instruction(
             ins, make_op("quant_convolution", **ins.op.attributes()), [qa, qb]
         )
+    result = module.insert_instruction(ins, make_op("dequantizelinear"), [product, scale])
+    module.replace_instruction(ins, result)
+    module.remove_instruction(ins)
+    return True
+
+
+def _side_vector(
+    scale: np.ndarray | Instruction, axis: int, ndim: int
+) -> np.ndarray | Instruction | None:
+    """What spreads a `dot` operand's scale over the product (None: it does not fold): a
+    run-time scale must have the product's rank and length 1 along `axis` (the other
+    operand's axis: -1 for the left operand's per-row scales, -2 for the right's per-column
+    ones); a constant one must be one value (left) or one per output column (right)."""
+    if isinstance(scale, Instruction):
+        small = scale.shape.lens()
+        return scale if len(small) == ndim and small[axis] == 1 else None
+    if axis == -1:
+        if scale.size == 0 or np.any(scale != scale.flat[0]):
+            return None
+        return scale.reshape(-1)[:1]
+    return _channel_scales(scale, scale.ndim - 1)
+
+
+def _fold_runtime(
+    module: Module,
+    ins: Instruction,
+    qa: Instruction,
+    sa: np.ndarray | Instruction,
+    qb: Instruction,
+    sb: np.ndarray | Instruction,
+) -> bool:
+    """Fold a `dot` whose scales are (partly) computed at run time: per row of the left
+    operand, per column of the right one; the folded scale is their product, computed at
+    run time."""
+    lens = tuple(ins.shape.lens())
+    sides = [_side_vector(sa, -1, len(lens)), _side_vector(sb, -2, len(lens))]
+    if any(side is None for side in sides):
+        return False
+    views = []
+    for side in sides:
+        if not isinstance(side, Instruction):
+            side = module.insert_literal(ins, Literal(side.astype(ins.inputs[1].shape.dtype())))
+        views.append(
+            module.insert_instruction(ins, make_op("multibroadcast", out_lens=lens), [side])
+        )
+    scale = module.insert_instruction(ins, make_op("mul"), views)
+    product = module.insert_instruction(ins, make_op("quant_dot"), [qa, qb])
     result = module.insert_instruction(ins, make_op("dequantizelinear"), [product, scale])
     module.replace_instruction(ins, result)
     module.remove_instruction(ins)
