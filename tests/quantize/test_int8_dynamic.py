@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from onnx import helper
 
-import pygraphx
 from pygraphx.quantize import quant_report, quantize_int8
 from tests.helpers import make_model
 from tests.quantize.test_int8 import F32, dyadic, parse, q8, run, weight_scales
