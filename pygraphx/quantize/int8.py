@@ -12,6 +12,8 @@
    `dequantizelinear` with `scale[c] = max|w[c]| / 127` (a constant left operand of a `dot`
    gets one scale); a broadcast weight (MatMul's batch multibroadcast) is quantised before
    the broadcast, so no repeated copy is stored;
+   (a `batch_norm_inference` after a convolution is first folded into its weights and a bias
+   add, `batch_norm.py`, so the folded weights are what is quantised);
 4. the `fold_qdq` pass turns these into `quant_dot` / `quant_convolution` (exact int32
    accumulation) followed by one `dequantizelinear` with the two scales folded.
 
@@ -42,6 +44,7 @@ from pygraphx.ops.base import make_op
 from pygraphx.ops.quant import quantize
 from pygraphx.passes.fold_qdq import fold_qdq
 from pygraphx.passes.propagate_constant import evaluate_constant
+from pygraphx.quantize.batch_norm import fold_batch_norms
 from pygraphx.quantize.calibrate import AbsStatistic, observe
 from pygraphx.quantize.smooth import smoothable, smoothing_factors
 from pygraphx.quantize.truncate_float import QuantizeError
@@ -194,6 +197,8 @@ def quantize_qdq(
     _check_smooth(smooth, method, fmt)
     if isinstance(ins_names, str):
         ins_names = (ins_names,)
+    if "convolution" in ins_names:
+        fold_batch_norms(prog.get_main_module())  # the folded weights are quantised
     operands = quantized_inputs(prog, ins_names, fmt)
     activations = _unique([op.value for op in operands if not op.constant])
     groups = smoothable(operands) if smooth is not None and calibration else {}

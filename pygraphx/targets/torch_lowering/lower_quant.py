@@ -30,7 +30,8 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
-from pygraphx.targets.torch_lowering.registry import defer, lowering
+from pygraphx.targets.torch_lowering.conv_fusion import match_epilogue
+from pygraphx.targets.torch_lowering.registry import defer, deferred_producer, lowering
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +44,10 @@ def _emit_fresh(
     ins: Instruction,
     produce: Callable[[], torch.Tensor],
     layout: str = STANDARD,
-    producer: Instruction | None = None,
+    producers: list[Instruction] | None = None,
 ) -> bool:
     """Bind `ins` to a tensor its step allocates (standard or channels-last strides); a
-    `producer` deferred into the step is listed with it (its inputs stay alive until then)."""
+    `producers` deferred into the step are listed with it (their inputs stay alive until then)."""
     idx = ctx.bind_dynamic(ins, layout)
     ctx.mark_fresh(idx)
     env = ctx.env
@@ -54,7 +55,7 @@ def _emit_fresh(
     def step() -> None:
         env[idx] = produce()
 
-    ctx.emit(step, ins if producer is None else [producer, ins], idx)
+    ctx.emit(step, [*(producers or []), ins], idx)
     return True
 
 
@@ -176,9 +177,8 @@ def lower_quant_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
     )
     input_ = (ctx.arg(ins, 0), zp, signed)
     run = _qconv_runner(ctx, input_, packed, scale, geometry, fused is None)
-    if fused is not None and defer(
-        ctx, ins, fused[0], lambda c, user: _emit_fresh(c, user, run, CHANNELS_LAST, ins)
-    ):
+    fuser = _dequantise_fuser(ins, (input_, packed, scale, geometry), run)
+    if fused is not None and defer(ctx, ins, fused[0], fuser):
         return True
     if fused is not None:  # something runs in between: the int32 sums, then the dequantise
         scale = torch.ones(channels, dtype=torch.float32)
@@ -187,6 +187,33 @@ def lower_quant_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
         )
         run = _qconv_runner(ctx, input_, packed, scale, geometry, True)
     return _emit_fresh(ctx, ins, run, CHANNELS_LAST)
+
+
+def _dequantise_fuser(
+    conv: Instruction, call: tuple, run: Callable[[], torch.Tensor]
+) -> Callable[[LoweringContext, Instruction], bool]:
+    """What lowers the dequantizelinear a quant convolution is deferred into: deferred once
+    more into its only user when that is a pointwise bias add and ReLU (`match_epilogue`), so
+    oneDNN applies the scales, the bias and the ReLU in one call (float32 output); else the
+    convolution with its scales (`run`) alone."""
+
+    def at_dequantise(ctx: LoweringContext, dq: Instruction) -> bool:
+        user = dq.outputs[0] if len(dq.outputs) == 1 else None
+        if user is not None and user.op.name == "pointwise" and defer(ctx, dq, user, at_epilogue):
+            return True
+        return _emit_fresh(ctx, dq, run, CHANNELS_LAST, [conv])
+
+    def at_epilogue(ctx: LoweringContext, user: Instruction) -> bool:
+        dq = deferred_producer(ctx, user)
+        epi = match_epilogue(ctx, dq, user)
+        if epi is None or epi.other is not None or epi.unary not in ("none", "relu"):
+            _emit_fresh(ctx, dq, run, CHANNELS_LAST, [conv])
+            return False  # the pointwise step is lowered as usual, after the convolution
+        bias = torch.from_numpy(epi.bias) if epi.bias.any() else None
+        fused = _qconv_runner(ctx, *call, False, (bias, epi.unary))
+        return _emit_fresh(ctx, user, fused, CHANNELS_LAST, [conv, dq])
+
+    return at_dequantise
 
 
 def _input_zero_point(ctx: LoweringContext, ins: Instruction) -> int | None:
@@ -204,9 +231,11 @@ def _qconv_runner(
     scale: torch.Tensor,
     geometry: tuple,
     sums: bool,
+    epilogue: tuple[torch.Tensor | None, str] = (None, "none"),
 ) -> Callable[[], torch.Tensor]:
     """The oneDNN call on input (env index, zero point, is it int8): int32 sums when `sums`,
-    else the sums times `scale` per channel."""
+    else the sums times `scale` per channel, plus the (bias, unary op) `epilogue`."""
+    bias, unary = epilogue
     conv, env = torch.ops.onednn.qconv2d_pointwise, ctx.env
     xi, zp, signed = input_
     stride, pads, dilation, group = geometry
@@ -224,7 +253,7 @@ def _qconv_runner(
             packed,
             scale,
             zeros,
-            None,
+            bias,
             stride,
             pads,
             dilation,
@@ -232,7 +261,7 @@ def _qconv_runner(
             1.0,
             0,
             torch.float32,
-            "none",
+            unary,
             [],
             "",
         )
