@@ -270,6 +270,16 @@ def _qconv_runner(
     return run
 
 
+def _one_value(ctx: LoweringContext, ins: Instruction, k: int) -> torch.Tensor | None:
+    """Input k of `ins` as a 0-d tensor when it is a constant broadcast of one value (a
+    per-tensor scale or zero point): dividing by it keeps the input's layout and avoids
+    reading a broadcast view element by element."""
+    t = ctx.constant(ctx.arg(ins, k))
+    if t is None or any(st != 0 for st, n in zip(t.stride(), t.shape, strict=True) if n > 1):
+        return None
+    return t.reshape(-1)[:1].reshape(()).clone()
+
+
 @lowering("quantizelinear")
 def lower_quantizelinear(ctx: LoweringContext, ins: Instruction) -> bool:
     x, s = ins.inputs[:2]
@@ -283,12 +293,15 @@ def lower_quantizelinear(ctx: LoweringContext, ins: Instruction) -> bool:
     env = ctx.env
     xi, si = ctx.args(ins)[:2]
     zi = ctx.arg(ins, 2) if len(ins.inputs) == 3 else None
+    scale = _one_value(ctx, ins, 1)
+    zero = _one_value(ctx, ins, 2) if zi is not None else None
 
     def run() -> torch.Tensor:
-        q = torch.round(env[xi] / env[si])
+        q = torch.div(env[xi], env[si] if scale is None else scale)
+        q.round_()  # half to even, as the reference
         if zi is not None:
-            q += env[zi].to(torch.float32)
-        return torch.nan_to_num(q, nan=lo).clamp_(lo, hi).to(dtype)
+            q += env[zi].to(torch.float32) if zero is None else zero.to(torch.float32)
+        return q.nan_to_num_(nan=lo).clamp_(lo, hi).to(dtype)
 
     return _emit_fresh(ctx, ins, run, ctx.layout[xi])
 
@@ -301,11 +314,13 @@ def lower_dequantizelinear(ctx: LoweringContext, ins: Instruction) -> bool:
     env = ctx.env
     xi, si = ctx.args(ins)[:2]
     zi = ctx.arg(ins, 2) if len(ins.inputs) == 3 else None
+    scale = _one_value(ctx, ins, 1)
 
     def run() -> torch.Tensor:
+        s = env[si] if scale is None else scale
         if zi is None:
-            return torch.mul(env[xi].to(torch.float32), env[si])
+            return torch.mul(env[xi].to(torch.float32), s)
         shifted = env[xi].to(torch.int64) - env[zi].to(torch.int64)
-        return torch.mul(shifted.to(torch.float32), env[si])
+        return torch.mul(shifted.to(torch.float32), s)
 
     return _emit_fresh(ctx, ins, run, ctx.layout[xi])
