@@ -31,7 +31,7 @@ import torch
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.conv_fusion import match_epilogue
-from pygraphx.targets.torch_lowering.registry import defer, deferred_producer, lowering
+from pygraphx.targets.torch_lowering.registry import Fuser, defer, deferred_producer, lowering
 
 log = logging.getLogger(__name__)
 
@@ -209,11 +209,50 @@ def _dequantise_fuser(
         if epi is None or epi.other is not None or epi.unary not in ("none", "relu"):
             _emit_fresh(ctx, dq, run, CHANNELS_LAST, [conv])
             return False  # the pointwise step is lowered as usual, after the convolution
-        bias = torch.from_numpy(epi.bias) if epi.bias.any() else None
-        fused = _qconv_runner(ctx, *call, False, (bias, epi.unary))
+        epilogue = (torch.from_numpy(epi.bias) if epi.bias.any() else None, epi.unary)
+        fused = _qconv_runner(ctx, *call, False, epilogue)
+        quant = user.outputs[0] if len(user.outputs) == 1 else None
+        if _requantises(quant) and defer(ctx, user, quant, at_quantise(epilogue, fused)):
+            return True
         return _emit_fresh(ctx, user, fused, CHANNELS_LAST, [conv, dq])
 
+    def at_quantise(epilogue: tuple, fused: Callable[[], torch.Tensor]) -> Fuser:
+        """The quantizelinear after the epilogue: oneDNN writes the 8-bit values itself
+        (rounding to nearest even and saturating, as quantizelinear does)."""
+
+        def lower(ctx: LoweringContext, quant: Instruction) -> bool:
+            user = deferred_producer(ctx, quant)
+            dq = deferred_producer(ctx, user)
+            scale = _one_value(ctx, quant, 1)
+            if scale is None:
+                _emit_fresh(ctx, user, fused, CHANNELS_LAST, [conv, dq])
+                return False
+            dtype = torch.int8 if quant.shape.type() == "int8_type" else torch.uint8
+            output = (float(scale), 0, dtype)
+            direct = _qconv_runner(ctx, *call, False, epilogue, output)
+            return _emit_fresh(ctx, quant, direct, CHANNELS_LAST, [conv, dq, user])
+
+        return lower
+
     return at_dequantise
+
+
+#: whether a quant convolution's bias / ReLU epilogue and the symmetric quantizelinear after it
+#: run inside oneDNN's call (8-bit output; oneDNN's rounding of the rescaled value may differ
+#: from the separate steps' by one step at a tie); False for the separate steps (A/B timing)
+DIRECT_REQUANTISE = True
+
+
+def _requantises(quant: Instruction | None) -> bool:
+    """Whether oneDNN may write `quant`'s values: a symmetric (no zero point: the ONNX QDQ
+    models' asymmetric ones keep the exact separate step) 8-bit quantizelinear."""
+    return (
+        DIRECT_REQUANTISE
+        and quant is not None
+        and quant.op.name == "quantizelinear"
+        and len(quant.inputs) == 2
+        and quant.shape.type() in _EIGHT_BIT
+    )
 
 
 def _input_zero_point(ctx: LoweringContext, ins: Instruction) -> int | None:
@@ -232,10 +271,13 @@ def _qconv_runner(
     geometry: tuple,
     sums: bool,
     epilogue: tuple[torch.Tensor | None, str] = (None, "none"),
+    output: tuple[float, int, torch.dtype] = (1.0, 0, torch.float32),
 ) -> Callable[[], torch.Tensor]:
     """The oneDNN call on input (env index, zero point, is it int8): int32 sums when `sums`,
-    else the sums times `scale` per channel, plus the (bias, unary op) `epilogue`."""
+    else the sums times `scale` per channel, plus the (bias, unary op) `epilogue`, written as
+    `output` (scale, zero point, dtype: float32 as it is, 8-bit values quantised)."""
     bias, unary = epilogue
+    out_scale, out_zero, out_dtype = output
     conv, env = torch.ops.onednn.qconv2d_pointwise, ctx.env
     xi, zp, signed = input_
     stride, pads, dilation, group = geometry
@@ -258,9 +300,9 @@ def _qconv_runner(
             pads,
             dilation,
             group,
-            1.0,
-            0,
-            torch.float32,
+            out_scale,
+            out_zero,
+            out_dtype,
             unary,
             [],
             "",
