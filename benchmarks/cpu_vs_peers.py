@@ -17,8 +17,14 @@ pygraphx through `get_target("cpu", threads=N)`, ONNX Runtime through `intra_op_
 hint, torch eager through `torch.set_num_threads`. OpenVINO runs when `openvino` is importable,
 twice: at fp32 (`INFERENCE_PRECISION_HINT=f32`, the fair comparison) and with its default
 precision on this CPU (bf16 where the processor has bf16 instructions; its max |diff| vs ORT
-shows what that costs). torch eager runs the CNNs only: a direct interpretation of the ONNX
-graph with `torch.nn.functional` calls in NCHW (what an eager `nn.Module` does).
+shows what that costs). pygraphx also runs at bf16 (`pgx_bf16`: `quantize_bf16` before compile,
+what the driver's `--bf16` does) where oneDNN has bf16 instructions on this processor
+(`--no-bf16` leaves it out; `--bf16-ops dot` converts only the matrix products, as the
+driver's `--precision-ops dot`). Every engine's relative RMS error against ORT's float32 outputs,
+||y - y_ort|| / ||y_ort|| (the worst output), is reported next to its max |diff|: it is the error
+bf16 costs for `pgx_bf16` and `ov_default`. torch eager runs the CNNs only: a direct
+interpretation of the ONNX graph with `torch.nn.functional` calls in NCHW (what an eager
+`nn.Module` does).
 
 Timing: each engine is timed in its own block of runs (warm-up, then `--repeat` timed runs),
 the engines one after another, and the whole round twice; an engine's figure is the median of
@@ -69,11 +75,18 @@ MODELS = ("resnet50", "mobilenetv2", "bert_base", "gpt2")
 
 
 def make_pygraphx(
-    model: onnx.ModelProto, conv_output: str, threads: int, step_threads: bool = True
+    model: onnx.ModelProto,
+    conv_output: str,
+    threads: int,
+    step_threads: bool = True,
+    bf16: tuple[str, ...] | None = None,
 ) -> tuple[Callable, float, Any]:
     start = time.perf_counter()
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     from pygraphx.targets.cpu.target import CpuTarget
+
+    if bf16:  # the operators converted (quantize_bf16's ins_names)
+        pygraphx.quantize_bf16(prog, bf16)
 
     prog.compile(CpuTarget(conv_output=conv_output, threads=threads, step_threads=step_threads))
     seconds = time.perf_counter() - start
@@ -341,6 +354,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--neighbour", action="store_true", help="alternate single runs of engines")
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--no-openvino", action="store_true")
+    ap.add_argument("--no-bf16", action="store_true", help="no pygraphx bf16 (pgx_bf16) engine")
+    ap.add_argument(
+        "--bf16-ops",
+        nargs="+",
+        default=["all"],
+        help="pgx_bf16's converted operators (driver: --precision-ops), e.g. dot",
+    )
     ap.add_argument("--no-step-threads", action="store_true", help="pygraphx: N on every step")
     ap.add_argument("--profile", action="store_true", help="per-op breakdown where we lose")
     ap.add_argument("--conv-output", choices=("torch", "arena"), default="torch")
@@ -360,12 +380,33 @@ def make_engines(
     engines: dict[str, Callable] = {"pygraphx": run_pgx, "ort": run_ort}
     compile_s = {"pygraphx": t_pgx, "ort": t_ort}
     notes: dict[str, str] = {}
+    if not args.no_bf16 and bf16_native():
+        engines["pgx_bf16"], compile_s["pgx_bf16"], _ = make_pygraphx(
+            model, args.conv_output, threads, not args.no_step_threads, bf16=tuple(args.bf16_ops)
+        )
     if not args.no_openvino and openvino_available():
         for key, precision in (("ov_f32", "f32"), ("ov_default", None)):
             engines[key], compile_s[key], notes[key] = make_openvino(model, threads, precision)
     if name in CNNS and not args.no_eager:
         engines["eager"], compile_s["eager"] = make_eager(model)
     return engines, compile_s, notes, prog
+
+
+def bf16_native() -> bool:
+    """oneDNN runs bf16 natively on this processor (else `pgx_bf16` is left out)."""
+    from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16
+
+    return cpu_has_bf16()
+
+
+def relative_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    """The worst output's relative RMS error ||got - want|| / ||want||."""
+    errors = []
+    for a, b in zip(got, want, strict=True):
+        ref = np.asarray(b, dtype=np.float64)
+        diff = np.asarray(a, dtype=np.float64) - ref
+        errors.append(float(np.linalg.norm(diff) / max(np.linalg.norm(ref), 1e-30)))
+    return max(errors)
 
 
 def load_zoo(name: str, size: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray], int]:
@@ -386,10 +427,11 @@ def measure(name: str, batch: int, args: argparse.Namespace, threads: int) -> di
         feeds = model_inputs(name, model)
     engines, compile_s, notes, prog = make_engines(model, name, args, threads)
     reference = engines["ort"](feeds)
-    diffs = {}
+    diffs, rel = {}, {}
     for key, fn in engines.items():
         got = [np.asarray(a, dtype=np.float64) for a in fn(feeds)]
         diffs[key] = max(float(np.max(np.abs(a - b))) for a, b in zip(got, reference, strict=True))
+        rel[key] = relative_error(got, reference)
     timing = neighbours if args.neighbour else blockwise
     ms, cpu_ms = timing(engines, feeds, args.warmup, args.repeat)
     row: dict[str, Any] = {
@@ -401,6 +443,7 @@ def measure(name: str, batch: int, args: argparse.Namespace, threads: int) -> di
         "compile_s": compile_s,
         "ratio_pygraphx_over_ort": ms["pygraphx"] / ms["ort"],
         "max_abs_diff_vs_ort": diffs,
+        "rel_rms_error_vs_ort_fp32": rel,
         "openvino_precision": notes,
         "fallback_ops": prog._executable.fallbacks,
     }
@@ -447,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads_source": str(resolved),
             "mode": "neighbour" if args.neighbour else "blocks",
             "step_threads": not args.no_step_threads,
+            "bf16_ops": args.bf16_ops,
             "results": results,
             "overhead": overhead,
         }
@@ -459,10 +503,14 @@ def _print_row(row: dict[str, Any]) -> None:
     parts = ", ".join(f"{k} {v:.2f} ms" for k, v in row["ms"].items())
     ratio = row["ratio_pygraphx_over_ort"]
     diff = ", ".join(f"{k} {v:.1e}" for k, v in row["max_abs_diff_vs_ort"].items() if k != "ort")
+    rel = ", ".join(
+        f"{k} {v:.1e}" for k, v in row["rel_rms_error_vs_ort_fp32"].items() if k != "ort"
+    )
     cpu = ", ".join(f"{k} {v:.2f}" for k, v in row["cpu_ms"].items())
     ov = "".join(f"; {k} runs at {v}" for k, v in row["openvino_precision"].items())
     print(f"{row['model']} b{row['batch']}: {parts}; pygraphx/ort {ratio:.2f}; "
-          f"max |diff| vs ort: {diff}; process CPU ms per run: {cpu}{ov}", flush=True)  # fmt: skip
+          f"max |diff| vs ort: {diff}; relative RMS error vs ort fp32: {rel}; "
+          f"process CPU ms per run: {cpu}{ov}", flush=True)  # fmt: skip
     if "profile" in row:
         print("  profiled run (observer; every IR instruction, fused producers run apart):")
         for p in row["profile"]:
@@ -472,24 +520,35 @@ def _print_row(row: dict[str, Any]) -> None:
             print(f"    {p['ms']:8.3f} ms  x{p['count']:<3d} {p['op'][:90]}")
 
 
-_ENGINES = (("pygraphx", "pygraphx"), ("ort", "ORT"), ("ov_f32", "OV f32"),
-            ("ov_default", "OV default"), ("eager", "eager"))  # fmt: skip
+_ENGINES = (("pygraphx", "pygraphx"), ("pgx_bf16", "pgx bf16"), ("ort", "ORT"),
+            ("ov_f32", "OV f32"), ("ov_default", "OV default"), ("eager", "eager"))  # fmt: skip
+#: (column, numerator engine, denominator engine) of the ratio columns
+_RATIOS = (("pgx/ORT", "pygraphx", "ort"), ("pgx/OV f32", "pygraphx", "ov_f32"),
+           ("pgx bf16/OV default", "pgx_bf16", "ov_default"))  # fmt: skip
+
+
+def _ratio(ms: dict[str, float], a: str, b: str) -> str:
+    return f"{ms[a] / ms[b]:.2f}" if a in ms and b in ms else "-"
+
+
+def _bf16_errors(r: dict[str, Any]) -> str:
+    """The relative error vs fp32 of pygraphx bf16 / OpenVINO's default precision."""
+    rel = r["rel_rms_error_vs_ort_fp32"]
+    return " / ".join(f"{rel[k]:.1e}" if k in rel else "-" for k in ("pgx_bf16", "ov_default"))
 
 
 def _print_table(results: list[dict[str, Any]], threads: int) -> None:
     shown = [(k, t) for k, t in _ENGINES if any(k in r["ms"] for r in results)]
     columns = ["model", "batch", "threads"]
-    columns += [f"{t} ms (CPU ms)" for _, t in shown] + ["pgx/ORT", "compile pgx s", "ORT s"]
+    columns += [f"{t} ms (CPU ms)" for _, t in shown] + [c for c, _, _ in _RATIOS]
+    columns += ["rel err bf16 pgx / OV default", "compile pgx s", "ORT s"]
     rows = []
     for r in results:
         ms, cpu, cs = r["ms"], r["cpu_ms"], r["compile_s"]
         cells = [r["model"], str(r["batch"]), str(threads)]
         cells += [f"{ms[k]:.2f} ({cpu[k]:.1f})" if k in ms else "-" for k, _ in shown]
-        cells += [
-            f"{r['ratio_pygraphx_over_ort']:.2f}",
-            f"{cs['pygraphx']:.2f}",
-            f"{cs['ort']:.2f}",
-        ]
+        cells += [_ratio(ms, a, b) for _, a, b in _RATIOS]
+        cells += [_bf16_errors(r), f"{cs['pygraphx']:.2f}", f"{cs['ort']:.2f}"]
         rows.append(cells)
     widths = [max(len(c), *(len(row[k]) for row in rows)) for k, c in enumerate(columns)]
     print()

@@ -131,6 +131,15 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="quantise dot/convolution to int8 (quantize_int8), calibrated with --calibration",
     )
+    transform.add_argument(
+        "--precision-ops",
+        metavar="OP[,OP...]",
+        type=_op_names,
+        default=None,
+        help="with --fp16/--bf16: convert only these operators (ins_names), e.g. 'dot' or "
+        "'dot,convolution': the products in low precision, the rest (residual sums, "
+        "normalisations) in float32; default all",
+    )
     precision.add_argument(
         "--fp8",
         action="store_true",
@@ -494,6 +503,8 @@ def precision_of(args: argparse.Namespace) -> str | None:
     """The precision flag given (--fp16/--bf16/--int8/--fp8), if any; checks that
     --calibration and --calibration-samples come with --int8/--fp8."""
     precision = next((p for p in PRECISIONS if getattr(args, p, False)), None)
+    if getattr(args, "precision_ops", None) is not None and precision not in ("fp16", "bf16"):
+        raise DriverError("--precision-ops applies to --fp16 or --bf16, which were not given")
     if precision not in CALIBRATED:
         for flag in CALIBRATION_FLAGS:
             if getattr(args, flag, None) is not None:
@@ -522,8 +533,9 @@ def apply_transforms(loaded: LoadedModel, args: argparse.Namespace, step: StepFn
         done.append(precision)
     elif precision is not None:
         quantize = quantizer(precision)
+        ops = getattr(args, "precision_ops", None)
         with step(f"quantize {precision}"), quantize_errors(precision):
-            result = quantize(program)
+            result = quantize(program) if ops is None else quantize(program, ops)
         if isinstance(result, Program):  # in place, or returns the converted program
             loaded.program = program = result
         done.append(precision)
@@ -656,6 +668,14 @@ def _say(text: str, step: StepFn, style: str = "yellow") -> None:
         step.console.print(text, style=style, highlight=False)
     else:
         print(text, file=sys.stderr, flush=True)
+
+
+def _op_names(text: str) -> tuple[str, ...]:
+    """--precision-ops' comma-separated operator names."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("expected operator names, e.g. 'dot,convolution'")
+    return names
 
 
 def quantizer(precision: str) -> Callable[..., Any]:

@@ -56,12 +56,26 @@ def _is_constant(ins: Instruction) -> bool:
     return True
 
 
-def _dequantised(ins: Instruction) -> tuple[Instruction, np.ndarray | Instruction, int] | None:
-    """(the 8-bit value, its scale, its zero point) when `ins` is a dequantizelinear of an
-    8-bit value with one constant zero point (0 without one): the scale is a constant array,
-    or, for a scale computed at run time, the value its multibroadcast spreads (the per-row /
-    per-column scales of dynamic quantisation)."""
-    if ins.op.name != "dequantizelinear" or ins.inputs[0].shape.type() not in _EIGHT_BIT:
+def _dequantised(
+    ins: Instruction, types: frozenset[str] = _EIGHT_BIT
+) -> tuple[Instruction, np.ndarray] | None:
+    """(the quantised value, its scale array) when `ins` is a symmetric dequantizelinear of a
+    value of one of `types` with a constant scale (8-bit integers by default; `fold_fp8` asks
+    for fp8)."""
+    found = _dequantised_any(ins, types)
+    if found is None or found[2] != 0 or isinstance(found[1], Instruction):
+        return None
+    return found[0], found[1]
+
+
+def _dequantised_any(
+    ins: Instruction, types: frozenset[str] = _EIGHT_BIT
+) -> tuple[Instruction, np.ndarray | Instruction, int] | None:
+    """(the quantised value, its scale, its zero point) when `ins` is a dequantizelinear of a
+    value of one of `types` with one constant zero point (0 without one): the scale is a
+    constant array, or, for a scale computed at run time, the value its multibroadcast
+    spreads (the per-row / per-column scales of dynamic quantisation)."""
+    if ins.op.name != "dequantizelinear" or ins.inputs[0].shape.type() not in types:
         return None
     zero_point = 0
     if len(ins.inputs) == 3:
@@ -103,7 +117,7 @@ def _channel_scales(scale: np.ndarray, axis: int) -> np.ndarray | None:
 
 
 def _fold(module: Module, ins: Instruction) -> bool:
-    left, right = (_dequantised(x) for x in ins.inputs)
+    left, right = (_dequantised_any(x) for x in ins.inputs)
     if left is None or right is None or right[2] != 0:
         return False  # a weight zero point is not folded
     (qa, sa, za), (qb, sb, _) = left, right

@@ -118,7 +118,7 @@ def propagate_constant(module: Module) -> None:
         if id(ins) in done:
             continue
         done.add(id(ins))
-        arr = np.asarray(evaluate_constant(ins, values), order="C")
+        arr = _standard_view(np.asarray(evaluate_constant(ins, values), order="C"))
         # a read-only result is a view of an (immutable) literal: a reshape or an unsqueeze of a
         # weight keeps its memory (a memory-mapped weight stays mapped) instead of a copy
         # (only with the standard strides: a size-1 axis of a broadcast keeps stride 0 and
@@ -127,6 +127,16 @@ def propagate_constant(module: Module) -> None:
         lit = module.insert_literal(ins, Literal(arr, copy=not keep))
         module.replace_instruction(ins, lit)
     dead_code_elimination(module)
+
+
+def _standard_view(arr: np.ndarray) -> np.ndarray:
+    """A read-only view whose only odd strides are on size-1 axes (a broadcast to [1, K, N] of
+    a [K, N] weight has stride 0 there) as the same memory with the standard strides, so the
+    folded literal stays a view of the weight (mapped, shared by every specialization)."""
+    ones = tuple(i for i, n in enumerate(arr.shape) if n == 1)
+    if arr.flags.writeable or not ones or arr.strides == _standard_strides(arr):
+        return arr
+    return np.expand_dims(np.squeeze(arr, axis=ones), ones)
 
 
 def _standard_strides(arr: np.ndarray) -> tuple[int, ...]:

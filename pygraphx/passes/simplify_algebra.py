@@ -20,6 +20,7 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.ops import make_op
 from pygraphx.passes.dead_code_elimination import dead_code_elimination
+from pygraphx.passes.derived_literals import concatenate
 from pygraphx.passes.pattern import (
     Captures,
     Rewrite,
@@ -243,6 +244,8 @@ def fuse_horizontal_dots(module: Module) -> None:
 
     When every product is followed only by the addition of a constant bias along its last
     axis, the biases are concatenated too, so Q/K/V projections become one product and one add.
+    The weights' concatenation is shared by every program optimised from the same weights
+    (`derived_literals.concatenate`): each bucketed shape of a decoder reuses it.
     """
     by_input: dict[int, list[Instruction]] = {}
     for ins in module.instructions:
@@ -268,7 +271,7 @@ def fuse_horizontal_dots(module: Module) -> None:
         with_bias = all(vec is not None for _, vec in biases)
         # insert after the last of the products' inputs, before the first product's use
         anchor = min((d for d in dots), key=module.position)
-        wcat = np.concatenate(weights, axis=-1)
+        wcat = concatenate(weights, axis=-1)  # made once for every specialization
         lens = first.inputs[1].shape.lens()[:-1] + [wcat.shape[-1]]
         b_ins = _broadcast_literal(module, anchor, wcat, lens)
         fused = module.insert_instruction(anchor, make_op("dot"), [first.inputs[0], b_ins])

@@ -34,8 +34,9 @@ __all__ = ["FP8", "FP8_GEMM_TARGETS", "quantize_fp8"]
 
 _E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 FP8 = QuantFormat("fp8", "fp8e4m3fn_type", _E4M3, float(ml_dtypes.finfo(_E4M3).max))
-#: targets that run fp8 products as fp8 GEMMs (none yet; ref is the oracle, not a fast path)
-FP8_GEMM_TARGETS: frozenset[str] = frozenset()
+#: targets that run fp8 products as fp8 GEMMs (gpu: the `dot`s, `passes/fold_fp8.py`; ref is
+#: the oracle, not a fast path)
+FP8_GEMM_TARGETS: frozenset[str] = frozenset({"gpu"})
 _warned: set[str] = set()
 
 

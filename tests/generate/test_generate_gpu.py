@@ -20,6 +20,7 @@ onnx = pytest.importorskip("onnx")
 
 from pygraphx.generate import DecoderSession, generate  # noqa: E402
 from pygraphx.generate.device_loop import DeviceCache  # noqa: E402
+from pygraphx.passes.derived_literals import concatenate, sources_of  # noqa: E402
 from pygraphx.targets import get_target  # noqa: E402
 from pygraphx.targets.torch_lowering import lower_module  # noqa: E402
 from pygraphx.targets.torch_lowering.literal_store import (  # noqa: E402
@@ -150,9 +151,46 @@ def test_two_shapes_share_one_copy_of_each_weight(exported) -> None:
     assert {id(t) for t in la} == {id(t) for t in lb}  # the very same tensor objects
     assert LITERALS.hits - hits >= len(lb) and LITERALS.uploads - uploads <= len(la)
     kinds = {literal_key(i.get_literal().array)[0] for i in first.instructions if _big(i)}
-    assert kinds == {"file", "bytes"}  # mapped weights and weights the passes made
+    assert kinds == {"file", "concat"}  # mapped weights, and weights the passes concatenated
     c = lower_module(second, device, {"share_literals": False})
     assert not {id(t) for t in _literals(c.ctx)} & {id(t) for t in la}
+
+
+def test_concatenated_weights_made_once_for_every_shape(exported) -> None:
+    """The q/k/v and gate/up concatenations of two specializations are the same host arrays
+    (made once, never hashed: their key names their mapped sources), equal to numpy's
+    concatenation of the file's initialisers."""
+    path, _ = exported["qwen2_tiny"]
+    first, second = _specializations(path)
+    cat1 = [i.get_literal().array for i in first.instructions if _concat(i)]
+    cat2 = [i.get_literal().array for i in second.instructions if _concat(i)]
+    assert len(cat1) == len(cat2) >= 4  # 2 layers: q/k/v and gate/up each
+    assert {id(a) for a in cat1} == {id(a) for a in cat2}
+    proto = onnx.load(str(path))
+    weights = [onnx.numpy_helper.to_array(t) for t in proto.graph.initializer]
+    for arr in cat1:
+        _, sources = sources_of(arr)
+        want = np.concatenate([np.array(s) for s in sources], axis=-1)
+        np.testing.assert_array_equal(arr, want)
+        for s in sources:  # each source is an initialiser of the file ([1, K, N]), mapped
+            assert _mapped_root(s) is not None
+            assert any(np.array_equal(w[None], s) for w in weights if w.ndim == 2)
+
+
+def test_concatenate_of_writable_sources_is_not_shared() -> None:
+    """Memory someone may still write is never matched by place: a fresh array each time."""
+    a, b = np.arange(6.0).reshape(2, 3).copy(), np.ones((2, 2))
+    first, again = concatenate([a, b], -1), concatenate([a, b], -1)
+    assert first is not again and sources_of(first) is None
+    np.testing.assert_array_equal(first, np.concatenate([a, b], -1))
+    a.flags.writeable = b.flags.writeable = False
+    shared = concatenate([a, b], -1)
+    assert concatenate([a, b], -1) is shared and sources_of(shared)[0] == 1
+    assert not shared.flags.writeable
+
+
+def _concat(ins: object) -> bool:
+    return _big(ins) and sources_of(ins.get_literal().array) is not None
 
 
 def _big(ins: object) -> bool:

@@ -95,6 +95,26 @@ def test_cse_merges_identical_instructions_and_literals() -> None:
     assert _ops(prog).count("@literal") == 1
 
 
+def test_cse_merges_big_literals_only_when_every_byte_is_equal() -> None:
+    """CSE buckets literals by a sample of their bytes: literals that differ only outside the
+    sample stay apart, equal ones merge (checked against the unoptimised program on ref)."""
+    w = RNG.standard_normal((3, 8, 8)).astype(np.float32)
+    near = w.copy()
+    near.reshape(-1)[1] += 1.0  # element 1 is not in the strided sample of 192 elements
+    nodes = [
+        helper.make_node("Add", ["x", "w1"], ["a"]),
+        helper.make_node("Add", ["x", "w2"], ["b"]),
+        helper.make_node("Add", ["x", "w3"], ["c"]),
+        helper.make_node("Sum", ["a", "b", "c"], ["y"]),
+    ]
+    inits = {"w1": w, "w2": near, "w3": w.copy()}
+    prog = _check(
+        nodes, {"x": X}, ["y"], inits, [P(eliminate_common_subexpression), P(dead_code_elimination)]
+    )
+    assert _ops(prog).count("@literal") == 2
+    assert _ops(prog).count("add") == 2 + 2  # a, b (c merged into a) and the two of Sum
+
+
 def test_propagate_constant_folds_literal_math_but_not_broadcasts() -> None:
     a = RNG.standard_normal((8,)).astype(np.float32)
     prog = _check(

@@ -32,10 +32,12 @@ from pygraphx.passes.manager import Pass, module_pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.runtime.executor import Executor, Observer
 from pygraphx.targets.base import Target
+from pygraphx.targets.cpu.bf16 import announce_slow_bf16
 from pygraphx.targets.cpu.lowering import cpu_overrides
 from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_thread_switches
 from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_policy_enabled
 from pygraphx.targets.torch_lowering import Lowered, lower_module
+from pygraphx.targets.torch_lowering.conv_choice import finish as finish_conv_choice
 from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
 from pygraphx.targets.torch_lowering.fallback_cost import FallbackTimer, announce_cost, timed_steps
 
@@ -154,7 +156,9 @@ class CpuTarget(Target):
     process may use, capped: see `threads.py`), `step_threads=False` (every step on all the
     run's threads; default `PGX_CPU_STEP_THREADS`, on); and for the lowering
     `conv_output="torch" | "arena"` (where convolution and GEMM results live, see
-    `torch_lowering/conv_fusion.py`), `mkldnn=False` (no oneDNN convolutions),
+    `torch_lowering/conv_fusion.py`), `conv_kernel="measure" | "off" | <kernel>` (how each
+    convolution's kernel is chosen, see `torch_lowering/conv_choice.py`), `mkldnn=False` (no
+    oneDNN convolutions),
     `mkl_linear=False` (no packed MKL GEMMs), `attention=False` / `layernorm=False` (no fused
     attention / layer normalisation, see `lowering.py`).
     """
@@ -164,7 +168,8 @@ class CpuTarget(Target):
     def __init__(
         self, threads: int | None = None, step_threads: bool | None = None, **settings: Any
     ) -> None:
-        unknown = set(settings) - {"conv_output", "mkldnn", "mkl_linear", "attention", "layernorm"}
+        known = {"conv_output", "conv_kernel", "mkldnn", "mkl_linear", "attention", "layernorm"}
+        unknown = set(settings) - known
         if unknown:
             raise ValueError(f"unknown cpu target settings {sorted(unknown)}")
         self.settings = settings
@@ -181,7 +186,11 @@ class CpuTarget(Target):
             options = {**options, **self.settings}
             options["lowering_overrides"] = cpu_overrides(options)
             lowered = lower_module(program.get_main_module(), torch.device("cpu"), options)
+        conv_choices = lowered.ctx.cache.get("conv_choice")
+        if conv_choices is not None:
+            finish_conv_choice(conv_choices)
         announce_fallbacks(lowered.ctx.fallbacks)
+        announce_slow_bf16(program.get_main_module())
         return CpuExecutable(lowered, self.threads.n, self.step_policy)
 
     def threads_scope(self) -> RunScope:

@@ -10,6 +10,9 @@
   `gemv.py`'s kernel, which needs no cuBLAS workspace); float32 products through the torch
   lowering (`addmm` with the bias of the element-wise group after it folded in); attention
   recognised first (`attention.py`).
+* `quant_dot`, `quant_convolution`, `quantizelinear`, `dequantizelinear`: int8 / fp8 GEMMs
+  and their quantise / dequantise steps (`quant.py`, `quant_conv.py`), the torch lowering's
+  where those decline.
 * `pointwise` and `fused_reduce`: generated Triton kernels when the target passes `kernels`
   (`triton_groups.TritonGroups`), else (and for a group the generator refuses) the torch
   lowering's eager code. Recognised attention comes first in `fused_reduce`.
@@ -25,6 +28,12 @@ import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import attention
+from pygraphx.targets.gpu.quant import (
+    lower_gpu_dequantizelinear,
+    lower_gpu_quant_dot,
+    lower_gpu_quantizelinear,
+)
+from pygraphx.targets.gpu.quant_conv import lower_gpu_quant_convolution
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower import LOWERINGS, _load_lowerings
@@ -70,6 +79,31 @@ def gpu_overrides(
         "dot": dot,
         "pointwise": pointwise,
         "fused_reduce": fused_reduce,
+        **quant_overrides(torch_lowering, triton),
+    }
+
+
+def quant_overrides(torch_lowering: dict[str, Lowering], triton: bool) -> dict[str, Lowering]:
+    """Op name -> the gpu target's lowering of the quantised ops."""
+
+    def quant_dot(ctx: LoweringContext, ins: Instruction) -> bool:
+        return lower_gpu_quant_dot(ctx, ins, torch_lowering["quant_dot"], triton)
+
+    def quantizelinear(ctx: LoweringContext, ins: Instruction) -> bool:
+        return lower_gpu_quantizelinear(ctx, ins, torch_lowering["quantizelinear"], triton)
+
+    def dequantizelinear(ctx: LoweringContext, ins: Instruction) -> bool:
+        return lower_gpu_dequantizelinear(ctx, ins, torch_lowering["dequantizelinear"])
+
+    def quant_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
+        fallback = torch_lowering["quant_convolution"]
+        return lower_gpu_quant_convolution(ctx, ins, fallback, triton)
+
+    return {
+        "quant_dot": quant_dot,
+        "quantizelinear": quantizelinear,
+        "quant_convolution": quant_convolution,
+        "dequantizelinear": dequantizelinear,
     }
 
 

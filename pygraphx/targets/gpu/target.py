@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from pygraphx.passes.fold_fp8 import fold_fp8
 from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy, RowFusion
-from pygraphx.passes.manager import Pass
+from pygraphx.passes.manager import Pass, module_pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.targets.base import Target
 from pygraphx.targets.gpu.executable import GpuExecutable
@@ -90,7 +91,8 @@ class GpuTarget(Target):
         )
 
     def get_passes(self, options: dict[str, Any]) -> list[Pass]:
-        return optimize_passes(policy=self.fusion_policy())
+        """fp8 products folded for `torch._scaled_mm` (`fold_fp8`), then the common list."""
+        return [module_pass(fold_fp8), *optimize_passes(policy=self.fusion_policy())]
 
     def device(self, options: dict[str, Any]) -> torch.device:
         if self.settings.get("device", "cuda") == "cpu":

@@ -1,10 +1,14 @@
-"""oneDNN convolutions on the CPU, with their element-wise epilogue fused as post-ops.
+"""CPU convolutions with their element-wise epilogue fused (oneDNN post-ops).
 
-A 2-D float32 convolution whose weights are a literal runs as
-`mkldnn._convolution_pointwise` with the weights reordered into oneDNN's blocked format once,
-at prepare, on channels-last activations (the first convolution converts its input; every later
-one gets channels-last tensors from its producers). This is the path torch's own CPU compiler
-(inductor with freezing) takes, and it is where most of a CNN's time goes.
+A 2-D float32 convolution whose weights are a literal (bf16 too, on a CPU with bf16
+instructions, always on the oneDNN kernel) runs on channels-last activations
+through one of the kernels of `conv_kernels.py`, chosen per layer by measurement at prepare
+(`conv_choice.py`): by default `mkldnn._convolution_pointwise` with the weights reordered into
+oneDNN's blocked format once, at prepare (depthwise layers included). The first convolution
+converts its input to channels-last; every later one gets channels-last tensors from its
+producers, whatever kernel they ran on, so no layout round trip happens between layers. The
+oneDNN path is the one torch's own CPU compiler (inductor with freezing) takes, and it is where
+most of a CNN's time goes.
 
 When the convolution's only user is a `pointwise` group of the form
 
@@ -14,8 +18,10 @@ where each `c` is a constant broadcast along the channels (a bias) or a scalar, 
 one full tensor (a residual, or a second branch's output), the group is folded into the
 convolution: the constants are summed into one bias at prepare, `other` is a binary `add`
 post-op and the activation a unary post-op, so the group costs no pass over memory of its own.
-The convolution must come right before its user in the program (see `lower.defer`). Profiling
-runs the convolution and the group as separate steps.
+Every kernel takes the whole epilogue (a 1x1 `matmul` only an activation or an add); an add
+followed by anything but relu runs apart from the convolution. The convolution must come right
+before its user in the program (see `lower.defer`). Profiling runs the convolution (on the
+default kernel) and the group as separate steps.
 
 Where results live: oneDNN allocates each convolution's output; with `conv_output="torch"`
 (the default) that tensor is the value (torch's CPU allocator reuses the memory of values
@@ -26,16 +32,19 @@ memory plan gave it. The benchmark (`benchmarks/cpu_vs_peers.py --conv-output`) 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
+from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_kernel
+from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan, build_kernel
+from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.fallback import lower_fallback
+from pygraphx.targets.torch_lowering.lower_gemm import bf16_gemm
 from pygraphx.targets.torch_lowering.registry import (
     defer,
     deferred_producer,
@@ -52,30 +61,15 @@ def mkldnn_usable(ctx: LoweringContext, ins: Instruction) -> bool:
         return False
     x, w = ins.inputs
     return (
-        x.shape.type() == "float_type"
+        (x.shape.type() == "float_type" or (x.shape.type() == "bf16_type" and bf16_gemm(ctx)))
         and x.shape.ndim() == 4
         and ctx.constant(ctx.arg(ins, 1)) is not None
         and ins.shape.elements() > 0
     )
 
 
-@dataclass
-class ConvPlan:
-    """A convolution ready for oneDNN: packed weight, geometry, bias, and post-ops."""
-
-    weight: torch.Tensor
-    padding: list[int]
-    stride: list[int]
-    dilation: list[int]
-    groups: int
-    pre_pad: list[int] | None
-    bias: torch.Tensor | None = None
-    unary: str = "none"
-    scalars: list[float] = field(default_factory=list)
-    other: int | None = None  # env index of the binary add operand
-
-
 def conv_plan(ctx: LoweringContext, ins: Instruction) -> ConvPlan:
+    """`ins`'s geometry, plain weight and oneDNN-packed weight (packed once per context)."""
     op = ins.op
     x_shape, w_shape = (i.shape for i in ins.inputs)
     begin, end = op.pads(x_shape.lens(), w_shape.lens())
@@ -93,42 +87,26 @@ def conv_plan(ctx: LoweringContext, ins: Instruction) -> ConvPlan:
             w.contiguous(), padding, list(op.stride), list(op.dilation), op.group, lens
         )
         ctx.packed_weights[key] = packed
-    return ConvPlan(packed, padding, list(op.stride), list(op.dilation), op.group, pre_pad)
+    return ConvPlan(w, packed, lens, padding, list(op.stride), list(op.dilation), op.group, pre_pad)
 
 
-def conv_producer(ctx: LoweringContext, x: int, plan: ConvPlan) -> Callable[[], torch.Tensor]:
-    """The closure running `plan` on env[x] and returning the (new) output tensor."""
+def conv_producer(
+    ctx: LoweringContext,
+    x: int,
+    plan: ConvPlan,
+    other_lens: list[int] | None = None,
+    measure: bool = True,
+) -> Callable[[], torch.Tensor]:
+    """The closure running `plan` on env[x] (and the add operand, of lens `other_lens`) and
+    returning the (new) output tensor, on the kernel `conv_choice` picks for it
+    (`measure=False`: the default kernel, nothing timed: the unfused twin of a fused step)."""
     env = ctx.env
-    conv = torch.ops.mkldnn._convolution_pointwise
-    binary = torch.ops.mkldnn._convolution_pointwise.binary
-    w, b, p, s, d, g = plan.weight, plan.bias, plan.padding, plan.stride, plan.dilation, plan.groups
-    unary, scalars, pre_pad = plan.unary, plan.scalars, plan.pre_pad
-    cl = torch.channels_last
-
-    def prepare_input() -> torch.Tensor:
-        xt = env[x].contiguous(memory_format=cl)
-        return F.pad(xt, pre_pad) if pre_pad is not None else xt
-
-    if plan.other is not None:
-        o = plan.other
-        post = None if unary == "none" else unary
-
-        def run_binary() -> torch.Tensor:
-            other = env[o].contiguous(memory_format=cl)
-            return binary(prepare_input(), other, w, b, p, s, d, g, "add", None, post, [], "")
-
-        return run_binary
-    if pre_pad is None:
-
-        def run() -> torch.Tensor:
-            return conv(env[x].contiguous(memory_format=cl), w, b, p, s, d, g, unary, scalars, "")
-
-        return run
-
-    def run_padded() -> torch.Tensor:
-        return conv(prepare_input(), w, b, p, s, d, g, unary, scalars, "")
-
-    return run_padded
+    if measure and plan.weight.dtype == torch.float32:  # bf16: oneDNN, the only native kernel
+        state = choice_state(ctx.options, ctx.cache)
+        plan.kernel = choose_kernel(state, plan, other_lens)
+    o = plan.other
+    get_other = None if o is None else (lambda: env[o])
+    return build_kernel(plan, plan.kernel, lambda: env[x], get_other)
 
 
 def lower_mkldnn_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
@@ -142,15 +120,16 @@ def lower_mkldnn_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
     return True
 
 
-def _lower_alone(ctx: LoweringContext, ins: Instruction) -> None:
+def _lower_alone(ctx: LoweringContext, ins: Instruction, measure: bool = True) -> None:
     plan = conv_plan(ctx, ins)
-    store_result(ctx, ins, conv_producer(ctx, ctx.arg(ins, 0), plan), CHANNELS_LAST)
+    produce = conv_producer(ctx, ctx.arg(ins, 0), plan, measure=measure)
+    store_result(ctx, ins, produce, CHANNELS_LAST)
 
 
 def _may_fuse(conv: Instruction, user: Instruction) -> bool:
     return (
         user.op.name == "pointwise"
-        and user.shape.type() == "float_type"
+        and user.shape.type() == conv.shape.type()
         and user.shape.lens() == conv.shape.lens()
         and sum(1 for i in user.inputs if i is conv) == 1
     )
@@ -169,7 +148,7 @@ class Epilogue:
 
 def match_epilogue(ctx: LoweringContext, conv: Instruction, user: Instruction) -> Epilogue | None:
     """`user`'s body as act(conv + constants [+ other]), or None."""
-    if is_deferred(ctx, user) or user.shape.type() != "float_type":
+    if is_deferred(ctx, user) or user.shape.type() != conv.shape.type():
         return None
     body: Module = user.module_inputs[0]
     params = body.get_parameters()
@@ -262,7 +241,7 @@ def _channel_constant(ctx: LoweringContext, x: Instruction, channels: int) -> np
     if id(x) not in ctx.index:
         return None
     t = ctx.constant(ctx.index[id(x)])
-    if t is None or t.dim() != 4 or t.dtype != torch.float32:
+    if t is None or t.dim() != 4 or t.dtype not in (torch.float32, torch.bfloat16):
         return None
     strides = t.stride()
     if any(strides[k] != 0 for k in (0, 2, 3) if t.shape[k] != 1):
@@ -270,7 +249,7 @@ def _channel_constant(ctx: LoweringContext, x: Instruction, channels: int) -> np
     vec = t[0, :, 0, 0]
     if vec.shape[0] != channels:
         return None
-    return vec.numpy().astype(np.float32)
+    return vec.float().numpy().copy()
 
 
 def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
@@ -282,8 +261,16 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
     if epi is None:  # not a form oneDNN fuses: the convolution runs first, on its own
         _lower_alone(ctx, conv)
         return False
+    plan = conv_plan(ctx, conv)
+    dtype = torch_dtype(conv.shape.dtype())  # oneDNN takes the bias in the input's type
+    plan.bias = torch.from_numpy(epi.bias).to(dtype) if epi.bias.any() else None
+    plan.unary, plan.scalars = epi.unary, epi.scalars
+    # oneDNN fuses only relu after a binary add: such a group runs apart from its convolution
+    apart = epi.other is not None and (
+        plan.unary not in ("none", "relu") or plan.pre_pad is not None
+    )
     saved, ctx.steps = ctx.steps, []
-    _lower_alone(ctx, conv)
+    _lower_alone(ctx, conv, measure=apart)
     if not lower_pointwise(ctx, user):
         lower_fallback(ctx, user)
     unfused, ctx.steps = ctx.steps, saved
@@ -291,15 +278,14 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
     if ctx.options.get("conv_output", "torch") != "arena" and ctx.static[uidx]:
         # the fused step stores a new tensor at the group's index: so must its unfused step
         unfused[-1].fn = storing(unfused[-1].fn, ctx.env, uidx, ctx.env[uidx])
-    plan = conv_plan(ctx, conv)
-    plan.bias = torch.from_numpy(epi.bias) if epi.bias.any() else None
-    plan.unary, plan.scalars = epi.unary, epi.scalars
+    if apart:
+        ctx.steps = saved + unfused
+        return True
+    other_lens = None
     if epi.other is not None:
         plan.other = ctx.index[id(epi.other)]
-        if plan.unary not in ("none", "relu") or plan.pre_pad is not None:
-            ctx.steps = saved + unfused
-            return True  # oneDNN fuses only relu after a binary add: run them apart
-    produce = conv_producer(ctx, ctx.arg(conv, 0), plan)
+        other_lens = list(epi.other.shape.lens())
+    produce = conv_producer(ctx, ctx.arg(conv, 0), plan, other_lens)
     unfused_idx = uidx
     env = ctx.env
     if ctx.options.get("conv_output", "torch") == "arena" and ctx.static[unfused_idx]:

@@ -1,7 +1,7 @@
 """Layer normalisation recognised in the lowered program and run as one `F.layer_norm` call.
 
 ONNX's LayerNormalization (and the exporters' ReduceMean / Sub / Pow / Sqrt / Div chains) reach
-the lowering as seven instructions over the last axis of a float32 `x`:
+the lowering as seven instructions over the last axis of a float32 (or bf16) `x`:
 
     m = reduce_mean(x)                     d = pointwise{sub}(x, broadcast(m))
     v = fused_reduce{mul(d, d), reduce_mean}(d)
@@ -12,24 +12,30 @@ vectors along the last axis, `eps` one constant) and nothing between `m` and `y`
 (only the pattern, views, literals and parameters), the whole normalisation is one step at
 `m`'s place: `y = F.layer_norm(x, (n,), w, b, eps)`, a new tensor (one pass over `x` in torch's
 fused kernel instead of four passes and three temporaries). The other instructions of the
-pattern emit no step. Anything else lowers as before.
+pattern emit no step. Anything else lowers as before. A bf16 normalisation (`quantize_bf16`)
+is computed in float32 inside torch's kernel and rounded once, where the instructions round each
+step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.dtypes import from_numpy
 from pygraphx.targets.torch_lowering.lower_math import trace_group
 from pygraphx.targets.torch_lowering.pointwise import Node, NotTraceable, Value, trace_body
 
 #: `ctx.cache` key of the number of normalisations a lowering fused
 BLOCKS = "layernorm_blocks"
+#: the element types normalised in one step
+NORM_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16))
 
 
 @dataclass
@@ -87,11 +93,11 @@ def _scalars(group: Instruction) -> dict[int, np.ndarray]:
 
 
 def _vector(x: Instruction, n: int) -> torch.Tensor | None:
-    """A fixed float32 input that is one (n,) vector along the last axis, broadcast."""
+    """A fixed float32 (bf16) input that is one (n,) vector along the last axis, broadcast."""
     a = _fixed(x)
-    if a is None or a.dtype != np.float32 or a.size != n or (a.ndim and a.shape[-1] != n):
+    if a is None or a.dtype not in NORM_DTYPES or a.size != n or (a.ndim and a.shape[-1] != n):
         return None
-    return torch.from_numpy(np.ascontiguousarray(a).reshape(n).copy())
+    return from_numpy(np.ascontiguousarray(a).reshape(n).copy())
 
 
 def _fns(group: Instruction) -> list[Node] | None:
@@ -117,7 +123,7 @@ def _centre(mean: Instruction) -> Instruction | None:
     """`d = x - broadcast(mean(x))`, the deviation, when `mean` starts the pattern."""
     x = mean.inputs[0]
     lens = x.shape.lens()
-    if x.shape.dtype() != np.float32:
+    if x.shape.dtype() not in NORM_DTYPES:
         return None
     if not lens or not _last_axis(mean, len(lens)):
         return None
@@ -207,7 +213,11 @@ def match_layernorm(ctx: LoweringContext, mean: Instruction) -> Norm | None:
     y = _only_user(sb, "pointwise") if sb is not None else None
     if y is None or sb.shape.lens() != d.shape.lens() or set(d.outputs) != {v, y}:
         return None
-    if len(d.outputs) != 2 or y.shape.lens() != d.shape.lens() or y.shape.dtype() != np.float32:
+    if (
+        len(d.outputs) != 2
+        or y.shape.lens() != d.shape.lens()
+        or y.shape.dtype() != d.shape.dtype()
+    ):
         return None
     affine = _affine(y, d, sb)
     if affine is None:

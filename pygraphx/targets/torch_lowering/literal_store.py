@@ -9,10 +9,12 @@ later program that holds an equal literal:
 - a literal whose memory is a view of a memory-mapped file (external data, see
   `onnx/external_data.py`) is identified by the file (path, size, modification time) and its
   byte offset, shape, strides and dtype: no bytes are read to look it up;
-- any other literal of at least `MIN_SHARED_BYTES` (weights the passes made: concatenated
-  q/k/v or gate/up projections) by its dtype, shape, strides and a SHA-256 digest of its bytes,
-  computed in `CHUNK_BYTES` pieces on a thread pool (hashlib releases the GIL; about 1 GB/s a
-  core); smaller literals are uploaded per program.
+- a literal the passes concatenated from other literals (q/k/v or gate/up projections,
+  `passes/derived_literals.py`, which makes each once for every specialization) by the keys of
+  its sources and the axis: no bytes are read either;
+- any other literal of at least `MIN_SHARED_BYTES` by its dtype, shape, strides and a SHA-256
+  digest of its bytes, computed in `CHUNK_BYTES` pieces on a thread pool (hashlib releases the
+  GIL; about 1 GB/s a core); smaller literals are uploaded per program.
 
 Entries hold weak references: a device tensor lives while some lowered program uses it, and a
 program lowered later uploads it again. Steps never write literals (they are inputs only), so
@@ -31,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pygraphx.passes.derived_literals import sources_of
 from pygraphx.targets.torch_lowering.dtypes import from_numpy
 
 #: literals smaller than this are uploaded per program (hashing them saves nothing)
@@ -59,7 +62,21 @@ def literal_key(array: np.ndarray) -> tuple[Any, ...] | None:
         return ("file", root.filename, stat.st_size, stat.st_mtime_ns, root.offset + where, *layout)
     if array.nbytes < MIN_SHARED_BYTES:
         return None
+    derived = sources_of(array)
+    if derived is not None:
+        parts = [_source_key(s) for s in derived[1]]
+        if all(p is not None for p in parts):
+            return ("concat", derived[0], *parts, *layout)
     return ("bytes", _digest(np.ascontiguousarray(array)), *layout)
+
+
+def _source_key(array: np.ndarray) -> tuple[Any, ...] | None:
+    """A derived literal's source by place: its file and offset, or (small sources, which
+    `literal_key` leaves unshared) the digest of its bytes; None: a source with neither."""
+    key = literal_key(array)
+    if key is None and array.nbytes < MIN_SHARED_BYTES:
+        return ("small", _digest(np.ascontiguousarray(array)), array.dtype.str, array.shape)
+    return key
 
 
 def _digest(array: np.ndarray) -> bytes:

@@ -10,8 +10,11 @@ GFLOP/s against MKL's 84-94; a GELU after the GEMM costs 2% inside oneDNN, 3-10%
 pass. The product is a new tensor (not an arena slot, like the convolutions' results: see
 `conv_fusion.py`). A dot whose only user is an
 element-wise group takes that group's bias add into the GEMM, and the rest of the group
-(residual add, GELU) updates the product in place, which becomes the group's value. Half and
-bf16 products are computed in float32 and rounded once, as the reference does.
+(residual add, GELU) updates the product in place, which becomes the group's value. bf16
+products on a CPU with bf16 instructions (`bf16_gemm`) run in bf16 through oneDNN the same way,
+with the weight packed once in bf16 (accumulated in float32 and rounded once, as the reference
+does; a fused bias and activation are applied before that one rounding). Other half and bf16
+products are computed in float32 and rounded once.
 
 Declined (numpy fallback): integer and fp8 products and `quant_dot` (numpy's exact wrapping
 arithmetic).
@@ -57,7 +60,7 @@ def _batch_broadcast_matrix(ctx: LoweringContext, ins: Instruction, k: int) -> t
 def _bias_vector(ctx: LoweringContext, x: Instruction, n: int) -> torch.Tensor | None:
     """A fixed float32 input that varies along its last axis only, as an (n,) vector."""
     t = ctx.constant(ctx.index[id(x)])
-    if t is None or t.dtype != torch.float32 or t.dim() < 1 or t.shape[-1] != n:
+    if t is None or t.dtype not in GEMM_DTYPES or t.dim() < 1 or t.shape[-1] != n:
         return None
     if any(s != 0 for s, m in zip(t.stride()[:-1], t.shape[:-1], strict=True) if m != 1):
         return None
@@ -97,6 +100,23 @@ def _use_dnnl(ctx: LoweringContext) -> bool:
 DNNL_EPILOGUES = {"gelu": ("gelu", "none"), "gelu_tanh": ("gelu", "tanh"), "silu": ("swish", "")}
 
 
+#: the product types `dot_producer` runs (bf16 only where `bf16_gemm` holds)
+GEMM_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+
+def cpu_has_bf16() -> bool:
+    """oneDNN (through torch) computes bf16 natively on this processor (avx512_bf16, AMX, or
+    the AVX-512 core set oneDNN's bf16 kernels need)."""
+    return torch.backends.mkldnn.is_available() and bool(
+        torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
+
+
+def bf16_gemm(ctx: LoweringContext) -> bool:
+    """bf16 GEMMs and convolutions run natively: oneDNN on a CPU with bf16 instructions."""
+    return _use_dnnl(ctx) and cpu_has_bf16()
+
+
 def _use_mkl(ctx: LoweringContext) -> bool:
     return (
         ctx.device.type == "cpu"
@@ -113,10 +133,13 @@ def dot_producer(
 ) -> Callable[[], torch.Tensor] | None:
     """A closure returning the product as a new tensor (plus `bias` along the last axis, then
     the activation `epilogue`, a key of `DNNL_EPILOGUES`), or None (declined: integer and fp8
-    types; a bias with a run-time right-hand side; an epilogue oneDNN does not take here)."""
+    types, half, bf16 without `bf16_gemm`; a bias with a run-time right-hand side; an epilogue
+    oneDNN does not take here)."""
     a_shape = ins.inputs[0].shape
     dtype = torch_dtype(a_shape.dtype())
-    if dtype not in (torch.float32, torch.float64):
+    if dtype not in GEMM_DTYPES or (dtype == torch.bfloat16 and not bf16_gemm(ctx)):
+        return None
+    if bias is not None and bias.dtype != dtype:
         return None
     env = ctx.env
     a, b = ctx.args(ins)
@@ -129,7 +152,7 @@ def dot_producer(
         return lambda: mm(env[a], env[b])
     k, n = w.shape
     rows = ins.shape.elements() // n if n else 0
-    fast = dtype == torch.float32 and rows > 0 and k > 0
+    fast = dtype in (torch.float32, torch.bfloat16) and rows > 0 and k > 0
     if fast and _use_dnnl(ctx):
         weight = _dnnl_weight(ctx, ins, w, rows)
         attr, algorithm = DNNL_EPILOGUES[epilogue] if epilogue else ("none", "")
@@ -160,7 +183,7 @@ def dot_producer(
 @lowering("dot")
 def lower_dot(ctx: LoweringContext, ins: Instruction) -> bool:
     dtype = torch_dtype(ins.shape.dtype())
-    if dtype in (torch.float16, torch.bfloat16):
+    if dtype == torch.float16 or (dtype == torch.bfloat16 and not bf16_gemm(ctx)):
         return _lower_low_precision_dot(ctx, ins)
     produce = dot_producer(ctx, ins)
     if produce is None:

@@ -1,10 +1,11 @@
 """Neural-network operators lowered to torch: convolution, deconvolution, pooling, norms.
 
 * `convolution`: on the CPU, 2-D float32 convolutions with constant weights run through oneDNN
-  with the weights reordered once at prepare (`mkldnn._convolution_pointwise`) on channels-last
-  activations; the element-wise group that follows (bias, residual add, relu / relu6) is fused
-  into the convolution as oneDNN post-ops (`conv_fusion.py`). Other convolutions use
-  `torch.nn.functional.conv{1,2,3}d` (asymmetric padding is applied with `F.pad` first).
+  with the weights reordered once at prepare (`mkldnn._convolution_pointwise`, or for a 1x1
+  layer a oneDNN matrix product when timing it at prepare finds it faster: `conv_choice.py`)
+  on channels-last activations; the element-wise group that follows (bias, residual add,
+  relu / relu6) is fused into the convolution as oneDNN post-ops (`conv_fusion.py`). Other
+  convolutions use `torch.nn.functional.conv{1,2,3}d` (asymmetric padding: `F.pad` first).
 * `deconvolution`: `conv_transpose{1,2,3}d`, then the IR's begin/end crop.
 * `pooling`: max/average through `F.{max,avg}_pool{1,2,3}d` when torch's geometry matches the
   IR's (checked on meta tensors at prepare), global pooling as `amax`/`mean`.

@@ -1,0 +1,177 @@
+"""fp16 vs int8 vs fp8 on the `gpu` target: ResNet-50 and BERT-base at batch 32.
+
+    python benchmarks/quant_gpu.py                            # both models, every variant
+    python benchmarks/quant_gpu.py --models bert_base --json out.json
+
+Every variant compiles the same built-in ONNX model (`pygraphx.models`, random weights) for
+`get_target("gpu")` with its inputs on the device (`offload_copy=False`, no host copies timed):
+
+* `fp32`: the float program (the accuracy reference of the others);
+* `fp16`: `quantize_fp16`;
+* `int8`: `quantize_int8(prog, gpu, samples)` then `quantize_fp16` (int8 products, the rest in
+  half, as MIGraphX combines them), once per `PGX_GPU_INT8_GEMM` (`triton`: one Triton kernel
+  with the dequantise as epilogue; `cublas`: `torch._int_mm` then the dequantise kernel) and,
+  for ResNet-50, per `PGX_GPU_INT8_CONV` mode (`gemm`: every convolution an int8 GEMM;
+  `mixed`: 1x1 as int8 GEMMs, the rest cuDNN half; `fp16`: every convolution cuDNN half on
+  dequantised values);
+* `fp8`: `quantize_fp8(prog, gpu, samples)` then `quantize_fp16`.
+
+Each kind is quantised once and saved (`pygraphx.save`); every variant loads and compiles it.
+Calibration: `--calib` samples (`model_inputs(name, model, seed=k)`, k = 1..N, each a whole
+batch). Timing: `--warmup` calls, then `--runs` calls each between two CUDA events; the median
+in ms. Accuracy: the relative RMS error of the first output against `fp32` on the timing input
+(seed 0). `fallbacks` lists instructions that ran through numpy (they make a variant slow and
+say that a kernel is missing). Figures are comparable within one run of this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+import pygraphx  # noqa: E402
+from pygraphx.models import get_model, model_inputs  # noqa: E402
+from pygraphx.targets.gpu.quant import INT8_GEMM_ENV  # noqa: E402
+from pygraphx.targets.gpu.quant_conv import INT8_CONV_ENV  # noqa: E402
+
+CONV_MODELS = {"resnet50", "mobilenetv2"}
+
+
+def rel_rms(got: np.ndarray, want: np.ndarray) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.sqrt(np.sum((got - want) ** 2) / np.sum(want**2)))
+
+
+def quantised_file(model_bytes: bytes, kind: str, calib: list[dict], tmp: Path) -> Path:
+    """The program of `kind`, quantised once (calibrated on the gpu target) and saved."""
+    prog = pygraphx.parse_onnx_buffer(model_bytes)
+    if kind in ("int8", "fp8"):
+        start = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            getattr(pygraphx, f"quantize_{kind}")(prog, pygraphx.get_target("gpu"), calib)
+        for w in caught:
+            print(f"    warning: {w.message}")
+        print(f"    {kind} calibration + quantisation: {time.perf_counter() - start:.1f} s")
+    if kind != "fp32":
+        pygraphx.quantize_fp16(prog)
+    path = tmp / f"{kind}.pgx"
+    pygraphx.save(prog, str(path))
+    return path
+
+
+def time_ms(fn, warmup: int, runs: int) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end))
+    return statistics.median(times)
+
+
+def variant(label: str, path: Path, env: dict[str, str], feeds, args) -> tuple[dict, np.ndarray]:
+    """Compile the saved program with `env` set, run it once (graph capture), time it."""
+    for key in (INT8_CONV_ENV, INT8_GEMM_ENV):
+        os.environ.pop(key, None)
+    os.environ.update(env)
+    start = time.perf_counter()
+    prog = pygraphx.load(str(path))
+    prog.compile(pygraphx.get_target("gpu"), offload_copy=False)
+    out = np.asarray(prog.run(feeds)[0])
+    prepare = time.perf_counter() - start
+    ex = prog._executable
+    ms = time_ms(lambda: prog.run(feeds), args.warmup, args.runs)
+    row = {"variant": label, "ms": ms, "graph": ex.graph is not None,
+           "fallbacks": dict(ex.fallbacks), "prepare_s": prepare, "env": env}  # fmt: skip
+    return row, out
+
+
+def plans(name: str) -> list[tuple[str, str, dict[str, str]]]:
+    """(label, kind, environment) of every variant of model `name`."""
+    rows = [("fp32", "fp32", {}), ("fp16", "fp16", {})]
+    gemms = ("triton", "cublas")
+    if name in CONV_MODELS:
+        for mode in ("gemm", "mixed", "fp16"):
+            for gemm in gemms if mode != "fp16" else ("triton",):
+                env = {INT8_CONV_ENV: mode, INT8_GEMM_ENV: gemm}
+                rows.append((f"int8 conv={mode} gemm={gemm}", "int8", env))
+    else:
+        rows += [(f"int8 gemm={g}", "int8", {INT8_GEMM_ENV: g}) for g in gemms]
+    rows.append(("fp8", "fp8", {}))
+    return rows
+
+
+def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    print(f"{name} (batch {args.batch}):", flush=True)
+    model = get_model(name, batch=args.batch, seq_len=args.seq_len)
+    model_bytes = model.SerializeToString()
+    host = model_inputs(name, model, seed=0)
+    feeds = {k: torch.from_numpy(v).cuda() for k, v in host.items()}
+    calib = [model_inputs(name, model, seed=k) for k in range(1, args.calib + 1)]
+    files: dict[str, Path] = {}
+    rows, want = [], None
+    for label, kind, env in plans(name):
+        if kind not in args.variants:
+            continue
+        if kind not in files:
+            files[kind] = quantised_file(model_bytes, kind, calib, tmp)
+        row, out = variant(label, files[kind], env, feeds, args)
+        gc.collect()  # the variant's program and its device memory go before the next
+        torch.cuda.empty_cache()
+        if kind == "fp32":
+            want = out
+        row["rel_rms_vs_fp32"] = None if want is None else rel_rms(out, want)
+        rows.append(row)
+        print(
+            f"  {label:30s} {row['ms']:8.3f} ms  rel rms {row['rel_rms_vs_fp32']}"
+            f"  graph={row['graph']} fallbacks={row['fallbacks']} prepare {row['prepare_s']:.1f}s",
+            flush=True,
+        )
+    return {"model": name, "batch": args.batch, "rows": rows}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["resnet50", "bert_base"])
+    ap.add_argument("--variants", nargs="+", default=["fp32", "fp16", "int8", "fp8"])
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--calib", type=int, default=16)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("quant_gpu.py needs a CUDA/ROCm GPU", file=sys.stderr)
+        return 2
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
+    with tempfile.TemporaryDirectory() as tmp:
+        results = [bench_model(m, args, Path(tmp)) for m in args.models]
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""int8 and fp8 products on the gpu target, captured in the CUDA graph with the rest.
+
+* `quant_dot` of int8 x int8 with a constant right-hand side: `torch._int_mm` (exact int32
+  sums). cuBLAS wants more than 16 rows and K, N multiples of 8: the weight is zero-padded once
+  at prepare, the activation at run time into a private buffer (announced with a log line);
+  zero padding leaves every sum unchanged. When its only user is the `dequantizelinear` with the
+  folded per-column scale (`passes/fold_qdq.py`), that dequantise is the GEMM's epilogue
+  (`quant_kernels.dequantise`: one kernel, int32 in, the user's float type out).
+* `quant_dot` of fp8 e4m3 x fp8 e4m3 with a constant right-hand side (`passes/fold_fp8.py`
+  makes them): `torch._scaled_mm` with unit scales and float32 output (the sums of exact fp8
+  products in float32); its scale multiply stays a `mul` that the element-wise group after it
+  absorbs.
+* `quant_dot` of two int8 activations (attention's products): a float32 batched GEMM of the
+  int8 values, exact while 128 * 128 * K < 2**24 (K <= 1024), declined beyond; of two fp8
+  activations: the same (float32 sums of exact products, as the reference computes them).
+* `quantizelinear` to int8 with one scale: `quant_kernels.quantise_int8` (one pass); to fp8
+  e4m3: divide, clamp to +-448, cast (torch rounds to nearest even).
+* `quant_convolution` (`quant_conv.py`).
+
+Everything else (and any case declined here) goes to the torch lowering, which on a GPU sends
+integer products to the numpy fallback with a warning: the executable's `fallbacks` count them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+import torch
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.gpu import quant_kernels as qk
+from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext
+from pygraphx.targets.torch_lowering.dtypes import torch_dtype
+from pygraphx.targets.torch_lowering.lower_math import output_buffer
+from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh, _fixed_matrix
+from pygraphx.targets.torch_lowering.registry import defer
+
+log = logging.getLogger(__name__)
+
+Lowering = Callable[[LoweringContext, Instruction], bool]
+Epilogue = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
+
+INT8_GEMM_ENV = "PGX_GPU_INT8_GEMM"
+FP8 = "fp8e4m3fn_type"
+FP8_MAX = 448.0
+#: the largest K whose int8 sums a float32 GEMM adds exactly (128 * 128 * K < 2**24)
+EXACT_FLOAT_K = 1023
+
+
+def epilogue(triton: bool) -> Epilogue:
+    return qk.dequantise if triton else qk.eager_dequantise
+
+
+def int8_gemm_choice(triton: bool) -> str:
+    """`PGX_GPU_INT8_GEMM` (triton or cublas); triton by default where Triton kernels run."""
+    choice = os.environ.get(INT8_GEMM_ENV, "").strip() or ("triton" if triton else "cublas")
+    if choice not in ("triton", "cublas"):
+        raise ValueError(f"{INT8_GEMM_ENV}={choice!r}: expected triton or cublas")
+    if choice == "triton" and not triton:
+        return "cublas"  # Triton off for this target: the library path, as asked for there
+    return choice
+
+
+def dequantised_product(
+    w: torch.Tensor, rows: int, device: torch.device, triton: bool
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]:
+    """`(x, scale, out)`: `out = float32(x @ w) * scale` for int8 `x` (rows, K) and the
+    constant int8 `w` (K, N): one Triton kernel (`quant_kernels.int8_gemm`), or
+    `torch._int_mm` and the dequantise kernel (`PGX_GPU_INT8_GEMM`)."""
+    if int8_gemm_choice(triton) == "triton":
+        wt = w.t().contiguous()
+        gemm = qk.int8_gemm
+
+        def fused(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+            gemm(x if x.stride(-1) == 1 else x.contiguous(), wt, scale, out)
+
+        return fused
+    library, finish = IntGemm(w, rows, device), epilogue(triton)
+    return lambda x, scale, out: finish(library(x), scale, out)
+
+
+def column_scale(ctx: LoweringContext, user: Instruction, n: int) -> torch.Tensor | None:
+    """The scale of `user` (a 2-input dequantizelinear) as a float32 vector of `n` when it is a
+    constant that varies along the last axis only."""
+    if user.op.name != "dequantizelinear" or len(user.inputs) != 2:
+        return None
+    if id(user.inputs[1]) not in ctx.index:
+        return None
+    t = ctx.constant(ctx.arg(user, 1))
+    if t is None or t.dim() == 0 or t.shape[-1] != n:
+        return None
+    if any(st != 0 for st, size in zip(t.stride()[:-1], t.shape[:-1], strict=True) if size > 1):
+        return None
+    return t[(0,) * (t.dim() - 1)].to(torch.float32).contiguous()
+
+
+def dequantising_user(ctx: LoweringContext, ins: Instruction, n: int):
+    """(the user, its column scale) when `ins`'s only user dequantises it per column."""
+    if len(ins.outputs) != 1 or ins.outputs[0].inputs[0] is not ins:
+        return None
+    user = ins.outputs[0]
+    scale = column_scale(ctx, user, n)
+    return None if scale is None else (user, scale)
+
+
+def padded(size: int, multiple: int = 8) -> int:
+    return -(-size // multiple) * multiple
+
+
+class IntGemm:
+    """`rows x k` int8 times a constant `k x n` int8 weight through `torch._int_mm`, with the
+    padding cuBLAS needs (more than 16 rows, K and N multiples of 8)."""
+
+    def __init__(self, w: torch.Tensor, rows: int, device: torch.device) -> None:
+        k, n = w.shape
+        self.rows, self.k, self.n = rows, k, n
+        self.rows_p = max(rows, 17) if device.type == "cuda" else rows
+        k_p, n_p = padded(k), padded(n)
+        # column-major (K, N): the "TN" operand order of cuBLASLt's int8 kernels
+        self.w = torch.nn.functional.pad(w, (0, n_p - n, 0, k_p - k)).t().contiguous().t()
+        self.buf = None
+        if (self.rows_p, k_p) != (rows, k):
+            self.buf = torch.zeros((self.rows_p, k_p), dtype=torch.int8, device=device)
+        if self.buf is not None or n_p != n:
+            log.info(
+                "gpu int8 GEMM %dx%dx%d padded to %dx%dx%d for torch._int_mm (a copy per run)",
+                rows, k, n, self.rows_p, k_p, n_p,
+            )  # fmt: skip
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The int32 sums of the `rows x k` int8 `x` (a view of a padded result)."""
+        if self.buf is not None:
+            self.buf[: self.rows, : self.k].copy_(x)
+            x = self.buf
+        acc = torch._int_mm(x, self.w)
+        return acc[: self.rows, : self.n]
+
+
+class Fp8Gemm:
+    """`rows x k` fp8 e4m3 times a constant fp8 weight through `torch._scaled_mm` (unit scales,
+    float32 sums); K and N are padded to multiples of 16 as cuBLASLt's fp8 GEMM wants."""
+
+    def __init__(self, w: torch.Tensor, rows: int, device: torch.device) -> None:
+        k, n = w.shape
+        self.rows, self.k, self.n = rows, k, n
+        k_p, n_p = padded(k, 16), padded(n, 16)
+        wide = torch.zeros((n_p, k_p), dtype=torch.float32, device=device)
+        wide[:n, :k] = w.t().to(torch.float32)
+        self.wt = wide.to(w.dtype).t()  # column-major (K, N), as _scaled_mm wants
+        self.buf = None
+        if k_p != k:
+            self.buf = torch.zeros((rows, k_p), dtype=w.dtype, device=device)
+        self.one = torch.ones((), dtype=torch.float32, device=device)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.buf is not None:
+            self.buf[:, : self.k].copy_(x)
+            x = self.buf
+        elif not x.is_contiguous():
+            x = x.contiguous()
+        acc = torch._scaled_mm(
+            x, self.wt, scale_a=self.one, scale_b=self.one, out_dtype=torch.float32
+        )
+        return acc[:, : self.n]
+
+
+def lower_gpu_quant_dot(
+    ctx: LoweringContext, ins: Instruction, fallback: Lowering, triton: bool
+) -> bool:
+    """`quant_dot` on the GPU (see the module docstring), else `fallback`."""
+    types = {x.shape.type() for x in ins.inputs}
+    w = _fixed_matrix(ctx, ins)
+    if types == {"int8_type"} and w is not None:
+        return _lower_fixed(ctx, ins, IntGemm, w, triton)
+    if types == {FP8} and w is not None:
+        return _lower_fixed(ctx, ins, Fp8Gemm, w, triton)
+    if types == {FP8} or (
+        types == {"int8_type"} and ins.inputs[0].shape.lens()[-1] <= EXACT_FLOAT_K
+    ):
+        return _lower_runtime(ctx, ins, triton)
+    return fallback(ctx, ins)
+
+
+def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: bool) -> bool:
+    k, n = w.shape
+    rows = ins.shape.elements() // n if n else 0
+    if rows == 0 or k == 0:
+        return False
+    a, env = ctx.arg(ins, 0), ctx.env
+    fused = dequantising_user(ctx, ins, n) if gemm_type is IntGemm else None
+    if fused is None:
+        return _lower_fixed_unfused(ctx, ins, gemm_type(w, rows, ctx.device), rows, k, n)
+    user, scale = fused
+    product = dequantised_product(w, rows, ctx.device, triton)
+
+    dtype, lens = torch_dtype(user.shape.dtype()), tuple(user.shape.lens())
+
+    def produce() -> torch.Tensor:
+        out = torch.empty(lens, dtype=dtype, device=env[a].device)
+        product(env[a].reshape(rows, k), scale, out.view(rows, n))
+        return out
+
+    def fuse(c: LoweringContext, u: Instruction) -> bool:
+        # a new tensor, not the user's arena slot: one kernel reads the input while it writes
+        return _emit_fresh(c, u, produce)
+
+    if defer(ctx, ins, user, fuse):
+        return True
+    return _lower_fixed_unfused(ctx, ins, gemm_type(w, rows, ctx.device), rows, k, n)
+
+
+def _lower_fixed_unfused(ctx, ins, gemm, rows: int, k: int, n: int) -> bool:
+    a, env = ctx.arg(ins, 0), ctx.env
+    idx, out = output_buffer(ctx, ins, STANDARD)
+    out2 = out.view(rows, n)
+
+    def step() -> None:
+        out2.copy_(gemm(env[a].reshape(rows, k)))
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+def _lower_runtime(ctx: LoweringContext, ins: Instruction, triton: bool) -> bool:
+    """Two int8 (or fp8) activations: a float32 batched GEMM of their values (exact sums for
+    int8), with the dequantise of its user as the epilogue when it has one."""
+    a, b = ctx.args(ins)
+    env = ctx.env
+    m, k = ins.inputs[0].shape.lens()[-2:]
+    n = ins.shape.lens()[-1]
+    f32 = torch.float32
+
+    def sums() -> torch.Tensor:
+        x, y = env[a].reshape(-1, m, k).to(f32), env[b].reshape(-1, k, n).to(f32)
+        return torch.bmm(x, y).view(-1, n)
+
+    fused = dequantising_user(ctx, ins, n)
+    if fused is not None:
+        user, scale = fused
+        finish = epilogue(triton)
+
+        def fuse(c: LoweringContext, u: Instruction) -> bool:
+            idx, out = output_buffer(c, u, STANDARD)
+            out2 = out.view(-1, n)
+            c.emit(lambda: finish(sums(), scale, out2), [ins, u], idx)
+            return True
+
+        if defer(ctx, ins, user, fuse):
+            return True
+    idx, out = output_buffer(ctx, ins, STANDARD)
+    out2 = out.view(-1, n)
+    ctx.emit(lambda: out2.copy_(sums()), ins, idx)
+    return True
+
+
+def lower_gpu_quantizelinear(
+    ctx: LoweringContext, ins: Instruction, fallback: Lowering, triton: bool
+) -> bool:
+    """int8 with one scale as one Triton pass; fp8 e4m3 with torch ops; else `fallback`."""
+    x, s = ins.inputs[:2]
+    out_type = ins.shape.type()
+    if len(ins.inputs) != 2 or x.shape.type() not in ("float_type", "half_type", "bf16_type"):
+        return fallback(ctx, ins)
+    xi, si = ctx.args(ins)
+    scale = ctx.constant(si)
+    if out_type == FP8:
+        return _lower_fp8_quantise(ctx, ins, xi, si)
+    if out_type != "int8_type" or scale is None or scale.numel() == 0:
+        return fallback(ctx, ins)
+    flat = scale.reshape(-1)
+    if not bool((flat == flat[0]).all()):
+        return fallback(ctx, ins)
+    one = flat[:1].to(torch.float32).contiguous()
+    run = qk.quantise_int8 if triton else qk.eager_quantise_int8
+    env, layout = ctx.env, ctx.layout[xi]
+
+    def produce() -> torch.Tensor:
+        src = env[xi]
+        if not _dense(src):
+            src = src.contiguous()
+        q = torch.empty_like(src, dtype=torch.int8)
+        run(src, one, q)
+        return q
+
+    idx = ctx.bind_dynamic(ins, layout)
+    ctx.mark_fresh(idx)
+
+    def step() -> None:
+        env[idx] = produce()
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+def lower_gpu_dequantizelinear(ctx: LoweringContext, ins: Instruction, fallback: Lowering) -> bool:
+    """`float32(x) * float32(scale)` in the output's type for int8, int32 and fp8 e4m3 `x` and a
+    float `scale` of any width (the torch lowering takes float32 scales only); else `fallback`."""
+    x, s = ins.inputs[:2]
+    floats = ("float_type", "half_type", "bf16_type")
+    if len(ins.inputs) != 2 or x.shape.type() not in ("int8_type", "int32_type", FP8):
+        return fallback(ctx, ins)
+    if s.shape.type() not in floats or ins.shape.type() not in floats:
+        return fallback(ctx, ins)
+    env, (xi, si) = ctx.env, ctx.args(ins)
+    out_dtype, f32 = torch_dtype(ins.shape.dtype()), torch.float32
+    idx = ctx.bind_dynamic(ins, ctx.layout[xi])
+    ctx.mark_fresh(idx)
+
+    def step() -> None:
+        env[idx] = torch.mul(env[xi].to(f32), env[si].to(f32)).to(out_dtype)
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether `t` covers its memory without gaps in standard or channels-last order."""
+    return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
+
+
+def _lower_fp8_quantise(ctx: LoweringContext, ins: Instruction, xi: int, si: int) -> bool:
+    env, layout = ctx.env, ctx.layout[xi]
+    f8 = torch.float8_e4m3fn
+    idx = ctx.bind_dynamic(ins, layout)
+    ctx.mark_fresh(idx)
+
+    def step() -> None:
+        v = env[xi].to(torch.float32) / env[si].to(torch.float32)
+        env[idx] = v.clamp_(-FP8_MAX, FP8_MAX).to(f8)
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+__all__ = ["lower_gpu_dequantizelinear", "lower_gpu_quant_dot", "lower_gpu_quantizelinear"]

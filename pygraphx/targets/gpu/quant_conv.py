@@ -1,0 +1,236 @@
+"""int8 `quant_convolution` on the gpu target (2-D, constant weights, one group).
+
+Two ways, chosen per convolution by `PGX_GPU_INT8_CONV` (read at prepare):
+
+* `gemm` (default): the convolution as one int8 GEMM in channels-last order (exact int32
+  sums). A 1x1 convolution with stride 1 and no padding is the GEMM (N*H*W x C) x (C x C_out) of
+  its NHWC input as it is. Any other one, with Triton GEMMs (`PGX_GPU_INT8_GEMM`, `quant.py`)
+  and input channels a multiple of 64, is `quant_kernels.int8_conv` (an implicit GEMM reading
+  the input in place); else it first gathers its patches (`im2col`: a padded NHWC copy and
+  one strided gather, K = kh*kw*C). The result rows are the NHWC output. A
+  `dequantizelinear` user with a per-channel scale is the GEMM's epilogue, so the output is the
+  user's float type, channels-last.
+* `fp16`: cuDNN's half convolution on dequantised values, for convolutions that are not 1x1
+  (`mixed`: 1x1 as `gemm`, the rest so) or all of them (`fp16`). The input is
+  `half(q) * s_x` (the activation's scale, read from the `quantizelinear` that made it), the
+  weight `half(q_w * s_w)` once at prepare; the sums are cuDNN's (float32 accumulation, half
+  result), so the result is the quantised program's to half precision, not exact. Only with a
+  fusable dequantise user and a constant activation scale; other convolutions use `gemm`.
+
+The mode in use is logged once per prepare. Grouped convolutions, asymmetric padding and runtime
+weights are declined to the torch lowering (the numpy fallback on a GPU, announced there).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.gpu import quant_kernels as qk
+from pygraphx.targets.gpu.quant import IntGemm, dequantised_product, int8_gemm_choice
+from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
+from pygraphx.targets.torch_lowering.dtypes import torch_dtype
+from pygraphx.targets.torch_lowering.lower_math import output_buffer
+from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh
+from pygraphx.targets.torch_lowering.registry import defer
+
+log = logging.getLogger(__name__)
+
+Lowering = Callable[[LoweringContext, Instruction], bool]
+INT8_CONV_ENV = "PGX_GPU_INT8_CONV"
+MODES = ("gemm", "mixed", "fp16")
+
+
+def conv_mode() -> str:
+    """`PGX_GPU_INT8_CONV` (gemm, mixed or fp16; gemm when unset)."""
+    mode = os.environ.get(INT8_CONV_ENV, "gemm").strip() or "gemm"
+    if mode not in MODES:
+        raise ValueError(f"{INT8_CONV_ENV}={mode!r}: expected one of {', '.join(MODES)}")
+    return mode
+
+
+class Geometry:
+    """A 2-D convolution's window: kernel, stride, padding, dilation, and its output size."""
+
+    def __init__(self, ins: Instruction) -> None:
+        op = ins.op
+        x_lens, w_lens = (i.shape.lens() for i in ins.inputs)
+        begin, end = op.pads(x_lens, w_lens)
+        self.symmetric = list(begin) == list(end)
+        self.n, self.c, self.h, self.w = x_lens
+        self.c_out, _, self.kh, self.kw = w_lens
+        self.stride, self.pad, self.dilation = list(op.stride), list(begin), list(op.dilation)
+        self.ho, self.wo = ins.shape.lens()[2:]
+        self.rows = self.n * self.ho * self.wo
+        self.k = self.kh * self.kw * self.c
+
+    @property
+    def pointwise(self) -> bool:
+        """A 1x1 convolution whose NHWC input already is the GEMM's left operand."""
+        return (self.kh, self.kw) == (1, 1) and self.stride == [1, 1] and self.pad == [0, 0]
+
+    def columns(self, x: torch.Tensor) -> torch.Tensor:
+        """The (rows, k) int8 GEMM operand of the NCHW-shaped `x` (im2col in NHWC order)."""
+        xh = x.permute(0, 2, 3, 1)
+        if self.pointwise:
+            return xh.reshape(self.rows, self.c)
+        ph, pw = self.pad
+        if ph or pw:
+            xh = F.pad(xh, (0, 0, pw, pw, ph, ph))
+        elif not xh.is_contiguous():
+            xh = xh.contiguous()
+        s_n, s_h, s_w, s_c = xh.stride()
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        patches = xh.as_strided(
+            (self.n, self.ho, self.wo, self.kh, self.kw, self.c),
+            (s_n, s_h * sh, s_w * sw, s_h * dh, s_w * dw, s_c),
+        )
+        return patches.reshape(self.rows, self.k)
+
+
+def channel_scale(ctx: LoweringContext, user: Instruction, channels: int) -> torch.Tensor | None:
+    """`user`'s scale as a float32 vector when it is a constant varying along axis 1 only."""
+    if user.op.name != "dequantizelinear" or len(user.inputs) != 2:
+        return None
+    if id(user.inputs[1]) not in ctx.index:
+        return None
+    t = ctx.constant(ctx.arg(user, 1))
+    if t is None or t.dim() != 4 or t.shape[1] != channels:
+        return None
+    if any(
+        st != 0
+        for a, (st, n) in enumerate(zip(t.stride(), t.shape, strict=True))
+        if a != 1 and n > 1
+    ):
+        return None
+    return t[0, :, 0, 0].to(torch.float32).contiguous()
+
+
+def lower_gpu_quant_convolution(
+    ctx: LoweringContext, ins: Instruction, fallback: Lowering, triton: bool
+) -> bool:
+    """int8 convolution as `gemm` or `fp16` (module docstring), else `fallback`."""
+    x, w = ins.inputs
+    weights = ctx.constant(ctx.arg(ins, 1))
+    if x.shape.type() != "int8_type" or w.shape.type() != "int8_type" or weights is None:
+        return fallback(ctx, ins)
+    if x.shape.ndim() != 4 or ins.op.group != 1 or ins.op.padding_mode != 0:
+        return fallback(ctx, ins)
+    geo = Geometry(ins)
+    if not geo.symmetric:
+        return fallback(ctx, ins)
+    fused = None
+    if len(ins.outputs) == 1 and ins.outputs[0].inputs[0] is ins:
+        scale = channel_scale(ctx, ins.outputs[0], geo.c_out)
+        fused = None if scale is None else (ins.outputs[0], scale)
+    mode = conv_mode()
+    if "int8_conv_mode" not in ctx.cache:
+        ctx.cache["int8_conv_mode"] = mode
+        log.info("gpu int8 convolutions: %s (%s)", mode, INT8_CONV_ENV)
+    if mode == "fp16" or (mode == "mixed" and not geo.pointwise):
+        if fused is not None and _lower_half(ctx, ins, geo, weights, fused):
+            return True
+    return _lower_gemm(ctx, ins, geo, weights, fused, triton)
+
+
+def _lower_gemm(ctx, ins, geo: Geometry, weights, fused, triton: bool) -> bool:
+    wmat = weights.permute(2, 3, 1, 0).reshape(geo.k, geo.c_out)
+    xi, env = ctx.arg(ins, 0), ctx.env
+    if fused is not None:
+        user, scale = fused
+        product = dequantised_product(wmat, geo.rows, ctx.device, triton)
+        columns = geo.columns
+        if implicit_gemm(geo, triton):
+            product, columns = implicit_conv(weights, geo), channels_last
+
+        dtype = torch_dtype(user.shape.dtype())
+        nhwc = (geo.n, geo.ho, geo.wo, geo.c_out)
+
+        def produce() -> torch.Tensor:
+            out = torch.empty(nhwc, dtype=dtype, device=env[xi].device)
+            product(columns(env[xi]), scale, out.view(geo.rows, geo.c_out))
+            return out.permute(0, 3, 1, 2)
+
+        def fuse(c: LoweringContext, u: Instruction) -> bool:
+            # a new tensor, not the user's arena slot: one kernel reads the input while it
+            # writes (a 1x1 convolution reads its input in place)
+            return _emit_fresh(c, u, produce, CHANNELS_LAST)
+
+        if defer(ctx, ins, user, fuse):
+            return True
+    gemm = IntGemm(wmat, geo.rows, ctx.device)
+    idx, out = output_buffer(ctx, ins, CHANNELS_LAST)
+    rows = out.permute(0, 2, 3, 1).reshape(geo.rows, geo.c_out)
+
+    def step() -> None:
+        rows.copy_(gemm(geo.columns(env[xi])))
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+def implicit_gemm(geo: Geometry, triton: bool) -> bool:
+    """Whether the convolution runs as `quant_kernels.int8_conv` (Triton GEMMs chosen, not a
+    plain 1x1, input channels a multiple of its K block)."""
+    return (
+        int8_gemm_choice(triton) == "triton" and not geo.pointwise and geo.c % qk.CONV_BLOCK_K == 0
+    )
+
+
+def channels_last(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous(memory_format=torch.channels_last)
+
+
+def implicit_conv(weights: torch.Tensor, geo: Geometry) -> Callable:
+    """`(x, scale, out)` running `quant_kernels.int8_conv` with the weight in (kh, kw, c) order."""
+    wt = weights.permute(0, 2, 3, 1).reshape(geo.c_out, geo.k).contiguous()
+    geometry = (geo.kw, geo.stride, geo.pad, geo.dilation, geo.ho, geo.wo)
+    conv = qk.int8_conv
+
+    def run(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+        conv(x, wt, scale, out, geometry)
+
+    return run
+
+
+def _activation_scale(ctx: LoweringContext, ins: Instruction) -> float | None:
+    """The one scale of the `quantizelinear` that made `ins`'s input, when constant."""
+    q = ins.inputs[0]
+    if q.op.name != "quantizelinear" or len(q.inputs) != 2 or id(q.inputs[1]) not in ctx.index:
+        return None
+    t = ctx.constant(ctx.arg(q, 1))
+    if t is None or t.numel() == 0:
+        return None
+    flat = t.reshape(-1).to(torch.float32)
+    return float(flat[0]) if bool((flat == flat[0]).all()) and float(flat[0]) > 0 else None
+
+
+def _lower_half(ctx, ins, geo: Geometry, weights, fused) -> bool:
+    """cuDNN's half convolution of the dequantised input and weights (the `fp16` mode)."""
+    s_x = _activation_scale(ctx, ins)
+    if s_x is None:
+        return False
+    user, scale = fused
+    per_weight = (scale / s_x).view(-1, 1, 1, 1)
+    w_half = (weights.to(torch.float32) * per_weight).to(torch.float16)
+    w_half = w_half.contiguous(memory_format=torch.channels_last)
+    xi, env = ctx.arg(ins, 0), ctx.env
+    conv, half = F.conv2d, torch.float16
+    geometry = (geo.stride, geo.pad, geo.dilation)
+
+    dtype, cl = torch_dtype(user.shape.dtype()), torch.channels_last
+
+    def produce() -> torch.Tensor:
+        xh = env[xi].to(half).mul_(s_x)
+        y = conv(xh, w_half, None, *geometry)
+        return y.to(dtype).contiguous(memory_format=cl)
+
+    return defer(ctx, ins, user, lambda c, u: _emit_fresh(c, u, produce, CHANNELS_LAST))
+
+
+__all__ = ["INT8_CONV_ENV", "conv_mode", "lower_gpu_quant_convolution"]

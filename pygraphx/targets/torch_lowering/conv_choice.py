@@ -1,0 +1,309 @@
+"""Choosing each convolution's CPU kernel by measuring the candidates on its real shape.
+
+At prepare, every convolution the cpu target runs through oneDNN gets the kernels that can
+run it with its fused epilogue (`conv_kernels.kernels_for`), of which `MEASURED` are timed:
+today `onednn` against `matmul`, so only 1x1 stride-1 layers are measured (`torch_cl`,
+`F.conv2d` on channels-last, was never faster than `onednn` on MobileNetV2's layers, including
+the depthwise ones, and runs only when forced). Each candidate runs on random inputs of the
+layer's shape, with the program's thread count, a few times in interleaved rounds; the
+fastest is kept when it beats the default (`onednn`) by more than `MARGIN` (a noisy machine
+must not flip a layer for nothing), else the default is kept.
+
+Choices are cached by everything that decides them (input lens, weight shape, geometry,
+epilogue, threads, torch version, CPU capability), so a second compile of the same model, or a
+program loaded from a file (which is prepared again), measures nothing in this process. Set
+`PGX_CONV_CHOICE_CACHE=/path/file.json` to keep the cache across processes too.
+
+Measurement is bounded: at most `PGX_CONV_CHOICE_BUDGET` seconds (default 1.0) per compile;
+layers reached after the budget is spent take the default. Compile logs one line on the
+`pygraphx.cpu` logger (INFO): how many layers were measured, how long it took, what was chosen.
+
+The switch: the target setting `conv_kernel=` (`get_target("cpu", conv_kernel=...)`), else the
+environment variable `PGX_CONV_KERNEL`: `off` (the default: no measurement, every convolution
+runs `onednn`, deterministic), `measure`, or a kernel name (`onednn`, `matmul`, `torch_cl`)
+to run that kernel wherever it applies and `onednn` elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import cycle
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pygraphx.targets.torch_lowering.conv_kernels import (
+    KERNELS,
+    ConvPlan,
+    build_kernel,
+    kernels_for,
+)
+
+log = logging.getLogger("pygraphx.cpu")
+
+KERNEL_ENV = "PGX_CONV_KERNEL"
+BUDGET_ENV = "PGX_CONV_CHOICE_BUDGET"
+CACHE_ENV = "PGX_CONV_CHOICE_CACHE"
+MODES = ("measure", "off", *KERNELS)
+#: measurement is opt-in: on the 2-core EPYC (1 thread, MobileNetV2 and ResNet-50 at batch 1
+#: and 8) no measured choice beat `onednn` beyond noise, and measuring costs compile time
+DEFAULT_MODE = "off"
+#: the kernels timed against each other (`torch_cl` is never faster on the layers measured so
+#: far, and re-packs its weight every call: it runs only when forced)
+MEASURED = ("onednn", "matmul")
+
+#: an alternative must be this much faster than the default to be chosen
+MARGIN = 0.05
+#: timed rounds per layer (each runs every candidate once), and the warm-up calls
+ROUNDS, WARMUP = 5, 1
+#: a layer whose calls take longer than this is timed with fewer rounds (at least 2)
+SLOW_CALL_S = 0.02
+#: inputs are cycled through copies of about this many bytes in all (at most MAX_COPIES)
+COLD_BYTES, MAX_COPIES = 8 << 20, 8
+
+_CACHE: dict[str, str] = {}
+_LOADED_FILES: set[str] = set()
+
+
+class ConvChoiceError(ValueError):
+    """A bad `conv_kernel` setting or `PGX_CONV_KERNEL` / `PGX_CONV_CHOICE_BUDGET` value."""
+
+
+@dataclass
+class ChoiceState:
+    """One compile's choices: mode, spent budget, and what was chosen (for the log line)."""
+
+    mode: str
+    budget_s: float
+    spent_s: float = 0.0
+    measured: int = 0
+    cached: int = 0
+    over_budget: int = 0
+    chosen: Counter = field(default_factory=Counter)
+    new_entries: bool = False
+
+
+def choice_state(options: dict[str, Any], cache: dict[Any, Any]) -> ChoiceState:
+    """The compile's `ChoiceState` (made once per lowering context, kept in its `cache`)."""
+    state = cache.get("conv_choice")
+    if state is None:
+        state = ChoiceState(_mode(options), _budget())
+        cache["conv_choice"] = state
+    return state
+
+
+def _mode(options: dict[str, Any]) -> str:
+    setting = options.get("conv_kernel")
+    source = "conv_kernel" if setting is not None else KERNEL_ENV
+    mode = str(setting if setting is not None else os.environ.get(KERNEL_ENV, DEFAULT_MODE))
+    mode = mode.strip().lower() or DEFAULT_MODE
+    if mode not in MODES:
+        raise ConvChoiceError(f"{source}={mode!r}: expected one of {', '.join(MODES)}")
+    return mode
+
+
+def _budget() -> float:
+    raw = os.environ.get(BUDGET_ENV, "1.0")
+    try:
+        budget = float(raw)
+    except ValueError:
+        raise ConvChoiceError(f"{BUDGET_ENV}={raw!r}: expected a number of seconds") from None
+    if budget < 0 or budget != budget:
+        raise ConvChoiceError(f"{BUDGET_ENV}={raw!r}: expected a number of seconds >= 0")
+    return budget
+
+
+def choose_kernel(state: ChoiceState, plan: ConvPlan, other_lens: list[int] | None) -> str:
+    """The kernel `plan` runs on (see the module docstring); `other_lens` are the lens of the
+    add operand when the epilogue has one."""
+    names = kernels_for(plan)
+    measured = [name for name in names if name in MEASURED]
+    if state.mode == "off" or (state.mode == "measure" and len(measured) == 1):
+        choice = "onednn"
+    elif state.mode != "measure":
+        choice = state.mode if state.mode in names else "onednn"
+    else:
+        choice = _measured(state, plan, measured, other_lens)
+    state.chosen[choice] += 1
+    return choice
+
+
+def _measured(
+    state: ChoiceState, plan: ConvPlan, names: list[str], other_lens: list[int] | None
+) -> str:
+    key = choice_key(plan, names, other_lens)
+    _load_file()
+    cached = _CACHE.get(key)
+    if cached in names:
+        state.cached += 1
+        return cached
+    if state.spent_s >= state.budget_s:
+        state.over_budget += 1
+        return "onednn"
+    start = time.perf_counter()
+    times = time_kernels(plan, names, other_lens, start + state.budget_s - state.spent_s)
+    state.spent_s += time.perf_counter() - start
+    state.measured += 1
+    choice = pick(times)
+    _CACHE[key] = choice
+    state.new_entries = True
+    return choice
+
+
+def pick(times: dict[str, float]) -> str:
+    """The default (the first kernel) unless another is faster by more than `MARGIN`."""
+    default = next(iter(times))
+    best = min(times, key=times.__getitem__)
+    if best != default and times[best] < times[default] * (1 - MARGIN):
+        return best
+    return default
+
+
+def choice_key(plan: ConvPlan, names: list[str], other_lens: list[int] | None) -> str:
+    """The cache key: everything the measured choice depends on."""
+    parts = [
+        tuple(plan.x_lens),
+        tuple(plan.weight.shape),
+        tuple(plan.padding),
+        tuple(plan.stride),
+        tuple(plan.dilation),
+        plan.groups,
+        tuple(plan.pre_pad or ()),
+        plan.bias is not None,
+        plan.unary,
+        tuple(other_lens or ()),
+        tuple(names),
+        torch.get_num_threads(),
+        torch.__version__,
+        torch.backends.cpu.get_cpu_capability(),
+    ]
+    return repr(parts)
+
+
+def time_kernels(
+    plan: ConvPlan,
+    names: list[str],
+    other_lens: list[int] | None,
+    deadline: float = float("inf"),
+) -> dict[str, float]:
+    """Best seconds per call of each kernel on random channels-last inputs of `plan`'s shape.
+
+    The candidates run interleaved round by round (a burst of load hits them alike), on a
+    few input copies in turn (about `COLD_BYTES` in all), so that a small layer is not timed
+    on inputs that a loop keeps hot in the cache. With one thread the clock is the thread's
+    CPU time, which other processes' load does not inflate. Rounds after the first stop at
+    `deadline` (a `time.perf_counter()` value)."""
+    cl = torch.channels_last
+    lens = list(plan.x_lens)
+    if plan.pre_pad is not None:  # the kernels pad the input themselves
+        pads = plan.pre_pad
+        lens[2] -= pads[2] + pads[3]
+        lens[3] -= pads[0] + pads[1]
+    copies = max(1, min(MAX_COPIES, -(-COLD_BYTES // max(4 * math.prod(lens), 1))))
+    xs = cycle([torch.randn(lens).contiguous(memory_format=cl) for _ in range(copies)])
+    get_other = None
+    if other_lens is not None:
+        others = cycle([torch.randn(other_lens).contiguous(memory_format=cl)] * copies)
+        get_other = lambda: next(others)  # noqa: E731
+    fns = {name: build_kernel(plan, name, lambda: next(xs), get_other) for name in names}
+    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+    best = dict.fromkeys(names, float("inf"))
+    for _ in range(WARMUP):
+        for name, fn in fns.items():
+            best[name] = min(best[name], _seconds(fn, clock))
+    rounds = ROUNDS if min(best.values()) < SLOW_CALL_S else 2
+    for r in range(rounds):
+        if r and time.perf_counter() > deadline:
+            break
+        for name, fn in fns.items():
+            best[name] = min(best[name], _seconds(fn, clock))
+    return best
+
+
+def _seconds(fn: Callable[[], Any], clock: Callable[[], float]) -> float:
+    start = clock()
+    fn()
+    return clock() - start
+
+
+def finish(state: ChoiceState) -> None:
+    """After lowering: the log line, and the cache file written when it got new entries."""
+    if not state.chosen:
+        return
+    kinds = ", ".join(f"{name} x{n}" for name, n in sorted(state.chosen.items()))
+    if state.mode == "measure":
+        note = (
+            f"measured {state.measured} layer(s) in {state.spent_s:.2f} s, "
+            f"{state.cached} from the cache"
+        )
+        if state.over_budget:
+            note += f", {state.over_budget} left at onednn (budget {state.budget_s:g} s spent)"
+    else:
+        note = f"{KERNEL_ENV}/conv_kernel={state.mode}, nothing measured"
+    log.info("cpu convolution kernels: %s (%s)", kinds, note)
+    if state.new_entries:
+        _save_file()
+
+
+def _cache_path() -> Path | None:
+    raw = os.environ.get(CACHE_ENV)
+    return Path(raw) if raw else None
+
+
+def _load_file() -> None:
+    path = _cache_path()
+    if path is None or str(path) in _LOADED_FILES:
+        return
+    _LOADED_FILES.add(str(path))
+    if not path.exists():
+        return
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        log.warning("%s=%s: cannot read the convolution choice cache (%s)", CACHE_ENV, path, exc)
+        return
+    if isinstance(entries, dict):
+        _CACHE.update({str(k): str(v) for k, v in entries.items() if v in KERNELS})
+
+
+def _save_file() -> None:
+    path = _cache_path()
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(_CACHE, indent=0, sort_keys=True))
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("%s=%s: cannot write the convolution choice cache (%s)", CACHE_ENV, path, exc)
+
+
+def clear_cache() -> None:
+    """Forget every cached choice in this process (tests, benchmarks)."""
+    _CACHE.clear()
+    _LOADED_FILES.clear()
+
+
+__all__ = [
+    "BUDGET_ENV",
+    "CACHE_ENV",
+    "KERNEL_ENV",
+    "ChoiceState",
+    "ConvChoiceError",
+    "choice_key",
+    "choice_state",
+    "choose_kernel",
+    "clear_cache",
+    "finish",
+    "pick",
+    "time_kernels",
+]

@@ -1,0 +1,179 @@
+"""The CPU kernels one 2-D float32 convolution can run on, each with its epilogue.
+
+A `ConvPlan` holds a convolution's geometry and its fused epilogue (a per-channel bias, an
+optional full-tensor `add` operand, then an activation: none, relu, or hardtanh = clip). Every
+kernel here computes the same value, on channels-last activations, and returns a new
+channels-last tensor, so a choice between them (`conv_choice.py`) never changes the layout the
+program's other steps see:
+
+* `onednn`: `mkldnn._convolution_pointwise` with the weight reordered once into oneDNN's blocked
+  format; bias, add and activation are oneDNN post-ops. Every convolution can take it; it is
+  the default.
+* `matmul`: a 1x1 convolution with stride 1, no padding and one group is a matrix product of
+  the (N*H*W, C) channels-last activations with the (K, C) weight: `mkldnn._linear_pointwise`
+  with the weight packed once for that row count, the activation (or the add, when there is no
+  activation after it) fused as oneDNN post-ops. It pays less per call than the convolution
+  primitive, and its GEMM kernel is a little faster on most of MobileNetV2's and ResNet's
+  1x1 layers.
+* `torch_cl`: `F.conv2d` on channels-last tensors (torch picks its own algorithm per call, the
+  weight is not pre-packed), the epilogue applied in place after it.
+
+Plain NCHW `F.conv2d` is not a candidate: measured on MobileNetV2's layers (2-core x86,
+1 thread) it was 1.3x-10x slower than `onednn` on every layer and would add layout conversions
+around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+Tensor = torch.Tensor
+Getter = Callable[[], Tensor]
+
+#: the kernels, default first
+KERNELS = ("onednn", "matmul", "torch_cl")
+
+
+@dataclass
+class ConvPlan:
+    """A 2-D convolution ready for the CPU kernels: weight, geometry, bias, and post-ops.
+
+    `weight` is the plain (K, C/groups, kh, kw) float32 weight; `packed` the onednn kernel's
+    reordered copy (made by `conv_fusion.conv_plan`, shared through the lowering context).
+    """
+
+    weight: Tensor
+    packed: Tensor
+    x_lens: list[int]  # the input's lens after `pre_pad`
+    padding: list[int]
+    stride: list[int]
+    dilation: list[int]
+    groups: int
+    pre_pad: list[int] | None
+    bias: Tensor | None = None
+    unary: str = "none"
+    scalars: list[float] = field(default_factory=list)
+    other: int | None = None  # env index of the binary add operand
+    kernel: str = "onednn"
+    linear_packed: Tensor | None = None  # the matmul kernel's packed weight, made once
+
+
+def is_pointwise(plan: ConvPlan) -> bool:
+    """A 1x1 convolution with stride 1, no padding, one group: a matrix product."""
+    return (
+        plan.weight.shape[2:] == (1, 1)
+        and plan.groups == 1
+        and plan.pre_pad is None
+        and not any(plan.padding)
+        and all(s == 1 for s in plan.stride)
+    )
+
+
+def kernels_for(plan: ConvPlan) -> list[str]:
+    """The kernels that can run `plan` with its whole epilogue, default first."""
+    names = ["onednn"]
+    # oneDNN's matmul fuses a binary add or an activation, not an add followed by one
+    if is_pointwise(plan) and (plan.other is None or plan.unary == "none"):
+        names.append("matmul")
+    names.append("torch_cl")
+    return names
+
+
+def build_kernel(
+    plan: ConvPlan, kernel: str, get_x: Getter, get_other: Getter | None
+) -> Callable[[], Tensor]:
+    """A closure running `plan` on `get_x()` (and the add operand `get_other()`) with `kernel`;
+    it returns a new channels-last tensor."""
+    if kernel == "matmul":
+        return _matmul(plan, get_x, get_other)
+    if kernel == "torch_cl":
+        return _torch_cl(plan, get_x, get_other)
+    if kernel != "onednn":
+        raise ValueError(f"unknown convolution kernel {kernel!r}; one of {', '.join(KERNELS)}")
+    return _onednn(plan, get_x, get_other)
+
+
+def _channels_last_input(plan: ConvPlan, get_x: Getter) -> Getter:
+    cl, pre_pad = torch.channels_last, plan.pre_pad
+    if pre_pad is None:
+        return lambda: get_x().contiguous(memory_format=cl)
+    return lambda: F.pad(get_x().contiguous(memory_format=cl), pre_pad)
+
+
+def _onednn(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[], Tensor]:
+    conv = torch.ops.mkldnn._convolution_pointwise
+    binary = torch.ops.mkldnn._convolution_pointwise.binary
+    w, b, p, s, d, g = plan.packed, plan.bias, plan.padding, plan.stride, plan.dilation, plan.groups
+    unary, scalars, cl = plan.unary, plan.scalars, torch.channels_last
+    x_in = _channels_last_input(plan, get_x)
+    if get_other is not None:
+        post = None if unary == "none" else unary
+
+        def run_binary() -> Tensor:
+            other = get_other().contiguous(memory_format=cl)
+            return binary(x_in(), other, w, b, p, s, d, g, "add", None, post, [], "")
+
+        return run_binary
+
+    def run() -> Tensor:
+        return conv(x_in(), w, b, p, s, d, g, unary, scalars, "")
+
+    return run
+
+
+def _matmul(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[], Tensor]:
+    n, c, h, w_ = plan.x_lens
+    k = plan.weight.shape[0]
+    rows = n * h * w_
+    if plan.linear_packed is None:  # made once: measuring and the chosen kernel share it
+        weight = plan.weight.reshape(k, c).contiguous()
+        plan.linear_packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+    packed = plan.linear_packed
+    linear = torch.ops.mkldnn._linear_pointwise
+    binary = torch.ops.mkldnn._linear_pointwise.binary
+    b, unary, scalars, cl = plan.bias, plan.unary, plan.scalars, torch.channels_last
+
+    def rows_of(t: Tensor, channels: int) -> Tensor:
+        return t.contiguous(memory_format=cl).permute(0, 2, 3, 1).reshape(rows, channels)
+
+    def image(y: Tensor) -> Tensor:
+        return y.view(n, h, w_, k).permute(0, 3, 1, 2)
+
+    if get_other is not None:
+
+        def run_binary() -> Tensor:
+            return image(binary(rows_of(get_x(), c), rows_of(get_other(), k), packed, b, "add"))
+
+        return run_binary
+
+    def run() -> Tensor:
+        return image(linear(rows_of(get_x(), c), packed, b, unary, scalars, ""))
+
+    return run
+
+
+def _torch_cl(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[], Tensor]:
+    cl = torch.channels_last
+    w = plan.weight.contiguous(memory_format=cl)
+    b, p, s, d, g = plan.bias, plan.padding, plan.stride, plan.dilation, plan.groups
+    unary, scalars = plan.unary, list(plan.scalars)
+    x_in = _channels_last_input(plan, get_x)
+
+    def run() -> Tensor:
+        y = F.conv2d(x_in(), w, b, s, p, d, g)
+        if get_other is not None:
+            y.add_(get_other())
+        if unary == "relu":
+            y.relu_()
+        elif unary == "hardtanh":
+            y.clamp_(scalars[0], scalars[1])
+        return y
+
+    return run
+
+
+__all__ = ["KERNELS", "ConvPlan", "build_kernel", "is_pointwise", "kernels_for"]

@@ -1,0 +1,262 @@
+"""int8 and fp8 products on the gpu target against the `ref` target's run of the same quantised
+program (the exact oracle), on the GPU when there is one, else the GPU lowering on the CPU
+(`device="cpu"`, Triton kernels under `TRITON_INTERPRET=1`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import pygraphx  # noqa: E402
+from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
+from pygraphx.targets.gpu.quant import INT8_GEMM_ENV  # noqa: E402
+from pygraphx.targets.gpu.quant_conv import INT8_CONV_ENV  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+RNG = np.random.default_rng(12)
+
+
+def _init(name: str, *shape: int, scale: float = 0.3) -> TensorProto:
+    return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def conv_and_dot_model(batch: int = 2, width: int = 44):
+    """3x3 (padded), 1x1, 1x1 stride 2 and 7x7 stride 2 convolutions, a MatMul + bias + Relu
+    with K and N not multiples of 8, and a product of two activations."""
+    nodes = [
+        helper.make_node("Conv", ["img", "w7"], ["c0"], pads=[3, 3, 3, 3], strides=[2, 2]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w3"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w1"], ["c2"]),
+        helper.make_node("Conv", ["c2", "w1s"], ["img_out"], strides=[2, 2]),
+        helper.make_node("MatMul", ["x", "W"], ["m"]),
+        helper.make_node("Add", ["m", "B"], ["a"]),
+        helper.make_node("Relu", ["a"], ["h"]),
+        helper.make_node("Transpose", ["h"], ["ht"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["h", "ht"], ["vec_out"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("img", TensorProto.FLOAT, [batch, 8, 16, 16]),
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 24, width]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("img_out", TensorProto.FLOAT, None),
+        helper.make_tensor_value_info("vec_out", TensorProto.FLOAT, None),
+    ]
+    inits = [
+        _init("w7", 16, 8, 7, 7, scale=0.1),
+        _init("w3", 16, 16, 3, 3, scale=0.1),
+        _init("w1", 24, 16, 1, 1),
+        _init("w1s", 16, 24, 1, 1),
+        _init("W", width, 36, scale=0.2),
+        _init("B", 36),
+    ]
+    graph = helper.make_graph(nodes, "q", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    def feeds(seed: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return {
+            "img": rng.standard_normal((batch, 8, 16, 16)).astype(np.float32),
+            "x": rng.standard_normal((batch, 24, width)).astype(np.float32),
+        }
+
+    return model, feeds
+
+
+def quantised(model, feeds, kind: str, fp16: bool) -> pygraphx.Program:
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    samples = [feeds(k) for k in range(1, 4)]
+    getattr(pygraphx, f"quantize_{kind}")(prog, "ref", samples)
+    if fp16:
+        pygraphx.quantize_fp16(prog)
+    return prog
+
+
+def run_both(kind: str, fp16: bool, **settings) -> tuple[list, list, pygraphx.Program]:
+    model, feeds = conv_and_dot_model()
+    ref = quantised(model, feeds, kind, fp16)
+    ref.compile(pygraphx.get_target("ref"))
+    gpu = quantised(model, feeds, kind, fp16)
+    if not CUDA:
+        settings.setdefault("device", "cpu")
+    gpu.compile(pygraphx.get_target("gpu", **settings))
+    inputs = feeds(0)
+    want = [np.array(a) for a in ref.run(inputs)]
+    for _ in range(2):  # on a GPU: capture, then replay
+        got = [np.array(a) for a in gpu.run(inputs)]
+    return got, want, gpu
+
+
+def rel_rms(got: np.ndarray, want: np.ndarray) -> float:
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    return float(np.sqrt(np.mean((got - want) ** 2) / np.mean(want**2)))
+
+
+def close_within(got: np.ndarray, want: np.ndarray, rtol: float) -> None:
+    assert got.shape == want.shape
+    assert np.isfinite(got).all()
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale)
+
+
+@pytest.mark.parametrize(
+    ("triton", "gemm"),
+    [(False, "cublas"), (True, "cublas"), (True, "triton")],
+    ids=["torch", "int_mm+triton-epilogue", "triton-gemm"],
+)
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_int8_products_match_ref(fp16: bool, triton: bool, gemm: str, monkeypatch) -> None:
+    monkeypatch.setenv(INT8_CONV_ENV, "gemm")
+    monkeypatch.setenv(INT8_GEMM_ENV, gemm)
+    got, want, prog = run_both("int8", fp16, triton=triton)
+    assert not prog._executable.fallbacks, prog._executable.fallbacks
+    if CUDA:
+        assert prog._executable.graph is not None, prog._executable.why_uncaptured
+    for g, w in zip(got, want, strict=True):  # exact int32 sums: float rounding only
+        close_within(g, w, 2e-3 if fp16 else 1e-5)
+
+
+@pytest.mark.parametrize("mode", ["mixed", "fp16"])
+def test_int8_convolutions_in_half_are_close(mode: str, monkeypatch) -> None:
+    monkeypatch.setenv(INT8_CONV_ENV, mode)
+    got, want, prog = run_both("int8", True, triton=False)
+    assert not prog._executable.fallbacks, prog._executable.fallbacks
+    # half sums, not exact: a next layer's quantisation may then round a value one step
+    # the other way, so the whole output is compared (relative RMS), not element by element
+    assert rel_rms(got[0], want[0]) < 3e-2
+
+
+def test_unknown_conv_mode_is_an_error(monkeypatch) -> None:
+    monkeypatch.setenv(INT8_CONV_ENV, "int4")
+    with pytest.raises(ValueError, match=INT8_CONV_ENV):
+        run_both("int8", False)
+
+
+def test_int8_gemm_kernel_matches_numpy() -> None:
+    m, k, n = 70, 200, 130  # none a multiple of the tiles: masked edges
+    a = RNG.integers(-128, 128, (m, k)).astype(np.int8)
+    wt = RNG.integers(-128, 128, (n, k)).astype(np.int8)
+    scale = (RNG.random(n) * 1e-3).astype(np.float32)
+    want = (a.astype(np.int64) @ wt.astype(np.int64).T).astype(np.float32) * scale[None, :]
+    out = torch.empty((m, n), dtype=torch.float32, device=DEVICE)
+    tensors = [torch.from_numpy(t).to(DEVICE) for t in (a, wt, scale)]
+    qk.int8_gemm(*tensors, out)
+    np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-6)
+
+
+def test_quantise_kernel_matches_numpy() -> None:
+    x = np.concatenate(
+        [
+            RNG.standard_normal(3000).astype(np.float32) * 40,
+            np.arange(-130, 130, 0.5, dtype=np.float32),  # ties round to even
+            np.array([np.nan, np.inf, -np.inf, 1e30, -0.0], np.float32),
+        ]
+    )
+    scale = np.float32(0.75)
+    want = np.rint(np.nan_to_num(x / scale, nan=-128.0, posinf=127, neginf=-128))
+    want = np.clip(want, -128, 127).astype(np.int8)
+    xt = torch.from_numpy(x).to(DEVICE)
+    out = torch.empty_like(xt, dtype=torch.int8)
+    qk.quantise_int8(xt, torch.tensor([scale], device=DEVICE), out)
+    np.testing.assert_array_equal(out.cpu().numpy(), want)
+
+
+@pytest.mark.parametrize("acc_dtype", [torch.int32, torch.float32])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
+def test_dequantise_kernel_matches_numpy(acc_dtype, out_dtype) -> None:
+    acc = RNG.integers(-(2**20), 2**20, (37, 70)).astype(np.int64)
+    scale = (RNG.random(70) * 1e-4).astype(np.float32)
+    want = (acc.astype(np.float32) * scale[None, :]).astype(np.float32)
+    acc_t = torch.from_numpy(acc).to(acc_dtype).to(DEVICE)
+    out = torch.empty((37, 70), dtype=out_dtype, device=DEVICE)
+    qk.dequantise(acc_t, torch.from_numpy(scale).to(DEVICE), out)
+    rtol = 1e-3 if out_dtype == torch.float16 else 1e-6
+    np.testing.assert_allclose(out.float().cpu().numpy(), want, rtol=rtol)
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_fp8_products_match_ref(fp16: bool) -> None:
+    got, want, prog = run_both("fp8", fp16, triton=False)
+    assert not prog._executable.fallbacks, prog._executable.fallbacks
+    products = [
+        ins.inputs[0].shape.type()
+        for ins in prog.get_main_module().instructions
+        if ins.op.name == "quant_dot"
+    ]
+    assert products == ["fp8e4m3fn_type", "fp8e4m3fn_type"]  # MatMul and the activations' one
+    if CUDA:
+        assert prog._executable.graph is not None, prog._executable.why_uncaptured
+    for g, w in zip(got, want, strict=True):  # the scales multiply the sum, not each term
+        if not fp16:
+            close_within(g, w, 1e-5)
+            continue
+        # in half, the reference rounds each dequantised operand to half first, so a value
+        # fed to the next fp8 quantisation may land one fp8 step (1/16 to 1/8 relative) away:
+        # a few elements differ by that much, the whole output stays close
+        near = np.isclose(g, w, rtol=2e-3, atol=2e-3 * np.abs(w).max())
+        assert near.mean() > 0.95, near.mean()
+        assert rel_rms(g, w) < 2e-2
+
+
+@pytest.mark.parametrize(
+    ("kernel", "stride", "pad", "dilation"),
+    [(3, 1, 1, 1), (3, 2, 1, 1), (3, 1, 2, 2), (1, 2, 0, 1)],
+)
+def test_int8_conv_kernel_matches_torch(kernel: int, stride: int, pad: int, dilation: int) -> None:
+    n, c, h, w, c_out = 2, 64, 9, 7, 20
+    x = torch.randint(-128, 128, (n, c, h, w), dtype=torch.int8)
+    weight = torch.randint(-128, 128, (c_out, c, kernel, kernel), dtype=torch.int8)
+    want = torch.nn.functional.conv2d(
+        x.double(), weight.double(), stride=stride, padding=pad, dilation=dilation
+    )
+    ho, wo = want.shape[2:]
+    scale = torch.rand(c_out) * 1e-3
+    want = (want * scale.double()[None, :, None, None]).permute(0, 2, 3, 1).reshape(-1, c_out)
+    x_cl = x.contiguous(memory_format=torch.channels_last).to(DEVICE)
+    wt = weight.permute(0, 2, 3, 1).reshape(c_out, -1).contiguous().to(DEVICE)
+    out = torch.empty((n * ho * wo, c_out), dtype=torch.float32, device=DEVICE)
+    geometry = (kernel, (stride, stride), (pad, pad), (dilation, dilation), ho, wo)
+    qk.int8_conv(x_cl, wt, scale.to(DEVICE), out, geometry)
+    np.testing.assert_allclose(out.cpu().double().numpy(), want.numpy(), rtol=1e-6)
+
+
+def test_int8_implicit_gemm_convolution_matches_ref(monkeypatch) -> None:
+    """64 input channels: the 3x3 convolutions run as `int8_conv` (no patch copy)."""
+    monkeypatch.setenv(INT8_CONV_ENV, "gemm")
+    monkeypatch.setenv(INT8_GEMM_ENV, "triton")
+    calls: list[tuple] = []
+    real = qk.int8_conv
+    monkeypatch.setattr(qk, "int8_conv", lambda *a: calls.append(a[4]) or real(*a))
+    nodes = [
+        helper.make_node("Conv", ["img", "w3"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w3s"], ["out"], pads=[1, 1, 1, 1], strides=[2, 2]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "c",
+        [helper.make_tensor_value_info("img", TensorProto.FLOAT, [2, 64, 6, 6])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [_init("w3", 64, 64, 3, 3, scale=0.05), _init("w3s", 16, 64, 3, 3, scale=0.05)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    def feeds(seed: int) -> dict[str, np.ndarray]:
+        return {"img": np.random.default_rng(seed).standard_normal((2, 64, 6, 6), np.float32)}
+
+    ref, gpu = quantised(model, feeds, "int8", False), quantised(model, feeds, "int8", False)
+    ref.compile(pygraphx.get_target("ref"))
+    gpu.compile(pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"})))
+    want = np.array(ref.run(feeds(0))[0])
+    for _ in range(2):
+        got = np.array(gpu.run(feeds(0))[0])
+    assert not gpu._executable.fallbacks
+    assert len({tuple(c[1]) for c in calls}) == 2  # both (strides 1 and 2) ran as int8_conv
+    close_within(got, want, 1e-5)
