@@ -152,3 +152,17 @@ def node_model(
     model = helper.make_model(graph, opset_imports=imports)
     model.ir_version = 10
     return model, feeds
+
+
+def plant_cpu_step_failure(prog: pygraphx.Program, op_name: str) -> None:
+    """Make the step of a cpu-compiled `prog` whose result is an `op_name` instruction raise
+    ZeroDivisionError("planted") (to check how the executor reports a failing step)."""
+    executor = prog._executable.executor
+    steps = list(executor.steps)
+    victim = next(k for k, ins in enumerate(executor.computes) if ins[-1].op.name == op_name)
+
+    def broken() -> None:
+        raise ZeroDivisionError("planted")
+
+    steps[victim] = broken
+    executor.steps = tuple(steps)

@@ -46,6 +46,7 @@ from pygraphx.driver.loader import (
 from pygraphx.driver.progress import compile_progress
 from pygraphx.driver.steps import Steps, format_seconds
 from pygraphx.ir.argument import Argument, format_values
+from pygraphx.ir.printer import print_program, source_annotation
 from pygraphx.ir.program import Program
 from pygraphx.ir.serialize import FORMAT_VERSION, MAGIC, SerializationError, load
 from pygraphx.ir.shape import Shape
@@ -59,11 +60,21 @@ VALUES_SHOWN = 5  # first and last values printed per output, as MIGRAPHX_TRACE_
 
 # --- read, params ---------------------------------------------------------------------------
 def cmd_read(args: argparse.Namespace, steps: Steps) -> int:
-    """Print the parsed program in MIGraphX's text format."""
+    """Print the parsed program in MIGraphX's text format (`--sources`: each instruction's ONNX
+    node(s) after it, as `# 'layer1/conv2' Conv`)."""
     print(f"Reading: {describe_source(args)}", flush=True)
     loaded = load_program(args, steps)
-    print(loaded.program)
+    print(print_program(loaded.program, source_annotation if args.sources else None))
     return 0
+
+
+def _read_arguments(parser: argparse.ArgumentParser) -> None:
+    add_loader_arguments(parser)
+    parser.add_argument(
+        "--sources",
+        action="store_true",
+        help="end each instruction's line with the ONNX node(s) it comes from",
+    )
 
 
 def _shape_json(shape: Shape) -> dict[str, object]:
@@ -437,9 +448,14 @@ _COMPILE, _PERF, _VERIFY = (f"pygraphx.driver.{m}" for m in ("compile_cmd", "per
 COMMANDS: dict[str, Command] = {
     "read": Command(
         cmd_read,
-        add_loader_arguments,
+        _read_arguments,
         "print the parsed program",
-        ("read model.onnx", "read --onnx model.onnx -O", "read --migraphx model.mxr"),
+        (
+            "read model.onnx",
+            "read --onnx model.onnx -O",
+            "read --migraphx model.mxr",
+            "read model.onnx --sources   # each line ends with its ONNX node",
+        ),
     ),
     "params": Command(
         cmd_params,

@@ -3,7 +3,9 @@
 `add_parameter`, `add_literal`, `add_instruction` and `add_return` build a module in order;
 `insert_instruction`, `replace_instruction`, `replace_op` and `remove_instruction` edit it while
 keeping every use list right; `validate()` checks the invariants passes must preserve (inputs
-defined before use, use lists consistent, shapes as the operators compute them).
+defined before use, use lists consistent, shapes as the operators compute them). Edits keep the
+ONNX nodes instructions come from (`Instruction.source`): an inserted instruction takes those
+of the one it is inserted before, a replacement with none of its own those of the replaced.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Module:
         self.instructions: list[Instruction] = []
         self.parent: Module | None = None
         self.memory_plan: Any = None  # set by the memory_coloring pass
+        self._shape_checked: dict[int, tuple] = {}  # what validate() last checked
 
     # --- building -----------------------------------------------------------------------
     def add_parameter(self, name: str, shape: Shape) -> Instruction:
@@ -75,12 +78,14 @@ class Module:
     ) -> Instruction:
         pos = self.position(before)
         ins = self._make(op, inputs, module_inputs)
+        ins.source = ins.source or before.source  # a rewrite of `before` computes its node
         self.instructions.insert(pos, ins)
         return ins
 
     def insert_literal(self, before: Instruction, value: Literal | np.ndarray) -> Instruction:
         lit = value if isinstance(value, Literal) else Literal(np.asarray(value))
         ins = Instruction(LiteralOp(lit), [], lit.get_shape(), self)
+        ins.source = ins.source or before.source
         self.instructions.insert(self.position(before), ins)
         return ins
 
@@ -100,13 +105,14 @@ class Module:
 
     # --- editing ------------------------------------------------------------------------
     def position(self, ins: Instruction) -> int:
-        for k, other in enumerate(self.instructions):
-            if other is ins:
-                return k
-        raise ModuleError(f"instruction {ins.op.name} is not in module {self.name!r}")
+        try:  # instructions compare by identity, so `index` finds this very one
+            return self.instructions.index(ins)
+        except ValueError:
+            raise ModuleError(f"instruction {ins.op.name} is not in module {self.name!r}") from None
 
     def replace_instruction(self, ins: Instruction, rep: Instruction) -> Instruction:
-        """Make every user of `ins` use `rep` instead (the shapes must match)."""
+        """Make every user of `ins` use `rep` instead (the shapes must match); a `rep` with no
+        ONNX node of its own takes those of `ins` (it computes that node's value now)."""
         if ins is rep:
             return rep
         if ins.shape.lens() != rep.shape.lens() or ins.shape.type() != rep.shape.type():
@@ -120,6 +126,8 @@ class Module:
             if user not in rep.outputs:
                 rep.outputs.append(user)
         ins.outputs = [rep] if rep in ins.outputs else []
+        if not rep.source and not rep.is_param():
+            rep.source = ins.source
         self._recompute_shapes(users)
         return rep
 
@@ -209,38 +217,74 @@ class Module:
         return [i.shape for i in self.get_returns()]
 
     def validate(self) -> None:
-        """Raise `ModuleError` naming the first instruction that breaks an invariant."""
+        """Raise `ModuleError` naming the first instruction that breaks an invariant.
+
+        An instruction whose operator is the very object the last `validate()` checked, and
+        whose shape and input shapes equal the ones it checked, is not re-derived (operators
+        and shapes are immutable, so the answer cannot have changed); instructions that call
+        sub-modules always are.
+        """
         seen: set[int] = set()
-        outer = _outer_instructions(self)
+        outer: set[int] | None = None  # the enclosing modules' instructions, when first needed
         members = {id(i) for i in self.instructions}
+        checked = getattr(self, "_shape_checked", {})
+        now: dict[int, tuple] = {}
+        last = len(self.instructions) - 1
         for k, ins in enumerate(self.instructions):
-            where = f"module {self.name!r}, instruction {k} ({ins.op.name})"
             if ins.module is not self:
-                raise ModuleError(f"{where}: belongs to another module")
+                raise ModuleError(f"{self._where(k)}: belongs to another module")
             for i in ins.inputs:
-                if id(i) not in seen and id(i) not in outer:
-                    raise ModuleError(f"{where}: input {i.op.name} is not defined before it")
+                if id(i) not in seen:
+                    outer = _outer_instructions(self) if outer is None else outer
+                    if id(i) not in outer:
+                        msg = f"input {i.op.name} is not defined before it"
+                        raise ModuleError(f"{self._where(k)}: {msg}")
                 if ins not in i.outputs:
-                    raise ModuleError(f"{where}: missing from the users of input {i.op.name}")
+                    msg = f"missing from the users of input {i.op.name}"
+                    raise ModuleError(f"{self._where(k)}: {msg}")
             for user in ins.outputs:
                 if id(user) not in members and user.module is self:
-                    raise ModuleError(f"{where}: user {user.op.name} is not in the module")
+                    raise ModuleError(f"{self._where(k)}: user {user.op.name} is not in the module")
                 if ins not in user.inputs:
-                    raise ModuleError(f"{where}: stale user {user.op.name}")
-            if ins.is_return() and k != len(self.instructions) - 1:
-                raise ModuleError(f"{where}: @return is not the last instruction")
-            try:
-                shape = compute_shape(ins.op, ins.inputs, ins.module_inputs)
-            except ShapeError as exc:
-                raise ModuleError(f"{where}: {exc}") from exc
-            if not ins.is_return() and shape != ins.shape:
-                raise ModuleError(f"{where}: stored shape {ins.shape} but the op gives {shape}")
+                    raise ModuleError(f"{self._where(k)}: stale user {user.op.name}")
+            if k != last and ins.is_return():
+                raise ModuleError(f"{self._where(k)}: @return is not the last instruction")
+            stamp = _shape_stamp(ins)
+            if not _same_stamp(checked.get(id(ins)), stamp):
+                _check_shape(ins, self._where(k))
+            now[id(ins)] = stamp
             seen.add(id(ins))
+        self._shape_checked = now
+
+    def _where(self, k: int) -> str:
+        return f"module {self.name!r}, instruction {k} ({self.instructions[k].op.name})"
 
     def __str__(self) -> str:
         from pygraphx.ir.printer import print_module
 
         return print_module(self)
+
+
+def _shape_stamp(ins: Instruction) -> tuple:
+    """What an instruction's shape is derived from, plus the instruction and its shape."""
+    return (ins, ins.op, ins.shape, [i.shape for i in ins.inputs], ins.module_inputs)
+
+
+def _same_stamp(old: tuple | None, new: tuple) -> bool:
+    """Whether `new` has the very instruction and operator of `old` and equal shapes (so the
+    operator must give the same shape again), and calls no sub-module."""
+    if old is None or new[4]:
+        return False
+    return old[0] is new[0] and old[1] is new[1] and old[2] == new[2] and old[3] == new[3]
+
+
+def _check_shape(ins: Instruction, where: str) -> None:
+    try:
+        shape = compute_shape(ins.op, ins.inputs, ins.module_inputs)
+    except ShapeError as exc:
+        raise ModuleError(f"{where}: {exc}") from exc
+    if not ins.is_return() and shape != ins.shape:
+        raise ModuleError(f"{where}: stored shape {ins.shape} but the op gives {shape}")
 
 
 def _outer_instructions(module: Module) -> set[int]:

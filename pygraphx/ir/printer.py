@@ -19,6 +19,7 @@ from pygraphx.ir.instruction import Instruction
 
 if TYPE_CHECKING:
     from pygraphx.ir.module import Module
+    from pygraphx.ir.program import Program
 
 LITERAL_PRINT_LIMIT = 10
 
@@ -69,3 +70,20 @@ def print_module(
             line += annotate(ins)
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def print_program(program: Program, annotate: Callable[[Instruction], str] | None = None) -> str:
+    """Every module of `program`, main first (what `print(program)` shows); sub-modules name
+    their parents' instructions as the parents print them."""
+    out = []
+    names: dict[int, str] = {}
+    for mod in program.modules_in_print_order():
+        parent_names = names if mod.parent is not None else {}
+        out.append(print_module(mod, annotate, parent_names))
+        names.update(instruction_names(mod, parent_names))
+    return "\n".join(out)
+
+
+def source_annotation(ins: Instruction) -> str:
+    """`  # 'layer1/conv2' Conv`: the ONNX node(s) of `ins` (`annotate` for `print_program`)."""
+    return "  # " + ", ".join(ins.source) if ins.source else ""

@@ -342,17 +342,12 @@ class Program:
 
     # --- printing -------------------------------------------------------------------------
     def __str__(self) -> str:
-        from pygraphx.ir.printer import instruction_names, print_module
+        from pygraphx.ir.printer import print_program
 
-        out = []
-        names: dict[int, str] = {}
-        for mod in self._module_order():
-            parent_names = names if mod.parent is not None else {}
-            out.append(print_module(mod, names=parent_names))
-            names.update(instruction_names(mod, parent_names))
-        return "\n".join(out)
+        return print_program(self)
 
-    def _module_order(self) -> list[Module]:
+    def modules_in_print_order(self) -> list[Module]:
+        """`main`, then the other modules in the order they were created."""
         main = self.get_main_module()
         return [main] + [m for m in self.modules.values() if m is not main]
 

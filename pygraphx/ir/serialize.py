@@ -10,12 +10,14 @@ File layout (all integers little-endian):
     52      n     payload: one msgpack map
 
 The payload map holds `pygraphx_version`, `output_names`, `target` (name or nil),
-`compile_options`, and `modules`: a list of {name, parent, instructions}, each instruction
-{op, attrs, inputs, modules, shape}. Inputs are [module index, instruction index] pairs. Shapes
-are msgpack extension 1 ([type, lens, strides]); arrays (literal values) are extension 2
-(type name, lens, raw C-order bytes). Operators are rebuilt by name from the operator registry,
-so a file can only create IR objects; it never runs code. Loading checks the magic, version,
-length and hash before decoding, and recomputes every instruction's shape against the stored one.
+`compile_options`, and `modules`: a list of {name, parent, instructions}, each instruction {op,
+attrs, inputs, modules, shape} and, when known, `source` (the labels of the ONNX nodes it
+computes, `Instruction.source`; files without it load with none). Inputs are [module index,
+instruction index] pairs. Shapes are msgpack extension 1 ([type, lens, strides]); arrays
+(literal values) are extension 2 (type name, lens, raw C-order bytes). Operators are rebuilt by
+name from the operator registry, so a file can only create IR objects; it never runs code.
+Loading checks the magic, version, length and hash before decoding, and recomputes every
+instruction's shape against the stored one.
 """
 
 from __future__ import annotations
@@ -132,15 +134,16 @@ def program_to_dict(program: Program) -> dict[str, Any]:
                 attrs: dict[str, Any] = {"value": ins.get_literal().array}
             else:
                 attrs = _op_attrs(ins.op)
-            instructions.append(
-                {
-                    "op": ins.op.name,
-                    "attrs": attrs,
-                    "inputs": [list(position[id(i)]) for i in ins.inputs],
-                    "modules": [mod_index[id(m)] for m in ins.module_inputs],
-                    "shape": ins.shape,
-                }
-            )
+            item: dict[str, Any] = {
+                "op": ins.op.name,
+                "attrs": attrs,
+                "inputs": [list(position[id(i)]) for i in ins.inputs],
+                "modules": [mod_index[id(m)] for m in ins.module_inputs],
+                "shape": ins.shape,
+            }
+            if ins.source:
+                item["source"] = list(ins.source)
+            instructions.append(item)
         parent = mod_index[id(mod.parent)] if mod.parent is not None else None
         out_modules.append({"name": mod.name, "parent": parent, "instructions": instructions})
     return {
@@ -237,7 +240,7 @@ def _program_from_dict(doc: dict[str, Any]) -> Program:
         for item in m["instructions"]:
             inputs = [modules[mi].instructions[ii] for mi, ii in item["inputs"]]
             subs = [modules[i] for i in item["modules"]]
-            _make_instruction(mod, item, inputs, subs)
+            _make_instruction(mod, item, inputs, subs).source = _source(item)
     for mod in modules:
         for k, ins in enumerate(mod.instructions):
             if ins.is_return() or ins.is_literal() or ins.is_param():
@@ -323,6 +326,14 @@ def _make_instruction(
             i.outputs.append(ins)
     mod.instructions.append(ins)
     return ins
+
+
+def _source(item: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ONNX node labels stored with an instruction (none in files written before them)."""
+    labels = item.get("source", ())
+    if not isinstance(labels, tuple | list) or not all(isinstance(x, str) for x in labels):
+        raise SerializationError(f"operator {item['op']!r}: its source is not a list of names")
+    return tuple(labels)
 
 
 @functools.cache

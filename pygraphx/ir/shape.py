@@ -147,15 +147,15 @@ class Shape:
         if dyn_dims is not None:
             self._dyn = tuple(dyn_dims)
             lens = [d.max for d in self._dyn]
-        self._lens = tuple(int(x) for x in lens)
+        self._lens = tuple(map(int, lens))
         if len(self._lens) > MAX_RANK:
             raise ValueError(f"a shape of rank {len(self._lens)}: at most {MAX_RANK} are supported")
-        if any(x < 0 for x in self._lens):
+        if self._lens and min(self._lens) < 0:
             raise ValueError(f"negative length in shape lens {list(self._lens)}")
         if strides is None:
             self._strides = standard_strides(self._lens)
         else:
-            self._strides = tuple(int(x) for x in strides)
+            self._strides = tuple(map(int, strides))
             if len(self._strides) != len(self._lens):
                 raise ValueError(
                     f"shape lens {list(self._lens)} and strides {list(self._strides)} "
@@ -258,7 +258,16 @@ class Shape:
         return (self._type, self._lens, self._strides, self._dyn)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Shape) and self._key() == other._key()
+        if self is other:
+            return True
+        if not isinstance(other, Shape):
+            return False
+        return (
+            self._lens == other._lens
+            and self._strides == other._strides
+            and self._type == other._type
+            and self._dyn == other._dyn
+        )
 
     def __hash__(self) -> int:
         if self._hash is None:

@@ -77,6 +77,15 @@ class _Model:
     tensors: dict[Any, np.ndarray] | None = None
     """Initialisers decoded once, shared by every program parsed from this model (set for the
     specializations; a plain parse decodes them as it goes)."""
+    path: Path | None = None
+    """The model file, when `data` refers to its weights in place (`mapped_model.py`)."""
+
+    def whole(self) -> bytes:
+        """The model with its weights inline (what a saved specializer must carry: the file
+        it was read from may be gone when the program is loaded)."""
+        if self.path is None or self.path.stat().st_size == len(self.data):
+            return self.data  # read whole: nothing was left in the file
+        return parser.read_model_file(self.path, mapped=False)
 
     def parse(self, options: dict[str, Any]) -> Program:
         if self.tensors is not None:
@@ -90,7 +99,7 @@ class _Model:
 def parse_onnx(path: str | Path, **options: Any) -> Program:
     """`parser.parse_onnx` with dynamic-dimension and value-specialization options."""
     path = Path(path)
-    model = _Model(parser.read_model_file(path), str(path), path.resolve().parent)
+    model = _Model(parser.read_model_file(path), str(path), path.resolve().parent, path=path)
     return _parse(model, options)
 
 
@@ -188,7 +197,7 @@ def _attach(
     opts = {k: v for k, v in options.items() if k != "map_input_dims"}
     program.specializer_spec = {
         "kind": _SPEC_KIND,
-        "model": model.data,
+        "model": model.whole(),
         "source": model.source,
         "model_dir": str(model.model_dir) if model.model_dir is not None else None,
         "options": opts,

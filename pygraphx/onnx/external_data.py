@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from pygraphx.ir.mapped import register_mapping
 from pygraphx.onnx.errors import ExternalDataError
 
 
@@ -87,12 +88,43 @@ def load_external_tensor(
     with path.open("rb") as f:
         f.seek(offset)
         raw = f.read(length)
+    return decode_raw(tensor, raw)
+
+
+def decode_raw(tensor: onnx.TensorProto, raw: bytes) -> np.ndarray:
+    """The value of `tensor` (external data) had its bytes been `raw` inline: decoded through
+    ONNX's helper (a copy; for the types numpy cannot view in place)."""
     copy = onnx.TensorProto()
     copy.CopyFrom(tensor)
     del copy.external_data[:]
     copy.data_location = onnx.TensorProto.DEFAULT
     copy.raw_data = raw
     return np.asarray(numpy_helper.to_array(copy), order="C")
+
+
+def held_tensor(tensor: onnx.TensorProto, data: bytes, offset: int, length: int) -> np.ndarray:
+    """The value of `tensor`, whose raw bytes are `data[offset:offset + length]` (a model
+    held in memory, see `mapped_model.split_buffer`): a read-only view of `data` where the type
+    allows, else decoded. ValueError when the length does not fit the tensor's dims."""
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    if not _viewable(tensor, dtype, length):
+        return decode_raw(tensor, bytes(data[offset : offset + length]))
+    expected = prod(tensor.dims) * dtype.itemsize
+    if length != expected:
+        raise ValueError(
+            f"raw_data holds {length} bytes, the tensor {list(tensor.dims)} of {dtype} "
+            f"needs {expected}"
+        )
+    view = np.frombuffer(data, dtype=np.uint8, count=length, offset=offset)
+    return view.view(dtype).reshape(tuple(tensor.dims))
+
+
+def _viewable(tensor: onnx.TensorProto, dtype: np.dtype, length: int) -> bool:
+    """Whether the tensor's bytes are its numpy values (not strings, 4-bit or 8-bit float
+    types; a little-endian host)."""
+    if dtype.kind not in "biuf" or dtype.itemsize * 8 != _bits(tensor.data_type) or length == 0:
+        return False
+    return bool(np.little_endian)
 
 
 #: (path, size, mtime) -> the whole file mapped read-only, while some view of it lives
@@ -105,9 +137,7 @@ def _mapped_view(
 ) -> np.ndarray | None:
     """The tensor as a read-only view of its mapped file, or None for types not stored as
     their numpy bytes (strings, 4-bit and 8-bit float types, big-endian hosts)."""
-    if dtype.kind not in "biuf" or dtype.itemsize * 8 != _bits(tensor.data_type) or length == 0:
-        return None
-    if np.little_endian is False:
+    if not _viewable(tensor, dtype, length):
         return None
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
@@ -115,7 +145,9 @@ def _mapped_view(
         root = _MAPS.get(key)
         if root is None:
             root = np.memmap(path, dtype=np.uint8, mode="r")
+            root.pygraphx_file = key  # what the device literal store identifies it by
             _MAPS[key] = root
+            register_mapping(root)  # its pages may be given back once the weights are packed
     return root[offset : offset + length].view(dtype).reshape(tuple(tensor.dims))
 
 

@@ -6,8 +6,10 @@ onnx_options (`default_dim_value`, `map_input_dims`, `skip_unknown_operators`,
 every node has a handler (one error lists all the
 unsupported ones), turn initialisers into literals (external data read safely, see
 `external_data.py`), inputs into parameters, then each node through its handler in order;
-outputs become `@return`. Constant sub-graphs that handlers consumed as compile-time values
-(shape-computing chains) are then removed as dead code.
+outputs become `@return`. Every instruction a node's handler makes records the node
+(`Instruction.source`, see `node_source_label`), so run-time errors name it. Constant
+sub-graphs that handlers consumed as compile-time values (shape-computing chains) are then
+removed as dead code.
 
 Sub-graphs (If branches, Loop and Scan bodies; onnx/handlers/control.py) are parsed by the same
 walk into sub-modules whose parent is the module of their node (`parse_subgraph`); their nodes
@@ -33,14 +35,15 @@ from onnx import numpy_helper
 import pygraphx.onnx.handlers  # noqa: F401 - registers every handler
 from pygraphx.ir.argument import Literal
 from pygraphx.ir.file_read import read_regular_file
-from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.instruction import Instruction, node_source
 from pygraphx.ir.module import Module
 from pygraphx.ir.program import Program
 from pygraphx.ir.shape import Shape
 from pygraphx.onnx.context import NodeContext, onnx_type_to_shape_type
 from pygraphx.onnx.errors import InputValueNeeded, OnnxParseError, UnsupportedOperatorError
-from pygraphx.onnx.external_data import load_external_tensor
+from pygraphx.onnx.external_data import held_tensor, load_external_tensor
 from pygraphx.onnx.handlers.sequence import OptionalValue, SequenceValue, Value, describe
+from pygraphx.onnx.mapped_model import BUFFER_LOCATION, read_model_mapped, split_buffer
 from pygraphx.onnx.registry import find_handler
 from pygraphx.onnx.schema import missing_required_inputs
 from pygraphx.onnx.validate import validate_model
@@ -75,8 +78,14 @@ def parse_onnx(path: str | Path, **options: Any) -> Program:
     return parse_bytes(read_model_file(path), str(path), path.resolve().parent, options)
 
 
-def read_model_file(path: Path) -> bytes:
-    """The bytes of the model file at `path`; a missing or unreadable file gets a clear error."""
+def read_model_file(path: Path, mapped: bool = True) -> bytes:
+    """The bytes of the model file at `path`; a missing or unreadable file gets a clear error.
+    With `mapped`, large initialisers are left in the file and the bytes refer to them as
+    external data (`mapped_model.py`: the parse then holds no copy of the weights)."""
+    if mapped and path.is_file():
+        stripped = read_model_mapped(path)
+        if stripped is not None:
+            return stripped
     return read_regular_file(path, OnnxParseError, "an ONNX file")
 
 
@@ -93,8 +102,10 @@ def parse_bytes(
     if unknown:
         raise TypeError(f"unknown parse option(s) {unknown}; known: {sorted(OPTIONS)}")
     opts = {**OPTIONS, **options}
-    model = load_model_proto(data, source)
-    return OnnxParser(opts, source, model_dir).parse_model(model)
+    split = split_buffer(data)  # large initialisers stay in `data`: views, not copies
+    model = load_model_proto(data if split is None else split[0], source)
+    held = None if split is None else (data, split[1])
+    return OnnxParser(opts, source, model_dir, held).parse_model(model)
 
 
 def load_model_proto(data: bytes, source: str) -> onnx.ModelProto:
@@ -126,6 +137,14 @@ def _node_label(node: onnx.NodeProto) -> str:
     return node.name or f"<output {node.output[0] if node.output else '?'}>"
 
 
+def node_source_label(node: onnx.NodeProto, index: int) -> str:
+    """How run-time errors name the node (`Instruction.source`): `'layer1/conv2' Conv`, or
+    `Conv #12` (its index in its graph) when it has no name; other domains prefix the op."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    op = f"{domain}::{node.op_type}" if domain else node.op_type
+    return f"{node.name!r} {op}" if node.name else f"{op} #{index}"
+
+
 def _iter_nodes(graph: onnx.GraphProto, where: str = "") -> Iterator[tuple[onnx.NodeProto, str]]:
     """Every node, sub-graphs included, with where it sits ('' in the main graph, else e.g.
     "body of Loop 'loop1' > then_branch of If 'if0'")."""
@@ -143,10 +162,18 @@ def _iter_nodes(graph: onnx.GraphProto, where: str = "") -> Iterator[tuple[onnx.
 class OnnxParser:
     """One parse of one model."""
 
-    def __init__(self, options: Mapping[str, Any], source: str, model_dir: Path | None) -> None:
+    def __init__(
+        self,
+        options: Mapping[str, Any],
+        source: str,
+        model_dir: Path | None,
+        held: tuple[bytes, set[tuple[int, int]]] | None = None,
+    ) -> None:
         self.options = options
         self.source = source
         self.model_dir = model_dir
+        # the model's bytes and the (offset, length) of the initialisers left in them
+        self._held = held
         self.opsets: dict[str, int] = {}
         self.program = Program()
         # id(instruction) -> (instruction, value): holding the instruction keeps its id unique
@@ -298,8 +325,9 @@ class OnnxParser:
             values[inp.name] = module.add_parameter(inp.name, shape)
         self._scope_values.append(values)
         try:
-            for node in graph.node:
-                self._parse_node(node, module, values)
+            for index, node in enumerate(graph.node):
+                with node_source((node_source_label(node, index),)):
+                    self._parse_node(node, module, values)
         finally:
             self._scope_values.pop()
             if names is not None:
@@ -577,15 +605,32 @@ class OnnxParser:
             onnx_type_to_shape_type(tensor.data_type)
         except ValueError as exc:
             raise OnnxParseError(f"{self.source}: tensor {tensor.name!r}: {exc}") from None
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        span = self._held_span(tensor)
+        if span is None and tensor.data_location == onnx.TensorProto.EXTERNAL:
             return load_external_tensor(tensor, self.model_dir, self.source)
         try:
+            if span is not None and self._held is not None:
+                return held_tensor(tensor, self._held[0], *span)
             arr = numpy_helper.to_array(tensor)
         except (ValueError, TypeError) as exc:
             raise OnnxParseError(
                 f"{self.source}: tensor {tensor.name!r} is corrupt: {exc}"
             ) from None
         return np.asarray(arr, order="C")
+
+    def _held_span(self, tensor: onnx.TensorProto) -> tuple[int, int] | None:
+        """(offset, length) of `tensor`'s bytes in the model's bytes when `split_buffer` left
+        them there (only spans it recorded: no other location is ever read this way)."""
+        if self._held is None or tensor.data_location != onnx.TensorProto.EXTERNAL:
+            return None
+        info = {e.key: e.value for e in tensor.external_data}
+        if info.get("location") != BUFFER_LOCATION:
+            return None
+        try:
+            span = (int(info.get("offset", "")), int(info.get("length", "")))
+        except ValueError:
+            return None
+        return span if span in self._held[1] else None
 
     def const_value(self, ins: Instruction) -> np.ndarray | None:
         """Evaluate `ins` at parse time if it depends only on literals (memoised); None when it

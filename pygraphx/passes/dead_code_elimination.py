@@ -34,6 +34,8 @@ def dead_code_elimination(module: Module) -> None:
             continue
         live.add(id(ins))
         stack.extend(ins.inputs)
+        if not ins.module_inputs:
+            continue
         for sub in _nested(ins.module_inputs):
             if id(sub) in visited_modules:
                 continue

@@ -24,7 +24,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.instruction import Instruction, merge_sources
 from pygraphx.ir.module import Module
 from pygraphx.ir.op import Op
 from pygraphx.ir.printer import instruction_names
@@ -319,6 +319,7 @@ class FusionSite:
         whose last one's value is the group's result; the trace reports it."""
         last = members[-1]
         fused = self.module.insert_instruction(last, op, external, [body])
+        fused.source = merge_sources(members)  # run-time errors name every member's node
         self.module.replace_instruction(last, fused)
         self.module.remove_instructions(set(members))
         self.trace.formed(body.name, members, fused)

@@ -81,17 +81,13 @@ def root_of(ins: Instruction) -> Instruction:
         ins = ins.inputs[alias]
 
 
-def plan_memory(
+def live_buffers(
     module: Module,
     alignment: int = ALIGNMENT,
     unplanned: Callable[[Instruction], bool] | None = None,
-) -> MemoryPlan:
-    """Liveness, interference and first-fit placement for `module` in its current order.
-
-    `unplanned(ins)`: True for instructions whose results the caller places itself (a target
-    whose library calls return new tensors, e.g. the gpu target's convolutions and the
-    epilogues it runs in place on them): they get no buffer, so the arena reserves no room
-    nobody writes."""
+) -> list[Buffer]:
+    """Steps 1 and 2: the buffers of `module` in its current order, with their live ranges
+    (not yet placed). `unplanned` as in `plan_memory`."""
     buffers: dict[int, Buffer] = {}
     end_of_module = len(module.instructions)
     for k, ins in enumerate(module.instructions):
@@ -107,7 +103,27 @@ def plan_memory(
             b = buffers.get(id(root_of(i)))
             if b is not None:
                 b.end = max(b.end, end_of_module if ins.is_return() else k)
-    plan = MemoryPlan(alignment, list(buffers.values()))
+    return list(buffers.values())
+
+
+def live_peak(module: Module) -> int:
+    """The largest total of simultaneously live bytes of `module` in its current order (what
+    `plan_memory(module).lower_bound` gives, without placing the buffers)."""
+    return MemoryPlan(ALIGNMENT, live_buffers(module)).lower_bound
+
+
+def plan_memory(
+    module: Module,
+    alignment: int = ALIGNMENT,
+    unplanned: Callable[[Instruction], bool] | None = None,
+) -> MemoryPlan:
+    """Liveness, interference and first-fit placement for `module` in its current order.
+
+    `unplanned(ins)`: True for instructions whose results the caller places itself (a target
+    whose library calls return new tensors, e.g. the gpu target's convolutions and the
+    epilogues it runs in place on them): they get no buffer, so the arena reserves no room
+    nobody writes."""
+    plan = MemoryPlan(alignment, live_buffers(module, alignment, unplanned))
     placed: list[Buffer] = []
     for b in sorted(plan.buffers, key=lambda b: (-b.size, b.start)):
         busy = sorted(

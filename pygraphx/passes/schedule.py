@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
-from pygraphx.passes.memory_coloring import plan_memory
+from pygraphx.passes.memory_coloring import live_peak
 
 
 def _dfs_order(module: Module, latest_first: bool) -> list[Instruction]:
@@ -48,10 +48,10 @@ def schedule(module: Module) -> None:
     if len(module.instructions) < 3:
         return
     best = list(module.instructions)
-    best_peak = plan_memory(module).lower_bound
+    best_peak = live_peak(module)
     for latest_first in (False, True):
         module.instructions = _dfs_order(module, latest_first)
-        peak = plan_memory(module).lower_bound
+        peak = live_peak(module)
         if peak < best_peak:
             best, best_peak = list(module.instructions), peak
     module.instructions = best

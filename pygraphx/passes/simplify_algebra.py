@@ -152,7 +152,8 @@ def _conv_scaled(m: Module, ins: Instruction, c: Captures) -> Instruction | None
     scale = channel_vector(c["c"], 1)
     if scale is None or scale.shape[0] != weights.shape[0]:
         return None
-    scaled = (weights * scale.reshape([-1] + [1] * (weights.ndim - 1))).astype(weights.dtype)
+    scaled = weights * scale.reshape([-1] + [1] * (weights.ndim - 1))
+    scaled = scaled.astype(weights.dtype, copy=False)  # no second copy when the type is right
     return m.insert_instruction(ins, conv.op, [c["x"], _literal(m, ins, scaled)])
 
 
@@ -162,7 +163,8 @@ def _dot_scaled(m: Module, ins: Instruction, c: Captures) -> Instruction | None:
     weights = const_source(b).get_literal().array
     if scale is None or weights.shape[-1] != scale.shape[0]:
         return None
-    new_b = _broadcast_literal(m, ins, (weights * scale).astype(weights.dtype), b.shape.lens())
+    scaled = (weights * scale).astype(weights.dtype, copy=False)
+    new_b = _broadcast_literal(m, ins, scaled, b.shape.lens())
     return m.insert_instruction(ins, dot.op, [c["x"], new_b])
 
 

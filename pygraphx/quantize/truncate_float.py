@@ -10,8 +10,10 @@ before `compile`, as MIGraphX's `truncate_float` pass does:
 * float parameters keep their type, with one `convert` to the low type right after each, and
   every float output is converted back to its original type before `@return`, so callers feed
   and receive the same dtypes as before;
-* float literals (weights) become low-precision literals directly, and a `convert` of a literal
-  is folded into one, so no runtime conversion of constants is left;
+* float literals (weights) become low-precision literals directly, a `convert` of a literal
+  is folded into one, and a view of a literal (a broadcast scalar, left wide when the view's
+  operator is not selected) becomes the same view of the low-precision literal, so no runtime
+  conversion of constants is left;
 * integer and bool computations that touch no converted value (token ids, gather indices, shape
   math, masks) are left exactly as they were.
 
@@ -40,6 +42,7 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module, compute_shape
 from pygraphx.ir.program import Program
 from pygraphx.ir.shape import to_dtype
+from pygraphx.ops.base import ViewOp
 from pygraphx.ops.builtin import Param, Return
 from pygraphx.ops.pointwise import Convert
 from pygraphx.passes.manager import run_passes
@@ -147,6 +150,13 @@ def _is_wide(ins: Instruction) -> bool:
     return ins.shape.type() in WIDE_FLOATS
 
 
+def _is_constant_view(ins: Instruction) -> bool:
+    """`ins` is a chain of one-input views (no module calls) ending at a literal."""
+    while isinstance(ins.op, ViewOp) and len(ins.inputs) == 1 and not ins.module_inputs:
+        ins = ins.inputs[0]
+    return ins.is_literal()
+
+
 class _Truncate:
     """One rewrite of one program: value maps shared by every module it touches."""
 
@@ -199,9 +209,12 @@ class _Truncate:
 
     def remove_dead(self, module: Module) -> None:
         module.remove_instructions(set(self.dead.pop(module.name, [])))
-        # wide literals whose every user now takes the low-precision copy
-        unused = {x for x in self.low_copy if x.module is module and x.is_literal()}
-        module.remove_instructions({x for x in unused if not x.outputs})
+        # wide literals (and views of them) whose every user now takes the low-precision copy,
+        # removed from the last view back to the literal
+        wide = {x for x in self.low_copy if x.module is module and _is_constant_view(x)}
+        while unused := {x for x in wide if not x.outputs}:
+            module.remove_instructions(unused)
+            wide -= unused
 
     # --- values ---------------------------------------------------------------------------
     def insert_after(self, x: Instruction) -> Instruction:
@@ -220,6 +233,12 @@ class _Truncate:
             if x.is_literal():
                 arr = low_precision_array(x.get_literal().array, self.low)
                 self.low_copy[x] = x.module.insert_literal(nxt, Literal(arr, copy=False))
+            elif _is_constant_view(x):
+                # a view (broadcast, reshape, ...) of a literal: the same view of the literal's
+                # saturated copy, as a runtime convert would turn float32's extremes (a mask's
+                # finfo.min) into bf16/half infinities, and 0 * inf into NaN
+                low_src = self.low_value(x.inputs[0])
+                self.low_copy[x] = x.module.insert_instruction(nxt, x.op, [low_src])
             else:
                 self.low_copy[x] = x.module.insert_instruction(
                     nxt, Convert(target_type=self.low), [x]

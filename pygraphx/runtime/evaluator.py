@@ -2,7 +2,8 @@
 
 Used by the `ref` target and by the frontend to fold constant sub-graphs. Each result is checked
 against the instruction's shape (lens and type), so an operator whose compute disagrees with its
-compute_shape is caught at the instruction that did it. Intermediate values are dropped after
+compute_shape is caught at the instruction that did it; errors also name the ONNX node(s) the
+instruction comes from (`Instruction.source`). Intermediate values are dropped after
 their last use so large models run in bounded memory.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.instruction import Instruction, with_sources
 from pygraphx.ir.module import Module
 
 #: called with (instruction, its value, seconds it took) after each instruction runs
@@ -86,12 +87,11 @@ class Evaluator:
                 out = op.compute_with_modules(ins.shape, args, ins.module_inputs, values, Evaluator)
             else:
                 out = op.compute(ins.shape, args)
-        except EvaluationError:
+        except EvaluationError as exc:  # from a sub-module: its nodes, else this one's
+            exc.args = (with_sources(str(exc), ins.source), *exc.args[1:])
             raise
         except Exception as exc:  # re-raised with the instruction named, nothing lost
-            raise EvaluationError(
-                f"{self.module.name}:@{self.module.position(ins)} {op}: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._error(ins, f"{type(exc).__name__}: {exc}") from exc
         out = np.asarray(out)
         expected = ins.shape
         if id(ins) in self.bounded:
@@ -99,17 +99,20 @@ class Evaluator:
                 n <= m for n, m in zip(out.shape, expected.lens(), strict=True)
             )
             if not fits or out.dtype != expected.dtype():
-                raise EvaluationError(
-                    f"{self.module.name}:@{self.module.position(ins)} {op}: computed "
-                    f"{out.dtype}{list(out.shape)} outside its bound {expected}"
+                raise self._error(
+                    ins, f"computed {out.dtype}{list(out.shape)} outside its bound {expected}"
                 )
             return out
         if list(out.shape) != expected.lens() or out.dtype != expected.dtype():
-            raise EvaluationError(
-                f"{self.module.name}:@{self.module.position(ins)} {op}: computed "
-                f"{out.dtype}{list(out.shape)} but its shape is {expected}"
+            raise self._error(
+                ins, f"computed {out.dtype}{list(out.shape)} but its shape is {expected}"
             )
         return out
+
+    def _error(self, ins: Instruction, what: str) -> EvaluationError:
+        """`main:@7 gather[axis=0]: <what> (ONNX node 'g' Gather)`."""
+        where = f"{self.module.name}:@{self.module.position(ins)} {ins.op}"
+        return EvaluationError(with_sources(f"{where}: {what}", ins.source))
 
 
 def evaluate(module: Module, params: Mapping[str, np.ndarray]) -> list[np.ndarray]:

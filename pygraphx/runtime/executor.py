@@ -16,8 +16,9 @@ with 0 seconds), so `perf`-style reports and value traces work on compiled progr
 The profiling path runs producers that the lowering fused with their users as separate steps.
 
 An exception raised by a step (torch's, numpy's, a lowering's own) leaves the run as an
-`EvaluationError` naming the instruction(s) the step computes (`main:@12 gather[axis=0] ...`),
-with the original exception as its `__cause__`: the same error the `ref` evaluator raises.
+`EvaluationError` naming the instruction(s) the step computes (`main:@12 gather[axis=0] ...`)
+and the ONNX node(s) they come from (`... (ONNX node 'g' Gather)`), with the original
+exception as its `__cause__`: the same error the `ref` evaluator raises.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.instruction import Instruction, merge_sources, with_sources
 from pygraphx.ir.printer import instruction_names
 from pygraphx.runtime.evaluator import EvaluationError
 
@@ -112,7 +113,8 @@ class Executor:
 
 def step_error(instructions: Sequence[Instruction], exc: BaseException) -> EvaluationError:
     """The error for a step computing `instructions` (the last one is its result) that raised
-    `exc`: `main:@7 gather[axis=0] (fused: main:@6 ...): IndexError: ...`."""
+    `exc`: `main:@7 gather[axis=0] (computed with main:@6 ...): IndexError: ... (ONNX node
+    'g' Gather)`, naming the ONNX nodes of all of them."""
     if not instructions:
         return EvaluationError(f"a step failed: {type(exc).__name__}: {exc}")
     ins = instructions[-1]
@@ -121,9 +123,10 @@ def step_error(instructions: Sequence[Instruction], exc: BaseException) -> Evalu
     if len(instructions) > 1:
         head += " (computed with " + ", ".join(_label(i) for i in instructions[:-1]) + ")"
     message = str(exc)
+    sources = merge_sources(instructions)
     if message.startswith(label):  # the step's own message names it already
-        return EvaluationError(f"{type(exc).__name__}: {message}")
-    return EvaluationError(f"{head}: {type(exc).__name__}: {message}")
+        return EvaluationError(with_sources(f"{type(exc).__name__}: {message}", sources))
+    return EvaluationError(with_sources(f"{head}: {type(exc).__name__}: {message}", sources))
 
 
 def _label(ins: Instruction) -> str:

@@ -276,6 +276,27 @@ def test_validate_catches_a_wrong_stored_shape(chain: Chain) -> None:
         m.validate()
 
 
+def test_validate_rechecks_what_changed_since_the_last_validate(chain: Chain) -> None:
+    """validate() skips re-deriving shapes that cannot have changed, but still catches a shape,
+    an operator or an input shape edited behind the module's back after a passing validate."""
+    m, x, r, n, ret = chain
+    m.validate()
+    m.validate()  # the unchanged module passes again
+    n.shape = Shape("float_type", [3, 2])
+    with pytest.raises(ModuleError, match=r"instruction 2 \(neg\): stored shape"):
+        m.validate()
+    n.shape = Shape("float_type", [2, 3])
+    m.validate()
+    n.op = make_op("convert", target_type="half_type")
+    with pytest.raises(ModuleError, match=r"instruction 2 \(convert\): stored shape"):
+        m.validate()
+    n.op = make_op("neg")
+    m.validate()
+    r.shape = Shape("float_type", [3, 2])  # relu's stored shape and neg's input shape change
+    with pytest.raises(ModuleError, match=r"instruction 1 \(relu\): stored shape"):
+        m.validate()
+
+
 def test_validate_catches_a_stale_user(chain: Chain) -> None:
     m, x, r, n, ret = chain
     n.inputs = [x]  # edited behind the module's back: r still lists n as a user

@@ -16,7 +16,7 @@ from pygraphx.passes.eliminate_pad import eliminate_pad
 from pygraphx.passes.fuse_pointwise import fuse_pointwise
 from pygraphx.passes.fuse_reduce import fuse_reduce
 from pygraphx.passes.manager import Pass, PassError, module_pass, run_passes
-from pygraphx.passes.memory_coloring import check_plan, memory_coloring, plan_memory
+from pygraphx.passes.memory_coloring import check_plan, live_peak, memory_coloring, plan_memory
 from pygraphx.passes.pipeline import optimize
 from pygraphx.passes.propagate_constant import propagate_constant
 from pygraphx.passes.simplify_algebra import simplify_algebra
@@ -132,6 +132,48 @@ def test_propagate_constant_folds_literal_math_but_not_broadcasts() -> None:
     assert "exp" not in ops and ops.count("add") == 1
     lit = [i for i in prog.get_main_module() if i.is_literal()]
     assert [i.shape.lens() for i in lit] == [[8]]  # folded before the broadcast, not after
+
+
+def test_propagate_constant_keeps_a_new_unit_axis_of_a_weight_without_a_copy() -> None:
+    """multibroadcast [4, 5] -> [1, 4, 5] of a weight (what a MatMul of a 3-D input by a 2-D
+    weight parses to) folds to a literal with standard strides viewing the weight's memory;
+    the program still computes x + w (numpy)."""
+    prog = Program()
+    m = prog.get_main_module()
+    w = RNG.standard_normal((4, 5)).astype(np.float32)
+    x = m.add_parameter("x", pygraphx.Shape("float_type", [1, 4, 5]))
+    lit = m.add_literal(w)
+    wide = m.add_instruction(pygraphx.make_op("multibroadcast", out_lens=[1, 4, 5]), [lit])
+    m.add_return([m.add_instruction(pygraphx.make_op("add"), [x, wide])])
+    propagate_constant(m)
+    m.validate()
+    (folded,) = [i for i in m if i.is_literal()]
+    assert folded.shape == pygraphx.Shape("float_type", [1, 4, 5])  # standard strides
+    assert np.shares_memory(folded.get_literal().array, lit.get_literal().array)
+    xv = RNG.standard_normal((1, 4, 5)).astype(np.float32)
+    np.testing.assert_array_equal(_run(prog, {"x": xv})[0], xv + w[None])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda w: w.T,  # a transposed weight
+        lambda w: np.broadcast_to(w.T, (1, *w.T.shape)),  # ... broadcast to [1, N, K]
+        lambda w: w.astype(np.float16).T,
+        lambda w: w[::2].T,  # a strided transpose
+        lambda w: np.broadcast_to(w[0], w.shape),  # broadcast along a real axis: numpy's copy
+        lambda w: w[:7, :5].T,  # small: numpy's copy
+    ],
+)
+def test_c_ordered_copies_like_numpy(make: Callable) -> None:
+    from pygraphx.passes.propagate_constant import c_ordered
+
+    src = make(RNG.standard_normal((700, 301)).astype(np.float32))
+    got = c_ordered(src)
+    want = np.ascontiguousarray(src)
+    assert got.flags.c_contiguous and got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    assert not np.shares_memory(got, src)
 
 
 def _conv_bn_model(pad: bool = False):
@@ -307,6 +349,7 @@ def test_memory_coloring_reuses_buffers_of_a_chain() -> None:
     one = X.nbytes
     assert plan.naive_bytes == 6 * one
     assert plan.arena_bytes == plan.lower_bound == 2 * one
+    assert live_peak(prog.get_main_module()) == 2 * one  # what schedule compares, unplaced
 
 
 def test_memory_coloring_debug_check_and_views(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -180,3 +180,66 @@ def test_perf_reports_fused_steps_as_they_run() -> None:
     text = "\n".join(report.lines())
     assert "Steps as they run (cpu):" in text and "dot+fused_reduce+dot: " in text
     assert report.to_json()["steps"]
+
+
+def _linear_model(rows: int, k: int, n: int) -> tuple:
+    x = RNG.standard_normal((rows, k)).astype(np.float32)
+    w = RNG.standard_normal((k, n)).astype(np.float32)
+    b = RNG.standard_normal(n).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": x}, ["y"], {"w": w, "b": b})
+    return model, x, x.astype(np.float64) @ w + b
+
+
+@pytest.mark.parametrize("kernel", ["dnnl", "mkl", "addmm"])
+def test_every_gemm_kernel_matches_numpy(kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`PGX_CPU_GEMM` forces each candidate kernel of a constant-weight product with a bias;
+    each runs (it is the one recorded) and matches numpy's float64 product."""
+    from pygraphx.targets.torch_lowering.gemm_select import KERNEL_ENV
+    from pygraphx.targets.torch_lowering.lower_gemm import GEMM_KERNELS
+
+    monkeypatch.setenv(KERNEL_ENV, kernel)
+    model, x, want = _linear_model(24, 40, 56)
+    prog = compile_cpu(model, threads=1)
+    assert set(prog._executable.lowered.ctx.cache[GEMM_KERNELS].values()) == {kernel}
+    got = np.array(prog.run({"x": x})[0])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_kernel_measured_on_request_once_and_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `PGX_CPU_GEMM=measure` the kernel is the fastest measured one and a second compile
+    of the same shape reuses the choice without measuring; by default nothing is measured and
+    oneDNN runs; an unknown `PGX_CPU_GEMM` is an error."""
+    from pygraphx.targets.torch_lowering import gemm_select
+    from pygraphx.targets.torch_lowering.lower_gemm import GEMM_KERNELS
+
+    monkeypatch.setenv(gemm_select.KERNEL_ENV, "measure")
+    gemm_select.clear_cache()
+    measured: list[dict[str, float]] = []
+    real = gemm_select.measure
+
+    def spy(kernels, x):  # noqa: ANN001, ANN202
+        measured.append(real(kernels, x))
+        return measured[-1]
+
+    monkeypatch.setattr(gemm_select, "measure", spy)
+    model, x, want = _linear_model(32, 48, 64)
+    prog = compile_cpu(model, threads=1)
+    assert len(measured) == 1 and set(measured[0]) == {"dnnl", "mkl", "addmm"}
+    times = measured[0]
+    (chosen,) = prog._executable.lowered.ctx.cache[GEMM_KERNELS].values()
+    assert times[chosen] == min(times.values())
+    np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-4, atol=1e-4)
+    compile_cpu(model, threads=1)
+    assert len(measured) == 1
+    gemm_select.clear_cache()
+    monkeypatch.delenv(gemm_select.KERNEL_ENV)
+    prog = compile_cpu(model, threads=1)
+    assert len(measured) == 1
+    assert list(prog._executable.lowered.ctx.cache[GEMM_KERNELS].values()) == ["dnnl"]
+    monkeypatch.setenv(gemm_select.KERNEL_ENV, "blas")
+    with pytest.raises(ValueError, match="PGX_CPU_GEMM='blas'"):
+        compile_cpu(model, threads=1)

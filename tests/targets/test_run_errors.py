@@ -17,7 +17,7 @@ from onnx import helper
 
 import pygraphx
 from pygraphx.runtime.evaluator import EvaluationError
-from tests.helpers import make_model
+from tests.helpers import make_model, plant_cpu_step_failure
 
 pytest.importorskip("torch")
 
@@ -73,15 +73,7 @@ def test_forced_failure_in_a_cpu_step_is_wrapped() -> None:
     model = make_model(nodes, {"x": x}, ["y"], {"w": np.ones((3, 2), np.float32)})
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     prog.compile(pygraphx.get_target("cpu"))
-    executor = prog._executable.executor
-    steps = list(executor.steps)
-    victim = next(k for k, ins in enumerate(executor.computes) if ins[-1].op.name == "dot")
-
-    def broken() -> None:
-        raise ZeroDivisionError("planted")
-
-    steps[victim] = broken
-    executor.steps = tuple(steps)
+    plant_cpu_step_failure(prog, "dot")
     with pytest.raises(EvaluationError, match=r"main:@\d+ dot: ZeroDivisionError: planted") as err:
         prog.run({"x": x})
     assert isinstance(err.value.__cause__, ZeroDivisionError)

@@ -7,6 +7,19 @@ run: it takes the run's threads from the process-wide budget, sets them on the r
 runs under `torch.inference_mode()`, and on exit gives the threads back and restores the
 caller's torch thread count.
 
+Busy machine: OpenMP and oneDNN split a step's work statically over the team and then wait
+at a barrier, so when other processes keep the cores busy every step waits for the slowest
+thread to get a time slice (ONNX Runtime's pool hands out work dynamically and does not). On
+the 2-core development machine at a load average of about 12, BERT-base at batch 1 took a
+median 2,881 ms on 2 threads and 854 ms on 1 (ORT on 2 threads: 1,239 ms; one process, runs
+interleaved). So a run takes `load_threads(n)` threads: the 1-minute load average less this
+run's own n, rounded down, is the CPUs others keep busy, and the run takes no more threads
+than the CPUs left (at least 1). An idle machine, or one whose load is this program's own (or
+exceeds it by less than one CPU: spinning pools of other engines in the process), keeps n; the
+first run that takes fewer says so (log level INFO). `PGX_CPU_LOAD_ADAPT=0` keeps n always.
+A neighbour that keeps less than a whole CPU busy is not seen, and one that this program runs
+rarely beside may be counted as this program's own (the load average cannot tell them apart).
+
 OpenMP's thread count (used by torch's own kernels and oneDNN) belongs to the OS thread, so
 concurrent runs keep their own counts. MKL's (packed GEMMs) is process-wide: two runs at once
 may each see the other's MKL count, so their MKL GEMMs can together use up to twice the larger
@@ -17,6 +30,7 @@ called through ctypes in torch 2.13, so it is not used.)
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from math import prod
 from typing import Any
@@ -28,6 +42,24 @@ from pygraphx.targets.cpu.threads import BUDGET, GEMM_OPS, step_threads
 from pygraphx.targets.torch_lowering.context import Step
 
 log = logging.getLogger("pygraphx.cpu")
+
+
+LOAD_ADAPT_ENV = "PGX_CPU_LOAD_ADAPT"
+
+
+def load_threads(n: int, load: float | None = None, cpus: int | None = None) -> int:
+    """Threads a run of `n` takes on a machine whose 1-minute load average is `load` over
+    `cpus` CPUs (default: this machine's): see the module docstring."""
+    if n <= 1 or os.environ.get(LOAD_ADAPT_ENV, "1").strip() == "0":
+        return n
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (OSError, AttributeError):  # not available on this platform (Windows)
+            return n
+    cpus = cpus if cpus is not None else os.cpu_count() or 1
+    others = int(max(0.0, load - n))  # whole CPUs kept busy by others
+    return max(1, min(n, cpus - others))
 
 
 def set_threads(n: int) -> None:
@@ -84,15 +116,24 @@ class RunScope:
         self.n = n
         self.limit = [n]
         self._saved: list[tuple[int, Any]] = []
+        self._told = False
 
     def __call__(self) -> RunScope:
         return self
 
     def __enter__(self) -> RunScope:
         before = torch.get_num_threads()
-        got = BUDGET.acquire(self.n)
-        if got < self.n:
-            log.info("cpu: %d of %d threads free (other runs hold the rest)", got, self.n)
+        want = load_threads(self.n)
+        if want < self.n and not self._told:
+            self._told = True
+            log.info(
+                "cpu: the machine is busy (load average %.1f on %d CPUs): runs take %d of %d "
+                "threads while it stays so (%s=0 keeps them all)",
+                os.getloadavg()[0], os.cpu_count() or 1, want, self.n, LOAD_ADAPT_ENV,
+            )  # fmt: skip
+        got = BUDGET.acquire(want)
+        if got < want:
+            log.info("cpu: %d of %d threads free (other runs hold the rest)", got, want)
         self.limit[0] = got
         set_threads(got)  # the profiled path runs every step on the run's threads
         mode = torch.inference_mode()
@@ -109,4 +150,11 @@ class RunScope:
             BUDGET.release()
 
 
-__all__ = ["RunScope", "plan_step_threads", "set_threads", "with_thread_switches"]
+__all__ = [
+    "LOAD_ADAPT_ENV",
+    "RunScope",
+    "load_threads",
+    "plan_step_threads",
+    "set_threads",
+    "with_thread_switches",
+]

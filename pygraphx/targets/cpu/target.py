@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from pygraphx.ir.mapped import release_weight_pages
 from pygraphx.passes.fold_qdq import fold_qdq
 from pygraphx.passes.manager import Pass, module_pass
 from pygraphx.passes.pipeline import optimize_passes
@@ -182,10 +183,12 @@ class CpuTarget(Target):
         return [module_pass(fold_qdq), *optimize_passes(policy=self.fusion_policy())]
 
     def prepare(self, program: Program, options: dict[str, Any]) -> CpuExecutable:
+        release_weight_pages(program)  # what the passes read; lowering reads each again once
         with self.threads_scope(), torch.inference_mode():
             options = {**options, **self.settings}
             options["lowering_overrides"] = cpu_overrides(options)
             lowered = lower_module(program.get_main_module(), torch.device("cpu"), options)
+        release_weight_pages(program)
         conv_choices = lowered.ctx.cache.get("conv_choice")
         if conv_choices is not None:
             finish_conv_choice(conv_choices)

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from pygraphx.ir.argument import Argument
+from pygraphx.ir.instruction import Instruction
 from pygraphx.runtime.evaluator import EvaluationError
 from pygraphx.runtime.executor import Observer, step_error
 from pygraphx.targets.gpu.device_api import GpuArgument, as_device_tensor
@@ -256,7 +257,7 @@ class GpuExecutable:
         for k, (ins, fn, slot) in enumerate(self.lowered.profile):
             seconds = 0.0
             if fn is not None:
-                seconds = times[k] if times is not None else _timed(fn)
+                seconds = times[k] if times is not None else _timed(ins, fn)
             value = env[slot] if slot >= 0 else None
             observer(ins, _host(value), seconds)
 
@@ -274,13 +275,13 @@ class GpuExecutable:
         spin[1].record()
         pairs: list[tuple[Any, Any] | None] = []
         start = time.perf_counter()
-        for _, fn, _ in self.lowered.profile:
+        for ins, fn, _ in self.lowered.profile:
             if fn is None:
                 pairs.append(None)
                 continue
             pair = (Event(enable_timing=True), Event(enable_timing=True))
             pair[0].record()
-            fn()
+            _named(ins, fn)
             pair[1].record()
             pairs.append(pair)
         host = time.perf_counter() - start
@@ -353,10 +354,20 @@ def release_library_workspaces(device: torch.device) -> None:
     clear()
 
 
-def _timed(fn: Callable[[], None]) -> float:
+def _timed(ins: Instruction, fn: Callable[[], None]) -> float:
     start = time.perf_counter()
-    fn()
+    _named(ins, fn)
     return time.perf_counter() - start
+
+
+def _named(ins: Instruction, fn: Callable[[], None]) -> None:
+    """Run the profiled step `fn` of `ins`; an error names it as `_run_steps` does."""
+    try:
+        fn()
+    except EvaluationError:
+        raise
+    except Exception as exc:  # re-raised with the instruction named, nothing lost
+        raise step_error([ins], exc) from exc
 
 
 def _host(value: Any) -> np.ndarray | None:

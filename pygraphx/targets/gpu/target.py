@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from pygraphx.ir.mapped import release_weight_pages
 from pygraphx.passes.fold_fp8 import fold_fp8
 from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy, RowFusion
 from pygraphx.passes.manager import Pass, module_pass
@@ -126,6 +127,7 @@ class GpuTarget(Target):
         where = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
         with torch.inference_mode(), where:
             lowered = lower_module(program.get_main_module(), device, lower_options)
+        release_weight_pages(program)  # the weights are on the device now
         if kernels is not None:
             kernels.announce()
             compiles, seconds = kernels.compile_ahead()

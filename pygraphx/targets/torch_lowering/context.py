@@ -10,7 +10,9 @@ Intermediates live in one uint8 arena tensor carved at `memory_plan`'s offsets; 
 of fused groups come from a small pool shared by all steps (steps run one at a time). On the
 host the arena is reserved, not filled, at prepare: its pages are touched (and count) only when a
 run writes them, so compiling a program with huge intermediates costs no memory; an arena that
-cannot even be reserved is an `ArenaError` naming its size and largest buffers.
+cannot even be reserved is an `ArenaError` naming its size and largest buffers. Weights that are
+views of a mapped model file have their pages given back as each step that read them is emitted
+(`release_weight_pages`), so packing them does not hold the file's pages beside the copies.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.mapped import release_range
 from pygraphx.ir.printer import instruction_names
 from pygraphx.ir.program import ProgramError
 from pygraphx.ir.shape import Shape
@@ -276,4 +279,18 @@ class LoweringContext:
             instructions = [instructions]
         step = Step(fn, list(instructions), out, unfused)
         self.steps.append(step)
+        self.release_weight_pages(step.instructions)
         return step
+
+    def release_weight_pages(self, instructions: list[Instruction]) -> None:
+        """Give back the pages of mapped model files that the fixed host inputs of
+        `instructions` have read while being lowered (a packed copy made, a bias extracted):
+        the process then never holds a weight twice while later weights are packed. A step
+        that reads such an input as it is faults its pages back in (`ir/mapped.py`)."""
+        for ins in instructions:
+            for i in ins.inputs:
+                idx = self.index.get(id(i))
+                t = self.env[idx] if idx is not None and self.const[idx] else None
+                if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                    storage = t.untyped_storage()
+                    release_range(storage.data_ptr(), storage.nbytes())

@@ -56,10 +56,10 @@ def literal_key(array: np.ndarray) -> tuple[Any, ...] | None:
     """What identifies `array`'s values (see the module docstring); None: not shared."""
     layout = (array.dtype.str, array.shape, array.strides)
     root = _mapped_root(array)
-    if root is not None and root.filename is not None:
-        stat = os.stat(root.filename)
+    file = _file_identity(root) if root is not None else None
+    if root is not None and file is not None:
         where = array.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-        return ("file", root.filename, stat.st_size, stat.st_mtime_ns, root.offset + where, *layout)
+        return ("file", *file, root.offset + where, *layout)
     if array.nbytes < MIN_SHARED_BYTES:
         return None
     derived = sources_of(array)
@@ -77,6 +77,22 @@ def _source_key(array: np.ndarray) -> tuple[Any, ...] | None:
     if key is None and array.nbytes < MIN_SHARED_BYTES:
         return ("small", _digest(np.ascontiguousarray(array)), array.dtype.str, array.shape)
     return key
+
+
+def _file_identity(root: np.memmap) -> tuple[str, int, int] | None:
+    """(path, size, modification time) of the file `root` maps, as they were when it was mapped
+    (`external_data.py` records them: a file replaced or deleted since then must not lend its
+    new identity to the old bytes), else as they are now; None: the file is gone."""
+    recorded = getattr(root, "pygraphx_file", None)
+    if recorded is not None:
+        return recorded
+    if root.filename is None:
+        return None
+    try:
+        stat = os.stat(root.filename)
+    except OSError:
+        return None
+    return (root.filename, stat.st_size, stat.st_mtime_ns)
 
 
 def _digest(array: np.ndarray) -> bytes:

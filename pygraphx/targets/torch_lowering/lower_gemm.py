@@ -1,20 +1,23 @@
 """Matrix products lowered to torch: `dot`, with its bias and element-wise epilogue.
 
-With a constant right-hand side (a weight, broadcast over the batch or not) the whole
-batch is one GEMM, on the CPU through oneDNN with the weight reordered once at prepare
-(`mkldnn._linear_pointwise`, which also applies a GELU / SiLU epilogue inside the GEMM), or
-through MKL with the weight packed once (`mkl._mkl_linear`; with `mkldnn=False`); otherwise
-`torch.matmul`. Measured (CPU time per call, one thread, an AMD EPYC with AVX-512, torch
-2.13) on BERT-base's shapes (128 x 768 x {768, 2304, 3072}, 128 x 3072 x 768): oneDNN 100-107
-GFLOP/s against MKL's 84-94; a GELU after the GEMM costs 2% inside oneDNN, 3-10% as a separate
-pass. The product is a new tensor (not an arena slot, like the convolutions' results: see
-`conv_fusion.py`). A dot whose only user is an
-element-wise group takes that group's bias add into the GEMM, and the rest of the group
-(residual add, GELU) updates the product in place, which becomes the group's value. bf16
-products on a CPU with bf16 instructions (`bf16_gemm`) run in bf16 through oneDNN the same way,
-with the weight packed once in bf16 (accumulated in float32 and rounded once, as the reference
-does; a fused bias and activation are applied before that one rounding). Other half and bf16
-products are computed in float32 and rounded once.
+With a constant right-hand side (a weight, broadcast over the batch or not) the whole batch is
+one GEMM, on the CPU through oneDNN with the weight reordered once at prepare
+(`mkldnn._linear_pointwise`, which also applies a GELU / SiLU epilogue inside the GEMM), through
+MKL with the weight packed once (`mkl._mkl_linear`), or `torch.addmm`, as `gemm_select.py`
+chooses (oneDNN unless `PGX_CPU_GEMM` asks for another or for measuring; oneDNN alone for a
+product with an epilogue; `mkldnn=False` / `mkl_linear=False` remove a candidate); otherwise
+`torch.matmul`. Measured (CPU time per call, one thread, an AMD EPYC with AVX-512, torch 2.13)
+on BERT-base's shapes (128 x 768 x {768, 2304, 3072}, 128 x 3072 x 768): oneDNN 100-107 GFLOP/s
+against MKL's 84-94; a GELU after the GEMM costs 2% inside oneDNN, 3-10% as a separate pass. The
+product is a new tensor (not an arena slot, like the convolutions' results: see
+`conv_fusion.py`). A dot whose only user is an element-wise group takes that group's bias add
+into the GEMM, and the rest of the group (residual add, GELU) updates the product in place,
+which becomes the group's value (oneDNN's binary post-op, `_linear_pointwise.binary(...,
+"add")`, was no faster than that in-place add: BERT-base's 12 layers of GEMMs at batch 1, one
+thread, 213 ms against 212). bf16 products on a CPU with bf16 instructions (`bf16_gemm`) run
+in bf16 through oneDNN the same way, with the weight packed once in bf16 (accumulated in
+float32 and rounded once, as the reference does; a fused bias and activation are applied before
+that one rounding). Other half and bf16 products are computed in float32 and rounded once.
 
 Declined (numpy fallback): integer and fp8 products and `quant_dot` (numpy's exact wrapping
 arithmetic).
@@ -28,6 +31,7 @@ from typing import Any
 import torch
 
 from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.torch_lowering import gemm_select
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import (
@@ -39,6 +43,9 @@ from pygraphx.targets.torch_lowering.lower_math import (
 )
 from pygraphx.targets.torch_lowering.pointwise import peel_add
 from pygraphx.targets.torch_lowering.registry import defer, deferred_producer, lowering, storing
+
+#: `ctx.cache` key: id of a float32 constant-weight dot -> the kernel chosen for it
+GEMM_KERNELS = "gemm_kernels"
 
 # --- matrix products ------------------------------------------------------------------------
 
@@ -67,21 +74,30 @@ def _bias_vector(ctx: LoweringContext, x: Instruction, n: int) -> torch.Tensor |
     return t[(0,) * (t.dim() - 1)].contiguous()
 
 
-def _packed_weight(ctx: LoweringContext, ins: Instruction, w: torch.Tensor, rows: int) -> Any:
-    """MKL's packed form of the fixed (K, N) matrix `w` for `rows` x K inputs, made once."""
+def _packed_weight(
+    ctx: LoweringContext | None, ins: Instruction, w: torch.Tensor, rows: int
+) -> Any:
+    """MKL's packed form of the fixed (K, N) matrix `w` for `rows` x K inputs, made once (kept
+    in `ctx.packed_weights`; made afresh with no `ctx`, for measuring)."""
     key = ("mkl_weight", id(ins.inputs[1]), rows)
-    if key not in ctx.packed_weights:
+    if ctx is None or key not in ctx.packed_weights:
         wt = w.t().contiguous()
         n, k = wt.shape
         packed = torch.ops.mkl._mkl_reorder_linear_weight(wt, rows)
         # the original weight is read only for other row counts, which static shapes rule out
-        ctx.packed_weights[key] = (packed, torch.zeros(1, dtype=wt.dtype).expand(n, k))
+        made = (packed, torch.zeros(1, dtype=wt.dtype).expand(n, k))
+        if ctx is None:
+            return made
+        ctx.packed_weights[key] = made
     return ctx.packed_weights[key]
 
 
-def _dnnl_weight(ctx: LoweringContext, ins: Instruction, w: torch.Tensor, rows: int) -> Any:
-    """oneDNN's reordered form of the fixed (K, N) matrix `w` for `rows` x K inputs."""
+def _dnnl_weight(ctx: LoweringContext | None, ins: Instruction, w: torch.Tensor, rows: int) -> Any:
+    """oneDNN's reordered form of the fixed (K, N) matrix `w` for `rows` x K inputs (kept or
+    not, as `_packed_weight`)."""
     key = ("dnnl_weight", id(ins.inputs[1]), rows)
+    if ctx is None:
+        return torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), rows)
     if key not in ctx.packed_weights:
         ctx.packed_weights[key] = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), rows)
     return ctx.packed_weights[key]
@@ -125,6 +141,65 @@ def _use_mkl(ctx: LoweringContext) -> bool:
     )
 
 
+Kernel = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _kernel(
+    ctx: LoweringContext | None,
+    ins: Instruction,
+    name: str,
+    w: torch.Tensor,
+    rows: int,
+    bias: torch.Tensor | None,
+    epilogue: str | None,
+) -> Kernel:
+    """The product of a (rows, K) input with the fixed (K, N) `w` (+ `bias`, then `epilogue`,
+    which only `dnnl` takes) through kernel `name` of `gemm_select.KERNELS`; the packed weight
+    is kept in `ctx` (none: a throw-away candidate for measuring)."""
+    if name == "dnnl":
+        weight = _dnnl_weight(ctx, ins, w, rows)
+        attr, algorithm = DNNL_EPILOGUES[epilogue] if epilogue else ("none", "")
+        linear_pointwise = torch.ops.mkldnn._linear_pointwise
+        return lambda x: linear_pointwise(x, weight, bias, attr, [], algorithm)
+    assert epilogue is None
+    if name == "mkl":
+        packed, original = _packed_weight(ctx, ins, w, rows)
+        linear = torch.ops.mkl._mkl_linear
+        return lambda x: linear(x, packed, original, bias, rows)
+    if bias is not None:
+        addmm = torch.addmm
+        return lambda x: addmm(bias, x, w)
+    mm = torch.mm
+    return lambda x: mm(x, w)
+
+
+def _fast_kernel(
+    ctx: LoweringContext,
+    ins: Instruction,
+    w: torch.Tensor,
+    rows: int,
+    bias: torch.Tensor | None,
+    epilogue: str | None,
+) -> Kernel | None:
+    """The float32 / bf16 kernel `gemm_select` chooses for this product, or None when none
+    takes the epilogue."""
+    k, n = w.shape
+    names = [name for name, ok in (("dnnl", _use_dnnl(ctx)), ("mkl", _use_mkl(ctx))) if ok]
+    names.append("addmm")
+    if w.dtype == torch.bfloat16:  # only where `bf16_gemm` holds: oneDNN's bf16 kernels
+        names = ["dnnl"]
+    if epilogue is not None:
+        names = names[:1] if names[0] == "dnnl" else []
+    if not names:
+        return None
+    name = gemm_select.choose(
+        rows, k, n, names, lambda c: _kernel(None, ins, c, w, rows, bias, epilogue)
+    )
+    chosen = ctx.cache.setdefault(GEMM_KERNELS, {})
+    chosen[id(ins)] = name
+    return _kernel(ctx, ins, name, w, rows, bias, epilogue)
+
+
 def dot_producer(
     ctx: LoweringContext,
     ins: Instruction,
@@ -152,27 +227,13 @@ def dot_producer(
         return lambda: mm(env[a], env[b])
     k, n = w.shape
     rows = ins.shape.elements() // n if n else 0
-    fast = dtype in (torch.float32, torch.bfloat16) and rows > 0 and k > 0
-    if fast and _use_dnnl(ctx):
-        weight = _dnnl_weight(ctx, ins, w, rows)
-        attr, algorithm = DNNL_EPILOGUES[epilogue] if epilogue else ("none", "")
-        linear_pointwise = torch.ops.mkldnn._linear_pointwise
-
-        def run_dnnl() -> torch.Tensor:
-            x = env[a].reshape(rows, k)
-            return linear_pointwise(x, weight, bias, attr, [], algorithm).view(out_lens)
-
-        return run_dnnl
+    if dtype in (torch.float32, torch.bfloat16) and rows > 0 and k > 0:
+        kernel = _fast_kernel(ctx, ins, w, rows, bias, epilogue)
+        if kernel is None:
+            return None
+        return lambda: kernel(env[a].reshape(rows, k)).view(out_lens)
     if epilogue is not None:
         return None
-    if fast and _use_mkl(ctx):
-        packed, original = _packed_weight(ctx, ins, w, rows)
-        linear = torch.ops.mkl._mkl_linear
-
-        def run_mkl() -> torch.Tensor:
-            return linear(env[a].reshape(rows, k), packed, original, bias, rows).view(out_lens)
-
-        return run_mkl
     if bias is not None:
         addmm = torch.addmm
         return lambda: addmm(bias, env[a].reshape(rows, k), w).view(out_lens)

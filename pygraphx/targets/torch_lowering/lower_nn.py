@@ -8,7 +8,7 @@
   convolutions use `torch.nn.functional.conv{1,2,3}d` (asymmetric padding: `F.pad` first).
 * `deconvolution`: `conv_transpose{1,2,3}d`, then the IR's begin/end crop.
 * `pooling`: max/average through `F.{max,avg}_pool{1,2,3}d` when torch's geometry matches the
-  IR's (checked on meta tensors at prepare), global pooling as `amax`/`mean`.
+  IR's (checked on one channel at prepare), global pooling as `amax`/`mean`.
 * `batch_norm_inference` (spatial), `instance_norm`, `lrn` (odd sizes): their torch functions.
 
 Results torch allocates are kept as run-time values (`conv_output="torch"`, the default, see
@@ -164,11 +164,13 @@ def lower_pooling(ctx: LoweringContext, ins: Instruction) -> bool:
             return False
         pool = _AVGPOOL[nd]
         args = (kernel, stride, begin, bool(op.ceil_mode), bool(op.count_include_pad))
+    # the output's spatial size checked on one real channel: a meta tensor would make torch
+    # import sympy (about 1 s of the first compile in a process)
     try:
-        probe = pool(torch.empty(lens, dtype=torch.float32, device="meta"), *args)
+        probe = pool(torch.zeros([1, 1, *lens[2:]], dtype=torch.float32), *args)
     except RuntimeError:
         return False  # torch rejects the geometry (padding larger than half the window, ...)
-    if list(probe.shape) != ins.shape.lens():
+    if list(probe.shape[2:]) != ins.shape.lens()[2:]:
         return False
 
     def produce() -> torch.Tensor:

@@ -1,0 +1,131 @@
+"""Choosing the kernel of a constant-weight GEMM, by default or by measuring at prepare.
+
+`lower_gemm.py` can run `x @ W (+ b)` with a fixed weight through oneDNN (`dnnl`, weight
+reordered once), MKL (`mkl`, weight packed once) or plain `torch.addmm` (`addmm`). By default
+the first available of these is taken (oneDNN wherever torch has it): on the 2-core AMD EPYC
+development machine (Zen 4, torch 2.13, one thread, process CPU time, best of 8-200 calls) it
+was the fastest on every BERT-base / GPT-2 shape, 100-110 GFLOP/s against MKL's and addmm's
+75-97 (ONNX Runtime's MLAS: 95-113), 2x faster than both on GPT-2's 128 x 768 x 50257 head, and
+within noise of them on 1-row products (about 55 us for 768 x 768); measuring cost compile time
+and found nothing better here.
+
+`PGX_CPU_GEMM=measure` times every candidate at prepare on a random input of the real shape
+with the threads the run will use (one untimed warm-up, then the best of 2-5 calls, the kernels
+interleaved so that a burst of load elsewhere hits them alike) and takes the fastest, for hosts
+where another library may win. Choices are cached for the process by (rows, k, n, threads,
+candidates), so a model's repeated layers and later compiles measure nothing (a bias add inside
+the GEMM costs every kernel alike, so it is not part of the key). Products estimated to take
+longer than `MAX_MEASURED_SECONDS` (at `ASSUMED_GFLOPS` per thread) are not measured: they are
+FMA-bound in every library, and the measurement would dominate compile time.
+
+`PGX_CPU_GEMM` values: `auto` (the default), `measure`, or one of `dnnl`, `mkl`, `addmm` for
+every product that kernel can run (a product with an activation epilogue runs on oneDNN, the
+only one that takes it). Another value is an error naming the variable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+
+log = logging.getLogger("pygraphx.cpu")
+
+KERNEL_ENV = "PGX_CPU_GEMM"
+KERNELS = ("dnnl", "mkl", "addmm")
+#: per-thread speed assumed to estimate a call's time before measuring
+ASSUMED_GFLOPS = 50.0
+#: calls estimated slower than this are not measured
+MAX_MEASURED_SECONDS = 0.05
+#: time spent measuring one candidate (at least two timed calls, at most `MAX_REPEATS`)
+MEASURE_SECONDS = 0.02
+MAX_REPEATS = 5
+
+Key = tuple[int, int, int, int, tuple[str, ...]]
+_CHOICES: dict[Key, str] = {}
+
+
+def setting() -> str:
+    """`PGX_CPU_GEMM`: `auto` (also when unset), `measure` or a kernel name."""
+    value = os.environ.get(KERNEL_ENV, "auto").strip().lower() or "auto"
+    if value not in ("auto", "measure", *KERNELS):
+        raise ValueError(
+            f"{KERNEL_ENV}={value!r}: expected auto, measure or one of {', '.join(KERNELS)}"
+        )
+    return value
+
+
+def estimated_seconds(rows: int, k: int, n: int, threads: int) -> float:
+    """A rough time of one (rows x k) @ (k x n) product, for deciding whether to measure."""
+    return 2.0 * rows * k * n / (ASSUMED_GFLOPS * 1e9 * max(1, threads))
+
+
+def choose(
+    rows: int,
+    k: int,
+    n: int,
+    candidates: Sequence[str],
+    make: Callable[[str], Callable[[torch.Tensor], torch.Tensor]],
+) -> str:
+    """The kernel for this product among `candidates` (names, preferred first): the one
+    `PGX_CPU_GEMM` names, else the first, or with `measure` the fastest measured; `make(name)`
+    builds a candidate as a function of the (rows, k) input."""
+    mode = setting()
+    if mode in candidates:
+        return mode
+    if mode != "measure" or len(candidates) == 1:
+        return candidates[0]
+    threads = torch.get_num_threads()
+    key = (rows, k, n, threads, tuple(candidates))
+    if key in _CHOICES:
+        return _CHOICES[key]
+    if estimated_seconds(rows, k, n, threads) > MAX_MEASURED_SECONDS:
+        choice = candidates[0]
+    else:
+        times = measure({name: make(name) for name in candidates}, torch.randn(rows, k))
+        choice = min(candidates, key=lambda name: times[name])
+        log.debug("cpu gemm %dx%dx%d threads=%d: %s -> %s", rows, k, n, threads,
+                  {name: round(t * 1e3, 3) for name, t in times.items()}, choice)  # fmt: skip
+    _CHOICES[key] = choice
+    return choice
+
+
+def measure(
+    kernels: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor
+) -> dict[str, float]:
+    """Each kernel's best wall time on `x`: one untimed warm-up call (oneDNN creates its
+    primitive then), then 2 to `MAX_REPEATS` timed calls (fewer for slow kernels), the kernels
+    interleaved so that a burst of load elsewhere hits them alike."""
+    first = {}
+    for name, fn in kernels.items():
+        start = time.perf_counter()
+        fn(x)
+        first[name] = time.perf_counter() - start
+    slowest = max(first.values())
+    repeats = max(2, min(MAX_REPEATS, int(MEASURE_SECONDS / max(slowest, 1e-6))))
+    best = dict.fromkeys(kernels, float("inf"))
+    for _ in range(repeats):
+        for name, fn in kernels.items():
+            start = time.perf_counter()
+            fn(x)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def clear_cache() -> None:
+    """Forget the choices made so far (tests; a process whose load changed)."""
+    _CHOICES.clear()
+
+
+__all__ = [
+    "KERNELS",
+    "KERNEL_ENV",
+    "choose",
+    "clear_cache",
+    "estimated_seconds",
+    "measure",
+    "setting",
+]
