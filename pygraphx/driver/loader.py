@@ -178,6 +178,13 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --int8/--fp8: smooth activation outliers into the weights (SmoothQuant, "
         "alpha in [0, 1], e.g. 0.5)",
     )
+    transform.add_argument(
+        "--dynamic",
+        action="store_true",
+        default=None,
+        help="with --int8/--fp8: the dots' activations take per-row scales computed at run "
+        "time (per token; recommended for transformers); convolutions stay calibrated",
+    )
     add_shape_arguments(parser)
 
 
@@ -487,6 +494,7 @@ CALIBRATION_FLAGS = (
     "calibration_method",
     "keep_float",
     "smooth",
+    "dynamic",
 )
 CALIBRATED = ("int8", "fp8")
 
@@ -617,12 +625,13 @@ def quantize_calibrated(
 
 
 def quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
-    """--calibration-method, --keep-float and --smooth as `quantize_int8` / `quantize_fp8`
-    options (those given)."""
+    """--calibration-method, --keep-float, --smooth and --dynamic as `quantize_int8` /
+    `quantize_fp8` options (those given)."""
     options = {
         "method": getattr(args, "calibration_method", None),
         "keep_float": getattr(args, "keep_float", None),
         "smooth": getattr(args, "smooth", None),
+        "dynamic": getattr(args, "dynamic", None),
     }
     return {k: v for k, v in options.items() if v is not None}
 

@@ -124,22 +124,33 @@ class QuantConvolution(Convolution):
 
     MIGraphX's `quant_convolution`: the result is the integer sum of products (wrapped to int32
     on overflow, as two's-complement accumulation would). The scales of a quantised layer are
-    applied afterwards by a `dequantizelinear` of this result (`passes/fold_qdq.py`).
+    applied afterwards by a `dequantizelinear` of this result (`passes/fold_qdq.py`). An
+    optional third input, one value of the input's type, is the input's zero point (ONNX QDQ
+    models' asymmetric activations): the sums are of `(x - zero_point) * w`, the padding being
+    zero in that shifted domain (as oneDNN's and ONNX Runtime's integer convolutions do).
     """
 
     name = "quant_convolution"
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
         types = [s.type() for s in inputs]
-        if len(inputs) != 2 or any(t not in ("int8_type", "uint8_type") for t in types):
+        if len(inputs) not in (2, 3) or any(t not in ("int8_type", "uint8_type") for t in types):
             raise ShapeError(f"{self.name}: needs int8/uint8 input and weights, got {types}")
-        float_shapes = [Shape("float_type", s.lens()) for s in inputs]
+        if len(inputs) == 3 and (types[2] != types[0] or inputs[2].elements() != 1):
+            raise ShapeError(
+                f"{self.name}: the zero point must be one value of the input's type "
+                f"{types[0]}, got {types[2]} {inputs[2].lens()}"
+            )
+        float_shapes = [Shape("float_type", s.lens()) for s in inputs[:2]]
         return Shape("int32_type", super().compute_shape(float_shapes).lens())
 
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
-        x, w = args
+        x, w = args[:2]
+        shifted = x.astype(np.float64)
+        if len(args) == 3:
+            shifted -= float(np.asarray(args[2]).reshape(-1)[0])
         begin, end = self.pads(x.shape, w.shape)
-        xp = spatial.pad(x.astype(np.float64), begin, end, 0)
+        xp = spatial.pad(shifted, begin, end, 0)
         out = output_shape.lens()[2:]
         # products of 8-bit values: every partial sum stays an integer below 2**53 (exact)
         y = conv_nd(xp, w.astype(np.float64), self.stride, self.dilation, self.group, out)

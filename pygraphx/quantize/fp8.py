@@ -49,6 +49,7 @@ def quantize_fp8(
     percentile: float = 99.99,
     smooth: float | None = None,
     keep_float: int = 0,
+    dynamic: bool = False,
 ) -> None:
     """Quantise the uncompiled float `prog` in place to fp8 e4m3 `dot` / `convolution` inputs.
 
@@ -61,9 +62,10 @@ def quantize_fp8(
         target: where the calibration runs (a target or its name; `ref` by default); a target
             without fp8 GEMM kernels (every one but `ref`, the oracle) gets a warning that the
             products run as float32 maths.
-        calibration, ins_names, method, percentile, smooth, keep_float: as for
+        calibration, ins_names, method, percentile, smooth, keep_float, dynamic: as for
             `quantize_int8` (sample inputs; the operators; the activation statistic, "max" or
-            "percentile"; the SmoothQuant alpha or None; how many most peaked layers stay float).
+            "percentile"; the SmoothQuant alpha or None; how many most peaked layers stay float;
+            run-time per-row scales for the dots' activations).
 
     Raises:
         QuantizeError: `prog` is compiled or dynamic, or an argument is not valid.
@@ -74,7 +76,9 @@ def quantize_fp8(
         >>> pygraphx.quantize_fp8(prog, pygraphx.get_target("ref"), samples)
         >>> prog.compile(pygraphx.get_target("ref"))
     """
-    quantize_qdq(prog, target, calibration, ins_names, method, percentile, FP8, smooth, keep_float)
+    quantize_qdq(
+        prog, target, calibration, ins_names, method, percentile, FP8, smooth, keep_float, dynamic
+    )
     _announce_float_products(target)
 
 

@@ -12,6 +12,8 @@
    `dequantizelinear` with `scale[c] = max|w[c]| / 127` (a constant left operand of a `dot`
    gets one scale); a broadcast weight (MatMul's batch multibroadcast) is quantised before
    the broadcast, so no repeated copy is stored;
+   (a `batch_norm_inference` after a convolution is first folded into its weights and a bias
+   add, `batch_norm.py`, so the folded weights are what is quantised);
 4. the `fold_qdq` pass turns these into `quant_dot` / `quant_convolution` (exact int32
    accumulation) followed by one `dequantizelinear` with the two scales folded.
 
@@ -42,6 +44,7 @@ from pygraphx.ops.base import make_op
 from pygraphx.ops.quant import quantize
 from pygraphx.passes.fold_qdq import fold_qdq
 from pygraphx.passes.propagate_constant import evaluate_constant
+from pygraphx.quantize.batch_norm import fold_batch_norms
 from pygraphx.quantize.calibrate import AbsStatistic, observe
 from pygraphx.quantize.smooth import smoothable, smoothing_factors
 from pygraphx.quantize.truncate_float import QuantizeError
@@ -59,6 +62,8 @@ __all__ = [
 #: MIGraphX's default activation parameters without calibration data: q = round(64 * x)
 DEFAULT_ACTIVATION_SCALE = 1.0 / 64.0
 QMAX = 127
+#: the smallest max |x| a run-time (dynamic) scale is computed from: an all-zero row's floor
+TINY = 1e-30
 SUPPORTED = frozenset({"dot", "convolution"})
 
 
@@ -132,6 +137,7 @@ def quantize_int8(
     percentile: float = 99.99,
     smooth: float | None = None,
     keep_float: int = 0,
+    dynamic: bool = False,
 ) -> None:
     """Quantise the uncompiled float `prog` in place to int8 `dot` / `convolution`.
 
@@ -165,7 +171,9 @@ def quantize_int8(
         >>> pygraphx.quantize_int8(prog, pygraphx.get_target("cpu"), samples)
         >>> prog.compile(pygraphx.get_target("cpu"))
     """
-    quantize_qdq(prog, target, calibration, ins_names, method, percentile, INT8, smooth, keep_float)
+    quantize_qdq(
+        prog, target, calibration, ins_names, method, percentile, INT8, smooth, keep_float, dynamic
+    )
 
 
 def quantize_qdq(
@@ -178,42 +186,50 @@ def quantize_qdq(
     fmt: QuantFormat,
     smooth: float | None = None,
     keep_float: int = 0,
+    dynamic: bool = False,
 ) -> None:
     """The work of `quantize_int8` / `quantize_fp8` in format `fmt`: calibrate, leave the
     `keep_float` layers with the most peaked inputs in float, insert the QDQ pairs (after
-    smoothing the activations that allow it, when `smooth` is an alpha), quantise the weights,
-    fold integer products (see the module docstring)."""
+    smoothing the activations that allow it, when `smooth` is an alpha; with run-time per-row
+    scales for the `dot`s' activations when `dynamic`), quantise the weights, fold integer
+    products (see the module docstring)."""
     _check_program(prog, fmt)
     _check_smooth(smooth, method, fmt)
     if isinstance(ins_names, str):
         ins_names = (ins_names,)
+    if "convolution" in ins_names:
+        fold_batch_norms(prog.get_main_module())  # the folded weights are quantised
     operands = quantized_inputs(prog, ins_names, fmt)
     activations = _unique([op.value for op in operands if not op.constant])
     groups = smoothable(operands) if smooth is not None and calibration else {}
-    stats = _calibrate(prog, target, calibration, activations, method, percentile, fmt, groups)
+    static = {id(op.value) for op in operands if not op.constant and not _is_dynamic(op, dynamic)}
+    stats: dict[int, AbsStatistic] = {}
+    if static or (calibration and (keep_float or smooth is not None)):
+        stats = _calibrate(prog, target, calibration, activations, method, percentile, fmt, groups)
     if keep_float and stats:
         operands = _drop_peaked(operands, stats, keep_float)
         activations = _unique([op.value for op in operands if not op.constant])
         groups = smoothable(operands) if groups else {}
     main = prog.get_main_module()
-    dq_of: dict[int, Instruction] = {}
+    dq_of: dict[Any, Instruction] = {}  # id(activation) or (id, index) when dynamic -> its DQ
     row_scales: dict[int, np.ndarray] = {}  # id(weight operand's dot) -> its rows' factors
     for x in activations:
-        if not stats:
-            dq_of[id(x)] = _insert_qdq(main, x, fmt.default_scale, fmt)
-            continue
-        stat = stats[id(x)]
-        magnitude, quantised = stat.result(), x
-        if id(x) in groups:
+        stat, quantised = stats.get(id(x)), x
+        magnitude = stat.result() if stat is not None else fmt.default_scale * fmt.qmax
+        if id(x) in groups and stat is not None:
             factors, magnitude = _smoothing(stat, groups[id(x)], smooth or 0.0)
             quantised = _divide_channels(main, x, factors)
             row_scales.update({id(w.ins): factors for w in groups[id(x)]})
-        dq_of[id(x)] = _insert_qdq(main, quantised, magnitude / fmt.qmax or 1.0, fmt)
+        for op in operands:
+            if op.value is x and _is_dynamic(op, dynamic) and (id(x), op.index) not in dq_of:
+                dq_of[id(x), op.index] = _insert_dynamic_qdq(main, quantised, op.index, fmt)
+        if id(x) in static:
+            dq_of[id(x)] = _insert_qdq(main, quantised, magnitude / fmt.qmax or 1.0, fmt)
     for op in operands:
         if op.constant:
             dq = _quantise_weight(main, op, op.index == 1, fmt, row_scales.get(id(op.ins)))
         else:
-            dq = dq_of[id(op.value)]
+            dq = dq_of[(id(op.value), op.index) if _is_dynamic(op, dynamic) else id(op.value)]
         inputs = list(op.ins.inputs)
         inputs[op.index] = dq
         main.replace_op(op.ins, op.ins.op, inputs)
@@ -221,6 +237,35 @@ def quantize_qdq(
     for mod in prog.modules.values():
         mod.memory_plan = None
     prog.validate()
+
+
+def _is_dynamic(op: QuantizedInput, dynamic: bool) -> bool:
+    """Whether activation operand `op` takes run-time per-row (per-column) scales."""
+    return dynamic and not op.constant and op.ins.op.name == "dot"
+
+
+def _insert_dynamic_qdq(main: Module, x: Instruction, index: int, fmt: QuantFormat) -> Instruction:
+    """quantizelinear -> dequantizelinear of `x` (after it) with scales computed at run time:
+    max |x| / qmax over the reduced axis of a `dot` operand, the last one for the left operand
+    (`index` 0: one scale per row) and the one before it for the right (one per column).
+    A row of zeros gets a tiny scale (its values quantise to 0)."""
+    after = main.instructions[main.position(x) + 1]
+    lens = x.shape.lens()
+    axis = len(lens) - 1 if index == 0 else len(lens) - 2
+    magnitude = main.insert_instruction(after, make_op("abs"), [x])
+    magnitude = main.insert_instruction(after, make_op("reduce_max", axes=(axis,)), [magnitude])
+    small = magnitude.shape.lens()
+    floor = _scale_view(main, after, np.float32([TINY]), small, 0)
+    magnitude = main.insert_instruction(after, make_op("max"), [magnitude, floor])
+    qmax = _scale_view(main, after, np.float32([fmt.qmax]), small, 0)
+    scale = main.insert_instruction(after, make_op("div"), [magnitude, qmax])
+    spread = main.insert_instruction(
+        after, make_op("multibroadcast", out_lens=tuple(lens)), [scale]
+    )
+    q = main.insert_instruction(
+        after, make_op("quantizelinear", out_type=fmt.type_name), [x, spread]
+    )
+    return main.insert_instruction(after, make_op("dequantizelinear"), [q, spread])
 
 
 def _drop_peaked(

@@ -176,3 +176,16 @@ def test_calibration_options_reach_the_quantiser(folder: Path) -> None:
         False,
         True,
     ]
+
+
+def test_dynamic_gives_the_dots_run_time_scales(folder: Path) -> None:
+    proc = cli("compile", "model.onnx", "--int8", "--calibration", "cal.npz", "--dynamic",
+               "-o", "d.pgx", cwd=folder)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    prog = pygraphx.load(folder / "d.pgx")
+    ops = [i.op.name for i in prog.get_main_module().instructions]
+    assert "quant_dot" in ops and "quant_convolution" in ops and "reduce_max" in ops
+    x = RNG.standard_normal(SHAPE).astype(np.float32)
+    assert 0.0 < rel_rms(np.asarray(prog.run({"input": x})[0]), ort_float(folder, x)) < 0.05
+    proc = cli("compile", "model.onnx", "--dynamic", cwd=folder)
+    assert proc.returncode != 0 and "--dynamic applies to --int8 or --fp8" in proc.stderr

@@ -239,7 +239,9 @@ def test_report_resnetish_top1_and_sqnr():
 
 
 # --- the fold_qdq pass on its own -----------------------------------------------------------
-def qdq_dot_program(zero_point: int) -> tuple[pygraphx.Program, np.ndarray, np.ndarray]:
+def qdq_dot_program(
+    zero_point: int, weight_zero_point: int = 0
+) -> tuple[pygraphx.Program, np.ndarray, np.ndarray]:
     from pygraphx.ops.base import make_op
 
     rng = np.random.default_rng(5)
@@ -251,29 +253,43 @@ def qdq_dot_program(zero_point: int) -> tuple[pygraphx.Program, np.ndarray, np.n
     sx = m.add_literal(np.full((2, 4), 0.5, F32))
     zx = m.add_literal(np.full((2, 4), zero_point, np.int8))
     a = m.add_instruction(make_op("dequantizelinear"), [x, sx, zx])
+    zw = m.add_literal(np.full((4, 3), weight_zero_point, np.int8))
     b = m.add_instruction(
-        make_op("dequantizelinear"), [m.add_literal(w), m.add_literal(np.tile(col, (4, 1)))]
+        make_op("dequantizelinear"), [m.add_literal(w), m.add_literal(np.tile(col, (4, 1))), zw]
     )
     m.add_return([m.add_instruction(make_op("dot"), [a, b])])
     return prog, w, col
 
 
-def test_fold_qdq_folds_symmetric_and_keeps_zero_points():
+@pytest.mark.parametrize("zp", [0, 3])
+def test_fold_qdq_folds_activation_zero_points_exactly(zp):
+    """(x - zp) @ w = x @ w - zp * column sums of w, in int32, times the folded scale."""
     from pygraphx.passes.fold_qdq import fold_qdq
 
     x = np.random.default_rng(6).integers(-128, 128, size=(2, 4)).astype(np.int8)
-    for zp in (0, 3):
-        prog, w, col = qdq_dot_program(zp)
-        fold_qdq(prog.get_main_module())
-        ops = {ins.op.name for ins in prog.get_main_module().instructions}
-        assert ("quant_dot" in ops) == (zp == 0) and ("dot" in ops) == (zp != 0)
-        prog.compile("ref")
-        got = run(prog, {"x": x})
+    for target in ("ref", "cpu"):
+        compiled, w, col = qdq_dot_program(zp)
+        fold_qdq(compiled.get_main_module())
+        ops = [ins.op.name for ins in compiled.get_main_module().instructions]
+        assert "quant_dot" in ops and "dot" not in ops and ("sub" in ops) == (zp != 0)
+        compiled.compile(target)
         want_acc = (x.astype(np.int64) - zp) @ w.astype(np.int64)
-        if zp == 0:  # exact: int sums times the folded scale 0.5 * col
-            np.testing.assert_array_equal(got, want_acc.astype(F32) * (F32(0.5) * col))
-        else:
-            np.testing.assert_allclose(got, want_acc * 0.5 * col, rtol=1e-6)
+        np.testing.assert_array_equal(
+            run(compiled, {"x": x}), want_acc.astype(F32) * (F32(0.5) * col)
+        )
+
+
+def test_fold_qdq_keeps_weight_zero_points():
+    from pygraphx.passes.fold_qdq import fold_qdq
+
+    x = np.random.default_rng(6).integers(-128, 128, size=(2, 4)).astype(np.int8)
+    prog, w, col = qdq_dot_program(0, weight_zero_point=2)
+    fold_qdq(prog.get_main_module())
+    ops = {ins.op.name for ins in prog.get_main_module().instructions}
+    assert "dot" in ops and "quant_dot" not in ops
+    prog.compile("ref")
+    want = x.astype(np.int64) @ (w.astype(np.int64) - 2) * 0.5 * col
+    np.testing.assert_allclose(run(prog, {"x": x}), want, rtol=1e-6)
 
 
 # --- smoothing and keep_float ---------------------------------------------------------------

@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from pygraphx.ir.mapped import release_weight_pages
-from pygraphx.passes.manager import Pass
+from pygraphx.passes.fold_qdq import fold_qdq
+from pygraphx.passes.manager import Pass, module_pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.runtime.executor import Executor, Observer
 from pygraphx.targets.base import Target
@@ -177,7 +178,9 @@ class CpuTarget(Target):
         self.step_policy = step_policy_enabled(step_threads)
 
     def get_passes(self, options: dict[str, Any]) -> list[Pass]:
-        return optimize_passes(policy=self.fusion_policy())
+        # QDQ models (ONNX Runtime's quantize_static) run their dot / convolution as integer
+        # products: folded before constant propagation turns the weights' dequantise to float
+        return [module_pass(fold_qdq), *optimize_passes(policy=self.fusion_policy())]
 
     def prepare(self, program: Program, options: dict[str, Any]) -> CpuExecutable:
         release_weight_pages(program)  # what the passes read; lowering reads each again once
