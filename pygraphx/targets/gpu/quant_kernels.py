@@ -65,10 +65,12 @@ def _fp8_round(v, MAGIC: tl.constexpr):
 
 
 @triton.jit
-def _fp8_bits(r):
-    """The e4m3fn byte of `r`, a float32 that is an fp8 e4m3 value (NaN as 0x7F)."""
+def _fp8_bits(r, neg):
+    """The e4m3fn byte of `r`, a float32 that is an fp8 e4m3 value (NaN as 0x7F), with the sign
+    bit set where `neg` (taken from the unrounded value's bits: the GPU compile does not keep
+    the sign of a zero through min/max and negation, so -0 would come out as +0)."""
     bits = r.to(tl.int32, bitcast=True)
-    sign = (bits >> 24) & 0x80
+    sign = tl.where(neg, 0x80, 0)
     mag = tl.abs(r)
     normal = (((bits >> 23) & 0xFF) - 120) * 8 + ((bits >> 20) & 7)  # exponent bias 7
     sub = (tl.where(mag < 0.015625, mag, 0.0) * 512.0).to(tl.int32)  # k * 2**-9 below 2**-6
@@ -90,7 +92,8 @@ def _quantise_fp8_kernel(
     if ROUND_TRIP:  # dequantised at once: r * scale in the output's type
         tl.store(out_ptr + offs, (r * s).to(out_ptr.dtype.element_ty), mask=mask)
     else:
-        tl.store(out_ptr + offs, _fp8_bits(r), mask=mask)
+        neg = v.to(tl.int32, bitcast=True) < 0
+        tl.store(out_ptr + offs, _fp8_bits(r, neg), mask=mask)
 
 
 @triton.jit
