@@ -90,10 +90,15 @@ def policy_key(policy: FusionPolicy) -> tuple:
 
 def already_optimized(program: Program, passes: list[Pass], policy: FusionPolicy) -> bool:
     """Whether `optimize()` ran these very passes (by name, in order, fusing by the same
-    `policy`) on the program as it is now, so that running them again would redo its work."""
+    `policy`) on the program as it is now, so that running them again would redo its work.
+    A target's own leading passes (the cpu target's `fold_qdq`, the gpu target's `fold_fp8`)
+    do not count: they fold quantised products before constant propagation makes their
+    weights float, which on a program `optimize()` already ran has happened, so they would
+    find nothing left to fold."""
     done = getattr(program, "optimized_as", None)
     if done is None or not passes:
         return False
     names, key, shape = done
-    same_passes = names == tuple(p.name for p in passes) and key == policy_key(policy)
-    return same_passes and shape == structure(program)
+    target_names = tuple(p.name for p in passes)
+    same_passes = target_names[len(target_names) - len(names) :] == names
+    return same_passes and key == policy_key(policy) and shape == structure(program)
