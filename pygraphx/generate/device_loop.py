@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from pygraphx.generate.sampling import SamplingConfig, next_tokens
-from pygraphx.generate.session import GenerateError, bucket
+from pygraphx.generate.session import GenerateError, bucket, past_bucket
 
 if TYPE_CHECKING:
     from pygraphx.generate.session import DecoderSession
@@ -204,7 +204,7 @@ class DeviceDecoder:
     ) -> None:
         """Run the decode step at `length` in its bucket, the cache taken from `past` [batch,
         kv_heads, n, head_dim] and `mask` [batch, n] (slots 0..n-1); then its epilogue."""
-        p = bucket(length)
+        p = past_bucket(length, self.session.layout.max_past)
         lay = self.session.layout
         if p > lay.max_past:
             raise GenerateError(

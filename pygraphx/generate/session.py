@@ -44,6 +44,13 @@ def bucket(n: int, minimum: int = MIN_BUCKET) -> int:
     return b
 
 
+def past_bucket(length: int, max_past: int) -> int:
+    """The past length fed for `length` cached slots: `bucket(length)`, capped at `max_past`
+    (the decoder's max_context need not be a power of two) while `length` still fits."""
+    b = bucket(length)
+    return max_past if length <= max_past < b else b
+
+
 @dataclass
 class KVLayout:
     """Names and dims of a decoder's cache tensors, read from its parameters."""
@@ -202,7 +209,7 @@ class DecoderSession:
         takes `new_mask` there.
         """
         batch, seq = ids.shape
-        past = bucket(length)
+        past = past_bucket(length, self.layout.max_past)
         if past > self.layout.max_past:
             raise GenerateError(
                 f"context of {length + seq} tokens needs a past of {past}, more than the "

@@ -216,3 +216,12 @@ def test_context_beyond_max_context_is_refused(exported) -> None:
     session = DecoderSession.open(path, "ref", max_batch=1, max_context=32)
     with pytest.raises(GenerateError, match="max_context"):
         generate(session, list(range(20)), max_new_tokens=20)
+
+
+def test_max_context_that_is_not_a_power_of_two(exported) -> None:
+    """max_context 40 (a 16-token prompt + 24 new): the past grows 16 -> 32 -> 40, not to the
+    bucket 64 the decoder was not opened for (a 7B run with prompt 128 + 64 new failed so)."""
+    path, model = exported["llama_tiny"]
+    prompt = np.random.default_rng(3).integers(0, 1000, 16).tolist()
+    session = DecoderSession.open(path, "cpu", max_batch=1, max_context=40)
+    assert generate(session, prompt, max_new_tokens=24).tolist() == hf_greedy(model, prompt, 24)
