@@ -78,7 +78,8 @@ def start_server(path: Path, args: argparse.Namespace, batching: bool) -> tuple[
         cmd += ["--max-batch", str(args.max_batch), "--batch-window-us", str(args.window_us)]
     else:
         cmd += ["--max-batch", "1", "--no-batching"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path}  # this checkout first, the caller's path kept
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline()
     if not line.startswith("Serving: HTTP"):
