@@ -47,8 +47,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from gpu_vs_peers import time_calls  # noqa: E402  (CUDA-event timing, shared)
 
 import pygraphx  # noqa: E402
 from pygraphx.driver.perf import profile_runs  # noqa: E402
@@ -83,21 +85,6 @@ def quantised_file(model_bytes: bytes, kind: str, calib: list[dict], tmp: Path) 
     return path
 
 
-def time_ms(fn, warmup: int, runs: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end))
-    return statistics.median(times)
-
-
 def variant(label: str, path: Path, env: dict[str, str], feeds, args) -> tuple[dict, np.ndarray]:
     """Compile the saved program with `env` set, run it once (graph capture), time it."""
     for key in (INT8_CONV_ENV, INT8_GEMM_ENV):
@@ -109,7 +96,7 @@ def variant(label: str, path: Path, env: dict[str, str], feeds, args) -> tuple[d
     out = np.asarray(prog.run(feeds)[0])
     prepare = time.perf_counter() - start
     ex = prog._executable
-    ms = time_ms(lambda: prog.run(feeds), args.warmup, args.runs)
+    ms = statistics.median(time_calls(lambda: prog.run(feeds), args.warmup, args.runs))
     row = {"variant": label, "ms": ms, "graph": ex.graph is not None,
            "fallbacks": dict(ex.fallbacks), "prepare_s": prepare, "env": env}  # fmt: skip
     if args.profile:

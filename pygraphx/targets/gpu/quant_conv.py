@@ -38,7 +38,7 @@ from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, bind_quantised, de
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
-from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh
+from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh, channel_vector
 from pygraphx.targets.torch_lowering.registry import defer
 
 log = logging.getLogger(__name__)
@@ -99,18 +99,7 @@ def channel_scale(ctx: LoweringContext, user: Instruction, channels: int) -> tor
     """`user`'s scale as a float32 vector when it is a constant varying along axis 1 only."""
     if user.op.name != "dequantizelinear" or len(user.inputs) != 2:
         return None
-    if id(user.inputs[1]) not in ctx.index:
-        return None
-    t = ctx.constant(ctx.arg(user, 1))
-    if t is None or t.dim() != 4 or t.shape[1] != channels:
-        return None
-    if any(
-        st != 0
-        for a, (st, n) in enumerate(zip(t.stride(), t.shape, strict=True))
-        if a != 1 and n > 1
-    ):
-        return None
-    return t[0, :, 0, 0].to(torch.float32).contiguous()
+    return channel_vector(ctx, user, 1, channels, any_float=True)
 
 
 def lower_gpu_quant_convolution(

@@ -120,12 +120,22 @@ def _fixed_matrix(ctx: LoweringContext, ins: Instruction) -> torch.Tensor | None
     return t.contiguous()
 
 
-def _channel_vector(ctx: LoweringContext, ins: Instruction, k: int) -> torch.Tensor | None:
-    """Input k of `ins` as a float32 vector when it is a constant that varies along axis 1 only."""
+def channel_vector(
+    ctx: LoweringContext,
+    ins: Instruction,
+    k: int,
+    channels: int | None = None,
+    any_float: bool = False,
+) -> torch.Tensor | None:
+    """Input k of `ins` as a float32 vector when it is a 4-D constant that varies along axis 1
+    only (of `channels` entries when given); float32 only unless `any_float` (half or bf16
+    values convert to float32 exactly)."""
     if id(ins.inputs[k]) not in ctx.index:
         return None  # not bound yet (comes after the producer)
     t = ctx.constant(ctx.arg(ins, k))
-    if t is None or t.dtype != torch.float32 or t.dim() != 4:
+    if t is None or t.dim() != 4 or (channels is not None and t.shape[1] != channels):
+        return None
+    if t.dtype != torch.float32 and not (any_float and t.dtype.is_floating_point):
         return None
     if any(
         st != 0
@@ -133,7 +143,7 @@ def _channel_vector(ctx: LoweringContext, ins: Instruction, k: int) -> torch.Ten
         if a != 1 and n > 1
     ):
         return None
-    return t[0, :, 0, 0].contiguous()
+    return t[0, :, 0, 0].to(torch.float32).contiguous()
 
 
 def _dequantising_user(ctx: LoweringContext, ins: Instruction) -> tuple[Instruction, Any] | None:
@@ -143,7 +153,7 @@ def _dequantising_user(ctx: LoweringContext, ins: Instruction) -> tuple[Instruct
     user = ins.outputs[0]
     if user.op.name != "dequantizelinear" or len(user.inputs) != 2 or user.inputs[0] is not ins:
         return None
-    scale = _channel_vector(ctx, user, 1)
+    scale = channel_vector(ctx, user, 1)
     return None if scale is None else (user, scale)
 
 
