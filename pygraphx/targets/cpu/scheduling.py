@@ -38,28 +38,16 @@ from typing import Any
 import torch
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.cpu.threads import BUDGET, GEMM_OPS, step_threads
+from pygraphx.targets.cpu.threads import (
+    BUDGET,
+    GEMM_OPS,
+    LOAD_ADAPT_ENV,
+    load_threads,
+    step_threads,
+)
 from pygraphx.targets.torch_lowering.context import Step
 
 log = logging.getLogger("pygraphx.cpu")
-
-
-LOAD_ADAPT_ENV = "PGX_CPU_LOAD_ADAPT"
-
-
-def load_threads(n: int, load: float | None = None, cpus: int | None = None) -> int:
-    """Threads a run of `n` takes on a machine whose 1-minute load average is `load` over
-    `cpus` CPUs (default: this machine's): see the module docstring."""
-    if n <= 1 or os.environ.get(LOAD_ADAPT_ENV, "1").strip() == "0":
-        return n
-    if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except (OSError, AttributeError):  # not available on this platform (Windows)
-            return n
-    cpus = cpus if cpus is not None else os.cpu_count() or 1
-    others = int(max(0.0, load - n))  # whole CPUs kept busy by others
-    return max(1, min(n, cpus - others))
 
 
 def set_threads(n: int) -> None:

@@ -49,6 +49,7 @@ from pygraphx.ir.env import whole_number
 THREADS_ENV = "PGX_CPU_THREADS"
 CAP_ENV = "PGX_CPU_MAX_THREADS"
 STEP_POLICY_ENV = "PGX_CPU_STEP_THREADS"
+LOAD_ADAPT_ENV = "PGX_CPU_LOAD_ADAPT"
 
 #: default upper bound on the thread count (see the module docstring)
 DEFAULT_CAP = 4
@@ -216,6 +217,25 @@ def step_threads(work: Sequence[tuple[str, int, int]], n: int) -> int:
     return int(min(n, want))
 
 
+# --- a busy machine (see `scheduling.py`'s docstring) -------------------------------------
+
+
+def load_threads(n: int, load: float | None = None, cpus: int | None = None) -> int:
+    """Threads a run of `n` takes on a machine whose 1-minute load average is `load` over
+    `cpus` CPUs (default: this machine's); `scheduling.RunScope` applies it to every run (why:
+    `scheduling.py`'s docstring). `PGX_CPU_LOAD_ADAPT=0` keeps `n`."""
+    if n <= 1 or os.environ.get(LOAD_ADAPT_ENV, "1").strip() == "0":
+        return n
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (OSError, AttributeError):  # not available on this platform (Windows)
+            return n
+    cpus = cpus if cpus is not None else os.cpu_count() or 1
+    others = int(max(0.0, load - n))  # whole CPUs kept busy by others
+    return max(1, min(n, cpus - others))
+
+
 # --- the process-wide budget --------------------------------------------------------------
 
 
@@ -269,12 +289,14 @@ __all__ = [
     "BUDGET",
     "CAP_ENV",
     "DEFAULT_CAP",
+    "LOAD_ADAPT_ENV",
     "STEP_POLICY_ENV",
     "THREADS_ENV",
     "ThreadBudget",
     "ThreadCount",
     "cgroup_cpu_limit",
     "default_threads",
+    "load_threads",
     "physical_cores",
     "resolve_threads",
     "step_policy_enabled",
