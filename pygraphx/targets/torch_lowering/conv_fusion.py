@@ -25,8 +25,10 @@ default kernel) and the group as separate steps.
 
 Where results live: oneDNN allocates each convolution's output; with `conv_output="torch"`
 (the default) that tensor is the value (torch's CPU allocator reuses the memory of values
-released after their last use), with `conv_output="arena"` it is copied into the arena slot the
-memory plan gave it. The benchmark (`benchmarks/cpu_vs_peers.py --conv-output`) measures both.
+released after their last use; `malloc_keep.py` keeps glibc from handing large freed blocks
+back to the kernel, which made every run fault in fresh pages at batch 8), with
+`conv_output="arena"` it is copied into the arena slot the memory plan gave it. The benchmark
+(`benchmarks/cpu_vs_peers.py --conv-output`) measures both.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan, build_kernel
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.fallback import lower_fallback
 from pygraphx.targets.torch_lowering.lower_gemm import bf16_gemm
+from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
 from pygraphx.targets.torch_lowering.registry import (
     defer,
     deferred_producer,
@@ -112,6 +115,8 @@ def conv_producer(
 def lower_mkldnn_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
     if not mkldnn_usable(ctx, ins):
         return False
+    if ctx.options.get("conv_output", "torch") != "arena":
+        keep_freed_memory()  # each run's new outputs reuse the last run's freed blocks
     user = ins.outputs[0] if len(ins.outputs) == 1 else None
     # the epilogue is matched when the user is reached (its other inputs are lowered by then)
     if user is not None and _may_fuse(ins, user) and defer(ctx, ins, user, _fuse):
