@@ -6,6 +6,10 @@
   activation (42 MB) is above glibc's largest dynamic mmap threshold (32 MiB) faults in
   thousands of pages every run with `PGX_CPU_KEEP_FREED=0` and almost none by default, and
   both give ONNX Runtime's answer.
+* In-place residual adds (`conv_fusion._may_overwrite`): a fused `relu(conv + other)` writes
+  its result over `other` (oneDNN's sum post-op) when nothing reads `other` afterwards; where
+  something does (a later add, the program's outputs, the convolution itself), or `other` is
+  a parameter, it must not, and every case gives ONNX Runtime's answer on every run.
 """
 
 from __future__ import annotations
@@ -146,3 +150,82 @@ def test_numbers_do_not_depend_on_the_setting() -> None:
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     prog.compile(CpuTarget())
     np.testing.assert_allclose(prog.run({"x": x})[0], run_ort(model, {"x": x})[0], atol=1e-4)
+
+
+# --- in-place residual adds -------------------------------------------------------------------
+
+
+def _f32(rng: np.random.Generator, *shape: int, scale: float = 0.3) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _residual_net(case: str) -> tuple[object, dict[str, np.ndarray]]:
+    """A stem conv then a bottleneck-style block whose last conv adds the stem's output `s`:
+    `case` says who else reads `s` (or what `s` is)."""
+    from onnx import helper
+
+    from tests.helpers import make_model
+
+    rng = np.random.default_rng(11)
+    c = 8
+    inits = {f"w{k}": _f32(rng, c, c, 1, 1) for k in range(4)}
+    inits["w2"] = _f32(rng, c, c, 3, 3)  # a 3x3 window: in place over its own input would break
+    inits["b"] = _f32(rng, c)
+    node = helper.make_node
+    x = {"x": _f32(rng, 2, c, 9, 9, scale=1.0)}
+    nodes = [node("Conv", ["x", "w0", "b"], ["c0"]), node("Relu", ["c0"], ["s"])]
+    if case == "param":  # the add operand is the graph input itself
+        nodes = [node("Identity", ["x"], ["s"])]
+    nodes += [
+        node("Conv", ["s", "w1"], ["c1"]),
+        node("Relu", ["c1"], ["a1"]),
+        node("Conv", ["a1", "w2", "b"], ["c2"], pads=[1, 1, 1, 1]),
+        node("Add", ["c2", "s"], ["r"]),
+        node("Relu", ["r"], ["y"]),
+    ]
+    outputs = ["y"]
+    if case == "read_later":  # `s` is read again after the fused add
+        nodes.append(node("Conv", ["s", "w3"], ["z"]))
+        outputs.append("z")
+    elif case == "output":  # `s` is one of the program's outputs
+        outputs.append("s")
+    elif case == "own_input":  # act(conv(a1) + a1): the convolution reads its add operand
+        nodes[-2] = node("Add", ["c2", "a1"], ["r"])
+    return make_model(nodes, x, outputs, inits), x
+
+
+@pytest.mark.parametrize(
+    ("case", "in_place"),
+    [("plain", 1), ("param", 0), ("read_later", 0), ("output", 0), ("own_input", 0)],
+)
+def test_residual_add_in_place_only_when_safe(case: str, in_place: int) -> None:
+    import pygraphx
+    from pygraphx.targets.cpu.target import CpuTarget
+    from tests.helpers import run_ort
+
+    model, feeds = _residual_net(case)
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(CpuTarget(threads=1))
+    assert prog._executable.lowered.ctx.cache.get("conv_in_place", 0) == in_place
+    want = run_ort(model, feeds)
+    for _ in range(3):  # a run must not see what the previous one overwrote
+        got = prog.run(feeds)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_resnet_blocks_add_in_place() -> None:
+    """Every residual add of a ResNet-50 fuses in place; the answer is ORT's."""
+    import pygraphx
+    from pygraphx.models import get_model, model_inputs
+    from pygraphx.targets.cpu.target import CpuTarget
+    from tests.helpers import run_ort
+
+    model = get_model("resnet50", batch=1)
+    feeds = model_inputs("resnet50", model)
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(CpuTarget())
+    assert prog._executable.lowered.ctx.cache.get("conv_in_place", 0) == 16
+    want = run_ort(model, feeds)[0]
+    for _ in range(2):
+        np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
