@@ -1,7 +1,7 @@
-"""How much dynamic batching can gain on this host: per-sample time by batch size, and the GEMM peak.
+"""How much dynamic batching can gain on a host: per-sample time by batch size, and the GEMM rate.
 
     python benchmarks/batch_ceiling.py                               # ResNet-50, cpu, all cores
-    python benchmarks/batch_ceiling.py --model mobilenetv2 --batches 1 4 16 --threads 2 --json out.json
+    python benchmarks/batch_ceiling.py --model mobilenetv2 --batches 1 4 16 --threads 2
 
 A server that gathers requests into batches can at most gain what running B samples at once
 saves per sample: `ceiling = time(batch 1) / min over B of (time(batch B) / B)`. This script
@@ -27,8 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import pygraphx  # noqa: E402  (before torch: it sets OpenMP's wait policy)
-import torch  # noqa: E402
+import pygraphx  # noqa: E402  (torch is imported after it: pygraphx sets OpenMP's wait policy)
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 
 
@@ -64,6 +63,8 @@ def best_ms(fn, warmup: int, repeat: int, blocks: int) -> float:
 
 def gemm_gflops(threads: int, n: int = 2048) -> float:
     """fp32 GFLOP/s of an n x n x n torch matrix product at `threads` threads."""
+    import torch
+
     torch.set_num_threads(threads)
     a, b = torch.randn(n, n), torch.randn(n, n)
     ms = best_ms(lambda: a @ b, warmup=2, repeat=5, blocks=2)
@@ -79,7 +80,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         macs = model_macs(prog)
         prog.compile(pygraphx.get_target("cpu", threads=args.threads))
         feeds = model_inputs(args.model, model, seed=0)
-        ms = best_ms(lambda: prog.run(feeds), args.warmup, args.repeat, args.blocks)
+        ms = best_ms(lambda p=prog, f=feeds: p.run(f), args.warmup, args.repeat, args.blocks)
         rows.append(
             {
                 "batch": batch,
