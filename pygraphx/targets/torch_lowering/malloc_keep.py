@@ -7,7 +7,7 @@ gives it back with `munmap` when freed, and returns the heap's free top above
 `M_TRIM_THRESHOLD` to the kernel. The activations of a batch-8 CNN (ResNet-50's are up to 25
 MiB each) then come back every run as fresh, zero-filled pages: 13,000-23,000 minor page faults
 a run, measured on the 2-core EPYC at 1 thread as 5% of ResNet-50's time and 17% of
-MobileNetV2's at batch 8 (`benchmarks/results/cpuconv_malloc_keep.md`).
+MobileNetV2's at batch 8 (`benchmarks/results/cpuconv.md`).
 
 `keep_freed_memory()` raises both thresholds to `KEEP_BYTES` once per process, so that freed
 blocks stay in the heap and serve the next run's requests, as an arena would. The price: the
