@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 import pygraphx  # noqa: E402
+from pygraphx.targets.gpu import quant_conv_kernels as qck  # noqa: E402
 from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
 from pygraphx.targets.gpu.quant import INT8_GEMM_ENV  # noqa: E402
 from pygraphx.targets.gpu.quant_conv import INT8_CONV_ENV  # noqa: E402
@@ -210,8 +211,11 @@ def test_fp8_products_match_ref(fp16: bool, triton: bool, monkeypatch) -> None:
         if ins.op.name == "quant_dot"
     ]
     assert products == ["fp8e4m3fn_type", "fp8e4m3fn_type"]  # MatMul and the activations' one
-    if triton:  # the products' operands quantised, the convolutions' inputs round-tripped
-        assert calls["quantise"] > 0 and calls["round_trip"] > 0, calls
+    convs = [ins for ins in prog.get_main_module().instructions if ins.op.name == "convolution"]
+    if triton:  # operands quantised; the convolutions are fp8 kernels (`test_gpu_quant_conv`)
+        assert calls["quantise"] > 0 and calls["round_trip"] == 0 and not convs, calls
+    else:  # convolutions of fp8 values round-tripped to float
+        assert calls["round_trip"] == 0 and len(convs) == 4
     if CUDA:
         assert prog._executable.graph is not None, prog._executable.why_uncaptured
     # The scales multiply the sum, not each term (and in half the reference rounds each
@@ -219,10 +223,15 @@ def test_fp8_products_match_ref(fp16: bool, triton: bool, monkeypatch) -> None:
     # one fp8 step (1/16 to 1/8 relative) away: on an H200 one element of the MatMul's result
     # did, moving a row and a column of the activations' product by up to 0.55% (2% of its
     # elements). A few elements differ by that much; the rest and the whole output stay close.
+    # With fp8 convolution kernels (triton) in half, the reference also rounds each dequantised
+    # weight to half, and the four convolutions re-quantise in a chain, so such steps compound:
+    # up to 8% of the last one's elements moved (rel rms 1.3%) for one draw of the weights. The
+    # exact check of those kernels is test_gpu_quant_conv's (ref running the folded program).
     rtol = 2e-3 if fp16 else 1e-5
+    share = 0.85 if fp16 and triton else 0.95
     for g, w in zip(got, want, strict=True):
         near = np.isclose(g, w, rtol=rtol, atol=rtol * np.abs(w).max())
-        assert near.mean() > 0.95, near.mean()
+        assert near.mean() > share, (near.mean(), rel_rms(g, w))
         assert rel_rms(g, w) < 2e-2
 
 
@@ -267,17 +276,18 @@ def test_int8_conv_kernel_matches_torch(kernel: int, stride: int, pad: int, dila
     wt = weight.permute(0, 2, 3, 1).reshape(c_out, -1).contiguous().to(DEVICE)
     out = torch.empty((n * ho * wo, c_out), dtype=torch.float32, device=DEVICE)
     geometry = (kernel, (stride, stride), (pad, pad), (dilation, dilation), ho, wo)
-    qk.int8_conv(x_cl, wt, scale.to(DEVICE), out, geometry)
+    qck.conv(x_cl, wt, scale.to(DEVICE), out, geometry)
     np.testing.assert_allclose(out.cpu().double().numpy(), want.numpy(), rtol=1e-6)
 
 
 def test_int8_implicit_gemm_convolution_matches_ref(monkeypatch) -> None:
-    """64 input channels: the 3x3 convolutions run as `int8_conv` (no patch copy)."""
+    """64 input channels: the 3x3 convolutions run as `quant_conv_kernels.conv` (no patch
+    copy)."""
     monkeypatch.setenv(INT8_CONV_ENV, "gemm")
     monkeypatch.setenv(INT8_GEMM_ENV, "triton")
     calls: list[tuple] = []
-    real = qk.int8_conv
-    monkeypatch.setattr(qk, "int8_conv", lambda *a: calls.append(a[4]) or real(*a))
+    real = qck.conv
+    monkeypatch.setattr(qck, "conv", lambda *a: calls.append(a[4]) or real(*a))
     nodes = [
         helper.make_node("Conv", ["img", "w3"], ["c0"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c0"], ["r0"]),
@@ -296,7 +306,7 @@ def test_int8_implicit_gemm_convolution_matches_ref(monkeypatch) -> None:
         return {"img": np.random.default_rng(seed).standard_normal((2, 64, 6, 6), np.float32)}
 
     got, want, gpu = first_output_both(model, feeds, False)
-    assert len({tuple(c[1]) for c in calls}) == 2  # both (strides 1 and 2) ran as int8_conv
+    assert len({tuple(c[1]) for c in calls}) == 2  # both (strides 1 and 2) ran as qck.conv
     close_within(got, want, 1e-5)
 
 
@@ -345,16 +355,16 @@ def test_int8_gemm_epilogues_match_ref(fp16: bool, monkeypatch) -> None:
     monkeypatch.setenv(INT8_CONV_ENV, "gemm")
     monkeypatch.setenv(INT8_GEMM_ENV, "triton")
     seen: list[tuple] = []
-    for name in ("int8_gemm", "int8_conv"):
-        real = getattr(qk, name)
+    for module, name in ((qk, "int8_gemm"), (qck, "conv")):
+        real = getattr(module, name)
 
-        def spy(*a, r=real, at=5 if name == "int8_conv" else 4, **kw):
+        def spy(*a, r=real, at=5 if name == "conv" else 4, **kw):
             ep = a[at] if len(a) > at else None
             if ep is not None:
                 seen.append((*ep.ops, "quantise" if ep.quant_scale is not None else "-"))
             return r(*a, **kw)
 
-        monkeypatch.setattr(qk, name, spy)
+        monkeypatch.setattr(module, name, spy)
     got, want, _ = first_output_both(*residual_block_model(), fp16)
     # the first convolution's ReLU also writes the second's int8 input (and its float value,
     # which the residual add reads)

@@ -1,0 +1,148 @@
+"""The int8 and fp8 e4m3 convolution kernel of the gpu target (Triton, channels-last).
+
+`conv(x, wt, scale, out, geometry, epilogue, residual, qout)` is an implicit GEMM: output row
+`(n, ho, wo)`, column `c_out`, `K = kh * kw * C` walked one tap's run of `BLOCK_K` channels at a
+time, read in place from the NHWC input (zeros outside it: no patch matrix in memory). The
+operands are int8 (exact int32 sums, `tl.dot(..., out_dtype=tl.int32)`) or fp8 e4m3 (float32
+sums of exact products); the epilogue is `quant_kernels`': `float32(sum) * scale[c_out]` in
+`out`'s type, then up to three of bias / residual / ReLU, then optionally the quantise of the
+result for the next convolution (int8 or fp8, one scale) with or without the float store.
+
+A convolution whose input channels are not a multiple of the smallest K block (the 7x7 stem's 3)
+is given as its patch matrix (`(rows, K)` viewed as a 1x1 convolution of `K` channels): the
+kernel then masks the K tail (`MASK_K`).
+
+On CUDA the tiles are autotuned per (M, N, K, C) over `CONV_CONFIGS` at the first launch of each
+shape (the gpu executable's warm-up, before graph capture), keeping only the K blocks that divide
+C; elsewhere (`TRITON_INTERPRET=1` on CPU tensors) one configuration runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from pygraphx.targets.gpu import quant_kernels as qk
+
+__all__ = ["CONV_BLOCK_K", "CONV_CONFIGS", "conv"]
+
+#: the smallest K block: a convolution read in place needs input channels a multiple of it
+CONV_BLOCK_K = 64
+#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): tiles for Hopper's 8-bit tensor cores (K blocks
+#: of 64 or 128 bytes; 3-5 stages within shared memory); a K block must divide C
+CONV_CONFIGS = [
+    (128, 128, 64, 4, 4), (128, 128, 128, 8, 3), (128, 256, 64, 8, 3), (128, 256, 128, 8, 3),
+    (256, 128, 64, 8, 3), (256, 128, 128, 8, 3), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4),
+    (64, 64, 64, 4, 5), (64, 128, 64, 4, 5),
+]  # fmt: skip
+
+
+@triton.jit
+def _conv_kernel(
+    x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw,
+    stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
+    E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
+    FP8: tl.constexpr, MASK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):  # fmt: skip
+    rows, cols = qk._tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    wo = rows % WO
+    ho = (rows // WO) % HO
+    base = (rows // (WO * HO)) * sxn
+    h0, w0 = ho * SH - PH, wo * SW - PW
+    ks = tl.arange(0, BLOCK_K)
+    if FP8:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):  # a block of K lies in one tap (C % BLOCK_K == 0 or 1x1)
+        tap = k0 // C
+        kh = tap // KW
+        hi, wi = h0 + kh * DH, w0 + (tap - kh * KW) * DW
+        inside = (rows < M) & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
+        offs = base + hi * sxh + wi * sxw + (k0 - tap * C)
+        kin = (k0 + ks) < K if MASK_K else ks < BLOCK_K
+        a_mask = inside[:, None] & kin[None, :]
+        a = tl.load(x_ptr + offs[:, None] + ks[None, :], mask=a_mask, other=0)
+        w = tl.load(
+            w_ptr + cols[None, :] * stride_wn + (k0 + ks)[:, None],
+            mask=(cols[None, :] < N) & kin[:, None],
+            other=0,
+        )
+        if FP8:  # fp8 operands come as their bytes (uint8): masked loads give +0.0
+            a = a.to(tl.float8e4nv, bitcast=True)
+            w = w.to(tl.float8e4nv, bitcast=True)
+            acc = tl.dot(a, w, acc)
+        else:
+            acc = tl.dot(a, w, acc, out_dtype=tl.int32)
+    qk._store_dequantised(
+        acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
+        qs_ptr, q_ptr, stride_qm, E0, E1, E2, QUANT, STORE, MAGIC,
+    )  # fmt: skip
+
+
+def _prune(configs: list, named_args: dict, **kwargs) -> list:
+    """The configurations whose K block divides the input's channels (one tap per block)."""
+    c = named_args["C"]
+    kept = [cfg for cfg in configs if c % cfg.kwargs["BLOCK_K"] == 0]
+    return kept or configs[:1]
+
+
+_tuned: dict[str, Any] = {}
+
+
+def _tuned_kernel():
+    """`_conv_kernel` under `triton.autotune` over `CONV_CONFIGS` (made at first use)."""
+    if "conv" not in _tuned:
+        _tuned["conv"] = qk._autotuned(_conv_kernel, CONV_CONFIGS, ("M", "N", "K", "C"), _prune)
+    return _tuned["conv"]
+
+
+def conv(
+    x: torch.Tensor,
+    wt: torch.Tensor,
+    scale: torch.Tensor,
+    out: torch.Tensor,
+    geometry: tuple,
+    epilogue: qk.Epilogue | None = None,
+    residual: torch.Tensor | None = None,
+    qout: torch.Tensor | None = None,
+) -> None:
+    """`out[(n, ho, wo), c_out] = epilogue(float32(sum x * w) * scale[c_out])` for the
+    channels-last int8 or fp8 e4m3 `x` (N, C, H, W), `wt` (C_out, kh*kw*C) of the same type in
+    (kh, kw, c) order, `out` (N*HO*WO, C_out) rows; `geometry` = (kw, stride, pads, dilation,
+    HO, WO). `x`'s channels must be a multiple of `CONV_BLOCK_K`, or the convolution 1x1 (a
+    patch matrix: the K tail is masked). `qout` (int8, or uint8 bytes of fp8 e4m3) takes the
+    epilogue's quantised result."""
+    n, c, h, w = x.shape
+    kw, (sh, sw), (ph, pw), (dh, dw), ho, wo = geometry
+    m, k, c_out = n * ho * wo, wt.shape[1], wt.shape[0]
+    if m == 0 or c_out == 0:
+        return
+    fp8 = x.dtype == torch.float8_e4m3fn
+    if x.dtype != wt.dtype or not (fp8 or x.dtype == torch.int8):
+        raise ValueError(f"conv: int8 or fp8 e4m3 operands of one type, got {x.dtype}, {wt.dtype}")
+    mask_k = c % CONV_BLOCK_K != 0
+    if mask_k and k != c:
+        raise ValueError(f"conv: {c} input channels need a 1x1 (patch matrix) convolution")
+    sxn, _, sxh, sxw = x.stride()
+    if fp8:
+        x, wt = x.view(torch.uint8), wt.view(torch.uint8)
+    args = (
+        x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw,
+        wt.stride(0), out.stride(0), sh, sw, ph, pw, dh, dw, kw,
+    )  # fmt: skip
+    extra, codes = qk._epilogue_args(scale, epilogue, residual, qout)
+    codes.update(FP8=fp8, MASK_K=mask_k)
+    if qk._timed(x):
+        _tuned_kernel()[qk._tuned_grid](*args, *extra, **codes)
+        return
+    config = qk._config(m)
+    config["BLOCK_K"] = CONV_BLOCK_K
+    grid = qk._grid(m, c_out, config)
+    _conv_kernel[grid](*args, *extra, **codes, **config, num_warps=8, num_stages=4)
