@@ -7,7 +7,7 @@ channels-last, timed with `triton.testing.do_bench` (median ms; L2 flushed betwe
 
 * `fp16`: `torch.nn.functional.conv2d` on half tensors (cuDNN), no bias or activation;
 * `int8`, `fp8`: `quant_conv_kernels.conv` (autotuned at its first call), half output, only the
-  per-channel scale as epilogue;
+  per-channel scale as epilogue (the stem's 3-channel input NCHW, as the program has it);
 * for 1x1 stride-1 convolutions also the plain GEMMs: `quant_kernels.int8_gemm` (Triton),
   `torch._int_mm` (cuBLASLt int8, int32 out, no epilogue) and `torch._scaled_mm` (cuBLASLt fp8,
   half out).
@@ -77,11 +77,12 @@ def time_shape(n, c, h, w, c_out, k, stride, pad) -> dict[str, float]:
     x8 = torch.randint(-128, 128, (n, c, h, w), device=dev, dtype=torch.int8)
     x8 = x8.contiguous(memory_format=cl)
     w8 = torch.randint(-128, 128, (c_out, k * k * c), device=dev, dtype=torch.int8)
-    xf = (x8.float() / 4).to(torch.float8_e4m3fn).contiguous(memory_format=cl)
+    xf = (x8.float() / 4).to(torch.float8_e4m3fn)
     wf = (w8.float() / 4).to(torch.float8_e4m3fn)
-    if c % qck.CONV_BLOCK_K == 0:
-        row["int8"] = bench(lambda: qck.conv(x8, w8, scale, out, geometry))
-        row["fp8"] = bench(lambda: qck.conv(xf, wf, scale, out, geometry))
+    if c % qck.CONV_BLOCK_K != 0:  # the stem: its quantised input is NCHW (gathered)
+        x8, xf = x8.contiguous(), xf.view(torch.uint8).contiguous().view(xf.dtype)
+    row["int8"] = bench(lambda: qck.conv(x8, w8, scale, out, geometry))
+    row["fp8"] = bench(lambda: qck.conv(xf, wf, scale, out, geometry))
     if k == 1 and stride == 1:
         a8 = x8.permute(0, 2, 3, 1).reshape(rows, c)
         af = xf.permute(0, 2, 3, 1).reshape(rows, c)

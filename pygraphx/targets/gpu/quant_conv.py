@@ -3,15 +3,15 @@
 int8, two ways, chosen per convolution by `PGX_GPU_INT8_CONV` (read at prepare):
 
 * `gemm` (default): the convolution as one int8 GEMM in channels-last order (exact int32
-  sums). With Triton GEMMs (`PGX_GPU_INT8_GEMM`, `quant.py`) and input channels a multiple of
-  64 it is `quant_conv_kernels.conv`: an implicit GEMM reading the NHWC input in place (a 1x1
-  convolution is the plain GEMM of it), tiles autotuned per shape. Otherwise it first gathers
-  its patches (`im2col`: a padded NHWC copy and one strided gather, K = kh*kw*C) for an int8
-  GEMM (`quant.dequantised_product`). The result rows are the NHWC output. A
-  `dequantizelinear` user with a per-channel scale is the kernel's epilogue, so the output is
-  the user's float type, channels-last; with Triton GEMMs a bias / residual / ReLU group after
-  it is too, and the int8 quantise of the group's result for the next convolution
-  (`quant_epilogue.py`): between convolutions the activations stay int8.
+  sums). With Triton GEMMs (`PGX_GPU_INT8_GEMM`, `quant.py`) it is `quant_conv_kernels.conv`:
+  an implicit GEMM reading the input in place (NHWC; the stem's 3 channels gathered), tiles
+  autotuned per shape. With cuBLAS it first gathers its patches (`im2col`: a padded NHWC copy
+  and one strided gather, K = kh*kw*C) for `torch._int_mm` (`quant.dequantised_product`).
+  The result rows are the NHWC output. A `dequantizelinear` user with a per-channel scale is
+  the kernel's epilogue, so the output is the user's float type, channels-last; with Triton
+  GEMMs a bias / residual / ReLU group after it is too, and the int8 quantise of the group's
+  result for the next convolution (`quant_epilogue.py`): between convolutions the activations
+  stay int8.
 * `fp16`: cuDNN's half convolution on dequantised values, for convolutions that are not 1x1
   (`mixed`: 1x1 as `gemm`, the rest so) or all of them (`fp16`). The input is
   `half(q) * s_x` (the activation's scale, read from the `quantizelinear` that made it), the
@@ -21,8 +21,7 @@ int8, two ways, chosen per convolution by `PGX_GPU_INT8_CONV` (read at prepare):
 
 fp8 e4m3 (`passes/fold_fp8.py` makes them: float32 sums, then a per-channel `mul` in the group
 after it): `quant_conv_kernels.conv` with fp8 operands, where Triton kernels run; the group's
-scale, bias, residual, ReLU and fp8 quantise of the result are its epilogue as for int8. Input
-channels that are not a multiple of 64 (the 7x7 stem's 3) go through the patch matrix.
+scale, bias, residual, ReLU and fp8 quantise of the result are its epilogue as for int8.
 
 The int8 mode in use is logged once per prepare. Grouped convolutions, asymmetric padding,
 runtime weights (and fp8 without Triton) are declined to the torch lowering (the numpy
@@ -163,8 +162,8 @@ def _lower_fused_gemm(ctx, ins, geo: Geometry, weights, wmat, fused, triton: boo
     user, scale = fused
     product = dequantised_product(wmat, geo.rows, ctx.device, triton)
     columns = geo.columns
-    if implicit_gemm(geo, triton):
-        product, columns = implicit_conv(weights, geo), channels_last
+    if int8_gemm_choice(triton) == "triton":
+        product, columns = implicit_conv(weights, geo), input_reader(geo)
     emit = _emitter(ctx, ins, geo, product, columns, scale)
 
     def fuse(c: LoweringContext, u: Instruction) -> bool:
@@ -178,10 +177,7 @@ def _lower_fused_gemm(ctx, ins, geo: Geometry, weights, wmat, fused, triton: boo
 def _lower_fp8(ctx: LoweringContext, ins: Instruction, geo: Geometry, weights) -> bool:
     """The fp8 convolution as `quant_conv_kernels.conv`: with the group after it as the
     epilogue (its leading per-channel `mul` the scale) when it fits, else alone (float32)."""
-    if geo.c % qck.CONV_BLOCK_K == 0:
-        product, columns = implicit_conv(weights, geo), channels_last
-    else:
-        product, columns = patch_conv(weights, geo)
+    product, columns = implicit_conv(weights, geo), input_reader(geo)
     ones = torch.ones(geo.c_out, dtype=torch.float32, device=ctx.device)
     emit = _emitter(ctx, ins, geo, product, columns, ones)
     if deferred_epilogue(ctx, ins, 1, geo.c_out, emit, scaled=True):
@@ -222,15 +218,17 @@ def _emitter(ctx, ins: Instruction, geo: Geometry, product, columns, scale: torc
     return emit
 
 
-def implicit_gemm(geo: Geometry, triton: bool) -> bool:
-    """Whether the int8 convolution runs as `quant_conv_kernels.conv` (Triton GEMMs chosen,
-    input channels a multiple of its K block)."""
-    return int8_gemm_choice(triton) == "triton" and geo.c % qck.CONV_BLOCK_K == 0
-
-
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     """`t` as uint8 when it is fp8 (copies and gathers of fp8 go through its bytes)."""
     return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
+def input_reader(geo: Geometry) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The input as `quant_conv_kernels.conv` reads it: dense channels-last when its channels
+    are a multiple of the K block (a tap at a time), else as it is (gathered)."""
+    if geo.c % qck.CONV_BLOCK_K != 0:
+        return lambda x: x
+    return channels_last
 
 
 def channels_last(x: torch.Tensor) -> torch.Tensor:
@@ -240,9 +238,12 @@ def channels_last(x: torch.Tensor) -> torch.Tensor:
 
 
 def _weight_rows(weights: torch.Tensor, geo: Geometry) -> torch.Tensor:
-    """The (C_out, kh*kw*C) weight matrix in (kh, kw, c) order, of the weights' type."""
-    w = _bytes(weights).permute(0, 2, 3, 1).reshape(geo.c_out, geo.k).contiguous()
-    return w.view(weights.dtype)
+    """The (C_out, kh*kw*C) weight matrix in (kh, kw, c) order, of the weights' type, its
+    rows 16-byte aligned (a view of a wider matrix when K is not a multiple of 16)."""
+    w = _bytes(weights).permute(0, 2, 3, 1).reshape(geo.c_out, geo.k)
+    wide = torch.zeros((geo.c_out, -(-geo.k // 16) * 16), dtype=w.dtype, device=w.device)
+    wide[:, : geo.k] = w
+    return wide[:, : geo.k].view(weights.dtype)
 
 
 def implicit_conv(weights: torch.Tensor, geo: Geometry) -> Callable:
@@ -255,23 +256,6 @@ def implicit_conv(weights: torch.Tensor, geo: Geometry) -> Callable:
         conv(x, wt, scale, out, geometry, epilogue, residual, qout)
 
     return run
-
-
-def patch_conv(weights: torch.Tensor, geo: Geometry) -> tuple[Callable, Callable]:
-    """(`(x, scale, out, ...)`, `columns`): `quant_conv_kernels.conv` as a 1x1 convolution of
-    the patch matrix (rows, K) that `columns` gathers (channels not a multiple of its K block)."""
-    wt = _weight_rows(weights, geo)
-    one = (1, (1, 1), (0, 0), (1, 1), 1, 1)
-    conv = qck.conv
-
-    def columns(x: torch.Tensor) -> torch.Tensor:
-        patches = geo.columns(_bytes(x)).view(x.dtype)  # (rows, K)
-        return patches.reshape(geo.rows, 1, 1, geo.k).permute(0, 3, 1, 2)
-
-    def run(x, scale, out, epilogue=None, residual=None, qout=None) -> None:
-        conv(x, wt, scale, out, one, epilogue, residual, qout)
-
-    return run, columns
 
 
 def _activation_scale(ctx: LoweringContext, ins: Instruction) -> float | None:

@@ -8,9 +8,11 @@ sums of exact products); the epilogue is `quant_kernels`': `float32(sum) * scale
 `out`'s type, then up to three of bias / residual / ReLU, then optionally the quantise of the
 result for the next convolution (int8 or fp8, one scale) with or without the float store.
 
-A convolution whose input channels are not a multiple of the smallest K block (the 7x7 stem's 3)
-is given as its patch matrix (`(rows, K)` viewed as a 1x1 convolution of `K` channels): the
-kernel then masks the K tail (`MASK_K`).
+How the input tile is read (`input_mode`): a 1x1 stride-1 convolution of a dense NHWC input is
+the plain GEMM of its rows (`POINTWISE`); other convolutions with input channels a multiple of
+`CONV_BLOCK_K` read one tap's run of channels per K block (`IMPLICIT`, 16-byte aligned rows);
+fewer channels (the 7x7 stem's 3), or another layout, gather each element (`GATHER`, any
+strides, the K tail masked: no patch matrix either).
 
 On CUDA the tiles are autotuned per (M, N, K, C) over `CONV_CONFIGS` at the first launch of each
 shape (the gpu executable's warm-up, before graph capture), keeping only the K blocks that divide
@@ -27,7 +29,7 @@ import triton.language as tl
 
 from pygraphx.targets.gpu import quant_kernels as qk
 
-__all__ = ["CONV_BLOCK_K", "CONV_CONFIGS", "conv"]
+__all__ = ["CONV_BLOCK_K", "CONV_CONFIGS", "GATHER", "IMPLICIT", "POINTWISE", "conv", "input_mode"]
 
 #: the smallest K block: a convolution read in place needs input channels a multiple of it
 CONV_BLOCK_K = 64
@@ -40,14 +42,49 @@ CONV_CONFIGS = [
 ]  # fmt: skip
 
 
+#: how `_conv_kernel` reads its input tile (`MODE`)
+IMPLICIT, POINTWISE, GATHER = 0, 1, 2
+
+
+@triton.jit
+def _input_tile(
+    x_ptr, rows, k0, ks, M, K, C, H, W, h0, w0, base, sxh, sxw, sxc, DH, DW, KW,
+    MODE: tl.constexpr,
+):  # fmt: skip
+    """The (BLOCK_M, BLOCK_K) input tile at K offset `k0`: IMPLICIT, one tap's run of channels
+    (C % BLOCK_K == 0, dense channels-last: 16-byte aligned rows); POINTWISE, the rows of a
+    dense NHWC input as they are (1x1, stride 1, no padding); GATHER, each (row, k) decoded to
+    its tap and channel (few channels, any strides: the 7x7 stem), the K tail masked."""
+    if MODE == 0:
+        tap = k0 // C
+        kh = tap // KW
+        hi, wi = h0 + kh * DH, w0 + (tap - kh * KW) * DW
+        inside = (rows < M) & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
+        offs = tl.multiple_of(base + hi * sxh + wi * sxw + (k0 - tap * C), 16)
+        return tl.load(x_ptr + offs[:, None] + ks[None, :], mask=inside[:, None], other=0)
+    elif MODE == 1:
+        offs = tl.multiple_of(rows * sxw + k0, 16)
+        return tl.load(x_ptr + offs[:, None] + ks[None, :], mask=(rows < M)[:, None], other=0)
+    else:
+        kk = k0 + ks
+        tap = kk // C
+        kh = tap // KW
+        hi = h0[:, None] + (kh * DH)[None, :]
+        wi = w0[:, None] + ((tap - kh * KW) * DW)[None, :]
+        inside = (rows < M)[:, None] & (kk < K)[None, :]
+        inside = inside & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
+        offs = base[:, None] + hi * sxh + wi * sxw + ((kk - tap * C) * sxc)[None, :]
+        return tl.load(x_ptr + offs, mask=inside, other=0)
+
+
 @triton.jit
 def _conv_kernel(
-    x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw,
+    x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw, sxc,
     stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
     bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
-    FP8: tl.constexpr, MASK_K: tl.constexpr,
+    FP8: tl.constexpr, MODE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     rows, cols = qk._tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -60,20 +97,15 @@ def _conv_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    for k0 in range(0, K, BLOCK_K):  # a block of K lies in one tap (C % BLOCK_K == 0 or 1x1)
-        tap = k0 // C
-        kh = tap // KW
-        hi, wi = h0 + kh * DH, w0 + (tap - kh * KW) * DW
-        inside = (rows < M) & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
-        offs = base + hi * sxh + wi * sxw + (k0 - tap * C)
-        kin = (k0 + ks) < K if MASK_K else ks < BLOCK_K
-        a_mask = inside[:, None] & kin[None, :]
-        a = tl.load(x_ptr + offs[:, None] + ks[None, :], mask=a_mask, other=0)
-        w = tl.load(
-            w_ptr + cols[None, :] * stride_wn + (k0 + ks)[:, None],
-            mask=(cols[None, :] < N) & kin[:, None],
-            other=0,
+    for k0 in range(0, K, BLOCK_K):
+        a = _input_tile(
+            x_ptr, rows, k0, ks, M, K, C, H, W, h0, w0, base, sxh, sxw, sxc, DH, DW, KW, MODE
         )
+        w_at = w_ptr + cols[None, :] * stride_wn + (k0 + ks)[:, None]
+        if MODE == 2:  # the K tail
+            w = tl.load(w_at, mask=(cols[None, :] < N) & ((k0 + ks) < K)[:, None], other=0)
+        else:
+            w = tl.load(w_at, mask=cols[None, :] < N, other=0)
         if FP8:  # fp8 operands come as their bytes (uint8): masked loads give +0.0
             a = a.to(tl.float8e4nv, bitcast=True)
             w = w.to(tl.float8e4nv, bitcast=True)
@@ -87,8 +119,11 @@ def _conv_kernel(
 
 
 def _prune(configs: list, named_args: dict, **kwargs) -> list:
-    """The configurations whose K block divides the input's channels (one tap per block)."""
+    """The configurations whose K block divides the input's channels (one tap per block), all
+    of them for a gathered input (`MODE` GATHER: the K tail is masked)."""
     c = named_args["C"]
+    if kwargs.get("MODE") == GATHER:
+        return [cfg for cfg in configs if cfg.kwargs["BLOCK_K"] == CONV_BLOCK_K]
     kept = [cfg for cfg in configs if c % cfg.kwargs["BLOCK_K"] == 0]
     return kept or configs[:1]
 
@@ -113,12 +148,13 @@ def conv(
     residual: torch.Tensor | None = None,
     qout: torch.Tensor | None = None,
 ) -> None:
-    """`out[(n, ho, wo), c_out] = epilogue(float32(sum x * w) * scale[c_out])` for the
-    channels-last int8 or fp8 e4m3 `x` (N, C, H, W), `wt` (C_out, kh*kw*C) of the same type in
-    (kh, kw, c) order, `out` (N*HO*WO, C_out) rows; `geometry` = (kw, stride, pads, dilation,
-    HO, WO). `x`'s channels must be a multiple of `CONV_BLOCK_K`, or the convolution 1x1 (a
-    patch matrix: the K tail is masked). `qout` (int8, or uint8 bytes of fp8 e4m3) takes the
-    epilogue's quantised result."""
+    """`out[(n, ho, wo), c_out] = epilogue(float32(sum x * w) * scale[c_out])` for the int8
+    or fp8 e4m3 `x` (N, C, H, W), `wt` (C_out, kh*kw*C) of the same type in (kh, kw, c)
+    order (unit inner stride, any row stride), `out` (N*HO*WO, C_out) rows;
+    `geometry` = (kw, stride, pads, dilation, HO, WO). Input channels a multiple of
+    `CONV_BLOCK_K` in dense channels-last order are read a tap at a time; otherwise (the
+    stem's 3 channels, any layout) each element is gathered. `qout` (int8, or uint8 bytes of
+    fp8 e4m3) takes the epilogue's quantised result."""
     n, c, h, w = x.shape
     kw, (sh, sw), (ph, pw), (dh, dw), ho, wo = geometry
     m, k, c_out = n * ho * wo, wt.shape[1], wt.shape[0]
@@ -127,18 +163,16 @@ def conv(
     fp8 = x.dtype == torch.float8_e4m3fn
     if x.dtype != wt.dtype or not (fp8 or x.dtype == torch.int8):
         raise ValueError(f"conv: int8 or fp8 e4m3 operands of one type, got {x.dtype}, {wt.dtype}")
-    mask_k = c % CONV_BLOCK_K != 0
-    if mask_k and k != c:
-        raise ValueError(f"conv: {c} input channels need a 1x1 (patch matrix) convolution")
-    sxn, _, sxh, sxw = x.stride()
+    mode = input_mode(x, geometry)
+    sxn, sxc, sxh, sxw = x.stride()
     if fp8:
         x, wt = x.view(torch.uint8), wt.view(torch.uint8)
     args = (
-        x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw,
+        x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw, sxc,
         wt.stride(0), out.stride(0), sh, sw, ph, pw, dh, dw, kw,
     )  # fmt: skip
     extra, codes = qk._epilogue_args(scale, epilogue, residual, qout)
-    codes.update(FP8=fp8, MASK_K=mask_k)
+    codes.update(FP8=fp8, MODE=mode)
     if qk._timed(x):
         _tuned_kernel()[qk._tuned_grid](*args, *extra, **codes)
         return
@@ -146,3 +180,14 @@ def conv(
     config["BLOCK_K"] = CONV_BLOCK_K
     grid = qk._grid(m, c_out, config)
     _conv_kernel[grid](*args, *extra, **codes, **config, num_warps=8, num_stages=4)
+
+
+def input_mode(x: torch.Tensor, geometry: tuple) -> int:
+    """How `conv` reads `x` (N, C, H, W): POINTWISE, IMPLICIT or GATHER."""
+    n, c, h, w = x.shape
+    kw, stride, pads, _, ho, wo = geometry
+    if c % CONV_BLOCK_K != 0 or not x.is_contiguous(memory_format=torch.channels_last):
+        return GATHER
+    if (kw, tuple(stride), tuple(pads), ho, wo) == (1, (1, 1), (0, 0), h, w):
+        return POINTWISE
+    return IMPLICIT

@@ -34,12 +34,21 @@ def _operands(dtype: torch.dtype, n: int, c: int, h: int, w: int, c_out: int, ke
 
 @pytest.mark.parametrize("dtype", [torch.int8, F8], ids=["int8", "fp8"])
 @pytest.mark.parametrize(
-    ("c", "kernel", "stride", "pad", "dilation"),
-    [(64, 3, 1, 1, 1), (128, 3, 2, 1, 1), (64, 3, 1, 2, 2), (64, 1, 2, 0, 1), (128, 1, 1, 0, 1)],
+    ("c", "kernel", "stride", "pad", "dilation", "layout", "mode"),
+    [
+        (64, 3, 1, 1, 1, "nhwc", qck.IMPLICIT),
+        (128, 3, 2, 1, 1, "nhwc", qck.IMPLICIT),
+        (64, 3, 1, 2, 2, "nhwc", qck.IMPLICIT),
+        (64, 1, 2, 0, 1, "nhwc", qck.IMPLICIT),
+        (128, 1, 1, 0, 1, "nhwc", qck.POINTWISE),
+        (3, 7, 2, 3, 1, "nchw", qck.GATHER),  # the stem: 3 channels, K = 147
+        (3, 7, 2, 3, 1, "nhwc", qck.GATHER),
+        (64, 3, 1, 1, 1, "nchw", qck.GATHER),  # not channels-last
+    ],
 )
-def test_conv_kernel_matches_torch(dtype, c, kernel, stride, pad, dilation) -> None:
-    """The implicit GEMM's sums times the per-channel scale equal torch's float64 convolution
-    of the same 8-bit values (int8 exactly; fp8 to float32 accumulation)."""
+def test_conv_kernel_matches_torch(dtype, c, kernel, stride, pad, dilation, layout, mode) -> None:
+    """The kernel's sums times the per-channel scale equal torch's float64 convolution of the
+    same 8-bit values (int8 exactly; fp8 to float32 accumulation), in each input mode."""
     n, h, w, c_out = 2, 9, 7, 40
     x, weight = _operands(dtype, n, c, h, w, c_out, kernel)
     want = torch.nn.functional.conv2d(
@@ -48,30 +57,21 @@ def test_conv_kernel_matches_torch(dtype, c, kernel, stride, pad, dilation) -> N
     ho, wo = want.shape[2:]
     scale = torch.rand(c_out) * 1e-3
     want = (want * scale.double()[None, :, None, None]).permute(0, 2, 3, 1).reshape(-1, c_out)
-    x_cl = x.contiguous(memory_format=torch.channels_last).to(DEVICE)
-    wt = weight.permute(0, 2, 3, 1).reshape(c_out, -1).contiguous().to(DEVICE)
+    if layout == "nhwc":
+        x = x.view(torch.uint8).contiguous(memory_format=torch.channels_last).view(dtype)
+    x = x.to(DEVICE)
+    k = kernel * kernel * c
+    wide = torch.zeros((c_out, k + 5), dtype=torch.uint8)  # rows wider than K: not read
+    wide[:, :k] = weight.view(torch.uint8).permute(0, 2, 3, 1).reshape(c_out, k)
+    wt = wide.view(dtype)[:, :k].to(DEVICE)
     out = torch.empty((n * ho * wo, c_out), dtype=torch.float32, device=DEVICE)
     geometry = (kernel, (stride, stride), (pad, pad), (dilation, dilation), ho, wo)
-    qck.conv(x_cl, wt, scale.to(DEVICE), out, geometry)
+    assert qck.input_mode(x, geometry) == mode
+    qck.conv(x, wt, scale.to(DEVICE), out, geometry)
     rtol = 1e-6 if dtype == torch.int8 else 1e-5
     np.testing.assert_allclose(
         out.cpu().double().numpy(), want.numpy(), rtol=rtol, atol=rtol * want.abs().max().item()
     )
-
-
-def test_fp8_patch_matrix_masks_the_k_tail() -> None:
-    """A 1x1 convolution of 147 channels (the 7x7 stem's patch matrix): K is not a multiple
-    of the K block, the tail is masked."""
-    rows, k, c_out = 50, 147, 64
-    x, weight = _operands(F8, rows, k, 1, 1, c_out, 1)
-    want = x.double().reshape(rows, k) @ weight.double().reshape(c_out, k).t()
-    scale = torch.ones(c_out)
-    out = torch.empty((rows, c_out), dtype=torch.float32, device=DEVICE)
-    qck.conv(
-        x.to(DEVICE), weight.reshape(c_out, k).to(DEVICE), scale.to(DEVICE), out,
-        (1, (1, 1), (0, 0), (1, 1), 1, 1),
-    )  # fmt: skip
-    np.testing.assert_allclose(out.cpu().double().numpy(), want.numpy(), rtol=1e-5, atol=1e-2)
 
 
 @pytest.mark.parametrize("qtype", ["int8", "fp8"])
