@@ -19,9 +19,11 @@ int8, two ways, chosen per convolution by `PGX_GPU_INT8_CONV` (read at prepare):
   result), so the result is the quantised program's to half precision, not exact. Only with a
   fusable dequantise user and a constant activation scale; other convolutions use `gemm`.
 
-fp8 e4m3 (`passes/fold_fp8.py` makes them: float32 sums, then a per-channel `mul` in the group
-after it): `quant_conv_kernels.conv` with fp8 operands, where Triton kernels run; the group's
-scale, bias, residual, ReLU and fp8 quantise of the result are its epilogue as for int8.
+fp8 e4m3 (`passes/fold_fp8.py` makes them with `PGX_GPU_FP8_CONV=triton` where Triton kernels
+run: float32 sums, then a per-channel `mul` in the group after it; by default the fp8 values
+are dequantised for cuDNN's half convolution): `quant_conv_kernels.conv` with fp8 operands; the
+group's scale, bias, residual, ReLU and fp8 quantise of the result are its epilogue as for
+int8.
 
 The int8 mode in use is logged once per prepare. Grouped convolutions, asymmetric padding,
 runtime weights (and fp8 without Triton) are declined to the torch lowering (the numpy
@@ -52,6 +54,18 @@ log = logging.getLogger(__name__)
 Lowering = Callable[[LoweringContext, Instruction], bool]
 INT8_CONV_ENV = "PGX_GPU_INT8_CONV"
 MODES = ("gemm", "mixed", "fp16")
+FP8_CONV_ENV = "PGX_GPU_FP8_CONV"
+FP8_MODES = ("cudnn", "triton")
+
+
+def fp8_conv_mode() -> str:
+    """`PGX_GPU_FP8_CONV`: `triton` (fp8 convolutions as the fp8 kernel, `fold_fp8` folds
+    them) or `cudnn` (the default: cuDNN half on the fp8 values dequantised, as before; the
+    fp8 kernel is not yet faster on an H200)."""
+    mode = os.environ.get(FP8_CONV_ENV, "cudnn").strip() or "cudnn"
+    if mode not in FP8_MODES:
+        raise ValueError(f"{FP8_CONV_ENV}={mode!r}: expected one of {', '.join(FP8_MODES)}")
+    return mode
 
 
 def conv_mode() -> str:
@@ -293,4 +307,10 @@ def _lower_half(ctx, ins, geo: Geometry, weights, fused) -> bool:
     return defer(ctx, ins, user, lambda c, u: _emit_fresh(c, u, produce, CHANNELS_LAST))
 
 
-__all__ = ["INT8_CONV_ENV", "conv_mode", "lower_gpu_quant_convolution"]
+__all__ = [
+    "FP8_CONV_ENV",
+    "INT8_CONV_ENV",
+    "conv_mode",
+    "fp8_conv_mode",
+    "lower_gpu_quant_convolution",
+]

@@ -61,10 +61,10 @@ def _input_tile(
         hi, wi = h0 + kh * DH, w0 + (tap - kh * KW) * DW
         inside = (rows < M) & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
         offs = tl.multiple_of(base + hi * sxh + wi * sxw + (k0 - tap * C), 16)
-        return tl.load(x_ptr + offs[:, None] + ks[None, :], mask=inside[:, None], other=0)
+        return tl.load(x_ptr + offs[:, None] + ks[None, :], mask=inside[:, None], other=0.0)
     elif MODE == 1:
         offs = tl.multiple_of(rows * sxw + k0, 16)
-        return tl.load(x_ptr + offs[:, None] + ks[None, :], mask=(rows < M)[:, None], other=0)
+        return tl.load(x_ptr + offs[:, None] + ks[None, :], mask=(rows < M)[:, None], other=0.0)
     else:
         kk = k0 + ks
         tap = kk // C
@@ -74,7 +74,7 @@ def _input_tile(
         inside = (rows < M)[:, None] & (kk < K)[None, :]
         inside = inside & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
         offs = base[:, None] + hi * sxh + wi * sxw + ((kk - tap * C) * sxc)[None, :]
-        return tl.load(x_ptr + offs, mask=inside, other=0)
+        return tl.load(x_ptr + offs, mask=inside, other=0.0)
 
 
 @triton.jit
@@ -84,7 +84,7 @@ def _conv_kernel(
     bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
-    FP8: tl.constexpr, MODE: tl.constexpr,
+    FP8: tl.constexpr, BYTES: tl.constexpr, MODE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     rows, cols = qk._tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -103,12 +103,13 @@ def _conv_kernel(
         )
         w_at = w_ptr + cols[None, :] * stride_wn + (k0 + ks)[:, None]
         if MODE == 2:  # the K tail
-            w = tl.load(w_at, mask=(cols[None, :] < N) & ((k0 + ks) < K)[:, None], other=0)
+            w = tl.load(w_at, mask=(cols[None, :] < N) & ((k0 + ks) < K)[:, None], other=0.0)
         else:
-            w = tl.load(w_at, mask=cols[None, :] < N, other=0)
-        if FP8:  # fp8 operands come as their bytes (uint8): masked loads give +0.0
-            a = a.to(tl.float8e4nv, bitcast=True)
-            w = w.to(tl.float8e4nv, bitcast=True)
+            w = tl.load(w_at, mask=cols[None, :] < N, other=0.0)
+        if FP8:
+            if BYTES:  # fp8 given as its bytes (the interpreter): masked loads give +0.0
+                a = a.to(tl.float8e4nv, bitcast=True)
+                w = w.to(tl.float8e4nv, bitcast=True)
             acc = tl.dot(a, w, acc)
         else:
             acc = tl.dot(a, w, acc, out_dtype=tl.int32)
@@ -165,15 +166,16 @@ def conv(
         raise ValueError(f"conv: int8 or fp8 e4m3 operands of one type, got {x.dtype}, {wt.dtype}")
     mode = input_mode(x, geometry)
     sxn, sxc, sxh, sxw = x.stride()
-    if fp8:
+    timed = qk._timed(x)
+    if fp8 and not timed:  # the interpreter cannot fill masked fp8 loads: bytes, bitcast
         x, wt = x.view(torch.uint8), wt.view(torch.uint8)
     args = (
         x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw, sxc,
         wt.stride(0), out.stride(0), sh, sw, ph, pw, dh, dw, kw,
     )  # fmt: skip
     extra, codes = qk._epilogue_args(scale, epilogue, residual, qout)
-    codes.update(FP8=fp8, MODE=mode)
-    if qk._timed(x):
+    codes.update(FP8=fp8, BYTES=fp8 and not timed, MODE=mode)
+    if timed:
         _tuned_kernel()[qk._tuned_grid](*args, *extra, **codes)
         return
     config = qk._config(m)

@@ -32,6 +32,7 @@ from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.targets.base import Target
 from pygraphx.targets.gpu.executable import GpuExecutable
 from pygraphx.targets.gpu.lowering import gpu_overrides
+from pygraphx.targets.gpu.quant_conv import fp8_conv_mode
 from pygraphx.targets.gpu.triton_groups import TritonGroups, in_place_input, triton_wanted
 from pygraphx.targets.torch_lowering import lower_module
 
@@ -92,10 +93,11 @@ class GpuTarget(Target):
         )
 
     def get_passes(self, options: dict[str, Any]) -> list[Pass]:
-        """fp8 products folded for `torch._scaled_mm` and, where Triton kernels run, the fp8
-        convolution kernel (`fold_fp8`), then the common list."""
+        """fp8 products folded for `torch._scaled_mm` and, with `PGX_GPU_FP8_CONV=triton` where
+        Triton kernels run, the fp8 convolution kernel (`fold_fp8`), then the common list."""
         policy = self.fusion_policy()
-        convolutions = isinstance(policy, RowFusion)  # Triton kernels run on this device
+        # fp8 convolution kernels: asked for (`PGX_GPU_FP8_CONV`) and Triton runs here
+        convolutions = isinstance(policy, RowFusion) and fp8_conv_mode() == "triton"
         fold = Pass("fold_fp8", lambda module, program: fold_fp8(module, convolutions))
         return [fold, *optimize_passes(policy=policy)]
 

@@ -211,11 +211,8 @@ def test_fp8_products_match_ref(fp16: bool, triton: bool, monkeypatch) -> None:
         if ins.op.name == "quant_dot"
     ]
     assert products == ["fp8e4m3fn_type", "fp8e4m3fn_type"]  # MatMul and the activations' one
-    convs = [ins for ins in prog.get_main_module().instructions if ins.op.name == "convolution"]
-    if triton:  # operands quantised; the convolutions are fp8 kernels (`test_gpu_quant_conv`)
-        assert calls["quantise"] > 0 and calls["round_trip"] == 0 and not convs, calls
-    else:  # convolutions of fp8 values round-tripped to float
-        assert calls["round_trip"] == 0 and len(convs) == 4
+    if triton:  # the products' operands quantised, the convolutions' inputs round-tripped
+        assert calls["quantise"] > 0 and calls["round_trip"] > 0, calls
     if CUDA:
         assert prog._executable.graph is not None, prog._executable.why_uncaptured
     # The scales multiply the sum, not each term (and in half the reference rounds each
@@ -223,15 +220,10 @@ def test_fp8_products_match_ref(fp16: bool, triton: bool, monkeypatch) -> None:
     # one fp8 step (1/16 to 1/8 relative) away: on an H200 one element of the MatMul's result
     # did, moving a row and a column of the activations' product by up to 0.55% (2% of its
     # elements). A few elements differ by that much; the rest and the whole output stay close.
-    # With fp8 convolution kernels (triton) in half, the reference also rounds each dequantised
-    # weight to half, and the four convolutions re-quantise in a chain, so such steps compound:
-    # up to 8% of the last one's elements moved (rel rms 1.3%) for one draw of the weights. The
-    # exact check of those kernels is test_gpu_quant_conv's (ref running the folded program).
     rtol = 2e-3 if fp16 else 1e-5
-    share = 0.85 if fp16 and triton else 0.95
     for g, w in zip(got, want, strict=True):
         near = np.isclose(g, w, rtol=rtol, atol=rtol * np.abs(w).max())
-        assert near.mean() > share, (near.mean(), rel_rms(g, w))
+        assert near.mean() > 0.95, near.mean()
         assert rel_rms(g, w) < 2e-2
 
 

@@ -15,6 +15,7 @@ pytest.importorskip("triton")
 import pygraphx  # noqa: E402
 from pygraphx.targets.gpu import quant_conv_kernels as qck  # noqa: E402
 from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
+from pygraphx.targets.gpu.quant_conv import FP8_CONV_ENV  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -179,6 +180,7 @@ def test_fp8_convolutions_match_ref_of_the_folded_program(fp16: bool, monkeypatc
     program with `fold_fp8` applied (fp8 sums in float32, the scale on the sum)."""
     from pygraphx.passes.fold_fp8 import fold_fp8
 
+    monkeypatch.setenv(FP8_CONV_ENV, "triton")
     seen = _spy_epilogues(monkeypatch)
     model, feeds = stem_and_block_model()
     ref, gpu = _quantised(model, feeds, "fp8", fp16), _quantised(model, feeds, "fp8", fp16)
@@ -222,3 +224,19 @@ def test_int8_convolutions_are_one_kernel_each(fp16: bool, monkeypatch) -> None:
     assert ("bias", "relu", "torch.int8") in kinds, kinds
     rtol = 2e-3 if fp16 else 1e-5
     np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
+
+
+def test_fp8_convolutions_stay_cudnn_by_default(monkeypatch) -> None:
+    """Without `PGX_GPU_FP8_CONV=triton` the fp8 convolutions are not folded (cuDNN half on the
+    dequantised values, as before); an unknown value is an error."""
+    monkeypatch.delenv(FP8_CONV_ENV, raising=False)
+    model, feeds = stem_and_block_model()
+    gpu = _quantised(model, feeds, "fp8", True)
+    gpu.compile(pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"})))
+    names = [i.op.name for i in gpu.get_main_module().instructions]
+    assert names.count("convolution") == 4 and "quant_convolution" not in names
+    monkeypatch.setenv(FP8_CONV_ENV, "fast")
+    with pytest.raises(ValueError, match="PGX_GPU_FP8_CONV"):
+        _quantised(model, feeds, "fp8", True).compile(
+            pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"}))
+        )
