@@ -84,7 +84,7 @@ def _conv_kernel(
     bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
-    FP8: tl.constexpr, BYTES: tl.constexpr, MODE: tl.constexpr,
+    FP8: tl.constexpr, MODE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     rows, cols = qk._tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -106,10 +106,9 @@ def _conv_kernel(
             w = tl.load(w_at, mask=(cols[None, :] < N) & ((k0 + ks) < K)[:, None], other=0.0)
         else:
             w = tl.load(w_at, mask=cols[None, :] < N, other=0.0)
-        if FP8:
-            if BYTES:  # fp8 given as its bytes (the interpreter): masked loads give +0.0
-                a = a.to(tl.float8e4nv, bitcast=True)
-                w = w.to(tl.float8e4nv, bitcast=True)
+        if FP8:  # fp8 operands come as their bytes (uint8): masked loads give +0.0
+            a = a.to(tl.float8e4nv, bitcast=True)
+            w = w.to(tl.float8e4nv, bitcast=True)
             acc = tl.dot(a, w, acc)
         else:
             acc = tl.dot(a, w, acc, out_dtype=tl.int32)
@@ -167,14 +166,14 @@ def conv(
     mode = input_mode(x, geometry)
     sxn, sxc, sxh, sxw = x.stride()
     timed = qk._timed(x)
-    if fp8 and not timed:  # the interpreter cannot fill masked fp8 loads: bytes, bitcast
+    if fp8:  # loaded as bytes and bitcast (direct fp8 loads failed on an H200 with Triton 3.6)
         x, wt = x.view(torch.uint8), wt.view(torch.uint8)
     args = (
         x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw, sxc,
         wt.stride(0), out.stride(0), sh, sw, ph, pw, dh, dw, kw,
     )  # fmt: skip
     extra, codes = qk._epilogue_args(scale, epilogue, residual, qout)
-    codes.update(FP8=fp8, BYTES=fp8 and not timed, MODE=mode)
+    codes.update(FP8=fp8, MODE=mode)
     if timed:
         _tuned_kernel()[qk._tuned_grid](*args, *extra, **codes)
         return
