@@ -17,6 +17,10 @@ Every variant compiles the same built-in ONNX model (`pygraphx.models`, random w
   dequantised values);
 * `fp8`: `quantize_fp8(prog, gpu, samples)` then `quantize_fp16`.
 
+int8 and fp8 quantise only products with a constant operand (`activation_products=False`:
+attention's Q.K^T and P.V stay half and run as the fused attention, TensorRT's default);
+`--activation-products` quantises those too (each row and the JSON say which).
+
 Each kind is quantised once and saved (`pygraphx.save`); every variant loads and compiles it.
 Calibration: `--calib` samples (`model_inputs(name, model, seed=k)`, k = 1..N, each a whole
 batch). Timing: `--warmup` calls, then `--runs` calls each between two CUDA events; the median
@@ -67,14 +71,19 @@ def rel_rms(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.sqrt(np.sum((got - want) ** 2) / np.sum(want**2)))
 
 
-def quantised_file(model_bytes: bytes, kind: str, calib: list[dict], tmp: Path) -> Path:
+def quantised_file(
+    model_bytes: bytes, kind: str, calib: list[dict], tmp: Path, activation_products: bool
+) -> Path:
     """The program of `kind`, quantised once (calibrated on the gpu target) and saved."""
     prog = pygraphx.parse_onnx_buffer(model_bytes)
     if kind in ("int8", "fp8"):
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            getattr(pygraphx, f"quantize_{kind}")(prog, pygraphx.get_target("gpu"), calib)
+            quantize = getattr(pygraphx, f"quantize_{kind}")
+            quantize(
+                prog, pygraphx.get_target("gpu"), calib, activation_products=activation_products
+            )
         for w in caught:
             print(f"    warning: {w.message}")
         print(f"    {kind} calibration + quantisation: {time.perf_counter() - start:.1f} s")
@@ -182,7 +191,8 @@ def plans(
 
 
 def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    print(f"{name} (batch {args.batch}):", flush=True)
+    what = "all products" if args.activation_products else "products with constant weights"
+    print(f"{name} (batch {args.batch}; int8/fp8 quantise {what}):", flush=True)
     model = get_model(name, batch=args.batch, seq_len=args.seq_len)
     model_bytes = model.SerializeToString()
     host = model_inputs(name, model, seed=0)
@@ -194,8 +204,10 @@ def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any
         if kind not in args.variants:
             continue
         if kind not in files:
-            files[kind] = quantised_file(model_bytes, kind, calib, tmp)
+            files[kind] = quantised_file(model_bytes, kind, calib, tmp, args.activation_products)
         row, out = variant(label, files[kind], env, feeds, args)
+        if kind in ("int8", "fp8"):
+            row["activation_products"] = args.activation_products
         gc.collect()  # the variant's program and its device memory go before the next
         torch.cuda.empty_cache()
         if kind == "fp32":
@@ -222,6 +234,10 @@ def main() -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--int8-gemms", nargs="+", default=["triton", "cublas"])
     ap.add_argument("--conv-modes", nargs="+", default=["gemm", "mixed", "fp16"])
+    ap.add_argument(
+        "--activation-products", action="store_true",
+        help="quantise products of two activations too (attention's; default: they stay half)",
+    )  # fmt: skip
     ap.add_argument("--profile", action="store_true", help="device time per step kind (see above)")
     ap.add_argument("--profile-runs", type=int, default=3)
     ap.add_argument("--top", type=int, default=15, help="slowest steps printed with --profile")

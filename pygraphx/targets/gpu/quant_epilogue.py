@@ -29,7 +29,13 @@ from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh
 from pygraphx.targets.torch_lowering.registry import defer
 
-__all__ = ["EpiloguePlan", "bind_quantised", "deferred_epilogue", "epilogue_plan"]
+__all__ = [
+    "EpiloguePlan",
+    "bind_quantised",
+    "deferred_epilogue",
+    "epilogue_plan",
+    "quantising_user",
+]
 
 
 @dataclass
@@ -172,14 +178,15 @@ def _plan_body(ctx, user: Instruction, group: Instruction, axis: int, n: int):
     return None
 
 
-def quantising_user(ctx: LoweringContext, group: Instruction):
-    """(the int8 `quantizelinear` of `group` with one constant scale, that scale as a float32
-    tensor, whether the group's float value is still needed) or (None, None, True)."""
+def quantising_user(ctx: LoweringContext, group: Instruction, types=("int8_type",)):
+    """(the `quantizelinear` of `group` to one of `types` with one constant scale, that scale
+    as a one-element float32 tensor, whether the group's float value is still needed) or
+    (None, None, True)."""
     users = [u for u in group.outputs if u.op.name == "quantizelinear"]
     if len(users) != 1 or len(users[0].inputs) != 2 or users[0].inputs[0] is not group:
         return None, None, True
     quantise = users[0]
-    if quantise.shape.type() != "int8_type":
+    if quantise.shape.type() not in types or id(quantise) in ctx.fusers:
         return None, None, True
     value = _literal_behind(quantise.inputs[1])
     if value is None or value.size == 0 or not (value == value.flat[0]).all():

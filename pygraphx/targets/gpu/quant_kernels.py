@@ -34,9 +34,10 @@ import triton
 import triton.language as tl
 import triton.testing
 
+from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits, fp8_round, int8_code
+
 _BLOCK = 1024
 _BLOCK_M, _BLOCK_N = 32, 64
-_MAGIC = 12582912.0  # 1.5 * 2**23
 
 
 @triton.jit
@@ -44,38 +45,7 @@ def _quantise_int8_kernel(x_ptr, scale_ptr, out_ptr, n, BLOCK: tl.constexpr, MAG
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    s = tl.load(scale_ptr).to(tl.float32)
-    v = tl.math.div_rn(x, s)
-    v = tl.minimum(tl.maximum(v, -128.0), 127.0)
-    v = (v + MAGIC) - MAGIC
-    v = tl.where(x != x, -128.0, v)  # NaN -> the low end, as the reference's cast gives
-    tl.store(out_ptr + offs, v.to(tl.int8), mask=mask)
-
-
-@triton.jit
-def _fp8_round(v, MAGIC: tl.constexpr):
-    """|v| <= 448 (float32) rounded to the nearest fp8 e4m3 value, half to even: a step of
-    2**(e - 3) in binade e (e >= -6; the subnormals share binade -6's step, 2**-9)."""
-    mag = tl.abs(v)
-    e = ((mag.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-    e = tl.maximum(e, -6)
-    step = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
-    q = (tl.math.div_rn(mag, step) + MAGIC) - MAGIC  # < 16: exact, half to even
-    return tl.where(v.to(tl.int32, bitcast=True) < 0, -q * step, q * step)  # -0 stays -0
-
-
-@triton.jit
-def _fp8_bits(r, neg):
-    """The e4m3fn byte of `r`, a float32 that is an fp8 e4m3 value (NaN as 0x7F), with the sign
-    bit set where `neg` (taken from the unrounded value's bits: the GPU compile does not keep
-    the sign of a zero through min/max and negation, so -0 would come out as +0)."""
-    bits = r.to(tl.int32, bitcast=True)
-    sign = tl.where(neg, 0x80, 0)
-    mag = tl.abs(r)
-    normal = (((bits >> 23) & 0xFF) - 120) * 8 + ((bits >> 20) & 7)  # exponent bias 7
-    sub = (tl.where(mag < 0.015625, mag, 0.0) * 512.0).to(tl.int32)  # k * 2**-9 below 2**-6
-    code = tl.where(mag < 0.015625, sub, normal)
-    return tl.where(r != r, 0x7F, sign | code).to(tl.uint8)
+    tl.store(out_ptr + offs, int8_code(x, tl.load(scale_ptr).to(tl.float32), MAGIC), mask=mask)
 
 
 @triton.jit
@@ -87,13 +57,13 @@ def _quantise_fp8_kernel(
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(scale_ptr).to(tl.float32)
     v = tl.math.div_rn(x, s)
-    r = _fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
+    r = fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
     r = tl.where(v != v, v, r)  # NaN stays NaN
     if ROUND_TRIP:  # dequantised at once: r * scale in the output's type
         tl.store(out_ptr + offs, (r * s).to(out_ptr.dtype.element_ty), mask=mask)
     else:
         neg = v.to(tl.int32, bitcast=True) < 0
-        tl.store(out_ptr + offs, _fp8_bits(r, neg), mask=mask)
+        tl.store(out_ptr + offs, fp8_bits(r, neg), mask=mask)
 
 
 @triton.jit
@@ -158,10 +128,8 @@ def _store_dequantised(
     if STORE:
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
     if QUANT:  # the int8 quantise of the stored value (`_quantise_int8_kernel`'s arithmetic)
-        v = tl.math.div_rn(y.to(ty).to(tl.float32), tl.load(qs_ptr).to(tl.float32))
-        v = tl.minimum(tl.maximum(v, -128.0), 127.0)
-        v = tl.where(v != v, -128.0, (v + MAGIC) - MAGIC)
-        tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], v.to(tl.int8), mask=mask)
+        q = int8_code(y.to(ty).to(tl.float32), tl.load(qs_ptr).to(tl.float32), MAGIC)
+        tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
 
 
 @triton.jit
@@ -333,7 +301,7 @@ def _epilogue_args(scale, epilogue: Epilogue | None, residual, qout=None) -> tup
     if (ep.quant_scale is None) != (qout is None):
         raise ValueError("an epilogue that quantises needs the int8 output, and only it")
     e0, e1, e2 = ep.codes
-    flags = {"QUANT": qout is not None, "STORE": ep.store, "MAGIC": _MAGIC}
+    flags = {"QUANT": qout is not None, "STORE": ep.store, "MAGIC": MAGIC}
     return ep.args(scale, residual, qout), {"E0": e0, "E1": e1, "E2": e2, **flags}
 
 
@@ -408,7 +376,7 @@ def quantise_int8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> No
     if n == 0:
         return
     grid = (triton.cdiv(n, _BLOCK),)
-    _quantise_int8_kernel[grid](x, scale, out, n, BLOCK=_BLOCK, MAGIC=_MAGIC, num_warps=4)
+    _quantise_int8_kernel[grid](x, scale, out, n, BLOCK=_BLOCK, MAGIC=MAGIC, num_warps=4)
 
 
 def quantise_fp8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
@@ -430,7 +398,7 @@ def _fp8_launch(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor, round_t
         return
     grid = (triton.cdiv(n, _BLOCK),)
     _quantise_fp8_kernel[grid](
-        x, scale, out, n, BLOCK=_BLOCK, MAGIC=_MAGIC, ROUND_TRIP=round_trip, num_warps=4
+        x, scale, out, n, BLOCK=_BLOCK, MAGIC=MAGIC, ROUND_TRIP=round_trip, num_warps=4
     )
 
 
