@@ -15,7 +15,8 @@ Every variant compiles the same built-in ONNX model (`pygraphx.models`, random w
   for ResNet-50, per `PGX_GPU_INT8_CONV` mode (`gemm`: every convolution an int8 GEMM;
   `mixed`: 1x1 as int8 GEMMs, the rest cuDNN half; `fp16`: every convolution cuDNN half on
   dequantised values);
-* `fp8`: `quantize_fp8(prog, gpu, samples)` then `quantize_fp16`.
+* `fp8`: `quantize_fp8(prog, gpu, samples)` then `quantize_fp16`, once per
+  `PGX_GPU_FP8_GEMM` (`triton`: the Triton fp8 GEMM; `cublas`: `torch._scaled_mm`).
 
 int8 and fp8 quantise only products with a constant operand (`activation_products=False`:
 attention's Q.K^T and P.V stay half and run as the fused attention, TensorRT's default);
@@ -60,7 +61,7 @@ import pygraphx  # noqa: E402
 from pygraphx.driver.perf import profile_runs  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 from pygraphx.passes.fusion_policy import inner_op_names  # noqa: E402
-from pygraphx.targets.gpu.quant import INT8_GEMM_ENV  # noqa: E402
+from pygraphx.targets.gpu.quant import FP8_GEMM_ENV, INT8_GEMM_ENV  # noqa: E402
 from pygraphx.targets.gpu.quant_conv import INT8_CONV_ENV  # noqa: E402
 
 CONV_MODELS = {"resnet50", "mobilenetv2"}
@@ -96,7 +97,7 @@ def quantised_file(
 
 def variant(label: str, path: Path, env: dict[str, str], feeds, args) -> tuple[dict, np.ndarray]:
     """Compile the saved program with `env` set, run it once (graph capture), time it."""
-    for key in (INT8_CONV_ENV, INT8_GEMM_ENV):
+    for key in (INT8_CONV_ENV, INT8_GEMM_ENV, FP8_GEMM_ENV):
         os.environ.pop(key, None)
     os.environ.update(env)
     start = time.perf_counter()
@@ -174,7 +175,7 @@ def device_profile(prog, feeds, runs: int, top: int) -> dict[str, Any]:
 
 
 def plans(
-    name: str, gemms=("triton", "cublas"), modes=("gemm", "mixed", "fp16")
+    name: str, gemms=("triton", "cublas"), modes=("gemm", "mixed", "fp16"), fp8_gemms=("triton",)
 ) -> list[tuple[str, str, dict[str, str]]]:
     """(label, kind, environment) of every variant of model `name` (int8 rows for the GEMM
     choices `gemms` and, with convolutions, the convolution modes `modes`)."""
@@ -186,7 +187,7 @@ def plans(
                 rows.append((f"int8 conv={mode} gemm={gemm}", "int8", env))
     else:
         rows += [(f"int8 gemm={g}", "int8", {INT8_GEMM_ENV: g}) for g in gemms]
-    rows.append(("fp8", "fp8", {}))
+    rows += [(f"fp8 gemm={g}", "fp8", {FP8_GEMM_ENV: g}) for g in fp8_gemms]
     return rows
 
 
@@ -200,7 +201,7 @@ def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any
     calib = [model_inputs(name, model, seed=k) for k in range(1, args.calib + 1)]
     files: dict[str, Path] = {}
     rows, want = [], None
-    for label, kind, env in plans(name, args.int8_gemms, args.conv_modes):
+    for label, kind, env in plans(name, args.int8_gemms, args.conv_modes, args.fp8_gemms):
         if kind not in args.variants:
             continue
         if kind not in files:
@@ -234,6 +235,7 @@ def main() -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--int8-gemms", nargs="+", default=["triton", "cublas"])
     ap.add_argument("--conv-modes", nargs="+", default=["gemm", "mixed", "fp16"])
+    ap.add_argument("--fp8-gemms", nargs="+", default=["triton", "cublas"])
     ap.add_argument(
         "--activation-products", action="store_true",
         help="quantise products of two activations too (attention's; default: they stay half)",

@@ -8,9 +8,10 @@
   (`quant_kernels.dequantise`: one kernel, int32 in, the user's float type out); with Triton
   GEMMs, so is a bias / residual / ReLU group after it (`quant_epilogue.py`).
 * `quant_dot` of fp8 e4m3 x fp8 e4m3 with a constant right-hand side (`passes/fold_fp8.py`
-  makes them): `torch._scaled_mm` with unit scales and float32 output (the sums of exact fp8
-  products in float32); its scale multiply stays a `mul` that the element-wise group after it
-  absorbs.
+  makes them): the float32 sums of exact fp8 products, by the Triton GEMM
+  (`quant_kernels.fp8_gemm`, autotuned per shape; the default where Triton kernels run) or
+  `torch._scaled_mm` with unit scales (`PGX_GPU_FP8_GEMM=cublas`); its scale multiply stays a
+  `mul` that the element-wise group after it absorbs.
 * `quant_dot` of two int8 activations (attention's products): a batched GEMM of the int8
   values as half with float32 accumulation and output (`runtime_sums`; float32 off CUDA),
   exact while 128 * 128 * K < 2**24 (K <= 1023), declined beyond; of two fp8 activations: the
@@ -48,6 +49,7 @@ Lowering = Callable[[LoweringContext, Instruction], bool]
 Epilogue = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 INT8_GEMM_ENV = "PGX_GPU_INT8_GEMM"
+FP8_GEMM_ENV = "PGX_GPU_FP8_GEMM"
 FP8 = "fp8e4m3fn_type"
 FP8_MAX = 448.0
 #: the largest K whose int8 sums a float32 GEMM adds exactly (128 * 128 * K < 2**24)
@@ -58,11 +60,12 @@ def epilogue(triton: bool) -> Epilogue:
     return qk.dequantise if triton else qk.eager_dequantise
 
 
-def int8_gemm_choice(triton: bool) -> str:
-    """`PGX_GPU_INT8_GEMM` (triton or cublas); triton by default where Triton kernels run."""
-    choice = os.environ.get(INT8_GEMM_ENV, "").strip() or ("triton" if triton else "cublas")
+def int8_gemm_choice(triton: bool, env: str = INT8_GEMM_ENV) -> str:
+    """`PGX_GPU_INT8_GEMM` (or `env`: `PGX_GPU_FP8_GEMM`), triton or cublas; triton by default
+    where Triton kernels run."""
+    choice = os.environ.get(env, "").strip() or ("triton" if triton else "cublas")
     if choice not in ("triton", "cublas"):
-        raise ValueError(f"{INT8_GEMM_ENV}={choice!r}: expected triton or cublas")
+        raise ValueError(f"{env}={choice!r}: expected triton or cublas")
     if choice == "triton" and not triton:
         return "cublas"  # Triton off for this target: the library path, as asked for there
     return choice
@@ -201,6 +204,8 @@ def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: b
     if rows == 0 or k == 0:
         return False
     a, env = ctx.arg(ins, 0), ctx.env
+    if gemm_type is Fp8Gemm and int8_gemm_choice(triton, FP8_GEMM_ENV) == "triton":
+        return _lower_fp8_triton(ctx, ins, w, rows)
     fused = dequantising_user(ctx, ins, n) if gemm_type is IntGemm else None
     if fused is None:
         return _lower_fixed_unfused(ctx, ins, gemm_type(w, rows, ctx.device), rows, k, n)
@@ -236,6 +241,24 @@ def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: b
     if defer(ctx, ins, user, fuse):
         return True
     return _lower_fixed_unfused(ctx, ins, gemm_type(w, rows, ctx.device), rows, k, n)
+
+
+def _lower_fp8_triton(ctx: LoweringContext, ins: Instruction, w: torch.Tensor, rows: int) -> bool:
+    """The float32 sums of an fp8 activation and the constant fp8 `w` (K, N) by the Triton
+    GEMM (`quant_kernels.fp8_gemm` with unit scales), straight into the output buffer."""
+    k, n = w.shape
+    a, env = ctx.arg(ins, 0), ctx.env
+    idx, out = output_buffer(ctx, ins, STANDARD)
+    out2, wt = out.view(rows, n), w.t().contiguous()
+    ones = torch.ones(n, dtype=torch.float32, device=ctx.device)
+    gemm = qk.fp8_gemm
+
+    def step() -> None:
+        x = env[a].reshape(rows, k)
+        gemm(x if x.stride(-1) == 1 else x.contiguous(), wt, ones, out2)
+
+    ctx.emit(step, ins, idx)
+    return True
 
 
 def _rows(rows: int, n: int) -> Callable[[torch.Tensor], torch.Tensor]:

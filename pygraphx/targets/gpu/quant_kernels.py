@@ -15,6 +15,7 @@
   more). Tiles autotuned per (M, N, K) on CUDA (`GEMM_CONFIGS`; 128 x 128 x 64, fewer rows
   for small products, where nothing is timed), grouped launch order so neighbouring programs
   share weight tiles in L2.
+* `fp8_gemm(a, wt, scale, out)`: the same kernel for fp8 e4m3 operands, float32 sums.
 * `int8_conv(x, wt, scale, out, geometry)`: the same for a convolution of a channels-last int8
   input, as an implicit GEMM (each K block is one kernel tap's run of channels, read in place:
   no patch matrix in memory), for inputs whose channels are a multiple of `CONV_BLOCK_K`.
@@ -139,10 +140,14 @@ def _int8_gemm_kernel(
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FP8: tl.constexpr = False,
 ):  # fmt: skip
     rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     ks = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    if FP8:  # float32 sums of fp8 products, else int32 sums of int8 ones
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + ks
         a = tl.load(
@@ -153,7 +158,11 @@ def _int8_gemm_kernel(
             w_ptr + cols[None, :] * stride_wn + kk[:, None],
             mask=(cols[None, :] < N) & (kk[:, None] < K), other=0,
         )  # fmt: skip
-        acc = tl.dot(a, w, acc, out_dtype=tl.int32)
+        if FP8:  # fp8 operands come as their bytes (a zero byte is +0.0)
+            a, w = a.to(tl.float8e4nv, bitcast=True), w.to(tl.float8e4nv, bitcast=True)
+            acc = tl.dot(a, w, acc, out_dtype=tl.float32)
+        else:
+            acc = tl.dot(a, w, acc, out_dtype=tl.int32)
     _store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
         qs_ptr, q_ptr, stride_qm, E0, E1, E2, QUANT, STORE, MAGIC,
@@ -250,7 +259,7 @@ _tuned: dict[str, Any] = {}
 def _tuned_kernel(name: str):
     """The autotuned `int8_gemm` / `int8_conv` kernel (made at first use)."""
     if name not in _tuned:
-        if name == "gemm":
+        if name in ("gemm", "fp8_gemm"):  # one autotuner each: their own timings
             _tuned[name] = _autotuned(_int8_gemm_kernel, GEMM_CONFIGS)
         else:
             _tuned[name] = _autotuned(_int8_conv_kernel, CONV_CONFIGS)
@@ -317,14 +326,35 @@ def int8_gemm(
     """`out = epilogue(float32(a @ wt.T) * scale)` for int8 `a` (M, K) and `wt` (N, K), unit
     inner strides, float32 `scale` (N,), any float `out` (M, N). On CUDA the tiles are
     autotuned per (M, N, K) (`GEMM_CONFIGS`)."""
+    _gemm("gemm", a, wt, scale, out, epilogue, residual, qout)
+
+
+def fp8_gemm(
+    a: torch.Tensor,
+    wt: torch.Tensor,
+    scale: torch.Tensor,
+    out: torch.Tensor,
+    epilogue: Epilogue | None = None,
+    residual: torch.Tensor | None = None,
+    qout: torch.Tensor | None = None,
+) -> None:
+    """`int8_gemm` for fp8 e4m3 `a` and `wt`: the products of fp8 values are exact in float32
+    and accumulate in float32 (tensor cores on sm89+), then `* scale` and the epilogue. The
+    kernel reads their bytes (masked loads fill with a zero byte, +0.0)."""
+    a, wt = a.view(torch.uint8), wt.view(torch.uint8)
+    _gemm("fp8_gemm", a, wt, scale, out, epilogue, residual, qout)
+
+
+def _gemm(name: str, a, wt, scale, out, epilogue, residual, qout) -> None:
     m, k = a.shape
     n = wt.shape[0]
     if m == 0 or n == 0:
         return
     extra, codes = _epilogue_args(scale, epilogue, residual, qout)
+    codes["FP8"] = name == "fp8_gemm"
     args = (a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0), *extra)
     if _timed(a):
-        _tuned_kernel("gemm")[_tuned_grid](*args, **codes)
+        _tuned_kernel(name)[_tuned_grid](*args, **codes)
         return
     config = _config(m)
     _int8_gemm_kernel[_grid(m, n, config)](*args, **codes, **config, num_warps=8, num_stages=4)
@@ -447,6 +477,7 @@ __all__ = [
     "quantise_fp8",
     "eager_dequantise",
     "eager_quantise_int8",
+    "fp8_gemm",
     "int8_conv",
     "int8_gemm",
     "quantise_int8",
