@@ -7,6 +7,8 @@
    input of a selected `dot` / `convolution` it records max |x| (or a percentile of |x|);
 2. each such activation gets `quantizelinear` -> `dequantizelinear` with one scale per tensor,
    `scale = max|x| / 127`, int8, no zero point (symmetric);
+   (`dot`s with constant weights that share their input, Q/K/V, are first merged into one
+   product, `simplify_algebra.fuse_horizontal_dots`, except with run-time scales);
 3. each constant right operand (weights) is quantised now, per output channel (the last axis
    of a `dot`'s right operand, axis 0 of a convolution's weights): an int8 literal and a
    `dequantizelinear` with `scale[c] = max|w[c]| / 127` (a constant left operand of a `dot`
@@ -44,6 +46,7 @@ from pygraphx.ops.base import make_op
 from pygraphx.ops.quant import quantize
 from pygraphx.passes.fold_qdq import fold_qdq
 from pygraphx.passes.propagate_constant import evaluate_constant
+from pygraphx.passes.simplify_algebra import fuse_horizontal_dots
 from pygraphx.quantize.batch_norm import fold_batch_norms
 from pygraphx.quantize.calibrate import AbsStatistic, observe
 from pygraphx.quantize.smooth import smoothable, smoothing_factors
@@ -215,6 +218,11 @@ def quantize_qdq(
         ins_names = (ins_names,)
     if "convolution" in ins_names:
         fold_batch_norms(prog.get_main_module())  # the folded weights are quantised
+    if "dot" in ins_names and not dynamic:
+        # Q/K/V (gate/up) products of one input become one product first, as the pipeline
+        # would merge them: one quantised GEMM, not three (one activation scale, per-column
+        # weight scales, so the numbers are those of the separate products)
+        fuse_horizontal_dots(prog.get_main_module())
     operands = quantized_inputs(prog, ins_names, fmt, activation_products)
     activations = _unique([op.value for op in operands if not op.constant])
     groups = smoothable(operands) if smooth is not None and calibration else {}
