@@ -41,6 +41,9 @@ from pygraphx.codegen.triton.emitter import (
 )
 from pygraphx.ops.handler import accumulation_dtype, compute_dtype
 
+#: 1.5 * 2**23: `(v + MAGIC) - MAGIC` rounds a float32 |v| < 2**22 to an integer, half to even
+#: (`quantise.py`; here so that writing sources needs no triton import)
+MAGIC = 12582912.0
 #: the longest row a program loads at once (longer rows loop)
 MAX_SINGLE = 8192
 INT32_LIMIT = 2**31 - 1
@@ -70,7 +73,7 @@ class QuantOutput:
             raise ValueError(f"quantised output {self.code!r}: expected int8 or fp8")
 
 
-_QUANT_IMPORT = "from pygraphx.codegen.triton.quantise import MAGIC, fp8_code, int8_code\n"
+_QUANT_IMPORT = "from pygraphx.codegen.triton.quantise import fp8_code, int8_code\n"
 
 
 def _header(group: GroupTrace, quant: QuantOutput | None) -> str:
@@ -89,7 +92,8 @@ def _stores(
     wide = value if out_dtype == np.float32 else f"({value}).to(tl.float32)"
     fn = f"{quant.code}_code"
     q_ptr = "qout" + out_ptr.removeprefix("out")
-    lines.append(f"tl.store({q_ptr}, {fn}({wide}, tl.load(qscale), MAGIC){tail}")
+    # the rounding constant as a literal: a kernel reads no non-constexpr globals
+    lines.append(f"tl.store({q_ptr}, {fn}({wide}, tl.load(qscale), {MAGIC!r}){tail}")
     return lines
 
 

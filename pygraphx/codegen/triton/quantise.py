@@ -18,8 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-#: 1.5 * 2**23: `(v + MAGIC) - MAGIC` rounds |v| < 2**22 to an integer, half to even
-MAGIC = 12582912.0
+from pygraphx.codegen.triton.kernels import MAGIC
 
 
 @triton.jit
