@@ -7,10 +7,13 @@ that group is the dequantise's only user and its body is at most three of
     add(running value, per-channel constant)   -> "bias"
     add(running value, another activation)     -> "residual"
     relu(running value)                        -> "relu"
+    gelu(running value)                        -> "gelu"
+    (h * (erf(h * 1/sqrt(2)) + 1)) * 1/2        -> "gelu" (h the running value, five ops)
 
 the group runs inside the GEMM (`quant_kernels.Epilogue`): its output is written once, not
 written by the GEMM, read and written again by the group. Each op is rounded to the group's
-type as the unfused op stores it, so the numbers are the unfused program's. When the group
+type as the unfused op stores it, so the numbers are the unfused program's (GELU's five ops
+are computed in float32 and rounded once, as the generated group kernel does). When the group
 has an int8 `quantizelinear` user with one constant scale (the next layer's input), the
 kernel writes that int8 tensor too, and the float one only if something else reads it.
 """
@@ -141,41 +144,88 @@ def deferred_epilogue(
 
 def _plan_body(ctx, user: Instruction, group: Instruction, axis: int, n: int):
     body = group.module_inputs[0].instructions
-    source = {}
-    for ins in body:
-        if ins.is_param():
-            source[id(ins)] = int(ins.op.parameter[1:])
+    source = {id(i): int(i.op.parameter[1:]) for i in body if i.is_param()}
     running = next((i for i in body if i.is_param() and group.inputs[source[id(i)]] is user), None)
-    ops, bias, residual = [], None, None
-    for ins in body:
-        if ins.is_param() or ins.is_literal():
-            continue
+    steps = [i for i in body if not (i.is_param() or i.is_literal())]
+    ops, found, at = [], {"gelu": (0.0, 0.0, 0.0)}, 0
+    while at < len(steps):
+        ins = steps[at]
         if ins.is_return():
             if len(ins.inputs) != 1 or ins.inputs[0] is not running or len(ops) > 3:
                 return None
             quantise, scale, store = quantising_user(ctx, group)
-            epilogue = qk.Epilogue(ops, bias, scale, store)
-            return EpiloguePlan(group, epilogue, residual, quantise)
-        if ins.op.name == "relu" and list(ins.inputs) == [running]:
-            ops.append("relu")
-        elif ins.op.name == "add" and len(ins.inputs) == 2 and running in ins.inputs:
-            other = ins.inputs[1] if ins.inputs[0] is running else ins.inputs[0]
-            if id(other) not in source or other is running:
-                return None
-            k = source[id(other)]
-            vector = channel_vector(ctx, group, k, axis, n)
-            if vector is not None and bias is None:
-                ops.append("bias")
-                bias = vector
-            elif vector is None and residual is None and _same(group.inputs[k], group):
-                ops.append("residual")
-                residual = ctx.arg(group, k)
-            else:
-                return None
-        else:
+            epilogue = qk.Epilogue(ops, found.get("bias"), scale, store, found["gelu"])
+            return EpiloguePlan(group, epilogue, found.get("residual"), quantise)
+        gelu = _gelu(ctx, group, steps[at : at + 5], running, source)
+        if gelu is not None:
+            ops.append("gelu")
+            found["gelu"], running, at = gelu, steps[at + 4], at + 5
+            continue
+        if ins.op.name in ("relu", "gelu") and list(ins.inputs) == [running]:
+            ops.append(ins.op.name)  # gelu: the recognised op, x * 0.5 * (1 + erf(x / sqrt 2))
+            found["gelu"] = GELU if ins.op.name == "gelu" else found["gelu"]
+        elif not _add(ctx, group, ins, running, source, (axis, n), ops, found):
             return None
-        running = ins
+        running, at = ins, at + 1
     return None
+
+
+def _add(ctx, group, ins, running, source, channels, ops: list, found: dict) -> bool:
+    """`ins` as an "add" of a per-channel bias or of a residual (into `ops` and `found`)."""
+    if ins.op.name != "add" or len(ins.inputs) != 2 or running not in ins.inputs:
+        return False
+    other = ins.inputs[1] if ins.inputs[0] is running else ins.inputs[0]
+    if id(other) not in source or other is running:
+        return False
+    k = source[id(other)]
+    vector = channel_vector(ctx, group, k, *channels)
+    if vector is not None and "bias" not in found:
+        ops.append("bias")
+        found["bias"] = vector
+    elif vector is None and "residual" not in found and _same(group.inputs[k], group):
+        ops.append("residual")
+        found["residual"] = ctx.arg(group, k)
+    else:
+        return False
+    return True
+
+
+#: `gelu`'s constants (g1, g2, g3) as `ops/activation.py` decomposes it (float32 maths)
+GELU = (float(np.float32(0.7071067811865476)), 1.0, 0.5)
+
+
+def _gelu(ctx, group, five: list, h: Instruction, source: dict):
+    """(g1, g2, g3) when `five` computes `(h * (erf(h * g1) + g2)) * g3` (an exact GELU as
+    exported: g1 = 1/sqrt(2), g2 = 1, g3 = 1/2) with scalar constants, else None."""
+    names = ["mul", "erf", "add", "mul", "mul"]
+    if len(five) != 5 or [i.op.name for i in five] != names:
+        return None
+    m1, e, a, m2, m3 = five
+    g1, g2, g3 = (_scalar(ctx, group, m1, h, source), _scalar(ctx, group, a, e, source),
+                  _scalar(ctx, group, m3, m2, source))  # fmt: skip
+    if list(e.inputs) != [m1] or set(map(id, m2.inputs)) != {id(h), id(a)} or len(m2.inputs) != 2:
+        return None
+    if None in (g1, g2, g3) or abs(g1 - 0.7071067811865476) > 1e-3 or g2 != 1.0 or g3 != 0.5:
+        return None
+    return g1, g2, g3
+
+
+def _scalar(ctx, group, ins: Instruction, x: Instruction, source: dict) -> float | None:
+    """The one value of `ins`'s operand other than `x` (a group input or a literal in the
+    body), when it is a constant with one value everywhere, else None."""
+    if len(ins.inputs) != 2 or x not in ins.inputs or ins.inputs[0] is ins.inputs[1]:
+        return None
+    other = ins.inputs[1] if ins.inputs[0] is x else ins.inputs[0]
+    if other.is_literal():
+        value = np.asarray(other.get_literal().array)
+    elif id(other) in source and id(group.inputs[source[id(other)]]) in ctx.index:
+        t = ctx.constant(ctx.arg(group, source[id(other)]))
+        value = None if t is None else t.float().cpu().numpy()
+    else:
+        return None
+    if value is None or value.size == 0 or not (value == value.flat[0]).all():
+        return None
+    return float(value.flat[0])
 
 
 def quantising_user(ctx: LoweringContext, group: Instruction, types=("int8_type",)):

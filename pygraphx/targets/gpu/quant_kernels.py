@@ -99,9 +99,12 @@ def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.conste
 
 
 @triton.jit
-def _epilogue_op(y, code: tl.constexpr, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty):
+def _epilogue_op(
+    y, code: tl.constexpr, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3
+):  # fmt: skip
     """One element-wise op after the dequantise (0 none, 1 + bias[col], 2 + residual[row, col],
-    3 relu), rounded to the output type `ty` as the unfused op would store it."""
+    3 relu, 4 GELU `(y * (erf(y * g1) + g2)) * g3`), rounded to the output type `ty` as the
+    unfused op would store it (GELU: once, as a generated group computes it in float32)."""
     if code == 1:
         b = tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
         y = (y + b[None, :]).to(ty).to(tl.float32)
@@ -110,22 +113,24 @@ def _epilogue_op(y, code: tl.constexpr, rows, cols, mask, bias_ptr, res_ptr, str
         y = (y + r.to(tl.float32)).to(ty).to(tl.float32)
     elif code == 3:
         y = tl.maximum(y, 0.0)
+    elif code == 4:
+        y = ((y * (tl.erf(y * g1) + g2)) * g3).to(ty).to(tl.float32)
     return y
 
 
 @triton.jit
 def _store_dequantised(
     acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-    qs_ptr, q_ptr, stride_qm, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    qs_ptr, q_ptr, stride_qm, g1, g2, g3, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
 ):  # fmt: skip
     ty = out_ptr.dtype.element_ty
     s = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     y = (acc.to(tl.float32) * s[None, :]).to(ty).to(tl.float32)
-    y = _epilogue_op(y, E0, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
-    y = _epilogue_op(y, E1, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
-    y = _epilogue_op(y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
+    y = _epilogue_op(y, E0, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3)
+    y = _epilogue_op(y, E1, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3)
+    y = _epilogue_op(y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3)
     if STORE:
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
     if QUANT:  # the int8 quantise of the stored value (`_quantise_int8_kernel`'s arithmetic)
@@ -136,7 +141,7 @@ def _store_dequantised(
 @triton.jit
 def _int8_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, stride_am, stride_wn, stride_om,
-    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -165,7 +170,7 @@ def _int8_gemm_kernel(
             acc = tl.dot(a, w, acc, out_dtype=tl.int32)
     _store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-        qs_ptr, q_ptr, stride_qm, E0, E1, E2, QUANT, STORE, MAGIC,
+        qs_ptr, q_ptr, stride_qm, g1, g2, g3, E0, E1, E2, QUANT, STORE, MAGIC,
     )  # fmt: skip
 
 
@@ -173,7 +178,7 @@ def _int8_gemm_kernel(
 def _int8_conv_kernel(
     x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw,
     stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
-    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -198,7 +203,7 @@ def _int8_conv_kernel(
         acc = tl.dot(a, w, acc, out_dtype=tl.int32)
     _store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-        qs_ptr, q_ptr, stride_qm, E0, E1, E2, QUANT, STORE, MAGIC,
+        qs_ptr, q_ptr, stride_qm, g1, g2, g3, E0, E1, E2, QUANT, STORE, MAGIC,
     )  # fmt: skip
 
 
@@ -274,11 +279,13 @@ def _timed(t: torch.Tensor) -> bool:
 class Epilogue:
     """Element-wise ops after a product's dequantise, in order (at most three): `"bias"`
     (+ `bias[col]`), `"residual"` (+ `residual[row, col]`, a 2-D view with unit inner stride),
-    `"relu"`; each rounded to the output's type as the unfused op would store it. With
-    `quant_scale` (one float32 value) the result is also quantised to int8 into `qout`
-    (`quantise_int8`'s arithmetic); `store=False` skips writing the float result."""
+    `"relu"`, `"gelu"` (`(y * (erf(y * g1) + g2)) * g3` with `gelu` = (g1, g2, g3), the
+    constants of the group's own ops: 1/sqrt(2), 1, 1/2 in the group's type); each rounded
+    to the output's type as the unfused op would store it. With `quant_scale` (one float32
+    value) the result is also quantised to int8 into `qout` (`quantise_int8`'s arithmetic);
+    `store=False` skips writing the float result."""
 
-    CODES = {"bias": 1, "residual": 2, "relu": 3}
+    CODES = {"bias": 1, "residual": 2, "relu": 3, "gelu": 4}
 
     def __init__(
         self,
@@ -286,20 +293,23 @@ class Epilogue:
         bias: torch.Tensor | None = None,
         quant_scale: torch.Tensor | None = None,
         store: bool = True,
+        gelu: tuple[float, float, float] = (0.0, 0.0, 0.0),
     ) -> None:
         if len(ops) > 3 or any(op not in self.CODES for op in ops):
             raise ValueError(f"unsupported epilogue {ops}")
         self.ops, self.bias, self.quant_scale, self.store = list(ops), bias, quant_scale, store
         self.codes = [self.CODES[op] for op in ops] + [0] * (3 - len(ops))
+        self.gelu = tuple(float(g) for g in gelu)
 
     def args(self, scale: torch.Tensor, residual, qout) -> tuple:
-        """(bias, residual, its row stride, quantise scale, int8 out, its row stride)."""
+        """(bias, residual, its row stride, quantise scale, int8 out, its row stride, and the
+        three GELU constants)."""
         bias = self.bias if self.bias is not None else scale
         res = residual if residual is not None else scale
         qs = self.quant_scale if self.quant_scale is not None else scale
         q = qout if qout is not None else scale
         rs = residual.stride(0) if residual is not None else 0
-        return (bias, res, rs, qs, q, qout.stride(0) if qout is not None else 0)
+        return (bias, res, rs, qs, q, qout.stride(0) if qout is not None else 0, *self.gelu)
 
 
 NO_EPILOGUE = Epilogue(())
@@ -329,20 +339,11 @@ def int8_gemm(
     _gemm("gemm", a, wt, scale, out, epilogue, residual, qout)
 
 
-def fp8_gemm(
-    a: torch.Tensor,
-    wt: torch.Tensor,
-    scale: torch.Tensor,
-    out: torch.Tensor,
-    epilogue: Epilogue | None = None,
-    residual: torch.Tensor | None = None,
-    qout: torch.Tensor | None = None,
-) -> None:
-    """`int8_gemm` for fp8 e4m3 `a` and `wt`: the products of fp8 values are exact in float32
-    and accumulate in float32 (tensor cores on sm89+), then `* scale` and the epilogue. The
+def fp8_gemm(a: torch.Tensor, wt: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
+    """`int8_gemm` (no epilogue) for fp8 e4m3 `a` and `wt`: the products of fp8 values are
+    exact in float32 and accumulate in float32 (tensor cores on sm89+), then `* scale`. The
     kernel reads their bytes (masked loads fill with a zero byte, +0.0)."""
-    a, wt = a.view(torch.uint8), wt.view(torch.uint8)
-    _gemm("fp8_gemm", a, wt, scale, out, epilogue, residual, qout)
+    _gemm("fp8_gemm", a.view(torch.uint8), wt.view(torch.uint8), scale, out, None, None, None)
 
 
 def _gemm(name: str, a, wt, scale, out, epilogue, residual, qout) -> None:
