@@ -36,7 +36,12 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_kernels as qk
-from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, bind_quantised, deferred_epilogue
+from pygraphx.targets.gpu.quant_epilogue import (
+    EpiloguePlan,
+    bind_quantised,
+    deferred_epilogue,
+    fp8_plan,
+)
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
@@ -203,7 +208,6 @@ def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: b
     rows = ins.shape.elements() // n if n else 0
     if rows == 0 or k == 0:
         return False
-    a, env = ctx.arg(ins, 0), ctx.env
     if gemm_type is Fp8Gemm and int8_gemm_choice(triton, FP8_GEMM_ENV) == "triton":
         return _lower_fp8_triton(ctx, ins, w, rows)
     fused = dequantising_user(ctx, ins, n) if gemm_type is IntGemm else None
@@ -211,27 +215,7 @@ def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: b
         return _lower_fixed_unfused(ctx, ins, gemm_type(w, rows, ctx.device), rows, k, n)
     user, scale = fused
     product = dequantised_product(w, rows, ctx.device, triton)
-
-    dtype, lens = torch_dtype(user.shape.dtype()), tuple(user.shape.lens())
-
-    def emit(c: LoweringContext, at: Instruction, plan: EpiloguePlan | None) -> bool:
-        ep = None if plan is None else plan.epilogue
-        residual = (lambda: None) if plan is None else plan.residual_rows(env, _rows(rows, n))
-        holder = {} if plan is None else bind_quantised(c, plan, STANDARD)
-
-        def produce() -> torch.Tensor:
-            out = torch.empty(lens, dtype=dtype, device=env[a].device)
-            q = None
-            if plan is not None and plan.quantise is not None:
-                q = holder["q"] = torch.empty(lens, dtype=torch.int8, device=out.device)
-            x = env[a].reshape(rows, k)
-            product(
-                x, scale, out.view(rows, n), ep, residual(), None if q is None else q.view(rows, n)
-            )
-            return out
-
-        # a new tensor, not the user's arena slot: one kernel reads the input while it writes
-        return _emit_fresh(c, at, produce)
+    emit = _epilogue_emitter(ctx, ins, (rows, k, n), product, scale)
 
     def fuse(c: LoweringContext, u: Instruction) -> bool:
         if int8_gemm_choice(triton) == "triton" and deferred_epilogue(c, u, -1, n, emit):
@@ -243,22 +227,71 @@ def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: b
     return _lower_fixed_unfused(ctx, ins, gemm_type(w, rows, ctx.device), rows, k, n)
 
 
+def _epilogue_emitter(ctx: LoweringContext, ins: Instruction, sizes, product, scale):
+    """`emit(c, at, plan)`: the product of `ins` (`product(x, scale, out, epilogue, residual,
+    qout)` on `rows x k` rows) writing the result of `at` (its dequantise, or the group of
+    `plan`, with the group's quantise when the plan has one) into a new tensor."""
+    rows, k, n = sizes
+    a, env = ctx.arg(ins, 0), ctx.env
+
+    def emit(c: LoweringContext, at: Instruction, plan: EpiloguePlan | None) -> bool:
+        ep = None if plan is None else plan.epilogue
+        residual = (lambda: None) if plan is None else plan.residual_rows(env, _rows(rows, n))
+        holder = {} if plan is None else bind_quantised(c, plan, STANDARD)
+        dtype, lens = torch_dtype(at.shape.dtype()), tuple(at.shape.lens())
+        quantise = None if plan is None else plan.quantise
+        q_dtype = None if quantise is None else torch_dtype(quantise.shape.dtype())
+
+        def produce() -> torch.Tensor:
+            out = torch.empty(lens, dtype=dtype, device=env[a].device)
+            q = None
+            if q_dtype is not None:
+                q = holder["q"] = torch.empty(lens, dtype=q_dtype, device=out.device)
+            x = env[a].reshape(rows, k)
+            product(
+                x, scale, out.view(rows, n), ep, residual(), None if q is None else q.view(rows, n)
+            )
+            return out
+
+        # a new tensor, not the user's arena slot: one kernel reads the input while it writes
+        return _emit_fresh(c, at, produce)
+
+    return emit
+
+
 def _lower_fp8_triton(ctx: LoweringContext, ins: Instruction, w: torch.Tensor, rows: int) -> bool:
     """The float32 sums of an fp8 activation and the constant fp8 `w` (K, N) by the Triton
-    GEMM (`quant_kernels.fp8_gemm` with unit scales), straight into the output buffer."""
+    GEMM (`quant_kernels.fp8_gemm`). When its only user is an element-wise group that starts
+    with `fold_fp8`'s scale multiply and convert and goes on as an epilogue can
+    (`quant_epilogue.fp8_plan`: bias, residual, ReLU, GELU, an fp8 quantise), the group runs
+    in the GEMM; else the sums go to the product's buffer (unit scales)."""
     k, n = w.shape
-    a, env = ctx.arg(ins, 0), ctx.env
-    idx, out = output_buffer(ctx, ins, STANDARD)
-    out2, wt = out.view(rows, n), w.t().contiguous()
-    ones = torch.ones(n, dtype=torch.float32, device=ctx.device)
-    gemm = qk.fp8_gemm
+    wt, gemm = w.t().contiguous(), qk.fp8_gemm
 
-    def step() -> None:
-        x = env[a].reshape(rows, k)
-        gemm(x if x.stride(-1) == 1 else x.contiguous(), wt, ones, out2)
+    def product(x, scale, out, epilogue=None, residual=None, qout=None) -> None:
+        x = x if x.stride(-1) == 1 else x.contiguous()
+        gemm(x, wt, scale, out, epilogue, residual, qout)
 
-    ctx.emit(step, ins, idx)
-    return True
+    def plain(c: LoweringContext) -> bool:
+        idx, out = output_buffer(c, ins, STANDARD)
+        out2, x = out.view(rows, n), c.arg(ins, 0)
+        ones, env = torch.ones(n, dtype=torch.float32, device=c.device), c.env
+        c.emit(lambda: product(env[x].reshape(rows, k), ones, out2), ins, idx)
+        return True
+
+    group = ins.outputs[0] if len(ins.outputs) == 1 else None
+    if group is None or group.op.name != "pointwise":
+        return plain(ctx)
+
+    def fuse(c: LoweringContext, g: Instruction) -> bool:
+        found = fp8_plan(c, ins, g, n)
+        if found is None:  # the sums alone, then the group as usual
+            plain(c)
+            return False
+        scale, plan = found
+        return _epilogue_emitter(c, ins, (rows, k, n), product, scale)(c, g, plan)
+
+    return defer(ctx, ins, group, fuse) or plain(ctx)
 
 
 def _rows(rows: int, n: int) -> Callable[[torch.Tensor], torch.Tensor]:

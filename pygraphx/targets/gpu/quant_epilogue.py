@@ -16,6 +16,10 @@ type as the unfused op stores it, so the numbers are the unfused program's (GELU
 are computed in float32 and rounded once, as the generated group kernel does). When the group
 has an int8 `quantizelinear` user with one constant scale (the next layer's input), the
 kernel writes that int8 tensor too, and the float one only if something else reads it.
+
+fp8 products (`fold_fp8`: `quant_dot` then `mul` by the per-column scale and a `convert`,
+which the fusion passes put at the head of the next group): `fp8_plan` takes the multiply and
+convert as the dequantise and the rest of the group as above, with an fp8 (or int8) quantise.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pygraphx.targets.torch_lowering.registry import defer
 
 __all__ = [
     "EpiloguePlan",
+    "fp8_plan",
     "bind_quantised",
     "deferred_epilogue",
     "epilogue_plan",
@@ -142,18 +147,57 @@ def deferred_epilogue(
     return defer(ctx, user, group, fuse)
 
 
-def _plan_body(ctx, user: Instruction, group: Instruction, axis: int, n: int):
+def _body(group: Instruction, user: Instruction):
+    """(the group's parameter -> input index map, the parameter reading `user`, the body's
+    computing steps and its return)."""
     body = group.module_inputs[0].instructions
     source = {id(i): int(i.op.parameter[1:]) for i in body if i.is_param()}
     running = next((i for i in body if i.is_param() and group.inputs[source[id(i)]] is user), None)
-    steps = [i for i in body if not (i.is_param() or i.is_literal())]
+    return source, running, [i for i in body if not (i.is_param() or i.is_literal())]
+
+
+def _plan_body(ctx, user: Instruction, group: Instruction, axis: int, n: int):
+    source, running, steps = _body(group, user)
+    return _plan_steps(ctx, group, steps, running, source, (axis, n), ("int8_type",))
+
+
+def fp8_plan(ctx: LoweringContext, product: Instruction, group: Instruction, n: int):
+    """(the per-column scale, the plan) when `group` (the fp8 `quant_dot`'s only user) starts
+    with `fold_fp8`'s dequantise, `mul(sums, scale[col])` and a `convert` to the group's type,
+    and the rest of its body fits an epilogue (module docstring; an fp8 quantise after it
+    too); else None. Call it at the group's turn."""
+    if group.op.name != "pointwise" or len(group.module_inputs) != 1:
+        return None
+    if sum(x is product for x in group.inputs) != 1:
+        return None
+    source, running, steps = _body(group, product)
+    mul = steps[0] if steps else None
+    if mul is None or mul.op.name != "mul" or len(mul.inputs) != 2 or running not in mul.inputs:
+        return None
+    other = mul.inputs[1] if mul.inputs[0] is running else mul.inputs[0]
+    scale = channel_vector(ctx, group, source[id(other)], -1, n) if id(other) in source else None
+    if scale is None:
+        return None
+    at, running = 1, mul
+    if len(steps) > 1 and steps[1].op.name == "convert" and list(steps[1].inputs) == [mul]:
+        at, running = 2, steps[1]
+    if running.shape.type() != group.shape.type():
+        return None
+    channels, types = (-1, n), ("fp8e4m3fn_type", "int8_type")
+    plan = _plan_steps(ctx, group, steps[at:], running, source, channels, types)
+    return None if plan is None else (scale, plan)
+
+
+def _plan_steps(ctx, group, steps, running, source, channels, quantised_types):
+    """The plan of the group's `steps` after the dequantised value `running` (module
+    docstring), with a quantise to one of `quantised_types` after it; else None."""
     ops, found, at = [], {"gelu": (0.0, 0.0, 0.0)}, 0
     while at < len(steps):
         ins = steps[at]
         if ins.is_return():
             if len(ins.inputs) != 1 or ins.inputs[0] is not running or len(ops) > 3:
                 return None
-            quantise, scale, store = quantising_user(ctx, group)
+            quantise, scale, store = quantising_user(ctx, group, quantised_types)
             epilogue = qk.Epilogue(ops, found.get("bias"), scale, store, found["gelu"])
             return EpiloguePlan(group, epilogue, found.get("residual"), quantise)
         gelu = _gelu(ctx, group, steps[at : at + 5], running, source)
@@ -164,7 +208,7 @@ def _plan_body(ctx, user: Instruction, group: Instruction, axis: int, n: int):
         if ins.op.name in ("relu", "gelu") and list(ins.inputs) == [running]:
             ops.append(ins.op.name)  # gelu: the recognised op, x * 0.5 * (1 + erf(x / sqrt 2))
             found["gelu"] = GELU if ins.op.name == "gelu" else found["gelu"]
-        elif not _add(ctx, group, ins, running, source, (axis, n), ops, found):
+        elif not _add(ctx, group, ins, running, source, channels, ops, found):
             return None
         running, at = ins, at + 1
     return None

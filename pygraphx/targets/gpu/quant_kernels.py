@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 import triton.testing
 
-from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits, fp8_round, int8_code
+from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits, fp8_code, fp8_round, int8_code
 
 _BLOCK = 1024
 _BLOCK_M, _BLOCK_N = 32, 64
@@ -133,8 +133,11 @@ def _store_dequantised(
     y = _epilogue_op(y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3)
     if STORE:
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
-    if QUANT:  # the int8 quantise of the stored value (`_quantise_int8_kernel`'s arithmetic)
+    if QUANT == 1:  # the int8 quantise of the stored value (`quantise_int8`'s arithmetic)
         q = int8_code(y.to(ty).to(tl.float32), tl.load(qs_ptr).to(tl.float32), MAGIC)
+        tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
+    elif QUANT == 2:  # fp8 e4m3fn (its bytes; `quantise_fp8`'s arithmetic)
+        q = fp8_code(y.to(ty).to(tl.float32), tl.load(qs_ptr).to(tl.float32), MAGIC)
         tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
 
 
@@ -145,7 +148,7 @@ def _int8_gemm_kernel(
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    FP8: tl.constexpr = False,
+    FP8: tl.constexpr = 0,
 ):  # fmt: skip
     rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     ks = tl.arange(0, BLOCK_K)
@@ -153,19 +156,22 @@ def _int8_gemm_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    zero = 0.0 if FP8 == 2 else 0  # fp8 loads (2) fill with +0.0; int8 and bytes (1) with 0
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + ks
         a = tl.load(
             a_ptr + rows[:, None] * stride_am + kk[None, :],
-            mask=(rows[:, None] < M) & (kk[None, :] < K), other=0,
+            mask=(rows[:, None] < M) & (kk[None, :] < K), other=zero,
         )  # fmt: skip
         w = tl.load(
             w_ptr + cols[None, :] * stride_wn + kk[:, None],
-            mask=(cols[None, :] < N) & (kk[:, None] < K), other=0,
+            mask=(cols[None, :] < N) & (kk[:, None] < K), other=zero,
         )  # fmt: skip
-        if FP8:  # fp8 operands come as their bytes (a zero byte is +0.0)
+        if FP8 == 1:  # fp8 operands as their bytes (the interpreter: a zero byte is +0.0)
             a, w = a.to(tl.float8e4nv, bitcast=True), w.to(tl.float8e4nv, bitcast=True)
-            acc = tl.dot(a, w, acc, out_dtype=tl.float32)
+        if FP8:  # fp32 accumulation after every 32 products: Hopper's fp8 MMA alone
+            # keeps fewer bits (Triton's default there), the sums must be float32's
+            acc = tl.dot(a, w, acc, out_dtype=tl.float32, max_num_imprecise_acc=32)
         else:
             acc = tl.dot(a, w, acc, out_dtype=tl.int32)
     _store_dequantised(
@@ -282,8 +288,8 @@ class Epilogue:
     `"relu"`, `"gelu"` (`(y * (erf(y * g1) + g2)) * g3` with `gelu` = (g1, g2, g3), the
     constants of the group's own ops: 1/sqrt(2), 1, 1/2 in the group's type); each rounded
     to the output's type as the unfused op would store it. With `quant_scale` (one float32
-    value) the result is also quantised to int8 into `qout` (`quantise_int8`'s arithmetic);
-    `store=False` skips writing the float result."""
+    value) the result is also quantised into `qout`, int8 or fp8 e4m3fn (`quantise_int8`'s,
+    `quantise_fp8`'s arithmetic); `store=False` skips writing the float result."""
 
     CODES = {"bias": 1, "residual": 2, "relu": 3, "gelu": 4}
 
@@ -320,7 +326,10 @@ def _epilogue_args(scale, epilogue: Epilogue | None, residual, qout=None) -> tup
     if (ep.quant_scale is None) != (qout is None):
         raise ValueError("an epilogue that quantises needs the int8 output, and only it")
     e0, e1, e2 = ep.codes
-    flags = {"QUANT": qout is not None, "STORE": ep.store, "MAGIC": MAGIC}
+    quant = 0 if qout is None else (1 if qout.dtype == torch.int8 else 2)
+    if quant == 2:  # fp8: the kernel writes its bytes
+        qout = qout.view(torch.uint8)
+    flags = {"QUANT": quant, "STORE": ep.store, "MAGIC": MAGIC}
     return ep.args(scale, residual, qout), {"E0": e0, "E1": e1, "E2": e2, **flags}
 
 
@@ -339,11 +348,18 @@ def int8_gemm(
     _gemm("gemm", a, wt, scale, out, epilogue, residual, qout)
 
 
-def fp8_gemm(a: torch.Tensor, wt: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
-    """`int8_gemm` (no epilogue) for fp8 e4m3 `a` and `wt`: the products of fp8 values are
-    exact in float32 and accumulate in float32 (tensor cores on sm89+), then `* scale`. The
-    kernel reads their bytes (masked loads fill with a zero byte, +0.0)."""
-    _gemm("fp8_gemm", a.view(torch.uint8), wt.view(torch.uint8), scale, out, None, None, None)
+def fp8_gemm(a: torch.Tensor, wt: torch.Tensor, *rest, **options) -> None:
+    """`int8_gemm` (the same arguments after `a` and `wt`) for fp8 e4m3 `a` and `wt`: the
+    products of fp8 values are exact in float32 and accumulate in float32 (tensor cores on
+    sm89+), then `* scale` and the epilogue. Under the interpreter the kernel reads their
+    bytes (it cannot fill masked fp8 loads)."""
+    if not _timed(a):
+        a, wt = a.view(torch.uint8), wt.view(torch.uint8)
+    _gemm("fp8_gemm", a, wt, *_gemm_arguments(*rest, **options))
+
+
+def _gemm_arguments(scale, out, epilogue=None, residual=None, qout=None) -> tuple:
+    return scale, out, epilogue, residual, qout
 
 
 def _gemm(name: str, a, wt, scale, out, epilogue, residual, qout) -> None:
@@ -352,7 +368,7 @@ def _gemm(name: str, a, wt, scale, out, epilogue, residual, qout) -> None:
     if m == 0 or n == 0:
         return
     extra, codes = _epilogue_args(scale, epilogue, residual, qout)
-    codes["FP8"] = name == "fp8_gemm"
+    codes["FP8"] = 0 if name == "gemm" else (2 if _timed(a) else 1)
     args = (a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0), *extra)
     if _timed(a):
         _tuned_kernel(name)[_tuned_grid](*args, **codes)
