@@ -16,7 +16,8 @@ Every variant compiles the same built-in ONNX model (`pygraphx.models`, random w
   `mixed`: 1x1 as int8 GEMMs, the rest cuDNN half; `fp16`: every convolution cuDNN half on
   dequantised values);
 * `fp8`: `quantize_fp8(prog, gpu, samples)` then `quantize_fp16`, once per
-  `PGX_GPU_FP8_GEMM` (`triton`: the Triton fp8 GEMM; `cublas`: `torch._scaled_mm`).
+  `PGX_GPU_FP8_GEMM` (`cublas`: `torch._scaled_mm`, the default; `triton`: the Triton fp8
+  GEMM with the next group as its epilogue).
 
 int8 and fp8 quantise only products with a constant operand (`activation_products=False`:
 attention's Q.K^T and P.V stay half and run as the fused attention, TensorRT's default);
@@ -235,7 +236,7 @@ def main() -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--int8-gemms", nargs="+", default=["triton", "cublas"])
     ap.add_argument("--conv-modes", nargs="+", default=["gemm", "mixed", "fp16"])
-    ap.add_argument("--fp8-gemms", nargs="+", default=["triton", "cublas"])
+    ap.add_argument("--fp8-gemms", nargs="+", default=["cublas", "triton"])
     ap.add_argument(
         "--activation-products", action="store_true",
         help="quantise products of two activations too (attention's; default: they stay half)",

@@ -8,10 +8,12 @@
   (`quant_kernels.dequantise`: one kernel, int32 in, the user's float type out); with Triton
   GEMMs, so is a bias / residual / ReLU group after it (`quant_epilogue.py`).
 * `quant_dot` of fp8 e4m3 x fp8 e4m3 with a constant right-hand side (`passes/fold_fp8.py`
-  makes them): the float32 sums of exact fp8 products, by the Triton GEMM
-  (`quant_kernels.fp8_gemm`, autotuned per shape; the default where Triton kernels run) or
-  `torch._scaled_mm` with unit scales (`PGX_GPU_FP8_GEMM=cublas`); its scale multiply stays a
-  `mul` that the element-wise group after it absorbs.
+  makes them): the float32 sums of exact fp8 products by `torch._scaled_mm` with unit scales
+  (the default); its scale multiply stays a `mul` that the element-wise group after it
+  absorbs. `PGX_GPU_FP8_GEMM=triton`: the Triton GEMM (`quant_kernels.fp8_gemm`, autotuned
+  per shape) with that group (scale, convert, bias, GELU, ReLU, residual, the next fp8
+  quantise) as its epilogue (`quant_epilogue.fp8_plan`); slower on the H200 so far
+  (`fp8_gemm_choice`).
 * `quant_dot` of two int8 activations (attention's products): a batched GEMM of the int8
   values as half with float32 accumulation and output (`runtime_sums`; float32 off CUDA),
   exact while 128 * 128 * K < 2**24 (K <= 1023), declined beyond; of two fp8 activations: the
@@ -66,14 +68,25 @@ def epilogue(triton: bool) -> Epilogue:
 
 
 def int8_gemm_choice(triton: bool, env: str = INT8_GEMM_ENV) -> str:
-    """`PGX_GPU_INT8_GEMM` (or `env`: `PGX_GPU_FP8_GEMM`), triton or cublas; triton by default
-    where Triton kernels run."""
-    choice = os.environ.get(env, "").strip() or ("triton" if triton else "cublas")
+    """`PGX_GPU_INT8_GEMM` (triton or cublas; triton by default where Triton kernels run) or,
+    with `env`, `PGX_GPU_FP8_GEMM` (cublas by default: measured faster on the H200, see
+    `fp8_gemm_choice`)."""
+    default = "triton" if triton and env == INT8_GEMM_ENV else "cublas"
+    choice = os.environ.get(env, "").strip() or default
     if choice not in ("triton", "cublas"):
         raise ValueError(f"{env}={choice!r}: expected triton or cublas")
     if choice == "triton" and not triton:
         return "cublas"  # Triton off for this target: the library path, as asked for there
     return choice
+
+
+def fp8_gemm_choice(triton: bool) -> str:
+    """`PGX_GPU_FP8_GEMM`: cublas (`torch._scaled_mm`, the default) or triton (the Triton fp8
+    GEMM with the next group as its epilogue). On the H200 (BERT-base, batch 32) the Triton
+    kernel, which promotes its sums to float32 every 32 products for float32-exact sums, took
+    3.47 ms against 3.25 ms with `_scaled_mm` (and 3.02 ms with Hopper's default fp8
+    accumulation, whose sums are not float32's: not offered)."""
+    return int8_gemm_choice(triton, FP8_GEMM_ENV)
 
 
 def dequantised_product(
@@ -208,7 +221,7 @@ def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: b
     rows = ins.shape.elements() // n if n else 0
     if rows == 0 or k == 0:
         return False
-    if gemm_type is Fp8Gemm and int8_gemm_choice(triton, FP8_GEMM_ENV) == "triton":
+    if gemm_type is Fp8Gemm and fp8_gemm_choice(triton) == "triton":
         return _lower_fp8_triton(ctx, ins, w, rows)
     fused = dequantising_user(ctx, ins, n) if gemm_type is IntGemm else None
     if fused is None:

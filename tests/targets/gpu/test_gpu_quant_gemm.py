@@ -19,7 +19,7 @@ from pygraphx.codegen.trace import group_trace  # noqa: E402
 from pygraphx.ops.quant import quantize  # noqa: E402
 from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
 from pygraphx.targets.gpu import triton_groups as triton_groups_module  # noqa: E402
-from pygraphx.targets.gpu.quant import INT8_GEMM_ENV  # noqa: E402
+from pygraphx.targets.gpu.quant import FP8_GEMM_ENV, INT8_GEMM_ENV  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -143,11 +143,17 @@ def count_standalone_quantises(monkeypatch) -> list[str]:
 
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
-@pytest.mark.parametrize("kind", ["int8", "fp8"])
-def test_quantise_runs_inside_the_producing_group(kind: str, fp16: bool, monkeypatch) -> None:
-    """The layer norm's and the GELU's quantise are written by the groups' own kernels (no
-    quantise pass), with the numbers of the unfused program as `ref` computes it."""
+@pytest.mark.parametrize(
+    ("kind", "gemm"), [("int8", "triton"), ("fp8", "cublas"), ("fp8", "triton")]
+)
+def test_quantise_runs_inside_the_producing_group(
+    kind: str, gemm: str, fp16: bool, monkeypatch
+) -> None:
+    """The layer norm's and the GELU's quantise are written by the groups' own kernels or the
+    GEMMs' epilogues (no quantise pass), with the numbers of the unfused program as `ref`
+    computes it."""
     monkeypatch.setenv(INT8_GEMM_ENV, "triton")
+    monkeypatch.setenv(FP8_GEMM_ENV, gemm)
     calls = count_standalone_quantises(monkeypatch)
     model, feeds = block_model()
     got, want, gpu = run_both(model, feeds, kind, fp16)
@@ -174,6 +180,7 @@ def test_gelu_runs_in_the_gemm_epilogue(kind: str, fp16: bool, monkeypatch) -> N
     `fold_fp8`'s scale multiply and convert first), and the next product's quantise, run in
     the Triton GEMM's epilogue; so do the residual + ReLU and its quantise."""
     monkeypatch.setenv(INT8_GEMM_ENV, "triton")
+    monkeypatch.setenv(FP8_GEMM_ENV, "triton")  # the default is torch._scaled_mm
     seen: list[tuple] = []
     name = f"{kind}_gemm"
     real = getattr(qk, name)
