@@ -14,9 +14,12 @@ the 2-core development machine at a load average of about 12, BERT-base at batch
 median 2,881 ms on 2 threads and 854 ms on 1 (ORT on 2 threads: 1,239 ms; one process, runs
 interleaved). So a run takes `load_threads(n)` threads: the 1-minute load average less this
 run's own n, rounded down, is the CPUs others keep busy, and the run takes no more threads
-than the CPUs left (at least 1). An idle machine, or one whose load is this program's own (or
-exceeds it by less than one CPU: spinning pools of other engines in the process), keeps n; the
-first run that takes fewer says so (log level INFO). `PGX_CPU_LOAD_ADAPT=0` keeps n always.
+than the CPUs left (at least 1). In a process confined to fewer CPUs than the machine has (an
+affinity mask, a cgroup quota: `threads.usable_cpus`), "the CPUs" are the ones it may use and
+the others' load is counted in proportion to them (the load average is machine-wide). An idle
+machine, or one whose load is this program's own (or exceeds it by less than one CPU: spinning
+pools of other engines in the process), keeps n; the first run that takes fewer says so (log
+level INFO). `PGX_CPU_LOAD_ADAPT=0` keeps n always.
 A neighbour that keeps less than a whole CPU busy is not seen, and one that this program runs
 rarely beside may be counted as this program's own (the load average cannot tell them apart).
 
@@ -44,6 +47,7 @@ from pygraphx.targets.cpu.threads import (
     LOAD_ADAPT_ENV,
     load_threads,
     step_threads,
+    usable_cpus,
 )
 from pygraphx.targets.torch_lowering.context import Step
 
@@ -103,6 +107,9 @@ class RunScope:
     def __init__(self, n: int) -> None:
         self.n = n
         self.limit = [n]
+        # read once: os.cpu_count() costs some 12 us per call (sysfs), a run should not
+        self._cpus = os.cpu_count() or 1
+        self._usable = usable_cpus()
         self._saved: list[tuple[int, Any]] = []
         self._told = False
 
@@ -111,13 +118,13 @@ class RunScope:
 
     def __enter__(self) -> RunScope:
         before = torch.get_num_threads()
-        want = load_threads(self.n)
+        want = load_threads(self.n, cpus=self._cpus, usable=self._usable)
         if want < self.n and not self._told:
             self._told = True
             log.info(
                 "cpu: the machine is busy (load average %.1f on %d CPUs): runs take %d of %d "
                 "threads while it stays so (%s=0 keeps them all)",
-                os.getloadavg()[0], os.cpu_count() or 1, want, self.n, LOAD_ADAPT_ENV,
+                os.getloadavg()[0], self._cpus, want, self.n, LOAD_ADAPT_ENV,
             )  # fmt: skip
         got = BUDGET.acquire(want)
         if got < want:

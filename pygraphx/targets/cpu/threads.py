@@ -9,22 +9,31 @@ siblings count once, as two hyper-threads share one core's vector units), no mor
 cgroup CPU quota (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us / cpu.cfs_period_us`, rounded up),
 and no more than `PGX_CPU_MAX_THREADS` or `DEFAULT_CAP`.
 
-Why a cap: a batch-1 step of these models (a 768x768 GEMM, a 56x56 convolution) has only tens
-of microseconds of work per core at 16 cores, about what waking and joining a team of OpenMP
-threads costs; on a 16-core host the uncapped default was the slowest setting measured (issue
-10: BERT-base 596 ms at 16 threads, 115 ms at 4). `DEFAULT_CAP = 4` is what
-`benchmarks/cpu_threads_probe.py` chose on the 16-core Xeon host of the GPU machine (torch 2.11,
-2026-11-24, batch 1, ms at 1/4/8/16 threads with this module's per-step policy): ResNet-50
-115/42/38/45, MobileNetV2 14/14/23/34, BERT-base 210/86/149/128, GPT-2 265/133/105/195; 4 is
-the best or within 30% of the best on every model, and uses a quarter of the host's cores. The
-probe measures latency and CPU time at 1..16 threads on a host;
-its best count is what to put here (or in `PGX_CPU_MAX_THREADS` for that host).
+Why a cap: past 16 threads nothing was measured. Up to 16 more threads are faster once the
+team stays the same size through a run (per step below) and idle workers spin for a bounded
+time (`targets/cpu/__init__.py`): `benchmarks/cpu_threads_probe.py` on the 16-core Xeon host of
+the GPU machine (torch 2.11, 2026-11-26, batch 1, GOMP_SPINCOUNT 1000, ms at 4/8/16 threads,
+benchmarks/results/h200host16_cpusteps_probe_4_8_16.json): ResNet-50 26.1/19.2/16.2,
+MobileNetV2 4.8/7.7/5.0, BERT-base 65.8/53.5/33.5, GPT-2 92.6/60.6/45.3; 16 is the best on three
+models and within 4% on the fourth. (The earlier cap of 4 was chosen when every team-size
+switch ended and re-created OpenMP workers and the spin setting never applied: BERT-base
+596 ms at 16 threads then, 115 ms at 4.) The probe measures latency and CPU time at any
+counts on a host; its best count is what to put here (or in `PGX_CPU_MAX_THREADS` for that
+host).
 
 **Per step.** A team of N threads is only worth waking for a step with enough work: at
-prepare, `step_threads` gives every step `work / MIN_WORK_PER_THREAD` threads (at least 1, at
-most N): GEMMs and convolutions count multiply-adds, every other step (pointwise, fused
-element-wise groups, reductions, copies) counts elements read and written. The decision is made
-once at compile time; a run only calls `torch.set_num_threads` where consecutive steps differ.
+prepare, `step_threads` gives a step all N threads when its work is worth at least
+`MIN_SPLIT_THREADS` threads (GEMMs and convolutions count multiply-adds, `MIN_MACS_PER_THREAD`
+per thread; every other step, pointwise, fused element-wise groups, reductions, copies, counts
+elements read and written, `MIN_ELEMENTS_PER_THREAD` per thread), and one thread otherwise.
+Never a count in between: GNU OpenMP (torch's libgomp, also under oneDNN and MKL) keeps one
+pool of worker threads per calling thread, and a parallel region with a team smaller than the
+one before *ends* the surplus workers, so the next larger region creates them again
+(`pthread_create` and a cold stack per thread). Measured: alternating teams of 4 and 2 threads
+created a new OS thread on every switch, teams of 4 and 1 none (one thread runs inline, no
+region). The earlier policy (any count from 1 to N by work) switched team sizes 38 times per
+MobileNetV2 run at N = 16 and churned hundreds of threads per run. The decision is made once at
+compile time; a run only calls `torch.set_num_threads` where consecutive steps differ.
 `PGX_CPU_STEP_THREADS=0` (or `get_target("cpu", step_threads=False)`) runs every step on N.
 
 **Across runs.** OpenMP teams belong to the OS thread that starts them, so two programs run from
@@ -37,6 +46,7 @@ oversubscribing them.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -52,13 +62,15 @@ STEP_POLICY_ENV = "PGX_CPU_STEP_THREADS"
 LOAD_ADAPT_ENV = "PGX_CPU_LOAD_ADAPT"
 
 #: default upper bound on the thread count (see the module docstring)
-DEFAULT_CAP = 4
+DEFAULT_CAP = 16
 
 #: GEMM / convolution: multiply-adds one thread must get before another is woken (about 25 us
 #: of single-core fp32 work at ~40 GFLOP/s, several times a wake-up and join)
 MIN_MACS_PER_THREAD = 500_000
 #: every other step: elements (read + written) per thread (torch's own grain is 32768)
 MIN_ELEMENTS_PER_THREAD = 65_536
+#: a step gets the whole team when its work is worth this many threads, else one thread
+MIN_SPLIT_THREADS = 2
 
 #: IR ops whose cost is counted in multiply-adds
 GEMM_OPS = frozenset({"dot", "quant_dot", "convolution", "quant_convolution", "deconvolution"})
@@ -210,20 +222,40 @@ def step_policy_enabled(setting: bool | None = None) -> bool:
 
 def step_threads(work: Sequence[tuple[str, int, int]], n: int) -> int:
     """Threads for a step covering instructions given as (op name, output elements, inner
-    length): GEMM-like ops count `elements * inner` multiply-adds, others elements."""
+    length): `n` or 1, never a count in between (see the module docstring). GEMM-like ops count
+    `elements * inner` multiply-adds, others elements."""
     macs = sum(elems * inner for name, elems, inner in work if name in GEMM_OPS)
     elems = sum(elems for name, elems, _ in work if name not in GEMM_OPS)
-    want = max(macs // MIN_MACS_PER_THREAD, elems // MIN_ELEMENTS_PER_THREAD, 1)
-    return int(min(n, want))
+    worth = max(macs // MIN_MACS_PER_THREAD, elems // MIN_ELEMENTS_PER_THREAD)
+    return n if worth >= MIN_SPLIT_THREADS else 1
 
 
 # --- a busy machine (see `scheduling.py`'s docstring) -------------------------------------
 
 
-def load_threads(n: int, load: float | None = None, cpus: int | None = None) -> int:
+@functools.cache
+def usable_cpus() -> int:
+    """CPUs' worth of time this process may use: its affinity mask, bounded by the cgroup CPU
+    quota (rounded up), at least 1; read once per process (every run asks)."""
+    n = len(affinity_cpus())
+    quota = cgroup_cpu_limit()
+    if quota is not None:
+        n = min(n, math.ceil(quota))
+    return max(1, n)
+
+
+def load_threads(
+    n: int, load: float | None = None, cpus: int | None = None, usable: int | None = None
+) -> int:
     """Threads a run of `n` takes on a machine whose 1-minute load average is `load` over
-    `cpus` CPUs (default: this machine's); `scheduling.RunScope` applies it to every run (why:
-    `scheduling.py`'s docstring). `PGX_CPU_LOAD_ADAPT=0` keeps `n`."""
+    `cpus` CPUs, of which this process may use `usable` (defaults: this machine's load and
+    `os.cpu_count()`, and `usable_cpus()`; `usable` is `cpus` when only `cpus` is given).
+    `scheduling.RunScope` applies it to every run (why: `scheduling.py`'s docstring).
+    `PGX_CPU_LOAD_ADAPT=0` keeps `n`.
+
+    The load average counts the whole machine (in a container, the host's: /proc/loadavg is
+    not namespaced), so in a process confined to fewer CPUs (an affinity mask, a cgroup quota)
+    the share of the others' load that falls on its CPUs is taken as proportional to them."""
     if n <= 1 or os.environ.get(LOAD_ADAPT_ENV, "1").strip() == "0":
         return n
     if load is None:
@@ -231,9 +263,12 @@ def load_threads(n: int, load: float | None = None, cpus: int | None = None) -> 
             load = os.getloadavg()[0]
         except (OSError, AttributeError):  # not available on this platform (Windows)
             return n
+    if usable is None:
+        usable = cpus if cpus is not None else usable_cpus()
     cpus = cpus if cpus is not None else os.cpu_count() or 1
-    others = int(max(0.0, load - n))  # whole CPUs kept busy by others
-    return max(1, min(n, cpus - others))
+    usable = max(1, min(usable, cpus))
+    others = int(max(0.0, load - n) * usable / cpus)  # whole CPUs of ours kept busy by others
+    return max(1, min(n, usable - others))
 
 
 # --- the process-wide budget --------------------------------------------------------------
@@ -301,4 +336,5 @@ __all__ = [
     "resolve_threads",
     "step_policy_enabled",
     "step_threads",
+    "usable_cpus",
 ]
