@@ -122,7 +122,8 @@ def step_kind(ins, timed=lambda ins: True) -> str:
     """An instruction's op name; a fused group's with its inner ops; a dequantise that is its
     product's epilogue (the product's step is timed under it) as `product+dequantise`, and a
     group that is the GEMM's epilogue too (its dequantise has no time: `timed`) as
-    `product+dequantise+group`."""
+    `product+dequantise+group` (an fp8 product's group, which starts with its dequantise:
+    `product+group`)."""
     source = ins.inputs[0].op.name if ins.inputs else ""
     if ins.op.name == "dequantizelinear" and source in QUANT_PRODUCTS:
         return f"{source}+dequantise"
@@ -136,6 +137,8 @@ def step_kind(ins, timed=lambda ins: True) -> str:
             and x.inputs[0].op.name in QUANT_PRODUCTS
         ):
             return f"{x.inputs[0].op.name}+dequantise+{kind}"
+        if x.op.name in QUANT_PRODUCTS and not timed(x):  # an fp8 GEMM with the group
+            return f"{x.op.name}+{kind}"
     return kind
 
 
