@@ -198,8 +198,12 @@ class Clip(Pointwise):
 class Convert(Pointwise):
     """Cast to `target_type` (float -> int truncates; out-of-range follows numpy).
 
-    To an fp8 type, out-of-range values overflow as ml_dtypes does (ONNX Cast's `saturate=0`);
-    `convert_saturate` below is the saturating cast.
+    To float16, bfloat16 and float32 (from a wider type), a finite value beyond the target's
+    largest finite value becomes that value with its sign instead of an infinity, as
+    MIGraphX's `convert` clamps to the target's [lowest, max]; infinities and NaN stay what
+    they are (MIGraphX sends the infinities to the bounds too; here they keep IEEE's results,
+    as ONNX Runtime gives them). To an fp8 type, out-of-range values overflow as ml_dtypes does
+    (ONNX Cast's `saturate=0`); `convert_saturate` below is the saturating cast.
     """
 
     name = "convert"
@@ -211,7 +215,34 @@ class Convert(Pointwise):
         return Shape(self.target_type, inputs[0].lens())
 
     def apply(self, o: Any, x: Any) -> Any:
-        return o.cast(x, to_dtype(self.target_type))
+        dtype = to_dtype(self.target_type)
+        src = np.dtype(x.dtype)
+        big = overflow_bound(src, dtype)
+        if big is None:
+            return o.cast(x, dtype)
+        if src not in _WIDE_FLOATS:  # integers, bfloat16: clamped in float32, where the bound
+            x = o.cast(x, np.float32)  # and every value up to it are exact (65504 < 2**24)
+        clamped = o.minimum(o.maximum(x, o.constant(-big, x)), o.constant(big, x))
+        special = o.logical_or(o.isinf(x), o.isnan(x))
+        return o.cast(o.where(special, x, clamped), dtype)
+
+
+_WIDE_FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
+#: the types `convert` clamps finite overflow to (see `Convert`)
+CLAMPED_TARGETS = frozenset(np.dtype(t) for t in (np.float16, ml_dtypes.bfloat16, np.float32))
+
+
+def overflow_bound(src: np.dtype, dst: np.dtype) -> float | None:
+    """The largest finite value of `dst` when a value of `src` can exceed it and `convert`
+    clamps to it, else None."""
+    if np.dtype(dst) not in CLAMPED_TARGETS:
+        return None
+    top = float(ml_dtypes.finfo(dst).max)
+    if src.kind in "iu":
+        return top if np.iinfo(src).max > top else None
+    if src.kind == "f" or src == np.dtype(ml_dtypes.bfloat16):
+        return top if float(ml_dtypes.finfo(src).max) > top else None
+    return None
 
 
 #: the fp8 types, the only targets of `convert_saturate`
