@@ -107,28 +107,70 @@ def _child(path: str, scenario: str) -> None:
     print(json.dumps(out))
 
 
+def _run_child(function: str, *args: str) -> dict:
+    """Run `function(*args)` of this module in a child process; what it printed (JSON)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    code = (
+        f"import sys; from tests.targets.test_mapped_weights_safety import {function}; "
+        f"{function}(*sys.argv[1:])"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode != -signal.SIGBUS, "the child died of SIGBUS"
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("scenario", ["empty", "shorter", "same_size"])
 def test_rewritten_model_file_no_signal_death(tmp_path: Path, scenario: str) -> None:
     path = tmp_path / "embed.onnx"
     path.write_bytes(model().SerializeToString())
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    code = (
-        "import sys; from tests.targets.test_mapped_weights_safety import _child; "
-        "_child(*sys.argv[1:])"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(path), scenario],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode != -signal.SIGBUS, "the child died of SIGBUS"
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = _run_child("_child", str(path), scenario)
     (want2,) = run_ort(model(), {"ids": ids(2, 1)})
     (want3,) = run_ort(model(batch="n"), {"ids": ids(3, 2)})
     for name, want in [("static", want2), ("ref", want2), ("dynamic_new_shape", want3)]:
         np.testing.assert_allclose(np.array(got[name]), want, rtol=1e-4, atol=1e-4, err_msg=name)
     for name in ("save", "compile"):
         assert str(path) in got[name] and "rewritten in place" in got[name], got[name]
+
+
+def if_model() -> onnx.ModelProto:
+    """If(c) -> x + w else x - w: the branches read the main graph's 16 KiB `w` (a numpy
+    fallback evaluates the sub-graphs at run time)."""
+    w = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    out = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [64, 64]) for n in ("t", "e")]
+    then = helper.make_graph([helper.make_node("Add", ["x", "w"], ["t"])], "then", [], out[:1])
+    other = helper.make_graph([helper.make_node("Sub", ["x", "w"], ["e"])], "else", [], out[1:])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)
+    graph = helper.make_graph(
+        [node],
+        "branch",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])],
+        [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _child_if(path: str) -> None:
+    prog = pygraphx.parse_onnx(Path(path))
+    prog.compile(pygraphx.get_target("cpu", threads=1))
+    Path(path).write_bytes(b"")
+    feeds = {"c": np.array(True), "x": np.ones((64, 64), np.float32)}
+    print(json.dumps({"y": np.asarray(prog.run(feeds)[0]).tolist()}))
+
+
+def test_rewritten_file_under_a_branching_model(tmp_path: Path) -> None:
+    path = tmp_path / "branch.onnx"
+    path.write_bytes(if_model().SerializeToString())
+    proc = _run_child("_child_if", str(path))
+    feeds = {"c": np.array(True), "x": np.ones((64, 64), np.float32)}
+    (want,) = run_ort(if_model(), feeds)
+    np.testing.assert_array_equal(np.array(proc["y"], np.float32), want)
 
 
 def test_replaced_by_rename_is_no_error(tmp_path: Path) -> None:

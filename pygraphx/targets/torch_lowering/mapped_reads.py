@@ -10,7 +10,8 @@ kill the process with SIGBUS. `detach_run_time_weights` finds those bytes and ha
 steps, whatever they hold, keep reading the weights they were compiled with.
 
 What a step reads is found from what its function holds: the tensors and arrays its closure,
-defaults, generated globals, partial arguments and pygraphx objects reach, and, when it reaches
+defaults, generated globals, partial arguments, pygraphx objects and sub-graphs (the literals of
+an If / Loop body a numpy fallback evaluates) reach, and, when it reaches
 the value list `env`, the env slots of constants whose index appears among the integers it holds
 (closure cells, containers, constants of its code: `env[7]` in generated source). Integers that
 only look like such an index copy a weight more than needed, never less.
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 #: held objects not walked into: what they hold is not read by a step through them
 _OPAQUE = (
     torch.Tensor, np.ndarray, str, bytes, bool, int, float, complex, type, types.ModuleType,
-    types.BuiltinFunctionType, Instruction, Module, Program, Shape, torch.dtype, torch.device,
+    types.BuiltinFunctionType, Instruction, Program, Shape, torch.dtype, torch.device,
 )  # fmt: skip
 
 
@@ -61,19 +62,15 @@ def _code_ints(code: types.CodeType) -> list[Any]:
 
 
 def _function_parts(fn: types.FunctionType) -> list[Any]:
-    parts: list[Any] = [c.cell_contents for c in fn.__closure__ or () if _filled(c)]
-    parts += [*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values(), fn.__code__]
+    parts: list[Any] = [*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values(), fn.__code__]
+    for cell in fn.__closure__ or ():
+        try:
+            parts.append(cell.cell_contents)
+        except ValueError:  # a cell not filled yet holds nothing
+            continue
     if "__name__" not in fn.__globals__:  # source generated with exec: its bound names
         parts += list(fn.__globals__.values())
     return parts
-
-
-def _filled(cell: Any) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 - an empty cell raises
-    except ValueError:
-        return False
-    return True
 
 
 def _children(stops: set[int]) -> Callable[[Any], Iterable[Any]]:
@@ -88,6 +85,9 @@ def _children(stops: set[int]) -> Callable[[Any], Iterable[Any]]:
             return list(x.values())
         if isinstance(x, types.FunctionType):
             return _function_parts(x)
+        if isinstance(x, Module):  # a sub-graph a step evaluates: its literals, its sub-graphs
+            held = [i.get_literal().array for i in x.instructions if i.is_literal()]
+            return held + [m for i in x.instructions for m in i.module_inputs]
         if isinstance(x, types.CodeType):
             return _code_ints(x)
         if isinstance(x, types.MethodType):
