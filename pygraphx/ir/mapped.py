@@ -9,11 +9,16 @@ A mapping follows its file: a file rewritten in place (truncated and written aga
 `torch.onnx.export` or `onnx.save` to the same path do) changes the mapped weights, and a read
 of a page past the new end of the file kills the process with SIGBUS. So:
 
-- `detach_ranges` copies the bytes that a compiled program's steps read at run time (the few
-  weights used as they are, not packed) into private memory *at the same addresses* (an
-  anonymous copy moved over the file's pages with `mremap`): every view, tensor and closure
-  keeps working, and no run reads the file again, whatever happens to it (Linux; elsewhere the
-  bytes stay in the file, and `detach_ranges` says so once).
+- `detach_ranges` copies the bytes that a compiled program's steps read at run time (the
+  weights used as they are, not packed: an embedding table, biases) out of the file *at the
+  same addresses*: the copy is mapped and moved over the file's pages with one `mremap`, so
+  every view, tensor and closure keeps working and no run reads the model file again, whatever
+  happens to it. A large copy (`SPILL_BYTES` or more) goes to an unnamed file (`O_TMPFILE`)
+  in the model's folder, filled by the kernel (`copy_file_range`): like the model file's, its
+  pages are page cache, resident only where a run reads them (a gather touches a few rows of
+  a table), and can be given back; a small one, or where the folder takes no such file
+  (read-only), to anonymous memory. Linux only; elsewhere the bytes stay in the model file and
+  `detach_ranges` says so.
 - `check_unchanged` / `check_program` compare the mapped inode with its recorded identity
   before the weights are read again (a compile, a save, a detach) and raise `MappedFileChanged`,
   naming the file and what to do, instead of reading changed or missing pages.
@@ -22,8 +27,8 @@ A page of a view counts in the process's resident memory once something has read
 that has made packed copies of the weights (the cpu target's oneDNN and MKL layouts) no longer
 needs those pages, but they stay resident while the mapping lives. `release_mapped` drops them:
 the kernel keeps them in its page cache (reclaimable, shared with every other reader of the
-file), and a later read of the view faults them back in. Detached bytes are never released
-(they are private memory: releasing would lose them).
+file), and a later read of the view faults them back in. Bytes copied into anonymous memory
+are never released (that would lose them).
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ _ROOTS: weakref.WeakValueDictionary[int, np.memmap] = weakref.WeakValueDictionar
 _BY_FILE: weakref.WeakValueDictionary[tuple, np.memmap] = weakref.WeakValueDictionary()
 _LOCK = threading.Lock()
 
+#: copies of at least this many bytes go to an unnamed file beside the model (see `_copy_in_place`)
+SPILL_BYTES = 1 << 20
 #: detached ranges closer than this are copied as one (fewer mappings; the gap costs little)
 MERGE_GAP = 4 * mmap.PAGESIZE
 
@@ -80,7 +87,10 @@ class MappedFile:
     size: int
     mtime_ns: int
     detached: list[tuple[int, int]] = field(default_factory=list)
-    """[start, end) offsets (whole pages) copied into private memory by `detach_ranges`."""
+    """[start, end) offsets (whole pages) copied out of the file by `detach_ranges`."""
+    in_memory: list[tuple[int, int]] = field(default_factory=list)
+    """The part of `detached` copied into anonymous memory: never released (it would be lost;
+    a copy in an unnamed file is released like the model file's pages)."""
 
     def changed(self) -> str | None:
         """How the file differs from what was mapped, or None when it does not."""
@@ -238,36 +248,58 @@ class _Libc:
         self.munmap = libc.munmap
         self.munmap.restype, self.munmap.argtypes = i, [vp, sz]
 
-    def copy_in_place(self, address: int, nbytes: int, fd: int, offset: int) -> bool:
-        """Replace the pages [address, address + nbytes), which map the file `fd` from
-        `offset`, by a private read-only copy of the same bytes, read with `pread` (atomically
-        for other threads: they read the same bytes before and after; the file's pages are not
-        mapped into the process for it). False (nothing changed): the file is shorter now."""
-        failed = ctypes.c_void_p(-1).value
-        anon = self.mmap(
-            None, nbytes, mmap.PROT_READ | mmap.PROT_WRITE,
-            mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0,
-        )  # fmt: skip
-        if anon in (None, failed):
-            raise OSError(ctypes.get_errno(), "mmap of the private copy failed")
+    def map(self, nbytes: int, prot: int, flags: int, fd: int = -1) -> int:
+        address = self.mmap(None, nbytes, prot, flags, fd, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap of the copy failed")
+        return address
+
+    def place(self, copy: int, address: int, nbytes: int) -> None:
+        """Move the mapping at `copy` over the pages at `address` (one `mremap`: other
+        threads see the old pages or the copy, never a hole)."""
+        moved = self.mremap(copy, nbytes, nbytes, _MREMAP_MAYMOVE | _MREMAP_FIXED, address)
+        if moved != address:
+            err = ctypes.get_errno()
+            self.munmap(copy, nbytes)
+            raise OSError(err, "mremap of the copy over the file's pages failed")
+
+    def memory_copy(self, fd: int, offset: int, nbytes: int) -> int | None:
+        """A private read-only anonymous mapping holding bytes [offset, offset + nbytes) of
+        `fd`, read with `pread`; None when the file is shorter now."""
+        prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+        anon = self.map(nbytes, prot, flags)
         view = memoryview((ctypes.c_char * nbytes).from_address(anon)).cast("B")
         done = 0
         while done < nbytes:
             n = os.preadv(fd, [view[done:]], offset + done)
             if n == 0:  # truncated since it was checked: a read of the mapping would fault
-                view.release()
-                self.munmap(anon, nbytes)
-                return False
+                break
             done += n
         view.release()
-        moved = None
-        if self.mprotect(anon, nbytes, mmap.PROT_READ) == 0:
-            moved = self.mremap(anon, nbytes, nbytes, _MREMAP_MAYMOVE | _MREMAP_FIXED, address)
-        if moved != address:
+        if done < nbytes:
+            self.munmap(anon, nbytes)
+            return None
+        if self.mprotect(anon, nbytes, mmap.PROT_READ) != 0:
             err = ctypes.get_errno()
             self.munmap(anon, nbytes)
-            raise OSError(err, "mremap of the private copy over the file's pages failed")
-        return True
+            raise OSError(err, "mprotect of the copy failed")
+        return anon
+
+    def file_copy(self, fd: int, offset: int, nbytes: int, folder: str) -> int | None:
+        """A read-only shared mapping of a new unnamed file in `folder` (nobody else can open
+        it) holding bytes [offset, offset + nbytes) of `fd`, copied by the kernel; None when
+        the file is shorter now. OSError when `folder` takes no such file."""
+        tmp = os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o600)
+        try:
+            done = 0
+            while done < nbytes:
+                n = os.copy_file_range(fd, tmp, nbytes - done, offset + done, done)
+                if n == 0:
+                    return None
+                done += n
+            return self.map(nbytes, mmap.PROT_READ, mmap.MAP_SHARED, tmp)
+        finally:
+            os.close(tmp)  # the mapping keeps the file
 
 
 _MREMAP_MAYMOVE, _MREMAP_FIXED = 1, 2
@@ -279,6 +311,28 @@ def _libc() -> _Libc | None:
         ok = sys.platform.startswith("linux") and hasattr(mmap, "MAP_ANONYMOUS")
         _LIBC.append(_Libc() if ok else None)
     return _LIBC[0]
+
+
+def _copy_in_place(
+    libc: _Libc, address: int, info: MappedFile, offset: int, nbytes: int
+) -> str | None:
+    """Replace the pages at `address` (bytes `offset`.. of `info`'s file) by a copy: in a new
+    unnamed file beside the model (`SPILL_BYTES` or more: page cache, resident only where read,
+    as the model file was) or in anonymous memory. Returns "file" or "memory", or None when the
+    file is shorter now (nothing changed)."""
+    copy, where = None, "memory"
+    if nbytes >= SPILL_BYTES and hasattr(os, "O_TMPFILE") and hasattr(os, "copy_file_range"):
+        folder = os.path.dirname(info.path)
+        try:
+            copy, where = libc.file_copy(info.fd, offset, nbytes, folder), "file"
+        except OSError as exc:  # a read-only folder, a file system without unnamed files
+            log.debug("%s: copy in memory, not beside the file: %s", info.path, exc)
+    if where == "memory":
+        copy = libc.memory_copy(info.fd, offset, nbytes)
+    if copy is None:
+        return None
+    libc.place(copy, address, nbytes)
+    return where
 
 
 def detach_ranges(spans: Iterable[tuple[int, int]], action: str = "compiling") -> int:
@@ -305,7 +359,7 @@ def detach_ranges(spans: Iterable[tuple[int, int]], action: str = "compiling") -
             todo = _minus(_merged(ranges, MERGE_GAP), info.detached)
             for lo, hi in todo:
                 try:
-                    done = libc.copy_in_place(root.ctypes.data + lo, hi - lo, info.fd, lo)
+                    where = _copy_in_place(libc, root.ctypes.data + lo, info, lo, hi - lo)
                 except OSError as exc:  # no memory for the copy, too many mappings
                     log.warning(
                         "%s: %d bytes of weights read at run time could not be copied out of "
@@ -313,10 +367,12 @@ def detach_ranges(spans: Iterable[tuple[int, int]], action: str = "compiling") -
                         "place while the program lives", info.path, hi - lo, exc,
                     )  # fmt: skip
                     continue
-                if not done:
+                if where is None:
                     how = "it is shorter than when it was mapped"
                     raise MappedFileChanged(changed_message(info.path, how, action))
                 info.detached = _merged([*info.detached, (lo, hi)], 0)
+                if where == "memory":
+                    info.in_memory = _merged([*info.in_memory, (lo, hi)], 0)
                 copied += hi - lo
     return copied
 
@@ -344,7 +400,7 @@ def _release(root: np.ndarray, lo: int, hi: int) -> int:
     """madvise(DONTNEED) on the pages [lo, hi) of `root`'s mapping, less its detached ranges."""
     raw = root.base
     info = getattr(root, "pygraphx_mapped", None)
-    ranges = _minus([(lo, hi)], info.detached) if info is not None else [(lo, hi)]
+    ranges = _minus([(lo, hi)], info.in_memory) if info is not None else [(lo, hi)]
     for a, b in ranges:
         raw.madvise(mmap.MADV_DONTNEED, a, b - a)
     return sum(b - a for a, b in ranges)
@@ -395,6 +451,7 @@ def release_weight_pages(program: Program) -> int:
 
 __all__ = [
     "MERGE_GAP",
+    "SPILL_BYTES",
     "MappedFile",
     "MappedFileChanged",
     "array_span",

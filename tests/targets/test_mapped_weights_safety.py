@@ -24,7 +24,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import pygraphx
-from pygraphx.ir.mapped import MappedFile, MappedFileChanged, detach_ranges, release_mapped
+from pygraphx.ir import mapped
+from pygraphx.ir.mapped import (
+    MappedFile,
+    MappedFileChanged,
+    detach_ranges,
+    map_file,
+    release_mapped,
+)
 from tests.helpers import run_ort
 from tests.targets.test_cpu_memory import _model as mlp_model
 from tests.targets.test_cpu_memory import _x as mlp_x
@@ -33,7 +40,7 @@ pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="in-place copies of mapped pages need Linux"
 )
 
-VOCAB, D, OUT = 2048, 64, 256  # a 512 KiB embedding table (gathered), a 64 KiB weight
+VOCAB, D, OUT = 4096, 64, 256  # a 1 MiB embedding table (gathered), a 64 KiB weight
 
 
 def model(seed: int = 0, vocab: int = VOCAB, batch: int | str = 2) -> onnx.ModelProto:
@@ -194,19 +201,39 @@ def test_replaced_by_rename_is_no_error(tmp_path: Path) -> None:
 def _mapped_array(tmp_path: Path, nbytes: int = 8 * mmap.PAGESIZE) -> tuple[np.ndarray, Path]:
     path = tmp_path / "blob.onnx"
     path.write_bytes(np.arange(nbytes // 4, dtype=np.float32).tobytes())
-    from pygraphx.ir.mapped import map_file
-
     return map_file(path)[:].view(np.float32), path
 
 
-def test_detached_pages_keep_their_bytes_through_release_and_truncation(tmp_path: Path) -> None:
+def _mapped_name(address: int) -> str | None:
+    """The file /proc/self/maps names for the mapping holding `address` ('' if anonymous)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split(maxsplit=5)
+            lo, hi = (int(v, 16) for v in fields[0].split("-"))
+            if lo <= address < hi:
+                return fields[5].strip() if len(fields) > 5 else ""
+    return None
+
+
+@pytest.mark.parametrize("where", ["file", "memory"])
+def test_detached_pages_keep_their_bytes_through_release_and_truncation(
+    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copies in an unnamed file beside the model (large ones) and in anonymous memory (small
+    ones) both survive the model file's truncation and the release of its pages."""
+    monkeypatch.setattr(mapped, "SPILL_BYTES", 0 if where == "file" else 1 << 40)
     array, path = _mapped_array(tmp_path)
     want = np.arange(array.size, dtype=np.float32)
     part = array[mmap.PAGESIZE // 4 : 3 * mmap.PAGESIZE // 4]  # pages 1 and 2
     copied = detach_ranges([(part.ctypes.data, part.nbytes)])
     assert copied == 2 * mmap.PAGESIZE
     assert detach_ranges([(part.ctypes.data, part.nbytes)]) == 0  # already copied
-    release_mapped([array])  # must not drop the private copies (that would zero them)
+    name = _mapped_name(part.ctypes.data)
+    if where == "file":  # an unnamed file in the model's folder, not the model
+        assert name.startswith(str(tmp_path)) and name.endswith("(deleted)"), name
+    else:
+        assert name == "", name
+    release_mapped([array])  # must not drop a copy in memory (that would zero it)
     np.testing.assert_array_equal(part, want[mmap.PAGESIZE // 4 : 3 * mmap.PAGESIZE // 4])
     with path.open("r+b") as f:
         f.truncate(0)
