@@ -11,7 +11,10 @@ threads of the process; CPU time far above latency x threads means threads spin 
 Each configuration is compiled once and timed in its own block (warm-up, then runs until
 `--seconds` have passed, at least 3 and at most `--max-runs`).
 
-`--spincounts 100 10000` repeats the probe once per GNU OpenMP spin count (each in a fresh
+`--churn` instead counts, per model and thread count, the distinct team sizes of the steps and
+the OS threads a run starts (GNU OpenMP ends and restarts workers when the team size changes).
+
+`--spincounts 100 1000 10000` repeats the probe once per GNU OpenMP spin count (each in a fresh
 process with `GOMP_SPINCOUNT` set, as OpenMP reads it once when torch loads); the rows then carry
 their spin count. Without it the probe runs once, with pygraphx's default (or the environment's).
 
@@ -43,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cpu_vs_peers import make_ort, make_pygraphx  # noqa: E402
 
-import pygraphx  # noqa: E402, F401  (before torch: OpenMP's spin setting)
+import pygraphx  # noqa: E402, F401  (its spin setting is made before it loads torch)
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 
 MODELS = ("resnet50", "mobilenetv2", "bert_base", "gpt2")
@@ -87,6 +90,46 @@ def probe_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
             print(f"{name:12s} {engine:10s} threads {n:2d}: {ms:9.2f} ms, "
                   f"CPU {cpu_ms:9.2f} ms per run ({runs} runs)", flush=True)  # fmt: skip
         del engines
+    return rows
+
+
+def threads_started(prog: Any, feeds: dict[str, np.ndarray], runs: int = 3) -> float:
+    """OS threads started per run of a compiled `cpu` program: the threads alive after each step
+    of a run (the fast path's steps in its scope, as `run` makes them) that were not alive
+    before. GNU OpenMP ends surplus workers when a region's team is smaller than the last one
+    and starts them again for a larger one, so this counts team-size churn."""
+    exe = prog._executable
+    prog.run(feeds)
+    seen = set(os.listdir("/proc/self/task"))
+    started = 0
+    for _ in range(runs):
+        exe.executor.bind(feeds)
+        with exe.scope():
+            for fn in exe.executor.steps:
+                fn()
+                now = set(os.listdir("/proc/self/task"))
+                started += len(now - seen)
+                seen |= now
+    return started / runs
+
+
+def churn(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Rows of (model, threads, distinct team sizes, threads started per run), policy on."""
+    rows = []
+    for name in args.models:
+        model = get_model(name, batch=1, seq_len=args.seq_len)
+        feeds = model_inputs(name, model)
+        for n in args.threads:
+            prog = make_pygraphx(model, "torch", n, True)[2]
+            counts = prog._executable.step_threads
+            switches = sum(1 for a, b in zip(counts, counts[1:], strict=False) if a != b)
+            started = threads_started(prog, feeds)
+            row = {"model": name, "threads": n, "team_sizes": sorted(set(counts)),
+                   "switches": switches, "started_per_run": started}  # fmt: skip
+            rows.append(row)
+            print(f"{name:12s} threads {n:2d}: {len(counts)} steps, team sizes "
+                  f"{row['team_sizes']}, {switches} switches, "
+                  f"{started:.1f} OS threads started per run", flush=True)  # fmt: skip
     return rows
 
 
@@ -159,10 +202,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-runs", type=int, default=30)
     ap.add_argument("--no-ort", action="store_true")
     ap.add_argument("--spincounts", nargs="+", type=int, default=None, help="GOMP_SPINCOUNTs")
+    ap.add_argument("--churn", action="store_true", help="count OS threads started per run")
     ap.add_argument("--json", type=Path, default=None)
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
     start = time.perf_counter()
+    if args.churn:
+        rows = churn(args)
+        if args.json is not None:
+            args.json.write_text(json.dumps({"churn": rows}, indent=2))
+        return 0
     if args.spincounts:
         rows = with_spincounts([a for a in argv if a != "--json" and a != str(args.json)],
                                args.spincounts)  # fmt: skip

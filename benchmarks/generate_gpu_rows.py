@@ -1,10 +1,11 @@
 """The `--device cuda` rows of generate_vs_peers.py: Qwen2-sized fp16 decoders on one GPU.
 
-Configurations (random fp16 weights, seeded, built directly on the GPU): `qwen2_0_5b`
-(Qwen2-0.5B sizes) and `qwen2_7b` (Qwen2.5-7B sizes, about 15 GB of weights). Each is exported
-once with `pygraphx.generate.export.export_decoder` into `--workdir` with its weights in external
-data (one file for the 0.5B; the 7B keeps the one file per weight torch writes over 2 GB, not
-rewritten), timed on its own and skipped when the model is there, then:
+Configurations (generate_common.py's table; random fp16 weights, seeded, built directly on the
+GPU): `qwen2_0_5b` (Qwen2-0.5B sizes) and `qwen2_7b` (Qwen2.5-7B sizes, about 15 GB of
+weights). Each is exported once with `pygraphx.generate.export.export_decoder` into `--workdir`
+with its weights in external data (one file for the 0.5B; the 7B keeps the one file per weight
+torch writes over 2 GB, not rewritten), timed on its own and skipped when the model is
+there, then:
 - pygraphx: `DecoderSession.open(model, "gpu")` (weights memory-mapped from the data file and
   uploaded once for all bucketed shapes), one warm-up generation that compiles and captures
   every shape, then `--repeat` generations (greedy, no stop token);
@@ -19,33 +20,13 @@ from __future__ import annotations
 
 import json
 import resource
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-CONFIGS: dict[str, dict[str, Any]] = {
-    "qwen2_0_5b": dict(
-        vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    ),
-    "qwen2_7b": dict(
-        vocab_size=152064,
-        hidden_size=3584,
-        intermediate_size=18944,
-        num_hidden_layers=28,
-        num_attention_heads=28,
-        num_key_value_heads=4,
-        tie_word_embeddings=False,
-    ),
-}
+from generate_common import DECODERS, GPU_CONFIGS, decoder_config, time_pygraphx, time_transformers
 
 
 def build_gpu_model(name: str, attn: str) -> Any:
@@ -53,14 +34,14 @@ def build_gpu_model(name: str, attn: str) -> Any:
     import torch
     import transformers
 
-    config = transformers.Qwen2Config(max_position_embeddings=4096, **CONFIGS[name])
+    config = decoder_config(name)
     config._attn_implementation = attn
     torch.manual_seed(0)
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float16)
     try:
         with torch.device("cuda"):
-            model = transformers.Qwen2ForCausalLM(config)
+            model = getattr(transformers, DECODERS[name].arch)(config)
     finally:
         torch.set_default_dtype(default)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -104,64 +85,38 @@ def gpu_prompt(args: Any, vocab: int) -> list[list[int]]:
 def pygraphx_row(args: Any, name: str) -> dict:
     import torch
 
-    from pygraphx.generate import DecoderSession, SamplingConfig, run_generation
+    from pygraphx.generate import DecoderSession
 
-    rows = gpu_prompt(args, CONFIGS[name]["vocab_size"])
+    rows = gpu_prompt(args, DECODERS[name].config["vocab_size"])
     start = time.perf_counter()
     session = DecoderSession.open(
         model_path(args.workdir, name), "gpu", max_batch=1, max_context=args.prompt_len + args.new
     )
     open_s = time.perf_counter() - start
-    gen = lambda: run_generation(session, rows, args.new, SamplingConfig(), set(), 0, None)  # noqa: E731
-    gen()  # compiles and captures every bucketed shape
-    compile_s = time.perf_counter() - start
-    results = [gen() for _ in range(args.repeat)]
-    return {
-        "open_s": open_s,
-        "compile_s": compile_s,
-        "compiled_shapes": session.compile_count,
-        "ttft_s": statistics.median(r.prefill_s for r in results),
-        "decode_tok_s": statistics.median(r.decode_tokens_per_s for r in results),
-        "peak_device_gb": torch.cuda.max_memory_allocated() / 2**30,
-        "tokens": results[0].tokens.tolist(),
-    }
+    row = {"open_s": open_s, **time_pygraphx(session, rows, args.new, args.repeat, start)}
+    row["peak_device_gb"] = torch.cuda.max_memory_allocated() / 2**30
+    return row
 
 
 def transformers_row(args: Any, name: str, compiled: bool) -> dict:
     import torch
 
     model = build_gpu_model(name, "sdpa")
-    rows = gpu_prompt(args, CONFIGS[name]["vocab_size"])
+    rows = gpu_prompt(args, DECODERS[name].config["vocab_size"])
     ids = torch.tensor(rows, device="cuda")
     kw: dict[str, Any] = {}
     if compiled:
         kw["cache_implementation"] = "static"
         model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-
-    def gen(n: int) -> tuple[float, Any]:
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        with torch.no_grad():
-            out = model.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                do_sample=False, pad_token_id=0, **kw,
-            )  # fmt: skip
-        torch.cuda.synchronize()
-        return time.perf_counter() - start, out
-
     counters = _recompiles() if compiled else None
-    gen(args.new)  # warm-up (compiles with --peer-compile)
-    before = _recompiles() if compiled else None
-    ttft = statistics.median(gen(1)[0] for _ in range(args.repeat))
-    full = [gen(args.new) for _ in range(args.repeat)]
-    total = statistics.median(t for t, _ in full)
-    row = {
-        "ttft_s": ttft,
-        "decode_tok_s": (args.new - 1) / max(total - ttft, 1e-9),
-        "peak_device_gb": torch.cuda.max_memory_allocated() / 2**30,
-        "tokens": full[0][1][:, args.prompt_len :].tolist(),
-    }
+    after: list[int | None] = []  # the counter after the warm-up (which compiles)
+    row = time_transformers(
+        model, ids, args.new, args.repeat,
+        after_warmup=(lambda: after.append(_recompiles())) if compiled else None, **kw,
+    )  # fmt: skip
+    row["peak_device_gb"] = torch.cuda.max_memory_allocated() / 2**30
     if compiled:
+        before = after[0]
         row["compiles_warmup"] = (before or 0) - (counters or 0)
         row["recompiles_timed"] = (_recompiles() or 0) - (before or 0)
     return row
@@ -212,8 +167,8 @@ def run_gpu(args: Any) -> list[dict]:
         engines.append("transformers-compile")
     rows = []
     for name in args.configs.split(","):
-        if name not in CONFIGS:
-            raise SystemExit(f"unknown config {name!r}; known: {sorted(CONFIGS)}")
+        if name not in GPU_CONFIGS:
+            raise SystemExit(f"unknown config {name!r}; known: {sorted(GPU_CONFIGS)}")
         got = {}
         for engine in engines:
             got[engine] = spawn_gpu(args, engine, name)

@@ -32,29 +32,14 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import time
 from typing import Any
 
-import pygraphx  # noqa: F401  (before torch: its OpenMP settings apply when torch loads)
+from generate_common import DECODERS, decoder_config, time_pygraphx, time_transformers
 
-SMALL = {
-    "qwen2_small": (
-        "Qwen2ForCausalLM",
-        "Qwen2Config",
-        dict(
-            vocab_size=8000,
-            hidden_size=512,
-            intermediate_size=1536,
-            num_hidden_layers=4,
-            num_attention_heads=8,
-            num_key_value_heads=2,
-            max_position_embeddings=1024,
-        ),
-    ),
-}
+import pygraphx  # noqa: F401  (before torch: its OpenMP settings apply when torch loads)
 
 
 def build_model(name: str) -> Any:
@@ -65,11 +50,10 @@ def build_model(name: str) -> Any:
     import torch
     import transformers
 
-    arch, cfg_cls, cfg = SMALL[name]
-    config = getattr(transformers, cfg_cls)(**cfg)
+    config = decoder_config(name)
     config._attn_implementation = "eager"
     torch.manual_seed(0)
-    return getattr(transformers, arch)(config).eval()
+    return getattr(transformers, DECODERS[name].arch)(config).eval()
 
 
 def prompts(batch: int, length: int, vocab: int) -> list[list[int]]:
@@ -80,7 +64,7 @@ def prompts(batch: int, length: int, vocab: int) -> list[list[int]]:
 
 
 def run_pygraphx(args: argparse.Namespace, model: Any, rows: list[list[int]]) -> dict:
-    from pygraphx.generate import DecoderSession, SamplingConfig, run_generation
+    from pygraphx.generate import DecoderSession
     from pygraphx.generate.export import export_decoder
 
     start = time.perf_counter()
@@ -96,18 +80,7 @@ def run_pygraphx(args: argparse.Namespace, model: Any, rows: list[list[int]]) ->
         max_batch=len(rows),
         max_context=2 * (args.prompt_len + args.new),
     )
-    gen = lambda: run_generation(session, rows, args.new, SamplingConfig(), set(), 0, None)  # noqa: E731
-    gen()  # warm-up: compiles every bucketed shape
-    compile_s = time.perf_counter() - start
-    results = [gen() for _ in range(args.repeat)]
-    return {
-        "export_s": export_s,
-        "compile_s": compile_s,
-        "compiled_shapes": session.compile_count,
-        "ttft_s": statistics.median(r.prefill_s for r in results),
-        "decode_tok_s": statistics.median(r.decode_tokens_per_s for r in results),
-        "tokens": results[0].tokens.tolist(),
-    }
+    return {"export_s": export_s, **time_pygraphx(session, rows, args.new, args.repeat, start)}
 
 
 def run_transformers(args: argparse.Namespace, model: Any, rows: list[list[int]]) -> dict:
@@ -116,35 +89,7 @@ def run_transformers(args: argparse.Namespace, model: Any, rows: list[list[int]]
     device = "cuda" if args.target == "gpu" else "cpu"
     model = model.to(device)
     ids = torch.tensor(rows, device=device)
-    mask = torch.ones_like(ids)
-
-    def gen(n: int) -> tuple[float, Any]:
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        with torch.no_grad():
-            out = model.generate(
-                ids,
-                attention_mask=mask,
-                max_new_tokens=n,
-                min_new_tokens=n,
-                do_sample=False,
-                pad_token_id=0,
-            )
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - start, out
-
-    gen(args.new)  # warm-up
-    ttft = statistics.median(gen(1)[0] for _ in range(args.repeat))
-    full = [gen(args.new) for _ in range(args.repeat)]
-    total = statistics.median(t for t, _ in full)
-    steps = (args.new - 1) * len(rows)
-    return {
-        "ttft_s": ttft,
-        "decode_tok_s": steps / max(total - ttft, 1e-9),
-        "tokens": full[0][1][:, args.prompt_len :].tolist(),
-    }
+    return time_transformers(model, ids, args.new, args.repeat)
 
 
 def worker(args: argparse.Namespace) -> None:

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+# first: importing targets.cpu bounds how long GNU OpenMP's idle workers spin, which it reads
+# once, when torch loads it (targets/cpu/__init__.py); `generate` below imports torch
+from pygraphx.targets.cpu import configure_openmp  # isort: skip
+
+# isort: split
 from pygraphx import generate  # a package that is also callable: pygraphx.generate(...)
 from pygraphx.ir.argument import Argument, Literal, generate_argument, generate_literal
 from pygraphx.ir.instruction import Instruction
@@ -38,12 +43,10 @@ from pygraphx.quantize import (
 )
 from pygraphx.runtime.evaluator import EvaluationError
 from pygraphx.targets import Target, get_target
-from pygraphx.targets.cpu import configure_openmp
 from pygraphx.targets.gpu import GpuUnavailableError, check_gpu
 from pygraphx.version import __version__
 
-# before torch loads GNU OpenMP, which reads its spin setting once (targets/cpu/__init__.py)
-configure_openmp()
+configure_openmp()  # done on importing targets.cpu already; a no-op here, kept explicit
 
 
 # --- MIGraphX's device API (torch is imported on first use) ---------------------------------

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from rich.console import Console
+
+#: `step(label)` -> a context manager around one long step (progress and timing).
+StepFn = Callable[[str], AbstractContextManager[Any]]
 
 
 def format_seconds(seconds: float) -> str:

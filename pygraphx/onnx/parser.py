@@ -3,9 +3,9 @@
 `parse_onnx(path, **options)` and `parse_onnx_buffer(data, **options)` take MIGraphX's
 onnx_options (`default_dim_value`, `map_input_dims`, `skip_unknown_operators`,
 `print_program_on_error`, `max_loop_iterations`: see handlers/control.py). The walk is: check
-every node has a handler (one error lists all the
-unsupported ones), turn initialisers into literals (external data read safely, see
-`external_data.py`), inputs into parameters, then each node through its handler in order;
+every node has a handler (one error lists all the unsupported ones), turn initialisers into
+literals (external data read safely, see `external_data.py`) and inputs into parameters (both
+in `graph_inputs.py`), then each node through its handler in order;
 outputs become `@return`. Every instruction a node's handler makes records the node
 (`Instruction.source`, see `node_source_label`), so run-time errors name it. Constant
 sub-graphs that handlers consumed as compile-time values (shape-computing chains) are then
@@ -21,7 +21,6 @@ handlers marked `takes_sequences` (and Identity) accept.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -30,7 +29,6 @@ from typing import Any
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import numpy_helper
 
 import pygraphx.onnx.handlers  # noqa: F401 - registers every handler
 from pygraphx.ir.argument import Literal
@@ -39,11 +37,11 @@ from pygraphx.ir.instruction import Instruction, node_source
 from pygraphx.ir.module import Module
 from pygraphx.ir.program import Program
 from pygraphx.ir.shape import Shape
-from pygraphx.onnx.context import NodeContext, onnx_type_to_shape_type
+from pygraphx.onnx.context import NodeContext
 from pygraphx.onnx.errors import InputValueNeeded, OnnxParseError, UnsupportedOperatorError
-from pygraphx.onnx.external_data import held_tensor, load_external_tensor
+from pygraphx.onnx.graph_inputs import GraphInputs, structured_input
 from pygraphx.onnx.handlers.sequence import OptionalValue, SequenceValue, Value, describe
-from pygraphx.onnx.mapped_model import BUFFER_LOCATION, read_model_mapped, split_buffer
+from pygraphx.onnx.mapped_model import read_model_mapped, split_buffer
 from pygraphx.onnx.registry import find_handler
 from pygraphx.onnx.schema import missing_required_inputs
 from pygraphx.onnx.validate import validate_model
@@ -159,7 +157,7 @@ def _iter_nodes(graph: onnx.GraphProto, where: str = "") -> Iterator[tuple[onnx.
                 yield from _iter_nodes(g, f"{where} > {inner}" if where else inner)
 
 
-class OnnxParser:
+class OnnxParser(GraphInputs):
     """One parse of one model."""
 
     def __init__(
@@ -433,60 +431,6 @@ class OnnxParser:
                         out.append(i)
         return out
 
-    def _constant_input(self, module: Module, inp: onnx.ValueInfoProto, value: Any) -> Value:
-        """A graph input given at parse time: a literal, or a sequence or optional of them."""
-        t = inp.type
-        if t.HasField("optional_type"):
-            if value is None:
-                return OptionalValue(None)
-            inner = onnx.ValueInfoProto(name=inp.name, type=t.optional_type.elem_type)
-            return OptionalValue(self._constant_input(module, inner, value))
-        if t.HasField("sequence_type"):
-            if not isinstance(value, list | tuple):
-                raise OnnxParseError(
-                    f"{self.source}: input {inp.name!r} is a sequence; give a list of arrays"
-                )
-            elem = t.sequence_type.elem_type.tensor_type.elem_type
-            elem_type = onnx_type_to_shape_type(elem) if elem else None
-            items = [module.add_literal(Literal(np.asarray(v))) for v in value]
-            return SequenceValue(items, elem_type)
-        return module.add_literal(Literal(np.asarray(value)))
-
-    def input_shape(self, inp: onnx.ValueInfoProto) -> Shape:
-        map_dims = self.options["map_input_dims"] or {}
-        t = inp.type
-        if t.HasField("optional_type") and t.optional_type.elem_type.HasField("tensor_type"):
-            # an optional tensor input is a parameter that must be given (so it has an element)
-            t = t.optional_type.elem_type
-        tt = t.tensor_type
-        if t.HasField("sequence_type") or t.HasField("optional_type"):
-            kind = "a sequence" if t.HasField("sequence_type") else "an optional sequence"
-            raise OnnxParseError(
-                f"{self.source}: input {inp.name!r} is {kind}: programs take tensors only "
-                "(sequences are resolved at compile time, so they cannot be graph inputs)"
-            )
-        if not t.HasField("tensor_type"):
-            raise OnnxParseError(f"{self.source}: input {inp.name!r} is not a tensor")
-        try:
-            type_name = onnx_type_to_shape_type(tt.elem_type)
-        except ValueError as exc:
-            raise OnnxParseError(f"{self.source}: input {inp.name!r}: {exc}") from None
-        if inp.name in map_dims:
-            return Shape(type_name, [int(d) for d in map_dims[inp.name]])
-        if not tt.HasField("shape"):
-            raise OnnxParseError(
-                f"{self.source}: input {inp.name!r} has no shape; give one with "
-                f"map_input_dims={{'{inp.name}': [...]}}"
-            )
-        default = int(self.options["default_dim_value"]) or 1
-        lens = []
-        for d in tt.shape.dim:
-            if d.HasField("dim_value") and d.dim_value >= 0:
-                lens.append(int(d.dim_value))
-            else:
-                lens.append(default)
-        return Shape(type_name, lens)
-
     def _parse_node(self, node: onnx.NodeProto, module: Module, values: dict[str, Value]) -> None:
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
         opset = self.opsets[domain]
@@ -578,60 +522,7 @@ class OnnxParser:
         elem = onnx.helper.np_dtype_to_tensor_dtype(shape.dtype())
         self._value_info[name] = onnx.helper.make_tensor_value_info(name, elem, shape.lens())
 
-    # --- tensors and constants ------------------------------------------------------------
-    def initializer_array(self, tensor: onnx.TensorProto) -> np.ndarray:
-        """`tensor_to_array`, decoded once per model when the parse has a `tensor_cache` (an
-        initialiser held in the model's bytes, keyed by its name, type, dims and a digest of
-        its bytes); the array is then read-only and shared by the programs of that model."""
-        cache = self.options.get("tensor_cache")
-        if cache is None or tensor.data_location == onnx.TensorProto.EXTERNAL:
-            return self.tensor_to_array(tensor)
-        raw = tensor.raw_data
-        key = (tensor.name, tensor.data_type, tuple(tensor.dims), hashlib.sha256(raw).digest())
-        arr = cache.get(key) if raw else None
-        if arr is None:
-            arr = self.tensor_to_array(tensor)
-            arr.flags.writeable = False
-            if raw:
-                cache[key] = arr
-        return arr
-
-    def tensor_to_array(self, tensor: onnx.TensorProto) -> np.ndarray:
-        if tensor.data_type == onnx.TensorProto.STRING:
-            raise OnnxParseError(
-                f"{self.source}: tensor {tensor.name!r}: string tensors are not supported"
-            )
-        try:
-            onnx_type_to_shape_type(tensor.data_type)
-        except ValueError as exc:
-            raise OnnxParseError(f"{self.source}: tensor {tensor.name!r}: {exc}") from None
-        span = self._held_span(tensor)
-        if span is None and tensor.data_location == onnx.TensorProto.EXTERNAL:
-            return load_external_tensor(tensor, self.model_dir, self.source)
-        try:
-            if span is not None and self._held is not None:
-                return held_tensor(tensor, self._held[0], *span)
-            arr = numpy_helper.to_array(tensor)
-        except (ValueError, TypeError) as exc:
-            raise OnnxParseError(
-                f"{self.source}: tensor {tensor.name!r} is corrupt: {exc}"
-            ) from None
-        return np.asarray(arr, order="C")
-
-    def _held_span(self, tensor: onnx.TensorProto) -> tuple[int, int] | None:
-        """(offset, length) of `tensor`'s bytes in the model's bytes when `split_buffer` left
-        them there (only spans it recorded: no other location is ever read this way)."""
-        if self._held is None or tensor.data_location != onnx.TensorProto.EXTERNAL:
-            return None
-        info = {e.key: e.value for e in tensor.external_data}
-        if info.get("location") != BUFFER_LOCATION:
-            return None
-        try:
-            span = (int(info.get("offset", "")), int(info.get("length", "")))
-        except ValueError:
-            return None
-        return span if span in self._held[1] else None
-
+    # --- constants -------------------------------------------------------------------------
     def const_value(self, ins: Instruction) -> np.ndarray | None:
         """Evaluate `ins` at parse time if it depends only on literals (memoised); None when it
         does not, or when a value on the way is too large to fold (`PGX_CONST_FOLD_LIMIT`).
@@ -668,11 +559,3 @@ class OnnxParser:
         """Whether `const_value` has settled `ins` (its value may be None)."""
         entry = self._const.get(id(ins))
         return entry is not None and entry[0] is ins
-
-
-def structured_input(inp: onnx.ValueInfoProto) -> bool:
-    """A sequence input, or an optional one that may hold a sequence or nothing."""
-    t = inp.type
-    if t.HasField("sequence_type"):
-        return True
-    return t.HasField("optional_type") and not t.optional_type.elem_type.HasField("tensor_type")

@@ -4,22 +4,25 @@ Importing this package does not import torch; `make_target()` does, and says how
 when it is missing.
 
 OpenMP threads: when torch is not imported yet and the user has set neither `OMP_WAIT_POLICY`
-nor `GOMP_SPINCOUNT`, `configure_openmp()` sets `GOMP_SPINCOUNT=100`: an idle OpenMP worker
-spins a few microseconds and then sleeps, instead of spinning for GNU OpenMP's default 300000
-rounds. On cores shared with other work (another thread pool, other processes) spinning
-workers burn the time slices their own team's laggards need, and every parallel region then
-waits milliseconds for them. Measured on 2 cores shared with other work (load average 14),
-MobileNetV2 at batch 1 on 2 threads, median of runs: spin 10000 (this target's earlier setting)
-160-350 ms and 15-43 ms of process CPU time per run; spin 100: 7.4-51 ms, 7.5-9.5 ms CPU; spin 0
-(`OMP_WAIT_POLICY=PASSIVE`): 6.5-14 ms, 6.5-7.6 ms CPU; ORT at the same moments 25-60 ms. On a
-quiet machine a sleeping worker costs a wake-up per parallel region (MobileNetV2 was measured
-earlier at 5.8 ms with spin 10000 against 11.0 ms with PASSIVE on quiet cores); the per-step
-thread policy (`threads.py`) keeps small steps on one thread, so fewer regions pay it.
-`benchmarks/cpu_threads_probe.py --spincounts 100 10000` compares settings on a host.
+nor `GOMP_SPINCOUNT`, `configure_openmp()` sets `GOMP_SPINCOUNT=SPINCOUNT`: an idle OpenMP
+worker spins that many rounds (a `pause` each, 40-140 cycles by processor: tens of
+microseconds) and then sleeps, instead of spinning for GNU OpenMP's default 300000 rounds
+(milliseconds). Why not less: a run's parallel regions (oneDNN convolutions, GEMMs, torch's
+kernels) are separated by the Python and dispatch time of the steps between them, 10-50 us;
+workers that fall asleep in those gaps must be woken by a system call at every region, and a
+team of 16 woken some 50 times per MobileNetV2 run costs milliseconds. Why not more: after a
+run, or between runs, workers that keep spinning burn the time slices that other work on the
+same cores needs (another thread pool, other processes), and every parallel region then waits
+for its own descheduled laggards. History: GNU OpenMP's default spun so long that on 2 cores
+shared with other work (load average 14) MobileNetV2 at batch 1 took 160-350 ms at spin 10000
+against 7.4-51 ms at spin 100; on such a machine `scheduling.load_threads` now runs on one
+thread, where no region starts at all. `benchmarks/cpu_threads_probe.py --spincounts 100 1000
+10000` compares settings on a host.
 
 `import pygraphx` calls `configure_openmp()`, so the setting holds whenever pygraphx is imported
 before torch; when torch came first (GNU OpenMP reads the variable once, when it loads),
-`make_target()` warns once and says what to do.
+`make_target()` warns once and says what to do. `openmp_setting()` says what holds (the first
+run logs it, level INFO, logger `pygraphx.cpu`).
 """
 
 from __future__ import annotations
@@ -50,19 +53,34 @@ def make_target(**settings: Any) -> CpuTarget:
 
 
 #: GNU OpenMP spin rounds before an idle worker sleeps (see the module docstring)
-SPINCOUNT = "100"
+SPINCOUNT = "1000"
+
+#: what `configure_openmp` found or did (see `openmp_setting`)
+_setting = ""
 
 
 def configure_openmp() -> bool:
     """Bound how long idle OpenMP workers spin (see the module docstring), if it is not too
     late (torch not imported yet) and the user has not chosen. False when it is too late
     (`make_target` then says so once)."""
-    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+    global _setting
+    if _setting.endswith("(set by pygraphx)") and os.environ.get("GOMP_SPINCOUNT") == SPINCOUNT:
         return True
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        if name in os.environ:
+            _setting = f"{name}={os.environ[name]} (from the environment)"
+            return True
     if "torch" in sys.modules:
+        _setting = "GNU OpenMP's default spin (torch was imported before pygraphx)"
         return False
     os.environ["GOMP_SPINCOUNT"] = SPINCOUNT
+    _setting = f"GOMP_SPINCOUNT={SPINCOUNT} (set by pygraphx)"
     return True
+
+
+def openmp_setting() -> str:
+    """One line: the OpenMP waiting policy torch's workers run with, and who chose it."""
+    return _setting or "not configured (pygraphx.targets.cpu.configure_openmp was not called)"
 
 
 _warned = False
@@ -82,4 +100,6 @@ def _warn_spinning() -> None:
     )
 
 
-__all__ = ["configure_openmp", "make_target"]
+configure_openmp()  # on import: `import pygraphx` imports this package before anything loads torch
+
+__all__ = ["SPINCOUNT", "configure_openmp", "make_target", "openmp_setting"]

@@ -14,9 +14,12 @@ the 2-core development machine at a load average of about 12, BERT-base at batch
 median 2,881 ms on 2 threads and 854 ms on 1 (ORT on 2 threads: 1,239 ms; one process, runs
 interleaved). So a run takes `load_threads(n)` threads: the 1-minute load average less this
 run's own n, rounded down, is the CPUs others keep busy, and the run takes no more threads
-than the CPUs left (at least 1). An idle machine, or one whose load is this program's own (or
-exceeds it by less than one CPU: spinning pools of other engines in the process), keeps n; the
-first run that takes fewer says so (log level INFO). `PGX_CPU_LOAD_ADAPT=0` keeps n always.
+than the CPUs left (at least 1). In a process confined to fewer CPUs than the machine has (an
+affinity mask, a cgroup quota: `threads.usable_cpus`), "the CPUs" are the ones it may use and
+the others' load is counted in proportion to them (the load average is machine-wide). An idle
+machine, or one whose load is this program's own (or exceeds it by less than one CPU: spinning
+pools of other engines in the process), keeps n; the first run that takes fewer says so (log
+level INFO). `PGX_CPU_LOAD_ADAPT=0` keeps n always.
 A neighbour that keeps less than a whole CPU busy is not seen, and one that this program runs
 rarely beside may be counted as this program's own (the load average cannot tell them apart).
 

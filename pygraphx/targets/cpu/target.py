@@ -18,6 +18,7 @@ overwrite.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import warnings
@@ -33,6 +34,7 @@ from pygraphx.passes.manager import Pass, module_pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.runtime.executor import Executor, Observer
 from pygraphx.targets.base import Target
+from pygraphx.targets.cpu import openmp_setting
 from pygraphx.targets.cpu.bf16 import announce_slow_bf16
 from pygraphx.targets.cpu.lowering import cpu_overrides
 from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_thread_switches
@@ -44,6 +46,8 @@ from pygraphx.targets.torch_lowering.fallback_cost import FallbackTimer, announc
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
+
+log = logging.getLogger("pygraphx.cpu")
 
 
 def announce_fallbacks(fallbacks: Mapping[str, int]) -> None:
@@ -60,6 +64,18 @@ def announce_fallbacks(fallbacks: Mapping[str, int]) -> None:
         RuntimeWarning,
         stacklevel=3,
     )
+
+
+_announced: set[str] = set()
+
+
+def announce_threads(threads: ThreadCount) -> None:
+    """Log (INFO, logger `pygraphx.cpu`, once per distinct line) the thread count and the
+    OpenMP waiting policy torch's workers run with (`targets/cpu/__init__.py`)."""
+    line = f"cpu target: threads {threads}; OpenMP: {openmp_setting()}"
+    if line not in _announced:
+        _announced.add(line)
+        log.info("%s", line)
 
 
 def cpu_threads() -> int:
@@ -194,6 +210,7 @@ class CpuTarget(Target):
             finish_conv_choice(conv_choices)
         announce_fallbacks(lowered.ctx.fallbacks)
         announce_slow_bf16(program.get_main_module())
+        announce_threads(self.threads)
         return CpuExecutable(lowered, self.threads.n, self.step_policy)
 
     def threads_scope(self) -> RunScope:

@@ -21,10 +21,18 @@ probe measures latency and CPU time at 1..16 threads on a host;
 its best count is what to put here (or in `PGX_CPU_MAX_THREADS` for that host).
 
 **Per step.** A team of N threads is only worth waking for a step with enough work: at
-prepare, `step_threads` gives every step `work / MIN_WORK_PER_THREAD` threads (at least 1, at
-most N): GEMMs and convolutions count multiply-adds, every other step (pointwise, fused
-element-wise groups, reductions, copies) counts elements read and written. The decision is made
-once at compile time; a run only calls `torch.set_num_threads` where consecutive steps differ.
+prepare, `step_threads` gives a step all N threads when its work is worth at least
+`MIN_SPLIT_THREADS` threads (GEMMs and convolutions count multiply-adds, `MIN_MACS_PER_THREAD`
+per thread; every other step, pointwise, fused element-wise groups, reductions, copies, counts
+elements read and written, `MIN_ELEMENTS_PER_THREAD` per thread), and one thread otherwise.
+Never a count in between: GNU OpenMP (torch's libgomp, also under oneDNN and MKL) keeps one
+pool of worker threads per calling thread, and a parallel region with a team smaller than the
+one before *ends* the surplus workers, so the next larger region creates them again
+(`pthread_create` and a cold stack per thread). Measured: alternating teams of 4 and 2 threads
+created a new OS thread on every switch, teams of 4 and 1 none (one thread runs inline, no
+region). The earlier policy (any count from 1 to N by work) switched team sizes 38 times per
+MobileNetV2 run at N = 16 and churned hundreds of threads per run. The decision is made once at
+compile time; a run only calls `torch.set_num_threads` where consecutive steps differ.
 `PGX_CPU_STEP_THREADS=0` (or `get_target("cpu", step_threads=False)`) runs every step on N.
 
 **Across runs.** OpenMP teams belong to the OS thread that starts them, so two programs run from
@@ -37,6 +45,7 @@ oversubscribing them.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -59,6 +68,8 @@ DEFAULT_CAP = 4
 MIN_MACS_PER_THREAD = 500_000
 #: every other step: elements (read + written) per thread (torch's own grain is 32768)
 MIN_ELEMENTS_PER_THREAD = 65_536
+#: a step gets the whole team when its work is worth this many threads, else one thread
+MIN_SPLIT_THREADS = 2
 
 #: IR ops whose cost is counted in multiply-adds
 GEMM_OPS = frozenset({"dot", "quant_dot", "convolution", "quant_convolution", "deconvolution"})
@@ -210,20 +221,40 @@ def step_policy_enabled(setting: bool | None = None) -> bool:
 
 def step_threads(work: Sequence[tuple[str, int, int]], n: int) -> int:
     """Threads for a step covering instructions given as (op name, output elements, inner
-    length): GEMM-like ops count `elements * inner` multiply-adds, others elements."""
+    length): `n` or 1, never a count in between (see the module docstring). GEMM-like ops count
+    `elements * inner` multiply-adds, others elements."""
     macs = sum(elems * inner for name, elems, inner in work if name in GEMM_OPS)
     elems = sum(elems for name, elems, _ in work if name not in GEMM_OPS)
-    want = max(macs // MIN_MACS_PER_THREAD, elems // MIN_ELEMENTS_PER_THREAD, 1)
-    return int(min(n, want))
+    worth = max(macs // MIN_MACS_PER_THREAD, elems // MIN_ELEMENTS_PER_THREAD)
+    return n if worth >= MIN_SPLIT_THREADS else 1
 
 
 # --- a busy machine (see `scheduling.py`'s docstring) -------------------------------------
 
 
-def load_threads(n: int, load: float | None = None, cpus: int | None = None) -> int:
+@functools.cache
+def usable_cpus() -> int:
+    """CPUs' worth of time this process may use: its affinity mask, bounded by the cgroup CPU
+    quota (rounded up), at least 1; read once per process (every run asks)."""
+    n = len(affinity_cpus())
+    quota = cgroup_cpu_limit()
+    if quota is not None:
+        n = min(n, math.ceil(quota))
+    return max(1, n)
+
+
+def load_threads(
+    n: int, load: float | None = None, cpus: int | None = None, usable: int | None = None
+) -> int:
     """Threads a run of `n` takes on a machine whose 1-minute load average is `load` over
-    `cpus` CPUs (default: this machine's); `scheduling.RunScope` applies it to every run (why:
-    `scheduling.py`'s docstring). `PGX_CPU_LOAD_ADAPT=0` keeps `n`."""
+    `cpus` CPUs, of which this process may use `usable` (defaults: this machine's load and
+    `os.cpu_count()`, and `usable_cpus()`; `usable` is `cpus` when only `cpus` is given).
+    `scheduling.RunScope` applies it to every run (why: `scheduling.py`'s docstring).
+    `PGX_CPU_LOAD_ADAPT=0` keeps `n`.
+
+    The load average counts the whole machine (in a container, the host's: /proc/loadavg is
+    not namespaced), so in a process confined to fewer CPUs (an affinity mask, a cgroup quota)
+    the share of the others' load that falls on its CPUs is taken as proportional to them."""
     if n <= 1 or os.environ.get(LOAD_ADAPT_ENV, "1").strip() == "0":
         return n
     if load is None:
@@ -231,9 +262,12 @@ def load_threads(n: int, load: float | None = None, cpus: int | None = None) -> 
             load = os.getloadavg()[0]
         except (OSError, AttributeError):  # not available on this platform (Windows)
             return n
+    if usable is None:
+        usable = cpus if cpus is not None else usable_cpus()
     cpus = cpus if cpus is not None else os.cpu_count() or 1
-    others = int(max(0.0, load - n))  # whole CPUs kept busy by others
-    return max(1, min(n, cpus - others))
+    usable = max(1, min(usable, cpus))
+    others = int(max(0.0, load - n) * usable / cpus)  # whole CPUs of ours kept busy by others
+    return max(1, min(n, usable - others))
 
 
 # --- the process-wide budget --------------------------------------------------------------
@@ -301,4 +335,5 @@ __all__ = [
     "resolve_threads",
     "step_policy_enabled",
     "step_threads",
+    "usable_cpus",
 ]

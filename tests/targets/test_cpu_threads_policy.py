@@ -1,0 +1,188 @@
+"""The cpu target's thread policy on many cores (issue 10): per-step counts are the whole team
+or one thread, so GNU OpenMP never ends and re-creates its workers between steps; the OpenMP
+spin setting is in place before torch loads; the busy-machine rule counts the CPUs this process
+may use. Outputs are checked against ONNX Runtime."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import helper  # noqa: E402
+
+import pygraphx  # noqa: E402
+from pygraphx.targets import cpu  # noqa: E402
+from pygraphx.targets.cpu import threads as th  # noqa: E402
+from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
+from tests.helpers import make_model  # noqa: E402
+
+RNG = np.random.default_rng(10)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# --- per-step counts ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 16, 64])
+def test_step_counts_are_the_team_or_one(n: int) -> None:
+    """Every amount of work, GEMM-like or element-wise, gets `n` threads or 1."""
+    seen = set()
+    for elems in (1, 10**3, 10**4, 65_536, 131_072, 10**6, 10**8):
+        for inner in (1, 9, 64, 768):
+            seen.add(th.step_threads([("dot", elems, inner)], n))
+            seen.add(th.step_threads([("convolution", elems, inner)], n))
+        seen.add(th.step_threads([("add", elems, 1)], n))
+    assert seen == {1, n}
+
+
+def test_threshold_is_two_threads_worth_of_work() -> None:
+    n = 16
+    per_thread = th.MIN_ELEMENTS_PER_THREAD
+    assert th.step_threads([("add", 2 * per_thread - 1, 1)], n) == 1
+    assert th.step_threads([("add", 2 * per_thread, 1)], n) == n
+    macs = th.MIN_MACS_PER_THREAD
+    assert th.step_threads([("dot", 2 * macs // 64 - 1, 64)], n) == 1
+    assert th.step_threads([("dot", 2 * macs // 64, 64)], n) == n
+
+
+def _two_sums() -> tuple:
+    """Two independent element-wise steps of 524k and 131k elements read and written: under a
+    policy of counts by work (1..N) they ran on 4 and 2 threads at N = 4."""
+    feeds = {
+        "a": RNG.standard_normal((512, 512)).astype(np.float32),
+        "b": RNG.standard_normal((256, 256)).astype(np.float32),
+    }
+    inits = {"one": np.ones((1,), np.float32)}
+    nodes = [
+        helper.make_node("Add", ["a", "one"], ["ya"]),
+        helper.make_node("Add", ["b", "one"], ["yb"]),
+    ]
+    return make_model(nodes, feeds, ["ya", "yb"], inits), feeds
+
+
+def _thread_ids() -> set[str]:
+    return set(os.listdir("/proc/self/task"))
+
+
+def _run_watching_threads(exe: object, feeds: dict[str, np.ndarray]) -> set[str]:
+    """One run of the fast path's steps as `CpuExecutable.run` makes it (same scope and
+    thread switches), the OS threads alive after each step (a worker created by one step and
+    ended by the next is gone by the end of the run)."""
+    seen = set()
+    exe.executor.bind(feeds)
+    with exe.scope():
+        for fn in exe.executor.steps:
+            fn()
+            seen |= _thread_ids()
+    return seen
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_runs_start_no_new_os_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GNU OpenMP ends the surplus workers when a parallel region has a smaller team than the
+    one before, and creates them again for a larger one: a run whose steps switched between
+    teams of 4 and 3 created a new OS thread and ended it again in every run. With counts of 4
+    or 1 the pool's threads stay."""
+    monkeypatch.setenv(th.LOAD_ADAPT_ENV, "0")  # all 4 threads even on a busy machine
+    model, feeds = _two_sums()
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, feeds)
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(CpuTarget(threads=4))
+    exe = prog._executable
+    assert set(exe.step_threads) <= {1, 4}
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        known = _run_watching_threads(exe, feeds)
+        for _ in range(5):
+            assert _run_watching_threads(exe, feeds) <= known, "a step started a new OS thread"
+        got = prog.run(feeds)
+    finally:
+        torch.set_num_threads(before)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6, atol=1e-6)
+
+
+# --- the busy-machine rule in a confined process ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n", "load", "cpus", "usable", "want"),
+    [
+        (4, 40.0, 64, 64, 4),  # unconfined: 28 CPUs free
+        (4, 40.0, 64, 4, 2),  # 4 of 64 CPUs: 36 x 4/64 = 2.25 of ours busy, two left
+        (4, 10.0, 64, 4, 4),  # 6 x 4/64 = 0.4 of ours busy: all four
+        (4, 80.0, 64, 8, 1),  # heavily loaded host: at least one thread
+        (2, 3.0, 2, 2, 1),  # the 2-core case of test_cpu_scheduling: unchanged
+    ],
+)
+def test_load_threads_counts_the_cpus_this_process_may_use(
+    monkeypatch: pytest.MonkeyPatch, n: int, load: float, cpus: int, usable: int, want: int
+) -> None:
+    monkeypatch.delenv(th.LOAD_ADAPT_ENV, raising=False)
+    assert th.load_threads(n, load, cpus, usable) == want
+
+
+def test_usable_cpus_is_the_affinity_bounded_by_the_quota(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(th, "affinity_cpus", lambda: set(range(32)))
+    monkeypatch.setattr(th, "cgroup_cpu_limit", lambda: 2.5)
+    th.usable_cpus.cache_clear()
+    try:
+        assert th.usable_cpus() == 3
+        monkeypatch.setattr(th, "cgroup_cpu_limit", lambda: None)
+        th.usable_cpus.cache_clear()
+        assert th.usable_cpus() == 32
+        # the default of load_threads: a machine of 64 CPUs at load 40, this process on 32
+        monkeypatch.setattr(th.os, "cpu_count", lambda: 64)
+        monkeypatch.setattr(th.os, "getloadavg", lambda: (40.0, 40.0, 40.0))
+        monkeypatch.delenv(th.LOAD_ADAPT_ENV, raising=False)
+        assert th.load_threads(16) == 16  # 24 x 32/64 = 12 busy of 32: 20 left
+        assert th.load_threads(16, 60.0) == 10  # 44 x 32/64 = 22 busy: 10 left
+    finally:
+        th.usable_cpus.cache_clear()
+
+
+# --- OpenMP's spin setting -------------------------------------------------------------------
+
+
+def _fresh_import(env_extra: dict[str, str]) -> list[str]:
+    """In a fresh interpreter: import pygraphx, then print GOMP_SPINCOUNT, whether torch was
+    loaded by the import, and `openmp_setting()`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    env.update(env_extra)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    code = (
+        "import os, sys, pygraphx\n"
+        "from pygraphx.targets.cpu import openmp_setting\n"
+        "print(os.environ.get('GOMP_SPINCOUNT'))\n"
+        "print('torch' in sys.modules)\n"
+        "print(openmp_setting())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return out.stdout.splitlines()
+
+
+def test_import_pygraphx_sets_the_spin_before_torch_loads() -> None:
+    """`import pygraphx` loads torch (generation's device loop imports it), so the spin
+    setting must be made before that import; it was not, and GNU OpenMP kept its default."""
+    spin, torch_loaded, setting = _fresh_import({})
+    assert spin == cpu.SPINCOUNT
+    assert torch_loaded == "True"  # why the order matters
+    assert setting == f"GOMP_SPINCOUNT={cpu.SPINCOUNT} (set by pygraphx)"
+
+
+def test_the_users_openmp_setting_is_kept_and_named() -> None:
+    spin, _, setting = _fresh_import({"GOMP_SPINCOUNT": "7"})
+    assert spin == "7"
+    assert setting == "GOMP_SPINCOUNT=7 (from the environment)"
