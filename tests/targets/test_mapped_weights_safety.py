@@ -283,3 +283,15 @@ def _present_pages(address: int, nbytes: int) -> np.ndarray:
         f.seek(first * 8)
         entries = np.frombuffer(f.read((end - first) * 8), dtype=np.uint64)
     return (entries >> np.uint64(63)).astype(bool)
+
+
+def test_optimize_after_a_rewrite_is_the_clear_error(tmp_path: Path) -> None:
+    """Passes read the weights too: optimizing a program parsed before the rewrite says so."""
+    from pygraphx.passes.pipeline import optimize
+
+    path = tmp_path / "embed.onnx"
+    path.write_bytes(model().SerializeToString())
+    prog = pygraphx.parse_onnx(path)
+    path.write_bytes(model(seed=1, vocab=VOCAB // 2).SerializeToString())  # shorter, in place
+    with pytest.raises(MappedFileChanged, match=r"embed\.onnx.*optimizing.*Parse the model again"):
+        optimize(prog)
