@@ -198,12 +198,12 @@ class Clip(Pointwise):
 class Convert(Pointwise):
     """Cast to `target_type` (float -> int truncates; out-of-range follows numpy).
 
-    To float16, bfloat16 and float32 (from a type with a wider range), values beyond the
-    target's finite range, the infinities included, become its largest finite value with their
-    sign, and NaN stays NaN: MIGraphX's `convert` (`min(max(as(x), as.min()), as.max())`).
-    ONNX Runtime's Cast gives an infinity instead. To an fp8 type, out-of-range values overflow
-    as ml_dtypes does (ONNX Cast's `saturate=0`); `convert_saturate` below is the saturating
-    cast.
+    To float16, bfloat16 and float32 (from a type with a wider range), a finite value beyond
+    the target's range becomes its largest finite value with its sign instead of an infinity,
+    as MIGraphX's `convert` clamps to the target's [lowest, max]. The infinities and NaN stay
+    what they are: MIGraphX sends the infinities to the bounds too, but ONNX (its Cast node
+    tests, ONNX Runtime) keeps them. To an fp8 type, out-of-range values overflow as ml_dtypes
+    does (ONNX Cast's `saturate=0`); `convert_saturate` below is the saturating cast.
     """
 
     name = "convert"
@@ -217,13 +217,11 @@ class Convert(Pointwise):
     def apply(self, o: Any, x: Any) -> Any:
         dtype = to_dtype(self.target_type)
         src = np.dtype(x.dtype)
-        big = overflow_bound(src, dtype)
-        if big is None:
+        if overflow_bound(src, dtype) is None:
             return o.cast(x, dtype)
         if src not in _WIDE_FLOATS:  # integers, bfloat16: clamped in float32, where the bound
             x = o.cast(x, np.float32)  # and every value up to it are exact (65504 < 2**24)
-        # maximum and minimum propagate NaN (the handler protocol)
-        return o.cast(o.minimum(o.maximum(x, o.constant(-big, x)), o.constant(big, x)), dtype)
+        return o.cast_finite(x, dtype)
 
 
 _WIDE_FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
