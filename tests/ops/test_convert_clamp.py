@@ -22,8 +22,9 @@ from pygraphx.ops.base import make_op
 from pygraphx.ops.handler import NUMPY
 from pygraphx.ops.pointwise import overflow_bound
 from pygraphx.targets.torch_lowering.handler import TORCH
-from tests.codegen.conftest import interpret  # noqa: F401 (the fixture: Triton interpreted)
+from tests.codegen.conftest import interpret, needs_triton  # noqa: F401 (interpret: a fixture)
 from tests.codegen.groupcheck import reference, run_three
+from tests.codegen.test_triton_kernels import compile_ahead_of_time
 from tests.helpers import make_model, run_pgx
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -142,3 +143,17 @@ def test_onnx_cast_to_half_and_bf16_clamps(target: str, to: str) -> None:
     with np.errstate(over="ignore"):
         want = expected(x * np.float32(2), dst).astype(np.float32)
     _same(got, want, f"Cast to {to} on {target}")
+
+
+def _convert_group(src: str, dst: str):
+    body = Module("main:pointwise0")
+    p = body.add_parameter("x0", Shape(src, [4, 300]))
+    body.add_return([body.add_instruction(make_op("convert", target_type=dst), [p])])
+    return module_trace(body, [Shape(src, [4, 300])], "pointwise")
+
+
+@needs_triton
+def test_convert_kernels_compile_ahead_of_time(tmp_path) -> None:
+    """The clamping converts' Triton sources go through the real compiler (sm_90, gfx942)."""
+    groups = [_convert_group("float_type", "half_type"), _convert_group("float_type", "bf16_type")]
+    compile_ahead_of_time(groups, tmp_path)
