@@ -128,7 +128,12 @@ def test_no_clamp_where_nothing_can_overflow() -> None:
     assert overflow_bound(np.dtype(np.uint16), np.dtype(np.float16)) == 65504
 
 
-@pytest.mark.parametrize("target", ["ref", "cpu"])
+GPU = pytest.param(
+    "gpu", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here")
+)
+
+
+@pytest.mark.parametrize("target", ["ref", "cpu", GPU])
 @pytest.mark.parametrize("to", ["FLOAT16", "BFLOAT16"])
 def test_onnx_cast_to_half_and_bf16_clamps(target: str, to: str) -> None:
     x = np.array(FLOATS, np.float32).reshape(1, -1)
