@@ -311,7 +311,13 @@ def _make_instruction(
         )
     fields = {f.name for f in dataclasses.fields(cls)}
     attrs = dict(item["attrs"])
-    if set(attrs) != fields:
+    # a file from before an attribute with a default existed (convert's `clamp`) loads with it
+    defaulted = {
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    }
+    if not set(attrs) <= fields or not fields - set(attrs) <= defaulted:
         raise SerializationError(
             f"operator {name!r}: attributes {sorted(attrs)} != {sorted(fields)}"
         )

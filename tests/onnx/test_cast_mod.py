@@ -104,9 +104,7 @@ def test_cast_like_to_fp8(to: str, saturate: int | None) -> None:
 def test_cast_to_other_types_unchanged() -> None:
     x = np.array([1.5, -2.5, 1e6, -0.0], np.float32)
     check_node("Cast", {"x": x}, {"to": TensorProto.INT32, "saturate": 1}, opset=19)
-    # in range: ONNX Runtime's values; 1e6 to float16 is 65504 (MIGraphX's clamping `convert`,
-    # tests/ops/test_convert_clamp.py) where ONNX Runtime gives inf
-    check_node("Cast", {"x": x[np.abs(x) < 65504]}, {"to": TensorProto.FLOAT16}, opset=19)
+    check_node("Cast", {"x": x}, {"to": TensorProto.FLOAT16}, opset=19)
     check_node("CastLike", {"x": x}, initializers={"l": np.zeros(1, np.float64)}, opset=19)
 
 

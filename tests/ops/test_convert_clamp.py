@@ -1,6 +1,7 @@
-"""`convert` to float16 / bfloat16 / float32 clamps finite values to the target's finite range
-(MIGraphX's `convert`: `min(max(as(x), as.min()), as.max())`) where a plain cast gives an
-infinity; the infinities and NaN stay (ONNX's Cast, which MIGraphX's clamp would change).
+"""`convert(clamp=True)` to float16 / bfloat16 / float32 (the converts `quantize_fp16` and
+`quantize_bf16` insert) clamps finite values to the target's finite range (MIGraphX's `convert`:
+`min(max(as(x), as.min()), as.max())`) where a plain cast gives an infinity; the infinities and
+NaN stay. ONNX Cast (`clamp=False`) keeps the IEEE overflow, as ONNX Runtime does.
 
 The oracle is numpy: finite values beyond the bound replaced by the signed bound, then `astype`. The
 one op description (`Convert.apply`) is checked through the numpy handler (`ref`), the torch
@@ -15,6 +16,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
+import pygraphx
 from pygraphx.codegen.trace import evaluate, module_trace
 from pygraphx.ir.module import Module
 from pygraphx.ir.shape import Shape, from_dtype
@@ -135,7 +137,8 @@ GPU = pytest.param(
 
 @pytest.mark.parametrize("target", ["ref", "cpu", GPU])
 @pytest.mark.parametrize("to", ["FLOAT16", "BFLOAT16"])
-def test_onnx_cast_to_half_and_bf16_clamps(target: str, to: str) -> None:
+def test_onnx_cast_keeps_ieee_overflow(target: str, to: str) -> None:
+    """ONNX Cast is not clamped: beyond the range it gives an infinity, as numpy and ORT do."""
     x = np.array(FLOATS, np.float32).reshape(1, -1)
     dst = np.dtype(np.float16) if to == "FLOAT16" else BF16
     nodes = [
@@ -146,8 +149,25 @@ def test_onnx_cast_to_half_and_bf16_clamps(target: str, to: str) -> None:
     model = make_model(nodes, {"x": x}, ["z"], {"two": np.float32(2)}, opset=19)
     (got,) = run_pgx(model, {"x": x}, target=target)
     with np.errstate(over="ignore"):
-        want = expected(x * np.float32(2), dst).astype(np.float32)
+        want = (x * np.float32(2)).astype(dst).astype(np.float32)
     _same(got, want, f"Cast to {to} on {target}")
+
+
+@pytest.mark.parametrize("target", ["ref", "cpu", GPU])
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_quantised_program_clamps_its_converts(target: str, precision: str) -> None:
+    """The converts `quantize_fp16` / `quantize_bf16` insert clamp (MIGraphX's `convert`): an
+    input beyond half's range reaches the output as the largest finite value, not inf."""
+    x = np.array(FLOATS, np.float32).reshape(1, -1)
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    model = make_model(nodes, {"x": x}, ["y"], {}, opset=19)
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    getattr(pygraphx, f"quantize_{precision}")(prog)
+    prog.compile(pygraphx.get_target(target))
+    (got,) = [np.array(r) for r in prog.run({"x": x})]
+    dst = np.dtype(np.float16) if precision == "fp16" else BF16
+    want = np.maximum(expected(x, dst).astype(np.float32), np.float32(0))
+    _same(got.astype(np.float32), want, f"quantize_{precision} relu on {target}")
 
 
 def _convert_group(src: str, dst: str):
