@@ -4,8 +4,9 @@
   run's new convolution outputs reuse the last run's memory instead of faulting in fresh
   pages. Checked in a child process (the setting is process-wide): a network whose largest
   activation (42 MB) is above glibc's largest dynamic mmap threshold (32 MiB) faults in
-  thousands of pages every run with `PGX_CPU_KEEP_FREED=0` and almost none by default, and
-  both give ONNX Runtime's answer.
+  thousands of pages every run with `PGX_CPU_KEEP_FREED=0` and none in most runs by default
+  (now and then a run still faults the block in once: the median of five runs is checked),
+  and both give ONNX Runtime's answer.
 * In-place residual adds (`conv_fusion._may_overwrite`): a fused `relu(conv + other)` writes
   its result over `other` (oneDNN's sum post-op) when nothing reads `other` afterwards; where
   something does (a later add, the program's outputs, the convolution itself), or `other` is
@@ -31,7 +32,7 @@ from pygraphx.targets.torch_lowering import malloc_keep  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 #: the child: a 1x1 conv to 40 channels of 512x512 (42 MB) + relu, then back to 8 channels;
-#: it prints the page faults of its fourth run and the max |diff| against ONNX Runtime
+#: it prints the page faults of its runs 4 to 8 and the max |diff| against ONNX Runtime
 _CHILD = r"""
 import json, resource, sys
 import numpy as np
@@ -57,16 +58,18 @@ prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
 prog.compile(CpuTarget(threads=1))
 for _ in range(3):
     prog.run({"x": x})
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-got = prog.run({"x": x})[0]
-faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults = []
+for _ in range(5):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    got = prog.run({"x": x})[0]
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 want = run_ort(model, {"x": x})[0]
 print(json.dumps({"faults": faults, "diff": float(np.max(np.abs(got - want))),
                   "scale": float(np.max(np.abs(want)))}))
 """
 
 
-def _child(keep: str | None) -> dict[str, float]:
+def _child(keep: str | None) -> dict[str, object]:
     env = dict(os.environ)
     env.pop(malloc_keep.ENV, None)
     if keep is not None:
@@ -94,11 +97,13 @@ glibc_only = pytest.mark.skipif(
 def test_freed_outputs_are_reused_without_page_faults() -> None:
     kept, left = _child(None), _child("0")
     page = os.sysconf("SC_PAGE_SIZE")
-    # the 42 MB activation alone is > 10,000 pages when it comes back from the kernel
-    assert left["faults"] > (40 << 20) // page // 2
-    assert kept["faults"] < 1000
+    # the 42 MB activation alone is > 10,000 pages when it comes back from the kernel: without
+    # the setting every run pays it; with it the heap settles (a run may still grow it once,
+    # when a smaller block has split the freed one), so most runs fault in nothing
+    assert min(left["faults"]) > (40 << 20) // page // 2
+    assert sorted(kept["faults"])[2] < 1000
     for res in (kept, left):
-        assert res["diff"] <= 1e-4 * max(1.0, res["scale"])
+        assert float(res["diff"]) <= 1e-4 * max(1.0, float(res["scale"]))
 
 
 def test_switch_off_leaves_malloc_alone(monkeypatch: pytest.MonkeyPatch) -> None:
