@@ -252,15 +252,15 @@ def _mask_fn(
     dtype: torch.dtype,
     compact: bool,
 ) -> Callable[[], torch.Tensor | None]:
-    """The additive attention mask of the pattern, computed per run (or None); with `compact`
-    (the CPU, whose kernel broadcasts the mask itself) at the size of its inputs'
-    broadcast-free views."""
+    """The additive attention mask of the pattern, computed per run (or None); a computed one
+    with `compact` (the CPU, whose kernel broadcasts the mask itself) at the size of its
+    inputs' broadcast-free views."""
     where = torch.where
     cut = _compact if compact else (lambda t: t)
     if keep is None and add is None:
         return lambda: None
-    if keep is None:
-        return lambda: cut(env[add])
+    if keep is None:  # passed as it is: nothing to compute
+        return lambda: env[add]
     if add is None:
         on, off = (0.0, fill) if keep_true else (fill, 0.0)
         return lambda: where(cut(env[keep]), on, off).to(dtype)
