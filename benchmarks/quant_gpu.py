@@ -15,7 +15,9 @@ Every variant compiles the same built-in ONNX model (`pygraphx.models`, random w
   for ResNet-50, per `PGX_GPU_INT8_CONV` mode (`gemm`: every convolution an int8 GEMM;
   `mixed`: 1x1 as int8 GEMMs, the rest cuDNN half; `fp16`: every convolution cuDNN half on
   dequantised values);
-* `fp8`: `quantize_fp8(prog, gpu, samples)` then `quantize_fp16`.
+* `fp8`: `quantize_fp8(prog, gpu, samples)` then `quantize_fp16`; for ResNet-50 also with
+  `PGX_GPU_FP8_CONV=triton` (`fp8 conv=triton`: the convolutions as fp8 Triton kernels instead
+  of cuDNN half on dequantised values).
 
 Each kind is quantised once and saved (`pygraphx.save`); every variant loads and compiles it.
 Calibration: `--calib` samples (`model_inputs(name, model, seed=k)`, k = 1..N, each a whole
@@ -57,7 +59,7 @@ from pygraphx.driver.perf import profile_runs  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 from pygraphx.passes.fusion_policy import inner_op_names  # noqa: E402
 from pygraphx.targets.gpu.quant import INT8_GEMM_ENV  # noqa: E402
-from pygraphx.targets.gpu.quant_conv import INT8_CONV_ENV  # noqa: E402
+from pygraphx.targets.gpu.quant_conv import FP8_CONV_ENV, INT8_CONV_ENV  # noqa: E402
 
 CONV_MODELS = {"resnet50", "mobilenetv2"}
 
@@ -87,7 +89,7 @@ def quantised_file(model_bytes: bytes, kind: str, calib: list[dict], tmp: Path) 
 
 def variant(label: str, path: Path, env: dict[str, str], feeds, args) -> tuple[dict, np.ndarray]:
     """Compile the saved program with `env` set, run it once (graph capture), time it."""
-    for key in (INT8_CONV_ENV, INT8_GEMM_ENV):
+    for key in (INT8_CONV_ENV, INT8_GEMM_ENV, FP8_CONV_ENV):
         os.environ.pop(key, None)
     os.environ.update(env)
     start = time.perf_counter()
@@ -178,6 +180,8 @@ def plans(
     else:
         rows += [(f"int8 gemm={g}", "int8", {INT8_GEMM_ENV: g}) for g in gemms]
     rows.append(("fp8", "fp8", {}))
+    if name in CONV_MODELS:
+        rows.append(("fp8 conv=triton", "fp8", {FP8_CONV_ENV: "triton"}))
     return rows
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from pygraphx.ir.shape import Shape
 from pygraphx.ops import spatial
 from pygraphx.ops.base import Op, ShapeError, check_arity, register_op
+from pygraphx.ops.quant import FP8_TYPES
 
 # convolution padding_mode values (MIGraphX's padding_mode_t)
 PADDING_DEFAULT, SAME_LOWER, SAME_UPPER = 0, 1, 2
@@ -128,12 +129,17 @@ class QuantConvolution(Convolution):
     optional third input, one value of the input's type, is the input's zero point (ONNX QDQ
     models' asymmetric activations): the sums are of `(x - zero_point) * w`, the padding being
     zero in that shifted domain (as oneDNN's and ONNX Runtime's integer convolutions do).
+    Two inputs of one fp8 type (`passes/fold_fp8.py`) give the float32 sums of their exact
+    products instead (as `quant_dot` of fp8 does).
     """
 
     name = "quant_convolution"
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
         types = [s.type() for s in inputs]
+        float_shapes = [Shape("float_type", s.lens()) for s in inputs[:2]]
+        if len(inputs) == 2 and types[0] == types[1] and types[0] in FP8_TYPES:
+            return super().compute_shape(float_shapes)
         if len(inputs) not in (2, 3) or any(t not in ("int8_type", "uint8_type") for t in types):
             raise ShapeError(f"{self.name}: needs int8/uint8 input and weights, got {types}")
         if len(inputs) == 3 and (types[2] != types[0] or inputs[2].elements() != 1):
@@ -141,11 +147,12 @@ class QuantConvolution(Convolution):
                 f"{self.name}: the zero point must be one value of the input's type "
                 f"{types[0]}, got {types[2]} {inputs[2].lens()}"
             )
-        float_shapes = [Shape("float_type", s.lens()) for s in inputs[:2]]
         return Shape("int32_type", super().compute_shape(float_shapes).lens())
 
     def compute(self, output_shape: Shape, args: Sequence[np.ndarray]) -> np.ndarray:
         x, w = args[:2]
+        if output_shape.type() == "float_type":  # fp8: float32 sums of exact products
+            return super().compute(output_shape, [x.astype(np.float32), w.astype(np.float32)])
         shifted = x.astype(np.float64)
         if len(args) == 3:
             shifted -= float(np.asarray(args[2]).reshape(-1)[0])

@@ -16,7 +16,10 @@ the `dot` of the dequantised values by float rounding only (the scales multiply 
 instead of each term); in a half one the `dot` rounded each dequantised operand to half first,
 which this skips (so it is closer to exact fp8 maths, and a value the next fp8 quantisation
 sees may land one fp8 step away from the reference's).
-Convolutions are left as they are.
+A `convolution` (one group) of dequantised fp8 values folds the same way, with the weight's
+scale varying along its axis 0 (per output channel) and `s` broadcast along the result's
+channels (axis 1): `convert(mul(quant_convolution(qa, qw), s))`, the float32 sums of exact fp8
+products (the gpu target's fp8 implicit-GEMM kernel, `targets/gpu/quant_conv.py`).
 """
 
 from __future__ import annotations
@@ -41,14 +44,21 @@ def _fold(module: Module, ins: Instruction) -> bool:
     (qa, sa), (qb, sb) = left, right
     if qa.shape.type() != qb.shape.type() or sa.size == 0 or np.any(sa != sa.flat[0]):
         return False
-    columns = _channel_scales(sb, sb.ndim - 1)
+    conv = ins.op.name == "convolution"
+    columns = _channel_scales(sb, 0 if conv else sb.ndim - 1)
     if columns is None:
         return False
     folded = (np.float64(sa.flat[0]) * columns.astype(np.float64)).astype(np.float32)
     lens = tuple(ins.shape.lens())
     vector = module.insert_literal(ins, Literal(folded))
-    scale = module.insert_instruction(ins, make_op("multibroadcast", out_lens=lens), [vector])
-    product = module.insert_instruction(ins, make_op("quant_dot"), [qa, qb])
+    if conv:
+        spread = make_op("broadcast", axis=1, out_lens=lens)
+        scale = module.insert_instruction(ins, spread, [vector])
+        quant = make_op("quant_convolution", **ins.op.attributes())
+        product = module.insert_instruction(ins, quant, [qa, qb])
+    else:
+        scale = module.insert_instruction(ins, make_op("multibroadcast", out_lens=lens), [vector])
+        product = module.insert_instruction(ins, make_op("quant_dot"), [qa, qb])
     result = module.insert_instruction(ins, make_op("mul"), [product, scale])
     if ins.shape.type() != "float_type":
         convert = make_op("convert", target_type=ins.shape.type())
@@ -58,11 +68,14 @@ def _fold(module: Module, ins: Instruction) -> bool:
     return True
 
 
-def fold_fp8(module: Module) -> None:
-    """Rewrite every foldable `dot` of dequantised fp8 values (see the module docstring)."""
+def fold_fp8(module: Module, convolutions: bool = True) -> None:
+    """Rewrite every foldable `dot` (and, with `convolutions`, `convolution`) of dequantised fp8
+    values (see the module docstring)."""
     changed = False
     for ins in list(module.instructions):
         if ins.op.name == "dot" and len(ins.inputs) == 2:
             changed |= _fold(module, ins)
+        elif convolutions and ins.op.name == "convolution" and len(ins.inputs) == 2:
+            changed |= ins.op.group == 1 and _fold(module, ins)
     if changed:
         dead_code_elimination(module)

@@ -11,10 +11,10 @@ the quantised type:
 * rounding to nearest even in e4m3 with saturation at +-448 (`ops/quant.py`).
 
 The products stay `dot` / `convolution` of the dequantised fp8 values: on `ref` the program is
-the exact oracle of fp8 inference with float32 accumulation. No pygraphx target has an fp8 GEMM
-kernel yet, so on every target the products run in float32 after dequantising (the numbers are
-fp8's, the speed is not); `quantize_fp8` says so once with a warning for a target other than
-`ref`. Without calibration data the activations take the default step of `quantize_int8`
+the exact oracle of fp8 inference with float32 accumulation. Only the gpu target has fp8
+kernels (`FP8_GEMM_TARGETS`); on the others the products run in float32 after dequantising (the
+numbers are fp8's, the speed is not); `quantize_fp8` says so once with a warning for a target
+other than `ref`. Without calibration data the activations take the default step of `quantize_int8`
 (1/64, so values beyond +-7 saturate), with a loud warning.
 """
 
@@ -34,8 +34,8 @@ __all__ = ["FP8", "FP8_GEMM_TARGETS", "quantize_fp8"]
 
 _E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 FP8 = QuantFormat("fp8", "fp8e4m3fn_type", _E4M3, float(ml_dtypes.finfo(_E4M3).max))
-#: targets that run fp8 products as fp8 GEMMs (gpu: the `dot`s, `passes/fold_fp8.py`; ref is
-#: the oracle, not a fast path)
+#: targets that run fp8 products as fp8 GEMMs (gpu: the `dot`s and, where Triton runs, the
+#: convolutions, `passes/fold_fp8.py`; ref is the oracle, not a fast path)
 FP8_GEMM_TARGETS: frozenset[str] = frozenset({"gpu"})
 _warned: set[str] = set()
 

@@ -47,6 +47,7 @@ from pygraphx.targets.cpu.threads import (
     LOAD_ADAPT_ENV,
     load_threads,
     step_threads,
+    usable_cpus,
 )
 from pygraphx.targets.torch_lowering.context import Step
 
@@ -106,6 +107,9 @@ class RunScope:
     def __init__(self, n: int) -> None:
         self.n = n
         self.limit = [n]
+        # read once: os.cpu_count() costs some 12 us per call (sysfs), a run should not
+        self._cpus = os.cpu_count() or 1
+        self._usable = usable_cpus()
         self._saved: list[tuple[int, Any]] = []
         self._told = False
 
@@ -114,13 +118,13 @@ class RunScope:
 
     def __enter__(self) -> RunScope:
         before = torch.get_num_threads()
-        want = load_threads(self.n)
+        want = load_threads(self.n, cpus=self._cpus, usable=self._usable)
         if want < self.n and not self._told:
             self._told = True
             log.info(
                 "cpu: the machine is busy (load average %.1f on %d CPUs): runs take %d of %d "
                 "threads while it stays so (%s=0 keeps them all)",
-                os.getloadavg()[0], os.cpu_count() or 1, want, self.n, LOAD_ADAPT_ENV,
+                os.getloadavg()[0], self._cpus, want, self.n, LOAD_ADAPT_ENV,
             )  # fmt: skip
         got = BUDGET.acquire(want)
         if got < want:

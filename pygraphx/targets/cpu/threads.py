@@ -9,16 +9,17 @@ siblings count once, as two hyper-threads share one core's vector units), no mor
 cgroup CPU quota (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us / cpu.cfs_period_us`, rounded up),
 and no more than `PGX_CPU_MAX_THREADS` or `DEFAULT_CAP`.
 
-Why a cap: a batch-1 step of these models (a 768x768 GEMM, a 56x56 convolution) has only tens
-of microseconds of work per core at 16 cores, about what waking and joining a team of OpenMP
-threads costs; on a 16-core host the uncapped default was the slowest setting measured (issue
-10: BERT-base 596 ms at 16 threads, 115 ms at 4). `DEFAULT_CAP = 4` is what
-`benchmarks/cpu_threads_probe.py` chose on the 16-core Xeon host of the GPU machine (torch 2.11,
-2026-11-24, batch 1, ms at 1/4/8/16 threads with this module's per-step policy): ResNet-50
-115/42/38/45, MobileNetV2 14/14/23/34, BERT-base 210/86/149/128, GPT-2 265/133/105/195; 4 is
-the best or within 30% of the best on every model, and uses a quarter of the host's cores. The
-probe measures latency and CPU time at 1..16 threads on a host;
-its best count is what to put here (or in `PGX_CPU_MAX_THREADS` for that host).
+Why a cap: past 16 threads nothing was measured. Up to 16 more threads are faster once the
+team stays the same size through a run (per step below) and idle workers spin for a bounded
+time (`targets/cpu/__init__.py`): `benchmarks/cpu_threads_probe.py` on the 16-core Xeon host of
+the GPU machine (torch 2.11, 2026-11-26, batch 1, GOMP_SPINCOUNT 1000, ms at 4/8/16 threads,
+benchmarks/results/h200host16_cpusteps_probe_4_8_16.json): ResNet-50 26.1/19.2/16.2,
+MobileNetV2 4.8/7.7/5.0, BERT-base 65.8/53.5/33.5, GPT-2 92.6/60.6/45.3; 16 is the best on three
+models and within 4% on the fourth. (The earlier cap of 4 was chosen when every team-size
+switch ended and re-created OpenMP workers and the spin setting never applied: BERT-base
+596 ms at 16 threads then, 115 ms at 4.) The probe measures latency and CPU time at any
+counts on a host; its best count is what to put here (or in `PGX_CPU_MAX_THREADS` for that
+host).
 
 **Per step.** A team of N threads is only worth waking for a step with enough work: at
 prepare, `step_threads` gives a step all N threads when its work is worth at least
@@ -61,7 +62,7 @@ STEP_POLICY_ENV = "PGX_CPU_STEP_THREADS"
 LOAD_ADAPT_ENV = "PGX_CPU_LOAD_ADAPT"
 
 #: default upper bound on the thread count (see the module docstring)
-DEFAULT_CAP = 4
+DEFAULT_CAP = 16
 
 #: GEMM / convolution: multiply-adds one thread must get before another is woken (about 25 us
 #: of single-core fp32 work at ~40 GFLOP/s, several times a wake-up and join)

@@ -1,16 +1,17 @@
-"""int8 `quant_convolution` on the gpu target (2-D, constant weights, one group).
+"""int8 and fp8 `quant_convolution` on the gpu target (2-D, constant weights, one group).
 
-Two ways, chosen per convolution by `PGX_GPU_INT8_CONV` (read at prepare):
+int8, two ways, chosen per convolution by `PGX_GPU_INT8_CONV` (read at prepare):
 
 * `gemm` (default): the convolution as one int8 GEMM in channels-last order (exact int32
-  sums). A 1x1 convolution with stride 1 and no padding is the GEMM (N*H*W x C) x (C x C_out) of
-  its NHWC input as it is. Any other one, with Triton GEMMs (`PGX_GPU_INT8_GEMM`, `quant.py`)
-  and input channels a multiple of 64, is `quant_kernels.int8_conv` (an implicit GEMM reading
-  the input in place); else it first gathers its patches (`im2col`: a padded NHWC copy and
-  one strided gather, K = kh*kw*C). The result rows are the NHWC output. A
-  `dequantizelinear` user with a per-channel scale is the GEMM's epilogue, so the output is the
-  user's float type, channels-last; with Triton GEMMs a bias / residual / ReLU group after it
-  is too (`quant_epilogue.py`).
+  sums). With Triton GEMMs (`PGX_GPU_INT8_GEMM`, `quant.py`) it is `quant_conv_kernels.conv`:
+  an implicit GEMM reading the input in place (NHWC; the stem's 3 channels gathered), tiles
+  autotuned per shape. With cuBLAS it first gathers its patches (`im2col`: a padded NHWC copy
+  and one strided gather, K = kh*kw*C) for `torch._int_mm` (`quant.dequantised_product`).
+  The result rows are the NHWC output. A `dequantizelinear` user with a per-channel scale is
+  the kernel's epilogue, so the output is the user's float type, channels-last; with Triton
+  GEMMs a bias / residual / ReLU group after it is too, and the int8 quantise of the group's
+  result for the next convolution (`quant_epilogue.py`): between convolutions the activations
+  stay int8.
 * `fp16`: cuDNN's half convolution on dequantised values, for convolutions that are not 1x1
   (`mixed`: 1x1 as `gemm`, the rest so) or all of them (`fp16`). The input is
   `half(q) * s_x` (the activation's scale, read from the `quantizelinear` that made it), the
@@ -18,8 +19,15 @@ Two ways, chosen per convolution by `PGX_GPU_INT8_CONV` (read at prepare):
   result), so the result is the quantised program's to half precision, not exact. Only with a
   fusable dequantise user and a constant activation scale; other convolutions use `gemm`.
 
-The mode in use is logged once per prepare. Grouped convolutions, asymmetric padding and runtime
-weights are declined to the torch lowering (the numpy fallback on a GPU, announced there).
+fp8 e4m3 (`passes/fold_fp8.py` makes them with `PGX_GPU_FP8_CONV=triton` where Triton kernels
+run: float32 sums, then a per-channel `mul` in the group after it; by default the fp8 values
+are dequantised for cuDNN's half convolution): `quant_conv_kernels.conv` with fp8 operands; the
+group's scale, bias, residual, ReLU and fp8 quantise of the result are its epilogue as for
+int8.
+
+The int8 mode in use is logged once per prepare. Grouped convolutions, asymmetric padding,
+runtime weights (and fp8 without Triton) are declined to the torch lowering (the numpy
+fallback on a GPU, announced there).
 """
 
 from __future__ import annotations
@@ -32,8 +40,8 @@ import torch
 import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.gpu import quant_kernels as qk
-from pygraphx.targets.gpu.quant import IntGemm, dequantised_product, int8_gemm_choice
+from pygraphx.targets.gpu import quant_conv_kernels as qck
+from pygraphx.targets.gpu.quant import FP8, IntGemm, dequantised_product, int8_gemm_choice
 from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, bind_quantised, deferred_epilogue
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
@@ -46,6 +54,19 @@ log = logging.getLogger(__name__)
 Lowering = Callable[[LoweringContext, Instruction], bool]
 INT8_CONV_ENV = "PGX_GPU_INT8_CONV"
 MODES = ("gemm", "mixed", "fp16")
+FP8_CONV_ENV = "PGX_GPU_FP8_CONV"
+FP8_MODES = ("cudnn", "triton")
+
+
+def fp8_conv_mode() -> str:
+    """`PGX_GPU_FP8_CONV`: `triton` (fp8 convolutions as the fp8 kernel, `fold_fp8` folds
+    them; experimental) or `cudnn` (the default: cuDNN half on the fp8 values dequantised, as
+    before). On an H200 the fp8 kernel was not yet faster (ResNet-50 b32 3.05 ms against
+    2.62), and its results on a GPU are checked only by the CPU interpreter's tests so far."""
+    mode = os.environ.get(FP8_CONV_ENV, "cudnn").strip() or "cudnn"
+    if mode not in FP8_MODES:
+        raise ValueError(f"{FP8_CONV_ENV}={mode!r}: expected one of {', '.join(FP8_MODES)}")
+    return mode
 
 
 def conv_mode() -> str:
@@ -105,16 +126,20 @@ def channel_scale(ctx: LoweringContext, user: Instruction, channels: int) -> tor
 def lower_gpu_quant_convolution(
     ctx: LoweringContext, ins: Instruction, fallback: Lowering, triton: bool
 ) -> bool:
-    """int8 convolution as `gemm` or `fp16` (module docstring), else `fallback`."""
+    """int8 convolution as `gemm` or `fp16`, fp8 as the Triton kernel (module docstring), else
+    `fallback`."""
     x, w = ins.inputs
     weights = ctx.constant(ctx.arg(ins, 1))
-    if x.shape.type() != "int8_type" or w.shape.type() != "int8_type" or weights is None:
+    kind = x.shape.type()
+    if kind not in ("int8_type", FP8) or w.shape.type() != kind or weights is None:
         return fallback(ctx, ins)
     if x.shape.ndim() != 4 or ins.op.group != 1 or ins.op.padding_mode != 0:
         return fallback(ctx, ins)
     geo = Geometry(ins)
-    if not geo.symmetric:
+    if not geo.symmetric or (kind == FP8 and not triton):
         return fallback(ctx, ins)
+    if kind == FP8:
+        return _lower_fp8(ctx, ins, geo, weights)
     fused = None
     if len(ins.outputs) == 1 and ins.outputs[0].inputs[0] is ins:
         scale = channel_scale(ctx, ins.outputs[0], geo.c_out)
@@ -147,38 +172,14 @@ def _lower_gemm(ctx, ins, geo: Geometry, weights, fused, triton: bool) -> bool:
 
 def _lower_fused_gemm(ctx, ins, geo: Geometry, weights, wmat, fused, triton: bool) -> bool:
     """The convolution, its dequantise (and, with Triton GEMMs, a bias / residual / ReLU group
-    after it: `quant_epilogue.py`) as one kernel writing NHWC rows."""
+    after it, and that group's int8 quantise: `quant_epilogue.py`) as one kernel writing NHWC
+    rows."""
     user, scale = fused
-    xi, env = ctx.arg(ins, 0), ctx.env
     product = dequantised_product(wmat, geo.rows, ctx.device, triton)
     columns = geo.columns
-    if implicit_gemm(geo, triton):
-        product, columns = implicit_conv(weights, geo), channels_last
-    dtype = torch_dtype(user.shape.dtype())
-    nhwc = (geo.n, geo.ho, geo.wo, geo.c_out)
-
-    def rows(t: torch.Tensor) -> torch.Tensor:
-        return t.permute(0, 2, 3, 1).reshape(geo.rows, geo.c_out)
-
-    def emit(c: LoweringContext, at: Instruction, plan: EpiloguePlan | None) -> bool:
-        ep = None if plan is None else plan.epilogue
-        residual = (lambda: None) if plan is None else plan.residual_rows(env, rows)
-        holder = {} if plan is None else bind_quantised(c, plan, CHANNELS_LAST)
-        quantise = plan is not None and plan.quantise is not None
-        flat = (geo.rows, geo.c_out)
-
-        def produce() -> torch.Tensor:
-            out = torch.empty(nhwc, dtype=dtype, device=env[xi].device)
-            q = torch.empty(nhwc, dtype=torch.int8, device=out.device) if quantise else None
-            qv = None if q is None else q.view(flat)
-            product(columns(env[xi]), scale, out.view(flat), ep, residual(), qv)
-            if q is not None:
-                holder["q"] = q.permute(0, 3, 1, 2)
-            return out.permute(0, 3, 1, 2)
-
-        # a new tensor, not the user's arena slot: one kernel reads the input while it
-        # writes (a 1x1 convolution reads its input in place)
-        return _emit_fresh(c, at, produce, CHANNELS_LAST)
+    if int8_gemm_choice(triton) == "triton":
+        product, columns = implicit_conv(weights, geo), input_reader(geo)
+    emit = _emitter(ctx, ins, geo, product, columns, scale)
 
     def fuse(c: LoweringContext, u: Instruction) -> bool:
         if int8_gemm_choice(triton) == "triton" and deferred_epilogue(c, u, 1, geo.c_out, emit):
@@ -188,23 +189,83 @@ def _lower_fused_gemm(ctx, ins, geo: Geometry, weights, wmat, fused, triton: boo
     return defer(ctx, ins, user, fuse)
 
 
-def implicit_gemm(geo: Geometry, triton: bool) -> bool:
-    """Whether the convolution runs as `quant_kernels.int8_conv` (Triton GEMMs chosen, not a
-    plain 1x1, input channels a multiple of its K block)."""
-    return (
-        int8_gemm_choice(triton) == "triton" and not geo.pointwise and geo.c % qk.CONV_BLOCK_K == 0
-    )
+def _lower_fp8(ctx: LoweringContext, ins: Instruction, geo: Geometry, weights) -> bool:
+    """The fp8 convolution as `quant_conv_kernels.conv`: with the group after it as the
+    epilogue (its leading per-channel `mul` the scale) when it fits, else alone (float32)."""
+    product, columns = implicit_conv(weights, geo), input_reader(geo)
+    ones = torch.ones(geo.c_out, dtype=torch.float32, device=ctx.device)
+    emit = _emitter(ctx, ins, geo, product, columns, ones)
+    if deferred_epilogue(ctx, ins, 1, geo.c_out, emit, scaled=True):
+        return True
+    return emit(ctx, ins, None)
+
+
+def _emitter(ctx, ins: Instruction, geo: Geometry, product, columns, scale: torch.Tensor):
+    """`emit(c, at, plan)`: one step at `at` running `product(columns(x), scale, out, ...)`
+    into a new channels-last tensor of `at`'s type, with `plan`'s epilogue (its scale, when it
+    has one, instead of `scale`) and 8-bit quantised output when it has them."""
+    xi, env = ctx.arg(ins, 0), ctx.env
+    nhwc, flat = (geo.n, geo.ho, geo.wo, geo.c_out), (geo.rows, geo.c_out)
+
+    def rows(t: torch.Tensor) -> torch.Tensor:
+        return t.permute(0, 2, 3, 1).reshape(geo.rows, geo.c_out)
+
+    def emit(c: LoweringContext, at: Instruction, plan: EpiloguePlan | None) -> bool:
+        ep = None if plan is None else plan.epilogue
+        residual = (lambda: None) if plan is None else plan.residual_rows(env, rows)
+        holder = {} if plan is None else bind_quantised(c, plan, CHANNELS_LAST)
+        s = scale if plan is None or plan.scale is None else plan.scale
+        dtype = torch_dtype(at.shape.dtype())
+
+        def produce() -> torch.Tensor:
+            out = torch.empty(nhwc, dtype=dtype, device=env[xi].device)
+            q = None if plan is None else plan.quantised_output(nhwc, out.device)
+            qv = None if q is None else q[1].view(flat)
+            product(columns(env[xi]), s, out.view(flat), ep, residual(), qv)
+            if q is not None:
+                holder["q"] = q[0].permute(0, 3, 1, 2)
+            return out.permute(0, 3, 1, 2)
+
+        # a new tensor, not the user's arena slot: one kernel reads the input while it
+        # writes (a 1x1 convolution reads its input in place)
+        return _emit_fresh(c, at, produce, CHANNELS_LAST)
+
+    return emit
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """`t` as uint8 when it is fp8 (copies and gathers of fp8 go through its bytes)."""
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
+def input_reader(geo: Geometry) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The input as `quant_conv_kernels.conv` reads it: dense channels-last when its channels
+    are a multiple of the K block (a tap at a time), else as it is (gathered)."""
+    if geo.c % qck.CONV_BLOCK_K != 0:
+        return lambda x: x
+    return channels_last
 
 
 def channels_last(x: torch.Tensor) -> torch.Tensor:
-    return x.contiguous(memory_format=torch.channels_last)
+    if x.is_contiguous(memory_format=torch.channels_last):
+        return x
+    return _bytes(x).contiguous(memory_format=torch.channels_last).view(x.dtype)
+
+
+def _weight_rows(weights: torch.Tensor, geo: Geometry) -> torch.Tensor:
+    """The (C_out, kh*kw*C) weight matrix in (kh, kw, c) order, of the weights' type, its
+    rows 16-byte aligned (a view of a wider matrix when K is not a multiple of 16)."""
+    w = _bytes(weights).permute(0, 2, 3, 1).reshape(geo.c_out, geo.k)
+    wide = torch.zeros((geo.c_out, -(-geo.k // 16) * 16), dtype=w.dtype, device=w.device)
+    wide[:, : geo.k] = w
+    return wide[:, : geo.k].view(weights.dtype)
 
 
 def implicit_conv(weights: torch.Tensor, geo: Geometry) -> Callable:
-    """`(x, scale, out)` running `quant_kernels.int8_conv` with the weight in (kh, kw, c) order."""
-    wt = weights.permute(0, 2, 3, 1).reshape(geo.c_out, geo.k).contiguous()
+    """`(x, scale, out, ...)` running `quant_conv_kernels.conv` on the NHWC input in place."""
+    wt = _weight_rows(weights, geo)
     geometry = (geo.kw, geo.stride, geo.pad, geo.dilation, geo.ho, geo.wo)
-    conv = qk.int8_conv
+    conv = qck.conv
 
     def run(x, scale, out, epilogue=None, residual=None, qout=None) -> None:
         conv(x, wt, scale, out, geometry, epilogue, residual, qout)
@@ -247,4 +308,10 @@ def _lower_half(ctx, ins, geo: Geometry, weights, fused) -> bool:
     return defer(ctx, ins, user, lambda c, u: _emit_fresh(c, u, produce, CHANNELS_LAST))
 
 
-__all__ = ["INT8_CONV_ENV", "conv_mode", "lower_gpu_quant_convolution"]
+__all__ = [
+    "FP8_CONV_ENV",
+    "INT8_CONV_ENV",
+    "conv_mode",
+    "fp8_conv_mode",
+    "lower_gpu_quant_convolution",
+]

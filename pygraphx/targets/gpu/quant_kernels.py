@@ -15,9 +15,8 @@
   more). Tiles autotuned per (M, N, K) on CUDA (`GEMM_CONFIGS`; 128 x 128 x 64, fewer rows
   for small products, where nothing is timed), grouped launch order so neighbouring programs
   share weight tiles in L2.
-* `int8_conv(x, wt, scale, out, geometry)`: the same for a convolution of a channels-last int8
-  input, as an implicit GEMM (each K block is one kernel tap's run of channels, read in place:
-  no patch matrix in memory), for inputs whose channels are a multiple of `CONV_BLOCK_K`.
+* the int8 / fp8 convolution kernel (`quant_conv_kernels.py`) shares `_tile` and
+  `_store_dequantised` (the epilogue, which also quantises to int8 or fp8).
 
 They take 2-D views with unit inner stride (the caller flattens); on a machine without a GPU
 they run under `TRITON_INTERPRET=1` on CPU tensors, and `eager_*` give the same numbers with
@@ -157,11 +156,17 @@ def _store_dequantised(
     y = _epilogue_op(y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
     if STORE:
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
-    if QUANT:  # the int8 quantise of the stored value (`_quantise_int8_kernel`'s arithmetic)
+    if QUANT != 0:  # the quantise of the stored value: 1 int8, 2 fp8 e4m3 (the kernels above)
         v = tl.math.div_rn(y.to(ty).to(tl.float32), tl.load(qs_ptr).to(tl.float32))
-        v = tl.minimum(tl.maximum(v, -128.0), 127.0)
-        v = tl.where(v != v, -128.0, (v + MAGIC) - MAGIC)
-        tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], v.to(tl.int8), mask=mask)
+        q_at = q_ptr + rows[:, None] * stride_qm + cols[None, :]
+        if QUANT == 1:
+            v = tl.minimum(tl.maximum(v, -128.0), 127.0)
+            v = tl.where(v != v, -128.0, (v + MAGIC) - MAGIC)
+            tl.store(q_at, v.to(tl.int8), mask=mask)
+        else:
+            r = _fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
+            r = tl.where(v != v, v, r)
+            tl.store(q_at, _fp8_bits(r, v.to(tl.int32, bitcast=True) < 0), mask=mask)
 
 
 @triton.jit
@@ -192,39 +197,6 @@ def _int8_gemm_kernel(
     )  # fmt: skip
 
 
-@triton.jit
-def _int8_conv_kernel(
-    x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw,
-    stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
-    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
-    E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
-    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-):  # fmt: skip
-    rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    wo = rows % WO
-    ho = (rows // WO) % HO
-    base = (rows // (WO * HO)) * sxn
-    h0, w0 = ho * SH - PH, wo * SW - PW
-    ks = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    for k0 in range(0, K, BLOCK_K):  # a block of K lies in one tap: C % BLOCK_K == 0
-        tap = k0 // C
-        kh = tap // KW
-        hi, wi = h0 + kh * DH, w0 + (tap - kh * KW) * DW
-        inside = (rows < M) & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
-        offs = base + hi * sxh + wi * sxw + (k0 - tap * C)
-        a = tl.load(x_ptr + offs[:, None] + ks[None, :], mask=inside[:, None], other=0)
-        w = tl.load(
-            w_ptr + cols[None, :] * stride_wn + (k0 + ks)[:, None], mask=cols[None, :] < N, other=0
-        )
-        acc = tl.dot(a, w, acc, out_dtype=tl.int32)
-    _store_dequantised(
-        acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-        qs_ptr, q_ptr, stride_qm, E0, E1, E2, QUANT, STORE, MAGIC,
-    )  # fmt: skip
-
-
 def _config(m: int) -> dict[str, int]:
     """The one configuration used where nothing is timed (the interpreter, CPU tensors)."""
     block_m = 128 if m > 64 else max(16, triton.next_power_of_2(m))
@@ -245,17 +217,13 @@ GEMM_CONFIGS = [
     (128, 256, 128, 8, 3), (256, 128, 128, 8, 3), (128, 128, 128, 8, 4), (128, 128, 64, 4, 4),
     (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (64, 64, 128, 4, 5), (128, 128, 64, 8, 5),
 ]  # fmt: skip
-#: the same for the implicit-GEMM convolution, whose K block is one tap's `CONV_BLOCK_K` channels
-CONV_CONFIGS = [
-    (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (64, 128, 64, 4, 4),
-    (128, 64, 64, 4, 4), (128, 128, 64, 4, 5), (64, 64, 64, 4, 5),
-]  # fmt: skip
 
 
-def _autotuned(kernel, configs: list[tuple[int, ...]]):
-    """`kernel` under `triton.autotune` over `configs`, keyed on (M, N, K): each new product
-    shape times every configuration at its first launch (the gpu executable's warm-up runs,
-    before the CUDA graph capture) and keeps the fastest."""
+def _autotuned(kernel, configs: list[tuple[int, ...]], key=("M", "N", "K"), prune=None):
+    """`kernel` under `triton.autotune` over `configs`, keyed on `key` (M, N, K): each new
+    product shape times every configuration (that `prune`, Triton's early_config_prune, keeps)
+    at its first launch (the gpu executable's warm-up runs, before the CUDA graph capture) and
+    keeps the fastest."""
     return triton.autotune(
         configs=[
             triton.Config(
@@ -265,7 +233,8 @@ def _autotuned(kernel, configs: list[tuple[int, ...]]):
             )
             for bm, bn, bk, warps, stages in configs
         ],
-        key=["M", "N", "K"],
+        key=list(key),
+        prune_configs_by=None if prune is None else {"early_config_prune": prune},
         do_bench=_quick_bench,
     )(kernel)
 
@@ -280,12 +249,9 @@ _tuned: dict[str, Any] = {}
 
 
 def _tuned_kernel(name: str):
-    """The autotuned `int8_gemm` / `int8_conv` kernel (made at first use)."""
+    """The autotuned `int8_gemm` kernel (made at first use)."""
     if name not in _tuned:
-        if name == "gemm":
-            _tuned[name] = _autotuned(_int8_gemm_kernel, GEMM_CONFIGS)
-        else:
-            _tuned[name] = _autotuned(_int8_conv_kernel, CONV_CONFIGS)
+        _tuned[name] = _autotuned(_int8_gemm_kernel, GEMM_CONFIGS)
     return _tuned[name]
 
 
@@ -298,8 +264,9 @@ class Epilogue:
     """Element-wise ops after a product's dequantise, in order (at most three): `"bias"`
     (+ `bias[col]`), `"residual"` (+ `residual[row, col]`, a 2-D view with unit inner stride),
     `"relu"`; each rounded to the output's type as the unfused op would store it. With
-    `quant_scale` (one float32 value) the result is also quantised to int8 into `qout`
-    (`quantise_int8`'s arithmetic); `store=False` skips writing the float result."""
+    `quant_scale` (one float32 value) the result is also quantised into `qout`: int8
+    (`quantise_int8`'s arithmetic), or fp8 e4m3 given as a uint8 view of its bytes
+    (`quantise_fp8`'s); `store=False` skips writing the float result."""
 
     CODES = {"bias": 1, "residual": 2, "relu": 3}
 
@@ -333,7 +300,8 @@ def _epilogue_args(scale, epilogue: Epilogue | None, residual, qout=None) -> tup
     if (ep.quant_scale is None) != (qout is None):
         raise ValueError("an epilogue that quantises needs the int8 output, and only it")
     e0, e1, e2 = ep.codes
-    flags = {"QUANT": qout is not None, "STORE": ep.store, "MAGIC": _MAGIC}
+    quant = 0 if qout is None else (1 if qout.dtype == torch.int8 else 2)  # 2: fp8 bytes
+    flags = {"QUANT": quant, "STORE": ep.store, "MAGIC": _MAGIC}
     return ep.args(scale, residual, qout), {"E0": e0, "E1": e1, "E2": e2, **flags}
 
 
@@ -360,45 +328,6 @@ def int8_gemm(
         return
     config = _config(m)
     _int8_gemm_kernel[_grid(m, n, config)](*args, **codes, **config, num_warps=8, num_stages=4)
-
-
-#: the K block of `int8_conv`: a convolution's input channels must be a multiple of it
-CONV_BLOCK_K = 64
-
-
-def int8_conv(
-    x: torch.Tensor,
-    wt: torch.Tensor,
-    scale: torch.Tensor,
-    out: torch.Tensor,
-    geometry: tuple,
-    epilogue: Epilogue | None = None,
-    residual: torch.Tensor | None = None,
-    qout: torch.Tensor | None = None,
-) -> None:
-    """Implicit-GEMM convolution: `out[(n, ho, wo), c_out] = float32(sum x * w) * scale[c_out]`
-    for the channels-last int8 `x` (N, C, H, W), `wt` (C_out, kh*kw*C) in (kh, kw, c) order,
-    `out` (N*HO*WO, C_out) rows; `geometry` = (kw, stride, pads, dilation, HO, WO). No patch
-    copy: each K block reads one tap's channels straight from `x` (zeros outside it). On CUDA
-    the tiles are autotuned per (M, N, K) (`CONV_CONFIGS`)."""
-    n, c, h, w = x.shape
-    kw, (sh, sw), (ph, pw), (dh, dw), ho, wo = geometry
-    m, k, c_out = n * ho * wo, wt.shape[1], wt.shape[0]
-    if m == 0 or c_out == 0:
-        return
-    sxn, _, sxh, sxw = x.stride()
-    args = (
-        x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw,
-        wt.stride(0), out.stride(0), sh, sw, ph, pw, dh, dw, kw,
-    )  # fmt: skip
-    extra, codes = _epilogue_args(scale, epilogue, residual, qout)
-    if _timed(x):
-        _tuned_kernel("conv")[_tuned_grid](*args, *extra, **codes)
-        return
-    config = _config(m)
-    config["BLOCK_K"] = CONV_BLOCK_K
-    grid = _grid(m, c_out, config)
-    _int8_conv_kernel[grid](*args, *extra, **codes, **config, num_warps=8, num_stages=4)
 
 
 def quantise_int8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
@@ -479,7 +408,6 @@ __all__ = [
     "quantise_fp8",
     "eager_dequantise",
     "eager_quantise_int8",
-    "int8_conv",
     "int8_gemm",
     "quantise_int8",
 ]

@@ -27,11 +27,12 @@ import torch
 from pygraphx.ir.mapped import release_weight_pages
 from pygraphx.passes.fold_fp8 import fold_fp8
 from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy, RowFusion
-from pygraphx.passes.manager import Pass, module_pass
+from pygraphx.passes.manager import Pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.targets.base import Target
 from pygraphx.targets.gpu.executable import GpuExecutable
 from pygraphx.targets.gpu.lowering import gpu_overrides
+from pygraphx.targets.gpu.quant_conv import fp8_conv_mode
 from pygraphx.targets.gpu.triton_groups import TritonGroups, in_place_input, triton_wanted
 from pygraphx.targets.torch_lowering import lower_module
 
@@ -92,8 +93,13 @@ class GpuTarget(Target):
         )
 
     def get_passes(self, options: dict[str, Any]) -> list[Pass]:
-        """fp8 products folded for `torch._scaled_mm` (`fold_fp8`), then the common list."""
-        return [module_pass(fold_fp8), *optimize_passes(policy=self.fusion_policy())]
+        """fp8 products folded for `torch._scaled_mm` and, with `PGX_GPU_FP8_CONV=triton` where
+        Triton kernels run, the fp8 convolution kernel (`fold_fp8`), then the common list."""
+        policy = self.fusion_policy()
+        # fp8 convolution kernels: asked for (`PGX_GPU_FP8_CONV`) and Triton runs here
+        convolutions = isinstance(policy, RowFusion) and fp8_conv_mode() == "triton"
+        fold = Pass("fold_fp8", lambda module, program: fold_fp8(module, convolutions))
+        return [fold, *optimize_passes(policy=policy)]
 
     def device(self, options: dict[str, Any]) -> torch.device:
         if self.settings.get("device", "cuda") == "cpu":

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 import pygraphx  # noqa: E402
+from pygraphx.targets.gpu import quant_conv_kernels as qck  # noqa: E402
 from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
 from pygraphx.targets.gpu.quant import INT8_GEMM_ENV  # noqa: E402
 from pygraphx.targets.gpu.quant_conv import INT8_CONV_ENV  # noqa: E402
@@ -267,17 +268,18 @@ def test_int8_conv_kernel_matches_torch(kernel: int, stride: int, pad: int, dila
     wt = weight.permute(0, 2, 3, 1).reshape(c_out, -1).contiguous().to(DEVICE)
     out = torch.empty((n * ho * wo, c_out), dtype=torch.float32, device=DEVICE)
     geometry = (kernel, (stride, stride), (pad, pad), (dilation, dilation), ho, wo)
-    qk.int8_conv(x_cl, wt, scale.to(DEVICE), out, geometry)
+    qck.conv(x_cl, wt, scale.to(DEVICE), out, geometry)
     np.testing.assert_allclose(out.cpu().double().numpy(), want.numpy(), rtol=1e-6)
 
 
 def test_int8_implicit_gemm_convolution_matches_ref(monkeypatch) -> None:
-    """64 input channels: the 3x3 convolutions run as `int8_conv` (no patch copy)."""
+    """64 input channels: the 3x3 convolutions run as `quant_conv_kernels.conv` (no patch
+    copy)."""
     monkeypatch.setenv(INT8_CONV_ENV, "gemm")
     monkeypatch.setenv(INT8_GEMM_ENV, "triton")
     calls: list[tuple] = []
-    real = qk.int8_conv
-    monkeypatch.setattr(qk, "int8_conv", lambda *a: calls.append(a[4]) or real(*a))
+    real = qck.conv
+    monkeypatch.setattr(qck, "conv", lambda *a: calls.append(a[4]) or real(*a))
     nodes = [
         helper.make_node("Conv", ["img", "w3"], ["c0"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c0"], ["r0"]),
@@ -296,7 +298,7 @@ def test_int8_implicit_gemm_convolution_matches_ref(monkeypatch) -> None:
         return {"img": np.random.default_rng(seed).standard_normal((2, 64, 6, 6), np.float32)}
 
     got, want, gpu = first_output_both(model, feeds, False)
-    assert len({tuple(c[1]) for c in calls}) == 2  # both (strides 1 and 2) ran as int8_conv
+    assert len({tuple(c[1]) for c in calls}) == 2  # both (strides 1 and 2) ran as qck.conv
     close_within(got, want, 1e-5)
 
 
@@ -345,16 +347,16 @@ def test_int8_gemm_epilogues_match_ref(fp16: bool, monkeypatch) -> None:
     monkeypatch.setenv(INT8_CONV_ENV, "gemm")
     monkeypatch.setenv(INT8_GEMM_ENV, "triton")
     seen: list[tuple] = []
-    for name in ("int8_gemm", "int8_conv"):
-        real = getattr(qk, name)
+    for module, name in ((qk, "int8_gemm"), (qck, "conv")):
+        real = getattr(module, name)
 
-        def spy(*a, r=real, at=5 if name == "int8_conv" else 4, **kw):
+        def spy(*a, r=real, at=5 if name == "conv" else 4, **kw):
             ep = a[at] if len(a) > at else None
             if ep is not None:
                 seen.append((*ep.ops, "quantise" if ep.quant_scale is not None else "-"))
             return r(*a, **kw)
 
-        monkeypatch.setattr(qk, name, spy)
+        monkeypatch.setattr(module, name, spy)
     got, want, _ = first_output_both(*residual_block_model(), fp16)
     # the first convolution's ReLU also writes the second's int8 input (and its float value,
     # which the residual add reads)

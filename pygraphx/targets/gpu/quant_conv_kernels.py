@@ -1,0 +1,194 @@
+"""The int8 and fp8 e4m3 convolution kernel of the gpu target (Triton, channels-last).
+
+`conv(x, wt, scale, out, geometry, epilogue, residual, qout)` is an implicit GEMM: output row
+`(n, ho, wo)`, column `c_out`, `K = kh * kw * C` walked one tap's run of `BLOCK_K` channels at a
+time, read in place from the NHWC input (zeros outside it: no patch matrix in memory). The
+operands are int8 (exact int32 sums, `tl.dot(..., out_dtype=tl.int32)`) or fp8 e4m3 (float32
+sums of exact products); the epilogue is `quant_kernels`': `float32(sum) * scale[c_out]` in
+`out`'s type, then up to three of bias / residual / ReLU, then optionally the quantise of the
+result for the next convolution (int8 or fp8, one scale) with or without the float store.
+
+How the input tile is read (`input_mode`): a 1x1 stride-1 convolution of a dense NHWC input is
+the plain GEMM of its rows (`POINTWISE`); other convolutions with input channels a multiple of
+`CONV_BLOCK_K` read one tap's run of channels per K block (`IMPLICIT`, 16-byte aligned rows);
+fewer channels (the 7x7 stem's 3), or another layout, gather each element (`GATHER`, any
+strides, the K tail masked: no patch matrix either).
+
+On CUDA the tiles are autotuned per (M, N, K, C) over `CONV_CONFIGS` at the first launch of each
+shape (the gpu executable's warm-up, before graph capture), keeping only the K blocks that divide
+C; elsewhere (`TRITON_INTERPRET=1` on CPU tensors) one configuration runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from pygraphx.targets.gpu import quant_kernels as qk
+
+__all__ = ["CONV_BLOCK_K", "CONV_CONFIGS", "GATHER", "IMPLICIT", "POINTWISE", "conv", "input_mode"]
+
+#: the smallest K block: a convolution read in place needs input channels a multiple of it
+CONV_BLOCK_K = 64
+#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): tiles for Hopper's 8-bit tensor cores (K blocks
+#: of 64 or 128 bytes; 3-5 stages within shared memory); a K block must divide C
+CONV_CONFIGS = [
+    (128, 128, 64, 4, 4), (128, 128, 128, 8, 3), (128, 256, 64, 8, 3), (128, 256, 128, 8, 3),
+    (256, 128, 64, 8, 3), (256, 128, 128, 8, 3), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4),
+    (64, 64, 64, 4, 5), (64, 128, 64, 4, 5),
+]  # fmt: skip
+
+
+#: how `_conv_kernel` reads its input tile (`MODE`)
+IMPLICIT, POINTWISE, GATHER = 0, 1, 2
+
+
+@triton.jit
+def _input_tile(
+    x_ptr, rows, k0, ks, M, K, C, H, W, h0, w0, base, sxh, sxw, sxc, DH, DW, KW,
+    MODE: tl.constexpr,
+):  # fmt: skip
+    """The (BLOCK_M, BLOCK_K) input tile at K offset `k0`: IMPLICIT, one tap's run of channels
+    (C % BLOCK_K == 0, dense channels-last: 16-byte aligned rows); POINTWISE, the rows of a
+    dense NHWC input as they are (1x1, stride 1, no padding); GATHER, each (row, k) decoded to
+    its tap and channel (few channels, any strides: the 7x7 stem), the K tail masked."""
+    if MODE == 0:
+        tap = k0 // C
+        kh = tap // KW
+        hi, wi = h0 + kh * DH, w0 + (tap - kh * KW) * DW
+        inside = (rows < M) & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
+        offs = tl.multiple_of(base + hi * sxh + wi * sxw + (k0 - tap * C), 16)
+        return tl.load(x_ptr + offs[:, None] + ks[None, :], mask=inside[:, None], other=0.0)
+    elif MODE == 1:
+        offs = tl.multiple_of(rows * sxw + k0, 16)
+        return tl.load(x_ptr + offs[:, None] + ks[None, :], mask=(rows < M)[:, None], other=0.0)
+    else:
+        kk = k0 + ks
+        tap = kk // C
+        kh = tap // KW
+        hi = h0[:, None] + (kh * DH)[None, :]
+        wi = w0[:, None] + ((tap - kh * KW) * DW)[None, :]
+        inside = (rows < M)[:, None] & (kk < K)[None, :]
+        inside = inside & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
+        offs = base[:, None] + hi * sxh + wi * sxw + ((kk - tap * C) * sxc)[None, :]
+        return tl.load(x_ptr + offs, mask=inside, other=0.0)
+
+
+@triton.jit
+def _conv_kernel(
+    x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw, sxc,
+    stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
+    E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
+    FP8: tl.constexpr, MODE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):  # fmt: skip
+    rows, cols = qk._tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    wo = rows % WO
+    ho = (rows // WO) % HO
+    base = (rows // (WO * HO)) * sxn
+    h0, w0 = ho * SH - PH, wo * SW - PW
+    ks = tl.arange(0, BLOCK_K)
+    if FP8:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):
+        a = _input_tile(
+            x_ptr, rows, k0, ks, M, K, C, H, W, h0, w0, base, sxh, sxw, sxc, DH, DW, KW, MODE
+        )
+        w_at = w_ptr + cols[None, :] * stride_wn + (k0 + ks)[:, None]
+        if MODE == 2:  # the K tail
+            w = tl.load(w_at, mask=(cols[None, :] < N) & ((k0 + ks) < K)[:, None], other=0.0)
+        else:
+            w = tl.load(w_at, mask=cols[None, :] < N, other=0.0)
+        if FP8:  # fp8 operands come as their bytes (uint8): masked loads give +0.0
+            a = a.to(tl.float8e4nv, bitcast=True)
+            w = w.to(tl.float8e4nv, bitcast=True)
+            acc = tl.dot(a, w, acc)
+        else:
+            acc = tl.dot(a, w, acc, out_dtype=tl.int32)
+    qk._store_dequantised(
+        acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
+        qs_ptr, q_ptr, stride_qm, E0, E1, E2, QUANT, STORE, MAGIC,
+    )  # fmt: skip
+
+
+def _prune(configs: list, named_args: dict, **kwargs) -> list:
+    """The configurations whose K block divides the input's channels (one tap per block), all
+    of them for a gathered input (`MODE` GATHER: the K tail is masked)."""
+    c = named_args["C"]
+    if kwargs.get("MODE") == GATHER:
+        return [cfg for cfg in configs if cfg.kwargs["BLOCK_K"] == CONV_BLOCK_K]
+    kept = [cfg for cfg in configs if c % cfg.kwargs["BLOCK_K"] == 0]
+    return kept or configs[:1]
+
+
+_tuned: dict[str, Any] = {}
+
+
+def _tuned_kernel():
+    """`_conv_kernel` under `triton.autotune` over `CONV_CONFIGS` (made at first use)."""
+    if "conv" not in _tuned:
+        _tuned["conv"] = qk._autotuned(_conv_kernel, CONV_CONFIGS, ("M", "N", "K", "C"), _prune)
+    return _tuned["conv"]
+
+
+def conv(
+    x: torch.Tensor,
+    wt: torch.Tensor,
+    scale: torch.Tensor,
+    out: torch.Tensor,
+    geometry: tuple,
+    epilogue: qk.Epilogue | None = None,
+    residual: torch.Tensor | None = None,
+    qout: torch.Tensor | None = None,
+) -> None:
+    """`out[(n, ho, wo), c_out] = epilogue(float32(sum x * w) * scale[c_out])` for the int8
+    or fp8 e4m3 `x` (N, C, H, W), `wt` (C_out, kh*kw*C) of the same type in (kh, kw, c)
+    order (unit inner stride, any row stride), `out` (N*HO*WO, C_out) rows;
+    `geometry` = (kw, stride, pads, dilation, HO, WO). Input channels a multiple of
+    `CONV_BLOCK_K` in dense channels-last order are read a tap at a time; otherwise (the
+    stem's 3 channels, any layout) each element is gathered. `qout` (int8, or uint8 bytes of
+    fp8 e4m3) takes the epilogue's quantised result."""
+    n, c, h, w = x.shape
+    kw, (sh, sw), (ph, pw), (dh, dw), ho, wo = geometry
+    m, k, c_out = n * ho * wo, wt.shape[1], wt.shape[0]
+    if m == 0 or c_out == 0:
+        return
+    fp8 = x.dtype == torch.float8_e4m3fn
+    if x.dtype != wt.dtype or not (fp8 or x.dtype == torch.int8):
+        raise ValueError(f"conv: int8 or fp8 e4m3 operands of one type, got {x.dtype}, {wt.dtype}")
+    mode = input_mode(x, geometry)
+    sxn, sxc, sxh, sxw = x.stride()
+    timed = qk._timed(x)
+    if fp8:  # loaded as bytes and bitcast (direct fp8 loads failed on an H200 with Triton 3.6)
+        x, wt = x.view(torch.uint8), wt.view(torch.uint8)
+    args = (
+        x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw, sxc,
+        wt.stride(0), out.stride(0), sh, sw, ph, pw, dh, dw, kw,
+    )  # fmt: skip
+    extra, codes = qk._epilogue_args(scale, epilogue, residual, qout)
+    codes.update(FP8=fp8, MODE=mode)
+    if timed:
+        _tuned_kernel()[qk._tuned_grid](*args, *extra, **codes)
+        return
+    config = qk._config(m)
+    config["BLOCK_K"] = CONV_BLOCK_K
+    grid = qk._grid(m, c_out, config)
+    _conv_kernel[grid](*args, *extra, **codes, **config, num_warps=8, num_stages=4)
+
+
+def input_mode(x: torch.Tensor, geometry: tuple) -> int:
+    """How `conv` reads `x` (N, C, H, W): POINTWISE, IMPLICIT or GATHER."""
+    n, c, h, w = x.shape
+    kw, stride, pads, _, ho, wo = geometry
+    if c % CONV_BLOCK_K != 0 or not x.is_contiguous(memory_format=torch.channels_last):
+        return GATHER
+    if (kw, tuple(stride), tuple(pads), ho, wo) == (1, (1, 1), (0, 0), h, w):
+        return POINTWISE
+    return IMPLICIT

@@ -1,0 +1,242 @@
+"""int8 and fp8 convolutions on the gpu target: the implicit-GEMM kernel against torch's float
+convolution of the same 8-bit values, and whole quantised programs against the `ref` target's
+run of the same program (on the GPU when there is one, else the GPU lowering on CPU tensors with
+the Triton kernels under `TRITON_INTERPRET=1`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import pygraphx  # noqa: E402
+from pygraphx.targets.gpu import quant_conv_kernels as qck  # noqa: E402
+from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
+from pygraphx.targets.gpu.quant_conv import FP8_CONV_ENV  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+F8 = torch.float8_e4m3fn
+
+
+def _operands(dtype: torch.dtype, n: int, c: int, h: int, w: int, c_out: int, kernel: int):
+    gen = torch.Generator().manual_seed(c * kernel + c_out)
+    if dtype == torch.int8:
+        x = torch.randint(-128, 128, (n, c, h, w), dtype=torch.int8, generator=gen)
+        wgt = torch.randint(-128, 128, (c_out, c, kernel, kernel), dtype=torch.int8, generator=gen)
+        return x, wgt
+    x = (torch.randn((n, c, h, w), generator=gen) * 40).clamp(-448, 448).to(F8)
+    wgt = (torch.randn((c_out, c, kernel, kernel), generator=gen) * 40).clamp(-448, 448).to(F8)
+    return x, wgt
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, F8], ids=["int8", "fp8"])
+@pytest.mark.parametrize(
+    ("c", "kernel", "stride", "pad", "dilation", "layout", "mode"),
+    [
+        (64, 3, 1, 1, 1, "nhwc", qck.IMPLICIT),
+        (128, 3, 2, 1, 1, "nhwc", qck.IMPLICIT),
+        (64, 3, 1, 2, 2, "nhwc", qck.IMPLICIT),
+        (64, 1, 2, 0, 1, "nhwc", qck.IMPLICIT),
+        (128, 1, 1, 0, 1, "nhwc", qck.POINTWISE),
+        (3, 7, 2, 3, 1, "nchw", qck.GATHER),  # the stem: 3 channels, K = 147
+        (3, 7, 2, 3, 1, "nhwc", qck.GATHER),
+        (64, 3, 1, 1, 1, "nchw", qck.GATHER),  # not channels-last
+    ],
+)
+def test_conv_kernel_matches_torch(dtype, c, kernel, stride, pad, dilation, layout, mode) -> None:
+    """The kernel's sums times the per-channel scale equal torch's float64 convolution of the
+    same 8-bit values (int8 exactly; fp8 to float32 accumulation), in each input mode."""
+    n, h, w, c_out = 2, 9, 7, 40
+    x, weight = _operands(dtype, n, c, h, w, c_out, kernel)
+    want = torch.nn.functional.conv2d(
+        x.double(), weight.double(), stride=stride, padding=pad, dilation=dilation
+    )
+    ho, wo = want.shape[2:]
+    scale = torch.rand(c_out) * 1e-3
+    want = (want * scale.double()[None, :, None, None]).permute(0, 2, 3, 1).reshape(-1, c_out)
+    if layout == "nhwc":
+        x = x.view(torch.uint8).contiguous(memory_format=torch.channels_last).view(dtype)
+    x = x.to(DEVICE)
+    k = kernel * kernel * c
+    wide = torch.zeros((c_out, k + 5), dtype=torch.uint8)  # rows wider than K: not read
+    wide[:, :k] = weight.view(torch.uint8).permute(0, 2, 3, 1).reshape(c_out, k)
+    wt = wide.view(dtype)[:, :k].to(DEVICE)
+    out = torch.empty((n * ho * wo, c_out), dtype=torch.float32, device=DEVICE)
+    geometry = (kernel, (stride, stride), (pad, pad), (dilation, dilation), ho, wo)
+    assert qck.input_mode(x, geometry) == mode
+    qck.conv(x, wt, scale.to(DEVICE), out, geometry)
+    rtol = 1e-6 if dtype == torch.int8 else 1e-5
+    np.testing.assert_allclose(
+        out.cpu().double().numpy(), want.numpy(), rtol=rtol, atol=rtol * want.abs().max().item()
+    )
+
+
+@pytest.mark.parametrize("qtype", ["int8", "fp8"])
+def test_epilogue_quantises_to_int8_or_fp8(qtype: str) -> None:
+    """bias + ReLU, then the quantise of the result in the same kernel: the bytes equal the
+    standalone quantise kernels' on the stored float value."""
+    n, c, h, w, c_out = 1, 64, 5, 5, 48
+    x, weight = _operands(F8, n, c, h, w, c_out, 3)
+    x_cl = x.contiguous(memory_format=torch.channels_last).to(DEVICE)
+    wt = weight.permute(0, 2, 3, 1).reshape(c_out, -1).contiguous().to(DEVICE)
+    scale = (torch.rand(c_out) * 1e-4).to(DEVICE)
+    bias = torch.randn(c_out).to(DEVICE)
+    qs = torch.tensor([0.02], dtype=torch.float32, device=DEVICE)
+    qdtype = torch.int8 if qtype == "int8" else torch.uint8
+    ep = qk.Epilogue(["bias", "relu"], bias, qs)
+    out = torch.empty((n * h * w, c_out), dtype=torch.float16, device=DEVICE)
+    q = torch.empty((n * h * w, c_out), dtype=qdtype, device=DEVICE)
+    qck.conv(x_cl, wt, scale, out, (3, (1, 1), (1, 1), (1, 1), h, w), ep, None, q)
+    want = torch.empty_like(q)
+    if qtype == "int8":
+        qk.quantise_int8(out, qs, want)
+    else:
+        qk.quantise_fp8(out, qs, want.view(F8))
+    assert (out >= 0).all()
+    np.testing.assert_array_equal(q.cpu().numpy(), want.cpu().numpy())
+
+
+def test_conv_kernel_rejects_mixed_operands() -> None:
+    x = torch.zeros((1, 64, 3, 3), dtype=torch.int8, device=DEVICE)
+    wt = torch.zeros((8, 64), dtype=F8, device=DEVICE)
+    out = torch.empty((9, 8), device=DEVICE)
+    with pytest.raises(ValueError, match="one type"):
+        qck.conv(x, wt, torch.ones(8, device=DEVICE), out, (1, (1, 1), (0, 0), (1, 1), 3, 3))
+
+
+def _init(rng, name: str, *shape: int, scale: float) -> TensorProto:
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def stem_and_block_model():
+    """A 7x7 stride-2 stem of 3 channels (the patch-matrix path) + bias + ReLU, then a
+    bottleneck-like block: 3x3 + bias + ReLU, 1x1 + bias + the block input + ReLU, and a
+    1x1 stride-2 convolution."""
+    rng = np.random.default_rng(5)
+    nodes = [
+        helper.make_node("Conv", ["img", "w7", "b7"], ["c0"], pads=[3, 3, 3, 3], strides=[2, 2]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w3", "b3"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w1", "b1"], ["c2"]),
+        helper.make_node("Add", ["c2", "r0"], ["s"]),
+        helper.make_node("Relu", ["s"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w1s"], ["out"], strides=[2, 2]),
+    ]
+    inits = [
+        _init(rng, "w7", 64, 3, 7, 7, scale=0.1),
+        _init(rng, "b7", 64, scale=0.3),
+        _init(rng, "w3", 64, 64, 3, 3, scale=0.05),
+        _init(rng, "b3", 64, scale=0.3),
+        _init(rng, "w1", 64, 64, 1, 1, scale=0.1),
+        _init(rng, "b1", 64, scale=0.3),
+        _init(rng, "w1s", 24, 64, 1, 1, scale=0.1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "stem_block",
+        [helper.make_tensor_value_info("img", TensorProto.FLOAT, [2, 3, 14, 14])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    def feeds(seed: int) -> dict[str, np.ndarray]:
+        return {"img": np.random.default_rng(seed).standard_normal((2, 3, 14, 14), np.float32)}
+
+    return model, feeds
+
+
+def _quantised(model, feeds, kind: str, fp16: bool) -> pygraphx.Program:
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    getattr(pygraphx, f"quantize_{kind}")(prog, "ref", [feeds(k) for k in range(1, 4)])
+    if fp16:
+        pygraphx.quantize_fp16(prog)
+    return prog
+
+
+def _spy_epilogues(monkeypatch) -> list[tuple]:
+    """(operand dtype, epilogue ops..., quantised type or "-") of every `qck.conv` call."""
+    seen: list[tuple] = []
+    real = qck.conv
+
+    def spy(x, wt, scale, out, geometry, epilogue=None, residual=None, qout=None):
+        ops = () if epilogue is None else tuple(epilogue.ops)
+        seen.append((str(x.dtype), *ops, "-" if qout is None else str(qout.dtype)))
+        return real(x, wt, scale, out, geometry, epilogue, residual, qout)
+
+    monkeypatch.setattr(qck, "conv", spy)
+    return seen
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_fp8_convolutions_match_ref_of_the_folded_program(fp16: bool, monkeypatch) -> None:
+    """Every fp8 convolution is one fp8 kernel with its scale, bias, residual, ReLU and the
+    next convolution's fp8 quantise inside; the numbers are the `ref` target's on the same
+    program with `fold_fp8` applied (fp8 sums in float32, the scale on the sum)."""
+    from pygraphx.passes.fold_fp8 import fold_fp8
+
+    monkeypatch.setenv(FP8_CONV_ENV, "triton")
+    seen = _spy_epilogues(monkeypatch)
+    model, feeds = stem_and_block_model()
+    ref, gpu = _quantised(model, feeds, "fp8", fp16), _quantised(model, feeds, "fp8", fp16)
+    fold_fp8(ref.get_main_module())
+    assert sum(i.op.name == "quant_convolution" for i in ref.get_main_module().instructions) == 4
+    ref.compile(pygraphx.get_target("ref"))
+    gpu.compile(pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"})))
+    want = np.array(ref.run(feeds(0))[0])
+    for _ in range(2):  # on a GPU: capture, then replay
+        got = np.array(gpu.run(feeds(0))[0])
+    assert not gpu._executable.fallbacks, gpu._executable.fallbacks
+    kinds = {s[1:] for s in seen}
+    assert {s[0] for s in seen} == {"torch.float8_e4m3fn"}, seen
+    # stem: bias + ReLU, quantised (its float value feeds the residual add too); the block's
+    # convolutions: bias + ReLU and bias + residual + ReLU, each quantised for the next
+    assert ("bias", "relu", "torch.uint8") in kinds, kinds
+    assert ("bias", "residual", "relu", "torch.uint8") in kinds, kinds
+    assert ("-",) in kinds, kinds  # the last convolution: its scale only
+    assert got.shape == want.shape and np.isfinite(got).all()
+    rtol = 2e-3 if fp16 else 1e-5
+    near = np.isclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
+    assert near.mean() > 0.99, near.mean()
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_int8_convolutions_are_one_kernel_each(fp16: bool, monkeypatch) -> None:
+    """int8: the same model's block convolutions run as `qck.conv` with their groups and the
+    next int8 quantise inside, with the `ref` target's numbers (exact int32 sums)."""
+    monkeypatch.setenv("PGX_GPU_INT8_GEMM", "triton")
+    seen = _spy_epilogues(monkeypatch)
+    model, feeds = stem_and_block_model()
+    ref, gpu = _quantised(model, feeds, "int8", fp16), _quantised(model, feeds, "int8", fp16)
+    ref.compile(pygraphx.get_target("ref"))
+    gpu.compile(pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"})))
+    want = np.array(ref.run(feeds(0))[0])
+    for _ in range(2):
+        got = np.array(gpu.run(feeds(0))[0])
+    assert not gpu._executable.fallbacks, gpu._executable.fallbacks
+    kinds = {s[1:] for s in seen}
+    assert ("bias", "residual", "relu", "torch.int8") in kinds, kinds
+    assert ("bias", "relu", "torch.int8") in kinds, kinds
+    rtol = 2e-3 if fp16 else 1e-5
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
+
+
+def test_fp8_convolutions_stay_cudnn_by_default(monkeypatch) -> None:
+    """Without `PGX_GPU_FP8_CONV=triton` the fp8 convolutions are not folded (cuDNN half on the
+    dequantised values, as before); an unknown value is an error."""
+    monkeypatch.delenv(FP8_CONV_ENV, raising=False)
+    model, feeds = stem_and_block_model()
+    gpu = _quantised(model, feeds, "fp8", True)
+    gpu.compile(pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"})))
+    names = [i.op.name for i in gpu.get_main_module().instructions]
+    assert names.count("convolution") == 4 and "quant_convolution" not in names
+    monkeypatch.setenv(FP8_CONV_ENV, "fast")
+    with pytest.raises(ValueError, match="PGX_GPU_FP8_CONV"):
+        _quantised(model, feeds, "fp8", True).compile(
+            pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"}))
+        )
