@@ -15,9 +15,15 @@ Every variant compiles the same built-in ONNX model (`pygraphx.models`, random w
   for ResNet-50, per `PGX_GPU_INT8_CONV` mode (`gemm`: every convolution an int8 GEMM;
   `mixed`: 1x1 as int8 GEMMs, the rest cuDNN half; `fp16`: every convolution cuDNN half on
   dequantised values);
-* `fp8`: `quantize_fp8(prog, gpu, samples)` then `quantize_fp16`; for ResNet-50 also with
-  `PGX_GPU_FP8_CONV=triton` (`fp8 conv=triton`: the convolutions as fp8 Triton kernels instead
-  of cuDNN half on dequantised values).
+* `fp8`: `quantize_fp8(prog, gpu, samples)` then `quantize_fp16`, once per
+  `PGX_GPU_FP8_GEMM` (`--fp8-gemms`; `cublas`: `torch._scaled_mm`, the default; `triton`: the
+  Triton fp8 GEMM with the next group as its epilogue); for ResNet-50 and MobileNetV2 also
+  with `PGX_GPU_FP8_CONV=triton` (`fp8 conv=triton`: the convolutions as fp8 Triton kernels
+  instead of cuDNN half on dequantised values).
+
+int8 and fp8 quantise only products with a constant operand (`activation_products=False`:
+attention's Q.K^T and P.V stay half and run as the fused attention, TensorRT's default);
+`--activation-products` quantises those too (each row and the JSON say which).
 
 Each kind is quantised once and saved (`pygraphx.save`); every variant loads and compiles it.
 Calibration: `--calib` samples (`model_inputs(name, model, seed=k)`, k = 1..N, each a whole
@@ -58,7 +64,7 @@ import pygraphx  # noqa: E402
 from pygraphx.driver.perf import profile_runs  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 from pygraphx.passes.fusion_policy import inner_op_names  # noqa: E402
-from pygraphx.targets.gpu.quant import INT8_GEMM_ENV  # noqa: E402
+from pygraphx.targets.gpu.quant import FP8_GEMM_ENV, INT8_GEMM_ENV  # noqa: E402
 from pygraphx.targets.gpu.quant_conv import FP8_CONV_ENV, INT8_CONV_ENV  # noqa: E402
 
 CONV_MODELS = {"resnet50", "mobilenetv2"}
@@ -69,14 +75,19 @@ def rel_rms(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.sqrt(np.sum((got - want) ** 2) / np.sum(want**2)))
 
 
-def quantised_file(model_bytes: bytes, kind: str, calib: list[dict], tmp: Path) -> Path:
+def quantised_file(
+    model_bytes: bytes, kind: str, calib: list[dict], tmp: Path, activation_products: bool
+) -> Path:
     """The program of `kind`, quantised once (calibrated on the gpu target) and saved."""
     prog = pygraphx.parse_onnx_buffer(model_bytes)
     if kind in ("int8", "fp8"):
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            getattr(pygraphx, f"quantize_{kind}")(prog, pygraphx.get_target("gpu"), calib)
+            quantize = getattr(pygraphx, f"quantize_{kind}")
+            quantize(
+                prog, pygraphx.get_target("gpu"), calib, activation_products=activation_products
+            )
         for w in caught:
             print(f"    warning: {w.message}")
         print(f"    {kind} calibration + quantisation: {time.perf_counter() - start:.1f} s")
@@ -89,7 +100,7 @@ def quantised_file(model_bytes: bytes, kind: str, calib: list[dict], tmp: Path) 
 
 def variant(label: str, path: Path, env: dict[str, str], feeds, args) -> tuple[dict, np.ndarray]:
     """Compile the saved program with `env` set, run it once (graph capture), time it."""
-    for key in (INT8_CONV_ENV, INT8_GEMM_ENV, FP8_CONV_ENV):
+    for key in (INT8_CONV_ENV, INT8_GEMM_ENV, FP8_GEMM_ENV, FP8_CONV_ENV):
         os.environ.pop(key, None)
     os.environ.update(env)
     start = time.perf_counter()
@@ -113,7 +124,8 @@ def step_kind(ins, timed=lambda ins: True) -> str:
     """An instruction's op name; a fused group's with its inner ops; a dequantise that is its
     product's epilogue (the product's step is timed under it) as `product+dequantise`, and a
     group that is the GEMM's epilogue too (its dequantise has no time: `timed`) as
-    `product+dequantise+group`."""
+    `product+dequantise+group` (an fp8 product's group, which starts with its dequantise:
+    `product+group`)."""
     source = ins.inputs[0].op.name if ins.inputs else ""
     if ins.op.name == "dequantizelinear" and source in QUANT_PRODUCTS:
         return f"{source}+dequantise"
@@ -127,6 +139,8 @@ def step_kind(ins, timed=lambda ins: True) -> str:
             and x.inputs[0].op.name in QUANT_PRODUCTS
         ):
             return f"{x.inputs[0].op.name}+dequantise+{kind}"
+        if x.op.name in QUANT_PRODUCTS and not timed(x):  # an fp8 GEMM with the group
+            return f"{x.op.name}+{kind}"
     return kind
 
 
@@ -167,10 +181,11 @@ def device_profile(prog, feeds, runs: int, top: int) -> dict[str, Any]:
 
 
 def plans(
-    name: str, gemms=("triton", "cublas"), modes=("gemm", "mixed", "fp16")
+    name: str, gemms=("triton", "cublas"), modes=("gemm", "mixed", "fp16"), fp8_gemms=("triton",)
 ) -> list[tuple[str, str, dict[str, str]]]:
     """(label, kind, environment) of every variant of model `name` (int8 rows for the GEMM
-    choices `gemms` and, with convolutions, the convolution modes `modes`)."""
+    choices `gemms` and, with convolutions, the convolution modes `modes`; fp8 rows for the
+    fp8 GEMM choices `fp8_gemms` and, with convolutions, `fp8 conv=triton`)."""
     rows = [("fp32", "fp32", {}), ("fp16", "fp16", {})]
     if name in CONV_MODELS:
         for mode in modes:
@@ -179,14 +194,15 @@ def plans(
                 rows.append((f"int8 conv={mode} gemm={gemm}", "int8", env))
     else:
         rows += [(f"int8 gemm={g}", "int8", {INT8_GEMM_ENV: g}) for g in gemms]
-    rows.append(("fp8", "fp8", {}))
+    rows += [(f"fp8 gemm={g}", "fp8", {FP8_GEMM_ENV: g}) for g in fp8_gemms]
     if name in CONV_MODELS:
         rows.append(("fp8 conv=triton", "fp8", {FP8_CONV_ENV: "triton"}))
     return rows
 
 
 def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    print(f"{name} (batch {args.batch}):", flush=True)
+    what = "all products" if args.activation_products else "products with constant weights"
+    print(f"{name} (batch {args.batch}; int8/fp8 quantise {what}):", flush=True)
     model = get_model(name, batch=args.batch, seq_len=args.seq_len)
     model_bytes = model.SerializeToString()
     host = model_inputs(name, model, seed=0)
@@ -194,12 +210,14 @@ def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any
     calib = [model_inputs(name, model, seed=k) for k in range(1, args.calib + 1)]
     files: dict[str, Path] = {}
     rows, want = [], None
-    for label, kind, env in plans(name, args.int8_gemms, args.conv_modes):
+    for label, kind, env in plans(name, args.int8_gemms, args.conv_modes, args.fp8_gemms):
         if kind not in args.variants:
             continue
         if kind not in files:
-            files[kind] = quantised_file(model_bytes, kind, calib, tmp)
+            files[kind] = quantised_file(model_bytes, kind, calib, tmp, args.activation_products)
         row, out = variant(label, files[kind], env, feeds, args)
+        if kind in ("int8", "fp8"):
+            row["activation_products"] = args.activation_products
         gc.collect()  # the variant's program and its device memory go before the next
         torch.cuda.empty_cache()
         if kind == "fp32":
@@ -226,6 +244,11 @@ def main() -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--int8-gemms", nargs="+", default=["triton", "cublas"])
     ap.add_argument("--conv-modes", nargs="+", default=["gemm", "mixed", "fp16"])
+    ap.add_argument("--fp8-gemms", nargs="+", default=["cublas", "triton"])
+    ap.add_argument(
+        "--activation-products", action="store_true",
+        help="quantise products of two activations too (attention's; default: they stay half)",
+    )  # fmt: skip
     ap.add_argument("--profile", action="store_true", help="device time per step kind (see above)")
     ap.add_argument("--profile-runs", type=int, default=3)
     ap.add_argument("--top", type=int, default=15, help="slowest steps printed with --profile")

@@ -314,8 +314,8 @@ def run_steps(
         if n.fn in REDUCTIONS:
             x = read(o, n.args[0], env, n)
             r = reduce(n, x) if reduce else apply_reduction(o, n, x)
-        elif n.fn == "cast":
-            r = _cast(o, read(o, n.args[0], env, n), n.args[1])
+        elif n.fn in ("cast", "cast_finite"):
+            r = _cast(o, read(o, n.args[0], env, n), n.args[1], n.fn)
         else:
             r = getattr(o, n.fn)(*[read(o, a, env, n) for a in n.args])
         env[("node", j)] = r
@@ -346,10 +346,11 @@ class _Like:
         return getattr(self.of, "device", None)
 
 
-def _cast(o: Any, x: Any, dtype: np.dtype) -> Any:
-    """Cast, then widen back to the compute dtype: a narrow cast rounds once, here."""
+def _cast(o: Any, x: Any, dtype: np.dtype, fn: str = "cast") -> Any:
+    """Cast (`fn`: `cast` or `cast_finite`), then widen back to the compute dtype: a narrow
+    cast rounds once, here."""
     want = np.dtype(dtype)
-    r = o.cast(x, want)
+    r = getattr(o, fn)(x, want)
     wide = compute_dtype(want)
     return r if wide == want else o.cast(r, wide)
 

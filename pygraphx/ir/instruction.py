@@ -115,6 +115,25 @@ def merge_sources(instructions: Iterable[Instruction]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(label for ins in instructions for label in ins.source))
 
 
+def folded_sources(ins: Instruction, limit: int = 64) -> tuple[str, ...]:
+    """The node labels of `ins` and of the computed instructions above it that only it uses,
+    transitively (at most `limit`; literals and parameters left out), roughly in graph order:
+    what a rewrite replacing `ins` by a new instruction folds into it, so that a run-time error
+    there names every node it now computes."""
+    dead = [ins]
+    dead_ids = {id(ins)}
+    stack = list(ins.inputs)
+    while stack and len(dead) < limit:
+        x = stack.pop()
+        if id(x) in dead_ids or x.is_literal() or x.is_param():
+            continue
+        if all(id(u) in dead_ids for u in x.outputs):  # else: pushed again if a user dies
+            dead.append(x)
+            dead_ids.add(id(x))
+            stack.extend(x.inputs)
+    return merge_sources(reversed(dead))
+
+
 def describe_sources(sources: tuple[str, ...]) -> str:
     """`(ONNX node 'a' Relu)`, `(ONNX nodes 'a' Relu, 'b' Add)`, or '' when none is known."""
     if not sources:

@@ -41,6 +41,7 @@ from pygraphx.ir.atomic_write import write_atomic
 from pygraphx.ir.builtin_ops import LiteralOp
 from pygraphx.ir.file_read import read_regular_file
 from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.mapped import check_program
 from pygraphx.ir.module import Module, compute_shape
 from pygraphx.ir.op import OPS, Op
 from pygraphx.ir.program import Program, ProgramError
@@ -171,6 +172,7 @@ def dumps(program: Program) -> bytes:
             "dynamic programs with program-level transforms (optimize, quantize) cannot be "
             "saved yet: the transforms would not be re-applied to the shapes it specializes to"
         )
+    check_program(program, "save")  # its weights may be views of a model file
     payload = msgpack.packb(program_to_dict(program), default=_default, use_bin_type=True)
     digest = hashlib.sha256(payload).digest()
     return _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), digest) + payload
@@ -309,7 +311,13 @@ def _make_instruction(
         )
     fields = {f.name for f in dataclasses.fields(cls)}
     attrs = dict(item["attrs"])
-    if set(attrs) != fields:
+    # a file from before an attribute with a default existed (convert's `clamp`) loads with it
+    defaulted = {
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    }
+    if not set(attrs) <= fields or not fields - set(attrs) <= defaulted:
         raise SerializationError(
             f"operator {name!r}: attributes {sorted(attrs)} != {sorted(fields)}"
         )

@@ -16,8 +16,6 @@ Other types (strings, sub-byte types) are read and converted through ONNX's help
 from __future__ import annotations
 
 import os
-import threading
-import weakref
 from math import prod
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -25,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from pygraphx.ir.mapped import register_mapping
+from pygraphx.ir.mapped import map_file
 from pygraphx.onnx.errors import ExternalDataError
 
 
@@ -127,27 +125,15 @@ def _viewable(tensor: onnx.TensorProto, dtype: np.dtype, length: int) -> bool:
     return bool(np.little_endian)
 
 
-#: (path, size, mtime) -> the whole file mapped read-only, while some view of it lives
-_MAPS: weakref.WeakValueDictionary[tuple[str, int, int], np.memmap] = weakref.WeakValueDictionary()
-_MAPS_LOCK = threading.Lock()
-
-
 def _mapped_view(
     tensor: onnx.TensorProto, path: Path, offset: int, length: int, dtype: np.dtype
 ) -> np.ndarray | None:
-    """The tensor as a read-only view of its mapped file, or None for types not stored as
-    their numpy bytes (strings, 4-bit and 8-bit float types, big-endian hosts)."""
+    """The tensor as a read-only view of its mapped file (`ir/mapped.py`'s `map_file`: one
+    mapping per file, its identity recorded), or None for types not stored as their numpy bytes
+    (strings, 4-bit and 8-bit float types, big-endian hosts)."""
     if not _viewable(tensor, dtype, length):
         return None
-    stat = path.stat()
-    key = (str(path), stat.st_size, stat.st_mtime_ns)
-    with _MAPS_LOCK:
-        root = _MAPS.get(key)
-        if root is None:
-            root = np.memmap(path, dtype=np.uint8, mode="r")
-            root.pygraphx_file = key  # what the device literal store identifies it by
-            _MAPS[key] = root
-            register_mapping(root)  # its pages may be given back once the weights are packed
+    root = map_file(path)
     return root[offset : offset + length].view(dtype).reshape(tuple(tensor.dims))
 
 

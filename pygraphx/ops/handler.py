@@ -124,6 +124,9 @@ class OpsHandler(Protocol):
     # values and types
     def constant(self, value: Any, like: Any) -> Any: ...  # a scalar of `like`'s dtype
     def cast(self, x: Any, dtype: DTypeLike) -> Any: ...
+    # a float cast whose finite values beyond `dtype`'s range become its largest finite value
+    # (with their sign) instead of an infinity; infinities and NaN pass (`convert`)
+    def cast_finite(self, x: Any, dtype: DTypeLike) -> Any: ...
     def compute_dtype(self, dtype: DTypeLike) -> np.dtype: ...
     # reductions over `axes` (kept as length 1), in `accumulation_dtype`
     def reduce_sum(self, x: Any, axes: Axes) -> Any: ...
@@ -142,6 +145,11 @@ PRIMITIVES: tuple[str, ...] = tuple(
 def missing_primitives(handler: Any) -> list[str]:
     """The `OpsHandler` primitives that `handler` (an instance or class) does not provide."""
     return [name for name in PRIMITIVES if not callable(getattr(handler, name, None))]
+
+
+def finite_max(dtype: DTypeLike) -> float:
+    """The largest finite value of the float type `dtype` (bfloat16 and fp8 included)."""
+    return float(ml_dtypes.finfo(np.dtype(dtype)).max)
 
 
 def lowest(dtype: np.dtype) -> Any:
@@ -252,6 +260,12 @@ class NumpyOps:
     @staticmethod
     def cast(x: np.ndarray, dtype: DTypeLike) -> np.ndarray:
         return np.asarray(x).astype(dtype)
+
+    @staticmethod
+    def cast_finite(x: np.ndarray, dtype: DTypeLike) -> np.ndarray:
+        x = np.asarray(x)
+        top = np.asarray(finite_max(dtype), dtype=x.dtype)
+        return np.where(np.isinf(x), x, np.clip(x, -top, top)).astype(dtype)
 
     @staticmethod
     def reduce_mean(x: np.ndarray, axes: Axes) -> np.ndarray:

@@ -198,20 +198,58 @@ class Clip(Pointwise):
 class Convert(Pointwise):
     """Cast to `target_type` (float -> int truncates; out-of-range follows numpy).
 
-    To an fp8 type, out-of-range values overflow as ml_dtypes does (ONNX Cast's `saturate=0`);
+    With `clamp=True` (the default: the converts `quantize_fp16` / `quantize_bf16` and the
+    passes insert), a finite value beyond the range of float16, bfloat16 or float32 (from a
+    type with a wider range) becomes the target's largest finite value with its sign instead of
+    an infinity, as MIGraphX's `convert` clamps to the target's [lowest, max]; the infinities and
+    NaN stay what they are (MIGraphX sends the infinities to the bounds too). ONNX Cast makes
+    `clamp=False`: the IEEE result (an infinity), as ONNX Runtime gives. To an fp8 type,
+    out-of-range values overflow as ml_dtypes does (ONNX Cast's `saturate=0`);
     `convert_saturate` below is the saturating cast.
     """
 
     name = "convert"
     target_type: str = "float_type"
+    clamp: bool = True
     same_type = False
 
     def compute_shape(self, inputs: Sequence[Shape]) -> Shape:
         check_arity(self, inputs, 1)
         return Shape(self.target_type, inputs[0].lens())
 
+    def attributes(self) -> dict[str, Any]:
+        """`clamp` only when off (ONNX Cast's): MIGraphX prints `convert[target_type=...]`."""
+        attrs = super().attributes()
+        if self.clamp:
+            del attrs["clamp"]
+        return attrs
+
     def apply(self, o: Any, x: Any) -> Any:
-        return o.cast(x, to_dtype(self.target_type))
+        dtype = to_dtype(self.target_type)
+        src = np.dtype(x.dtype)
+        if not self.clamp or overflow_bound(src, dtype) is None:
+            return o.cast(x, dtype)
+        if src not in _WIDE_FLOATS:  # integers, bfloat16: clamped in float32, where the bound
+            x = o.cast(x, np.float32)  # and every value up to it are exact (65504 < 2**24)
+        return o.cast_finite(x, dtype)
+
+
+_WIDE_FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
+#: the types `convert` clamps finite overflow to (see `Convert`)
+CLAMPED_TARGETS = frozenset(np.dtype(t) for t in (np.float16, ml_dtypes.bfloat16, np.float32))
+
+
+def overflow_bound(src: np.dtype, dst: np.dtype) -> float | None:
+    """The largest finite value of `dst` when a value of `src` can exceed it and `convert`
+    clamps to it, else None."""
+    if np.dtype(dst) not in CLAMPED_TARGETS:
+        return None
+    top = float(ml_dtypes.finfo(dst).max)
+    if src.kind in "iu":
+        return top if np.iinfo(src).max > top else None
+    if src.kind == "f" or src == np.dtype(ml_dtypes.bfloat16):
+        return top if float(ml_dtypes.finfo(src).max) > top else None
+    return None
 
 
 #: the fp8 types, the only targets of `convert_saturate`

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from pygraphx.ir.argument import Literal
-from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.instruction import Instruction, folded_sources
 from pygraphx.ir.module import Module
 from pygraphx.ops.base import make_op
 from pygraphx.ops.quant import FP8_TYPES
@@ -63,6 +63,7 @@ def _fold(module: Module, ins: Instruction) -> bool:
     if ins.shape.type() != "float_type":
         convert = make_op("convert", target_type=ins.shape.type())
         result = module.insert_instruction(ins, convert, [result])
+    product.source = result.source = folded_sources(ins)  # the dequantised inputs' nodes too
     module.replace_instruction(ins, result)
     module.remove_instruction(ins)
     return True

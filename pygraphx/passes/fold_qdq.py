@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from pygraphx.ir.argument import Literal
-from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.instruction import Instruction, folded_sources
 from pygraphx.ir.module import Module
 from pygraphx.ops.base import make_op
 from pygraphx.passes.dead_code_elimination import dead_code_elimination
@@ -150,6 +150,7 @@ def _fold(module: Module, ins: Instruction) -> bool:
             ins, make_op("quant_convolution", **ins.op.attributes()), [qa, qb, *zp]
         )
     result = module.insert_instruction(ins, make_op("dequantizelinear"), [product, scale])
+    product.source = result.source = folded_sources(ins)  # the dequantised inputs' nodes too
     module.replace_instruction(ins, result)
     module.remove_instruction(ins)
     return True
@@ -197,6 +198,7 @@ def _fold_runtime(
     scale = module.insert_instruction(ins, make_op("mul"), views)
     product = module.insert_instruction(ins, make_op("quant_dot"), [qa, qb])
     result = module.insert_instruction(ins, make_op("dequantizelinear"), [product, scale])
+    product.source = result.source = folded_sources(ins)  # the dequantised inputs' nodes too
     module.replace_instruction(ins, result)
     module.remove_instruction(ins)
     return True

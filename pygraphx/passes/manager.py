@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pygraphx.ir.mapped import check_program
 from pygraphx.ir.module import Module, ModuleError
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ def run_passes(
     trace = _flag("PGX_TRACE_COMPILE") not in ("", "0")
     timing = _flag("PGX_TIME_PASSES") not in ("", "0")
     skip = disabled_passes()
+    check_program(program, "optimizing")  # passes read weights that may be views of a file
     times: list[tuple[str, float]] = []
     for k, p in enumerate(passes):
         for listener in PASS_LISTENERS:

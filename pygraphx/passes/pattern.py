@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.instruction import Instruction, folded_sources
 from pygraphx.ir.module import Module
 from pygraphx.ir.printer import format_instruction, instruction_names
 from pygraphx.passes.dead_code_elimination import dead_code_elimination
@@ -213,6 +213,8 @@ class RuleSet:
                 if trace:
                     line = f"rewrite: {self.name}.{rule.name}: {_describe(module, ins, rep)}"
                     print(line, file=sys.stderr)
+                if not rep.outputs:  # made by the rewrite: it computes what the match folds
+                    rep.source = tuple(dict.fromkeys((*folded_sources(ins), *rep.source)))
                 module.replace_instruction(ins, rep)
                 changed = True
                 break

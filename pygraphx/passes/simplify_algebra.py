@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from pygraphx.ir.argument import Literal
-from pygraphx.ir.instruction import Instruction
+from pygraphx.ir.instruction import Instruction, merge_sources
 from pygraphx.ir.module import Module
 from pygraphx.ops import make_op
 from pygraphx.passes.dead_code_elimination import dead_code_elimination
@@ -277,10 +277,12 @@ def fuse_horizontal_dots(module: Module) -> None:
         lens = first.inputs[1].shape.lens()[:-1] + [wcat.shape[-1]]
         b_ins = _broadcast_literal(module, anchor, wcat, lens)
         fused = module.insert_instruction(anchor, make_op("dot"), [first.inputs[0], b_ins])
+        fused.source = merge_sources(dots)  # one product computes every MatMul's node
         if with_bias:
             bcat = np.concatenate([vec for _, vec in biases]).astype(wcat.dtype)
             bias_ins = _broadcast_literal(module, anchor, bcat, fused.shape.lens())
             fused = module.insert_instruction(anchor, make_op("add"), [fused, bias_ins])
+            fused.source = merge_sources(add for add, _ in biases)
         axis = fused.shape.ndim() - 1
         start = 0
         for d, (add, _) in zip(dots, biases, strict=True):
@@ -288,6 +290,7 @@ def fuse_horizontal_dots(module: Module) -> None:
             part = module.insert_instruction(
                 anchor, make_op("slice", axes=(axis,), starts=(start,), ends=(start + n,)), [fused]
             )
+            part.source = (add if with_bias else d).source  # what this slice stands for
             start += n
             module.replace_instruction(add if with_bias else d, part)
     dead_code_elimination(module)

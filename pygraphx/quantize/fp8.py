@@ -34,8 +34,9 @@ __all__ = ["FP8", "FP8_GEMM_TARGETS", "quantize_fp8"]
 
 _E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 FP8 = QuantFormat("fp8", "fp8e4m3fn_type", _E4M3, float(ml_dtypes.finfo(_E4M3).max))
-#: targets that run fp8 products as fp8 GEMMs (gpu: the `dot`s and, where Triton runs, the
-#: convolutions, `passes/fold_fp8.py`; ref is the oracle, not a fast path)
+#: targets that run fp8 products as fp8 GEMMs (gpu: the `dot`s and, with
+#: `PGX_GPU_FP8_CONV=triton`, the convolutions, `passes/fold_fp8.py`; ref is the oracle, not a
+#: fast path)
 FP8_GEMM_TARGETS: frozenset[str] = frozenset({"gpu"})
 _warned: set[str] = set()
 
@@ -50,6 +51,7 @@ def quantize_fp8(
     smooth: float | None = None,
     keep_float: int = 0,
     dynamic: bool = False,
+    activation_products: bool = True,
 ) -> None:
     """Quantise the uncompiled float `prog` in place to fp8 e4m3 `dot` / `convolution` inputs.
 
@@ -62,10 +64,11 @@ def quantize_fp8(
         target: where the calibration runs (a target or its name; `ref` by default); a target
             without fp8 GEMM kernels (every one but `ref`, the oracle) gets a warning that the
             products run as float32 maths.
-        calibration, ins_names, method, percentile, smooth, keep_float, dynamic: as for
-            `quantize_int8` (sample inputs; the operators; the activation statistic, "max" or
-            "percentile"; the SmoothQuant alpha or None; how many most peaked layers stay float;
-            run-time per-row scales for the dots' activations).
+        calibration, ins_names, method, percentile, smooth, keep_float, dynamic,
+            activation_products: as for `quantize_int8` (sample inputs; the operators; the
+            activation statistic, "max" or "percentile"; the SmoothQuant alpha or None; how many
+            most peaked layers stay float; run-time per-row scales for the dots' activations;
+            False: products of two activations, attention's, stay float).
 
     Raises:
         QuantizeError: `prog` is compiled or dynamic, or an argument is not valid.
@@ -77,8 +80,9 @@ def quantize_fp8(
         >>> prog.compile(pygraphx.get_target("ref"))
     """
     quantize_qdq(
-        prog, target, calibration, ins_names, method, percentile, FP8, smooth, keep_float, dynamic
-    )
+        prog, target, calibration, ins_names, method, percentile, FP8, smooth, keep_float, dynamic,
+        activation_products,
+    )  # fmt: skip
     _announce_float_products(target)
 
 

@@ -7,6 +7,8 @@
    input of a selected `dot` / `convolution` it records max |x| (or a percentile of |x|);
 2. each such activation gets `quantizelinear` -> `dequantizelinear` with one scale per tensor,
    `scale = max|x| / 127`, int8, no zero point (symmetric);
+   (`dot`s with constant weights that share their input, Q/K/V, are first merged into one
+   product, `simplify_algebra.fuse_horizontal_dots`, except with run-time scales);
 3. each constant right operand (weights) is quantised now, per output channel (the last axis
    of a `dot`'s right operand, axis 0 of a convolution's weights): an int8 literal and a
    `dequantizelinear` with `scale[c] = max|w[c]| / 127` (a constant left operand of a `dot`
@@ -44,6 +46,7 @@ from pygraphx.ops.base import make_op
 from pygraphx.ops.quant import quantize
 from pygraphx.passes.fold_qdq import fold_qdq
 from pygraphx.passes.propagate_constant import evaluate_constant
+from pygraphx.passes.simplify_algebra import fuse_horizontal_dots
 from pygraphx.quantize.batch_norm import fold_batch_norms
 from pygraphx.quantize.calibrate import AbsStatistic, observe
 from pygraphx.quantize.smooth import smoothable, smoothing_factors
@@ -105,10 +108,14 @@ def _is_constant(ins: Instruction) -> bool:
 
 
 def quantized_inputs(
-    prog: Program, ins_names: Iterable[str], fmt: QuantFormat = INT8
+    prog: Program,
+    ins_names: Iterable[str],
+    fmt: QuantFormat = INT8,
+    activation_products: bool = True,
 ) -> list[QuantizedInput]:
     """The operands `quantize_int8` / `quantize_fp8` quantise: both inputs of every float32
-    `dot` / `convolution` of `main` named in `ins_names` (not both constant)."""
+    `dot` / `convolution` of `main` named in `ins_names` (not both constant; with
+    `activation_products=False`, not both non-constant either)."""
     names = set(ins_names)
     unknown = names - SUPPORTED
     if unknown:
@@ -124,6 +131,8 @@ def quantized_inputs(
         constant = [_is_constant(x) for x in ins.inputs]
         if all(constant):
             continue  # folded at compile time anyway
+        if not activation_products and not any(constant):
+            continue  # attention's Q.K^T and P.V: left in float when asked
         found.extend(QuantizedInput(ins, k, constant[k]) for k in range(2))
     return found
 
@@ -138,6 +147,7 @@ def quantize_int8(
     smooth: float | None = None,
     keep_float: int = 0,
     dynamic: bool = False,
+    activation_products: bool = True,
 ) -> None:
     """Quantise the uncompiled float `prog` in place to int8 `dot` / `convolution`.
 
@@ -161,6 +171,12 @@ def quantize_int8(
             activation input has the largest crest factor max|x| / rms(x) over the
             calibration (per-tensor quantisation's SQNR falls by 20 log10(crest) dB; in BERT-like
             encoders these are the feed-forward layers). Needs calibration data.
+        dynamic: run-time per-row scales for the `dot`s' activations.
+        activation_products: False leaves products of two activations (no constant operand:
+            attention's Q.K^T and P.V) in float, as TensorRT does by default: quantising both
+            operands at run time costs two quantise passes per product, and in float the
+            target's fused attention can run them (on the gpu target, measured on BERT-base,
+            int8 attention was slower than half; see benchmarks/quant_gpu.py).
 
     Raises:
         QuantizeError: `prog` is compiled or dynamic, or an argument is not valid.
@@ -172,8 +188,9 @@ def quantize_int8(
         >>> prog.compile(pygraphx.get_target("cpu"))
     """
     quantize_qdq(
-        prog, target, calibration, ins_names, method, percentile, INT8, smooth, keep_float, dynamic
-    )
+        prog, target, calibration, ins_names, method, percentile, INT8, smooth, keep_float, dynamic,
+        activation_products,
+    )  # fmt: skip
 
 
 def quantize_qdq(
@@ -187,19 +204,26 @@ def quantize_qdq(
     smooth: float | None = None,
     keep_float: int = 0,
     dynamic: bool = False,
+    activation_products: bool = True,
 ) -> None:
     """The work of `quantize_int8` / `quantize_fp8` in format `fmt`: calibrate, leave the
     `keep_float` layers with the most peaked inputs in float, insert the QDQ pairs (after
     smoothing the activations that allow it, when `smooth` is an alpha; with run-time per-row
     scales for the `dot`s' activations when `dynamic`), quantise the weights, fold integer
-    products (see the module docstring)."""
+    products (see the module docstring); products of two activations only when
+    `activation_products`."""
     _check_program(prog, fmt)
     _check_smooth(smooth, method, fmt)
     if isinstance(ins_names, str):
         ins_names = (ins_names,)
     if "convolution" in ins_names:
         fold_batch_norms(prog.get_main_module())  # the folded weights are quantised
-    operands = quantized_inputs(prog, ins_names, fmt)
+    if "dot" in ins_names and not dynamic:
+        # Q/K/V (gate/up) products of one input become one product first, as the pipeline
+        # would merge them: one quantised GEMM, not three (one activation scale, per-column
+        # weight scales, so the numbers are those of the separate products)
+        fuse_horizontal_dots(prog.get_main_module())
+    operands = quantized_inputs(prog, ins_names, fmt, activation_products)
     activations = _unique([op.value for op in operands if not op.constant])
     groups = smoothable(operands) if smooth is not None and calibration else {}
     static = {id(op.value) for op in operands if not op.constant and not _is_dynamic(op, dynamic)}

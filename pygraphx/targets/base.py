@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pygraphx.ir.mapped import check_program
 from pygraphx.ir.registry import Executable
 from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy
 from pygraphx.passes.manager import run_passes
@@ -42,6 +43,7 @@ class Target:
         """Run this target's passes on `program` (their times go to `program.pass_times`),
         then make the executable: what `Program.compile` calls. Passes that `optimize()`
         already ran on the unchanged program (`-O`) are not run again."""
+        check_program(program, "compiling")  # its weights may be views of a model file
         passes = self.get_passes(options)
         if not already_optimized(program, passes, self.fusion_policy()):  # -O, then compile
             program.pass_times = run_passes(program, passes)

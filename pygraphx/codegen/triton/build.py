@@ -29,7 +29,7 @@ import triton
 
 from pygraphx.codegen.trace import GroupTrace, TensorDesc
 from pygraphx.codegen.triton.emitter import UnsupportedGroup
-from pygraphx.codegen.triton.kernels import KernelSource, kernel_source
+from pygraphx.codegen.triton.kernels import KernelSource, QuantOutput, kernel_source
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +88,19 @@ def _write(path: Path, text: str) -> None:
 
 
 class TritonKernel:
-    """A built kernel: `kernel(inputs, out)` runs the group, writing `out` (returned)."""
+    """A built kernel: `kernel(inputs, out)` runs the group, writing `out` (returned); a kernel
+    with a quantised output (`quant`) takes `kernel(inputs, out, (qscale, qout))`."""
 
-    def __init__(self, group: GroupTrace, src: KernelSource, key: str, path: Path) -> None:
+    def __init__(
+        self,
+        group: GroupTrace,
+        src: KernelSource,
+        key: str,
+        path: Path,
+        quant: QuantOutput | None = None,
+    ) -> None:
         self.group = group
+        self.quant = quant
         self.kind = src.kind
         self.source = src.source
         self.key = key
@@ -110,22 +119,26 @@ class TritonKernel:
         except FileNotFoundError:
             return None
 
-    def __call__(self, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> torch.Tensor:
-        self._check(inputs, out)
+    def __call__(
+        self, inputs: Sequence[torch.Tensor], out: torch.Tensor, extra: Sequence[torch.Tensor] = ()
+    ) -> torch.Tensor:
+        self._check(inputs, out, extra)
         if self._src.numel == 0:
             return out
         if self.config is None:
-            self.config = self._autotune(inputs, out)
-        self._launch(inputs, out, self.config)
+            self.config = self._autotune(inputs, out, extra)
+        self._launch(inputs, out, self.config, extra)
         return out
 
-    def compile_ahead(self, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> int:
+    def compile_ahead(
+        self, inputs: Sequence[torch.Tensor], out: torch.Tensor, extra: Sequence[torch.Tensor] = ()
+    ) -> int:
         """Compile, without launching, the configurations the first call will run (the tuned
         one when the disk cache has it, else every autotune candidate); returns how many.
         Tensors only give dtypes and alignment here: any of the right dtype will do."""
         configs = [self.config] if self.config is not None else candidates(self._src)
         for config in configs:
-            self._fn.warmup(*inputs, out, grid=self._grid(config), **config)
+            self._fn.warmup(*inputs, out, *extra, grid=self._grid(config), **config)
         return len(configs)
 
     def _grid(self, config: Config) -> tuple[int]:
@@ -133,10 +146,25 @@ class TritonKernel:
             return (triton.cdiv(self._src.numel, config["BLOCK"]),)
         return (self._src.numel,)
 
-    def _launch(self, inputs: Sequence[torch.Tensor], out: torch.Tensor, config: Config) -> None:
-        self._fn[self._grid(config)](*inputs, out, **config)
+    def _launch(
+        self,
+        inputs: Sequence[torch.Tensor],
+        out: torch.Tensor,
+        config: Config,
+        extra: Sequence[torch.Tensor] = (),
+    ) -> None:
+        self._fn[self._grid(config)](*inputs, out, *extra, **config)
 
-    def _check(self, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> None:
+    def _check(
+        self, inputs: Sequence[torch.Tensor], out: torch.Tensor, extra: Sequence[torch.Tensor]
+    ) -> None:
+        if len(extra) != (2 if self.quant else 0):
+            raise ValueError(
+                f"{self.group.name}: {len(extra)} extra arguments; the kernel takes "
+                + ("(qscale, qout)" if self.quant else "none")
+            )
+        if self.quant is not None and not _fits(extra[1], _quant_desc(self.group.output)):
+            raise ValueError(f"{self.group.name}: the quantised output is not laid out as `out`")
         descs = self.group.inputs
         if len(inputs) != len(descs):
             raise ValueError(f"{self.group.name}: {len(inputs)} inputs for {len(descs)}")
@@ -148,7 +176,9 @@ class TritonKernel:
                     f"{t.stride()}; the kernel was built for {d.lens} {d.dtype} strides {d.strides}"
                 )
 
-    def _autotune(self, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> Config:
+    def _autotune(
+        self, inputs: Sequence[torch.Tensor], out: torch.Tensor, extra: Sequence[torch.Tensor]
+    ) -> Config:
         options = candidates(self._src)
         if interpreting() or out.device.type != "cuda":
             # no timing without a device: the interpreter runs one program at a time in
@@ -160,7 +190,9 @@ class TritonKernel:
             return options[0]
         if any(_overlaps(t, out) for t in inputs):  # written in place: time on copies
             inputs, out = [t.clone() for t in inputs], out.clone()
-        times = [(_time_launches(lambda c=c: self._launch(inputs, out, c)), c) for c in options]
+        times = [
+            (_time_launches(lambda c=c: self._launch(inputs, out, c, extra)), c) for c in options
+        ]
         best = min(times, key=lambda tc: tc[0])[1]
         _write(self._config_path, json.dumps(best))
         log.info("%s: tuned %s", self.key, best)
@@ -217,7 +249,15 @@ def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     return np.dtype(name)
 
 
+def _quant_desc(out: TensorDesc) -> TensorDesc:
+    """The quantised output's description: the float output's lens and strides, int8 or the
+    bytes (uint8) of an fp8 tensor (either is one byte)."""
+    return TensorDesc(out.lens, out.strides, np.dtype(np.int8))
+
+
 def _fits(t: torch.Tensor, d: TensorDesc) -> bool:
+    if d.dtype == np.int8 and t.dtype == torch.uint8:  # the bytes of an fp8 tensor
+        d = TensorDesc(d.lens, d.strides, np.dtype(np.uint8))
     if tuple(t.shape) != tuple(d.lens) or _numpy_dtype(t.dtype) != d.dtype:
         return False
     # strides matter only where a dimension has more than one element
@@ -225,22 +265,32 @@ def _fits(t: torch.Tensor, d: TensorDesc) -> bool:
 
 
 def build_kernel(
-    group: GroupTrace, device: torch.device | str | None = None, directory: Path | None = None
+    group: GroupTrace,
+    device: torch.device | str | None = None,
+    directory: Path | None = None,
+    quant: QuantOutput | None = None,
 ) -> TritonKernel:
     """Generate (or find in the cache) the Triton kernel of `group` for `device` (default:
-    the current CUDA device, or the CPU under the interpreter). Raises `UnsupportedGroup`
-    naming what has no Triton form yet."""
+    the current CUDA device, or the CPU under the interpreter), with the quantised output
+    `quant` when given. Raises `UnsupportedGroup` naming what has no Triton form yet."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() and not interpreting() else "cpu"
     dev = torch.device(device)
-    src = kernel_source(group)
+    src = kernel_source(group, quant)
     key = kernel_key(src.source, dev)
     where = directory or cache_dir()
     where.mkdir(parents=True, exist_ok=True)
     path = where / f"k{key}.py"
     if not path.exists() or path.read_text() != src.source:
         _write(path, src.source)
-    return TritonKernel(group, src, key, path)
+    return TritonKernel(group, src, key, path, quant)
 
 
-__all__ = ["TritonKernel", "UnsupportedGroup", "build_kernel", "cache_dir", "kernel_key"]
+__all__ = [
+    "QuantOutput",
+    "TritonKernel",
+    "UnsupportedGroup",
+    "build_kernel",
+    "cache_dir",
+    "kernel_key",
+]

@@ -22,7 +22,7 @@ import ml_dtypes
 import numpy as np
 from numpy.typing import DTypeLike
 
-from pygraphx.ops.handler import accumulation_dtype, compute_dtype
+from pygraphx.ops.handler import accumulation_dtype, compute_dtype, finite_max
 
 _TL_NAMES = {
     "bool": "tl.int1", "int8": "tl.int8", "int16": "tl.int16", "int32": "tl.int32",
@@ -309,6 +309,14 @@ class TritonOps:
         if dt == np.bool_:
             return self.emit(f"{x.text} != 0", dt)
         return self.emit(f"{x.text}.to({tl_dtype(dt)})", dt)
+
+    def cast_finite(self, x: TExpr, dtype: DTypeLike) -> TExpr:
+        """Finite values clamped to `dtype`'s finite range first (infinities and NaN pass),
+        then cast."""
+        top = self._k(finite_max(dtype), x)
+        clamped = f"tl.minimum(tl.maximum({x.text}, -{top.text}), {top.text})"
+        keep = f"({x.text} != {x.text}) | (tl.abs({x.text}) == float('inf'))"
+        return self.cast(self.emit(f"tl.where({keep}, {x.text}, {clamped})", x.dtype), dtype)
 
     compute_dtype = staticmethod(compute_dtype)
 

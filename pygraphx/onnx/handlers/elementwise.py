@@ -231,7 +231,7 @@ def _cast(ctx: NodeContext, x: Instruction, target: str) -> Instruction:
         return x
     if target in FP8_TYPES and ctx.attr("saturate", 1):
         return ctx.add(ConvertSaturate(target), x)
-    return ctx.add(Convert(target), x)
+    return ctx.add(Convert(target, clamp=False), x)  # ONNX's IEEE overflow, as ORT
 
 
 @onnx_op("Cast")

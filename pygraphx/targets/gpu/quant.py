@@ -8,9 +8,12 @@
   (`quant_kernels.dequantise`: one kernel, int32 in, the user's float type out); with Triton
   GEMMs, so is a bias / residual / ReLU group after it (`quant_epilogue.py`).
 * `quant_dot` of fp8 e4m3 x fp8 e4m3 with a constant right-hand side (`passes/fold_fp8.py`
-  makes them): `torch._scaled_mm` with unit scales and float32 output (the sums of exact fp8
-  products in float32); its scale multiply stays a `mul` that the element-wise group after it
-  absorbs.
+  makes them): the float32 sums of exact fp8 products by `torch._scaled_mm` with unit scales
+  (the default); its scale multiply stays a `mul` that the element-wise group after it
+  absorbs. `PGX_GPU_FP8_GEMM=triton`: the Triton GEMM (`quant_kernels.fp8_gemm`, autotuned
+  per shape) with that group (scale, convert, bias, GELU, ReLU, residual, the next fp8
+  quantise) as its epilogue (`quant_epilogue.deferred_epilogue`); slower on the H200 so far
+  (`fp8_gemm_choice`).
 * `quant_dot` of two int8 activations (attention's products): a batched GEMM of the int8
   values as half with float32 accumulation and output (`runtime_sums`; float32 off CUDA),
   exact while 128 * 128 * K < 2**24 (K <= 1023), declined beyond; of two fp8 activations: the
@@ -48,6 +51,7 @@ Lowering = Callable[[LoweringContext, Instruction], bool]
 Epilogue = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 INT8_GEMM_ENV = "PGX_GPU_INT8_GEMM"
+FP8_GEMM_ENV = "PGX_GPU_FP8_GEMM"
 FP8 = "fp8e4m3fn_type"
 FP8_MAX = 448.0
 #: the largest K whose int8 sums a float32 GEMM adds exactly (128 * 128 * K < 2**24)
@@ -58,14 +62,26 @@ def epilogue(triton: bool) -> Epilogue:
     return qk.dequantise if triton else qk.eager_dequantise
 
 
-def int8_gemm_choice(triton: bool) -> str:
-    """`PGX_GPU_INT8_GEMM` (triton or cublas); triton by default where Triton kernels run."""
-    choice = os.environ.get(INT8_GEMM_ENV, "").strip() or ("triton" if triton else "cublas")
+def int8_gemm_choice(triton: bool, env: str = INT8_GEMM_ENV) -> str:
+    """`PGX_GPU_INT8_GEMM` (triton or cublas; triton by default where Triton kernels run) or,
+    with `env`, `PGX_GPU_FP8_GEMM` (cublas by default: measured faster on the H200, see
+    `fp8_gemm_choice`)."""
+    default = "triton" if triton and env == INT8_GEMM_ENV else "cublas"
+    choice = os.environ.get(env, "").strip() or default
     if choice not in ("triton", "cublas"):
-        raise ValueError(f"{INT8_GEMM_ENV}={choice!r}: expected triton or cublas")
+        raise ValueError(f"{env}={choice!r}: expected triton or cublas")
     if choice == "triton" and not triton:
         return "cublas"  # Triton off for this target: the library path, as asked for there
     return choice
+
+
+def fp8_gemm_choice(triton: bool) -> str:
+    """`PGX_GPU_FP8_GEMM`: cublas (`torch._scaled_mm`, the default) or triton (the Triton fp8
+    GEMM with the next group as its epilogue). On the H200 (BERT-base, batch 32) the Triton
+    kernel, which promotes its sums to float32 every 32 products for float32-exact sums, took
+    3.47 ms against 3.25 ms with `_scaled_mm` (and 3.02 ms with Hopper's default fp8
+    accumulation, whose sums are not float32's: not offered)."""
+    return int8_gemm_choice(triton, FP8_GEMM_ENV)
 
 
 def dequantised_product(
@@ -200,33 +216,14 @@ def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: b
     rows = ins.shape.elements() // n if n else 0
     if rows == 0 or k == 0:
         return False
-    a, env = ctx.arg(ins, 0), ctx.env
+    if gemm_type is Fp8Gemm and fp8_gemm_choice(triton) == "triton":
+        return _lower_fp8_triton(ctx, ins, w, rows)
     fused = dequantising_user(ctx, ins, n) if gemm_type is IntGemm else None
     if fused is None:
         return _lower_fixed_unfused(ctx, ins, gemm_type(w, rows, ctx.device), rows, k, n)
     user, scale = fused
     product = dequantised_product(w, rows, ctx.device, triton)
-
-    dtype, lens = torch_dtype(user.shape.dtype()), tuple(user.shape.lens())
-
-    def emit(c: LoweringContext, at: Instruction, plan: EpiloguePlan | None) -> bool:
-        ep = None if plan is None else plan.epilogue
-        residual = (lambda: None) if plan is None else plan.residual_rows(env, _rows(rows, n))
-        holder = {} if plan is None else bind_quantised(c, plan, STANDARD)
-
-        def produce() -> torch.Tensor:
-            out = torch.empty(lens, dtype=dtype, device=env[a].device)
-            q = None
-            if plan is not None and plan.quantise is not None:
-                q = holder["q"] = torch.empty(lens, dtype=torch.int8, device=out.device)
-            x = env[a].reshape(rows, k)
-            product(
-                x, scale, out.view(rows, n), ep, residual(), None if q is None else q.view(rows, n)
-            )
-            return out
-
-        # a new tensor, not the user's arena slot: one kernel reads the input while it writes
-        return _emit_fresh(c, at, produce)
+    emit = _epilogue_emitter(ctx, ins, (rows, k, n), product, scale)
 
     def fuse(c: LoweringContext, u: Instruction) -> bool:
         if int8_gemm_choice(triton) == "triton" and deferred_epilogue(c, u, -1, n, emit):
@@ -236,6 +233,54 @@ def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: b
     if defer(ctx, ins, user, fuse):
         return True
     return _lower_fixed_unfused(ctx, ins, gemm_type(w, rows, ctx.device), rows, k, n)
+
+
+def _epilogue_emitter(ctx: LoweringContext, ins: Instruction, sizes, product, scale):
+    """`emit(c, at, plan)`: the product of `ins` (`product(x, scale, out, epilogue, residual,
+    qout)` on `rows x k` rows) writing the result of `at` (its dequantise, or the group of
+    `plan`, with the group's quantise when the plan has one) into a new tensor; `plan.scale`
+    (an fp8 product's, read from its group) replaces `scale` when the plan has one."""
+    rows, k, n = sizes
+    a, env = ctx.arg(ins, 0), ctx.env
+
+    def emit(c: LoweringContext, at: Instruction, plan: EpiloguePlan | None) -> bool:
+        ep = None if plan is None else plan.epilogue
+        residual = (lambda: None) if plan is None else plan.residual_rows(env, _rows(rows, n))
+        holder = {} if plan is None else bind_quantised(c, plan, STANDARD)
+        s = scale if plan is None or plan.scale is None else plan.scale
+        dtype, lens = torch_dtype(at.shape.dtype()), tuple(at.shape.lens())
+
+        def produce() -> torch.Tensor:
+            out = torch.empty(lens, dtype=dtype, device=env[a].device)
+            q = None if plan is None else plan.quantised_output(lens, out.device)
+            qv = None if q is None else q.view(rows, n)
+            product(env[a].reshape(rows, k), s, out.view(rows, n), ep, residual(), qv)
+            if q is not None:
+                holder["q"] = q
+            return out
+
+        # a new tensor, not the user's arena slot: one kernel reads the input while it writes
+        return _emit_fresh(c, at, produce)
+
+    return emit
+
+
+def _lower_fp8_triton(ctx: LoweringContext, ins: Instruction, w: torch.Tensor, rows: int) -> bool:
+    """The float32 sums of an fp8 activation and the constant fp8 `w` (K, N) by the Triton
+    GEMM (`quant_kernels.fp8_gemm`). When its only user is an element-wise group that starts
+    with `fold_fp8`'s scale multiply (and convert) and goes on as an epilogue can
+    (`quant_epilogue.deferred_epilogue(..., scaled=True)`: bias, residual, ReLU, GELU, an
+    8-bit quantise), the group runs in the GEMM; else the sums alone (unit scales)."""
+    k, n = w.shape
+    wt, gemm = w.t().contiguous(), qk.fp8_gemm
+
+    def product(x, scale, out, epilogue=None, residual=None, qout=None) -> None:
+        x = x if x.stride(-1) == 1 else x.contiguous()
+        gemm(x, wt, scale, out, epilogue, residual, qout)
+
+    ones = torch.ones(n, dtype=torch.float32, device=ctx.device)
+    emit = _epilogue_emitter(ctx, ins, (rows, k, n), product, ones)
+    return deferred_epilogue(ctx, ins, -1, n, emit, scaled=True) or emit(ctx, ins, None)
 
 
 def _rows(rows: int, n: int) -> Callable[[torch.Tensor], torch.Tensor]:

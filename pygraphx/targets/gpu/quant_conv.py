@@ -220,10 +220,10 @@ def _emitter(ctx, ins: Instruction, geo: Geometry, product, columns, scale: torc
         def produce() -> torch.Tensor:
             out = torch.empty(nhwc, dtype=dtype, device=env[xi].device)
             q = None if plan is None else plan.quantised_output(nhwc, out.device)
-            qv = None if q is None else q[1].view(flat)
+            qv = None if q is None else q.view(flat)
             product(columns(env[xi]), s, out.view(flat), ep, residual(), qv)
             if q is not None:
-                holder["q"] = q[0].permute(0, 3, 1, 2)
+                holder["q"] = q.permute(0, 3, 1, 2)
             return out.permute(0, 3, 1, 2)
 
         # a new tensor, not the user's arena slot: one kernel reads the input while it

@@ -3,10 +3,11 @@
 `conv(x, wt, scale, out, geometry, epilogue, residual, qout)` is an implicit GEMM: output row
 `(n, ho, wo)`, column `c_out`, `K = kh * kw * C` walked one tap's run of `BLOCK_K` channels at a
 time, read in place from the NHWC input (zeros outside it: no patch matrix in memory). The
-operands are int8 (exact int32 sums, `tl.dot(..., out_dtype=tl.int32)`) or fp8 e4m3 (float32
-sums of exact products); the epilogue is `quant_kernels`': `float32(sum) * scale[c_out]` in
-`out`'s type, then up to three of bias / residual / ReLU, then optionally the quantise of the
-result for the next convolution (int8 or fp8, one scale) with or without the float store.
+operands are int8 (exact int32 sums) or fp8 e4m3 (float32 sums of exact products), multiplied
+as `quant_kernels._dot8` does; the epilogue is `quant_kernels`': `float32(sum) * scale[c_out]`
+in `out`'s type, then up to three of bias / residual / ReLU / GELU, then optionally the
+quantise of the result for the next convolution (int8 or fp8, one scale) with or without the
+float store.
 
 How the input tile is read (`input_mode`): a 1x1 stride-1 convolution of a dense NHWC input is
 the plain GEMM of its rows (`POINTWISE`); other convolutions with input channels a multiple of
@@ -81,7 +82,7 @@ def _input_tile(
 def _conv_kernel(
     x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw, sxc,
     stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
-    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     FP8: tl.constexpr, MODE: tl.constexpr,
@@ -106,15 +107,10 @@ def _conv_kernel(
             w = tl.load(w_at, mask=(cols[None, :] < N) & ((k0 + ks) < K)[:, None], other=0.0)
         else:
             w = tl.load(w_at, mask=cols[None, :] < N, other=0.0)
-        if FP8:  # fp8 operands come as their bytes (uint8): masked loads give +0.0
-            a = a.to(tl.float8e4nv, bitcast=True)
-            w = w.to(tl.float8e4nv, bitcast=True)
-            acc = tl.dot(a, w, acc)
-        else:
-            acc = tl.dot(a, w, acc, out_dtype=tl.int32)
+        acc = qk._dot8(a, w, acc, FP8)  # fp8 operands come as their bytes (uint8)
     qk._store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-        qs_ptr, q_ptr, stride_qm, E0, E1, E2, QUANT, STORE, MAGIC,
+        qs_ptr, q_ptr, stride_qm, g1, g2, g3, E0, E1, E2, QUANT, STORE, MAGIC,
     )  # fmt: skip
 
 
@@ -153,8 +149,8 @@ def conv(
     order (unit inner stride, any row stride), `out` (N*HO*WO, C_out) rows;
     `geometry` = (kw, stride, pads, dilation, HO, WO). Input channels a multiple of
     `CONV_BLOCK_K` in dense channels-last order are read a tap at a time; otherwise (the
-    stem's 3 channels, any layout) each element is gathered. `qout` (int8, or uint8 bytes of
-    fp8 e4m3) takes the epilogue's quantised result."""
+    stem's 3 channels, any layout) each element is gathered. `qout` (int8, fp8 e4m3 or its
+    bytes as uint8) takes the epilogue's quantised result."""
     n, c, h, w = x.shape
     kw, (sh, sw), (ph, pw), (dh, dw), ho, wo = geometry
     m, k, c_out = n * ho * wo, wt.shape[1], wt.shape[0]

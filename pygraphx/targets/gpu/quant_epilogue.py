@@ -1,4 +1,4 @@
-"""The element-wise group after an int8 product as the Triton GEMM's epilogue.
+"""The element-wise group after an int8 or fp8 product as the Triton kernel's epilogue.
 
 After `quant_dot` / `quant_convolution` and its dequantise (already the GEMM's epilogue), the
 next instruction is usually a `pointwise` group adding the bias, a residual, and a ReLU. When
@@ -7,17 +7,20 @@ that group is the dequantise's only user and its body is at most three of
     add(running value, per-channel constant)   -> "bias"
     add(running value, another activation)     -> "residual"
     relu(running value)                        -> "relu"
+    gelu(running value)                        -> "gelu"
+    (h * (erf(h * 1/sqrt(2)) + 1)) * 1/2        -> "gelu" (h the running value, five ops)
 
 the group runs inside the GEMM (`quant_kernels.Epilogue`): its output is written once, not
 written by the GEMM, read and written again by the group. Each op is rounded to the group's
-type as the unfused op stores it, so the numbers are the unfused program's. When the group
+type as the unfused op stores it, so the numbers are the unfused program's (GELU's five ops
+are computed in float32 and rounded once, as the generated group kernel does). When the group
 has an int8 or fp8 `quantizelinear` user with one constant scale (the next layer's input),
 the kernel writes that 8-bit tensor too, and the float one only if something else reads it.
 
-An fp8 product (`passes/fold_fp8.py`: float32 sums) has no dequantise: its group starts with
-`mul(product, per-channel constant)` and, in a half program, `convert` to the group's type.
-`deferred_epilogue(..., scaled=True)` reads those two as the dequantise (the kernel's scale)
-and the rest as above.
+An fp8 product (`passes/fold_fp8.py`: `quant_dot` / `quant_convolution` with float32 sums)
+has no dequantise: its group starts with `mul(product, per-channel constant)` and, in a half
+program, `convert` to the group's type. `deferred_epilogue(..., scaled=True)` reads those two
+as the dequantise (`EpiloguePlan.scale`, the kernel's scale) and the rest as above.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import torch
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_kernels as qk
 from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh
 from pygraphx.targets.torch_lowering.registry import defer
 
@@ -39,8 +43,10 @@ __all__ = [
     "bind_quantised",
     "deferred_epilogue",
     "epilogue_plan",
+    "quantising_user",
 ]
-QUANTISED_TYPES = {"int8_type": torch.int8, "fp8e4m3fn_type": torch.float8_e4m3fn}
+#: the types an epilogue quantises to (`quant_kernels.Epilogue`)
+QUANTISED_TYPES = ("int8_type", "fp8e4m3fn_type")
 
 
 @dataclass
@@ -53,16 +59,16 @@ class EpiloguePlan:
     #: the group's int8 / fp8 `quantizelinear` user the kernel also computes (None: it runs
     #: alone)
     quantise: Instruction | None = None
-    #: the dequantise scale read from the group (`scaled_epilogue`), else None
+    #: an fp8 product's per-channel scale read from the group (`deferred_epilogue(...,
+    #: scaled=True)`: the kernel's dequantise), else None
     scale: torch.Tensor | None = None
 
-    def quantised_output(self, lens: tuple, device) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(a new tensor for the quantised result, the view the kernel writes: int8, or fp8
-        as bytes), or None when the plan does not quantise."""
+    def quantised_output(self, lens: tuple, device) -> torch.Tensor | None:
+        """A new tensor for the quantised result (int8 or fp8 e4m3fn: the kernels write fp8
+        as its bytes themselves), or None when the plan does not quantise."""
         if self.quantise is None:
             return None
-        q = torch.empty(lens, dtype=QUANTISED_TYPES[self.quantise.shape.type()], device=device)
-        return q, (q if q.dtype == torch.int8 else q.view(torch.uint8))
+        return torch.empty(lens, dtype=torch_dtype(self.quantise.shape.dtype()), device=device)
 
     def residual_rows(self, env: list, rows: Callable[[torch.Tensor], torch.Tensor]):
         """`() -> (rows, channels)` view of the residual (`rows` flattens it), or None."""
@@ -160,80 +166,145 @@ def deferred_epilogue(
     return defer(ctx, user, group, fuse)
 
 
-def _leading_scale(ctx, group: Instruction, body: list, source: dict, running, axis: int, n: int):
-    """(the per-channel scale, the instruction after which the epilogue starts, the rest of
-    the body) when `body` starts with mul(running, channel constant) [, convert]."""
-    ops = [i for i in body if not (i.is_param() or i.is_literal())]
-    if not ops or ops[0].op.name != "mul" or running not in ops[0].inputs:
-        return None
-    if ops[0].shape.type() != "float_type":
-        return None
-    other = ops[0].inputs[1] if ops[0].inputs[0] is running else ops[0].inputs[0]
-    if id(other) not in source or other is running:
-        return None
-    scale = channel_vector(ctx, group, source[id(other)], axis, n)
-    if scale is None:
-        return None
-    rest, last = ops[1:], ops[0]
-    if rest and rest[0].op.name == "convert" and list(rest[0].inputs) == [last]:
-        rest, last = rest[1:], rest[0]
-    if last.shape.type() != group.shape.type():
-        return None
-    return scale, last, rest
+def _body(group: Instruction, user: Instruction):
+    """(the group's parameter -> input index map, the parameter reading `user`, the body's
+    computing steps and its return)."""
+    body = group.module_inputs[0].instructions
+    source = {id(i): int(i.op.parameter[1:]) for i in body if i.is_param()}
+    running = next((i for i in body if i.is_param() and group.inputs[source[id(i)]] is user), None)
+    return source, running, [i for i in body if not (i.is_param() or i.is_literal())]
 
 
 def _plan_body(ctx, user: Instruction, group: Instruction, axis: int, n: int, scaled=False):
-    body = group.module_inputs[0].instructions
-    source = {}
-    for ins in body:
-        if ins.is_param():
-            source[id(ins)] = int(ins.op.parameter[1:])
-    running = next((i for i in body if i.is_param() and group.inputs[source[id(i)]] is user), None)
-    ops, bias, residual, scale = [], None, None, None
+    """The plan of `group` after `user` (module docstring), channels along `axis`; `scaled`:
+    its leading scale multiply (and convert) is the dequantise (`plan.scale`). Else None."""
+    source, running, steps = _body(group, user)
+    scale = None
     if scaled:
-        lead = _leading_scale(ctx, group, body, source, running, axis, n)
+        lead = _leading_scale(ctx, group, steps, source, running, (axis, n))
         if lead is None:
             return None
-        scale, running, body = lead
-    for ins in body:
-        if ins.is_param() or ins.is_literal():
-            continue
+        scale, running, steps = lead
+    plan = _plan_steps(ctx, group, steps, running, source, (axis, n))
+    if plan is not None:
+        plan.scale = scale
+    return plan
+
+
+def _leading_scale(ctx, group: Instruction, steps: list, source: dict, running, channels):
+    """(the per-channel float32 scale, the value after which the epilogue starts, the rest of
+    the steps) when `steps` start with `mul(running, channel constant)` in float32 and
+    optionally a `convert` of it to the group's type (`fold_fp8`'s dequantise), else None."""
+    mul = steps[0] if steps else None
+    if mul is None or mul.op.name != "mul" or len(mul.inputs) != 2 or running not in mul.inputs:
+        return None
+    other = mul.inputs[1] if mul.inputs[0] is running else mul.inputs[0]
+    if mul.shape.type() != "float_type" or id(other) not in source or other is running:
+        return None
+    scale = channel_vector(ctx, group, source[id(other)], *channels)
+    if scale is None:
+        return None
+    at, last = 1, mul
+    if len(steps) > 1 and steps[1].op.name == "convert" and list(steps[1].inputs) == [mul]:
+        at, last = 2, steps[1]
+    if last.shape.type() != group.shape.type():
+        return None
+    return scale, last, steps[at:]
+
+
+def _plan_steps(ctx, group, steps, running, source, channels):
+    """The plan of the group's `steps` after the dequantised value `running` (module
+    docstring), with its 8-bit quantise when it has one; else None."""
+    ops, found, at = [], {"gelu": (0.0, 0.0, 0.0)}, 0
+    while at < len(steps):
+        ins = steps[at]
         if ins.is_return():
             if len(ins.inputs) != 1 or ins.inputs[0] is not running or len(ops) > 3:
                 return None
-            quantise, q_scale, store = quantising_user(ctx, group)
-            epilogue = qk.Epilogue(ops, bias, q_scale, store)
-            return EpiloguePlan(group, epilogue, residual, quantise, scale)
-        if ins.op.name == "relu" and list(ins.inputs) == [running]:
-            ops.append("relu")
-        elif ins.op.name == "add" and len(ins.inputs) == 2 and running in ins.inputs:
-            other = ins.inputs[1] if ins.inputs[0] is running else ins.inputs[0]
-            if id(other) not in source or other is running:
-                return None
-            k = source[id(other)]
-            vector = channel_vector(ctx, group, k, axis, n)
-            if vector is not None and bias is None:
-                ops.append("bias")
-                bias = vector
-            elif vector is None and residual is None and _same(group.inputs[k], group):
-                ops.append("residual")
-                residual = ctx.arg(group, k)
-            else:
-                return None
-        else:
+            quantise, scale, store = quantising_user(ctx, group)
+            epilogue = qk.Epilogue(ops, found.get("bias"), scale, store, found["gelu"])
+            return EpiloguePlan(group, epilogue, found.get("residual"), quantise)
+        gelu = _gelu(ctx, group, steps[at : at + 5], running, source)
+        if gelu is not None:
+            ops.append("gelu")
+            found["gelu"], running, at = gelu, steps[at + 4], at + 5
+            continue
+        if ins.op.name in ("relu", "gelu") and list(ins.inputs) == [running]:
+            ops.append(ins.op.name)  # gelu: the recognised op, x * 0.5 * (1 + erf(x / sqrt 2))
+            found["gelu"] = GELU if ins.op.name == "gelu" else found["gelu"]
+        elif not _add(ctx, group, ins, running, source, channels, ops, found):
             return None
-        running = ins
+        running, at = ins, at + 1
     return None
 
 
-def quantising_user(ctx: LoweringContext, group: Instruction):
-    """(the int8 or fp8 `quantizelinear` of `group` with one constant scale, that scale as a
-    float32 tensor, whether the group's float value is still needed) or (None, None, True)."""
+def _add(ctx, group, ins, running, source, channels, ops: list, found: dict) -> bool:
+    """`ins` as an "add" of a per-channel bias or of a residual (into `ops` and `found`)."""
+    if ins.op.name != "add" or len(ins.inputs) != 2 or running not in ins.inputs:
+        return False
+    other = ins.inputs[1] if ins.inputs[0] is running else ins.inputs[0]
+    if id(other) not in source or other is running:
+        return False
+    k = source[id(other)]
+    vector = channel_vector(ctx, group, k, *channels)
+    if vector is not None and "bias" not in found:
+        ops.append("bias")
+        found["bias"] = vector
+    elif vector is None and "residual" not in found and _same(group.inputs[k], group):
+        ops.append("residual")
+        found["residual"] = ctx.arg(group, k)
+    else:
+        return False
+    return True
+
+
+#: `gelu`'s constants (g1, g2, g3) as `ops/activation.py` decomposes it (float32 maths)
+GELU = (float(np.float32(0.7071067811865476)), 1.0, 0.5)
+
+
+def _gelu(ctx, group, five: list, h: Instruction, source: dict):
+    """(g1, g2, g3) when `five` computes `(h * (erf(h * g1) + g2)) * g3` (an exact GELU as
+    exported: g1 = 1/sqrt(2), g2 = 1, g3 = 1/2) with scalar constants, else None."""
+    names = ["mul", "erf", "add", "mul", "mul"]
+    if len(five) != 5 or [i.op.name for i in five] != names:
+        return None
+    m1, e, a, m2, m3 = five
+    g1, g2, g3 = (_scalar(ctx, group, m1, h, source), _scalar(ctx, group, a, e, source),
+                  _scalar(ctx, group, m3, m2, source))  # fmt: skip
+    if list(e.inputs) != [m1] or set(map(id, m2.inputs)) != {id(h), id(a)} or len(m2.inputs) != 2:
+        return None
+    if None in (g1, g2, g3) or abs(g1 - 0.7071067811865476) > 1e-3 or g2 != 1.0 or g3 != 0.5:
+        return None
+    return g1, g2, g3
+
+
+def _scalar(ctx, group, ins: Instruction, x: Instruction, source: dict) -> float | None:
+    """The one value of `ins`'s operand other than `x` (a group input or a literal in the
+    body), when it is a constant with one value everywhere, else None."""
+    if len(ins.inputs) != 2 or x not in ins.inputs or ins.inputs[0] is ins.inputs[1]:
+        return None
+    other = ins.inputs[1] if ins.inputs[0] is x else ins.inputs[0]
+    if other.is_literal():
+        value = np.asarray(other.get_literal().array)
+    elif id(other) in source and id(group.inputs[source[id(other)]]) in ctx.index:
+        t = ctx.constant(ctx.arg(group, source[id(other)]))
+        value = None if t is None else t.float().cpu().numpy()
+    else:
+        return None
+    if value is None or value.size == 0 or not (value == value.flat[0]).all():
+        return None
+    return float(value.flat[0])
+
+
+def quantising_user(ctx: LoweringContext, group: Instruction, types=QUANTISED_TYPES):
+    """(the `quantizelinear` of `group` to one of `types` with one constant scale, that scale
+    as a one-element float32 tensor, whether the group's float value is still needed) or
+    (None, None, True)."""
     users = [u for u in group.outputs if u.op.name == "quantizelinear"]
     if len(users) != 1 or len(users[0].inputs) != 2 or users[0].inputs[0] is not group:
         return None, None, True
     quantise = users[0]
-    if quantise.shape.type() not in QUANTISED_TYPES:
+    if quantise.shape.type() not in types or id(quantise) in ctx.fusers:
         return None, None, True
     value = _literal_behind(quantise.inputs[1])
     if value is None or value.size == 0 or not (value == value.flat[0]).all():

@@ -15,6 +15,7 @@
   more). Tiles autotuned per (M, N, K) on CUDA (`GEMM_CONFIGS`; 128 x 128 x 64, fewer rows
   for small products, where nothing is timed), grouped launch order so neighbouring programs
   share weight tiles in L2.
+* `fp8_gemm(a, wt, scale, out)`: the same kernel for fp8 e4m3 operands, float32 sums.
 * the int8 / fp8 convolution kernel (`quant_conv_kernels.py`) shares `_tile` and
   `_store_dequantised` (the epilogue, which also quantises to int8 or fp8).
 
@@ -33,9 +34,10 @@ import triton
 import triton.language as tl
 import triton.testing
 
+from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits, fp8_code, fp8_round, int8_code
+
 _BLOCK = 1024
 _BLOCK_M, _BLOCK_N = 32, 64
-_MAGIC = 12582912.0  # 1.5 * 2**23
 
 
 @triton.jit
@@ -43,38 +45,7 @@ def _quantise_int8_kernel(x_ptr, scale_ptr, out_ptr, n, BLOCK: tl.constexpr, MAG
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    s = tl.load(scale_ptr).to(tl.float32)
-    v = tl.math.div_rn(x, s)
-    v = tl.minimum(tl.maximum(v, -128.0), 127.0)
-    v = (v + MAGIC) - MAGIC
-    v = tl.where(x != x, -128.0, v)  # NaN -> the low end, as the reference's cast gives
-    tl.store(out_ptr + offs, v.to(tl.int8), mask=mask)
-
-
-@triton.jit
-def _fp8_round(v, MAGIC: tl.constexpr):
-    """|v| <= 448 (float32) rounded to the nearest fp8 e4m3 value, half to even: a step of
-    2**(e - 3) in binade e (e >= -6; the subnormals share binade -6's step, 2**-9)."""
-    mag = tl.abs(v)
-    e = ((mag.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-    e = tl.maximum(e, -6)
-    step = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
-    q = (tl.math.div_rn(mag, step) + MAGIC) - MAGIC  # < 16: exact, half to even
-    return tl.where(v.to(tl.int32, bitcast=True) < 0, -q * step, q * step)  # -0 stays -0
-
-
-@triton.jit
-def _fp8_bits(r, neg):
-    """The e4m3fn byte of `r`, a float32 that is an fp8 e4m3 value (NaN as 0x7F), with the sign
-    bit set where `neg` (taken from the unrounded value's bits: the GPU compile does not keep
-    the sign of a zero through min/max and negation, so -0 would come out as +0)."""
-    bits = r.to(tl.int32, bitcast=True)
-    sign = tl.where(neg, 0x80, 0)
-    mag = tl.abs(r)
-    normal = (((bits >> 23) & 0xFF) - 120) * 8 + ((bits >> 20) & 7)  # exponent bias 7
-    sub = (tl.where(mag < 0.015625, mag, 0.0) * 512.0).to(tl.int32)  # k * 2**-9 below 2**-6
-    code = tl.where(mag < 0.015625, sub, normal)
-    return tl.where(r != r, 0x7F, sign | code).to(tl.uint8)
+    tl.store(out_ptr + offs, int8_code(x, tl.load(scale_ptr).to(tl.float32), MAGIC), mask=mask)
 
 
 @triton.jit
@@ -86,13 +57,13 @@ def _quantise_fp8_kernel(
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(scale_ptr).to(tl.float32)
     v = tl.math.div_rn(x, s)
-    r = _fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
+    r = fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
     r = tl.where(v != v, v, r)  # NaN stays NaN
     if ROUND_TRIP:  # dequantised at once: r * scale in the output's type
         tl.store(out_ptr + offs, (r * s).to(out_ptr.dtype.element_ty), mask=mask)
     else:
         neg = v.to(tl.int32, bitcast=True) < 0
-        tl.store(out_ptr + offs, _fp8_bits(r, neg), mask=mask)
+        tl.store(out_ptr + offs, fp8_bits(r, neg), mask=mask)
 
 
 @triton.jit
@@ -127,9 +98,12 @@ def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.conste
 
 
 @triton.jit
-def _epilogue_op(y, code: tl.constexpr, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty):
+def _epilogue_op(
+    y, code: tl.constexpr, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3
+):  # fmt: skip
     """One element-wise op after the dequantise (0 none, 1 + bias[col], 2 + residual[row, col],
-    3 relu), rounded to the output type `ty` as the unfused op would store it."""
+    3 relu, 4 GELU `(y * (erf(y * g1) + g2)) * g3`), rounded to the output type `ty` as the
+    unfused op would store it (GELU: once, as a generated group computes it in float32)."""
     if code == 1:
         b = tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
         y = (y + b[None, :]).to(ty).to(tl.float32)
@@ -138,48 +112,62 @@ def _epilogue_op(y, code: tl.constexpr, rows, cols, mask, bias_ptr, res_ptr, str
         y = (y + r.to(tl.float32)).to(ty).to(tl.float32)
     elif code == 3:
         y = tl.maximum(y, 0.0)
+    elif code == 4:
+        y = ((y * (tl.erf(y * g1) + g2)) * g3).to(ty).to(tl.float32)
     return y
 
 
 @triton.jit
 def _store_dequantised(
     acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-    qs_ptr, q_ptr, stride_qm, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    qs_ptr, q_ptr, stride_qm, g1, g2, g3, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
 ):  # fmt: skip
     ty = out_ptr.dtype.element_ty
     s = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     y = (acc.to(tl.float32) * s[None, :]).to(ty).to(tl.float32)
-    y = _epilogue_op(y, E0, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
-    y = _epilogue_op(y, E1, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
-    y = _epilogue_op(y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty)
+    y = _epilogue_op(y, E0, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3)
+    y = _epilogue_op(y, E1, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3)
+    y = _epilogue_op(y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3)
     if STORE:
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
-    if QUANT != 0:  # the quantise of the stored value: 1 int8, 2 fp8 e4m3 (the kernels above)
-        v = tl.math.div_rn(y.to(ty).to(tl.float32), tl.load(qs_ptr).to(tl.float32))
-        q_at = q_ptr + rows[:, None] * stride_qm + cols[None, :]
-        if QUANT == 1:
-            v = tl.minimum(tl.maximum(v, -128.0), 127.0)
-            v = tl.where(v != v, -128.0, (v + MAGIC) - MAGIC)
-            tl.store(q_at, v.to(tl.int8), mask=mask)
-        else:
-            r = _fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
-            r = tl.where(v != v, v, r)
-            tl.store(q_at, _fp8_bits(r, v.to(tl.int32, bitcast=True) < 0), mask=mask)
+    if QUANT == 1:  # the int8 quantise of the stored value (`quantise_int8`'s arithmetic)
+        q = int8_code(y.to(ty).to(tl.float32), tl.load(qs_ptr).to(tl.float32), MAGIC)
+        tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
+    elif QUANT == 2:  # fp8 e4m3fn (its bytes; `quantise_fp8`'s arithmetic)
+        q = fp8_code(y.to(ty).to(tl.float32), tl.load(qs_ptr).to(tl.float32), MAGIC)
+        tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
+
+
+@triton.jit
+def _dot8(a, w, acc, FP8: tl.constexpr):
+    """`acc + a @ w` for int8 tiles (exact int32 sums) or, `FP8`, fp8 e4m3 tiles given as their
+    bytes (loaded as uint8 and bitcast: the interpreter cannot fill masked fp8 loads, and
+    direct fp8 loads failed the conv kernel's tests on an H200 with Triton 3.6), whose exact
+    products are summed in float32, promoted every 32 products (Hopper's fp8 MMA alone keeps
+    fewer bits, Triton's default there: the H200 fp8 GEMM test failed with it)."""
+    if FP8:
+        a, w = a.to(tl.float8e4nv, bitcast=True), w.to(tl.float8e4nv, bitcast=True)
+        return tl.dot(a, w, acc, out_dtype=tl.float32, max_num_imprecise_acc=32)
+    return tl.dot(a, w, acc, out_dtype=tl.int32)
 
 
 @triton.jit
 def _int8_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, stride_am, stride_wn, stride_om,
-    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FP8: tl.constexpr = False,
 ):  # fmt: skip
     rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     ks = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    if FP8:  # float32 sums of fp8 products, else int32 sums of int8 ones
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + ks
         a = tl.load(
@@ -190,10 +178,10 @@ def _int8_gemm_kernel(
             w_ptr + cols[None, :] * stride_wn + kk[:, None],
             mask=(cols[None, :] < N) & (kk[:, None] < K), other=0,
         )  # fmt: skip
-        acc = tl.dot(a, w, acc, out_dtype=tl.int32)
+        acc = _dot8(a, w, acc, FP8)
     _store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-        qs_ptr, q_ptr, stride_qm, E0, E1, E2, QUANT, STORE, MAGIC,
+        qs_ptr, q_ptr, stride_qm, g1, g2, g3, E0, E1, E2, QUANT, STORE, MAGIC,
     )  # fmt: skip
 
 
@@ -249,9 +237,9 @@ _tuned: dict[str, Any] = {}
 
 
 def _tuned_kernel(name: str):
-    """The autotuned `int8_gemm` kernel (made at first use)."""
+    """The autotuned `int8_gemm` / `fp8_gemm` kernel (made at first use)."""
     if name not in _tuned:
-        _tuned[name] = _autotuned(_int8_gemm_kernel, GEMM_CONFIGS)
+        _tuned[name] = _autotuned(_int8_gemm_kernel, GEMM_CONFIGS)  # one each: own timings
     return _tuned[name]
 
 
@@ -263,12 +251,13 @@ def _timed(t: torch.Tensor) -> bool:
 class Epilogue:
     """Element-wise ops after a product's dequantise, in order (at most three): `"bias"`
     (+ `bias[col]`), `"residual"` (+ `residual[row, col]`, a 2-D view with unit inner stride),
-    `"relu"`; each rounded to the output's type as the unfused op would store it. With
-    `quant_scale` (one float32 value) the result is also quantised into `qout`: int8
-    (`quantise_int8`'s arithmetic), or fp8 e4m3 given as a uint8 view of its bytes
-    (`quantise_fp8`'s); `store=False` skips writing the float result."""
+    `"relu"`, `"gelu"` (`(y * (erf(y * g1) + g2)) * g3` with `gelu` = (g1, g2, g3), the
+    constants of the group's own ops: 1/sqrt(2), 1, 1/2 in the group's type); each rounded
+    to the output's type as the unfused op would store it. With `quant_scale` (one float32
+    value) the result is also quantised into `qout`, int8 or fp8 e4m3fn (`quantise_int8`'s,
+    `quantise_fp8`'s arithmetic); `store=False` skips writing the float result."""
 
-    CODES = {"bias": 1, "residual": 2, "relu": 3}
+    CODES = {"bias": 1, "residual": 2, "relu": 3, "gelu": 4}
 
     def __init__(
         self,
@@ -276,20 +265,23 @@ class Epilogue:
         bias: torch.Tensor | None = None,
         quant_scale: torch.Tensor | None = None,
         store: bool = True,
+        gelu: tuple[float, float, float] = (0.0, 0.0, 0.0),
     ) -> None:
         if len(ops) > 3 or any(op not in self.CODES for op in ops):
             raise ValueError(f"unsupported epilogue {ops}")
         self.ops, self.bias, self.quant_scale, self.store = list(ops), bias, quant_scale, store
         self.codes = [self.CODES[op] for op in ops] + [0] * (3 - len(ops))
+        self.gelu = tuple(float(g) for g in gelu)
 
     def args(self, scale: torch.Tensor, residual, qout) -> tuple:
-        """(bias, residual, its row stride, quantise scale, int8 out, its row stride)."""
+        """(bias, residual, its row stride, quantise scale, int8 out, its row stride, and the
+        three GELU constants)."""
         bias = self.bias if self.bias is not None else scale
         res = residual if residual is not None else scale
         qs = self.quant_scale if self.quant_scale is not None else scale
         q = qout if qout is not None else scale
         rs = residual.stride(0) if residual is not None else 0
-        return (bias, res, rs, qs, q, qout.stride(0) if qout is not None else 0)
+        return (bias, res, rs, qs, q, qout.stride(0) if qout is not None else 0, *self.gelu)
 
 
 NO_EPILOGUE = Epilogue(())
@@ -300,8 +292,10 @@ def _epilogue_args(scale, epilogue: Epilogue | None, residual, qout=None) -> tup
     if (ep.quant_scale is None) != (qout is None):
         raise ValueError("an epilogue that quantises needs the int8 output, and only it")
     e0, e1, e2 = ep.codes
-    quant = 0 if qout is None else (1 if qout.dtype == torch.int8 else 2)  # 2: fp8 bytes
-    flags = {"QUANT": quant, "STORE": ep.store, "MAGIC": _MAGIC}
+    quant = 0 if qout is None else (1 if qout.dtype == torch.int8 else 2)
+    if quant == 2:  # fp8: the kernel writes its bytes
+        qout = qout.view(torch.uint8)
+    flags = {"QUANT": quant, "STORE": ep.store, "MAGIC": MAGIC}
     return ep.args(scale, residual, qout), {"E0": e0, "E1": e1, "E2": e2, **flags}
 
 
@@ -317,14 +311,30 @@ def int8_gemm(
     """`out = epilogue(float32(a @ wt.T) * scale)` for int8 `a` (M, K) and `wt` (N, K), unit
     inner strides, float32 `scale` (N,), any float `out` (M, N). On CUDA the tiles are
     autotuned per (M, N, K) (`GEMM_CONFIGS`)."""
+    _gemm("gemm", a, wt, scale, out, epilogue, residual, qout)
+
+
+def fp8_gemm(a: torch.Tensor, wt: torch.Tensor, *rest, **options) -> None:
+    """`int8_gemm` (the same arguments after `a` and `wt`) for fp8 e4m3 `a` and `wt`: the
+    products of fp8 values are exact in float32 and accumulate in float32 (tensor cores on
+    sm89+), then `* scale` and the epilogue. The kernel reads their bytes (`_dot8`)."""
+    _gemm("fp8_gemm", a.view(torch.uint8), wt.view(torch.uint8), *_gemm_arguments(*rest, **options))
+
+
+def _gemm_arguments(scale, out, epilogue=None, residual=None, qout=None) -> tuple:
+    return scale, out, epilogue, residual, qout
+
+
+def _gemm(name: str, a, wt, scale, out, epilogue, residual, qout) -> None:
     m, k = a.shape
     n = wt.shape[0]
     if m == 0 or n == 0:
         return
     extra, codes = _epilogue_args(scale, epilogue, residual, qout)
+    codes["FP8"] = name == "fp8_gemm"
     args = (a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0), *extra)
     if _timed(a):
-        _tuned_kernel("gemm")[_tuned_grid](*args, **codes)
+        _tuned_kernel(name)[_tuned_grid](*args, **codes)
         return
     config = _config(m)
     _int8_gemm_kernel[_grid(m, n, config)](*args, **codes, **config, num_warps=8, num_stages=4)
@@ -337,7 +347,7 @@ def quantise_int8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> No
     if n == 0:
         return
     grid = (triton.cdiv(n, _BLOCK),)
-    _quantise_int8_kernel[grid](x, scale, out, n, BLOCK=_BLOCK, MAGIC=_MAGIC, num_warps=4)
+    _quantise_int8_kernel[grid](x, scale, out, n, BLOCK=_BLOCK, MAGIC=MAGIC, num_warps=4)
 
 
 def quantise_fp8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
@@ -359,7 +369,7 @@ def _fp8_launch(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor, round_t
         return
     grid = (triton.cdiv(n, _BLOCK),)
     _quantise_fp8_kernel[grid](
-        x, scale, out, n, BLOCK=_BLOCK, MAGIC=_MAGIC, ROUND_TRIP=round_trip, num_warps=4
+        x, scale, out, n, BLOCK=_BLOCK, MAGIC=MAGIC, ROUND_TRIP=round_trip, num_warps=4
     )
 
 
@@ -408,6 +418,7 @@ __all__ = [
     "quantise_fp8",
     "eager_dequantise",
     "eager_quantise_int8",
+    "fp8_gemm",
     "int8_gemm",
     "quantise_int8",
 ]

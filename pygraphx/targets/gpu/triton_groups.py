@@ -10,6 +10,12 @@ written, module imported) at compile time; identical groups share one kernel obj
 Triton compile and one autotune. Launch parameters are tuned at the first call, which the
 executable makes during warm-up, before capturing the CUDA graph.
 
+When a group's result has a `quantizelinear` user with one constant scale, to int8 or fp8
+e4m3fn (the next product's input: after a layer norm, a GELU, a ReLU), the group's kernel
+writes the quantised tensor too (`codegen.triton.kernels.QuantOutput`), and the float one only
+when something else reads it: the quantise is no pass of its own over memory. Not for a
+quantise whose users dequantise it again (an fp8 round trip, `quant.py` runs it as one pass).
+
 A group the generator refuses (`UnsupportedGroup`, `NotTraceable`) runs through the torch
 lowering, or where that declines (a whole-row group with an epilogue) its description through
 the torch ops handler (`lower_traced`); `announce()` says so in one warning per kind of
@@ -37,10 +43,12 @@ import torch
 
 from pygraphx.codegen.trace import GroupTrace, NotTraceable, TensorDesc, evaluate, group_trace
 from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.gpu.quant_epilogue import quantising_user
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import numpy_dtype, torch_dtype
 from pygraphx.targets.torch_lowering.handler import TORCH
 from pygraphx.targets.torch_lowering.lower_math import group_layout, output_buffer
+from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh
 
 TRITON_ENV = "PGX_GPU_TRITON"
 JOBS_ENV = "PGX_GPU_TRITON_JOBS"
@@ -94,8 +102,9 @@ class TritonGroups:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.kernels: dict[tuple, Any] = {}  # see `kernel`
-        self.samples: dict[int, tuple[Any, list, torch.Tensor]] = {}  # a call of each kernel
+        self.samples: dict[int, tuple[Any, list, torch.Tensor, tuple]] = {}  # a call of each
         self.lowered = 0
+        self.quantised = 0  # groups whose kernel also writes their quantizelinear's result
         self.refused: Counter[str] = Counter()
         self.examples: dict[str, str] = {}
 
@@ -124,24 +133,28 @@ class TritonGroups:
         ctx.emit(step, ins, idx)
         return True
 
-    def kernel(self, group: GroupTrace) -> Any:
-        """The built kernel of `group`, one per distinct source and tensor descriptions: the
-        group's name (which the source names) is replaced by its kind, so identical groups of
-        different layers share a kernel (and its compile and autotune)."""
+    def kernel(self, group: GroupTrace, quant: Any = None) -> Any:
+        """The built kernel of `group` (with the quantised output `quant`), one per distinct
+        source and tensor descriptions: the group's name (which the source names) is replaced
+        by its kind, so identical groups of different layers share a kernel (and its compile
+        and autotune)."""
         from pygraphx.codegen.triton.build import build_kernel, kernel_key
         from pygraphx.codegen.triton.kernels import kernel_source
 
         group = dataclasses.replace(group, name=group.kind)
         # the descriptions too: groups of other shapes may coalesce to the same source, but
         # a kernel object checks its arguments against the one group it was built for
-        key = (kernel_key(kernel_source(group).source, self.device), *group.inputs, group.output)
+        source = kernel_source(group, quant).source
+        key = (kernel_key(source, self.device), *group.inputs, group.output)
         found = self.kernels.get(key)
         if found is None:
-            found = build_kernel(group, self.device)
+            found = build_kernel(group, self.device, quant=quant)
             self.kernels[key] = found
         return found
 
-    def _remember(self, ctx: LoweringContext, args: Sequence[int], kernel: Any, out: Any) -> None:
+    def _remember(
+        self, ctx: LoweringContext, args: Sequence[int], kernel: Any, out: Any, extra=()
+    ) -> None:
         """Tensors like a call's (for `compile_ahead`): the fixed ones, else placeholders."""
         if id(kernel) in self.samples:
             return
@@ -149,7 +162,7 @@ class TritonGroups:
             ctx.value(a) if ctx.value(a) is not None else _placeholder(d, self.device)
             for a, d in zip(args, kernel.group.inputs, strict=True)
         ]
-        self.samples[id(kernel)] = (kernel, inputs, out)
+        self.samples[id(kernel)] = (kernel, inputs, out, tuple(extra))
 
     def compile_ahead(self, jobs: int | None = None) -> tuple[int, float]:
         """Compile every kernel's launch configurations now, on `jobs` threads (default:
@@ -161,10 +174,10 @@ class TritonGroups:
         start = time.perf_counter()
         device = self.device
 
-        def compile_one(sample: tuple[Any, list, torch.Tensor]) -> int:
-            kernel, inputs, out = sample
+        def compile_one(sample: tuple[Any, list, torch.Tensor, tuple]) -> int:
+            kernel, inputs, out, extra = sample
             with torch.cuda.device(device):  # the current device is per thread
-                return kernel.compile_ahead(inputs, out)
+                return kernel.compile_ahead(inputs, out, extra)
 
         with ThreadPoolExecutor(jobs) as pool:
             counts = list(pool.map(compile_one, list(self.samples.values())))
@@ -181,7 +194,8 @@ class TritonGroups:
             group = dataclasses.replace(group, inputs=inputs)
             if layout == CHANNELS_LAST:
                 group = dataclasses.replace(group, output=_channels_last(group.output))
-            kernel = self.kernel(group)
+            fused = _quantised_output(ctx, ins)
+            kernel = self.kernel(group, None if fused is None else fused[1])
         except (UnsupportedGroup, NotTraceable) as exc:
             name = ins.module_inputs[0].name if ins.module_inputs else ins.op.name
             kind = reason_kind(reason_kind(str(exc), name), ins.op.name)
@@ -189,7 +203,8 @@ class TritonGroups:
             self.examples.setdefault(kind, f"{ins.op.name} {name}: {exc}")
             return False
         j = in_place_input(ins)
-        if j is not None and not ctx.has_slot(ins) and self._may_alias(ctx, args[j], kernel, j):
+        in_place = j is not None and fused is None and not ctx.has_slot(ins)
+        if in_place and self._may_alias(ctx, args[j], kernel, j):
             idx = ctx.bind_dynamic(ins, layout)
             ctx.mark_fresh(idx)
             self._remember(ctx, args, kernel, _placeholder(kernel.group.output, self.device))
@@ -197,9 +212,40 @@ class TritonGroups:
             self.lowered += 1
             return True
         idx, out = output_buffer(ctx, ins, layout)
+        if fused is not None:
+            return self._lower_quantising(ctx, ins, args, kernel, (idx, out, layout), fused)
         self._remember(ctx, args, kernel, out)
         ctx.emit(self._step(ctx, args, kernel, out), ins, idx)
         self.lowered += 1
+        return True
+
+    def _lower_quantising(self, ctx, ins, args, kernel, where, fused) -> bool:
+        """The group's step writing its quantizelinear's tensor too (a new one each run, which
+        the quantise, lowered later, binds without a step of its own)."""
+        idx, out, layout = where
+        quantise, quant, scale = fused
+        dtype = torch.int8 if quant.code == "int8" else torch.float8_e4m3fn
+        gather, holder = self._gather(ctx, args, kernel), {}
+
+        def new_q() -> torch.Tensor:
+            return torch.empty_strided(out.shape, out.stride(), dtype=dtype, device=out.device)
+
+        def run() -> None:
+            xs, k = gather()
+            q = new_q()
+            k(xs, out, (scale, q.view(torch.uint8) if dtype != torch.int8 else q))
+            holder["q"] = q
+
+        def bound(c: LoweringContext, q: Instruction) -> bool:
+            return _emit_fresh(c, q, lambda: holder["q"], layout)
+
+        ctx.fusers[id(quantise)] = bound
+        sample_q = new_q()
+        sample = sample_q if dtype == torch.int8 else sample_q.view(torch.uint8)
+        self._remember(ctx, args, kernel, out, (scale, sample))
+        ctx.emit(run, ins, idx)
+        self.lowered += 1
+        self.quantised += 1
         return True
 
     @staticmethod
@@ -267,7 +313,7 @@ class TritonGroups:
         key = tuple(tuple(x.stride()) for x in xs)
         if key not in seen:
             group = dataclasses.replace(kernel.group, inputs=[actual_desc(x) for x in xs])
-            seen[key] = self.kernel(group)
+            seen[key] = self.kernel(group, kernel.quant)
         return seen[key]
 
     def announce(self) -> None:
@@ -278,6 +324,22 @@ class TritonGroups:
                 f"kernels: {kind} (e.g. {self.examples[kind]})",
                 stacklevel=3,
             )
+
+
+_QUANT_CODES = {"int8_type": "int8", "fp8e4m3fn_type": "fp8"}
+
+
+def _quantised_output(ctx: LoweringContext, ins: Instruction):
+    """(the `quantizelinear` user the group's kernel computes too, its `QuantOutput`, its
+    scale) or None (module docstring)."""
+    from pygraphx.codegen.triton.kernels import QuantOutput
+
+    if ins.shape.type() not in ("float_type", "half_type", "bf16_type"):
+        return None
+    quantise, scale, store = quantising_user(ctx, ins, tuple(_QUANT_CODES))
+    if quantise is None or any(u.op.name == "dequantizelinear" for u in quantise.outputs):
+        return None
+    return quantise, QuantOutput(_QUANT_CODES[quantise.shape.type()], store), scale
 
 
 def in_place_input(ins: Instruction) -> int | None:

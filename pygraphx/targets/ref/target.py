@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pygraphx.ir.mapped import detach_program
 from pygraphx.runtime.evaluator import Evaluator, Observer
 from pygraphx.targets.base import Target
 
@@ -35,4 +36,5 @@ class RefTarget(Target):
 
     def prepare(self, program: Program, options: dict[str, Any]) -> RefExecutable:
         program.validate()
+        detach_program(program)  # runs read the weights: out of a file that may be rewritten
         return RefExecutable(program)

@@ -66,6 +66,23 @@ def _cast(x: Tensor, dtype: Any, *, out: Tensor | None = None) -> Tensor:
     return x.to(torch_dtype(dtype))
 
 
+def _cast_finite(x: Tensor, dtype: Any, *, out: Tensor | None = None) -> Tensor:
+    """`cast`, then the infinities the cast made out of finite values replaced by the signed
+    largest finite value. On the CPU a pass finding the result's extremes decides whether any
+    infinity came out (most often none: the cast alone); on devices the check is branch-free
+    (no synchronisation, graph capture keeps working)."""
+    y = _cast(x, dtype, out=out)
+    if y.numel() == 0 or not y.is_floating_point():
+        return y
+    if y.device.type == "cpu":
+        low, high = torch.aminmax(y)
+        if bool(low > -math.inf) and bool(high < math.inf):  # also False for NaN: checked below
+            return y
+    top = torch.finfo(y.dtype).max
+    made = torch.isinf(y) & ~torch.isinf(x)  # infinities from finite values (not from NaN)
+    return y.masked_fill_(made & (x > 0), top).masked_fill_(made & (x < 0), -top)
+
+
 def _gelu(x: Tensor, *, out: Tensor | None = None) -> Tensor:
     return torch._C._nn.gelu(x, out=out) if out is not None else torch._C._nn.gelu(x)
 
@@ -159,6 +176,7 @@ def _softplus(x: Tensor, *, out: Tensor | None = None) -> Tensor:
     isinf=_isinf,
     constant=_constant,
     cast=_cast,
+    cast_finite=_cast_finite,
     compute_dtype=compute_dtype,
     reduce_sum=_reduce_sum,
     reduce_prod=_reduce_prod,

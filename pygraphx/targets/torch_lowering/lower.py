@@ -47,6 +47,7 @@ from pygraphx.targets.torch_lowering.context import (
 from pygraphx.targets.torch_lowering.dtypes import env_value, storable
 from pygraphx.targets.torch_lowering.fallback import lower_fallback, needs_fallback, outer_refs
 from pygraphx.targets.torch_lowering.literal_store import LITERALS
+from pygraphx.targets.torch_lowering.mapped_reads import detach_run_time_weights
 from pygraphx.targets.torch_lowering.registry import LOWERINGS
 
 
@@ -109,6 +110,7 @@ def lower_module(
     if not module.instructions or not module.instructions[-1].is_return():
         outputs = [ctx.index[id(i)] for i in module.get_returns()]
     _add_releases(ctx, outputs)
+    detach_run_time_weights(ctx, outputs)  # a model file rewritten in place cannot touch them
     profile = _profile_plan(ctx, module)
     return Lowered(ctx, params, outputs, profile, time.perf_counter() - start)
 

@@ -196,8 +196,8 @@ def test_fp8_convolutions_match_ref_of_the_folded_program(fp16: bool, monkeypatc
     assert {s[0] for s in seen} == {"torch.float8_e4m3fn"}, seen
     # stem: bias + ReLU, quantised (its float value feeds the residual add too); the block's
     # convolutions: bias + ReLU and bias + residual + ReLU, each quantised for the next
-    assert ("bias", "relu", "torch.uint8") in kinds, kinds
-    assert ("bias", "residual", "relu", "torch.uint8") in kinds, kinds
+    assert ("bias", "relu", "torch.float8_e4m3fn") in kinds, kinds
+    assert ("bias", "residual", "relu", "torch.float8_e4m3fn") in kinds, kinds
     assert ("-",) in kinds, kinds  # the last convolution: its scale only
     assert got.shape == want.shape and np.isfinite(got).all()
     rtol = 2e-3 if fp16 else 1e-5
