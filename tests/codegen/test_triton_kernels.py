@@ -5,10 +5,6 @@ the build's errors, and an ahead-of-time compile of the sources for CUDA and ROC
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import ml_dtypes
@@ -19,6 +15,7 @@ from pygraphx.codegen.trace import GroupTrace, module_trace
 from pygraphx.ir.module import Module
 from pygraphx.ir.shape import Shape
 from pygraphx.ops.base import make_op
+from tests.codegen.aot_compile import run_jobs
 from tests.codegen.conftest import needs_triton
 from tests.codegen.groupcheck import assert_close, run_three
 
@@ -157,15 +154,7 @@ def compile_ahead_of_time(groups: list[GroupTrace], where: Path) -> None:
         jobs.append(
             {"path": str(path), "signature": sig, "block": 1 if src.kind == "row" else 1024}
         )
-    (where / "jobs.json").write_text(json.dumps(jobs))
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    script = Path(__file__).with_name("aot_compile.py")
-    run = subprocess.run(
-        [sys.executable, str(script), str(where / "jobs.json")],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.count("ok ") == 2 * len(jobs)
+    assert len(run_jobs(jobs, where)) == 2 * len(jobs)
 
 
 def _short(tl_name: str) -> str:

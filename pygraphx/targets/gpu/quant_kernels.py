@@ -146,11 +146,18 @@ def _dot8(a, w, acc, FP8: tl.constexpr):
     bytes (loaded as uint8 and bitcast: the interpreter cannot fill masked fp8 loads, and
     direct fp8 loads failed the conv kernel's tests on an H200 with Triton 3.6), whose exact
     products are summed in float32, promoted every 32 products (Hopper's fp8 MMA alone keeps
-    fewer bits, Triton's default there: the H200 fp8 GEMM test failed with it)."""
+    fewer bits, Triton's default there: the H200 fp8 GEMM test failed with it).
+
+    One `return` after an `if`/`else`: Triton's compiler (unlike the interpreter) goes on past
+    a `return` inside a constexpr `if`, so an early fp8 return followed by the int8 `tl.dot`
+    compiled that int8 dot with fp8 operands and the float32 `acc` (an assertion in `tl.dot`,
+    every fp8 kernel on the H200)."""
     if FP8:
-        a, w = a.to(tl.float8e4nv, bitcast=True), w.to(tl.float8e4nv, bitcast=True)
-        return tl.dot(a, w, acc, out_dtype=tl.float32, max_num_imprecise_acc=32)
-    return tl.dot(a, w, acc, out_dtype=tl.int32)
+        a8, w8 = a.to(tl.float8e4nv, bitcast=True), w.to(tl.float8e4nv, bitcast=True)
+        acc = tl.dot(a8, w8, acc, out_dtype=tl.float32, max_num_imprecise_acc=32)
+    else:
+        acc = tl.dot(a, w, acc, out_dtype=tl.int32)
+    return acc
 
 
 @triton.jit
