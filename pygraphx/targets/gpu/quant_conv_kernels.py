@@ -35,11 +35,13 @@ __all__ = ["CONV_BLOCK_K", "CONV_CONFIGS", "GATHER", "IMPLICIT", "POINTWISE", "c
 #: the smallest K block: a convolution read in place needs input channels a multiple of it
 CONV_BLOCK_K = 64
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): tiles for Hopper's 8-bit tensor cores (K blocks
-#: of 64 or 128 bytes; 3-5 stages within shared memory); a K block must divide C
+#: of 64 or 128 bytes; 3-5 stages within shared memory); a K block must divide C. The 64-wide
+#: ones are for 64 output channels (ResNet-50's first stage): on an H200 the 3x3 layer takes
+#: 0.023 ms with 128 x 64 tiles, 0.032 with 128 x 128 (`benchmarks/quant_wgmma_probe.py`)
 CONV_CONFIGS = [
     (128, 128, 64, 4, 4), (128, 128, 128, 8, 3), (128, 256, 64, 8, 3), (128, 256, 128, 8, 3),
     (256, 128, 64, 8, 3), (256, 128, 128, 8, 3), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4),
-    (64, 64, 64, 4, 5), (64, 128, 64, 4, 5),
+    (64, 64, 64, 4, 5), (64, 128, 64, 4, 5), (128, 64, 64, 4, 4), (256, 64, 64, 8, 4),
 ]  # fmt: skip
 
 
@@ -87,7 +89,10 @@ def _conv_kernel(
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     FP8: tl.constexpr, MODE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FP8_PTRS: tl.constexpr = False,
 ):  # fmt: skip
+    if FP8_PTRS:  # fp8 bytes read as fp8 (CUDA): `quant_kernels._fp8_pointers`
+        x_ptr, w_ptr = qk._fp8_pointers(x_ptr, w_ptr)
     rows, cols = qk._tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     wo = rows % WO
     ho = (rows // WO) % HO
@@ -116,12 +121,14 @@ def _conv_kernel(
 
 def _prune(configs: list, named_args: dict, **kwargs) -> list:
     """The configurations whose K block divides the input's channels (one tap per block), all
-    of them for a gathered input (`MODE` GATHER: the K tail is masked)."""
-    c = named_args["C"]
+    of them for a gathered input (`MODE` GATHER: the K tail is masked); and no column block
+    twice as wide as the output channels (64 channels: only the 64-wide tiles)."""
+    c, n = named_args["C"], named_args["N"]
     if kwargs.get("MODE") == GATHER:
-        return [cfg for cfg in configs if cfg.kwargs["BLOCK_K"] == CONV_BLOCK_K]
-    kept = [cfg for cfg in configs if c % cfg.kwargs["BLOCK_K"] == 0]
-    return kept or configs[:1]
+        kept = [cfg for cfg in configs if cfg.kwargs["BLOCK_K"] == CONV_BLOCK_K]
+    else:
+        kept = [cfg for cfg in configs if c % cfg.kwargs["BLOCK_K"] == 0] or configs[:1]
+    return [cfg for cfg in kept if cfg.kwargs["BLOCK_N"] < 2 * n] or kept
 
 
 _tuned: dict[str, Any] = {}
@@ -162,14 +169,14 @@ def conv(
     mode = input_mode(x, geometry)
     sxn, sxc, sxh, sxw = x.stride()
     timed = qk._timed(x)
-    if fp8:  # loaded as bytes and bitcast (direct fp8 loads failed on an H200 with Triton 3.6)
+    if fp8:  # passed as bytes: the kernel reads them as fp8 on CUDA, as bytes elsewhere
         x, wt = x.view(torch.uint8), wt.view(torch.uint8)
     args = (
         x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw, sxc,
         wt.stride(0), out.stride(0), sh, sw, ph, pw, dh, dw, kw,
     )  # fmt: skip
     extra, codes = qk._epilogue_args(scale, epilogue, residual, qout)
-    codes.update(FP8=fp8, MODE=mode)
+    codes.update(FP8=fp8, MODE=mode, FP8_PTRS=fp8 and timed)
     if timed:
         _tuned_kernel()[qk._tuned_grid](*args, *extra, **codes)
         return

@@ -161,14 +161,28 @@ def _dot8(a, w, acc, FP8: tl.constexpr):
 
 
 @triton.jit
+def _fp8_pointers(a_ptr, w_ptr):
+    """`a_ptr`, `w_ptr` (fp8 e4m3 given as bytes) as fp8 pointers. The tiles loaded through them
+    feed Hopper's wgmma from shared memory, and the MMA of one K block runs while the next is
+    issued; tiles loaded as bytes and bitcast to fp8 in registers go back through shared memory
+    each K block and every MMA is waited for at once (Triton 3.6 TTGIR on sm_90:
+    `benchmarks/quant_wgmma_probe.py`). Masked loads must give `other=0.0` (an int 0 does not
+    cast to fp8). The interpreter cannot fill masked fp8 loads: it reads the bytes."""
+    fp8 = tl.pointer_type(tl.float8e4nv)
+    return a_ptr.to(fp8, bitcast=True), w_ptr.to(fp8, bitcast=True)
+
+
+@triton.jit
 def _int8_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, stride_am, stride_wn, stride_om,
     bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    FP8: tl.constexpr = False,
+    FP8: tl.constexpr = False, FP8_PTRS: tl.constexpr = False,
 ):  # fmt: skip
+    if FP8_PTRS:
+        a_ptr, w_ptr = _fp8_pointers(a_ptr, w_ptr)
     rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     ks = tl.arange(0, BLOCK_K)
     if FP8:  # float32 sums of fp8 products, else int32 sums of int8 ones
@@ -179,11 +193,11 @@ def _int8_gemm_kernel(
         kk = k0 + ks
         a = tl.load(
             a_ptr + rows[:, None] * stride_am + kk[None, :],
-            mask=(rows[:, None] < M) & (kk[None, :] < K), other=0,
+            mask=(rows[:, None] < M) & (kk[None, :] < K), other=0.0,
         )  # fmt: skip
         w = tl.load(
             w_ptr + cols[None, :] * stride_wn + kk[:, None],
-            mask=(cols[None, :] < N) & (kk[:, None] < K), other=0,
+            mask=(cols[None, :] < N) & (kk[:, None] < K), other=0.0,
         )  # fmt: skip
         acc = _dot8(a, w, acc, FP8)
     _store_dequantised(
@@ -339,6 +353,7 @@ def _gemm(name: str, a, wt, scale, out, epilogue, residual, qout) -> None:
         return
     extra, codes = _epilogue_args(scale, epilogue, residual, qout)
     codes["FP8"] = name == "fp8_gemm"
+    codes["FP8_PTRS"] = codes["FP8"] and _timed(a)  # read as fp8 on CUDA (`_fp8_pointers`)
     args = (a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0), *extra)
     if _timed(a):
         _tuned_kernel(name)[_tuned_grid](*args, **codes)

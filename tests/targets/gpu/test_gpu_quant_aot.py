@@ -77,6 +77,7 @@ def _product_job(fp8, mode, quant, store, ops, out, tile, name) -> dict:
     constexprs = {
         "E0": codes[0], "E1": codes[1], "E2": codes[2], "QUANT": quant, "STORE": store,
         "MAGIC": MAGIC, "FP8": fp8, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
+        "FP8_PTRS": fp8,  # on CUDA fp8 bytes are read through fp8 pointers (`qk._fp8_pointers`)
     }  # fmt: skip
     types = _product_types(fp8, out, quant, ops)
     options = {"num_warps": warps, "num_stages": stages}
@@ -176,6 +177,7 @@ def test_the_variants_cover_every_constexpr_value() -> None:
     codes = set(qk.Epilogue.CODES.values())
     for kernel in (gemm, conv):
         assert seen[f"{kernel}:FP8"] == {False, True}
+        assert seen[f"{kernel}:FP8_PTRS"] == {False, True}
         assert seen[f"{kernel}:QUANT"] == {0, 1, 2}
         assert seen[f"{kernel}:STORE"] == {False, True}
         epilogue = seen[f"{kernel}:E0"] | seen[f"{kernel}:E1"] | seen[f"{kernel}:E2"]
