@@ -176,7 +176,7 @@ def conv(
         wt.stride(0), out.stride(0), sh, sw, ph, pw, dh, dw, kw,
     )  # fmt: skip
     extra, codes = qk._epilogue_args(scale, epilogue, residual, qout)
-    codes.update(FP8=fp8, MODE=mode, FP8_PTRS=fp8 and timed)
+    codes.update(FP8=fp8, MODE=mode, FP8_PTRS=fp8 and timed and qk.FP8_POINTERS)
     if timed:
         _tuned_kernel()[qk._tuned_grid](*args, *extra, **codes)
         return

@@ -38,6 +38,9 @@ from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits, fp8_code, fp8_roun
 
 _BLOCK = 1024
 _BLOCK_M, _BLOCK_N = 32, 64
+#: fp8 operands on CUDA read through fp8 pointers (`_fp8_pointers`); False reads them as bytes
+#: as the interpreter does (only for timing the two against each other: same numbers)
+FP8_POINTERS = True
 
 
 @triton.jit
@@ -353,7 +356,7 @@ def _gemm(name: str, a, wt, scale, out, epilogue, residual, qout) -> None:
         return
     extra, codes = _epilogue_args(scale, epilogue, residual, qout)
     codes["FP8"] = name == "fp8_gemm"
-    codes["FP8_PTRS"] = codes["FP8"] and _timed(a)  # read as fp8 on CUDA (`_fp8_pointers`)
+    codes["FP8_PTRS"] = codes["FP8"] and _timed(a) and FP8_POINTERS  # `_fp8_pointers`
     args = (a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0), *extra)
     if _timed(a):
         _tuned_kernel(name)[_tuned_grid](*args, **codes)
