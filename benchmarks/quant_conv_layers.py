@@ -3,7 +3,8 @@
     python benchmarks/quant_conv_layers.py --batch 32 --json out.json
 
 Every distinct convolution shape of the built-in ResNet-50 (`pygraphx.models`) at `--batch`,
-channels-last, timed with `triton.testing.do_bench` (median ms; L2 flushed between calls):
+channels-last, timed with `triton.testing.do_bench_cudagraph` (median ms of launches replayed
+from a CUDA graph, as the gpu executable runs them: no Python launch cost; L2 stays warm):
 
 * `fp16`: `torch.nn.functional.conv2d` on half tensors (cuDNN), no bias or activation;
 * `int8`, `fp8`: `quant_conv_kernels.conv` (autotuned at its first call), half output, only the
@@ -59,7 +60,10 @@ def conv_shapes(batch: int) -> Counter:
 def bench(fn) -> float:
     fn()  # autotunes at the first call
     torch.cuda.synchronize()
-    return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
+    # replayed from a CUDA graph, as the gpu executable runs it: `do_bench` around each Python
+    # call also timed the Triton launcher's CPU work (3x3 64-channel int8 layer on an H200:
+    # 0.089 ms that way, 0.019 ms from a graph; `benchmarks/quant_tiles_ab.py`)
+    return float(triton.testing.do_bench_cudagraph(fn, rep=40, return_mode="median"))
 
 
 def time_shape(n, c, h, w, c_out, k, stride, pad) -> dict[str, float]:
