@@ -8,7 +8,9 @@ program's other steps see:
 
 * `onednn`: `mkldnn._convolution_pointwise` with the weight reordered once into oneDNN's blocked
   format; bias, add and activation are oneDNN post-ops. Every convolution can take it; it is
-  the default.
+  the default. When the add operand is dead after the step (`ConvPlan.in_place`, decided by
+  `conv_fusion`), `mkldnn._convolution_pointwise_` writes the result over it (oneDNN's sum
+  post-op): no new output, and the residual's memory, just read, is the one written.
 * `matmul`: a 1x1 convolution with stride 1, no padding and one group is a matrix product of
   the (N*H*W, C) channels-last activations with the (K, C) weight: `mkldnn._linear_pointwise`
   with the weight packed once for that row count, the activation (or the add, when there is no
@@ -60,6 +62,7 @@ class ConvPlan:
     other: int | None = None  # env index of the binary add operand
     kernel: str = "onednn"
     linear_packed: Tensor | None = None  # the matmul kernel's packed weight, made once
+    in_place: bool = False  # onednn: write the result over the add operand (it is dead after)
 
 
 def is_pointwise(plan: ConvPlan) -> bool:
@@ -112,6 +115,14 @@ def _onednn(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable
     x_in = _channels_last_input(plan, get_x)
     if get_other is not None:
         post = None if unary == "none" else unary
+        if plan.in_place:  # oneDNN's sum post-op: the result lands in the operand's memory
+            over = torch.ops.mkldnn._convolution_pointwise_.binary
+
+            def run_in_place() -> Tensor:
+                other = get_other().contiguous(memory_format=cl)
+                return over(other, x_in(), w, b, p, s, d, g, "add", None, post, [], "")
+
+            return run_in_place
 
         def run_binary() -> Tensor:
             other = get_other().contiguous(memory_format=cl)

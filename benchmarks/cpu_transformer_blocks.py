@@ -1,0 +1,203 @@
+"""Where a transformer's time goes, block by block, on the `cpu` target and in ONNX Runtime.
+
+    python benchmarks/cpu_transformer_blocks.py                       # bert_base, batch 1
+    python benchmarks/cpu_transformer_blocks.py --model gpt2 --batch 8 --runs 3
+    python benchmarks/cpu_transformer_blocks.py --model gpt2 --batch 8 --keep-freed-memory
+
+One thread for both engines (ORT: `intra_op_num_threads=1`, `inter_op_num_threads=1`), each
+engine's run timed by process CPU time (user + system, `getrusage`: robust on a machine shared
+with other work, and it counts the page faults of fresh outputs), the engines alternating run by
+run. Blocks:
+
+* pygraphx: the fast path's own steps (a GEMM with its bias / GELU / residual add, an attention
+  block or a layer normalisation is one step), each timed by the thread's CPU time, then the
+  per-block sums scaled to the run's CPU time (the rest is the executor and the outputs).
+* ORT: its profiler's per-node times (`enable_profiling`), the fastest of the runs for each node
+  (wall time: a node's fastest run is the one least disturbed by other work), scaled so that
+  their sum is ORT's CPU time per run.
+
+Block kinds: `gemm` (products with a fixed weight, with their bias and activation; ORT's Gemm,
+FusedGemm, MatMul with a 2-D weight, Gelu / FastGelu), `lm_head` (a weight product with at least
+10,000 output columns), `attention` (ours: the fused step; ORT: FusedMatMul / MatMul of two
+activations, Softmax, Where), `layernorm` (ORT's LayerNormalization and SkipLayerNormalization,
+which holds the residual add our GEMM step takes), `views` (reshape / transpose / slice / split /
+squeeze / unsqueeze), `other`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pygraphx  # noqa: E402
+from pygraphx.models import get_model, model_inputs  # noqa: E402
+from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
+
+VIEWS = {"reshape", "transpose", "slice", "split", "squeeze", "unsqueeze", "Reshape", "Transpose",
+         "Slice", "Split", "Squeeze", "Unsqueeze", "multibroadcast", "contiguous"}  # fmt: skip
+LM_HEAD_COLUMNS = 10_000
+BLOCKS = ("gemm", "lm_head", "attention", "layernorm", "views", "other")
+
+
+def cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def pgx_block(step: Any) -> str:
+    names = [i.op.name for i in step.instructions]
+    if names.count("dot") == 2 and "fused_reduce" in names:
+        return "attention"
+    if "reduce_mean" in names and len(names) > 3:
+        return "layernorm"
+    if names[0] == "dot":
+        return "lm_head" if step.instructions[0].shape.lens()[-1] >= LM_HEAD_COLUMNS else "gemm"
+    return "views" if set(names) <= VIEWS else "other"
+
+
+def ort_block(op: str, inputs: list[list[int]], output: list[int]) -> str:
+    """The block of an ORT node from its op and the shapes its profile lists (`inputs`: the
+    run-time inputs only, a weight is not listed)."""
+    if op in ("Gemm", "FusedGemm", "Gelu", "FastGelu", "BiasGelu"):
+        return "gemm"
+    if op == "MatMul" and len(inputs) == 1:  # the other operand is a weight
+        return "lm_head" if output and output[-1] >= LM_HEAD_COLUMNS else "gemm"
+    if op in ("MatMul", "FusedMatMul", "Softmax", "Where"):
+        return "attention"
+    if op in ("LayerNormalization", "SkipLayerNormalization"):
+        return "layernorm"
+    return "views" if op in VIEWS else "other"
+
+
+def pgx_profile(prog: pygraphx.Program, feeds: dict, runs: int) -> dict[str, float]:
+    """CPU seconds per block per run (unscaled) from the fast path's steps."""
+    exe = prog._executable
+    steps, fns = exe.lowered.steps, exe.executor.steps
+    found: dict[str, float] = defaultdict(float)
+    clock = time.thread_time
+    for _ in range(runs):
+        exe.executor.bind(feeds)
+        with exe.scope():
+            for step, fn in zip(steps, fns, strict=True):
+                start = clock()
+                fn()
+                found[pgx_block(step)] += (clock() - start) / runs
+        exe.executor.collect()
+    return found
+
+
+def ort_profile(model_bytes: bytes, feeds: dict, runs: int) -> dict[str, float]:
+    """Seconds per block per run (unscaled): each node's fastest profiled run."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "ort")
+    sess = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+    for _ in range(runs + 1):
+        sess.run(None, feeds)
+    events = json.loads(Path(sess.end_profiling()).read_text())
+    fastest: dict[str, tuple[str, float]] = {}
+    for e in events:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        shapes = [next(iter(s.values())) for s in e["args"].get("input_type_shape", [])]
+        out = [next(iter(s.values())) for s in e["args"].get("output_type_shape", [])]
+        block = ort_block(e["args"]["op_name"], shapes, out[0] if out else [])
+        old = fastest.get(e["name"], (block, float("inf")))[1]
+        fastest[e["name"]] = (block, min(old, e["dur"] * 1e-6))
+    found: dict[str, float] = defaultdict(float)
+    for block, seconds in fastest.values():
+        found[block] += seconds
+    return found
+
+
+def timed_runs(fns: dict[str, Any], runs: int) -> tuple[dict[str, float], dict[str, int]]:
+    """Median CPU seconds per run of each engine, the engines alternating, and each engine's
+    minor page faults per run (a fresh output the allocator maps anew faults every run)."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    faults = dict.fromkeys(fns, 0)
+    for _ in range(runs):
+        for k, fn in fns.items():
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            start = cpu_seconds()
+            out = fn()
+            times[k].append(cpu_seconds() - start)
+            faults[k] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+            del out
+    return {k: float(np.median(v)) for k, v in times.items()}, {
+        k: n // runs for k, n in faults.items()
+    }
+
+
+def keep_freed_memory() -> None:
+    """glibc: serve allocations up to 256 MiB from the heap and keep up to 512 MiB freed at its
+    top, so a large output freed by the caller is reused by the next run without page faults
+    (process-wide: an experiment, `--keep-freed-memory`)."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    if not (
+        libc.mallopt(m_mmap_threshold, 256 << 20) and libc.mallopt(m_trim_threshold, 512 << 20)
+    ):
+        raise RuntimeError("mallopt refused the thresholds")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="bert_base", choices=["bert_base", "gpt2"])
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--keep-freed-memory", action="store_true", help="see keep_freed_memory()")
+    args = ap.parse_args(argv)
+    if args.keep_freed_memory:
+        keep_freed_memory()
+    import onnxruntime as ort
+    import torch
+
+    torch.set_num_threads(1)
+    model = get_model(args.model, batch=args.batch)
+    feeds = model_inputs(args.model, model)
+    data = model.SerializeToString()
+    prog = pygraphx.parse_onnx_buffer(data)
+    prog.compile(CpuTarget(threads=1))
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    total, faults = timed_runs(
+        {"pygraphx": lambda: prog.run(feeds), "ort": lambda: sess.run(None, feeds)}, args.runs
+    )
+    blocks = {
+        "pygraphx": pgx_profile(prog, feeds, args.runs),
+        "ort": ort_profile(data, feeds, args.runs),
+    }
+    print(f"{args.model} batch {args.batch}, 1 thread, CPU ms per run: pygraphx "
+          f"{total['pygraphx'] * 1e3:.1f}, ORT {total['ort'] * 1e3:.1f} "
+          f"({total['pygraphx'] / total['ort']:.3f}x); minor page faults per run: pygraphx "
+          f"{faults['pygraphx']}, ORT {faults['ort']}")  # fmt: skip
+    print(f"{'block':10s} {'pygraphx':>9s} {'ORT':>9s} {'diff':>8s}   (ms, scaled to the run)")
+    scaled = {k: {b: v * total[k] / sum(blocks[k].values()) for b, v in blocks[k].items()}
+              for k in blocks}  # fmt: skip
+    for b in BLOCKS:
+        p, o = scaled["pygraphx"].get(b, 0.0) * 1e3, scaled["ort"].get(b, 0.0) * 1e3
+        print(f"{b:10s} {p:9.2f} {o:9.2f} {p - o:+8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
