@@ -36,8 +36,9 @@ __all__ = ["CONV_BLOCK_K", "CONV_CONFIGS", "GATHER", "IMPLICIT", "POINTWISE", "c
 CONV_BLOCK_K = 64
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages): tiles for Hopper's 8-bit tensor cores (K blocks
 #: of 64 or 128 bytes; 3-5 stages within shared memory); a K block must divide C. The 64-wide
-#: ones are for 64 output channels (ResNet-50's first stage): on an H200 the 3x3 layer takes
-#: 0.023 ms with 128 x 64 tiles, 0.032 with 128 x 128 (`benchmarks/quant_wgmma_probe.py`)
+#: ones are for 64 output channels (ResNet-50's first stage): on an H200 (CUDA graphs) the 3x3
+#: layer autotuned took 0.023 ms without them (64 x 64), 0.019 with (128 x 64; cuDNN half 0.025)
+#: (`benchmarks/quant_tiles_ab.py`)
 CONV_CONFIGS = [
     (128, 128, 64, 4, 4), (128, 128, 128, 8, 3), (128, 256, 64, 8, 3), (128, 256, 128, 8, 3),
     (256, 128, 64, 8, 3), (256, 128, 128, 8, 3), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4),
@@ -112,7 +113,7 @@ def _conv_kernel(
             w = tl.load(w_at, mask=(cols[None, :] < N) & ((k0 + ks) < K)[:, None], other=0.0)
         else:
             w = tl.load(w_at, mask=cols[None, :] < N, other=0.0)
-        acc = qk._dot8(a, w, acc, FP8)  # fp8 operands come as their bytes (uint8)
+        acc = qk._dot8(a, w, acc, FP8)  # fp8 operands: fp8 tiles on CUDA, else their bytes
     qk._store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
         qs_ptr, q_ptr, stride_qm, g1, g2, g3, E0, E1, E2, QUANT, STORE, MAGIC,

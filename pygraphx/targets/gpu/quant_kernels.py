@@ -145,9 +145,9 @@ def _store_dequantised(
 
 @triton.jit
 def _dot8(a, w, acc, FP8: tl.constexpr):
-    """`acc + a @ w` for int8 tiles (exact int32 sums) or, `FP8`, fp8 e4m3 tiles given as their
-    bytes (loaded as uint8 and bitcast: the interpreter cannot fill masked fp8 loads, and
-    direct fp8 loads failed the conv kernel's tests on an H200 with Triton 3.6), whose exact
+    """`acc + a @ w` for int8 tiles (exact int32 sums) or, `FP8`, fp8 e4m3 tiles (on CUDA loaded
+    through fp8 pointers, `_fp8_pointers`: the bitcast here is then a no-op) or their bytes
+    (uint8, bitcast here: the interpreter cannot fill masked fp8 loads), whose exact
     products are summed in float32, promoted every 32 products (Hopper's fp8 MMA alone keeps
     fewer bits, Triton's default there: the H200 fp8 GEMM test failed with it).
 
@@ -341,7 +341,8 @@ def int8_gemm(
 def fp8_gemm(a: torch.Tensor, wt: torch.Tensor, *rest, **options) -> None:
     """`int8_gemm` (the same arguments after `a` and `wt`) for fp8 e4m3 `a` and `wt`: the
     products of fp8 values are exact in float32 and accumulate in float32 (tensor cores on
-    sm89+), then `* scale` and the epilogue. The kernel reads their bytes (`_dot8`)."""
+    sm89+), then `* scale` and the epilogue. The kernel takes their bytes and reads them as fp8
+    on CUDA (`_fp8_pointers`), as bytes under the interpreter (`_dot8`)."""
     _gemm("fp8_gemm", a.view(torch.uint8), wt.view(torch.uint8), *_gemm_arguments(*rest, **options))
 
 
