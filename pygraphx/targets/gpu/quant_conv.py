@@ -41,7 +41,13 @@ import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_conv_kernels as qck
-from pygraphx.targets.gpu.quant import FP8, IntGemm, dequantised_product, int8_gemm_choice
+from pygraphx.targets.gpu.quant import (
+    FP8,
+    IntGemm,
+    announce_inexact_fp8,
+    dequantised_product,
+    int8_gemm_choice,
+)
 from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, bind_quantised, deferred_epilogue
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
@@ -66,6 +72,8 @@ def fp8_conv_mode() -> str:
     mode = os.environ.get(FP8_CONV_ENV, "cudnn").strip() or "cudnn"
     if mode not in FP8_MODES:
         raise ValueError(f"{FP8_CONV_ENV}={mode!r}: expected one of {', '.join(FP8_MODES)}")
+    if mode == "triton" and torch.cuda.is_available():
+        announce_inexact_fp8(FP8_CONV_ENV)
     return mode
 
 

@@ -19,6 +19,14 @@ from pygraphx.targets.gpu.quant_conv import FP8_CONV_ENV  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
+
+#: Hopper's fp8 tensor cores keep fewer bits than float32 in the Triton fp8 kernels' sums (on
+#: an H200 with Triton 3.6, despite the promotion every 32 products): on a GPU these exact-sum
+#: checks fail, and `PGX_GPU_FP8_*=triton` says so when set (`quant.announce_inexact_fp8`);
+#: under the interpreter (CI) the sums are float32 and the checks hold
+FP8_INEXACT_ON_GPU = pytest.mark.xfail(
+    torch.cuda.is_available(), reason="fp8 tensor-core sums are not float32-exact", strict=True
+)
 F8 = torch.float8_e4m3fn
 
 
@@ -33,7 +41,9 @@ def _operands(dtype: torch.dtype, n: int, c: int, h: int, w: int, c_out: int, ke
     return x, wgt
 
 
-@pytest.mark.parametrize("dtype", [torch.int8, F8], ids=["int8", "fp8"])
+@pytest.mark.parametrize(
+    "dtype", [torch.int8, pytest.param(F8, marks=FP8_INEXACT_ON_GPU)], ids=["int8", "fp8"]
+)
 @pytest.mark.parametrize(
     ("c", "kernel", "stride", "pad", "dilation", "layout", "mode"),
     [
@@ -202,6 +212,7 @@ def _spy_epilogues(monkeypatch) -> list[tuple]:
 
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+@FP8_INEXACT_ON_GPU
 def test_fp8_convolutions_match_ref_of_the_folded_program(fp16: bool, monkeypatch) -> None:
     """Every fp8 convolution is one fp8 kernel with its scale, bias, residual, ReLU and the
     next convolution's fp8 quantise inside; the numbers are the `ref` target's on the same
