@@ -36,6 +36,7 @@ from pygraphx.targets.gpu import quant_kernels as qk
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh
+from pygraphx.targets.torch_lowering.lower_quant import channel_vector as lower_channel_vector
 from pygraphx.targets.torch_lowering.registry import defer
 
 __all__ = [
@@ -98,19 +99,9 @@ def _unit_inner(t: torch.Tensor) -> torch.Tensor:
 def channel_vector(
     ctx: LoweringContext, ins: Instruction, k: int, axis: int, n: int
 ) -> torch.Tensor | None:
-    """Input `k` of `ins` as a float32 vector of `n` when it is a constant varying along
-    `axis` only."""
-    if id(ins.inputs[k]) not in ctx.index:
-        return None
-    t = ctx.constant(ctx.arg(ins, k))
-    if t is None or t.dim() <= axis % max(t.dim(), 1) or t.shape[axis] != n:
-        return None
-    ax = axis % t.dim()
-    if any(st != 0 for a, (st, size) in enumerate(zip(t.stride(), t.shape, strict=True))
-           if a != ax and size > 1):  # fmt: skip
-        return None
-    index = tuple(slice(None) if a == ax else 0 for a in range(t.dim()))
-    return t[index].to(torch.float32).contiguous()
+    """Input `k` of `ins` as a float32 vector of `n` when it is a float constant of any rank
+    varying along `axis` only (`lower_quant.channel_vector`)."""
+    return lower_channel_vector(ctx, ins, k, n, any_float=True, axis=axis, ndim=None)
 
 
 def epilogue_group(user: Instruction, same_type: bool = True) -> Instruction | None:

@@ -126,24 +126,30 @@ def channel_vector(
     k: int,
     channels: int | None = None,
     any_float: bool = False,
+    axis: int = 1,
+    ndim: int | None = 4,
 ) -> torch.Tensor | None:
-    """Input k of `ins` as a float32 vector when it is a 4-D constant that varies along axis 1
-    only (of `channels` entries when given); float32 only unless `any_float` (half or bf16
-    values convert to float32 exactly)."""
+    """Input k of `ins` as a float32 vector when it is a constant that varies along `axis`
+    only (of `channels` entries when given) and has `ndim` dimensions (any when None); float32
+    only unless `any_float` (half or bf16 values convert to float32 exactly)."""
     if id(ins.inputs[k]) not in ctx.index:
         return None  # not bound yet (comes after the producer)
     t = ctx.constant(ctx.arg(ins, k))
-    if t is None or t.dim() != 4 or (channels is not None and t.shape[1] != channels):
+    if t is None or (ndim is not None and t.dim() != ndim) or t.dim() <= axis % max(t.dim(), 1):
+        return None
+    ax = axis % t.dim()
+    if channels is not None and t.shape[ax] != channels:
         return None
     if t.dtype != torch.float32 and not (any_float and t.dtype.is_floating_point):
         return None
     if any(
         st != 0
         for a, (st, n) in enumerate(zip(t.stride(), t.shape, strict=True))
-        if a != 1 and n > 1
+        if a != ax and n > 1
     ):
         return None
-    return t[0, :, 0, 0].to(torch.float32).contiguous()
+    index = tuple(slice(None) if a == ax else 0 for a in range(t.dim()))
+    return t[index].to(torch.float32).contiguous()
 
 
 def _dequantising_user(ctx: LoweringContext, ins: Instruction) -> tuple[Instruction, Any] | None:
