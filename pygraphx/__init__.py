@@ -14,7 +14,7 @@ from typing import Any
 
 # first: importing targets.cpu bounds how long GNU OpenMP's idle workers spin, which it reads
 # once, when torch loads it (targets/cpu/__init__.py); `generate` below imports torch
-from pygraphx.targets.cpu import configure_openmp  # isort: skip
+from pygraphx.targets import cpu as _cpu  # noqa: F401  # isort: skip
 
 # isort: split
 from pygraphx import generate  # a package that is also callable: pygraphx.generate(...)
@@ -45,8 +45,6 @@ from pygraphx.runtime.evaluator import EvaluationError
 from pygraphx.targets import Target, get_target
 from pygraphx.targets.gpu import GpuUnavailableError, check_gpu
 from pygraphx.version import __version__
-
-configure_openmp()  # done on importing targets.cpu already; a no-op here, kept explicit
 
 
 # --- MIGraphX's device API (torch is imported on first use) ---------------------------------
