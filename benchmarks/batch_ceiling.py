@@ -5,12 +5,13 @@
 
 A server that gathers requests into batches can at most gain what running B samples at once
 saves per sample: `ceiling = time(batch 1) / min over B of (time(batch B) / B)`. This script
-compiles the built-in model for `cpu` at each batch size, times each (best of `--blocks` blocks
-of `--repeat` runs, after `--warmup`), and prints per-sample milliseconds and that ceiling. It
-also times a large fp32 matrix product with torch at the same thread count and reports the
-model's achieved GFLOP/s (the model's multiply-adds counted from its convolutions and GEMMs)
-against it: a model already near the machine's fp32 GEMM rate at batch 1 has nothing left for
-batching to gain, whatever the server does (issue 14's cpu line on a 2-core host).
+compiles the built-in model for `cpu` at each batch size, times each with
+`cpu_vs_peers.blockwise` (the median of `--repeat` runs after `--warmup`, the better of two
+blocks), and prints per-sample milliseconds and that ceiling. It also times a large fp32
+matrix product with torch at the same thread count and reports the model's achieved GFLOP/s
+(its multiply-adds counted from its convolutions and GEMMs) against it: a model already near
+the machine's fp32 GEMM rate at batch 1 has nothing left for batching to gain, whatever the
+server does (issue 14's cpu line on a 2-core host).
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ import argparse
 import json
 import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cpu_vs_peers import blockwise  # noqa: E402  (each engine in its own blocks, best of 2)
 
 import pygraphx  # noqa: E402  (torch is imported after it: pygraphx sets OpenMP's wait policy)
 from pygraphx.models import get_model, model_inputs  # noqa: E402
@@ -48,26 +51,13 @@ def model_macs(prog: Any) -> int:
     return total
 
 
-def best_ms(fn, warmup: int, repeat: int, blocks: int) -> float:
-    """Best per-call milliseconds over `blocks` blocks of `repeat` calls."""
-    for _ in range(warmup):
-        fn()
-    best = float("inf")
-    for _ in range(blocks):
-        start = time.perf_counter()
-        for _ in range(repeat):
-            fn()
-        best = min(best, (time.perf_counter() - start) / repeat * 1e3)
-    return best
-
-
 def gemm_gflops(threads: int, n: int = 2048) -> float:
     """fp32 GFLOP/s of an n x n x n torch matrix product at `threads` threads."""
     import torch
 
     torch.set_num_threads(threads)
     a, b = torch.randn(n, n), torch.randn(n, n)
-    ms = best_ms(lambda: a @ b, warmup=2, repeat=5, blocks=2)
+    ms = blockwise({"gemm": lambda _: a @ b}, {}, warmup=2, repeat=5)[0]["gemm"]
     return 2 * n**3 / (ms / 1e3) / 1e9
 
 
@@ -80,7 +70,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         macs = model_macs(prog)
         prog.compile(pygraphx.get_target("cpu", threads=args.threads))
         feeds = model_inputs(args.model, model, seed=0)
-        ms = best_ms(lambda p=prog, f=feeds: p.run(f), args.warmup, args.repeat, args.blocks)
+        ms = blockwise({"pgx": prog.run}, feeds, args.warmup, args.repeat)[0]["pgx"]
         rows.append(
             {
                 "batch": batch,
@@ -114,7 +104,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="default: the cpu target's")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--json", metavar="FILE")
     return p.parse_args(argv)
 
