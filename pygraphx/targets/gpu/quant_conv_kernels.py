@@ -46,6 +46,11 @@ CONV_CONFIGS = [
 ]  # fmt: skip
 
 
+#: fp8 sums with Hopper's native fp8 accumulation (`quant_kernels._dot8`'s NATIVE): the
+#: wgmma stays asynchronous; False promotes to float32 every 32 products (slower, still not
+#: float32-exact on Hopper)
+FP8_NATIVE = True
+
 #: how `_conv_kernel` reads its input tile (`MODE`)
 IMPLICIT, POINTWISE, GATHER = 0, 1, 2
 
@@ -90,7 +95,7 @@ def _conv_kernel(
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     FP8: tl.constexpr, MODE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    FP8_PTRS: tl.constexpr = False,
+    FP8_PTRS: tl.constexpr = False, FP8_NATIVE: tl.constexpr = False,
 ):  # fmt: skip
     if FP8_PTRS:  # fp8 bytes read as fp8 (CUDA): `quant_kernels._fp8_pointers`
         x_ptr, w_ptr = qk._fp8_pointers(x_ptr, w_ptr)
@@ -113,7 +118,7 @@ def _conv_kernel(
             w = tl.load(w_at, mask=(cols[None, :] < N) & ((k0 + ks) < K)[:, None], other=0.0)
         else:
             w = tl.load(w_at, mask=cols[None, :] < N, other=0.0)
-        acc = qk._dot8(a, w, acc, FP8)  # fp8 operands: fp8 tiles on CUDA, else their bytes
+        acc = qk._dot8(a, w, acc, FP8, FP8_NATIVE)  # fp8: fp8 tiles on CUDA, else bytes
     qk._store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
         qs_ptr, q_ptr, stride_qm, g1, g2, g3, E0, E1, E2, QUANT, STORE, MAGIC,
@@ -159,18 +164,36 @@ def conv(
     `CONV_BLOCK_K` in dense channels-last order are read a tap at a time; otherwise (the
     stem's 3 channels, any layout) each element is gathered. `qout` (int8, fp8 e4m3 or its
     bytes as uint8) takes the epilogue's quantised result."""
+    launch = launch_arguments(x, wt, scale, out, geometry, epilogue, residual, qout)
+    if launch is None:
+        return
+    args, codes = launch
+    m, c_out = out.shape
+    if qk._timed(x):
+        _tuned_kernel()[qk._tuned_grid](*args, **codes)
+        return
+    config = qk._config(m)
+    config["BLOCK_K"] = CONV_BLOCK_K
+    grid = qk._grid(m, c_out, config)
+    _conv_kernel[grid](*args, **codes, **config, num_warps=8, num_stages=4)
+
+
+def launch_arguments(x, wt, scale, out, geometry, epilogue=None, residual=None, qout=None):
+    """(`_conv_kernel`'s positional arguments, its constexprs but the tile) of `conv`'s
+    launch, or None when the product is empty. fp8 operands go as their bytes (read as fp8
+    on CUDA, as bytes elsewhere)."""
     n, c, h, w = x.shape
     kw, (sh, sw), (ph, pw), (dh, dw), ho, wo = geometry
     m, k, c_out = n * ho * wo, wt.shape[1], wt.shape[0]
     if m == 0 or c_out == 0:
-        return
+        return None
     fp8 = x.dtype == torch.float8_e4m3fn
     if x.dtype != wt.dtype or not (fp8 or x.dtype == torch.int8):
         raise ValueError(f"conv: int8 or fp8 e4m3 operands of one type, got {x.dtype}, {wt.dtype}")
     mode = input_mode(x, geometry)
     sxn, sxc, sxh, sxw = x.stride()
     timed = qk._timed(x)
-    if fp8:  # passed as bytes: the kernel reads them as fp8 on CUDA, as bytes elsewhere
+    if fp8:
         x, wt = x.view(torch.uint8), wt.view(torch.uint8)
     args = (
         x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw, sxc,
@@ -178,13 +201,8 @@ def conv(
     )  # fmt: skip
     extra, codes = qk._epilogue_args(scale, epilogue, residual, qout)
     codes.update(FP8=fp8, MODE=mode, FP8_PTRS=fp8 and timed and qk.FP8_POINTERS)
-    if timed:
-        _tuned_kernel()[qk._tuned_grid](*args, *extra, **codes)
-        return
-    config = qk._config(m)
-    config["BLOCK_K"] = CONV_BLOCK_K
-    grid = qk._grid(m, c_out, config)
-    _conv_kernel[grid](*args, *extra, **codes, **config, num_warps=8, num_stages=4)
+    codes["FP8_NATIVE"] = fp8 and FP8_NATIVE
+    return (*args, *extra), codes
 
 
 def input_mode(x: torch.Tensor, geometry: tuple) -> int:

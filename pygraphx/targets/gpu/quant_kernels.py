@@ -144,7 +144,7 @@ def _store_dequantised(
 
 
 @triton.jit
-def _dot8(a, w, acc, FP8: tl.constexpr):
+def _dot8(a, w, acc, FP8: tl.constexpr, NATIVE: tl.constexpr = False):
     """`acc + a @ w` for int8 tiles (exact int32 sums) or, `FP8`, fp8 e4m3 tiles (on CUDA loaded
     through fp8 pointers, `_fp8_pointers`: the bitcast here is then a no-op) or their bytes
     (uint8, bitcast here: the interpreter cannot fill masked fp8 loads), whose exact
@@ -154,8 +154,15 @@ def _dot8(a, w, acc, FP8: tl.constexpr):
     One `return` after an `if`/`else`: Triton's compiler (unlike the interpreter) goes on past
     a `return` inside a constexpr `if`, so an early fp8 return followed by the int8 `tl.dot`
     compiled that int8 dot with fp8 operands and the float32 `acc` (an assertion in `tl.dot`,
-    every fp8 kernel on the H200)."""
-    if FP8:
+    every fp8 kernel on the H200).
+
+    `NATIVE` (fp8): one `tl.dot` per K block with the tensor cores' own accumulation, no
+    promotion (Hopper: fewer bits than float32 within a K block, see `quant_conv_kernels`),
+    which keeps the wgmma asynchronous; the interpreter sums in float32 either way."""
+    if FP8 and NATIVE:
+        a8, w8 = a.to(tl.float8e4nv, bitcast=True), w.to(tl.float8e4nv, bitcast=True)
+        acc = tl.dot(a8, w8, acc, out_dtype=tl.float32)
+    elif FP8:
         a8, w8 = a.to(tl.float8e4nv, bitcast=True), w.to(tl.float8e4nv, bitcast=True)
         acc = tl.dot(a8, w8, acc, out_dtype=tl.float32, max_num_imprecise_acc=32)
     else:
