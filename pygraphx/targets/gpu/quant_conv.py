@@ -235,8 +235,9 @@ def _emitter(ctx, ins: Instruction, geo: Geometry, product, columns, scale: torc
             return out.permute(0, 3, 1, 2)
 
         # a new tensor, not the user's arena slot: one kernel reads the input while it
-        # writes (a 1x1 convolution reads its input in place)
-        return _emit_fresh(c, at, produce, CHANNELS_LAST)
+        # writes (a 1x1 convolution reads its input in place); the convolution is listed
+        # with the step, so its input lives until then
+        return _emit_fresh(c, at, produce, CHANNELS_LAST, [] if at is ins else [ins])
 
     return emit
 

@@ -90,7 +90,7 @@ def _input_tile(
 def _conv_kernel(
     x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw, sxc,
     stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
-    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     FP8: tl.constexpr, MODE: tl.constexpr,
@@ -121,7 +121,7 @@ def _conv_kernel(
         acc = qk._dot8(a, w, acc, FP8, FP8_NATIVE)  # fp8: fp8 tiles on CUDA, else bytes
     qk._store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-        qs_ptr, q_ptr, stride_qm, g1, g2, g3, E0, E1, E2, QUANT, STORE, MAGIC,
+        qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE, MAGIC,
     )  # fmt: skip
 
 

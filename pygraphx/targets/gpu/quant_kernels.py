@@ -102,11 +102,13 @@ def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.conste
 
 @triton.jit
 def _epilogue_op(
-    y, code: tl.constexpr, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3
+    y, code: tl.constexpr, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3,
+    rs_ptr, rb_ptr,
 ):  # fmt: skip
     """One element-wise op after the dequantise (0 none, 1 + bias[col], 2 + residual[row, col],
-    3 relu, 4 GELU `(y * (erf(y * g1) + g2)) * g3`), rounded to the output type `ty` as the
-    unfused op would store it (GELU: once, as a generated group computes it in float32)."""
+    3 relu, 4 GELU `(y * (erf(y * g1) + g2)) * g3`, 5 + the residual's own dequantise and bias
+    `(residual * rs[col]) + rb[col]`), rounded to the output type `ty` as the unfused op would
+    store it (GELU: once, as a generated group computes it in float32)."""
     if code == 1:
         b = tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
         y = (y + b[None, :]).to(ty).to(tl.float32)
@@ -117,22 +119,31 @@ def _epilogue_op(
         y = tl.maximum(y, 0.0)
     elif code == 4:
         y = ((y * (tl.erf(y * g1) + g2)) * g3).to(ty).to(tl.float32)
+    elif code == 5:
+        r = tl.load(res_ptr + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0)
+        rs = tl.load(rs_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        rb = tl.load(rb_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        r = (r.to(tl.float32) * rs[None, :]).to(ty).to(tl.float32)
+        r = (r + rb[None, :]).to(ty).to(tl.float32)
+        y = (y + r).to(ty).to(tl.float32)
     return y
 
 
 @triton.jit
 def _store_dequantised(
     acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-    qs_ptr, q_ptr, stride_qm, g1, g2, g3, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
+    E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
 ):  # fmt: skip
     ty = out_ptr.dtype.element_ty
     s = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     y = (acc.to(tl.float32) * s[None, :]).to(ty).to(tl.float32)
-    y = _epilogue_op(y, E0, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3)
-    y = _epilogue_op(y, E1, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3)
-    y = _epilogue_op(y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3)
+    at = (rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr)
+    y = _epilogue_op(y, E0, *at)
+    y = _epilogue_op(y, E1, *at)
+    y = _epilogue_op(y, E2, *at)
     if STORE:
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
     if QUANT == 1:  # the int8 quantise of the stored value (`quantise_int8`'s arithmetic)
@@ -185,7 +196,7 @@ def _fp8_pointers(a_ptr, w_ptr):
 @triton.jit
 def _int8_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, stride_am, stride_wn, stride_om,
-    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -212,7 +223,7 @@ def _int8_gemm_kernel(
         acc = _dot8(a, w, acc, FP8)
     _store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-        qs_ptr, q_ptr, stride_qm, g1, g2, g3, E0, E1, E2, QUANT, STORE, MAGIC,
+        qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE, MAGIC,
     )  # fmt: skip
 
 
@@ -283,12 +294,15 @@ class Epilogue:
     """Element-wise ops after a product's dequantise, in order (at most three): `"bias"`
     (+ `bias[col]`), `"residual"` (+ `residual[row, col]`, a 2-D view with unit inner stride),
     `"relu"`, `"gelu"` (`(y * (erf(y * g1) + g2)) * g3` with `gelu` = (g1, g2, g3), the
-    constants of the group's own ops: 1/sqrt(2), 1, 1/2 in the group's type); each rounded
-    to the output's type as the unfused op would store it. With `quant_scale` (one float32
-    value) the result is also quantised into `qout`, int8 or fp8 e4m3fn (`quantise_int8`'s,
-    `quantise_fp8`'s arithmetic); `store=False` skips writing the float result."""
+    constants of the group's own ops: 1/sqrt(2), 1, 1/2 in the group's type),
+    `"residual_affine"` (+ `(residual[row, col] * rs[col]) + rb[col]` with `residual_affine` =
+    (rs, rb), float32 vectors: another product's dequantise and bias, each step rounded);
+    each rounded to the output's type as the unfused op would store it. With `quant_scale`
+    (one float32 value) the result is also quantised into `qout`, int8 or fp8 e4m3fn
+    (`quantise_int8`'s, `quantise_fp8`'s arithmetic); `store=False` skips writing the float
+    result."""
 
-    CODES = {"bias": 1, "residual": 2, "relu": 3, "gelu": 4}
+    CODES = {"bias": 1, "residual": 2, "relu": 3, "gelu": 4, "residual_affine": 5}
 
     def __init__(
         self,
@@ -297,22 +311,28 @@ class Epilogue:
         quant_scale: torch.Tensor | None = None,
         store: bool = True,
         gelu: tuple[float, float, float] = (0.0, 0.0, 0.0),
+        residual_affine: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
         if len(ops) > 3 or any(op not in self.CODES for op in ops):
             raise ValueError(f"unsupported epilogue {ops}")
+        if ("residual_affine" in ops) != (residual_affine is not None):
+            raise ValueError("a residual_affine epilogue needs its (scale, bias), and only it")
         self.ops, self.bias, self.quant_scale, self.store = list(ops), bias, quant_scale, store
         self.codes = [self.CODES[op] for op in ops] + [0] * (3 - len(ops))
         self.gelu = tuple(float(g) for g in gelu)
+        self.residual_affine = residual_affine
 
     def args(self, scale: torch.Tensor, residual, qout) -> tuple:
-        """(bias, residual, its row stride, quantise scale, int8 out, its row stride, and the
-        three GELU constants)."""
+        """(bias, residual, its row stride, quantise scale, int8 out, its row stride, the
+        three GELU constants, the residual's scale and bias)."""
         bias = self.bias if self.bias is not None else scale
         res = residual if residual is not None else scale
         qs = self.quant_scale if self.quant_scale is not None else scale
         q = qout if qout is not None else scale
         rs = residual.stride(0) if residual is not None else 0
-        return (bias, res, rs, qs, q, qout.stride(0) if qout is not None else 0, *self.gelu)
+        affine = self.residual_affine or (scale, scale)
+        qstride = qout.stride(0) if qout is not None else 0
+        return (bias, res, rs, qs, q, qstride, *self.gelu, *affine)
 
 
 NO_EPILOGUE = Epilogue(())

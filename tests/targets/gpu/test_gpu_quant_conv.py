@@ -189,6 +189,39 @@ def stem_and_block_model():
     return model, feeds
 
 
+def downsample_block_model():
+    """ResNet's first block of a stage, where two convolutions meet: a 1x1 + bias (the
+    shortcut) and a 3x3 + bias, added, ReLU, then a 1x1 that reads the sum quantised."""
+    rng = np.random.default_rng(7)
+    nodes = [
+        helper.make_node("Conv", ["img", "wa", "ba"], ["a"]),
+        helper.make_node("Conv", ["img", "wb", "bb"], ["b"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["a", "b"], ["s"]),
+        helper.make_node("Relu", ["s"], ["r"]),
+        helper.make_node("Conv", ["r", "wc"], ["out"]),
+    ]
+    inits = [
+        _init(rng, "wa", 64, 64, 1, 1, scale=0.1),
+        _init(rng, "ba", 64, scale=0.3),
+        _init(rng, "wb", 64, 64, 3, 3, scale=0.05),
+        _init(rng, "bb", 64, scale=0.3),
+        _init(rng, "wc", 16, 64, 1, 1, scale=0.1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "downsample_block",
+        [helper.make_tensor_value_info("img", TensorProto.FLOAT, [2, 64, 6, 5])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    def feeds(seed: int) -> dict[str, np.ndarray]:
+        return {"img": np.random.default_rng(seed).standard_normal((2, 64, 6, 5), np.float32)}
+
+    return model, feeds
+
+
 def _quantised(model, feeds, kind: str, fp16: bool) -> pygraphx.Program:
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     getattr(pygraphx, f"quantize_{kind}")(prog, "ref", [feeds(k) for k in range(1, 4)])
@@ -279,3 +312,33 @@ def test_fp8_convolutions_stay_cudnn_by_default(monkeypatch) -> None:
         _quantised(model, feeds, "fp8", True).compile(
             pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"}))
         )
+
+
+@pytest.mark.parametrize("kind", ["int8", pytest.param("fp8", marks=FP8_INEXACT_ON_GPU)])
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_two_convolutions_meet_in_one_epilogue(kind: str, fp16: bool, monkeypatch) -> None:
+    """Where a block's shortcut convolution and its last convolution are added (bias each,
+    then ReLU), the second runs with the first's dequantise and bias, the add, the ReLU and
+    the next quantise as its epilogue ("residual_affine"): no separate group or quantise;
+    the numbers are the `ref` target's on the same program."""
+    from pygraphx.passes.fold_fp8 import fold_fp8
+
+    monkeypatch.setenv("PGX_GPU_INT8_GEMM", "triton")
+    monkeypatch.setenv(FP8_CONV_ENV, "triton")
+    seen = _spy_epilogues(monkeypatch)
+    model, feeds = downsample_block_model()
+    ref, gpu = _quantised(model, feeds, kind, fp16), _quantised(model, feeds, kind, fp16)
+    if kind == "fp8":
+        fold_fp8(ref.get_main_module())
+    ref.compile(pygraphx.get_target("ref"))
+    gpu.compile(pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"})))
+    want = np.array(ref.run(feeds(0))[0])
+    for _ in range(2):
+        got = np.array(gpu.run(feeds(0))[0])
+    assert not gpu._executable.fallbacks, gpu._executable.fallbacks
+    qtype = "torch.int8" if kind == "int8" else "torch.float8_e4m3fn"
+    assert ("bias", "residual_affine", "relu", qtype) in {s[1:] for s in seen}, seen
+    names = [i.op.name for i in gpu.get_main_module().instructions]
+    assert names.count("quant_convolution") == 3, names
+    rtol = 2e-3 if fp16 else 1e-5
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
