@@ -140,10 +140,16 @@ def _store_dequantised(
     s = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     y = (acc.to(tl.float32) * s[None, :]).to(ty).to(tl.float32)
-    at = (rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr)
-    y = _epilogue_op(y, E0, *at)
-    y = _epilogue_op(y, E1, *at)
-    y = _epilogue_op(y, E2, *at)
+    # each argument spelled out: Triton 3.6 takes no dtype (`ty`) inside a tuple
+    y = _epilogue_op(
+        y, E0, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr
+    )
+    y = _epilogue_op(
+        y, E1, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr
+    )
+    y = _epilogue_op(
+        y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr
+    )
     if STORE:
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
     if QUANT == 1:  # the int8 quantise of the stored value (`quantise_int8`'s arithmetic)
@@ -155,7 +161,7 @@ def _store_dequantised(
 
 
 @triton.jit
-def _dot8(a, w, acc, FP8: tl.constexpr, NATIVE: tl.constexpr = False):
+def _dot8(a, w, acc, FP8: tl.constexpr, NATIVE: tl.constexpr):
     """`acc + a @ w` for int8 tiles (exact int32 sums) or, `FP8`, fp8 e4m3 tiles (on CUDA loaded
     through fp8 pointers, `_fp8_pointers`: the bitcast here is then a no-op) or their bytes
     (uint8, bitcast here: the interpreter cannot fill masked fp8 loads), whose exact
@@ -220,7 +226,7 @@ def _int8_gemm_kernel(
             w_ptr + cols[None, :] * stride_wn + kk[:, None],
             mask=(cols[None, :] < N) & (kk[:, None] < K), other=0.0,
         )  # fmt: skip
-        acc = _dot8(a, w, acc, FP8)
+        acc = _dot8(a, w, acc, FP8, False)
     _store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
         qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE, MAGIC,
