@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 import triton.testing
 
-from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits, fp8_code, fp8_round, int8_code
+from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits, fp8_round, int8_code
 
 _BLOCK = 1024
 _BLOCK_M, _BLOCK_N = 32, 64
@@ -152,12 +152,46 @@ def _store_dequantised(
     )
     if STORE:
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
-    if QUANT == 1:  # the int8 quantise of the stored value (`quantise_int8`'s arithmetic)
-        q = int8_code(y.to(ty).to(tl.float32), tl.load(qs_ptr).to(tl.float32), MAGIC)
+    if QUANT != 0:  # the quantise of the stored value: `quantise_int8`'s / `quantise_fp8`'s
+        qs = tl.load(qs_ptr).to(tl.float32)
+        v = _quotient(y.to(ty).to(tl.float32), qs, tl.math.div_rn(1.0, qs))
+        if QUANT == 1:
+            r = tl.minimum(tl.maximum(v, -128.0), 127.0)
+            q = tl.where(v != v, -128.0, (r + MAGIC) - MAGIC).to(tl.int8)
+        else:  # fp8 e4m3fn, its bytes
+            r = _fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
+            q = fp8_bits(tl.where(v != v, v, r), v.to(tl.int32, bitcast=True) < 0)
         tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
-    elif QUANT == 2:  # fp8 e4m3fn (its bytes; `quantise_fp8`'s arithmetic)
-        q = fp8_code(y.to(ty).to(tl.float32), tl.load(qs_ptr).to(tl.float32), MAGIC)
-        tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
+
+
+@triton.jit
+def _quotient(x, s, r):
+    """`x / s` correctly rounded (`tl.math.div_rn`'s value) for float32 `x` and one `s` > 0,
+    given `r` = div_rn(1, s), without a branch per element: `x * r`, then two corrections by
+    its exact residual (`fma(-q, s, x)`; Markstein: with r correctly rounded and q within an
+    ulp, `q + e * r` rounds to the quotient). div_rn's fast path does the same, but checks
+    each element's range and calls a slow path (a branch and a reconvergence per element of a
+    tile: most of an epilogue's time). Infinite or NaN `x`, or an overflowing quotient, give
+    `x * r`; a zero keeps its sign. Exact while `x` and `x / s` are normal floats."""
+    q = x * r
+    e = tl.fma(-q, s, x)
+    q1 = tl.fma(e, r, q)
+    e1 = tl.fma(-q1, s, x)
+    q2 = tl.fma(e1, r, q1)
+    return tl.where((q2 != q2) | (q2 == 0.0), q, q2)
+
+
+@triton.jit
+def _fp8_round(v, MAGIC: tl.constexpr):
+    """`quantise.fp8_round` (|v| <= 448 to the nearest e4m3 value, half to even) with the
+    binade's step applied by multiplying by its power-of-two inverse (exact) instead of a
+    division per element."""
+    mag = tl.abs(v)
+    e = tl.maximum(((mag.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -6)
+    step = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
+    inverse = ((3 - e + 127) << 23).to(tl.float32, bitcast=True)
+    q = (mag * inverse + MAGIC) - MAGIC  # < 16: exact, half to even
+    return tl.where(v.to(tl.int32, bitcast=True) < 0, -q * step, q * step)
 
 
 @triton.jit
