@@ -3,11 +3,12 @@
 `conv(x, wt, scale, out, geometry, epilogue, residual, qout)` is an implicit GEMM: output row
 `(n, ho, wo)`, column `c_out`, `K = kh * kw * C` walked one tap's run of `BLOCK_K` channels at a
 time, read in place from the NHWC input (zeros outside it: no patch matrix in memory). The
-operands are int8 (exact int32 sums) or fp8 e4m3 (float32 sums of exact products), multiplied
-as `quant_kernels._dot8` does; the epilogue is `quant_kernels`': `float32(sum) * scale[c_out]`
-in `out`'s type, then up to three of bias / residual / ReLU / GELU, then optionally the
-quantise of the result for the next convolution (int8 or fp8, one scale) with or without the
-float store.
+operands are int8 (exact int32 sums) or fp8 e4m3 (on a GPU Hopper's own fp8 accumulation,
+`FP8_NATIVE`: within `FP8_SUM_ERROR` of the exact sum; float32 sums under the interpreter),
+multiplied as `quant_kernels._dot8` does; the epilogue is `quant_kernels`': `float32(sum) *
+scale[c_out]` in `out`'s type, then up to three of bias / residual / ReLU / GELU / another
+product's dequantised residual, then optionally the quantise of the result for the next
+convolution (int8 or fp8, one scale) with or without the float store.
 
 How the input tile is read (`input_mode`): a 1x1 stride-1 convolution of a dense NHWC input is
 the plain GEMM of its rows (`POINTWISE`); other convolutions with input channels a multiple of
@@ -30,7 +31,10 @@ import triton.language as tl
 
 from pygraphx.targets.gpu import quant_kernels as qk
 
-__all__ = ["CONV_BLOCK_K", "CONV_CONFIGS", "GATHER", "IMPLICIT", "POINTWISE", "conv", "input_mode"]
+__all__ = [
+    "CONV_BLOCK_K", "CONV_CONFIGS", "FP8_NATIVE", "FP8_SUM_ERROR", "GATHER", "IMPLICIT",
+    "POINTWISE", "conv", "input_mode", "launch_arguments",
+]  # fmt: skip
 
 #: the smallest K block: a convolution read in place needs input channels a multiple of it
 CONV_BLOCK_K = 64
@@ -38,18 +42,28 @@ CONV_BLOCK_K = 64
 #: of 64 or 128 bytes; 3-5 stages within shared memory); a K block must divide C. The 64-wide
 #: ones are for 64 output channels (ResNet-50's first stage): on an H200 (CUDA graphs) the 3x3
 #: layer autotuned took 0.023 ms without them (64 x 64), 0.019 with (128 x 64; cuDNN half 0.025)
-#: (`benchmarks/quant_tiles_ab.py`)
+#: (`benchmarks/quant_tiles_ab.py`). No 128 x 256 tiles: on an H200 they lost on every layer
+#: `benchmarks/quant_conv_probe.py` timed (e.g. 1x1 128 -> 512 at 28x28: 0.0158 ms against
+#: 0.0138 for 128 x 128; 3x3 256 at 14x14: 0.0254 against 0.0160), and each tile is a compile
+#: and a timing per layer shape at prepare
 CONV_CONFIGS = [
-    (128, 128, 64, 4, 4), (128, 128, 128, 8, 3), (128, 256, 64, 8, 3), (128, 256, 128, 8, 3),
-    (256, 128, 64, 8, 3), (256, 128, 128, 8, 3), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4),
-    (64, 64, 64, 4, 5), (64, 128, 64, 4, 5), (128, 64, 64, 4, 4), (256, 64, 64, 8, 4),
+    (128, 128, 64, 4, 4), (128, 128, 128, 8, 3), (256, 128, 64, 8, 3), (256, 128, 128, 8, 3),
+    (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (64, 64, 64, 4, 5), (64, 128, 64, 4, 5),
+    (128, 64, 64, 4, 4), (256, 64, 64, 8, 4),
 ]  # fmt: skip
 
 
 #: fp8 sums with Hopper's native fp8 accumulation (`quant_kernels._dot8`'s NATIVE): the
 #: wgmma stays asynchronous; False promotes to float32 every 32 products (slower, still not
-#: float32-exact on Hopper)
+#: float32-exact on Hopper). On an H200 (Triton 3.6, `benchmarks/quant_conv_probe.py`) the
+#: native bare kernels took 0.0126 ms against 0.0191 promoted (1x1 128 -> 512 at 28x28, b32)
+#: and 0.0154 against 0.0224 (3x3 256 at 14x14); their sums' error, against float64 sums of
+#: the same fp8 values (K = 2304), was at most 3.9e-4 of the sum of the products' magnitudes
+#: (mean 1.9e-5; promoted: at most 9.1e-6), far below fp8 e4m3's own rounding (2**-4)
 FP8_NATIVE = True
+#: the bound the tests hold the GPU's fp8 sums to: |sum - exact| <= FP8_SUM_ERROR * sum |x * w|
+#: (ten times the largest error measured on an H200; the interpreter sums in float32)
+FP8_SUM_ERROR = 2**-8
 
 #: how `_conv_kernel` reads its input tile (`MODE`)
 IMPLICIT, POINTWISE, GATHER = 0, 1, 2

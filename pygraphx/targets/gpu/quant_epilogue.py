@@ -17,6 +17,14 @@ are computed in float32 and rounded once, as the generated group kernel does). W
 has an int8 or fp8 `quantizelinear` user with one constant scale (the next layer's input),
 the kernel writes that 8-bit tensor too, and the float one only if something else reads it.
 
+Where two products meet (ResNet's first block of a stage: the shortcut convolution and the
+last one, each with its bias, added, then ReLU), the group also computes the other product's
+value beside the running one: `add(other, bias)` (int8: `other` its dequantised value), or
+for fp8 `mul(other, channel scale)`, `convert`, `add(bias)`. Added to the running value it is
+a "residual_affine" op (`quant_kernels.Epilogue`): the other product's tensor read as the
+residual with its scale and bias applied in the epilogue, each step rounded as the group
+does, so the group and its quantise run inside the second product's kernel.
+
 An fp8 product (`passes/fold_fp8.py`: `quant_dot` / `quant_convolution` with float32 sums)
 has no dequantise: its group starts with `mul(product, per-channel constant)` and, in a half
 program, `convert` to the group's type. `deferred_epilogue(..., scaled=True)` reads those two
