@@ -183,17 +183,22 @@ def stem_and_block_model():
         _init(rng, "b1", 64, scale=0.3),
         _init(rng, "w1s", 24, 64, 1, 1, scale=0.1),
     ]
+    return _image_model(nodes, inits, "stem_block", (2, 3, 14, 14))
+
+
+def _image_model(nodes: list, inits: list, name: str, shape: tuple):
+    """(the model of `nodes` from input "img" of `shape` to "out", its feeds by seed)."""
     graph = helper.make_graph(
         nodes,
-        "stem_block",
-        [helper.make_tensor_value_info("img", TensorProto.FLOAT, [2, 3, 14, 14])],
+        name,
+        [helper.make_tensor_value_info("img", TensorProto.FLOAT, list(shape))],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
     def feeds(seed: int) -> dict[str, np.ndarray]:
-        return {"img": np.random.default_rng(seed).standard_normal((2, 3, 14, 14), np.float32)}
+        return {"img": np.random.default_rng(seed).standard_normal(shape, np.float32)}
 
     return model, feeds
 
@@ -216,19 +221,7 @@ def downsample_block_model():
         _init(rng, "bb", 64, scale=0.3),
         _init(rng, "wc", 16, 64, 1, 1, scale=0.1),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "downsample_block",
-        [helper.make_tensor_value_info("img", TensorProto.FLOAT, [2, 64, 6, 5])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-    def feeds(seed: int) -> dict[str, np.ndarray]:
-        return {"img": np.random.default_rng(seed).standard_normal((2, 64, 6, 5), np.float32)}
-
-    return model, feeds
+    return _image_model(nodes, inits, "downsample_block", (2, 64, 6, 5))
 
 
 def _quantised(model, feeds, kind: str, fp16: bool) -> pygraphx.Program:
