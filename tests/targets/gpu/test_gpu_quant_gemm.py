@@ -370,8 +370,11 @@ def test_split_fp8_groups_keep_the_program_numbers(monkeypatch) -> None:
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_scaled_fp8_gemm_matches_numpy(bias: bool) -> None:
-    """`ScaledFp8Gemm`: half(float32 sums of exact fp8 products * scale[n] + bias[n]), rounded
-    once (within half a half step of the float64 value), with K and N padded to 16."""
+    """`ScaledFp8Gemm`: half(sums of exact fp8 products * scale[n] + bias[n]) rounded once,
+    with K and N padded to 16, against float64 numpy: within half a half step of the value
+    plus the sums' error (float32 off CUDA; Hopper's fp8 tensor cores keep fewer bits, by
+    `fp8_scaled_mm_probe` up to ~3e-4 of the largest output for K = 768: allowed 2e-3 of
+    the sum of |products|)."""
     from pygraphx.targets.gpu.fp8_gemm import ScaledFp8Gemm
 
     m, k, n = 37, 70, 50
@@ -382,10 +385,9 @@ def test_scaled_fp8_gemm_matches_numpy(bias: bool) -> None:
     gemm = ScaledFp8Gemm(w.to(DEVICE), m, torch.device(DEVICE), scale, b, torch.float16)
     got = gemm(a.to(DEVICE))
     assert got.dtype == torch.float16 and got.shape == (m, n) and got.is_contiguous()
-    want = (a.double().numpy() @ w.double().numpy()) * scale.double().numpy()
-    if bias:
-        want = want + b.double().numpy()
+    a64, w64, s64 = a.double().numpy(), w.double().numpy(), scale.double().numpy()
+    want = (a64 @ w64) * s64 + (b.double().numpy() if bias else 0.0)
+    terms = (np.abs(a64) @ np.abs(w64)) * s64
     err = np.abs(got.cpu().double().numpy() - want)
-    # half has 11 significant bits: one rounding is within 2**-11 of the value (plus float32
-    # sums of at most 70 products, far below that)
-    assert (err <= np.abs(want) * 2.0**-11 + 1e-6).all(), err.max()
+    sums = 2e-3 if CUDA else 1e-6
+    assert (err <= np.abs(want) * 2.0**-11 + terms * sums).all(), (err / terms).max()
