@@ -23,28 +23,26 @@ import argparse
 import json
 import statistics
 import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_vs_peers import time_calls  # noqa: E402  (CUDA-event timing, shared)
 
 SHAPES = ((768, 2304), (768, 768), (768, 3072), (3072, 768))
 F8 = torch.float8_e4m3fn
 
 
 def timed(fn, calls: int, repeats: int) -> float:
-    """Median ms per call of `fn` over `repeats` batches of `calls` calls."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+    """Median ms per call of `fn` over `repeats` batches of `calls` calls (one pair of CUDA
+    events around each batch: the kernels take ~20 us, an event pair's overhead is not)."""
+
+    def batch() -> None:
         for _ in range(calls):
             fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return statistics.median(times)
+
+    return statistics.median(time_calls(batch, 1, repeats)) / calls
 
 
 def operands(m: int, k: int, n: int, dev: torch.device) -> dict:
