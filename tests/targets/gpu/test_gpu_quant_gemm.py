@@ -392,6 +392,13 @@ def test_split_fp8_scales_keeps_the_oracle_numbers() -> None:
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
+def test_triton_fp8_gemm_keeps_the_whole_group(monkeypatch) -> None:
+    """`PGX_GPU_FP8_GEMM=triton`: no split (its GEMM takes the whole group as epilogue)."""
+    monkeypatch.setenv(FP8_GEMM_ENV, "triton")
+    gpu = pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"}))
+    assert "split_fp8_scales" not in [p.name for p in gpu.get_passes({})]
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_scaled_fp8_gemm_matches_numpy(bias: bool) -> None:
     """`ScaledFp8Gemm`: half(sums of exact fp8 products * scale[n] + bias[n]) rounded once,
