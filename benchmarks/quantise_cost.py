@@ -14,8 +14,9 @@ quantise too (`group_tune_ab.layer_norm_group`) with each formulation in place o
   no float -> int conversion);
 * `rcp` (not exact: x times 1/scale, to see what the division costs) and `none` (a plain cast:
   the memory floor);
-* `current`: `quantise.int8_code` as it is now (`saturating_quotient`: one reciprocal a
-  program and two fma corrections an element, then `bits`).
+* `current`: `quantise.int8_code` as it is now (`bits`), and `rows`: `quantise.int8_code_rows`
+  (`saturating_quotient`: one reciprocal a program and two fma corrections an element, then
+  the code from the bits), which row kernels use.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import triton
 import triton.language as tl
 
 from pygraphx.codegen.triton.quantise import int8_code as q_current
+from pygraphx.codegen.triton.quantise import int8_code_rows as q_rows
 
 
 @triton.jit
@@ -87,11 +89,13 @@ def elementwise(x_ptr, s_ptr, out_ptr, n, BLOCK: tl.constexpr, WHICH: tl.constex
         q = q_rcp(x, s, 12582912.0)
     elif WHICH == 3:
         q = q_none(x, s, 12582912.0)
-    else:
+    elif WHICH == 4:
         q = q_current(x, s, 12582912.0)
+    else:
+        q = q_rows(x, s, 12582912.0)
     tl.store(out_ptr + offs, q, mask=mask)
 """
-NAMES = ["f2i", "bits", "rcp", "none", "current"]
+NAMES = ["f2i", "bits", "rcp", "none", "current", "rows"]
 
 
 def _module(path: Path, text: str, name: str):
