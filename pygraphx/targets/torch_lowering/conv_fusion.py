@@ -295,7 +295,7 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
         other_lens = list(epi.other.shape.lens())
         plan.in_place = _may_overwrite(ctx, conv, epi.other, user)
     produce = conv_producer(ctx, ctx.arg(conv, 0), plan, other_lens)
-    if plan.in_place and plan.kernel == "onednn":  # (the other kernels allocate their result)
+    if plan.in_place and plan.kernel in ("onednn", "dnnl"):  # (the others allocate their result)
         ctx.cache["conv_in_place"] = ctx.cache.get("conv_in_place", 0) + 1
     unfused_idx = uidx
     env = ctx.env

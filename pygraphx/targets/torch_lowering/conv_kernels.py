@@ -17,6 +17,10 @@ program's other steps see:
   activation after it) fused as oneDNN post-ops. It pays less per call than the convolution
   primitive, and its GEMM kernel is a little faster on most of MobileNetV2's and ResNet's
   1x1 layers.
+* `dnnl`: the same oneDNN convolution with the same post-ops, but through oneDNN's own C API
+  (`onednn_conv.py`, the optional `onednn-cpu-gomp` package): the primitive is made once, at
+  prepare, and a call only sets data pointers and executes, without ideep's per-call set-up.
+  A candidate only where that library loads.
 * `torch_cl`: `F.conv2d` on channels-last tensors (torch picks its own algorithm per call, the
   weight is not pre-packed), the epilogue applied in place after it.
 
@@ -33,11 +37,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from pygraphx.targets.torch_lowering import onednn_conv
+
 Tensor = torch.Tensor
 Getter = Callable[[], Tensor]
 
 #: the kernels, default first
-KERNELS = ("onednn", "matmul", "torch_cl")
+KERNELS = ("onednn", "matmul", "dnnl", "torch_cl")
 
 
 @dataclass
@@ -82,6 +88,8 @@ def kernels_for(plan: ConvPlan) -> list[str]:
     # oneDNN's matmul fuses a binary add or an activation, not an add followed by one
     if is_pointwise(plan) and (plan.other is None or plan.unary == "none"):
         names.append("matmul")
+    if plan.weight.dtype == torch.float32 and onednn_conv.available():
+        names.append("dnnl")
     names.append("torch_cl")
     return names
 
@@ -95,6 +103,8 @@ def build_kernel(
         return _matmul(plan, get_x, get_other)
     if kernel == "torch_cl":
         return _torch_cl(plan, get_x, get_other)
+    if kernel == "dnnl":
+        return onednn_conv.build(plan, get_x, get_other)
     if kernel != "onednn":
         raise ValueError(f"unknown convolution kernel {kernel!r}; one of {', '.join(KERNELS)}")
     return _onednn(plan, get_x, get_other)
