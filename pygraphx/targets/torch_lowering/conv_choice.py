@@ -155,7 +155,7 @@ def default_kernel(names: list[str]) -> str:
         _ANNOUNCED.add("dnnl_missing")
         log.warning(
             "cpu convolutions run through torch's mkldnn ops (%s); oneDNN's own package "
-            "(pip install onednn-cpu-gomp, or the pygraphx[onednn] extra) saves 20-60 us per call",
+            "(the pygraphx[onednn] extra) saves 20-60 us per call",
             onednn_capi.unavailable_reason(),
         )
     return "onednn"

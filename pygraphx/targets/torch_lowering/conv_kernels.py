@@ -88,7 +88,7 @@ def kernels_for(plan: ConvPlan) -> list[str]:
     # oneDNN's matmul fuses a binary add or an activation, not an add followed by one
     if is_pointwise(plan) and (plan.other is None or plan.unary == "none"):
         names.append("matmul")
-    if plan.weight.dtype == torch.float32 and onednn_conv.available():
+    if onednn_conv.supports(plan) and onednn_conv.available():
         names.append("dnnl")
     names.append("torch_cl")
     return names

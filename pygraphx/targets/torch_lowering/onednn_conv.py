@@ -33,6 +33,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     CONVOLUTION_DIRECT,
     ELTWISE_CLIP,
     ELTWISE_RELU,
+    ELTWISE_SWISH,
     F32,
     FORWARD_INFERENCE,
     QUERY_SCRATCHPAD_MD,
@@ -169,15 +170,30 @@ class Primitive:
             check(lib.dnnl_post_ops_append_sum(post_ops, 1.0, 0, 0), "post-op sum")
         elif other:
             check(lib.dnnl_post_ops_append_binary(post_ops, BINARY_ADD, dst_md), "post-op add")
-        if plan.unary == "relu":
-            check(lib.dnnl_post_ops_append_eltwise(post_ops, ELTWISE_RELU, 0.0, 0.0), "relu")
-        elif plan.unary == "hardtanh":
-            lo, hi = plan.scalars
-            check(lib.dnnl_post_ops_append_eltwise(post_ops, ELTWISE_CLIP, lo, hi), "clip")
-        elif plan.unary != "none":
-            raise OneDnnError(f"activation {plan.unary!r} is not a oneDNN post-op here")
+        if plan.unary != "none":
+            alg, alpha, beta = _eltwise(plan)
+            check(lib.dnnl_post_ops_append_eltwise(post_ops, alg, alpha, beta), plan.unary)
         check(lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "set_post_ops")
         return attr, post_ops
+
+
+#: the activations a primitive fuses (torch's post-op names), and oneDNN's algorithm for each
+UNARY = {"relu": ELTWISE_RELU, "hardtanh": ELTWISE_CLIP, "swish": ELTWISE_SWISH}
+
+
+def supports(plan: ConvPlan) -> bool:
+    """Whether a primitive here can run `plan` with its whole epilogue."""
+    return plan.weight.dtype == torch.float32 and (plan.unary == "none" or plan.unary in UNARY)
+
+
+def _eltwise(plan: ConvPlan) -> tuple[int, float, float]:
+    """(algorithm, alpha, beta) of the activation post-op."""
+    if plan.unary not in UNARY:
+        raise OneDnnError(f"activation {plan.unary!r} is not a oneDNN post-op here")
+    if plan.unary == "hardtanh":
+        lo, hi = plan.scalars
+        return ELTWISE_CLIP, lo, hi
+    return UNARY[plan.unary], 1.0 if plan.unary == "swish" else 0.0, 0.0  # swish: x*sigmoid(1*x)
 
 
 def _weight_dims(plan: ConvPlan) -> tuple[list[int], int]:
@@ -205,6 +221,8 @@ def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[
     rt = runtime()
     if rt is None:
         raise OneDnnError(f"oneDNN's C API library is not available: {unavailable_reason()}")
+    if not supports(plan):
+        raise OneDnnError(f"no oneDNN primitive here for a {plan.unary!r} epilogue")
     other = get_other is not None
     made: dict[int, Primitive] = {}
     threads = torch.get_num_threads
@@ -243,7 +261,8 @@ def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[
         check(execute(p.prim, stream, p.nargs, p.args), "convolution execute")
         return y
 
+    run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
     return run
 
 
-__all__ = ["Primitive", "available", "build", "geometry"]
+__all__ = ["UNARY", "Primitive", "available", "build", "geometry", "supports"]
