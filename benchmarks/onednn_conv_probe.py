@@ -28,11 +28,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import pygraphx  # noqa: E402
+# isort: off
+import pygraphx  # noqa: E402  (before torch: it sets OpenMP's spin count)
+import torch  # noqa: E402
+
+# isort: on
 from benchmarks.cpu_conv_layers import distinct_layers  # noqa: E402
 from benchmarks.cpu_vs_peers import make_ort, neighbours  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
