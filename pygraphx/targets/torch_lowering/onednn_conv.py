@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from ctypes import byref, c_void_p
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -54,11 +54,24 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     unavailable_reason,
 )
 
-if TYPE_CHECKING:  # conv_kernels imports this module
-    from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan
-
 Tensor = torch.Tensor
 Getter = Callable[[], Tensor]
+
+
+class ConvPlan(Protocol):
+    """What a primitive reads of `conv_kernels.ConvPlan` (which imports this module)."""
+
+    weight: Tensor
+    x_lens: list[int]
+    padding: list[int]
+    stride: list[int]
+    dilation: list[int]
+    groups: int
+    pre_pad: list[int] | None
+    bias: Tensor | None
+    unary: str
+    scalars: list[float]
+    in_place: bool
 
 
 def geometry(plan: ConvPlan) -> tuple[list[int], list[int], list[int], list[int]]:
