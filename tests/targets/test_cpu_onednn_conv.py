@@ -150,6 +150,9 @@ def test_a_primitive_per_thread_count() -> None:
     finally:
         torch.set_num_threads(before)
     assert sorted(run.primitives) == [1, 2]
+    one, two = run.primitives[1], run.primitives[2]
+    if onednn_capi.library().dnnl_memory_desc_equal(one.w_md, two.w_md):
+        assert one.weight is two.weight  # one packed copy for both
 
 
 @needs_dnnl
@@ -194,3 +197,46 @@ def test_geometry_of_asymmetric_padding() -> None:
     want = F.conv2d(F.pad(torch.zeros(lens), plan.pre_pad), plan.weight, stride=2).shape
     assert out == list(want)
     assert np.prod(out) > 0
+
+
+def _two_layer_net() -> tuple[object, dict[str, np.ndarray]]:
+    from onnx import helper
+
+    from tests.helpers import make_model
+
+    rng = np.random.default_rng(5)
+    inits = {
+        "w1": (rng.standard_normal((16, 8, 3, 3)) * 0.3).astype(np.float32),
+        "b1": rng.standard_normal(16).astype(np.float32),
+        "w2": (rng.standard_normal((8, 16, 1, 1)) * 0.3).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["a1"]),
+        helper.make_node("Conv", ["a1", "w2"], ["y"]),
+    ]
+    feeds = {"x": rng.standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    return make_model(nodes, feeds, ["y"], inits), feeds
+
+
+@needs_dnnl
+def test_dnnl_layers_make_no_torch_packed_copy() -> None:
+    """A layer on `dnnl` packs its weight once, in oneDNN's own layout: torch's packed copy
+    is made only for a layer that runs torch's kernel (forced here), also when profiling."""
+    import pygraphx
+    from pygraphx.targets.cpu.target import CpuTarget
+    from tests.helpers import run_ort
+
+    model, feeds = _two_layer_net()
+    want = run_ort(model, feeds)[0]
+    for kernel, torch_copies in (("off", 0), ("onednn", 2)):
+        prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+        prog.compile(CpuTarget(threads=1, conv_kernel=kernel))
+        packed = prog._executable.lowered.ctx.packed_weights
+        np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
+        seen: list[str] = []
+        note = seen.append
+        profiled = prog.run(feeds, observer=lambda ins, value, seconds: note(ins.name()))
+        np.testing.assert_allclose(profiled[0], want, rtol=1e-4, atol=1e-4)
+        assert seen.count("convolution") == 2  # the unfused twins ran
+        assert sum(key[0] == "mkldnn_weight" for key in packed) == torch_copies

@@ -51,11 +51,12 @@ class ConvPlan:
     """A 2-D convolution ready for the CPU kernels: weight, geometry, bias, and post-ops.
 
     `weight` is the plain (K, C/groups, kh, kw) float32 weight; `packed` the onednn kernel's
-    reordered copy (made by `conv_fusion.conv_plan`, shared through the lowering context).
+    reordered copy, or a function making it (`conv_fusion.conv_plan`'s, shared through the
+    lowering context, so that a layer on another kernel never packs it): see `packed_weight`.
     """
 
     weight: Tensor
-    packed: Tensor
+    packed: Tensor | Getter
     x_lens: list[int]  # the input's lens after `pre_pad`
     padding: list[int]
     stride: list[int]
@@ -80,6 +81,13 @@ def is_pointwise(plan: ConvPlan) -> bool:
         and not any(plan.padding)
         and all(s == 1 for s in plan.stride)
     )
+
+
+def packed_weight(plan: ConvPlan) -> Tensor:
+    """The onednn kernel's packed weight, made now if `plan` holds the function making it."""
+    if callable(plan.packed):
+        plan.packed = plan.packed()
+    return plan.packed
 
 
 def kernels_for(plan: ConvPlan) -> list[str]:
@@ -110,6 +118,21 @@ def build_kernel(
     return _onednn(plan, get_x, get_other)
 
 
+def lazy_kernel(
+    plan: ConvPlan, kernel: str, get_x: Getter, get_other: Getter | None
+) -> Callable[[], Tensor]:
+    """`build_kernel`'s closure, made at the first call (a kernel that may never run, such as
+    a fused step's unfused twin for profiling, packs no weight until it does)."""
+    made: list[Callable[[], Tensor]] = []
+
+    def run() -> Tensor:
+        if not made:
+            made.append(build_kernel(plan, kernel, get_x, get_other))
+        return made[0]()
+
+    return run
+
+
 def _channels_last_input(plan: ConvPlan, get_x: Getter) -> Getter:
     cl, pre_pad = torch.channels_last, plan.pre_pad
     if pre_pad is None:
@@ -120,7 +143,14 @@ def _channels_last_input(plan: ConvPlan, get_x: Getter) -> Getter:
 def _onednn(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[], Tensor]:
     conv = torch.ops.mkldnn._convolution_pointwise
     binary = torch.ops.mkldnn._convolution_pointwise.binary
-    w, b, p, s, d, g = plan.packed, plan.bias, plan.padding, plan.stride, plan.dilation, plan.groups
+    w, b, p, s, d, g = (
+        packed_weight(plan),
+        plan.bias,
+        plan.padding,
+        plan.stride,
+        plan.dilation,
+        plan.groups,
+    )
     unary, scalars, cl = plan.unary, plan.scalars, torch.channels_last
     x_in = _channels_last_input(plan, get_x)
     if get_other is not None:
@@ -199,4 +229,12 @@ def _torch_cl(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callab
     return run
 
 
-__all__ = ["KERNELS", "ConvPlan", "build_kernel", "is_pointwise", "kernels_for"]
+__all__ = [
+    "KERNELS",
+    "ConvPlan",
+    "build_kernel",
+    "is_pointwise",
+    "kernels_for",
+    "lazy_kernel",
+    "packed_weight",
+]

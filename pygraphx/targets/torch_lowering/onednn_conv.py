@@ -92,9 +92,12 @@ def geometry(plan: ConvPlan) -> tuple[list[int], list[int], list[int], list[int]
 
 class Primitive:
     """One convolution's primitive, its weight, bias and scratchpad, and its memory objects
-    (the oneDNN objects are destroyed with it)."""
+    (the oneDNN objects are destroyed with it). `share`: a primitive of the same layer made for
+    another thread count, whose packed weight is taken when its layout is the same."""
 
-    def __init__(self, rt: Runtime, plan: ConvPlan, other: bool) -> None:
+    def __init__(
+        self, rt: Runtime, plan: ConvPlan, other: bool, share: Primitive | None = None
+    ) -> None:
         self.rt, lib = rt, rt.lib
         self._mds: list[c_void_p] = []
         self._mems: list[c_void_p] = []
@@ -129,9 +132,12 @@ class Primitive:
             lib.dnnl_primitive_attr_destroy(attr)
             lib.dnnl_post_ops_destroy(post_ops)
         self.impl = rt.impl_name(self.pd)
-        w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
-        plain = plan.weight.to(torch.float32).contiguous()
-        self.weight = rt.reorder(plain, self._md(w_dims, w_tag), w_md)
+        self.w_md = w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
+        if share is not None and lib.dnnl_memory_desc_equal(w_md, share.w_md):
+            self.weight = share.weight  # another thread count, the same packed layout
+        else:
+            plain = plan.weight.to(torch.float32).contiguous()
+            self.weight = rt.reorder(plain, self._md(w_dims, w_tag), w_md)
         self.bias = None if plan.bias is None else plan.bias.to(torch.float32).contiguous()
         scratch_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_SCRATCHPAD_MD, 0)
         size = lib.dnnl_memory_desc_get_size(scratch_md)
@@ -244,7 +250,8 @@ def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[
         n = threads()
         prim = made.get(n)
         if prim is None:
-            prim = made[n] = Primitive(rt, plan, other)
+            share = next(iter(made.values()), None)
+            prim = made[n] = Primitive(rt, plan, other, share)
         return prim
 
     primitive()
