@@ -235,8 +235,9 @@ def test_dnnl_layers_make_no_torch_packed_copy() -> None:
         packed = prog._executable.lowered.ctx.packed_weights
         np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
         seen: list[str] = []
-        note = seen.append
-        profiled = prog.run(feeds, observer=lambda ins, value, seconds: note(ins.name()))
+        profiled = prog.run(
+            feeds, observer=lambda ins, value, seconds, seen=seen: seen.append(ins.name())
+        )
         np.testing.assert_allclose(profiled[0], want, rtol=1e-4, atol=1e-4)
         assert seen.count("convolution") == 2  # the unfused twins ran
         assert sum(key[0] == "mkldnn_weight" for key in packed) == torch_copies
