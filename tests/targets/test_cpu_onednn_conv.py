@@ -92,13 +92,16 @@ LAYERS = {
 
 
 @needs_dnnl
+@pytest.mark.parametrize("nchw", [False, True])
 @pytest.mark.parametrize("unary", list(UNARY))
 @pytest.mark.parametrize("layer", list(LAYERS))
-def test_layer_matches_torch(layer: str, unary: str) -> None:
+def test_layer_matches_torch(layer: str, unary: str, nchw: bool) -> None:
+    """Channels-last inputs, and NCHW ones (a network's input: oneDNN's reorder converts)."""
     x_lens, w_lens, kw = LAYERS[layer]
     plan = _plan(x_lens, w_lens, unary=unary, **kw)
     assert "dnnl" in kernels_for(plan)
-    x = torch.randn(x_lens).contiguous(memory_format=CL)
+    x = torch.randn(x_lens)
+    x = x if nchw else x.contiguous(memory_format=CL)
     run = build_kernel(plan, "dnnl", lambda: x, None)
     got = run()
     assert got.is_contiguous(memory_format=CL)

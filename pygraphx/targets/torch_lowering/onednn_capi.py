@@ -200,27 +200,42 @@ class Runtime:
 
     def reorder(self, src: torch.Tensor, src_md: c_void_p, dst_md: c_void_p) -> torch.Tensor:
         """`src` (laid out as `src_md`) copied into a new buffer laid out as `dst_md`."""
-        lib = self.lib
-        size = lib.dnnl_memory_desc_get_size(dst_md)
-        dst = torch.empty(max(size, 1), dtype=torch.uint8)
-        pd = c_void_p()
+        dst = torch.empty(max(self.lib.dnnl_memory_desc_get_size(dst_md), 1), dtype=torch.uint8)
+        Reorder(self, src_md, dst_md).run(src.data_ptr(), dst.data_ptr())
+        return dst
+
+
+class Reorder:
+    """A reorder primitive made once: `run` copies a buffer laid out as `src_md` into one
+    laid out as `dst_md` (the oneDNN objects are destroyed with it)."""
+
+    def __init__(self, rt: Runtime, src_md: c_void_p, dst_md: c_void_p) -> None:
+        self.rt, lib = rt, rt.lib
+        self.pd, self.prim, self.mems = c_void_p(), None, []
         check(
             lib.dnnl_reorder_primitive_desc_create(
-                byref(pd), src_md, self.engine, dst_md, self.engine, None
+                byref(self.pd), src_md, rt.engine, dst_md, rt.engine, None
             ),
             "reorder_primitive_desc_create",
         )
-        prim = self.primitive(pd)
-        src_mem, dst_mem = self.memory(src_md, src.data_ptr()), self.memory(dst_md, dst.data_ptr())
-        args = (ExecArg * 2)(ExecArg(ARG_FROM, src_mem), ExecArg(ARG_TO, dst_mem))
-        try:
-            check(lib.dnnl_primitive_execute(prim, self.stream, 2, args), "reorder")
-        finally:
-            for mem in (src_mem, dst_mem):
-                lib.dnnl_memory_destroy(mem)
-            lib.dnnl_primitive_destroy(prim)
-            lib.dnnl_primitive_desc_destroy(pd)
-        return dst
+        self.prim = rt.primitive(self.pd)
+        self.mems = [rt.memory(src_md, None), rt.memory(dst_md, None)]
+        self.args = (ExecArg * 2)(ExecArg(ARG_FROM, self.mems[0]), ExecArg(ARG_TO, self.mems[1]))
+
+    def run(self, src: int, dst: int) -> None:
+        """Copy from address `src` to address `dst`."""
+        lib = self.rt.lib
+        lib.dnnl_memory_set_data_handle(self.mems[0], src)
+        lib.dnnl_memory_set_data_handle(self.mems[1], dst)
+        check(lib.dnnl_primitive_execute(self.prim, self.rt.stream, 2, self.args), "reorder")
+
+    def __del__(self) -> None:
+        lib = self.rt.lib
+        for mem in self.mems:
+            lib.dnnl_memory_destroy(mem)
+        if self.prim is not None:
+            lib.dnnl_primitive_destroy(self.prim)
+        lib.dnnl_primitive_desc_destroy(self.pd)
 
 
 def runtime() -> Runtime | None:
@@ -235,6 +250,7 @@ __all__ = [
     "LIB_ENV",
     "ExecArg",
     "OneDnnError",
+    "Reorder",
     "Runtime",
     "check",
     "library",
