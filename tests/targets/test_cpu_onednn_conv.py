@@ -244,3 +244,29 @@ def test_dnnl_layers_make_no_torch_packed_copy() -> None:
         np.testing.assert_allclose(profiled[0], want, rtol=1e-4, atol=1e-4)
         assert seen.count("convolution") == 2  # the unfused twins ran
         assert sum(key[0] == "mkldnn_weight" for key in packed) == torch_copies
+
+
+SYSTEM_GOMP = Path("/lib/x86_64-linux-gnu/libgomp.so.1")
+
+
+@needs_dnnl
+@pytest.mark.skipif(not SYSTEM_GOMP.exists(), reason="no system libgomp to load as a second one")
+def test_a_second_openmp_runtime_is_refused() -> None:
+    """With a second OpenMP runtime in the process (two pools of workers fighting for the
+    cores), the library is not used, and the reason says so."""
+    import subprocess
+    import sys
+
+    code = (
+        "import ctypes, torch\n"
+        f"ctypes.CDLL({str(SYSTEM_GOMP)!r})\n"
+        "from pygraphx.targets.torch_lowering import onednn_capi as c\n"
+        "print(c.library() is None, '|', c.unavailable_reason())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    refused, reason = out.stdout.strip().splitlines()[-1].split(" | ")
+    assert refused == "True" and "second OpenMP runtime" in reason

@@ -151,14 +151,18 @@ def check(status: int, what: str) -> None:
         raise OneDnnError(f"oneDNN {what} failed (dnnl_status_t {status})")
 
 
+#: the file names of OpenMP runtimes (GNU, Intel, LLVM)
+OPENMP_LIBS = ("libgomp", "libiomp5", "libomp.so", "libomp-")
+
+
 def openmp_shared() -> bool:
     """Whether the process has one OpenMP runtime loaded (torch's, shared with oneDNN)."""
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
         return True  # not Linux: nothing to check
-    paths = {line.split()[-1] for line in maps.splitlines() if "libgomp" in line}
-    return len(paths) <= 1
+    paths = {line.split()[-1] for line in maps.splitlines() if "/" in line}
+    return sum(any(Path(p).name.startswith(n) for n in OPENMP_LIBS) for p in paths) <= 1
 
 
 class Runtime:
