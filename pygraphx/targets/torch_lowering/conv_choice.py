@@ -12,7 +12,9 @@ noisy machine must not flip a layer for nothing), else the default is kept.
 The default kernel (`default_kernel`) is `dnnl` where oneDNN's C API library loads
 (`pip install onednn-cpu-gomp`, see `onednn_capi.py`): the same oneDNN kernels as `onednn`
 without ideep's set-up on every call, 20-60 us less per convolution (MobileNetV2 at batch 1,
-2-core EPYC, 1 thread: 8.8 ms instead of 11.0, `benchmarks/onednn_conv_probe.py`). Without
+2-core EPYC, 1 thread: 9.3 ms instead of 11.3, ONNX Runtime 7.7;
+`benchmarks/onednn_conv_probe.py`, `benchmarks/results/cpu2_onednn_conv.md`); `measure`
+picked `dnnl` for all 52 layers. Without
 the library it is `onednn`, and the first compile with a convolution says so once (WARNING on
 the `pygraphx.cpu` logger).
 

@@ -3,8 +3,9 @@
 A 2-D float32 convolution whose weights are a literal (bf16 too, on a CPU with bf16
 instructions, always on the oneDNN kernel) runs on channels-last activations
 through one of the kernels of `conv_kernels.py`, chosen per layer by measurement at prepare
-(`conv_choice.py`): by default `mkldnn._convolution_pointwise` with the weights reordered into
-oneDNN's blocked format once, at prepare (depthwise layers included). The first convolution
+(`conv_choice.py`): by default oneDNN's convolution with the weights reordered into its
+blocked format once, at prepare (depthwise layers included), through its own C API (`dnnl`,
+where the optional library is installed) or `mkldnn._convolution_pointwise`. The first convolution
 converts its input to channels-last; every later one gets channels-last tensors from its
 producers, whatever kernel they ran on, so no layout round trip happens between layers. The
 oneDNN path is the one torch's own CPU compiler (inductor with freezing) takes, and it is where
