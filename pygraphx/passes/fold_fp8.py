@@ -187,11 +187,20 @@ def _split(module: Module, program: Program, product: Instruction) -> bool:
     return True
 
 
-def _body_of(program, module, old: Module, keep: list, group: Instruction, swap):
+def _body_of(
+    program: Program,
+    module: Module,
+    old: Module,
+    keep: list[Instruction],
+    group: Instruction,
+    swap: tuple[Instruction, Instruction] | None,
+) -> tuple[Module, list[Instruction]]:
     """(a new body running `keep` of the body `old` of `group`, the group inputs of its
     parameters); `swap`: (a body value, an instruction of `module`) that becomes a parameter
-    reading that instruction; the values `keep` reads from outside it are parameters too."""
-    body = program.create_module(_free_name(program, f"{module.name}:pointwise"), parent=module)
+    reading that instruction; the values `keep` reads from outside it are parameters too. The
+    body is named as the fusion passes name theirs (`main:pointwise3`, `main:fused_reduce1`)."""
+    kind = group.op.name if swap is not None else "pointwise"
+    body = program.create_module(_free_name(program, f"{module.name}:{kind}"), parent=module)
     kept = {id(i) for i in keep}
     mapping: dict[int, Instruction] = {}
     inputs: list[Instruction] = []

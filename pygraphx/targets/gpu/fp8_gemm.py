@@ -139,10 +139,10 @@ def lower_scaled_fp8(ctx: LoweringContext, ins: Instruction, w: torch.Tensor, ro
         return False
     group, scale, bias = found
     dtype = torch_dtype(group.shape.dtype())
-    gemm = ScaledFp8Gemm(w, rows, ctx.device, scale, bias, dtype)
     a, env, lens = ctx.arg(ins, 0), ctx.env, tuple(group.shape.lens())
 
     def fuse(c: LoweringContext, g: Instruction) -> bool:
+        gemm = ScaledFp8Gemm(w, rows, c.device, scale, bias, dtype)  # (the weight, once)
         return _emit_fresh(c, g, lambda: gemm(env[a].reshape(rows, k)).view(lens))
 
     return defer(ctx, ins, group, fuse)

@@ -368,6 +368,37 @@ def test_split_fp8_groups_keep_the_program_numbers(monkeypatch) -> None:
     close_within(got, want, 0.07)
 
 
+def test_split_fp8_scales_keeps_the_oracle_numbers() -> None:
+    """`split_fp8_scales` only regroups: the gpu target's passes with and without it, then the
+    `ref` target's evaluation of the groups, give the same bits; and it split every fixed
+    fp8 product's scale group off (one more group each, or the group itself)."""
+    from pygraphx.passes.manager import run_passes
+
+    model, feeds = tiny_bert()
+    outs, groups = [], []
+    for split in (False, True):
+        prog = quantised(model, feeds, "fp8", True, activation_products=False)
+        gpu = pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"}))
+        passes = gpu.get_passes({})
+        assert "split_fp8_scales" in [p.name for p in passes]
+        skip = {"schedule", "memory_coloring"} | (set() if split else {"split_fp8_scales"})
+        run_passes(prog, [p for p in passes if p.name not in skip])
+        main = prog.get_main_module().instructions
+        groups.append(sum(i.op.name in ("pointwise", "fused_reduce") for i in main))
+        prog.compile(pygraphx.get_target("ref"))
+        outs.append(np.asarray(prog.run(feeds(0))[0]))
+    # QKV's group was its scale and bias alone (2 layers); the other 7 gain a group
+    assert groups[1] == groups[0] + 7, groups
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_triton_fp8_gemm_keeps_the_whole_group(monkeypatch) -> None:
+    """`PGX_GPU_FP8_GEMM=triton`: no split (its GEMM takes the whole group as epilogue)."""
+    monkeypatch.setenv(FP8_GEMM_ENV, "triton")
+    gpu = pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"}))
+    assert "split_fp8_scales" not in [p.name for p in gpu.get_passes({})]
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_scaled_fp8_gemm_matches_numpy(bias: bool) -> None:
     """`ScaledFp8Gemm`: half(sums of exact fp8 products * scale[n] + bias[n]) rounded once,
