@@ -234,12 +234,25 @@ class Reorder:
         check(lib.dnnl_primitive_execute(self.prim, self.rt.stream, 2, self.args), "reorder")
 
     def __del__(self) -> None:
-        lib = self.rt.lib
-        for mem in self.mems:
-            lib.dnnl_memory_destroy(mem)
-        if self.prim is not None:
-            lib.dnnl_primitive_destroy(self.prim)
-        lib.dnnl_primitive_desc_destroy(self.pd)
+        release(self.rt.lib, self.mems, self.prim, self.pd)
+
+
+def release(
+    lib: ctypes.CDLL,
+    mems: list[c_void_p],
+    prim: c_void_p | None,
+    pd: c_void_p | None,
+    mds: list[c_void_p] | tuple[()] = (),
+) -> None:
+    """Destroy a primitive's oneDNN objects: memories, primitive, descriptor, memory descs."""
+    for mem in mems:
+        lib.dnnl_memory_destroy(mem)
+    if prim is not None:
+        lib.dnnl_primitive_destroy(prim)
+    if pd is not None:
+        lib.dnnl_primitive_desc_destroy(pd)
+    for md in mds:
+        lib.dnnl_memory_desc_destroy(md)
 
 
 def runtime() -> Runtime | None:
@@ -260,6 +273,7 @@ __all__ = [
     "library",
     "openmp_shared",
     "post_op_arg",
+    "release",
     "runtime",
     "unavailable_reason",
 ]

@@ -52,6 +52,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     Runtime,
     check,
     post_op_arg,
+    release,
     runtime,
     unavailable_reason,
 )
@@ -179,15 +180,7 @@ class Primitive:
         return mem
 
     def __del__(self) -> None:
-        lib = self.rt.lib
-        for mem in self._mems:
-            lib.dnnl_memory_destroy(mem)
-        if self.prim is not None:
-            lib.dnnl_primitive_destroy(self.prim)
-        if self.pd is not None:
-            lib.dnnl_primitive_desc_destroy(self.pd)
-        for md in self._mds:
-            lib.dnnl_memory_desc_destroy(md)
+        release(self.rt.lib, self._mems, self.prim, self.pd, self._mds)
 
     def _attributes(
         self, plan: ConvPlan, other: bool, dst_md: c_void_p
