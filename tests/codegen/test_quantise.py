@@ -1,5 +1,6 @@
 """`codegen/triton/quantise.py`'s int8 codes (`int8_code`, a division an element, and
-`int8_code_rows`, one reciprocal and fma corrections) against numpy's float32 division, bit for
+`int8_code_rows`, one reciprocal and fma corrections) and fp8 e4m3fn bytes (`fp8_code`,
+`fp8_code_rows`) against numpy's float32 division (and ml_dtypes' rounding to e4m3fn), bit for
 bit: values at and next to every rounding tie (x / scale = k + 1/2), saturation, NaN and
 infinities, over scales of every kind (ordinary, tiny, huge, subnormal, zero, negative,
 infinite, NaN). On a GPU the kernel is compiled for it; elsewhere Triton's interpreter runs it
@@ -7,6 +8,7 @@ infinite, NaN). On a GPU the kernel is compiled for it; elsewhere Triton's inter
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -15,7 +17,12 @@ triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
 from pygraphx.codegen.triton.kernels import MAGIC  # noqa: E402
-from pygraphx.codegen.triton.quantise import int8_code, int8_code_rows  # noqa: E402
+from pygraphx.codegen.triton.quantise import (  # noqa: E402
+    fp8_code,
+    fp8_code_rows,
+    int8_code,
+    int8_code_rows,
+)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 RNG = np.random.default_rng(5)
@@ -80,3 +87,59 @@ def test_int8_code_matches_float32_division(scale: float, rows: bool) -> None:
     got, want = out.cpu().numpy(), _want(x, s)
     bad = np.flatnonzero(got != want)
     assert bad.size == 0, [(x[i], got[i], want[i]) for i in bad[:10]]
+
+
+@triton.jit
+def _fp8_codes(
+    x_ptr, scale_ptr, out_ptr, n, BLOCK: tl.constexpr, MAGIC: tl.constexpr, ROWS: tl.constexpr
+):  # fmt: skip
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    if ROWS:
+        q = fp8_code_rows(x, tl.load(scale_ptr), MAGIC)
+    else:
+        q = fp8_code(x, tl.load(scale_ptr), MAGIC)
+    tl.store(out_ptr + offs, q, mask=mask)
+
+
+def _fp8_values(scale: np.float32) -> np.ndarray:
+    """The midpoints between neighbouring e4m3 values of +-[0, 448] (ties of the rounding)
+    times the scale and the 2 floats either side of each, random values, saturation, specials."""
+    grid = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    grid = np.unique(grid[np.isfinite(grid)])
+    with np.errstate(all="ignore"):
+        ties = ((grid[:-1] + grid[1:]) / np.float32(2)).astype(np.float32) * scale
+        near = [ties]
+        up, down = ties.copy(), ties.copy()
+        for _ in range(2):
+            up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+            near += [up, down]
+        spread = RNG.standard_normal(2000).astype(np.float32) * np.float32(150) * scale
+        beyond = np.array([448, 464, 480, 500, 1023, 1024, 1025, 1e6], np.float32) * scale
+    return np.concatenate([*near, spread, beyond, -beyond, _values(scale)[-13:]]).astype(np.float32)
+
+
+def _want_fp8(x: np.ndarray, scale: np.float32) -> np.ndarray:
+    """`ops/quant.py`'s fp8 quantise: x / scale in float32, saturated to +-448, rounded half to
+    even to e4m3fn (ml_dtypes), NaN kept; as bytes."""
+    with np.errstate(all="ignore"):
+        v = x / scale
+    v = np.where(np.isnan(v), v, np.clip(v, -448.0, 448.0)).astype(np.float32)
+    return v.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+
+
+@pytest.mark.parametrize("rows", [False, True], ids=["fp8_code", "fp8_code_rows"])
+@pytest.mark.parametrize("scale", SCALES + list(RNG.uniform(1e-4, 10.0, 4)))
+def test_fp8_code_matches_float32_division(scale: float, rows: bool) -> None:
+    s = np.float32(scale)
+    x = _fp8_values(s)
+    xt = torch.from_numpy(x).to(DEVICE)
+    out = torch.empty(x.shape, dtype=torch.uint8, device=DEVICE)
+    st = torch.tensor([s], dtype=torch.float32, device=DEVICE)
+    grid = (triton.cdiv(x.size, BLOCK),)
+    _fp8_codes[grid](xt, st, out, x.size, BLOCK=BLOCK, MAGIC=MAGIC, ROWS=rows)
+    got, want = out.cpu().numpy(), _want_fp8(x, s)
+    nan = np.isnan(want.view(ml_dtypes.float8_e4m3fn).astype(np.float32))
+    bad = np.flatnonzero((got != want) & ~(nan & (got & 0x7F == 0x7F)))
+    assert bad.size == 0, [(x[i], hex(got[i]), hex(want[i])) for i in bad[:10]]

@@ -73,7 +73,10 @@ class QuantOutput:
             raise ValueError(f"quantised output {self.code!r}: expected int8 or fp8")
 
 
-_QUANT_IMPORT = "from pygraphx.codegen.triton.quantise import fp8_code, int8_code, int8_code_rows\n"
+_QUANT_IMPORT = (
+    "from pygraphx.codegen.triton.quantise import "
+    "fp8_code, fp8_code_rows, int8_code, int8_code_rows\n"
+)
 
 
 def _header(group: GroupTrace, quant: QuantOutput | None) -> str:
@@ -89,14 +92,14 @@ def _stores(
     rows: bool = False,
 ) -> list[str]:
     """The store of `value` (already in the output's type) at `out + offset` (`out_ptr`), and
-    with `quant` the quantised one at `qout + offset` (a row kernel's int8 by `int8_code_rows`,
-    one division a program: `quantise.py`)."""
+    with `quant` the quantised one at `qout + offset` (a row kernel's by `int8_code_rows` /
+    `fp8_code_rows`, one division a program: `quantise.py`)."""
     tail = f", mask={mask})" if mask else ")"
     if quant is None:
         return [f"tl.store({out_ptr}, {value}{tail}"]
     lines = [f"tl.store({out_ptr}, {value}{tail}"] if quant.store else []
     wide = value if out_dtype == np.float32 else f"({value}).to(tl.float32)"
-    fn = f"{quant.code}_code" + ("_rows" if rows and quant.code == "int8" else "")
+    fn = f"{quant.code}_code" + ("_rows" if rows else "")
     q_ptr = "qout" + out_ptr.removeprefix("out")
     # the rounding constant as a literal: a kernel reads no non-constexpr globals
     lines.append(f"tl.store({q_ptr}, {fn}({wide}, tl.load(qscale), {MAGIC!r}){tail}")

@@ -1,10 +1,11 @@
 """`quantizelinear`'s arithmetic as Triton functions, for generated kernels and hand-written ones.
 
 A generated group kernel whose result is quantised (`kernels.QuantOutput`) calls `int8_code`
-(a row kernel `int8_code_rows`) or `fp8_code` on the stored value; `targets/gpu/quant_kernels.py`
-builds its quantise kernels from `int8_code`, `fp8_round` and `fp8_bits`. The numbers are the
-reference's (`ops/quant.py`): `x / scale` in float32, correctly rounded (`div_rn`; in row
-kernels' int8 `saturating_quotient`, the same quotient from one reciprocal), then
+(a row kernel `int8_code_rows`) or `fp8_code` (`fp8_code_rows`) on the stored value;
+`targets/gpu/quant_kernels.py` builds its quantise kernels from `int8_code`, `fp8_round` and
+`fp8_bits`. The numbers are the reference's (`ops/quant.py`): `x / scale` in float32,
+correctly rounded (`div_rn`; in row kernels `saturating_quotient`, the same quotient from one
+reciprocal), then
 
 * int8: clamped to [-128, 127] and rounded half to even without libdevice (adding
   1.5 * 2**23 rounds a float32 of magnitude below 2**22 to an integer, half to even, which
@@ -26,12 +27,15 @@ from pygraphx.codegen.triton.kernels import MAGIC
 @triton.jit
 def fp8_round(v, MAGIC: tl.constexpr):
     """|v| <= 448 (float32) rounded to the nearest fp8 e4m3 value, half to even: a step of
-    2**(e - 3) in binade e (e >= -6; the subnormals share binade -6's step, 2**-9)."""
+    2**(e - 3) in binade e (e >= -6; the subnormals share binade -6's step, 2**-9). The
+    quotient by the step is a product with its inverse, also a power of two (exact, and no
+    division an element)."""
     mag = tl.abs(v)
     e = ((mag.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
     e = tl.maximum(e, -6)
     step = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
-    q = (tl.math.div_rn(mag, step) + MAGIC) - MAGIC  # < 16: exact, half to even
+    inverse = ((3 - e + 127) << 23).to(tl.float32, bitcast=True)  # 1 / step, exact
+    q = (mag * inverse + MAGIC) - MAGIC  # < 16: exact, half to even
     return tl.where(v.to(tl.int32, bitcast=True) < 0, -q * step, q * step)  # -0 stays -0
 
 
@@ -108,18 +112,36 @@ def int8_code_rows(x, scale, MAGIC: tl.constexpr):
 
 
 @triton.jit
-def fp8_code(x, scale, MAGIC: tl.constexpr):
-    """The fp8 e4m3fn byte (uint8) of `x / scale` saturated to +-448, for float32 `x`, `scale`."""
-    v = tl.math.div_rn(x, scale)
+def _fp8_of_quotient(v, x, scale, MAGIC: tl.constexpr):
+    """The fp8 e4m3fn byte of the quotient `v` of `x / scale`: saturated to +-448, rounded,
+    NaN where `x` or `v` is (0x7F); the sign from `x` and `scale` (a -0 quotient keeps it,
+    whatever the quotient's arithmetic did to the zero's sign)."""
     r = fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
-    r = tl.where(v != v, v, r)  # NaN stays NaN
-    return fp8_bits(r, v.to(tl.int32, bitcast=True) < 0)
+    r = tl.where(x != x, x, tl.where(v != v, v, r))  # NaN stays NaN
+    neg = (x.to(tl.int32, bitcast=True) ^ scale.to(tl.int32, bitcast=True)) < 0
+    return fp8_bits(r, neg)
+
+
+@triton.jit
+def fp8_code(x, scale, MAGIC: tl.constexpr):
+    """The fp8 e4m3fn byte (uint8) of `x / scale` saturated to +-448, for float32 `x`, `scale`
+    (one `div_rn` an element, as `int8_code`)."""
+    return _fp8_of_quotient(tl.math.div_rn(x, scale), x, scale, MAGIC)
+
+
+@triton.jit
+def fp8_code_rows(x, scale, MAGIC: tl.constexpr):
+    """`fp8_code` with the quotient from `saturating_quotient` (one division a call), for row
+    kernels as `int8_code_rows`: exact below 1024, and beyond it at least 512, which the
+    saturation to 448 cannot tell apart."""
+    return _fp8_of_quotient(saturating_quotient(x, scale, 1024.0), x, scale, MAGIC)
 
 
 __all__ = [
     "MAGIC",
     "fp8_bits",
     "fp8_code",
+    "fp8_code_rows",
     "fp8_round",
     "int8_code",
     "int8_code_rows",
