@@ -21,9 +21,10 @@ CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
 
 #: Hopper's fp8 tensor cores keep fewer bits than float32 in the Triton fp8 kernels' sums (on
-#: an H200 with Triton 3.6, despite the promotion every 32 products): on a GPU these exact-sum
-#: checks fail, and `PGX_GPU_FP8_*=triton` says so when set (`quant.announce_inexact_fp8`);
-#: under the interpreter (CI) the sums are float32 and the checks hold
+#: an H200 with Triton 3.6; the convolution kernel uses their own accumulation,
+#: `qck.FP8_NATIVE`, within `qck.FP8_SUM_ERROR`): on a GPU these whole-program checks against
+#: float32 sums fail, and `PGX_GPU_FP8_*=triton` says so when set
+#: (`quant.announce_inexact_fp8`); under the interpreter (CI) the sums are float32 and they hold
 FP8_INEXACT_ON_GPU = pytest.mark.xfail(
     torch.cuda.is_available(), reason="fp8 tensor-core sums are not float32-exact", strict=True
 )
