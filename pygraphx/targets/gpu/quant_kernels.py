@@ -2,9 +2,10 @@
 
 * `quantise_int8(x, scale, out)`: `out = saturate(rint(float32(x) / scale))` to int8 with one
   scale for the whole tensor, NaN to -128: `quantizelinear`'s arithmetic (`ops/quant.py`), in one
-  pass over memory (eager torch takes five). Round half to even without libdevice: adding and
-  subtracting 1.5 * 2**23 rounds a float32 of magnitude below 2**22 to an integer, half to even
-  (the value is clamped to [-128, 127] first, which commutes with rounding to integers).
+  pass over memory (eager torch takes five); the division is `_quotient` (below). Round half
+  to even without libdevice: adding and subtracting 1.5 * 2**23 rounds a float32 of magnitude
+  below 2**22 to an integer, half to even (the value is clamped to [-128, 127] first, which
+  commutes with rounding to integers).
 * `dequantise(acc, scale, out)`: `out[m, n] = float32(acc[m, n]) * scale[n]` (the folded scale
   of `quant_dot`'s dequantizelinear), int32 or float32 sums in, any float type out: the
   epilogue of `torch._int_mm` / `torch._scaled_mm`, one kernel instead of a cast and a multiply.
@@ -38,7 +39,7 @@ import triton
 import triton.language as tl
 import triton.testing
 
-from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits, fp8_round, int8_code
+from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits
 
 _BLOCK = 1024
 _BLOCK_M, _BLOCK_N = 32, 64
@@ -52,7 +53,8 @@ def _quantise_int8_kernel(x_ptr, scale_ptr, out_ptr, n, BLOCK: tl.constexpr, MAG
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + offs, int8_code(x, tl.load(scale_ptr).to(tl.float32), MAGIC), mask=mask)
+    s = tl.load(scale_ptr).to(tl.float32)
+    tl.store(out_ptr + offs, _int8_of(_quotient(x, s, tl.math.div_rn(1.0, s)), MAGIC), mask=mask)
 
 
 @triton.jit
@@ -63,8 +65,8 @@ def _quantise_fp8_kernel(
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(scale_ptr).to(tl.float32)
-    v = tl.math.div_rn(x, s)
-    r = fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
+    v = _quotient(x, s, tl.math.div_rn(1.0, s))
+    r = _fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
     r = tl.where(v != v, v, r)  # NaN stays NaN
     if ROUND_TRIP:  # dequantised at once: r * scale in the output's type
         tl.store(out_ptr + offs, (r * s).to(out_ptr.dtype.element_ty), mask=mask)
@@ -160,8 +162,7 @@ def _store_dequantised(
         qs = tl.load(qs_ptr).to(tl.float32)
         v = _quotient(y.to(ty).to(tl.float32), qs, tl.math.div_rn(1.0, qs))
         if QUANT == 1:
-            r = tl.minimum(tl.maximum(v, -128.0), 127.0)
-            q = tl.where(v != v, -128.0, (r + MAGIC) - MAGIC).to(tl.int8)
+            q = _int8_of(v, MAGIC)
         else:  # fp8 e4m3fn, its bytes
             r = _fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
             q = fp8_bits(tl.where(v != v, v, r), v.to(tl.int32, bitcast=True) < 0)
@@ -183,6 +184,14 @@ def _quotient(x, s, r):
     e1 = tl.fma(-q1, s, x)
     q2 = tl.fma(e1, r, q1)
     return tl.where((q2 != q2) | (q2 == 0.0), q, q2)
+
+
+@triton.jit
+def _int8_of(v, MAGIC: tl.constexpr):
+    """`quantise.int8_code` after its division: `v` (float32) clamped to [-128, 127], rounded
+    half to even (adding and subtracting MAGIC), NaN to -128, as int8."""
+    r = tl.minimum(tl.maximum(v, -128.0), 127.0)
+    return tl.where(v != v, -128.0, (r + MAGIC) - MAGIC).to(tl.int8)
 
 
 @triton.jit

@@ -86,6 +86,7 @@ def _product_job(fp8, mode, quant, store, ops, out, tile, name) -> dict:
         return _job(qk, "_int8_gemm_kernel", types, constexprs, options, name)
     aligned = mode != qck.GATHER  # a gathered input: the stem's 3 channels, any strides
     constexprs["MODE"] = mode
+    constexprs["FP8_NATIVE"] = fp8 and qck.FP8_NATIVE  # as `qck.launch_arguments` passes it
     return _job(qck, "_conv_kernel", types, constexprs, options, name, aligned)
 
 
@@ -184,4 +185,5 @@ def test_the_variants_cover_every_constexpr_value() -> None:
         epilogue = seen[f"{kernel}:E0"] | seen[f"{kernel}:E1"] | seen[f"{kernel}:E2"]
         assert epilogue == codes | {0}
     assert seen[f"{conv}:MODE"] == {qck.IMPLICIT, qck.POINTWISE, qck.GATHER}
+    assert seen[f"{conv}:FP8_NATIVE"] == {False, qck.FP8_NATIVE}
     assert seen[f"{qk.__name__}:_quantise_fp8_kernel:ROUND_TRIP"] == {False, True}
