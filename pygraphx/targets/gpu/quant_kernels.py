@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 import triton.testing
 
-from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits
+from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits, fp8_round
 
 _BLOCK = 1024
 _BLOCK_M, _BLOCK_N = 32, 64
@@ -66,7 +66,7 @@ def _quantise_fp8_kernel(
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(scale_ptr).to(tl.float32)
     v = _quotient(x, s, tl.math.div_rn(1.0, s))
-    r = _fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
+    r = fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
     r = tl.where(v != v, v, r)  # NaN stays NaN
     if ROUND_TRIP:  # dequantised at once: r * scale in the output's type
         tl.store(out_ptr + offs, (r * s).to(out_ptr.dtype.element_ty), mask=mask)
@@ -164,7 +164,7 @@ def _store_dequantised(
         if QUANT == 1:
             q = _int8_of(v, MAGIC)
         else:  # fp8 e4m3fn, its bytes
-            r = _fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
+            r = fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
             q = fp8_bits(tl.where(v != v, v, r), v.to(tl.int32, bitcast=True) < 0)
         tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
 
@@ -192,19 +192,6 @@ def _int8_of(v, MAGIC: tl.constexpr):
     half to even (adding and subtracting MAGIC), NaN to -128, as int8."""
     r = tl.minimum(tl.maximum(v, -128.0), 127.0)
     return tl.where(v != v, -128.0, (r + MAGIC) - MAGIC).to(tl.int8)
-
-
-@triton.jit
-def _fp8_round(v, MAGIC: tl.constexpr):
-    """`quantise.fp8_round` (|v| <= 448 to the nearest e4m3 value, half to even) with the
-    binade's step applied by multiplying by its power-of-two inverse (exact) instead of a
-    division per element."""
-    mag = tl.abs(v)
-    e = tl.maximum(((mag.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -6)
-    step = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
-    inverse = ((3 - e + 127) << 23).to(tl.float32, bitcast=True)
-    q = (mag * inverse + MAGIC) - MAGIC  # < 16: exact, half to even
-    return tl.where(v.to(tl.int32, bitcast=True) < 0, -q * step, q * step)
 
 
 @triton.jit
