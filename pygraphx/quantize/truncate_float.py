@@ -23,8 +23,25 @@ type's range become its largest finite value (an attention mask built from
 stays finite). Infinities and NaN are kept.
 
 `ins_names` restricts the rewrite to instructions with those operator names (MIGraphX's
-argument; the default `("all",)` selects every one); an instruction that is not selected gets
-its inputs converted back to their original types. Fused sub-modules (`pointwise`,
+argument; `("all",)`, `quantize_fp16`'s default, selects every one); an instruction that is not
+selected gets its inputs converted back to their original types. `"products"` (`PRODUCTS`,
+`quantize_bf16`'s default) selects by data flow rather than by name, as OpenVINO's bf16 does:
+
+* the products (`dot`, `convolution`, `deconvolution`) compute in the low type, their inputs
+  and weights rounded to it;
+* an instruction whose run-time float inputs (constants do not count) are all low-precision
+  values computes in the low type too (a bias add, GELU, ReLU, a CNN's residual add of two
+  convolutions, a scaled score);
+* the rest stays in its float type: softmax and the reductions (`reduce_*`), anything with a
+  float32 run-time input (a transformer's residual stream, adding a product to the float32
+  sum; the layer norms that follow it; an attention mask), what reads only constants (an
+  embedding gather), and the last step before an output (a classifier's bias add, a pooler's
+  tanh: the outputs are float32 anyway).
+
+A transformer then keeps its residual sums, layer norms and softmax in float32 and rounds only
+the products' inputs and weights (BERT-base's relative error against float32 5.3e-3 rather
+than 1.7e-2 with `"all"`), while a CNN, whose every activation comes from a convolution, runs
+entirely in the low type as with `"all"`. Fused sub-modules (`pointwise`,
 `fused_reduce` bodies, from `optimize`) are rewritten with their caller: their float
 parameters become low-precision parameters and their bodies compute in the low type. A fused
 instruction counts as selected when its own name or the name of any instruction in its body is.
@@ -48,10 +65,26 @@ from pygraphx.ops.pointwise import Convert
 from pygraphx.passes.manager import run_passes
 from pygraphx.passes.pipeline import optimize_passes
 
-__all__ = ["QuantizeError", "quantize_bf16", "quantize_fp16", "truncate_float"]
+__all__ = ["PRODUCTS", "QuantizeError", "quantize_bf16", "quantize_fp16", "truncate_float"]
 
 #: the types that are truncated
 WIDE_FLOATS = frozenset({"float_type", "double_type"})
+#: `ins_names` entry selecting by data flow (see the module docstring)
+PRODUCTS = "products"
+#: the operators `PRODUCTS` always computes in the low type
+PRODUCT_OPS = frozenset({"dot", "convolution", "deconvolution"})
+#: the operators `PRODUCTS` always keeps in their float type
+WIDE_OPS = frozenset(
+    {
+        "softmax",
+        "logsoftmax",
+        "reduce_sum",
+        "reduce_mean",
+        "reduce_max",
+        "reduce_min",
+        "reduce_prod",
+    }
+)
 #: the types a program may be truncated to
 LOW_FLOATS = frozenset({"half_type", "bf16_type"})
 
@@ -81,9 +114,14 @@ def quantize_fp16(prog: Program, ins_names: Iterable[str] = ("all",)) -> None:
     truncate_float(prog, "half_type", ins_names)
 
 
-def quantize_bf16(prog: Program, ins_names: Iterable[str] = ("all",)) -> None:
+def quantize_bf16(prog: Program, ins_names: Iterable[str] = (PRODUCTS,)) -> None:
     """Rewrite the uncompiled `prog` in place to compute in bfloat16 (`bf16_type`); as
     `quantize_fp16`, with bfloat16's range (that of float32) and fewer mantissa bits.
+
+    By default (`ins_names=("products",)`, see the module docstring) the matrix products and
+    convolutions, and what computes only on their results, run in bf16, while softmax,
+    reductions and values mixed with float32 ones (residual sums, layer norms) stay float32;
+    `("all",)` converts every instruction.
 
     The program is simplified first in its own float types (`simplify=True`, as MIGraphX's
     quantize optimises before truncating): constants are folded and batch normalisations
@@ -173,6 +211,7 @@ class _Truncate:
         # a low-precision copy -> the wide value it copies
         self.copy_of: dict[Instruction, Instruction] = {}
         self.dead: dict[str, list[Instruction]] = {}
+        self.main = program.get_main_module()
         self.bodies: set[str] = set()  # sub-modules rewritten
         self.kept_bodies: set[str] = set()  # sub-modules of unselected callers
 
@@ -187,7 +226,24 @@ class _Truncate:
     def selected(self, ins: Instruction) -> bool:
         if "all" in self.names or ins.op.name in self.names:
             return True
+        if PRODUCTS in self.names and self.follows_products(ins):
+            return True
         return any(self.selected(i) for body in ins.module_inputs for i in body.instructions)
+
+    def follows_products(self, ins: Instruction) -> bool:
+        """`PRODUCTS`: `ins` is a product, or every run-time float input of it is already a
+        low-precision value (and it is no softmax, reduction or call of a sub-module)."""
+        name = ins.op.name
+        if name in PRODUCT_OPS:
+            return True
+        if name in WIDE_OPS or ins.module_inputs:
+            return False
+        if ins.module is self.main and ins.outputs and all(u.is_return() for u in ins.outputs):
+            return False  # the last element-wise step before an output: at full precision
+        floats = [
+            x for x in ins.inputs if (x in self.repl or _is_wide(x)) and not _is_constant_view(x)
+        ]
+        return bool(floats) and all(x in self.repl for x in floats)
 
     def rewrite_module(self, module: Module, top: bool) -> None:
         self.dead.setdefault(module.name, [])

@@ -86,9 +86,9 @@ def cnn_model() -> tuple:
 MODELS = {"encoder": encoder_model, "cnn": cnn_model}
 
 
-def compile_bf16(model) -> pygraphx.Program:
+def compile_bf16(model, ins_names: tuple[str, ...] = ("products",)) -> pygraphx.Program:
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-    pygraphx.quantize_bf16(prog)
+    pygraphx.quantize_bf16(prog, ins_names)
     prog.compile(CpuTarget(threads=1))
     return prog
 
@@ -115,11 +115,11 @@ def test_bf16_on_cpu_matches_ort_float32_within_bf16_error(name: str) -> None:
 @native
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_bf16_weights_are_packed_once_in_bf16(name: str) -> None:
-    """Every weight oneDNN packed at prepare is bf16 (GEMMs and convolutions), and the only
-    conversions left in the run are those of the inputs and outputs (no weight converted per
-    run, no GEMM through float32)."""
+    """Every weight oneDNN packed at prepare is bf16 (GEMMs and convolutions), and in the
+    all-bf16 program the only conversions left in the run are those of the inputs and outputs
+    (no weight converted per run, no GEMM through float32)."""
     model, _ = MODELS[name]()
-    prog = compile_bf16(model)
+    prog = compile_bf16(model, ("all",))
     ctx = prog._executable.lowered.ctx
     packed = {key[0]: value for key, value in ctx.packed_weights.items()}
     assert packed, "no weight was packed for oneDNN"
@@ -225,3 +225,26 @@ def test_bf16_products_only_keep_the_rest_in_float32(
     assert main(["verify", "--onnx", str(path), "--cpu", "--bf16", "--precision-ops", "dot"]) == 0
     assert main(["verify", "--onnx", str(path), "--cpu", "--precision-ops", "dot"]) != 0
     assert "--precision-ops applies to --fp16 or --bf16" in capsys.readouterr().err
+
+
+@native
+def test_bf16_product_into_a_float32_sum_is_one_step() -> None:
+    """`quantize_bf16`'s default keeps the residual sum in float32: the bf16 GEMM (its bias
+    inside, rounded once) and the float32 group that adds it to the residual run as one step,
+    and the result stays within bf16's error of ORT's float32."""
+    model, feeds = encoder_model()
+    prog = compile_bf16(model)
+    steps = prog._executable.lowered.ctx.steps
+    widening = [
+        step
+        for step in steps
+        if [i.op.name for i in step.instructions] == ["dot", "pointwise"]
+        and step.instructions[0].shape.type() == "bf16_type"
+        and step.instructions[1].shape.type() == "float_type"
+    ]
+    # the residual sum, and the scores' product with its convert to the float32 output
+    lens = sorted(tuple(step.instructions[1].shape.lens()) for step in widening)
+    assert lens == [(1, 16, 16), (1, 16, 64)], [[i.op.name for i in s.instructions] for s in steps]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    for g, w in zip(prog.run(feeds), want, strict=True):
+        assert 1e-5 < relative_rms(g, w) < BF16_RMS

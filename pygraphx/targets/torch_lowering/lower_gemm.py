@@ -283,9 +283,12 @@ def _lower_low_precision_dot(ctx: LoweringContext, ins: Instruction) -> bool:
 
 
 def _epilogue_ok(producer: Instruction, user: Instruction) -> bool:
+    """`user` is an element-wise group `_fuse_dot` can take: of the product's shape, and of its
+    type or, for a bf16 product, float32 (`quantize_bf16`'s products into a float32 sum)."""
+    types = (producer.shape.type(), user.shape.type())
     return (
         user.op.name == "pointwise"
-        and user.shape.type() == producer.shape.type()
+        and (types[0] == types[1] or types == ("bf16_type", "float_type"))
         and user.shape.lens() == producer.shape.lens()
         and trace_group(user.module_inputs[0]) is not None
         and sum(1 for i in user.inputs if i is producer) == 1
@@ -322,6 +325,9 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
         produce = dot_producer(ctx, dot, bias, act)
         result = trace.inputs[k]  # the GEMM applies the whole group
     uidx = ctx.index[id(user)]
+    if user.shape.type() != dot.shape.type():
+        _emit_widening(ctx, dot, user, produce, (trace, result), unfused)
+        return True
     if ctx.static[uidx]:
         # the profiling steps store the group's value at its index like the fused step does
         unfused[-1].fn = storing(unfused[-1].fn, ctx.env, uidx, ctx.env[uidx])
@@ -345,6 +351,28 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
 
     ctx.emit(step, [dot, user], uidx, unfused)
     return True
+
+
+def _emit_widening(
+    ctx: LoweringContext,
+    dot: Instruction,
+    user: Instruction,
+    produce: Callable[[], torch.Tensor],
+    traced: tuple[Any, Any],
+    unfused: list,
+) -> None:
+    """A bf16 product (its bias added inside the GEMM, before the one rounding) and the rest of
+    its float32 group (the convert and, say, a residual add), written into the group's own
+    slot, as one step."""
+    env = ctx.env
+    didx, uidx = ctx.index[id(dot)], ctx.index[id(user)]
+    group = compile_into(ctx, *traced, ctx.args(user), env[uidx])
+
+    def step() -> None:
+        env[didx] = produce()
+        group()
+
+    ctx.emit(step, [dot, user], uidx, unfused)
 
 
 def _activation(trace: Any, result: Any, k: int) -> str | None:
