@@ -242,9 +242,9 @@ def test_bf16_product_into_a_float32_sum_is_one_step() -> None:
         and step.instructions[0].shape.type() == "bf16_type"
         and step.instructions[1].shape.type() == "float_type"
     ]
-    # the residual sum, and the scores' product with its convert to the float32 output
-    lens = sorted(tuple(step.instructions[1].shape.lens()) for step in widening)
-    assert lens == [(1, 16, 16), (1, 16, 64)], [[i.op.name for i in s.instructions] for s in steps]
+    # the residual sum (the scores' product, a small output head, stays float32)
+    lens = [tuple(step.instructions[1].shape.lens()) for step in widening]
+    assert lens == [(1, 16, 64)], [[i.op.name for i in s.instructions] for s in steps]
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
     for g, w in zip(prog.run(feeds), want, strict=True):
         assert 1e-5 < relative_rms(g, w) < BF16_RMS
