@@ -248,3 +248,34 @@ def test_bf16_product_into_a_float32_sum_is_one_step() -> None:
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
     for g, w in zip(prog.run(feeds), want, strict=True):
         assert 1e-5 < relative_rms(g, w) < BF16_RMS
+
+
+def prenorm_model() -> tuple:
+    """A pre-norm block (GPT-2's): LayerNormalization feeding only a MatMul, whose result is
+    added to the block's input; then an output MatMul."""
+    x = RNG.standard_normal((1, 16, 64)).astype(np.float32)
+    inits = {
+        "g": (1 + 0.1 * RNG.standard_normal(64)).astype(np.float32),
+        "beta": (0.1 * RNG.standard_normal(64)).astype(np.float32),
+        "w": _w(64, 64), "b": _w(64) * 0.1, "w2": _w(64, 64),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g", "beta"], ["n"], axis=-1, epsilon=1e-5),
+        helper.make_node("MatMul", ["n", "w"], ["h"]),
+        helper.make_node("Add", ["h", "b"], ["hb"]),
+        helper.make_node("Add", ["hb", "x"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["y"]),  # (a small head: float32)
+    ]
+    return make_model(nodes, {"x": x}, ["y"], inits, opset=20), {"x": x}
+
+
+@native
+def test_bf16_float32_layernorm_rounded_for_its_product_is_one_step() -> None:
+    """With the default policy a pre-norm block's layer norm stays float32 and only its output
+    is rounded to bf16 for the product: still one normalisation step, within bf16's error."""
+    model, feeds = prenorm_model()
+    prog = compile_bf16(model)
+    assert prog._executable.layernorm_blocks == 1
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    (got,) = prog.run(feeds)
+    assert 1e-5 < relative_rms(got, want) < BF16_RMS
