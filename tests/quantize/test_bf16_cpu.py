@@ -279,3 +279,26 @@ def test_bf16_float32_layernorm_rounded_for_its_product_is_one_step() -> None:
     (want,) = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
     (got,) = prog.run(feeds)
     assert 1e-5 < relative_rms(got, want) < BF16_RMS
+
+
+@native
+def test_bf16_bert_layers_fuse_their_roundings() -> None:
+    """BERT (post-norm) with the default policy: each layer norm is one step that also makes
+    the bf16 copy its products read, each attention block one step whose float32 softmax's
+    rounding is inside it, so no step is a lone convert; within bf16's error of ORT."""
+    from pygraphx.models.bert import BertConfig, build_bert
+
+    config = BertConfig(hidden=64, layers=2, heads=2, intermediate=128, vocab_size=100)
+    model = build_bert(batch=1, seq_len=16, seed=5, config=config)
+    ids = np.random.default_rng(6).integers(0, 100, (1, 16)).astype(np.int64)
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": ids * 0}
+    prog = compile_bf16(model)
+    exe = prog._executable
+    assert exe.layernorm_blocks == 2 * config.layers + 1
+    assert exe.attention_blocks == config.layers
+    lone = [s for s in exe.lowered.ctx.steps if [_ops(i) for i in s.instructions] == [
+        {"pointwise", "convert"}]]  # fmt: skip
+    assert not lone, len(lone)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    for g, w in zip(prog.run(feeds), want, strict=True):
+        assert 1e-5 < relative_rms(g, w) < BF16_RMS

@@ -17,7 +17,9 @@ is computed in float32 inside torch's kernel and rounded once, where the instruc
 step. A float32 normalisation whose last group also converts to bf16 (`quantize_bf16`'s default
 keeps a pre-norm transformer's norms in float32 and rounds their output for the next product,
 GPT-2's) is matched too: the step converts torch's result (finite values: a normalised row
-never nears float32's largest, so the clamping convert's saturation cannot apply).
+never nears float32's largest, so the clamping convert's saturation cannot apply); so is one
+whose float32 output also has a user that only converts it to bf16 (a post-norm transformer's,
+BERT's, where the output feeds the next residual sum too): the step makes that copy as well.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from pygraphx.targets.torch_lowering.pointwise import Node, NotTraceable, Value,
 BLOCKS = "layernorm_blocks"
 #: the element types normalised in one step
 NORM_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16))
+#: the IR type a float32 normalisation may be rounded to for its products
+BF16 = "bf16_type"
 #: a trace's converts (`cast_finite` clamps to the target's range)
 CASTS = ("cast", "cast_finite")
 
@@ -265,14 +269,40 @@ def lower_layernorm(ctx: LoweringContext, mean: Instruction) -> bool:
     ctx.mark_fresh(idx)
     shape, w, b, eps = (norm.x.shape.lens()[-1],), norm.weight, norm.bias, norm.eps
     layer_norm, cast = F.layer_norm, norm.cast
+    copy = _rounded_copy(norm) if cast is None else None
+    if copy is not None:  # computed by this step: bound, no step of its own
+        cidx = ctx.bind_dynamic(copy)
+        ctx.mark_fresh(cidx)
+        ctx.fusers[id(copy)] = _bound
+        low = torch_dtype(copy.shape.dtype())
 
-    def step() -> None:
-        y = layer_norm(env[x], shape, w, b, eps)
-        env[idx] = y if cast is None else y.to(cast)
+        def step() -> None:
+            env[idx] = y = layer_norm(env[x], shape, w, b, eps)
+            env[cidx] = y.to(low)
 
-    ctx.emit(step, norm.members, idx)
+    else:
+
+        def step() -> None:
+            y = layer_norm(env[x], shape, w, b, eps)
+            env[idx] = y if cast is None else y.to(cast)
+
+    ctx.emit(step, norm.members + ([copy] if copy is not None else []), idx)
     ctx.cache[BLOCKS] = ctx.cache.get(BLOCKS, 0) + 1
     return True
+
+
+def _rounded_copy(norm: Norm) -> Instruction | None:
+    """A bf16 copy of the float32 output that a user makes for its products (a post-norm
+    transformer's, BERT's: the output also feeds the next residual sum), a group that only
+    converts it, or None."""
+    for user in norm.y.outputs:
+        if user.op.name != "pointwise" or user.inputs != [norm.y] or user.shape.type() != BF16:
+            continue
+        body = user.module_inputs[0].instructions
+        ops = [i for i in body if not (i.is_param() or i.is_return())]
+        if len(ops) == 1 and ops[0].op.name == "convert" and norm.y.shape.type() == "float_type":
+            return user
+    return None
 
 
 def _bound(ctx: LoweringContext, ins: Instruction) -> bool:
