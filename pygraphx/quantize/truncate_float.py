@@ -29,11 +29,12 @@ selected gets its inputs converted back to their original types. `"products"` (`
 
 * the products (`dot`, `convolution`, `deconvolution`) compute in the low type, their inputs
   and weights rounded to it, except a small head: a product of at most `HEAD_ELEMENTS` values
-  that reach only the outputs (through element-wise steps), such as a classifier's or BERT's
-  pooler's, stays in float32 for next to no time, so its result is not rounded either, as
-  OpenVINO returns its last product's result unrounded (BERT-base's pooler at batch 8: 5.6e-3
-  against float32 when rounded, OpenVINO 5.4e-3); a language model's vocabulary projection
-  is far larger and stays low;
+  that reach only the outputs (through element-wise steps), with at most `HEAD_WEIGHTS`
+  constant values (read in float32: twice the bytes), such as BERT's pooler, stays in float32
+  for next to no time, so its result is not rounded either, as OpenVINO returns its last
+  product's result unrounded (BERT-base's pooler at batch 8: 5.6e-3 against float32 when
+  rounded, OpenVINO 5.4e-3); a CNN's classifier (2M weights on ResNet-50, 0.25 ms more per
+  run in float32, no better error) and a language model's vocabulary projection stay low;
 * an instruction whose run-time float inputs (constants do not count) are all low-precision
   values computes in the low type too (a bias add, GELU, ReLU, a CNN's residual add of two
   convolutions, a scaled score);
@@ -78,9 +79,11 @@ WIDE_FLOATS = frozenset({"float_type", "double_type"})
 PRODUCTS = "products"
 #: the operators `PRODUCTS` always computes in the low type
 PRODUCT_OPS = frozenset({"dot", "convolution", "deconvolution"})
-#: `PRODUCTS` keeps a product of at most this many values that feeds only the outputs (a
-#: classifier's or pooler's head) in its float type (see the module docstring)
+#: `PRODUCTS` keeps a product of at most this many values, with constant operands of at most
+#: `HEAD_WEIGHTS` values, that feeds only the outputs (a pooler's head) in its float type (see
+#: the module docstring)
 HEAD_ELEMENTS = 1 << 16
+HEAD_WEIGHTS = 1 << 20
 #: the operators `PRODUCTS` always keeps in their float type
 WIDE_OPS = frozenset(
     {
@@ -196,11 +199,16 @@ def _is_wide(ins: Instruction) -> bool:
     return ins.shape.type() in WIDE_FLOATS
 
 
-def _is_constant_view(ins: Instruction) -> bool:
-    """`ins` is a chain of one-input views (no module calls) ending at a literal."""
+def _view_source(ins: Instruction) -> Instruction:
+    """Where a chain of one-input views (no module calls) ending at `ins` starts."""
     while isinstance(ins.op, ViewOp) and len(ins.inputs) == 1 and not ins.module_inputs:
         ins = ins.inputs[0]
-    return ins.is_literal()
+    return ins
+
+
+def _is_constant_view(ins: Instruction) -> bool:
+    """`ins` is a chain of one-input views (no module calls) ending at a literal."""
+    return _view_source(ins).is_literal()
 
 
 class _Truncate:
@@ -257,6 +265,9 @@ class _Truncate:
         """`ins` (a product of the main module) yields at most `HEAD_ELEMENTS` values that reach
         only the outputs, through element-wise steps and views: a classifier or pooler head."""
         if ins.module is not self.main or ins.shape.elements() > HEAD_ELEMENTS:
+            return False
+        weights = [_view_source(x) for x in ins.inputs if _is_constant_view(x)]
+        if sum(w.shape.elements() for w in weights) > HEAD_WEIGHTS:
             return False
         todo, seen = list(ins.outputs), set()
         while todo:

@@ -156,3 +156,16 @@ def test_bert_base_on_cpu_matches_openvino_bf16_error() -> None:
     feeds = model_inputs("bert_base", model)
     errors = _errors(model, feeds, _quantized(model), "cpu")
     assert max(errors) < 5.5e-3, errors
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "low"), [(1024, 1000, False), (1024, 1100, True), (4, 70000, True)]
+)
+def test_small_heads_stay_float32(k: int, n: int, low: bool) -> None:
+    """A product feeding only an output stays float32 while it is small: at most 65536 values
+    and 2**20 weights (1024 x 1000); a 1024 x 1100 classifier, or a 70000-wide projection of
+    one row, computes in bf16."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+    x, w = np.zeros((1, k), np.float32), np.zeros((k, n), np.float32)
+    prog = _quantized(make_model(nodes, {"x": x}, ["y"], {"w": w}))
+    assert _types(prog, "dot") == {"bf16_type" if low else "float_type"}
