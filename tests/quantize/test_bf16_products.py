@@ -120,8 +120,8 @@ def _source(ins):
 
 def test_cnn_runs_in_bf16_from_convolution_to_convolution() -> None:
     """A CNN's activations all come from convolutions: ReLU and the residual add of two
-    branches compute in bf16 as with "all"; only the classifier's last add (an output) is
-    float32."""
+    branches compute in bf16 as with "all"; only the small classifier (a head feeding the
+    output) is float32."""
     prog = _quantized(_residual_cnn()[0])
     assert _types(prog, "convolution") == {"bf16_type"}
     assert _types(prog, "relu") == {"bf16_type"}
