@@ -302,3 +302,29 @@ def test_bf16_bert_layers_fuse_their_roundings() -> None:
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
     for g, w in zip(prog.run(feeds), want, strict=True):
         assert 1e-5 < relative_rms(g, w) < BF16_RMS
+
+
+@native
+def test_bf16_large_product_converted_to_float32_runs_in_column_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large bf16 product whose only user converts it to float32 (an output: a language
+    model's logits) runs in column blocks, each with its own packed bf16 weight, written into
+    the float32 result; the last block is narrower. The thresholds are lowered so that a small
+    product takes the path."""
+    from pygraphx.targets.torch_lowering import lower_gemm
+
+    monkeypatch.setattr(lower_gemm, "WIDEN_MIN", 1)
+    monkeypatch.setattr(lower_gemm, "WIDEN_BLOCK", 48)
+    x = RNG.standard_normal((1, 700, 16)).astype(np.float32)  # 70000 values: no small head
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x}, ["y"],
+                       {"w": _w(16, 100)})  # fmt: skip
+    prog = compile_bf16(model)
+    ctx = prog._executable.lowered.ctx
+    starts = sorted(key[3] for key in ctx.packed_weights if len(key) == 4)
+    assert starts == [0, 48, 96] and len(ctx.packed_weights) == 3  # not the whole weight too
+    assert all(t.dtype == torch.bfloat16 for t in ctx.packed_weights.values())
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    (got,) = prog.run({"x": x})
+    assert np.asarray(got).dtype == np.float32
+    assert 1e-5 < relative_rms(got, want) < BF16_RMS
