@@ -192,3 +192,16 @@ def test_fp8_casts_are_refused_with_the_reason(source: str, target: str) -> None
     group = module_trace(body, [x.shape], "pointwise")
     with pytest.raises(UnsupportedGroup, match="float8"):
         kernel_source(group)
+
+
+def test_autotune_pick_prefers_the_default_among_near_ties() -> None:
+    """The fastest candidate wins unless one before it (the default first) is within `TIE`
+    of it: a choice between configurations that time alike is not left to noise."""
+    from pygraphx.codegen.triton.timing import TIE, pick
+
+    options = ["default", "b", "c"]
+    assert pick([10.0, 5.0, 5.1], options) == "b"  # clearly faster
+    assert pick([10.0 * (1 + TIE / 2), 10.0, 12.0], options) == "default"  # within TIE
+    assert pick([10.0 * (1 + 2 * TIE), 10.0, 10.0], options) == "b"  # beyond it: the first fastest
+    with pytest.raises(ValueError, match="2 times for 3 options"):
+        pick([1.0, 2.0], options)

@@ -5,8 +5,9 @@ reads a function's source from its file). The key is a hash of the source, the d
 and the Triton version, so a second compile of the same model finds its kernels on disk; the
 cache directory is `$PGX_CACHE_DIR` or `~/.cache/pygraphx/kernels`. At the first call a small
 autotune times each launch configuration (`BLOCK`, `num_warps`) on the arguments themselves
-(on copies where the output's bytes overlap an input's) and writes the fastest to
-`<key>.json`, which later builds read back. Under the interpreter (`TRITON_INTERPRET=1`,
+(on copies where the output's bytes overlap an input's; `timing.py`: device time only, the
+candidates in turns, near-ties to the default) and writes the choice to `<key>.tuned2.json`,
+which later builds read back. Under the interpreter (`TRITON_INTERPRET=1`,
 CPU tensors) timing means nothing: the widest block is used and nothing is written.
 """
 
@@ -18,7 +19,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,14 @@ import triton
 from pygraphx.codegen.trace import GroupTrace, TensorDesc
 from pygraphx.codegen.triton.emitter import UnsupportedGroup
 from pygraphx.codegen.triton.kernels import KernelSource, QuantOutput, kernel_source
+from pygraphx.codegen.triton.timing import pick, time_candidates
 
 log = logging.getLogger(__name__)
 
 Config = dict[str, int]
+#: the tuned configuration's file beside the kernel: named after the way it was timed, so a
+#: choice made by an older timing (`timing.py`'s docstring says why it was noise) is not reused
+TUNED_SUFFIX = ".tuned2.json"
 
 
 def cache_dir() -> Path:
@@ -111,7 +116,7 @@ class TritonKernel:
 
     @property
     def _config_path(self) -> Path:
-        return self.path.with_suffix(".json")
+        return self.path.with_suffix(TUNED_SUFFIX)
 
     def _read_config(self) -> Config | None:
         try:
@@ -190,12 +195,14 @@ class TritonKernel:
             return options[0]
         if any(_overlaps(t, out) for t in inputs):  # written in place: time on copies
             inputs, out = [t.clone() for t in inputs], out.clone()
-        times = [
-            (_time_launches(lambda c=c: self._launch(inputs, out, c, extra)), c) for c in options
-        ]
-        best = min(times, key=lambda tc: tc[0])[1]
+        runs = [lambda c=c: self._launch(inputs, out, c, extra) for c in options]
+        times = time_candidates(runs)
+        best = pick(times, options)
         _write(self._config_path, json.dumps(best))
-        log.info("%s: tuned %s", self.key, best)
+        log.info(
+            "%s: tuned %s (%s)", self.key, best,
+            ", ".join(f"{c} {t * 1e3:.1f} us" for c, t in zip(options, times, strict=True)),
+        )  # fmt: skip
         return best
 
 
@@ -213,24 +220,6 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     (a0, a1), (b0, b1) = _byte_range(a), _byte_range(b)
     return a0 < b1 and b0 < a1
-
-
-def _time_launches(run: Callable[[], None], reps: int = 20) -> float:
-    """Device milliseconds of one launch: the median of `reps`, between CUDA events, after a
-    warm-up launch that compiles. No L2 flush buffer (`triton.testing.do_bench` allocates
-    256 MB for one, which would count in the program's peak memory); the groups of one
-    program run back to back with warm caches anyway."""
-    run()
-    torch.cuda.synchronize()
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
-    events[0].record()
-    for e in events[1:]:
-        run()
-        e.record()
-    torch.cuda.synchronize()
-    return sorted(a.elapsed_time(b) for a, b in zip(events[:-1], events[1:], strict=True))[
-        reps // 2
-    ]
 
 
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:

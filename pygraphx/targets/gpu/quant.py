@@ -8,12 +8,13 @@
   (`quant_kernels.dequantise`: one kernel, int32 in, the user's float type out); with Triton
   GEMMs, so is a bias / residual / ReLU group after it (`quant_epilogue.py`).
 * `quant_dot` of fp8 e4m3 x fp8 e4m3 with a constant right-hand side (`passes/fold_fp8.py`
-  makes them): the float32 sums of exact fp8 products by `torch._scaled_mm` with unit scales
-  (the default); its scale multiply stays a `mul` that the element-wise group after it
-  absorbs. `PGX_GPU_FP8_GEMM=triton`: the Triton GEMM (`quant_kernels.fp8_gemm`, autotuned
-  per shape) with that group (scale, convert, bias, GELU, ReLU, residual, the next fp8
-  quantise) as its epilogue (`quant_epilogue.deferred_epilogue`); slower on the H200 so far
-  (`fp8_gemm_choice`).
+  makes them), by `torch._scaled_mm` (the default, `fp8_gemm.py`): with its scale, convert
+  and bias group (`fold_fp8.split_fp8_scales`) as one GEMM with rowwise scales, bias and half
+  out; else the float32 sums of exact fp8 products (unit scales), whose scale multiply is a
+  `mul` in the element-wise group after it. `PGX_GPU_FP8_GEMM=triton`: the Triton GEMM
+  (`quant_kernels.fp8_gemm`, autotuned per shape) with that group (scale, convert, bias, GELU,
+  ReLU, residual, the next fp8 quantise) as its epilogue (`quant_epilogue.deferred_epilogue`);
+  slower on the H200 so far (`fp8_gemm_choice`).
 * `quant_dot` of two int8 activations (attention's products): a batched GEMM of the int8
   values as half with float32 accumulation and output (`runtime_sums`; float32 off CUDA),
   exact while 128 * 128 * K < 2**24 (K <= 1023), declined beyond; of two fp8 activations: the
@@ -39,6 +40,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_kernels as qk
+from pygraphx.targets.gpu.fp8_gemm import Fp8Gemm, lower_scaled_fp8, padded
 from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, bind_quantised, deferred_epilogue
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
@@ -81,7 +83,8 @@ def fp8_gemm_choice(triton: bool) -> str:
     GEMM with the next group as its epilogue). On the H200 (BERT-base, batch 32) the Triton
     kernel, which promotes its sums to float32 every 32 products for float32-exact sums, took
     3.47 ms against 3.25 ms with `_scaled_mm` (and 3.02 ms with Hopper's default fp8
-    accumulation, whose sums are not float32's: not offered)."""
+    accumulation, whose sums are not float32's: not offered); since `_scaled_mm` computes
+    the scale and bias too (`fp8_gemm.py`), 3.24 ms against 2.37 ms."""
     choice = int8_gemm_choice(triton, FP8_GEMM_ENV)
     if choice == "triton" and torch.cuda.is_available():
         announce_inexact_fp8(FP8_GEMM_ENV)
@@ -158,10 +161,6 @@ def dequantising_user(ctx: LoweringContext, ins: Instruction, n: int):
     return None if scale is None else (user, scale)
 
 
-def padded(size: int, multiple: int = 8) -> int:
-    return -(-size // multiple) * multiple
-
-
 class IntGemm:
     """`rows x k` int8 times a constant `k x n` int8 weight through `torch._int_mm`, with the
     padding cuBLAS needs (more than 16 rows, K and N multiples of 8)."""
@@ -191,34 +190,6 @@ class IntGemm:
         return acc[: self.rows, : self.n]
 
 
-class Fp8Gemm:
-    """`rows x k` fp8 e4m3 times a constant fp8 weight through `torch._scaled_mm` (unit scales,
-    float32 sums); K and N are padded to multiples of 16 as cuBLASLt's fp8 GEMM wants."""
-
-    def __init__(self, w: torch.Tensor, rows: int, device: torch.device) -> None:
-        k, n = w.shape
-        self.rows, self.k, self.n = rows, k, n
-        k_p, n_p = padded(k, 16), padded(n, 16)
-        wide = torch.zeros((n_p, k_p), dtype=torch.float32, device=device)
-        wide[:n, :k] = w.t().to(torch.float32)
-        self.wt = wide.to(w.dtype).t()  # column-major (K, N), as _scaled_mm wants
-        self.buf = None
-        if k_p != k:
-            self.buf = torch.zeros((rows, k_p), dtype=w.dtype, device=device)
-        self.one = torch.ones((), dtype=torch.float32, device=device)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.buf is not None:
-            self.buf[:, : self.k].copy_(x)
-            x = self.buf
-        elif not x.is_contiguous():
-            x = x.contiguous()
-        acc = torch._scaled_mm(
-            x, self.wt, scale_a=self.one, scale_b=self.one, out_dtype=torch.float32
-        )
-        return acc[:, : self.n]
-
-
 def lower_gpu_quant_dot(
     ctx: LoweringContext, ins: Instruction, fallback: Lowering, triton: bool
 ) -> bool:
@@ -243,6 +214,8 @@ def _lower_fixed(ctx: LoweringContext, ins: Instruction, gemm_type, w, triton: b
         return False
     if gemm_type is Fp8Gemm and fp8_gemm_choice(triton) == "triton":
         return _lower_fp8_triton(ctx, ins, w, rows)
+    if gemm_type is Fp8Gemm and lower_scaled_fp8(ctx, ins, w, rows):
+        return True
     fused = dequantising_user(ctx, ins, n) if gemm_type is IntGemm else None
     if fused is None:
         return _lower_fixed_unfused(ctx, ins, gemm_type(w, rows, ctx.device), rows, k, n)

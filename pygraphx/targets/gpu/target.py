@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pygraphx.ir.mapped import release_weight_pages
-from pygraphx.passes.fold_fp8 import fold_fp8
+from pygraphx.passes.fold_fp8 import fold_fp8, split_fp8_scales
 from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy, RowFusion
 from pygraphx.passes.manager import Pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.targets.base import Target
 from pygraphx.targets.gpu.executable import GpuExecutable
 from pygraphx.targets.gpu.lowering import gpu_overrides
+from pygraphx.targets.gpu.quant import FP8_GEMM_ENV, int8_gemm_choice
 from pygraphx.targets.gpu.quant_conv import fp8_conv_mode
 from pygraphx.targets.gpu.triton_groups import TritonGroups, in_place_input, triton_wanted
 from pygraphx.targets.torch_lowering import lower_module
@@ -94,12 +95,18 @@ class GpuTarget(Target):
 
     def get_passes(self, options: dict[str, Any]) -> list[Pass]:
         """fp8 products folded for `torch._scaled_mm` and, with `PGX_GPU_FP8_CONV=triton` where
-        Triton kernels run, the fp8 convolution kernel (`fold_fp8`), then the common list."""
+        Triton kernels run, the fp8 convolution kernel (`fold_fp8`), then the common list; with
+        `_scaled_mm` (not `PGX_GPU_FP8_GEMM=triton`) the fp8 GEMMs' scale and bias split off
+        their groups after the fusion passes (`split_fp8_scales`: the GEMM computes them)."""
         policy = self.fusion_policy()
         # fp8 convolution kernels: asked for (`PGX_GPU_FP8_CONV`) and Triton runs here
         convolutions = isinstance(policy, RowFusion) and fp8_conv_mode() == "triton"
         fold = Pass("fold_fp8", lambda module, program: fold_fp8(module, convolutions))
-        return [fold, *optimize_passes(policy=policy)]
+        passes = [fold, *optimize_passes(policy=policy)]
+        if int8_gemm_choice(isinstance(policy, RowFusion), FP8_GEMM_ENV) == "cublas":
+            at = next(k for k, p in enumerate(passes) if p.name == "fuse_reduce") + 1
+            passes.insert(at, Pass("split_fp8_scales", split_fp8_scales))
+        return passes
 
     def device(self, options: dict[str, Any]) -> torch.device:
         if self.settings.get("device", "cuda") == "cpu":

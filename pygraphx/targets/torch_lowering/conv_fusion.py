@@ -12,7 +12,7 @@ most of a CNN's time goes.
 
 When the convolution's only user is a `pointwise` group of the form
 
-    act(conv + c1 + c2 + ... [+ other])     act in {none, relu, clip(0, 6)}
+    act(conv + c1 + c2 + ... [+ other])     act in {none, relu, clip(0, 6), silu}
 
 where each `c` is a constant broadcast along the channels (a bias) or a scalar, and `other` is
 one full tensor (a residual, or a second branch's output), the group is folded into the
@@ -206,10 +206,12 @@ def _add_leaves(node: Instruction, leaves: list[Instruction], root: bool = False
 def _activation(
     ctx: LoweringContext, node: Instruction, outer: dict[int, Instruction]
 ) -> tuple[str, list[float], Instruction] | None:
-    """(unary attr, scalars, input) of a relu / relu6 at the root, or None."""
+    """(unary attr, scalars, input) of a relu / relu6 / silu at the root, or None."""
     name = node.op.name
     if name == "relu":
         return "relu", [], node.inputs[0]
+    if name == "silu":  # x * sigmoid(x): oneDNN's swish post-op (YOLO's Conv-BN-SiLU)
+        return "swish", [], node.inputs[0]
     if name == "clip":
         lo, hi = (_scalar(ctx, outer.get(id(i))) for i in node.inputs[1:])
         if lo is not None and hi is not None:

@@ -1,10 +1,10 @@
 """The CPU kernels one 2-D float32 convolution can run on, each with its epilogue.
 
 A `ConvPlan` holds a convolution's geometry and its fused epilogue (a per-channel bias, an
-optional full-tensor `add` operand, then an activation: none, relu, or hardtanh = clip). Every
-kernel here computes the same value, on channels-last activations, and returns a new
-channels-last tensor, so a choice between them (`conv_choice.py`) never changes the layout the
-program's other steps see:
+optional full-tensor `add` operand, then an activation: none, relu, hardtanh = clip, or swish =
+silu). Every kernel here computes the same value, on channels-last activations, and returns a
+new channels-last tensor, so a choice between them (`conv_choice.py`) never changes the layout
+the program's other steps see:
 
 * `onednn`: `mkldnn._convolution_pointwise` with the weight reordered once into oneDNN's blocked
   format; bias, add and activation are oneDNN post-ops. Every convolution can take it; it is
@@ -182,6 +182,8 @@ def _torch_cl(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callab
             y.relu_()
         elif unary == "hardtanh":
             y.clamp_(scalars[0], scalars[1])
+        elif unary == "swish":
+            F.silu(y, inplace=True)
         return y
 
     return run

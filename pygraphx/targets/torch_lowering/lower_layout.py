@@ -17,10 +17,21 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.printer import instruction_names
-from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import COMPUTE_DTYPES, python_scalar, torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
 from pygraphx.targets.torch_lowering.registry import lowering
+
+
+def concat_layout(ctx: LoweringContext, ins: Instruction, args: list[int]) -> str:
+    """Channels-last for a 4-D concat whose parts are all channels-last (a UNet's skip joined
+    with its upsampled path, both from convolutions): a standard result would transpose every
+    part here and the next convolution would transpose it back."""
+    if ins.shape.ndim() != 4 or not args:
+        return STANDARD
+    if all(ctx.layout[i] == CHANNELS_LAST for i in args):
+        return CHANNELS_LAST
+    return STANDARD
 
 
 def _computable(ins: Instruction) -> bool:
@@ -33,12 +44,29 @@ def lower_concat(ctx: LoweringContext, ins: Instruction) -> bool:
         return False
     axis = ins.op.axis + ins.shape.ndim() if ins.op.axis < 0 else ins.op.axis
     args = ctx.args(ins)
-    idx, out = output_buffer(ctx, ins, "std")
+    layout = concat_layout(ctx, ins, args)
+    idx, out = output_buffer(ctx, ins, layout)
     env = ctx.env
-    cat = torch.cat
+    if layout == STANDARD:
+        cat = torch.cat
 
-    def step() -> None:
-        cat([env[i] for i in args], axis, out=out)
+        def step() -> None:
+            cat([env[i] for i in args], axis, out=out)
+
+    else:
+        # channels-last parts into a channels-last result: each part is one strided copy
+        # into its window (torch.cat with out= would restride or reallocate the slot)
+        windows = []
+        start = 0
+        for x in ins.inputs:
+            size = x.shape.lens()[axis]
+            windows.append(out.narrow(axis, start, size))
+            start += size
+        parts = list(zip(windows, args, strict=True))
+
+        def step() -> None:
+            for window, i in parts:
+                window.copy_(env[i])
 
     ctx.emit(step, ins, idx)
     return True

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ops.indexing import interpolation_weights, nearest_index, source_coordinates
-from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import COMPUTE_DTYPES, torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
 from pygraphx.targets.torch_lowering.registry import lowering
@@ -142,7 +142,10 @@ def lower_resize(ctx: LoweringContext, ins: Instruction) -> bool:
     if op.mode != "nearest" and not dtype.is_floating_point:
         return False
     x = ctx.arg(ins, 0)
-    idx, out = output_buffer(ctx, ins, "std")
+    # a channels-last input (a convolution's) keeps its layout: F.interpolate returns it so,
+    # and a standard result would transpose it here and back at the next convolution
+    layout = CHANNELS_LAST if ctx.layout[x] == CHANNELS_LAST and ins.shape.ndim() == 4 else STANDARD
+    idx, out = output_buffer(ctx, ins, layout)
     env = ctx.env
     fast = interpolate_args(ins) if dtype.is_floating_point else None
     if fast is not None:

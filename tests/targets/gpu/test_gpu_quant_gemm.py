@@ -307,3 +307,118 @@ def test_fp8_gemm_kernel_matches_numpy() -> None:
     qk.fp8_gemm(a.to(DEVICE), w.to(DEVICE), scale.to(DEVICE), out)
     want = (a.double().numpy() @ w.double().numpy().T) * scale.double().numpy()
     np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-5, atol=1e-4)
+
+
+def fixed_fp8_products(prog: pygraphx.Program) -> list:
+    """The compiled program's fp8 `quant_dot`s with a constant weight (all but attention's)."""
+    main = prog.get_main_module()
+    return [i for i in main.instructions if i.op.name == "quant_dot"]
+
+
+def spy_scaled_mm(monkeypatch) -> list:
+    """The `out_dtype` of every `torch._scaled_mm` call."""
+    calls: list = []
+    real = torch._scaled_mm
+
+    def spy(*a, **kw):
+        calls.append(kw.get("out_dtype"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(torch, "_scaled_mm", spy)
+    return calls
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_fp8_gemm_computes_its_scale_and_bias(fp16: bool, monkeypatch) -> None:
+    """Issue 12: in a half program each fp8 GEMM with a constant weight computes its scale,
+    convert and bias (`split_fp8_scales`'s group; `_scaled_mm` with rowwise scales and bias)
+    and writes half, which the group after it (GELU; residual + layer norm) reads; a float32
+    program keeps the float32 sums (nothing split). Against `ref`: a value may land one fp8
+    step away where the once-rounded `sums * scale + bias` differs from ref's by a half ulp."""
+    monkeypatch.delenv(FP8_GEMM_ENV, raising=False)
+    model, feeds = tiny_bert()
+    calls = spy_scaled_mm(monkeypatch)
+    got, want, gpu = run_both(model, feeds, "fp8", fp16, activation_products=False)
+    products = fixed_fp8_products(gpu)
+    assert len(products) == 2 * 4 + 1  # QKV, attention output, two feed-forward; pooler
+    users = [p.outputs[0] for p in products]
+    bodies = [[b.op.name for b in u.module_inputs[0].instructions] for u in users]
+    split = ["@param", "@param", "mul", "convert", "@param", "add", "@return"]
+    if fp16:
+        assert all(u.op.name == "pointwise" for u in users) and bodies == [split] * 9, bodies
+        assert calls[-9:] == [torch.float16] * 9, calls
+    else:
+        assert split not in bodies and set(calls) == {torch.float32}, (bodies, calls)
+    close_within(got, want, 0.07)
+
+
+def test_split_fp8_groups_keep_the_program_numbers(monkeypatch) -> None:
+    """With the GEMM kept to its float32 sums (the scaled path declined), the split-off scale /
+    bias groups run as generated kernels: the numbers of the unsplit program on the gpu
+    target, which match `ref` as before."""
+    from pygraphx.targets.gpu import fp8_gemm
+
+    monkeypatch.delenv(FP8_GEMM_ENV, raising=False)
+    model, feeds = tiny_bert()
+    monkeypatch.setattr(fp8_gemm, "scaled_group", lambda ctx, ins, n: None)
+    calls = spy_scaled_mm(monkeypatch)
+    got, want, gpu = run_both(model, feeds, "fp8", True, activation_products=False)
+    assert set(calls) == {torch.float32}, calls
+    assert len(fixed_fp8_products(gpu)) == 9
+    close_within(got, want, 0.07)
+
+
+def test_split_fp8_scales_keeps_the_oracle_numbers() -> None:
+    """`split_fp8_scales` only regroups: the gpu target's passes with and without it, then the
+    `ref` target's evaluation of the groups, give the same bits; and it split every fixed
+    fp8 product's scale group off (one more group each, or the group itself)."""
+    from pygraphx.passes.manager import run_passes
+
+    model, feeds = tiny_bert()
+    outs, groups = [], []
+    for split in (False, True):
+        prog = quantised(model, feeds, "fp8", True, activation_products=False)
+        gpu = pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"}))
+        passes = gpu.get_passes({})
+        assert "split_fp8_scales" in [p.name for p in passes]
+        skip = {"schedule", "memory_coloring"} | (set() if split else {"split_fp8_scales"})
+        run_passes(prog, [p for p in passes if p.name not in skip])
+        main = prog.get_main_module().instructions
+        groups.append(sum(i.op.name in ("pointwise", "fused_reduce") for i in main))
+        prog.compile(pygraphx.get_target("ref"))
+        outs.append(np.asarray(prog.run(feeds(0))[0]))
+    # QKV's group was its scale and bias alone (2 layers); the other 7 gain a group
+    assert groups[1] == groups[0] + 7, groups
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_triton_fp8_gemm_keeps_the_whole_group(monkeypatch) -> None:
+    """`PGX_GPU_FP8_GEMM=triton`: no split (its GEMM takes the whole group as epilogue)."""
+    monkeypatch.setenv(FP8_GEMM_ENV, "triton")
+    gpu = pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"}))
+    assert "split_fp8_scales" not in [p.name for p in gpu.get_passes({})]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_scaled_fp8_gemm_matches_numpy(bias: bool) -> None:
+    """`ScaledFp8Gemm`: half(sums of exact fp8 products * scale[n] + bias[n]) rounded once,
+    with K and N padded to 16, against float64 numpy: within half a half step of the value
+    plus the sums' error (float32 off CUDA; Hopper's fp8 tensor cores keep fewer bits, by
+    `fp8_scaled_mm_probe` up to ~3e-4 of the largest output for K = 768: allowed 2e-3 of
+    the sum of |products|)."""
+    from pygraphx.targets.gpu.fp8_gemm import ScaledFp8Gemm
+
+    m, k, n = 37, 70, 50
+    a = torch.from_numpy(RNG.standard_normal((m, k)).astype(np.float32) * 8).to(FP8)
+    w = torch.from_numpy(RNG.standard_normal((k, n)).astype(np.float32) * 8).to(FP8)
+    scale = torch.from_numpy(RNG.uniform(0.5, 2.0, n).astype(np.float32)) * 1e-2
+    b = torch.from_numpy(RNG.standard_normal(n).astype(np.float16)) if bias else None
+    gemm = ScaledFp8Gemm(w.to(DEVICE), m, torch.device(DEVICE), scale, b, torch.float16)
+    got = gemm(a.to(DEVICE))
+    assert got.dtype == torch.float16 and got.shape == (m, n) and got.is_contiguous()
+    a64, w64, s64 = a.double().numpy(), w.double().numpy(), scale.double().numpy()
+    want = (a64 @ w64) * s64 + (b.double().numpy() if bias else 0.0)
+    terms = (np.abs(a64) @ np.abs(w64)) * s64
+    err = np.abs(got.cpu().double().numpy() - want)
+    sums = 2e-3 if CUDA else 1e-6
+    assert (err <= np.abs(want) * 2.0**-11 + terms * sums).all(), (err / terms).max()

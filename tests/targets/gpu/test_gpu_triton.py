@@ -248,3 +248,32 @@ def test_groups_of_other_shapes_with_one_source_get_their_own_kernels(interpret)
     y1, y2 = (np.array(a) for a in prog.run(feeds))
     np.testing.assert_allclose(y1, np.maximum(feeds["a"] + feeds["b"], 0), rtol=1e-6)
     np.testing.assert_allclose(y2, np.maximum(feeds["c"] + feeds["d"], 0), rtol=1e-6)
+
+
+@needs_gpu
+def test_autotune_timing_leaves_host_time_out() -> None:
+    """`timing.time_candidates` measures the device: a tiny kernel whose every launch is
+    preceded by 50 us of host work is timed at its own few microseconds (launches timed back
+    to back between events would measure the host's 50 us), and a spin of a known number of
+    cycles at that many cycles' time, whichever order the candidates come in."""
+    import time
+
+    from pygraphx.codegen.triton.timing import time_candidates
+
+    x = torch.zeros(1024, device="cuda")
+
+    def tiny_after_host_work() -> None:
+        end = time.perf_counter() + 50e-6
+        while time.perf_counter() < end:
+            pass
+        x.add_(1.0)
+
+    def spin(cycles: int):
+        return lambda: torch.cuda._sleep(cycles)
+
+    small, big = 20_000, 200_000
+    tiny, t_small, t_big = time_candidates([tiny_after_host_work, spin(small), spin(big)])
+    assert tiny < 0.02  # ms: the host's 50 us are not in it
+    assert 5 < t_big / t_small < 15  # ten times the cycles, about ten times the time
+    again = time_candidates([spin(big), spin(small)])
+    assert again[0] == pytest.approx(t_big, rel=0.2) and again[1] == pytest.approx(t_small, rel=0.3)
