@@ -17,7 +17,12 @@ which becomes the group's value (oneDNN's binary post-op, `_linear_pointwise.bin
 thread, 213 ms against 212). bf16 products on a CPU with bf16 instructions (`bf16_gemm`) run
 in bf16 through oneDNN the same way, with the weight packed once in bf16 (accumulated in
 float32 and rounded once, as the reference does; a fused bias and activation are applied before
-that one rounding). Other half and bf16 products are computed in float32 and rounded once.
+that one rounding). A bf16 product whose element-wise user is float32 (`quantize_bf16`'s default
+keeps a residual sum in float32) takes the group's bias add into the GEMM and the rest of the
+group writes the float32 result, as one step (`_emit_widening`); a large one that is only
+converted to float32 (a language model's logits) runs in column blocks, each converted while in
+cache (`_emit_widened_blocks`). Other half and bf16 products are computed in float32 and rounded
+once.
 
 Declined (numpy fallback): integer and fp8 products and `quant_dot` (numpy's exact wrapping
 arithmetic).
