@@ -13,7 +13,10 @@ quantise too (`group_tune_ab.layer_norm_group`) with each formulation in place o
 * `bits`: `div_rn`, clamp, then the integer read from the bits of `r + MAGIC` (its low byte:
   no float -> int conversion);
 * `rcp` (not exact: x times 1/scale, to see what the division costs) and `none` (a plain cast:
-  the memory floor).
+  the memory floor);
+* `current`: `quantise.int8_code` as it is now (`bits`), and `rows`: `quantise.int8_code_rows`
+  (`saturating_quotient`: one reciprocal a program and two fma corrections an element, then
+  the code from the bits), which row kernels use.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from pygraphx.codegen.triton.timing import time_candidates  # noqa: E402
 VARIANTS = """
 import triton
 import triton.language as tl
+
+from pygraphx.codegen.triton.quantise import int8_code as q_current
+from pygraphx.codegen.triton.quantise import int8_code_rows as q_rows
 
 
 @triton.jit
@@ -81,11 +87,15 @@ def elementwise(x_ptr, s_ptr, out_ptr, n, BLOCK: tl.constexpr, WHICH: tl.constex
         q = q_bits(x, s, 12582912.0)
     elif WHICH == 2:
         q = q_rcp(x, s, 12582912.0)
-    else:
+    elif WHICH == 3:
         q = q_none(x, s, 12582912.0)
+    elif WHICH == 4:
+        q = q_current(x, s, 12582912.0)
+    else:
+        q = q_rows(x, s, 12582912.0)
     tl.store(out_ptr + offs, q, mask=mask)
 """
-NAMES = ["f2i", "bits", "rcp", "none"]
+NAMES = ["f2i", "bits", "rcp", "none", "current", "rows"]
 
 
 def _module(path: Path, text: str, name: str):
@@ -125,7 +135,7 @@ def layer_norm_times(where: Path, scale: torch.Tensor) -> dict:
     out = torch.empty(4096, 768, dtype=torch.float16, device="cuda")
     q = torch.empty(4096, 768, dtype=torch.int8, device="cuda")
     found = {}
-    for name in NAMES[:3]:
+    for name in [n for n in NAMES if n != "none"]:
         text = source.source.replace(
             "from pygraphx.codegen.triton.quantise import fp8_code, int8_code",
             f"from quantise_variants import q_{name} as int8_code",

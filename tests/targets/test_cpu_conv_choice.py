@@ -1,6 +1,7 @@
 """The cpu target's per-layer convolution kernel choice (`torch_lowering/conv_choice.py`).
 
-Every kernel (`onednn`, `matmul`, `torch_cl`), forced or measured, must give ONNX Runtime's
+Every kernel (`onednn`, `matmul`, `dnnl` where oneDNN's C API library loads, `torch_cl`),
+forced or measured, must give ONNX Runtime's
 answer on a small MobileNet/ResNet-style network (1x1 and depthwise layers, relu6 and relu,
 residual adds, strides, asymmetric padding); choices are cached per process (a second compile,
 or a saved program loaded again, measures nothing) and, with `PGX_CONV_CHOICE_CACHE`, in a
@@ -23,13 +24,19 @@ from onnx import helper  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
-from pygraphx.targets.torch_lowering import conv_choice  # noqa: E402
+from pygraphx.targets.torch_lowering import conv_choice, onednn_conv  # noqa: E402
 from pygraphx.targets.torch_lowering.conv_choice import ConvChoiceError, pick  # noqa: E402
 from tests.helpers import make_model, run_ort  # noqa: E402
 
 RNG = np.random.default_rng(7)
 #: 1x1 stride-1 layers of `_net` (the ones `matmul` can take) and all its convolutions
 POINTWISE_LAYERS, LAYERS = 4, 7
+#: the kernel a convolution runs on unless told otherwise
+DEFAULT = "dnnl" if onednn_conv.available() else "onednn"
+NEEDS_DNNL = pytest.mark.skipif(
+    not onednn_conv.available(), reason="oneDNN's C API library (onednn-cpu-gomp) not installed"
+)
+KERNELS = ["onednn", "matmul", pytest.param("dnnl", marks=NEEDS_DNNL), "torch_cl"]
 
 
 def f32(*shape: int, scale: float = 0.5) -> np.ndarray:
@@ -89,10 +96,10 @@ def _fresh_cache(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_measurement_is_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(conv_choice.KERNEL_ENV)
     state = _state(_compile(_net()[0]))
-    assert state.measured == 0 and state.chosen["onednn"] == LAYERS
+    assert state.measured == 0 and state.chosen[DEFAULT] == LAYERS
 
 
-@pytest.mark.parametrize("kernel", ["measure", "off", "onednn", "matmul", "torch_cl"])
+@pytest.mark.parametrize("kernel", ["measure", "off", *KERNELS])
 def test_every_kernel_matches_ort(kernel: str) -> None:
     model, feeds = _net()
     prog = _compile(model, conv_kernel=kernel)
@@ -100,15 +107,16 @@ def test_every_kernel_matches_ort(kernel: str) -> None:
     chosen = _state(prog).chosen
     assert sum(chosen.values()) == LAYERS
     if kernel == "matmul":
-        # the 1x1 + add + relu layer is not a matmul post-op chain: it stays on onednn
+        # the 1x1 + add + relu layer is not a matmul post-op chain: it stays on the default
         assert chosen["matmul"] == POINTWISE_LAYERS - 1
-    elif kernel == "torch_cl":
-        assert chosen["torch_cl"] == LAYERS
-    elif kernel in ("off", "onednn"):
-        assert chosen["onednn"] == LAYERS
+        assert chosen[DEFAULT] == LAYERS - POINTWISE_LAYERS + 1
+    elif kernel in ("torch_cl", "onednn", "dnnl"):
+        assert chosen[kernel] == LAYERS
+    elif kernel == "off":
+        assert chosen[DEFAULT] == LAYERS
 
 
-@pytest.mark.parametrize("kernel", ["onednn", "matmul", "torch_cl"])
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_epilogues_stay_fused(kernel: str) -> None:
     """The depthwise layer with bias and relu6, and the 1x1 layers with their residual adds,
     run as one step each, whatever kernel runs them."""
@@ -172,7 +180,7 @@ def test_zero_budget_measures_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     state = _state(_compile(_net()[0]))
     assert state.measured == 0
     assert state.over_budget >= 1
-    assert state.chosen["onednn"] == LAYERS
+    assert state.chosen[DEFAULT] == LAYERS
 
 
 def test_environment_switch_and_log_line(
@@ -181,8 +189,8 @@ def test_environment_switch_and_log_line(
     monkeypatch.setenv(conv_choice.KERNEL_ENV, "off")
     with caplog.at_level(logging.INFO, logger="pygraphx.cpu"):
         state = _state(_compile(_net()[0]))
-    assert state.measured == 0 and state.chosen["onednn"] == LAYERS
-    assert "cpu convolution kernels: onednn x7" in caplog.text
+    assert state.measured == 0 and state.chosen[DEFAULT] == LAYERS
+    assert f"cpu convolution kernels: {DEFAULT} x7" in caplog.text
     monkeypatch.setenv(conv_choice.KERNEL_ENV, "measure")
     with caplog.at_level(logging.INFO, logger="pygraphx.cpu"):
         _compile(_net()[0])

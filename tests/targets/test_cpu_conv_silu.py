@@ -15,6 +15,7 @@ from onnx import helper  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
+from pygraphx.targets.torch_lowering import onednn_conv  # noqa: E402
 from tests.helpers import make_model, run_ort  # noqa: E402
 
 RNG = np.random.default_rng(11)
@@ -56,7 +57,12 @@ def _net():
     return make_model(nodes, feeds, ["y"], inits), feeds
 
 
-@pytest.mark.parametrize("kernel", ["onednn", "matmul", "torch_cl"])
+DNNL = pytest.param(
+    "dnnl", marks=pytest.mark.skipif(not onednn_conv.available(), reason="onednn-cpu-gomp missing")
+)
+
+
+@pytest.mark.parametrize("kernel", ["onednn", "matmul", DNNL, "torch_cl"])
 def test_conv_silu_is_one_step_and_matches_ort(kernel: str) -> None:
     model, feeds = _net()
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())

@@ -73,7 +73,7 @@ class QuantOutput:
             raise ValueError(f"quantised output {self.code!r}: expected int8 or fp8")
 
 
-_QUANT_IMPORT = "from pygraphx.codegen.triton.quantise import fp8_code, int8_code\n"
+_QUANT_IMPORT = "from pygraphx.codegen.triton.quantise import fp8_code, int8_code, int8_code_rows\n"
 
 
 def _header(group: GroupTrace, quant: QuantOutput | None) -> str:
@@ -81,16 +81,22 @@ def _header(group: GroupTrace, quant: QuantOutput | None) -> str:
 
 
 def _stores(
-    out_ptr: str, value: str, out_dtype: np.dtype, mask: str | None, quant: QuantOutput | None
+    out_ptr: str,
+    value: str,
+    out_dtype: np.dtype,
+    mask: str | None,
+    quant: QuantOutput | None,
+    rows: bool = False,
 ) -> list[str]:
     """The store of `value` (already in the output's type) at `out + offset` (`out_ptr`), and
-    with `quant` the quantised one at `qout + offset`."""
+    with `quant` the quantised one at `qout + offset` (a row kernel's int8 by `int8_code_rows`,
+    one division a program: `quantise.py`)."""
     tail = f", mask={mask})" if mask else ")"
     if quant is None:
         return [f"tl.store({out_ptr}, {value}{tail}"]
     lines = [f"tl.store({out_ptr}, {value}{tail}"] if quant.store else []
     wide = value if out_dtype == np.float32 else f"({value}).to(tl.float32)"
-    fn = f"{quant.code}_code"
+    fn = f"{quant.code}_code" + ("_rows" if rows and quant.code == "int8" else "")
     q_ptr = "qout" + out_ptr.removeprefix("out")
     # the rounding constant as a literal: a kernel reads no non-constexpr globals
     lines.append(f"tl.store({q_ptr}, {fn}({wide}, tl.load(qscale), {MAGIC!r}){tail}")
@@ -319,10 +325,10 @@ def _store(
     dtype = group.output.dtype
     value = _store_value(_result(env, group), dtype)
     if not per_lane:
-        return _stores(f"out + ro{len(group.inputs)}", value, dtype, None, quant)
+        return _stores(f"out + ro{len(group.inputs)}", value, dtype, None, quant, rows=True)
     _, names = _unravel("c", rows.inner, "q")
     off = f"ro{len(group.inputs)} + {_offset(names, rows.inner_strides[-1], 'c * 0')}"
-    return _stores(f"out + {off}", value, dtype, "mask", quant)
+    return _stores(f"out + {off}", value, dtype, "mask", quant, rows=True)
 
 
 def _single_row(group: GroupTrace, node: Node, rows: _Rows, quant: QuantOutput | None) -> list[str]:

@@ -17,9 +17,11 @@ arguments (`GpuArgument`, torch CUDA tensors, DLPack objects): see `run_device`.
 
 Profiling (`observer`): the steps run uncaptured twice: once queued behind a spin kernel, each
 between two CUDA events, which gives every step's device time without host time in it
-(`_device_times`), then once step by step to show the observer each value. The run's wall
-time is never less than the sum of the device times, so perf's measured overhead is never
-negative, and the device times add up to about what one graph replay takes.
+(`_device_times`; a view step whose result shares its input's storage launched nothing and
+counts 0, not the ~1.4 us two back-to-back events measure), then once step by step to show the
+observer each value. The run's wall time is never less than the sum of the device times, so
+perf's measured overhead is never negative, and the device times add up to about what one
+graph replay takes.
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ GRAPH_ENV = "PGX_GPU_GRAPH"
 WARMUP_RUNS = 2
 #: device clock cycles the first profiled run spins for (~50 ms at 2 GHz); later runs adapt
 SPIN_CYCLES = 100_000_000
+#: ops whose step, where its result shares its input's storage, only rebinds a tensor
+VIEW_OPS = frozenset(
+    {"reshape", "transpose", "slice", "multibroadcast", "broadcast", "squeeze", "unsqueeze",
+     "flatten", "step"}
+)  # fmt: skip
 
 
 class GpuExecutable:
@@ -275,20 +282,33 @@ class GpuExecutable:
         spin[1].record()
         pairs: list[tuple[Any, Any] | None] = []
         start = time.perf_counter()
-        for ins, fn, _ in self.lowered.profile:
+        for ins, fn, slot in self.lowered.profile:
             if fn is None:
                 pairs.append(None)
                 continue
+            source = self._view_source(ins)
             pair = (Event(enable_timing=True), Event(enable_timing=True))
             pair[0].record()
             _named(ins, fn)
             pair[1].record()
-            pairs.append(pair)
+            # a view of its input's storage launched nothing: its step rebinds a tensor on
+            # the host (and is no part of the graph); the events' own gap is no work of it
+            pairs.append(
+                None if source is not None and _storage(self.env[slot]) == source else pair
+            )
         host = time.perf_counter() - start
         torch.cuda.synchronize(self.device)
         per_second = cycles / max(spin[0].elapsed_time(spin[1]) / 1e3, 1e-6)
         self._spin_cycles = int(min(max(2.0 * host * per_second, 1e6), 2e10))
         return [p[0].elapsed_time(p[1]) / 1e3 if p is not None else 0.0 for p in pairs]
+
+    def _view_source(self, ins: Instruction) -> int | None:
+        """The storage address of a view instruction's input, read before its step runs (the
+        step may release it); None for other instructions."""
+        if ins.op.name not in VIEW_OPS or not ins.inputs:
+            return None
+        src = self.lowered.ctx.index.get(id(ins.inputs[0]))
+        return _storage(self.env[src]) if src is not None else None
 
     # --- device I/O -----------------------------------------------------------------------
     def _device_input(self, name: str, params: Mapping[str, Any]) -> torch.Tensor:
@@ -352,6 +372,10 @@ def release_library_workspaces(device: torch.device) -> None:
         )
         return
     clear()
+
+
+def _storage(t: Any) -> int | None:
+    return t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) else None
 
 
 def _timed(ins: Instruction, fn: Callable[[], None]) -> float:

@@ -66,9 +66,11 @@ FP8_MODES = ("cudnn", "triton")
 
 def fp8_conv_mode() -> str:
     """`PGX_GPU_FP8_CONV`: `triton` (fp8 convolutions as the fp8 kernel, `fold_fp8` folds
-    them; experimental) or `cudnn` (the default: cuDNN half on the fp8 values dequantised, as
-    before). On an H200 the fp8 kernel was not yet faster (ResNet-50 b32 3.05 ms against
-    2.62), and its results on a GPU are checked only by the CPU interpreter's tests so far."""
+    them; experimental: its sums are Hopper's fp8 accumulation, `quant_conv_kernels.
+    FP8_NATIVE`) or `cudnn` (the default: cuDNN half on the fp8 values dequantised, as
+    before). On an H200 the fp8 kernel was not faster before its epilogue lost its per-element
+    division (ResNet-50 b32 3.05 ms against 2.62); since then it has not been timed in the
+    whole model (per layer its bare kernels match the int8 ones)."""
     mode = os.environ.get(FP8_CONV_ENV, "cudnn").strip() or "cudnn"
     if mode not in FP8_MODES:
         raise ValueError(f"{FP8_CONV_ENV}={mode!r}: expected one of {', '.join(FP8_MODES)}")
@@ -235,8 +237,9 @@ def _emitter(ctx, ins: Instruction, geo: Geometry, product, columns, scale: torc
             return out.permute(0, 3, 1, 2)
 
         # a new tensor, not the user's arena slot: one kernel reads the input while it
-        # writes (a 1x1 convolution reads its input in place)
-        return _emit_fresh(c, at, produce, CHANNELS_LAST)
+        # writes (a 1x1 convolution reads its input in place); the convolution is listed
+        # with the step, so its input lives until then
+        return _emit_fresh(c, at, produce, CHANNELS_LAST, [] if at is ins else [ins])
 
     return emit
 

@@ -3,11 +3,12 @@
 `conv(x, wt, scale, out, geometry, epilogue, residual, qout)` is an implicit GEMM: output row
 `(n, ho, wo)`, column `c_out`, `K = kh * kw * C` walked one tap's run of `BLOCK_K` channels at a
 time, read in place from the NHWC input (zeros outside it: no patch matrix in memory). The
-operands are int8 (exact int32 sums) or fp8 e4m3 (float32 sums of exact products), multiplied
-as `quant_kernels._dot8` does; the epilogue is `quant_kernels`': `float32(sum) * scale[c_out]`
-in `out`'s type, then up to three of bias / residual / ReLU / GELU, then optionally the
-quantise of the result for the next convolution (int8 or fp8, one scale) with or without the
-float store.
+operands are int8 (exact int32 sums) or fp8 e4m3 (on a GPU Hopper's own fp8 accumulation,
+`FP8_NATIVE`: within `FP8_SUM_ERROR` of the exact sum; float32 sums under the interpreter),
+multiplied as `quant_kernels._dot8` does; the epilogue is `quant_kernels`': `float32(sum) *
+scale[c_out]` in `out`'s type, then up to three of bias / residual / ReLU / GELU / another
+product's dequantised residual, then optionally the quantise of the result for the next
+convolution (int8 or fp8, one scale) with or without the float store.
 
 How the input tile is read (`input_mode`): a 1x1 stride-1 convolution of a dense NHWC input is
 the plain GEMM of its rows (`POINTWISE`); other convolutions with input channels a multiple of
@@ -30,7 +31,10 @@ import triton.language as tl
 
 from pygraphx.targets.gpu import quant_kernels as qk
 
-__all__ = ["CONV_BLOCK_K", "CONV_CONFIGS", "GATHER", "IMPLICIT", "POINTWISE", "conv", "input_mode"]
+__all__ = [
+    "CONV_BLOCK_K", "CONV_CONFIGS", "FP8_NATIVE", "FP8_SUM_ERROR", "GATHER", "IMPLICIT",
+    "POINTWISE", "conv", "input_mode", "launch_arguments",
+]  # fmt: skip
 
 #: the smallest K block: a convolution read in place needs input channels a multiple of it
 CONV_BLOCK_K = 64
@@ -38,13 +42,28 @@ CONV_BLOCK_K = 64
 #: of 64 or 128 bytes; 3-5 stages within shared memory); a K block must divide C. The 64-wide
 #: ones are for 64 output channels (ResNet-50's first stage): on an H200 (CUDA graphs) the 3x3
 #: layer autotuned took 0.023 ms without them (64 x 64), 0.019 with (128 x 64; cuDNN half 0.025)
-#: (`benchmarks/quant_tiles_ab.py`)
+#: (`benchmarks/quant_tiles_ab.py`). No 128 x 256 tiles: on an H200 they lost on every layer
+#: `benchmarks/quant_conv_probe.py` timed (e.g. 1x1 128 -> 512 at 28x28: 0.0158 ms against
+#: 0.0138 for 128 x 128; 3x3 256 at 14x14: 0.0254 against 0.0160), and each tile is a compile
+#: and a timing per layer shape at prepare
 CONV_CONFIGS = [
-    (128, 128, 64, 4, 4), (128, 128, 128, 8, 3), (128, 256, 64, 8, 3), (128, 256, 128, 8, 3),
-    (256, 128, 64, 8, 3), (256, 128, 128, 8, 3), (64, 128, 128, 4, 4), (128, 64, 128, 4, 4),
-    (64, 64, 64, 4, 5), (64, 128, 64, 4, 5), (128, 64, 64, 4, 4), (256, 64, 64, 8, 4),
+    (128, 128, 64, 4, 4), (128, 128, 128, 8, 3), (256, 128, 64, 8, 3), (256, 128, 128, 8, 3),
+    (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (64, 64, 64, 4, 5), (64, 128, 64, 4, 5),
+    (128, 64, 64, 4, 4), (256, 64, 64, 8, 4),
 ]  # fmt: skip
 
+
+#: fp8 sums with Hopper's native fp8 accumulation (`quant_kernels._dot8`'s NATIVE): the
+#: wgmma stays asynchronous; False promotes to float32 every 32 products (slower, still not
+#: float32-exact on Hopper). On an H200 (Triton 3.6, `benchmarks/quant_conv_probe.py`) the
+#: native bare kernels took 0.0126 ms against 0.0191 promoted (1x1 128 -> 512 at 28x28, b32)
+#: and 0.0154 against 0.0224 (3x3 256 at 14x14); their sums' error, against float64 sums of
+#: the same fp8 values (K = 2304), was at most 3.9e-4 of the sum of the products' magnitudes
+#: (mean 1.9e-5; promoted: at most 9.1e-6), far below fp8 e4m3's own rounding (2**-4)
+FP8_NATIVE = True
+#: the bound the tests hold the GPU's fp8 sums to: |sum - exact| <= FP8_SUM_ERROR * sum |x * w|
+#: (ten times the largest error measured on an H200; the interpreter sums in float32)
+FP8_SUM_ERROR = 2**-8
 
 #: how `_conv_kernel` reads its input tile (`MODE`)
 IMPLICIT, POINTWISE, GATHER = 0, 1, 2
@@ -85,12 +104,12 @@ def _input_tile(
 def _conv_kernel(
     x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw, sxc,
     stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
-    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     FP8: tl.constexpr, MODE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    FP8_PTRS: tl.constexpr = False,
+    FP8_PTRS: tl.constexpr = False, FP8_NATIVE: tl.constexpr = False,
 ):  # fmt: skip
     if FP8_PTRS:  # fp8 bytes read as fp8 (CUDA): `quant_kernels._fp8_pointers`
         x_ptr, w_ptr = qk._fp8_pointers(x_ptr, w_ptr)
@@ -113,10 +132,10 @@ def _conv_kernel(
             w = tl.load(w_at, mask=(cols[None, :] < N) & ((k0 + ks) < K)[:, None], other=0.0)
         else:
             w = tl.load(w_at, mask=cols[None, :] < N, other=0.0)
-        acc = qk._dot8(a, w, acc, FP8)  # fp8 operands: fp8 tiles on CUDA, else their bytes
+        acc = qk._dot8(a, w, acc, FP8, FP8_NATIVE)  # fp8: fp8 tiles on CUDA, else bytes
     qk._store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-        qs_ptr, q_ptr, stride_qm, g1, g2, g3, E0, E1, E2, QUANT, STORE, MAGIC,
+        qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE, MAGIC,
     )  # fmt: skip
 
 
@@ -159,18 +178,36 @@ def conv(
     `CONV_BLOCK_K` in dense channels-last order are read a tap at a time; otherwise (the
     stem's 3 channels, any layout) each element is gathered. `qout` (int8, fp8 e4m3 or its
     bytes as uint8) takes the epilogue's quantised result."""
+    launch = launch_arguments(x, wt, scale, out, geometry, epilogue, residual, qout)
+    if launch is None:
+        return
+    args, codes = launch
+    m, c_out = out.shape
+    if qk._timed(x):
+        _tuned_kernel()[qk._tuned_grid](*args, **codes)
+        return
+    config = qk._config(m)
+    config["BLOCK_K"] = CONV_BLOCK_K
+    grid = qk._grid(m, c_out, config)
+    _conv_kernel[grid](*args, **codes, **config, num_warps=8, num_stages=4)
+
+
+def launch_arguments(x, wt, scale, out, geometry, epilogue=None, residual=None, qout=None):
+    """(`_conv_kernel`'s positional arguments, its constexprs but the tile) of `conv`'s
+    launch, or None when the product is empty. fp8 operands go as their bytes (read as fp8
+    on CUDA, as bytes elsewhere)."""
     n, c, h, w = x.shape
     kw, (sh, sw), (ph, pw), (dh, dw), ho, wo = geometry
     m, k, c_out = n * ho * wo, wt.shape[1], wt.shape[0]
     if m == 0 or c_out == 0:
-        return
+        return None
     fp8 = x.dtype == torch.float8_e4m3fn
     if x.dtype != wt.dtype or not (fp8 or x.dtype == torch.int8):
         raise ValueError(f"conv: int8 or fp8 e4m3 operands of one type, got {x.dtype}, {wt.dtype}")
     mode = input_mode(x, geometry)
     sxn, sxc, sxh, sxw = x.stride()
     timed = qk._timed(x)
-    if fp8:  # passed as bytes: the kernel reads them as fp8 on CUDA, as bytes elsewhere
+    if fp8:
         x, wt = x.view(torch.uint8), wt.view(torch.uint8)
     args = (
         x, wt, scale, out, m, c_out, k, c, h, w, ho, wo, sxn, sxh, sxw, sxc,
@@ -178,13 +215,8 @@ def conv(
     )  # fmt: skip
     extra, codes = qk._epilogue_args(scale, epilogue, residual, qout)
     codes.update(FP8=fp8, MODE=mode, FP8_PTRS=fp8 and timed and qk.FP8_POINTERS)
-    if timed:
-        _tuned_kernel()[qk._tuned_grid](*args, *extra, **codes)
-        return
-    config = qk._config(m)
-    config["BLOCK_K"] = CONV_BLOCK_K
-    grid = qk._grid(m, c_out, config)
-    _conv_kernel[grid](*args, *extra, **codes, **config, num_warps=8, num_stages=4)
+    codes["FP8_NATIVE"] = fp8 and FP8_NATIVE
+    return (*args, *extra), codes
 
 
 def input_mode(x: torch.Tensor, geometry: tuple) -> int:

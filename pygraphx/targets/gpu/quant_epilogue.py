@@ -17,6 +17,14 @@ are computed in float32 and rounded once, as the generated group kernel does). W
 has an int8 or fp8 `quantizelinear` user with one constant scale (the next layer's input),
 the kernel writes that 8-bit tensor too, and the float one only if something else reads it.
 
+Where two products meet (ResNet's first block of a stage: the shortcut convolution and the
+last one, each with its bias, added, then ReLU), the group also computes the other product's
+value beside the running one: `add(other, bias)` (int8: `other` its dequantised value), or
+for fp8 `mul(other, channel scale)`, `convert`, `add(bias)`. Added to the running value it is
+a "residual_affine" op (`quant_kernels.Epilogue`): the other product's tensor read as the
+residual with its scale and bias applied in the epilogue, each step rounded as the group
+does, so the group and its quantise run inside the second product's kernel.
+
 An fp8 product (`passes/fold_fp8.py`: `quant_dot` / `quant_convolution` with float32 sums)
 has no dequantise: its group starts with `mul(product, per-channel constant)` and, in a half
 program, `convert` to the group's type. `deferred_epilogue(..., scaled=True)` reads those two
@@ -184,10 +192,15 @@ def _plan_body(ctx, user: Instruction, group: Instruction, axis: int, n: int, sc
 
 def _leading_scale(ctx, group: Instruction, steps: list, source: dict, running, channels):
     """(the per-channel float32 scale, the value after which the epilogue starts, the rest of
-    the steps) when `steps` start with `mul(running, channel constant)` in float32 and
-    optionally a `convert` of it to the group's type (`fold_fp8`'s dequantise), else None."""
-    mul = steps[0] if steps else None
-    if mul is None or mul.op.name != "mul" or len(mul.inputs) != 2 or running not in mul.inputs:
+    the steps) when the first step reading `running` is `mul(running, channel constant)` in
+    float32, optionally followed by a `convert` of it to the group's type (`fold_fp8`'s
+    dequantise), else None. Steps before it do not read `running`: they stay, in order."""
+    first = next((i for i, ins in enumerate(steps) if running in ins.inputs), None)
+    if first is None:
+        return None
+    before, steps = steps[:first], steps[first:]
+    mul = steps[0]
+    if mul.op.name != "mul" or len(mul.inputs) != 2:
         return None
     other = mul.inputs[1] if mul.inputs[0] is running else mul.inputs[0]
     if mul.shape.type() != "float_type" or id(other) not in source or other is running:
@@ -200,25 +213,32 @@ def _leading_scale(ctx, group: Instruction, steps: list, source: dict, running, 
         at, last = 2, steps[1]
     if last.shape.type() != group.shape.type():
         return None
-    return scale, last, steps[at:]
+    return scale, last, before + steps[at:]
 
 
 def _plan_steps(ctx, group, steps, running, source, channels):
     """The plan of the group's `steps` after the dequantised value `running` (module
     docstring), with its 8-bit quantise when it has one; else None."""
-    ops, found, at = [], {"gelu": (0.0, 0.0, 0.0)}, 0
+    ops, found, at = [], {"gelu": (0.0, 0.0, 0.0), "side": {}}, 0
     while at < len(steps):
         ins = steps[at]
         if ins.is_return():
             if len(ins.inputs) != 1 or ins.inputs[0] is not running or len(ops) > 3:
                 return None
             quantise, scale, store = quantising_user(ctx, group)
-            epilogue = qk.Epilogue(ops, found.get("bias"), scale, store, found["gelu"])
+            epilogue = qk.Epilogue(
+                ops, found.get("bias"), scale, store, found["gelu"], found.get("affine")
+            )
             return EpiloguePlan(group, epilogue, found.get("residual"), quantise)
         gelu = _gelu(ctx, group, steps[at : at + 5], running, source)
         if gelu is not None:
             ops.append("gelu")
             found["gelu"], running, at = gelu, steps[at + 4], at + 5
+            continue
+        if running not in ins.inputs:  # another product's dequantise / bias, beside it
+            if not _side_step(ctx, group, ins, source, channels, found["side"]):
+                return None
+            at += 1
             continue
         if ins.op.name in ("relu", "gelu") and list(ins.inputs) == [running]:
             ops.append(ins.op.name)  # gelu: the recognised op, x * 0.5 * (1 + erf(x / sqrt 2))
@@ -229,12 +249,57 @@ def _plan_steps(ctx, group, steps, running, source, channels):
     return None
 
 
+def _side_step(ctx, group: Instruction, ins: Instruction, source: dict, channels, side) -> bool:
+    """Record in `side` a step that does not read the running value when it is part of
+    another activation's `(a * channel scale)` (float32, then `convert` to the group's type)
+    or `a + channel bias`: side[id(ins)] = (a's input index, scale, bias, whether it is of the
+    group's type), the residual of a "residual_affine" epilogue once it is added."""
+    args = list(ins.inputs)
+    name = ins.op.name
+    if name == "convert" and len(args) == 1 and id(args[0]) in side:
+        k, scale, bias, _ = side[id(args[0])]
+        side[id(ins)] = (k, scale, bias, ins.shape.type() == group.shape.type())
+        return bias is None
+    if name not in ("mul", "add") or len(args) != 2:
+        return False
+    for a, c in (args, args[::-1]):
+        vector = channel_vector(ctx, group, source[id(c)], *channels) if id(c) in source else None
+        if vector is None or (id(a) not in source and id(a) not in side):
+            continue
+        if id(a) in source:  # the other activation itself (not a constant)
+            k = source[id(a)]
+            x = group.inputs[k]
+            if x.shape.lens() != group.shape.lens() or ctx.constant(ctx.arg(group, k)) is not None:
+                return False
+            a_state = (k, None, None, group.inputs[k].shape.type() == group.shape.type())
+        else:
+            a_state = side[id(a)]
+        k, scale, bias, typed = a_state
+        if name == "mul" and scale is None and bias is None and ins.shape.type() == "float_type":
+            side[id(ins)] = (k, vector, None, ins.shape.type() == group.shape.type())
+            return True
+        if name == "add" and bias is None and typed:
+            side[id(ins)] = (k, scale, vector, True)
+            return True
+    return False
+
+
 def _add(ctx, group, ins, running, source, channels, ops: list, found: dict) -> bool:
     """`ins` as an "add" of a per-channel bias or of a residual (into `ops` and `found`)."""
     if ins.op.name != "add" or len(ins.inputs) != 2 or running not in ins.inputs:
         return False
     other = ins.inputs[1] if ins.inputs[0] is running else ins.inputs[0]
-    if id(other) not in source or other is running:
+    if other is running:
+        return False
+    side = found["side"].get(id(other))
+    if side is not None and side[2] is not None and "residual" not in found:
+        k, scale, bias, _ = side
+        if scale is None:  # an int8 product's dequantised value: its scale is applied
+            scale = torch.ones_like(bias)
+        ops.append("residual_affine")
+        found["residual"], found["affine"] = ctx.arg(group, k), (scale, bias)
+        return True
+    if id(other) not in source:
         return False
     k = source[id(other)]
     vector = channel_vector(ctx, group, k, *channels)

@@ -48,7 +48,6 @@ from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, Low
 from pygraphx.targets.torch_lowering.dtypes import numpy_dtype, torch_dtype
 from pygraphx.targets.torch_lowering.handler import TORCH
 from pygraphx.targets.torch_lowering.lower_math import group_layout, output_buffer
-from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh
 
 TRITON_ENV = "PGX_GPU_TRITON"
 JOBS_ENV = "PGX_GPU_TRITON_JOBS"
@@ -220,12 +219,13 @@ class TritonGroups:
         return True
 
     def _lower_quantising(self, ctx, ins, args, kernel, where, fused) -> bool:
-        """The group's step writing its quantizelinear's tensor too (a new one each run, which
-        the quantise, lowered later, binds without a step of its own)."""
+        """The group's step writing its quantizelinear's tensor too: a new one each run, put
+        straight into the slot the quantise (lowered later) binds, which then has no step of
+        its own (and no profiled time: it launches nothing, as in a graph)."""
         idx, out, layout = where
         quantise, quant, scale = fused
         dtype = torch.int8 if quant.code == "int8" else torch.float8_e4m3fn
-        gather, holder = self._gather(ctx, args, kernel), {}
+        gather, env, slot = self._gather(ctx, args, kernel), ctx.env, {}
 
         def new_q() -> torch.Tensor:
             return torch.empty_strided(out.shape, out.stride(), dtype=dtype, device=out.device)
@@ -234,10 +234,12 @@ class TritonGroups:
             xs, k = gather()
             q = new_q()
             k(xs, out, (scale, q.view(torch.uint8) if dtype != torch.int8 else q))
-            holder["q"] = q
+            env[slot["q"]] = q
 
         def bound(c: LoweringContext, q: Instruction) -> bool:
-            return _emit_fresh(c, q, lambda: holder["q"], layout)
+            slot["q"] = c.bind_dynamic(q, layout)
+            c.mark_fresh(slot["q"])
+            return True
 
         ctx.fusers[id(quantise)] = bound
         sample_q = new_q()

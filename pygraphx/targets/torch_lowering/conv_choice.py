@@ -2,12 +2,21 @@
 
 At prepare, every convolution the cpu target runs through oneDNN gets the kernels that can
 run it with its fused epilogue (`conv_kernels.kernels_for`), of which `MEASURED` are timed:
-today `onednn` against `matmul`, so only 1x1 stride-1 layers are measured (`torch_cl`,
-`F.conv2d` on channels-last, was never faster than `onednn` on MobileNetV2's layers, including
-the depthwise ones, and runs only when forced). Each candidate runs on random inputs of the
-layer's shape, with the program's thread count, a few times in interleaved rounds; the
-fastest is kept when it beats the default (`onednn`) by more than `MARGIN` (a noisy machine
-must not flip a layer for nothing), else the default is kept.
+`onednn`, `dnnl` (where oneDNN's C API library loads) and `matmul` (1x1 stride-1 layers)
+(`torch_cl`, `F.conv2d` on channels-last, was never faster than `onednn` on MobileNetV2's
+layers, including the depthwise ones, and runs only when forced). Each candidate runs on
+random inputs of the layer's shape, with the program's thread count, a few times in
+interleaved rounds; the fastest is kept when it beats the default by more than `MARGIN` (a
+noisy machine must not flip a layer for nothing), else the default is kept.
+
+The default kernel (`default_kernel`) is `dnnl` where oneDNN's C API library loads
+(`pip install onednn-cpu-gomp`, see `onednn_capi.py`): the same oneDNN kernels as `onednn`
+without ideep's set-up on every call, 20-60 us less per convolution (MobileNetV2 at batch 1,
+2-core EPYC, 1 thread: 9.3 ms instead of 11.3, ONNX Runtime 7.7;
+`benchmarks/onednn_conv_probe.py`, `benchmarks/results/cpu2_onednn_conv.md`); `measure`
+picked `dnnl` for all 52 layers. Without
+the library it is `onednn`, and the first compile with a convolution says so once (WARNING on
+the `pygraphx.cpu` logger).
 
 Choices are cached by everything that decides them (input lens, weight shape, geometry,
 epilogue, threads, torch version, CPU capability), so a second compile of the same model, or a
@@ -20,8 +29,8 @@ layers reached after the budget is spent take the default. Compile logs one line
 
 The switch: the target setting `conv_kernel=` (`get_target("cpu", conv_kernel=...)`), else the
 environment variable `PGX_CONV_KERNEL`: `off` (the default: no measurement, every convolution
-runs `onednn`, deterministic), `measure`, or a kernel name (`onednn`, `matmul`, `torch_cl`)
-to run that kernel wherever it applies and `onednn` elsewhere.
+runs the default kernel, deterministic), `measure`, or a kernel name (`onednn`, `matmul`,
+`dnnl`, `torch_cl`) to run that kernel wherever it applies and the default elsewhere.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from typing import Any
 
 import torch
 
+from pygraphx.targets.torch_lowering import onednn_capi, onednn_conv
 from pygraphx.targets.torch_lowering.conv_kernels import (
     KERNELS,
     ConvPlan,
@@ -58,7 +68,7 @@ MODES = ("measure", "off", *KERNELS)
 DEFAULT_MODE = "off"
 #: the kernels timed against each other (`torch_cl` is never faster on the layers measured so
 #: far, and re-packs its weight every call: it runs only when forced)
-MEASURED = ("onednn", "matmul")
+MEASURED = ("onednn", "dnnl", "matmul")
 
 #: an alternative must be this much faster than the default to be chosen
 MARGIN = 0.05
@@ -70,6 +80,7 @@ SLOW_CALL_S = 0.02
 COLD_BYTES, MAX_COPIES = 8 << 20, 8
 
 _CACHE: dict[str, str] = {}
+_ANNOUNCED: set[str] = set()
 _LOADED_FILES: set[str] = set()
 
 
@@ -125,15 +136,31 @@ def choose_kernel(state: ChoiceState, plan: ConvPlan, other_lens: list[int] | No
     """The kernel `plan` runs on (see the module docstring); `other_lens` are the lens of the
     add operand when the epilogue has one."""
     names = kernels_for(plan)
-    measured = [name for name in names if name in MEASURED]
+    default = default_kernel(names)
+    measured = [default] + [name for name in names if name in MEASURED and name != default]
     if state.mode == "off" or (state.mode == "measure" and len(measured) == 1):
-        choice = "onednn"
+        choice = default
     elif state.mode != "measure":
-        choice = state.mode if state.mode in names else "onednn"
+        choice = state.mode if state.mode in names else default
     else:
         choice = _measured(state, plan, measured, other_lens)
     state.chosen[choice] += 1
     return choice
+
+
+def default_kernel(names: list[str]) -> str:
+    """`dnnl` when it can run the layer (oneDNN's C API library loaded), else `onednn`; the
+    first call without the library says so once."""
+    if "dnnl" in names:
+        return "dnnl"
+    if "dnnl_missing" not in _ANNOUNCED and not onednn_conv.available():
+        _ANNOUNCED.add("dnnl_missing")
+        log.warning(
+            "cpu convolutions run through torch's mkldnn ops (%s); oneDNN's own package "
+            "(the pygraphx[onednn] extra) saves 20-60 us per call",
+            onednn_capi.unavailable_reason(),
+        )
+    return "onednn"
 
 
 def _measured(
@@ -147,7 +174,7 @@ def _measured(
         return cached
     if state.spent_s >= state.budget_s:
         state.over_budget += 1
-        return "onednn"
+        return names[0]
     start = time.perf_counter()
     times = time_kernels(plan, names, other_lens, start + state.budget_s - state.spent_s)
     state.spent_s += time.perf_counter() - start
@@ -245,7 +272,7 @@ def finish(state: ChoiceState) -> None:
             f"{state.cached} from the cache"
         )
         if state.over_budget:
-            note += f", {state.over_budget} left at onednn (budget {state.budget_s:g} s spent)"
+            note += f", {state.over_budget} left at the default (budget {state.budget_s:g} s spent)"
     else:
         note = f"{KERNEL_ENV}/conv_kernel={state.mode}, nothing measured"
     log.info("cpu convolution kernels: %s (%s)", kinds, note)
@@ -303,6 +330,7 @@ __all__ = [
     "choice_state",
     "choose_kernel",
     "clear_cache",
+    "default_kernel",
     "finish",
     "pick",
     "time_kernels",

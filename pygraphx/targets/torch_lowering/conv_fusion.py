@@ -3,8 +3,9 @@
 A 2-D float32 convolution whose weights are a literal (bf16 too, on a CPU with bf16
 instructions, always on the oneDNN kernel) runs on channels-last activations
 through one of the kernels of `conv_kernels.py`, chosen per layer by measurement at prepare
-(`conv_choice.py`): by default `mkldnn._convolution_pointwise` with the weights reordered into
-oneDNN's blocked format once, at prepare (depthwise layers included). The first convolution
+(`conv_choice.py`): by default oneDNN's convolution with the weights reordered into its
+blocked format once, at prepare (depthwise layers included), through its own C API (`dnnl`,
+where the optional library is installed) or `mkldnn._convolution_pointwise`. The first convolution
 converts its input to channels-last; every later one gets channels-last tensors from its
 producers, whatever kernel they ran on, so no layout round trip happens between layers. The
 oneDNN path is the one torch's own CPU compiler (inductor with freezing) takes, and it is where
@@ -45,8 +46,13 @@ import torch
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
-from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_kernel
-from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan, build_kernel
+from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_kernel, default_kernel
+from pygraphx.targets.torch_lowering.conv_kernels import (
+    ConvPlan,
+    build_kernel,
+    kernels_for,
+    lazy_kernel,
+)
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.fallback import lower_fallback
 from pygraphx.targets.torch_lowering.lower_gemm import bf16_gemm
@@ -75,7 +81,8 @@ def mkldnn_usable(ctx: LoweringContext, ins: Instruction) -> bool:
 
 
 def conv_plan(ctx: LoweringContext, ins: Instruction) -> ConvPlan:
-    """`ins`'s geometry, plain weight and oneDNN-packed weight (packed once per context)."""
+    """`ins`'s geometry, plain weight and oneDNN-packed weight (packed once per context, at
+    the first kernel that uses it)."""
     op = ins.op
     x_shape, w_shape = (i.shape for i in ins.inputs)
     begin, end = op.pads(x_shape.lens(), w_shape.lens())
@@ -87,12 +94,14 @@ def conv_plan(ctx: LoweringContext, ins: Instruction) -> ConvPlan:
     w = ctx.constant(ctx.arg(ins, 1))
     key = ("mkldnn_weight", id(ins.inputs[1]), tuple(padding), tuple(op.stride),
            tuple(op.dilation), op.group, tuple(lens))  # fmt: skip
-    packed = ctx.packed_weights.get(key)
-    if packed is None:
-        packed = torch.ops.mkldnn._reorder_convolution_weight(
-            w.contiguous(), padding, list(op.stride), list(op.dilation), op.group, lens
-        )
-        ctx.packed_weights[key] = packed
+
+    def packed() -> torch.Tensor:  # made when a kernel needs it (`dnnl` packs its own)
+        if key not in ctx.packed_weights:
+            ctx.packed_weights[key] = torch.ops.mkldnn._reorder_convolution_weight(
+                w.contiguous(), padding, list(op.stride), list(op.dilation), op.group, lens
+            )
+        return ctx.packed_weights[key]
+
     return ConvPlan(w, packed, lens, padding, list(op.stride), list(op.dilation), op.group, pre_pad)
 
 
@@ -112,6 +121,10 @@ def conv_producer(
         plan.kernel = choose_kernel(state, plan, other_lens)
     o = plan.other
     get_other = None if o is None else (lambda: env[o])
+    if not measure:  # the twin runs only when profiling: its kernel is made at its first call
+        if plan.weight.dtype == torch.float32:
+            plan.kernel = default_kernel(kernels_for(plan))
+        return lazy_kernel(plan, plan.kernel, lambda: env[x], get_other)
     return build_kernel(plan, plan.kernel, lambda: env[x], get_other)
 
 
@@ -297,7 +310,7 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
         other_lens = list(epi.other.shape.lens())
         plan.in_place = _may_overwrite(ctx, conv, epi.other, user)
     produce = conv_producer(ctx, ctx.arg(conv, 0), plan, other_lens)
-    if plan.in_place and plan.kernel == "onednn":  # (the other kernels allocate their result)
+    if plan.in_place and plan.kernel in ("onednn", "dnnl"):  # (the others allocate their result)
         ctx.cache["conv_in_place"] = ctx.cache.get("conv_in_place", 0) + 1
     unfused_idx = uidx
     env = ctx.env

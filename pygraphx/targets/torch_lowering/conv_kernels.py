@@ -8,8 +8,9 @@ the program's other steps see:
 
 * `onednn`: `mkldnn._convolution_pointwise` with the weight reordered once into oneDNN's blocked
   format; bias, add and activation are oneDNN post-ops. Every convolution can take it; it is
-  the default. When the add operand is dead after the step (`ConvPlan.in_place`, decided by
-  `conv_fusion`), `mkldnn._convolution_pointwise_` writes the result over it (oneDNN's sum
+  the default where `dnnl` cannot run (`conv_choice.default_kernel`). When the add operand is
+  dead after the step (`ConvPlan.in_place`, decided by `conv_fusion`),
+  `mkldnn._convolution_pointwise_` writes the result over it (oneDNN's sum
   post-op): no new output, and the residual's memory, just read, is the one written.
 * `matmul`: a 1x1 convolution with stride 1, no padding and one group is a matrix product of
   the (N*H*W, C) channels-last activations with the (K, C) weight: `mkldnn._linear_pointwise`
@@ -17,6 +18,11 @@ the program's other steps see:
   activation after it) fused as oneDNN post-ops. It pays less per call than the convolution
   primitive, and its GEMM kernel is a little faster on most of MobileNetV2's and ResNet's
   1x1 layers.
+* `dnnl`: the same oneDNN convolution with the same post-ops, but through oneDNN's own C API
+  (`onednn_conv.py`, the optional `onednn-cpu-gomp` package): the primitive is made once, at
+  prepare, and a call only sets data pointers and executes, without ideep's per-call set-up
+  (4.5 us a call instead of 29). A float32 layer with a relu / clip / swish epilogue or none
+  can take it, where that library loads; it is then the default.
 * `torch_cl`: `F.conv2d` on channels-last tensors (torch picks its own algorithm per call, the
   weight is not pre-packed), the epilogue applied in place after it.
 
@@ -33,11 +39,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from pygraphx.targets.torch_lowering import onednn_conv
+
 Tensor = torch.Tensor
 Getter = Callable[[], Tensor]
 
-#: the kernels, default first
-KERNELS = ("onednn", "matmul", "torch_cl")
+#: the kernels (`conv_choice.default_kernel` says which is the default)
+KERNELS = ("onednn", "matmul", "dnnl", "torch_cl")
 
 
 @dataclass
@@ -45,11 +53,12 @@ class ConvPlan:
     """A 2-D convolution ready for the CPU kernels: weight, geometry, bias, and post-ops.
 
     `weight` is the plain (K, C/groups, kh, kw) float32 weight; `packed` the onednn kernel's
-    reordered copy (made by `conv_fusion.conv_plan`, shared through the lowering context).
+    reordered copy, or a function making it (`conv_fusion.conv_plan`'s, shared through the
+    lowering context, so that a layer on another kernel never packs it): see `packed_weight`.
     """
 
     weight: Tensor
-    packed: Tensor
+    packed: Tensor | Getter
     x_lens: list[int]  # the input's lens after `pre_pad`
     padding: list[int]
     stride: list[int]
@@ -76,12 +85,21 @@ def is_pointwise(plan: ConvPlan) -> bool:
     )
 
 
+def packed_weight(plan: ConvPlan) -> Tensor:
+    """The onednn kernel's packed weight, made now if `plan` holds the function making it."""
+    if callable(plan.packed):
+        plan.packed = plan.packed()
+    return plan.packed
+
+
 def kernels_for(plan: ConvPlan) -> list[str]:
     """The kernels that can run `plan` with its whole epilogue, default first."""
     names = ["onednn"]
     # oneDNN's matmul fuses a binary add or an activation, not an add followed by one
     if is_pointwise(plan) and (plan.other is None or plan.unary == "none"):
         names.append("matmul")
+    if onednn_conv.supports(plan) and onednn_conv.available():
+        names.append("dnnl")
     names.append("torch_cl")
     return names
 
@@ -95,9 +113,26 @@ def build_kernel(
         return _matmul(plan, get_x, get_other)
     if kernel == "torch_cl":
         return _torch_cl(plan, get_x, get_other)
+    if kernel == "dnnl":
+        return onednn_conv.build(plan, get_x, get_other)
     if kernel != "onednn":
         raise ValueError(f"unknown convolution kernel {kernel!r}; one of {', '.join(KERNELS)}")
     return _onednn(plan, get_x, get_other)
+
+
+def lazy_kernel(
+    plan: ConvPlan, kernel: str, get_x: Getter, get_other: Getter | None
+) -> Callable[[], Tensor]:
+    """`build_kernel`'s closure, made at the first call (a kernel that may never run, such as
+    a fused step's unfused twin for profiling, packs no weight until it does)."""
+    made: list[Callable[[], Tensor]] = []
+
+    def run() -> Tensor:
+        if not made:
+            made.append(build_kernel(plan, kernel, get_x, get_other))
+        return made[0]()
+
+    return run
 
 
 def _channels_last_input(plan: ConvPlan, get_x: Getter) -> Getter:
@@ -110,7 +145,14 @@ def _channels_last_input(plan: ConvPlan, get_x: Getter) -> Getter:
 def _onednn(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[], Tensor]:
     conv = torch.ops.mkldnn._convolution_pointwise
     binary = torch.ops.mkldnn._convolution_pointwise.binary
-    w, b, p, s, d, g = plan.packed, plan.bias, plan.padding, plan.stride, plan.dilation, plan.groups
+    w, b, p, s, d, g = (
+        packed_weight(plan),
+        plan.bias,
+        plan.padding,
+        plan.stride,
+        plan.dilation,
+        plan.groups,
+    )
     unary, scalars, cl = plan.unary, plan.scalars, torch.channels_last
     x_in = _channels_last_input(plan, get_x)
     if get_other is not None:
@@ -189,4 +231,12 @@ def _torch_cl(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callab
     return run
 
 
-__all__ = ["KERNELS", "ConvPlan", "build_kernel", "is_pointwise", "kernels_for"]
+__all__ = [
+    "KERNELS",
+    "ConvPlan",
+    "build_kernel",
+    "is_pointwise",
+    "kernels_for",
+    "lazy_kernel",
+    "packed_weight",
+]

@@ -32,7 +32,7 @@ OUT_TYPES = ("fp16", "fp32", "bf16")
 #: epilogues (`qk.Epilogue` ops), each op at least once and three at most
 EPILOGUES = [
     (), ("bias",), ("residual", "relu"), ("bias", "gelu"), ("bias", "residual", "relu"),
-    ("gelu",),
+    ("gelu",), ("bias", "residual_affine", "relu"),
 ]  # fmt: skip
 #: (QUANT, STORE): the float result only, or also its int8 / fp8 quantise, or that alone
 QUANTS = [(0, True), (1, True), (1, False), (2, True), (2, False)]
@@ -63,7 +63,8 @@ def _product_types(fp8: bool, out: str, quant: int, ops: tuple) -> dict:
     return {
         "a_ptr": operand, "x_ptr": operand, "w_ptr": operand, "scale_ptr": "*fp32",
         "out_ptr": f"*{out}", "bias_ptr": f"*{out}" if "bias" in ops else "*fp32",
-        "res_ptr": f"*{out}" if "residual" in ops else "*fp32",
+        "res_ptr": f"*{out}" if {"residual", "residual_affine"} & set(ops) else "*fp32",
+        "rs_ptr": "*fp32", "rb_ptr": "*fp32",
         "qs_ptr": "*fp32", "q_ptr": {0: "*fp32", 1: "*i8", 2: "*u8"}[quant],
         "g1": "fp32", "g2": "fp32", "g3": "fp32",
     }  # fmt: skip

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.targets import KNOWN_TARGETS  # noqa: E402
@@ -198,3 +198,31 @@ def test_scalar_inputs_stay_scalars() -> None:
     model = make_model([helper.make_node("Mul", ["x", "y"], ["out"])], {"x": x, "y": y}, ["out"])
     got = np.array(compile_gpu_on_cpu(model).run({"x": x, "y": y})[0])
     np.testing.assert_allclose(got, x * y)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
+def test_profile_counts_view_steps_of_fresh_tensors_as_no_device_time() -> None:
+    """The attention's result is a new tensor each run, so the transpose after it is a step
+    (a view made at run time): profiled, it counts 0 device time (it launches nothing; two
+    events back to back would say ~1 us), while the attention and the add after the reshape
+    count their kernels; the result still matches numpy."""
+    model, feeds, _ = attention_model("mask")
+    b, h, s, e = feeds["q"].shape
+    bias = RNG.standard_normal(h * e).astype(np.float32)
+    nodes = list(model.graph.node) + [
+        helper.make_node("Transpose", ["out"], ["ot"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["ot", "shape"], ["flat"]),
+        helper.make_node("Add", ["flat", "bias"], ["y"]),
+    ]
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    inits.update(shape=np.array([b, s, h * e], np.int64), bias=bias)
+    prog = pygraphx.parse_onnx_buffer(make_model(nodes, feeds, ["y"], inits).SerializeToString())
+    prog.compile(pygraphx.get_target("gpu"))
+    seen: dict[str, list[float]] = {}
+    got = prog.run(feeds, observer=lambda ins, v, sec: seen.setdefault(ins.op.name, []).append(sec))
+    q, k, v = (feeds[n].astype(np.float64) for n in "qkv")
+    att = softmax(q @ k.transpose(0, 1, 3, 2) / np.sqrt(e) + feeds["mask"]) @ v
+    want = att.transpose(0, 2, 1, 3).reshape(b, s, h * e) + bias
+    np.testing.assert_allclose(np.array(got[0]), want, rtol=1e-4, atol=1e-4)
+    assert seen["transpose"] and max(seen["transpose"]) == 0.0, seen
+    assert max(seen["dot"]) > 0.0 and max(seen.get("pointwise", [0.0])) > 0.0, seen

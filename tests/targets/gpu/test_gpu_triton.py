@@ -277,3 +277,19 @@ def test_autotune_timing_leaves_host_time_out() -> None:
     assert 5 < t_big / t_small < 15  # ten times the cycles, about ten times the time
     again = time_candidates([spin(big), spin(small)])
     assert again[0] == pytest.approx(t_big, rel=0.2) and again[1] == pytest.approx(t_small, rel=0.3)
+
+
+def test_quantise_written_by_its_group_has_no_step_of_its_own(monkeypatch) -> None:
+    """A layer norm's int8 quantise, written by the group's kernel, is bound to the slot the
+    kernel fills: no step of its own (nothing to profile), and the program's output is still
+    ref's to within one int8 step of the layer norm's rounding."""
+    from tests.targets.gpu.test_gpu_quant_gemm import INT8_GEMM_ENV, block_model, run_both
+
+    monkeypatch.setenv(INT8_GEMM_ENV, "triton")
+    model, feeds = block_model()
+    got, want, gpu = run_both(model, feeds, "int8", False)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    plan = gpu._executable.lowered.profile
+    fused = [(ins, fn) for ins, fn, _ in plan if ins.op.name == "quantizelinear"
+             and ins.inputs[0].op.name == "fused_reduce"]  # fmt: skip
+    assert fused and all(fn is None for _, fn in fused), fused

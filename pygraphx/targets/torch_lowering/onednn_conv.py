@@ -1,0 +1,303 @@
+"""A 2-D float32 convolution as a oneDNN primitive made once, run with only pointers changing.
+
+`torch.ops.mkldnn._convolution_pointwise` (the `onednn` kernel of `conv_kernels.py`) looks its
+primitive up again on every call through ideep: 25-55 us per call on the 2-core EPYC, about a
+quarter of MobileNetV2's time at batch 1. Here the primitive descriptor, the primitive, its
+memory objects and its scratchpad are made once, at prepare, through oneDNN's C API
+(`onednn_capi.py`); a call sets the input's and output's data pointers and executes.
+
+The layouts are those of the other kernels: activations channels-last (oneDNN's `nhwc`), a new
+channels-last output per call, the weight reordered once into the layout oneDNN chose for the
+layer. Asymmetric padding is oneDNN's own (`padding_l` / `padding_r`), so the input is not
+padded first. The epilogue is post-ops in the order the graph computes it: the add operand
+(a binary `add`, or a `sum` into the operand's own memory when `ConvPlan.in_place`), then
+the activation (`relu`, `hardtanh` = clip(lo, hi), or `swish`). A network's NCHW input is
+converted by a oneDNN reorder made once (5x faster than torch's `contiguous` on a 3-channel
+image). `benchmarks/onednn_conv_probe.py` measures the kernel against the `onednn` one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from ctypes import byref, c_void_p
+from typing import Protocol
+
+import torch
+
+from pygraphx.targets.torch_lowering.onednn_capi import (
+    ARG_BIAS,
+    ARG_DST,
+    ARG_SCRATCHPAD,
+    ARG_SRC,
+    ARG_SRC_1,
+    ARG_WEIGHTS,
+    BINARY_ADD,
+    CONVOLUTION_DIRECT,
+    ELTWISE_CLIP,
+    ELTWISE_RELU,
+    ELTWISE_SWISH,
+    F32,
+    FORWARD_INFERENCE,
+    QUERY_SCRATCHPAD_MD,
+    QUERY_WEIGHTS_MD,
+    SCRATCHPAD_USER,
+    TAG_A,
+    TAG_ANY,
+    TAG_GOIHW,
+    TAG_NCHW,
+    TAG_NHWC,
+    TAG_OIHW,
+    Dims,
+    ExecArg,
+    OneDnnError,
+    Reorder,
+    Runtime,
+    check,
+    post_op_arg,
+    release,
+    runtime,
+    unavailable_reason,
+)
+
+Tensor = torch.Tensor
+Getter = Callable[[], Tensor]
+
+
+class ConvPlan(Protocol):
+    """What a primitive reads of `conv_kernels.ConvPlan` (which imports this module)."""
+
+    weight: Tensor
+    x_lens: list[int]
+    padding: list[int]
+    stride: list[int]
+    dilation: list[int]
+    groups: int
+    pre_pad: list[int] | None
+    bias: Tensor | None
+    unary: str
+    scalars: list[float]
+    in_place: bool
+
+
+def geometry(plan: ConvPlan) -> tuple[list[int], list[int], list[int], list[int]]:
+    """(input lens before any pre-padding, padding_l, padding_r, output lens) of `plan`."""
+    lens = list(plan.x_lens)
+    pad_l, pad_r = list(plan.padding), list(plan.padding)
+    if plan.pre_pad is not None:  # F.pad order: w_begin, w_end, h_begin, h_end
+        wb, we, hb, he = plan.pre_pad
+        pad_l, pad_r = [pad_l[0] + hb, pad_l[1] + wb], [pad_r[0] + he, pad_r[1] + we]
+        lens = [lens[0], lens[1], lens[2] - hb - he, lens[3] - wb - we]
+    k, _, kh, kw = plan.weight.shape
+    out = [lens[0], k]
+    for i, ks in enumerate((kh, kw)):
+        span = (ks - 1) * plan.dilation[i] + 1
+        out.append((lens[2 + i] + pad_l[i] + pad_r[i] - span) // plan.stride[i] + 1)
+    return lens, pad_l, pad_r, out
+
+
+class Primitive:
+    """One convolution's primitive, its weight, bias and scratchpad, and its memory objects
+    (the oneDNN objects are destroyed with it). `share`: a primitive of the same layer made for
+    another thread count, whose packed weight is taken when its layout is the same."""
+
+    def __init__(
+        self, rt: Runtime, plan: ConvPlan, other: bool, share: Primitive | None = None
+    ) -> None:
+        self.rt, lib = rt, rt.lib
+        self._mds: list[c_void_p] = []
+        self._mems: list[c_void_p] = []
+        self.pd = self.prim = None
+        self.x_lens, pad_l, pad_r, self.out_lens = geometry(plan)
+        src_md, dst_md = self._md(self.x_lens, TAG_NHWC), self._md(self.out_lens, TAG_NHWC)
+        self.src_md, self.to_nhwc = src_md, None
+        w_dims, w_tag = _weight_dims(plan)
+        bias_md = None if plan.bias is None else self._md([self.out_lens[1]], TAG_A)
+        attr, post_ops = self._attributes(plan, other, dst_md)
+        self.pd = c_void_p()
+        dil = [d - 1 for d in plan.dilation]  # oneDNN counts the gaps
+        try:
+            check(
+                lib.dnnl_convolution_forward_primitive_desc_create(
+                    byref(self.pd),
+                    rt.engine,
+                    FORWARD_INFERENCE,
+                    CONVOLUTION_DIRECT,
+                    src_md,
+                    self._md(w_dims, TAG_ANY),
+                    bias_md,
+                    dst_md,
+                    Dims(*plan.stride),
+                    Dims(*dil),
+                    Dims(*pad_l),
+                    Dims(*pad_r),
+                    attr,
+                ),  # fmt: skip
+                f"convolution {self.x_lens} * {list(plan.weight.shape)}",
+            )
+        finally:
+            lib.dnnl_primitive_attr_destroy(attr)
+            lib.dnnl_post_ops_destroy(post_ops)
+        self.impl = rt.impl_name(self.pd)
+        self.w_md = w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
+        if share is not None and lib.dnnl_memory_desc_equal(w_md, share.w_md):
+            self.weight = share.weight  # another thread count, the same packed layout
+        else:
+            plain = plan.weight.to(torch.float32).contiguous()
+            self.weight = rt.reorder(plain, self._md(w_dims, w_tag), w_md)
+        self.bias = None if plan.bias is None else plan.bias.to(torch.float32).contiguous()
+        scratch_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_SCRATCHPAD_MD, 0)
+        size = lib.dnnl_memory_desc_get_size(scratch_md)
+        self.scratch = torch.empty(max(size, 1), dtype=torch.uint8)
+        self.prim = rt.primitive(self.pd)
+        self.src, self.dst = self._memory(src_md, None), self._memory(dst_md, None)
+        args = [(ARG_SRC, self.src), (ARG_DST, self.dst)]
+        args.append((ARG_WEIGHTS, self._memory(w_md, self.weight.data_ptr())))
+        if self.bias is not None:
+            args.append((ARG_BIAS, self._memory(bias_md, self.bias.data_ptr())))
+        args.append((ARG_SCRATCHPAD, self._memory(scratch_md, self.scratch.data_ptr())))
+        self.other = None
+        if other and not plan.in_place:
+            self.other = self._memory(dst_md, None)
+            args.append((post_op_arg(0, ARG_SRC_1), self.other))
+        self.nargs = len(args)
+        self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
+
+    def channels_last(self, x: Tensor) -> Tensor:
+        """The NCHW-contiguous input `x` as a new channels-last tensor, by oneDNN's reorder
+        (made at the first call): 29 us for a 1x3x224x224 image where torch takes 167 us."""
+        if self.to_nhwc is None:
+            self.to_nhwc = Reorder(self.rt, self._md(self.x_lens, TAG_NCHW), self.src_md)
+        y = torch.empty(self.x_lens, dtype=torch.float32, memory_format=torch.channels_last)
+        self.to_nhwc.run(x.data_ptr(), y.data_ptr())
+        return y
+
+    def _md(self, dims: list[int], tag: int) -> c_void_p:
+        md = self.rt.desc(dims, F32, tag)
+        self._mds.append(md)
+        return md
+
+    def _memory(self, md: c_void_p, data: int | None) -> c_void_p:
+        mem = self.rt.memory(md, data)
+        self._mems.append(mem)
+        return mem
+
+    def __del__(self) -> None:
+        release(self.rt.lib, self._mems, self.prim, self.pd, self._mds)
+
+    def _attributes(
+        self, plan: ConvPlan, other: bool, dst_md: c_void_p
+    ) -> tuple[c_void_p, c_void_p]:
+        lib = self.rt.lib
+        attr, post_ops = c_void_p(), c_void_p()
+        check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
+        check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_USER), "scratchpad")
+        check(lib.dnnl_post_ops_create(byref(post_ops)), "post_ops_create")
+        if other and plan.in_place:
+            check(lib.dnnl_post_ops_append_sum(post_ops, 1.0, 0, 0), "post-op sum")
+        elif other:
+            check(lib.dnnl_post_ops_append_binary(post_ops, BINARY_ADD, dst_md), "post-op add")
+        if plan.unary != "none":
+            alg, alpha, beta = _eltwise(plan)
+            check(lib.dnnl_post_ops_append_eltwise(post_ops, alg, alpha, beta), plan.unary)
+        check(lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "set_post_ops")
+        return attr, post_ops
+
+
+#: the activations a primitive fuses (torch's post-op names), and oneDNN's algorithm for each
+UNARY = {"relu": ELTWISE_RELU, "hardtanh": ELTWISE_CLIP, "swish": ELTWISE_SWISH}
+
+
+def supports(plan: ConvPlan) -> bool:
+    """Whether a primitive here can run `plan` with its whole epilogue."""
+    return plan.weight.dtype == torch.float32 and (plan.unary == "none" or plan.unary in UNARY)
+
+
+def _eltwise(plan: ConvPlan) -> tuple[int, float, float]:
+    """(algorithm, alpha, beta) of the activation post-op."""
+    if plan.unary not in UNARY:
+        raise OneDnnError(f"activation {plan.unary!r} is not a oneDNN post-op here")
+    if plan.unary == "hardtanh":
+        lo, hi = plan.scalars
+        return ELTWISE_CLIP, lo, hi
+    return UNARY[plan.unary], 1.0 if plan.unary == "swish" else 0.0, 0.0  # swish: x*sigmoid(1*x)
+
+
+def _weight_dims(plan: ConvPlan) -> tuple[list[int], int]:
+    k, c, kh, kw = plan.weight.shape
+    if plan.groups == 1:
+        return [k, c, kh, kw], TAG_OIHW
+    g = plan.groups
+    return [g, k // g, c, kh, kw], TAG_GOIHW
+
+
+def available() -> bool:
+    """Whether oneDNN's C API library is loaded (see `onednn_capi.library`)."""
+    return runtime() is not None
+
+
+def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[], Tensor]:
+    """A closure running `plan` on `get_x()` (and the add operand `get_other()`) through a
+    primitive made now; it returns a new channels-last tensor (or, `plan.in_place`, the add
+    operand with the result written over it).
+
+    oneDNN fixes a primitive's thread count when it is made (its kernels split the work for
+    that many threads and start a team that size), so a primitive is made for each thread
+    count the closure is called under (`torch.get_num_threads()`): the one of now, at
+    prepare, and others at their first call (a step the cpu target runs on fewer threads)."""
+    rt = runtime()
+    if rt is None:
+        raise OneDnnError(f"oneDNN's C API library is not available: {unavailable_reason()}")
+    if not supports(plan):
+        raise OneDnnError(f"no oneDNN primitive here for a {plan.unary!r} epilogue")
+    other = get_other is not None
+    made: dict[int, Primitive] = {}
+    threads = torch.get_num_threads
+
+    def primitive() -> Primitive:
+        n = threads()
+        prim = made.get(n)
+        if prim is None:
+            share = next(iter(made.values()), None)
+            prim = made[n] = Primitive(rt, plan, other, share)
+        return prim
+
+    primitive()
+    set_handle, execute, stream = (
+        rt.lib.dnnl_memory_set_data_handle,
+        rt.lib.dnnl_primitive_execute,
+        rt.stream,
+    )
+    cl, out_lens = torch.channels_last, made[threads()].out_lens
+
+    def channels_last(get: Getter) -> Tensor:
+        t = get()
+        return t if t.is_contiguous(memory_format=cl) else t.contiguous(memory_format=cl)
+
+    def source(p: Primitive) -> Tensor:
+        x = get_x()
+        if x.is_contiguous(memory_format=cl):
+            return x
+        if x.is_contiguous() and x.dtype == torch.float32 and list(x.shape) == p.x_lens:
+            return p.channels_last(x)  # a network's NCHW input
+        return x.contiguous(memory_format=cl)
+
+    def run() -> Tensor:
+        p = primitive()
+        x = source(p)
+        if plan.in_place and other:  # oneDNN's sum: the result lands in the add operand
+            y = channels_last(get_other)
+        else:
+            y = torch.empty(out_lens, dtype=torch.float32, memory_format=cl)
+            if other:
+                o = channels_last(get_other)
+                set_handle(p.other, o.data_ptr())
+        set_handle(p.src, x.data_ptr())
+        set_handle(p.dst, y.data_ptr())
+        check(execute(p.prim, stream, p.nargs, p.args), "convolution execute")
+        return y
+
+    run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
+    return run
+
+
+__all__ = ["UNARY", "Primitive", "available", "build", "geometry", "supports"]
