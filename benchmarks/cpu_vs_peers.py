@@ -19,8 +19,10 @@ twice: at fp32 (`INFERENCE_PRECISION_HINT=f32`, the fair comparison) and with it
 precision on this CPU (bf16 where the processor has bf16 instructions; its max |diff| vs ORT
 shows what that costs). pygraphx also runs at bf16 (`pgx_bf16`: `quantize_bf16` before compile,
 what the driver's `--bf16` does) where oneDNN has bf16 instructions on this processor
-(`--no-bf16` leaves it out; `--bf16-ops dot` converts only the matrix products, as the
-driver's `--precision-ops dot`). Every engine's relative RMS error against ORT's float32 outputs,
+(`--no-bf16` leaves it out; by default `quantize_bf16`'s own policy, "products": the products
+and what computes only on their results in bf16, softmax, norms and residual sums in float32;
+`--bf16-ops all` converts everything, `--bf16-ops dot` only the matrix products, as the
+driver's `--precision-ops`). Every engine's relative RMS error against ORT's float32 outputs,
 ||y - y_ort|| / ||y_ort|| (the worst output), is reported next to its max |diff|: it is the error
 bf16 costs for `pgx_bf16` and `ov_default`. torch eager runs the CNNs only: a direct
 interpretation of the ONNX graph with `torch.nn.functional` calls in NCHW (what an eager
@@ -358,8 +360,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--bf16-ops",
         nargs="+",
-        default=["all"],
-        help="pgx_bf16's converted operators (driver: --precision-ops), e.g. dot",
+        default=["products"],
+        help="pgx_bf16's converted operators (driver: --precision-ops), e.g. dot or all; "
+        "default quantize_bf16's own, products",
     )
     ap.add_argument("--no-step-threads", action="store_true", help="pygraphx: N on every step")
     ap.add_argument("--profile", action="store_true", help="per-op breakdown where we lose")

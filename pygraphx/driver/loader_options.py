@@ -73,8 +73,9 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
         type=_op_names,
         default=None,
         help="with --fp16/--bf16: convert only these operators (ins_names), e.g. 'dot' or "
-        "'dot,convolution': the products in low precision, the rest (residual sums, "
-        "normalisations) in float32; default all",
+        "'dot,convolution', or 'all'; default: all for --fp16, 'products' for --bf16 (the "
+        "products and what computes only on their results in bf16; residual sums, "
+        "normalisations and softmax in float32)",
     )
     precision.add_argument(
         "--fp8",

@@ -14,6 +14,7 @@ from pygraphx.quantize.fp8 import quantize_fp8
 from pygraphx.quantize.int8 import quantize_int8
 from pygraphx.quantize.report import Int8Report, QuantReport, int8_report, quant_report
 from pygraphx.quantize.truncate_float import (
+    PRODUCTS,
     QuantizeError,
     quantize_bf16,
     quantize_fp16,
@@ -21,6 +22,7 @@ from pygraphx.quantize.truncate_float import (
 )
 
 __all__ = [
+    "PRODUCTS",
     "Int8Report",
     "QuantReport",
     "QuantizeError",

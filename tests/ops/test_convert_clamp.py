@@ -162,7 +162,7 @@ def test_quantised_program_clamps_its_converts(target: str, precision: str) -> N
     nodes = [helper.make_node("Relu", ["x"], ["y"])]
     model = make_model(nodes, {"x": x}, ["y"], {}, opset=19)
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-    getattr(pygraphx, f"quantize_{precision}")(prog)
+    getattr(pygraphx, f"quantize_{precision}")(prog, ("all",))  # the relu too
     prog.compile(pygraphx.get_target(target))
     (got,) = [np.array(r) for r in prog.run({"x": x})]
     dst = np.dtype(np.float16) if precision == "fp16" else BF16

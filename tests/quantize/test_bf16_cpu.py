@@ -86,9 +86,9 @@ def cnn_model() -> tuple:
 MODELS = {"encoder": encoder_model, "cnn": cnn_model}
 
 
-def compile_bf16(model) -> pygraphx.Program:
+def compile_bf16(model, ins_names: tuple[str, ...] = ("products",)) -> pygraphx.Program:
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-    pygraphx.quantize_bf16(prog)
+    pygraphx.quantize_bf16(prog, ins_names)
     prog.compile(CpuTarget(threads=1))
     return prog
 
@@ -115,11 +115,11 @@ def test_bf16_on_cpu_matches_ort_float32_within_bf16_error(name: str) -> None:
 @native
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_bf16_weights_are_packed_once_in_bf16(name: str) -> None:
-    """Every weight oneDNN packed at prepare is bf16 (GEMMs and convolutions), and the only
-    conversions left in the run are those of the inputs and outputs (no weight converted per
-    run, no GEMM through float32)."""
+    """Every weight oneDNN packed at prepare is bf16 (GEMMs and convolutions), and in the
+    all-bf16 program the only conversions left in the run are those of the inputs and outputs
+    (no weight converted per run, no GEMM through float32)."""
     model, _ = MODELS[name]()
-    prog = compile_bf16(model)
+    prog = compile_bf16(model, ("all",))
     ctx = prog._executable.lowered.ctx
     packed = {key[0]: value for key, value in ctx.packed_weights.items()}
     assert packed, "no weight was packed for oneDNN"
@@ -225,3 +225,106 @@ def test_bf16_products_only_keep_the_rest_in_float32(
     assert main(["verify", "--onnx", str(path), "--cpu", "--bf16", "--precision-ops", "dot"]) == 0
     assert main(["verify", "--onnx", str(path), "--cpu", "--precision-ops", "dot"]) != 0
     assert "--precision-ops applies to --fp16 or --bf16" in capsys.readouterr().err
+
+
+@native
+def test_bf16_product_into_a_float32_sum_is_one_step() -> None:
+    """`quantize_bf16`'s default keeps the residual sum in float32: the bf16 GEMM (its bias
+    inside, rounded once) and the float32 group that adds it to the residual run as one step,
+    and the result stays within bf16's error of ORT's float32."""
+    model, feeds = encoder_model()
+    prog = compile_bf16(model)
+    steps = prog._executable.lowered.ctx.steps
+    widening = [
+        step
+        for step in steps
+        if [i.op.name for i in step.instructions] == ["dot", "pointwise"]
+        and step.instructions[0].shape.type() == "bf16_type"
+        and step.instructions[1].shape.type() == "float_type"
+    ]
+    # the residual sum (the scores' product, a small output head, stays float32)
+    lens = [tuple(step.instructions[1].shape.lens()) for step in widening]
+    assert lens == [(1, 16, 64)], [[i.op.name for i in s.instructions] for s in steps]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    for g, w in zip(prog.run(feeds), want, strict=True):
+        assert 1e-5 < relative_rms(g, w) < BF16_RMS
+
+
+def prenorm_model() -> tuple:
+    """A pre-norm block (GPT-2's): LayerNormalization feeding only a MatMul, whose result is
+    added to the block's input; then an output MatMul."""
+    x = RNG.standard_normal((1, 16, 64)).astype(np.float32)
+    inits = {
+        "g": (1 + 0.1 * RNG.standard_normal(64)).astype(np.float32),
+        "beta": (0.1 * RNG.standard_normal(64)).astype(np.float32),
+        "w": _w(64, 64), "b": _w(64) * 0.1, "w2": _w(64, 64),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g", "beta"], ["n"], axis=-1, epsilon=1e-5),
+        helper.make_node("MatMul", ["n", "w"], ["h"]),
+        helper.make_node("Add", ["h", "b"], ["hb"]),
+        helper.make_node("Add", ["hb", "x"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["y"]),  # (a small head: float32)
+    ]
+    return make_model(nodes, {"x": x}, ["y"], inits, opset=20), {"x": x}
+
+
+@native
+def test_bf16_float32_layernorm_rounded_for_its_product_is_one_step() -> None:
+    """With the default policy a pre-norm block's layer norm stays float32 and only its output
+    is rounded to bf16 for the product: still one normalisation step, within bf16's error."""
+    model, feeds = prenorm_model()
+    prog = compile_bf16(model)
+    assert prog._executable.layernorm_blocks == 1
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    (got,) = prog.run(feeds)
+    assert 1e-5 < relative_rms(got, want) < BF16_RMS
+
+
+@native
+def test_bf16_bert_layers_fuse_their_roundings() -> None:
+    """BERT (post-norm) with the default policy: each layer norm is one step that also makes
+    the bf16 copy its products read, each attention block one step whose float32 softmax's
+    rounding is inside it, so no step is a lone convert; within bf16's error of ORT."""
+    from pygraphx.models.bert import BertConfig, build_bert
+
+    config = BertConfig(hidden=64, layers=2, heads=2, intermediate=128, vocab_size=100)
+    model = build_bert(batch=1, seq_len=16, seed=5, config=config)
+    ids = np.random.default_rng(6).integers(0, 100, (1, 16)).astype(np.int64)
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": ids * 0}
+    prog = compile_bf16(model)
+    exe = prog._executable
+    assert exe.layernorm_blocks == 2 * config.layers + 1
+    assert exe.attention_blocks == config.layers
+    lone = [s for s in exe.lowered.ctx.steps if [_ops(i) for i in s.instructions] == [
+        {"pointwise", "convert"}]]  # fmt: skip
+    assert not lone, len(lone)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    for g, w in zip(prog.run(feeds), want, strict=True):
+        assert 1e-5 < relative_rms(g, w) < BF16_RMS
+
+
+@native
+def test_bf16_large_product_converted_to_float32_runs_in_column_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large bf16 product whose only user converts it to float32 (an output: a language
+    model's logits) runs in column blocks, each with its own packed bf16 weight, written into
+    the float32 result; the last block is narrower. The thresholds are lowered so that a small
+    product takes the path."""
+    from pygraphx.targets.torch_lowering import lower_gemm
+
+    monkeypatch.setattr(lower_gemm, "WIDEN_MIN", 1)
+    monkeypatch.setattr(lower_gemm, "WIDEN_BLOCK", 48)
+    x = RNG.standard_normal((1, 700, 16)).astype(np.float32)  # 70000 values: no small head
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x}, ["y"],
+                       {"w": _w(16, 100)})  # fmt: skip
+    prog = compile_bf16(model)
+    ctx = prog._executable.lowered.ctx
+    starts = sorted(key[3] for key in ctx.packed_weights if len(key) == 4)
+    assert starts == [0, 48, 96] and len(ctx.packed_weights) == 3  # not the whole weight too
+    assert all(t.dtype == torch.bfloat16 for t in ctx.packed_weights.values())
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    (got,) = prog.run({"x": x})
+    assert np.asarray(got).dtype == np.float32
+    assert 1e-5 < relative_rms(got, want) < BF16_RMS

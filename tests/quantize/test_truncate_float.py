@@ -26,7 +26,9 @@ from pygraphx.quantize import QuantizeError, quantize_bf16, quantize_fp16, trunc
 from tests.helpers import make_model
 
 RNG = np.random.default_rng(0)
-QUANTIZE = {"half_type": quantize_fp16, "bf16_type": quantize_bf16}
+#: every instruction converted (`quantize_bf16`'s default policy, "products", has its own
+#: tests in test_bf16_products.py)
+QUANTIZE = {"half_type": quantize_fp16, "bf16_type": lambda p: quantize_bf16(p, ("all",))}
 
 
 # --- helpers --------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ SUBSETS = [
     ("dot",),
     ("dot", "mul"),
     ("all",),
+    ("products",),
 ]
 TINY_BERT = BertConfig(hidden=64, layers=1, heads=2, intermediate=128, vocab_size=100)
 

@@ -48,6 +48,8 @@ BLOCKS = "attention_blocks"
 MASKS = "attention_masks"
 #: fills at or below this are "masked out" (see the module docstring)
 MASKED_FILL = -1e4
+#: a trace's converts (a bf16 score widened to a float32 softmax); `cast_finite` clamps
+CASTS = ("cast", "cast_finite")
 
 
 @dataclass
@@ -66,6 +68,21 @@ def _softmax_group(ins: Instruction) -> bool:
     return red.op.name == "softmax" and red.op.axis in (-1, red.shape.ndim() - 1)
 
 
+def _convert_only(ins: Instruction) -> bool:
+    """`ins` is an element-wise group that only converts its one input."""
+    if ins.op.name != "pointwise" or len(ins.inputs) != 1:
+        return False
+    body = [i for i in ins.module_inputs[0].instructions if not (i.is_param() or i.is_return())]
+    return len(body) == 1 and body[0].op.name == "convert"
+
+
+def _probabilities(group: Instruction) -> Instruction:
+    """What the second product reads of the softmax group: the group, or the one convert of
+    its result (`quantize_bf16`'s default: a float32 softmax rounded to bf16)."""
+    user = group.outputs[0] if len(group.outputs) == 1 else None
+    return user if user is not None and _convert_only(user) else group
+
+
 def _candidate(ctx: LoweringContext, dot1: Instruction) -> Instruction | None:
     """The second product when `dot1` starts an attention block (structure only)."""
     if len(dot1.outputs) != 1 or dot1.shape.ndim() < 3:
@@ -73,8 +90,11 @@ def _candidate(ctx: LoweringContext, dot1: Instruction) -> Instruction | None:
     group = dot1.outputs[0]
     if not _softmax_group(group) or len(group.outputs) != 1 or group.inputs.count(dot1) != 1:
         return None
-    dot2 = group.outputs[0]
-    if dot2.op.name != "dot" or dot2.inputs[0] is not group or dot2.inputs[1] is group:
+    probs = _probabilities(group)
+    if len(probs.outputs) != 1:
+        return None
+    dot2 = probs.outputs[0]
+    if dot2.op.name != "dot" or dot2.inputs[0] is not probs or dot2.inputs[1] is probs:
         return None
     dtypes = {i.shape.type() for i in (*dot1.inputs, dot2.inputs[1], dot2)}
     if (
@@ -85,7 +105,7 @@ def _candidate(ctx: LoweringContext, dot1: Instruction) -> Instruction | None:
         return None
     pos, module = ctx.cache["position"], ctx.cache["module"]
     for between in module.instructions[pos[id(dot1)] + 1 : pos[id(dot2)]]:
-        if between is group or between.is_literal() or between.is_param():
+        if between in (group, probs) or between.is_literal() or between.is_param():
             continue
         if between.op.output_alias(len(between.inputs)) < 0:
             return None
@@ -118,7 +138,16 @@ def lower_attention_softmax(ctx: LoweringContext, ins: Instruction, plain: Lower
             raise RuntimeError(f"{dot1.op}: postponed product could not be lowered")
         return False
     ctx.bind_dynamic(ins)
-    ctx.cache[("attention", id(ins.outputs[0]))] = pattern
+    probs = _probabilities(ins)
+    if probs is not ins:  # the convert: bound, no step of its own
+        ctx.bind_dynamic(probs)
+        ctx.fusers[id(probs)] = _bound
+    ctx.cache[("attention", id(probs.outputs[0]))] = pattern
+    return True
+
+
+def _bound(ctx: LoweringContext, ins: Instruction) -> bool:
+    """The convert of a fused block's probabilities: bound when matched, no step."""
     return True
 
 
@@ -152,6 +181,8 @@ def _extend(p: Pattern, node: Node, k: int) -> bool:
     def same(a: object) -> bool:
         return isinstance(a, Value) and a.kind == "node" and a.index == k - 1
 
+    if node.fn in CASTS and same(node.args[0]) and node.dtype == np.float32:
+        return True  # widening the scaled score: its value unchanged
     if node.fn == "where" and p.keep is None and p.add is None and _input(node.args[0]) is not None:
         b, x, y = node.args
         if same(x) and _const(y) is not None and _const(y) <= MASKED_FILL:
@@ -185,7 +216,8 @@ def _const(v: object) -> float | None:
 
 
 def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
-    group = dot2.inputs[0]
+    probs = dot2.inputs[0]
+    group = probs.inputs[0] if probs.op.name == "pointwise" else probs
     dot1 = next(i for i in group.inputs if i.op.name == "dot" and i.outputs == [group])
     env = ctx.env
     q, kt = ctx.args(dot1)
@@ -195,15 +227,55 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
     add = gargs[p.add] if p.add is not None else None
     dtype = torch_dtype(dot2.shape.dtype())
     mask = _shared_mask(ctx, (keep, p.keep_true, p.fill, add, dtype), id(dot2))
-    sdpa, scale = F.scaled_dot_product_attention, p.scale
+    attend = _bf16_attention(p.scale) if _unfused_bf16(ctx, dtype) else _sdpa(p.scale, dtype)
     idx = ctx.bind_dynamic(dot2)
     ctx.mark_fresh(idx)
 
     def step() -> None:
-        env[idx] = sdpa(env[q], env[kt].transpose(-1, -2), env[v], attn_mask=mask(), scale=scale)
+        env[idx] = attend(env[q], env[kt], env[v], mask())
 
-    ctx.emit(step, [dot1, group, dot2], idx)
+    members = [dot1, group, dot2] if probs is group else [dot1, group, probs, dot2]
+    ctx.emit(step, members, idx)
     ctx.cache[BLOCKS] = ctx.cache.get(BLOCKS, 0) + 1
+
+
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+
+
+def _unfused_bf16(ctx: LoweringContext, dtype: torch.dtype) -> bool:
+    """bf16 on the CPU: torch's fused kernel is slower there than its three steps (BERT-base's
+    (12, 128, 64) heads at batch 1, one thread: 0.85 ms against 0.52)."""
+    return ctx.device.type == "cpu" and dtype == torch.bfloat16
+
+
+def _sdpa(scale: float, dtype: torch.dtype) -> Attend:
+    sdpa = F.scaled_dot_product_attention
+
+    def attend(
+        q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        if mask is not None and mask.dtype != dtype and mask.dtype != torch.bool:
+            mask = mask.to(dtype)  # a float32 additive mask with bf16 / half products
+        return sdpa(q, kt.transpose(-1, -2), v, attn_mask=mask, scale=scale)
+
+    return attend
+
+
+def _bf16_attention(scale: float) -> Attend:
+    """The block as the bf16 program computes it: the scores a bf16 product, then scaled,
+    masked and normalised in float32 (as `quantize_bf16`'s default keeps softmax), the
+    probabilities rounded to bf16 for the second product."""
+    matmul, softmax, bf16 = torch.matmul, torch.softmax, torch.bfloat16
+
+    def attend(
+        q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        x = matmul(q, kt).float().mul_(scale)
+        if mask is not None:
+            x.add_(mask)
+        return matmul(softmax(x, -1).to(bf16), v)
+
+    return attend
 
 
 def _shared_mask(ctx: LoweringContext, key: tuple, block: int) -> Callable[[], torch.Tensor | None]:

@@ -74,6 +74,8 @@ def _cast_finite(x: Tensor, dtype: Any, *, out: Tensor | None = None) -> Tensor:
     y = _cast(x, dtype, out=out)
     if y.numel() == 0 or not y.is_floating_point():
         return y
+    if x.is_floating_point() and torch.finfo(y.dtype).max >= torch.finfo(x.dtype).max:
+        return y  # a widening cast (bf16 -> float32) makes no infinity of a finite value
     if y.device.type == "cpu":
         low, high = torch.aminmax(y)
         if bool(low > -math.inf) and bool(high < math.inf):  # also False for NaN: checked below

@@ -14,7 +14,12 @@ vectors along the last axis, `eps` one constant) and nothing between `m` and `y`
 fused kernel instead of four passes and three temporaries). The other instructions of the
 pattern emit no step. Anything else lowers as before. A bf16 normalisation (`quantize_bf16`)
 is computed in float32 inside torch's kernel and rounded once, where the instructions round each
-step.
+step. A float32 normalisation whose last group also converts to bf16 (`quantize_bf16`'s default
+keeps a pre-norm transformer's norms in float32 and rounds their output for the next product,
+GPT-2's) is matched too: the step converts torch's result (finite values: a normalised row
+never nears float32's largest, so the clamping convert's saturation cannot apply); so is one
+whose float32 output also has a user that only converts it to bf16 (a post-norm transformer's,
+BERT's, where the output feeds the next residual sum too): the step makes that copy as well.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import LoweringContext
-from pygraphx.targets.torch_lowering.dtypes import from_numpy
+from pygraphx.targets.torch_lowering.dtypes import from_numpy, torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import trace_group
 from pygraphx.targets.torch_lowering.pointwise import Node, NotTraceable, Value, trace_body
 
@@ -36,6 +41,10 @@ from pygraphx.targets.torch_lowering.pointwise import Node, NotTraceable, Value,
 BLOCKS = "layernorm_blocks"
 #: the element types normalised in one step
 NORM_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16))
+#: the IR type a float32 normalisation may be rounded to for its products
+BF16 = "bf16_type"
+#: a trace's converts (`cast_finite` clamps to the target's range)
+CASTS = ("cast", "cast_finite")
 
 
 @dataclass
@@ -49,6 +58,7 @@ class Norm:
     eps: float
     weight: torch.Tensor | None
     bias: torch.Tensor | None
+    cast: torch.dtype | None = None  # a convert after the affine part (to the next product)
 
 
 def _only_user(ins: Instruction, op: str) -> Instruction | None:
@@ -176,11 +186,16 @@ def _stddev(v: Instruction) -> tuple[Instruction, float] | None:
 
 def _affine(
     y: Instruction, d: Instruction, sb: Instruction
-) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
-    """`y = d / sb [* w] [+ b]`: the fixed vectors (w, b), or None."""
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.dtype | None] | None:
+    """`y = d / sb [* w] [+ b] [then a convert]`: the fixed vectors (w, b) and the type
+    converted to (None: no convert), or None."""
     nodes = _fns(y)
     if nodes is None or d not in y.inputs or sb not in y.inputs or y.inputs.count(d) != 1:
         return None
+    cast = None
+    if len(nodes) > 1 and nodes[-1].fn in CASTS and _is_node(nodes[-1].args[0], len(nodes) - 2):
+        cast = torch_dtype(y.shape.dtype())
+        nodes = nodes[:-1]
     if not _of_inputs(nodes[0], "div", y.inputs.index(d), y.inputs.index(sb)):
         return None
     n = d.shape.lens()[-1]
@@ -196,7 +211,7 @@ def _affine(
         if vec is None:
             return None
         found[node.fn] = vec
-    return found.get("mul"), found.get("add")
+    return found.get("mul"), found.get("add"), cast
 
 
 def match_layernorm(ctx: LoweringContext, mean: Instruction) -> Norm | None:
@@ -213,14 +228,10 @@ def match_layernorm(ctx: LoweringContext, mean: Instruction) -> Norm | None:
     y = _only_user(sb, "pointwise") if sb is not None else None
     if y is None or sb.shape.lens() != d.shape.lens() or set(d.outputs) != {v, y}:
         return None
-    if (
-        len(d.outputs) != 2
-        or y.shape.lens() != d.shape.lens()
-        or y.shape.dtype() != d.shape.dtype()
-    ):
+    if len(d.outputs) != 2 or y.shape.lens() != d.shape.lens():
         return None
     affine = _affine(y, d, sb)
-    if affine is None:
+    if affine is None or (affine[2] is None) != (y.shape.dtype() == d.shape.dtype()):
         return None
     members = [mean, mean.outputs[0], d, v, s, sb, y]
     if not _nothing_writes_between(ctx, members):
@@ -257,14 +268,41 @@ def lower_layernorm(ctx: LoweringContext, mean: Instruction) -> bool:
     idx = ctx.index[id(norm.y)]
     ctx.mark_fresh(idx)
     shape, w, b, eps = (norm.x.shape.lens()[-1],), norm.weight, norm.bias, norm.eps
-    layer_norm = F.layer_norm
+    layer_norm, cast = F.layer_norm, norm.cast
+    copy = _rounded_copy(norm) if cast is None else None
+    if copy is not None:  # computed by this step: bound, no step of its own
+        cidx = ctx.bind_dynamic(copy)
+        ctx.mark_fresh(cidx)
+        ctx.fusers[id(copy)] = _bound
+        low = torch_dtype(copy.shape.dtype())
 
-    def step() -> None:
-        env[idx] = layer_norm(env[x], shape, w, b, eps)
+        def step() -> None:
+            env[idx] = y = layer_norm(env[x], shape, w, b, eps)
+            env[cidx] = y.to(low)
 
-    ctx.emit(step, norm.members, idx)
+    else:
+
+        def step() -> None:
+            y = layer_norm(env[x], shape, w, b, eps)
+            env[idx] = y if cast is None else y.to(cast)
+
+    ctx.emit(step, norm.members + ([copy] if copy is not None else []), idx)
     ctx.cache[BLOCKS] = ctx.cache.get(BLOCKS, 0) + 1
     return True
+
+
+def _rounded_copy(norm: Norm) -> Instruction | None:
+    """A bf16 copy of the float32 output that a user makes for its products (a post-norm
+    transformer's, BERT's: the output also feeds the next residual sum), a group that only
+    converts it, or None."""
+    for user in norm.y.outputs:
+        if user.op.name != "pointwise" or user.inputs != [norm.y] or user.shape.type() != BF16:
+            continue
+        body = user.module_inputs[0].instructions
+        ops = [i for i in body if not (i.is_param() or i.is_return())]
+        if len(ops) == 1 and ops[0].op.name == "convert" and norm.y.shape.type() == "float_type":
+            return user
+    return None
 
 
 def _bound(ctx: LoweringContext, ins: Instruction) -> bool:
