@@ -132,7 +132,8 @@ def library() -> ctypes.CDLL | None:
         except (OSError, AttributeError) as exc:
             lib, why = None, f"cannot load {path}: {exc}"
         if lib is not None and not openmp_shared():  # two thread pools would fight for cores
-            lib, why = None, f"{path} brought a second OpenMP runtime (not torch's libgomp.so.1)"
+            runtimes = ", ".join(openmp_runtimes())
+            lib, why = None, f"two OpenMP runtimes in this process ({runtimes}), not one shared"
     if lib is None:
         log.info("oneDNN C API unavailable: %s", why)
     _state["lib"], _state["why"] = lib, why
@@ -155,14 +156,21 @@ def check(status: int, what: str) -> None:
 OPENMP_LIBS = ("libgomp", "libiomp5", "libomp.so", "libomp-")
 
 
-def openmp_shared() -> bool:
-    """Whether the process has one OpenMP runtime loaded (torch's, shared with oneDNN)."""
+def openmp_runtimes() -> list[str]:
+    """The OpenMP runtimes loaded in this process (their files; none off Linux)."""
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
-        return True  # not Linux: nothing to check
+        return []  # not Linux: nothing to check
     paths = {line.split()[-1] for line in maps.splitlines() if "/" in line}
-    return sum(any(Path(p).name.startswith(n) for n in OPENMP_LIBS) for p in paths) <= 1
+    return sorted(p for p in paths if any(Path(p).name.startswith(n) for n in OPENMP_LIBS))
+
+
+def openmp_shared() -> bool:
+    """Whether the process has one OpenMP runtime loaded (torch's, shared with oneDNN): another
+    one may come with the library, or with another package loaded first (scikit-learn's wheel
+    bundles its own libgomp)."""
+    return len(openmp_runtimes()) <= 1
 
 
 class Runtime:
