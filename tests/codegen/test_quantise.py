@@ -22,6 +22,7 @@ from pygraphx.codegen.triton.quantise import (  # noqa: E402
     fp8_code_rows,
     int8_code,
     int8_code_rows,
+    quotient,
 )
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -143,3 +144,43 @@ def test_fp8_code_matches_float32_division(scale: float, rows: bool) -> None:
     nan = np.isnan(want.view(ml_dtypes.float8_e4m3fn).astype(np.float32))
     bad = np.flatnonzero((got != want) & ~(nan & (got & 0x7F == 0x7F)))
     assert bad.size == 0, [(x[i], hex(got[i]), hex(want[i])) for i in bad[:10]]
+
+
+@pytest.fixture(scope="module")
+def quotient_kernel():
+    @triton.jit
+    def kernel(x_ptr, s_ptr, got_ptr, want_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < n, other=1.0)
+        s = tl.load(s_ptr)
+        tl.store(got_ptr + offs, quotient(x, s, tl.math.div_rn(1.0, s)), mask=offs < n)
+        tl.store(want_ptr + offs, tl.math.div_rn(x, s), mask=offs < n)
+
+    return kernel
+
+
+@pytest.mark.parametrize("s", [0.1, 1 / 3, 0.0078125, 3.7e-3, 0.4271, 1.9e-5, 0.999999])
+def test_epilogue_quotient_is_div_rn(s: float, quotient_kernel) -> None:
+    """The epilogues' branch-free `x / s` (`quantise.quotient`) is bit for bit
+    `div_rn` (the standalone quantise kernels' division) on random floats of every size and
+    sign, on values within a few ulps of the half-integers and fp8 midpoints where rounding
+    decides, on zeros (their sign kept), infinities and NaN."""
+    rng = np.random.default_rng(11)
+    s32 = np.float32(s)
+    mags = np.exp2(rng.uniform(-40, 40, 20000)).astype(np.float32)
+    ties = ((np.arange(-300, 300) + 0.5) * s32).astype(np.float32)
+    mids = np.array([1.0625, 2.125, 3.25, 13.0, 100.0, 416.0, 0.0146484375]) * s32
+    near = np.concatenate([ties, mids.astype(np.float32), -mids.astype(np.float32)])
+    steps = np.arange(-4, 5, dtype=np.int32)
+    near = (near.view(np.int32)[:, None] + steps[None, :]).reshape(-1).view(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, 6e-8], np.float32)
+    x = np.concatenate([mags * rng.choice([-1, 1], mags.size), near, special]).astype(np.float32)
+    xt = torch.from_numpy(x).to(DEVICE)
+    got, want = torch.empty_like(xt), torch.empty_like(xt)
+    st = torch.tensor([s32], device=DEVICE)
+    quotient_kernel[(-(-x.size // 1024),)](xt, st, got, want, x.size, BLOCK=1024)
+    g, w = got.cpu().numpy(), want.cpu().numpy()
+    both_nan = np.isnan(g) & np.isnan(w)
+    same = (g.view(np.int32) == w.view(np.int32)) | both_nan
+    assert same.all(), (x[~same][:5], g[~same][:5], w[~same][:5])
+    assert np.array_equal(w[:-7], (x[:-7] / s32).astype(np.float32), equal_nan=True)

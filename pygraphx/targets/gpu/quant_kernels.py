@@ -2,7 +2,7 @@
 
 * `quantise_int8(x, scale, out)`: `out = saturate(rint(float32(x) / scale))` to int8 with one
   scale for the whole tensor, NaN to -128: `quantizelinear`'s arithmetic (`ops/quant.py`), in one
-  pass over memory (eager torch takes five); the division is `_quotient` (below). Round half
+  pass over memory (eager torch takes five); the division is `quantise.quotient`. Round half
   to even without libdevice: adding and subtracting 1.5 * 2**23 rounds a float32 of magnitude
   below 2**22 to an integer, half to even (the value is clamped to [-128, 127] first, which
   commutes with rounding to integers).
@@ -19,7 +19,7 @@
 * `fp8_gemm(a, wt, scale, out)`: the same kernel for fp8 e4m3 operands, float32 sums.
 * the int8 / fp8 convolution kernel (`quant_conv_kernels.py`) shares `_tile` and
   `_store_dequantised` (the epilogue, which also quantises to int8 or fp8: its division by the
-  scale is `_quotient`, bit for bit `div_rn` without a branch per element; on an H200 the
+  scale is `quantise.quotient`, bit for bit `div_rn` without a branch per element; on an H200 the
   per-element `div_rn` made a quantising epilogue cost more than the product: ResNet-50 b32
   int8 2.09 ms with it against fp16 1.40 in one call, 1.42 without against fp16 1.47 in
   another).
@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 import triton.testing
 
-from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits, fp8_round
+from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits, fp8_round, quotient
 
 _BLOCK = 1024
 _BLOCK_M, _BLOCK_N = 32, 64
@@ -54,7 +54,7 @@ def _quantise_int8_kernel(x_ptr, scale_ptr, out_ptr, n, BLOCK: tl.constexpr, MAG
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(scale_ptr).to(tl.float32)
-    tl.store(out_ptr + offs, _int8_of(_quotient(x, s, tl.math.div_rn(1.0, s)), MAGIC), mask=mask)
+    tl.store(out_ptr + offs, _int8_of(quotient(x, s, tl.math.div_rn(1.0, s)), MAGIC), mask=mask)
 
 
 @triton.jit
@@ -65,7 +65,7 @@ def _quantise_fp8_kernel(
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(scale_ptr).to(tl.float32)
-    v = _quotient(x, s, tl.math.div_rn(1.0, s))
+    v = quotient(x, s, tl.math.div_rn(1.0, s))
     r = fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
     r = tl.where(v != v, v, r)  # NaN stays NaN
     if ROUND_TRIP:  # dequantised at once: r * scale in the output's type
@@ -160,30 +160,13 @@ def _store_dequantised(
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
     if QUANT != 0:  # the quantise of the stored value: `quantise_int8`'s / `quantise_fp8`'s
         qs = tl.load(qs_ptr).to(tl.float32)
-        v = _quotient(y.to(ty).to(tl.float32), qs, tl.math.div_rn(1.0, qs))
+        v = quotient(y.to(ty).to(tl.float32), qs, tl.math.div_rn(1.0, qs))
         if QUANT == 1:
             q = _int8_of(v, MAGIC)
         else:  # fp8 e4m3fn, its bytes
             r = fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
             q = fp8_bits(tl.where(v != v, v, r), v.to(tl.int32, bitcast=True) < 0)
         tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
-
-
-@triton.jit
-def _quotient(x, s, r):
-    """`x / s` correctly rounded (`tl.math.div_rn`'s value) for float32 `x` and one `s` > 0,
-    given `r` = div_rn(1, s), without a branch per element: `x * r`, then two corrections by
-    its exact residual (`fma(-q, s, x)`; Markstein: with r correctly rounded and q within an
-    ulp, `q + e * r` rounds to the quotient). div_rn's fast path does the same, but checks
-    each element's range and calls a slow path (a branch and a reconvergence per element of a
-    tile: most of an epilogue's time). Infinite or NaN `x`, or an overflowing quotient, give
-    `x * r`; a zero keeps its sign. Exact while `x` and `x / s` are normal floats."""
-    q = x * r
-    e = tl.fma(-q, s, x)
-    q1 = tl.fma(e, r, q)
-    e1 = tl.fma(-q1, s, x)
-    q2 = tl.fma(e1, r, q1)
-    return tl.where((q2 != q2) | (q2 == 0.0), q, q2)
 
 
 @triton.jit
