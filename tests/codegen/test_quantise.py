@@ -92,15 +92,16 @@ def test_int8_code_matches_float32_division(scale: float, rows: bool) -> None:
 
 @triton.jit
 def _fp8_codes(
-    x_ptr, scale_ptr, out_ptr, n, BLOCK: tl.constexpr, MAGIC: tl.constexpr, ROWS: tl.constexpr
+    x_ptr, scale_ptr, out_ptr, n, BLOCK: tl.constexpr, MAGIC: tl.constexpr, ROWS: tl.constexpr,
+    CAST: tl.constexpr,
 ):  # fmt: skip
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
     if ROWS:
-        q = fp8_code_rows(x, tl.load(scale_ptr), MAGIC)
+        q = fp8_code_rows(x, tl.load(scale_ptr), MAGIC, CAST)
     else:
-        q = fp8_code(x, tl.load(scale_ptr), MAGIC)
+        q = fp8_code(x, tl.load(scale_ptr), MAGIC, CAST)
     tl.store(out_ptr + offs, q, mask=mask)
 
 
@@ -130,16 +131,26 @@ def _want_fp8(x: np.ndarray, scale: np.float32) -> np.ndarray:
     return v.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
 
 
+def _hardware_fp8() -> bool:
+    """Whether this run compiles for an NVIDIA GPU with fp8 conversions (`CAST`)."""
+    from pygraphx.targets.gpu.triton_groups import fp8_cast
+
+    return DEVICE == "cuda" and fp8_cast(torch.device("cuda"))
+
+
+@pytest.mark.parametrize("cast", [False, True], ids=["bits", "cast"])
 @pytest.mark.parametrize("rows", [False, True], ids=["fp8_code", "fp8_code_rows"])
 @pytest.mark.parametrize("scale", SCALES + list(RNG.uniform(1e-4, 10.0, 4)))
-def test_fp8_code_matches_float32_division(scale: float, rows: bool) -> None:
+def test_fp8_code_matches_float32_division(scale: float, rows: bool, cast: bool) -> None:
+    if cast and not _hardware_fp8():
+        pytest.skip("the hardware fp8 conversion needs an NVIDIA GPU of sm_89 or later")
     s = np.float32(scale)
     x = _fp8_values(s)
     xt = torch.from_numpy(x).to(DEVICE)
     out = torch.empty(x.shape, dtype=torch.uint8, device=DEVICE)
     st = torch.tensor([s], dtype=torch.float32, device=DEVICE)
     grid = (triton.cdiv(x.size, BLOCK),)
-    _fp8_codes[grid](xt, st, out, x.size, BLOCK=BLOCK, MAGIC=MAGIC, ROWS=rows)
+    _fp8_codes[grid](xt, st, out, x.size, BLOCK=BLOCK, MAGIC=MAGIC, ROWS=rows, CAST=cast)
     got, want = out.cpu().numpy(), _want_fp8(x, s)
     nan = np.isnan(want.view(ml_dtypes.float8_e4m3fn).astype(np.float32))
     bad = np.flatnonzero((got != want) & ~(nan & (got & 0x7F == 0x7F)))
@@ -184,3 +195,31 @@ def test_epilogue_quotient_is_div_rn(s: float, quotient_kernel) -> None:
     same = (g.view(np.int32) == w.view(np.int32)) | both_nan
     assert same.all(), (x[~same][:5], g[~same][:5], w[~same][:5])
     assert np.array_equal(w[:-7], (x[:-7] / s32).astype(np.float32), equal_nan=True)
+
+
+def test_quantising_sources_compile_for_sm90_with_the_fp8_cast(tmp_path) -> None:
+    """Generated kernels writing fp8 codes by the hardware conversion (`QuantOutput.cast`)
+    and int8 codes (`normalised_quotient`) go through Triton's real compiler to CUDA sm_90
+    binaries (the interpreter cannot run the cast: `test_fp8_code_matches_float32_division`
+    checks its bytes on such a GPU)."""
+    from pygraphx.codegen.triton.emitter import tl_dtype
+    from pygraphx.codegen.triton.kernels import QuantOutput, kernel_source
+    from tests.codegen.aot_compile import run_jobs
+    from tests.codegen.test_triton_kernels import _gelu_tanh_group, _short, scaled_reduce
+
+    row = scaled_reduce("softmax", [8, 768], "half_type", axis=1)[1]
+    cases = [(_gelu_tanh_group(), "fp8", True), (row, "fp8", True), (row, "int8", False)]
+    jobs = []
+    for k, (group, code, cast) in enumerate(cases):
+        src = kernel_source(group, QuantOutput(code, store=False, cast=cast))
+        assert ("CAST=True" in src.source) == cast
+        path = tmp_path / f"q{k}.py"
+        path.write_text(src.source)
+        sig = {f"in{j}": "*" + _short(tl_dtype(d.dtype)) for j, d in enumerate(group.inputs)}
+        sig["out"] = "*" + _short(tl_dtype(group.output.dtype))
+        sig |= {"qscale": "*fp32", "qout": "*u8" if code == "fp8" else "*i8", "BLOCK": "constexpr"}
+        block = 1 if src.kind == "row" else 1024
+        jobs.append(
+            {"path": str(path), "signature": sig, "block": block, "targets": [["cuda", 90, 32]]}
+        )
+    assert len(run_jobs(jobs, tmp_path)) == len(jobs)

@@ -63,14 +63,18 @@ def _mul(a, b):
 @dataclass(frozen=True)
 class QuantOutput:
     """A quantised second output: `code` is "int8" or "fp8" (e4m3fn); `store`: whether the
-    float result is stored too."""
+    float result is stored too; `cast`: fp8 bytes from the device's own conversion
+    (`quantise.fp8_code`'s `CAST`: NVIDIA sm_89 and later, compiled, not interpreted)."""
 
     code: str
     store: bool = True
+    cast: bool = False
 
     def __post_init__(self) -> None:
         if self.code not in ("int8", "fp8"):
             raise ValueError(f"quantised output {self.code!r}: expected int8 or fp8")
+        if self.cast and self.code != "fp8":
+            raise ValueError(f"quantised output {self.code!r}: only fp8 codes take cast=True")
 
 
 _QUANT_IMPORT = (
@@ -102,7 +106,8 @@ def _stores(
     fn = f"{quant.code}_code" + ("_rows" if rows else "")
     q_ptr = "qout" + out_ptr.removeprefix("out")
     # the rounding constant as a literal: a kernel reads no non-constexpr globals
-    lines.append(f"tl.store({q_ptr}, {fn}({wide}, tl.load(qscale), {MAGIC!r}){tail}")
+    cast = ", CAST=True" if quant.cast else ""
+    lines.append(f"tl.store({q_ptr}, {fn}({wide}, tl.load(qscale), {MAGIC!r}{cast}){tail}")
     return lines
 
 

@@ -18,30 +18,10 @@ reciprocal), then
 
 from __future__ import annotations
 
-import os
-
 import triton
 import triton.language as tl
 
 from pygraphx.codegen.triton.kernels import MAGIC
-
-
-def _hardware_fp8() -> bool:
-    """Whether kernels run compiled for an NVIDIA GPU with fp8 conversions (sm_89 and later),
-    not under the interpreter (whose fp8 cast is not exact) nor on ROCm."""
-    if os.environ.get("TRITON_INTERPRET", "") not in ("", "0"):
-        return False
-    try:
-        target = triton.runtime.driver.active.get_current_target()
-    except RuntimeError:  # no GPU driver: nothing compiles for a device here
-        return False
-    return target.backend == "cuda" and int(target.arch) >= 89
-
-
-#: fp8 codes from the hardware conversion (`cvt.rn.satfinite.e4m3x2.f32`: round half to even,
-#: saturate to +-448, NaN stays NaN) rather than `fp8_round` and `fp8_bits`: the same bytes
-#: in two instructions a pair rather than some thirty an element
-FP8_CAST = tl.constexpr(_hardware_fp8())
 
 
 @triton.jit
@@ -165,13 +145,16 @@ def int8_code_rows(x, scale, MAGIC: tl.constexpr):
 
 
 @triton.jit
-def _fp8_of_quotient(v, x, scale, MAGIC: tl.constexpr):
+def _fp8_of_quotient(v, x, scale, MAGIC: tl.constexpr, CAST: tl.constexpr):
     """The fp8 e4m3fn byte of the quotient `v` of `x / scale`: saturated to +-448, rounded,
     NaN where `x` or `v` is (0x7F); the sign from `x` and `scale` (a -0 quotient keeps it,
-    whatever the quotient's arithmetic did to the zero's sign). On an NVIDIA GPU (`FP8_CAST`)
-    the hardware conversion rounds and saturates, elsewhere `fp8_round` and `fp8_bits`."""
+    whatever the quotient's arithmetic did to the zero's sign). `CAST` (compiled for an NVIDIA
+    GPU of sm_89 or later only): the hardware conversion rounds and saturates
+    (`cvt.rn.satfinite.e4m3x2.f32`: half to even, +-448 for larger magnitudes, NaN kept), two
+    values an instruction where `fp8_round` and `fp8_bits` take some thirty operations an
+    element; the interpreter's fp8 cast is not exact, so it takes those."""
     neg = (x.to(tl.int32, bitcast=True) ^ scale.to(tl.int32, bitcast=True)) < 0
-    if FP8_CAST:
+    if CAST:
         b = tl.where(x != x, x, v).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
         code = tl.where(neg, b | 0x80, b)
     else:
@@ -182,22 +165,22 @@ def _fp8_of_quotient(v, x, scale, MAGIC: tl.constexpr):
 
 
 @triton.jit
-def fp8_code(x, scale, MAGIC: tl.constexpr):
+def fp8_code(x, scale, MAGIC: tl.constexpr, CAST: tl.constexpr = False):
     """The fp8 e4m3fn byte (uint8) of `x / scale` saturated to +-448, for float32 `x`, `scale`
-    (the quotient from `normalised_quotient`, as `int8_code`)."""
-    return _fp8_of_quotient(normalised_quotient(x, scale), x, scale, MAGIC)
+    (the quotient from `normalised_quotient`, as `int8_code`); `CAST`: the byte from the
+    hardware conversion (`_fp8_of_quotient`)."""
+    return _fp8_of_quotient(normalised_quotient(x, scale), x, scale, MAGIC, CAST)
 
 
 @triton.jit
-def fp8_code_rows(x, scale, MAGIC: tl.constexpr):
+def fp8_code_rows(x, scale, MAGIC: tl.constexpr, CAST: tl.constexpr = False):
     """`fp8_code` with the quotient from `saturating_quotient` (one division a call), for row
     kernels as `int8_code_rows`: exact below 1024, and beyond it at least 512, which the
     saturation to 448 cannot tell apart."""
-    return _fp8_of_quotient(saturating_quotient(x, scale, 1024.0), x, scale, MAGIC)
+    return _fp8_of_quotient(saturating_quotient(x, scale, 1024.0), x, scale, MAGIC, CAST)
 
 
 __all__ = [
-    "FP8_CAST",
     "MAGIC",
     "fp8_bits",
     "fp8_code",

@@ -193,7 +193,7 @@ class TritonGroups:
             group = dataclasses.replace(group, inputs=inputs)
             if layout == CHANNELS_LAST:
                 group = dataclasses.replace(group, output=_channels_last(group.output))
-            fused = _quantised_output(ctx, ins)
+            fused = _quantised_output(ctx, ins, self.device)
             kernel = self.kernel(group, None if fused is None else fused[1])
         except (UnsupportedGroup, NotTraceable) as exc:
             name = ins.module_inputs[0].name if ins.module_inputs else ins.op.name
@@ -331,7 +331,15 @@ class TritonGroups:
 _QUANT_CODES = {"int8_type": "int8", "fp8e4m3fn_type": "fp8"}
 
 
-def _quantised_output(ctx: LoweringContext, ins: Instruction):
+def fp8_cast(device: torch.device) -> bool:
+    """Whether kernels compiled for `device` write fp8 codes by the hardware conversion
+    (`QuantOutput.cast`): an NVIDIA GPU of compute capability 8.9 or later, not interpreted."""
+    if device.type != "cuda" or interpreting() or torch.version.hip is not None:
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+def _quantised_output(ctx: LoweringContext, ins: Instruction, device: torch.device):
     """(the `quantizelinear` user the group's kernel computes too, its `QuantOutput`, its
     scale) or None (module docstring)."""
     from pygraphx.codegen.triton.kernels import QuantOutput
@@ -341,7 +349,9 @@ def _quantised_output(ctx: LoweringContext, ins: Instruction):
     quantise, scale, store = quantising_user(ctx, ins, tuple(_QUANT_CODES))
     if quantise is None or any(u.op.name == "dequantizelinear" for u in quantise.outputs):
         return None
-    return quantise, QuantOutput(_QUANT_CODES[quantise.shape.type()], store), scale
+    code = _QUANT_CODES[quantise.shape.type()]
+    cast = code == "fp8" and fp8_cast(device)
+    return quantise, QuantOutput(code, store, cast), scale
 
 
 def in_place_input(ins: Instruction) -> int | None:
