@@ -1,10 +1,11 @@
-"""`codegen/triton/quantise.py`'s int8 codes (`int8_code`, a division an element, and
-`int8_code_rows`, one reciprocal and fma corrections) and fp8 e4m3fn bytes (`fp8_code`,
-`fp8_code_rows`) against numpy's float32 division (and ml_dtypes' rounding to e4m3fn), bit for
-bit: values at and next to every rounding tie (x / scale = k + 1/2), saturation, NaN and
-infinities, over scales of every kind (ordinary, tiny, huge, subnormal, zero, negative,
-infinite, NaN). On a GPU the kernel is compiled for it; elsewhere Triton's interpreter runs it
-(tests/conftest.py)."""
+"""`codegen/triton/quantise.py`'s int8 codes (`int8_code`, the quotient from
+`normalised_quotient`, and `int8_code_rows`, from `saturating_quotient`) and fp8 e4m3fn bytes
+(`fp8_code`, `fp8_code_rows`; built from float32 bits, and on an NVIDIA GPU of sm_89 or later
+also by the hardware conversion, `CAST`) against numpy's float32 division (and ml_dtypes'
+rounding to e4m3fn), bit for bit: values at and next to every rounding tie
+(x / scale = k + 1/2), saturation, NaN and infinities, over scales of every kind (ordinary,
+tiny, huge, subnormal, zero, negative, infinite, NaN); `quotient` against `div_rn`. On a GPU
+the kernel is compiled for it; elsewhere Triton's interpreter runs it (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -133,7 +134,7 @@ def _want_fp8(x: np.ndarray, scale: np.float32) -> np.ndarray:
 
 def _hardware_fp8() -> bool:
     """Whether this run compiles for an NVIDIA GPU with fp8 conversions (`CAST`)."""
-    from pygraphx.targets.gpu.triton_groups import fp8_cast
+    from pygraphx.targets.gpu.quant_kernels import fp8_cast
 
     return DEVICE == "cuda" and fp8_cast(torch.device("cuda"))
 

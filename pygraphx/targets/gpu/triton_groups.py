@@ -44,6 +44,7 @@ import torch
 from pygraphx.codegen.trace import GroupTrace, NotTraceable, TensorDesc, evaluate, group_trace
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu.quant_epilogue import quantising_user
+from pygraphx.targets.gpu.quant_kernels import fp8_cast
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import numpy_dtype, torch_dtype
 from pygraphx.targets.torch_lowering.handler import TORCH
@@ -329,14 +330,6 @@ class TritonGroups:
 
 
 _QUANT_CODES = {"int8_type": "int8", "fp8e4m3fn_type": "fp8"}
-
-
-def fp8_cast(device: torch.device) -> bool:
-    """Whether kernels compiled for `device` write fp8 codes by the hardware conversion
-    (`QuantOutput.cast`): an NVIDIA GPU of compute capability 8.9 or later, not interpreted."""
-    if device.type != "cuda" or interpreting() or torch.version.hip is not None:
-        return False
-    return torch.cuda.get_device_capability(device) >= (8, 9)
 
 
 def _quantised_output(ctx: LoweringContext, ins: Instruction, device: torch.device):

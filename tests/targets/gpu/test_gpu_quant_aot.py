@@ -44,12 +44,12 @@ def _job(
 ) -> dict:  # fmt: skip
     """An `aot_compile` job for `module.kernel`: arguments typed by `types` (else i32),
     pointers (and strides, if `aligned_strides`) 16-divisible, as Triton's launcher marks
-    aligned tensors and strides; fp8 kernels for sm_90 alone."""
+    aligned tensors and strides; fp8 kernels and the hardware fp8 conversion for sm_90 alone."""
     fn = getattr(module, kernel)
     signature = {a: "constexpr" if a in constexprs else types.get(a, "i32") for a in fn.arg_names}
     strides = ("stride", "sx") if aligned_strides else ()
     attrs = [a for a in fn.arg_names if signature[a][0] == "*" or a.startswith(strides)]
-    targets = [SM90] if constexprs.get("FP8") else [SM90, GFX942]
+    targets = [SM90] if constexprs.get("FP8") or constexprs.get("CAST") else [SM90, GFX942]
     return {
         "kernel": f"{module.__name__}:{kernel}", "signature": signature, "attrs": attrs,
         "constexprs": constexprs, "options": options, "targets": targets, "name": name,
@@ -120,10 +120,11 @@ def _elementwise_jobs() -> list[dict]:
         block = {"BLOCK": 1024, "MAGIC": MAGIC}
         types = {"x_ptr": f"*{x}", "scale_ptr": "*fp32", "out_ptr": "*i8"}
         jobs.append(_job(qk, "_quantise_int8_kernel", types, block, options, f"q8-{x}"))
-        for trip in (False, True):
+        for trip, cast in ((False, False), (False, True), (True, False)):
             types = dict(types, out_ptr=f"*{x}" if trip else "*u8")
-            fp8 = {**block, "ROUND_TRIP": trip}
-            jobs.append(_job(qk, "_quantise_fp8_kernel", types, fp8, options, f"qf8-{x}-{trip}"))
+            fp8 = {**block, "ROUND_TRIP": trip, "CAST": cast}
+            name = f"qf8-{x}-{trip}-{cast}"
+            jobs.append(_job(qk, "_quantise_fp8_kernel", types, fp8, options, name))
         for acc in ("i32", "fp32"):
             types = {"acc_ptr": f"*{acc}", "scale_ptr": "*fp32", "out_ptr": f"*{x}"}
             tile = {"BLOCK_M": qk._BLOCK_M, "BLOCK_N": qk._BLOCK_N}
@@ -187,3 +188,4 @@ def test_the_variants_cover_every_constexpr_value() -> None:
     assert seen[f"{conv}:MODE"] == {qck.IMPLICIT, qck.POINTWISE, qck.GATHER}
     assert seen[f"{conv}:FP8_NATIVE"] == {False, qck.FP8_NATIVE}
     assert seen[f"{qk.__name__}:_quantise_fp8_kernel:ROUND_TRIP"] == {False, True}
+    assert seen[f"{qk.__name__}:_quantise_fp8_kernel:CAST"] == {False, True}

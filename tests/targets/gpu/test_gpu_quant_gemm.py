@@ -167,7 +167,7 @@ def test_quantise_runs_inside_the_producing_group(
     rtol = {"int8": 0.03 if fp16 else 1e-5, "fp8": 0.07}[kind]
     close_within(got, want, rtol)
     # and the very numbers of the gpu's unfused quantise passes
-    monkeypatch.setattr(triton_groups_module, "_quantised_output", lambda ctx, ins: None)
+    monkeypatch.setattr(triton_groups_module, "_quantised_output", lambda ctx, ins, device: None)
     unfused, _, plain = run_both(model, feeds, kind, fp16)
     assert triton_groups(plain).quantised == 0 and calls
     np.testing.assert_array_equal(got, unfused)
