@@ -128,26 +128,38 @@ def elementwise_times(mod, scale: torch.Tensor) -> dict:
     return found
 
 
-def layer_norm_times(where: Path, scale: torch.Tensor) -> dict:
+#: the import line of a generated kernel with a quantised output (`kernels._QUANT_IMPORT`)
+QUANT_IMPORT = (
+    "from pygraphx.codegen.triton.quantise import "
+    "fp8_code, fp8_code_rows, int8_code, int8_code_rows"
+)
+
+
+def layer_norm_times(
+    where: Path, scale: torch.Tensor, code: str = "int8", imports: dict | None = None
+) -> dict:
+    """BERT's layer-norm group quantising to `code` with each of `imports` (name -> the line
+    that imports the row quantise in place of `QUANT_IMPORT`; by default `NAMES`' forms as
+    `int8_code_rows`), at every launch configuration the autotune tries."""
+    if imports is None:
+        names = [n for n in NAMES if n != "none"]
+        imports = {n: f"from quantise_variants import q_{n} as int8_code_rows" for n in names}
     _, group = layer_norm_group(4096)
-    source = kernel_source(group, QuantOutput("int8", store=True))
+    source = kernel_source(group, QuantOutput(code, store=True))
+    assert QUANT_IMPORT in source.source, "the generated import line changed"
     xs = [_tensor(d) for d in group.inputs]
     out = torch.empty(4096, 768, dtype=torch.float16, device="cuda")
-    q = torch.empty(4096, 768, dtype=torch.int8, device="cuda")
+    qtype = torch.int8 if code == "int8" else torch.uint8
+    q = torch.empty(4096, 768, dtype=qtype, device="cuda")
     found = {}
-    for name in [n for n in NAMES if n != "none"]:
-        text = source.source.replace(
-            "from pygraphx.codegen.triton.quantise import fp8_code, int8_code",
-            f"from quantise_variants import q_{name} as int8_code",
-        )
-        kernel = _module(where / f"ln_{name}.py", text, f"ln_{name}").kernel
+    for name, line in imports.items():
+        text = source.source.replace(QUANT_IMPORT, line)
+        kernel = _module(where / f"ln_{code}_{name}.py", text, f"ln_{code}_{name}").kernel
         options = candidates(source)
-        runs = [
-            lambda c=c, k=kernel: k[(4096,)](*xs, out, scale, q, **c) for c in options
-        ]  # fmt: skip
+        runs = [lambda c=c, k=kernel: k[(4096,)](*xs, out, scale, q, **c) for c in options]
         times = time_candidates(runs)
         found[name] = {f"w{c['num_warps']}": t * 1e3 for c, t in zip(options, times, strict=True)}
-        print(f"  layer norm + int8 ({name}): " + _fmt(found[name]))
+        print(f"  layer norm + {code} ({name}): " + _fmt(found[name]))
     return found
 
 
@@ -155,25 +167,33 @@ def _fmt(times: dict) -> str:
     return "  ".join(f"{k} {v:6.2f} us" for k, v in times.items())
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_ab(description: str, variants: str, module: str, timers: dict) -> int:
+    """Parse `--json`, write `variants` as the importable module `module` (in a temporary
+    folder also on the path) and call each of `timers` (name -> f(module, folder, scale))
+    with a 0.05 scale; their results (by name) go to the JSON file."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--json")
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        print("quantise_cost.py needs a CUDA/ROCm GPU", file=sys.stderr)
+        print(f"{sys.argv[0]} needs a CUDA/ROCm GPU", file=sys.stderr)
         return 2
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
     scale = torch.tensor([0.05], dtype=torch.float32, device="cuda")
     with tempfile.TemporaryDirectory() as tmp:
         sys.path.insert(0, tmp)
-        mod = _module(Path(tmp) / "quantise_variants.py", VARIANTS, "quantise_variants")
-        result = {
-            "elementwise": elementwise_times(mod, scale),
-            "layer_norm": layer_norm_times(Path(tmp), scale),
-        }
+        mod = _module(Path(tmp) / f"{module}.py", variants, module)
+        result = {name: timer(mod, Path(tmp), scale) for name, timer in timers.items()}
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0
+
+
+def main() -> int:
+    timers = {
+        "elementwise": lambda mod, _, scale: elementwise_times(mod, scale),
+        "layer_norm": lambda _, tmp, scale: layer_norm_times(tmp, scale),
+    }
+    return run_ab(__doc__.splitlines()[0], VARIANTS, "quantise_variants", timers)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,7 @@ the autotune tries. `none` (a plain cast) is the memory floor.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,11 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-from group_tune_ab import _tensor, layer_norm_group  # noqa: E402
-from quantise_cost import _fmt, _module  # noqa: E402
+from quantise_cost import _fmt, layer_norm_times, run_ab  # noqa: E402
 
-from pygraphx.codegen.triton.build import candidates  # noqa: E402
-from pygraphx.codegen.triton.kernels import QuantOutput, kernel_source  # noqa: E402
 from pygraphx.codegen.triton.timing import time_candidates  # noqa: E402
 
 VARIANTS = """
@@ -93,6 +87,8 @@ def gelu(x_ptr, s_ptr, out_ptr, n, BLOCK: tl.constexpr, WHICH: tl.constexpr):
         q = _cast(normalised_quotient(y, s), y, s)
     tl.store(out_ptr + offs, q.to(tl.int8, bitcast=True), mask=mask)
 """
+#: the layer norm's fp8 quantise: codes from float32 bits against the hardware conversion
+ROW_FORMS = {f: f"from quantise_forms import rows_{f} as fp8_code_rows" for f in ("bits", "cast")}
 NAMES = ["none", "int8 div", "int8 norm", "fp8 div bits", "fp8 norm bits", "fp8 div cast",
          "fp8 norm cast"]  # fmt: skip
 
@@ -116,47 +112,12 @@ def gelu_times(mod, scale: torch.Tensor) -> dict:
     return found
 
 
-def layer_norm_times(where: Path, scale: torch.Tensor) -> dict:
-    _, group = layer_norm_group(4096)
-    source = kernel_source(group, QuantOutput("fp8", store=True))
-    xs = [_tensor(d) for d in group.inputs]
-    out = torch.empty(4096, 768, dtype=torch.float16, device="cuda")
-    q = torch.empty(4096, 768, dtype=torch.uint8, device="cuda")
-    found = {}
-    for name in ("bits", "cast"):
-        text = source.source.replace(
-            "from pygraphx.codegen.triton.quantise import "
-            "fp8_code, fp8_code_rows, int8_code, int8_code_rows",
-            f"from quantise_forms import rows_{name} as fp8_code_rows",
-        )
-        kernel = _module(where / f"ln_{name}.py", text, f"ln_{name}").kernel
-        options = candidates(source)
-        runs = [lambda c=c, k=kernel: k[(4096,)](*xs, out, scale, q, **c) for c in options]
-        times = time_candidates(runs)
-        found[name] = {f"w{c['num_warps']}": t * 1e3 for c, t in zip(options, times, strict=True)}
-        print(f"  layer norm + fp8 ({name}): " + _fmt(found[name]))
-    return found
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("quantise_forms_ab.py needs a CUDA GPU", file=sys.stderr)
-        return 2
-    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
-    scale = torch.tensor([0.05], dtype=torch.float32, device="cuda")
-    with tempfile.TemporaryDirectory() as tmp:
-        sys.path.insert(0, tmp)
-        mod = _module(Path(tmp) / "quantise_forms.py", VARIANTS, "quantise_forms")
-        result = {
-            "gelu": gelu_times(mod, scale),
-            "layer_norm": layer_norm_times(Path(tmp), scale),
-        }
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
-    return 0
+    timers = {
+        "gelu": lambda mod, _, scale: gelu_times(mod, scale),
+        "layer_norm": lambda _, tmp, scale: layer_norm_times(tmp, scale, "fp8", ROW_FORMS),
+    }
+    return run_ab(__doc__.splitlines()[0], VARIANTS, "quantise_forms", timers)
 
 
 if __name__ == "__main__":
