@@ -158,25 +158,31 @@ def test_a_primitive_per_thread_count() -> None:
         assert one.weight is two.weight  # one packed copy for both
 
 
-@needs_dnnl
-def test_one_openmp_runtime_and_implementation_named() -> None:
-    """Loading the library adds no OpenMP runtime of its own (it shares torch's libgomp),
-    checked in a fresh process: this one may hold another library's runtime by now (scikit-
-    learn's wheel bundles its own libgomp, and some test may have imported it)."""
+def _last_line_of_fresh_process(code: str) -> str:
+    """The last line `code` prints in a new interpreter (this one's OpenMP runtimes and the
+    library's loaded state are its own), from the repository root."""
     import subprocess
     import sys
 
-    code = (
-        "import pygraphx, torch\n"
-        "from pygraphx.targets.torch_lowering import onednn_capi as c\n"
-        "print(c.library() is not None, '|', c.openmp_shared())\n"
-    )
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "True | True"
+    return out.stdout.strip().splitlines()[-1]
+
+
+@needs_dnnl
+def test_one_openmp_runtime_and_implementation_named() -> None:
+    """Loading the library adds no OpenMP runtime of its own (it shares torch's libgomp),
+    checked in a fresh process: this one may hold another library's runtime by now (scikit-
+    learn's wheel bundles its own libgomp, and some test may have imported it)."""
+    code = (
+        "import pygraphx, torch\n"
+        "from pygraphx.targets.torch_lowering import onednn_capi as c\n"
+        "print(c.library() is not None, '|', c.openmp_shared())\n"
+    )
+    assert _last_line_of_fresh_process(code) == "True | True"
     prim = onednn_conv.Primitive(onednn_capi.runtime(), _plan([1, 8, 8, 8], [8, 8, 1, 1]), False)
     assert prim.impl and prim.impl != "?"
 
@@ -270,19 +276,11 @@ SYSTEM_GOMP = Path("/lib/x86_64-linux-gnu/libgomp.so.1")
 def test_a_second_openmp_runtime_is_refused() -> None:
     """With a second OpenMP runtime in the process (two pools of workers fighting for the
     cores), the library is not used, and the reason says so."""
-    import subprocess
-    import sys
-
     code = (
         "import ctypes, torch\n"
         f"ctypes.CDLL({str(SYSTEM_GOMP)!r})\n"
         "from pygraphx.targets.torch_lowering import onednn_capi as c\n"
         "print(c.library() is None, '|', c.unavailable_reason())\n"
     )
-    root = Path(__file__).resolve().parents[2]
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr
-    refused, reason = out.stdout.strip().splitlines()[-1].split(" | ")
+    refused, reason = _last_line_of_fresh_process(code).split(" | ")
     assert refused == "True" and "two OpenMP runtimes" in reason and "libgomp" in reason
