@@ -134,9 +134,9 @@ def _want_fp8(x: np.ndarray, scale: np.float32) -> np.ndarray:
 
 def _hardware_fp8() -> bool:
     """Whether this run compiles for an NVIDIA GPU with fp8 conversions (`CAST`)."""
-    from pygraphx.targets.gpu.quant_kernels import fp8_cast
+    from pygraphx.targets.gpu.quant_kernels import fp8_cast_supported
 
-    return DEVICE == "cuda" and fp8_cast(torch.device("cuda"))
+    return DEVICE == "cuda" and fp8_cast_supported(torch.device("cuda"))
 
 
 @pytest.mark.parametrize("cast", [False, True], ids=["bits", "cast"])
