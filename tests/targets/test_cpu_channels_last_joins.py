@@ -3,7 +3,7 @@ layout (`lower_layout.concat_layout`, `lower_resize`): a UNet decoder's upsample
 would otherwise transpose every tensor into the standard layout and back. Checked against ONNX
 Runtime on graphs whose joins see channels-last parts, standard parts (a graph input) and a mix,
 for every resize path the lowering takes (F.interpolate, and the separable gathers for modes it
-does not take)."""
+does not take) and for a ConvTranspose upsampling."""
 
 from __future__ import annotations
 
@@ -40,8 +40,13 @@ def _model(resize_attrs: dict, skip_from_input: bool) -> onnx.ModelProto:
         _conv("b", "p", 8, 8, inits),
         helper.make_node("Relu", ["b"], ["br"]),
     ]
-    inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"))
-    nodes.append(helper.make_node("Resize", ["br", "", "scales"], ["up"], **resize_attrs))
+    if resize_attrs.get("mode") == "transpose":  # a ConvTranspose 2x2/2 upsamples instead
+        w = (RNG.standard_normal((8, 8, 2, 2)) * 0.2).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, "wt"))
+        nodes.append(helper.make_node("ConvTranspose", ["br", "wt"], ["up"], strides=[2, 2]))
+    else:
+        inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"))
+        nodes.append(helper.make_node("Resize", ["br", "", "scales"], ["up"], **resize_attrs))
     skip, c_skip = ("x", 3) if skip_from_input else ("ar", 8)
     nodes += [
         helper.make_node("Concat", [skip, "up"], ["cat"], axis=1),
@@ -77,6 +82,7 @@ RESIZES = {
         "coordinate_transformation_mode": "half_pixel",
         "cubic_coeff_a": -0.5,
     },
+    "conv_transpose": {"mode": "transpose"},
 }
 
 
@@ -109,3 +115,18 @@ def test_resize_and_concat_of_convolutions_stay_channels_last() -> None:
             if ins.op.name in ("resize", "concat")
         }
         assert layouts == {"resize": CHANNELS_LAST, "concat": want_cat}
+
+
+def test_conv_transpose_output_joins_channels_last() -> None:
+    """A ConvTranspose of a convolution's output is recorded channels-last (torch keeps the
+    layout), so its concat with a convolution's skip stays channels-last too."""
+    model = _model(RESIZES["conv_transpose"], skip_from_input=False)
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(pygraphx.get_target("cpu"))
+    ctx = prog._executable.lowered.ctx
+    layouts = {
+        ins.op.name: ctx.layout[ctx.index[id(ins)]]
+        for ins in prog.get_main_module().instructions
+        if ins.op.name in ("deconvolution", "concat")
+    }
+    assert layouts == {"deconvolution": CHANNELS_LAST, "concat": CHANNELS_LAST}

@@ -118,7 +118,9 @@ def lower_deconvolution(ctx: LoweringContext, ins: Instruction) -> bool:
         y = y[crop]
         return y.to(out_dtype) if y.dtype != out_dtype else y
 
-    store_result(ctx, ins, produce)
+    # torch keeps a channels-last input's layout (a UNet decoder's upsampling after a
+    # convolution): so says the record, for the concat that joins it to its skip
+    store_result(ctx, ins, produce, ctx.layout[x] if nd == 2 else STANDARD)
     return True
 
 
