@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from pygraphx.codegen.triton.quantise import (
-    _int8_of_quotient, fp8_bits, fp8_round, normalised_quotient, saturating_quotient,
+    int8_of_quotient, fp8_bits, fp8_round, normalised_quotient, saturating_quotient,
 )
 
 
@@ -74,9 +74,9 @@ def gelu(x_ptr, s_ptr, out_ptr, n, BLOCK: tl.constexpr, WHICH: tl.constexpr):
     if WHICH == 0:
         q = y.to(tl.int8)
     elif WHICH == 1:
-        q = _int8_of_quotient(tl.math.div_rn(y, s), y, 12582912.0)
+        q = int8_of_quotient(tl.math.div_rn(y, s), y, 12582912.0)
     elif WHICH == 2:
-        q = _int8_of_quotient(normalised_quotient(y, s), y, 12582912.0)
+        q = int8_of_quotient(normalised_quotient(y, s), y, 12582912.0)
     elif WHICH == 3:
         q = _bits(tl.math.div_rn(y, s), y, s)
     elif WHICH == 4:

@@ -106,27 +106,29 @@ def test_resize_and_concat_of_convolutions_stay_channels_last() -> None:
     two convolutions' outputs are channels-last; a concat with a graph input is standard."""
     for skip_from_input, want_cat in ((False, CHANNELS_LAST), (True, STANDARD)):
         model = _model(RESIZES["linear_half_pixel"], skip_from_input)
-        prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-        prog.compile(pygraphx.get_target("cpu"))
-        ctx = prog._executable.lowered.ctx
-        layouts = {
-            ins.op.name: ctx.layout[ctx.index[id(ins)]]
-            for ins in prog.get_main_module().instructions
-            if ins.op.name in ("resize", "concat")
+        assert _layouts(model, ("resize", "concat")) == {
+            "resize": CHANNELS_LAST,
+            "concat": want_cat,
         }
-        assert layouts == {"resize": CHANNELS_LAST, "concat": want_cat}
 
 
 def test_conv_transpose_output_joins_channels_last() -> None:
     """A ConvTranspose of a convolution's output is recorded channels-last (torch keeps the
     layout), so its concat with a convolution's skip stays channels-last too."""
     model = _model(RESIZES["conv_transpose"], skip_from_input=False)
+    assert _layouts(model, ("deconvolution", "concat")) == {
+        "deconvolution": CHANNELS_LAST,
+        "concat": CHANNELS_LAST,
+    }
+
+
+def _layouts(model: onnx.ModelProto, ops: tuple[str, ...]) -> dict[str, str]:
+    """The layout the cpu lowering recorded for the instruction of each op in `ops`."""
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     prog.compile(pygraphx.get_target("cpu"))
     ctx = prog._executable.lowered.ctx
-    layouts = {
+    return {
         ins.op.name: ctx.layout[ctx.index[id(ins)]]
         for ins in prog.get_main_module().instructions
-        if ins.op.name in ("deconvolution", "concat")
+        if ins.op.name in ops
     }
-    assert layouts == {"deconvolution": CHANNELS_LAST, "concat": CHANNELS_LAST}

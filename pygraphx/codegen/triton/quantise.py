@@ -109,17 +109,14 @@ def saturating_quotient(x, scale, LIMIT: tl.constexpr):
         p = ((254 - e) << 23).to(tl.float32, bitcast=True)  # 2**(127 - e): s in +-[1, 2)
         s = scale * p
         y = tl.math.div_rn(tl.full((), 1.0, tl.float32), s)
-        xs = tl.minimum(tl.maximum(x * p, -LIMIT), LIMIT)
-        q = xs * y
-        q = tl.fma(tl.fma(-q, s, xs), y, q)
-        v = tl.fma(tl.fma(-q, s, xs), y, q)
+        v = quotient(tl.minimum(tl.maximum(x * p, -LIMIT), LIMIT), s, y)
     else:
         v = tl.math.div_rn(x, scale)
     return v
 
 
 @triton.jit
-def _int8_of_quotient(v, x, MAGIC: tl.constexpr):
+def int8_of_quotient(v, x, MAGIC: tl.constexpr):
     """The int8 code of the quotient `v` of `x`: the clamped quotient plus MAGIC is
     1.5 * 2**23 + k for the rounded k in [-128, 127], whose float32 bits are 0x4B400000 + k:
     their low byte is k's two's complement, so the code is the bits truncated to int8 (no
@@ -133,7 +130,7 @@ def _int8_of_quotient(v, x, MAGIC: tl.constexpr):
 def int8_code(x, scale, MAGIC: tl.constexpr):
     """`saturate(rint(x / scale))` as int8 for float32 `x` and `scale` (NaN to -128), the
     quotient from `normalised_quotient` (no division an element, no branch)."""
-    return _int8_of_quotient(normalised_quotient(x, scale), x, MAGIC)
+    return int8_of_quotient(normalised_quotient(x, scale), x, MAGIC)
 
 
 @triton.jit
@@ -141,11 +138,11 @@ def int8_code_rows(x, scale, MAGIC: tl.constexpr):
     """`int8_code` with the quotient from `saturating_quotient` (one division a call): the
     quicker form in row-reduction kernels (H200: BERT-base's int8 layer norm at batch 32, 9.5
     against 11.2 us with `int8_code`'s division an element)."""
-    return _int8_of_quotient(saturating_quotient(x, scale, 1024.0), x, MAGIC)
+    return int8_of_quotient(saturating_quotient(x, scale, 1024.0), x, MAGIC)
 
 
 @triton.jit
-def _fp8_of_quotient(v, x, scale, MAGIC: tl.constexpr, CAST: tl.constexpr):
+def fp8_of_quotient(v, x, scale, MAGIC: tl.constexpr, CAST: tl.constexpr):
     """The fp8 e4m3fn byte of the quotient `v` of `x / scale`: saturated to +-448, rounded,
     NaN where `x` or `v` is (0x7F); the sign from `x` and `scale` (a -0 quotient keeps it,
     whatever the quotient's arithmetic did to the zero's sign). `CAST` (compiled for an NVIDIA
@@ -168,8 +165,8 @@ def _fp8_of_quotient(v, x, scale, MAGIC: tl.constexpr, CAST: tl.constexpr):
 def fp8_code(x, scale, MAGIC: tl.constexpr, CAST: tl.constexpr = False):
     """The fp8 e4m3fn byte (uint8) of `x / scale` saturated to +-448, for float32 `x`, `scale`
     (the quotient from `normalised_quotient`, as `int8_code`); `CAST`: the byte from the
-    hardware conversion (`_fp8_of_quotient`)."""
-    return _fp8_of_quotient(normalised_quotient(x, scale), x, scale, MAGIC, CAST)
+    hardware conversion (`fp8_of_quotient`)."""
+    return fp8_of_quotient(normalised_quotient(x, scale), x, scale, MAGIC, CAST)
 
 
 @triton.jit
@@ -177,7 +174,7 @@ def fp8_code_rows(x, scale, MAGIC: tl.constexpr, CAST: tl.constexpr = False):
     """`fp8_code` with the quotient from `saturating_quotient` (one division a call), for row
     kernels as `int8_code_rows`: exact below 1024, and beyond it at least 512, which the
     saturation to 448 cannot tell apart."""
-    return _fp8_of_quotient(saturating_quotient(x, scale, 1024.0), x, scale, MAGIC, CAST)
+    return fp8_of_quotient(saturating_quotient(x, scale, 1024.0), x, scale, MAGIC, CAST)
 
 
 __all__ = [
@@ -185,9 +182,11 @@ __all__ = [
     "fp8_bits",
     "fp8_code",
     "fp8_code_rows",
+    "fp8_of_quotient",
     "fp8_round",
     "int8_code",
     "int8_code_rows",
+    "int8_of_quotient",
     "normalised_quotient",
     "quotient",
     "saturating_quotient",

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_conv_kernels as qck
+from pygraphx.targets.gpu.fp8_gemm import padded
 from pygraphx.targets.gpu.quant import (
     FP8,
     IntGemm,
@@ -267,7 +268,7 @@ def _weight_rows(weights: torch.Tensor, geo: Geometry) -> torch.Tensor:
     """The (C_out, kh*kw*C) weight matrix in (kh, kw, c) order, of the weights' type, its
     rows 16-byte aligned (a view of a wider matrix when K is not a multiple of 16)."""
     w = _bytes(weights).permute(0, 2, 3, 1).reshape(geo.c_out, geo.k)
-    wide = torch.zeros((geo.c_out, -(-geo.k // 16) * 16), dtype=w.dtype, device=w.device)
+    wide = torch.zeros((geo.c_out, padded(geo.k, 16)), dtype=w.dtype, device=w.device)
     wide[:, : geo.k] = w
     return wide[:, : geo.k].view(weights.dtype)
 

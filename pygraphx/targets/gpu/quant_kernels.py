@@ -40,7 +40,13 @@ import triton
 import triton.language as tl
 import triton.testing
 
-from pygraphx.codegen.triton.quantise import MAGIC, fp8_bits, fp8_round, quotient
+from pygraphx.codegen.triton.quantise import (
+    MAGIC,
+    fp8_of_quotient,
+    fp8_round,
+    int8_of_quotient,
+    quotient,
+)
 
 _BLOCK = 1024
 _BLOCK_M, _BLOCK_N = 32, 64
@@ -55,7 +61,8 @@ def _quantise_int8_kernel(x_ptr, scale_ptr, out_ptr, n, BLOCK: tl.constexpr, MAG
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(scale_ptr).to(tl.float32)
-    tl.store(out_ptr + offs, _int8_of(quotient(x, s, tl.math.div_rn(1.0, s)), MAGIC), mask=mask)
+    v = quotient(x, s, tl.math.div_rn(1.0, s))
+    tl.store(out_ptr + offs, int8_of_quotient(v, x, MAGIC), mask=mask)
 
 
 @triton.jit
@@ -68,15 +75,12 @@ def _quantise_fp8_kernel(
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(scale_ptr).to(tl.float32)
     v = quotient(x, s, tl.math.div_rn(1.0, s))
-    r = fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
-    r = tl.where(v != v, v, r)  # NaN stays NaN
     if ROUND_TRIP:  # dequantised at once: r * scale in the output's type
+        r = fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
+        r = tl.where(v != v, v, r)  # NaN stays NaN
         tl.store(out_ptr + offs, (r * s).to(out_ptr.dtype.element_ty), mask=mask)
-    elif CAST:  # the hardware conversion (`fp8_cast`): saturating, half to even, NaN kept
-        tl.store(out_ptr + offs, v.to(tl.float8e4nv).to(tl.uint8, bitcast=True), mask=mask)
-    else:
-        neg = v.to(tl.int32, bitcast=True) < 0
-        tl.store(out_ptr + offs, fp8_bits(r, neg), mask=mask)
+    else:  # the byte (`CAST`: the hardware conversion, `fp8_cast`)
+        tl.store(out_ptr + offs, fp8_of_quotient(v, x, s, MAGIC, CAST), mask=mask)
 
 
 @triton.jit
@@ -164,21 +168,13 @@ def _store_dequantised(
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
     if QUANT != 0:  # the quantise of the stored value: `quantise_int8`'s / `quantise_fp8`'s
         qs = tl.load(qs_ptr).to(tl.float32)
-        v = quotient(y.to(ty).to(tl.float32), qs, tl.math.div_rn(1.0, qs))
+        yq = y.to(ty).to(tl.float32)
+        v = quotient(yq, qs, tl.math.div_rn(1.0, qs))
         if QUANT == 1:
-            q = _int8_of(v, MAGIC)
+            q = int8_of_quotient(v, yq, MAGIC)
         else:  # fp8 e4m3fn, its bytes
-            r = fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
-            q = fp8_bits(tl.where(v != v, v, r), v.to(tl.int32, bitcast=True) < 0)
+            q = fp8_of_quotient(v, yq, qs, MAGIC, False)
         tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
-
-
-@triton.jit
-def _int8_of(v, MAGIC: tl.constexpr):
-    """`quantise.int8_code` after its division: `v` (float32) clamped to [-128, 127], rounded
-    half to even (adding and subtracting MAGIC), NaN to -128, as int8."""
-    r = tl.minimum(tl.maximum(v, -128.0), 127.0)
-    return tl.where(v != v, -128.0, (r + MAGIC) - MAGIC).to(tl.int8)
 
 
 @triton.jit
