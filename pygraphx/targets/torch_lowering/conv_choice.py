@@ -31,6 +31,8 @@ The switch: the target setting `conv_kernel=` (`get_target("cpu", conv_kernel=..
 environment variable `PGX_CONV_KERNEL`: `off` (the default: no measurement, every convolution
 runs the default kernel, deterministic), `measure`, or a kernel name (`onednn`, `matmul`,
 `dnnl`, `torch_cl`) to run that kernel wherever it applies and the default elsewhere.
+A bf16 layer always runs the default kernel (`dnnl`, else `onednn`: oneDNN's native bf16
+kernels), nothing measured.
 """
 
 from __future__ import annotations
@@ -139,6 +141,8 @@ def choose_kernel(state: ChoiceState, plan: ConvPlan, other_lens: list[int] | No
     default = default_kernel(names)
     measured = [default] + [name for name in names if name in MEASURED and name != default]
     if state.mode == "off" or (state.mode == "measure" and len(measured) == 1):
+        choice = default
+    elif plan.weight.dtype != torch.float32:  # bf16: the oneDNN kernel, whatever the mode
         choice = default
     elif state.mode != "measure":
         choice = state.mode if state.mode in names else default

@@ -1,7 +1,8 @@
 """CPU convolutions with their element-wise epilogue fused (oneDNN post-ops).
 
 A 2-D float32 convolution whose weights are a literal (bf16 too, on a CPU with bf16
-instructions, always on the oneDNN kernel) runs on channels-last activations
+instructions, always on the default oneDNN kernel, `dnnl` or `onednn`) runs on channels-last
+activations
 through one of the kernels of `conv_kernels.py`, chosen per layer by measurement at prepare
 (`conv_choice.py`): by default oneDNN's convolution with the weights reordered into its
 blocked format once, at prepare (depthwise layers included), through its own C API (`dnnl`,
@@ -116,14 +117,14 @@ def conv_producer(
     returning the (new) output tensor, on the kernel `conv_choice` picks for it
     (`measure=False`: the default kernel, nothing timed: the unfused twin of a fused step)."""
     env = ctx.env
-    if measure and plan.weight.dtype == torch.float32:  # bf16: oneDNN, the only native kernel
+    if measure:  # (a bf16 layer: the default kernel, oneDNN's native bf16, nothing timed)
         state = choice_state(ctx.options, ctx.cache)
         plan.kernel = choose_kernel(state, plan, other_lens)
+    else:  # the unfused twin
+        plan.kernel = default_kernel(kernels_for(plan))
     o = plan.other
     get_other = None if o is None else (lambda: env[o])
     if not measure:  # the twin runs only when profiling: its kernel is made at its first call
-        if plan.weight.dtype == torch.float32:
-            plan.kernel = default_kernel(kernels_for(plan))
         return lazy_kernel(plan, plan.kernel, lambda: env[x], get_other)
     return build_kernel(plan, plan.kernel, lambda: env[x], get_other)
 

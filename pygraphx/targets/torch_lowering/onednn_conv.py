@@ -1,4 +1,5 @@
-"""A 2-D float32 convolution as a oneDNN primitive made once, run with only pointers changing.
+"""A 2-D float32 or bf16 convolution as a oneDNN primitive made once, run with only pointers
+changing.
 
 `torch.ops.mkldnn._convolution_pointwise` (the `onednn` kernel of `conv_kernels.py`) looks its
 primitive up again on every call through ideep: 25-55 us per call on the 2-core EPYC, about a
@@ -14,6 +15,13 @@ padded first. The epilogue is post-ops in the order the graph computes it: the a
 the activation (`relu`, `hardtanh` = clip(lo, hi), or `swish`). A network's NCHW input is
 converted by a oneDNN reorder made once (5x faster than torch's `contiguous` on a 3-channel
 image). `benchmarks/onednn_conv_probe.py` measures the kernel against the `onednn` one.
+
+A bf16 layer (the weight is bf16: `quantize_bf16`) runs in bf16 end to end: source, weight and
+destination bf16, the bias in its own type (bf16 or float32), the add operand of the
+destination's type; oneDNN accumulates in float32 and applies the post-ops before rounding to
+bf16 once. It takes oneDNN's native kernels (`brgconv_1x1` / `brdgmm_dw` / `jit_bf16` on
+`avx512_core_bf16`, or AMX) with the weight packed once in bf16, and only on a CPU with bf16
+instructions (`supports`): elsewhere oneDNN would run a slow reference kernel.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Protocol
 
 import torch
 
+from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16
 from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_BIAS,
     ARG_DST,
@@ -31,6 +40,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_SRC,
     ARG_SRC_1,
     ARG_WEIGHTS,
+    BF16,
     BINARY_ADD,
     CONVOLUTION_DIRECT,
     ELTWISE_CLIP,
@@ -104,6 +114,7 @@ class Primitive:
         self, rt: Runtime, plan: ConvPlan, other: bool, share: Primitive | None = None
     ) -> None:
         self.rt, lib = rt, rt.lib
+        self.dtype = plan.weight.dtype  # float32, or bfloat16 for src, weights and dst
         self._mds: list[c_void_p] = []
         self._mems: list[c_void_p] = []
         self.pd = self.prim = None
@@ -111,7 +122,9 @@ class Primitive:
         src_md, dst_md = self._md(self.x_lens, TAG_NHWC), self._md(self.out_lens, TAG_NHWC)
         self.src_md, self.to_nhwc = src_md, None
         w_dims, w_tag = _weight_dims(plan)
-        bias_md = None if plan.bias is None else self._md([self.out_lens[1]], TAG_A)
+        bias_md = None
+        if plan.bias is not None:  # bf16 layers take their bias in float32 or bf16
+            bias_md = self._md([self.out_lens[1]], TAG_A, plan.bias.dtype)
         attr, post_ops = self._attributes(plan, other, dst_md)
         self.pd = c_void_p()
         dil = [d - 1 for d in plan.dilation]  # oneDNN counts the gaps
@@ -142,9 +155,9 @@ class Primitive:
         if share is not None and lib.dnnl_memory_desc_equal(w_md, share.w_md):
             self.weight = share.weight  # another thread count, the same packed layout
         else:
-            plain = plan.weight.to(torch.float32).contiguous()
+            plain = plan.weight.contiguous()
             self.weight = rt.reorder(plain, self._md(w_dims, w_tag), w_md)
-        self.bias = None if plan.bias is None else plan.bias.to(torch.float32).contiguous()
+        self.bias = None if plan.bias is None else plan.bias.contiguous()
         scratch_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_SCRATCHPAD_MD, 0)
         size = lib.dnnl_memory_desc_get_size(scratch_md)
         self.scratch = torch.empty(max(size, 1), dtype=torch.uint8)
@@ -167,12 +180,12 @@ class Primitive:
         (made at the first call): 29 us for a 1x3x224x224 image where torch takes 167 us."""
         if self.to_nhwc is None:
             self.to_nhwc = Reorder(self.rt, self._md(self.x_lens, TAG_NCHW), self.src_md)
-        y = torch.empty(self.x_lens, dtype=torch.float32, memory_format=torch.channels_last)
+        y = torch.empty(self.x_lens, dtype=self.dtype, memory_format=torch.channels_last)
         self.to_nhwc.run(x.data_ptr(), y.data_ptr())
         return y
 
-    def _md(self, dims: list[int], tag: int) -> c_void_p:
-        md = self.rt.desc(dims, F32, tag)
+    def _md(self, dims: list[int], tag: int, dtype: torch.dtype | None = None) -> c_void_p:
+        md = self.rt.desc(dims, DTYPES[dtype or self.dtype], tag)
         self._mds.append(md)
         return md
 
@@ -203,13 +216,20 @@ class Primitive:
         return attr, post_ops
 
 
+#: the tensor types a primitive runs in (src, weights and dst alike), and oneDNN's names
+DTYPES = {torch.float32: F32, torch.bfloat16: BF16}
+
 #: the activations a primitive fuses (torch's post-op names), and oneDNN's algorithm for each
 UNARY = {"relu": ELTWISE_RELU, "hardtanh": ELTWISE_CLIP, "swish": ELTWISE_SWISH}
 
 
 def supports(plan: ConvPlan) -> bool:
-    """Whether a primitive here can run `plan` with its whole epilogue."""
-    return plan.weight.dtype == torch.float32 and (plan.unary == "none" or plan.unary in UNARY)
+    """Whether a primitive here can run `plan` with its whole epilogue: float32, or bf16 on a
+    CPU with bf16 instructions."""
+    dtype_ok = plan.weight.dtype == torch.float32 or (
+        plan.weight.dtype == torch.bfloat16 and cpu_has_bf16()
+    )
+    return dtype_ok and (plan.unary == "none" or plan.unary in UNARY)
 
 
 def _eltwise(plan: ConvPlan) -> tuple[int, float, float]:
@@ -267,7 +287,7 @@ def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[
         rt.lib.dnnl_primitive_execute,
         rt.stream,
     )
-    cl, out_lens = torch.channels_last, made[threads()].out_lens
+    cl, out_lens, dtype = torch.channels_last, made[threads()].out_lens, plan.weight.dtype
 
     def channels_last(get: Getter) -> Tensor:
         t = get()
@@ -277,7 +297,7 @@ def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[
         x = get_x()
         if x.is_contiguous(memory_format=cl):
             return x
-        if x.is_contiguous() and x.dtype == torch.float32 and list(x.shape) == p.x_lens:
+        if x.is_contiguous() and list(x.shape) == p.x_lens:
             return p.channels_last(x)  # a network's NCHW input
         return x.contiguous(memory_format=cl)
 
@@ -287,7 +307,7 @@ def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[
         if plan.in_place and other:  # oneDNN's sum: the result lands in the add operand
             y = channels_last(get_other)
         else:
-            y = torch.empty(out_lens, dtype=torch.float32, memory_format=cl)
+            y = torch.empty(out_lens, dtype=dtype, memory_format=cl)
             if other:
                 o = channels_last(get_other)
                 set_handle(p.other, o.data_ptr())
