@@ -210,6 +210,7 @@ def choice_key(plan: ConvPlan, names: list[str], other_lens: list[int] | None) -
         tuple(plan.pre_pad or ()),
         plan.bias is not None,
         plan.unary,
+        plan.add_after,
         tuple(other_lens or ()),
         tuple(names),
         torch.get_num_threads(),

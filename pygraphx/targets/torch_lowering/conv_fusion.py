@@ -23,8 +23,13 @@ post-op and the activation a unary post-op, so the group costs no pass over memo
 When `other` is a tensor allocated for this run that nothing reads after the group (a ResNet
 block's shortcut), the convolution adds into it in place and the group's value is that tensor
 (`_may_overwrite`): on ResNet-50's residual layers 4-15% less time than a new output.
-Every kernel takes the whole epilogue (a 1x1 `matmul` only an activation or an add); an add
-followed by anything but relu runs apart from the convolution. The convolution must come right
+The form act(conv + c1 + ...) + other (YOLO's C2f shortcut: Conv-BN-SiLU, then the block's
+input added) is fused too, the activation post-op before the add (`ConvPlan.add_after`).
+torch's mkldnn kernel (`onednn`) fuses an add followed by relu or nothing, `matmul` an add or
+an activation, `dnnl` (oneDNN's own post-op chain) every form; a group with an add that no
+oneDNN kernel fuses whole (`conv_kernels.fuses_epilogue`: without oneDNN's library, an add
+followed by clip or silu, an add after the activation, an add with a pre-padded input) runs
+apart from the convolution. The convolution must come right
 before its user in the program (see `lower.defer`). Profiling runs the convolution (on the
 default kernel) and the group as separate steps.
 
@@ -51,6 +56,7 @@ from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_ker
 from pygraphx.targets.torch_lowering.conv_kernels import (
     ConvPlan,
     build_kernel,
+    fuses_epilogue,
     kernels_for,
     lazy_kernel,
 )
@@ -166,16 +172,39 @@ class Epilogue:
     other: Instruction | None
     unary: str
     scalars: list[float]
+    add_after: bool = False  # act(conv + constants) + other: the add comes after the activation
 
 
-def match_epilogue(ctx: LoweringContext, conv: Instruction, user: Instruction) -> Epilogue | None:
-    """`user`'s body as act(conv + constants [+ other]), or None."""
+def match_epilogue(
+    ctx: LoweringContext, conv: Instruction, user: Instruction, add_after: bool = False
+) -> Epilogue | None:
+    """`user`'s body as act(conv + constants [+ other]), or None; with `add_after`, also
+    act(conv + constants) + other (YOLO's C2f shortcut: Conv-BN-SiLU, then the block's input
+    added), which only oneDNN's own post-op chain (`dnnl`) runs fused."""
     if is_deferred(ctx, user) or user.shape.type() != conv.shape.type():
         return None
     body: Module = user.module_inputs[0]
     params = body.get_parameters()
     outer = {id(p): x for p, x in zip(params, user.inputs, strict=True)}
-    node = body.get_returns()[0]
+    root = body.get_returns()[0]
+    epi = _match_chain(ctx, conv, root, outer)
+    if epi is not None or not add_after or root.op.name != "add":
+        return epi
+    for inner, last in (root.inputs, root.inputs[::-1]):
+        x = outer.get(id(last))
+        if len(inner.outputs) != 1 or x is None or x is conv or x.shape.broadcasted():
+            continue
+        epi = _match_chain(ctx, conv, inner, outer)
+        if epi is not None and epi.other is None and epi.unary != "none":
+            if _channel_constant(ctx, x, conv.shape.lens()[1]) is None:
+                return Epilogue(epi.bias, x, epi.unary, epi.scalars, add_after=True)
+    return None
+
+
+def _match_chain(
+    ctx: LoweringContext, conv: Instruction, node: Instruction, outer: dict[int, Instruction]
+) -> Epilogue | None:
+    """`node` as act(conv + constants [+ other]) over the group's inputs `outer`, or None."""
     unary, scalars = "none", []
     act = _activation(ctx, node, outer)
     if act is not None:
@@ -281,18 +310,19 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
     from pygraphx.targets.torch_lowering.lower_math import lower_pointwise
 
     conv = deferred_producer(ctx, user)
-    epi = match_epilogue(ctx, conv, user)
+    epi = match_epilogue(ctx, conv, user, add_after=True)
     if epi is None:  # not a form oneDNN fuses: the convolution runs first, on its own
         _lower_alone(ctx, conv)
         return False
     plan = conv_plan(ctx, conv)
     dtype = torch_dtype(conv.shape.dtype())  # oneDNN takes the bias in the input's type
     plan.bias = torch.from_numpy(epi.bias).to(dtype) if epi.bias.any() else None
-    plan.unary, plan.scalars = epi.unary, epi.scalars
-    # oneDNN fuses only relu after a binary add: such a group runs apart from its convolution
-    apart = epi.other is not None and (
-        plan.unary not in ("none", "relu") or plan.pre_pad is not None
-    )
+    plan.unary, plan.scalars, plan.add_after = epi.unary, epi.scalars, epi.add_after
+    if epi.other is not None:
+        plan.other = ctx.index[id(epi.other)]
+    # a group with an add that no kernel fuses whole (torch's mkldnn ops: only relu after the
+    # add, none before it) runs apart from its convolution
+    apart = epi.other is not None and not fuses_epilogue(plan)
     saved, ctx.steps = ctx.steps, []
     _lower_alone(ctx, conv, measure=apart)
     if not lower_pointwise(ctx, user):
@@ -307,7 +337,6 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
         return True
     other_lens = None
     if epi.other is not None:
-        plan.other = ctx.index[id(epi.other)]
         other_lens = list(epi.other.shape.lens())
         plan.in_place = _may_overwrite(ctx, conv, epi.other, user)
     produce = conv_producer(ctx, ctx.arg(conv, 0), plan, other_lens)

@@ -73,6 +73,7 @@ class ConvPlan:
     kernel: str = "onednn"
     linear_packed: Tensor | None = None  # the matmul kernel's packed weight, made once
     in_place: bool = False  # onednn: write the result over the add operand (it is dead after)
+    add_after: bool = False  # act(conv + bias) + other: the add operand after the activation
 
 
 def is_pointwise(plan: ConvPlan) -> bool:
@@ -94,8 +95,15 @@ def packed_weight(plan: ConvPlan) -> Tensor:
 
 
 def kernels_for(plan: ConvPlan) -> list[str]:
-    """The kernels that can run `plan` with its whole epilogue, default first."""
-    names = ["onednn"]
+    """The kernels that can run `plan` with its whole epilogue (`conv_choice.default_kernel`
+    says which is the default)."""
+    # torch's mkldnn convolution fuses an add followed by relu or nothing, not one after the
+    # activation, and not with a pre-padded input
+    names = []
+    if plan.other is None or (
+        not plan.add_after and plan.unary in ("none", "relu") and plan.pre_pad is None
+    ):
+        names.append("onednn")
     # oneDNN's matmul fuses a binary add or an activation, not an add followed by one
     if is_pointwise(plan) and (plan.other is None or plan.unary == "none"):
         names.append("matmul")
@@ -103,6 +111,11 @@ def kernels_for(plan: ConvPlan) -> list[str]:
         names.append("dnnl")
     names.append("torch_cl")
     return names
+
+
+def fuses_epilogue(plan: ConvPlan) -> bool:
+    """Whether a oneDNN kernel (`onednn` or `dnnl`) runs `plan` with its whole epilogue."""
+    return any(name in ("onednn", "dnnl") for name in kernels_for(plan))
 
 
 def build_kernel(
@@ -217,9 +230,11 @@ def _torch_cl(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callab
     unary, scalars = plan.unary, list(plan.scalars)
     x_in = _channels_last_input(plan, get_x)
 
+    add_first = get_other is not None and not plan.add_after
+
     def run() -> Tensor:
         y = F.conv2d(x_in(), w, b, s, p, d, g)
-        if get_other is not None:
+        if add_first:
             y.add_(get_other())
         if unary == "relu":
             y.relu_()
@@ -227,6 +242,8 @@ def _torch_cl(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callab
             y.clamp_(scalars[0], scalars[1])
         elif unary == "swish":
             F.silu(y, inplace=True)
+        if get_other is not None and not add_first:
+            y.add_(get_other())
         return y
 
     return run
@@ -236,6 +253,7 @@ __all__ = [
     "KERNELS",
     "ConvPlan",
     "build_kernel",
+    "fuses_epilogue",
     "is_pointwise",
     "kernels_for",
     "lazy_kernel",

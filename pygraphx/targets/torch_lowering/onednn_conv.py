@@ -12,9 +12,11 @@ channels-last output per call, the weight reordered once into the layout oneDNN 
 layer. Asymmetric padding is oneDNN's own (`padding_l` / `padding_r`), so the input is not
 padded first. The epilogue is post-ops in the order the graph computes it: the add operand
 (a binary `add`, or a `sum` into the operand's own memory when `ConvPlan.in_place`), then
-the activation (`relu`, `hardtanh` = clip(lo, hi), or `swish`). A network's NCHW input is
-converted by a oneDNN reorder made once (5x faster than torch's `contiguous` on a 3-channel
-image). `benchmarks/onednn_conv_probe.py` measures the kernel against the `onednn` one.
+the activation (`relu`, `hardtanh` = clip(lo, hi), or `swish`); or, `ConvPlan.add_after`
+(YOLO's C2f shortcut, silu(conv + bias) + x), the activation first and the add after it.
+A network's NCHW input is converted by a oneDNN reorder made once (5x faster than torch's
+`contiguous` on a 3-channel image). `benchmarks/onednn_conv_probe.py` measures the kernel
+against the `onednn` one.
 
 A bf16 layer (the weight is bf16: `quantize_bf16`) runs in bf16 end to end: source, weight and
 destination bf16, the bias in its own type (bf16 or float32), the add operand of the
@@ -87,6 +89,7 @@ class ConvPlan(Protocol):
     unary: str
     scalars: list[float]
     in_place: bool
+    add_after: bool
 
 
 def geometry(plan: ConvPlan) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -171,7 +174,8 @@ class Primitive:
         self.other = None
         if other and not plan.in_place:
             self.other = self._memory(dst_md, None)
-            args.append((post_op_arg(0, ARG_SRC_1), self.other))
+            position = 1 if plan.add_after and plan.unary != "none" else 0  # in the chain
+            args.append((post_op_arg(position, ARG_SRC_1), self.other))
         self.nargs = len(args)
         self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
 
@@ -205,13 +209,15 @@ class Primitive:
         check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
         check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_USER), "scratchpad")
         check(lib.dnnl_post_ops_create(byref(post_ops)), "post_ops_create")
-        if other and plan.in_place:
-            check(lib.dnnl_post_ops_append_sum(post_ops, 1.0, 0, 0), "post-op sum")
-        elif other:
-            check(lib.dnnl_post_ops_append_binary(post_ops, BINARY_ADD, dst_md), "post-op add")
-        if plan.unary != "none":
-            alg, alpha, beta = _eltwise(plan)
-            check(lib.dnnl_post_ops_append_eltwise(post_ops, alg, alpha, beta), plan.unary)
+        chain = ["add", "unary"] if not plan.add_after else ["unary", "add"]
+        for post_op in chain:
+            if post_op == "add" and other and plan.in_place:
+                check(lib.dnnl_post_ops_append_sum(post_ops, 1.0, 0, 0), "post-op sum")
+            elif post_op == "add" and other:
+                check(lib.dnnl_post_ops_append_binary(post_ops, BINARY_ADD, dst_md), "add")
+            elif post_op == "unary" and plan.unary != "none":
+                alg, alpha, beta = _eltwise(plan)
+                check(lib.dnnl_post_ops_append_eltwise(post_ops, alg, alpha, beta), plan.unary)
         check(lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "set_post_ops")
         return attr, post_ops
 
