@@ -154,3 +154,33 @@ def test_network_fuses_shortcut_and_clipped_residual(conv_kernel: str) -> None:
     profiled = prog.run(feeds, observer=lambda ins, v, s: seen.append(ins.name()))
     np.testing.assert_allclose(profiled[0], want, rtol=1e-4, atol=1e-4)
     assert seen.count("convolution") == 3
+
+
+def _chain_net() -> tuple:
+    """Six 3x3 convolutions of one size in a chain, each with a bias and relu: the memory plan
+    gives some fused groups the memory of their convolution's input (dead by then)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32)
+    inits, nodes, prev = {}, [], "x"
+    for k in range(6):
+        inits[f"w{k}"] = (rng.standard_normal((8, 8, 3, 3)) / 8.5).astype(np.float32)
+        inits[f"b{k}"] = (0.1 * rng.standard_normal(8)).astype(np.float32)
+        nodes.append(helper.make_node("Conv", [prev, f"w{k}", f"b{k}"], [f"c{k}"], pads=[1] * 4))
+        nodes.append(helper.make_node("Relu", [f"c{k}"], [f"a{k}"]))
+        prev = f"a{k}"
+    return make_model(nodes, {"x": x}, [prev], inits), {"x": x}
+
+
+@needs_dnnl
+@pytest.mark.parametrize("net", [_chain_net, _c2f_net])
+def test_arena_output_written_by_the_kernel(net, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """conv_output="arena": `dnnl` writes a result straight into its arena slot unless that
+    slot is the convolution input's memory; checked against ORT with the plan's own check."""
+    monkeypatch.setenv("PGX_DEBUG_MEMORY_COLORING", "1")
+    model, feeds = net()
+    want = run_ort(model, feeds)[0]
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(CpuTarget(threads=1, conv_output="arena"))
+    for _ in range(2):  # a second run reads slots the first one left behind
+        np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
+    assert prog._executable.lowered.ctx.cache.get("conv_into_slot", 0) >= 1

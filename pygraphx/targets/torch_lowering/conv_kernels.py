@@ -119,16 +119,20 @@ def fuses_epilogue(plan: ConvPlan) -> bool:
 
 
 def build_kernel(
-    plan: ConvPlan, kernel: str, get_x: Getter, get_other: Getter | None
+    plan: ConvPlan,
+    kernel: str,
+    get_x: Getter,
+    get_other: Getter | None,
+    out: Tensor | None = None,
 ) -> Callable[[], Tensor]:
     """A closure running `plan` on `get_x()` (and the add operand `get_other()`) with `kernel`;
-    it returns a new channels-last tensor."""
+    it returns a new channels-last tensor (`dnnl` with `out`: `out`, written every call)."""
     if kernel == "matmul":
         return _matmul(plan, get_x, get_other)
     if kernel == "torch_cl":
         return _torch_cl(plan, get_x, get_other)
     if kernel == "dnnl":
-        return onednn_conv.build(plan, get_x, get_other)
+        return onednn_conv.build(plan, get_x, get_other, out)
     if kernel != "onednn":
         raise ValueError(f"unknown convolution kernel {kernel!r}; one of {', '.join(KERNELS)}")
     return _onednn(plan, get_x, get_other)

@@ -261,10 +261,13 @@ def available() -> bool:
     return runtime() is not None
 
 
-def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[], Tensor]:
+def build(
+    plan: ConvPlan, get_x: Getter, get_other: Getter | None, out: Tensor | None = None
+) -> Callable[[], Tensor]:
     """A closure running `plan` on `get_x()` (and the add operand `get_other()`) through a
     primitive made now; it returns a new channels-last tensor (or, `plan.in_place`, the add
-    operand with the result written over it).
+    operand with the result written over it; or `out`, a channels-last tensor of the result's
+    lens and type, such as its arena slot, written every call: no allocation, no copy).
 
     oneDNN fixes a primitive's thread count when it is made (its kernels split the work for
     that many threads and start a team that size), so a primitive is made for each thread
@@ -294,6 +297,9 @@ def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[
         rt.stream,
     )
     cl, out_lens, dtype = torch.channels_last, made[threads()].out_lens, plan.weight.dtype
+    if out is not None and not _fits(out, out_lens, dtype):
+        raise OneDnnError(f"output buffer {list(out.shape)} {out.dtype}: expected a "
+                          f"channels-last {out_lens} {dtype}")  # fmt: skip
 
     def channels_last(get: Getter) -> Tensor:
         t = get()
@@ -313,7 +319,7 @@ def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[
         if plan.in_place and other:  # oneDNN's sum: the result lands in the add operand
             y = channels_last(get_other)
         else:
-            y = torch.empty(out_lens, dtype=dtype, memory_format=cl)
+            y = out if out is not None else torch.empty(out_lens, dtype=dtype, memory_format=cl)
             if other:
                 o = channels_last(get_other)
                 set_handle(p.other, o.data_ptr())
@@ -324,6 +330,15 @@ def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[
 
     run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
     return run
+
+
+def _fits(t: Tensor, lens: list[int], dtype: torch.dtype) -> bool:
+    """`t` is a dense channels-last tensor of `lens` and `dtype`."""
+    return (
+        list(t.shape) == lens
+        and t.dtype == dtype
+        and t.is_contiguous(memory_format=torch.channels_last)
+    )
 
 
 __all__ = ["UNARY", "Primitive", "available", "build", "geometry", "supports"]
