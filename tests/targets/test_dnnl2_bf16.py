@@ -163,3 +163,29 @@ def test_bf16_network_runs_every_convolution_on_dnnl(caplog: pytest.LogCaptureFi
     got = np.asarray(prog.run(feeds)[0], np.float64)
     err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
     assert 1e-5 < err < 2e-2, err
+
+
+@pytest.mark.parametrize("kernel", ["measure", "onednn", "matmul", "torch_cl"])
+def test_bf16_network_on_each_kernel(kernel: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A bf16 layer takes a forced kernel where it applies, and `measure` times the candidates
+    on bf16 inputs; every kernel gives a result within bf16's error of ORT at float32."""
+    from pygraphx.targets.torch_lowering import conv_choice
+    from tests.helpers import run_ort
+
+    conv_choice.clear_cache()
+    model, feeds = _cnn()
+    want = run_ort(model, feeds)[0]
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    pygraphx.quantize_bf16(prog)
+    with caplog.at_level(logging.INFO, logger="pygraphx.cpu"):
+        prog.compile(CpuTarget(threads=1, conv_kernel=kernel))
+    (line,) = [r.getMessage() for r in caplog.records if "convolution kernels" in r.getMessage()]
+    if kernel == "measure":
+        assert "measured 4 layer(s)" in line, line
+    elif kernel == "matmul":  # the two 1x1 stride-1 layers; the others the default
+        assert "matmul x2" in line and "dnnl x2" in line, line
+    else:
+        assert f"{kernel} x4" in line, line
+    got = np.asarray(prog.run(feeds)[0], np.float64)
+    err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+    assert 1e-5 < err < 2e-2, err

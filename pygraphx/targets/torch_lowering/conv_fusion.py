@@ -133,7 +133,7 @@ def conv_producer(
     `out`: the result's arena slot, which the `dnnl` kernel writes itself when it is
     channels-last (the closure then returns `out`; other kernels return a new tensor)."""
     env = ctx.env
-    if measure:  # (a bf16 layer: the default kernel, oneDNN's native bf16, nothing timed)
+    if measure:
         state = choice_state(ctx.options, ctx.cache)
         plan.kernel = choose_kernel(state, plan, other_lens)
     else:  # the unfused twin
