@@ -176,6 +176,7 @@ class Primitive:
             self.other = self._memory(dst_md, None)
             position = 1 if plan.add_after and plan.unary != "none" else 0  # in the chain
             args.append((post_op_arg(position, ARG_SRC_1), self.other))
+        self.addresses = [0, 0, 0]  # of src, dst, the add operand (see `point`)
         self.nargs = len(args)
         self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
 
@@ -187,6 +188,13 @@ class Primitive:
         y = torch.empty(self.x_lens, dtype=self.dtype, memory_format=torch.channels_last)
         self.to_nhwc.run(x.data_ptr(), y.data_ptr())
         return y
+
+    def point(self, mem: c_void_p, slot: int, address: int) -> None:
+        """Set memory object `mem`'s buffer to `address` unless it is there already (a run's
+        tensors often land where the last run's did; 0.4 us a call saved each time)."""
+        if self.addresses[slot] != address:
+            self.rt.lib.dnnl_memory_set_data_handle(mem, address)
+            self.addresses[slot] = address
 
     def _md(self, dims: list[int], tag: int, dtype: torch.dtype | None = None) -> c_void_p:
         md = self.rt.desc(dims, DTYPES[dtype or self.dtype], tag)
@@ -291,11 +299,7 @@ def build(
         return prim
 
     primitive()
-    set_handle, execute, stream = (
-        rt.lib.dnnl_memory_set_data_handle,
-        rt.lib.dnnl_primitive_execute,
-        rt.stream,
-    )
+    execute, stream = rt.lib.dnnl_primitive_execute, rt.stream
     cl, out_lens, dtype = torch.channels_last, made[threads()].out_lens, plan.weight.dtype
     if out is not None and not _fits(out, out_lens, dtype):
         raise OneDnnError(f"output buffer {list(out.shape)} {out.dtype}: expected a "
@@ -313,18 +317,22 @@ def build(
             return p.channels_last(x)  # a network's NCHW input
         return x.contiguous(memory_format=cl)
 
+    n_, c_, h_, w_ = out_lens
+    strides = (c_ * h_ * w_, 1, w_ * c_, c_)  # channels-last: `empty_strided` is 0.6 us faster
+    empty = torch.empty_strided
+
     def run() -> Tensor:
         p = primitive()
         x = source(p)
         if plan.in_place and other:  # oneDNN's sum: the result lands in the add operand
             y = channels_last(get_other)
         else:
-            y = out if out is not None else torch.empty(out_lens, dtype=dtype, memory_format=cl)
-            if other:
+            y = out if out is not None else empty(out_lens, strides, dtype=dtype)
+            if other:  # (`o` holds a converted operand until the primitive has read it)
                 o = channels_last(get_other)
-                set_handle(p.other, o.data_ptr())
-        set_handle(p.src, x.data_ptr())
-        set_handle(p.dst, y.data_ptr())
+                p.point(p.other, 2, o.data_ptr())
+        p.point(p.src, 0, x.data_ptr())
+        p.point(p.dst, 1, y.data_ptr())
         check(execute(p.prim, stream, p.nargs, p.args), "convolution execute")
         return y
 
