@@ -37,7 +37,7 @@ import torch  # noqa: E402
 
 # isort: on
 from benchmarks.cpu_conv_layers import distinct_layers  # noqa: E402
-from benchmarks.cpu_vs_peers import make_ort, neighbours  # noqa: E402
+from benchmarks.cpu_vs_peers import make_openvino, make_ort, neighbours  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import onednn_capi, onednn_conv  # noqa: E402
@@ -92,7 +92,9 @@ def time_layers(model: str, batch: int, rounds: int, dtype: torch.dtype) -> None
     print("oneDNN implementations (dnnl):", dict(impls))
 
 
-def time_model(model_name: str, batch: int, threads: int, repeat: int, bf16: bool) -> None:
+def time_model(
+    model_name: str, batch: int, threads: int, repeat: int, bf16: bool, openvino: bool
+) -> None:
     model = get_model(model_name, batch=batch)
     feeds = model_inputs(model_name, model)
     engines = {}
@@ -103,6 +105,9 @@ def time_model(model_name: str, batch: int, threads: int, repeat: int, bf16: boo
         prog.compile(CpuTarget(threads=threads, conv_kernel=kernel))
         engines[f"pgx_{kernel}"] = prog.run
     engines["ort"], _ = make_ort(model, threads)
+    if openvino:  # at the same precision (OpenVINO's default is bf16 on a bf16 CPU)
+        key = "ov_bf16" if bf16 else "ov_f32"
+        engines[key], _, _ = make_openvino(model, threads, None if bf16 else "f32")
     wall, cpu = neighbours(engines, feeds, warmup=10, repeat=repeat)
     print(f"{model_name} b{batch} threads={threads}: " + "  ".join(
         f"{k} {wall[k]:.2f} ms (cpu {cpu[k]:.2f})" for k in engines))  # fmt: skip
@@ -117,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=100)
     ap.add_argument("--bf16", action="store_true", help="bf16 layers / quantize_bf16 model")
+    ap.add_argument("--openvino", action="store_true", help="OpenVINO too (f32, or bf16)")
     args = ap.parse_args(argv)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     if not onednn_conv.available():
@@ -127,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(threads)
         if args.layers:
             time_layers(args.model, args.batch, args.rounds, dtype)
-        time_model(args.model, args.batch, threads, args.repeat, args.bf16)
+        time_model(args.model, args.batch, threads, args.repeat, args.bf16, args.openvino)
     return 0
 
 
