@@ -3,24 +3,25 @@ for bf16 programs): `s = scale * (Q @ Kt) + mask` (a matmul whose scale and mask
 post-ops, written in float32), `p = softmax(s)` (oneDNN's softmax, reading float32 and writing
 the probabilities in the product type), `o = p @ V` (a matmul).
 
-Why: torch's bf16 route on the 2-core AMD EPYC (avx512_bf16, one thread, BERT-base's
-(12, 128, 64) heads, Q / K / V strided views of the fused QKV product) took 0.78 ms a block,
-of which 0.13 ms was `torch.softmax` and 0.08 ms the float32 copy, scale and mask passes, and
-torch's matmul copies the strided operands first; its fused bf16 flash kernel is slower still
-(0.85 ms). oneDNN's brgemm matmul reads the strided views as they are and its JIT softmax writes
-bf16 directly: 0.37 ms for the same block (`benchmarks/cpu_transformer_blocks.py --bf16`).
+Why, on the 2-core AMD EPYC (Zen 4, avx512_bf16, one thread, process CPU time, BERT-base's
+(12, 128, 64) heads at batch 1, Q / K / V strided head views of the fused QKV product): torch's
+route (bf16 matmul, float32 scale / mask / softmax, bf16 matmul) took 0.60 ms a block, 0.13 ms
+of it `torch.softmax` and 0.08 ms the float32 copy, scale and mask passes; torch's fused bf16
+flash kernel 0.85 ms. Here: 0.41 ms (0.37 the primitives, 0.03 copying Q, K and V dense:
+oneDNN's brgemm matmul wants dense batch axes and runs a strided view through its `gemm:jit`
+fallback, 2x slower). In BERT-base at bf16 the 12 blocks took 6.3 ms of a run against 8.9.
 
 Numbers: the scores stay in float32 from the accumulator through scale and mask to the softmax
 (the bf16 program rounds them to bf16 before scaling), so the block is at least as close to the
 float32 model as the bf16 program's reference; the probabilities are rounded to bf16 once for
 the second product, as there.
 
-The primitives depend on the operands' shapes and strides, the mask's and the thread count
-(oneDNN splits a primitive's work for the threads it was made for), so they are made at the
-first call with a new combination and kept in a table shared by a program's blocks (a model's
-layers share one set, with one float32 score and one probability buffer). Operands oneDNN
-cannot describe here (broadcast batch axes, an unsupported type) return None from `attend`'s
-`prepare`, and the caller computes the block its own way.
+The primitives depend on the operands' layouts, the mask's and the thread count (oneDNN splits
+a primitive's work for the threads it was made for), so a block makes a `Plan` at its first call
+with a new signature of its operands; plans and primitives live in a table shared by a
+program's blocks (a model's layers share one set of primitives, with one float32 score and one
+probability buffer). Operands the primitives do not take (a broadcast batch axis, mixed types)
+go to the caller's fallback, torch's route.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ ELTWISE_LINEAR = 0x26
 SOFTMAX_ACCURATE = 0x30000
 #: torch dtype -> oneDNN data type, for operands and mask
 DTYPES = {torch.float32: F32, torch.bfloat16: BF16}
+#: the key in an `attend` table of its plans (signature -> `Plan`, or None: the fallback)
+PLANS = "plans"
 
 _P = c_void_p
 #: the C API functions used here beyond `onednn_capi`'s (name -> argtypes; all return status)
@@ -78,15 +81,35 @@ Layout = tuple[tuple[int, ...], tuple[int, ...]]
 Key = tuple
 
 
-def _layout(t: Tensor) -> Layout:
-    return tuple(t.shape), tuple(t.stride())
+def dense_strides(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of `dims`."""
+    strides, step = [], 1
+    for n in reversed(dims):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
-def _compact_mask(mask: Tensor, ndim: int) -> Tensor:
-    """`mask` with its broadcast axes (stride 0) cut to length 1, leading axes of length 1 up to
-    `ndim`, contiguous (the binary post-op broadcasts it over the scores)."""
-    cut = mask[tuple(slice(0, 1) if s == 0 else slice(None) for s in mask.stride())]
-    return cut.reshape((1,) * (ndim - cut.dim()) + tuple(cut.shape)).contiguous()
+class Descs:
+    """Memory descriptors made through one `Runtime` and destroyed with this object."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt, self.made = rt, []
+
+    def __call__(self, dims: tuple[int, ...], strides: tuple[int, ...], kind: int) -> c_void_p:
+        """A descriptor of `dims` with `strides` (a size-1 axis's stride is not read)."""
+        dense = dense_strides(dims)
+        strides = tuple(d if n == 1 else s for s, d, n in zip(strides, dense, dims, strict=True))
+        md = c_void_p()
+        status = self.rt.lib.dnnl_memory_desc_create_with_strides(
+            byref(md), len(dims), Dims(*dims), kind, Dims(*strides)
+        )
+        check(status, f"memory_desc_create_with_strides{dims}{strides}")
+        self.made.append(md)
+        return md
+
+    def __del__(self) -> None:
+        release(self.rt.lib, [], None, None, self.made)
 
 
 class Primitives:
@@ -96,7 +119,7 @@ class Primitives:
     def __init__(self, rt: Runtime, key: Key) -> None:
         (q, kt, v, mask), (dtype, mask_dtype), scale, _threads = key
         self.rt = rt
-        self._mds: list[c_void_p] = []
+        self._descs = Descs(rt)
         self._mems: list[c_void_p] = []
         self._pds: list[c_void_p] = []
         self._prims: list[c_void_p] = []
@@ -132,18 +155,7 @@ class Primitives:
         ]
 
     def _md(self, dims: tuple[int, ...], strides: tuple[int, ...] = (), *, kind: int) -> c_void_p:
-        """A memory descriptor of `dims` with `strides` (dense row-major when empty)."""
-        if not strides:
-            strides = tuple(torch.empty(dims, device="meta").stride())
-        md = c_void_p()
-        check(
-            self.rt.lib.dnnl_memory_desc_create_with_strides(
-                byref(md), len(dims), Dims(*dims), kind, Dims(*strides)
-            ),
-            f"memory_desc_create_with_strides{dims}",
-        )
-        self._mds.append(md)
-        return md
+        return self._descs(dims, strides or dense_strides(dims), kind)
 
     def _memory(self, md: c_void_p, buffer: Tensor | None = None) -> c_void_p:
         mem = self.rt.memory(md, None if buffer is None else buffer.data_ptr())
@@ -191,8 +203,8 @@ class Primitives:
         self._prims.append(prim)
         return prim
 
-    def run(self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        """The block's output, a new tensor, for operands of this primitive's key."""
+    def run(self, q: int, kt: int, v: int, mask: int | None) -> Tensor:
+        """The block's output, a new tensor, for operands (addresses) of this key's layouts."""
         lib = self.rt.lib
         set_handle, execute, stream = (
             lib.dnnl_memory_set_data_handle,
@@ -200,19 +212,19 @@ class Primitives:
             self.rt.stream,
         )
         out = torch.empty(self.out_shape, dtype=self.probs.dtype)
-        set_handle(self.q, q.data_ptr())
-        set_handle(self.kt, kt.data_ptr())
-        set_handle(self.v, v.data_ptr())
+        set_handle(self.q, q)
+        set_handle(self.kt, kt)
+        set_handle(self.v, v)
         set_handle(self.out, out.data_ptr())
         if mask is not None:
-            set_handle(self.mask, mask.data_ptr())
+            set_handle(self.mask, mask)
         for prim, args in self.steps:
             check(execute(prim, stream, len(args), args), "attention execute")
         return out
 
     def __del__(self) -> None:
         lib = self.rt.lib
-        release(lib, self._mems, None, None, self._mds)
+        release(lib, self._mems, None, None)
         for prim, pd in zip(self._prims, self._pds, strict=False):
             release(lib, [], prim, pd)
 
@@ -234,44 +246,100 @@ def _supported(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> bool:
         return False
     if any(s <= 0 and n > 1 for t in ts for s, n in zip(t.stride(), t.shape, strict=True)):
         return False
-    return mask is None or (mask.dtype in DTYPES and mask.dim() <= q.dim())
+    if mask is None:
+        return True
+    return mask.dtype in DTYPES and mask.dim() <= q.dim() and min(mask.stride(), default=0) >= 0
 
 
-def _dense(t: Tensor) -> Tensor:
-    """`t`, copied when not contiguous: oneDNN's brgemm matmul takes operands whose batch axes
-    are dense (a view of heads into a fused QKV product is not, and runs 2x slower in its
-    `gemm:jit` fallback)."""
-    return t if t.is_contiguous() else t.contiguous()
+class Operand:
+    """Where the primitives read one operand: the tensor itself when its layout is one oneDNN's
+    brgemm matmul takes at full speed (dense batch axes), else a copy into a kept dense buffer
+    (a head view of a fused QKV product is strided: oneDNN then falls back to its `gemm:jit`
+    matmul, 2x slower than copying first; torch's copy was faster than a oneDNN reorder)."""
+
+    def __init__(self, t: Tensor, transposed: bool = False) -> None:
+        dims = tuple(t.shape)
+        if transposed:  # K^T: dense as K, the last two axes swapped
+            base = dense_strides((*dims[:-2], dims[-1], dims[-2]))
+            strides = (*base[:-2], base[-1], base[-2])
+        else:
+            strides = dense_strides(dims)
+        self.layout = (dims, strides)
+        self.buffer: Tensor | None = None
+        if any(s != d and n > 1 for s, d, n in zip(t.stride(), strides, dims, strict=True)):
+            self.buffer = torch.empty_strided(dims, strides, dtype=t.dtype)
+
+    def address(self, t: Tensor) -> int:
+        """The address the primitives read `t` at (its copy's, after copying it)."""
+        if self.buffer is None:
+            return t.data_ptr()
+        return self.buffer.copy_(t).data_ptr()
+
+
+def compact(mask: Tensor, ndim: int) -> Tensor:
+    """`mask` (a view) with its broadcast axes (stride 0) cut to length 1 and leading axes of
+    length 1 up to `ndim` (the binary post-op broadcasts it over the scores)."""
+    cut = mask[tuple(slice(0, 1) if s == 0 else slice(None) for s in mask.stride())]
+    return cut.view((1,) * (ndim - cut.dim()) + tuple(cut.shape))
+
+
+class Plan:
+    """How a block runs for one signature of its operands (shapes, strides, types, threads):
+    the primitives (shared by every plan of their layouts) and the operands' copies."""
+
+    def __init__(self, rt: Runtime, table: dict, scale: float, operands: tuple) -> None:
+        q, kt, v, mask = operands
+        self.q, self.v = Operand(q), Operand(v)
+        self.kt = Operand(kt, transposed=kt.stride()[-2] == 1)
+        self.ndim = q.dim()
+        self.mask = None if mask is None else Operand(compact(mask, self.ndim))
+        layouts = (self.q.layout, self.kt.layout, self.v.layout)
+        key = (
+            (*layouts, None if self.mask is None else self.mask.layout),
+            (q.dtype, None if mask is None else mask.dtype),
+            scale,
+            torch.get_num_threads(),
+        )
+        if key not in table:
+            table[key] = Primitives(rt, key)
+        self.prims = table[key]
+
+    def run(self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """The block's output (a new tensor)."""
+        m = None
+        if self.mask is not None and mask is not None:  # a compact view starts where it does
+            dense = self.mask.buffer is None
+            m = mask.data_ptr() if dense else self.mask.address(compact(mask, self.ndim))
+        return self.prims.run(self.q.address(q), self.kt.address(kt), self.v.address(v), m)
 
 
 Attend = Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]
 
 
+def _signature(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> tuple:
+    ops = (q, kt, v) if mask is None else (q, kt, v, mask)
+    return (*((t.shape, t.stride(), t.dtype) for t in ops), torch.get_num_threads())
+
+
 def attend(scale: float, table: dict, fallback: Attend) -> Attend:
     """A block function `(q, kt, v, mask) -> out` running the primitives kept in `table` (a
-    dict shared by the program's blocks); operands they do not take go to `fallback`."""
+    dict shared by the program's blocks, holding their plans and primitives); operands they do
+    not take go to `fallback`."""
     rt = runtime()
     if rt is None:
         return fallback
     _declare(rt)
-    threads = torch.get_num_threads
+    plans = table.setdefault(PLANS, {})
 
     def run(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        if not _supported(q, kt, v, mask):
+        sig = (_signature(q, kt, v, mask), scale)
+        plan = plans.get(sig, False)
+        if plan is False:
+            ok = _supported(q, kt, v, mask)
+            plan = plans[sig] = Plan(rt, table, scale, (q, kt, v, mask)) if ok else None
+        if plan is None:
             return fallback(q, kt, v, mask)
-        q, kt, v = _dense(q), _dense(kt.transpose(-1, -2)).transpose(-1, -2), _dense(v)
-        if mask is not None:
-            mask = _compact_mask(mask, q.dim())
-        key = (
-            (_layout(q), _layout(kt), _layout(v), None if mask is None else _layout(mask)),
-            (q.dtype, None if mask is None else mask.dtype),
-            scale,
-            threads(),
-        )
-        prims = table.get(key)
-        if prims is None:
-            prims = table[key] = Primitives(rt, key)
-        return prims.run(q, kt, v, mask)
+        return plan.run(q, kt, v, mask)
 
     return run
 
