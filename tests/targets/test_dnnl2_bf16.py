@@ -16,7 +16,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import torch.nn.functional as F  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
@@ -27,7 +26,7 @@ from pygraphx.targets.torch_lowering.conv_kernels import (  # noqa: E402
     kernels_for,
 )
 from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16  # noqa: E402
-from tests.targets.test_cpu_onednn_conv import LAYERS, UNARY, _plan  # noqa: E402
+from tests.targets.test_cpu_onednn_conv import LAYERS, UNARY, _oracle, _plan  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not (onednn_conv.available() and cpu_has_bf16()),
@@ -46,22 +45,7 @@ def _bf16_plan(x_lens: list[int], w_lens: list[int], **kw: object) -> ConvPlan:
 
 def _oracle64(plan: ConvPlan, x: torch.Tensor, other: torch.Tensor | None) -> torch.Tensor:
     """The float64 convolution of the bf16 values, and its epilogue in float64."""
-    x = x.double().contiguous()
-    if plan.pre_pad is not None:
-        x = F.pad(x, plan.pre_pad)
-    bias = None if plan.bias is None else plan.bias.double()
-    y = F.conv2d(
-        x, plan.weight.double(), bias, plan.stride, plan.padding, plan.dilation, plan.groups
-    )
-    if other is not None:
-        y = y + other.double()
-    if plan.unary == "relu":
-        y = F.relu(y)
-    elif plan.unary == "hardtanh":
-        y = y.clamp(*plan.scalars)
-    elif plan.unary == "swish":
-        y = F.silu(y)
-    return y
+    return _oracle(plan, x.double(), other)
 
 
 def _assert_bf16_rounding(got: torch.Tensor, want: torch.Tensor) -> None:
