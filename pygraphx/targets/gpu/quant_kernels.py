@@ -102,16 +102,23 @@ def _dequantise_kernel(
 
 
 @triton.jit
-def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """This program's output rows and columns (grouped order: neighbours share weight tiles)."""
-    pid = tl.program_id(0)
+def _tile_offsets(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Tile number `tile`'s first output row and column (grouped order: neighbouring tiles
+    share weight tiles in L2)."""
     num_m, num_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     group = GROUP_M * num_n
-    first_m = (pid // group) * GROUP_M
+    first_m = (tile // group) * GROUP_M
     size_m = tl.minimum(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group) % size_m
-    pid_n = (pid % group) // size_m
-    return pid_m * BLOCK_M + tl.arange(0, BLOCK_M), pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid_m = first_m + (tile % group) % size_m
+    pid_n = (tile % group) // size_m
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@triton.jit
+def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """This program's output rows and columns (grouped order: neighbours share weight tiles)."""
+    off_m, off_n = _tile_offsets(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    return off_m + tl.arange(0, BLOCK_M), off_n + tl.arange(0, BLOCK_N)
 
 
 @triton.jit
@@ -167,13 +174,14 @@ def _store_dequantised(
     if STORE:
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
     if QUANT != 0:  # the quantise of the stored value: `quantise_int8`'s / `quantise_fp8`'s
+        # y is already a value of the output type (the dequantise and every op but ReLU,
+        # which keeps it so, round to it): no second rounding before the quantise
         qs = tl.load(qs_ptr).to(tl.float32)
-        yq = y.to(ty).to(tl.float32)
-        v = quotient(yq, qs, tl.math.div_rn(1.0, qs))
+        v = quotient(y, qs, tl.math.div_rn(1.0, qs))
         if QUANT == 1:
-            q = int8_of_quotient(v, yq, MAGIC)
+            q = int8_of_quotient(v, y, MAGIC)
         else:  # fp8 e4m3fn, its bytes
-            q = fp8_of_quotient(v, yq, qs, MAGIC, False)
+            q = fp8_of_quotient(v, y, qs, MAGIC, False)
         tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
 
 
@@ -248,6 +256,44 @@ def _int8_gemm_kernel(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
         qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE, MAGIC,
     )  # fmt: skip
+
+
+@triton.jit
+def _tma_gemm_kernel(
+    a_desc, w_desc, scale_ptr, out_ptr, M, N, K, stride_om,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
+    E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FP8: tl.constexpr = False, PERSISTENT: tl.constexpr = False,
+):  # fmt: skip
+    """`_int8_gemm_kernel` with its operand tiles loaded by Hopper's tensor memory accelerator
+    (`a_desc`, `w_desc`: host tensor descriptors of `a` (M, K) and `wt` (N, K), blocks
+    [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K], zero filled beyond the edges): the tiles land
+    in shared memory in the layout the wgmma reads, no address arithmetic or masks per
+    element. `PERSISTENT`: the grid is at most the SM count and each program walks the
+    output tiles a grid apart."""
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    if PERSISTENT:
+        step = tl.num_programs(0)
+    else:
+        step = tiles
+    for tile in tl.range(tl.program_id(0), tiles, step, flatten=PERSISTENT):
+        off_m, off_n = _tile_offsets(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        if FP8:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        else:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+        for k0 in range(0, K, BLOCK_K):
+            a = a_desc.load([off_m, k0])
+            w = w_desc.load([off_n, k0])
+            acc = _dot8(a, w.T, acc, FP8, False)
+        rows, cols = off_m + tl.arange(0, BLOCK_M), off_n + tl.arange(0, BLOCK_N)
+        _store_dequantised(
+            acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
+            qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE,
+            MAGIC,
+        )  # fmt: skip
 
 
 def _config(m: int) -> dict[str, int]:
@@ -437,6 +483,9 @@ def _gemm(name: str, a, wt, scale, out, epilogue, residual, qout) -> None:
         return
     extra, codes = _epilogue_args(scale, epilogue, residual, qout)
     codes["FP8"] = name == "fp8_gemm"
+    if _tma_ready(a, wt, codes["FP8"]):
+        _tma_gemm(a, wt, scale, out, extra, codes)
+        return
     codes["FP8_PTRS"] = codes["FP8"] and _timed(a) and FP8_POINTERS  # `_fp8_pointers`
     args = (a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0), *extra)
     if _timed(a):
@@ -444,6 +493,79 @@ def _gemm(name: str, a, wt, scale, out, epilogue, residual, qout) -> None:
         return
     config = _config(m)
     _int8_gemm_kernel[_grid(m, n, config)](*args, **codes, **config, num_warps=8, num_stages=4)
+
+
+#: the int8 GEMM's operand tiles by the tensor memory accelerator (`_tma_gemm_kernel`) where
+#: the device has one; False: the pointer kernel everywhere (for A/B timing: same numbers)
+TMA_GEMM = True
+#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, persistent) the TMA GEMM is autotuned over.
+#: Triton makes a wgmma asynchronous only with float32 sums (its WGMMA pipeliner's rule 2.1),
+#: so each int8 MMA is waited for at once: the tensor cores stay busy only with several warp
+#: groups an SM (8 warps, or tiles small enough in shared memory for two or three programs)
+TMA_CONFIGS = [
+    (128, 128, 128, 8, 3, False), (128, 128, 64, 4, 4, False), (128, 256, 128, 8, 3, False),
+    (256, 128, 128, 8, 3, False), (128, 64, 128, 4, 4, False), (64, 128, 128, 4, 4, False),
+    (128, 128, 128, 8, 3, True), (128, 128, 64, 4, 4, True),
+]  # fmt: skip
+#: programs an SM that a persistent TMA launch starts
+PERSISTENT_PER_SM = 2
+
+
+def _tma_ready(a: torch.Tensor, wt: torch.Tensor, fp8: bool) -> bool:
+    """Whether the TMA kernel takes this product: `TMA_GEMM`, int8 operands, a CUDA device of
+    compute capability 9 or later (not the interpreter), 16-byte aligned bases and rows."""
+    if not (TMA_GEMM and not fp8 and _timed(a)):
+        return False
+    index = torch.cuda.current_device() if a.device.index is None else a.device.index
+    if _capability(index) < (9, 0):
+        return False
+    return all(t.data_ptr() % 16 == 0 and t.stride(0) % 16 == 0 for t in (a, wt))
+
+
+def _tma_blocks(nargs: dict[str, Any]) -> None:
+    """The autotuner's pre-launch hook: the descriptors' block shapes for this configuration."""
+    nargs["a_desc"].block_shape = [nargs["BLOCK_M"], nargs["BLOCK_K"]]
+    nargs["w_desc"].block_shape = [nargs["BLOCK_N"], nargs["BLOCK_K"]]
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _tma_kernel():
+    """The autotuned `_tma_gemm_kernel` (made at first use)."""
+    if "tma" not in _tuned:
+        configs = [
+            triton.Config(
+                {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "PERSISTENT": p},
+                num_warps=warps,
+                num_stages=stages,
+                pre_hook=_tma_blocks,
+            )
+            for bm, bn, bk, warps, stages, p in TMA_CONFIGS
+        ]
+        tune = triton.autotune(configs=configs, key=["M", "N", "K"], do_bench=_quick_bench)
+        _tuned["tma"] = tune(_tma_gemm_kernel)
+    return _tuned["tma"]
+
+
+def _tma_gemm(a, wt, scale, out, extra: tuple, codes: dict) -> None:
+    """`_gemm` by the TMA kernel (`_tma_ready`)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    m, k = a.shape
+    n = wt.shape[0]
+    a_desc = TensorDescriptor(a, [m, k], [a.stride(0), 1], [16, 16])  # blocks: `_tma_blocks`
+    w_desc = TensorDescriptor(wt, [n, k], [wt.stride(0), 1], [16, 16])
+    sms = _sm_count(a.device.index if a.device.index is not None else torch.cuda.current_device())
+
+    def grid(meta: dict[str, Any]) -> tuple[int]:
+        tiles = _grid(m, n, meta)[0]
+        return (min(tiles, sms * PERSISTENT_PER_SM) if meta["PERSISTENT"] else tiles,)
+
+    args = (a_desc, w_desc, scale, out, m, n, k, out.stride(0), *extra)
+    _tma_kernel()[grid](*args, **codes)
 
 
 def quantise_int8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
