@@ -54,6 +54,12 @@ def _operands(m: int, k: int, n: int):
     return a, wt, scale, sums
 
 
+@pytest.fixture(autouse=True)
+def _force_tma(monkeypatch):
+    """On the GPU, `int8_gemm` takes the TMA kernel (not the timed choice)."""
+    monkeypatch.setattr(qk, "TMA_GEMM", True)
+
+
 @pytest.mark.parametrize("persistent", [False, True], ids=["tiles", "persistent"])
 @pytest.mark.parametrize(("m", "k", "n"), [(70, 208, 130), (96, 64, 48)])
 def test_tma_gemm_matches_numpy(m: int, k: int, n: int, persistent: bool) -> None:
@@ -106,3 +112,16 @@ def test_unaligned_rows_take_the_pointer_kernel() -> None:
     base = torch.zeros((8, 40), dtype=torch.int8, device=DEVICE)
     a = base[:, :20]
     assert not qk._tma_ready(a, base[:, :20], False)
+
+
+@pytest.mark.skipif(not TMA_GPU, reason="the timed choice needs a GPU of compute capability 9+")
+def test_timed_choice_keeps_the_numbers(monkeypatch) -> None:
+    """`TMA_GEMM` None: the first launch times both kernels and keeps one per shape; the
+    result is numpy's whichever wins."""
+    monkeypatch.setattr(qk, "TMA_GEMM", None)
+    a, wt, scale, sums = _operands(256, 256, 192)
+    want = sums.astype(np.float32) * scale[None, :]
+    out = torch.empty((256, 192), dtype=torch.float32, device=DEVICE)
+    qk.int8_gemm(*[torch.from_numpy(t).to(DEVICE) for t in (a, wt, scale)], out)
+    assert any(key[:3] == (256, 192, 256) for key in qk._tma_choice)
+    np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-6)
