@@ -5,7 +5,7 @@
 * GEMMs at 4096 rows (batch 32 x 128 tokens) with the epilogue the int8 program fuses
   (`ffn_up`: bias, GELU and the next product's int8 quantise, no half result; `ffn_down`:
   bias; `qkv`: none), by `quant_kernels.int8_gemm` with its pointer kernel
-  (`TMA_GEMM` False, as before) and with the TMA kernel (`TMA_GEMM` True), each autotuned
+  (`TMA_GEMM` "0", the default) and with the TMA kernel (`TMA_GEMM` "1"), each autotuned
   afresh (every configuration's time is recorded) and checked to give the same bytes; and the
   peers: cuBLAS half (`torch.matmul`), `torch._int_mm` (int32 out) and `torch._scaled_mm`
   (fp8, half out). `ffn_up_plain`: the same product with no epilogue (the epilogue's cost).
@@ -31,6 +31,9 @@ import triton
 import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from quant_tiles_ab import graph_ms  # noqa: E402  (graph-replayed median, shared)
 
 from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
 
@@ -42,12 +45,6 @@ SHAPES = [
     ("ffn_down", 768, 3072, ("bias",), False),
     ("qkv", 2304, 768, (), False),
 ]
-
-
-def graph_ms(fn) -> float:
-    fn()  # autotunes at the first call
-    torch.cuda.synchronize()
-    return float(triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median"))
 
 
 def _describe(cfg) -> str:
@@ -82,7 +79,7 @@ def gemm_row(name: str, n: int, k: int, ops: tuple, quant: bool) -> dict:
     row: dict = {"name": name, "m": ROWS, "n": n, "k": k, "ops": list(ops), "quant": quant}
     outs = {}
     for tma in (False, True):
-        qk.TMA_GEMM = tma
+        qk.TMA_GEMM = "1" if tma else "0"
         tuner = _tuner(tma)
         tuner.cache.clear()
         out = torch.empty(ROWS, n, device=dev, dtype=torch.half)

@@ -17,6 +17,16 @@
   for small products, where nothing is timed), grouped launch order so neighbouring programs
   share weight tiles in L2.
 * `fp8_gemm(a, wt, scale, out)`: the same kernel for fp8 e4m3 operands, float32 sums.
+* `_tma_gemm_kernel`: the int8 GEMM with its operand tiles loaded by Hopper's tensor memory
+  accelerator (host tensor descriptors), one tile a program or persistent; opt-in
+  (`PGX_GPU_INT8_TMA`=1 or `auto`). Triton makes a wgmma asynchronous only with float32 sums
+  (its WGMMA pipeliner, rule 2.1), so int8 MMAs are waited for one by one with either kernel.
+  H200, graph-replayed, 4096 rows (`benchmarks/bertgpu_probe.py`): TMA against pointer
+  kernel 21.9 / 25.8 us (N 3072, K 768, no epilogue), 18.5 / 22.7 (N 768, K 3072, bias),
+  25.1 / 24.4 (N 2304, K 768), 52.4 / 48.2 (N 3072 with bias, GELU and int8 quantise: the
+  GELU's erf makes that epilogue ~24 us of ALU work, libdevice's two coefficient sets chosen
+  per element); in the BERT program with the per-shape timed choice the int8 run was not
+  faster (a call where the program's N 768 product took 29.8 us against 26.2), hence opt-in.
 * the int8 / fp8 convolution kernel (`quant_conv_kernels.py`) shares `_tile` and
   `_store_dequantised` (the epilogue, which also quantises to int8 or fp8: its division by the
   scale is `quantise.quotient`, bit for bit `div_rn` without a branch per element; on an H200 the
@@ -48,6 +58,7 @@ from pygraphx.codegen.triton.quantise import (
     int8_of_quotient,
     quotient,
 )
+from pygraphx.codegen.triton.timing import time_candidates
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +239,16 @@ def _fp8_pointers(a_ptr, w_ptr):
 
 
 @triton.jit
+def _zero_sums(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr):
+    """A tile's zero sums: float32 for fp8 products, else int32 for int8 ones."""
+    if FP8:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    return acc
+
+
+@triton.jit
 def _int8_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, stride_am, stride_wn, stride_om,
     bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
@@ -240,10 +261,7 @@ def _int8_gemm_kernel(
         a_ptr, w_ptr = _fp8_pointers(a_ptr, w_ptr)
     rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     ks = tl.arange(0, BLOCK_K)
-    if FP8:  # float32 sums of fp8 products, else int32 sums of int8 ones
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    acc = _zero_sums(BLOCK_M, BLOCK_N, FP8)
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + ks
         a = tl.load(
@@ -283,10 +301,7 @@ def _tma_gemm_kernel(
         step = tiles
     for tile in tl.range(tl.program_id(0), tiles, step, flatten=PERSISTENT):
         off_m, off_n = _tile_offsets(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        if FP8:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        else:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+        acc = _zero_sums(BLOCK_M, BLOCK_N, FP8)
         for k0 in range(0, K, BLOCK_K):
             a = a_desc.load([off_m, k0])
             w = w_desc.load([off_n, k0])
@@ -345,6 +360,17 @@ def _quick_bench(kernel_call, quantiles):
     """Triton's timing with a short warm-up and 20 ms of repeats (its default 25 + 100 ms per
     configuration and shape adds most of a minute to a ResNet-50 compile)."""
     return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
+
+
+def _device_bench(kernel_call, quantiles=None):
+    """Device time of `kernel_call` with no host time in it (`codegen/triton/timing.py`: the
+    launches queued behind a spin kernel, back to back, as a CUDA graph replays them), for
+    the TMA kernel's autotune and the `auto` choice. Triton's `do_bench` (`_quick_bench`)
+    timed the TMA configurations on an H200 at 36-55 us for BERT's products whose
+    graph-replayed times were 18-25 us (`benchmarks/results/h200_bertgpu_probe_d50e28d.json`:
+    its launch converts the host descriptors each call), so its choice there is noise."""
+    ms = time_candidates([kernel_call], reps=5, rounds=3)[0]
+    return ms if quantiles is None else [ms] * len(quantiles)
 
 
 _tuned: dict[str, Any] = {}
@@ -502,11 +528,14 @@ def _gemm(name: str, a, wt, scale, out, epilogue, residual, qout) -> None:
     _int8_gemm_kernel[_grid(m, n, config)](*args, **codes, **config, num_warps=8, num_stages=4)
 
 
-#: the int8 GEMM's kernel where the TMA one can run (`_tma_ready`): None (default) times the
-#: autotuned pointer and TMA kernels at a product's first launch (per shape and epilogue) and
-#: keeps the faster; True always the TMA kernel, False always the pointer one (A/B timing).
-#: Both give the same numbers (exact int32 sums, the same epilogue code).
-TMA_GEMM: bool | None = None
+#: which int8 GEMM kernel runs where the TMA one can (`_tma_ready`): `0` (default) the pointer
+#: kernel, `1` the TMA kernel, `auto` both autotuned and timed at a product's first launch
+#: (per shape and epilogue), the faster kept. Same numbers either way (exact int32 sums, one
+#: epilogue code). Off by default: on an H200 the TMA kernel was faster alone for some of
+#: BERT-base's products (`benchmarks/bertgpu_probe.py`) but the program was not (module doc)
+INT8_TMA_ENV = "PGX_GPU_INT8_TMA"
+#: overrides `PGX_GPU_INT8_TMA` when set ("0", "1" or "auto"; for A/B timing in one process)
+TMA_GEMM: str | None = None
 _tma_choice: dict[tuple, bool] = {}
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, persistent) the TMA GEMM is autotuned over.
 #: Triton makes a wgmma asynchronous only with float32 sums (its WGMMA pipeliner's rule 2.1),
@@ -521,10 +550,19 @@ TMA_CONFIGS = [
 PERSISTENT_PER_SM = 2
 
 
+def _tma_mode() -> str:
+    """`TMA_GEMM`, else `PGX_GPU_INT8_TMA` (unset: "0")."""
+    mode = TMA_GEMM if TMA_GEMM is not None else os.environ.get(INT8_TMA_ENV, "").strip() or "0"
+    if mode not in ("0", "1", "auto"):
+        raise ValueError(f"{INT8_TMA_ENV}={mode!r}: expected 0, 1 or auto")
+    return mode
+
+
 def _tma_ready(a: torch.Tensor, wt: torch.Tensor, fp8: bool) -> bool:
-    """Whether the TMA kernel takes this product: `TMA_GEMM`, int8 operands, a CUDA device of
-    compute capability 9 or later (not the interpreter), 16-byte aligned bases and rows."""
-    if TMA_GEMM is False or fp8 or not _timed(a):
+    """Whether the TMA kernel may take this product: `PGX_GPU_INT8_TMA` not 0, int8 operands,
+    a CUDA device of compute capability 9 or later (not the interpreter), 16-byte aligned
+    bases and rows."""
+    if _tma_mode() == "0" or fp8 or not _timed(a):
         return False
     index = torch.cuda.current_device() if a.device.index is None else a.device.index
     if _capability(index) < (9, 0):
@@ -555,24 +593,25 @@ def _tma_kernel():
             )
             for bm, bn, bk, warps, stages, p in TMA_CONFIGS
         ]
-        tune = triton.autotune(configs=configs, key=["M", "N", "K"], do_bench=_quick_bench)
+        tune = triton.autotune(configs=configs, key=["M", "N", "K"], do_bench=_device_bench)
         _tuned["tma"] = tune(_tma_gemm_kernel)
     return _tuned["tma"]
 
 
 def _tma_wins(a, wt, scale, out, extra: tuple, codes: dict) -> bool:
-    """Whether this product runs the TMA kernel (`TMA_GEMM`); None: at its first launch
-    (the executable's warm-up, before the CUDA graph capture) both kernels are autotuned and
-    timed, and the faster is kept for its shape and epilogue (logged)."""
-    if TMA_GEMM is not None:
-        return TMA_GEMM
+    """Whether this product runs the TMA kernel: `PGX_GPU_INT8_TMA=1`, or `auto` and at its
+    first launch (the executable's warm-up, before the CUDA graph capture) the autotuned TMA
+    kernel timed faster than the autotuned pointer one (kept per shape and epilogue, logged)."""
+    if _tma_mode() == "1":
+        return True
     m, k = a.shape
     key = (m, wt.shape[0], k, a.dtype, out.dtype, tuple(sorted(codes.items())))
     if key not in _tma_choice:
         args = (a, wt, scale, out, m, wt.shape[0], k, a.stride(0), wt.stride(0), out.stride(0))
         ptr = functools.partial(_tuned_kernel("gemm")[_tuned_grid], *args, *extra, **codes)
         tma = functools.partial(_tma_gemm, a, wt, scale, out, extra, codes)
-        times = [_quick_bench(fn, None) for fn in (ptr, tma)]  # the first call autotunes
+        ptr(), tma()  # each autotunes at its first call
+        times = time_candidates([ptr, tma])
         _tma_choice[key] = times[1] < times[0]
         log.info("int8 GEMM %s: pointer %.4f ms, TMA %.4f ms", key[:3], *times)
     return _tma_choice[key]
@@ -669,6 +708,7 @@ def eager_dequantise(acc: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) 
 
 __all__ = [
     "FP8_CAST_ENV",
+    "INT8_TMA_ENV",
     "Epilogue",
     "dequantise",
     "eager_fake_quantise_fp8",

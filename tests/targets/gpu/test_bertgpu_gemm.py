@@ -57,7 +57,7 @@ def _operands(m: int, k: int, n: int):
 @pytest.fixture(autouse=True)
 def _force_tma(monkeypatch):
     """On the GPU, `int8_gemm` takes the TMA kernel (not the timed choice)."""
-    monkeypatch.setattr(qk, "TMA_GEMM", True)
+    monkeypatch.setattr(qk, "TMA_GEMM", "1")
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["tiles", "persistent"])
@@ -116,12 +116,65 @@ def test_unaligned_rows_take_the_pointer_kernel() -> None:
 
 @pytest.mark.skipif(not TMA_GPU, reason="the timed choice needs a GPU of compute capability 9+")
 def test_timed_choice_keeps_the_numbers(monkeypatch) -> None:
-    """`TMA_GEMM` None: the first launch times both kernels and keeps one per shape; the
-    result is numpy's whichever wins."""
+    """`PGX_GPU_INT8_TMA=auto`: the first launch times both kernels and keeps one per shape;
+    the result is numpy's whichever wins."""
     monkeypatch.setattr(qk, "TMA_GEMM", None)
+    monkeypatch.setenv(qk.INT8_TMA_ENV, "auto")
     a, wt, scale, sums = _operands(256, 256, 192)
     want = sums.astype(np.float32) * scale[None, :]
     out = torch.empty((256, 192), dtype=torch.float32, device=DEVICE)
     qk.int8_gemm(*[torch.from_numpy(t).to(DEVICE) for t in (a, wt, scale)], out)
     assert any(key[:3] == (256, 192, 256) for key in qk._tma_choice)
     np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-6)
+
+
+def test_unknown_tma_setting_is_an_error(monkeypatch) -> None:
+    monkeypatch.setattr(qk, "TMA_GEMM", None)
+    monkeypatch.setenv(qk.INT8_TMA_ENV, "yes")
+    a = torch.zeros((16, 16), dtype=torch.int8, device=DEVICE)
+    with pytest.raises(ValueError, match=qk.INT8_TMA_ENV):
+        qk._tma_ready(a, a, False)
+
+
+def test_tma_is_off_by_default(monkeypatch) -> None:
+    monkeypatch.setattr(qk, "TMA_GEMM", None)
+    monkeypatch.delenv(qk.INT8_TMA_ENV, raising=False)
+    a = torch.zeros((16, 16), dtype=torch.int8, device=DEVICE)
+    assert not qk._tma_ready(a, a, False)
+
+
+def test_tma_kernel_compiles_for_sm90(tmp_path) -> None:
+    """The TMA kernel goes through Triton's real compiler to sm_90 (no GPU needed) for the
+    autotuned tiles, one tile a program and persistent, with BERT's epilogues (bias + GELU +
+    int8 quantise without the half result; bias + residual stored)."""
+    from tests.codegen.aot_compile import run_jobs
+
+    fn = qk._tma_gemm_kernel
+    jobs = []
+    cases = [((1, 4, 0), 1, False), ((1, 2, 0), 0, True)]
+    for k, (bm, bn, bk, warps, stages, persistent) in enumerate(qk.TMA_CONFIGS):
+        codes, quant, store = cases[k % 2]
+        constexprs = {
+            "E0": codes[0], "E1": codes[1], "E2": codes[2], "QUANT": quant, "STORE": store,
+            "MAGIC": qk.MAGIC, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
+            "FP8": False, "PERSISTENT": persistent,
+        }  # fmt: skip
+        types = {
+            "a_desc": f"tensordesc<i8[{bm}, {bk}]>", "w_desc": f"tensordesc<i8[{bn}, {bk}]>",
+            "scale_ptr": "*fp32", "out_ptr": "*fp16", "bias_ptr": "*fp32", "res_ptr": "*fp16",
+            "qs_ptr": "*fp32", "q_ptr": "*i8" if quant else "*fp32", "rs_ptr": "*fp32",
+            "rb_ptr": "*fp32", "g1": "fp32", "g2": "fp32", "g3": "fp32",
+        }  # fmt: skip
+        sig = {a: "constexpr" if a in constexprs else types.get(a, "i32") for a in fn.arg_names}
+        jobs.append(
+            {
+                "kernel": f"{qk.__name__}:_tma_gemm_kernel",
+                "signature": sig,
+                "attrs": [a for a in fn.arg_names if sig[a][0] == "*" or a.startswith("stride")],
+                "constexprs": constexprs,
+                "options": {"num_warps": warps, "num_stages": stages},
+                "targets": [["cuda", 90, 32]],
+                "name": f"tma{k}",
+            }
+        )
+    assert len(run_jobs(jobs, tmp_path)) == len(jobs)
