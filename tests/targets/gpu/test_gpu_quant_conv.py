@@ -244,10 +244,10 @@ def _spy_epilogues(monkeypatch) -> list[tuple]:
     seen: list[tuple] = []
     real = qck.conv
 
-    def spy(x, wt, scale, out, geometry, epilogue=None, residual=None, qout=None):
+    def spy(x, wt, scale, out, geometry, epilogue=None, residual=None, qout=None, **rows):
         ops = () if epilogue is None else tuple(epilogue.ops)
         seen.append((str(x.dtype), *ops, "-" if qout is None else str(qout.dtype)))
-        return real(x, wt, scale, out, geometry, epilogue, residual, qout)
+        return real(x, wt, scale, out, geometry, epilogue, residual, qout, **rows)
 
     monkeypatch.setattr(qck, "conv", spy)
     return seen
