@@ -49,7 +49,12 @@ from pygraphx.targets.gpu.quant import (
     dequantised_product,
     int8_gemm_choice,
 )
-from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, bind_quantised, deferred_epilogue
+from pygraphx.targets.gpu.quant_epilogue import (
+    PRESCALE,
+    EpiloguePlan,
+    bind_quantised,
+    deferred_epilogue,
+)
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
@@ -205,16 +210,26 @@ def _lower_fp8(ctx: LoweringContext, ins: Instruction, geo: Geometry, weights) -
     epilogue (its leading per-channel `mul` the scale) when it fits, else alone (float32)."""
     product, columns = implicit_conv(weights, geo), input_reader(geo, ctx.device)
     ones = torch.ones(geo.c_out, dtype=torch.float32, device=ctx.device)
-    emit = _emitter(ctx, ins, geo, product, columns, ones)
+    late: dict = {}
+    emit = _emitter(ctx, ins, geo, product, columns, ones, late)
     if deferred_epilogue(ctx, ins, 1, geo.c_out, emit, scaled=True):
         return True
+    if len(ins.outputs) == 1:  # a group reading it as a residual may scale it here
+
+        def prescale(scale: torch.Tensor, dtype: torch.dtype) -> None:
+            late.update(scale=scale, dtype=dtype)
+
+        ctx.cache.setdefault(PRESCALE, {})[id(ins)] = prescale
     return emit(ctx, ins, None)
 
 
-def _emitter(ctx, ins: Instruction, geo: Geometry, product, columns, scale: torch.Tensor):
+def _emitter(ctx, ins: Instruction, geo: Geometry, product, columns, scale, late=None):
     """`emit(c, at, plan)`: one step at `at` running `product(columns(x), scale, out, ...)`
     into a new channels-last tensor of `at`'s type, with `plan`'s epilogue (its scale, when it
-    has one, instead of `scale`) and 8-bit quantised output when it has them."""
+    has one, instead of `scale`) and 8-bit quantised output when it has them. `late` (an fp8
+    product run alone): a "scale" and "dtype" set there after this (before any run, by the
+    plan of the group reading it: `EpiloguePlan.use_prescale`) replace `scale` and the type."""
+    late = {} if late is None else late
     xi, env = ctx.arg(ins, 0), ctx.env
     nhwc, flat = (geo.n, geo.ho, geo.wo, geo.c_out), (geo.rows, geo.c_out)
 
@@ -229,10 +244,10 @@ def _emitter(ctx, ins: Instruction, geo: Geometry, product, columns, scale: torc
         dtype = torch_dtype(at.shape.dtype())
 
         def produce() -> torch.Tensor:
-            out = torch.empty(nhwc, dtype=dtype, device=env[xi].device)
+            out = torch.empty(nhwc, dtype=late.get("dtype", dtype), device=env[xi].device)
             q = None if plan is None else plan.quantised_output(nhwc, out.device)
             qv = None if q is None else q.view(flat)
-            product(columns(env[xi]), s, out.view(flat), ep, residual(), qv)
+            product(columns(env[xi]), late.get("scale", s), out.view(flat), ep, residual(), qv)
             if q is not None:
                 holder["q"] = q.permute(0, 3, 1, 2)
             return out.permute(0, 3, 1, 2)

@@ -48,6 +48,7 @@ from pygraphx.targets.torch_lowering.lower_quant import channel_vector as lower_
 from pygraphx.targets.torch_lowering.registry import defer
 
 __all__ = [
+    "PRESCALE",
     "EpiloguePlan",
     "bind_quantised",
     "deferred_epilogue",
@@ -56,6 +57,9 @@ __all__ = [
 ]
 #: the types an epilogue quantises to (`quant_kernels.Epilogue`)
 QUANTISED_TYPES = ("int8_type", "fp8e4m3fn_type")
+#: `ctx.cache` key: id(fp8 product run alone) -> its hook `(scale, dtype)` making it write
+#: its scaled sums in `dtype` (`EpiloguePlan.use_prescale`; `quant_conv` registers it)
+PRESCALE = "fp8_prescale"
 
 
 @dataclass
@@ -71,6 +75,20 @@ class EpiloguePlan:
     #: an fp8 product's per-channel scale read from the group (`deferred_epilogue(...,
     #: scaled=True)`: the kernel's dequantise), else None
     scale: torch.Tensor | None = None
+    #: for a "residual_affine" whose residual is an fp8 product run alone that can apply its
+    #: scale itself (`PRESCALE`): the hook making it do so (called once the plan is used)
+    prescale: Callable[[torch.Tensor, torch.dtype], None] | None = None
+
+    def use_prescale(self) -> None:
+        """Have the residual's fp8 product write `half(sum * scale)` in the group's type
+        instead of its float32 sums, and read it with a scale of one: the same rounding
+        steps (a float32 product, then the group's type), half the bytes written and read."""
+        if self.prescale is None or self.epilogue.residual_affine is None:
+            return
+        scale, bias = self.epilogue.residual_affine
+        self.prescale(scale, torch_dtype(self.group.shape.dtype()))
+        self.epilogue.residual_affine = (torch.ones_like(scale), bias)
+        self.prescale = None
 
     def quantised_output(self, lens: tuple, device) -> torch.Tensor | None:
         """A new tensor for the quantised result (int8 or fp8 e4m3fn: the kernels write fp8
@@ -158,6 +176,7 @@ def deferred_epilogue(
     def fuse(c: LoweringContext, g: Instruction) -> bool:
         plan = _plan_body(c, user, g, axis, n, scaled)
         if plan is not None:
+            plan.use_prescale()
             return emit(c, g, plan)
         emit(c, user, None)
         return False
@@ -229,7 +248,9 @@ def _plan_steps(ctx, group, steps, running, source, channels):
             epilogue = qk.Epilogue(
                 ops, found.get("bias"), scale, store, found["gelu"], found.get("affine")
             )
-            return EpiloguePlan(group, epilogue, found.get("residual"), quantise)
+            plan = EpiloguePlan(group, epilogue, found.get("residual"), quantise)
+            plan.prescale = found.get("prescale")
+            return plan
         gelu = _gelu(ctx, group, steps[at : at + 5], running, source)
         if gelu is not None:
             ops.append("gelu")
@@ -296,6 +317,8 @@ def _add(ctx, group, ins, running, source, channels, ops: list, found: dict) -> 
         k, scale, bias, _ = side
         if scale is None:  # an int8 product's dequantised value: its scale is applied
             scale = torch.ones_like(bias)
+        else:  # an fp8 product's float32 sums: it may apply its scale itself
+            found["prescale"] = ctx.cache.get(PRESCALE, {}).get(id(group.inputs[k]))
         ops.append("residual_affine")
         found["residual"], found["affine"] = ctx.arg(group, k), (scale, bias)
         return True
