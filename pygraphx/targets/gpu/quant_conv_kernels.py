@@ -155,7 +155,8 @@ def _prune(configs: list, named_args: dict, **kwargs) -> list:
     """The configurations whose K block divides the input's channels (one tap per block; `ROWS`:
     the 32-byte K blocks, the others none), `CONV_BLOCK_K` for a gathered input (`MODE`
     GATHER: the K tail is masked); and no column block
-    twice as wide as the output channels (64 channels: only the 64-wide tiles)."""
+    twice as wide as the output channels (64 channels: only the 64-wide tiles); two stages
+    where K is one or two blocks (`_shallow`)."""
     c, n, mode = named_args["C"], named_args["N"], kwargs.get("MODE")
     if mode == GATHER:
         kept = [cfg for cfg in configs if cfg.kwargs["BLOCK_K"] == CONV_BLOCK_K]
@@ -165,7 +166,31 @@ def _prune(configs: list, named_args: dict, **kwargs) -> list:
             cfg for cfg in configs
             if c % cfg.kwargs["BLOCK_K"] == 0 and (cfg.kwargs["BLOCK_K"] == ROWS_BLOCK_K) == rows
         ] or configs[:1]  # fmt: skip
-    return [cfg for cfg in kept if cfg.kwargs["BLOCK_N"] < 2 * n] or kept
+    kept = [cfg for cfg in kept if cfg.kwargs["BLOCK_N"] < 2 * n] or kept
+    k = named_args.get("K")
+    return kept if k is None else _shallow(kept, k)
+
+
+#: a product of at most this many K blocks runs with two pipeline stages
+SHALLOW_BLOCKS = 2
+
+
+def _shallow(configs: list, k: int) -> list:
+    """`configs` with at most two stages where K is at most `SHALLOW_BLOCKS` K blocks (a 1x1
+    convolution of 64 channels is one block): deeper stages cannot be filled there, and their
+    shared memory only limits how many programs an SM runs at once, which is what hides the
+    epilogue's loads and stores in such a layer (ResNet-50's 64 -> 256 1x1 layers with their
+    residual epilogue took twice their bytes' time on an H200)."""
+    out, seen = [], set()
+    for cfg in configs:
+        kw = cfg.kwargs
+        if k <= SHALLOW_BLOCKS * kw["BLOCK_K"] and cfg.num_stages > 2:
+            cfg = triton.Config(dict(kw), num_warps=cfg.num_warps, num_stages=2)
+        key = (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], cfg.num_warps, cfg.num_stages)
+        if key not in seen:
+            seen.add(key)
+            out.append(cfg)
+    return out
 
 
 _tuned: dict[str, Any] = {}

@@ -213,3 +213,29 @@ def test_int8_stem_rows_and_pool_match_ref(fp16: bool, monkeypatch) -> None:
     assert pools and convs and all(kw.get("run") == 32 for kw in convs), convs
     rtol = 2e-3 if fp16 else 1e-5
     np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
+
+
+def _kept(c: int, n: int, k: int, mode: int) -> list[tuple]:
+    import triton
+
+    configs = [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_stages=st)
+        for bm, bn, bk, _, st in qck.CONV_CONFIGS
+    ]
+    kept = qck._prune(configs, {"C": c, "N": n, "K": k}, MODE=mode)
+    return [(cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"], cfg.num_stages)
+            for cfg in kept]  # fmt: skip
+
+
+def test_tiles_of_shallow_products_have_two_stages() -> None:
+    """A 1x1 convolution of 64 channels (one K block) is timed with two-stage tiles only, each
+    tile once; a deep one (3x3 of 512) keeps the stages of `CONV_CONFIGS`; ROWS gets the
+    32-byte K blocks only, the others never."""
+    shallow = _kept(64, 256, 64, qck.POINTWISE)
+    assert shallow and all(st <= 2 for *_, st in shallow)
+    assert len(set(shallow)) == len(shallow)
+    deep = _kept(512, 512, 4608, qck.IMPLICIT)
+    want = {(bm, bn, bk, st) for bm, bn, bk, _, st in qck.CONV_CONFIGS if bk != qck.ROWS_BLOCK_K}
+    assert set(deep) == want
+    rows = _kept(32, 64, 7 * 32, qck.ROWS)
+    assert rows and all(bk == qck.ROWS_BLOCK_K for _, _, bk, _ in rows)
