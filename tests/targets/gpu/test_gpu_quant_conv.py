@@ -95,10 +95,14 @@ def test_conv_kernel_matches_torch(dtype, c, kernel, stride, pad, dilation, layo
     )
 
 
-@pytest.mark.parametrize("qtype", ["int8", "fp8"])
-def test_epilogue_quantises_to_int8_or_fp8(qtype: str) -> None:
+@pytest.mark.parametrize("qtype", ["int8", "fp8", "fp8-cast"])
+def test_epilogue_quantises_to_int8_or_fp8(qtype: str, monkeypatch) -> None:
     """bias + ReLU, then the quantise of the result in the same kernel: the bytes equal the
-    standalone quantise kernels' on the stored float value."""
+    standalone quantise kernels' on the stored float value, and (fp8) the values torch's
+    cast gives (round half to even); `fp8-cast` with the hardware conversion where the GPU
+    has one (`qk.fp8_cast`)."""
+    if qtype == "fp8-cast":
+        monkeypatch.setenv(qk.FP8_CAST_ENV, "1")
     n, c, h, w, c_out = 1, 64, 5, 5, 48
     x, weight = _operands(F8, n, c, h, w, c_out, 3)
     x_cl = x.contiguous(memory_format=torch.channels_last).to(DEVICE)
@@ -116,6 +120,8 @@ def test_epilogue_quantises_to_int8_or_fp8(qtype: str) -> None:
         qk.quantise_int8(out, qs, want)
     else:
         qk.quantise_fp8(out, qs, want.view(F8))
+        cast = (out.float() / qs).clamp(-448, 448).to(F8).float()
+        np.testing.assert_array_equal(q.view(F8).float().cpu().numpy(), cast.cpu().numpy())
     assert (out >= 0).all()
     np.testing.assert_array_equal(q.cpu().numpy(), want.cpu().numpy())
 
