@@ -169,7 +169,7 @@ def _store_dequantised(
     acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
     qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
-    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
+    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr, CAST: tl.constexpr = False,
 ):  # fmt: skip
     ty = out_ptr.dtype.element_ty
     s = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
@@ -195,7 +195,7 @@ def _store_dequantised(
         if QUANT == 1:
             q = int8_of_quotient(v, y, MAGIC)
         else:  # fp8 e4m3fn, its bytes
-            q = fp8_of_quotient(v, y, qs, MAGIC, False)
+            q = fp8_of_quotient(v, y, qs, MAGIC, CAST)  # CAST: the hardware conversion
         tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
 
 
