@@ -301,15 +301,7 @@ def build(
             prim = made[n] = Primitive(rt, plan, other, share)
         return prim
 
-    if primitive().impl.startswith("ref") and "ref" not in _SAID:  # (f32 layers never have)
-        _SAID.add("ref")
-        log.warning(
-            "oneDNN runs a %s convolution %s * %s on its reference kernel (slow: no JIT kernel "
-            "for it on this processor)",
-            plan.weight.dtype,
-            plan.x_lens,
-            list(plan.weight.shape),
-        )
+    _say_if_reference(plan, primitive().impl)
     execute, stream = rt.lib.dnnl_primitive_execute, rt.stream
     cl, out_lens, dtype = torch.channels_last, made[threads()].out_lens, plan.weight.dtype
     if out is not None and not _fits(out, out_lens, dtype):
@@ -349,6 +341,17 @@ def build(
 
     run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
     return run
+
+
+def _say_if_reference(plan: ConvPlan, impl: str) -> None:
+    """Warn (once per process) when oneDNN runs a layer on its slow reference kernel (no JIT
+    kernel for it on this processor; float32 layers never have)."""
+    if impl.startswith("ref") and "ref" not in _SAID:
+        _SAID.add("ref")
+        log.warning(
+            "oneDNN runs a %s convolution %s * %s on its reference kernel (slow: no JIT kernel "
+            "for it on this processor)", plan.weight.dtype, plan.x_lens, list(plan.weight.shape)
+        )  # fmt: skip
 
 
 def _fits(t: Tensor, lens: list[int], dtype: torch.dtype) -> bool:
