@@ -210,7 +210,11 @@ def device_profile(prog, feeds, runs: int, top: int) -> dict[str, Any]:
 
 
 def plans(
-    name: str, gemms=("triton", "cublas"), modes=("gemm", "mixed", "fp16"), fp8_gemms=("triton",)
+    name: str,
+    gemms=("triton", "cublas"),
+    modes=("gemm", "mixed", "fp16"),
+    fp8_gemms=("triton",),
+    fp8_triton_conv: bool = True,
 ) -> list[tuple[str, str, dict[str, str]]]:
     """(label, kind, environment) of every variant of model `name` (int8 rows for the GEMM
     choices `gemms` and, with convolutions, the convolution modes `modes`; fp8 rows for the
@@ -224,7 +228,7 @@ def plans(
     else:
         rows += [(f"int8 gemm={g}", "int8", {INT8_GEMM_ENV: g}) for g in gemms]
     rows += [(f"fp8 gemm={g}", "fp8", {FP8_GEMM_ENV: g}) for g in fp8_gemms]
-    if name in CONV_MODELS:
+    if name in CONV_MODELS and fp8_triton_conv:
         rows.append(("fp8 conv=triton", "fp8", {FP8_CONV_ENV: "triton"}))
     return rows
 
@@ -239,7 +243,9 @@ def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any
     calib = [model_inputs(name, model, seed=k) for k in range(1, args.calib + 1)]
     files: dict[str, Path] = {}
     rows, progs, want = [], [], None
-    for label, kind, env in plans(name, args.int8_gemms, args.conv_modes, args.fp8_gemms):
+    for label, kind, env in plans(
+        name, args.int8_gemms, args.conv_modes, args.fp8_gemms, not args.no_fp8_triton_conv
+    ):
         if kind not in args.variants:
             continue
         if kind not in files:
@@ -282,6 +288,10 @@ def main() -> int:
     ap.add_argument("--calib", type=int, default=16)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument(
+        "--no-fp8-triton-conv", action="store_true",
+        help="leave out the `fp8 conv=triton` row of convolutional models (its prepare is long)",
+    )  # fmt: skip
     ap.add_argument("--blocks", type=int, default=2, help="rounds of per-variant blocks; best")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--int8-gemms", nargs="+", default=["triton", "cublas"])
