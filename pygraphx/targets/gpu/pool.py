@@ -5,8 +5,6 @@
 (positions in the padding take no part, as in `F.max_pool2d`), NaN if any of them is NaN.
 Both tensors are dense channels-last (NHWC in memory): each program reads a block of output
 pixels times a block of channels, the channels contiguous, one load per window position.
-int8 too: the max pool of an int8 quantised tensor is the quantised max pool (quantising is
-monotonic), which `quant_epilogue` uses to pool ResNet's stem after its int8 quantise.
 
 Why: torch's channels-last half max pool took 0.120 ms for ResNet-50's stem pool at batch 32
 (`[32, 64, 112, 112] -> 56x56`, H100, `benchmarks/results/h100_quant_gpu_resnet50_b32_session6
@@ -29,7 +27,6 @@ _BLOCK_P = 32
 def _max_pool_kernel(
     x_ptr, out_ptr, P, C, H, W, HO, WO, sxn, sxh, sxw, son, soh, sow, SH, SW, PH, PW,
     KH: tl.constexpr, KW: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
-    INT8: tl.constexpr,
 ):  # fmt: skip
     pix = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     chan = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -38,21 +35,17 @@ def _max_pool_kernel(
     n = pix // (WO * HO)
     live = (pix < P)[:, None] & (chan < C)[None, :]
     h0, w0 = ho * SH - PH, wo * SW - PW
-    if INT8:
-        acc = tl.full((BLOCK_P, BLOCK_C), -128, tl.int32)
-    else:
-        acc = tl.full((BLOCK_P, BLOCK_C), float("-inf"), tl.float32)
+    acc = tl.full((BLOCK_P, BLOCK_C), float("-inf"), tl.float32)
     for i in tl.static_range(KH):
         for j in tl.static_range(KW):
             hi, wi = h0 + i, w0 + j
             inside = (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
-            at = x_ptr + (n * sxn + hi * sxh + wi * sxw)[:, None] + chan[None, :]
-            if INT8:
-                v = tl.load(at, mask=live & inside[:, None], other=-128)
-                acc = tl.maximum(acc, v.to(tl.int32))
-            else:
-                v = tl.load(at, mask=live & inside[:, None], other=float("-inf"))
-                acc = tl.maximum(acc, v.to(tl.float32), propagate_nan=tl.PropagateNan.ALL)
+            at = n * sxn + hi * sxh + wi * sxw
+            v = tl.load(
+                x_ptr + at[:, None] + chan[None, :], mask=live & inside[:, None],
+                other=float("-inf"),
+            )  # fmt: skip
+            acc = tl.maximum(acc, v.to(tl.float32), propagate_nan=tl.PropagateNan.ALL)
     dst = out_ptr + (n * son + ho * soh + wo * sow)[:, None] + chan[None, :]
     tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=live)
 
@@ -69,7 +62,7 @@ def max_pool_nhwc(
     x: torch.Tensor, out: torch.Tensor, kernel: tuple, stride: tuple, pads: tuple
 ) -> None:
     """`out` = the max pool of `x` (both (N, C, H, W) shaped, dense channels-last, one float
-    type or int8) with window `kernel`, `stride` and begin `pads` (module docstring)."""
+    type) with window `kernel`, `stride` and begin `pads` (module docstring)."""
     n, c, h, w = x.shape
     ho, wo = out.shape[2:]
     p = n * ho * wo
@@ -86,8 +79,7 @@ def max_pool_nhwc(
     son, _, soh, sow = out.stride()
     _max_pool_kernel[grid](
         x, out, p, c, h, w, ho, wo, sxn, sxh, sxw, son, soh, sow, *stride, *pads,
-        KH=kernel[0], KW=kernel[1], BLOCK_P=_BLOCK_P, BLOCK_C=block_c,
-        INT8=x.dtype == torch.int8, num_warps=4,
+        KH=kernel[0], KW=kernel[1], BLOCK_P=_BLOCK_P, BLOCK_C=block_c, num_warps=4,
     )  # fmt: skip
 
 
