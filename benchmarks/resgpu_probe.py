@@ -3,8 +3,7 @@ L2 flushed between runs), ResNet-50 b32 shapes:
 
 * the stem (7x7 stride 2, 3 -> 64 channels, bias + ReLU epilogue, half out) as GATHER (each
   byte gathered) against ROWS (the padded NHWC copy, its copy included), and cuDNN half;
-* the stem's max pool: torch's channels-last half pool against `pool.max_pool_nhwc`, and the
-  int8 pool of the quantised stem output;
+* the stem's max pool: torch's channels-last half pool against `pool.max_pool_nhwc`;
 * the 1x1 64 -> 256 layer at 56x56 with its bias + residual + ReLU + int8 quantise epilogue,
   for each tile at its `CONV_CONFIGS` stages and at two (one K block: `_shallow`).
 
@@ -97,9 +96,6 @@ def pool(rows: dict) -> None:
     rows["pool_torch_half"] = bench(lambda: F.max_pool2d(y, 3, 2, 1))
     rows["pool_triton_half"] = bench(lambda: max_pool_nhwc(y, out, (3, 3), (2, 2), (1, 1)))
     assert torch.equal(out, F.max_pool2d(y, 3, 2, 1))
-    q = torch.randint(-128, 128, y.shape, dtype=torch.int8, device=DEV).contiguous(memory_format=CL)
-    qo = torch.empty(out.shape, dtype=torch.int8, device=DEV).contiguous(memory_format=CL)
-    rows["pool_triton_int8"] = bench(lambda: max_pool_nhwc(q, qo, (3, 3), (2, 2), (1, 1)))
 
 
 def shallow(rows: dict) -> None:
