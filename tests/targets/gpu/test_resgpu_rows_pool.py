@@ -239,3 +239,20 @@ def test_tiles_of_shallow_products_have_two_stages() -> None:
     assert set(deep) == want
     rows = _kept(32, 64, 7 * 32, qck.ROWS)
     assert rows and all(bk == qck.ROWS_BLOCK_K for _, _, bk, _ in rows)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_pad_rows_writes_the_padded_nhwc_copy(layout: str) -> None:
+    """`pad_rows` leaves `buffer` equal to torch's zero-padded NHWC copy of `x` (channels
+    padded to c4 with zeros, even over old bytes there), the border untouched."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randint(-128, 128, (2, 3, 9, 7), dtype=torch.int8, generator=gen)
+    if layout == "nhwc":
+        x = x.contiguous(memory_format=torch.channels_last)
+    buffer = torch.zeros((2, 9 + 4, 7 + 5, 4), dtype=torch.uint8)
+    buffer[:, 2:11, 3:10, 3] = 77  # a stale 4th channel: written zero
+    buffer = buffer.to(DEVICE)
+    qck.pad_rows(x.to(DEVICE), buffer, (2, 3))
+    want = torch.zeros((2, 13, 12, 4), dtype=torch.uint8)
+    want[:, 2:11, 3:10, :3] = x.view(torch.uint8).permute(0, 2, 3, 1)
+    assert torch.equal(buffer.cpu(), want)
