@@ -177,7 +177,8 @@ class CpuTarget(Target):
     convolution's kernel is chosen, see `torch_lowering/conv_choice.py`), `mkldnn=False` (no
     oneDNN convolutions),
     `mkl_linear=False` (no packed MKL GEMMs), `attention=False` / `layernorm=False` (no fused
-    attention / layer normalisation, see `lowering.py`).
+    attention / layer normalisation, see `lowering.py`), `onednn_attention=False` (bf16
+    attention through torch, not oneDNN's primitives: see `torch_lowering/attention.py`).
     """
 
     name = "cpu"
@@ -185,7 +186,8 @@ class CpuTarget(Target):
     def __init__(
         self, threads: int | None = None, step_threads: bool | None = None, **settings: Any
     ) -> None:
-        known = {"conv_output", "conv_kernel", "mkldnn", "mkl_linear", "attention", "layernorm"}
+        known = {"conv_output", "conv_kernel", "mkldnn", "mkl_linear", "attention", "layernorm",
+                 "onednn_attention"}  # fmt: skip
         unknown = set(settings) - known
         if unknown:
             raise ValueError(f"unknown cpu target settings {sorted(unknown)}")

@@ -21,7 +21,10 @@ mask inputs (a model's layers do: GPT-2's 12 blocks share one causal mask and on
 mask), and at its own size: the inputs' broadcast axes (stride 0) are cut to length 1 before
 `where`, and `scaled_dot_product_attention` broadcasts the result over heads and batch
 (GPT-2 at batch 1, one thread: building a (1, 12, 128, 128) mask in each of 12 layers cost
-3.5 of the 14.6 ms its attention took). Anything else lowers as before: when the group does not
+3.5 of the 14.6 ms its attention took). A bf16 block on the CPU runs as three oneDNN
+primitives instead (`onednn_attention.py`: the scores scaled and masked in float32 inside the
+first matmul, oneDNN's softmax writing bf16), torch's matmul / softmax / matmul where oneDNN's
+C API library is missing. Anything else lowers as before: when the group does not
 match, the first product is lowered at the group's place (only views and literals lie between
 them, so its inputs are unchanged).
 """
@@ -36,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.torch_lowering import onednn_attention
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import scalar_inputs
@@ -227,7 +231,9 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
     add = gargs[p.add] if p.add is not None else None
     dtype = torch_dtype(dot2.shape.dtype())
     mask = _shared_mask(ctx, (keep, p.keep_true, p.fill, add, dtype), id(dot2))
-    attend = _bf16_attention(p.scale) if _unfused_bf16(ctx, dtype) else _sdpa(p.scale, dtype)
+    attend = (
+        _cpu_bf16_attention(ctx, p.scale) if _unfused_bf16(ctx, dtype) else _sdpa(p.scale, dtype)
+    )
     idx = ctx.bind_dynamic(dot2)
     ctx.mark_fresh(idx)
 
@@ -243,9 +249,24 @@ Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None
 
 
 def _unfused_bf16(ctx: LoweringContext, dtype: torch.dtype) -> bool:
-    """bf16 on the CPU: torch's fused kernel is slower there than its three steps (BERT-base's
-    (12, 128, 64) heads at batch 1, one thread: 0.85 ms against 0.52)."""
+    """bf16 on the CPU: torch's fused kernel is slower there than three steps (BERT-base's
+    (12, 128, 64) heads at batch 1, one thread: 0.85 ms against torch's three 0.60 and oneDNN's
+    0.42)."""
     return ctx.device.type == "cpu" and dtype == torch.bfloat16
+
+
+#: `ctx.cache` key of the oneDNN attention primitives shared by a program's blocks
+ONEDNN_TABLE = "attention_onednn"
+
+
+def _cpu_bf16_attention(ctx: LoweringContext, scale: float) -> Attend:
+    """bf16 attention on the CPU: oneDNN's primitives (`onednn_attention.py`) where its C API
+    library is loaded and `ctx.options["onednn_attention"]` is not False, else torch's three
+    steps (`_bf16_attention`)."""
+    unfused = _bf16_attention(scale)
+    if not ctx.options.get("onednn_attention", True):
+        return unfused
+    return onednn_attention.attend(scale, ctx.cache.setdefault(ONEDNN_TABLE, {}), unfused)
 
 
 def _sdpa(scale: float, dtype: torch.dtype) -> Attend:

@@ -9,6 +9,15 @@ was the fastest on every BERT-base / GPT-2 shape, 100-110 GFLOP/s against MKL's 
 within noise of them on 1-row products (about 55 us for 768 x 768); measuring cost compile time
 and found nothing better here.
 
+One exception: a one-row float32 product (a classifier at batch 1, BERT's pooler) streams its
+weight once from memory, where it usually is at that point of a run (the rest of the network's
+weights went through the caches since), and there `addmm` (MKL's matrix-vector kernel reading
+the plain weight row by row) is the fastest: MobileNetV2's 1280 x 1000 classifier at batch 1,
+one thread, 0.27-0.33 ms in the model against oneDNN's 0.41 (ORT: 0.26); with the caches flushed
+before each call 0.34-0.38 against 0.45-0.51 for oneDNN (768 x 768: 0.19 against 0.30); warm,
+all three are within noise (0.11 ms). From two rows on oneDNN is first again (cold, four rows:
+0.54-0.58 ms against addmm's 0.63-0.66). `measure` measures warm, so it does not see this.
+
 `PGX_CPU_GEMM=measure` times every candidate at prepare on a random input of the real shape
 with the threads the run will use (one untimed warm-up, then the best of 2-5 calls, the kernels
 interleaved so that a burst of load elsewhere hits them alike) and takes the fastest, for hosts
@@ -56,6 +65,14 @@ def setting() -> str:
             f"{KERNEL_ENV}={value!r}: expected auto, measure or one of {', '.join(KERNELS)}"
         )
     return value
+
+
+def preferred(rows: int, names: Sequence[str]) -> list[str]:
+    """The candidate `names` (in the default order) for a product of `rows` rows, most
+    preferred first: `addmm` first for one row (see the module docstring)."""
+    if rows == 1 and "addmm" in names:
+        return ["addmm", *(name for name in names if name != "addmm")]
+    return list(names)
 
 
 def estimated_seconds(rows: int, k: int, n: int, threads: int) -> float:
@@ -127,5 +144,6 @@ __all__ = [
     "clear_cache",
     "estimated_seconds",
     "measure",
+    "preferred",
     "setting",
 ]

@@ -4,8 +4,9 @@ With a constant right-hand side (a weight, broadcast over the batch or not) the 
 one GEMM, on the CPU through oneDNN with the weight reordered once at prepare
 (`mkldnn._linear_pointwise`, which also applies a GELU / SiLU epilogue inside the GEMM), through
 MKL with the weight packed once (`mkl._mkl_linear`), or `torch.addmm`, as `gemm_select.py`
-chooses (oneDNN unless `PGX_CPU_GEMM` asks for another or for measuring; oneDNN alone for a
-product with an epilogue; `mkldnn=False` / `mkl_linear=False` remove a candidate); otherwise
+chooses (oneDNN unless `PGX_CPU_GEMM` asks for another or for measuring, `addmm` for a one-row
+product; oneDNN alone for a product with an epilogue; `mkldnn=False` / `mkl_linear=False` remove
+a candidate); otherwise
 `torch.matmul`. Measured (CPU time per call, one thread, an AMD EPYC with AVX-512, torch 2.13)
 on BERT-base's shapes (128 x 768 x {768, 2304, 3072}, 128 x 3072 x 768): oneDNN 100-107 GFLOP/s
 against MKL's 84-94; a GELU after the GEMM costs 2% inside oneDNN, 3-10% as a separate pass. The
@@ -195,6 +196,8 @@ def _fast_kernel(
         names = ["dnnl"]
     if epilogue is not None:
         names = names[:1] if names[0] == "dnnl" else []
+    else:
+        names = gemm_select.preferred(rows, names)
     if not names:
         return None
     name = gemm_select.choose(

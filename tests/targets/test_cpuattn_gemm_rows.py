@@ -1,0 +1,75 @@
+"""The kernel of a constant-weight float32 GEMM by its row count (`gemm_select.preferred`): a
+one-row product (a classifier at batch 1) runs on `addmm`, two rows and more on oneDNN, an
+epilogue keeps oneDNN, `PGX_CPU_GEMM` still forces a kernel; every result against numpy's
+float64 product."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx import helper
+
+torch = pytest.importorskip("torch")
+
+import pygraphx  # noqa: E402
+from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
+from pygraphx.targets.torch_lowering import gemm_select  # noqa: E402
+from pygraphx.targets.torch_lowering.lower_gemm import GEMM_KERNELS  # noqa: E402
+from tests.helpers import make_model  # noqa: E402
+
+RNG = np.random.default_rng(31)
+
+needs_dnnl = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available(), reason="torch has no oneDNN here"
+)
+
+
+def linear(rows: int, k: int, n: int, act: str | None = None) -> tuple:
+    """`x @ w + b` (then `act`), its input and the float64 result."""
+    x = RNG.standard_normal((rows, k)).astype(np.float32)
+    w = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    b = RNG.standard_normal(n).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["y" if act is None else "h"]),
+    ]
+    want = x.astype(np.float64) @ w + b
+    if act == "Gelu":
+        nodes.append(helper.make_node("Gelu", ["h"], ["y"]))
+        want = 0.5 * want * (1 + np.vectorize(math.erf)(want / math.sqrt(2)))
+    return make_model(nodes, {"x": x}, ["y"], {"w": w, "b": b}, opset=20), x, want
+
+
+def kernels(model, x: np.ndarray, want: np.ndarray) -> list[str]:
+    """The kernels chosen for `model`'s products, after checking its result."""
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(CpuTarget(threads=1))
+    np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-4, atol=1e-4)
+    return list(prog._executable.lowered.ctx.cache[GEMM_KERNELS].values())
+
+
+def test_preferred_order() -> None:
+    names = ["dnnl", "mkl", "addmm"]
+    assert gemm_select.preferred(1, names) == ["addmm", "dnnl", "mkl"]
+    assert gemm_select.preferred(2, names) == names
+    assert gemm_select.preferred(1, ["dnnl"]) == ["dnnl"]
+
+
+@needs_dnnl
+@pytest.mark.parametrize(("rows", "kernel"), [(1, "addmm"), (2, "dnnl"), (16, "dnnl")])
+def test_one_row_products_run_on_addmm(rows: int, kernel: str) -> None:
+    assert kernels(*linear(rows, 96, 80)) == [kernel]
+
+
+@needs_dnnl
+def test_env_still_forces_the_kernel_of_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(gemm_select.KERNEL_ENV, "dnnl")
+    assert kernels(*linear(1, 96, 80)) == ["dnnl"]
+
+
+@needs_dnnl
+def test_one_row_product_with_an_activation_keeps_onednn() -> None:
+    """oneDNN is the one kernel that applies the GELU inside the GEMM."""
+    assert kernels(*linear(1, 96, 80, "Gelu")) == ["dnnl"]
