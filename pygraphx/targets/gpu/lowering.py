@@ -164,8 +164,9 @@ def _lower_native_dot(ctx: LoweringContext, ins: Instruction) -> bool:
 def lower_max_pool(ctx: LoweringContext, ins: Instruction) -> bool:
     """A 2-D max pool (not global) of a channels-last float input as `pool.max_pool_nhwc`
     writing a channels-last slot, and its int8 / fp8 `quantizelinear` user's tensor when it
-    has one with one constant scale (`quant_epilogue.quantising_user`: that quantise then
-    only binds it); False when it does not fit (`pool.pool_fits`)."""
+    has one with one constant scale that a product reads (`quant_epilogue.quantising_user`:
+    that quantise then only binds it; a quantise dequantised again is left to `quant.py`,
+    which does the round trip in one pass); False when it does not fit (`pool.pool_fits`)."""
     op, x_shape = ins.op, ins.inputs[0].shape
     x = ctx.arg(ins, 0)
     if op.mode != "max" or op.global_ or torch_dtype(x_shape.dtype()) not in _NATIVE:
@@ -180,6 +181,8 @@ def lower_max_pool(ctx: LoweringContext, ins: Instruction) -> bool:
     idx, out = output_buffer(ctx, ins, CHANNELS_LAST)
     env, pads, cl = ctx.env, tuple(begin), torch.channels_last
     quantise, scale, store = quantising_user(ctx, ins)
+    if quantise is not None and any(u.op.name == "dequantizelinear" for u in quantise.outputs):
+        quantise = None  # a round trip (fp8 into cuDNN): `quant.py` makes it one pass
     holder: dict = {}
     if quantise is not None:  # the pool's quantise: its value is the tensor the step leaves
         qtype = torch_dtype(quantise.shape.dtype())
