@@ -20,7 +20,9 @@ given to `conv`, `ROWS`): one kernel row's window of pixels is then `run` contig
 (kw * c4, padded to a multiple of `ROWS_BLOCK_K` with zero weights), read like a tap's run of
 channels with no per-element decoding or bounds test. The stem took 0.155 ms as GATHER
 (ResNet-50 b32 on an H100) against cuDNN half's 0.100: each gathered byte cost its own
-address arithmetic and masks.
+address arithmetic and masks. On an H200 (`benchmarks/resgpu_probe.py`,
+`benchmarks/results/h200_resgpu_probe.json`) GATHER took 0.364 ms, ROWS 0.083 with the padded
+copy (then torch's, 0.022 of it), cuDNN half 0.090.
 
 On CUDA the tiles are autotuned per (M, N, K, C) over `CONV_CONFIGS` at the first launch of each
 shape (the gpu executable's warm-up, before graph capture), keeping only the K blocks that divide
