@@ -38,11 +38,27 @@ def _computable(ins: Instruction) -> bool:
     return torch_dtype(ins.shape.dtype()) in COMPUTE_DTYPES
 
 
+def concat_axis(ins: Instruction) -> int:
+    return ins.op.axis + ins.shape.ndim() if ins.op.axis < 0 else ins.op.axis
+
+
+def concat_windows(out: torch.Tensor, ins: Instruction) -> list[torch.Tensor]:
+    """The window of concat `ins`'s output `out` that each of its inputs fills, in order."""
+    axis = concat_axis(ins)
+    windows = []
+    start = 0
+    for x in ins.inputs:
+        size = x.shape.lens()[axis]
+        windows.append(out.narrow(axis, start, size))
+        start += size
+    return windows
+
+
 @lowering("concat")
 def lower_concat(ctx: LoweringContext, ins: Instruction) -> bool:
     if not _computable(ins):
         return False
-    axis = ins.op.axis + ins.shape.ndim() if ins.op.axis < 0 else ins.op.axis
+    axis = concat_axis(ins)
     args = ctx.args(ins)
     layout = concat_layout(ctx, ins, args)
     idx, out = output_buffer(ctx, ins, layout)
@@ -56,13 +72,7 @@ def lower_concat(ctx: LoweringContext, ins: Instruction) -> bool:
     else:
         # channels-last parts into a channels-last result: each part is one strided copy
         # into its window (torch.cat with out= would restride or reallocate the slot)
-        windows = []
-        start = 0
-        for x in ins.inputs:
-            size = x.shape.lens()[axis]
-            windows.append(out.narrow(axis, start, size))
-            start += size
-        parts = list(zip(windows, args, strict=True))
+        parts = list(zip(concat_windows(out, ins), args, strict=True))
 
         def step() -> None:
             for window, i in parts:
