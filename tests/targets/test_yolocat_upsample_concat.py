@@ -1,0 +1,135 @@
+"""A nearest upsample feeding a concat (YOLOv8's neck: `nn.Upsample(2)` of a C2f output joined
+with a backbone level) on the `cpu` target: `lower_resize` defers the resize into the concat and
+one step repeats the upsample's input straight into its window of the concat's output
+(`concat_with_repeat`); every other resize writes its slot with torch's out= kernels
+(`resize_writer`). Checked against ONNX Runtime, channels-last (between convolutions) and
+standard (graph inputs), on either side of the concat, twice in one concat, along a spatial
+axis, with a second user (not deferred), and in the profiled (unfused) run."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+
+import pygraphx  # noqa: E402
+from tests.targets.cpu_compare import assert_profile_matches  # noqa: E402
+
+RNG = np.random.default_rng(11)
+NEAREST = {
+    "mode": "nearest",
+    "coordinate_transformation_mode": "asymmetric",
+    "nearest_mode": "floor",
+}
+
+
+def _conv(name: str, x: str, c_in: int, c_out: int, inits: list, stride: int = 1) -> list:
+    w = (RNG.standard_normal((c_out, c_in, 3, 3)) * 0.2).astype(np.float32)
+    inits.append(numpy_helper.from_array(w, f"{name}_w"))
+    conv = helper.make_node(
+        "Conv", [x, f"{name}_w"], [f"{name}_c"], pads=[1, 1, 1, 1], strides=[stride, stride]
+    )
+    return [conv, helper.make_node("Relu", [f"{name}_c"], [name])]
+
+
+def _model(order: str, axis: int = 1, from_convs: bool = True, extra_user: bool = False) -> tuple:
+    """x [1,4,16,16] -> (conv a) -> (conv b, stride 2) -> Resize x2 -> Concat per `order`
+    ("us": up then skip, "su", "usu": up twice) -> y (+ the upsample itself with `extra_user`)."""
+    inits: list = []
+    nodes: list = []
+    skip, low = "x", "x_low"
+    if from_convs:
+        nodes += _conv("a", "x", 4, 6, inits) + _conv("b", "a", 6, 6, inits, stride=2)
+        skip, low = "a", "b"
+    inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"))
+    nodes.append(helper.make_node("Resize", [low, "", "scales"], ["up"], **NEAREST))
+    parts = ["up" if c == "u" else skip for c in order]
+    nodes.append(helper.make_node("Concat", parts, ["y"], axis=axis))
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if extra_user:
+        nodes.append(helper.make_node("Sigmoid", ["up"], ["z"]))
+        outputs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16])]
+    feeds = {"x": RNG.standard_normal((1, 4, 16, 16)).astype(np.float32)}
+    if not from_convs:
+        inputs.append(helper.make_tensor_value_info("x_low", TensorProto.FLOAT, [1, 4, 8, 8]))
+        feeds["x_low"] = RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    graph = helper.make_graph(nodes, "upcat", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, feeds
+
+
+def _compile_and_check(model: onnx.ModelProto, feeds: dict) -> pygraphx.Program:
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(pygraphx.get_target("cpu"))
+    assert not prog._executable.fallbacks, "no op may fall back to numpy here"
+    for _ in range(2):  # the second run reuses every slot
+        got = prog.run(dict(feeds))
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-5)
+    return prog
+
+
+def _fused_steps(prog: pygraphx.Program) -> list[list[str]]:
+    steps = prog._executable.lowered.ctx.steps
+    return [[i.op.name for i in s.instructions] for s in steps if len(s.instructions) > 1]
+
+
+@pytest.mark.parametrize("from_convs", [True, False], ids=["channels_last", "standard"])
+@pytest.mark.parametrize("order", ["us", "su", "usu"])
+def test_upsample_writes_its_concat_window(order: str, from_convs: bool) -> None:
+    model, feeds = _model(order, from_convs=from_convs)
+    prog = _compile_and_check(model, feeds)
+    assert ["resize", "concat"] in _fused_steps(prog)
+    assert_profile_matches(prog, feeds)
+
+
+def test_upsample_into_a_spatial_concat() -> None:
+    """The window is along the height axis: the repeat still splits the window's own axes."""
+    model, feeds = _model("us", axis=2)
+    prog = _compile_and_check(model, feeds)
+    assert ["resize", "concat"] in _fused_steps(prog)
+
+
+def test_upsample_with_a_second_user_writes_its_own_slot() -> None:
+    model, feeds = _model("us", extra_user=True)
+    prog = _compile_and_check(model, feeds)
+    assert ["resize", "concat"] not in _fused_steps(prog)
+
+
+@pytest.mark.parametrize(
+    ("mode", "rank", "ctm"),
+    [
+        ("linear", 3, "half_pixel"),
+        ("linear", 4, "align_corners"),
+        ("linear", 5, "pytorch_half_pixel"),
+        ("cubic", 4, "half_pixel"),
+        ("nearest", 5, "asymmetric"),
+    ],
+)
+def test_resize_out_kernels_match_onnxruntime(mode: str, rank: int, ctm: str) -> None:
+    """The out= kernels of every `F.interpolate` mode the lowering takes, and the repeat on a
+    5-D tensor, write the resize's slot (the graph input is standard)."""
+    lens = [1, 3] + [5, 6, 4][: rank - 2]
+    attrs = {"mode": mode, "coordinate_transformation_mode": ctm}
+    if mode == "nearest":
+        attrs["nearest_mode"] = "floor"
+    scales = np.array([1, 1] + [2] * (rank - 2), np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], **attrs)],
+        "resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, lens)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(scales, "scales")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    _compile_and_check(model, {"x": RNG.standard_normal(lens).astype(np.float32)})
