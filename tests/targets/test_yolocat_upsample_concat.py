@@ -133,3 +133,48 @@ def test_resize_out_kernels_match_onnxruntime(mode: str, rank: int, ctm: str) ->
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     _compile_and_check(model, {"x": RNG.standard_normal(lens).astype(np.float32)})
+
+
+def _c2f_model(order: tuple[str, ...], from_conv: bool) -> tuple:
+    """A C2f block's join: h = conv(x) (or the graph input) split in halves lo/hi, m = conv(hi),
+    Concat of `order` (names among "lo", "hi", "m")."""
+    inits: list = []
+    nodes: list = _conv("h", "x", 8, 8, inits) if from_conv else []
+    source = "h" if from_conv else "x"
+    inits.append(numpy_helper.from_array(np.array([4, 4], np.int64), "halves"))
+    nodes.append(helper.make_node("Split", [source, "halves"], ["lo", "hi"], axis=1))
+    nodes += _conv("m", "hi", 4, 4, inits)
+    nodes.append(helper.make_node("Concat", list(order), ["y"], axis=1))
+    graph = helper.make_graph(
+        nodes,
+        "c2f",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, {"x": RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("from_conv", [True, False], ids=["channels_last", "standard"])
+@pytest.mark.parametrize(
+    ("order", "copies"),
+    [
+        (("lo", "hi", "m"), 2),  # the halves in order: one copy of both
+        (("hi", "lo", "m"), 3),  # out of order: apart
+        (("lo", "m", "hi"), 3),  # not adjacent: apart
+        (("lo", "hi", "lo", "hi"), 2),
+    ],
+)
+def test_concat_of_consecutive_slices_copies_their_span_once(
+    order: tuple[str, ...], copies: int, from_conv: bool
+) -> None:
+    from pygraphx.targets.torch_lowering.lower_layout import concat_axis, concat_parts
+
+    model, feeds = _c2f_model(order, from_conv)
+    prog = _compile_and_check(model, feeds)
+    ctx = prog._executable.lowered.ctx
+    (cat,) = [i for i in prog.get_main_module().instructions if i.op.name == "concat"]
+    assert len(concat_parts(ctx, cat, concat_axis(cat))) == copies
+    assert_profile_matches(prog, feeds)

@@ -11,6 +11,7 @@ any of these on types torch cannot compute in.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import prod
 
 import torch
@@ -54,6 +55,55 @@ def concat_windows(out: torch.Tensor, ins: Instruction) -> list[torch.Tensor]:
     return windows
 
 
+#: one copy of a concat: (env index read, whether its view is widened along the axis, length)
+Part = tuple[int, bool, int]
+
+
+def _axis_span(ins: Instruction, axis: int) -> tuple[int, int] | None:
+    """(start, end) along `axis` when `ins` is a slice cutting only that axis, else None."""
+    if ins.op.name != "slice":
+        return None
+    lens = ins.inputs[0].shape.lens()
+    bounds = ins.op._bounds(ins.inputs[0].shape)
+    if any(bounds[k] != (0, n) for k, n in enumerate(lens) if k != axis):
+        return None
+    return bounds[axis]
+
+
+def concat_parts(ctx: LoweringContext, ins: Instruction, axis: int) -> list[Part]:
+    """What each copy of concat `ins` reads: adjacent inputs that are consecutive slices of
+    one tensor along the axis (a C2f block's two halves of one convolution's output) are one
+    copy, of the first slice's view widened over the others (it reads the slices' values, not
+    their source's, which may be released once the slices are made)."""
+    parts: list[Part] = []
+    last: tuple[Instruction, int] | None = None  # (source of the last slice part, its end)
+    for x in ins.inputs:
+        span = _axis_span(x, axis)
+        length = x.shape.lens()[axis]
+        if span is not None and last == (x.inputs[0], span[0]):
+            idx, _, before = parts[-1]
+            parts[-1] = (idx, True, before + length)
+        else:
+            parts.append((ctx.index[id(x)], False, length))
+        last = (x.inputs[0], span[1]) if span is not None else None
+    return parts
+
+
+def part_reader(env: list, axis: int, part: Part) -> Callable[[], torch.Tensor]:
+    """A function returning the tensor `part` reads this run."""
+    idx, widened, length = part
+    if not widened:
+        return lambda: env[idx]
+
+    def read() -> torch.Tensor:
+        v = env[idx]
+        size = list(v.shape)
+        size[axis] = length
+        return v.as_strided(size, v.stride(), v.storage_offset())
+
+    return read
+
+
 @lowering("concat")
 def lower_concat(ctx: LoweringContext, ins: Instruction) -> bool:
     if not _computable(ins):
@@ -63,20 +113,23 @@ def lower_concat(ctx: LoweringContext, ins: Instruction) -> bool:
     layout = concat_layout(ctx, ins, args)
     idx, out = output_buffer(ctx, ins, layout)
     env = ctx.env
+    parts = concat_parts(ctx, ins, axis)
+    readers = [part_reader(env, axis, p) for p in parts]
     if layout == STANDARD:
         cat = torch.cat
 
         def step() -> None:
-            cat([env[i] for i in args], axis, out=out)
+            cat([read() for read in readers], axis, out=out)
 
     else:
         # channels-last parts into a channels-last result: each part is one strided copy
         # into its window (torch.cat with out= would restride or reallocate the slot)
-        parts = list(zip(concat_windows(out, ins), args, strict=True))
+        windows = out.split([p[2] for p in parts], axis)
+        copies = list(zip(windows, readers, strict=True))
 
         def step() -> None:
-            for window, i in parts:
-                window.copy_(env[i])
+            for window, read in copies:
+                window.copy_(read())
 
     ctx.emit(step, ins, idx)
     return True
