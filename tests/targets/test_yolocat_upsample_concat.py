@@ -11,12 +11,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
 import pygraphx  # noqa: E402
+from tests.helpers import make_model  # noqa: E402
 from tests.targets.cpu_compare import assert_profile_matches  # noqa: E402
 
 RNG = np.random.default_rng(11)
@@ -27,9 +28,8 @@ NEAREST = {
 }
 
 
-def _conv(name: str, x: str, c_in: int, c_out: int, inits: list, stride: int = 1) -> list:
-    w = (RNG.standard_normal((c_out, c_in, 3, 3)) * 0.2).astype(np.float32)
-    inits.append(numpy_helper.from_array(w, f"{name}_w"))
+def _conv(name: str, x: str, c_in: int, c_out: int, inits: dict, stride: int = 1) -> list:
+    inits[f"{name}_w"] = (RNG.standard_normal((c_out, c_in, 3, 3)) * 0.2).astype(np.float32)
     conv = helper.make_node(
         "Conv", [x, f"{name}_w"], [f"{name}_c"], pads=[1, 1, 1, 1], strides=[stride, stride]
     )
@@ -39,29 +39,23 @@ def _conv(name: str, x: str, c_in: int, c_out: int, inits: list, stride: int = 1
 def _model(order: str, axis: int = 1, from_convs: bool = True, extra_user: bool = False) -> tuple:
     """x [1,4,16,16] -> (conv a) -> (conv b, stride 2) -> Resize x2 -> Concat per `order`
     ("us": up then skip, "su", "usu": up twice) -> y (+ the upsample itself with `extra_user`)."""
-    inits: list = []
+    inits: dict = {"scales": np.array([1, 1, 2, 2], np.float32)}
     nodes: list = []
     skip, low = "x", "x_low"
+    feeds = {"x": RNG.standard_normal((1, 4, 16, 16)).astype(np.float32)}
     if from_convs:
         nodes += _conv("a", "x", 4, 6, inits) + _conv("b", "a", 6, 6, inits, stride=2)
         skip, low = "a", "b"
-    inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"))
+    else:
+        feeds["x_low"] = RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)
     nodes.append(helper.make_node("Resize", [low, "", "scales"], ["up"], **NEAREST))
     parts = ["up" if c == "u" else skip for c in order]
     nodes.append(helper.make_node("Concat", parts, ["y"], axis=axis))
-    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    outputs = ["y"]
     if extra_user:
         nodes.append(helper.make_node("Sigmoid", ["up"], ["z"]))
-        outputs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16])]
-    feeds = {"x": RNG.standard_normal((1, 4, 16, 16)).astype(np.float32)}
-    if not from_convs:
-        inputs.append(helper.make_tensor_value_info("x_low", TensorProto.FLOAT, [1, 4, 8, 8]))
-        feeds["x_low"] = RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)
-    graph = helper.make_graph(nodes, "upcat", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model, feeds
+        outputs.append("z")
+    return make_model(nodes, feeds, outputs, inits), feeds
 
 
 def _compile_and_check(model: onnx.ModelProto, feeds: dict) -> pygraphx.Program:
@@ -123,38 +117,22 @@ def test_resize_out_kernels_match_onnxruntime(mode: str, rank: int, ctm: str) ->
     if mode == "nearest":
         attrs["nearest_mode"] = "floor"
     scales = np.array([1, 1] + [2] * (rank - 2), np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("Resize", ["x", "", "scales"], ["y"], **attrs)],
-        "resize",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, lens)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(scales, "scales")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    _compile_and_check(model, {"x": RNG.standard_normal(lens).astype(np.float32)})
+    feeds = {"x": RNG.standard_normal(lens).astype(np.float32)}
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], **attrs)
+    _compile_and_check(make_model([node], feeds, ["y"], {"scales": scales}), feeds)
 
 
 def _c2f_model(order: tuple[str, ...], from_conv: bool) -> tuple:
     """A C2f block's join: h = conv(x) (or the graph input) split in halves lo/hi, m = conv(hi),
     Concat of `order` (names among "lo", "hi", "m")."""
-    inits: list = []
+    inits: dict = {"halves": np.array([4, 4], np.int64)}
     nodes: list = _conv("h", "x", 8, 8, inits) if from_conv else []
     source = "h" if from_conv else "x"
-    inits.append(numpy_helper.from_array(np.array([4, 4], np.int64), "halves"))
     nodes.append(helper.make_node("Split", [source, "halves"], ["lo", "hi"], axis=1))
     nodes += _conv("m", "hi", 4, 4, inits)
     nodes.append(helper.make_node("Concat", list(order), ["y"], axis=1))
-    graph = helper.make_graph(
-        nodes,
-        "c2f",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model, {"x": RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)}
+    feeds = {"x": RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)}
+    return make_model(nodes, feeds, ["y"], inits), feeds
 
 
 @pytest.mark.parametrize("from_conv", [True, False], ids=["channels_last", "standard"])
