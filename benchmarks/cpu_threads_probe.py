@@ -14,6 +14,15 @@ Each configuration is compiled once and timed in its own block (warm-up, then ru
 `--churn` instead counts, per model and thread count, the distinct team sizes of the steps and
 the OS threads a run starts (GNU OpenMP ends and restarts workers when the team size changes).
 
+`--ab` instead compares the policy on and off (and ORT) at each count in one process, their
+blocks alternating for `--rounds` rounds (so a neighbour's load falls on both alike): per
+engine the median of its blocks' median latencies and of their CPU time per run, and in how many
+rounds the policy-on block was faster than the policy-off one.
+
+`--steps` instead times every step of the fast path (`--runs` runs, median per step) at each
+count, with the step's ops, output shape and team size, and ONNX Runtime's own per-node
+profile at the same counts, so the layers where the time goes can be set side by side.
+
 `--spincounts 100 1000 10000` repeats the probe once per GNU OpenMP spin count (each in a fresh
 process with `GOMP_SPINCOUNT` set, as OpenMP reads it once when torch loads); the rows then carry
 their spin count. Without it the probe runs once, with pygraphx's default (or the environment's).
@@ -90,6 +99,140 @@ def probe_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
             print(f"{name:12s} {engine:10s} threads {n:2d}: {ms:9.2f} ms, "
                   f"CPU {cpu_ms:9.2f} ms per run ({runs} runs)", flush=True)  # fmt: skip
         del engines
+    return rows
+
+
+def alternating(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Rows of (model, threads, engine, median of block ms, median of block CPU ms, rounds won by
+    policy on against off): the engines' blocks alternate, `args.rounds` rounds."""
+    rows = []
+    for name in args.models:
+        model = get_model(name, batch=1, seq_len=args.seq_len)
+        feeds = model_inputs(name, model)
+        for n in args.threads:
+            progs = {
+                "policy_on": make_pygraphx(model, "torch", n, True)[2],
+                "policy_off": make_pygraphx(model, "torch", n, False)[2],
+            }
+            engines: dict[str, Callable] = {k: p.run for k, p in progs.items()}
+            if not args.no_ort:
+                engines["ort"] = make_ort(model, n)[0]
+            blocks: dict[str, list[tuple[float, float]]] = {k: [] for k in engines}
+            used = set()
+            for _ in range(args.rounds):
+                for engine, fn in engines.items():
+                    ms, cpu_ms, _ = time_block(fn, feeds, args.warmup, args.seconds, args.max_runs)
+                    blocks[engine].append((ms, cpu_ms))
+                    if engine in progs:  # the threads the last run took (load adaptation)
+                        used.add(progs[engine]._executable.scope.limit[0])
+            print(f"{name:12s} threads {n:2d}: runs took {sorted(used)} threads; load average "
+                  f"{os.getloadavg()[0]:.1f}")  # fmt: skip
+            pairs = zip(blocks["policy_on"], blocks["policy_off"], strict=True)
+            won = sum(a[0] < b[0] for a, b in pairs)
+            for engine, got in blocks.items():
+                ms = statistics.median(m for m, _ in got)
+                cpu_ms = statistics.median(c for _, c in got)
+                rows.append({"model": name, "engine": engine, "threads": n, "ms": ms,
+                             "cpu_ms": cpu_ms, "blocks": got, "on_faster_rounds": won})  # fmt: skip
+                print(f"{name:12s} {engine:10s} threads {n:2d}: {ms:9.2f} ms, CPU {cpu_ms:9.2f} "
+                      f"ms per run (median of {len(got)} blocks)", flush=True)  # fmt: skip
+            print(f"{name:12s} threads {n:2d}: policy on faster in {won} of {args.rounds} rounds")
+            del engines
+    return rows
+
+
+def step_label(instructions: Any) -> str:
+    """Ops of a step and its result's shape (a convolution adds its weight's shape)."""
+    last = instructions[-1]
+    ops = "+".join(i.op.name for i in instructions)
+    extra = ""
+    if last.op.name == "convolution" or instructions[0].op.name == "convolution":
+        conv = instructions[0]
+        extra = f" w{conv.inputs[1].shape.lens()}"
+    return f"{ops} {last.shape.lens()}{extra}"
+
+
+def step_times(prog: Any, feeds: dict[str, np.ndarray], runs: int) -> tuple[list[float], float]:
+    """(median us of each fast-path step, median ms of a whole untimed run) of a `cpu`
+    program."""
+    exe = prog._executable
+    steps = exe.executor.steps
+    clock = time.perf_counter
+    for _ in range(3):
+        prog.run(feeds)
+    per: list[list[float]] = [[] for _ in steps]
+    for _ in range(runs):
+        exe.executor.bind(feeds)
+        with exe.scope():
+            for k, fn in enumerate(steps):
+                start = clock()
+                fn()
+                per[k].append(clock() - start)
+    whole = []
+    for _ in range(runs):
+        start = clock()
+        prog.run(feeds)
+        whole.append(clock() - start)
+    return [statistics.median(p) * 1e6 for p in per], statistics.median(whole) * 1e3
+
+
+def ort_profile(model: Any, feeds: dict[str, np.ndarray], n: int, runs: int) -> dict[str, Any]:
+    """ONNX Runtime's per-node median us (in the order the nodes ran) and its median run ms."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = n
+    opts.enable_profiling = True
+    with tempfile.TemporaryDirectory() as tmp:
+        opts.profile_file_prefix = str(Path(tmp) / "ort")
+        sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])  # fmt: skip
+        whole = []
+        for _ in range(runs + 3):
+            start = time.perf_counter()
+            sess.run(None, feeds)
+            whole.append(time.perf_counter() - start)
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    nodes: dict[str, list[float]] = {}
+    ops: dict[str, str] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            name = e["name"][: -len("_kernel_time")]
+            nodes.setdefault(name, []).append(float(e["dur"]))
+            ops[name] = e.get("args", {}).get("op_name", "")
+    rows = [
+        {"node": k, "op": ops[k], "us": statistics.median(v[3:] or v)} for k, v in nodes.items()
+    ]
+    return {"nodes": rows, "ms": statistics.median(whole[3:]) * 1e3}
+
+
+def steps_probe(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Per model and count: the fast path's step times and ORT's node times."""
+    rows = []
+    for name in args.models:
+        model = get_model(name, batch=1, seq_len=args.seq_len)
+        feeds = model_inputs(name, model)
+        for n in args.threads:
+            prog = make_pygraphx(model, "torch", n, True)[2]
+            exe = prog._executable
+            us, whole = step_times(prog, feeds, args.runs)
+            labels = [step_label(c) for c in exe.executor.computes]
+            steps = [{"step": lab, "threads": t, "us": u}
+                     for lab, t, u in zip(labels, exe.step_threads, us, strict=True)]  # fmt: skip
+            ort_rows = {} if args.no_ort else ort_profile(model, feeds, n, args.runs)
+            rows.append({"model": name, "threads": n, "run_ms": whole, "steps_us": sum(us),
+                         "steps": steps, "ort": ort_rows})  # fmt: skip
+            print(
+                f"## {name} threads {n}: run {whole:.3f} ms, steps sum {sum(us) / 1e3:.3f} ms; "
+                f"ORT run {ort_rows.get('ms', 0):.3f} ms, nodes sum "
+                f"{sum(r['us'] for r in ort_rows.get('nodes', [])) / 1e3:.3f} ms",
+                flush=True,
+            )
+            for s in steps:
+                print(f"  {s['us']:8.1f} us  t{s['threads']:<2d} {s['step']}")
+            for r in ort_rows.get("nodes", []):
+                print(f"  ort {r['us']:8.1f} us  {r['op']:14s} {r['node']}")
+            del prog
     return rows
 
 
@@ -203,14 +346,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-ort", action="store_true")
     ap.add_argument("--spincounts", nargs="+", type=int, default=None, help="GOMP_SPINCOUNTs")
     ap.add_argument("--churn", action="store_true", help="count OS threads started per run")
+    ap.add_argument("--steps", action="store_true", help="time every step, and ORT's nodes")
+    ap.add_argument("--runs", type=int, default=30, help="runs per count with --steps")
+    ap.add_argument("--ab", action="store_true", help="alternate policy on / off blocks")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of blocks with --ab")
     ap.add_argument("--json", type=Path, default=None)
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
     start = time.perf_counter()
-    if args.churn:
-        rows = churn(args)
+    if args.churn or args.steps:
+        rows = churn(args) if args.churn else steps_probe(args)
         if args.json is not None:
-            args.json.write_text(json.dumps({"churn": rows}, indent=2))
+            args.json.write_text(json.dumps({"churn" if args.churn else "steps": rows}, indent=2))
         return 0
     if args.spincounts:
         rows = with_spincounts([a for a in argv if a != "--json" and a != str(args.json)],
@@ -223,8 +370,11 @@ def main(argv: list[str] | None = None) -> int:
           f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}, "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")  # fmt: skip
     rows: list[dict[str, Any]] = []
-    for name in args.models:
-        rows += probe_model(name, args)
+    if args.ab:
+        rows = alternating(args)
+    else:
+        for name in args.models:
+            rows += probe_model(name, args)
     return report(rows, args, start)
 
 

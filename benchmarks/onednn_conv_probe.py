@@ -1,6 +1,7 @@
 """The per-call cost of oneDNN convolutions: torch's ideep path against oneDNN's C API.
 
     PGX_ONEDNN_LIB=/path/to/lib python benchmarks/onednn_conv_probe.py --threads 1 2
+    python benchmarks/onednn_conv_probe.py --bf16 --layers   # bf16 layers and quantize_bf16
     python benchmarks/onednn_conv_probe.py --model resnet50 --batch 1 --layers
 
 Two parts, both A/B in one process (the machine may be shared: compare columns, not runs):
@@ -36,16 +37,16 @@ import torch  # noqa: E402
 
 # isort: on
 from benchmarks.cpu_conv_layers import distinct_layers  # noqa: E402
-from benchmarks.cpu_vs_peers import make_ort, neighbours  # noqa: E402
+from benchmarks.cpu_vs_peers import make_openvino, make_ort, neighbours  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import onednn_capi, onednn_conv  # noqa: E402
 from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan, build_kernel  # noqa: E402
 
 
-def layer_plan(layer: tuple, pads: list[int]) -> ConvPlan:
+def layer_plan(layer: tuple, pads: list[int], dtype: torch.dtype = torch.float32) -> ConvPlan:
     x, w_lens, stride, group, _ = layer
-    w = torch.randn(w_lens) * 0.1
+    w = (torch.randn(w_lens) * 0.1).to(dtype)
     begin, end = pads[: len(pads) // 2], pads[len(pads) // 2 :]
     padding = list(begin) if begin == end else [0, 0]
     pre_pad = None if begin == end else [begin[1], end[1], begin[0], end[0]]
@@ -58,18 +59,18 @@ def layer_plan(layer: tuple, pads: list[int]) -> ConvPlan:
         w, padding, list(stride), [1, 1], group, lens
     )
     return ConvPlan(w, packed, lens, padding, list(stride), [1, 1], group, pre_pad,
-                    torch.randn(w_lens[0]), "hardtanh", [0.0, 6.0])  # fmt: skip
+                    torch.randn(w_lens[0]).to(dtype), "hardtanh", [0.0, 6.0])  # fmt: skip
 
 
-def time_layers(model: str, batch: int, rounds: int) -> None:
+def time_layers(model: str, batch: int, rounds: int, dtype: torch.dtype) -> None:
     clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
     total: Counter = Counter()
     impls: Counter = Counter()
     for layer, count in distinct_layers(model, batch).items():
-        plan = layer_plan(layer, list(layer[4]))
-        x = torch.randn(layer[0]).contiguous(memory_format=torch.channels_last)
+        plan = layer_plan(layer, list(layer[4]), dtype)
+        x = torch.randn(layer[0]).to(dtype).contiguous(memory_format=torch.channels_last)
         fns = {k: build_kernel(plan, k, lambda x=x: x, None) for k in ("onednn", "dnnl")}
-        err = (fns["onednn"]() - fns["dnnl"]()).abs().max().item()
+        err = (fns["onednn"]().float() - fns["dnnl"]().float()).abs().max().item()
         impls[onednn_conv.Primitive(onednn_capi.runtime(), plan, False).impl] += count
         n = max(3, min(200, int(2e7 / max(1, math.prod(layer[1]) * math.prod(layer[0][2:])))))
         best = dict.fromkeys(fns, float("inf"))
@@ -91,15 +92,22 @@ def time_layers(model: str, batch: int, rounds: int) -> None:
     print("oneDNN implementations (dnnl):", dict(impls))
 
 
-def time_model(model_name: str, batch: int, threads: int, repeat: int) -> None:
+def time_model(
+    model_name: str, batch: int, threads: int, repeat: int, bf16: bool, openvino: bool
+) -> None:
     model = get_model(model_name, batch=batch)
     feeds = model_inputs(model_name, model)
     engines = {}
     for kernel in ("onednn", "dnnl"):
         prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+        if bf16:
+            pygraphx.quantize_bf16(prog)
         prog.compile(CpuTarget(threads=threads, conv_kernel=kernel))
         engines[f"pgx_{kernel}"] = prog.run
     engines["ort"], _ = make_ort(model, threads)
+    if openvino:  # at the same precision (OpenVINO's default is bf16 on a bf16 CPU)
+        key = "ov_bf16" if bf16 else "ov_f32"
+        engines[key], _, _ = make_openvino(model, threads, None if bf16 else "f32")
     wall, cpu = neighbours(engines, feeds, warmup=10, repeat=repeat)
     print(f"{model_name} b{batch} threads={threads}: " + "  ".join(
         f"{k} {wall[k]:.2f} ms (cpu {cpu[k]:.2f})" for k in engines))  # fmt: skip
@@ -113,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", action="store_true", help="time every distinct layer too")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=100)
+    ap.add_argument("--bf16", action="store_true", help="bf16 layers / quantize_bf16 model")
+    ap.add_argument("--openvino", action="store_true", help="OpenVINO too (f32, or bf16)")
     args = ap.parse_args(argv)
+    dtype = torch.bfloat16 if args.bf16 else torch.float32
     if not onednn_conv.available():
         print("oneDNN C API unavailable:", onednn_capi.unavailable_reason())
         return 1
@@ -121,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     for threads in args.threads:
         torch.set_num_threads(threads)
         if args.layers:
-            time_layers(args.model, args.batch, args.rounds)
-        time_model(args.model, args.batch, threads, args.repeat)
+            time_layers(args.model, args.batch, args.rounds, dtype)
+        time_model(args.model, args.batch, threads, args.repeat, args.bf16, args.openvino)
     return 0
 
 

@@ -70,6 +70,7 @@ def test_conv_silu_is_one_step_and_matches_ort(kernel: str) -> None:
     steps = [[i.op.name for i in s.instructions] for s in prog._executable.lowered.steps]
     fused = [names for names in steps if names[0] == "convolution" and len(names) > 1]
     # the three conv + bias + silu layers fold; silu(conv) + a2 (a post-op after the
-    # activation) and silu(conv + s3) (an activation after a binary add) run apart
-    assert len(fused) == 3, steps
+    # activation) and silu(conv + s3) (an activation after a binary add) fold only on oneDNN's
+    # own post-op chain (`dnnl`, whatever kernel is forced: no other fuses them), else run apart
+    assert len(fused) == (5 if onednn_conv.available() else 3), steps
     np.testing.assert_allclose(prog.run(feeds)[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)

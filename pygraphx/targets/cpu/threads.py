@@ -24,8 +24,9 @@ host).
 **Per step.** A team of N threads is only worth waking for a step with enough work: at
 prepare, `step_threads` gives a step all N threads when its work is worth at least
 `MIN_SPLIT_THREADS` threads (GEMMs and convolutions count multiply-adds, `MIN_MACS_PER_THREAD`
-per thread; every other step, pointwise, fused element-wise groups, reductions, copies, counts
-elements read and written, `MIN_ELEMENTS_PER_THREAD` per thread), and one thread otherwise.
+per thread; every step also counts the values it moves, `MIN_ELEMENTS_PER_THREAD` per thread:
+what it reads from outside the step, as stored, a GEMM's weights included, and the result it
+writes; `scheduling.step_work`), and one thread otherwise.
 Never a count in between: GNU OpenMP (torch's libgomp, also under oneDNN and MKL) keeps one
 pool of worker threads per calling thread, and a parallel region with a team smaller than the
 one before *ends* the surplus workers, so the next larger region creates them again

@@ -13,6 +13,9 @@
 * `quant_dot`, `quant_convolution`, `quantizelinear`, `dequantizelinear`: int8 / fp8 GEMMs
   and their quantise / dequantise steps (`quant.py`, `quant_conv.py`), the torch lowering's
   where those decline.
+* `pooling`: with Triton on, a 2-D max pool of a channels-last float input as `pool.py`'s
+  kernel (torch's channels-last half max pool took six times its bytes' time on the H100);
+  others (and any pool it does not fit) the torch lowering's.
 * `pointwise` and `fused_reduce`: generated Triton kernels when the target passes `kernels`
   (`triton_groups.TritonGroups`), else (and for a group the generator refuses) the torch
   lowering's eager code. Recognised attention comes first in `fused_reduce`.
@@ -28,6 +31,7 @@ import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import attention
+from pygraphx.targets.gpu.pool import max_pool_nhwc, pool_fits
 from pygraphx.targets.gpu.quant import (
     lower_gpu_dequantizelinear,
     lower_gpu_quant_dot,
@@ -74,8 +78,12 @@ def gpu_overrides(
     def fused_reduce(ctx: LoweringContext, ins: Instruction) -> bool:
         return attention.lower_attention_softmax(ctx, ins, product) or reduce(ctx, ins)
 
+    def pooling(ctx: LoweringContext, ins: Instruction) -> bool:
+        return (triton and lower_max_pool(ctx, ins)) or torch_lowering["pooling"](ctx, ins)
+
     return {
         "convolution": conv,
+        "pooling": pooling,
         "dot": dot,
         "pointwise": pointwise,
         "fused_reduce": fused_reduce,
@@ -145,6 +153,33 @@ def _lower_native_dot(ctx: LoweringContext, ins: Instruction) -> bool:
 
         def step() -> None:
             out.copy_(matmul(env[a], env[b]))
+
+    ctx.emit(step, ins, idx)
+    return True
+
+
+def lower_max_pool(ctx: LoweringContext, ins: Instruction) -> bool:
+    """A 2-D max pool (not global) of a channels-last float input as `pool.max_pool_nhwc`
+    writing a channels-last slot; False when it does not fit (`pool.pool_fits`)."""
+    op, x_shape = ins.op, ins.inputs[0].shape
+    x = ctx.arg(ins, 0)
+    if op.mode != "max" or op.global_ or torch_dtype(x_shape.dtype()) not in _NATIVE:
+        return False
+    if ctx.layout[x] != CHANNELS_LAST or ins.shape.ndim() != 4:
+        return False
+    lens = x_shape.lens()
+    begin, end, _ = op.geometry(lens)
+    kernel, stride = tuple(op.lengths), tuple(op.stride)
+    if list(begin) != list(end) or not pool_fits(lens, kernel, stride, begin, op.dilations):
+        return False
+    idx, out = output_buffer(ctx, ins, CHANNELS_LAST)
+    env, pads, cl = ctx.env, tuple(begin), torch.channels_last
+
+    def step() -> None:
+        xt = env[x]
+        if not xt.is_contiguous(memory_format=cl):  # recorded channels-last: a no-op
+            xt = xt.contiguous(memory_format=cl)
+        max_pool_nhwc(xt, out, kernel, stride, pads)
 
     ctx.emit(step, ins, idx)
     return True

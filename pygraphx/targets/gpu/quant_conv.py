@@ -49,7 +49,12 @@ from pygraphx.targets.gpu.quant import (
     dequantised_product,
     int8_gemm_choice,
 )
-from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, bind_quantised, deferred_epilogue
+from pygraphx.targets.gpu.quant_epilogue import (
+    PRESCALE,
+    EpiloguePlan,
+    bind_quantised,
+    deferred_epilogue,
+)
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
@@ -189,7 +194,7 @@ def _lower_fused_gemm(ctx, ins, geo: Geometry, weights, wmat, fused, triton: boo
     product = dequantised_product(wmat, geo.rows, ctx.device, triton)
     columns = geo.columns
     if int8_gemm_choice(triton) == "triton":
-        product, columns = implicit_conv(weights, geo), input_reader(geo)
+        product, columns = implicit_conv(weights, geo), input_reader(geo, ctx.device)
     emit = _emitter(ctx, ins, geo, product, columns, scale)
 
     def fuse(c: LoweringContext, u: Instruction) -> bool:
@@ -203,18 +208,28 @@ def _lower_fused_gemm(ctx, ins, geo: Geometry, weights, wmat, fused, triton: boo
 def _lower_fp8(ctx: LoweringContext, ins: Instruction, geo: Geometry, weights) -> bool:
     """The fp8 convolution as `quant_conv_kernels.conv`: with the group after it as the
     epilogue (its leading per-channel `mul` the scale) when it fits, else alone (float32)."""
-    product, columns = implicit_conv(weights, geo), input_reader(geo)
+    product, columns = implicit_conv(weights, geo), input_reader(geo, ctx.device)
     ones = torch.ones(geo.c_out, dtype=torch.float32, device=ctx.device)
-    emit = _emitter(ctx, ins, geo, product, columns, ones)
+    late: dict = {}
+    emit = _emitter(ctx, ins, geo, product, columns, ones, late)
     if deferred_epilogue(ctx, ins, 1, geo.c_out, emit, scaled=True):
         return True
+    if len(ins.outputs) == 1:  # a group reading it as a residual may scale it here
+
+        def prescale(scale: torch.Tensor, dtype: torch.dtype) -> None:
+            late.update(scale=scale, dtype=dtype)
+
+        ctx.cache.setdefault(PRESCALE, {})[id(ins)] = prescale
     return emit(ctx, ins, None)
 
 
-def _emitter(ctx, ins: Instruction, geo: Geometry, product, columns, scale: torch.Tensor):
+def _emitter(ctx, ins: Instruction, geo: Geometry, product, columns, scale, late=None):
     """`emit(c, at, plan)`: one step at `at` running `product(columns(x), scale, out, ...)`
     into a new channels-last tensor of `at`'s type, with `plan`'s epilogue (its scale, when it
-    has one, instead of `scale`) and 8-bit quantised output when it has them."""
+    has one, instead of `scale`) and 8-bit quantised output when it has them. `late` (an fp8
+    product run alone): a "scale" and "dtype" set there after this (before any run, by the
+    plan of the group reading it: `EpiloguePlan.use_prescale`) replace `scale` and the type."""
+    late = {} if late is None else late
     xi, env = ctx.arg(ins, 0), ctx.env
     nhwc, flat = (geo.n, geo.ho, geo.wo, geo.c_out), (geo.rows, geo.c_out)
 
@@ -229,10 +244,10 @@ def _emitter(ctx, ins: Instruction, geo: Geometry, product, columns, scale: torc
         dtype = torch_dtype(at.shape.dtype())
 
         def produce() -> torch.Tensor:
-            out = torch.empty(nhwc, dtype=dtype, device=env[xi].device)
+            out = torch.empty(nhwc, dtype=late.get("dtype", dtype), device=env[xi].device)
             q = None if plan is None else plan.quantised_output(nhwc, out.device)
             qv = None if q is None else q.view(flat)
-            product(columns(env[xi]), s, out.view(flat), ep, residual(), qv)
+            product(columns(env[xi]), late.get("scale", s), out.view(flat), ep, residual(), qv)
             if q is not None:
                 holder["q"] = q.permute(0, 3, 1, 2)
             return out.permute(0, 3, 1, 2)
@@ -250,12 +265,35 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
 
 
-def input_reader(geo: Geometry) -> Callable[[torch.Tensor], torch.Tensor]:
+def input_reader(geo: Geometry, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
     """The input as `quant_conv_kernels.conv` reads it: dense channels-last when its channels
-    are a multiple of the K block (a tap at a time), else as it is (gathered)."""
+    are a multiple of the K block (a tap at a time); for few channels (`qck.row_layout`) a
+    zero-padded NHWC copy (`RowsInput`, on `device`); else as it is (gathered)."""
+    if qck.row_layout(geo.c, geo.kw, geo.dilation) is not None:
+        return RowsInput(geo, device)
     if geo.c % qck.CONV_BLOCK_K != 0:
         return lambda x: x
     return channels_last
+
+
+class RowsInput:
+    """`quant_conv_kernels`' `ROWS` input of a convolution of few channels: one buffer, made
+    once, (N, H + 2 ph, W', c4) bytes, zero but where each call copies the input in (its
+    padding and the channels past C stay zero; W' leaves room for the last window's padded
+    run). Called with the (N, C, H, W) int8 / fp8 input, it returns the buffer as an
+    (N, c4, H', W') channels-last tensor of the input's type."""
+
+    def __init__(self, geo: Geometry, device) -> None:
+        self.c4, self.run = qck.row_layout(geo.c, geo.kw, geo.dilation)
+        (ph, pw), (_, sw) = geo.pad, geo.stride
+        wide = max(geo.w + 2 * pw, (geo.wo - 1) * sw + self.run // self.c4)
+        shape = (geo.n, geo.h + 2 * ph, wide, self.c4)
+        self.buffer = torch.zeros(shape, dtype=torch.uint8, device=device)
+        self.inner = self.buffer[:, ph : ph + geo.h, pw : pw + geo.w, : geo.c]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self.inner.copy_(_bytes(x).permute(0, 2, 3, 1))
+        return self.buffer.permute(0, 3, 1, 2).view(x.dtype)
 
 
 def channels_last(x: torch.Tensor) -> torch.Tensor:
@@ -273,14 +311,32 @@ def _weight_rows(weights: torch.Tensor, geo: Geometry) -> torch.Tensor:
     return wide[:, : geo.k].view(weights.dtype)
 
 
+def _row_weights(weights: torch.Tensor, geo: Geometry, c4: int, run: int) -> torch.Tensor:
+    """The (C_out, kh * run) weights of the `ROWS` mode: per kernel row its (kw, c4) taps,
+    zero past (kw, C), zero-padded to `run` bytes."""
+    taps = _bytes(weights).permute(0, 2, 3, 1)
+    wide = torch.zeros((geo.c_out, geo.kh, run // c4, c4), dtype=taps.dtype, device=taps.device)
+    wide[:, :, : geo.kw, : geo.c] = taps
+    return wide.reshape(geo.c_out, geo.kh * run).view(weights.dtype)
+
+
 def implicit_conv(weights: torch.Tensor, geo: Geometry) -> Callable:
-    """`(x, scale, out, ...)` running `quant_conv_kernels.conv` on the NHWC input in place."""
-    wt = _weight_rows(weights, geo)
-    geometry = (geo.kw, geo.stride, geo.pad, geo.dilation, geo.ho, geo.wo)
+    """`(x, scale, out, ...)` running `quant_conv_kernels.conv` on the NHWC input in place, or
+    for few channels on `RowsInput`'s padded copy (`qck.ROWS`; `input_reader` makes it)."""
+    layout = qck.row_layout(geo.c, geo.kw, geo.dilation)
+    if layout is None:
+        wt, run_bytes = _weight_rows(weights, geo), None
+        geometry = (geo.kw, geo.stride, geo.pad, geo.dilation, geo.ho, geo.wo)
+    else:
+        wt, run_bytes = _row_weights(weights, geo, *layout), layout[1]
+        geometry = (1, geo.stride, (0, 0), (1, 1), geo.ho, geo.wo)
     conv = qck.conv
 
     def run(x, scale, out, epilogue=None, residual=None, qout=None) -> None:
-        conv(x, wt, scale, out, geometry, epilogue, residual, qout)
+        if run_bytes is None:
+            conv(x, wt, scale, out, geometry, epilogue, residual, qout)
+        else:
+            conv(x, wt, scale, out, geometry, epilogue, residual, qout, run=run_bytes)
 
     return run
 

@@ -13,8 +13,14 @@ convolution (int8 or fp8, one scale) with or without the float store.
 How the input tile is read (`input_mode`): a 1x1 stride-1 convolution of a dense NHWC input is
 the plain GEMM of its rows (`POINTWISE`); other convolutions with input channels a multiple of
 `CONV_BLOCK_K` read one tap's run of channels per K block (`IMPLICIT`, 16-byte aligned rows);
-fewer channels (the 7x7 stem's 3), or another layout, gather each element (`GATHER`, any
-strides, the K tail masked: no patch matrix either).
+fewer channels, or another layout, gather each element (`GATHER`, any strides, the K tail
+masked: no patch matrix either). A convolution of few channels (the 7x7 stem's 3) can instead
+read a zero-padded NHWC copy of its input, its channels padded to `row_layout`'s `c4` (`run`
+given to `conv`, `ROWS`): one kernel row's window of pixels is then `run` contiguous bytes
+(kw * c4, padded to a multiple of `ROWS_BLOCK_K` with zero weights), read like a tap's run of
+channels with no per-element decoding or bounds test. The stem took 0.155 ms as GATHER
+(ResNet-50 b32 on an H100) against cuDNN half's 0.100: each gathered byte cost its own
+address arithmetic and masks.
 
 On CUDA the tiles are autotuned per (M, N, K, C) over `CONV_CONFIGS` at the first launch of each
 shape (the gpu executable's warm-up, before graph capture), keeping only the K blocks that divide
@@ -33,7 +39,7 @@ from pygraphx.targets.gpu import quant_kernels as qk
 
 __all__ = [
     "CONV_BLOCK_K", "CONV_CONFIGS", "FP8_NATIVE", "FP8_SUM_ERROR", "GATHER", "IMPLICIT",
-    "POINTWISE", "conv", "input_mode", "launch_arguments",
+    "POINTWISE", "ROWS", "ROWS_BLOCK_K", "conv", "input_mode", "launch_arguments", "row_layout",
 ]  # fmt: skip
 
 #: the smallest K block: a convolution read in place needs input channels a multiple of it
@@ -50,7 +56,11 @@ CONV_CONFIGS = [
     (128, 128, 64, 4, 4), (128, 128, 128, 8, 3), (256, 128, 64, 8, 3), (256, 128, 128, 8, 3),
     (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (64, 64, 64, 4, 5), (64, 128, 64, 4, 5),
     (128, 64, 64, 4, 4), (256, 64, 64, 8, 4),
+    # `ROWS` only (K blocks of one kernel row's run of pixels: 32 bytes for the 7x7 stem)
+    (128, 64, 32, 4, 4), (256, 64, 32, 8, 4), (128, 128, 32, 8, 4), (64, 64, 32, 4, 4),
 ]  # fmt: skip
+#: the K block of the `ROWS` mode: a kernel row's run is padded to a multiple of it
+ROWS_BLOCK_K = 32
 
 
 #: fp8 sums with Hopper's native fp8 accumulation (`quant_kernels._dot8`'s NATIVE): the
@@ -66,7 +76,7 @@ FP8_NATIVE = True
 FP8_SUM_ERROR = 2**-8
 
 #: how `_conv_kernel` reads its input tile (`MODE`)
-IMPLICIT, POINTWISE, GATHER = 0, 1, 2
+IMPLICIT, POINTWISE, GATHER, ROWS = 0, 1, 2, 3
 
 
 @triton.jit
@@ -75,15 +85,17 @@ def _input_tile(
     MODE: tl.constexpr,
 ):  # fmt: skip
     """The (BLOCK_M, BLOCK_K) input tile at K offset `k0`: IMPLICIT, one tap's run of channels
-    (C % BLOCK_K == 0, dense channels-last: 16-byte aligned rows); POINTWISE, the rows of a
+    (C % BLOCK_K == 0, dense channels-last: 16-byte aligned rows; ROWS: a kernel row's
+    `C` bytes of a padded NHWC copy, 4-byte aligned, never outside it); POINTWISE, the rows of a
     dense NHWC input as they are (1x1, stride 1, no padding); GATHER, each (row, k) decoded to
     its tap and channel (few channels, any strides: the 7x7 stem), the K tail masked."""
-    if MODE == 0:
+    if MODE == 0 or MODE == 3:  # ROWS: a tap is a kernel row, C its run of bytes (KW = 1)
         tap = k0 // C
         kh = tap // KW
         hi, wi = h0 + kh * DH, w0 + (tap - kh * KW) * DW
         inside = (rows < M) & (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
-        offs = tl.multiple_of(base + hi * sxh + wi * sxw + (k0 - tap * C), 16)
+        offs = base + hi * sxh + wi * sxw + (k0 - tap * C)
+        offs = tl.multiple_of(offs, 16) if MODE == 0 else tl.multiple_of(offs, 4)
         return tl.load(x_ptr + offs[:, None] + ks[None, :], mask=inside[:, None], other=0.0)
     elif MODE == 1:
         offs = tl.multiple_of(rows * sxw + k0, 16)
@@ -109,7 +121,7 @@ def _conv_kernel(
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     FP8: tl.constexpr, MODE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    FP8_PTRS: tl.constexpr = False, FP8_NATIVE: tl.constexpr = False,
+    FP8_PTRS: tl.constexpr = False, FP8_NATIVE: tl.constexpr = False, CAST: tl.constexpr = False,
 ):  # fmt: skip
     if FP8_PTRS:  # fp8 bytes read as fp8 (CUDA): `quant_kernels._fp8_pointers`
         x_ptr, w_ptr = qk._fp8_pointers(x_ptr, w_ptr)
@@ -136,19 +148,50 @@ def _conv_kernel(
     qk._store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
         qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE, MAGIC,
+        CAST,
     )  # fmt: skip
 
 
 def _prune(configs: list, named_args: dict, **kwargs) -> list:
-    """The configurations whose K block divides the input's channels (one tap per block), all
-    of them for a gathered input (`MODE` GATHER: the K tail is masked); and no column block
-    twice as wide as the output channels (64 channels: only the 64-wide tiles)."""
-    c, n = named_args["C"], named_args["N"]
-    if kwargs.get("MODE") == GATHER:
+    """The configurations whose K block divides the input's channels (one tap per block; `ROWS`:
+    the 32-byte K blocks, the others none), `CONV_BLOCK_K` for a gathered input (`MODE`
+    GATHER: the K tail is masked); and no column block
+    twice as wide as the output channels (64 channels: only the 64-wide tiles); two stages
+    where K is one or two blocks (`_shallow`)."""
+    c, n, mode = named_args["C"], named_args["N"], kwargs.get("MODE")
+    if mode == GATHER:
         kept = [cfg for cfg in configs if cfg.kwargs["BLOCK_K"] == CONV_BLOCK_K]
     else:
-        kept = [cfg for cfg in configs if c % cfg.kwargs["BLOCK_K"] == 0] or configs[:1]
-    return [cfg for cfg in kept if cfg.kwargs["BLOCK_N"] < 2 * n] or kept
+        rows = mode == ROWS
+        kept = [
+            cfg for cfg in configs
+            if c % cfg.kwargs["BLOCK_K"] == 0 and (cfg.kwargs["BLOCK_K"] == ROWS_BLOCK_K) == rows
+        ] or configs[:1]  # fmt: skip
+    kept = [cfg for cfg in kept if cfg.kwargs["BLOCK_N"] < 2 * n] or kept
+    k = named_args.get("K")
+    return kept if k is None else _shallow(kept, k)
+
+
+#: a product of at most this many K blocks runs with two pipeline stages
+SHALLOW_BLOCKS = 2
+
+
+def _shallow(configs: list, k: int) -> list:
+    """`configs` with at most two stages where K is at most `SHALLOW_BLOCKS` K blocks (a 1x1
+    convolution of 64 channels is one block): deeper stages cannot be filled there, and their
+    shared memory only limits how many programs an SM runs at once, which is what hides the
+    epilogue's loads and stores in such a layer (ResNet-50's 64 -> 256 1x1 layers with their
+    residual epilogue took twice their bytes' time on an H200)."""
+    out, seen = [], set()
+    for cfg in configs:
+        kw = cfg.kwargs
+        if k <= SHALLOW_BLOCKS * kw["BLOCK_K"] and cfg.num_stages > 2:
+            cfg = triton.Config(dict(kw), num_warps=cfg.num_warps, num_stages=2)
+        key = (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], cfg.num_warps, cfg.num_stages)
+        if key not in seen:
+            seen.add(key)
+            out.append(cfg)
+    return out
 
 
 _tuned: dict[str, Any] = {}
@@ -170,6 +213,7 @@ def conv(
     epilogue: qk.Epilogue | None = None,
     residual: torch.Tensor | None = None,
     qout: torch.Tensor | None = None,
+    run: int | None = None,
 ) -> None:
     """`out[(n, ho, wo), c_out] = epilogue(float32(sum x * w) * scale[c_out])` for the int8
     or fp8 e4m3 `x` (N, C, H, W), `wt` (C_out, kh*kw*C) of the same type in (kh, kw, c)
@@ -177,8 +221,10 @@ def conv(
     `geometry` = (kw, stride, pads, dilation, HO, WO). Input channels a multiple of
     `CONV_BLOCK_K` in dense channels-last order are read a tap at a time; otherwise (the
     stem's 3 channels, any layout) each element is gathered. `qout` (int8, fp8 e4m3 or its
-    bytes as uint8) takes the epilogue's quantised result."""
-    launch = launch_arguments(x, wt, scale, out, geometry, epilogue, residual, qout)
+    bytes as uint8) takes the epilogue's quantised result. With `run` (`ROWS`), `x` is the
+    zero-padded copy `row_layout` describes, `wt` its (C_out, kh * run) weights and
+    `geometry` = (1, stride, (0, 0), (1, 1), HO, WO)."""
+    launch = launch_arguments(x, wt, scale, out, geometry, epilogue, residual, qout, run)
     if launch is None:
         return
     args, codes = launch
@@ -187,16 +233,21 @@ def conv(
         _tuned_kernel()[qk._tuned_grid](*args, **codes)
         return
     config = qk._config(m)
-    config["BLOCK_K"] = CONV_BLOCK_K
+    config["BLOCK_K"] = CONV_BLOCK_K if run is None else ROWS_BLOCK_K
     grid = qk._grid(m, c_out, config)
     _conv_kernel[grid](*args, **codes, **config, num_warps=8, num_stages=4)
 
 
-def launch_arguments(x, wt, scale, out, geometry, epilogue=None, residual=None, qout=None):
+def launch_arguments(
+    x, wt, scale, out, geometry, epilogue=None, residual=None, qout=None, run=None
+):  # fmt: skip
     """(`_conv_kernel`'s positional arguments, its constexprs but the tile) of `conv`'s
     launch, or None when the product is empty. fp8 operands go as their bytes (read as fp8
     on CUDA, as bytes elsewhere)."""
     n, c, h, w = x.shape
+    if run is not None:
+        _check_rows(x, geometry, run)
+        c = run
     kw, (sh, sw), (ph, pw), (dh, dw), ho, wo = geometry
     m, k, c_out = n * ho * wo, wt.shape[1], wt.shape[0]
     if m == 0 or c_out == 0:
@@ -204,7 +255,7 @@ def launch_arguments(x, wt, scale, out, geometry, epilogue=None, residual=None, 
     fp8 = x.dtype == torch.float8_e4m3fn
     if x.dtype != wt.dtype or not (fp8 or x.dtype == torch.int8):
         raise ValueError(f"conv: int8 or fp8 e4m3 operands of one type, got {x.dtype}, {wt.dtype}")
-    mode = input_mode(x, geometry)
+    mode = input_mode(x, geometry) if run is None else ROWS
     sxn, sxc, sxh, sxw = x.stride()
     timed = qk._timed(x)
     if fp8:
@@ -216,6 +267,9 @@ def launch_arguments(x, wt, scale, out, geometry, epilogue=None, residual=None, 
     extra, codes = qk._epilogue_args(scale, epilogue, residual, qout)
     codes.update(FP8=fp8, MODE=mode, FP8_PTRS=fp8 and timed and qk.FP8_POINTERS)
     codes["FP8_NATIVE"] = fp8 and FP8_NATIVE
+    # an fp8 quantising epilogue writes its bytes by the hardware conversion where the
+    # quantise kernels do (`quant_kernels.fp8_cast`: the same bytes, far fewer instructions)
+    codes["CAST"] = codes["QUANT"] == 2 and qk.fp8_cast(out.device)
     return (*args, *extra), codes
 
 
@@ -228,3 +282,28 @@ def input_mode(x: torch.Tensor, geometry: tuple) -> int:
     if (kw, tuple(stride), tuple(pads), ho, wo) == (1, (1, 1), (0, 0), h, w):
         return POINTWISE
     return IMPLICIT
+
+
+def row_layout(c: int, kw: int, dilation) -> tuple[int, int] | None:
+    """(`c4`, `run`) of the `ROWS` mode for `c` input channels and kernel width `kw`: the
+    channels padded to `c4` (a power of two, at least 4: 4-byte aligned pixels), one kernel
+    row's `kw * c4` bytes padded to `run` (a multiple of `ROWS_BLOCK_K`); None where it does
+    not apply (channels a multiple of `CONV_BLOCK_K`: read in place; dilation; runs over 128
+    bytes)."""
+    if c % CONV_BLOCK_K == 0 or any(d != 1 for d in dilation):
+        return None
+    c4 = max(4, triton.next_power_of_2(c))
+    run = -(-kw * c4 // ROWS_BLOCK_K) * ROWS_BLOCK_K
+    return (c4, run) if run <= 128 else None
+
+
+def _check_rows(x: torch.Tensor, geometry: tuple, run: int) -> None:
+    """`x` (N, c4, H, W) dense channels-last and wide enough that every window's `run` bytes
+    lie inside it (`geometry` of the `ROWS` form)."""
+    kw, (_, sw), pads, dilation, _, wo = geometry
+    _, c4, _, w = x.shape
+    dense = x.is_contiguous(memory_format=torch.channels_last) and x.stride(1) == 1
+    if (kw, tuple(pads), tuple(dilation)) != (1, (0, 0), (1, 1)) or not dense or run % c4:
+        raise ValueError(f"conv: a ROWS input is a padded NHWC copy, got {tuple(x.stride())}")
+    if (wo - 1) * sw + run // c4 > w:
+        raise ValueError(f"conv: ROWS input {w} wide, windows of {run // c4} need more")

@@ -17,6 +17,16 @@
   for small products, where nothing is timed), grouped launch order so neighbouring programs
   share weight tiles in L2.
 * `fp8_gemm(a, wt, scale, out)`: the same kernel for fp8 e4m3 operands, float32 sums.
+* `_tma_gemm_kernel`: the int8 GEMM with its operand tiles loaded by Hopper's tensor memory
+  accelerator (host tensor descriptors), one tile a program or persistent; opt-in
+  (`PGX_GPU_INT8_TMA`=1 or `auto`). Triton makes a wgmma asynchronous only with float32 sums
+  (its WGMMA pipeliner, rule 2.1), so int8 MMAs are waited for one by one with either kernel.
+  H200, graph-replayed, 4096 rows (`benchmarks/bertgpu_probe.py`): TMA against pointer
+  kernel 21.9 / 25.8 us (N 3072, K 768, no epilogue), 18.5 / 22.7 (N 768, K 3072, bias),
+  25.1 / 24.4 (N 2304, K 768), 52.4 / 48.2 (N 3072 with bias, GELU and int8 quantise: the
+  GELU's erf makes that epilogue ~24 us of ALU work, libdevice's two coefficient sets chosen
+  per element); in the BERT program with the per-shape timed choice the int8 run was not
+  faster (a call where the program's N 768 product took 29.8 us against 26.2), hence opt-in.
 * the int8 / fp8 convolution kernel (`quant_conv_kernels.py`) shares `_tile` and
   `_store_dequantised` (the epilogue, which also quantises to int8 or fp8: its division by the
   scale is `quantise.quotient`, bit for bit `div_rn` without a branch per element; on an H200 the
@@ -32,6 +42,7 @@ torch ops where Triton is off.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from typing import Any
 
@@ -47,6 +58,9 @@ from pygraphx.codegen.triton.quantise import (
     int8_of_quotient,
     quotient,
 )
+from pygraphx.codegen.triton.timing import time_candidates
+
+log = logging.getLogger(__name__)
 
 _BLOCK = 1024
 _BLOCK_M, _BLOCK_N = 32, 64
@@ -102,16 +116,23 @@ def _dequantise_kernel(
 
 
 @triton.jit
-def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """This program's output rows and columns (grouped order: neighbours share weight tiles)."""
-    pid = tl.program_id(0)
+def _tile_offsets(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Tile number `tile`'s first output row and column (grouped order: neighbouring tiles
+    share weight tiles in L2)."""
     num_m, num_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     group = GROUP_M * num_n
-    first_m = (pid // group) * GROUP_M
+    first_m = (tile // group) * GROUP_M
     size_m = tl.minimum(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group) % size_m
-    pid_n = (pid % group) // size_m
-    return pid_m * BLOCK_M + tl.arange(0, BLOCK_M), pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid_m = first_m + (tile % group) % size_m
+    pid_n = (tile % group) // size_m
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@triton.jit
+def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """This program's output rows and columns (grouped order: neighbours share weight tiles)."""
+    off_m, off_n = _tile_offsets(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    return off_m + tl.arange(0, BLOCK_M), off_n + tl.arange(0, BLOCK_N)
 
 
 @triton.jit
@@ -148,7 +169,7 @@ def _store_dequantised(
     acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
     qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
-    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
+    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr, CAST: tl.constexpr = False,
 ):  # fmt: skip
     ty = out_ptr.dtype.element_ty
     s = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
@@ -167,13 +188,14 @@ def _store_dequantised(
     if STORE:
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
     if QUANT != 0:  # the quantise of the stored value: `quantise_int8`'s / `quantise_fp8`'s
+        # y is already a value of the output type (the dequantise and every op but ReLU,
+        # which keeps it so, round to it): no second rounding before the quantise
         qs = tl.load(qs_ptr).to(tl.float32)
-        yq = y.to(ty).to(tl.float32)
-        v = quotient(yq, qs, tl.math.div_rn(1.0, qs))
+        v = quotient(y, qs, tl.math.div_rn(1.0, qs))
         if QUANT == 1:
-            q = int8_of_quotient(v, yq, MAGIC)
+            q = int8_of_quotient(v, y, MAGIC)
         else:  # fp8 e4m3fn, its bytes
-            q = fp8_of_quotient(v, yq, qs, MAGIC, False)
+            q = fp8_of_quotient(v, y, qs, MAGIC, CAST)  # CAST: the hardware conversion
         tl.store(q_ptr + rows[:, None] * stride_qm + cols[None, :], q, mask=mask)
 
 
@@ -217,6 +239,16 @@ def _fp8_pointers(a_ptr, w_ptr):
 
 
 @triton.jit
+def _zero_sums(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr):
+    """A tile's zero sums: float32 for fp8 products, else int32 for int8 ones."""
+    if FP8:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    return acc
+
+
+@triton.jit
 def _int8_gemm_kernel(
     a_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, stride_am, stride_wn, stride_om,
     bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
@@ -229,10 +261,7 @@ def _int8_gemm_kernel(
         a_ptr, w_ptr = _fp8_pointers(a_ptr, w_ptr)
     rows, cols = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     ks = tl.arange(0, BLOCK_K)
-    if FP8:  # float32 sums of fp8 products, else int32 sums of int8 ones
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    acc = _zero_sums(BLOCK_M, BLOCK_N, FP8)
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + ks
         a = tl.load(
@@ -248,6 +277,41 @@ def _int8_gemm_kernel(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
         qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE, MAGIC,
     )  # fmt: skip
+
+
+@triton.jit
+def _tma_gemm_kernel(
+    a_desc, w_desc, scale_ptr, out_ptr, M, N, K, stride_om,
+    bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
+    E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+    QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FP8: tl.constexpr = False, PERSISTENT: tl.constexpr = False,
+):  # fmt: skip
+    """`_int8_gemm_kernel` with its operand tiles loaded by Hopper's tensor memory accelerator
+    (`a_desc`, `w_desc`: host tensor descriptors of `a` (M, K) and `wt` (N, K), blocks
+    [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K], zero filled beyond the edges): the tiles land
+    in shared memory in the layout the wgmma reads, no address arithmetic or masks per
+    element. `PERSISTENT`: the grid is at most the SM count and each program walks the
+    output tiles a grid apart."""
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    if PERSISTENT:
+        step = tl.num_programs(0)
+    else:
+        step = tiles
+    for tile in tl.range(tl.program_id(0), tiles, step, flatten=PERSISTENT):
+        off_m, off_n = _tile_offsets(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _zero_sums(BLOCK_M, BLOCK_N, FP8)
+        for k0 in range(0, K, BLOCK_K):
+            a = a_desc.load([off_m, k0])
+            w = w_desc.load([off_n, k0])
+            acc = _dot8(a, w.T, acc, FP8, False)
+        rows, cols = off_m + tl.arange(0, BLOCK_M), off_n + tl.arange(0, BLOCK_N)
+        _store_dequantised(
+            acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
+            qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE,
+            MAGIC,
+        )  # fmt: skip
 
 
 def _config(m: int) -> dict[str, int]:
@@ -298,6 +362,17 @@ def _quick_bench(kernel_call, quantiles):
     return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
 
 
+def _device_bench(kernel_call, quantiles=None):
+    """Device time of `kernel_call` with no host time in it (`codegen/triton/timing.py`: the
+    launches queued behind a spin kernel, back to back, as a CUDA graph replays them), for
+    the TMA kernel's autotune and the `auto` choice. Triton's `do_bench` (`_quick_bench`)
+    timed the TMA configurations on an H200 at 36-55 us for BERT's products whose
+    graph-replayed times were 18-25 us (`benchmarks/results/h200_bertgpu_probe_d50e28d.json`:
+    its launch converts the host descriptors each call), so its choice there is noise."""
+    ms = time_candidates([kernel_call], reps=5, rounds=3)[0]
+    return ms if quantiles is None else [ms] * len(quantiles)
+
+
 _tuned: dict[str, Any] = {}
 
 
@@ -318,18 +393,22 @@ def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
-#: opt-in for the hardware fp8 conversion (`fp8_cast`): `1` to use it where the device has one
+#: the hardware fp8 conversion (`fp8_cast`): on by default where the device has one, `0` to
+#: build the bytes from float32 bits instead (same bytes)
 FP8_CAST_ENV = "PGX_GPU_FP8_CAST"
 
 
 def fp8_cast(device: torch.device) -> bool:
     """Whether kernels compiled for `device` write fp8 e4m3fn bytes by the hardware conversion
-    (`cvt.rn.satfinite.e4m3x2.f32`: meant to give the same bytes as `fp8_round` and `fp8_bits`,
-    in far fewer instructions): an NVIDIA GPU of compute capability 8.9 or later, not under the
-    interpreter (whose fp8 cast is not exact), and only with `PGX_GPU_FP8_CAST=1` for now: it
-    compiles for sm_90 and its bit-for-bit tests are written, but it has not yet run on a GPU
-    (neither its bytes nor its speed were measured), so the default stays the measured path."""
-    return os.environ.get(FP8_CAST_ENV, "").strip() == "1" and fp8_cast_supported(device)
+    (`cvt.rn.satfinite.e4m3x2.f32`: the same bytes as `fp8_round` and `fp8_bits`, in far
+    fewer instructions): an NVIDIA GPU of compute capability 8.9 or later, not under the
+    interpreter (whose fp8 cast is not exact), unless `PGX_GPU_FP8_CAST=0`. On an H200 the
+    bit-for-bit tests (`tests/codegen/test_quantise.py`, every rounding tie, saturation, NaN
+    and signed zero against ml_dtypes) pass with it; BERT-base fp8 at batch 32 ran 1.937 ms
+    with it against fp16's 2.044 in the same call."""
+    if os.environ.get(FP8_CAST_ENV, "").strip() == "0":
+        return False
+    return fp8_cast_supported(device)
 
 
 def fp8_cast_supported(device: torch.device) -> bool:
@@ -437,6 +516,9 @@ def _gemm(name: str, a, wt, scale, out, epilogue, residual, qout) -> None:
         return
     extra, codes = _epilogue_args(scale, epilogue, residual, qout)
     codes["FP8"] = name == "fp8_gemm"
+    if _tma_ready(a, wt, codes["FP8"]) and _tma_wins(a, wt, scale, out, extra, codes):
+        _tma_gemm(a, wt, scale, out, extra, codes)
+        return
     codes["FP8_PTRS"] = codes["FP8"] and _timed(a) and FP8_POINTERS  # `_fp8_pointers`
     args = (a, wt, scale, out, m, n, k, a.stride(0), wt.stride(0), out.stride(0), *extra)
     if _timed(a):
@@ -444,6 +526,113 @@ def _gemm(name: str, a, wt, scale, out, epilogue, residual, qout) -> None:
         return
     config = _config(m)
     _int8_gemm_kernel[_grid(m, n, config)](*args, **codes, **config, num_warps=8, num_stages=4)
+
+
+#: which int8 GEMM kernel runs where the TMA one can (`_tma_ready`): `0` (default) the pointer
+#: kernel, `1` the TMA kernel, `auto` both autotuned and timed at a product's first launch
+#: (per shape and epilogue), the faster kept. Same numbers either way (exact int32 sums, one
+#: epilogue code). Off by default: on an H200 the TMA kernel was faster alone for some of
+#: BERT-base's products (`benchmarks/bertgpu_probe.py`) but the program was not (module doc)
+INT8_TMA_ENV = "PGX_GPU_INT8_TMA"
+#: overrides `PGX_GPU_INT8_TMA` when set ("0", "1" or "auto"; for A/B timing in one process)
+TMA_GEMM: str | None = None
+_tma_choice: dict[tuple, bool] = {}
+#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, persistent) the TMA GEMM is autotuned over.
+#: Triton makes a wgmma asynchronous only with float32 sums (its WGMMA pipeliner's rule 2.1),
+#: so each int8 MMA is waited for at once: the tensor cores stay busy only with several warp
+#: groups an SM (8 warps, or tiles small enough in shared memory for two or three programs)
+TMA_CONFIGS = [
+    (128, 128, 128, 8, 3, False), (128, 128, 64, 4, 4, False), (128, 256, 128, 8, 3, False),
+    (256, 128, 128, 8, 3, False), (128, 64, 128, 4, 4, False), (64, 128, 128, 4, 4, False),
+    (128, 128, 128, 8, 3, True), (128, 128, 64, 4, 4, True),
+]  # fmt: skip
+#: programs an SM that a persistent TMA launch starts
+PERSISTENT_PER_SM = 2
+
+
+def _tma_mode() -> str:
+    """`TMA_GEMM`, else `PGX_GPU_INT8_TMA` (unset: "0")."""
+    mode = TMA_GEMM if TMA_GEMM is not None else os.environ.get(INT8_TMA_ENV, "").strip() or "0"
+    if mode not in ("0", "1", "auto"):
+        raise ValueError(f"{INT8_TMA_ENV}={mode!r}: expected 0, 1 or auto")
+    return mode
+
+
+def _tma_ready(a: torch.Tensor, wt: torch.Tensor, fp8: bool) -> bool:
+    """Whether the TMA kernel may take this product: `PGX_GPU_INT8_TMA` not 0, int8 operands,
+    a CUDA device of compute capability 9 or later (not the interpreter), 16-byte aligned
+    bases and rows."""
+    if _tma_mode() == "0" or fp8 or not _timed(a):
+        return False
+    index = torch.cuda.current_device() if a.device.index is None else a.device.index
+    if _capability(index) < (9, 0):
+        return False
+    return all(t.data_ptr() % 16 == 0 and t.stride(0) % 16 == 0 for t in (a, wt))
+
+
+def _tma_blocks(nargs: dict[str, Any]) -> None:
+    """The autotuner's pre-launch hook: the descriptors' block shapes for this configuration."""
+    nargs["a_desc"].block_shape = [nargs["BLOCK_M"], nargs["BLOCK_K"]]
+    nargs["w_desc"].block_shape = [nargs["BLOCK_N"], nargs["BLOCK_K"]]
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _tma_kernel():
+    """The autotuned `_tma_gemm_kernel` (made at first use)."""
+    if "tma" not in _tuned:
+        configs = [
+            triton.Config(
+                {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "PERSISTENT": p},
+                num_warps=warps,
+                num_stages=stages,
+                pre_hook=_tma_blocks,
+            )
+            for bm, bn, bk, warps, stages, p in TMA_CONFIGS
+        ]
+        tune = triton.autotune(configs=configs, key=["M", "N", "K"], do_bench=_device_bench)
+        _tuned["tma"] = tune(_tma_gemm_kernel)
+    return _tuned["tma"]
+
+
+def _tma_wins(a, wt, scale, out, extra: tuple, codes: dict) -> bool:
+    """Whether this product runs the TMA kernel: `PGX_GPU_INT8_TMA=1`, or `auto` and at its
+    first launch (the executable's warm-up, before the CUDA graph capture) the autotuned TMA
+    kernel timed faster than the autotuned pointer one (kept per shape and epilogue, logged)."""
+    if _tma_mode() == "1":
+        return True
+    m, k = a.shape
+    key = (m, wt.shape[0], k, a.dtype, out.dtype, tuple(sorted(codes.items())))
+    if key not in _tma_choice:
+        args = (a, wt, scale, out, m, wt.shape[0], k, a.stride(0), wt.stride(0), out.stride(0))
+        ptr = functools.partial(_tuned_kernel("gemm")[_tuned_grid], *args, *extra, **codes)
+        tma = functools.partial(_tma_gemm, a, wt, scale, out, extra, codes)
+        ptr(), tma()  # each autotunes at its first call
+        times = time_candidates([ptr, tma])
+        _tma_choice[key] = times[1] < times[0]
+        log.info("int8 GEMM %s: pointer %.4f ms, TMA %.4f ms", key[:3], *times)
+    return _tma_choice[key]
+
+
+def _tma_gemm(a, wt, scale, out, extra: tuple, codes: dict) -> None:
+    """`_gemm` by the TMA kernel (`_tma_ready`)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    m, k = a.shape
+    n = wt.shape[0]
+    a_desc = TensorDescriptor(a, [m, k], [a.stride(0), 1], [16, 16])  # blocks: `_tma_blocks`
+    w_desc = TensorDescriptor(wt, [n, k], [wt.stride(0), 1], [16, 16])
+    sms = _sm_count(a.device.index if a.device.index is not None else torch.cuda.current_device())
+
+    def grid(meta: dict[str, Any]) -> tuple[int]:
+        tiles = _grid(m, n, meta)[0]
+        return (min(tiles, sms * PERSISTENT_PER_SM) if meta["PERSISTENT"] else tiles,)
+
+    args = (a_desc, w_desc, scale, out, m, n, k, out.stride(0), *extra)
+    _tma_kernel()[grid](*args, **codes)
 
 
 def quantise_int8(x: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> None:
@@ -519,6 +708,7 @@ def eager_dequantise(acc: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) 
 
 __all__ = [
     "FP8_CAST_ENV",
+    "INT8_TMA_ENV",
     "Epilogue",
     "dequantise",
     "eager_fake_quantise_fp8",

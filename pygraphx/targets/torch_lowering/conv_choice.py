@@ -31,6 +31,8 @@ The switch: the target setting `conv_kernel=` (`get_target("cpu", conv_kernel=..
 environment variable `PGX_CONV_KERNEL`: `off` (the default: no measurement, every convolution
 runs the default kernel, deterministic), `measure`, or a kernel name (`onednn`, `matmul`,
 `dnnl`, `torch_cl`) to run that kernel wherever it applies and the default elsewhere.
+A bf16 layer is measured on bf16 inputs (every kernel runs bf16: oneDNN's native kernels on
+a CPU with bf16 instructions).
 """
 
 from __future__ import annotations
@@ -206,8 +208,10 @@ def choice_key(plan: ConvPlan, names: list[str], other_lens: list[int] | None) -
         tuple(plan.pre_pad or ()),
         plan.bias is not None,
         plan.unary,
+        plan.add_after,
         tuple(other_lens or ()),
         tuple(names),
+        str(plan.weight.dtype),
         torch.get_num_threads(),
         torch.__version__,
         torch.backends.cpu.get_cpu_capability(),
@@ -234,11 +238,17 @@ def time_kernels(
         pads = plan.pre_pad
         lens[2] -= pads[2] + pads[3]
         lens[3] -= pads[0] + pads[1]
-    copies = max(1, min(MAX_COPIES, -(-COLD_BYTES // max(4 * math.prod(lens), 1))))
-    xs = cycle([torch.randn(lens).contiguous(memory_format=cl) for _ in range(copies)])
+    dtype = plan.weight.dtype  # float32 or bf16: the layer's activations have its type
+    size = dtype.itemsize * math.prod(lens)
+    copies = max(1, min(MAX_COPIES, -(-COLD_BYTES // max(size, 1))))
+
+    def random(shape: list[int]) -> torch.Tensor:
+        return torch.randn(shape, dtype=dtype).contiguous(memory_format=cl)
+
+    xs = cycle([random(lens) for _ in range(copies)])
     get_other = None
     if other_lens is not None:
-        others = cycle([torch.randn(other_lens).contiguous(memory_format=cl)] * copies)
+        others = cycle([random(other_lens)] * copies)
         get_other = lambda: next(others)  # noqa: E731
     fns = {name: build_kernel(plan, name, lambda: next(xs), get_other) for name in names}
     clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter

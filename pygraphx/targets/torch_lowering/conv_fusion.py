@@ -1,7 +1,8 @@
 """CPU convolutions with their element-wise epilogue fused (oneDNN post-ops).
 
 A 2-D float32 convolution whose weights are a literal (bf16 too, on a CPU with bf16
-instructions, always on the oneDNN kernel) runs on channels-last activations
+instructions, always on the default oneDNN kernel, `dnnl` or `onednn`) runs on channels-last
+activations
 through one of the kernels of `conv_kernels.py`, chosen per layer by measurement at prepare
 (`conv_choice.py`): by default oneDNN's convolution with the weights reordered into its
 blocked format once, at prepare (depthwise layers included), through its own C API (`dnnl`,
@@ -22,8 +23,13 @@ post-op and the activation a unary post-op, so the group costs no pass over memo
 When `other` is a tensor allocated for this run that nothing reads after the group (a ResNet
 block's shortcut), the convolution adds into it in place and the group's value is that tensor
 (`_may_overwrite`): on ResNet-50's residual layers 4-15% less time than a new output.
-Every kernel takes the whole epilogue (a 1x1 `matmul` only an activation or an add); an add
-followed by anything but relu runs apart from the convolution. The convolution must come right
+The form act(conv + c1 + ...) + other (YOLO's C2f shortcut: Conv-BN-SiLU, then the block's
+input added) is fused too, the activation post-op before the add (`ConvPlan.add_after`).
+torch's mkldnn kernel (`onednn`) fuses an add followed by relu or nothing, `matmul` an add or
+an activation, `dnnl` (oneDNN's own post-op chain) every form; a group with an add that no
+oneDNN kernel fuses whole (`conv_kernels.fuses_epilogue`: without oneDNN's library, an add
+followed by clip or silu, an add after the activation, an add with a pre-padded input) runs
+apart from the convolution. The convolution must come right
 before its user in the program (see `lower.defer`). Profiling runs the convolution (on the
 default kernel) and the group as separate steps.
 
@@ -31,7 +37,11 @@ Where results live: oneDNN allocates each convolution's output; with `conv_outpu
 (the default) that tensor is the value (torch's CPU allocator reuses the memory of values
 released after their last use; `malloc_keep.py` keeps glibc from handing large freed blocks
 back to the kernel, which made every run fault in fresh pages at batch 8), with
-`conv_output="arena"` it is copied into the arena slot the memory plan gave it. The benchmark
+`conv_output="arena"` it is copied into the arena slot the memory plan gave it, except on
+the `dnnl` kernel, which writes the slot itself (no allocation, no copy) wherever the slot is
+not the memory of the convolution's input (the plan may give a fused group that memory, dead
+after the convolution: then the copy; `_slot_apart`). On MobileNetV2 b1 that is half the
+layers, and arena stays slower than "torch" (1 thread, 9.2 vs 8.3 ms). The benchmark
 (`benchmarks/cpu_vs_peers.py --conv-output`) measures both.
 """
 
@@ -45,11 +55,13 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
+from pygraphx.passes.memory_coloring import root_of
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
 from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_kernel, default_kernel
 from pygraphx.targets.torch_lowering.conv_kernels import (
     ConvPlan,
     build_kernel,
+    fuses_epilogue,
     kernels_for,
     lazy_kernel,
 )
@@ -64,6 +76,8 @@ from pygraphx.targets.torch_lowering.registry import (
     storing,
 )
 from pygraphx.targets.torch_lowering.store import store_result, torch_pad
+
+CL = torch.channels_last
 
 
 def mkldnn_usable(ctx: LoweringContext, ins: Instruction) -> bool:
@@ -111,21 +125,30 @@ def conv_producer(
     plan: ConvPlan,
     other_lens: list[int] | None = None,
     measure: bool = True,
+    out: torch.Tensor | None = None,
 ) -> Callable[[], torch.Tensor]:
     """The closure running `plan` on env[x] (and the add operand, of lens `other_lens`) and
     returning the (new) output tensor, on the kernel `conv_choice` picks for it
-    (`measure=False`: the default kernel, nothing timed: the unfused twin of a fused step)."""
+    (`measure=False`: the default kernel, nothing timed: the unfused twin of a fused step).
+    `out`: the result's arena slot, which the `dnnl` kernel writes itself when it is
+    channels-last (the closure then returns `out`; other kernels return a new tensor)."""
     env = ctx.env
-    if measure and plan.weight.dtype == torch.float32:  # bf16: oneDNN, the only native kernel
+    if measure:
         state = choice_state(ctx.options, ctx.cache)
         plan.kernel = choose_kernel(state, plan, other_lens)
+    else:  # the unfused twin
+        plan.kernel = default_kernel(kernels_for(plan))
     o = plan.other
     get_other = None if o is None else (lambda: env[o])
     if not measure:  # the twin runs only when profiling: its kernel is made at its first call
-        if plan.weight.dtype == torch.float32:
-            plan.kernel = default_kernel(kernels_for(plan))
         return lazy_kernel(plan, plan.kernel, lambda: env[x], get_other)
-    return build_kernel(plan, plan.kernel, lambda: env[x], get_other)
+    if out is not None and (
+        plan.kernel != "dnnl" or plan.in_place or not out.is_contiguous(memory_format=CL)
+    ):
+        out = None
+    if out is not None:  # (tests, benchmarks: how many results need no copy)
+        ctx.cache["conv_into_slot"] = ctx.cache.get("conv_into_slot", 0) + 1
+    return build_kernel(plan, plan.kernel, lambda: env[x], get_other, out)
 
 
 def lower_mkldnn_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
@@ -143,8 +166,39 @@ def lower_mkldnn_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
 
 def _lower_alone(ctx: LoweringContext, ins: Instruction, measure: bool = True) -> None:
     plan = conv_plan(ctx, ins)
-    produce = conv_producer(ctx, ctx.arg(ins, 0), plan, measure=measure)
-    store_result(ctx, ins, produce, CHANNELS_LAST)
+    if not (measure and _arena(ctx) and ctx.has_slot(ins)):
+        produce = conv_producer(ctx, ctx.arg(ins, 0), plan, measure=measure)
+        store_result(ctx, ins, produce, CHANNELS_LAST)
+        return
+    idx, out = ctx.output(ins, CHANNELS_LAST)
+    ctx.emit(_into(out, conv_producer(ctx, ctx.arg(ins, 0), plan, out=out)), ins, idx)
+
+
+def _arena(ctx: LoweringContext) -> bool:
+    return ctx.options.get("conv_output", "torch") == "arena"
+
+
+def _slot_apart(ctx: LoweringContext, x: Instruction, user: Instruction) -> bool:
+    """Whether `user`'s arena slot shares no byte with the buffer the convolution's input `x`
+    lives in: the memory plan may give the group the input's memory (dead after the
+    convolution, before the group), which a fused step writing its slot reads as it writes."""
+    root = root_of(x)
+    if not ctx.has_slot(root):  # a parameter, a literal, or a tensor a step allocated
+        return True
+    a, b = ctx.offsets[id(root)], ctx.offsets[id(user)]
+    return a + root.shape.bytes() <= b or b + user.shape.bytes() <= a
+
+
+def _into(out: torch.Tensor, produce: Callable[[], torch.Tensor]) -> Callable[[], None]:
+    """A step storing `produce()` in the arena slot `out` (nothing to copy when the kernel
+    wrote it there itself)."""
+
+    def step() -> None:
+        y = produce()
+        if y is not out:
+            out.copy_(y)
+
+    return step
 
 
 def _may_fuse(conv: Instruction, user: Instruction) -> bool:
@@ -165,16 +219,39 @@ class Epilogue:
     other: Instruction | None
     unary: str
     scalars: list[float]
+    add_after: bool = False  # act(conv + constants) + other: the add comes after the activation
 
 
-def match_epilogue(ctx: LoweringContext, conv: Instruction, user: Instruction) -> Epilogue | None:
-    """`user`'s body as act(conv + constants [+ other]), or None."""
+def match_epilogue(
+    ctx: LoweringContext, conv: Instruction, user: Instruction, add_after: bool = False
+) -> Epilogue | None:
+    """`user`'s body as act(conv + constants [+ other]), or None; with `add_after`, also
+    act(conv + constants) + other (YOLO's C2f shortcut: Conv-BN-SiLU, then the block's input
+    added), which only oneDNN's own post-op chain (`dnnl`) runs fused."""
     if is_deferred(ctx, user) or user.shape.type() != conv.shape.type():
         return None
     body: Module = user.module_inputs[0]
     params = body.get_parameters()
     outer = {id(p): x for p, x in zip(params, user.inputs, strict=True)}
-    node = body.get_returns()[0]
+    root = body.get_returns()[0]
+    epi = _match_chain(ctx, conv, root, outer)
+    if epi is not None or not add_after or root.op.name != "add":
+        return epi
+    for inner, last in (root.inputs, root.inputs[::-1]):
+        x = outer.get(id(last))
+        if len(inner.outputs) != 1 or x is None or x is conv or x.shape.broadcasted():
+            continue
+        epi = _match_chain(ctx, conv, inner, outer)
+        if epi is not None and epi.other is None and epi.unary != "none":
+            if _channel_constant(ctx, x, conv.shape.lens()[1]) is None:
+                return Epilogue(epi.bias, x, epi.unary, epi.scalars, add_after=True)
+    return None
+
+
+def _match_chain(
+    ctx: LoweringContext, conv: Instruction, node: Instruction, outer: dict[int, Instruction]
+) -> Epilogue | None:
+    """`node` as act(conv + constants [+ other]) over the group's inputs `outer`, or None."""
     unary, scalars = "none", []
     act = _activation(ctx, node, outer)
     if act is not None:
@@ -280,18 +357,19 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
     from pygraphx.targets.torch_lowering.lower_math import lower_pointwise
 
     conv = deferred_producer(ctx, user)
-    epi = match_epilogue(ctx, conv, user)
+    epi = match_epilogue(ctx, conv, user, add_after=True)
     if epi is None:  # not a form oneDNN fuses: the convolution runs first, on its own
         _lower_alone(ctx, conv)
         return False
     plan = conv_plan(ctx, conv)
     dtype = torch_dtype(conv.shape.dtype())  # oneDNN takes the bias in the input's type
     plan.bias = torch.from_numpy(epi.bias).to(dtype) if epi.bias.any() else None
-    plan.unary, plan.scalars = epi.unary, epi.scalars
-    # oneDNN fuses only relu after a binary add: such a group runs apart from its convolution
-    apart = epi.other is not None and (
-        plan.unary not in ("none", "relu") or plan.pre_pad is not None
-    )
+    plan.unary, plan.scalars, plan.add_after = epi.unary, epi.scalars, epi.add_after
+    if epi.other is not None:
+        plan.other = ctx.index[id(epi.other)]
+    # a group with an add that no kernel fuses whole (torch's mkldnn ops: only relu after the
+    # add, none before it) runs apart from its convolution
+    apart = epi.other is not None and not fuses_epilogue(plan)
     saved, ctx.steps = ctx.steps, []
     _lower_alone(ctx, conv, measure=apart)
     if not lower_pointwise(ctx, user):
@@ -306,20 +384,18 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
         return True
     other_lens = None
     if epi.other is not None:
-        plan.other = ctx.index[id(epi.other)]
         other_lens = list(epi.other.shape.lens())
         plan.in_place = _may_overwrite(ctx, conv, epi.other, user)
-    produce = conv_producer(ctx, ctx.arg(conv, 0), plan, other_lens)
-    if plan.in_place and plan.kernel in ("onednn", "dnnl"):  # (the others allocate their result)
-        ctx.cache["conv_in_place"] = ctx.cache.get("conv_in_place", 0) + 1
     unfused_idx = uidx
     env = ctx.env
-    if ctx.options.get("conv_output", "torch") == "arena" and ctx.static[unfused_idx]:
-        out = env[unfused_idx]
-
-        def step() -> None:
-            out.copy_(produce())
-
+    slot = env[uidx] if _arena(ctx) and ctx.static[uidx] else None
+    # the kernel writes the slot itself unless it is the input's memory (then a copy)
+    direct = slot if slot is not None and _slot_apart(ctx, conv.inputs[0], user) else None
+    produce = conv_producer(ctx, ctx.arg(conv, 0), plan, other_lens, out=direct)
+    if plan.in_place and plan.kernel in ("onednn", "dnnl"):  # (the others allocate their result)
+        ctx.cache["conv_in_place"] = ctx.cache.get("conv_in_place", 0) + 1
+    if slot is not None:
+        step = _into(slot, produce)
     else:
         ctx.static[unfused_idx] = False
         ctx.mark_fresh(unfused_idx)

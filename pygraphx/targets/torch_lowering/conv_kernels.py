@@ -21,8 +21,9 @@ the program's other steps see:
 * `dnnl`: the same oneDNN convolution with the same post-ops, but through oneDNN's own C API
   (`onednn_conv.py`, the optional `onednn-cpu-gomp` package): the primitive is made once, at
   prepare, and a call only sets data pointers and executes, without ideep's per-call set-up
-  (4.5 us a call instead of 29). A float32 layer with a relu / clip / swish epilogue or none
-  can take it, where that library loads; it is then the default.
+  (4.5 us a call instead of 29). A float32 or bf16 layer with a relu / clip / swish epilogue
+  or none can take it, where that library loads (bf16: on a CPU with bf16 instructions); it
+  is then the default.
 * `torch_cl`: `F.conv2d` on channels-last tensors (torch picks its own algorithm per call, the
   weight is not pre-packed), the epilogue applied in place after it.
 
@@ -72,6 +73,7 @@ class ConvPlan:
     kernel: str = "onednn"
     linear_packed: Tensor | None = None  # the matmul kernel's packed weight, made once
     in_place: bool = False  # onednn: write the result over the add operand (it is dead after)
+    add_after: bool = False  # act(conv + bias) + other: the add operand after the activation
 
 
 def is_pointwise(plan: ConvPlan) -> bool:
@@ -93,8 +95,15 @@ def packed_weight(plan: ConvPlan) -> Tensor:
 
 
 def kernels_for(plan: ConvPlan) -> list[str]:
-    """The kernels that can run `plan` with its whole epilogue, default first."""
-    names = ["onednn"]
+    """The kernels that can run `plan` with its whole epilogue (`conv_choice.default_kernel`
+    says which is the default)."""
+    # torch's mkldnn convolution fuses an add followed by relu or nothing, not one after the
+    # activation, and not with a pre-padded input
+    names = []
+    if plan.other is None or (
+        not plan.add_after and plan.unary in ("none", "relu") and plan.pre_pad is None
+    ):
+        names.append("onednn")
     # oneDNN's matmul fuses a binary add or an activation, not an add followed by one
     if is_pointwise(plan) and (plan.other is None or plan.unary == "none"):
         names.append("matmul")
@@ -104,17 +113,26 @@ def kernels_for(plan: ConvPlan) -> list[str]:
     return names
 
 
+def fuses_epilogue(plan: ConvPlan) -> bool:
+    """Whether a oneDNN kernel (`onednn` or `dnnl`) runs `plan` with its whole epilogue."""
+    return any(name in ("onednn", "dnnl") for name in kernels_for(plan))
+
+
 def build_kernel(
-    plan: ConvPlan, kernel: str, get_x: Getter, get_other: Getter | None
+    plan: ConvPlan,
+    kernel: str,
+    get_x: Getter,
+    get_other: Getter | None,
+    out: Tensor | None = None,
 ) -> Callable[[], Tensor]:
     """A closure running `plan` on `get_x()` (and the add operand `get_other()`) with `kernel`;
-    it returns a new channels-last tensor."""
+    it returns a new channels-last tensor (`dnnl` with `out`: `out`, written every call)."""
     if kernel == "matmul":
         return _matmul(plan, get_x, get_other)
     if kernel == "torch_cl":
         return _torch_cl(plan, get_x, get_other)
     if kernel == "dnnl":
-        return onednn_conv.build(plan, get_x, get_other)
+        return onednn_conv.build(plan, get_x, get_other, out)
     if kernel != "onednn":
         raise ValueError(f"unknown convolution kernel {kernel!r}; one of {', '.join(KERNELS)}")
     return _onednn(plan, get_x, get_other)
@@ -216,9 +234,11 @@ def _torch_cl(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callab
     unary, scalars = plan.unary, list(plan.scalars)
     x_in = _channels_last_input(plan, get_x)
 
+    add_first = get_other is not None and not plan.add_after
+
     def run() -> Tensor:
         y = F.conv2d(x_in(), w, b, s, p, d, g)
-        if get_other is not None:
+        if add_first:
             y.add_(get_other())
         if unary == "relu":
             y.relu_()
@@ -226,6 +246,8 @@ def _torch_cl(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callab
             y.clamp_(scalars[0], scalars[1])
         elif unary == "swish":
             F.silu(y, inplace=True)
+        if get_other is not None and not add_first:
+            y.add_(get_other())
         return y
 
     return run
@@ -235,6 +257,7 @@ __all__ = [
     "KERNELS",
     "ConvPlan",
     "build_kernel",
+    "fuses_epilogue",
     "is_pointwise",
     "kernels_for",
     "lazy_kernel",

@@ -1,4 +1,5 @@
-"""A 2-D float32 convolution as a oneDNN primitive made once, run with only pointers changing.
+"""A 2-D float32 or bf16 convolution as a oneDNN primitive made once, run with only pointers
+changing.
 
 `torch.ops.mkldnn._convolution_pointwise` (the `onednn` kernel of `conv_kernels.py`) looks its
 primitive up again on every call through ideep: 25-55 us per call on the 2-core EPYC, about a
@@ -11,9 +12,18 @@ channels-last output per call, the weight reordered once into the layout oneDNN 
 layer. Asymmetric padding is oneDNN's own (`padding_l` / `padding_r`), so the input is not
 padded first. The epilogue is post-ops in the order the graph computes it: the add operand
 (a binary `add`, or a `sum` into the operand's own memory when `ConvPlan.in_place`), then
-the activation (`relu`, `hardtanh` = clip(lo, hi), or `swish`). A network's NCHW input is
-converted by a oneDNN reorder made once (5x faster than torch's `contiguous` on a 3-channel
-image). `benchmarks/onednn_conv_probe.py` measures the kernel against the `onednn` one.
+the activation (`relu`, `hardtanh` = clip(lo, hi), or `swish`); or, `ConvPlan.add_after`
+(YOLO's C2f shortcut, silu(conv + bias) + x), the activation first and the add after it.
+A network's NCHW input is converted by a oneDNN reorder made once (5x faster than torch's
+`contiguous` on a 3-channel image). `benchmarks/onednn_conv_probe.py` measures the kernel
+against the `onednn` one.
+
+A bf16 layer (the weight is bf16: `quantize_bf16`) runs in bf16 end to end: source, weight and
+destination bf16, the bias in its own type (bf16 or float32), the add operand of the
+destination's type; oneDNN accumulates in float32 and applies the post-ops before rounding to
+bf16 once. It takes oneDNN's native kernels (`brgconv_1x1` / `brdgmm_dw` / `jit_bf16` on
+`avx512_core_bf16`, or AMX) with the weight packed once in bf16, and only on a CPU with bf16
+instructions (`supports`): elsewhere oneDNN would run a slow reference kernel.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from typing import Protocol
 
 import torch
 
+from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16
 from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_BIAS,
     ARG_DST,
@@ -31,6 +42,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_SRC,
     ARG_SRC_1,
     ARG_WEIGHTS,
+    BF16,
     BINARY_ADD,
     CONVOLUTION_DIRECT,
     ELTWISE_CLIP,
@@ -77,6 +89,7 @@ class ConvPlan(Protocol):
     unary: str
     scalars: list[float]
     in_place: bool
+    add_after: bool
 
 
 def geometry(plan: ConvPlan) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -104,6 +117,7 @@ class Primitive:
         self, rt: Runtime, plan: ConvPlan, other: bool, share: Primitive | None = None
     ) -> None:
         self.rt, lib = rt, rt.lib
+        self.dtype = plan.weight.dtype  # float32, or bfloat16 for src, weights and dst
         self._mds: list[c_void_p] = []
         self._mems: list[c_void_p] = []
         self.pd = self.prim = None
@@ -111,7 +125,9 @@ class Primitive:
         src_md, dst_md = self._md(self.x_lens, TAG_NHWC), self._md(self.out_lens, TAG_NHWC)
         self.src_md, self.to_nhwc = src_md, None
         w_dims, w_tag = _weight_dims(plan)
-        bias_md = None if plan.bias is None else self._md([self.out_lens[1]], TAG_A)
+        bias_md = None
+        if plan.bias is not None:  # bf16 layers take their bias in float32 or bf16
+            bias_md = self._md([self.out_lens[1]], TAG_A, plan.bias.dtype)
         attr, post_ops = self._attributes(plan, other, dst_md)
         self.pd = c_void_p()
         dil = [d - 1 for d in plan.dilation]  # oneDNN counts the gaps
@@ -142,9 +158,9 @@ class Primitive:
         if share is not None and lib.dnnl_memory_desc_equal(w_md, share.w_md):
             self.weight = share.weight  # another thread count, the same packed layout
         else:
-            plain = plan.weight.to(torch.float32).contiguous()
+            plain = plan.weight.contiguous()
             self.weight = rt.reorder(plain, self._md(w_dims, w_tag), w_md)
-        self.bias = None if plan.bias is None else plan.bias.to(torch.float32).contiguous()
+        self.bias = None if plan.bias is None else plan.bias.contiguous()
         scratch_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_SCRATCHPAD_MD, 0)
         size = lib.dnnl_memory_desc_get_size(scratch_md)
         self.scratch = torch.empty(max(size, 1), dtype=torch.uint8)
@@ -158,7 +174,9 @@ class Primitive:
         self.other = None
         if other and not plan.in_place:
             self.other = self._memory(dst_md, None)
-            args.append((post_op_arg(0, ARG_SRC_1), self.other))
+            position = 1 if plan.add_after and plan.unary != "none" else 0  # in the chain
+            args.append((post_op_arg(position, ARG_SRC_1), self.other))
+        self.addresses = [0, 0, 0]  # of src, dst, the add operand (see `point`)
         self.nargs = len(args)
         self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
 
@@ -167,12 +185,19 @@ class Primitive:
         (made at the first call): 29 us for a 1x3x224x224 image where torch takes 167 us."""
         if self.to_nhwc is None:
             self.to_nhwc = Reorder(self.rt, self._md(self.x_lens, TAG_NCHW), self.src_md)
-        y = torch.empty(self.x_lens, dtype=torch.float32, memory_format=torch.channels_last)
+        y = torch.empty(self.x_lens, dtype=self.dtype, memory_format=torch.channels_last)
         self.to_nhwc.run(x.data_ptr(), y.data_ptr())
         return y
 
-    def _md(self, dims: list[int], tag: int) -> c_void_p:
-        md = self.rt.desc(dims, F32, tag)
+    def point(self, mem: c_void_p, slot: int, address: int) -> None:
+        """Set memory object `mem`'s buffer to `address` unless it is there already (a run's
+        tensors often land where the last run's did; 0.4 us a call saved each time)."""
+        if self.addresses[slot] != address:
+            self.rt.lib.dnnl_memory_set_data_handle(mem, address)
+            self.addresses[slot] = address
+
+    def _md(self, dims: list[int], tag: int, dtype: torch.dtype | None = None) -> c_void_p:
+        md = self.rt.desc(dims, DTYPES[dtype or self.dtype], tag)
         self._mds.append(md)
         return md
 
@@ -192,24 +217,33 @@ class Primitive:
         check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
         check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_USER), "scratchpad")
         check(lib.dnnl_post_ops_create(byref(post_ops)), "post_ops_create")
-        if other and plan.in_place:
-            check(lib.dnnl_post_ops_append_sum(post_ops, 1.0, 0, 0), "post-op sum")
-        elif other:
-            check(lib.dnnl_post_ops_append_binary(post_ops, BINARY_ADD, dst_md), "post-op add")
-        if plan.unary != "none":
-            alg, alpha, beta = _eltwise(plan)
-            check(lib.dnnl_post_ops_append_eltwise(post_ops, alg, alpha, beta), plan.unary)
+        chain = ["add", "unary"] if not plan.add_after else ["unary", "add"]
+        for post_op in chain:
+            if post_op == "add" and other and plan.in_place:
+                check(lib.dnnl_post_ops_append_sum(post_ops, 1.0, 0, 0), "post-op sum")
+            elif post_op == "add" and other:
+                check(lib.dnnl_post_ops_append_binary(post_ops, BINARY_ADD, dst_md), "add")
+            elif post_op == "unary" and plan.unary != "none":
+                alg, alpha, beta = _eltwise(plan)
+                check(lib.dnnl_post_ops_append_eltwise(post_ops, alg, alpha, beta), plan.unary)
         check(lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "set_post_ops")
         return attr, post_ops
 
+
+#: the tensor types a primitive runs in (src, weights and dst alike), and oneDNN's names
+DTYPES = {torch.float32: F32, torch.bfloat16: BF16}
 
 #: the activations a primitive fuses (torch's post-op names), and oneDNN's algorithm for each
 UNARY = {"relu": ELTWISE_RELU, "hardtanh": ELTWISE_CLIP, "swish": ELTWISE_SWISH}
 
 
 def supports(plan: ConvPlan) -> bool:
-    """Whether a primitive here can run `plan` with its whole epilogue."""
-    return plan.weight.dtype == torch.float32 and (plan.unary == "none" or plan.unary in UNARY)
+    """Whether a primitive here can run `plan` with its whole epilogue: float32, or bf16 on a
+    CPU with bf16 instructions."""
+    dtype_ok = plan.weight.dtype == torch.float32 or (
+        plan.weight.dtype == torch.bfloat16 and cpu_has_bf16()
+    )
+    return dtype_ok and (plan.unary == "none" or plan.unary in UNARY)
 
 
 def _eltwise(plan: ConvPlan) -> tuple[int, float, float]:
@@ -235,10 +269,13 @@ def available() -> bool:
     return runtime() is not None
 
 
-def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[], Tensor]:
+def build(
+    plan: ConvPlan, get_x: Getter, get_other: Getter | None, out: Tensor | None = None
+) -> Callable[[], Tensor]:
     """A closure running `plan` on `get_x()` (and the add operand `get_other()`) through a
     primitive made now; it returns a new channels-last tensor (or, `plan.in_place`, the add
-    operand with the result written over it).
+    operand with the result written over it; or `out`, a channels-last tensor of the result's
+    lens and type, such as its arena slot, written every call: no allocation, no copy).
 
     oneDNN fixes a primitive's thread count when it is made (its kernels split the work for
     that many threads and start a team that size), so a primitive is made for each thread
@@ -262,12 +299,11 @@ def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[
         return prim
 
     primitive()
-    set_handle, execute, stream = (
-        rt.lib.dnnl_memory_set_data_handle,
-        rt.lib.dnnl_primitive_execute,
-        rt.stream,
-    )
-    cl, out_lens = torch.channels_last, made[threads()].out_lens
+    execute, stream = rt.lib.dnnl_primitive_execute, rt.stream
+    cl, out_lens, dtype = torch.channels_last, made[threads()].out_lens, plan.weight.dtype
+    if out is not None and not _fits(out, out_lens, dtype):
+        raise OneDnnError(f"output buffer {list(out.shape)} {out.dtype}: expected a "
+                          f"channels-last {out_lens} {dtype}")  # fmt: skip
 
     def channels_last(get: Getter) -> Tensor:
         t = get()
@@ -277,9 +313,13 @@ def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[
         x = get_x()
         if x.is_contiguous(memory_format=cl):
             return x
-        if x.is_contiguous() and x.dtype == torch.float32 and list(x.shape) == p.x_lens:
+        if x.is_contiguous() and list(x.shape) == p.x_lens:
             return p.channels_last(x)  # a network's NCHW input
         return x.contiguous(memory_format=cl)
+
+    n_, c_, h_, w_ = out_lens
+    strides = (c_ * h_ * w_, 1, w_ * c_, c_)  # channels-last: `empty_strided` is 0.6 us faster
+    empty = torch.empty_strided
 
     def run() -> Tensor:
         p = primitive()
@@ -287,17 +327,26 @@ def build(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[
         if plan.in_place and other:  # oneDNN's sum: the result lands in the add operand
             y = channels_last(get_other)
         else:
-            y = torch.empty(out_lens, dtype=torch.float32, memory_format=cl)
-            if other:
+            y = out if out is not None else empty(out_lens, strides, dtype=dtype)
+            if other:  # (`o` holds a converted operand until the primitive has read it)
                 o = channels_last(get_other)
-                set_handle(p.other, o.data_ptr())
-        set_handle(p.src, x.data_ptr())
-        set_handle(p.dst, y.data_ptr())
+                p.point(p.other, 2, o.data_ptr())
+        p.point(p.src, 0, x.data_ptr())
+        p.point(p.dst, 1, y.data_ptr())
         check(execute(p.prim, stream, p.nargs, p.args), "convolution execute")
         return y
 
     run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
     return run
+
+
+def _fits(t: Tensor, lens: list[int], dtype: torch.dtype) -> bool:
+    """`t` is a dense channels-last tensor of `lens` and `dtype`."""
+    return (
+        list(t.shape) == lens
+        and t.dtype == dtype
+        and t.is_contiguous(memory_format=torch.channels_last)
+    )
 
 
 __all__ = ["UNARY", "Primitive", "available", "build", "geometry", "supports"]

@@ -95,10 +95,14 @@ def test_conv_kernel_matches_torch(dtype, c, kernel, stride, pad, dilation, layo
     )
 
 
-@pytest.mark.parametrize("qtype", ["int8", "fp8"])
-def test_epilogue_quantises_to_int8_or_fp8(qtype: str) -> None:
+@pytest.mark.parametrize("qtype", ["int8", "fp8", "fp8-cast"])
+def test_epilogue_quantises_to_int8_or_fp8(qtype: str, monkeypatch) -> None:
     """bias + ReLU, then the quantise of the result in the same kernel: the bytes equal the
-    standalone quantise kernels' on the stored float value."""
+    standalone quantise kernels' on the stored float value, and (fp8) the values torch's
+    cast gives (round half to even); `fp8-cast` with the hardware conversion where the GPU
+    has one (`qk.fp8_cast`)."""
+    if qtype == "fp8-cast":
+        monkeypatch.setenv(qk.FP8_CAST_ENV, "1")
     n, c, h, w, c_out = 1, 64, 5, 5, 48
     x, weight = _operands(F8, n, c, h, w, c_out, 3)
     x_cl = x.contiguous(memory_format=torch.channels_last).to(DEVICE)
@@ -116,6 +120,8 @@ def test_epilogue_quantises_to_int8_or_fp8(qtype: str) -> None:
         qk.quantise_int8(out, qs, want)
     else:
         qk.quantise_fp8(out, qs, want.view(F8))
+        cast = (out.float() / qs).clamp(-448, 448).to(F8).float()
+        np.testing.assert_array_equal(q.view(F8).float().cpu().numpy(), cast.cpu().numpy())
     assert (out >= 0).all()
     np.testing.assert_array_equal(q.cpu().numpy(), want.cpu().numpy())
 
@@ -239,15 +245,18 @@ def _ref_and_gpu(ref: pygraphx.Program, gpu: pygraphx.Program, feeds) -> tuple:
     return want, got
 
 
-def _spy_epilogues(monkeypatch) -> list[tuple]:
-    """(operand dtype, epilogue ops..., quantised type or "-") of every `qck.conv` call."""
+def _spy_epilogues(monkeypatch, outs: list | None = None) -> list[tuple]:
+    """(operand dtype, epilogue ops..., quantised type or "-") of every `qck.conv` call (and
+    into `outs`: (its ops, its float output's dtype))."""
     seen: list[tuple] = []
     real = qck.conv
 
-    def spy(x, wt, scale, out, geometry, epilogue=None, residual=None, qout=None):
+    def spy(x, wt, scale, out, geometry, epilogue=None, residual=None, qout=None, **rows):
         ops = () if epilogue is None else tuple(epilogue.ops)
         seen.append((str(x.dtype), *ops, "-" if qout is None else str(qout.dtype)))
-        return real(x, wt, scale, out, geometry, epilogue, residual, qout)
+        if outs is not None:
+            outs.append((ops, out.dtype))
+        return real(x, wt, scale, out, geometry, epilogue, residual, qout, **rows)
 
     monkeypatch.setattr(qck, "conv", spy)
     return seen
@@ -319,12 +328,15 @@ def test_two_convolutions_meet_in_one_epilogue(kind: str, fp16: bool, monkeypatc
     """Where a block's shortcut convolution and its last convolution are added (bias each,
     then ReLU), the second runs with the first's dequantise and bias, the add, the ReLU and
     the next quantise as its epilogue ("residual_affine"): no separate group or quantise;
-    the numbers are the `ref` target's on the same program."""
+    the numbers are the `ref` target's on the same program. The shortcut writes its
+    dequantised value in the program's type (fp8: its float32 sums scaled in its kernel,
+    `EpiloguePlan.use_prescale`, as the group rounds them)."""
     from pygraphx.passes.fold_fp8 import fold_fp8
 
     monkeypatch.setenv("PGX_GPU_INT8_GEMM", "triton")
     monkeypatch.setenv(FP8_CONV_ENV, "triton")
-    seen = _spy_epilogues(monkeypatch)
+    outs: list = []
+    seen = _spy_epilogues(monkeypatch, outs)
     model, feeds = downsample_block_model()
     ref, gpu = _quantised(model, feeds, kind, fp16), _quantised(model, feeds, kind, fp16)
     if kind == "fp8":
@@ -334,5 +346,7 @@ def test_two_convolutions_meet_in_one_epilogue(kind: str, fp16: bool, monkeypatc
     assert ("bias", "residual_affine", "relu", qtype) in {s[1:] for s in seen}, seen
     names = [i.op.name for i in gpu.get_main_module().instructions]
     assert names.count("quant_convolution") == 3, names
+    shortcut = torch.float16 if fp16 else torch.float32
+    assert outs[0] == ((), shortcut), outs  # the shortcut runs first
     rtol = 2e-3 if fp16 else 1e-5
     np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
