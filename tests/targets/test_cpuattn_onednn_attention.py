@@ -62,7 +62,7 @@ def masks(b: int, h: int, s: int) -> dict:
         "none": None,
         "padding_view": pad.expand(b, h, s, s),
         "bf16": pad.bfloat16(),
-        "causal": causal.view(1, 1, s, s),
+        "causal": causal.view(1, 1, s, s),  # (b > 1: broadcast to the scores, copied)
         "bias_strided": torch.randn(1, h, s, s).transpose(-1, -2),  # copied to a dense one
     }
 
@@ -79,6 +79,8 @@ def test_block_matches_float64_and_the_torch_route(form: str, shape: tuple) -> N
     table: dict = {}
     got = onednn_attention.attend(scale, table, torch_route)(q, kt, v, mask)
     assert primitives(table) == 1, "the primitives ran (no fallback)"
+    (plan,) = table[onednn_attention.PLANS].values()
+    assert not any(impl.startswith("ref") for impl in plan.prims.impls), plan.prims.impls
     assert got.dtype == torch.bfloat16 and tuple(got.shape) == (b, h, s, d)
     want = oracle(q, kt, v, mask, scale)
     err, torch_err = rel_rms(got, want), rel_rms(torch_route(q, kt, v, mask), want)
@@ -171,3 +173,21 @@ def test_bf16_program_attention_runs_on_onednn(name: str) -> None:
         errors[on] = max(rel_rms_np(g, w) for g, w in zip(got, want, strict=True))
     assert 1e-5 < errors[True] < 3e-2 and 1e-5 < errors[False] < 3e-2
     assert errors[True] <= 1.2 * errors[False]
+
+
+def test_a_refused_plan_goes_to_the_fallback_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refuse(*args, **kwargs):
+        raise onednn_attention.OneDnnError("no fast matmul")
+
+    monkeypatch.setattr(onednn_attention, "Plan", refuse)
+    q, kt, v = qkv_views(1, 2, 8, 4)
+    table: dict = {}
+    run = onednn_attention.attend(0.5, table, attention._bf16_attention(0.5))
+    with caplog.at_level("WARNING", logger="pygraphx.cpu"):
+        got = run(q, kt, v, None)
+        run(q, kt, v, None)
+    assert [r.getMessage() for r in caplog.records if "instead of oneDNN" in r.getMessage()]
+    assert len(caplog.records) == 1  # once per signature
+    assert rel_rms(got, oracle(q, kt, v, None, 0.5)) < BF16_RMS

@@ -26,6 +26,7 @@ go to the caller's fallback, torch's route.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from ctypes import POINTER, Array, byref, c_float, c_int, c_void_p
 
@@ -42,6 +43,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     FORWARD_INFERENCE,
     Dims,
     ExecArg,
+    OneDnnError,
     Runtime,
     check,
     post_op_arg,
@@ -49,6 +51,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     runtime,
 )
 
+log = logging.getLogger("pygraphx.cpu")
 Tensor = torch.Tensor
 #: oneDNN 3.x's `dnnl_eltwise_linear` (alpha * x + beta) and `dnnl_softmax_accurate`
 ELTWISE_LINEAR = 0x26
@@ -283,16 +286,45 @@ def compact(mask: Tensor, ndim: int) -> Tensor:
     return cut.view((1,) * (ndim - cut.dim()) + tuple(cut.shape))
 
 
+def _expand(mask: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """`mask` broadcast to the scores' whole `shape` (a view)."""
+    return mask.expand(shape)
+
+
+def _reference(prims: Primitives) -> bool:
+    """oneDNN took its reference implementation for a primitive (orders of magnitude slower)."""
+    return any(impl.startswith("ref") for impl in prims.impls)
+
+
 class Plan:
     """How a block runs for one signature of its operands (shapes, strides, types, threads):
-    the primitives (shared by every plan of their layouts) and the operands' copies."""
+    the primitives (shared by every plan of their layouts) and the operands' copies.
+
+    The mask is read at its compact size (`compact`) where oneDNN's fast matmul broadcasts it
+    (one mask per batch entry, per query row or per head-free (s, t) block of a batch entry),
+    else broadcast to the scores' whole shape and copied, once per call, into a dense buffer (a
+    (s, t) mask shared by a batch of several: oneDNN would run its reference matmul). Operands
+    that still get the reference matmul raise `OneDnnError`."""
 
     def __init__(self, rt: Runtime, table: dict, scale: float, operands: tuple) -> None:
         q, kt, v, mask = operands
         self.q, self.v = Operand(q), Operand(v)
         self.kt = Operand(kt, transposed=kt.stride()[-2] == 1)
         self.ndim = q.dim()
-        self.mask = None if mask is None else Operand(compact(mask, self.ndim))
+        scores = (*q.shape[:-1], kt.shape[-1])
+        self.shape_mask: Callable[[Tensor], Tensor] = lambda m: compact(m, self.ndim)
+        self.prims = self._primitives(rt, table, scale, (q, mask))
+        if mask is not None and _reference(self.prims):
+            table.pop(self.key)
+            self.shape_mask = lambda m: _expand(m, scores)
+            self.prims = self._primitives(rt, table, scale, (q, mask))
+        if _reference(self.prims):
+            table.pop(self.key)
+            raise OneDnnError(f"attention {list(scores)}: oneDNN offers its reference matmul only")
+
+    def _primitives(self, rt: Runtime, table: dict, scale: float, qm: tuple) -> Primitives:
+        q, mask = qm
+        self.mask = None if mask is None else Operand(self.shape_mask(mask))
         layouts = (self.q.layout, self.kt.layout, self.v.layout)
         key = (
             (*layouts, None if self.mask is None else self.mask.layout),
@@ -302,14 +334,15 @@ class Plan:
         )
         if key not in table:
             table[key] = Primitives(rt, key)
-        self.prims = table[key]
+        self.key = key
+        return table[key]
 
     def run(self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """The block's output (a new tensor)."""
         m = None
         if self.mask is not None and mask is not None:  # a compact view starts where it does
             dense = self.mask.buffer is None
-            m = mask.data_ptr() if dense else self.mask.address(compact(mask, self.ndim))
+            m = mask.data_ptr() if dense else self.mask.address(self.shape_mask(mask))
         return self.prims.run(self.q.address(q), self.kt.address(kt), self.v.address(v), m)
 
 
@@ -319,6 +352,20 @@ Attend = Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]
 def _signature(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> tuple:
     ops = (q, kt, v) if mask is None else (q, kt, v, mask)
     return (*((t.shape, t.stride(), t.dtype) for t in ops), torch.get_num_threads())
+
+
+def _plan(rt: Runtime, table: dict, scale: float, operands: tuple) -> Plan | None:
+    """The plan for these operands, or None (the fallback runs them: said once per signature
+    oneDNN refused, on the `pygraphx.cpu` logger at WARNING)."""
+    if not _supported(*operands):
+        return None
+    try:
+        return Plan(rt, table, scale, operands)
+    except OneDnnError as exc:
+        shapes = [tuple(t.shape) for t in operands if t is not None]
+        log.warning("cpu attention %s: torch's matmul / softmax / matmul instead of oneDNN (%s)",
+                    shapes, exc)  # fmt: skip
+        return None
 
 
 def attend(scale: float, table: dict, fallback: Attend) -> Attend:
@@ -335,8 +382,7 @@ def attend(scale: float, table: dict, fallback: Attend) -> Attend:
         sig = (_signature(q, kt, v, mask), scale)
         plan = plans.get(sig, False)
         if plan is False:
-            ok = _supported(q, kt, v, mask)
-            plan = plans[sig] = Plan(rt, table, scale, (q, kt, v, mask)) if ok else None
+            plan = plans[sig] = _plan(rt, table, scale, (q, kt, v, mask))
         if plan is None:
             return fallback(q, kt, v, mask)
         return plan.run(q, kt, v, mask)
