@@ -82,6 +82,7 @@ def test_block_matches_float64_and_the_torch_route(form: str, shape: tuple) -> N
     (plan,) = table[onednn_attention.PLANS].values()
     assert not any(impl.startswith("ref") for impl in plan.prims.impls), plan.prims.impls
     assert got.dtype == torch.bfloat16 and tuple(got.shape) == (b, h, s, d)
+    assert got.transpose(1, 2).is_contiguous()  # laid out (b, s, h, d): the model's next view
     want = oracle(q, kt, v, mask, scale)
     err, torch_err = rel_rms(got, want), rel_rms(torch_route(q, kt, v, mask), want)
     assert 0 < err < BF16_RMS

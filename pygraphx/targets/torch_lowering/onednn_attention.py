@@ -93,6 +93,17 @@ def dense_strides(dims: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _token_major(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides of a (..., heads, s, d) output laid out as (..., s, heads, d): the layout the
+    model's next steps (transpose to (..., s, heads, d), reshape to (..., s, heads * d)) then
+    only view, where a dense output is copied by that reshape (BERT-base at batch 8: 12 copies
+    of 1.5 MB a run). Dense strides for fewer than four axes."""
+    if len(dims) < 4:
+        return dense_strides(dims)
+    swapped = dense_strides((*dims[:-3], dims[-2], dims[-3], dims[-1]))
+    return (*swapped[:-3], swapped[-2], swapped[-3], swapped[-1])
+
+
 class Descs:
     """Memory descriptors made through one `Runtime` and destroyed with this object."""
 
@@ -129,7 +140,7 @@ class Primitives:
         kind = DTYPES[dtype]
         scores = (*q[0][:-1], kt[0][-1])
         out = (*q[0][:-1], v[0][-1])
-        self.out_shape = out
+        self.out_shape, self.out_strides = out, _token_major(out)
         self.scores = torch.empty(scores, dtype=torch.float32)
         self.probs = torch.empty(scores, dtype=dtype)
         s_md, p_md = self._md(scores, kind=F32), self._md(scores, kind=kind)
@@ -138,7 +149,7 @@ class Primitives:
             self._md(*kt, kind=kind),
             self._md(*v, kind=kind),
         )
-        o_md = self._md(out, kind=kind)
+        o_md = self._md(out, self.out_strides, kind=kind)
         mask_md = None if mask is None else self._md(*mask, kind=DTYPES[mask_dtype])
         mm1 = self._matmul(q_md, kt_md, s_md, scale, mask_md)
         soft = self._softmax(s_md, p_md, len(scores) - 1)
@@ -214,7 +225,7 @@ class Primitives:
             lib.dnnl_primitive_execute,
             self.rt.stream,
         )
-        out = torch.empty(self.out_shape, dtype=self.probs.dtype)
+        out = torch.empty_strided(self.out_shape, self.out_strides, dtype=self.probs.dtype)
         set_handle(self.q, q)
         set_handle(self.kt, kt)
         set_handle(self.v, v)
