@@ -15,8 +15,11 @@ weights went through the caches since), and there `addmm` (MKL's matrix-vector k
 the plain weight row by row) is the fastest: MobileNetV2's 1280 x 1000 classifier at batch 1,
 one thread, 0.27-0.33 ms in the model against oneDNN's 0.41 (ORT: 0.26); with the caches flushed
 before each call 0.34-0.38 against 0.45-0.51 for oneDNN (768 x 768: 0.19 against 0.30); warm,
-all three are within noise (0.11 ms). From two rows on oneDNN is first again (cold, four rows:
-0.54-0.58 ms against addmm's 0.63-0.66). `measure` measures warm, so it does not see this.
+all three are within noise (0.11 ms). A decoder's token steps are one-row products too:
+`benchmarks/generate_cpu_interleaved.py` (qwen2_small, batch 1) decoded 153-160 tokens/s at one
+thread against 120-128 with `PGX_CPU_GEMM=dnnl`, and 128 against 88 at two (a loaded machine).
+From two rows on oneDNN is first again (cold, four rows: 0.54-0.58 ms against addmm's
+0.63-0.66). `measure` measures warm, so it does not see this.
 
 `PGX_CPU_GEMM=measure` times every candidate at prepare on a random input of the real shape
 with the threads the run will use (one untimed warm-up, then the best of 2-5 calls, the kernels
