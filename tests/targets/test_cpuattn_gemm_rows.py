@@ -1,7 +1,7 @@
 """The kernel of a constant-weight float32 GEMM by its row count (`gemm_select.preferred`): a
-one-row product (a classifier at batch 1) runs on `addmm`, two rows and more on oneDNN, an
-epilogue keeps oneDNN, `PGX_CPU_GEMM` still forces a kernel; every result against numpy's
-float64 product."""
+one-row product (a classifier at batch 1, a decoder's token step) runs on `addmm` with its
+activation after it, two rows and more on oneDNN with the activation inside, `PGX_CPU_GEMM`
+still forces a kernel; every result against numpy's float64 product."""
 
 from __future__ import annotations
 
@@ -70,6 +70,8 @@ def test_env_still_forces_the_kernel_of_one_row(monkeypatch: pytest.MonkeyPatch)
 
 
 @needs_dnnl
-def test_one_row_product_with_an_activation_keeps_onednn() -> None:
-    """oneDNN is the one kernel that applies the GELU inside the GEMM."""
-    assert kernels(*linear(1, 96, 80, "Gelu")) == ["dnnl"]
+@pytest.mark.parametrize(("rows", "kernel"), [(1, "addmm"), (4, "dnnl")])
+def test_activation_inside_the_gemm_from_two_rows(rows: int, kernel: str) -> None:
+    """oneDNN applies the GELU inside the GEMM; a one-row product runs on `addmm` and the
+    GELU after it."""
+    assert kernels(*linear(rows, 96, 80, "Gelu")) == [kernel]

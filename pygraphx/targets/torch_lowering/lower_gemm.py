@@ -333,7 +333,7 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
             trace, result, bias = peeled[0], peeled[1], candidate
     produce = dot_producer(ctx, dot, bias)
     assert produce is not None
-    act = _activation(trace, result, k)
+    act = _activation(trace, result, k) if not _one_row(dot) else None
     if act is not None and dot_producer(ctx, dot, bias, act) is not None:
         produce = dot_producer(ctx, dot, bias, act)
         result = trace.inputs[k]  # the GEMM applies the whole group
@@ -457,6 +457,13 @@ def _activation(trace: Any, result: Any, k: int) -> str | None:
     (x, *rest) = node.args or [None]
     ok = not rest and getattr(x, "kind", None) == "in" and x.index == k
     return node.fn if ok and node.fn in DNNL_EPILOGUES else None
+
+
+def _one_row(dot: Instruction) -> bool:
+    """A float32 product of one row: its activation is applied after `addmm` (the faster kernel
+    there, see `gemm_select.preferred`) rather than inside oneDNN's GEMM."""
+    n = dot.shape.lens()[-1] if dot.shape.ndim() else 0
+    return dot.shape.type() == "float_type" and n > 0 and dot.shape.elements() == n
 
 
 def lower_dot_alone(ctx: LoweringContext, ins: Instruction) -> None:
