@@ -4,7 +4,7 @@
     python benchmarks/cpu_transformer_blocks.py --model gpt2 --batch 8 --runs 3
     python benchmarks/cpu_transformer_blocks.py --model gpt2 --batch 8 --keep-freed-memory
     python benchmarks/cpu_transformer_blocks.py --bf16                # against OpenVINO bf16
-    python benchmarks/cpu_transformer_blocks.py --bf16 --no-onednn-attention
+    python benchmarks/cpu_transformer_blocks.py --bf16 --compare-attention --runs 15
 
 One thread for both engines by default (ORT: `intra_op_num_threads=1`,
 `inter_op_num_threads=1`), each engine's run timed by process CPU time (user + system,
@@ -23,7 +23,8 @@ peer is OpenVINO at bf16 (`INFERENCE_PRECISION_HINT=bf16`, one stream, `INFERENC
 its per-node profile (`PERF_COUNT`, the fastest run of each node, scaled like ORT's) in blocks:
 FullyConnected is `gemm` / `lm_head`, a bf16 `Subgraph` (its fused attention) `attention`,
 MVN `layernorm`, Reorder / Transpose / Reshape / Split `views`. `--no-onednn-attention`
-compiles pygraphx with `onednn_attention=False` (torch's route for bf16 attention).
+compiles pygraphx with `onednn_attention=False` (torch's route for bf16 attention);
+`--compare-attention` runs both, alternating with the peer in one process.
 `--threads N` runs both engines on N threads (the CPU times then include the threads' waits).
 
 Block kinds: `gemm` (products with a fixed weight, with their bias and activation; ORT's Gemm,
@@ -228,6 +229,33 @@ def ort_engine(data: bytes, threads: int, runs: int, feeds: dict) -> tuple[Any, 
     return (lambda: sess.run(None, feeds)), ort_profile(data, feeds, runs, threads)
 
 
+def compile_pgx(data: bytes, args: argparse.Namespace, **settings: Any) -> pygraphx.Program:
+    prog = pygraphx.parse_onnx_buffer(data)
+    if args.bf16:
+        pygraphx.quantize_bf16(prog)
+    prog.compile(CpuTarget(threads=args.threads, **settings))
+    return prog
+
+
+def report(args: argparse.Namespace, total: dict, faults: dict, blocks: dict) -> None:
+    """The per-run CPU times and the blocks of every engine, the first one's differences to
+    the last's (the peer)."""
+    names = list(total)
+    first, peer = names[0], names[-1]
+    precision = "bf16" if args.bf16 else "float32"
+    times = ", ".join(f"{k} {total[k] * 1e3:.1f}" for k in names)
+    print(f"{args.model} batch {args.batch} {precision}, {args.threads} thread(s), CPU ms per "
+          f"run: {times} ({first}/{peer} {total[first] / total[peer]:.3f}x); minor page faults "
+          f"per run: " + ", ".join(f"{k} {faults[k]}" for k in names))  # fmt: skip
+    print(f"{'block':10s} " + " ".join(f"{k[:12]:>12s}" for k in names) + "     diff   (ms, "
+          "scaled to the run)")  # fmt: skip
+    scaled = {k: {b: v * total[k] / sum(blocks[k].values()) for b, v in blocks[k].items()}
+              for k in blocks}  # fmt: skip
+    for b in BLOCKS:
+        ms = [scaled[k].get(b, 0.0) * 1e3 for k in names]
+        print(f"{b:10s} " + " ".join(f"{m:12.2f}" for m in ms) + f" {ms[0] - ms[-1]:+8.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="bert_base", choices=["bert_base", "gpt2"])
@@ -236,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--bf16", action="store_true", help="pygraphx bf16 against OpenVINO bf16")
     ap.add_argument("--no-onednn-attention", action="store_true")
+    ap.add_argument("--compare-attention", action="store_true",
+                    help="also pygraphx with onednn_attention=False, alternating")  # fmt: skip
     ap.add_argument("--keep-freed-memory", action="store_true", help="see keep_freed_memory()")
     args = ap.parse_args(argv)
     if args.keep_freed_memory:
@@ -246,27 +276,17 @@ def main(argv: list[str] | None = None) -> int:
     model = get_model(args.model, batch=args.batch)
     feeds = model_inputs(args.model, model)
     data = model.SerializeToString()
-    prog = pygraphx.parse_onnx_buffer(data)
-    if args.bf16:
-        pygraphx.quantize_bf16(prog)
-    settings = {"onednn_attention": False} if args.no_onednn_attention else {}
-    prog.compile(CpuTarget(threads=args.threads, **settings))
+    off = {"onednn_attention": False}
+    progs = {"pygraphx": compile_pgx(data, args, **(off if args.no_onednn_attention else {}))}
+    if args.compare_attention:
+        progs["pgx_torch_attn"] = compile_pgx(data, args, **off)
     peer = "OpenVINO" if args.bf16 else "ORT"
     make = openvino_engine if args.bf16 else ort_engine
     run_peer, peer_blocks = make(model if args.bf16 else data, args.threads, args.runs, feeds)
-    total, faults = timed_runs({"pygraphx": lambda: prog.run(feeds), peer: run_peer}, args.runs)
-    blocks = {"pygraphx": pgx_profile(prog, feeds, args.runs), peer: peer_blocks}
-    precision = "bf16" if args.bf16 else "float32"
-    print(f"{args.model} batch {args.batch} {precision}, {args.threads} thread(s), CPU ms per "
-          f"run: pygraphx {total['pygraphx'] * 1e3:.1f}, {peer} {total[peer] * 1e3:.1f} "
-          f"({total['pygraphx'] / total[peer]:.3f}x); minor page faults per run: pygraphx "
-          f"{faults['pygraphx']}, {peer} {faults[peer]}")  # fmt: skip
-    print(f"{'block':10s} {'pygraphx':>9s} {peer:>9s} {'diff':>8s}   (ms, scaled to the run)")
-    scaled = {k: {b: v * total[k] / sum(blocks[k].values()) for b, v in blocks[k].items()}
-              for k in blocks}  # fmt: skip
-    for b in BLOCKS:
-        p, o = scaled["pygraphx"].get(b, 0.0) * 1e3, scaled[peer].get(b, 0.0) * 1e3
-        print(f"{b:10s} {p:9.2f} {o:9.2f} {p - o:+8.2f}")
+    engines = {k: (lambda p=p: p.run(feeds)) for k, p in progs.items()}
+    total, faults = timed_runs({**engines, peer: run_peer}, args.runs)
+    blocks = {k: pgx_profile(p, feeds, args.runs) for k, p in progs.items()}
+    report(args, total, faults, {**blocks, peer: peer_blocks})
     return 0
 
 
