@@ -192,3 +192,23 @@ def test_a_refused_plan_goes_to_the_fallback_and_says_so(
     assert [r.getMessage() for r in caplog.records if "instead of oneDNN" in r.getMessage()]
     assert len(caplog.records) == 1  # once per signature
     assert rel_rms(got, oracle(q, kt, v, None, 0.5)) < BF16_RMS
+
+
+def test_bf16_program_on_two_threads_makes_primitives_for_two(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A program compiled for two threads runs its blocks on primitives made for two (oneDNN
+    fixes a primitive's team at creation), with the same results as on one thread."""
+    from pygraphx.targets.cpu.threads import LOAD_ADAPT_ENV
+
+    monkeypatch.setenv(LOAD_ADAPT_ENV, "0")  # two threads even on a busy machine
+    model, feeds = small_model("bert")
+    outs = {}
+    for threads in (1, 2):
+        prog = compile_bf16(model, threads=threads, step_threads=False)
+        outs[threads] = [np.asarray(o) for o in prog.run(feeds)]
+        table = prog._executable.lowered.ctx.cache[attention.ONEDNN_TABLE]
+        counts = {key[-1] for key in table if key != onednn_attention.PLANS}
+        assert counts == {threads}
+    for a, b in zip(outs[1], outs[2], strict=True):
+        assert rel_rms_np(a, b) < 1e-2
