@@ -90,6 +90,15 @@ def test_block_matches_float64_and_the_torch_route(form: str, shape: tuple) -> N
     assert err <= 1.2 * torch_err
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.125])
+def test_scale_one_has_no_scale_post_op(scale: float) -> None:
+    """A unit scale adds no post-op: the mask is then the first one."""
+    q, kt, v = qkv_views(2, 2, 12, 8)
+    mask = masks(2, 2, 12)["padding_view"]
+    got = onednn_attention.attend(scale, {}, attention._bf16_attention(scale))(q, kt, v, mask)
+    assert rel_rms(got, oracle(q, kt, v, mask, scale)) < BF16_RMS
+
+
 def test_primitives_are_shared_by_blocks_and_made_per_thread_count() -> None:
     q, kt, v = qkv_views(1, 2, 16, 8)
     q2, kt2, v2 = qkv_views(1, 2, 16, 8, seed=3)

@@ -161,7 +161,8 @@ class Primitives:
         self.mask = None if mask_md is None else self._memory(mask_md)
         first = [(ARG_SRC, self.q), (ARG_WEIGHTS, self.kt), (ARG_DST, s_mem)]
         if self.mask is not None:
-            first.append((post_op_arg(1, ARG_SRC_1), self.mask))
+            mask_op = 1 if scale != 1.0 else 0  # the binary add follows the scale's post-op
+            first.append((post_op_arg(mask_op, ARG_SRC_1), self.mask))
         self.steps = [
             (mm1, _args(first)),
             (soft, _args([(ARG_SRC, s_mem), (ARG_DST, p_mem)])),
@@ -185,7 +186,7 @@ class Primitives:
         check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
         check(lib.dnnl_post_ops_create(byref(post_ops)), "post_ops_create")
         try:
-            if scale != 1.0 or mask is not None:
+            if scale != 1.0:  # before the mask, as the block computes it
                 linear = lib.dnnl_post_ops_append_eltwise(
                     post_ops, ELTWISE_LINEAR, c_float(scale), c_float(0.0)
                 )
