@@ -9,8 +9,9 @@
 # Runs: both at 16 threads on the four built-in models at batch 1 and 8 (ORT and pygraphx in
 # their own blocks of runs, process CPU time per run in the JSON); both on 2 cores
 # (`taskset -c 0-1`, 2 threads, batch 1); the OS threads each run starts (GNU OpenMP's team
-# churn, `cpu_threads_probe.py --churn`); and "after" at GOMP_SPINCOUNT 100 and 10000 at batch 1
-# (pygraphx's default is `targets/cpu/__init__.py`'s SPINCOUNT). About 4 minutes on 16 cores.
+# churn, `cpu_threads_probe.py --churn`); and "after" at GOMP_SPINCOUNT 1000 and 30000 at batch 1
+# (pygraphx's default is `targets/cpu/__init__.py`'s spincount(): 10000 on 8+ cores). About 4
+# minutes on 16 cores.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BASE=$(cd "$1" && pwd)
@@ -39,7 +40,7 @@ echo "## OS threads started per run, before"
 (cd "$BASE" && PYTHONPATH=$BASE python benchmarks/cpu_threads_probe_after.py "${CHURN[@]}")
 echo "## OS threads started per run, after"
 (cd "$ROOT" && PYTHONPATH=$ROOT python benchmarks/cpu_threads_probe.py "${CHURN[@]}")
-for spin in 100 10000; do
+for spin in 1000 30000; do
   echo "## after, 16 threads, GOMP_SPINCOUNT=$spin"
   GOMP_SPINCOUNT=$spin peers "$ROOT" "$OUT/after_t16_spin$spin.json" --threads 16 --batches 1 \
     --models mobilenetv2 bert_base "${COMMON[@]}"

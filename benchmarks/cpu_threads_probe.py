@@ -15,7 +15,8 @@ Each configuration is compiled once and timed in its own block (warm-up, then ru
 the OS threads a run starts (GNU OpenMP ends and restarts workers when the team size changes).
 
 `--ab` instead compares the policy on and off (and ORT) at each count in one process, their
-blocks alternating for `--rounds` rounds (so a neighbour's load falls on both alike): per
+blocks alternating for `--rounds` rounds, the order turned by one each round (so a
+neighbour's load, or the spinning pool of the engine before, falls on all alike): per
 engine the median of its blocks' median latencies and of their CPU time per run, and in how many
 rounds the policy-on block was faster than the policy-off one.
 
@@ -119,8 +120,12 @@ def alternating(args: argparse.Namespace) -> list[dict[str, Any]]:
                 engines["ort"] = make_ort(model, n)[0]
             blocks: dict[str, list[tuple[float, float]]] = {k: [] for k in engines}
             used = set()
-            for _ in range(args.rounds):
-                for engine, fn in engines.items():
+            names = list(engines)
+            for r in range(args.rounds):
+                # the order turns each round: a block right after ORT's carries the CPU time of
+                # ORT's still-spinning pool (16-core host: 1.4-1.8x ORT's against 1.2x)
+                for engine in names[r % len(names) :] + names[: r % len(names)]:
+                    fn = engines[engine]
                     ms, cpu_ms, _ = time_block(fn, feeds, args.warmup, args.seconds, args.max_runs)
                     blocks[engine].append((ms, cpu_ms))
                     if engine in progs:  # the threads the last run took (load adaptation)

@@ -63,12 +63,17 @@ def _plan(
 
 
 def _oracle(plan: ConvPlan, x: torch.Tensor, other: torch.Tensor | None) -> torch.Tensor:
-    """torch's NCHW convolution and the epilogue, step by step."""
+    """torch's NCHW convolution and the epilogue, step by step, in x's type (the weight, bias
+    and add operand are converted to it: float64 for bf16 layers); `plan.add_after`: the add
+    operand after the activation."""
     x = x.contiguous()
     if plan.pre_pad is not None:
         x = F.pad(x, plan.pre_pad)
-    y = F.conv2d(x, plan.weight, plan.bias, plan.stride, plan.padding, plan.dilation, plan.groups)
-    if other is not None:
+    bias = None if plan.bias is None else plan.bias.to(x.dtype)
+    w = plan.weight.to(x.dtype)
+    y = F.conv2d(x, w, bias, plan.stride, plan.padding, plan.dilation, plan.groups)
+    other = None if other is None else other.to(x.dtype)
+    if other is not None and not plan.add_after:
         y = y + other
     if plan.unary == "relu":
         y = F.relu(y)
@@ -76,7 +81,7 @@ def _oracle(plan: ConvPlan, x: torch.Tensor, other: torch.Tensor | None) -> torc
         y = y.clamp(*plan.scalars)
     elif plan.unary == "swish":
         y = F.silu(y)
-    return y
+    return y + other if other is not None and plan.add_after else y
 
 
 LAYERS = {

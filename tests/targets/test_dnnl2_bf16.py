@@ -10,13 +10,13 @@ accumulation. A whole bf16 network (`quantize_bf16`) runs every convolution on `
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-import torch.nn.functional as F  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
@@ -27,7 +27,7 @@ from pygraphx.targets.torch_lowering.conv_kernels import (  # noqa: E402
     kernels_for,
 )
 from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16  # noqa: E402
-from tests.targets.test_cpu_onednn_conv import LAYERS, UNARY, _plan  # noqa: E402
+from tests.targets.test_cpu_onednn_conv import LAYERS, UNARY, _oracle, _plan  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not (onednn_conv.available() and cpu_has_bf16()),
@@ -35,6 +35,14 @@ pytestmark = pytest.mark.skipif(
 )
 CL = torch.channels_last
 BF = torch.bfloat16
+
+
+def _cpu_flags() -> str:
+    """The processor's feature flags (Linux; '' elsewhere)."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
 
 
 def _bf16_plan(x_lens: list[int], w_lens: list[int], **kw: object) -> ConvPlan:
@@ -46,22 +54,7 @@ def _bf16_plan(x_lens: list[int], w_lens: list[int], **kw: object) -> ConvPlan:
 
 def _oracle64(plan: ConvPlan, x: torch.Tensor, other: torch.Tensor | None) -> torch.Tensor:
     """The float64 convolution of the bf16 values, and its epilogue in float64."""
-    x = x.double().contiguous()
-    if plan.pre_pad is not None:
-        x = F.pad(x, plan.pre_pad)
-    bias = None if plan.bias is None else plan.bias.double()
-    y = F.conv2d(
-        x, plan.weight.double(), bias, plan.stride, plan.padding, plan.dilation, plan.groups
-    )
-    if other is not None:
-        y = y + other.double()
-    if plan.unary == "relu":
-        y = F.relu(y)
-    elif plan.unary == "hardtanh":
-        y = y.clamp(*plan.scalars)
-    elif plan.unary == "swish":
-        y = F.silu(y)
-    return y
+    return _oracle(plan, x.double(), other)
 
 
 def _assert_bf16_rounding(got: torch.Tensor, want: torch.Tensor) -> None:
@@ -90,7 +83,11 @@ def test_bf16_layer_matches_float64(layer: str, unary: str, nchw: bool) -> None:
     )
     _assert_bf16_rounding(got, _oracle64(plan, x, None))
     (prim,) = run.primitives.values()
-    assert "bf16" in prim.impl, prim.impl  # oneDNN's native bf16 kernel, not a reference one
+    # a JIT kernel, not oneDNN's reference one (`..._bf16` where the CPU has avx512_bf16 / AMX;
+    # oneDNN emulates bf16 on a plain avx512_core, which torch also counts as bf16-capable)
+    assert not prim.impl.startswith("ref") and ":" in prim.impl, prim.impl
+    if "avx512_bf16" in _cpu_flags() or "amx_bf16" in _cpu_flags():
+        assert "bf16" in prim.impl, prim.impl
 
 
 def test_bf16_float32_bias() -> None:
@@ -189,3 +186,23 @@ def test_bf16_network_on_each_kernel(kernel: str, caplog: pytest.LogCaptureFixtu
     got = np.asarray(prog.run(feeds)[0], np.float64)
     err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
     assert 1e-5 < err < 2e-2, err
+
+
+def test_reference_kernel_is_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where oneDNN has no JIT kernel for a layer (a processor torch counts as bf16-capable
+    that oneDNN 3.2 does not), the slow reference kernel is said once, not run silently."""
+    from pygraphx.targets.torch_lowering import onednn_capi
+
+    monkeypatch.setattr(onednn_capi.Runtime, "impl_name", lambda self, pd: "ref:any")
+    monkeypatch.setattr(onednn_conv, "_SAID", set())
+    plan = _bf16_plan([1, 8, 6, 6], [8, 8, 1, 1])
+    x = torch.randn(1, 8, 6, 6).to(BF).contiguous(memory_format=CL)
+    with caplog.at_level(logging.WARNING, logger="pygraphx.cpu"):
+        for _ in range(2):
+            _assert_bf16_rounding(
+                build_kernel(plan, "dnnl", lambda: x, None)(), _oracle64(plan, x, None)
+            )
+    said = [r.getMessage() for r in caplog.records if "reference kernel" in r.getMessage()]
+    assert len(said) == 1 and "[1, 8, 6, 6]" in said[0], said

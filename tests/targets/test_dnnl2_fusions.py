@@ -16,7 +16,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import torch.nn.functional as F  # noqa: E402
 from onnx import helper  # noqa: E402
 
 import pygraphx  # noqa: E402
@@ -28,7 +27,7 @@ from pygraphx.targets.torch_lowering.conv_kernels import (  # noqa: E402
     kernels_for,
 )
 from tests.helpers import make_model, run_ort  # noqa: E402
-from tests.targets.test_cpu_onednn_conv import _plan  # noqa: E402
+from tests.targets.test_cpu_onednn_conv import _oracle, _plan  # noqa: E402
 
 needs_dnnl = pytest.mark.skipif(
     not onednn_conv.available(), reason="oneDNN's C API library (onednn-cpu-gomp) not installed"
@@ -37,20 +36,7 @@ CL = torch.channels_last
 
 
 def _oracle64(plan, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
-    x = x.double()
-    if plan.pre_pad is not None:
-        x = F.pad(x, plan.pre_pad)
-    bias = None if plan.bias is None else plan.bias.double()
-    y = F.conv2d(x, plan.weight.double(), bias, plan.stride, plan.padding, 1, plan.groups)
-    if not plan.add_after:
-        y = y + other.double()
-    y = {
-        "relu": F.relu,
-        "hardtanh": lambda t: t.clamp(*plan.scalars),
-        "swish": F.silu,
-        "none": lambda t: t,
-    }[plan.unary](y)
-    return y + other.double() if plan.add_after else y
+    return _oracle(plan, x.double(), other)
 
 
 def test_kernels_that_fuse_each_epilogue() -> None:

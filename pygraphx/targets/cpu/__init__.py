@@ -4,20 +4,37 @@ Importing this package does not import torch; `make_target()` does, and says how
 when it is missing.
 
 OpenMP threads: when torch is not imported yet and the user has set neither `OMP_WAIT_POLICY`
-nor `GOMP_SPINCOUNT`, `configure_openmp()` sets `GOMP_SPINCOUNT=SPINCOUNT`: an idle OpenMP
-worker spins that many rounds (a `pause` each, 40-140 cycles by processor: tens of
-microseconds) and then sleeps, instead of spinning for GNU OpenMP's default 300000 rounds
-(milliseconds). Why not less: a run's parallel regions (oneDNN convolutions, GEMMs, torch's
-kernels) are separated by the Python and dispatch time of the steps between them, 10-50 us;
-workers that fall asleep in those gaps must be woken by a system call at every region, and a
-team of 16 woken some 50 times per MobileNetV2 run costs milliseconds. Why not more: after a
-run, or between runs, workers that keep spinning burn the time slices that other work on the
-same cores needs (another thread pool, other processes), and every parallel region then waits
-for its own descheduled laggards. History: GNU OpenMP's default spun so long that on 2 cores
-shared with other work (load average 14) MobileNetV2 at batch 1 took 160-350 ms at spin 10000
-against 7.4-51 ms at spin 100; on such a machine `scheduling.load_threads` now runs on one
-thread, where no region starts at all. `benchmarks/cpu_threads_probe.py --spincounts 100 1000
-10000` compares settings on a host.
+nor `GOMP_SPINCOUNT`, `configure_openmp()` sets `GOMP_SPINCOUNT` to `spincount()`: an idle
+OpenMP worker spins that many rounds (a `pause` each, 40-140 cycles by processor) and then
+sleeps, instead of spinning for GNU OpenMP's default 300000 rounds (milliseconds). The count is
+`SPINCOUNT` (1000: tens of microseconds) where this process may use fewer than `MANY_CORES`
+physical cores (affinity and cgroup quota, `threads.BUDGET`), `SPINCOUNT_MANY` (10000: a few
+hundred microseconds) where it may use more.
+
+Why not less: a run's parallel regions (oneDNN convolutions, GEMMs, torch's kernels) are
+separated by the Python and dispatch time of the steps between them, 10-50 us; workers that
+fall asleep in those gaps must be woken by a system call at every region, and a team of 16
+woken some 50 times per MobileNetV2 run costs milliseconds. Why more on many cores: the same
+count bounds the wait at the barrier that ends a region, so in a long, unevenly split region (a
+transformer's or ResNet's GEMMs and convolutions on 16 threads) the threads that finish first,
+the calling thread among them, fall asleep and must be woken when the last one arrives; the
+gaps of view and copy steps between a transformer's GEMMs can outlast 1000 rounds too (both
+are the likely reasons, not measured apart). On the
+16-core Xeon host (H200 machine, torch 2.11, 2026-11-26, 16 threads, batch 1, processes at 1000
+and 10000 alternating, two each, `benchmarks/results/h200host16_s7_ab_log.txt`): BERT-base
+36.1 / 36.6 ms at 1000 against 29.4 / 30.3 at 10000 (ORT in the same processes 33.9 / 35.7 and
+33.6 / 31.7), ResNet-50 10.5 / 10.4 against 8.5 / 8.8 (ORT 9.9 / 9.7 and 8.7 / 9.1), MobileNetV2
+no change beyond ORT's own drift. The price is CPU time: per run 1.2x ORT's on MobileNetV2 in
+blocks after a pygraphx block (1.05-1.09x at 1000), but 1.4-1.8x in blocks right after ORT's,
+whose pool was still spinning (workers then spin out their rounds instead of sleeping; the
+latency did not change); BERT-base and ResNet-50 0.9-1.0x ORT's.
+Why not more, and why not on few cores: after a run, or between runs, workers that keep
+spinning burn the time slices that other work on the same cores needs (another thread pool,
+other processes), and every parallel region then waits for its own descheduled laggards.
+History: GNU OpenMP's default spun so long that on 2 cores shared with other work (load average
+14) MobileNetV2 at batch 1 took 160-350 ms at spin 10000 against 7.4-51 ms at spin 100; on such
+a machine `scheduling.load_threads` now runs on one thread, where no region starts at all.
+`benchmarks/cpu_threads_probe.py --spincounts 100 1000 10000` compares settings on a host.
 
 `import pygraphx` calls `configure_openmp()`, so the setting holds whenever pygraphx is imported
 before torch; when torch came first (GNU OpenMP reads the variable once, when it loads),
@@ -52,8 +69,22 @@ def make_target(**settings: Any) -> CpuTarget:
     return CpuTarget(**settings)
 
 
-#: GNU OpenMP spin rounds before an idle worker sleeps (see the module docstring)
+#: GNU OpenMP spin rounds before an idle worker sleeps (see the module docstring): where this
+#: process may use fewer than `MANY_CORES` physical cores, and where it may use more
 SPINCOUNT = "1000"
+SPINCOUNT_MANY = "10000"
+MANY_CORES = 8
+
+
+def spincount(cores: int | None = None) -> str:
+    """The `GOMP_SPINCOUNT` pygraphx sets for a process that may use `cores` physical cores
+    (default: this process's, as `threads.BUDGET` counts them)."""
+    if cores is None:
+        from pygraphx.targets.cpu.threads import BUDGET  # imports no torch
+
+        cores = BUDGET.total
+    return SPINCOUNT_MANY if cores >= MANY_CORES else SPINCOUNT
+
 
 #: what `configure_openmp` found or did (see `openmp_setting`)
 _setting = ""
@@ -64,7 +95,7 @@ def configure_openmp() -> bool:
     late (torch not imported yet) and the user has not chosen. False when it is too late
     (`make_target` then says so once)."""
     global _setting
-    if _setting.endswith("(set by pygraphx)") and os.environ.get("GOMP_SPINCOUNT") == SPINCOUNT:
+    if _setting == f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')} (set by pygraphx)":
         return True
     for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
         if name in os.environ:
@@ -73,8 +104,9 @@ def configure_openmp() -> bool:
     if "torch" in sys.modules:
         _setting = "GNU OpenMP's default spin (torch was imported before pygraphx)"
         return False
-    os.environ["GOMP_SPINCOUNT"] = SPINCOUNT
-    _setting = f"GOMP_SPINCOUNT={SPINCOUNT} (set by pygraphx)"
+    spin = spincount()
+    os.environ["GOMP_SPINCOUNT"] = spin
+    _setting = f"GOMP_SPINCOUNT={spin} (set by pygraphx)"
     return True
 
 
@@ -94,7 +126,8 @@ def _warn_spinning() -> None:
     warnings.warn(
         "pygraphx cpu target: torch was imported before pygraphx, so OpenMP's idle workers "
         "spin for GNU OpenMP's default 300000 rounds, which slows runs when other work shares "
-        f"the cores; import pygraphx first or set GOMP_SPINCOUNT={SPINCOUNT} in the environment",
+        f"the cores; import pygraphx first or set GOMP_SPINCOUNT={spincount()} in the "
+        "environment",
         RuntimeWarning,
         stacklevel=3,
     )
@@ -102,4 +135,12 @@ def _warn_spinning() -> None:
 
 configure_openmp()  # on import: `import pygraphx` imports this package before anything loads torch
 
-__all__ = ["SPINCOUNT", "configure_openmp", "make_target", "openmp_setting"]
+__all__ = [
+    "MANY_CORES",
+    "SPINCOUNT",
+    "SPINCOUNT_MANY",
+    "configure_openmp",
+    "make_target",
+    "openmp_setting",
+    "spincount",
+]

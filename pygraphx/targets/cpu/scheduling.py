@@ -61,24 +61,23 @@ def set_threads(n: int) -> None:
 
 
 def step_work(instructions: Sequence[Instruction]) -> list[tuple[str, int, int]]:
-    """The work of a step computing `instructions` (the last one is its result), as
-    `threads.step_threads` counts it: each GEMM-like op's (name, output elements, inner length),
-    and one ("memory", elements, 1) for the values the step moves: the inputs it reads from
-    outside the step, as stored (a broadcast literal counts its stored values, a GEMM's weights
-    count in full: a matrix-vector product is bound by reading them), and the result it writes.
-
-    Values that one instruction of the step hands to the next are left out: a fused epilogue
-    (a convolution's bias add and clip) works on the product inside the kernel. Counting its
-    operands as full tensors gave MobileNetV2's 7x7 depthwise convolutions the whole team on
-    the 16-core host, where they took 31-43 us against 26-29 us on one thread. A gather reads
-    the rows it picks (twice its output), not its whole table."""
+    """The work of a step computing `instructions`, as `threads.step_threads` counts it: each
+    GEMM-like op's (name, output elements, inner length), and one ("memory", elements, 1) for
+    the values the step touches: every instruction's result, and the inputs it reads from
+    outside the step as stored. A broadcast operand counts the values it holds (a bias
+    broadcast over a 7x7x960 output counted as 47k values before), a GEMM's weights count in
+    full (a matrix-vector product is bound by reading them: BERT's 768x768 pooler went to one
+    thread on 0.6M multiply-adds), and a gather counts the rows it picks (twice its output),
+    not its whole table. A value one instruction of the step hands to the next counts once,
+    as the first one's result."""
     inside = {id(i) for i in instructions}
     work: list[tuple[str, int, int]] = []
-    moved = _stored(instructions[-1])
+    moved = 0
     for ins in instructions:
         name = ins.op.name
         if name in GEMM_OPS and len(ins.inputs) >= 2:
             work.append((name, ins.shape.elements(), _inner(ins)))
+        moved += _stored(ins)
         reads = ins.inputs
         if name == "gather" and reads:
             moved += ins.shape.elements()

@@ -14,8 +14,9 @@
   and their quantise / dequantise steps (`quant.py`, `quant_conv.py`), the torch lowering's
   where those decline.
 * `pooling`: with Triton on, a 2-D max pool of a channels-last float input as `pool.py`'s
-  kernel (torch's channels-last half max pool took six times its bytes' time on the H100);
-  others (and any pool it does not fit) the torch lowering's.
+  kernel (torch's channels-last half max pool took six times its bytes' time on the H100),
+  with its int8 / fp8 quantise user inside; others (and any pool it does not fit) the torch
+  lowering's.
 * `pointwise` and `fused_reduce`: generated Triton kernels when the target passes `kernels`
   (`triton_groups.TritonGroups`), else (and for a group the generator refuses) the torch
   lowering's eager code. Recognised attention comes first in `fused_reduce`.
@@ -38,11 +39,13 @@ from pygraphx.targets.gpu.quant import (
     lower_gpu_quantizelinear,
 )
 from pygraphx.targets.gpu.quant_conv import lower_gpu_quant_convolution
+from pygraphx.targets.gpu.quant_epilogue import quantising_user
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower import LOWERINGS, _load_lowerings
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
 from pygraphx.targets.torch_lowering.lower_nn import store_result
+from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh
 
 if TYPE_CHECKING:
     from pygraphx.targets.gpu.triton_groups import TritonGroups
@@ -160,7 +163,10 @@ def _lower_native_dot(ctx: LoweringContext, ins: Instruction) -> bool:
 
 def lower_max_pool(ctx: LoweringContext, ins: Instruction) -> bool:
     """A 2-D max pool (not global) of a channels-last float input as `pool.max_pool_nhwc`
-    writing a channels-last slot; False when it does not fit (`pool.pool_fits`)."""
+    writing a channels-last slot, and its int8 / fp8 `quantizelinear` user's tensor when it
+    has one with one constant scale that a product reads (`quant_epilogue.quantising_user`:
+    that quantise then only binds it; a quantise dequantised again is left to `quant.py`,
+    which does the round trip in one pass); False when it does not fit (`pool.pool_fits`)."""
     op, x_shape = ins.op, ins.inputs[0].shape
     x = ctx.arg(ins, 0)
     if op.mode != "max" or op.global_ or torch_dtype(x_shape.dtype()) not in _NATIVE:
@@ -174,12 +180,28 @@ def lower_max_pool(ctx: LoweringContext, ins: Instruction) -> bool:
         return False
     idx, out = output_buffer(ctx, ins, CHANNELS_LAST)
     env, pads, cl = ctx.env, tuple(begin), torch.channels_last
+    quantise, scale, store = quantising_user(ctx, ins)
+    if quantise is not None and any(u.op.name == "dequantizelinear" for u in quantise.outputs):
+        quantise = None  # a round trip (fp8 into cuDNN): `quant.py` makes it one pass
+    holder: dict = {}
+    if quantise is not None:  # the pool's quantise: its value is the tensor the step leaves
+        qtype = torch_dtype(quantise.shape.dtype())
+
+        def bound(c: LoweringContext, q: Instruction) -> bool:
+            return _emit_fresh(c, q, lambda: holder["q"], CHANNELS_LAST)
+
+        ctx.fusers[id(quantise)] = bound
 
     def step() -> None:
         xt = env[x]
         if not xt.is_contiguous(memory_format=cl):  # recorded channels-last: a no-op
             xt = xt.contiguous(memory_format=cl)
-        max_pool_nhwc(xt, out, kernel, stride, pads)
+        if quantise is None:
+            max_pool_nhwc(xt, out, kernel, stride, pads)
+            return
+        q = torch.empty(out.shape, dtype=qtype, device=out.device, memory_format=cl)
+        max_pool_nhwc(xt, out, kernel, stride, pads, (scale, q, store))
+        holder["q"] = q
 
     ctx.emit(step, ins, idx)
     return True

@@ -5,13 +5,16 @@
 (positions in the padding take no part, as in `F.max_pool2d`), NaN if any of them is NaN.
 Both tensors are dense channels-last (NHWC in memory): each program reads a block of output
 pixels times a block of channels, the channels contiguous, one load per window position.
-int8 too: the max pool of an int8 quantised tensor is the quantised max pool (quantising is
-monotonic), which `quant_epilogue` uses to pool ResNet's stem after its int8 quantise.
 
 Why: torch's channels-last half max pool took 0.120 ms for ResNet-50's stem pool at batch 32
 (`[32, 64, 112, 112] -> 56x56`, H100, `benchmarks/results/h100_quant_gpu_resnet50_b32_session6
-.txt`) where its bytes (51 MB read, 13 MB written) take about 20 us at the H100's bandwidth.
-The maximum is exact in any type, so the result is torch's bit for bit.
+.txt`) where its bytes (51 MB read, 13 MB written) take about 20 us at the H100's bandwidth;
+this kernel took 0.024 ms against torch's 0.118 on an H200 (`benchmarks/resgpu_probe.py`,
+`benchmarks/results/h200_resgpu_probe.json`).
+The maximum is exact in any type, so the result is torch's bit for bit. When the pool's only
+user is an int8 or fp8 `quantizelinear` with one constant scale (ResNet's stem pool feeds the
+first block's convolutions), the kernel writes that quantised tensor too, and the float one
+only if something else reads it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from pygraphx.codegen.triton.quantise import MAGIC, fp8_of_quotient, int8_of_quotient, quotient
+from pygraphx.targets.gpu import quant_kernels as qk
 
 __all__ = ["max_pool_nhwc", "pool_fits"]
 
@@ -28,8 +34,9 @@ _BLOCK_P = 32
 @triton.jit
 def _max_pool_kernel(
     x_ptr, out_ptr, P, C, H, W, HO, WO, sxn, sxh, sxw, son, soh, sow, SH, SW, PH, PW,
-    KH: tl.constexpr, KW: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
-    INT8: tl.constexpr,
+    qs_ptr, q_ptr, KH: tl.constexpr, KW: tl.constexpr, BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr, STORE: tl.constexpr, QUANT: tl.constexpr, MAGIC: tl.constexpr,
+    CAST: tl.constexpr,
 ):  # fmt: skip
     pix = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     chan = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -38,23 +45,30 @@ def _max_pool_kernel(
     n = pix // (WO * HO)
     live = (pix < P)[:, None] & (chan < C)[None, :]
     h0, w0 = ho * SH - PH, wo * SW - PW
-    if INT8:
-        acc = tl.full((BLOCK_P, BLOCK_C), -128, tl.int32)
-    else:
-        acc = tl.full((BLOCK_P, BLOCK_C), float("-inf"), tl.float32)
+    acc = tl.full((BLOCK_P, BLOCK_C), float("-inf"), tl.float32)
     for i in tl.static_range(KH):
         for j in tl.static_range(KW):
             hi, wi = h0 + i, w0 + j
             inside = (hi >= 0) & (hi < H) & (wi >= 0) & (wi < W)
-            at = x_ptr + (n * sxn + hi * sxh + wi * sxw)[:, None] + chan[None, :]
-            if INT8:
-                v = tl.load(at, mask=live & inside[:, None], other=-128)
-                acc = tl.maximum(acc, v.to(tl.int32))
-            else:
-                v = tl.load(at, mask=live & inside[:, None], other=float("-inf"))
-                acc = tl.maximum(acc, v.to(tl.float32), propagate_nan=tl.PropagateNan.ALL)
-    dst = out_ptr + (n * son + ho * soh + wo * sow)[:, None] + chan[None, :]
-    tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=live)
+            at = n * sxn + hi * sxh + wi * sxw
+            v = tl.load(
+                x_ptr + at[:, None] + chan[None, :], mask=live & inside[:, None],
+                other=float("-inf"),
+            )  # fmt: skip
+            acc = tl.maximum(acc, v.to(tl.float32), propagate_nan=tl.PropagateNan.ALL)
+    at = (n * son + ho * soh + wo * sow)[:, None] + chan[None, :]
+    y = acc.to(out_ptr.dtype.element_ty)
+    if STORE:
+        tl.store(out_ptr + at, y, mask=live)
+    if QUANT != 0:  # `quant_kernels.quantise_int8` / `quantise_fp8` of the stored value
+        yq = y.to(tl.float32)
+        qs = tl.load(qs_ptr).to(tl.float32)
+        v = quotient(yq, qs, tl.math.div_rn(1.0, qs))
+        if QUANT == 1:
+            q = int8_of_quotient(v, yq, MAGIC)
+        else:  # fp8 e4m3fn, its bytes
+            q = fp8_of_quotient(v, yq, qs, MAGIC, CAST)
+        tl.store(q_ptr + at, q, mask=live)
 
 
 def pool_fits(x_lens: list[int], kernel, stride, pads, dilation) -> bool:
@@ -66,10 +80,18 @@ def pool_fits(x_lens: list[int], kernel, stride, pads, dilation) -> bool:
 
 
 def max_pool_nhwc(
-    x: torch.Tensor, out: torch.Tensor, kernel: tuple, stride: tuple, pads: tuple
+    x: torch.Tensor,
+    out: torch.Tensor,
+    kernel: tuple,
+    stride: tuple,
+    pads: tuple,
+    quantise: tuple[torch.Tensor, torch.Tensor, bool] | None = None,
 ) -> None:
     """`out` = the max pool of `x` (both (N, C, H, W) shaped, dense channels-last, one float
-    type or int8) with window `kernel`, `stride` and begin `pads` (module docstring)."""
+    type) with window `kernel`, `stride` and begin `pads` (module docstring). `quantise` =
+    (one-element float32 scale, `qout` int8 or fp8 e4m3fn laid out as `out`, whether `out`
+    is written too): `qout` takes the quantise of the pooled value, bit for bit
+    `quant_kernels.quantise_int8` / `quantise_fp8` of `out` (no separate pass over it)."""
     n, c, h, w = x.shape
     ho, wo = out.shape[2:]
     p = n * ho * wo
@@ -84,10 +106,18 @@ def max_pool_nhwc(
     grid = (triton.cdiv(p, _BLOCK_P), triton.cdiv(c, block_c))
     sxn, _, sxh, sxw = x.stride()
     son, _, soh, sow = out.stride()
+    qs, q, store = quantise if quantise is not None else (out, out, True)
+    kind = 0 if quantise is None else (1 if q.dtype == torch.int8 else 2)
+    if kind and (q.stride() != out.stride() or q.dtype not in (torch.int8, torch.float8_e4m3fn)):
+        raise ValueError(
+            f"max_pool_nhwc: int8 or fp8 quantised output laid out as out, got {q.dtype}"
+        )
+    cast = kind == 2 and qk.fp8_cast(q.device)
     _max_pool_kernel[grid](
         x, out, p, c, h, w, ho, wo, sxn, sxh, sxw, son, soh, sow, *stride, *pads,
-        KH=kernel[0], KW=kernel[1], BLOCK_P=_BLOCK_P, BLOCK_C=block_c,
-        INT8=x.dtype == torch.int8, num_warps=4,
+        qs, q.view(torch.uint8) if kind == 2 else q, KH=kernel[0], KW=kernel[1],
+        BLOCK_P=_BLOCK_P, BLOCK_C=block_c, STORE=store, QUANT=kind, MAGIC=MAGIC, CAST=cast,
+        num_warps=4,
     )  # fmt: skip
 
 

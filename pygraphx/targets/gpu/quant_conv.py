@@ -279,8 +279,8 @@ def input_reader(geo: Geometry, device: torch.device) -> Callable[[torch.Tensor]
 class RowsInput:
     """`quant_conv_kernels`' `ROWS` input of a convolution of few channels: one buffer, made
     once, (N, H + 2 ph, W', c4) bytes, zero but where each call copies the input in (its
-    padding and the channels past C stay zero; W' leaves room for the last window's padded
-    run). Called with the (N, C, H, W) int8 / fp8 input, it returns the buffer as an
+    padding stays zero; W' leaves room for the last window's padded run; `qck.pad_rows`).
+    Called with the (N, C, H, W) int8 / fp8 input, it returns the buffer as an
     (N, c4, H', W') channels-last tensor of the input's type."""
 
     def __init__(self, geo: Geometry, device) -> None:
@@ -289,10 +289,10 @@ class RowsInput:
         wide = max(geo.w + 2 * pw, (geo.wo - 1) * sw + self.run // self.c4)
         shape = (geo.n, geo.h + 2 * ph, wide, self.c4)
         self.buffer = torch.zeros(shape, dtype=torch.uint8, device=device)
-        self.inner = self.buffer[:, ph : ph + geo.h, pw : pw + geo.w, : geo.c]
+        self.pads = (ph, pw)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        self.inner.copy_(_bytes(x).permute(0, 2, 3, 1))
+        qck.pad_rows(_bytes(x), self.buffer, self.pads)
         return self.buffer.permute(0, 3, 1, 2).view(x.dtype)
 
 

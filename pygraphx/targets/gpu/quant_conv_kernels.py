@@ -20,7 +20,9 @@ given to `conv`, `ROWS`): one kernel row's window of pixels is then `run` contig
 (kw * c4, padded to a multiple of `ROWS_BLOCK_K` with zero weights), read like a tap's run of
 channels with no per-element decoding or bounds test. The stem took 0.155 ms as GATHER
 (ResNet-50 b32 on an H100) against cuDNN half's 0.100: each gathered byte cost its own
-address arithmetic and masks.
+address arithmetic and masks. On an H200 (`benchmarks/resgpu_probe.py`,
+`benchmarks/results/h200_resgpu_probe.json`) GATHER took 0.364 ms, ROWS 0.083 with the padded
+copy (then torch's, 0.022 of it), cuDNN half 0.090.
 
 On CUDA the tiles are autotuned per (M, N, K, C) over `CONV_CONFIGS` at the first launch of each
 shape (the gpu executable's warm-up, before graph capture), keeping only the K blocks that divide
@@ -39,7 +41,8 @@ from pygraphx.targets.gpu import quant_kernels as qk
 
 __all__ = [
     "CONV_BLOCK_K", "CONV_CONFIGS", "FP8_NATIVE", "FP8_SUM_ERROR", "GATHER", "IMPLICIT",
-    "POINTWISE", "ROWS", "ROWS_BLOCK_K", "conv", "input_mode", "launch_arguments", "row_layout",
+    "POINTWISE", "ROWS", "ROWS_BLOCK_K", "conv", "input_mode", "launch_arguments", "pad_rows",
+    "row_layout",
 ]  # fmt: skip
 
 #: the smallest K block: a convolution read in place needs input channels a multiple of it
@@ -51,9 +54,11 @@ CONV_BLOCK_K = 64
 #: (`benchmarks/quant_tiles_ab.py`). No 128 x 256 tiles: on an H200 they lost on every layer
 #: `benchmarks/quant_conv_probe.py` timed (e.g. 1x1 128 -> 512 at 28x28: 0.0158 ms against
 #: 0.0138 for 128 x 128; 3x3 256 at 14x14: 0.0254 against 0.0160), and each tile is a compile
-#: and a timing per layer shape at prepare
+#: and a timing per layer shape at prepare. No 256 x 128 tiles either: the int8 ResNet-50 b32
+#: autotuning on an H200 kept them for none of its 25 layer shapes
+#: (`benchmarks/results/h200_resgpu_conv_tiles.json`); dropping them saves their compiles.
 CONV_CONFIGS = [
-    (128, 128, 64, 4, 4), (128, 128, 128, 8, 3), (256, 128, 64, 8, 3), (256, 128, 128, 8, 3),
+    (128, 128, 64, 4, 4), (128, 128, 128, 8, 3),
     (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (64, 64, 64, 4, 5), (64, 128, 64, 4, 5),
     (128, 64, 64, 4, 4), (256, 64, 64, 8, 4),
     # `ROWS` only (K blocks of one kernel row's run of pixels: 32 bytes for the 7x7 stem)
@@ -307,3 +312,42 @@ def _check_rows(x: torch.Tensor, geometry: tuple, run: int) -> None:
         raise ValueError(f"conv: a ROWS input is a padded NHWC copy, got {tuple(x.stride())}")
     if (wo - 1) * sw + run // c4 > w:
         raise ValueError(f"conv: ROWS input {w} wide, windows of {run // c4} need more")
+
+
+@triton.jit
+def _pad_rows_kernel(
+    x_ptr, out_ptr, P, C, H, W, sxn, sxc, sxh, sxw, son, soh, sow, PH, PW,
+    C4: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    pix = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    w = pix % W
+    h = (pix // W) % H
+    n = pix // (W * H)
+    c = tl.arange(0, C4)
+    live = pix < P
+    src = x_ptr + (n * sxn + h * sxh + w * sxw)[:, None] + (c * sxc)[None, :]
+    v = tl.load(src, mask=live[:, None] & (c < C)[None, :], other=0)
+    dst = out_ptr + (n * son + (h + PH) * soh + (w + PW) * sow)[:, None] + c[None, :]
+    tl.store(dst, v, mask=live[:, None])
+
+
+def pad_rows(x: torch.Tensor, buffer: torch.Tensor, pads: tuple[int, int]) -> None:
+    """Copy the bytes of `x` (N, C, H, W, any strides, one byte an element) into the
+    interior of the `ROWS` copy `buffer` (N, H + 2 ph, W', c4) bytes, dense): pixel (n, h, w)
+    to (n, h + ph, w + pw), its channels past C written zero; the rest of `buffer` is not
+    touched. One pass writing whole 4-byte pixels (torch's strided copy into the padded
+    view took 0.022 ms for ResNet-50's stem input at batch 32 on an H200)."""
+    n, c, h, w = x.shape
+    c4 = buffer.shape[3]
+    p = n * h * w
+    if p == 0:
+        return
+    if x.element_size() != 1 or buffer.dtype != torch.uint8 or not buffer.is_contiguous():
+        raise ValueError(f"pad_rows: byte tensors and a dense copy, got {x.dtype}, {buffer.dtype}")
+    sxn, sxc, sxh, sxw = x.stride()
+    son, soh, sow, _ = buffer.stride()
+    block = 512
+    _pad_rows_kernel[(triton.cdiv(p, block),)](
+        x.view(torch.uint8), buffer, p, c, h, w, sxn, sxc, sxh, sxw, son, soh, sow, *pads,
+        C4=c4, BLOCK=block, num_warps=4,
+    )  # fmt: skip

@@ -41,8 +41,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_kernels as qk
-from pygraphx.targets.gpu.pool import max_pool_nhwc, pool_fits
-from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
+from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_quant import _emit_fresh
 from pygraphx.targets.torch_lowering.lower_quant import channel_vector as lower_channel_vector
@@ -76,9 +75,6 @@ class EpiloguePlan:
     #: an fp8 product's per-channel scale read from the group (`deferred_epilogue(...,
     #: scaled=True)`: the kernel's dequantise), else None
     scale: torch.Tensor | None = None
-    #: a max `pooling` between the group and `quantise` (`pooled_quantise`): the kernel
-    #: quantises the group's value and the pool runs on the int8 tensor
-    pool: Instruction | None = None
     #: for a "residual_affine" whose residual is an fp8 product run alone that can apply its
     #: scale itself (`PRESCALE`): the hook making it do so (called once the plan is used)
     prescale: Callable[[torch.Tensor, torch.dtype], None] | None = None
@@ -116,66 +112,10 @@ def bind_quantised(ctx: LoweringContext, plan: EpiloguePlan, layout: str) -> dic
     if plan.quantise is not None:
 
         def bound(c: LoweringContext, q: Instruction) -> bool:
-            if plan.pool is None:
-                return _emit_fresh(c, q, lambda: holder["q"], layout)
-            pooled = c.index[id(plan.pool)]
-            return _emit_fresh(c, q, lambda: c.env[pooled], layout)
+            return _emit_fresh(c, q, lambda: holder["q"], layout)
 
         ctx.fusers[id(plan.quantise)] = bound
-    if plan.pool is not None:
-        if layout != CHANNELS_LAST:
-            raise ValueError(f"a pooled quantise needs channels-last rows, not {layout}")
-        ctx.fusers[id(plan.pool)] = _int8_pool(plan.pool, holder)
     return holder
-
-
-def _int8_pool(pool: Instruction, holder: dict):
-    """The fuser of a max `pool` whose input the product's kernel quantised to int8 (into
-    `holder["q"]`): `pool.max_pool_nhwc` on that int8 tensor, bound to the pool (the
-    quantise after it takes it: `bind_quantised`)."""
-    kernel, stride, pads = pool_window(pool)
-    lens = tuple(pool.shape.lens())
-
-    def fuse(c: LoweringContext, p: Instruction) -> bool:
-        def produce() -> torch.Tensor:
-            q = holder["q"]
-            out = torch.empty(lens, dtype=q.dtype, device=q.device)
-            out = out.contiguous(memory_format=torch.channels_last)
-            max_pool_nhwc(q, out, kernel, stride, pads)
-            return out
-
-        return _emit_fresh(c, p, produce, CHANNELS_LAST)
-
-    return fuse
-
-
-def pool_window(pool: Instruction) -> tuple[tuple, tuple, tuple] | None:
-    """(kernel, stride, begin pads) of a 2-D max `pooling` that `max_pool_nhwc` computes, or
-    None."""
-    op = pool.op
-    if pool.op.name != "pooling" or op.mode != "max" or op.global_ or pool.shape.ndim() != 4:
-        return None
-    lens = pool.inputs[0].shape.lens()
-    begin, end, _ = op.geometry(lens)
-    kernel, stride = tuple(op.lengths), tuple(op.stride)
-    if list(begin) != list(end) or not pool_fits(lens, kernel, stride, begin, op.dilations):
-        return None
-    return kernel, stride, tuple(begin)
-
-
-def pooled_quantise(ctx: LoweringContext, group: Instruction):
-    """(the max pool, its int8 `quantizelinear` with one constant scale, that scale) when they
-    are `group`'s only user and the pool's (ResNet's stem: ReLU, max pool, quantise): the
-    product's kernel quantises and the pool runs on int8 (quantising is monotonic, so the
-    pooled bytes are the quantised pool's; a NaN in a window is where they differ: the int8
-    path has no NaN), else None."""
-    if len(group.outputs) != 1 or pool_window(group.outputs[0]) is None:
-        return None
-    pool = group.outputs[0]
-    if len(pool.outputs) != 1 or id(pool) in ctx.fusers:
-        return None
-    quantise, scale, _ = quantising_user(ctx, pool, ("int8_type",))
-    return None if quantise is None else (pool, quantise, scale)
 
 
 def _unit_inner(t: torch.Tensor) -> torch.Tensor:
@@ -304,11 +244,11 @@ def _plan_steps(ctx, group, steps, running, source, channels):
         if ins.is_return():
             if len(ins.inputs) != 1 or ins.inputs[0] is not running or len(ops) > 3:
                 return None
-            quantise, scale, store, pool = _plan_quantise(ctx, group, channels[0])
+            quantise, scale, store = quantising_user(ctx, group)
             epilogue = qk.Epilogue(
                 ops, found.get("bias"), scale, store, found["gelu"], found.get("affine")
             )
-            plan = EpiloguePlan(group, epilogue, found.get("residual"), quantise, pool=pool)
+            plan = EpiloguePlan(group, epilogue, found.get("residual"), quantise)
             plan.prescale = found.get("prescale")
             return plan
         gelu = _gelu(ctx, group, steps[at : at + 5], running, source)
@@ -328,19 +268,6 @@ def _plan_steps(ctx, group, steps, running, source, channels):
             return None
         running, at = ins, at + 1
     return None
-
-
-def _plan_quantise(ctx, group: Instruction, axis: int):
-    """(the quantise the kernel computes, its scale, whether the group's value is stored, the
-    max pool between them or None): `quantising_user`'s, else for a convolution (`axis` 1)
-    `pooled_quantise`'s, whose group value nothing else reads."""
-    quantise, scale, store = quantising_user(ctx, group)
-    pooled = None if quantise is not None or axis != 1 else pooled_quantise(ctx, group)
-    if pooled is None:
-        return quantise, scale, store, None
-    pool, quantise, scale = pooled
-    returned = any(group in r.inputs for r in ctx.module.instructions if r.is_return())
-    return quantise, scale, returned, pool
 
 
 def _side_step(ctx, group: Instruction, ins: Instruction, source: dict, channels, side) -> bool:

@@ -1,14 +1,16 @@
-"""The CPU kernels one 2-D float32 convolution can run on, each with its epilogue.
+"""The CPU kernels one 2-D float32 (or bf16) convolution can run on, each with its epilogue.
 
 A `ConvPlan` holds a convolution's geometry and its fused epilogue (a per-channel bias, an
 optional full-tensor `add` operand, then an activation: none, relu, hardtanh = clip, or swish =
-silu). Every kernel here computes the same value, on channels-last activations, and returns a
-new channels-last tensor, so a choice between them (`conv_choice.py`) never changes the layout
-the program's other steps see:
+silu; or, `add_after`, the activation first and the add after it). Every kernel here computes
+the same value, on channels-last activations, and returns a new channels-last tensor, so a
+choice between them (`conv_choice.py`) never changes the layout the program's other steps see:
 
 * `onednn`: `mkldnn._convolution_pointwise` with the weight reordered once into oneDNN's blocked
-  format; bias, add and activation are oneDNN post-ops. Every convolution can take it; it is
-  the default where `dnnl` cannot run (`conv_choice.default_kernel`). When the add operand is
+  format; bias, add and activation are oneDNN post-ops. Every convolution can take it but
+  those whose add is followed by anything but relu, comes after the activation, or meets a
+  pre-padded input (torch's op fuses none of those); it is the default where `dnnl` cannot
+  run (`conv_choice.default_kernel`). When the add operand is
   dead after the step (`ConvPlan.in_place`, decided by `conv_fusion`),
   `mkldnn._convolution_pointwise_` writes the result over it (oneDNN's sum
   post-op): no new output, and the residual's memory, just read, is the one written.

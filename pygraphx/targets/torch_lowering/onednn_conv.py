@@ -28,6 +28,7 @@ instructions (`supports`): elsewhere oneDNN would run a slow reference kernel.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from ctypes import byref, c_void_p
 from typing import Protocol
@@ -73,6 +74,8 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
 
 Tensor = torch.Tensor
 Getter = Callable[[], Tensor]
+log = logging.getLogger("pygraphx.cpu")
+_SAID: set[str] = set()  # warnings given once per process
 
 
 class ConvPlan(Protocol):
@@ -298,7 +301,7 @@ def build(
             prim = made[n] = Primitive(rt, plan, other, share)
         return prim
 
-    primitive()
+    _say_if_reference(plan, primitive().impl)
     execute, stream = rt.lib.dnnl_primitive_execute, rt.stream
     cl, out_lens, dtype = torch.channels_last, made[threads()].out_lens, plan.weight.dtype
     if out is not None and not _fits(out, out_lens, dtype):
@@ -338,6 +341,17 @@ def build(
 
     run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
     return run
+
+
+def _say_if_reference(plan: ConvPlan, impl: str) -> None:
+    """Warn (once per process) when oneDNN runs a layer on its slow reference kernel (no JIT
+    kernel for it on this processor; float32 layers never have)."""
+    if impl.startswith("ref") and "ref" not in _SAID:
+        _SAID.add("ref")
+        log.warning(
+            "oneDNN runs a %s convolution %s * %s on its reference kernel (slow: no JIT kernel "
+            "for it on this processor)", plan.weight.dtype, plan.x_lens, list(plan.weight.shape)
+        )  # fmt: skip
 
 
 def _fits(t: Tensor, lens: list[int], dtype: torch.dtype) -> bool:

@@ -99,10 +99,11 @@ def test_conv_kernel_matches_torch(dtype, c, kernel, stride, pad, dilation, layo
 def test_epilogue_quantises_to_int8_or_fp8(qtype: str, monkeypatch) -> None:
     """bias + ReLU, then the quantise of the result in the same kernel: the bytes equal the
     standalone quantise kernels' on the stored float value, and (fp8) the values torch's
-    cast gives (round half to even); `fp8-cast` with the hardware conversion where the GPU
-    has one (`qk.fp8_cast`)."""
-    if qtype == "fp8-cast":
-        monkeypatch.setenv(qk.FP8_CAST_ENV, "1")
+    cast gives (round half to even); `fp8` with the bytes built from float32 bits
+    (`PGX_GPU_FP8_CAST=0`), `fp8-cast` by the hardware conversion where the GPU has one (the
+    default: `qk.fp8_cast`)."""
+    if qtype == "fp8":
+        monkeypatch.setenv(qk.FP8_CAST_ENV, "0")
     n, c, h, w, c_out = 1, 64, 5, 5, 48
     x, weight = _operands(F8, n, c, h, w, c_out, 3)
     x_cl = x.contiguous(memory_format=torch.channels_last).to(DEVICE)
