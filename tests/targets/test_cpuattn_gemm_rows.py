@@ -42,19 +42,23 @@ def linear(rows: int, k: int, n: int, act: str | None = None) -> tuple:
     return make_model(nodes, {"x": x}, ["y"], {"w": w, "b": b}, opset=20), x, want
 
 
-def kernels(model, x: np.ndarray, want: np.ndarray) -> list[str]:
+def kernels(model, x: np.ndarray, want: np.ndarray, threads: int = 1) -> list[str]:
     """The kernels chosen for `model`'s products, after checking its result."""
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-    prog.compile(CpuTarget(threads=1))
+    prog.compile(CpuTarget(threads=threads))
     np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-4, atol=1e-4)
     return list(prog._executable.lowered.ctx.cache[GEMM_KERNELS].values())
 
 
-def test_preferred_order() -> None:
+def test_preferred_order(monkeypatch: pytest.MonkeyPatch) -> None:
     names = ["dnnl", "mkl", "addmm"]
-    assert gemm_select.preferred(1, names) == ["addmm", "dnnl", "mkl"]
-    assert gemm_select.preferred(2, names) == names
-    assert gemm_select.preferred(1, ["dnnl"]) == ["dnnl"]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert gemm_select.preferred(1, 768, 50257, names) == ["addmm", "dnnl", "mkl"]
+    assert gemm_select.preferred(2, 768, 768, names) == names
+    assert gemm_select.preferred(1, 768, 768, ["dnnl"]) == ["dnnl"]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert gemm_select.preferred(1, 768, 3072, names) == ["addmm", "dnnl", "mkl"]
+    assert gemm_select.preferred(1, 768, 50257, names) == names  # oneDNN spreads it
 
 
 @needs_dnnl
@@ -75,3 +79,18 @@ def test_activation_inside_the_gemm_from_two_rows(rows: int, kernel: str) -> Non
     """oneDNN applies the GELU inside the GEMM; a one-row product runs on `addmm` and the
     GELU after it."""
     assert kernels(*linear(rows, 96, 80, "Gelu")) == [kernel]
+
+
+@needs_dnnl
+@pytest.mark.parametrize("act", [None, "Gelu"])
+def test_large_one_row_product_on_several_threads_keeps_onednn(
+    act: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On two threads a one-row product with a weight of `ONE_ROW_PARALLEL` values or more
+    runs on oneDNN (with its activation inside), a smaller one on `addmm`."""
+    from pygraphx.targets.cpu.threads import LOAD_ADAPT_ENV
+
+    monkeypatch.setenv(LOAD_ADAPT_ENV, "0")
+    monkeypatch.setattr(gemm_select, "ONE_ROW_PARALLEL", 96 * 80)
+    assert kernels(*linear(1, 96, 80, act), threads=2) == ["dnnl"]
+    assert kernels(*linear(1, 96, 79, act), threads=2) == ["addmm"]

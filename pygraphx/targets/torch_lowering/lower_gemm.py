@@ -197,7 +197,7 @@ def _fast_kernel(
     if epilogue is not None:
         names = names[:1] if names[0] == "dnnl" else []
     else:
-        names = gemm_select.preferred(rows, names)
+        names = gemm_select.preferred(rows, k, n, names)
     if not names:
         return None
     name = gemm_select.choose(
@@ -460,10 +460,13 @@ def _activation(trace: Any, result: Any, k: int) -> str | None:
 
 
 def _one_row(dot: Instruction) -> bool:
-    """A float32 product of one row: its activation is applied after `addmm` (the faster kernel
-    there, see `gemm_select.preferred`) rather than inside oneDNN's GEMM."""
-    n = dot.shape.lens()[-1] if dot.shape.ndim() else 0
-    return dot.shape.type() == "float_type" and n > 0 and dot.shape.elements() == n
+    """A float32 product of one row that runs on `addmm` (`gemm_select.one_row_on_addmm`): its
+    activation is applied after it rather than inside oneDNN's GEMM."""
+    lens = dot.shape.lens()
+    if dot.shape.type() != "float_type" or len(lens) < 2 or dot.shape.elements() != lens[-1]:
+        return False
+    k = dot.inputs[0].shape.lens()[-1]
+    return gemm_select.one_row_on_addmm(1, k, lens[-1])
 
 
 def lower_dot_alone(ctx: LoweringContext, ins: Instruction) -> None:
