@@ -1,6 +1,8 @@
 """Data-movement operators lowered to torch: concat, constant pad, reverse, gather.
 
-Each writes its arena slot directly: `torch.cat(..., out=)`, a fill plus a copy into the inner
+Each writes its arena slot directly: `torch.cat(..., out=)` (adjacent consecutive slices of one
+tensor copied as one span, `concat_parts`; a nearest upsample input may write its own window,
+`lower_resize.concat_with_repeat`), a fill plus a copy into the inner
 window for `pad`, `index_select`/`gather` with `out=` for the gathers (negative indices are
 wrapped first; out-of-range ones raise in torch, as they raise in the reference).
 

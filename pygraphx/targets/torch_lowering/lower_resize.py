@@ -9,10 +9,12 @@ means on `ref`. At run time an axis is one `index_select` (nearest) or a sum of 
 times their weights (linear, cubic: 2 or 4 taps an axis, more with antialias), on the device,
 with no host step (so a CUDA graph can hold it).
 
-The resizes exporters write for `nn.Upsample` / `F.interpolate` run as `F.interpolate` itself
-(several times faster than the gathers) where its arithmetic is the operator's: float data,
-batch and channels kept, every spatial scale exactly output/input; nearest with the asymmetric
-transform, floor rounding and power-of-two factors (where torch's source index is exact);
+The resizes exporters write for `nn.Upsample` / `F.interpolate` run on `F.interpolate`'s own
+kernels, writing the slot through their out= forms (several times faster than the gathers; a
+nearest upsample is one broadcast copy, `repeat_writer`) where their arithmetic is the
+operator's: float data, batch and channels kept, every spatial scale exactly output/input;
+nearest with the asymmetric transform, floor rounding and power-of-two factors (where torch's
+source index is exact);
 (bi/tri)linear with half_pixel, pytorch_half_pixel (outputs longer than 1) or align_corners;
 bicubic (4-D) with those transforms and A = -0.75; none with antialias or exclude_outside.
 
