@@ -22,7 +22,7 @@ import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -69,6 +69,8 @@ class Program:
         self._specialized: OrderedDict[tuple, Program] = OrderedDict()
         self._evicted = False  # the one-time warning that values keep changing was given
         self._dynamic = False  # set at compile: some parameter has dynamic dimensions
+        # what `run` checks inputs against, taken from `main` for the executable it names
+        self._signature: _Signature | None = None
         # compile, specialisation and non-reentrant runs take it (see the module docstring)
         self._lock = threading.RLock()
         self.create_module("main")
@@ -227,7 +229,7 @@ class Program:
         if self.value_inputs or (self._dynamic and self._off_max_lens(arrays)):
             with self._lock:
                 prog = self._specialized_for({**given, **arrays})
-            names = prog.get_parameter_shapes()
+            names = prog._signature_now().names
             return prog.run({n: a for n, a in arrays.items() if n in names}, observer)
         observer = with_eval_trace(self.get_main_module(), observer)  # PGX_TRACE_EVAL, read per run
         executable = self._executable
@@ -275,10 +277,7 @@ class Program:
 
     def _off_max_lens(self, arrays: Mapping[str, np.ndarray]) -> bool:
         """Whether some input's lens differ from the maximum lens the body was built for."""
-        main = self.get_main_module()
-        return any(
-            list(arrays[i.op.parameter].shape) != i.shape.lens() for i in main.get_parameters()
-        )
+        return any(arrays[p.name].shape != p.max_lens for p in self._signature_now().params)
 
     def _specialized_for(self, arrays: Mapping[str, np.ndarray]) -> Program:
         """The program compiled for these concrete input lens (dynamic dimensions) and, for
@@ -309,8 +308,38 @@ class Program:
                 )
         return prog
 
+    def _signature_now(self) -> _Signature:
+        """The parameters the current executable binds: read from `main` once per executable
+        (the walk over the module costs more than the rest of a small model's run outside its
+        steps); an executable is made from the module as it is then and binds those parameters
+        whatever edits the module sees later, so a new executable is what renews it."""
+        sig = self._signature
+        if sig is None or sig.executable is not self._executable:
+            sig = _Signature.of(self.get_main_module(), self._executable)
+            self._signature = sig
+        return sig
+
     def _check_params(self, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        expected = self.get_parameter_shapes()
+        """The inputs as arrays, checked against the parameters. The common case (every
+        parameter given once, as a numpy array or an `argument` of its exact type and static
+        lens, nothing else) passes in one loop; anything else takes `_check_params_fully`,
+        which raises the error that names the problem."""
+        sig = self._signature_now()
+        arrays: dict[str, np.ndarray] = {}
+        for p in sig.params:
+            value = params.get(p.name)
+            if type(value) is Argument:
+                value = value.array
+            if type(value) is not np.ndarray or value.dtype != p.dtype or value.shape != p.lens:
+                return self._check_params_fully(params, sig.shapes)
+            arrays[p.name] = value
+        if len(params) != len(arrays):  # some name is no parameter
+            return self._check_params_fully(params, sig.shapes)
+        return arrays
+
+    def _check_params_fully(
+        self, params: Mapping[str, Any], expected: Mapping[str, Shape]
+    ) -> dict[str, np.ndarray]:
         unknown = sorted(set(params) - set(expected))
         if unknown:
             raise ProgramError(
@@ -406,3 +435,36 @@ def _type_name(dtype: np.dtype) -> str:
         return from_dtype(dtype)
     except ValueError:
         return str(dtype)
+
+
+class _Param(NamedTuple):
+    """One parameter as `run` checks it: `lens` is None for a dynamic one (never equal to an
+    input's shape tuple, so it takes the full check); `max_lens` the lens its body has."""
+
+    name: str
+    dtype: np.dtype
+    lens: tuple[int, ...] | None
+    max_lens: tuple[int, ...]
+
+
+class _Signature(NamedTuple):
+    """`main`'s parameters for one executable (see `Program._signature_now`)."""
+
+    executable: Any
+    params: tuple[_Param, ...]
+    shapes: dict[str, Shape]
+    names: frozenset[str]
+
+    @staticmethod
+    def of(main: Module, executable: Any) -> _Signature:
+        shapes = main.get_parameter_shapes()
+        params = tuple(
+            _Param(
+                i.op.parameter,
+                shapes[i.op.parameter].dtype(),
+                None if shapes[i.op.parameter].dynamic() else tuple(i.shape.lens()),
+                tuple(i.shape.lens()),
+            )
+            for i in main.get_parameters()
+        )
+        return _Signature(executable, params, shapes, frozenset(shapes))
