@@ -418,16 +418,24 @@ def _unaliased(outputs: list[np.ndarray], inputs: Mapping[str, np.ndarray]) -> l
     """`outputs` with a copy of every array that may share memory with an input, is read-only
     (a literal of the program) or appears twice, so the caller owns what `run` returns."""
     result: list[np.ndarray] = []
+    others = list(inputs.values())  # the inputs, then the outputs kept so far
     for out in outputs:
-        arr = np.asarray(out)
-        if (
-            not arr.flags.writeable
-            or any(np.may_share_memory(arr, a) for a in inputs.values())
-            or any(np.may_share_memory(arr, r) for r in result)
-        ):
+        arr = out if type(out) is np.ndarray else np.asarray(out)
+        if not arr.flags.writeable or _overlaps(arr, others):
             arr = arr.copy()
         result.append(arr)
+        others.append(arr)
     return result
+
+
+def _overlaps(arr: np.ndarray, others: list[np.ndarray]) -> bool:
+    """Whether `arr` may share memory with one of `others` (a plain loop: `run` calls it on
+    every output, and a generator per call costs more than the test on one input)."""
+    share = np.may_share_memory
+    for other in others:
+        if share(arr, other):
+            return True
+    return False
 
 
 def _type_name(dtype: np.dtype) -> str:
