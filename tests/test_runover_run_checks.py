@@ -103,3 +103,27 @@ def test_strided_and_read_only_inputs(prog: pygraphx.Program) -> None:
     np.testing.assert_allclose(_run(prog, {"x": x, "y": y}), _expected(x, y), rtol=1e-6)
     np.testing.assert_allclose(_run(prog, {"x": frozen, "y": Y}), _expected(X, Y), rtol=1e-6)
     assert frozen.flags.writeable is False
+
+
+@pytest.mark.parametrize("target", ["ref", "cpu"])
+def test_outputs_are_the_callers_own(target: str) -> None:
+    """An output that is an input (Identity) or another output comes back as its own copy."""
+    nodes = [
+        helper.make_node("Identity", ["x"], ["a"]),
+        helper.make_node("Identity", ["x"], ["b"]),
+        helper.make_node("Neg", ["x"], ["c"]),
+    ]
+    model = make_model(nodes, {"x": X}, ["a", "b", "c"])
+    program = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    program.compile(pygraphx.get_target(target))
+    x = X.copy()
+    outs = program.run({"x": x})
+    arrays = [np.array(o, copy=False) for o in outs]
+    assert all(isinstance(o, pygraphx.argument) for o in outs)
+    np.testing.assert_array_equal(arrays[0], X)
+    np.testing.assert_array_equal(arrays[1], X)
+    np.testing.assert_array_equal(arrays[2], -X)
+    for k, arr in enumerate(arrays):
+        assert arr.flags.writeable
+        assert not np.may_share_memory(arr, x)
+        assert not any(np.may_share_memory(arr, other) for other in arrays[k + 1 :])

@@ -238,7 +238,7 @@ class Program:
         else:
             with self._lock:
                 outputs = self._run_executable(executable, arrays, observer)
-        results = [Argument(a) for a in _unaliased(outputs, arrays)]
+        results = [_argument(a) for a in _unaliased(outputs, arrays)]
         return _grouped(results, self.output_structure)
 
     def _structured_inputs(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -426,6 +426,16 @@ def _unaliased(outputs: list[np.ndarray], inputs: Mapping[str, np.ndarray]) -> l
         result.append(arr)
         others.append(arr)
     return result
+
+
+def _argument(arr: np.ndarray) -> Argument:
+    """`Argument(arr)` for an array `_unaliased` gave: made directly when its strides are all
+    positive (what `Argument` would keep as it is), else through `Argument`'s own checks."""
+    if min(arr.strides, default=0) < 0:
+        return Argument(arr)
+    arg = Argument.__new__(Argument)
+    arg.array = arr
+    return arg
 
 
 def _overlaps(arr: np.ndarray, others: list[np.ndarray]) -> bool:
