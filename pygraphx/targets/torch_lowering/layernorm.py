@@ -24,6 +24,7 @@ BERT's, where the output feeds the next residual sum too): the step makes that c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -32,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.torch_lowering import onednn_layernorm
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import from_numpy, torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import trace_group
@@ -39,6 +41,8 @@ from pygraphx.targets.torch_lowering.pointwise import Node, NotTraceable, Value,
 
 #: `ctx.cache` key of the number of normalisations a lowering fused
 BLOCKS = "layernorm_blocks"
+#: `ctx.cache` key of the oneDNN layer-norm primitives shared by a program's norms
+ONEDNN_TABLE = "onednn_layernorm"
 #: the element types normalised in one step
 NORM_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16))
 #: the IR type a float32 normalisation may be rounded to for its products
@@ -267,9 +271,7 @@ def lower_layernorm(ctx: LoweringContext, mean: Instruction) -> bool:
             ctx.fusers[id(member)] = _bound
     idx = ctx.index[id(norm.y)]
     ctx.mark_fresh(idx)
-    shape, w, b, eps = (norm.x.shape.lens()[-1],), norm.weight, norm.bias, norm.eps
-    layer_norm, cast = F.layer_norm, norm.cast
-    copy = _rounded_copy(norm) if cast is None else None
+    normalise, copy = _kernel(ctx, norm), _rounded_copy(norm) if norm.cast is None else None
     if copy is not None:  # computed by this step: bound, no step of its own
         cidx = ctx.bind_dynamic(copy)
         ctx.mark_fresh(cidx)
@@ -277,18 +279,37 @@ def lower_layernorm(ctx: LoweringContext, mean: Instruction) -> bool:
         low = torch_dtype(copy.shape.dtype())
 
         def step() -> None:
-            env[idx] = y = layer_norm(env[x], shape, w, b, eps)
+            env[idx] = y = normalise(env[x])
             env[cidx] = y.to(low)
 
     else:
 
         def step() -> None:
-            y = layer_norm(env[x], shape, w, b, eps)
-            env[idx] = y if cast is None else y.to(cast)
+            env[idx] = normalise(env[x])
 
     ctx.emit(step, norm.members + ([copy] if copy is not None else []), idx)
     ctx.cache[BLOCKS] = ctx.cache.get(BLOCKS, 0) + 1
     return True
+
+
+def _kernel(ctx: LoweringContext, norm: Norm) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The normalisation of the step's input, in the type of `norm.y`: oneDNN's primitive
+    (`onednn_layernorm.py`: one pass, writing a bf16 result directly) for a float32 input with
+    float32 affine parts and a float32 or bf16 result, else torch's `F.layer_norm` (then the
+    convert)."""
+    shape, w, b, eps, cast = (norm.x.shape.lens()[-1],), norm.weight, norm.bias, norm.eps, norm.cast
+    fixed = all(t is None or t.dtype == torch.float32 for t in (w, b))
+    if norm.x.shape.type() == "float_type" and cast in (None, torch.bfloat16) and fixed:
+        if onednn_layernorm.wanted():
+            table = ctx.cache.setdefault(ONEDNN_TABLE, {})
+            dims = tuple(norm.x.shape.lens())
+            return onednn_layernorm.LayerNorm(table, dims, w, b, eps, cast or torch.float32)
+
+    def torch_norm(t: torch.Tensor) -> torch.Tensor:
+        y = F.layer_norm(t, shape, w, b, eps)
+        return y if cast is None else y.to(cast)
+
+    return torch_norm
 
 
 def _rounded_copy(norm: Norm) -> Instruction | None:
