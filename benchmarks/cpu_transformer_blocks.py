@@ -24,7 +24,8 @@ its per-node profile (`PERF_COUNT`, the fastest run of each node, scaled like OR
 FullyConnected is `gemm` / `lm_head`, a bf16 `Subgraph` (its fused attention) `attention`,
 MVN `layernorm`, Reorder / Transpose / Reshape / Split `views`. `--no-onednn-attention`
 compiles pygraphx with `onednn_attention=False` (torch's route for bf16 attention);
-`--compare-attention` runs both, alternating with the peer in one process.
+`--compare-attention` runs both, alternating with the peer in one process;
+`--compare-layernorm` likewise with `PGX_CPU_LAYERNORM=torch` (torch's layer-norm kernel).
 `--threads N` runs both engines on N threads (the CPU times then include the threads' waits).
 
 Block kinds: `gemm` (products with a fixed weight, with their bias and activation; ORT's Gemm,
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import tempfile
@@ -54,6 +56,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pygraphx  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
+from pygraphx.targets.torch_lowering.onednn_layernorm import (  # noqa: E402
+    KERNEL_ENV as LAYERNORM_ENV,
+)
 
 VIEWS = {"reshape", "transpose", "slice", "split", "squeeze", "unsqueeze", "Reshape", "Transpose",
          "Slice", "Split", "Squeeze", "Unsqueeze", "multibroadcast", "contiguous"}  # fmt: skip
@@ -266,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-onednn-attention", action="store_true")
     ap.add_argument("--compare-attention", action="store_true",
                     help="also pygraphx with onednn_attention=False, alternating")  # fmt: skip
+    ap.add_argument("--compare-layernorm", action="store_true",
+                    help="also pygraphx with PGX_CPU_LAYERNORM=torch, alternating")  # fmt: skip
     ap.add_argument("--keep-freed-memory", action="store_true", help="see keep_freed_memory()")
     args = ap.parse_args(argv)
     if args.keep_freed_memory:
@@ -280,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     progs = {"pygraphx": compile_pgx(data, args, **(off if args.no_onednn_attention else {}))}
     if args.compare_attention:
         progs["pgx_torch_attn"] = compile_pgx(data, args, **off)
+    if args.compare_layernorm:
+        os.environ[LAYERNORM_ENV] = "torch"
+        progs["pgx_torch_ln"] = compile_pgx(data, args)
+        del os.environ[LAYERNORM_ENV]
     peer = "OpenVINO" if args.bf16 else "ORT"
     make = openvino_engine if args.bf16 else ort_engine
     run_peer, peer_blocks = make(model if args.bf16 else data, args.threads, args.runs, feeds)
