@@ -13,8 +13,9 @@ float32 rounding of torch's).
 
 A primitive depends on the shape, the output type, eps, the affine parts and the thread count,
 so `LayerNorm` makes it at its first call with a new thread count; primitives live in a table
-shared by a program's norms. An input that is not contiguous float32 goes to torch's kernel (a
-copy would cost what the primitive saves), said once per norm on the `pygraphx.cpu` logger.
+shared by a program's norms. An input that is not contiguous float32 of the norm's shape goes
+to torch's kernel (a copy would cost what the primitive saves), said once per norm on the
+`pygraphx.cpu` logger.
 `PGX_CPU_LAYERNORM=torch` keeps torch's kernel for every norm (A/B measurements).
 """
 
@@ -146,15 +147,21 @@ class LayerNorm:
         prim = self.prims.get(threads, False)
         if prim is False:
             prim = self.prims[threads] = self._primitive(threads)
-        if prim is not None and x.dtype == torch.float32 and x.is_contiguous():
+        if (
+            prim is not None
+            and x.dtype == torch.float32
+            and x.is_contiguous()
+            and x.shape == self.dims
+        ):
             y = torch.empty(self.dims, dtype=self.out)
             prim.run(x.data_ptr(), y.data_ptr(), *self.fixed)
             return y
         if prim is not None and not self.warned:
             self.warned = True
             log.warning(
-                "cpu layer norm %s: input %s %s is not contiguous float32, torch's kernel "
-                "instead of oneDNN", list(self.dims), x.dtype, tuple(x.stride()),
+                "cpu layer norm %s: input %s %s %s is not contiguous float32 of that shape, "
+                "torch's kernel instead of oneDNN",
+                list(self.dims), list(x.shape), x.dtype, tuple(x.stride()),
             )  # fmt: skip
         y = F.layer_norm(x, (self.dims[-1],), self.weight, self.bias, self.eps)
         return y.to(self.out)
