@@ -41,6 +41,7 @@ from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_th
 from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_policy_enabled
 from pygraphx.targets.torch_lowering import Lowered, lower_module
 from pygraphx.targets.torch_lowering.conv_choice import finish as finish_conv_choice
+from pygraphx.targets.torch_lowering.conv_fusion import fused_user
 from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
 from pygraphx.targets.torch_lowering.fallback_cost import FallbackTimer, announce_cost, timed_steps
 
@@ -205,6 +206,8 @@ class CpuTarget(Target):
         with self.threads_scope(), torch.inference_mode():
             options = {**options, **self.settings}
             options["lowering_overrides"] = cpu_overrides(options)
+            if options.get("conv_output", "torch") == "arena":  # fused steps write their slot
+                options["fused_reads"] = fused_user
             lowered = lower_module(program.get_main_module(), torch.device("cpu"), options)
         release_weight_pages(program)
         conv_choices = lowered.ctx.cache.get("conv_choice")

@@ -201,6 +201,17 @@ def _into(out: torch.Tensor, produce: Callable[[], torch.Tensor]) -> Callable[[]
     return step
 
 
+def fused_user(ins: Instruction) -> Instruction | None:
+    """The pointwise group a convolution `ins` may be fused into (its step then reads the
+    convolution's input while it writes the group's result), else None: the memory plan's
+    `fused_reads` with `conv_output="arena"` (the cpu target), so the group's arena slot is
+    never the input's memory and the `dnnl` kernel can write it directly."""
+    if ins.op.name != "convolution" or len(ins.outputs) != 1:
+        return None
+    user = ins.outputs[0]
+    return user if _may_fuse(ins, user) else None
+
+
 def _may_fuse(conv: Instruction, user: Instruction) -> bool:
     return (
         user.op.name == "pointwise"
