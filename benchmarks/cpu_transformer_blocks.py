@@ -3,11 +3,13 @@
     python benchmarks/cpu_transformer_blocks.py                       # bert_base, batch 1
     python benchmarks/cpu_transformer_blocks.py --model gpt2 --batch 8 --runs 3
     python benchmarks/cpu_transformer_blocks.py --model gpt2 --batch 8 --keep-freed-memory
+    python benchmarks/cpu_transformer_blocks.py --bf16                # against OpenVINO bf16
+    python benchmarks/cpu_transformer_blocks.py --bf16 --compare-attention --runs 15
 
-One thread for both engines (ORT: `intra_op_num_threads=1`, `inter_op_num_threads=1`), each
-engine's run timed by process CPU time (user + system, `getrusage`: robust on a machine shared
-with other work, and it counts the page faults of fresh outputs), the engines alternating run by
-run. Blocks:
+One thread for both engines by default (ORT: `intra_op_num_threads=1`,
+`inter_op_num_threads=1`), each engine's run timed by process CPU time (user + system,
+`getrusage`: robust on a machine shared with other work, and it counts the page faults of fresh
+outputs), the engines alternating run by run. Blocks:
 
 * pygraphx: the fast path's own steps (a GEMM with its bias / GELU / residual add, an attention
   block or a layer normalisation is one step), each timed by the thread's CPU time, then the
@@ -15,6 +17,15 @@ run. Blocks:
 * ORT: its profiler's per-node times (`enable_profiling`), the fastest of the runs for each node
   (wall time: a node's fastest run is the one least disturbed by other work), scaled so that
   their sum is ORT's CPU time per run.
+
+With `--bf16` pygraphx runs the program `quantize_bf16` makes (the driver's `--bf16`) and the
+peer is OpenVINO at bf16 (`INFERENCE_PRECISION_HINT=bf16`, one stream, `INFERENCE_NUM_THREADS`):
+its per-node profile (`PERF_COUNT`, the fastest run of each node, scaled like ORT's) in blocks:
+FullyConnected is `gemm` / `lm_head`, a bf16 `Subgraph` (its fused attention) `attention`,
+MVN `layernorm`, Reorder / Transpose / Reshape / Split `views`. `--no-onednn-attention`
+compiles pygraphx with `onednn_attention=False` (torch's route for bf16 attention);
+`--compare-attention` runs both, alternating with the peer in one process.
+`--threads N` runs both engines on N threads (the CPU times then include the threads' waits).
 
 Block kinds: `gemm` (products with a fixed weight, with their bias and activation; ORT's Gemm,
 FusedGemm, MatMul with a 2-D weight, Gelu / FastGelu), `lm_head` (a weight product with at least
@@ -80,6 +91,23 @@ def ort_block(op: str, inputs: list[list[int]], output: list[int]) -> str:
     return "views" if op in VIEWS else "other"
 
 
+OV_VIEWS = {"Reorder", "Transpose", "Reshape", "Split", "VariadicSplit", "Squeeze", "Unsqueeze",
+            "Concat", "Gather", "ShapeOf"}  # fmt: skip
+
+
+def ov_block(node_type: str, exec_type: str, output: list[int]) -> str:
+    """The block of an OpenVINO node from its type, its kernel and its output shape."""
+    if node_type == "FullyConnected":
+        return "lm_head" if output and output[-1] >= LM_HEAD_COLUMNS else "gemm"
+    if node_type in ("Subgraph", "ScaledDotProductAttention") and "bf16" in exec_type:
+        return "attention"
+    if node_type in ("MatMul", "Softmax", "ScaledDotProductAttention"):
+        return "attention"
+    if node_type == "MVN":
+        return "layernorm"
+    return "views" if node_type in OV_VIEWS else "other"
+
+
 def pgx_profile(prog: pygraphx.Program, feeds: dict, runs: int) -> dict[str, float]:
     """CPU seconds per block per run (unscaled) from the fast path's steps."""
     exe = prog._executable
@@ -97,12 +125,12 @@ def pgx_profile(prog: pygraphx.Program, feeds: dict, runs: int) -> dict[str, flo
     return found
 
 
-def ort_profile(model_bytes: bytes, feeds: dict, runs: int) -> dict[str, float]:
+def ort_profile(model_bytes: bytes, feeds: dict, runs: int, threads: int = 1) -> dict[str, float]:
     """Seconds per block per run (unscaled): each node's fastest profiled run."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
     opts.enable_profiling = True
     opts.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "ort")
     sess = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
@@ -122,6 +150,39 @@ def ort_profile(model_bytes: bytes, feeds: dict, runs: int) -> dict[str, float]:
     for block, seconds in fastest.values():
         found[block] += seconds
     return found
+
+
+def openvino_engine(model: Any, threads: int, runs: int, feeds: dict) -> tuple[Any, dict]:
+    """OpenVINO at bf16 on `threads`: its run function and seconds per block per run
+    (unscaled: each node's fastest of `runs` profiled runs)."""
+    import openvino as ov
+
+    path = Path(tempfile.mkdtemp()) / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    core = ov.Core()
+    config = {"INFERENCE_PRECISION_HINT": "bf16", "INFERENCE_NUM_THREADS": threads,
+              "NUM_STREAMS": 1, "PERF_COUNT": True}  # fmt: skip
+    compiled = core.compile_model(core.read_model(str(path)), "CPU", config)
+    shapes = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        out = op.get_output_partial_shape(0) if op.get_output_size() else None
+        static = out is not None and out.is_static
+        shapes[op.get_friendly_name()] = [d.get_length() for d in out] if static else []
+    request = compiled.create_infer_request()
+    fastest: dict[str, tuple[str, float]] = {}
+    for _ in range(runs + 1):
+        request.infer(feeds)
+        for info in request.profiling_info:
+            seconds = info.real_time.total_seconds()
+            if seconds > 0:
+                shape = shapes.get(info.node_name, [])
+                block = ov_block(info.node_type, info.exec_type, shape)
+                old = fastest.get(info.node_name, (block, float("inf")))[1]
+                fastest[info.node_name] = (block, min(old, seconds))
+    found: dict[str, float] = defaultdict(float)
+    for block, seconds in fastest.values():
+        found[block] += seconds
+    return (lambda: request.infer(feeds)), found
 
 
 def timed_runs(fns: dict[str, Any], runs: int) -> tuple[dict[str, float], dict[str, int]]:
@@ -158,44 +219,74 @@ def keep_freed_memory() -> None:
         raise RuntimeError("mallopt refused the thresholds")
 
 
+def ort_engine(data: bytes, threads: int, runs: int, feeds: dict) -> tuple[Any, dict]:
+    """ONNX Runtime on `threads`: its run function and seconds per block per run."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    return (lambda: sess.run(None, feeds)), ort_profile(data, feeds, runs, threads)
+
+
+def compile_pgx(data: bytes, args: argparse.Namespace, **settings: Any) -> pygraphx.Program:
+    prog = pygraphx.parse_onnx_buffer(data)
+    if args.bf16:
+        pygraphx.quantize_bf16(prog)
+    prog.compile(CpuTarget(threads=args.threads, **settings))
+    return prog
+
+
+def report(args: argparse.Namespace, total: dict, faults: dict, blocks: dict) -> None:
+    """The per-run CPU times and the blocks of every engine, the first one's differences to
+    the last's (the peer)."""
+    names = list(total)
+    first, peer = names[0], names[-1]
+    precision = "bf16" if args.bf16 else "float32"
+    times = ", ".join(f"{k} {total[k] * 1e3:.1f}" for k in names)
+    print(f"{args.model} batch {args.batch} {precision}, {args.threads} thread(s), CPU ms per "
+          f"run: {times} ({first}/{peer} {total[first] / total[peer]:.3f}x); minor page faults "
+          f"per run: " + ", ".join(f"{k} {faults[k]}" for k in names))  # fmt: skip
+    print(f"{'block':10s} " + " ".join(f"{k[:12]:>12s}" for k in names) + "     diff   (ms, "
+          "scaled to the run)")  # fmt: skip
+    scaled = {k: {b: v * total[k] / sum(blocks[k].values()) for b, v in blocks[k].items()}
+              for k in blocks}  # fmt: skip
+    for b in BLOCKS:
+        ms = [scaled[k].get(b, 0.0) * 1e3 for k in names]
+        print(f"{b:10s} " + " ".join(f"{m:12.2f}" for m in ms) + f" {ms[0] - ms[-1]:+8.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="bert_base", choices=["bert_base", "gpt2"])
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--bf16", action="store_true", help="pygraphx bf16 against OpenVINO bf16")
+    ap.add_argument("--no-onednn-attention", action="store_true")
+    ap.add_argument("--compare-attention", action="store_true",
+                    help="also pygraphx with onednn_attention=False, alternating")  # fmt: skip
     ap.add_argument("--keep-freed-memory", action="store_true", help="see keep_freed_memory()")
     args = ap.parse_args(argv)
     if args.keep_freed_memory:
         keep_freed_memory()
-    import onnxruntime as ort
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     model = get_model(args.model, batch=args.batch)
     feeds = model_inputs(args.model, model)
     data = model.SerializeToString()
-    prog = pygraphx.parse_onnx_buffer(data)
-    prog.compile(CpuTarget(threads=1))
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
-    total, faults = timed_runs(
-        {"pygraphx": lambda: prog.run(feeds), "ort": lambda: sess.run(None, feeds)}, args.runs
-    )
-    blocks = {
-        "pygraphx": pgx_profile(prog, feeds, args.runs),
-        "ort": ort_profile(data, feeds, args.runs),
-    }
-    print(f"{args.model} batch {args.batch}, 1 thread, CPU ms per run: pygraphx "
-          f"{total['pygraphx'] * 1e3:.1f}, ORT {total['ort'] * 1e3:.1f} "
-          f"({total['pygraphx'] / total['ort']:.3f}x); minor page faults per run: pygraphx "
-          f"{faults['pygraphx']}, ORT {faults['ort']}")  # fmt: skip
-    print(f"{'block':10s} {'pygraphx':>9s} {'ORT':>9s} {'diff':>8s}   (ms, scaled to the run)")
-    scaled = {k: {b: v * total[k] / sum(blocks[k].values()) for b, v in blocks[k].items()}
-              for k in blocks}  # fmt: skip
-    for b in BLOCKS:
-        p, o = scaled["pygraphx"].get(b, 0.0) * 1e3, scaled["ort"].get(b, 0.0) * 1e3
-        print(f"{b:10s} {p:9.2f} {o:9.2f} {p - o:+8.2f}")
+    off = {"onednn_attention": False}
+    progs = {"pygraphx": compile_pgx(data, args, **(off if args.no_onednn_attention else {}))}
+    if args.compare_attention:
+        progs["pgx_torch_attn"] = compile_pgx(data, args, **off)
+    peer = "OpenVINO" if args.bf16 else "ORT"
+    make = openvino_engine if args.bf16 else ort_engine
+    run_peer, peer_blocks = make(model if args.bf16 else data, args.threads, args.runs, feeds)
+    engines = {k: (lambda p=p: p.run(feeds)) for k, p in progs.items()}
+    total, faults = timed_runs({**engines, peer: run_peer}, args.runs)
+    blocks = {k: pgx_profile(p, feeds, args.runs) for k, p in progs.items()}
+    report(args, total, faults, {**blocks, peer: peer_blocks})
     return 0
 
 

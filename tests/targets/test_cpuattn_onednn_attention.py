@@ -62,7 +62,7 @@ def masks(b: int, h: int, s: int) -> dict:
         "none": None,
         "padding_view": pad.expand(b, h, s, s),
         "bf16": pad.bfloat16(),
-        "causal": causal.view(1, 1, s, s),
+        "causal": causal.view(1, 1, s, s),  # (b > 1: broadcast to the scores, copied)
         "bias_strided": torch.randn(1, h, s, s).transpose(-1, -2),  # copied to a dense one
     }
 
@@ -79,12 +79,24 @@ def test_block_matches_float64_and_the_torch_route(form: str, shape: tuple) -> N
     table: dict = {}
     got = onednn_attention.attend(scale, table, torch_route)(q, kt, v, mask)
     assert primitives(table) == 1, "the primitives ran (no fallback)"
+    (plan,) = table[onednn_attention.PLANS].values()
+    assert not any(impl.startswith("ref") for impl in plan.prims.impls), plan.prims.impls
     assert got.dtype == torch.bfloat16 and tuple(got.shape) == (b, h, s, d)
+    assert got.transpose(1, 2).is_contiguous()  # laid out (b, s, h, d): the model's next view
     want = oracle(q, kt, v, mask, scale)
     err, torch_err = rel_rms(got, want), rel_rms(torch_route(q, kt, v, mask), want)
     assert 0 < err < BF16_RMS
     # float32 scores (no bf16 rounding before the softmax): no worse than the torch route
     assert err <= 1.2 * torch_err
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.125])
+def test_scale_one_has_no_scale_post_op(scale: float) -> None:
+    """A unit scale adds no post-op: the mask is then the first one."""
+    q, kt, v = qkv_views(2, 2, 12, 8)
+    mask = masks(2, 2, 12)["padding_view"]
+    got = onednn_attention.attend(scale, {}, attention._bf16_attention(scale))(q, kt, v, mask)
+    assert rel_rms(got, oracle(q, kt, v, mask, scale)) < BF16_RMS
 
 
 def test_primitives_are_shared_by_blocks_and_made_per_thread_count() -> None:
@@ -171,3 +183,41 @@ def test_bf16_program_attention_runs_on_onednn(name: str) -> None:
         errors[on] = max(rel_rms_np(g, w) for g, w in zip(got, want, strict=True))
     assert 1e-5 < errors[True] < 3e-2 and 1e-5 < errors[False] < 3e-2
     assert errors[True] <= 1.2 * errors[False]
+
+
+def test_a_refused_plan_goes_to_the_fallback_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refuse(*args, **kwargs):
+        raise onednn_attention.OneDnnError("no fast matmul")
+
+    monkeypatch.setattr(onednn_attention, "Plan", refuse)
+    q, kt, v = qkv_views(1, 2, 8, 4)
+    table: dict = {}
+    run = onednn_attention.attend(0.5, table, attention._bf16_attention(0.5))
+    with caplog.at_level("WARNING", logger="pygraphx.cpu"):
+        got = run(q, kt, v, None)
+        run(q, kt, v, None)
+    assert [r.getMessage() for r in caplog.records if "instead of oneDNN" in r.getMessage()]
+    assert len(caplog.records) == 1  # once per signature
+    assert rel_rms(got, oracle(q, kt, v, None, 0.5)) < BF16_RMS
+
+
+def test_bf16_program_on_two_threads_makes_primitives_for_two(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A program compiled for two threads runs its blocks on primitives made for two (oneDNN
+    fixes a primitive's team at creation), with the same results as on one thread."""
+    from pygraphx.targets.cpu.threads import LOAD_ADAPT_ENV
+
+    monkeypatch.setenv(LOAD_ADAPT_ENV, "0")  # two threads even on a busy machine
+    model, feeds = small_model("bert")
+    outs = {}
+    for threads in (1, 2):
+        prog = compile_bf16(model, threads=threads, step_threads=False)
+        outs[threads] = [np.asarray(o) for o in prog.run(feeds)]
+        table = prog._executable.lowered.ctx.cache[attention.ONEDNN_TABLE]
+        counts = {key[-1] for key in table if key != onednn_attention.PLANS}
+        assert counts == {threads}
+    for a, b in zip(outs[1], outs[2], strict=True):
+        assert rel_rms_np(a, b) < 1e-2

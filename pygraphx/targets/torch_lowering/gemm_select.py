@@ -15,8 +15,15 @@ weights went through the caches since), and there `addmm` (MKL's matrix-vector k
 the plain weight row by row) is the fastest: MobileNetV2's 1280 x 1000 classifier at batch 1,
 one thread, 0.27-0.33 ms in the model against oneDNN's 0.41 (ORT: 0.26); with the caches flushed
 before each call 0.34-0.38 against 0.45-0.51 for oneDNN (768 x 768: 0.19 against 0.30); warm,
-all three are within noise (0.11 ms). From two rows on oneDNN is first again (cold, four rows:
-0.54-0.58 ms against addmm's 0.63-0.66). `measure` measures warm, so it does not see this.
+all three are within noise (0.11 ms). A decoder's token steps are one-row products too:
+`benchmarks/generate_cpu_interleaved.py` (qwen2_small, batch 1) decoded 153-160 tokens/s at one
+thread against 120-128 with `PGX_CPU_GEMM=dnnl`, and 128 against 88 at two (a loaded machine).
+From two rows on oneDNN is first again (cold, four rows: 0.54-0.58 ms against addmm's
+0.63-0.66), and so is a one-row product with a large weight on several threads: MKL's
+matrix-vector kernel runs on one, oneDNN's on all (cold, two threads: 768 x 50257 5.3-5.6 ms
+against addmm's 6.9-7.2, 2048 x 8192 1.7-1.9 against 3.0-3.2; 512 x 8000 and 768 x 3072 even;
+on one thread addmm leads at every size, 768 x 50257 6.4-6.8 against 9.7-10.2).
+`measure` measures warm, so it does not see this.
 
 `PGX_CPU_GEMM=measure` times every candidate at prepare on a random input of the real shape
 with the threads the run will use (one untimed warm-up, then the best of 2-5 calls, the kernels
@@ -53,6 +60,10 @@ MAX_MEASURED_SECONDS = 0.05
 MEASURE_SECONDS = 0.02
 MAX_REPEATS = 5
 
+#: a one-row product with at least this many weight values runs on oneDNN when it has more
+#: than one thread (see the module docstring)
+ONE_ROW_PARALLEL = 1 << 23
+
 Key = tuple[int, int, int, int, tuple[str, ...]]
 _CHOICES: dict[Key, str] = {}
 
@@ -67,10 +78,18 @@ def setting() -> str:
     return value
 
 
-def preferred(rows: int, names: Sequence[str]) -> list[str]:
-    """The candidate `names` (in the default order) for a product of `rows` rows, most
-    preferred first: `addmm` first for one row (see the module docstring)."""
-    if rows == 1 and "addmm" in names:
+def one_row_on_addmm(rows: int, k: int, n: int, threads: int | None = None) -> bool:
+    """Whether a (rows x k) @ (k x n) float32 product runs on `addmm` first: one row, and one
+    thread or a weight below `ONE_ROW_PARALLEL` values (see the module docstring); `threads`
+    defaults to torch's count now (the run's, at prepare)."""
+    threads = torch.get_num_threads() if threads is None else threads
+    return rows == 1 and (threads <= 1 or k * n < ONE_ROW_PARALLEL)
+
+
+def preferred(rows: int, k: int, n: int, names: Sequence[str]) -> list[str]:
+    """The candidate `names` (in the default order) for a (rows x k) @ (k x n) product, most
+    preferred first: `addmm` first where `one_row_on_addmm` says so."""
+    if "addmm" in names and one_row_on_addmm(rows, k, n):
         return ["addmm", *(name for name in names if name != "addmm")]
     return list(names)
 
@@ -144,6 +163,7 @@ __all__ = [
     "clear_cache",
     "estimated_seconds",
     "measure",
+    "one_row_on_addmm",
     "preferred",
     "setting",
 ]

@@ -197,7 +197,7 @@ def _fast_kernel(
     if epilogue is not None:
         names = names[:1] if names[0] == "dnnl" else []
     else:
-        names = gemm_select.preferred(rows, names)
+        names = gemm_select.preferred(rows, k, n, names)
     if not names:
         return None
     name = gemm_select.choose(
@@ -333,7 +333,7 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
             trace, result, bias = peeled[0], peeled[1], candidate
     produce = dot_producer(ctx, dot, bias)
     assert produce is not None
-    act = _activation(trace, result, k)
+    act = _activation(trace, result, k) if not _one_row(dot) else None
     if act is not None and dot_producer(ctx, dot, bias, act) is not None:
         produce = dot_producer(ctx, dot, bias, act)
         result = trace.inputs[k]  # the GEMM applies the whole group
@@ -457,6 +457,16 @@ def _activation(trace: Any, result: Any, k: int) -> str | None:
     (x, *rest) = node.args or [None]
     ok = not rest and getattr(x, "kind", None) == "in" and x.index == k
     return node.fn if ok and node.fn in DNNL_EPILOGUES else None
+
+
+def _one_row(dot: Instruction) -> bool:
+    """A float32 product of one row that runs on `addmm` (`gemm_select.one_row_on_addmm`): its
+    activation is applied after it rather than inside oneDNN's GEMM."""
+    lens = dot.shape.lens()
+    if dot.shape.type() != "float_type" or len(lens) < 2 or dot.shape.elements() != lens[-1]:
+        return False
+    k = dot.inputs[0].shape.lens()[-1]
+    return gemm_select.one_row_on_addmm(1, k, lens[-1])
 
 
 def lower_dot_alone(ctx: LoweringContext, ins: Instruction) -> None:

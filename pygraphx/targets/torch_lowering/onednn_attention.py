@@ -26,6 +26,7 @@ go to the caller's fallback, torch's route.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from ctypes import POINTER, Array, byref, c_float, c_int, c_void_p
 
@@ -42,6 +43,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     FORWARD_INFERENCE,
     Dims,
     ExecArg,
+    OneDnnError,
     Runtime,
     check,
     post_op_arg,
@@ -49,6 +51,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     runtime,
 )
 
+log = logging.getLogger("pygraphx.cpu")
 Tensor = torch.Tensor
 #: oneDNN 3.x's `dnnl_eltwise_linear` (alpha * x + beta) and `dnnl_softmax_accurate`
 ELTWISE_LINEAR = 0x26
@@ -90,6 +93,17 @@ def dense_strides(dims: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _token_major(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides of a (..., heads, s, d) output laid out as (..., s, heads, d): the layout the
+    model's next steps (transpose to (..., s, heads, d), reshape to (..., s, heads * d)) then
+    only view, where a dense output is copied by that reshape (BERT-base at batch 8: 12 copies
+    of 1.5 MB a run). Dense strides for fewer than four axes."""
+    if len(dims) < 4:
+        return dense_strides(dims)
+    swapped = dense_strides((*dims[:-3], dims[-2], dims[-3], dims[-1]))
+    return (*swapped[:-3], swapped[-2], swapped[-3], swapped[-1])
+
+
 class Descs:
     """Memory descriptors made through one `Runtime` and destroyed with this object."""
 
@@ -126,7 +140,7 @@ class Primitives:
         kind = DTYPES[dtype]
         scores = (*q[0][:-1], kt[0][-1])
         out = (*q[0][:-1], v[0][-1])
-        self.out_shape = out
+        self.out_shape, self.out_strides = out, _token_major(out)
         self.scores = torch.empty(scores, dtype=torch.float32)
         self.probs = torch.empty(scores, dtype=dtype)
         s_md, p_md = self._md(scores, kind=F32), self._md(scores, kind=kind)
@@ -135,7 +149,7 @@ class Primitives:
             self._md(*kt, kind=kind),
             self._md(*v, kind=kind),
         )
-        o_md = self._md(out, kind=kind)
+        o_md = self._md(out, self.out_strides, kind=kind)
         mask_md = None if mask is None else self._md(*mask, kind=DTYPES[mask_dtype])
         mm1 = self._matmul(q_md, kt_md, s_md, scale, mask_md)
         soft = self._softmax(s_md, p_md, len(scores) - 1)
@@ -147,7 +161,8 @@ class Primitives:
         self.mask = None if mask_md is None else self._memory(mask_md)
         first = [(ARG_SRC, self.q), (ARG_WEIGHTS, self.kt), (ARG_DST, s_mem)]
         if self.mask is not None:
-            first.append((post_op_arg(1, ARG_SRC_1), self.mask))
+            mask_op = 1 if scale != 1.0 else 0  # the binary add follows the scale's post-op
+            first.append((post_op_arg(mask_op, ARG_SRC_1), self.mask))
         self.steps = [
             (mm1, _args(first)),
             (soft, _args([(ARG_SRC, s_mem), (ARG_DST, p_mem)])),
@@ -171,7 +186,7 @@ class Primitives:
         check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
         check(lib.dnnl_post_ops_create(byref(post_ops)), "post_ops_create")
         try:
-            if scale != 1.0 or mask is not None:
+            if scale != 1.0:  # before the mask, as the block computes it
                 linear = lib.dnnl_post_ops_append_eltwise(
                     post_ops, ELTWISE_LINEAR, c_float(scale), c_float(0.0)
                 )
@@ -211,7 +226,7 @@ class Primitives:
             lib.dnnl_primitive_execute,
             self.rt.stream,
         )
-        out = torch.empty(self.out_shape, dtype=self.probs.dtype)
+        out = torch.empty_strided(self.out_shape, self.out_strides, dtype=self.probs.dtype)
         set_handle(self.q, q)
         set_handle(self.kt, kt)
         set_handle(self.v, v)
@@ -283,16 +298,45 @@ def compact(mask: Tensor, ndim: int) -> Tensor:
     return cut.view((1,) * (ndim - cut.dim()) + tuple(cut.shape))
 
 
+def _expand(mask: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """`mask` broadcast to the scores' whole `shape` (a view)."""
+    return mask.expand(shape)
+
+
+def _reference(prims: Primitives) -> bool:
+    """oneDNN took its reference implementation for a primitive (orders of magnitude slower)."""
+    return any(impl.startswith("ref") for impl in prims.impls)
+
+
 class Plan:
     """How a block runs for one signature of its operands (shapes, strides, types, threads):
-    the primitives (shared by every plan of their layouts) and the operands' copies."""
+    the primitives (shared by every plan of their layouts) and the operands' copies.
+
+    The mask is read at its compact size (`compact`) where oneDNN's fast matmul broadcasts it
+    (one mask per batch entry, per query row or per head-free (s, t) block of a batch entry),
+    else broadcast to the scores' whole shape and copied, once per call, into a dense buffer (a
+    (s, t) mask shared by a batch of several: oneDNN would run its reference matmul). Operands
+    that still get the reference matmul raise `OneDnnError`."""
 
     def __init__(self, rt: Runtime, table: dict, scale: float, operands: tuple) -> None:
         q, kt, v, mask = operands
         self.q, self.v = Operand(q), Operand(v)
         self.kt = Operand(kt, transposed=kt.stride()[-2] == 1)
         self.ndim = q.dim()
-        self.mask = None if mask is None else Operand(compact(mask, self.ndim))
+        scores = (*q.shape[:-1], kt.shape[-1])
+        self.shape_mask: Callable[[Tensor], Tensor] = lambda m: compact(m, self.ndim)
+        self.prims = self._primitives(rt, table, scale, (q, mask))
+        if mask is not None and _reference(self.prims):
+            table.pop(self.key)
+            self.shape_mask = lambda m: _expand(m, scores)
+            self.prims = self._primitives(rt, table, scale, (q, mask))
+        if _reference(self.prims):
+            table.pop(self.key)
+            raise OneDnnError(f"attention {list(scores)}: oneDNN offers its reference matmul only")
+
+    def _primitives(self, rt: Runtime, table: dict, scale: float, qm: tuple) -> Primitives:
+        q, mask = qm
+        self.mask = None if mask is None else Operand(self.shape_mask(mask))
         layouts = (self.q.layout, self.kt.layout, self.v.layout)
         key = (
             (*layouts, None if self.mask is None else self.mask.layout),
@@ -302,14 +346,15 @@ class Plan:
         )
         if key not in table:
             table[key] = Primitives(rt, key)
-        self.prims = table[key]
+        self.key = key
+        return table[key]
 
     def run(self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """The block's output (a new tensor)."""
         m = None
         if self.mask is not None and mask is not None:  # a compact view starts where it does
             dense = self.mask.buffer is None
-            m = mask.data_ptr() if dense else self.mask.address(compact(mask, self.ndim))
+            m = mask.data_ptr() if dense else self.mask.address(self.shape_mask(mask))
         return self.prims.run(self.q.address(q), self.kt.address(kt), self.v.address(v), m)
 
 
@@ -319,6 +364,20 @@ Attend = Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]
 def _signature(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> tuple:
     ops = (q, kt, v) if mask is None else (q, kt, v, mask)
     return (*((t.shape, t.stride(), t.dtype) for t in ops), torch.get_num_threads())
+
+
+def _plan(rt: Runtime, table: dict, scale: float, operands: tuple) -> Plan | None:
+    """The plan for these operands, or None (the fallback runs them: said once per signature
+    oneDNN refused, on the `pygraphx.cpu` logger at WARNING)."""
+    if not _supported(*operands):
+        return None
+    try:
+        return Plan(rt, table, scale, operands)
+    except OneDnnError as exc:
+        shapes = [tuple(t.shape) for t in operands if t is not None]
+        log.warning("cpu attention %s: torch's matmul / softmax / matmul instead of oneDNN (%s)",
+                    shapes, exc)  # fmt: skip
+        return None
 
 
 def attend(scale: float, table: dict, fallback: Attend) -> Attend:
@@ -335,8 +394,7 @@ def attend(scale: float, table: dict, fallback: Attend) -> Attend:
         sig = (_signature(q, kt, v, mask), scale)
         plan = plans.get(sig, False)
         if plan is False:
-            ok = _supported(q, kt, v, mask)
-            plan = plans[sig] = Plan(rt, table, scale, (q, kt, v, mask)) if ok else None
+            plan = plans[sig] = _plan(rt, table, scale, (q, kt, v, mask))
         if plan is None:
             return fallback(q, kt, v, mask)
         return plan.run(q, kt, v, mask)
