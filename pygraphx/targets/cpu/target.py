@@ -53,8 +53,9 @@ log = logging.getLogger("pygraphx.cpu")
 #: where convolution results live by default: "arena" (the `dnnl` kernel writes each fused
 #: group's slot itself; the plan keeps a fused convolution's input live through its group). A/B
 #: in one process against "torch" (torch-allocated outputs), process CPU ms on the 2-core EPYC:
-#: equal or 1-4% less on MobileNetV2 b1/b8, ResNet-50 b1, YOLOv8-style at 1 and 2 threads
-#: (`benchmarks/arena_conv_ab.py`, results/arena_conv.md)
+#: equal or 1-4% less on MobileNetV2 b1/b8, YOLOv8-style, UNet at 1 and 2 threads, ResNet-50 b1
+#: -0.5 to -8% at 2 threads but +0 to +1.8% at 1 ("torch" sums its residual adds in place)
+#: (`benchmarks/arena_conv_ab.py`, benchmarks/results/arena_conv.md)
 CONV_OUTPUT = "arena"
 
 
