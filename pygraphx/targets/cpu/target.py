@@ -54,7 +54,7 @@ log = logging.getLogger("pygraphx.cpu")
 #: group's slot itself; the plan keeps a fused convolution's input live through its group). A/B
 #: in one process against "torch" (torch-allocated outputs), process CPU ms on the 2-core EPYC:
 #: equal or 1-4% less on MobileNetV2 b1/b8, YOLOv8-style, UNet at 1 and 2 threads, ResNet-50 b1
-#: -0.5 to -8% at 2 threads but +0 to +1.8% at 1 ("torch" sums its residual adds in place)
+#: -0.5 to -8% at 2 threads and -1.5 to +1.8% at 1 (a tie within the shared machine's noise)
 #: (`benchmarks/arena_conv_ab.py`, benchmarks/results/arena_conv.md)
 CONV_OUTPUT = "arena"
 
