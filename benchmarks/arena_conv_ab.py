@@ -2,6 +2,7 @@
 
     python benchmarks/arena_conv_ab.py --threads 1 2 --rounds 6 --repeat 8
     python benchmarks/arena_conv_ab.py --models mobilenetv2:1 resnet50:1 yolov8_style
+    python benchmarks/arena_conv_ab.py --bf16 --threads 1   # quantize_bf16 ("products") first
 
 Both programs are compiled from the same ONNX model; the timing alternates blocks of runs
 (warm-up run, then `--repeat` timed runs) of the two modes, the order swapped every round, so
@@ -24,11 +25,9 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import pygraphx  # noqa: E402
-from benchmarks.cpu_vs_peers import load_zoo, make_ort, relative_error  # noqa: E402
+from benchmarks.cpu_vs_peers import load_zoo, make_ort, make_pygraphx, relative_error  # noqa: E402
 from benchmarks.zoo import ZOO_NAMES  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
-from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 
 MODES = ("torch", "arena")
 
@@ -43,18 +42,18 @@ def load(spec: str) -> tuple[str, onnx.ModelProto, dict[str, np.ndarray]]:
     return f"{name} b{batch or 1}", model, model_inputs(name, model)
 
 
-def ab(spec: str, threads: int, rounds: int, repeat: int) -> None:
+def ab(spec: str, threads: int, rounds: int, repeat: int, bf16: bool = False) -> None:
     label, model, feeds = load(spec)
+    label += " bf16" if bf16 else ""
     want = make_ort(model, threads)[0](feeds)
     runs, arena = {}, {}
     for mode in MODES:
-        prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-        prog.compile(CpuTarget(threads=threads, conv_output=mode))
+        run, _, prog = make_pygraphx(model, mode, threads, bf16=("products",) if bf16 else None)
         ctx = prog._executable.lowered.ctx
         arena[mode] = (ctx.plan.arena_bytes, ctx.cache.get("conv_into_slot", 0))
         err = relative_error([np.asarray(a, np.float64) for a in prog.run(feeds)], want)
         print(f"  {label} t{threads} {mode}: rel error vs ORT {err:.2e}", flush=True)
-        runs[mode] = prog.run
+        runs[mode] = run
     times: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
     blocks: dict[str, list[float]] = {m: [] for m in MODES}
     for r in range(rounds):
@@ -87,10 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--repeat", type=int, default=8)
+    p.add_argument("--bf16", action="store_true", help="quantize_bf16 before compiling")
     args = p.parse_args(argv)
     for spec in args.models:
         for threads in args.threads:
-            ab(spec, threads, args.rounds, args.repeat)
+            ab(spec, threads, args.rounds, args.repeat, args.bf16)
     return 0
 
 
