@@ -87,3 +87,18 @@ def test_every_fused_layer_writes_its_slot(net, monkeypatch: pytest.MonkeyPatch)
     profiled = prog.run(feeds, observer=lambda ins, v, s: seen.append(ins.name()))
     np.testing.assert_allclose(profiled[0], want, rtol=1e-4, atol=1e-4)
     assert seen.count("convolution") == fused
+
+
+def test_no_convolution_keeps_the_pipelines_plan() -> None:
+    """Nothing fused to keep apart: arena mode lowers with the plan the pipeline made."""
+    from onnx import helper
+
+    from tests.helpers import make_model
+
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Exp", ["a"], ["y"])]
+    model = make_model(nodes, {"x": x}, ["y"], {})
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(CpuTarget(threads=1, conv_output="arena"))
+    assert prog._executable.lowered.ctx.plan is prog.get_main_module().memory_plan
+    np.testing.assert_allclose(prog.run({"x": x})[0], run_ort(model, {"x": x})[0], rtol=1e-6)

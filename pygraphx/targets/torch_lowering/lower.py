@@ -91,12 +91,7 @@ def lower_module(
     """Lower `module` (already optimised; its memory plan is computed if missing)."""
     _load_lowerings()
     start = time.perf_counter()
-    plan: MemoryPlan | None = module.memory_plan
-    unplanned = (options or {}).get("unplanned")
-    fused_reads = (options or {}).get("fused_reads")
-    replan = unplanned is not None or fused_reads is not None
-    if plan is None or replan or not _plan_matches(plan, module):
-        plan = plan_memory(module, unplanned=unplanned, fused_reads=fused_reads)
+    plan = _plan_for(module, options or {})
     ctx = LoweringContext(device=device, options=dict(options or {}), plan=plan)
     ctx.module = module
     ctx.position = {id(i): k for k, i in enumerate(module.instructions)}
@@ -120,6 +115,20 @@ def lower_module(
     detach_run_time_weights(ctx, outputs)  # a model file rewritten in place cannot touch them
     profile = _profile_plan(ctx, module)
     return Lowered(ctx, params, outputs, profile, time.perf_counter() - start)
+
+
+def _plan_for(module: Module, options: dict[str, Any]) -> MemoryPlan:
+    """The pipeline's memory plan, or a new one where the options `unplanned` / `fused_reads`
+    change it (or the module changed since it was planned)."""
+    plan: MemoryPlan | None = module.memory_plan
+    unplanned = options.get("unplanned")
+    fused_reads = options.get("fused_reads")
+    if fused_reads is not None and all(fused_reads(i) is None for i in module.instructions):
+        fused_reads = None  # nothing fused to keep apart: the pipeline's plan holds
+    replan = unplanned is not None or fused_reads is not None
+    if plan is None or replan or not _plan_matches(plan, module):
+        plan = plan_memory(module, unplanned=unplanned, fused_reads=fused_reads)
+    return plan
 
 
 def _plan_matches(plan: MemoryPlan, module: Module) -> bool:
