@@ -5,7 +5,10 @@ API: `compile(target)`, `run({name: array})` -> list of arguments, `get_paramete
 `get_inputs()`, `get_outputs()`, `get_output_shapes()`. Compiling asks the target (an object, or
 a name looked up in `ir.registry`) to run its pass list and make an executable; running checks
 the inputs against the parameters first, so a wrong name, type or shape fails with a message
-that says which.
+that says which. The parameters are read from `main` once per executable (the executable binds
+those it was made for), and inputs that are numpy arrays of the exact type and lens pass in one
+short loop: on MobileNetV2 at batch 1 the walk over the module had cost more than all the rest
+of a run outside its steps.
 
 Threads: `run` on one compiled program is safe from any number of threads. Executables that
 keep per-run state (the cpu target's pre-bound slots) run one call at a time under the
@@ -22,7 +25,7 @@ import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -69,6 +72,8 @@ class Program:
         self._specialized: OrderedDict[tuple, Program] = OrderedDict()
         self._evicted = False  # the one-time warning that values keep changing was given
         self._dynamic = False  # set at compile: some parameter has dynamic dimensions
+        # what `run` checks inputs against, taken from `main` for the executable it names
+        self._signature: _Signature | None = None
         # compile, specialisation and non-reentrant runs take it (see the module docstring)
         self._lock = threading.RLock()
         self.create_module("main")
@@ -227,7 +232,7 @@ class Program:
         if self.value_inputs or (self._dynamic and self._off_max_lens(arrays)):
             with self._lock:
                 prog = self._specialized_for({**given, **arrays})
-            names = prog.get_parameter_shapes()
+            names = prog._signature_now().names
             return prog.run({n: a for n, a in arrays.items() if n in names}, observer)
         observer = with_eval_trace(self.get_main_module(), observer)  # PGX_TRACE_EVAL, read per run
         executable = self._executable
@@ -236,7 +241,7 @@ class Program:
         else:
             with self._lock:
                 outputs = self._run_executable(executable, arrays, observer)
-        results = [Argument(a) for a in _unaliased(outputs, arrays)]
+        results = [_argument(a) for a in _unaliased(outputs, arrays)]
         return _grouped(results, self.output_structure)
 
     def _structured_inputs(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -275,10 +280,7 @@ class Program:
 
     def _off_max_lens(self, arrays: Mapping[str, np.ndarray]) -> bool:
         """Whether some input's lens differ from the maximum lens the body was built for."""
-        main = self.get_main_module()
-        return any(
-            list(arrays[i.op.parameter].shape) != i.shape.lens() for i in main.get_parameters()
-        )
+        return any(arrays[p.name].shape != p.max_lens for p in self._signature_now().params)
 
     def _specialized_for(self, arrays: Mapping[str, np.ndarray]) -> Program:
         """The program compiled for these concrete input lens (dynamic dimensions) and, for
@@ -309,8 +311,38 @@ class Program:
                 )
         return prog
 
+    def _signature_now(self) -> _Signature:
+        """The parameters the current executable binds: read from `main` once per executable
+        (the walk over the module costs more than the rest of a small model's run outside its
+        steps); an executable is made from the module as it is then and binds those parameters
+        whatever edits the module sees later, so a new executable is what renews it."""
+        sig = self._signature
+        if sig is None or sig.executable is not self._executable:
+            sig = _Signature.of(self.get_main_module(), self._executable)
+            self._signature = sig
+        return sig
+
     def _check_params(self, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        expected = self.get_parameter_shapes()
+        """The inputs as arrays, checked against the parameters. The common case (every
+        parameter given once, as a numpy array or an `argument` of its exact type and static
+        lens, nothing else) passes in one loop; anything else takes `_check_params_fully`,
+        which raises the error that names the problem."""
+        sig = self._signature_now()
+        arrays: dict[str, np.ndarray] = {}
+        for p in sig.params:
+            value = params.get(p.name)
+            if type(value) is Argument:
+                value = value.array
+            if type(value) is not np.ndarray or value.dtype != p.dtype or value.shape != p.lens:
+                return self._check_params_fully(params, sig.shapes)
+            arrays[p.name] = value
+        if len(params) != len(arrays):  # some name is no parameter
+            return self._check_params_fully(params, sig.shapes)
+        return arrays
+
+    def _check_params_fully(
+        self, params: Mapping[str, Any], expected: Mapping[str, Shape]
+    ) -> dict[str, np.ndarray]:
         unknown = sorted(set(params) - set(expected))
         if unknown:
             raise ProgramError(
@@ -389,16 +421,34 @@ def _unaliased(outputs: list[np.ndarray], inputs: Mapping[str, np.ndarray]) -> l
     """`outputs` with a copy of every array that may share memory with an input, is read-only
     (a literal of the program) or appears twice, so the caller owns what `run` returns."""
     result: list[np.ndarray] = []
+    others = list(inputs.values())  # the inputs, then the outputs kept so far
     for out in outputs:
-        arr = np.asarray(out)
-        if (
-            not arr.flags.writeable
-            or any(np.may_share_memory(arr, a) for a in inputs.values())
-            or any(np.may_share_memory(arr, r) for r in result)
-        ):
+        arr = out if type(out) is np.ndarray else np.asarray(out)
+        if not arr.flags.writeable or _overlaps(arr, others):
             arr = arr.copy()
         result.append(arr)
+        others.append(arr)
     return result
+
+
+def _argument(arr: np.ndarray) -> Argument:
+    """`Argument(arr)` for an array `_unaliased` gave: made directly when its strides are all
+    positive (what `Argument` would keep as it is), else through `Argument`'s own checks."""
+    if min(arr.strides, default=0) < 0:
+        return Argument(arr)
+    arg = Argument.__new__(Argument)
+    arg.array = arr
+    return arg
+
+
+def _overlaps(arr: np.ndarray, others: list[np.ndarray]) -> bool:
+    """Whether `arr` may share memory with one of `others` (a plain loop: `run` calls it on
+    every output, and a generator per call costs more than the test on one input)."""
+    share = np.may_share_memory
+    for other in others:
+        if share(arr, other):
+            return True
+    return False
 
 
 def _type_name(dtype: np.dtype) -> str:
@@ -406,3 +456,36 @@ def _type_name(dtype: np.dtype) -> str:
         return from_dtype(dtype)
     except ValueError:
         return str(dtype)
+
+
+class _Param(NamedTuple):
+    """One parameter as `run` checks it: `lens` is None for a dynamic one (never equal to an
+    input's shape tuple, so it takes the full check); `max_lens` the lens its body has."""
+
+    name: str
+    dtype: np.dtype
+    lens: tuple[int, ...] | None
+    max_lens: tuple[int, ...]
+
+
+class _Signature(NamedTuple):
+    """`main`'s parameters for one executable (see `Program._signature_now`)."""
+
+    executable: Any
+    params: tuple[_Param, ...]
+    shapes: dict[str, Shape]
+    names: frozenset[str]
+
+    @staticmethod
+    def of(main: Module, executable: Any) -> _Signature:
+        shapes = main.get_parameter_shapes()
+        params = tuple(
+            _Param(
+                i.op.parameter,
+                shapes[i.op.parameter].dtype(),
+                None if shapes[i.op.parameter].dynamic() else tuple(i.shape.lens()),
+                tuple(i.shape.lens()),
+            )
+            for i in main.get_parameters()
+        )
+        return _Signature(executable, params, shapes, frozenset(shapes))
