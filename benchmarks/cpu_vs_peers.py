@@ -366,7 +366,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--no-step-threads", action="store_true", help="pygraphx: N on every step")
     ap.add_argument("--profile", action="store_true", help="per-op breakdown where we lose")
-    ap.add_argument("--conv-output", choices=("torch", "arena"), default="torch")
+    ap.add_argument("--conv-output", choices=("torch", "arena"), default="arena")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     if args.quick:

@@ -3,7 +3,9 @@
 1. Buffers: each instruction that makes a new value (not a parameter, literal, or view of its
    input) owns a buffer; a view's uses count as uses of the buffer it aliases.
 2. Liveness: a buffer lives from the instruction that writes it to its last use (returned
-   values live to the end).
+   values live to the end). A target that runs a producer inside its user's step (a
+   convolution fused with its epilogue, writing the user's buffer while it reads its own
+   inputs) says so through `fused_reads`: the producer's inputs then live to the user.
 3. Interference: two buffers interfere when their live ranges overlap.
 4. Colouring: buffers are placed largest first, each at the lowest aligned offset that overlaps
    no interfering buffer already placed (a first-fit colouring of the interference graph where
@@ -81,13 +83,18 @@ def root_of(ins: Instruction) -> Instruction:
         ins = ins.inputs[alias]
 
 
+#: instruction -> the later instruction whose step reads its inputs (or None): see plan_memory
+FusedReads = Callable[[Instruction], "Instruction | None"]
+
+
 def live_buffers(
     module: Module,
     alignment: int = ALIGNMENT,
     unplanned: Callable[[Instruction], bool] | None = None,
+    fused_reads: FusedReads | None = None,
 ) -> list[Buffer]:
     """Steps 1 and 2: the buffers of `module` in its current order, with their live ranges
-    (not yet placed). `unplanned` as in `plan_memory`."""
+    (not yet placed). `unplanned` and `fused_reads` as in `plan_memory`."""
     buffers: dict[int, Buffer] = {}
     end_of_module = len(module.instructions)
     for k, ins in enumerate(module.instructions):
@@ -103,7 +110,25 @@ def live_buffers(
             b = buffers.get(id(root_of(i)))
             if b is not None:
                 b.end = max(b.end, end_of_module if ins.is_return() else k)
+    if fused_reads is not None:
+        _extend_fused_reads(module, buffers, fused_reads)
     return list(buffers.values())
+
+
+def _extend_fused_reads(
+    module: Module, buffers: dict[int, Buffer], fused_reads: FusedReads
+) -> None:
+    """Keep the inputs of every producer that `fused_reads` runs inside a later user's step
+    live to that user: the step reads them while it writes the user's buffer."""
+    position = {id(ins): k for k, ins in enumerate(module.instructions)}
+    for ins in module.instructions:
+        user = fused_reads(ins)
+        if user is None or id(user) not in position:
+            continue
+        for i in ins.inputs:
+            b = buffers.get(id(root_of(i)))
+            if b is not None:
+                b.end = max(b.end, position[id(user)])
 
 
 def live_peak(module: Module) -> int:
@@ -116,14 +141,21 @@ def plan_memory(
     module: Module,
     alignment: int = ALIGNMENT,
     unplanned: Callable[[Instruction], bool] | None = None,
+    fused_reads: FusedReads | None = None,
 ) -> MemoryPlan:
     """Liveness, interference and first-fit placement for `module` in its current order.
 
     `unplanned(ins)`: True for instructions whose results the caller places itself (a target
     whose library calls return new tensors, e.g. the gpu target's convolutions and the
     epilogues it runs in place on them): they get no buffer, so the arena reserves no room
-    nobody writes."""
-    plan = MemoryPlan(alignment, live_buffers(module, alignment, unplanned))
+    nobody writes.
+
+    `fused_reads(ins)`: the later instruction whose step computes `ins` too (the cpu target's
+    convolutions with `conv_output="arena"` run inside their epilogue's step and write its
+    buffer), or None: `ins`'s inputs then stay live to that instruction, so its buffer never
+    shares memory with them (without it, an input dead after `ins` may give its memory to
+    the user)."""
+    plan = MemoryPlan(alignment, live_buffers(module, alignment, unplanned, fused_reads))
     placed: list[Buffer] = []
     for b in sorted(plan.buffers, key=lambda b: (-b.size, b.start)):
         busy = sorted(

@@ -57,7 +57,7 @@ model = make_model(nodes, {"x": x}, ["y"], inits)
 prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
 # torch's kernel: with `dnnl` (no small ideep allocations between the big ones) glibc's heap
 # takes more runs to settle on this two-layer net (mnv2 helper, measured)
-prog.compile(CpuTarget(threads=1, conv_kernel="onednn"))
+prog.compile(CpuTarget(threads=1, conv_kernel="onednn", conv_output="torch"))
 for _ in range(3):
     prog.run({"x": x})
 faults = []
@@ -201,19 +201,22 @@ def _residual_net(case: str) -> tuple[object, dict[str, np.ndarray]]:
     return make_model(nodes, x, outputs, inits), x
 
 
+@pytest.mark.parametrize("conv_output", ["torch", "arena"])
 @pytest.mark.parametrize(
     ("case", "in_place"),
     [("plain", 1), ("param", 0), ("read_later", 0), ("output", 0), ("own_input", 0)],
 )
-def test_residual_add_in_place_only_when_safe(case: str, in_place: int) -> None:
+def test_residual_add_in_place_only_when_safe(case: str, in_place: int, conv_output: str) -> None:
+    """In place only on torch-allocated results (`conv_output="torch"`); "arena" writes slots."""
     import pygraphx
     from pygraphx.targets.cpu.target import CpuTarget
     from tests.helpers import run_ort
 
     model, feeds = _residual_net(case)
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-    prog.compile(CpuTarget(threads=1))
-    assert prog._executable.lowered.ctx.cache.get("conv_in_place", 0) == in_place
+    prog.compile(CpuTarget(threads=1, conv_output=conv_output))
+    want_in_place = in_place if conv_output == "torch" else 0
+    assert prog._executable.lowered.ctx.cache.get("conv_in_place", 0) == want_in_place
     want = run_ort(model, feeds)
     for _ in range(3):  # a run must not see what the previous one overwrote
         got = prog.run(feeds)
@@ -222,7 +225,8 @@ def test_residual_add_in_place_only_when_safe(case: str, in_place: int) -> None:
 
 
 def test_resnet_blocks_add_in_place() -> None:
-    """Every residual add of a ResNet-50 fuses in place; the answer is ORT's."""
+    """Every residual add of a ResNet-50 fuses in place (`conv_output="torch"`); the answer is
+    ORT's."""
     import pygraphx
     from pygraphx.models import get_model, model_inputs
     from pygraphx.targets.cpu.target import CpuTarget
@@ -231,7 +235,7 @@ def test_resnet_blocks_add_in_place() -> None:
     model = get_model("resnet50", batch=1)
     feeds = model_inputs("resnet50", model)
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-    prog.compile(CpuTarget())
+    prog.compile(CpuTarget(conv_output="torch"))
     assert prog._executable.lowered.ctx.cache.get("conv_in_place", 0) == 16
     want = run_ort(model, feeds)[0]
     for _ in range(2):

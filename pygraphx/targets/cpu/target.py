@@ -41,6 +41,7 @@ from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_th
 from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_policy_enabled
 from pygraphx.targets.torch_lowering import Lowered, lower_module
 from pygraphx.targets.torch_lowering.conv_choice import finish as finish_conv_choice
+from pygraphx.targets.torch_lowering.conv_fusion import fused_user
 from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
 from pygraphx.targets.torch_lowering.fallback_cost import FallbackTimer, announce_cost, timed_steps
 
@@ -48,6 +49,14 @@ if TYPE_CHECKING:
     from pygraphx.ir.program import Program
 
 log = logging.getLogger("pygraphx.cpu")
+
+#: where convolution results live by default: "arena" (the `dnnl` kernel writes each fused
+#: group's slot itself; the plan keeps a fused convolution's input live through its group). A/B
+#: in one process against "torch" (torch-allocated outputs), process CPU ms on the 2-core EPYC:
+#: equal or 1-4% less on MobileNetV2 b1/b8, YOLOv8-style, UNet at 1 and 2 threads, ResNet-50 b1
+#: -0.5 to -8% at 2 threads and -1.5 to +1.8% at 1 (a tie within the shared machine's noise)
+#: (`benchmarks/arena_conv_ab.py`, benchmarks/results/arena_conv.md)
+CONV_OUTPUT = "arena"
 
 
 def announce_fallbacks(fallbacks: Mapping[str, int]) -> None:
@@ -172,10 +181,10 @@ class CpuTarget(Target):
     `threads=N` (threads per run; default `PGX_CPU_THREADS`, else the physical cores this
     process may use, capped: see `threads.py`), `step_threads=False` (every step on all the
     run's threads; default `PGX_CPU_STEP_THREADS`, on); and for the lowering
-    `conv_output="torch" | "arena"` (where convolution and GEMM results live, see
-    `torch_lowering/conv_fusion.py`), `conv_kernel="measure" | "off" | <kernel>` (how each
-    convolution's kernel is chosen, see `torch_lowering/conv_choice.py`), `mkldnn=False` (no
-    oneDNN convolutions),
+    `conv_output="arena" | "torch"` (where convolution, pooling and normalisation results
+    live, see `torch_lowering/conv_fusion.py`; default `CONV_OUTPUT`),
+    `conv_kernel="measure" | "off" | <kernel>` (how each convolution's kernel is chosen, see
+    `torch_lowering/conv_choice.py`), `mkldnn=False` (no oneDNN convolutions),
     `mkl_linear=False` (no packed MKL GEMMs), `attention=False` / `layernorm=False` (no fused
     attention / layer normalisation, see `lowering.py`), `onednn_attention=False` (bf16
     attention through torch, not oneDNN's primitives: see `torch_lowering/attention.py`).
@@ -203,8 +212,10 @@ class CpuTarget(Target):
     def prepare(self, program: Program, options: dict[str, Any]) -> CpuExecutable:
         release_weight_pages(program)  # what the passes read; lowering reads each again once
         with self.threads_scope(), torch.inference_mode():
-            options = {**options, **self.settings}
+            options = {"conv_output": CONV_OUTPUT, **options, **self.settings}
             options["lowering_overrides"] = cpu_overrides(options)
+            if options["conv_output"] == "arena":  # fused steps write their group's slot
+                options["fused_reads"] = fused_user
             lowered = lower_module(program.get_main_module(), torch.device("cpu"), options)
         release_weight_pages(program)
         conv_choices = lowered.ctx.cache.get("conv_choice")

@@ -33,16 +33,17 @@ apart from the convolution. The convolution must come right
 before its user in the program (see `lower.defer`). Profiling runs the convolution (on the
 default kernel) and the group as separate steps.
 
-Where results live: oneDNN allocates each convolution's output; with `conv_output="torch"`
-(the default) that tensor is the value (torch's CPU allocator reuses the memory of values
-released after their last use; `malloc_keep.py` keeps glibc from handing large freed blocks
-back to the kernel, which made every run fault in fresh pages at batch 8), with
-`conv_output="arena"` it is copied into the arena slot the memory plan gave it, except on
-the `dnnl` kernel, which writes the slot itself (no allocation, no copy) wherever the slot is
-not the memory of the convolution's input (the plan may give a fused group that memory, dead
-after the convolution: then the copy; `_slot_apart`). On MobileNetV2 b1 that is half the
-layers, and arena stays slower than "torch" (1 thread, 9.2 vs 8.3 ms). The benchmark
-(`benchmarks/cpu_vs_peers.py --conv-output`) measures both.
+Where results live: with `conv_output="torch"` oneDNN allocates each convolution's output
+and that tensor is the value (torch's CPU allocator reuses the memory of values released after
+their last use; `malloc_keep.py` keeps glibc from handing large freed blocks back to the
+kernel, which made every run fault in fresh pages at batch 8); with `conv_output="arena"` (the
+cpu target's default, `cpu/target.py`) it is copied into the arena slot the memory plan gave
+it, except on the `dnnl` kernel, which writes the slot itself (no allocation, no copy). A fused
+step reads the convolution's input while it writes its group's slot, so the cpu target plans
+the arena with `fused_user` as `fused_reads` (`memory_coloring.plan_memory`): the input then
+lives through the group and never shares memory with its slot. `_slot_apart` checks it (a plan
+made without it, e.g. a direct `lower_module` call, keeps the copy on such layers). The
+benchmark `benchmarks/arena_conv_ab.py` measures both modes A/B.
 """
 
 from __future__ import annotations
@@ -199,6 +200,17 @@ def _into(out: torch.Tensor, produce: Callable[[], torch.Tensor]) -> Callable[[]
             out.copy_(y)
 
     return step
+
+
+def fused_user(ins: Instruction) -> Instruction | None:
+    """The pointwise group a convolution `ins` may be fused into (its step then reads the
+    convolution's input while it writes the group's result), else None: the memory plan's
+    `fused_reads` with `conv_output="arena"` (the cpu target), so the group's arena slot is
+    never the input's memory and the `dnnl` kernel can write it directly."""
+    if ins.op.name != "convolution" or len(ins.outputs) != 1:
+        return None
+    user = ins.outputs[0]
+    return user if _may_fuse(ins, user) else None
 
 
 def _may_fuse(conv: Instruction, user: Instruction) -> bool:

@@ -10,7 +10,11 @@ result is copied into its arena slot (`fallbacks` counts these by op name).
 
 The option `unplanned` (instruction -> bool) picks instructions whose results the target's
 lowerings always place themselves (the gpu target's convolutions, which cuDNN allocates, and
-the epilogues run in place on them): the memory plan then leaves them out of the arena.
+the epilogues run in place on them): the memory plan then leaves them out of the arena. The
+option `fused_reads` (instruction -> the later instruction whose step computes it too, or None)
+keeps a fused producer's inputs live through its user's step (`plan_memory`): the cpu target
+passes `conv_fusion.fused_user` with `conv_output="arena"`, where the fused step writes the
+user's arena slot while it reads the convolution's input.
 
 A target may replace the lowering of some ops without touching this table: the option
 `lowering_overrides` maps op names to lowering functions tried instead of the registered ones
@@ -22,7 +26,8 @@ keeping the separate steps for profiling. The producer must come right before it
 literals, parameters and views between them), so no buffer its inputs live in is reused in
 between. A fused producer returns a new tensor and the user's epilogue runs on it in place, so
 the fused step never writes the user's arena slot while it still reads the producer's inputs
-(which the memory plan may have placed there, as they die at the producer).
+(which the memory plan may have placed there, as they die at the producer), unless the plan
+was made with `fused_reads` (then the slot and those inputs are apart).
 """
 
 from __future__ import annotations
@@ -86,10 +91,7 @@ def lower_module(
     """Lower `module` (already optimised; its memory plan is computed if missing)."""
     _load_lowerings()
     start = time.perf_counter()
-    plan: MemoryPlan | None = module.memory_plan
-    unplanned = (options or {}).get("unplanned")
-    if plan is None or unplanned is not None or not _plan_matches(plan, module):
-        plan = plan_memory(module, unplanned=unplanned)
+    plan = _plan_for(module, options or {})
     ctx = LoweringContext(device=device, options=dict(options or {}), plan=plan)
     ctx.module = module
     ctx.position = {id(i): k for k, i in enumerate(module.instructions)}
@@ -113,6 +115,20 @@ def lower_module(
     detach_run_time_weights(ctx, outputs)  # a model file rewritten in place cannot touch them
     profile = _profile_plan(ctx, module)
     return Lowered(ctx, params, outputs, profile, time.perf_counter() - start)
+
+
+def _plan_for(module: Module, options: dict[str, Any]) -> MemoryPlan:
+    """The pipeline's memory plan, or a new one where the options `unplanned` / `fused_reads`
+    change it (or the module changed since it was planned)."""
+    plan: MemoryPlan | None = module.memory_plan
+    unplanned = options.get("unplanned")
+    fused_reads = options.get("fused_reads")
+    if fused_reads is not None and all(fused_reads(i) is None for i in module.instructions):
+        fused_reads = None  # nothing fused to keep apart: the pipeline's plan holds
+    replan = unplanned is not None or fused_reads is not None
+    if plan is None or replan or not _plan_matches(plan, module):
+        plan = plan_memory(module, unplanned=unplanned, fused_reads=fused_reads)
+    return plan
 
 
 def _plan_matches(plan: MemoryPlan, module: Module) -> bool:

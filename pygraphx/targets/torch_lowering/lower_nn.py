@@ -11,8 +11,9 @@
   IR's (checked on one channel at prepare), global pooling as `amax`/`mean`.
 * `batch_norm_inference` (spatial), `instance_norm`, `lrn` (odd sizes): their torch functions.
 
-Results torch allocates are kept as run-time values (`conv_output="torch"`, the default, see
-`conv_fusion.py`) or copied into the arena slot (`conv_output="arena"`).
+Results torch allocates are kept as run-time values (`conv_output="torch"`, see
+`conv_fusion.py`) or copied into the arena slot (`conv_output="arena"`, the cpu target's
+default).
 
 Declined (numpy fallback): integer and fp8 convolutions and pooling, lpnorm pooling, pooling
 with asymmetric padding, average pooling with dilation, deconvolution with negative padding,
