@@ -20,6 +20,8 @@ GPT-2's) is matched too: the step converts torch's result (finite values: a norm
 never nears float32's largest, so the clamping convert's saturation cannot apply); so is one
 whose float32 output also has a user that only converts it to bf16 (a post-norm transformer's,
 BERT's, where the output feeds the next residual sum too): the step makes that copy as well.
+A float32 norm rounded to bf16 runs as oneDNN's primitive writing bf16 in one pass
+(`onednn_layernorm.py`; `PGX_CPU_LAYERNORM=torch` keeps torch's kernel), see `_kernel`.
 """
 
 from __future__ import annotations
