@@ -29,11 +29,12 @@ interpretation of the ONNX graph with `torch.nn.functional` calls in NCHW (what 
 `nn.Module` does).
 
 Timing: each engine is timed in its own block of runs (warm-up, then `--repeat` timed runs),
-the engines one after another, and the whole round twice; an engine's figure is the median of
-its better block. This is how a process that runs one model sees it. `--neighbour` instead
-alternates single runs of the engines (pygraphx, ORT, OpenVINO, ...), so every run follows
-another engine's: thread pools that spin after their work (ORT's, OpenVINO's) then stall the
-next engine's threads, which is what a program with busy neighbours meets. Both modes report
+the engines one after another, and the whole round twice (the second in reverse order); an
+engine's figure is the median of its better block. This is how a process that runs one
+model sees it. `--neighbour` instead alternates single runs of the engines (pygraphx, ORT,
+OpenVINO, ...), so every run follows another engine's: thread pools that spin after their
+work (ORT's, OpenVINO's) then stall the next engine's threads, which is what a program with
+busy neighbours meets. Both modes report
 wall time (the table) and process CPU time per run (all threads of the process; the per-row
 lines and the JSON): CPU time far above wall time x threads' useful work means threads spin.
 "Compile" is the time from ONNX bytes to a runnable model: parse + passes + prepare for
@@ -211,10 +212,14 @@ def blockwise(
     engines: dict[str, Callable], feeds: dict[str, np.ndarray], warmup: int, repeat: int
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Median wall-clock ms and mean process-CPU ms per run of each engine, each engine timed
-    in its own block of runs, two rounds, the better block kept."""
+    in its own block of runs, two rounds, the better block kept. The second round runs the
+    blocks in the reverse order, so that no engine has both its blocks right after the same
+    neighbour: a block just after ONNX Runtime's runs 2-3x slower for its first ~50 ms on 2
+    cores (MobileNetV2 bf16, measured: ORT's pool still holds the cores), which, with the
+    first order, fell on pgx bf16 in both rounds."""
     best: dict[str, tuple[float, float]] = {}
-    for _ in range(2):
-        for name, fn in engines.items():
+    for order in (list(engines.items()), list(engines.items())[::-1]):
+        for name, fn in order:
             for _ in range(warmup):
                 fn(feeds)
             runs = [_timed(fn, feeds) for _ in range(repeat)]
