@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.mapped import release_weight_pages
 from pygraphx.passes.fold_qdq import fold_qdq
 from pygraphx.passes.manager import Pass, module_pass
@@ -44,6 +45,7 @@ from pygraphx.targets.torch_lowering.conv_choice import finish as finish_conv_ch
 from pygraphx.targets.torch_lowering.conv_fusion import fused_user
 from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
 from pygraphx.targets.torch_lowering.fallback_cost import FallbackTimer, announce_cost, timed_steps
+from pygraphx.targets.torch_lowering.lower_resize import concat_reader
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
@@ -174,6 +176,12 @@ class CpuExecutable:
         return len(self.executor)
 
 
+def fused_reads(ins: Instruction) -> Instruction | None:
+    """The memory plan's `fused_reads` in arena mode: the later instruction whose step also
+    computes `ins` (a convolution's fused group, an upsample's concat), else None."""
+    return fused_user(ins) or concat_reader(ins)
+
+
 class CpuTarget(Target):
     """`get_target("cpu")`: torch on the CPU.
 
@@ -215,7 +223,7 @@ class CpuTarget(Target):
             options = {"conv_output": CONV_OUTPUT, **options, **self.settings}
             options["lowering_overrides"] = cpu_overrides(options)
             if options["conv_output"] == "arena":  # fused steps write their group's slot
-                options["fused_reads"] = fused_user
+                options["fused_reads"] = fused_reads
             lowered = lower_module(program.get_main_module(), torch.device("cpu"), options)
         release_weight_pages(program)
         conv_choices = lowered.ctx.cache.get("conv_choice")

@@ -29,6 +29,7 @@ from pygraphx.ir.mapped import release_range
 from pygraphx.ir.printer import instruction_names
 from pygraphx.ir.program import ProgramError
 from pygraphx.ir.shape import Shape
+from pygraphx.passes.memory_coloring import root_of
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 
 if TYPE_CHECKING:
@@ -242,6 +243,16 @@ class LoweringContext:
 
     def has_slot(self, ins: Instruction) -> bool:
         return id(ins) in self.offsets
+
+    def apart(self, x: Instruction, user: Instruction) -> bool:
+        """Whether `user`'s arena slot shares no byte with the buffer `x` lives in: the memory
+        plan may give a result the memory of an input that died before it, which a fused step
+        reading `x` while it writes `user`'s slot must not be given."""
+        root = root_of(x)
+        if not (self.has_slot(root) and self.has_slot(user)):  # a parameter, a literal, ...
+            return True
+        a, b = self.offsets[id(root)], self.offsets[id(user)]
+        return a + root.shape.bytes() <= b or b + user.shape.bytes() <= a
 
     def slot_tensor(self, ins: Instruction, layout: str = STANDARD) -> torch.Tensor:
         """A typed view of `ins`'s place in the arena (standard or channels-last strides)."""

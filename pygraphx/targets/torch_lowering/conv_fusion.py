@@ -41,9 +41,9 @@ cpu target's default, `cpu/target.py`) it is copied into the arena slot the memo
 it, except on the `dnnl` kernel, which writes the slot itself (no allocation, no copy). A fused
 step reads the convolution's input while it writes its group's slot, so the cpu target plans
 the arena with `fused_user` as `fused_reads` (`memory_coloring.plan_memory`): the input then
-lives through the group and never shares memory with its slot. `_slot_apart` checks it (a plan
-made without it, e.g. a direct `lower_module` call, keeps the copy on such layers). The
-benchmark `benchmarks/arena_conv_ab.py` measures both modes A/B.
+lives through the group and never shares memory with its slot. `LoweringContext.apart`
+checks it (a plan made without it, e.g. a direct `lower_module` call, keeps the copy on such
+layers). The benchmark `benchmarks/arena_conv_ab.py` measures both modes A/B.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
-from pygraphx.passes.memory_coloring import root_of
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
 from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_kernel, default_kernel
 from pygraphx.targets.torch_lowering.conv_kernels import (
@@ -177,17 +176,6 @@ def _lower_alone(ctx: LoweringContext, ins: Instruction, measure: bool = True) -
 
 def _arena(ctx: LoweringContext) -> bool:
     return ctx.options.get("conv_output", "torch") == "arena"
-
-
-def _slot_apart(ctx: LoweringContext, x: Instruction, user: Instruction) -> bool:
-    """Whether `user`'s arena slot shares no byte with the buffer the convolution's input `x`
-    lives in: the memory plan may give the group the input's memory (dead after the
-    convolution, before the group), which a fused step writing its slot reads as it writes."""
-    root = root_of(x)
-    if not ctx.has_slot(root):  # a parameter, a literal, or a tensor a step allocated
-        return True
-    a, b = ctx.offsets[id(root)], ctx.offsets[id(user)]
-    return a + root.shape.bytes() <= b or b + user.shape.bytes() <= a
 
 
 def _into(out: torch.Tensor, produce: Callable[[], torch.Tensor]) -> Callable[[], None]:
@@ -402,7 +390,7 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
     env = ctx.env
     slot = env[uidx] if _arena(ctx) and ctx.static[uidx] else None
     # the kernel writes the slot itself unless it is the input's memory (then a copy)
-    direct = slot if slot is not None and _slot_apart(ctx, conv.inputs[0], user) else None
+    direct = slot if slot is not None and ctx.apart(conv.inputs[0], user) else None
     produce = conv_producer(ctx, ctx.arg(conv, 0), plan, other_lens, out=direct)
     if plan.in_place and plan.kernel in ("onednn", "dnnl"):  # (the others allocate their result)
         ctx.cache["conv_in_place"] = ctx.cache.get("conv_in_place", 0) + 1

@@ -235,12 +235,27 @@ def lower_resize(ctx: LoweringContext, ins: Instruction) -> bool:
     return True
 
 
+def concat_reader(ins: Instruction) -> Instruction | None:
+    """The concat an upsample `ins` may be deferred into (`lower_resize`: the concat's step
+    then reads the upsample's input while it writes its own result), else None: part of the
+    cpu target's `fused_reads`, so that the memory plan keeps the two apart."""
+    if ins.op.name != "resize" or len(ins.outputs) != 1:
+        return None
+    user = ins.outputs[0]
+    if user.op.name == "concat" and resizable(ins) and repeat_factors(ins) is not None:
+        return user
+    return None
+
+
 def concat_with_repeat(ctx: LoweringContext, concat: Instruction) -> bool:
     """Lower `concat` with its deferred upsample input (`lower_resize`): one step repeats the
     upsample's input straight into its window of the concat's output and copies the other
     inputs into theirs, so the upsampled tensor is never written on its own (YOLOv8's neck:
     0.2-0.4 ms a concat on one core). The separate steps are kept for profiling."""
     resize = deferred_producer(ctx, concat)
+    if not ctx.apart(resize.inputs[0], concat):  # the plan gave the concat the input's memory
+        lower_resize_alone(ctx, resize)
+        return False
     saved, ctx.steps = ctx.steps, []
     lower_resize_alone(ctx, resize)
     if not lower_concat(ctx, concat):  # the concat falls back to numpy: the resize runs alone
