@@ -156,3 +156,24 @@ def test_concat_of_consecutive_slices_copies_their_span_once(
     (cat,) = [i for i in prog.get_main_module().instructions if i.op.name == "concat"]
     assert len(concat_parts(ctx, cat, concat_axis(cat))) == copies
     assert_profile_matches(prog, feeds)
+
+
+@pytest.mark.parametrize("conv_output", ["torch", "arena"])
+@pytest.mark.parametrize("order", ["us", "usu"])
+def test_upsample_concat_in_both_conv_output_modes(order: str, conv_output: str) -> None:
+    """The concat's step reads the upsample's input while it writes its own slot: in arena mode
+    the plan keeps the two apart (`fused_reads` names the concat), so they merge; in either
+    mode the outputs match ORT over two runs (a shared slot gave wrong values before)."""
+    from pygraphx.targets.cpu.target import CpuTarget
+
+    model, feeds = _model(order)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(CpuTarget(conv_output=conv_output))
+    for _ in range(2):
+        for g, w in zip(prog.run(dict(feeds)), want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-5)
+    if conv_output == "arena":
+        assert ["resize", "concat"] in _fused_steps(prog)
