@@ -211,33 +211,39 @@ def ort_profile(model: Any, feeds: dict[str, np.ndarray], n: int, runs: int) -> 
     return {"nodes": rows, "ms": statistics.median(whole[3:]) * 1e3}
 
 
-def steps_probe(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Per model and count: the fast path's step times and ORT's node times."""
-    rows = []
+def _programs(args: argparse.Namespace):
+    """(model name, threads, model, inputs, its `cpu` program) for each of `args.models` at
+    each of `args.threads` (batch 1, policy on)."""
     for name in args.models:
         model = get_model(name, batch=1, seq_len=args.seq_len)
         feeds = model_inputs(name, model)
         for n in args.threads:
-            prog = make_pygraphx(model, "torch", n, True)[2]
-            exe = prog._executable
-            us, whole = step_times(prog, feeds, args.runs)
-            labels = [step_label(c) for c in exe.executor.computes]
-            steps = [{"step": lab, "threads": t, "us": u}
-                     for lab, t, u in zip(labels, exe.step_threads, us, strict=True)]  # fmt: skip
-            ort_rows = {} if args.no_ort else ort_profile(model, feeds, n, args.runs)
-            rows.append({"model": name, "threads": n, "run_ms": whole, "steps_us": sum(us),
-                         "steps": steps, "ort": ort_rows})  # fmt: skip
-            print(
-                f"## {name} threads {n}: run {whole:.3f} ms, steps sum {sum(us) / 1e3:.3f} ms; "
-                f"ORT run {ort_rows.get('ms', 0):.3f} ms, nodes sum "
-                f"{sum(r['us'] for r in ort_rows.get('nodes', [])) / 1e3:.3f} ms",
-                flush=True,
-            )
-            for s in steps:
-                print(f"  {s['us']:8.1f} us  t{s['threads']:<2d} {s['step']}")
-            for r in ort_rows.get("nodes", []):
-                print(f"  ort {r['us']:8.1f} us  {r['op']:14s} {r['node']}")
-            del prog
+            yield name, n, model, feeds, make_pygraphx(model, "torch", n, True)[2]
+
+
+def steps_probe(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Per model and count: the fast path's step times and ORT's node times."""
+    rows = []
+    for name, n, model, feeds, prog in _programs(args):
+        exe = prog._executable
+        us, whole = step_times(prog, feeds, args.runs)
+        labels = [step_label(c) for c in exe.executor.computes]
+        steps = [{"step": lab, "threads": t, "us": u}
+                 for lab, t, u in zip(labels, exe.step_threads, us, strict=True)]  # fmt: skip
+        ort_rows = {} if args.no_ort else ort_profile(model, feeds, n, args.runs)
+        rows.append({"model": name, "threads": n, "run_ms": whole, "steps_us": sum(us),
+                     "steps": steps, "ort": ort_rows})  # fmt: skip
+        print(
+            f"## {name} threads {n}: run {whole:.3f} ms, steps sum {sum(us) / 1e3:.3f} ms; "
+            f"ORT run {ort_rows.get('ms', 0):.3f} ms, nodes sum "
+            f"{sum(r['us'] for r in ort_rows.get('nodes', [])) / 1e3:.3f} ms",
+            flush=True,
+        )
+        for s in steps:
+            print(f"  {s['us']:8.1f} us  t{s['threads']:<2d} {s['step']}")
+        for r in ort_rows.get("nodes", []):
+            print(f"  ort {r['us']:8.1f} us  {r['op']:14s} {r['node']}")
+        del prog
     return rows
 
 
@@ -264,20 +270,16 @@ def threads_started(prog: Any, feeds: dict[str, np.ndarray], runs: int = 3) -> f
 def churn(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Rows of (model, threads, distinct team sizes, threads started per run), policy on."""
     rows = []
-    for name in args.models:
-        model = get_model(name, batch=1, seq_len=args.seq_len)
-        feeds = model_inputs(name, model)
-        for n in args.threads:
-            prog = make_pygraphx(model, "torch", n, True)[2]
-            counts = prog._executable.step_threads
-            switches = sum(1 for a, b in zip(counts, counts[1:], strict=False) if a != b)
-            started = threads_started(prog, feeds)
-            row = {"model": name, "threads": n, "team_sizes": sorted(set(counts)),
-                   "switches": switches, "started_per_run": started}  # fmt: skip
-            rows.append(row)
-            print(f"{name:12s} threads {n:2d}: {len(counts)} steps, team sizes "
-                  f"{row['team_sizes']}, {switches} switches, "
-                  f"{started:.1f} OS threads started per run", flush=True)  # fmt: skip
+    for name, n, _model, feeds, prog in _programs(args):
+        counts = prog._executable.step_threads
+        switches = sum(1 for a, b in zip(counts, counts[1:], strict=False) if a != b)
+        started = threads_started(prog, feeds)
+        row = {"model": name, "threads": n, "team_sizes": sorted(set(counts)),
+               "switches": switches, "started_per_run": started}  # fmt: skip
+        rows.append(row)
+        print(f"{name:12s} threads {n:2d}: {len(counts)} steps, team sizes "
+              f"{row['team_sizes']}, {switches} switches, "
+              f"{started:.1f} OS threads started per run", flush=True)  # fmt: skip
     return rows
 
 

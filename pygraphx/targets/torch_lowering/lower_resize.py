@@ -225,12 +225,11 @@ def lower_resize_alone(ctx: LoweringContext, ins: Instruction) -> None:
 def lower_resize(ctx: LoweringContext, ins: Instruction) -> bool:
     if not resizable(ins):
         return False
-    user = ins.outputs[0] if len(ins.outputs) == 1 else None
-    if user is not None and user.op.name == "concat" and repeat_factors(ins) is not None:
-        # an upsample feeding a concat (YOLO's neck) may write its window of the concat's
-        # output directly (`lower_layout.concat_with_repeat`)
-        if defer(ctx, ins, user, concat_with_repeat):
-            return True
+    user = concat_reader(ins)
+    # an upsample feeding a concat (YOLO's neck) may write its window of the concat's output
+    # directly (`concat_with_repeat`)
+    if user is not None and defer(ctx, ins, user, concat_with_repeat):
+        return True
     lower_resize_alone(ctx, ins)
     return True
 
