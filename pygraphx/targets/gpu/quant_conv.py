@@ -19,9 +19,10 @@ int8, two ways, chosen per convolution by `PGX_GPU_INT8_CONV` (read at prepare):
   result), so the result is the quantised program's to half precision, not exact. Only with a
   fusable dequantise user and a constant activation scale; other convolutions use `gemm`.
 
-fp8 e4m3 (`passes/fold_fp8.py` makes them with `PGX_GPU_FP8_CONV=triton` where Triton kernels
-run: float32 sums, then a per-channel `mul` in the group after it; by default the fp8 values
-are dequantised for cuDNN's half convolution): `quant_conv_kernels.conv` with fp8 operands; the
+fp8 e4m3 (`passes/fold_fp8.py` makes them where Triton kernels run and `fp8_conv_mode` says
+`triton`, the default on Hopper: float32 sums, then a per-channel `mul` in the group after it;
+with `cudnn`, the default elsewhere, the fp8 values are dequantised for cuDNN's half
+convolution): `quant_conv_kernels.conv` with fp8 operands; the
 group's scale, bias, residual, ReLU and fp8 quantise of the result are its epilogue as for
 int8.
 
@@ -70,19 +71,35 @@ FP8_CONV_ENV = "PGX_GPU_FP8_CONV"
 FP8_MODES = ("cudnn", "triton")
 
 
-def fp8_conv_mode() -> str:
-    """`PGX_GPU_FP8_CONV`: `triton` (fp8 convolutions as the fp8 kernel, `fold_fp8` folds
-    them; experimental: its sums are Hopper's fp8 accumulation, `quant_conv_kernels.
-    FP8_NATIVE`) or `cudnn` (the default: cuDNN half on the fp8 values dequantised, as
-    before). On an H200 the fp8 kernel was not faster before its epilogue lost its per-element
-    division (ResNet-50 b32 3.05 ms against 2.62); since then it has not been timed in the
-    whole model (per layer its bare kernels match the int8 ones)."""
-    mode = os.environ.get(FP8_CONV_ENV, "cudnn").strip() or "cudnn"
+def fp8_conv_mode(device: torch.device | None = None) -> str:
+    """`PGX_GPU_FP8_CONV` for convolutions on `device`: `triton` (fp8 convolutions as the fp8
+    kernel, `fold_fp8` folds them; its sums are Hopper's fp8 accumulation, `quant_conv_kernels.
+    FP8_NATIVE`) or `cudnn` (cuDNN half on the fp8 values dequantised). Unset: `triton` on a
+    CUDA device of compute capability 9.x, where it was measured faster than both cuDNN half
+    and the fp16 program (H100, ResNet-50 b32: 1.303 ms against fp16's 1.447 and cuDNN half's
+    1.886, `benchmarks/results/h100_fp8conv_resnet50_b32.txt`), else `cudnn` (not measured
+    elsewhere). The choice is logged once; `triton` asked for where it is not the default
+    says that its sums are not float32-exact (`announce_inexact_fp8`)."""
+    default = "triton" if _hopper(device) else "cudnn"
+    mode = os.environ.get(FP8_CONV_ENV, "").strip() or default
     if mode not in FP8_MODES:
         raise ValueError(f"{FP8_CONV_ENV}={mode!r}: expected one of {', '.join(FP8_MODES)}")
-    if mode == "triton" and torch.cuda.is_available():
+    if mode == "triton" and default != "triton" and torch.cuda.is_available():
         announce_inexact_fp8(FP8_CONV_ENV)
+    if _LOGGED.get(device) != mode:
+        _LOGGED[device] = mode
+        log.info("gpu fp8 convolutions: %s (%s; default here: %s)", mode, FP8_CONV_ENV, default)
     return mode
+
+
+_LOGGED: dict = {}
+
+
+def _hopper(device: torch.device | None) -> bool:
+    """Whether `device` is a CUDA device of compute capability 9.x."""
+    if device is None or device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(device)[0] == 9
 
 
 def conv_mode() -> str:
