@@ -11,6 +11,9 @@ device time from CUDA-graph replays (`triton.testing.do_bench_cudagraph`, median
 `conv_tiles.TABLE`'s tile of the shape is marked. The kernels are first compiled in `--jobs`
 worker processes (one per layer and kind; Triton's on-disk cache then serves this process),
 so the probe takes about a minute rather than one compile after another.
+
+`--reads`: only, for a few layers at one tile (`READS`), the fp8 kernel reading its tiles
+through fp8 pointers (the default on CUDA) against bytes bitcast in registers, and int8.
 """
 
 from __future__ import annotations
@@ -103,13 +106,49 @@ def probe(name: str) -> dict:
     return row
 
 
+#: layer -> tile of the fp8 read A/B (`reads`)
+READS = {"3x3_64_56": (128, 64, 64, 4, 4), "3x3_128_28": (128, 64, 128, 4, 3),
+         "1x1_256_128_56": (64, 64, 128, 4, 2)}  # fmt: skip
+
+
+def reads(name: str, tile: tuple) -> dict:
+    """The fp8 kernel at `tile` reading its tiles through fp8 pointers (`FP8_PTRS`, the
+    default on CUDA) against bytes bitcast to fp8 in registers, and int8 at the same tile."""
+    shape, ep = LAYERS[name]
+    layer = Layer(shape)
+    bm, bn, bk, warps, stages = tile
+    config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
+    grid = qck.qk._grid(layer.rows, layer.c_out, config)
+    row = {}
+    for label, kind, pointers in (("int8", "int8", False), ("fp8 pointers", "fp8n", True),
+                                  ("fp8 bytes", "fp8n", False)):  # fmt: skip
+        ep_, res, qout = layer.epilogue(ep, kind)
+        args, codes = qck.launch_arguments(
+            layer.x[kind], layer.w[kind], layer.scale, layer.out, layer.geometry, ep_, res, qout
+        )
+        codes.update(FP8_NATIVE=kind == "fp8n", FP8_PTRS=pointers and kind != "int8")
+
+        def run(args=args, codes=codes) -> None:
+            qck._conv_kernel[grid](*args, **codes, **config, num_warps=warps, num_stages=stages)
+
+        row[label] = bench(run)
+    print(f"{name:16s} {tile} " + "  ".join(f"{k} {v * 1e3:6.2f} us" for k, v in row.items()))
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("--layers", nargs="+", default=list(LAYERS))
     ap.add_argument("--jobs", type=int, default=12)
+    ap.add_argument("--reads", action="store_true", help="only the fp8 read A/B (`READS`)")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
+    if args.reads:
+        found = {name: reads(name, tile) for name, tile in READS.items()}
+        if args.json:
+            Path(args.json).write_text(json.dumps(found, indent=1))
+        return 0
     jobs = [(name, kind) for name in args.layers for kind in KINDS]
     with multiprocessing.get_context("spawn").Pool(min(args.jobs, len(jobs))) as pool:
         for line in pool.imap_unordered(_compile, jobs):

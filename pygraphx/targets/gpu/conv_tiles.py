@@ -7,7 +7,8 @@ shape's tile comes, in this order, from
 1. this process's choices (a shape tuned or looked up once keeps its tile);
 2. the on-disk record (`PGX_GPU_TILE_RECORD`, default `~/.cache/pygraphx/conv_tiles.json`),
    one section per (device name, Triton version), written after each autotuned shape;
-3. `TABLE` on compute capability 9.x (H100 / H200): ResNet-50's layer shapes at batch 32;
+3. `TABLE` on compute capability 9.x (H100 / H200): ResNet-50's layer shapes at batch 32
+   (for fp8 kernels `FP8_TABLE` first, where fp8 timed best at another tile);
 
 and only a shape found in none of them is autotuned (its tile then recorded). A shape is
 (kind `int8` / `fp8`, input mode, M, N, K, C): the epilogue is not part of it (it changes a
@@ -30,6 +31,7 @@ import triton
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "FP8_TABLE",
     "PROGRESS_EVERY",
     "RECORD_ENV",
     "TABLE",
@@ -71,6 +73,18 @@ TABLE: dict[tuple[int, int, int, int], Tile] = {
     (100352, 128, 256, 256): (64, 128, 128, 4, 2),
     (100352, 256, 64, 64): (64, 128, 64, 4, 2),
     (401408, 64, 224, 32): (128, 64, 32, 4, 4),
+}  # fmt: skip
+#: fp8 tiles where another beat `TABLE`'s for the fp8 kernel: ResNet-50 b32 layers on an H100,
+#: the kernel with the program's epilogue, CUDA-graph replays (`benchmarks/fp8conv_probe.py`,
+#: `benchmarks/results/h100_fp8conv_probe.json`; us, fp8 at this tile against `TABLE`'s):
+#: 1x1 256 -> 64 at 56x56 20.65 / 22.06, 1x1 64 -> 256 + residual 58.09 / 63.19, 1x1 256 -> 128
+#: 33.84 / 35.83, 3x3 128 at 28x28 17.52 / 18.56, 1x1 512 -> 128 11.05 / 11.72
+FP8_TABLE: dict[tuple[int, int, int, int], Tile] = {
+    (100352, 64, 256, 256): (64, 64, 128, 4, 2),
+    (100352, 256, 64, 64): (64, 64, 64, 4, 2),
+    (100352, 128, 256, 256): (64, 64, 128, 4, 2),
+    (25088, 128, 1152, 128): (128, 64, 128, 4, 3),
+    (25088, 128, 512, 512): (128, 64, 128, 4, 3),
 }  # fmt: skip
 
 
@@ -121,16 +135,19 @@ class TileChoice:
                     log.warning("gpu conv tiles: record %s not read (%s); autotuning", path, exc)
         return self.record
 
-    def find(self, key: str, shape: tuple[int, int, int, int], section: str, hopper: bool):
-        """`key`'s tile from this process, the record's `section` or (`hopper`) `TABLE`; None:
-        autotune it."""
+    def find(
+        self, key: str, shape: tuple[int, int, int, int], section: str, hopper: bool,
+        fp8: bool = False,
+    ) -> Tile | None:  # fmt: skip
+        """`key`'s tile from this process, the record's `section` or (`hopper`) `TABLE` (for
+        `fp8`, `FP8_TABLE` first); None: autotune it."""
         if key in self.chosen:
             return self.chosen[key]
         if _mode() == "tune":
             return None
         tile = self._read().get(section, {}).get(key)
         if tile is None and hopper:
-            tile = TABLE.get(shape)
+            tile = (FP8_TABLE.get(shape) if fp8 else None) or TABLE.get(shape)
         if tile is not None:
             self.looked_up += 1
             if self.looked_up == 1:

@@ -61,10 +61,14 @@ CONV_BLOCK_K = 64
 #: and a timing per layer shape at prepare. No 256 x 128 tiles either: the int8 ResNet-50 b32
 #: autotuning on an H200 kept them for none of its 25 layer shapes
 #: (`benchmarks/results/h200_resgpu_conv_tiles.json`); dropping them saves their compiles.
+#: 128 x 64 and 64 x 64 with 128-byte K blocks and 3 stages (2 for one or two K blocks): on
+#: an H100 the fastest int8 and fp8 tiles of the 3x3 128-channel layer at 28x28 and the 1x1
+#: 512 -> 128 (int8 16.5 against 17.9 us at the tile autotuning kept on an H200), and of the
+#: fp8 1x1 256 -> 64 / 128 at 56x56 (`benchmarks/results/h100_fp8conv_probe.json`).
 CONV_CONFIGS = [
     (128, 128, 64, 4, 4), (128, 128, 128, 8, 3),
     (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (64, 64, 64, 4, 5), (64, 128, 64, 4, 5),
-    (128, 64, 64, 4, 4), (256, 64, 64, 8, 4),
+    (128, 64, 64, 4, 4), (256, 64, 64, 8, 4), (128, 64, 128, 4, 3), (64, 64, 128, 4, 3),
     # `ROWS` only (K blocks of one kernel row's run of pixels: 32 bytes for the 7x7 stem)
     (128, 64, 32, 4, 4), (256, 64, 32, 8, 4), (128, 128, 32, 8, 4), (64, 64, 32, 4, 4),
 ]  # fmt: skip
@@ -256,7 +260,7 @@ def _tiled_launch(args: tuple, codes: dict, device: torch.device) -> None:
     m, n, k, c = args[4:8]
     key = conv_tiles.tile_key(codes["FP8"], codes["MODE"], m, n, k, c)
     section, hopper = conv_tiles.device_section(device.index or 0)
-    tile = _tiles.find(key, (m, n, k, c), section, hopper)
+    tile = _tiles.find(key, (m, n, k, c), section, hopper, codes["FP8"])
     if tile is not None and (codes["MODE"] == GATHER or c % tile[2] == 0):
         bm, bn, bk, warps, stages = tile
         config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}

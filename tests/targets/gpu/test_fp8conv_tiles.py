@@ -29,8 +29,12 @@ def _configs() -> list:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("shape", sorted(conv_tiles.TABLE))
-def test_table_tiles_are_ones_autotuning_times(shape) -> None:
+@pytest.mark.parametrize(
+    ("table", "shape"),
+    [("int8", s) for s in sorted(conv_tiles.TABLE)]
+    + [("fp8", s) for s in sorted(conv_tiles.FP8_TABLE)],
+)
+def test_table_tiles_are_ones_autotuning_times(table, shape) -> None:
     """Each table tile is among the configurations `_prune` keeps for its shape (K block
     dividing C, `ROWS` K blocks for the stem, two stages for one or two K blocks): the table
     picks within the autotuning's candidates, it adds none."""
@@ -41,7 +45,8 @@ def test_table_tiles_are_ones_autotuning_times(shape) -> None:
          cfg.num_stages)
         for cfg in qck._prune(_configs(), {"C": c, "N": n, "K": k}, MODE=mode)
     }  # fmt: skip
-    assert conv_tiles.TABLE[shape] in kept, (shape, sorted(kept))
+    tiles = conv_tiles.TABLE if table == "int8" else conv_tiles.FP8_TABLE
+    assert tiles[shape] in kept, (shape, sorted(kept))
 
 
 def test_record_round_trip(tmp_path, monkeypatch, caplog) -> None:
@@ -63,6 +68,13 @@ def test_record_round_trip(tmp_path, monkeypatch, caplog) -> None:
     shape = (100352, 64, 576, 64)
     hop = conv_tiles.tile_key(False, qck.IMPLICIT, *shape)
     assert conv_tiles.TileChoice().find(hop, shape, "dev B", True) == conv_tiles.TABLE[shape]
+    fp8_shape = next(iter(conv_tiles.FP8_TABLE))
+    assert conv_tiles.FP8_TABLE[fp8_shape] != conv_tiles.TABLE[fp8_shape]
+    fp8_key = conv_tiles.tile_key(True, qck.POINTWISE, *fp8_shape)
+    int8_key = conv_tiles.tile_key(False, qck.POINTWISE, *fp8_shape)
+    fresh = conv_tiles.TileChoice()
+    assert fresh.find(fp8_key, fp8_shape, "dev B", True, True) == conv_tiles.FP8_TABLE[fp8_shape]
+    assert fresh.find(int8_key, fp8_shape, "dev B", True, False) == conv_tiles.TABLE[fp8_shape]
     monkeypatch.setenv(conv_tiles.TILES_ENV, "tune")
     assert conv_tiles.TileChoice().find(key, (100, 64, 576, 64), "dev A", True) is None
     assert conv_tiles.TileChoice().find(hop, shape, "dev B", True) is None
