@@ -117,7 +117,6 @@ class Geometry:
         op = ins.op
         x_lens, w_lens = (i.shape.lens() for i in ins.inputs)
         begin, end = op.pads(x_lens, w_lens)
-        self.symmetric = list(begin) == list(end)
         self.n, self.c, self.h, self.w = x_lens
         self.c_out, _, self.kh, self.kw = w_lens
         self.stride, self.pad, self.dilation = list(op.stride), list(begin), list(op.dilation)
@@ -149,6 +148,25 @@ class Geometry:
         return patches.reshape(self.rows, self.k)
 
 
+def kernel_shape_fits(ins: Instruction) -> bool:
+    """Whether the convolution `ins` has a shape the kernels take: 2-D, one group, explicit
+    symmetric padding."""
+    x, w = ins.inputs
+    if x.shape.ndim() != 4 or ins.op.group != 1 or ins.op.padding_mode != 0:
+        return False
+    begin, end = ins.op.pads(x.shape.lens(), w.shape.lens())
+    return list(begin) == list(end)
+
+
+def fp8_kernel_fits(ins: Instruction) -> bool:
+    """Whether the `convolution` `ins` of dequantised fp8 values would run as the fp8 kernel
+    once folded (`kernel_shape_fits`, its weight dequantised from a literal): `fold_fp8` folds
+    only those (others stay cuDNN half on the dequantised values, not the numpy fallback)."""
+    w = ins.inputs[1]
+    constant = w.op.name == "dequantizelinear" and w.inputs[0].op.name == "@literal"
+    return constant and kernel_shape_fits(ins)
+
+
 def channel_scale(ctx: LoweringContext, user: Instruction, channels: int) -> torch.Tensor | None:
     """`user`'s scale as a float32 vector when it is a constant varying along axis 1 only."""
     if user.op.name != "dequantizelinear" or len(user.inputs) != 2:
@@ -166,11 +184,9 @@ def lower_gpu_quant_convolution(
     kind = x.shape.type()
     if kind not in ("int8_type", FP8) or w.shape.type() != kind or weights is None:
         return fallback(ctx, ins)
-    if x.shape.ndim() != 4 or ins.op.group != 1 or ins.op.padding_mode != 0:
+    if not kernel_shape_fits(ins) or (kind == FP8 and not triton):
         return fallback(ctx, ins)
     geo = Geometry(ins)
-    if not geo.symmetric or (kind == FP8 and not triton):
-        return fallback(ctx, ins)
     if kind == FP8:
         return _lower_fp8(ctx, ins, geo, weights)
     fused = None
@@ -398,5 +414,7 @@ __all__ = [
     "INT8_CONV_ENV",
     "conv_mode",
     "fp8_conv_mode",
+    "fp8_kernel_fits",
+    "kernel_shape_fits",
     "lower_gpu_quant_convolution",
 ]

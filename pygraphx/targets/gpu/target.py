@@ -33,7 +33,7 @@ from pygraphx.targets.base import Target
 from pygraphx.targets.gpu.executable import GpuExecutable
 from pygraphx.targets.gpu.lowering import gpu_overrides
 from pygraphx.targets.gpu.quant import FP8_GEMM_ENV, int8_gemm_choice
-from pygraphx.targets.gpu.quant_conv import fp8_conv_mode
+from pygraphx.targets.gpu.quant_conv import fp8_conv_mode, fp8_kernel_fits
 from pygraphx.targets.gpu.triton_groups import TritonGroups, in_place_input, triton_wanted
 from pygraphx.targets.torch_lowering import lower_module
 
@@ -105,6 +105,7 @@ class GpuTarget(Target):
         convolutions = (
             isinstance(policy, RowFusion) and fp8_conv_mode(self._cuda(options)) == "triton"
         )
+        convolutions = convolutions and fp8_kernel_fits  # only those the kernel runs
         fold = Pass("fold_fp8", lambda module, program: fold_fp8(module, convolutions))
         passes = [fold, *optimize_passes(policy=policy)]
         if int8_gemm_choice(isinstance(policy, RowFusion), FP8_GEMM_ENV) == "cublas":

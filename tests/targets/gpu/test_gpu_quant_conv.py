@@ -337,6 +337,27 @@ def test_fp8_convolution_path_by_device_and_setting(mode, monkeypatch) -> None:
         _quantised(model, feeds, "fp8", True).compile(target)
 
 
+def test_fp8_convolutions_the_kernel_declines_are_not_folded(monkeypatch) -> None:
+    """With the fp8 kernel chosen, a convolution it does not run (asymmetric padding) stays
+    cuDNN half on dequantised values (not folded: folded, it would have run through the numpy
+    fallback); the other is folded; the output is the `ref` target's of the same program."""
+    monkeypatch.setenv(FP8_CONV_ENV, "triton")
+    rng = np.random.default_rng(11)
+    nodes = [
+        helper.make_node("Conv", ["img", "wa", "ba"], ["a"], pads=[0, 0, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "wb"], ["out"], pads=[1, 1, 1, 1]),
+    ]
+    inits = {"wa": ((64, 64, 2, 2), 0.1), "ba": ((64,), 0.3), "wb": ((16, 64, 3, 3), 0.05)}
+    model, feeds = _image_model(nodes, rng, inits, "asymmetric", (2, 64, 8, 8))
+    gpu = _quantised(model, feeds, "fp8", False)
+    want, got = _ref_and_gpu(_quantised(model, feeds, "fp8", False), gpu, feeds)
+    names = [i.op.name for i in gpu.get_main_module().instructions]
+    assert names.count("quant_convolution") == 1 and names.count("convolution") == 1, names
+    rms = np.sqrt(np.mean((got - want) ** 2) / np.mean(want**2))
+    assert rms < 1e-2, rms
+
+
 def test_fp8_conv_mode_default_is_the_device(monkeypatch) -> None:
     """`fp8_conv_mode`: `triton` by default only where `_hopper` says so (compute capability
     9.x), `cudnn` for the CPU, no device, or another GPU; the setting wins either way."""
