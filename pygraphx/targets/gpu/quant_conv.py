@@ -28,7 +28,8 @@ int8.
 
 The int8 mode in use is logged once per prepare. Grouped convolutions, asymmetric padding,
 runtime weights (and fp8 without Triton) are declined to the torch lowering (the numpy
-fallback on a GPU, announced there).
+fallback on a GPU, announced there); `fold_fp8` folds only the fp8 convolutions the kernel
+takes (`fp8_kernel_fits`), so the others stay cuDNN half on dequantised values.
 """
 
 from __future__ import annotations
