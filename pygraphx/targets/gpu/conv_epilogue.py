@@ -41,6 +41,7 @@ import triton.language as tl
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
+from pygraphx.targets.torch_lowering.conv_fusion import _add_leaves as add_leaves
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.registry import defer, deferred_producer, is_deferred
 
@@ -149,7 +150,7 @@ def match_epilogue(ctx: LoweringContext, conv: Instruction, user: Instruction) -
     if relu:
         node = node.inputs[0]
     leaves: list[Instruction] = []
-    if not _sum_leaves(node, leaves, root=True):
+    if not add_leaves(node, leaves, root=True):
         return None
     channels = conv.shape.lens()[1]
     bias = torch.zeros(channels, dtype=torch.float32)
@@ -172,16 +173,6 @@ def match_epilogue(ctx: LoweringContext, conv: Instruction, user: Instruction) -
         return None
     dtype = torch_dtype(conv.shape.dtype())
     return Epilogue(bias.to(dtype).to(ctx.device) if found_bias else None, other, relu)
-
-
-def _sum_leaves(node: Instruction, leaves: list[Instruction], root: bool = False) -> bool:
-    """The parameters `node` adds up (adds whose only user is the next add), else False."""
-    if node.op.name == "add" and (root or len(node.outputs) == 1):
-        return all(_sum_leaves(i, leaves) for i in node.inputs)
-    if node.is_param():
-        leaves.append(node)
-        return True
-    return False
 
 
 def _channel_vector(ctx: LoweringContext, x: Instruction, channels: int) -> torch.Tensor | None:
