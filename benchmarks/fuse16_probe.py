@@ -5,16 +5,18 @@
 
 1. Layers: ResNet-50's convolution shapes at batch `--batch` (fp16, channels-last), each with
    the epilogue its group has there (bias + ReLU; bias + residual + ReLU), timed in this one
-   process (`conv_epilogue._time`: the mean of 10 back-to-back calls, best of 3, the measure
-   the `auto` choice uses) as: `conv` (F.conv2d alone, the floor), `conv+pass` (F.conv2d then
+   process (`conv_epilogue._time`: 10 calls captured in one CUDA graph, the best of 3
+   replays, the measure the `auto` choice uses) as: `conv` (F.conv2d alone, the floor),
+   `conv+pass` (F.conv2d then
    `epilogue_in_place`: one in-place pass, as today's separate Triton group and the `triton`
    form), `bias+torch` (F.conv2d with its bias, which torch adds in a kernel of its own, then
    in-place torch add_ / relu_) and `cudnn` (cuDNN's fused op).
 2. Model: ResNet-50 (`pygraphx.models`, random weights) through `quant_gpu.py`'s own helpers,
    every variant compiled in this process and timed in blocks (`quant_gpu.time_blocks`), then
-   profiled (`quant_gpu.device_profile`): fp32 (reference), fp16 with
+   profiled (`quant_gpu.device_profile`): fp32 and fp16, each with
    `PGX_GPU_CONV_EPILOGUE=off` (the convolution and its group apart, as before) and each of
-   `--modes`, and with `--int8`, int8 (conv=gemm, gemm=triton: its rows against the new fp16).
+   `--modes` (fp32: NCHW, no TF32), and with `--int8`, int8 (conv=gemm, gemm=triton: its
+   row against the new fp16).
    Accuracy: relative RMS against ONNX Runtime float32 on the host and against pgx fp32.
 """
 
@@ -126,8 +128,11 @@ def model_ab(args: argparse.Namespace) -> list[dict]:
     model = get_model("resnet50", batch=args.batch)
     host = model_inputs("resnet50", model, seed=0)
     feeds = {k: torch.from_numpy(v).cuda() for k, v in host.items()}
-    plans = [("fp32", "fp32", {}), ("fp16 epilogue=off", "fp16", {ce.EPILOGUE_ENV: "off"})]
-    plans += [(f"fp16 epilogue={m}", "fp16", {ce.EPILOGUE_ENV: m}) for m in args.modes]
+    plans = [
+        (f"{kind} epilogue={m}", kind, {ce.EPILOGUE_ENV: m})
+        for kind in ("fp32", "fp16")
+        for m in ("off", *args.modes)
+    ]
     if args.int8:
         env = {INT8_CONV_ENV: "gemm", INT8_GEMM_ENV: "triton", ce.EPILOGUE_ENV: "auto"}
         plans.append(("int8 conv=gemm gemm=triton", "int8", env))
@@ -145,7 +150,7 @@ def model_ab(args: argparse.Namespace) -> list[dict]:
             except Exception:  # noqa: BLE001 - reported, the other variants still run
                 traceback.print_exc()
                 continue
-            fp32 = out if kind == "fp32" else fp32
+            fp32 = out if fp32 is None else fp32  # the first row: fp32 as before
             row["rel_rms_vs_ort"] = rel_rms(out, want)
             row["rel_rms_vs_fp32"] = rel_rms(out, fp32)
             row["fused"] = dict(prog._executable.lowered.ctx.cache.get("conv_epilogue", {}))

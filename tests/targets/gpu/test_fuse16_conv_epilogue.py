@@ -24,7 +24,6 @@ from tests.helpers import make_model  # noqa: E402
 
 RNG = np.random.default_rng(16)
 CUDA = torch.cuda.is_available()
-on_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA/ROCm device")
 
 
 def _w(*shape: int) -> np.ndarray:
@@ -34,30 +33,32 @@ def _w(*shape: int) -> np.ndarray:
 def block_model(kind: str, n: int = 2, c: int = 8, hw: int = 6):
     """A stem conv(bias) -> relu giving `r` (a value in the convolutions' layout), then on
     `r`: `relu`: conv(bias) -> relu; `residual`: relu(conv(bias) + r); `downsample`:
-    relu(conv(bias) + conv_shortcut(bias)); `bias`: conv(bias) + r, no relu. Two fusable
+    relu(conv(bias) + conv_shortcut(bias)); `bias`: conv(bias) + r, no relu; then a 1x1
+    conv with no bias (so in fp16 the block's group is no output's convert). Two fusable
     convolutions each (the downsample's shortcut runs alone, its bias in the other's)."""
     x = RNG.standard_normal((n, 3, hw, hw)).astype(np.float32)
     inits = {"w0": _w(c, 3, 3, 3), "b0": RNG.standard_normal(c).astype(np.float32)}
-    inits.update(w=_w(c, c, 3, 3), b=RNG.standard_normal(c).astype(np.float32))
+    inits.update(w=_w(c, c, 3, 3), b=RNG.standard_normal(c).astype(np.float32), wt=_w(c, c, 1, 1))
     nodes = [
         helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c0"], ["r"]),
         helper.make_node("Conv", ["r", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
     ]
     if kind == "relu":
-        nodes.append(helper.make_node("Relu", ["c"], ["out"]))
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
     elif kind in ("residual", "bias"):
-        last = "out" if kind == "bias" else "s"
+        last = "y" if kind == "bias" else "s"
         nodes.append(helper.make_node("Add", ["c", "r"], [last]))
         if kind == "residual":
-            nodes.append(helper.make_node("Relu", ["s"], ["out"]))
+            nodes.append(helper.make_node("Relu", ["s"], ["y"]))
     else:  # downsample: both branches' biases end up in one convolution's
         inits.update(ws=_w(c, c, 1, 1), bs=RNG.standard_normal(c).astype(np.float32))
         nodes += [
             helper.make_node("Conv", ["r", "ws", "bs"], ["sc"]),
             helper.make_node("Add", ["c", "sc"], ["s"]),
-            helper.make_node("Relu", ["s"], ["out"]),
+            helper.make_node("Relu", ["s"], ["y"]),
         ]
+    nodes.append(helper.make_node("Conv", ["y", "wt"], ["out"]))
     return make_model(nodes, {"x": x}, ["out"], inits), {"x": x}
 
 
@@ -66,10 +67,12 @@ def ort_output(model, feeds) -> np.ndarray:
     return sess.run(None, feeds)[0]
 
 
-def compiled(model, fp16: bool = False, **settings) -> pygraphx.Program:
+def compiled(model, fp16: bool = False, bf16: bool = False, **settings) -> pygraphx.Program:
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     if fp16:
         pygraphx.quantize_fp16(prog)
+    if bf16:
+        pygraphx.quantize_bf16(prog)
     device = {} if CUDA else {"device": "cpu"}
     prog.compile(GpuTarget(**device, **settings), offload_copy=True)
     return prog
@@ -130,12 +133,14 @@ def test_in_place_epilogue_matches_torch(caplog, fmt: str) -> None:
     assert ("in-place ops" in caplog.text) == (fmt == "mismatched")
 
 
-@on_cuda
 @pytest.mark.parametrize("mode", ["auto", "cudnn", "triton"])
 @pytest.mark.parametrize("kind", ["relu", "residual", "downsample"])
-def test_fp16_forms_match_ort_on_the_device(monkeypatch, mode: str, kind: str) -> None:
+def test_fp16_forms_match_ort(monkeypatch, mode: str, kind: str) -> None:
+    """On the CPU the `triton` form only (cuDNN's and the timing need a device)."""
+    if not CUDA and mode != "triton":
+        pytest.skip("needs a CUDA/ROCm device")
     monkeypatch.setenv(ce.EPILOGUE_ENV, mode)
-    model, feeds = block_model(kind, n=4, c=32, hw=14)
+    model, feeds = block_model(kind, n=4, c=32, hw=14) if CUDA else block_model(kind, c=16)
     prog = compiled(model, fp16=True)
     forms = fused_forms(prog)
     assert sum(forms.values()) == 2
@@ -144,3 +149,19 @@ def test_fp16_forms_match_ort_on_the_device(monkeypatch, mode: str, kind: str) -
         assert forms == {"cudnn" if cudnn else "triton": 2}
     got = np.asarray(prog.run(feeds)[0], dtype=np.float32)
     np.testing.assert_allclose(got, ort_output(model, feeds), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA/ROCm device")
+@pytest.mark.parametrize("kind", ["residual", "downsample"])
+@pytest.mark.parametrize("precision", ["bf16", "tf32"])
+def test_bf16_and_tf32_match_ort_on_the_device(monkeypatch, kind: str, precision: str) -> None:
+    """`auto` in bf16 (a form cuDNN may refuse is timed out, not chosen) and float32 with
+    TF32 (channels-last) against ORT float32."""
+    monkeypatch.setenv(ce.EPILOGUE_ENV, "auto")
+    model, feeds = block_model(kind, n=4, c=32, hw=14)
+    bf16 = precision == "bf16"
+    prog = compiled(model, bf16=bf16, **({} if bf16 else {"tf32": True}))
+    assert sum(fused_forms(prog).values()) == 2
+    got = np.asarray(prog.run(feeds)[0], dtype=np.float32)
+    tol = 8e-2 if bf16 else 1e-2
+    np.testing.assert_allclose(got, ort_output(model, feeds), rtol=tol, atol=tol)
