@@ -23,7 +23,17 @@ at prepare on random data and keeps the faster, cached per process, `choices()` 
 `triton` where `cudnn` does not apply), `cudnn` (where it applies, else `triton`), `triton`, or
 `off` (the convolution and its group as separate steps, as before). On the CPU (`device="cpu"`,
 tests) only an explicit `triton` fuses (under Triton's interpreter). The fused step is timed
-under the group when profiling (the convolution shows no time of its own).
+under the group when profiling (the convolution shows no time of its own). A group whose
+result is quantised, or that has an arena slot (Triton off), or whose residual is in another
+layout than the convolution's, keeps its separate steps.
+
+Measured on an H100 (`benchmarks/fuse16_probe.py`, `benchmarks/results/h100_fuse16_probe.txt`):
+on ResNet-50's 20 layer shapes at batch 32 (fp16, channels-last, each form captured in a CUDA
+graph) cuDNN's fused op took 0.447 ms summed against 0.564 for the convolution plus one pass
+and 0.380 for the bare convolutions, the fastest form on every shape; F.conv2d with its bias
+then torch's in-place add / ReLU took 0.964 ms. ResNet-50 b32 fp16: 1.443 -> 1.156 ms per run
+(device time of the steps 1.724 -> 1.307 ms), relative RMS error against ORT float32 3.6e-3
+either way; float32 (NCHW, no TF32) 10.20 -> 9.65 ms.
 """
 
 from __future__ import annotations
