@@ -11,7 +11,8 @@
    `epilogue_in_place`: one in-place pass, as today's separate Triton group and the `triton`
    form), `bias+torch` (F.conv2d with its bias, which torch adds in a kernel of its own, then
    in-place torch add_ / relu_) and `cudnn` (cuDNN's fused op).
-2. Model: ResNet-50 (`pygraphx.models`, random weights) through `quant_gpu.py`'s own helpers,
+2. Model: ResNet-50 (`--model`: another of `pygraphx.models`; random weights) through
+   `quant_gpu.py`'s own helpers,
    every variant compiled in this process and timed in blocks (`quant_gpu.time_blocks`), then
    profiled (`quant_gpu.device_profile`): fp32 and fp16, each with
    `PGX_GPU_CONV_EPILOGUE=off` (the convolution and its group apart, as before) and each of
@@ -125,8 +126,8 @@ def ort_reference(model, host: dict) -> np.ndarray:
 
 
 def model_ab(args: argparse.Namespace) -> list[dict]:
-    model = get_model("resnet50", batch=args.batch)
-    host = model_inputs("resnet50", model, seed=0)
+    model = get_model(args.model, batch=args.batch)
+    host = model_inputs(args.model, model, seed=0)
     feeds = {k: torch.from_numpy(v).cuda() for k, v in host.items()}
     plans = [
         (f"{kind} epilogue={m}", kind, {ce.EPILOGUE_ENV: m})
@@ -137,7 +138,7 @@ def model_ab(args: argparse.Namespace) -> list[dict]:
         env = {INT8_CONV_ENV: "gemm", INT8_GEMM_ENV: "triton", ce.EPILOGUE_ENV: "auto"}
         plans.append(("int8 conv=gemm gemm=triton", "int8", env))
     want = ort_reference(model, host)
-    calib = [model_inputs("resnet50", model, seed=k) for k in range(1, args.calib + 1)]
+    calib = [model_inputs(args.model, model, seed=k) for k in range(1, args.calib + 1)]
     rows, progs, files, fp32 = [], [], {}, None
     with tempfile.TemporaryDirectory() as tmp:
         for label, kind, env in plans:
@@ -176,6 +177,7 @@ def model_ab(args: argparse.Namespace) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--model", default="resnet50", help="a `pygraphx.models` name")
     ap.add_argument("--no-layers", action="store_true")
     ap.add_argument("--no-model", action="store_true")
     ap.add_argument("--modes", nargs="*", default=["auto"], help="fp16 epilogue modes besides off")
