@@ -188,14 +188,14 @@ def alternating(args: argparse.Namespace) -> list[dict[str, Any]]:
                 # the order turns each round: a block right after ORT's carries the CPU time of
                 # ORT's still-spinning pool (16-core host: 1.4-1.8x ORT's against 1.2x)
                 for engine in names[r % len(names) :] + names[: r % len(names)]:
+                    for _ in range(args.warmup):
+                        engines[engine](feeds)
                     before = thread_cpu_ns()
                     ms, cpu_ms, runs = time_block(
-                        engines[engine], feeds, args.warmup, args.seconds, args.max_runs
+                        engines[engine], feeds, 0, args.seconds, args.max_runs
                     )
                     kind = "ort" if engine not in progs else "pgx"
-                    own = own_cpu_ms(before, thread_cpu_ns(), ort_threads, kind) / (
-                        runs + args.warmup
-                    )
+                    own = own_cpu_ms(before, thread_cpu_ns(), ort_threads, kind) / runs
                     blocks[engine].append((ms, cpu_ms, own))
             used = {p._executable.scope.limit[0] for p in progs.values()}
             load = os.getloadavg()[0]
@@ -219,10 +219,27 @@ def ab_rows(name: str, args: argparse.Namespace, blocks: dict[str, list]) -> lis
         if kind == "on" and f"off@{count}" in blocks:
             pairs = zip(got, blocks[f"off@{count}"], strict=True)
             row["on_faster_rounds"] = sum(a[0] < b[0] for a, b in pairs)
+        if kind == "on" and f"ort@{count}" in blocks:
+            row["over_ort"] = over_ort(got, blocks[f"ort@{count}"])
         rows.append(row)
         print(f"{name:12s} b{args.batch} {engine:9s}: {ms:9.2f} ms, CPU {cpu_ms:9.2f} ms per run, "
               f"own {own:9.2f} (median of {len(got)} blocks)", flush=True)  # fmt: skip
+        if "over_ort" in row:
+            r = row["over_ort"]
+            print(f"{name:12s} b{args.batch} {engine:9s} / ORT: latency {r['ms']:.2f}x, "
+                  f"process CPU {r['cpu_ms']:.2f}x, own CPU {r['own_cpu_ms']:.2f}x "
+                  f"(medians over rounds of the two blocks' ratio)")  # fmt: skip
     return rows
+
+
+def over_ort(mine: list[tuple[float, ...]], ort: list[tuple[float, ...]]) -> dict[str, float]:
+    """Median over rounds of (block of `mine`) / (ORT's block of the same round): latency,
+    process CPU and own CPU per run (a round's two blocks share the host's drift)."""
+    keys = ("ms", "cpu_ms", "own_cpu_ms")
+    return {
+        key: statistics.median(a[k] / b[k] for a, b in zip(mine, ort, strict=True))
+        for k, key in enumerate(keys)
+    }
 
 
 def step_label(instructions: Any) -> str:
