@@ -20,7 +20,7 @@ neighbour's load, or the spinning pool of the engine before, falls on all alike)
 engine the median of its blocks' median latencies and of their CPU time per run, and in how many
 rounds the policy-on block was faster than the policy-off one. `--engines on@16 on@8 ort@16`
 picks the engines instead (policy on / off or ORT, at a count; `--threads` is then not read),
-`--batch 8` the batch. Besides the process CPU time (which also counts another engine's pool
+`--batch 1 8` the batches. Besides the process CPU time (which also counts another engine's pool
 still spinning from its block), each block reports its engine's own CPU time per run: the
 threads ONNX Runtime started (its pool) are ORT's, every other thread (the caller, GNU OpenMP's
 workers) pygraphx's, and the caller's time in an ORT block is ORT's (from
@@ -93,7 +93,7 @@ def time_block(
 
 def probe_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Rows of (engine, threads, ms, cpu_ms) for one model."""
-    model = get_model(name, batch=args.batch, seq_len=args.seq_len)
+    model = get_model(name, batch=args.batch[0], seq_len=args.seq_len)
     feeds = model_inputs(name, model)
     rows = []
     for n in args.threads:
@@ -173,47 +173,51 @@ def make_engines(model: Any, feeds: dict[str, np.ndarray], specs: list[tuple[str
 
 
 def alternating(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Rows of (model, engine, median of block ms, of block process-CPU ms and of the engine's
-    own CPU ms per run): the engines' blocks alternate, `args.rounds` rounds."""
+    """Rows of (model, batch, engine, median of block ms, of block process-CPU ms and of the
+    engine's own CPU ms per run): the engines' blocks alternate, `args.rounds` rounds."""
     rows = []
-    for name in args.models:
-        model = get_model(name, batch=args.batch, seq_len=args.seq_len)
-        feeds = model_inputs(name, model)
-        for n in [0] if args.engines else args.threads:
-            specs = parse_engines(args, n)
-            engines, progs, ort_threads = make_engines(model, feeds, specs)
-            blocks: dict[str, list[tuple[float, float, float]]] = {k: [] for k in engines}
-            names = list(engines)
-            for r in range(args.rounds):
-                # the order turns each round: a block right after ORT's carries the CPU time of
-                # ORT's still-spinning pool (16-core host: 1.4-1.8x ORT's against 1.2x)
-                for engine in names[r % len(names) :] + names[: r % len(names)]:
-                    for _ in range(args.warmup):
-                        engines[engine](feeds)
-                    before = thread_cpu_ns()
-                    ms, cpu_ms, runs = time_block(
-                        engines[engine], feeds, 0, args.seconds, args.max_runs
-                    )
-                    kind = "ort" if engine not in progs else "pgx"
-                    own = own_cpu_ms(before, thread_cpu_ns(), ort_threads, kind) / runs
-                    blocks[engine].append((ms, cpu_ms, own))
-            used = {p._executable.scope.limit[0] for p in progs.values()}
-            load = os.getloadavg()[0]
-            print(f"{name:12s} batch {args.batch}: runs took {sorted(used)} threads; load "
-                  f"average {load:.1f}; ORT started {len(ort_threads)} threads")  # fmt: skip
-            rows += ab_rows(name, args, blocks)
-            del engines, progs
+    for batch in args.batch:
+        for name in args.models:
+            model = get_model(name, batch=batch, seq_len=args.seq_len)
+            feeds = model_inputs(name, model)
+            for n in [0] if args.engines else args.threads:
+                rows += ab_rows(name, batch, ab_blocks(model, feeds, parse_engines(args, n), args))
     return rows
 
 
-def ab_rows(name: str, args: argparse.Namespace, blocks: dict[str, list]) -> list[dict[str, Any]]:
+def ab_blocks(
+    model: Any, feeds: dict[str, np.ndarray], specs: list[tuple[str, str, int]], args: Any
+) -> dict[str, list[tuple[float, float, float]]]:
+    """{engine label: (ms, process CPU ms, own CPU ms) of each of its blocks}."""
+    engines, progs, ort_threads = make_engines(model, feeds, specs)
+    blocks: dict[str, list[tuple[float, float, float]]] = {k: [] for k in engines}
+    names = list(engines)
+    for r in range(args.rounds):
+        # the order turns each round: a block right after ORT's carries the CPU time of
+        # ORT's still-spinning pool (16-core host: 1.4-1.8x ORT's against 1.2x)
+        for engine in names[r % len(names) :] + names[: r % len(names)]:
+            for _ in range(args.warmup):
+                engines[engine](feeds)
+            before = thread_cpu_ns()
+            ms, cpu_ms, runs = time_block(engines[engine], feeds, 0, args.seconds, args.max_runs)
+            kind = "ort" if engine not in progs else "pgx"
+            own = own_cpu_ms(before, thread_cpu_ns(), ort_threads, kind) / runs
+            blocks[engine].append((ms, cpu_ms, own))
+    used = {p._executable.scope.limit[0] for p in progs.values()}
+    load = os.getloadavg()[0]
+    print(f"runs took {sorted(used)} threads; load average {load:.1f}; ORT started "
+          f"{len(ort_threads)} threads")  # fmt: skip
+    return blocks
+
+
+def ab_rows(name: str, batch: int, blocks: dict[str, list]) -> list[dict[str, Any]]:
     """The --ab rows of one model, printed; rounds won by policy on against off at a count."""
     rows = []
     for engine, got in blocks.items():
         kind, _, count = engine.partition("@")
         ms, cpu_ms, own = (statistics.median(b[k] for b in got) for k in range(3))
         engine_name = {"on": "policy_on", "off": "policy_off"}.get(kind, kind)
-        row = {"model": name, "batch": args.batch, "engine": engine_name,
+        row = {"model": name, "batch": batch, "engine": engine_name,
                "label": engine, "threads": int(count), "ms": ms, "cpu_ms": cpu_ms,
                "own_cpu_ms": own, "blocks": got}  # fmt: skip
         if kind == "on" and f"off@{count}" in blocks:
@@ -222,11 +226,11 @@ def ab_rows(name: str, args: argparse.Namespace, blocks: dict[str, list]) -> lis
         if kind == "on" and f"ort@{count}" in blocks:
             row["over_ort"] = over_ort(got, blocks[f"ort@{count}"])
         rows.append(row)
-        print(f"{name:12s} b{args.batch} {engine:9s}: {ms:9.2f} ms, CPU {cpu_ms:9.2f} ms per run, "
+        print(f"{name:12s} b{batch} {engine:9s}: {ms:9.2f} ms, CPU {cpu_ms:9.2f} ms per run, "
               f"own {own:9.2f} (median of {len(got)} blocks)", flush=True)  # fmt: skip
         if "over_ort" in row:
             r = row["over_ort"]
-            print(f"{name:12s} b{args.batch} {engine:9s} / ORT: latency {r['ms']:.2f}x, "
+            print(f"{name:12s} b{batch} {engine:9s} / ORT: latency {r['ms']:.2f}x, "
                   f"process CPU {r['cpu_ms']:.2f}x, own CPU {r['own_cpu_ms']:.2f}x "
                   f"(medians over rounds of the two blocks' ratio)")  # fmt: skip
     return rows
@@ -311,7 +315,7 @@ def _programs(args: argparse.Namespace):
     """(model name, threads, model, inputs, its `cpu` program) for each of `args.models` at
     each of `args.threads` (batch 1, policy on)."""
     for name in args.models:
-        model = get_model(name, batch=args.batch, seq_len=args.seq_len)
+        model = get_model(name, batch=args.batch[0], seq_len=args.seq_len)
         feeds = model_inputs(name, model)
         for n in args.threads:
             yield name, n, model, feeds, make_pygraphx(model, "torch", n, True)[2]
@@ -454,11 +458,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ab", action="store_true", help="alternate policy on / off blocks")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of blocks with --ab")
     ap.add_argument("--engines", nargs="+", default=None, help="--ab engines: on@16 ort@16 ...")
-    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--batch", nargs="+", type=int, default=[1], help="batches (several: --ab)")
     ap.add_argument("--unpin-caller", action="store_true", help="undo OMP_PROC_BIND's caller pin")
     ap.add_argument("--json", type=Path, default=None)
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
+    if len(args.batch) > 1 and not args.ab:
+        ap.error("several --batch values need --ab")
     start = time.perf_counter()
     if args.churn or args.steps:
         rows = churn(args) if args.churn else steps_probe(args)
@@ -487,9 +493,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace, start: float) -> int:
-    """The table, the advice, and the JSON file."""
-    print_table(rows, args.threads)
-    advice = suggest(rows)
+    """The table, the advice (from the first batch's rows), and the JSON file."""
+    first = [r for r in rows if r.get("batch", args.batch[0]) == args.batch[0]]
+    print_table(first, args.threads)
+    advice = suggest(first)
     elapsed = time.perf_counter() - start
     print(f"\nbest thread count per model (policy on): {advice['best_threads']}")
     print(f"suggested cap (DEFAULT_CAP in pygraphx/targets/cpu/threads.py, or PGX_CPU_MAX_"
