@@ -33,7 +33,7 @@ alternating blocks, `benchmarks/results/host16_s8_table_b{1,8}.json`): 0.69-1.10
 time on ResNet-50, MobileNetV2, BERT-base and GPT-2 at batch 1 and 8.
 Why not more: on a fresh 16-core host (H100 machine, 2026-11-26, 16 threads, batch 1, pygraphx
 alone in each process, processes at 10000 / 100000 / 1000000 / `OMP_WAIT_POLICY=active`
-alternating, twice, `benchmarks/results/host16_s8_alone_*.json`) ResNet-50 took 7.1 / 8.0,
+alternating, twice, `benchmarks/results/host16_s8_alone_*_{1,2}.json`) ResNet-50 took 7.1 / 8.0,
 8.4 / 7.7, 8.1 / 8.4 and 8.6 / 6.8 ms, MobileNetV2 1.72 / 1.76, 1.66 / 1.81, 1.74 / 1.73 and
 2.16 / 1.63 ms: no order beyond the host's drift, so the gaps of a run are already covered at
 10000 (two earlier single calls that favoured `active` by 15-25% did not hold up).
