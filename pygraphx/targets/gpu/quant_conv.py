@@ -76,9 +76,10 @@ def fp8_conv_mode(device: torch.device | None = None) -> str:
     """`PGX_GPU_FP8_CONV` for convolutions on `device`: `triton` (fp8 convolutions as the fp8
     kernel, `fold_fp8` folds them; its sums are Hopper's fp8 accumulation, `quant_conv_kernels.
     FP8_NATIVE`) or `cudnn` (cuDNN half on the fp8 values dequantised). Unset: `triton` on a
-    CUDA device of compute capability 9.x, where it was measured faster than both cuDNN half
-    and the fp16 program (H100, ResNet-50 b32: 1.303 ms against fp16's 1.447 and cuDNN half's
-    1.886, `benchmarks/results/h100_fp8conv_resnet50_b32.txt`), else `cudnn` (not measured
+    CUDA device of compute capability 9.x, where it was measured faster than cuDNN half (H100,
+    ResNet-50 b32: 1.278-1.321 ms against 1.851-1.886, `benchmarks/results/h100_fp8conv_*`;
+    the fp16 program then took 1.430-1.465, before `conv_epilogue` fused its convolutions'
+    bias / ReLU / residual: 1.147 since, ahead of fp8), else `cudnn` (not measured
     elsewhere). The choice is logged once; `triton` asked for where it is not the default
     says that its sums are not float32-exact (`announce_inexact_fp8`)."""
     default = "triton" if _hopper(device) else "cudnn"
