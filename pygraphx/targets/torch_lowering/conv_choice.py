@@ -44,7 +44,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import cycle
 from pathlib import Path
 from typing import Any
@@ -64,13 +64,19 @@ log = logging.getLogger("pygraphx.cpu")
 KERNEL_ENV = "PGX_CONV_KERNEL"
 BUDGET_ENV = "PGX_CONV_CHOICE_BUDGET"
 CACHE_ENV = "PGX_CONV_CHOICE_CACHE"
-MODES = ("measure", "off", *KERNELS)
+MODES = ("measure", "impl", "off", *KERNELS)
 #: measurement is opt-in: on the 2-core EPYC (1 thread, MobileNetV2 and ResNet-50 at batch 1
 #: and 8) no measured choice beat `onednn` beyond noise, and measuring costs compile time
 DEFAULT_MODE = "off"
 #: the kernels timed against each other (`torch_cl` is never faster on the layers measured so
 #: far, and re-packs its weight every call: it runs only when forced)
 MEASURED = ("onednn", "dnnl", "matmul")
+
+#: a candidate "dnnl/<name>" is the `dnnl` kernel on oneDNN's implementation <name> (the plain
+#: "dnnl" runs oneDNN's first); the implementations never timed: the gemm-based one and the
+#: SSE4.1 kernels (slower than the AVX ones on every layer measured)
+IMPL_SEP = "/"
+SKIPPED_IMPLS = ("gemm", ":sse41")
 
 #: an alternative must be this much faster than the default to be chosen
 MARGIN = 0.05
@@ -135,19 +141,33 @@ def _budget() -> float:
 
 
 def choose_kernel(state: ChoiceState, plan: ConvPlan, other_lens: list[int] | None) -> str:
-    """The kernel `plan` runs on (see the module docstring); `other_lens` are the lens of the
-    add operand when the epilogue has one."""
+    """The kernel `plan` runs on (see the module docstring), and for `dnnl` the oneDNN
+    implementation, set as `plan.impl` when it is not oneDNN's first; `other_lens` are the
+    lens of the add operand when the epilogue has one."""
     names = kernels_for(plan)
     default = default_kernel(names)
-    measured = [default] + [name for name in names if name in MEASURED and name != default]
-    if state.mode == "off" or (state.mode == "measure" and len(measured) == 1):
+    measured = [default]
+    if state.mode == "measure":
+        measured += [name for name in names if name in MEASURED and name != default]
+    if state.mode in ("measure", "impl") and "dnnl" in measured:
+        measured += impl_candidates(plan, other_lens is not None)
+    if state.mode == "off" or (state.mode in ("measure", "impl") and len(measured) == 1):
         choice = default
-    elif state.mode != "measure":
+    elif state.mode not in ("measure", "impl"):
         choice = state.mode if state.mode in names else default
     else:
         choice = _measured(state, plan, measured, other_lens)
     state.chosen[choice] += 1
-    return choice
+    kernel, _, impl = choice.partition(IMPL_SEP)
+    plan.impl = impl or None
+    return kernel
+
+
+def impl_candidates(plan: ConvPlan, other: bool) -> list[str]:
+    """ "dnnl/<name>" for each implementation oneDNN offers for `plan` after its first one
+    (`other`: the epilogue has an add operand), those of `SKIPPED_IMPLS` left out."""
+    names = onednn_conv.implementations(plan, other)[1:]
+    return [f"dnnl{IMPL_SEP}{n}" for n in names if not any(s in n for s in SKIPPED_IMPLS)]
 
 
 def default_kernel(names: list[str]) -> str:
@@ -250,7 +270,7 @@ def time_kernels(
     if other_lens is not None:
         others = cycle([random(other_lens)] * copies)
         get_other = lambda: next(others)  # noqa: E731
-    fns = {name: build_kernel(plan, name, lambda: next(xs), get_other) for name in names}
+    fns = {name: _build(plan, name, lambda: next(xs), get_other) for name in names}
     clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
     best = dict.fromkeys(names, float("inf"))
     for _ in range(WARMUP):
@@ -265,6 +285,14 @@ def time_kernels(
     return best
 
 
+def _build(
+    plan: ConvPlan, name: str, get_x: Callable[[], torch.Tensor], get_other: Any
+) -> Callable[[], Any]:
+    """The closure of candidate `name` (a kernel, or "dnnl/<implementation>")."""
+    kernel, _, impl = name.partition(IMPL_SEP)
+    return build_kernel(replace(plan, impl=impl or None), kernel, get_x, get_other)
+
+
 def _seconds(fn: Callable[[], Any], clock: Callable[[], float]) -> float:
     start = clock()
     fn()
@@ -276,7 +304,7 @@ def finish(state: ChoiceState) -> None:
     if not state.chosen:
         return
     kinds = ", ".join(f"{name} x{n}" for name, n in sorted(state.chosen.items()))
-    if state.mode == "measure":
+    if state.mode in ("measure", "impl"):
         note = (
             f"measured {state.measured} layer(s) in {state.spent_s:.2f} s, "
             f"{state.cached} from the cache"
@@ -308,7 +336,9 @@ def _load_file() -> None:
         log.warning("%s=%s: cannot read the convolution choice cache (%s)", CACHE_ENV, path, exc)
         return
     if isinstance(entries, dict):
-        _CACHE.update({str(k): str(v) for k, v in entries.items() if v in KERNELS})
+        _CACHE.update(
+            {str(k): str(v) for k, v in entries.items() if str(v).partition(IMPL_SEP)[0] in KERNELS}
+        )
 
 
 def _save_file() -> None:
@@ -342,6 +372,7 @@ __all__ = [
     "clear_cache",
     "default_kernel",
     "finish",
+    "impl_candidates",
     "pick",
     "time_kernels",
 ]
