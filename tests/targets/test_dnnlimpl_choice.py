@@ -122,14 +122,18 @@ def test_an_implementation_not_offered_is_said_and_the_first_runs(
     torch.testing.assert_close(run(), _oracle(plan, x, None), rtol=1e-4, atol=1e-4)
 
 
-def test_candidates_leave_out_the_slow_kinds() -> None:
-    plan = _layer("1x1", "float32")
+@pytest.mark.parametrize("layer", ["1x1", "depthwise", "grouped"])
+def test_candidates_leave_out_the_slow_kinds(layer: str) -> None:
+    """No gemm-based or SSE4.1 kernel, and on a depthwise layer only depthwise kernels."""
+    plan = _layer(layer, "float32")
     names = onednn_conv.implementations(plan, False)
     candidates = conv_choice.impl_candidates(plan, False)
     assert all(c.startswith("dnnl/") for c in candidates)
-    assert [c.partition("/")[2] for c in candidates] == [
-        n for n in names[1:] if "gemm" not in n and "sse41" not in n
-    ]
+    want = [n for n in names[1:] if "gemm" not in n and "sse41" not in n]
+    if layer == "depthwise":
+        want = [n for n in want if "_dw" in n]
+        assert want  # (oneDNN has jit_dw besides brdgmm_dw on x86-64)
+    assert [c.partition("/")[2] for c in candidates] == want
 
 
 @pytest.fixture
