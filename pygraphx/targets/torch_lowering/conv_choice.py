@@ -5,7 +5,7 @@ run it with its fused epilogue (`conv_kernels.kernels_for`), of which `MEASURED`
 `onednn`, `dnnl` (where oneDNN's C API library loads) and `matmul` (1x1 stride-1 layers)
 (`torch_cl`, `F.conv2d` on channels-last, was never faster than `onednn` on MobileNetV2's
 layers, including the depthwise ones, and runs only when forced). Each candidate runs on
-random inputs of the layer's shape, with the program's thread count, a few times in
+inputs of the layer's shape, with the program's thread count, a few times in
 interleaved rounds; the fastest is kept when it beats the default by more than `MARGIN` (a
 noisy machine must not flip a layer for nothing), else the default is kept.
 
@@ -18,21 +18,35 @@ picked `dnnl` for all 52 layers. Without
 the library it is `onednn`, and the first compile with a convolution says so once (WARNING on
 the `pygraphx.cpu` logger).
 
-Choices are cached by everything that decides them (input lens, weight shape, geometry,
-epilogue, threads, torch version, CPU capability), so a second compile of the same model, or a
-program loaded from a file (which is prepared again), measures nothing in this process. Set
-`PGX_CONV_CHOICE_CACHE=/path/file.json` to keep the cache across processes too.
+oneDNN offers several implementations of one convolution (`dnnl_primitive_desc_next_impl`:
+`brgconv_1x1`, `jit_1x1`, `jit`, `brdgmm_dw`, `jit_dw`, for each instruction-set level), and
+takes the first that applies, which is not always the fastest on a given processor. Mode
+`impl` (the default) times the `dnnl` kernel on each of them (`impl_candidates`: not the
+gemm-based or SSE4.1 ones; on a depthwise layer the depthwise kernels only) and runs the
+winner (`ConvPlan.impl`, candidate name "dnnl/<implementation>"). On the 2-core EPYC (AVX-512,
+Zen 4) it picks `jit_dw` on most depthwise layers and the AVX2 `jit_1x1` / `brgconv_1x1` on
+some 1x1 layers: MobileNetV2 float32 4-5% faster at batch 1 and 8-9% at batch 8 (1 thread,
+process CPU time, A/B in one process in both compile orders), about 3-4% at batch 1 on 2
+threads; bf16 MobileNetV2 and ResNet-50 about unchanged (`benchmarks/results/dnnlimpl.md`).
 
-Measurement is bounded: at most `PGX_CONV_CHOICE_BUDGET` seconds (default 1.0) per compile;
-layers reached after the budget is spent take the default. Compile logs one line on the
-`pygraphx.cpu` logger (INFO): how many layers were measured, how long it took, what was chosen.
+Choices are cached by everything that decides them (input lens, weight shape, geometry,
+epilogue, candidates, threads, torch version, CPU capability), so a second compile of the same
+model, or a program loaded from a file (which is prepared again), measures nothing in this
+process. Set `PGX_CONV_CHOICE_CACHE=/path/file.json` to keep the cache across processes too.
+
+Measurement is bounded: at most `PGX_CONV_CHOICE_BUDGET` seconds (default `DEFAULT_BUDGET_S`)
+per compile; layers reached after the budget is spent take the default (MobileNetV2 on 1
+thread: 0.4 s at batch 1, 1.2 s at batch 8; ResNet-50 at batch 1 spends the whole budget).
+Compile logs one line on the `pygraphx.cpu` logger (INFO): how many layers were measured,
+how long it took, what was chosen.
 
 The switch: the target setting `conv_kernel=` (`get_target("cpu", conv_kernel=...)`), else the
-environment variable `PGX_CONV_KERNEL`: `off` (the default: no measurement, every convolution
-runs the default kernel, deterministic), `measure`, or a kernel name (`onednn`, `matmul`,
-`dnnl`, `torch_cl`) to run that kernel wherever it applies and the default elsewhere.
-A bf16 layer is measured on bf16 inputs (every kernel runs bf16: oneDNN's native kernels on
-a CPU with bf16 instructions).
+environment variable `PGX_CONV_KERNEL`: `impl` (the default), `off` (no measurement: every
+convolution runs the default kernel on oneDNN's first implementation, deterministic),
+`measure` (the kernels of `MEASURED` and the implementations), or a kernel name (`onednn`,
+`matmul`, `dnnl`, `torch_cl`) to run that kernel wherever it applies and the default
+elsewhere. A bf16 layer is measured on bf16 inputs (every kernel runs bf16: oneDNN's native
+kernels on a CPU with bf16 instructions).
 """
 
 from __future__ import annotations
@@ -63,9 +77,9 @@ KERNEL_ENV = "PGX_CONV_KERNEL"
 BUDGET_ENV = "PGX_CONV_CHOICE_BUDGET"
 CACHE_ENV = "PGX_CONV_CHOICE_CACHE"
 MODES = ("measure", "impl", "off", *KERNELS)
-#: measurement is opt-in: on the 2-core EPYC (1 thread, MobileNetV2 and ResNet-50 at batch 1
-#: and 8) no measured choice beat `onednn` beyond noise, and measuring costs compile time
-DEFAULT_MODE = "off"
+#: oneDNN's implementations are measured unless told otherwise (the kernels themselves are
+#: opt-in, `measure`: on the 2-core EPYC no other kernel beat `dnnl` beyond noise)
+DEFAULT_MODE = "impl"
 #: the kernels timed against each other (`torch_cl` is never faster on the layers measured so
 #: far, and re-packs its weight every call: it runs only when forced)
 MEASURED = ("onednn", "dnnl", "matmul")
