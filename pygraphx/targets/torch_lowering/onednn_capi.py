@@ -21,6 +21,7 @@ import ctypes
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_int32, c_int64, c_size_t, c_void_p
@@ -261,17 +262,21 @@ class Reorder:
         release(self.rt.lib, self.mems, self.prim, self.pd)
 
 
+_CACHE_LOCK = threading.RLock()  # two compiles in two threads restore the capacity in turn
+
+
 @contextmanager
 def primitive_cache_off(lib: ctypes.CDLL) -> Iterator[None]:
     """oneDNN's primitive cache emptied and off inside the block, its capacity restored after
     (the cached primitives are only a speed-up of making the same primitive again)."""
-    capacity = c_int()
-    check(lib.dnnl_get_primitive_cache_capacity(byref(capacity)), "get_primitive_cache_capacity")
-    check(lib.dnnl_set_primitive_cache_capacity(0), "set_primitive_cache_capacity")
-    try:
-        yield
-    finally:
-        check(lib.dnnl_set_primitive_cache_capacity(capacity.value), "set_primitive_cache_capacity")
+    with _CACHE_LOCK:
+        capacity = c_int()
+        check(lib.dnnl_get_primitive_cache_capacity(byref(capacity)), "get_cache_capacity")
+        check(lib.dnnl_set_primitive_cache_capacity(0), "set_primitive_cache_capacity")
+        try:
+            yield
+        finally:
+            check(lib.dnnl_set_primitive_cache_capacity(capacity.value), "set_cache_capacity")
 
 
 def release(
