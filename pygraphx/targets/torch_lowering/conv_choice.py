@@ -25,9 +25,9 @@ takes the first that applies, which is not always the fastest on a given process
 gemm-based or SSE4.1 ones; on a depthwise layer the depthwise kernels only) and runs the
 winner (`ConvPlan.impl`, candidate name "dnnl/<implementation>"). On the 2-core EPYC (AVX-512,
 Zen 4) it picks `jit_dw` on most depthwise layers and the AVX2 `jit_1x1` / `brgconv_1x1` on
-some 1x1 layers: MobileNetV2 float32 4-5% faster at batch 1 and 8-9% at batch 8 (1 thread,
-process CPU time, A/B in one process in both compile orders), about 3-4% at batch 1 on 2
-threads; bf16 MobileNetV2 and ResNet-50 about unchanged (`benchmarks/results/dnnlimpl.md`).
+some 1x1 layers: MobileNetV2 float32 4-5% faster at batch 1 and 6-9% at batch 8 (1 thread,
+process CPU time, A/B in one process in both compile orders), 2-4% at batch 1 on 2 threads;
+bf16 MobileNetV2 0-2%, ResNet-50 unchanged (`benchmarks/results/dnnlimpl.md`).
 
 Choices are cached by everything that decides them (input lens, weight shape, geometry,
 epilogue, candidates, threads, torch version, CPU capability), so a second compile of the same
@@ -36,7 +36,7 @@ process. Set `PGX_CONV_CHOICE_CACHE=/path/file.json` to keep the cache across pr
 
 Measurement is bounded: at most `PGX_CONV_CHOICE_BUDGET` seconds (default `DEFAULT_BUDGET_S`)
 per compile; layers reached after the budget is spent take the default (MobileNetV2 on 1
-thread: 0.4 s at batch 1, 1.2 s at batch 8; ResNet-50 at batch 1 spends the whole budget).
+thread: 0.3-0.5 s at batch 1, 1.0-1.3 s at batch 8; ResNet-50 at batch 1 about 1 s).
 Compile logs one line on the `pygraphx.cpu` logger (INFO): how many layers were measured,
 how long it took, what was chosen.
 

@@ -18,6 +18,14 @@ A network's NCHW input is converted by a oneDNN reorder made once (5x faster tha
 `contiguous` on a 3-channel image). `benchmarks/onednn_conv_probe.py` measures the kernel
 against the `onednn` one.
 
+oneDNN offers several implementations of a layer and takes the first that applies
+(`implementations` lists them). A plan naming another one (`ConvPlan.impl`, the measured
+choice of `conv_choice.py`) gets that one: its descriptor is moved there with
+`dnnl_primitive_desc_next_impl` and its primitive made with oneDNN's primitive cache off (in
+oneDNN 3.2 a cached primitive of the same layer, at the first implementation, comes back
+otherwise); a name oneDNN does not offer (a choice cached by another library version) runs the
+first, said once.
+
 A bf16 layer (the weight is bf16: `quantize_bf16`) runs in bf16 end to end: source, weight and
 destination bf16, the bias in its own type (bf16 or float32), the add operand of the
 destination's type; oneDNN accumulates in float32 and applies the post-ops before rounding to
