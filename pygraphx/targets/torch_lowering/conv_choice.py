@@ -36,7 +36,7 @@ process. Set `PGX_CONV_CHOICE_CACHE=/path/file.json` to keep the cache across pr
 
 Measurement is bounded: at most `PGX_CONV_CHOICE_BUDGET` seconds (default `DEFAULT_BUDGET_S`)
 per compile; layers reached after the budget is spent take the default (MobileNetV2 on 1
-thread: 0.3-0.5 s at batch 1, 1.0-1.3 s at batch 8; ResNet-50 at batch 1 about 1 s).
+thread: 0.3-0.5 s at batch 1, the whole second at batch 8, and ResNet-50 too).
 Compile logs one line on the `pygraphx.cpu` logger (INFO): how many layers were measured,
 how long it took, what was chosen.
 
@@ -91,8 +91,10 @@ IMPL_SEP = "/"
 SKIPPED_IMPLS = ("gemm", ":sse41")
 
 #: seconds of measurement per compile at most (`PGX_CONV_CHOICE_BUDGET`): MobileNetV2 at
-#: batch 8 on one thread of the 2-core EPYC measures its 30 distinct layers in about 1.2 s
-DEFAULT_BUDGET_S = 2.0
+#: batch 8 on one thread of the 2-core EPYC measures its 30 distinct layers in 1.0-1.3 s (the
+#: last few then keep oneDNN's first), at batch 1 in 0.3-0.5 s; ResNet-50 at batch 8 would
+#: spend any budget on its 1x1 layers, for no gain on this machine
+DEFAULT_BUDGET_S = 1.0
 
 #: an alternative must be this much faster than the default to be chosen
 MARGIN = 0.05
