@@ -207,3 +207,27 @@ def test_cached_implementation_choices_come_back(_impl_mode: Path) -> None:
     state = prog._executable.lowered.ctx.cache["conv_choice"]
     assert state.measured == 0 and state.cached == len(entries)
     np.testing.assert_allclose(prog.run(feeds)[0], first, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.usefixtures("_impl_mode")
+def test_a_candidate_that_fails_to_build_is_left_out_and_said(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """oneDNN failing to make another implementation's primitive costs that candidate only:
+    the compile goes on with oneDNN's first, and says which candidate was left out."""
+    real_build = onednn_conv.build
+
+    def build(plan: object, *args: object) -> object:
+        if plan.impl is not None:
+            raise onednn_capi.OneDnnError("primitive_create failed (dnnl_status_t 3)")
+        return real_build(plan, *args)
+
+    monkeypatch.setattr(onednn_conv, "build", build)
+    monkeypatch.setattr(conv_choice, "_ANNOUNCED", set())
+    model, feeds = _net()
+    with caplog.at_level(logging.WARNING, logger="pygraphx.cpu"):
+        prog = _compile(model)
+    state = prog._executable.lowered.ctx.cache["conv_choice"]
+    assert dict(state.chosen) == {"dnnl": NET_LAYERS}
+    assert "left out (primitive_create failed" in caplog.text
+    np.testing.assert_allclose(prog.run(feeds)[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)

@@ -308,10 +308,10 @@ def time_kernels(
     out = None
     if not plan.in_place and onednn_conv.supports(plan):
         out = filled(onednn_conv.geometry(plan)[3])
-    fns = {name: _build(plan, name, lambda: inputs[0], get_other, out) for name in names}
+    fns = _candidates(plan, names, lambda: inputs[0], get_other, out)
     clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32)
-    best = dict.fromkeys(names, float("inf"))
+    best = dict.fromkeys(fns, float("inf"))
     for _ in range(WARMUP):
         for name, fn in fns.items():
             best[name] = min(best[name], _seconds(fn, clock, flush, inputs))
@@ -324,6 +324,30 @@ def time_kernels(
         for name, fn in racing.items():
             best[name] = min(best[name], _seconds(fn, clock, flush, inputs))
     return best
+
+
+def _candidates(
+    plan: ConvPlan,
+    names: list[str],
+    get_x: Callable[[], torch.Tensor],
+    get_other: Any,
+    out: torch.Tensor | None,
+) -> dict[str, Callable[[], Any]]:
+    """The closures of `names`; an implementation after the first that oneDNN fails to make
+    is left out, said once per process (the first, the default, must build: its error is
+    the layer's)."""
+    fns = {}
+    for i, name in enumerate(names):
+        try:
+            fns[name] = _build(plan, name, get_x, get_other, out)
+        except onednn_capi.OneDnnError as exc:
+            if not i:
+                raise
+            if name not in _ANNOUNCED:
+                _ANNOUNCED.add(name)
+                log.warning("convolution %s * %s: candidate %s left out (%s)",
+                            plan.x_lens, list(plan.weight.shape), name, exc)  # fmt: skip
+    return fns
 
 
 def _build(
