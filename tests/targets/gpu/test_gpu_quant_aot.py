@@ -46,6 +46,8 @@ def _job(
     pointers (and strides, if `aligned_strides`) 16-divisible, as Triton's launcher marks
     aligned tensors and strides; fp8 kernels and the hardware fp8 conversion for sm_90 alone."""
     fn = getattr(module, kernel)
+    if "CAST" in fn.arg_names and "CAST" not in constexprs:  # a constexpr, as launches pass it
+        constexprs = {**constexprs, "CAST": False}
     signature = {a: "constexpr" if a in constexprs else types.get(a, "i32") for a in fn.arg_names}
     strides = ("stride", "sx") if aligned_strides else ()
     attrs = [a for a in fn.arg_names if signature[a][0] == "*" or a.startswith(strides)]
@@ -87,6 +89,8 @@ def _product_job(fp8, mode, quant, store, ops, out, tile, name) -> dict:
     aligned = mode != qck.GATHER  # a gathered input: the stem's 3 channels, any strides
     constexprs["MODE"] = mode
     constexprs["FP8_NATIVE"] = fp8 and qck.FP8_NATIVE  # as `qck.launch_arguments` passes it
+    # an fp8 convolution's fp8 quantise by the hardware conversion, as on sm_89+ (sm_90 only)
+    constexprs["CAST"] = fp8 and quant == 2
     return _job(qck, "_conv_kernel", types, constexprs, options, name, aligned)
 
 
