@@ -21,12 +21,13 @@ mask inputs (a model's layers do: GPT-2's 12 blocks share one causal mask and on
 mask), and at its own size: the inputs' broadcast axes (stride 0) are cut to length 1 before
 `where`, and `scaled_dot_product_attention` broadcasts the result over heads and batch
 (GPT-2 at batch 1, one thread: building a (1, 12, 128, 128) mask in each of 12 layers cost
-3.5 of the 14.6 ms its attention took). A bf16 block on the CPU runs as three oneDNN
-primitives instead (`onednn_attention.py`: the scores scaled and masked in float32 inside the
-first matmul, oneDNN's softmax writing bf16), torch's matmul / softmax / matmul where oneDNN's
-C API library is missing. Anything else lowers as before: when the group does not
-match, the first product is lowered at the group's place (only views and literals lie between
-them, so its inputs are unchanged).
+3.5 of the 14.6 ms its attention took). A float32 or bf16 block on the CPU runs as three
+oneDNN primitives instead (`onednn_attention.py`: the scores scaled and masked in float32 inside
+the first matmul, oneDNN's softmax writing the product type; faster than torch's fused kernel
+there, see `_on_onednn`), where oneDNN's C API library is missing torch's fused kernel
+(float32) or matmul / softmax / matmul (bf16). Anything else lowers as before: when the group
+does not match, the first product is lowered at the group's place (only views and literals lie
+between them, so its inputs are unchanged).
 """
 
 from __future__ import annotations
@@ -231,9 +232,8 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
     add = gargs[p.add] if p.add is not None else None
     dtype = torch_dtype(dot2.shape.dtype())
     mask = _shared_mask(ctx, (keep, p.keep_true, p.fill, add, dtype), id(dot2))
-    attend = (
-        _cpu_bf16_attention(ctx, p.scale) if _unfused_bf16(ctx, dtype) else _sdpa(p.scale, dtype)
-    )
+    attend = _cpu_attention(ctx, p.scale, dtype) if _on_onednn(ctx, dtype) else None
+    attend = attend or _sdpa(p.scale, dtype)
     idx = ctx.bind_dynamic(dot2)
     ctx.mark_fresh(idx)
 
@@ -248,25 +248,32 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
-def _unfused_bf16(ctx: LoweringContext, dtype: torch.dtype) -> bool:
-    """bf16 on the CPU: torch's fused kernel is slower there than three steps (BERT-base's
-    (12, 128, 64) heads at batch 1, one thread: 0.85 ms against torch's three 0.60 and oneDNN's
-    0.42)."""
-    return ctx.device.type == "cpu" and dtype == torch.bfloat16
+def _on_onednn(ctx: LoweringContext, dtype: torch.dtype) -> bool:
+    """float32 and bf16 on the CPU run as oneDNN's three primitives (`onednn_attention.py`).
+
+    bf16: torch's fused kernel is slower there than three steps (BERT-base's (12, 128, 64)
+    heads at batch 1, one thread: 0.85 ms against torch's three 0.60 and oneDNN's 0.42).
+    float32: torch's fused flash kernel splits a short sequence's work unevenly over threads
+    (the 2-core AMD EPYC, strided Q / K / V heads of a fused QKV product, fastest of 100 calls,
+    `benchmarks/bertb1_attention.py`): BERT-base's heads at batch 1 0.48 ms against oneDNN's
+    0.38 on two threads (0.74 against 0.65 on one), batch 8 4.2 against 3.8, GPT-2's causal
+    block 0.63 against 0.45, MiniLM's 32-wide heads 0.36 against 0.28."""
+    return ctx.device.type == "cpu" and dtype in (torch.bfloat16, torch.float32)
 
 
 #: `ctx.cache` key of the oneDNN attention primitives shared by a program's blocks
 ONEDNN_TABLE = "attention_onednn"
 
 
-def _cpu_bf16_attention(ctx: LoweringContext, scale: float) -> Attend:
-    """bf16 attention on the CPU: oneDNN's primitives (`onednn_attention.py`) where its C API
-    library is loaded and `ctx.options["onednn_attention"]` is not False, else torch's three
-    steps (`_bf16_attention`)."""
-    unfused = _bf16_attention(scale)
+def _cpu_attention(ctx: LoweringContext, scale: float, dtype: torch.dtype) -> Attend | None:
+    """Attention on the CPU: oneDNN's primitives (`onednn_attention.py`) where its C API
+    library is loaded and `ctx.options["onednn_attention"]` is not False; else torch's three
+    steps for bf16 (`_bf16_attention`) and None for float32 (torch's fused kernel, `_sdpa`).
+    Operands the primitives refuse go to that same fallback."""
+    fallback = _bf16_attention(scale) if dtype == torch.bfloat16 else _sdpa(scale, dtype)
     if not ctx.options.get("onednn_attention", True):
-        return unfused
-    return onednn_attention.attend(scale, ctx.cache.setdefault(ONEDNN_TABLE, {}), unfused)
+        return fallback if dtype == torch.bfloat16 else None
+    return onednn_attention.attend(scale, ctx.cache.setdefault(ONEDNN_TABLE, {}), fallback)
 
 
 def _sdpa(scale: float, dtype: torch.dtype) -> Attend:

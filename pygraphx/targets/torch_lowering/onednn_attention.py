@@ -1,7 +1,7 @@
 """An attention block on the CPU as three oneDNN primitives made once (`attention.py` uses it
-for bf16 programs): `s = scale * (Q @ Kt) + mask` (a matmul whose scale and mask add are its
-post-ops, written in float32), `p = softmax(s)` (oneDNN's softmax, reading float32 and writing
-the probabilities in the product type), `o = p @ V` (a matmul).
+for float32 and bf16 blocks): `s = scale * (Q @ Kt) + mask` (a matmul whose scale and mask add
+are its post-ops, written in float32), `p = softmax(s)` (oneDNN's softmax, reading float32 and
+writing the probabilities in the product type), `o = p @ V` (a matmul).
 
 Why, on the 2-core AMD EPYC (Zen 4, avx512_bf16, one thread, process CPU time, BERT-base's
 (12, 128, 64) heads at batch 1, Q / K / V strided head views of the fused QKV product): torch's
