@@ -76,25 +76,34 @@ def openvino(model: Any, precision: str, threads: int, runs: int, feeds: dict) -
     return (lambda: plain.infer(feeds)), blocks, kinds
 
 
-def pgx_kinds(prog: Any, feeds: dict, runs: int) -> dict[str, float]:
-    """Wall seconds of each step kind (its instructions' op names): each step's fastest run."""
+def profiled_run(prog: Any, feeds: dict, fastest: list[float]) -> None:
+    """One run of `prog`, step by step, keeping each step's fastest wall time in `fastest`."""
     exe = prog._executable
-    steps = exe.lowered.steps
-    fastest = [float("inf")] * len(steps)
-    for _ in range(runs):
-        exe.executor.bind(feeds)
-        with exe.scope():
-            for i, fn in enumerate(exe.executor.steps):
-                start = time.perf_counter()
-                fn()
-                fastest[i] = min(fastest[i], time.perf_counter() - start)
-        exe.executor.collect()
+    exe.executor.bind(feeds)
+    with exe.scope():
+        for i, fn in enumerate(exe.executor.steps):
+            start = time.perf_counter()
+            fn()
+            fastest[i] = min(fastest[i], time.perf_counter() - start)
+    exe.executor.collect()
+
+
+def step_kinds(prog: Any, fastest: list[float]) -> dict[str, float]:
+    """Seconds per step kind (block, op names, output shape) from each step's fastest time."""
     found: dict[str, float] = defaultdict(float)
-    for step, seconds in zip(steps, fastest, strict=True):
+    for step, seconds in zip(prog._executable.lowered.steps, fastest, strict=True):
         names = [i.op.name for i in step.instructions if i.op.name != "@literal"]
         shape = "x".join(map(str, step.instructions[-1].shape.lens()))
         found[f"{ctb.pgx_block(step)}: {','.join(names)[:50]} {shape}"] += seconds
     return found
+
+
+def pgx_kinds(prog: Any, feeds: dict, runs: int) -> dict[str, float]:
+    """Wall seconds of each step kind (its instructions' op names): each step's fastest run."""
+    fastest = [float("inf")] * len(prog._executable.lowered.steps)
+    for _ in range(runs):
+        profiled_run(prog, feeds, fastest)
+    return step_kinds(prog, fastest)
 
 
 def wall_runs(fns: dict[str, Any], runs: int) -> tuple[dict[str, float], dict[str, int]]:

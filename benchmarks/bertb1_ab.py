@@ -1,0 +1,86 @@
+"""A/B of two `cpu` compilations of one transformer in one process, the programs alternating.
+
+    PYTHONPATH=. python benchmarks/bertb1_ab.py --model bert_base --threads 2 --ab attention
+    PYTHONPATH=. python benchmarks/bertb1_ab.py --model gpt2 --bf16 --ab attention
+
+`--ab attention`: A is the default (oneDNN's attention primitives), B `onednn_attention=False`
+(float32: torch's fused kernel). Each round runs A then B (and B then A in odd rounds); the
+figures are each program's median wall ms and process CPU ms a run, and its blocks (sums of each
+step's fastest wall time over as many profiled rounds, again alternating). Load adaptation is off
+(`PGX_CPU_LOAD_ADAPT=0`): both programs use the asked threads on a busy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bertb1_profile  # noqa: E402
+import cpu_transformer_blocks as ctb  # noqa: E402
+
+from pygraphx.models import get_model, model_inputs  # noqa: E402
+from pygraphx.targets.cpu.threads import LOAD_ADAPT_ENV  # noqa: E402
+
+VARIANTS = {"attention": {"onednn_attention": False}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="bert_base", choices=["bert_base", "gpt2"])
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--ab", choices=sorted(VARIANTS), default="attention")
+    args = ap.parse_args(argv)
+    os.environ[LOAD_ADAPT_ENV] = "0"
+    import torch
+
+    torch.set_num_threads(args.threads)
+    model = get_model(args.model, batch=args.batch)
+    feeds = model_inputs(args.model, model)
+    data = model.SerializeToString()
+    progs = {
+        "A": ctb.compile_pgx(data, args),
+        "B": ctb.compile_pgx(data, args, **VARIANTS[args.ab]),
+    }
+    for p in progs.values():
+        p.run(feeds)
+    wall, cpu = defaultdict(list), defaultdict(list)
+    for r in range(args.rounds):
+        for k in ("A", "B") if r % 2 == 0 else ("B", "A"):
+            c0, w0 = ctb.cpu_seconds(), time.perf_counter()
+            progs[k].run(feeds)
+            wall[k].append(time.perf_counter() - w0)
+            cpu[k].append(ctb.cpu_seconds() - c0)
+    fastest = {k: [float("inf")] * len(p._executable.lowered.steps) for k, p in progs.items()}
+    for r in range(args.rounds):
+        for k in ("A", "B") if r % 2 == 0 else ("B", "A"):
+            bertb1_profile.profiled_run(progs[k], feeds, fastest[k])
+    blocks = {}
+    for k, p in progs.items():
+        found = defaultdict(float)
+        for name, s in bertb1_profile.step_kinds(p, fastest[k]).items():
+            found[name.split(":")[0]] += s
+        blocks[k] = found
+    precision = "bf16" if args.bf16 else "float32"
+    print(f"{args.model} b{args.batch} {precision} {args.threads} thread(s), --ab {args.ab} "
+          f"(B: {VARIANTS[args.ab]}), {args.rounds} rounds")  # fmt: skip
+    for k in progs:
+        cells = ", ".join(f"{b} {blocks[k].get(b, 0) * 1e3:.2f}" for b in ctb.BLOCKS)
+        print(f"  {k}: wall {np.median(wall[k]) * 1e3:.1f} ms (min {min(wall[k]) * 1e3:.1f}), "
+              f"CPU {np.median(cpu[k]) * 1e3:.1f} ms; blocks (fastest) {cells}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
