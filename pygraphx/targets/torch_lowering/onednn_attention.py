@@ -142,7 +142,8 @@ class Primitives:
         out = (*q[0][:-1], v[0][-1])
         self.out_shape, self.out_strides = out, _token_major(out)
         self.scores = torch.empty(scores, dtype=torch.float32)
-        self.probs = torch.empty(scores, dtype=dtype)
+        # float32 probabilities overwrite their scores (in-place softmax: half the cache)
+        self.probs = self.scores if dtype == torch.float32 else torch.empty(scores, dtype=dtype)
         s_md, p_md = self._md(scores, kind=F32), self._md(scores, kind=kind)
         q_md, kt_md, v_md = (
             self._md(*q, kind=kind),
