@@ -105,11 +105,13 @@ def small_model(name: str) -> tuple:
 def test_float32_program_attention_runs_on_onednn(
     name: str, threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A float32 transformer's attention blocks run on the primitives by default and on torch's
-    fused kernel with `onednn_attention=False`; both match ONNX Runtime to float32 precision."""
+    """A float32 transformer's attention blocks run on the primitives by default (the small
+    model's 1,024 scores counted as enough) and on torch's fused kernel with
+    `onednn_attention=False`; both match ONNX Runtime to float32 precision."""
     from pygraphx.targets.cpu.threads import LOAD_ADAPT_ENV
 
     monkeypatch.setenv(LOAD_ADAPT_ENV, "0")  # the asked threads even on a busy machine
+    monkeypatch.setattr(attention, "ONEDNN_F32_MIN", 1024)
     model, feeds = small_model(name)
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
     for on in (True, False):
@@ -124,3 +126,38 @@ def test_float32_program_attention_runs_on_onednn(
             assert all(p is not None for p in table[onednn_attention.PLANS].values())
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("scores", [1024, 1 << 22])
+def test_float32_blocks_outside_the_size_range_stay_on_torch(scores: int) -> None:
+    """Too few scores (the calls' fixed cost) or too many (no longer cache-resident) keep torch's
+    fused kernel: the small model's blocks with the bounds moved around them."""
+    model, feeds = small_model("bert")
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    with pytest.MonkeyPatch.context() as mp:
+        if scores > 1024:
+            mp.setattr(attention, "ONEDNN_F32_MAX", 1000)  # 1,024 scores: above the top
+        prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+        prog.compile(CpuTarget(threads=1))
+    got = prog.run(feeds)
+    assert prog._executable.attention_blocks == 2
+    assert not prog._executable.lowered.ctx.cache.get(attention.ONEDNN_TABLE)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_size_rule() -> None:
+    """bf16 always, float32 from `ONEDNN_F32_MIN` to `ONEDNN_F32_MAX` scores, CPU only."""
+    from types import SimpleNamespace
+
+    cpu, gpu = (
+        SimpleNamespace(device=torch.device("cpu")),
+        SimpleNamespace(device=torch.device("meta")),
+    )
+    bert_b1, vit_b8 = 12 * 128 * 128, 8 * 12 * 197 * 197
+    assert attention._on_onednn(cpu, torch.float32, bert_b1)
+    assert not attention._on_onednn(cpu, torch.float32, vit_b8)
+    assert not attention._on_onednn(cpu, torch.float32, 2 * 2 * 16 * 16)
+    assert attention._on_onednn(cpu, torch.bfloat16, 2 * 2 * 16 * 16)
+    assert attention._on_onednn(cpu, torch.bfloat16, vit_b8)
+    assert not attention._on_onednn(gpu, torch.float32, bert_b1)
