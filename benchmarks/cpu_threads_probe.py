@@ -18,7 +18,13 @@ the OS threads a run starts (GNU OpenMP ends and restarts workers when the team 
 blocks alternating for `--rounds` rounds, the order turned by one each round (so a
 neighbour's load, or the spinning pool of the engine before, falls on all alike): per
 engine the median of its blocks' median latencies and of their CPU time per run, and in how many
-rounds the policy-on block was faster than the policy-off one.
+rounds the policy-on block was faster than the policy-off one. `--engines on@16 on@8 ort@16`
+picks the engines instead (policy on / off or ORT, at a count; `--threads` is then not read),
+`--batch 1 8` the batches. Besides the process CPU time (which also counts another engine's pool
+still spinning from its block), each block reports its engine's own CPU time per run: the
+threads ONNX Runtime started (its pool) are ORT's, every other thread (the caller, GNU OpenMP's
+workers) pygraphx's, and the caller's time in an ORT block is ORT's (from
+/proc/self/task/*/schedstat, nanoseconds).
 
 `--steps` instead times every step of the fast path (`--runs` runs, median per step) at each
 count, with the step's ops, output shape and team size, and ONNX Runtime's own per-node
@@ -44,6 +50,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +58,9 @@ from typing import Any
 
 import numpy as np
 
+#: the CPUs this process may use before GNU OpenMP loads (with OMP_PROC_BIND / OMP_PLACES set it
+#: binds the loading thread to its first place: `--unpin-caller` gives the caller these back)
+CALLER_CPUS = os.sched_getaffinity(0)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -83,7 +93,7 @@ def time_block(
 
 def probe_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Rows of (engine, threads, ms, cpu_ms) for one model."""
-    model = get_model(name, batch=1, seq_len=args.seq_len)
+    model = get_model(name, batch=args.batch[0], seq_len=args.seq_len)
     feeds = model_inputs(name, model)
     rows = []
     for n in args.threads:
@@ -103,47 +113,137 @@ def probe_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def thread_cpu_ns() -> dict[int, int]:
+    """CPU nanoseconds each thread of this process has run (its schedstat; ticks of its stat
+    where schedstat is missing)."""
+    out: dict[int, int] = {}
+    for tid in os.listdir("/proc/self/task"):
+        base = f"/proc/self/task/{tid}"
+        try:
+            with open(f"{base}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            try:
+                with open(f"{base}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # the thread ended meanwhile
+            ticks = int(fields[11]) + int(fields[12])
+            out[int(tid)] = ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def own_cpu_ms(before: dict[int, int], after: dict[int, int], ort: set[int], engine: str) -> float:
+    """CPU ms of `engine`'s threads between two `thread_cpu_ns` snapshots (see the module
+    docstring: ORT's pool and, in its block, the caller; else every thread but ORT's)."""
+    caller = threading.get_native_id()
+    mine = ort | {caller} if engine == "ort" else set(after) - ort
+    return sum(after[t] - before.get(t, 0) for t in mine if t in after) / 1e6
+
+
+def parse_engines(args: argparse.Namespace, n: int) -> list[tuple[str, str, int]]:
+    """(label, kind, threads) of the --ab engines: `--engines` (on@16 ...), else on, off and
+    ORT at `n`."""
+    specs = args.engines or [f"on@{n}", f"off@{n}"] + ([] if args.no_ort else [f"ort@{n}"])
+    out = []
+    for spec in specs:
+        kind, _, count = spec.partition("@")
+        if kind not in ("on", "off", "ort") or not count.isdigit():
+            raise SystemExit(f"--engines: {spec!r} is not on@N, off@N or ort@N")
+        out.append((spec, kind, int(count)))
+    return out
+
+
+def make_engines(model: Any, feeds: dict[str, np.ndarray], specs: list[tuple[str, str, int]]):
+    """({label: run}, {label: cpu program}, the OS threads ONNX Runtime's sessions started)."""
+    engines: dict[str, Callable] = {}
+    progs: dict[str, Any] = {}
+    for label, kind, n in specs:  # pygraphx first: GNU OpenMP's workers start in its prepare
+        if kind != "ort":
+            progs[label] = make_pygraphx(model, "torch", n, kind == "on")[2]
+            engines[label] = progs[label].run
+            engines[label](feeds)
+    seen = set(os.listdir("/proc/self/task"))
+    for label, kind, n in specs:
+        if kind == "ort":
+            engines[label] = make_ort(model, n)[0]
+            engines[label](feeds)
+    ort_threads = {int(t) for t in set(os.listdir("/proc/self/task")) - seen}
+    return engines, progs, ort_threads
+
+
 def alternating(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Rows of (model, threads, engine, median of block ms, median of block CPU ms, rounds won by
-    policy on against off): the engines' blocks alternate, `args.rounds` rounds."""
+    """Rows of (model, batch, engine, median of block ms, of block process-CPU ms and of the
+    engine's own CPU ms per run): the engines' blocks alternate, `args.rounds` rounds."""
     rows = []
-    for name in args.models:
-        model = get_model(name, batch=1, seq_len=args.seq_len)
-        feeds = model_inputs(name, model)
-        for n in args.threads:
-            progs = {
-                "policy_on": make_pygraphx(model, "torch", n, True)[2],
-                "policy_off": make_pygraphx(model, "torch", n, False)[2],
-            }
-            engines: dict[str, Callable] = {k: p.run for k, p in progs.items()}
-            if not args.no_ort:
-                engines["ort"] = make_ort(model, n)[0]
-            blocks: dict[str, list[tuple[float, float]]] = {k: [] for k in engines}
-            used = set()
-            names = list(engines)
-            for r in range(args.rounds):
-                # the order turns each round: a block right after ORT's carries the CPU time of
-                # ORT's still-spinning pool (16-core host: 1.4-1.8x ORT's against 1.2x)
-                for engine in names[r % len(names) :] + names[: r % len(names)]:
-                    fn = engines[engine]
-                    ms, cpu_ms, _ = time_block(fn, feeds, args.warmup, args.seconds, args.max_runs)
-                    blocks[engine].append((ms, cpu_ms))
-                    if engine in progs:  # the threads the last run took (load adaptation)
-                        used.add(progs[engine]._executable.scope.limit[0])
-            print(f"{name:12s} threads {n:2d}: runs took {sorted(used)} threads; load average "
-                  f"{os.getloadavg()[0]:.1f}")  # fmt: skip
-            pairs = zip(blocks["policy_on"], blocks["policy_off"], strict=True)
-            won = sum(a[0] < b[0] for a, b in pairs)
-            for engine, got in blocks.items():
-                ms = statistics.median(m for m, _ in got)
-                cpu_ms = statistics.median(c for _, c in got)
-                rows.append({"model": name, "engine": engine, "threads": n, "ms": ms,
-                             "cpu_ms": cpu_ms, "blocks": got, "on_faster_rounds": won})  # fmt: skip
-                print(f"{name:12s} {engine:10s} threads {n:2d}: {ms:9.2f} ms, CPU {cpu_ms:9.2f} "
-                      f"ms per run (median of {len(got)} blocks)", flush=True)  # fmt: skip
-            print(f"{name:12s} threads {n:2d}: policy on faster in {won} of {args.rounds} rounds")
-            del engines
+    for batch in args.batch:
+        for name in args.models:
+            model = get_model(name, batch=batch, seq_len=args.seq_len)
+            feeds = model_inputs(name, model)
+            for n in [0] if args.engines else args.threads:
+                rows += ab_rows(name, batch, ab_blocks(model, feeds, parse_engines(args, n), args))
     return rows
+
+
+def ab_blocks(
+    model: Any, feeds: dict[str, np.ndarray], specs: list[tuple[str, str, int]], args: Any
+) -> dict[str, list[tuple[float, float, float]]]:
+    """{engine label: (ms, process CPU ms, own CPU ms) of each of its blocks}."""
+    engines, progs, ort_threads = make_engines(model, feeds, specs)
+    blocks: dict[str, list[tuple[float, float, float]]] = {k: [] for k in engines}
+    names = list(engines)
+    for r in range(args.rounds):
+        # the order turns each round: a block right after ORT's carries the CPU time of
+        # ORT's still-spinning pool (16-core host: 1.4-1.8x ORT's against 1.2x)
+        for engine in names[r % len(names) :] + names[: r % len(names)]:
+            for _ in range(args.warmup):
+                engines[engine](feeds)
+            before = thread_cpu_ns()
+            ms, cpu_ms, runs = time_block(engines[engine], feeds, 0, args.seconds, args.max_runs)
+            kind = "ort" if engine not in progs else "pgx"
+            own = own_cpu_ms(before, thread_cpu_ns(), ort_threads, kind) / runs
+            blocks[engine].append((ms, cpu_ms, own))
+    used = {p._executable.scope.limit[0] for p in progs.values()}
+    load = os.getloadavg()[0]
+    print(f"runs took {sorted(used)} threads; load average {load:.1f}; ORT started "
+          f"{len(ort_threads)} threads")  # fmt: skip
+    return blocks
+
+
+def ab_rows(name: str, batch: int, blocks: dict[str, list]) -> list[dict[str, Any]]:
+    """The --ab rows of one model, printed; rounds won by policy on against off at a count."""
+    rows = []
+    for engine, got in blocks.items():
+        kind, _, count = engine.partition("@")
+        ms, cpu_ms, own = (statistics.median(b[k] for b in got) for k in range(3))
+        engine_name = {"on": "policy_on", "off": "policy_off"}.get(kind, kind)
+        row = {"model": name, "batch": batch, "engine": engine_name,
+               "label": engine, "threads": int(count), "ms": ms, "cpu_ms": cpu_ms,
+               "own_cpu_ms": own, "blocks": got}  # fmt: skip
+        if kind == "on" and f"off@{count}" in blocks:
+            pairs = zip(got, blocks[f"off@{count}"], strict=True)
+            row["on_faster_rounds"] = sum(a[0] < b[0] for a, b in pairs)
+        if kind == "on" and f"ort@{count}" in blocks:
+            row["over_ort"] = over_ort(got, blocks[f"ort@{count}"])
+        rows.append(row)
+        print(f"{name:12s} b{batch} {engine:9s}: {ms:9.2f} ms, CPU {cpu_ms:9.2f} ms per run, "
+              f"own {own:9.2f} (median of {len(got)} blocks)", flush=True)  # fmt: skip
+        if "over_ort" in row:
+            r = row["over_ort"]
+            print(f"{name:12s} b{batch} {engine:9s} / ORT: latency {r['ms']:.2f}x, "
+                  f"process CPU {r['cpu_ms']:.2f}x, own CPU {r['own_cpu_ms']:.2f}x "
+                  f"(medians over rounds of the two blocks' ratio)")  # fmt: skip
+    return rows
+
+
+def over_ort(mine: list[tuple[float, ...]], ort: list[tuple[float, ...]]) -> dict[str, float]:
+    """Median over rounds of (block of `mine`) / (ORT's block of the same round): latency,
+    process CPU and own CPU per run (a round's two blocks share the host's drift)."""
+    keys = ("ms", "cpu_ms", "own_cpu_ms")
+    return {
+        key: statistics.median(a[k] / b[k] for a, b in zip(mine, ort, strict=True))
+        for k, key in enumerate(keys)
+    }
 
 
 def step_label(instructions: Any) -> str:
@@ -215,7 +315,7 @@ def _programs(args: argparse.Namespace):
     """(model name, threads, model, inputs, its `cpu` program) for each of `args.models` at
     each of `args.threads` (batch 1, policy on)."""
     for name in args.models:
-        model = get_model(name, batch=1, seq_len=args.seq_len)
+        model = get_model(name, batch=args.batch[0], seq_len=args.seq_len)
         feeds = model_inputs(name, model)
         for n in args.threads:
             yield name, n, model, feeds, make_pygraphx(model, "torch", n, True)[2]
@@ -357,9 +457,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=30, help="runs per count with --steps")
     ap.add_argument("--ab", action="store_true", help="alternate policy on / off blocks")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of blocks with --ab")
+    ap.add_argument("--engines", nargs="+", default=None, help="--ab engines: on@16 ort@16 ...")
+    ap.add_argument("--batch", nargs="+", type=int, default=[1], help="batches (several: --ab)")
+    ap.add_argument("--unpin-caller", action="store_true", help="undo OMP_PROC_BIND's caller pin")
     ap.add_argument("--json", type=Path, default=None)
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
+    if len(args.batch) > 1 and not args.ab:
+        ap.error("several --batch values need --ab")
     start = time.perf_counter()
     if args.churn or args.steps:
         rows = churn(args) if args.churn else steps_probe(args)
@@ -372,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         return report(rows, args, start)
     import torch
 
+    if args.unpin_caller:
+        os.sched_setaffinity(0, CALLER_CPUS)
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, "
           f"affinity {len(os.sched_getaffinity(0))}; torch {torch.__version__}; "
           f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}, "
@@ -386,9 +493,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace, start: float) -> int:
-    """The table, the advice, and the JSON file."""
-    print_table(rows, args.threads)
-    advice = suggest(rows)
+    """The table, the advice (from the first batch's rows), and the JSON file."""
+    first = [r for r in rows if r.get("batch", args.batch[0]) == args.batch[0]]
+    print_table(first, args.threads)
+    advice = suggest(first)
     elapsed = time.perf_counter() - start
     print(f"\nbest thread count per model (policy on): {advice['best_threads']}")
     print(f"suggested cap (DEFAULT_CAP in pygraphx/targets/cpu/threads.py, or PGX_CPU_MAX_"

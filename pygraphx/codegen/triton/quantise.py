@@ -142,6 +142,26 @@ def int8_code_rows(x, scale, MAGIC: tl.constexpr):
 
 
 @triton.jit
+def e4m3_byte(v):
+    """The fp8 e4m3fn byte of float32 `v` by the hardware conversion (`cvt.rn.satfinite.e4m3x2.f32`:
+    half to even, +-448 for larger magnitudes and infinities, NaN as 0x7F), one value an
+    instruction: the packed pair's other half converts `v` again and is dropped. Not Triton's
+    `.to(tl.float8e4nv)`, which converts values in pairs and on an H100 wrote wrong bytes
+    (one element of a pair twice) where its layout gives a thread a single element: a 64-wide
+    float32 layer-norm row (tiny BERT fp8 came out NaN; `tests/codegen/test_quantise.py`
+    checks narrow blocks). NVIDIA sm_89+ only, compiled (not interpreted)."""
+    pair = tl.inline_asm_elementwise(
+        "{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, $1, $1; cvt.u32.u16 $0, t; }",
+        "=r,f",
+        [v],
+        dtype=tl.int32,
+        is_pure=True,
+        pack=1,
+    )
+    return (pair & 0xFF).to(tl.uint8)
+
+
+@triton.jit
 def fp8_of_quotient(v, x, scale, MAGIC: tl.constexpr, CAST: tl.constexpr):
     """The fp8 e4m3fn byte of the quotient `v` of `x / scale`: saturated to +-448, rounded,
     NaN where `x` or `v` is (0x7F); the sign from `x` and `scale` (a -0 quotient keeps it,
@@ -152,7 +172,7 @@ def fp8_of_quotient(v, x, scale, MAGIC: tl.constexpr, CAST: tl.constexpr):
     element; the interpreter's fp8 cast is not exact, so it takes those."""
     neg = (x.to(tl.int32, bitcast=True) ^ scale.to(tl.int32, bitcast=True)) < 0
     if CAST:
-        b = tl.where(x != x, x, v).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+        b = e4m3_byte(tl.where(x != x, x, v))
         code = tl.where(neg, b | 0x80, b)
     else:
         r = fp8_round(tl.minimum(tl.maximum(v, -448.0), 448.0), MAGIC)
@@ -179,6 +199,7 @@ def fp8_code_rows(x, scale, MAGIC: tl.constexpr, CAST: tl.constexpr = False):
 
 __all__ = [
     "MAGIC",
+    "e4m3_byte",
     "fp8_bits",
     "fp8_code",
     "fp8_code_rows",

@@ -27,7 +27,16 @@ and 10000 alternating, two each, `benchmarks/results/h200host16_s7_ab_log.txt`):
 no change beyond ORT's own drift. The price is CPU time: per run 1.2x ORT's on MobileNetV2 in
 blocks after a pygraphx block (1.05-1.09x at 1000), but 1.4-1.8x in blocks right after ORT's,
 whose pool was still spinning (workers then spin out their rounds instead of sleeping; the
-latency did not change); BERT-base and ResNet-50 0.9-1.0x ORT's.
+latency did not change); BERT-base and ResNet-50 0.9-1.0x ORT's. Counting each engine's own
+threads (`benchmarks/cpu_threads_probe.py --ab --engines on@16 ort@16`, ratios per round of
+alternating blocks, `benchmarks/results/host16_s8_table_b{1,8}.json`): 0.69-1.10x ORT's CPU
+time on ResNet-50, MobileNetV2, BERT-base and GPT-2 at batch 1 and 8.
+Why not more: on a fresh 16-core host (H100 machine, 2026-11-26, 16 threads, batch 1, pygraphx
+alone in each process, processes at 10000 / 100000 / 1000000 / `OMP_WAIT_POLICY=active`
+alternating, twice, `benchmarks/results/host16_s8_alone_*_{1,2}.json`) ResNet-50 took 7.1 / 8.0,
+8.4 / 7.7, 8.1 / 8.4 and 8.6 / 6.8 ms, MobileNetV2 1.72 / 1.76, 1.66 / 1.81, 1.74 / 1.73 and
+2.16 / 1.63 ms: no order beyond the host's drift, so the gaps of a run are already covered at
+10000 (two earlier single calls that favoured `active` by 15-25% did not hold up).
 Why not more, and why not on few cores: after a run, or between runs, workers that keep
 spinning burn the time slices that other work on the same cores needs (another thread pool,
 other processes), and every parallel region then waits for its own descheduled laggards.

@@ -4,7 +4,9 @@
   (`F.conv2d`), weights converted once at prepare to channels-last when the target chose that
   layout (then torch runs the convolution in NHWC and returns a channels-last result, which the
   element-wise groups after it keep); half and bf16 convolutions run in their own type on tensor
-  cores (cuDNN accumulates in float32). Others: the torch lowering's convolution.
+  cores (cuDNN accumulates in float32). With Triton on, one whose group after it is its bias,
+  residual add and ReLU runs fused with it (`conv_epilogue.py`: cuDNN's fused op or one
+  in-place pass). Others: the torch lowering's convolution.
 * `dot`: half / bf16 products in their own type (cuBLAS / hipBLASLt tensor cores, float32
   accumulation; with Triton on, a product of a few rows with a constant matrix runs as
   `gemv.py`'s kernel, which needs no cuBLAS workspace); float32 products through the torch
@@ -28,10 +30,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import attention
+from pygraphx.targets.gpu.conv_epilogue import Geometry, defer_into_group, epilogue_mode
 from pygraphx.targets.gpu.pool import max_pool_nhwc, pool_fits
 from pygraphx.targets.gpu.quant import (
     lower_gpu_dequantizelinear,
@@ -65,12 +67,13 @@ def gpu_overrides(
     if kernels is not None:
         pointwise, reduce = kernels.lowering(pointwise), kernels.lowering(reduce)
 
+    triton = kernels is not None
+
     def conv(ctx: LoweringContext, ins: Instruction) -> bool:
-        if ctx.device.type == "cuda" and lower_library_convolution(ctx, ins, channels_last):
+        library = ctx.device.type == "cuda" or (triton and epilogue_mode() == "triton")
+        if library and lower_library_convolution(ctx, ins, channels_last, fuse=triton):
             return True
         return torch_lowering["convolution"](ctx, ins)
-
-    triton = kernels is not None
 
     def product(c: LoweringContext, i: Instruction) -> bool:
         return plain_dot(c, i, torch_lowering, gemv=triton)
@@ -207,31 +210,55 @@ def lower_max_pool(ctx: LoweringContext, ins: Instruction) -> bool:
     return True
 
 
-def lower_library_convolution(ctx: LoweringContext, ins: Instruction, channels_last: bool) -> bool:
+def lower_library_convolution(
+    ctx: LoweringContext, ins: Instruction, channels_last: bool, fuse: bool = False
+) -> bool:
     """2-D convolution with a constant weight and symmetric padding, in its own float type
-    (`gpu_overrides` calls it on CUDA / ROCm devices; tests call it on the CPU)."""
+    (`gpu_overrides` calls it on CUDA / ROCm devices; tests call it on the CPU). With `fuse`,
+    deferred into the element-wise group after it where `conv_epilogue` fuses the two."""
+    geometry = library_geometry(ctx, ins, channels_last)
+    if geometry is None:
+        return False
+    if fuse and defer_into_group(ctx, ins, geometry, _lower_alone_with(geometry)):
+        return True
+    _lower_alone_with(geometry)(ctx, ins)
+    return True
+
+
+def _lower_alone_with(geometry: Geometry) -> Callable[[LoweringContext, Instruction], None]:
+    """The step storing the tensor the library convolution returns."""
+
+    def alone(ctx: LoweringContext, ins: Instruction) -> None:
+        env, x, conv = ctx.env, ctx.arg(ins, 0), geometry.conv
+
+        def produce() -> torch.Tensor:
+            return conv(env[x])
+
+        store_result(ctx, ins, produce, geometry.layout)
+
+    return alone
+
+
+def library_geometry(
+    ctx: LoweringContext, ins: Instruction, channels_last: bool
+) -> Geometry | None:
+    """The weight (relaid once, `weight_in_layout`) and arguments of a convolution the
+    library runs (4-D, input and output of one float type, a constant weight, symmetric
+    padding), else None."""
     x_shape, w_shape = (i.shape for i in ins.inputs[:2])
     dtype = torch_dtype(ins.shape.dtype())
     if len(ins.inputs) != 2 or x_shape.ndim() != 4 or dtype not in _NATIVE:
-        return False
+        return None
     if torch_dtype(x_shape.dtype()) != dtype:
-        return False
+        return None
     op = ins.op
     begin, end = op.pads(x_shape.lens(), w_shape.lens())
-    x = ctx.arg(ins, 0)
     w = ctx.constant(ctx.arg(ins, 1))
     if begin != end or w is None:
-        return False
+        return None
     w = weight_in_layout(ctx, ins, w, channels_last)
-    env = ctx.env
-    conv = F.conv2d
-    stride, padding, dilation, groups = list(op.stride), list(begin), list(op.dilation), op.group
-
-    def produce() -> torch.Tensor:
-        return conv(env[x], w, None, stride, padding, dilation, groups)
-
-    store_result(ctx, ins, produce, CHANNELS_LAST if channels_last else STANDARD)
-    return True
+    layout = CHANNELS_LAST if channels_last else STANDARD
+    return Geometry(w, list(op.stride), list(begin), list(op.dilation), op.group, layout)
 
 
 def weight_in_layout(
