@@ -4,8 +4,9 @@
     PYTHONPATH=. python benchmarks/bertb1_ab.py --model gpt2 --bf16 --ab attention
 
 `--ab attention`: A is the default (oneDNN's attention primitives), B `onednn_attention=False`
-(float32: torch's fused kernel). Each round runs A then B (and B then A in odd rounds); the
-figures are each program's median wall ms and process CPU ms a run, and its blocks (sums of each
+(float32: torch's fused kernel); `--ab layernorm`: B with `PGX_CPU_LAYERNORM=torch` (torch's layer-
+norm kernel, no norm written over its input). Each round runs A then B (and B then A in odd rounds);
+the figures are each program's median wall ms and process CPU ms a run, and its blocks (sums of each
 step's fastest wall time over as many profiled rounds, again alternating). Load adaptation is off
 (`PGX_CPU_LOAD_ADAPT=0`): both programs use the asked threads on a busy machine.
 """
@@ -30,7 +31,25 @@ import cpu_transformer_blocks as ctb  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 from pygraphx.targets.cpu.threads import LOAD_ADAPT_ENV  # noqa: E402
 
-VARIANTS = {"attention": {"onednn_attention": False}}
+#: `--ab` name -> B's compile settings and environment (set while B compiles)
+VARIANTS = {
+    "attention": ({"onednn_attention": False}, {}),
+    "layernorm": ({}, {"PGX_CPU_LAYERNORM": "torch"}),
+}
+
+
+def compile_b(data: bytes, args: argparse.Namespace) -> object:
+    settings, env = VARIANTS[args.ab]
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return ctb.compile_pgx(data, args, **settings)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     data = model.SerializeToString()
     progs = {
         "A": ctb.compile_pgx(data, args),
-        "B": ctb.compile_pgx(data, args, **VARIANTS[args.ab]),
+        "B": compile_b(data, args),
     }
     for p in progs.values():
         p.run(feeds)
