@@ -52,9 +52,35 @@ def compile_b(data: bytes, args: argparse.Namespace) -> object:
                 os.environ[k] = v
 
 
+def load(name: str, batch: int) -> tuple[bytes, dict]:
+    """The model's bytes and inputs: a generated BERT-base / GPT-2 of `batch`, or a zoo model
+    (`benchmarks/zoo.py`, full size: ViT-B/16 at batch 1, MiniLM 8 x 128)."""
+    if name in ("vit_b16", "minilm"):
+        import zoo
+
+        path, feeds = zoo.zoo_model(name, "full")
+        return Path(path).read_bytes(), feeds
+    model = get_model(name, batch=batch)
+    return model.SerializeToString(), model_inputs(name, model)
+
+
+def ctb_error(got: list, want: list) -> float:
+    """The largest relative RMS error of `got` against `want` over the outputs."""
+    return max(
+        float(
+            np.sqrt(
+                np.mean((np.asarray(g, np.float64) - w) ** 2)
+                / np.mean(np.square(w, dtype=np.float64))
+            )
+        )
+        for g, w in zip(got, want, strict=True)
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="bert_base", choices=["bert_base", "gpt2"])
+    ap.add_argument("--model", default="bert_base",
+                    choices=["bert_base", "gpt2", "vit_b16", "minilm"])  # fmt: skip
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
@@ -65,15 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    model = get_model(args.model, batch=args.batch)
-    feeds = model_inputs(args.model, model)
-    data = model.SerializeToString()
+    data, feeds = load(args.model, args.batch)
     progs = {
         "A": ctb.compile_pgx(data, args),
         "B": compile_b(data, args),
     }
-    for p in progs.values():
-        p.run(feeds)
+    import onnxruntime as ort
+
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    errors = {k: ctb_error(p.run(feeds), want) for k, p in progs.items()}
     wall, cpu = defaultdict(list), defaultdict(list)
     for r in range(args.rounds):
         for k in ("A", "B") if r % 2 == 0 else ("B", "A"):
@@ -96,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
           f"(B: {VARIANTS[args.ab]}), {args.rounds} rounds")  # fmt: skip
     for k in progs:
         cells = ", ".join(f"{b} {blocks[k].get(b, 0) * 1e3:.2f}" for b in ctb.BLOCKS)
-        print(f"  {k}: wall {np.median(wall[k]) * 1e3:.1f} ms (min {min(wall[k]) * 1e3:.1f}), "
-              f"CPU {np.median(cpu[k]) * 1e3:.1f} ms; blocks (fastest) {cells}")  # fmt: skip
+        print(f"  {k}: rel. RMS error against ORT {errors[k]:.2e}; wall "
+              f"{np.median(wall[k]) * 1e3:.1f} ms (min {min(wall[k]) * 1e3:.1f}), CPU "
+              f"{np.median(cpu[k]) * 1e3:.1f} ms; blocks (fastest) {cells}")  # fmt: skip
     return 0
 
 
