@@ -22,6 +22,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bertb1_profile import model_arguments  # noqa: E402
+
 
 def child(args: argparse.Namespace) -> None:
     import cpu_transformer_blocks as ctb
@@ -51,12 +53,8 @@ def child(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="gpt2", choices=["bert_base", "gpt2"])
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--runs", type=int, default=10)
+    model_arguments(ap, model="gpt2", threads=1)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:

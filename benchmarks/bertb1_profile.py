@@ -141,13 +141,20 @@ def report(args: argparse.Namespace, total: dict, blocks: dict) -> None:
         print(f"| {b} | " + " | ".join(f"{m:.2f}" for m in ms) + f" | {ms[0] - ms[-1]:+.2f} |")
 
 
+def model_arguments(
+    ap: argparse.ArgumentParser, model: str = "bert_base", threads: int = 2, runs: int = 10
+) -> None:
+    """The options the bertb1 benchmarks share: --model, --batch, --threads, --runs, --bf16."""
+    ap.add_argument("--model", default=model, choices=["bert_base", "gpt2"])
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=threads)
+    ap.add_argument("--runs", type=int, default=runs)
+    ap.add_argument("--bf16", action="store_true")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="bert_base", choices=["bert_base", "gpt2"])
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--bf16", action="store_true")
+    model_arguments(ap)
     ap.add_argument("--nodes", action="store_true")
     args = ap.parse_args(argv)
     import torch

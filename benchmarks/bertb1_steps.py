@@ -21,17 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cpu_transformer_blocks as ctb  # noqa: E402
+from bertb1_profile import model_arguments  # noqa: E402
 
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="bert_base", choices=["bert_base", "gpt2"])
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=12)
-    ap.add_argument("--bf16", action="store_true")
+    model_arguments(ap, runs=12)
     args = ap.parse_args(argv)
     import torch
 

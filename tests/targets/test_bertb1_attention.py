@@ -14,6 +14,11 @@ ort = pytest.importorskip("onnxruntime")
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import attention, onednn_attention  # noqa: E402
+from tests.targets.test_cpuattn_onednn_attention import (  # noqa: E402
+    oracle,
+    rel_rms,
+    small_model,
+)
 
 pytestmark = pytest.mark.skipif(
     not onednn_attention.available(), reason="needs oneDNN's C API library"
@@ -30,18 +35,6 @@ def qkv_views(b: int, h: int, s: int, d: int, seed: int = 0) -> tuple:
     q, k, v = (qkv[..., i * h * d : (i + 1) * h * d].view(b, s, h, d).transpose(1, 2)
                for i in range(3))  # fmt: skip
     return q, k.transpose(-1, -2), v
-
-
-def oracle(q, kt, v, mask, scale: float) -> torch.Tensor:
-    x = (q.double() @ kt.double()) * scale
-    if mask is not None:
-        x = x + mask.double()
-    return torch.softmax(x, -1) @ v.double()
-
-
-def rel_rms(got: torch.Tensor, want: torch.Tensor) -> float:
-    got, want = got.double(), want.double()
-    return float(((got - want) ** 2).mean().sqrt() / (want**2).mean().sqrt())
 
 
 def masks(b: int, h: int, s: int) -> dict:
@@ -80,24 +73,6 @@ def test_float32_block_matches_float64(form: str, shape: tuple) -> None:
     assert rel_rms(got, want) < F32_RMS
     torch_err = rel_rms(attention._sdpa(scale, torch.float32)(q, kt, v, mask), want)
     assert rel_rms(got, want) <= max(4 * torch_err, 1e-6)
-
-
-def small_model(name: str) -> tuple:
-    """A 2-layer BERT or GPT-2 (batch 2, the second sequence padded) and its inputs."""
-    from pygraphx.models.bert import BertConfig, build_bert
-    from pygraphx.models.gpt2 import GPT2Config, build_gpt2
-
-    ids = np.random.default_rng(6).integers(0, 100, (2, 16)).astype(np.int64)
-    keep = np.ones_like(ids)
-    keep[1, 11:] = 0
-    feeds = {"input_ids": ids, "attention_mask": keep}
-    sizes = {"hidden": 64, "layers": 2, "heads": 2, "vocab_size": 100}
-    if name == "gpt2":
-        config = GPT2Config(**sizes, n_positions=32)
-        return build_gpt2(batch=2, seq_len=16, seed=5, config=config), feeds
-    feeds["token_type_ids"] = ids * 0
-    config = BertConfig(**sizes, intermediate=128)
-    return build_bert(batch=2, seq_len=16, seed=5, config=config), feeds
 
 
 @pytest.mark.parametrize("threads", [1, 2])
