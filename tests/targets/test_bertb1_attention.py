@@ -136,3 +136,13 @@ def test_size_rule() -> None:
     assert attention._on_onednn(cpu, torch.bfloat16, 2 * 2 * 16 * 16)
     assert attention._on_onednn(cpu, torch.bfloat16, vit_b8)
     assert not attention._on_onednn(gpu, torch.float32, bert_b1)
+
+
+def test_float32_switch_keeps_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`PGX_CPU_ONEDNN_ATTENTION_F32=0` keeps float32 blocks on torch's kernel, bf16 on oneDNN."""
+    from types import SimpleNamespace
+
+    cpu = SimpleNamespace(device=torch.device("cpu"))
+    monkeypatch.setenv(attention.F32_ENV, "0")
+    assert not attention._on_onednn(cpu, torch.float32, 12 * 128 * 128)
+    assert attention._on_onednn(cpu, torch.bfloat16, 12 * 128 * 128)

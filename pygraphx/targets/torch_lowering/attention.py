@@ -32,6 +32,7 @@ views and literals lie between them, so its inputs are unchanged).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -253,6 +254,8 @@ Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None
 #: `ONEDNN_F32_MAX` (see `_on_onednn`)
 ONEDNN_F32_MIN = 1 << 15
 ONEDNN_F32_MAX = 1 << 21
+#: `0` keeps every float32 block on torch's fused kernel (A/B measurements; bf16 unchanged)
+F32_ENV = "PGX_CPU_ONEDNN_ATTENTION_F32"
 
 
 def _on_onednn(ctx: LoweringContext, dtype: torch.dtype, scores: int) -> bool:
@@ -271,11 +274,16 @@ def _on_onednn(ctx: LoweringContext, dtype: torch.dtype, scores: int) -> bool:
     fixed cost evens it out ((1, 4, 64, 64): 65 against 61 us on two threads), and from some
     millions the scores no longer fit the caches while the flash kernel never writes them
     (ViT-B/16 at batch 8, 3.7M scores: 17.3 ms against 16.7 on one thread; BERT-base at batch
-    8, 1.6M: 6.78 against 6.84)."""
+    8, 1.6M: 6.78 against 6.84). In the model the gain is smaller (the scores buffer is cold
+    after the GEMMs; `benchmarks/results/bertb1_profile.md`), and on two threads that share one
+    busy core the three primitives' waits cost more than the flash kernel's: `F32_ENV=0` keeps
+    float32 on torch's kernel."""
     if ctx.device.type != "cpu":
         return False
     if dtype == torch.bfloat16:
         return True
+    if os.environ.get(F32_ENV, "1").strip().lower() in ("0", "false", "off", "no"):
+        return False
     return dtype == torch.float32 and ONEDNN_F32_MIN <= scores <= ONEDNN_F32_MAX
 
 
