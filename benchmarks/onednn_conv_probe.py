@@ -3,6 +3,7 @@
     PGX_ONEDNN_LIB=/path/to/lib python benchmarks/onednn_conv_probe.py --threads 1 2
     python benchmarks/onednn_conv_probe.py --bf16 --layers   # bf16 layers and quantize_bf16
     python benchmarks/onednn_conv_probe.py --model resnet50 --batch 1 --layers
+    python benchmarks/onednn_conv_probe.py --impls --threads 2   # oneDNN's implementations
 
 Two parts, both A/B in one process (the machine may be shared: compare columns, not runs):
 
@@ -15,6 +16,12 @@ Two parts, both A/B in one process (the machine may be shared: compare columns, 
 * the whole model at batch `--batch`: pygraphx with `conv_kernel="onednn"` and
   `conv_kernel="dnnl"`, and ONNX Runtime, alternating single runs (`cpu_vs_peers.neighbours`):
   median wall ms and mean process-CPU ms per run.
+
+* `--impls`: every distinct layer timed on each of oneDNN's implementations that
+  `conv_choice.impl_candidates` races (`conv_choice.time_kernels`, as the compile does), and
+  the model with `conv_kernel="off"` (oneDNN's first implementation) against `"impl"` (the
+  measured choice), without ONNX Runtime, each compiled first in one of two rounds (the
+  program compiled first in a process ran 1-2% faster in every A/B here, whatever it was).
 
 It also says whether one OpenMP runtime is loaded (oneDNN's package and torch sharing
 torch's `libgomp.so.1`) and which implementations oneDNN picked.
@@ -40,7 +47,7 @@ from benchmarks.cpu_conv_layers import distinct_layers  # noqa: E402
 from benchmarks.cpu_vs_peers import make_openvino, make_ort, neighbours  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
-from pygraphx.targets.torch_lowering import onednn_capi, onednn_conv  # noqa: E402
+from pygraphx.targets.torch_lowering import conv_choice, onednn_capi, onednn_conv  # noqa: E402
 from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan, build_kernel  # noqa: E402
 
 
@@ -92,19 +99,44 @@ def time_layers(model: str, batch: int, rounds: int, dtype: torch.dtype) -> None
     print("oneDNN implementations (dnnl):", dict(impls))
 
 
+def time_impls(model: str, batch: int, dtype: torch.dtype) -> None:
+    """Each distinct layer on oneDNN's implementations, as `conv_choice` times them."""
+    total: Counter = Counter()
+    for layer, count in distinct_layers(model, batch).items():
+        plan = layer_plan(layer, list(layer[4]), dtype)
+        names = ["dnnl", *conv_choice.impl_candidates(plan, False)]
+        times = conv_choice.time_kernels(plan, names, None)
+        first, chosen = times["dnnl"], conv_choice.pick(times)
+        total["first"] += first * count
+        total["chosen"] += times[chosen] * count
+        rest = "  ".join(f"{k[5:]} {v / first:.2f}" for k, v in times.items() if k != "dnnl")
+        print(f"{layer[0]!s:22} {layer[1]!s:20} s{layer[2][0]} g{layer[3]:<4} x{count}  "
+              f"first {first * 1e6:7.1f} us  {rest}  -> {chosen}")  # fmt: skip
+    print(f"sum (weighted): first {total['first'] * 1e3:.3f} ms  "
+          f"chosen {total['chosen'] * 1e3:.3f} ms")  # fmt: skip
+
+
 def time_model(
-    model_name: str, batch: int, threads: int, repeat: int, bf16: bool, openvino: bool
+    model_name: str,
+    batch: int,
+    threads: int,
+    repeat: int,
+    bf16: bool,
+    openvino: bool,
+    kernels: tuple[str, ...] = ("onednn", "dnnl"),
+    ort: bool = True,
 ) -> None:
     model = get_model(model_name, batch=batch)
     feeds = model_inputs(model_name, model)
     engines = {}
-    for kernel in ("onednn", "dnnl"):
+    for kernel in kernels:
         prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
         if bf16:
             pygraphx.quantize_bf16(prog)
         prog.compile(CpuTarget(threads=threads, conv_kernel=kernel))
         engines[f"pgx_{kernel}"] = prog.run
-    engines["ort"], _ = make_ort(model, threads)
+    if ort:  # (its idle pool spins: at 2 threads the engine after it ran 2-3x slower)
+        engines["ort"], _ = make_ort(model, threads)
     if openvino:  # at the same precision (OpenVINO's default is bf16 on a bf16 CPU)
         key = "ov_bf16" if bf16 else "ov_f32"
         engines[key], _, _ = make_openvino(model, threads, None if bf16 else "f32")
@@ -123,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=100)
     ap.add_argument("--bf16", action="store_true", help="bf16 layers / quantize_bf16 model")
     ap.add_argument("--openvino", action="store_true", help="OpenVINO too (f32, or bf16)")
+    ap.add_argument("--impls", action="store_true", help="oneDNN's implementations, off/impl")
     args = ap.parse_args(argv)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     if not onednn_conv.available():
@@ -133,7 +166,14 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(threads)
         if args.layers:
             time_layers(args.model, args.batch, args.rounds, dtype)
-        time_model(args.model, args.batch, threads, args.repeat, args.bf16, args.openvino)
+        if not args.impls:
+            time_model(args.model, args.batch, threads, args.repeat, args.bf16, args.openvino)
+            continue
+        time_impls(args.model, args.batch, dtype)
+        for kernels in (("off", "impl"), ("impl", "off")):  # each compiled first once
+            time_model(
+                args.model, args.batch, threads, args.repeat, args.bf16, False, kernels, ort=False
+            )
     return 0
 
 

@@ -17,9 +17,10 @@ Every variant compiles the same built-in ONNX model (`pygraphx.models`, random w
   dequantised values);
 * `fp8`: `quantize_fp8(prog, gpu, samples)` then `quantize_fp16`, once per
   `PGX_GPU_FP8_GEMM` (`--fp8-gemms`; `cublas`: `torch._scaled_mm`, the default; `triton`: the
-  Triton fp8 GEMM with the next group as its epilogue); for ResNet-50 and MobileNetV2 also
-  with `PGX_GPU_FP8_CONV=triton` (`fp8 conv=triton`: the convolutions as fp8 Triton kernels
-  instead of cuDNN half on dequantised values).
+  Triton fp8 GEMM with the next group as its epilogue), the convolutions the device's default
+  (`quant_conv.fp8_conv_mode`: Triton fp8 kernels on Hopper, else cuDNN half on dequantised
+  values); for ResNet-50 and MobileNetV2 also with each `--fp8-convs` mode set
+  (`PGX_GPU_FP8_CONV`: `fp8 conv=cudnn`, `fp8 conv=triton`).
 
 int8 and fp8 quantise only products with a constant operand (`activation_products=False`:
 attention's Q.K^T and P.V stay half and run as the fused attention, TensorRT's default);
@@ -214,11 +215,12 @@ def plans(
     gemms=("triton", "cublas"),
     modes=("gemm", "mixed", "fp16"),
     fp8_gemms=("triton",),
-    fp8_triton_conv: bool = True,
+    fp8_convs=("cudnn", "triton"),
 ) -> list[tuple[str, str, dict[str, str]]]:
     """(label, kind, environment) of every variant of model `name` (int8 rows for the GEMM
     choices `gemms` and, with convolutions, the convolution modes `modes`; fp8 rows for the
-    fp8 GEMM choices `fp8_gemms` and, with convolutions, `fp8 conv=triton`)."""
+    fp8 GEMM choices `fp8_gemms` and, with convolutions, the fp8 convolution modes
+    `fp8_convs`)."""
     rows = [("fp32", "fp32", {}), ("fp16", "fp16", {})]
     if name in CONV_MODELS:
         for mode in modes:
@@ -228,8 +230,8 @@ def plans(
     else:
         rows += [(f"int8 gemm={g}", "int8", {INT8_GEMM_ENV: g}) for g in gemms]
     rows += [(f"fp8 gemm={g}", "fp8", {FP8_GEMM_ENV: g}) for g in fp8_gemms]
-    if name in CONV_MODELS and fp8_triton_conv:
-        rows.append(("fp8 conv=triton", "fp8", {FP8_CONV_ENV: "triton"}))
+    if name in CONV_MODELS:
+        rows += [(f"fp8 conv={m}", "fp8", {FP8_CONV_ENV: m}) for m in fp8_convs]
     return rows
 
 
@@ -244,8 +246,9 @@ def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any
     files: dict[str, Path] = {}
     rows, progs, want = [], [], None
     for label, kind, env in plans(
-        name, args.int8_gemms, args.conv_modes, args.fp8_gemms, not args.no_fp8_triton_conv
-    ):
+        name, args.int8_gemms, args.conv_modes, args.fp8_gemms,
+        [] if args.no_fp8_triton_conv else args.fp8_convs,
+    ):  # fmt: skip
         if kind not in args.variants:
             continue
         if kind not in files:
@@ -290,7 +293,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument(
         "--no-fp8-triton-conv", action="store_true",
-        help="leave out the `fp8 conv=triton` row of convolutional models (its prepare is long)",
+        help="leave out the `--fp8-convs` rows of convolutional models",
+    )  # fmt: skip
+    ap.add_argument(
+        "--fp8-convs", nargs="*", default=["cudnn", "triton"], choices=["cudnn", "triton"],
+        help="fp8 rows of convolutional models with PGX_GPU_FP8_CONV set to each",
     )  # fmt: skip
     ap.add_argument("--blocks", type=int, default=2, help="rounds of per-variant blocks; best")
     ap.add_argument("--json", help="write the results here")

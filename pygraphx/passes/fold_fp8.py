@@ -34,6 +34,8 @@ group reads that half value, as in the fp16 program. The numbers of the program 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from pygraphx.ir.argument import Literal
@@ -83,15 +85,16 @@ def _fold(module: Module, ins: Instruction) -> bool:
     return True
 
 
-def fold_fp8(module: Module, convolutions: bool = True) -> None:
-    """Rewrite every foldable `dot` (and, with `convolutions`, `convolution`) of dequantised fp8
-    values (see the module docstring)."""
+def fold_fp8(module: Module, convolutions: bool | Callable[[Instruction], bool] = True) -> None:
+    """Rewrite every foldable `dot` (and, with `convolutions`, `convolution`; a function: those
+    it accepts) of dequantised fp8 values (see the module docstring)."""
     changed = False
     for ins in list(module.instructions):
         if ins.op.name == "dot" and len(ins.inputs) == 2:
             changed |= _fold(module, ins)
         elif convolutions and ins.op.name == "convolution" and len(ins.inputs) == 2:
-            changed |= ins.op.group == 1 and _fold(module, ins)
+            wanted = ins.op.group == 1 and (convolutions is True or convolutions(ins))
+            changed |= wanted and _fold(module, ins)
     if changed:
         dead_code_elimination(module)
 

@@ -191,8 +191,8 @@ class CpuTarget(Target):
     run's threads; default `PGX_CPU_STEP_THREADS`, on); and for the lowering
     `conv_output="arena" | "torch"` (where convolution, pooling and normalisation results
     live, see `torch_lowering/conv_fusion.py`; default `CONV_OUTPUT`),
-    `conv_kernel="measure" | "off" | <kernel>` (how each convolution's kernel is chosen, see
-    `torch_lowering/conv_choice.py`), `mkldnn=False` (no oneDNN convolutions),
+    `conv_kernel="impl" | "measure" | "off" | <kernel>` (how each convolution's kernel is
+    chosen, see `torch_lowering/conv_choice.py`), `mkldnn=False` (no oneDNN convolutions),
     `mkl_linear=False` (no packed MKL GEMMs), `attention=False` / `layernorm=False` (no fused
     attention / layer normalisation, see `lowering.py`), `onednn_attention=False` (bf16
     attention through torch, not oneDNN's primitives: see `torch_lowering/attention.py`).

@@ -19,15 +19,17 @@ int8, two ways, chosen per convolution by `PGX_GPU_INT8_CONV` (read at prepare):
   result), so the result is the quantised program's to half precision, not exact. Only with a
   fusable dequantise user and a constant activation scale; other convolutions use `gemm`.
 
-fp8 e4m3 (`passes/fold_fp8.py` makes them with `PGX_GPU_FP8_CONV=triton` where Triton kernels
-run: float32 sums, then a per-channel `mul` in the group after it; by default the fp8 values
-are dequantised for cuDNN's half convolution): `quant_conv_kernels.conv` with fp8 operands; the
+fp8 e4m3 (`passes/fold_fp8.py` makes them where Triton kernels run and `fp8_conv_mode` says
+`triton`, the default on Hopper: float32 sums, then a per-channel `mul` in the group after it;
+with `cudnn`, the default elsewhere, the fp8 values are dequantised for cuDNN's half
+convolution): `quant_conv_kernels.conv` with fp8 operands; the
 group's scale, bias, residual, ReLU and fp8 quantise of the result are its epilogue as for
 int8.
 
 The int8 mode in use is logged once per prepare. Grouped convolutions, asymmetric padding,
 runtime weights (and fp8 without Triton) are declined to the torch lowering (the numpy
-fallback on a GPU, announced there).
+fallback on a GPU, announced there); `fold_fp8` folds only the fp8 convolutions the kernel
+takes (`fp8_kernel_fits`), so the others stay cuDNN half on dequantised values.
 """
 
 from __future__ import annotations
@@ -70,19 +72,36 @@ FP8_CONV_ENV = "PGX_GPU_FP8_CONV"
 FP8_MODES = ("cudnn", "triton")
 
 
-def fp8_conv_mode() -> str:
-    """`PGX_GPU_FP8_CONV`: `triton` (fp8 convolutions as the fp8 kernel, `fold_fp8` folds
-    them; experimental: its sums are Hopper's fp8 accumulation, `quant_conv_kernels.
-    FP8_NATIVE`) or `cudnn` (the default: cuDNN half on the fp8 values dequantised, as
-    before). On an H200 the fp8 kernel was not faster before its epilogue lost its per-element
-    division (ResNet-50 b32 3.05 ms against 2.62); since then it has not been timed in the
-    whole model (per layer its bare kernels match the int8 ones)."""
-    mode = os.environ.get(FP8_CONV_ENV, "cudnn").strip() or "cudnn"
+def fp8_conv_mode(device: torch.device | None = None) -> str:
+    """`PGX_GPU_FP8_CONV` for convolutions on `device`: `triton` (fp8 convolutions as the fp8
+    kernel, `fold_fp8` folds them; its sums are Hopper's fp8 accumulation, `quant_conv_kernels.
+    FP8_NATIVE`) or `cudnn` (cuDNN half on the fp8 values dequantised). Unset: `triton` on a
+    CUDA device of compute capability 9.x, where it was measured faster than cuDNN half (H100,
+    ResNet-50 b32: 1.278-1.321 ms against 1.851-1.886, `benchmarks/results/h100_fp8conv_*`;
+    the fp16 program then took 1.430-1.465, before `conv_epilogue` fused its convolutions'
+    bias / ReLU / residual: 1.147 since, ahead of fp8), else `cudnn` (not measured
+    elsewhere). The choice is logged once; `triton` asked for where it is not the default
+    says that its sums are not float32-exact (`announce_inexact_fp8`)."""
+    default = "triton" if _hopper(device) else "cudnn"
+    mode = os.environ.get(FP8_CONV_ENV, "").strip() or default
     if mode not in FP8_MODES:
         raise ValueError(f"{FP8_CONV_ENV}={mode!r}: expected one of {', '.join(FP8_MODES)}")
-    if mode == "triton" and torch.cuda.is_available():
+    if mode == "triton" and default != "triton" and torch.cuda.is_available():
         announce_inexact_fp8(FP8_CONV_ENV)
+    if _LOGGED.get(device) != mode:
+        _LOGGED[device] = mode
+        log.info("gpu fp8 convolutions: %s (%s; default here: %s)", mode, FP8_CONV_ENV, default)
     return mode
+
+
+_LOGGED: dict = {}
+
+
+def _hopper(device: torch.device | None) -> bool:
+    """Whether `device` is a CUDA device of compute capability 9.x."""
+    if device is None or device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(device)[0] == 9
 
 
 def conv_mode() -> str:
@@ -100,7 +119,6 @@ class Geometry:
         op = ins.op
         x_lens, w_lens = (i.shape.lens() for i in ins.inputs)
         begin, end = op.pads(x_lens, w_lens)
-        self.symmetric = list(begin) == list(end)
         self.n, self.c, self.h, self.w = x_lens
         self.c_out, _, self.kh, self.kw = w_lens
         self.stride, self.pad, self.dilation = list(op.stride), list(begin), list(op.dilation)
@@ -132,6 +150,25 @@ class Geometry:
         return patches.reshape(self.rows, self.k)
 
 
+def kernel_shape_fits(ins: Instruction) -> bool:
+    """Whether the convolution `ins` has a shape the kernels take: 2-D, one group, explicit
+    symmetric padding."""
+    x, w = ins.inputs
+    if x.shape.ndim() != 4 or ins.op.group != 1 or ins.op.padding_mode != 0:
+        return False
+    begin, end = ins.op.pads(x.shape.lens(), w.shape.lens())
+    return list(begin) == list(end)
+
+
+def fp8_kernel_fits(ins: Instruction) -> bool:
+    """Whether the `convolution` `ins` of dequantised fp8 values would run as the fp8 kernel
+    once folded (`kernel_shape_fits`, its weight dequantised from a literal): `fold_fp8` folds
+    only those (others stay cuDNN half on the dequantised values, not the numpy fallback)."""
+    w = ins.inputs[1]
+    constant = w.op.name == "dequantizelinear" and w.inputs[0].op.name == "@literal"
+    return constant and kernel_shape_fits(ins)
+
+
 def channel_scale(ctx: LoweringContext, user: Instruction, channels: int) -> torch.Tensor | None:
     """`user`'s scale as a float32 vector when it is a constant varying along axis 1 only."""
     if user.op.name != "dequantizelinear" or len(user.inputs) != 2:
@@ -149,11 +186,9 @@ def lower_gpu_quant_convolution(
     kind = x.shape.type()
     if kind not in ("int8_type", FP8) or w.shape.type() != kind or weights is None:
         return fallback(ctx, ins)
-    if x.shape.ndim() != 4 or ins.op.group != 1 or ins.op.padding_mode != 0:
+    if not kernel_shape_fits(ins) or (kind == FP8 and not triton):
         return fallback(ctx, ins)
     geo = Geometry(ins)
-    if not geo.symmetric or (kind == FP8 and not triton):
-        return fallback(ctx, ins)
     if kind == FP8:
         return _lower_fp8(ctx, ins, geo, weights)
     fused = None
@@ -381,5 +416,7 @@ __all__ = [
     "INT8_CONV_ENV",
     "conv_mode",
     "fp8_conv_mode",
+    "fp8_kernel_fits",
+    "kernel_shape_fits",
     "lower_gpu_quant_convolution",
 ]

@@ -24,19 +24,23 @@ address arithmetic and masks. On an H200 (`benchmarks/resgpu_probe.py`,
 `benchmarks/results/h200_resgpu_probe.json`) GATHER took 0.364 ms, ROWS 0.083 with the padded
 copy (then torch's, 0.022 of it), cuDNN half 0.090.
 
-On CUDA the tiles are autotuned per (M, N, K, C) over `CONV_CONFIGS` at the first launch of each
-shape (the gpu executable's warm-up, before graph capture), keeping only the K blocks that divide
-C; elsewhere (`TRITON_INTERPRET=1` on CPU tensors) one configuration runs.
+On CUDA each shape's tile comes from `conv_tiles` (this process's choices, an on-disk record,
+a table of ResNet-50's shapes on Hopper); a shape found nowhere is autotuned over
+`CONV_CONFIGS` at its first launch (the gpu executable's warm-up, before graph capture),
+keeping only the K blocks that divide C, and recorded; elsewhere (`TRITON_INTERPRET=1` on CPU
+tensors) one configuration runs.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
+from pygraphx.targets.gpu import conv_tiles
 from pygraphx.targets.gpu import quant_kernels as qk
 
 __all__ = [
@@ -57,10 +61,14 @@ CONV_BLOCK_K = 64
 #: and a timing per layer shape at prepare. No 256 x 128 tiles either: the int8 ResNet-50 b32
 #: autotuning on an H200 kept them for none of its 25 layer shapes
 #: (`benchmarks/results/h200_resgpu_conv_tiles.json`); dropping them saves their compiles.
+#: 128 x 64 and 64 x 64 with 128-byte K blocks and 3 stages (2 for one or two K blocks): on
+#: an H100 the fastest int8 and fp8 tiles of the 3x3 128-channel layer at 28x28 and the 1x1
+#: 512 -> 128 (int8 16.5 against 17.9 us at the tile autotuning kept on an H200), and of the
+#: fp8 1x1 256 -> 64 / 128 at 56x56 (`benchmarks/results/h100_fp8conv_probe.json`).
 CONV_CONFIGS = [
     (128, 128, 64, 4, 4), (128, 128, 128, 8, 3),
     (64, 128, 128, 4, 4), (128, 64, 128, 4, 4), (64, 64, 64, 4, 5), (64, 128, 64, 4, 5),
-    (128, 64, 64, 4, 4), (256, 64, 64, 8, 4),
+    (128, 64, 64, 4, 4), (256, 64, 64, 8, 4), (128, 64, 128, 4, 3), (64, 64, 128, 4, 3),
     # `ROWS` only (K blocks of one kernel row's run of pixels: 32 bytes for the 7x7 stem)
     (128, 64, 32, 4, 4), (256, 64, 32, 8, 4), (128, 128, 32, 8, 4), (64, 64, 32, 4, 4),
 ]  # fmt: skip
@@ -235,12 +243,37 @@ def conv(
     args, codes = launch
     m, c_out = out.shape
     if qk._timed(x):
-        _tuned_kernel()[qk._tuned_grid](*args, **codes)
+        _tiled_launch(args, codes, x.device)
         return
     config = qk._config(m)
     config["BLOCK_K"] = CONV_BLOCK_K if run is None else ROWS_BLOCK_K
     grid = qk._grid(m, c_out, config)
     _conv_kernel[grid](*args, **codes, **config, num_warps=8, num_stages=4)
+
+
+_tiles = conv_tiles.TileChoice()
+
+
+def _tiled_launch(args: tuple, codes: dict, device: torch.device) -> None:
+    """Launch `_conv_kernel` on CUDA at the shape's tile from `conv_tiles` (this process,
+    the on-disk record, the table), or autotuned over `CONV_CONFIGS` and kept there."""
+    m, n, k, c = args[4:8]
+    key = conv_tiles.tile_key(codes["FP8"], codes["MODE"], m, n, k, c)
+    section, hopper = conv_tiles.device_section(device.index or 0)
+    tile = _tiles.find(key, (m, n, k, c), section, hopper, codes["FP8"])
+    if tile is not None and (codes["MODE"] == GATHER or c % tile[2] == 0):
+        bm, bn, bk, warps, stages = tile
+        config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
+        grid = qk._grid(m, n, config)
+        _conv_kernel[grid](*args, **codes, **config, num_warps=warps, num_stages=stages)
+        return
+    tuner = _tuned_kernel()
+    start = time.perf_counter()
+    tuner[qk._tuned_grid](*args, **codes)
+    best = tuner.best_config
+    kw = best.kwargs
+    tile = (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], best.num_warps, best.num_stages)
+    _tiles.keep(key, tile, section, time.perf_counter() - start)
 
 
 def launch_arguments(

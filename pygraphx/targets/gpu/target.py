@@ -33,7 +33,7 @@ from pygraphx.targets.base import Target
 from pygraphx.targets.gpu.executable import GpuExecutable
 from pygraphx.targets.gpu.lowering import gpu_overrides
 from pygraphx.targets.gpu.quant import FP8_GEMM_ENV, int8_gemm_choice
-from pygraphx.targets.gpu.quant_conv import fp8_conv_mode
+from pygraphx.targets.gpu.quant_conv import fp8_conv_mode, fp8_kernel_fits
 from pygraphx.targets.gpu.triton_groups import TritonGroups, in_place_input, triton_wanted
 from pygraphx.targets.torch_lowering import lower_module
 
@@ -94,13 +94,18 @@ class GpuTarget(Target):
         )
 
     def get_passes(self, options: dict[str, Any]) -> list[Pass]:
-        """fp8 products folded for `torch._scaled_mm` and, with `PGX_GPU_FP8_CONV=triton` where
-        Triton kernels run, the fp8 convolution kernel (`fold_fp8`), then the common list; with
-        `_scaled_mm` (not `PGX_GPU_FP8_GEMM=triton`) the fp8 GEMMs' scale and bias split off
-        their groups after the fusion passes (`split_fp8_scales`: the GEMM computes them)."""
+        """fp8 products folded for `torch._scaled_mm` and, where Triton kernels run and
+        `fp8_conv_mode` says `triton` (Hopper's default), the fp8 convolution kernel
+        (`fold_fp8`), then the common list; with `_scaled_mm` (not `PGX_GPU_FP8_GEMM=triton`)
+        the fp8 GEMMs' scale and bias split off their groups after the fusion passes
+        (`split_fp8_scales`: the GEMM computes them)."""
         policy = self.fusion_policy()
-        # fp8 convolution kernels: asked for (`PGX_GPU_FP8_CONV`) and Triton runs here
-        convolutions = isinstance(policy, RowFusion) and fp8_conv_mode() == "triton"
+        # fp8 convolution kernels: where Triton runs and `fp8_conv_mode` (`PGX_GPU_FP8_CONV`,
+        # by default the device) says so
+        convolutions = (
+            isinstance(policy, RowFusion) and fp8_conv_mode(self._cuda(options)) == "triton"
+        )
+        convolutions = convolutions and fp8_kernel_fits  # only those the kernel runs
         fold = Pass("fold_fp8", lambda module, program: fold_fp8(module, convolutions))
         passes = [fold, *optimize_passes(policy=policy)]
         if int8_gemm_choice(isinstance(policy, RowFusion), FP8_GEMM_ENV) == "cublas":
@@ -108,12 +113,21 @@ class GpuTarget(Target):
             passes.insert(at, Pass("split_fp8_scales", split_fp8_scales))
         return passes
 
+    def _cuda(self, options: dict[str, Any]) -> torch.device | None:
+        """The CUDA device this target will run on, None for the CPU or without CUDA."""
+        if self.settings.get("device", "cuda") == "cpu" or not torch.cuda.is_available():
+            return None
+        return torch.device("cuda", self._device_id(options))
+
+    def _device_id(self, options: dict[str, Any]) -> int:
+        return int(self.settings.get("device_id", options.get("device_id", 0)))
+
     def device(self, options: dict[str, Any]) -> torch.device:
         if self.settings.get("device", "cuda") == "cpu":
             return torch.device("cpu")
         from pygraphx.targets.gpu import check_gpu
 
-        device_id = int(self.settings.get("device_id", options.get("device_id", 0)))
+        device_id = self._device_id(options)
         check_gpu(device_id)
         return torch.device("cuda", device_id)
 

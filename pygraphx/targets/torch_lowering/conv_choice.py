@@ -5,7 +5,7 @@ run it with its fused epilogue (`conv_kernels.kernels_for`), of which `MEASURED`
 `onednn`, `dnnl` (where oneDNN's C API library loads) and `matmul` (1x1 stride-1 layers)
 (`torch_cl`, `F.conv2d` on channels-last, was never faster than `onednn` on MobileNetV2's
 layers, including the depthwise ones, and runs only when forced). Each candidate runs on
-random inputs of the layer's shape, with the program's thread count, a few times in
+inputs of the layer's shape, with the program's thread count, a few times in
 interleaved rounds; the fastest is kept when it beats the default by more than `MARGIN` (a
 noisy machine must not flip a layer for nothing), else the default is kept.
 
@@ -18,34 +18,46 @@ picked `dnnl` for all 52 layers. Without
 the library it is `onednn`, and the first compile with a convolution says so once (WARNING on
 the `pygraphx.cpu` logger).
 
-Choices are cached by everything that decides them (input lens, weight shape, geometry,
-epilogue, threads, torch version, CPU capability), so a second compile of the same model, or a
-program loaded from a file (which is prepared again), measures nothing in this process. Set
-`PGX_CONV_CHOICE_CACHE=/path/file.json` to keep the cache across processes too.
+oneDNN offers several implementations of one convolution (`dnnl_primitive_desc_next_impl`:
+`brgconv_1x1`, `jit_1x1`, `jit`, `brdgmm_dw`, `jit_dw`, for each instruction-set level), and
+takes the first that applies, which is not always the fastest on a given processor. Mode
+`impl` (the default) times the `dnnl` kernel on each of them (`impl_candidates`: not the
+gemm-based or SSE4.1 ones; on a depthwise layer the depthwise kernels only) and runs the
+winner (`ConvPlan.impl`, candidate name "dnnl/<implementation>"). On the 2-core EPYC (AVX-512,
+Zen 4) it picks `jit_dw` on most depthwise layers and the AVX2 `jit_1x1` / `brgconv_1x1` on
+some 1x1 layers: MobileNetV2 float32 4-5% faster at batch 1 and 6-9% at batch 8 (1 thread,
+process CPU time, A/B in one process in both compile orders), 2-4% at batch 1 on 2 threads;
+bf16 MobileNetV2 0-2%, ResNet-50 unchanged (`benchmarks/results/dnnlimpl.md`).
 
-Measurement is bounded: at most `PGX_CONV_CHOICE_BUDGET` seconds (default 1.0) per compile;
-layers reached after the budget is spent take the default. Compile logs one line on the
-`pygraphx.cpu` logger (INFO): how many layers were measured, how long it took, what was chosen.
+Choices are cached by everything that decides them (input lens, weight shape, geometry,
+epilogue, candidates, threads, torch version, CPU capability), so a second compile of the same
+model, or a program loaded from a file (which is prepared again), measures nothing in this
+process. Set `PGX_CONV_CHOICE_CACHE=/path/file.json` to keep the cache across processes too.
+
+Measurement is bounded: at most `PGX_CONV_CHOICE_BUDGET` seconds (default `DEFAULT_BUDGET_S`)
+per compile; layers reached after the budget is spent take the default (MobileNetV2 on 1
+thread: 0.3-0.5 s at batch 1, the whole second at batch 8, and ResNet-50 too).
+Compile logs one line on the `pygraphx.cpu` logger (INFO): how many layers were measured,
+how long it took, what was chosen.
 
 The switch: the target setting `conv_kernel=` (`get_target("cpu", conv_kernel=...)`), else the
-environment variable `PGX_CONV_KERNEL`: `off` (the default: no measurement, every convolution
-runs the default kernel, deterministic), `measure`, or a kernel name (`onednn`, `matmul`,
-`dnnl`, `torch_cl`) to run that kernel wherever it applies and the default elsewhere.
-A bf16 layer is measured on bf16 inputs (every kernel runs bf16: oneDNN's native kernels on
-a CPU with bf16 instructions).
+environment variable `PGX_CONV_KERNEL`: `impl` (the default), `off` (no measurement: every
+convolution runs the default kernel on oneDNN's first implementation, deterministic),
+`measure` (the kernels of `MEASURED` and the implementations), or a kernel name (`onednn`,
+`matmul`, `dnnl`, `torch_cl`) to run that kernel wherever it applies and the default
+elsewhere. A bf16 layer is measured on bf16 inputs (every kernel runs bf16: oneDNN's native
+kernels on a CPU with bf16 instructions).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from itertools import cycle
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,22 +76,38 @@ log = logging.getLogger("pygraphx.cpu")
 KERNEL_ENV = "PGX_CONV_KERNEL"
 BUDGET_ENV = "PGX_CONV_CHOICE_BUDGET"
 CACHE_ENV = "PGX_CONV_CHOICE_CACHE"
-MODES = ("measure", "off", *KERNELS)
-#: measurement is opt-in: on the 2-core EPYC (1 thread, MobileNetV2 and ResNet-50 at batch 1
-#: and 8) no measured choice beat `onednn` beyond noise, and measuring costs compile time
-DEFAULT_MODE = "off"
+MODES = ("measure", "impl", "off", *KERNELS)
+#: oneDNN's implementations are measured unless told otherwise (the kernels themselves are
+#: opt-in, `measure`: on the 2-core EPYC no other kernel beat `dnnl` beyond noise)
+DEFAULT_MODE = "impl"
 #: the kernels timed against each other (`torch_cl` is never faster on the layers measured so
 #: far, and re-packs its weight every call: it runs only when forced)
 MEASURED = ("onednn", "dnnl", "matmul")
 
+#: a candidate "dnnl/<name>" is the `dnnl` kernel on oneDNN's implementation <name> (the plain
+#: "dnnl" runs oneDNN's first); the implementations never timed: the gemm-based one and the
+#: SSE4.1 kernels (slower than the AVX ones on every layer measured)
+IMPL_SEP = "/"
+SKIPPED_IMPLS = ("gemm", ":sse41")
+
+#: seconds of measurement per compile at most (`PGX_CONV_CHOICE_BUDGET`): MobileNetV2 at
+#: batch 8 on one thread of the 2-core EPYC measures its 30 distinct layers in 1.0-1.3 s (the
+#: last few then keep oneDNN's first), at batch 1 in 0.3-0.5 s; ResNet-50 at batch 8 would
+#: spend any budget on its 1x1 layers, for no gain on this machine
+DEFAULT_BUDGET_S = 1.0
+
 #: an alternative must be this much faster than the default to be chosen
 MARGIN = 0.05
+#: a candidate this much slower than the fastest on its warm-up call is not timed again (the
+#: generic `jit` kernels on a depthwise layer: 12-17x slower than `jit_dw` / `brdgmm_dw`)
+PRUNE = 1.3
 #: timed rounds per layer (each runs every candidate once), and the warm-up calls
 ROUNDS, WARMUP = 5, 1
 #: a layer whose calls take longer than this is timed with fewer rounds (at least 2)
-SLOW_CALL_S = 0.02
-#: inputs are cycled through copies of about this many bytes in all (at most MAX_COPIES)
-COLD_BYTES, MAX_COPIES = 8 << 20, 8
+SLOW_CALL_S = 0.002
+#: bytes written before each timed call: more than a core's caches hold (1 MiB L2 on the
+#: 2-core EPYC, 2 MiB on recent Xeons)
+FLUSH_BYTES = 4 << 20
 
 _CACHE: dict[str, str] = {}
 _ANNOUNCED: set[str] = set()
@@ -124,7 +152,7 @@ def _mode(options: dict[str, Any]) -> str:
 
 
 def _budget() -> float:
-    raw = os.environ.get(BUDGET_ENV, "1.0")
+    raw = os.environ.get(BUDGET_ENV, str(DEFAULT_BUDGET_S))
     try:
         budget = float(raw)
     except ValueError:
@@ -135,19 +163,43 @@ def _budget() -> float:
 
 
 def choose_kernel(state: ChoiceState, plan: ConvPlan, other_lens: list[int] | None) -> str:
-    """The kernel `plan` runs on (see the module docstring); `other_lens` are the lens of the
-    add operand when the epilogue has one."""
+    """The kernel `plan` runs on (see the module docstring), and for `dnnl` the oneDNN
+    implementation, set as `plan.impl` when it is not oneDNN's first; `other_lens` are the
+    lens of the add operand when the epilogue has one."""
     names = kernels_for(plan)
     default = default_kernel(names)
-    measured = [default] + [name for name in names if name in MEASURED and name != default]
-    if state.mode == "off" or (state.mode == "measure" and len(measured) == 1):
+    measured = [default]
+    if state.mode == "measure":
+        measured += [name for name in names if name in MEASURED and name != default]
+    if state.mode in ("measure", "impl") and "dnnl" in measured:
+        measured += impl_candidates(plan, other_lens is not None)
+    if state.mode == "off" or (state.mode in ("measure", "impl") and len(measured) == 1):
         choice = default
-    elif state.mode != "measure":
+    elif state.mode not in ("measure", "impl"):
         choice = state.mode if state.mode in names else default
     else:
         choice = _measured(state, plan, measured, other_lens)
     state.chosen[choice] += 1
-    return choice
+    kernel, _, impl = choice.partition(IMPL_SEP)
+    plan.impl = impl or None
+    return kernel
+
+
+def impl_candidates(plan: ConvPlan, other: bool) -> list[str]:
+    """The candidates "dnnl/<name>": the implementations oneDNN offers for `plan` after its
+    first one (`other`: the epilogue has an add operand), those of `SKIPPED_IMPLS` left out,
+    and on a depthwise layer all but the depthwise kernels (the generic `jit` ones are 12-17x
+    slower on every depthwise layer of MobileNetV2, float32 and bf16). Only 1x1 and depthwise
+    layers have candidates: on the dense 3x3 layers of ResNet-50, UNet and YOLO oneDNN's
+    implementations were within 2% of each other, and measuring them spent ResNet-50's whole
+    budget for nothing."""
+    depthwise = plan.groups > 1 and plan.groups == plan.x_lens[1]
+    if not depthwise and tuple(plan.weight.shape[2:]) != (1, 1):
+        return []
+    names = onednn_conv.implementations(plan, other)[1:]
+    if depthwise:
+        names = [n for n in names if "_dw" in n]
+    return [f"dnnl{IMPL_SEP}{n}" for n in names if not any(s in n for s in SKIPPED_IMPLS)]
 
 
 def default_kernel(names: list[str]) -> str:
@@ -225,13 +277,16 @@ def time_kernels(
     other_lens: list[int] | None,
     deadline: float = float("inf"),
 ) -> dict[str, float]:
-    """Best seconds per call of each kernel on random channels-last inputs of `plan`'s shape.
+    """Best seconds per call of each kernel on channels-last inputs of `plan`'s shape.
 
-    The candidates run interleaved round by round (a burst of load hits them alike), on a
-    few input copies in turn (about `COLD_BYTES` in all), so that a small layer is not timed
-    on inputs that a loop keeps hot in the cache. With one thread the clock is the thread's
-    CPU time, which other processes' load does not inflate. Rounds after the first stop at
-    `deadline` (a `time.perf_counter()` value)."""
+    The candidates run interleaved round by round (a burst of load hits them alike). Before
+    each timed call the caches are left as a network's run leaves them for a layer
+    (`_as_in_a_network`): its weight pushed out of the per-core caches by other work, its input
+    just written (the previous layer's output). Timed on a loop of calls, a small layer's
+    weight stays in the core's cache and the kernels that win there are not always those that
+    win in the network (bf16 MobileNetV2 at batch 1: 2-3% slower with such choices). With one
+    thread the clock is the thread's CPU time, which other processes' load does not inflate.
+    Rounds after the first stop at `deadline` (a `time.perf_counter()` value)."""
     cl = torch.channels_last
     lens = list(plan.x_lens)
     if plan.pre_pad is not None:  # the kernels pad the input themselves
@@ -239,36 +294,93 @@ def time_kernels(
         lens[2] -= pads[2] + pads[3]
         lens[3] -= pads[0] + pads[1]
     dtype = plan.weight.dtype  # float32 or bf16: the layer's activations have its type
-    size = dtype.itemsize * math.prod(lens)
-    copies = max(1, min(MAX_COPIES, -(-COLD_BYTES // max(size, 1))))
 
-    def random(shape: list[int]) -> torch.Tensor:
-        return torch.randn(shape, dtype=dtype).contiguous(memory_format=cl)
+    def filled(shape: list[int]) -> torch.Tensor:  # (oneDNN's time does not depend on values)
+        return torch.empty(shape, dtype=dtype, memory_format=cl).fill_(0.5)
 
-    xs = cycle([random(lens) for _ in range(copies)])
+    inputs = [filled(lens)]
     get_other = None
     if other_lens is not None:
-        others = cycle([random(other_lens)] * copies)
-        get_other = lambda: next(others)  # noqa: E731
-    fns = {name: build_kernel(plan, name, lambda: next(xs), get_other) for name in names}
+        inputs.append(filled(other_lens))
+        get_other = lambda: inputs[1]  # noqa: E731
+    # the `dnnl` candidates write one output buffer (as into an arena slot): a new one per call
+    # would be fresh pages (page faults) for a large layer unless malloc keeps freed memory
+    out = None
+    if not plan.in_place and onednn_conv.supports(plan):
+        out = filled(onednn_conv.geometry(plan)[3])
+    fns = _candidates(plan, names, lambda: inputs[0], get_other, out)
     clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
-    best = dict.fromkeys(names, float("inf"))
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32)
+    best = dict.fromkeys(fns, float("inf"))
     for _ in range(WARMUP):
         for name, fn in fns.items():
-            best[name] = min(best[name], _seconds(fn, clock))
+            best[name] = min(best[name], _seconds(fn, clock, flush, inputs))
     rounds = ROUNDS if min(best.values()) < SLOW_CALL_S else 2
+    fastest = min(best.values())  # the default and those near the fastest go on
+    racing = {k: fn for i, (k, fn) in enumerate(fns.items()) if not i or best[k] <= fastest * PRUNE}
     for r in range(rounds):
         if r and time.perf_counter() > deadline:
             break
-        for name, fn in fns.items():
-            best[name] = min(best[name], _seconds(fn, clock))
+        for name, fn in racing.items():
+            best[name] = min(best[name], _seconds(fn, clock, flush, inputs))
     return best
 
 
-def _seconds(fn: Callable[[], Any], clock: Callable[[], float]) -> float:
+def _candidates(
+    plan: ConvPlan,
+    names: list[str],
+    get_x: Callable[[], torch.Tensor],
+    get_other: Any,
+    out: torch.Tensor | None,
+) -> dict[str, Callable[[], Any]]:
+    """The closures of `names`; an implementation after the first that oneDNN fails to make
+    is left out, said once per process (the first, the default, must build: its error is
+    the layer's)."""
+    fns = {}
+    for i, name in enumerate(names):
+        try:
+            fns[name] = _build(plan, name, get_x, get_other, out)
+        except onednn_capi.OneDnnError as exc:
+            if not i:
+                raise
+            if name not in _ANNOUNCED:
+                _ANNOUNCED.add(name)
+                log.warning("convolution %s * %s: candidate %s left out (%s)",
+                            plan.x_lens, list(plan.weight.shape), name, exc)  # fmt: skip
+    return fns
+
+
+def _build(
+    plan: ConvPlan,
+    name: str,
+    get_x: Callable[[], torch.Tensor],
+    get_other: Any,
+    out: torch.Tensor | None,
+) -> Callable[[], Any]:
+    """The closure of candidate `name` (a kernel, or "dnnl/<implementation>"); the `dnnl`
+    ones write `out` when it is given."""
+    kernel, _, impl = name.partition(IMPL_SEP)
+    out = out if kernel == "dnnl" else None
+    return build_kernel(replace(plan, impl=impl or None), kernel, get_x, get_other, out)
+
+
+def _seconds(
+    fn: Callable[[], Any], clock: Callable[[], float], flush: torch.Tensor, inputs: list[Any]
+) -> float:
+    """One timed call of `fn`, the caches as a network leaves them (`_as_in_a_network`)."""
+    _as_in_a_network(flush, inputs)
     start = clock()
     fn()
     return clock() - start
+
+
+def _as_in_a_network(flush: torch.Tensor, inputs: list[torch.Tensor]) -> None:
+    """`flush` written (more than a core's cache holds: the layer's weight leaves it), then
+    each input read and written (fresh in the cache, as the layer before leaves it; an
+    in-place kernel's sum grows its operand by one result a call, harmless to the timing)."""
+    flush.fill_(1.0)
+    for t in inputs:
+        t.mul_(1.0)
 
 
 def finish(state: ChoiceState) -> None:
@@ -276,7 +388,7 @@ def finish(state: ChoiceState) -> None:
     if not state.chosen:
         return
     kinds = ", ".join(f"{name} x{n}" for name, n in sorted(state.chosen.items()))
-    if state.mode == "measure":
+    if state.mode in ("measure", "impl"):
         note = (
             f"measured {state.measured} layer(s) in {state.spent_s:.2f} s, "
             f"{state.cached} from the cache"
@@ -308,7 +420,9 @@ def _load_file() -> None:
         log.warning("%s=%s: cannot read the convolution choice cache (%s)", CACHE_ENV, path, exc)
         return
     if isinstance(entries, dict):
-        _CACHE.update({str(k): str(v) for k, v in entries.items() if v in KERNELS})
+        _CACHE.update(
+            {str(k): str(v) for k, v in entries.items() if str(v).partition(IMPL_SEP)[0] in KERNELS}
+        )
 
 
 def _save_file() -> None:
@@ -342,6 +456,7 @@ __all__ = [
     "clear_cache",
     "default_kernel",
     "finish",
+    "impl_candidates",
     "pick",
     "time_kernels",
 ]

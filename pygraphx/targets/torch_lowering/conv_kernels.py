@@ -76,6 +76,7 @@ class ConvPlan:
     linear_packed: Tensor | None = None  # the matmul kernel's packed weight, made once
     in_place: bool = False  # onednn: write the result over the add operand (it is dead after)
     add_after: bool = False  # act(conv + bias) + other: the add operand after the activation
+    impl: str | None = None  # dnnl: the oneDNN implementation to run (None: oneDNN's first)
 
 
 def is_pointwise(plan: ConvPlan) -> bool:

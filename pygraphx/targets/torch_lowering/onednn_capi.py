@@ -21,6 +21,9 @@ import ctypes
 import logging
 import os
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_int32, c_int64, c_size_t, c_void_p
 from pathlib import Path
 
@@ -33,6 +36,7 @@ LIB_NAME = "libdnnl.so.3"
 
 # --- constants (oneDNN 3.x) ------------------------------------------------------------------
 SUCCESS = 0
+LAST_IMPL_REACHED = 4  # dnnl_last_impl_reached: `dnnl_primitive_desc_next_impl` at the end
 F32, BF16 = 3, 2
 FORWARD_INFERENCE = 96
 CONVOLUTION_DIRECT = 1
@@ -96,6 +100,9 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     ),
     "dnnl_reorder_primitive_desc_create": (c_int, [POINTER(_P), _P, _P, _P, _P, _P]),
     "dnnl_primitive_desc_query": (c_int, [_P, c_int, c_int, _P]),
+    "dnnl_primitive_desc_next_impl": (c_int, [_P]),
+    "dnnl_get_primitive_cache_capacity": (c_int, [POINTER(c_int)]),
+    "dnnl_set_primitive_cache_capacity": (c_int, [c_int]),
     "dnnl_primitive_desc_query_md": (_P, [_P, c_int, c_int]),
     "dnnl_primitive_desc_destroy": (c_int, [_P]),
     "dnnl_primitive_create": (c_int, [POINTER(_P), _P]),
@@ -210,6 +217,16 @@ class Runtime:
         status = self.lib.dnnl_primitive_desc_query(pd, QUERY_IMPL_INFO_STR, 0, byref(name))
         return name.value.decode() if status == SUCCESS and name.value else "?"
 
+    def next_impl(self, pd: c_void_p) -> bool:
+        """Move `pd` to oneDNN's next implementation of it (its own order of preference);
+        False at the end (`pd` is then unchanged). In oneDNN 3.2 this does not advance while a
+        primitive of the same descriptor is in the primitive cache: see `primitive_cache_off`."""
+        status = self.lib.dnnl_primitive_desc_next_impl(pd)
+        if status == LAST_IMPL_REACHED:
+            return False
+        check(status, "primitive_desc_next_impl")
+        return True
+
     def reorder(self, src: torch.Tensor, src_md: c_void_p, dst_md: c_void_p) -> torch.Tensor:
         """`src` (laid out as `src_md`) copied into a new buffer laid out as `dst_md`."""
         dst = torch.empty(max(self.lib.dnnl_memory_desc_get_size(dst_md), 1), dtype=torch.uint8)
@@ -243,6 +260,23 @@ class Reorder:
 
     def __del__(self) -> None:
         release(self.rt.lib, self.mems, self.prim, self.pd)
+
+
+_CACHE_LOCK = threading.RLock()  # two compiles in two threads restore the capacity in turn
+
+
+@contextmanager
+def primitive_cache_off(lib: ctypes.CDLL) -> Iterator[None]:
+    """oneDNN's primitive cache emptied and off inside the block, its capacity restored after
+    (the cached primitives are only a speed-up of making the same primitive again)."""
+    with _CACHE_LOCK:
+        capacity = c_int()
+        check(lib.dnnl_get_primitive_cache_capacity(byref(capacity)), "get_cache_capacity")
+        check(lib.dnnl_set_primitive_cache_capacity(0), "set_primitive_cache_capacity")
+        try:
+            yield
+        finally:
+            check(lib.dnnl_set_primitive_cache_capacity(capacity.value), "set_cache_capacity")
 
 
 def release(
@@ -281,6 +315,7 @@ __all__ = [
     "library",
     "openmp_shared",
     "post_op_arg",
+    "primitive_cache_off",
     "release",
     "runtime",
     "unavailable_reason",

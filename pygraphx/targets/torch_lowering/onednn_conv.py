@@ -18,6 +18,14 @@ A network's NCHW input is converted by a oneDNN reorder made once (5x faster tha
 `contiguous` on a 3-channel image). `benchmarks/onednn_conv_probe.py` measures the kernel
 against the `onednn` one.
 
+oneDNN offers several implementations of a layer and takes the first that applies
+(`implementations` lists them). A plan naming another one (`ConvPlan.impl`, the measured
+choice of `conv_choice.py`) gets that one: its descriptor is moved there with
+`dnnl_primitive_desc_next_impl` and its primitive made with oneDNN's primitive cache off (in
+oneDNN 3.2 a cached primitive of the same layer, at the first implementation, comes back
+otherwise); a name oneDNN does not offer (a choice cached by another library version) runs the
+first, said once.
+
 A bf16 layer (the weight is bf16: `quantize_bf16`) runs in bf16 end to end: source, weight and
 destination bf16, the bias in its own type (bf16 or float32), the add operand of the
 destination's type; oneDNN accumulates in float32 and applies the post-ops before rounding to
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 from ctypes import byref, c_void_p
 from typing import Protocol
 
@@ -67,6 +76,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     Runtime,
     check,
     post_op_arg,
+    primitive_cache_off,
     release,
     runtime,
     unavailable_reason,
@@ -93,6 +103,7 @@ class ConvPlan(Protocol):
     scalars: list[float]
     in_place: bool
     add_after: bool
+    impl: str | None
 
 
 def geometry(plan: ConvPlan) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -111,44 +122,49 @@ def geometry(plan: ConvPlan) -> tuple[list[int], list[int], list[int], list[int]
     return lens, pad_l, pad_r, out
 
 
-class Primitive:
-    """One convolution's primitive, its weight, bias and scratchpad, and its memory objects
-    (the oneDNN objects are destroyed with it). `share`: a primitive of the same layer made for
-    another thread count, whose packed weight is taken when its layout is the same."""
+class Descriptor:
+    """A layer's memory descriptors and its primitive descriptor, at oneDNN's first
+    implementation or, `impl`, at the one of that name (the oneDNN objects are destroyed with
+    it). Make it with the primitive cache off when `impl` is given (`primitive_cache_off`)."""
 
-    def __init__(
-        self, rt: Runtime, plan: ConvPlan, other: bool, share: Primitive | None = None
-    ) -> None:
-        self.rt, lib = rt, rt.lib
+    def __init__(self, rt: Runtime, plan: ConvPlan, other: bool, impl: str | None) -> None:
+        self.rt = rt
         self.dtype = plan.weight.dtype  # float32, or bfloat16 for src, weights and dst
         self._mds: list[c_void_p] = []
         self._mems: list[c_void_p] = []
         self.pd = self.prim = None
-        self.x_lens, pad_l, pad_r, self.out_lens = geometry(plan)
-        src_md, dst_md = self._md(self.x_lens, TAG_NHWC), self._md(self.out_lens, TAG_NHWC)
-        self.src_md, self.to_nhwc = src_md, None
-        w_dims, w_tag = _weight_dims(plan)
-        bias_md = None
+        self.x_lens, self._pad_l, self._pad_r, self.out_lens = geometry(plan)
+        self.src_md = self._md(self.x_lens, TAG_NHWC)
+        self.dst_md = self._md(self.out_lens, TAG_NHWC)
+        self.w_dims, self.w_tag = _weight_dims(plan)
+        self.bias_md = None
         if plan.bias is not None:  # bf16 layers take their bias in float32 or bf16
-            bias_md = self._md([self.out_lens[1]], TAG_A, plan.bias.dtype)
-        attr, post_ops = self._attributes(plan, other, dst_md)
-        self.pd = c_void_p()
+            self.bias_md = self._md([self.out_lens[1]], TAG_A, plan.bias.dtype)
+        self.pd = self._descriptor(plan, other)
+        if impl is not None:
+            self._advance_to(impl, plan, other)
+
+    def _descriptor(self, plan: ConvPlan, other: bool) -> c_void_p:
+        """A new primitive descriptor of the layer at oneDNN's first implementation."""
+        lib, rt = self.rt.lib, self.rt
+        attr, post_ops = self._attributes(plan, other, self.dst_md)
+        pd = c_void_p()
         dil = [d - 1 for d in plan.dilation]  # oneDNN counts the gaps
         try:
             check(
                 lib.dnnl_convolution_forward_primitive_desc_create(
-                    byref(self.pd),
+                    byref(pd),
                     rt.engine,
                     FORWARD_INFERENCE,
                     CONVOLUTION_DIRECT,
-                    src_md,
-                    self._md(w_dims, TAG_ANY),
-                    bias_md,
-                    dst_md,
+                    self.src_md,
+                    self._md(self.w_dims, TAG_ANY),
+                    self.bias_md,
+                    self.dst_md,
                     Dims(*plan.stride),
                     Dims(*dil),
-                    Dims(*pad_l),
-                    Dims(*pad_r),
+                    Dims(*self._pad_l),
+                    Dims(*self._pad_r),
                     attr,
                 ),  # fmt: skip
                 f"convolution {self.x_lens} * {list(plan.weight.shape)}",
@@ -156,48 +172,32 @@ class Primitive:
         finally:
             lib.dnnl_primitive_attr_destroy(attr)
             lib.dnnl_post_ops_destroy(post_ops)
-        self.impl = rt.impl_name(self.pd)
-        self.w_md = w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
-        if share is not None and lib.dnnl_memory_desc_equal(w_md, share.w_md):
-            self.weight = share.weight  # another thread count, the same packed layout
-        else:
-            plain = plan.weight.contiguous()
-            self.weight = rt.reorder(plain, self._md(w_dims, w_tag), w_md)
-        self.bias = None if plan.bias is None else plan.bias.contiguous()
-        scratch_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_SCRATCHPAD_MD, 0)
-        size = lib.dnnl_memory_desc_get_size(scratch_md)
-        self.scratch = torch.empty(max(size, 1), dtype=torch.uint8)
-        self.prim = rt.primitive(self.pd)
-        self.src, self.dst = self._memory(src_md, None), self._memory(dst_md, None)
-        args = [(ARG_SRC, self.src), (ARG_DST, self.dst)]
-        args.append((ARG_WEIGHTS, self._memory(w_md, self.weight.data_ptr())))
-        if self.bias is not None:
-            args.append((ARG_BIAS, self._memory(bias_md, self.bias.data_ptr())))
-        args.append((ARG_SCRATCHPAD, self._memory(scratch_md, self.scratch.data_ptr())))
-        self.other = None
-        if other and not plan.in_place:
-            self.other = self._memory(dst_md, None)
-            position = 1 if plan.add_after and plan.unary != "none" else 0  # in the chain
-            args.append((post_op_arg(position, ARG_SRC_1), self.other))
-        self.addresses = [0, 0, 0]  # of src, dst, the add operand (see `point`)
-        self.nargs = len(args)
-        self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
+        return pd
 
-    def channels_last(self, x: Tensor) -> Tensor:
-        """The NCHW-contiguous input `x` as a new channels-last tensor, by oneDNN's reorder
-        (made at the first call): 29 us for a 1x3x224x224 image where torch takes 167 us."""
-        if self.to_nhwc is None:
-            self.to_nhwc = Reorder(self.rt, self._md(self.x_lens, TAG_NCHW), self.src_md)
-        y = torch.empty(self.x_lens, dtype=self.dtype, memory_format=torch.channels_last)
-        self.to_nhwc.run(x.data_ptr(), y.data_ptr())
-        return y
+    def impls(self) -> list[str]:
+        """The names of the implementations oneDNN offers from here on, in its order (the
+        descriptor is left at the last one)."""
+        names = [self.rt.impl_name(self.pd)]
+        while self.rt.next_impl(self.pd):
+            names.append(self.rt.impl_name(self.pd))
+        return names
 
-    def point(self, mem: c_void_p, slot: int, address: int) -> None:
-        """Set memory object `mem`'s buffer to `address` unless it is there already (a run's
-        tensors often land where the last run's did; 0.4 us a call saved each time)."""
-        if self.addresses[slot] != address:
-            self.rt.lib.dnnl_memory_set_data_handle(mem, address)
-            self.addresses[slot] = address
+    def _advance_to(self, impl: str, plan: ConvPlan, other: bool) -> None:
+        """`self.pd` moved to the implementation named `impl`; where oneDNN offers none of
+        that name (a choice cached by another library version), a new descriptor at its first
+        implementation, said once."""
+        rt = self.rt
+        while rt.impl_name(self.pd) != impl:
+            if not rt.next_impl(self.pd):
+                rt.lib.dnnl_primitive_desc_destroy(self.pd)
+                self.pd = self._descriptor(plan, other)
+                if "impl" not in _SAID:
+                    _SAID.add("impl")
+                    log.warning(
+                        "oneDNN offers no %r for the convolution %s * %s: %s runs",
+                        impl, self.x_lens, list(plan.weight.shape), rt.impl_name(self.pd),
+                    )  # fmt: skip
+                return
 
     def _md(self, dims: list[int], tag: int, dtype: torch.dtype | None = None) -> c_void_p:
         md = self.rt.desc(dims, DTYPES[dtype or self.dtype], tag)
@@ -233,6 +233,63 @@ class Primitive:
         return attr, post_ops
 
 
+class Primitive(Descriptor):
+    """One convolution's primitive, its weight, bias and scratchpad, and its memory objects
+    (the oneDNN objects are destroyed with it), on oneDNN's first implementation or the one
+    named `plan.impl`. `share`: a primitive of the same layer made for another thread count,
+    whose packed weight is taken when its layout is the same."""
+
+    def __init__(
+        self, rt: Runtime, plan: ConvPlan, other: bool, share: Primitive | None = None
+    ) -> None:
+        lib = rt.lib
+        with primitive_cache_off(lib) if plan.impl is not None else nullcontext():
+            super().__init__(rt, plan, other, plan.impl)
+            self.prim = rt.primitive(self.pd)  # (a cached one may be another implementation)
+        self.to_nhwc = None
+        self.impl = rt.impl_name(self.pd)
+        self.w_md = w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
+        if share is not None and lib.dnnl_memory_desc_equal(w_md, share.w_md):
+            self.weight = share.weight  # another thread count, the same packed layout
+        else:
+            plain = plan.weight.contiguous()
+            self.weight = rt.reorder(plain, self._md(self.w_dims, self.w_tag), w_md)
+        self.bias = None if plan.bias is None else plan.bias.contiguous()
+        scratch_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_SCRATCHPAD_MD, 0)
+        size = lib.dnnl_memory_desc_get_size(scratch_md)
+        self.scratch = torch.empty(max(size, 1), dtype=torch.uint8)
+        self.src, self.dst = self._memory(self.src_md, None), self._memory(self.dst_md, None)
+        args = [(ARG_SRC, self.src), (ARG_DST, self.dst)]
+        args.append((ARG_WEIGHTS, self._memory(w_md, self.weight.data_ptr())))
+        if self.bias is not None:
+            args.append((ARG_BIAS, self._memory(self.bias_md, self.bias.data_ptr())))
+        args.append((ARG_SCRATCHPAD, self._memory(scratch_md, self.scratch.data_ptr())))
+        self.other = None
+        if other and not plan.in_place:
+            self.other = self._memory(self.dst_md, None)
+            position = 1 if plan.add_after and plan.unary != "none" else 0  # in the chain
+            args.append((post_op_arg(position, ARG_SRC_1), self.other))
+        self.addresses = [0, 0, 0]  # of src, dst, the add operand (see `point`)
+        self.nargs = len(args)
+        self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
+
+    def channels_last(self, x: Tensor) -> Tensor:
+        """The NCHW-contiguous input `x` as a new channels-last tensor, by oneDNN's reorder
+        (made at the first call): 29 us for a 1x3x224x224 image where torch takes 167 us."""
+        if self.to_nhwc is None:
+            self.to_nhwc = Reorder(self.rt, self._md(self.x_lens, TAG_NCHW), self.src_md)
+        y = torch.empty(self.x_lens, dtype=self.dtype, memory_format=torch.channels_last)
+        self.to_nhwc.run(x.data_ptr(), y.data_ptr())
+        return y
+
+    def point(self, mem: c_void_p, slot: int, address: int) -> None:
+        """Set memory object `mem`'s buffer to `address` unless it is there already (a run's
+        tensors often land where the last run's did; 0.4 us a call saved each time)."""
+        if self.addresses[slot] != address:
+            self.rt.lib.dnnl_memory_set_data_handle(mem, address)
+            self.addresses[slot] = address
+
+
 #: the tensor types a primitive runs in (src, weights and dst alike), and oneDNN's names
 DTYPES = {torch.float32: F32, torch.bfloat16: BF16}
 
@@ -265,6 +322,17 @@ def _weight_dims(plan: ConvPlan) -> tuple[list[int], int]:
         return [k, c, kh, kw], TAG_OIHW
     g = plan.groups
     return [g, k // g, c, kh, kw], TAG_GOIHW
+
+
+def implementations(plan: ConvPlan, other: bool) -> list[str]:
+    """The names of the implementations oneDNN offers for `plan` (with its epilogue; `other`:
+    an add operand), in its order of preference, reference kernels left out."""
+    rt = runtime()
+    if rt is None:
+        raise OneDnnError(f"oneDNN's C API library is not available: {unavailable_reason()}")
+    with primitive_cache_off(rt.lib):
+        names = Descriptor(rt, plan, other, None).impls()
+    return [n for n in dict.fromkeys(names) if not n.startswith("ref")]
 
 
 def available() -> bool:
@@ -363,4 +431,13 @@ def _fits(t: Tensor, lens: list[int], dtype: torch.dtype) -> bool:
     )
 
 
-__all__ = ["UNARY", "Primitive", "available", "build", "geometry", "supports"]
+__all__ = [
+    "UNARY",
+    "Descriptor",
+    "Primitive",
+    "available",
+    "build",
+    "geometry",
+    "implementations",
+    "supports",
+]

@@ -13,9 +13,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 import pygraphx  # noqa: E402
+from pygraphx.targets.gpu import quant_conv  # noqa: E402
 from pygraphx.targets.gpu import quant_conv_kernels as qck  # noqa: E402
 from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
-from pygraphx.targets.gpu.quant_conv import FP8_CONV_ENV  # noqa: E402
+from pygraphx.targets.gpu.quant_conv import FP8_CONV_ENV, fp8_conv_mode  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -307,20 +308,70 @@ def test_int8_convolutions_are_one_kernel_each(fp16: bool, monkeypatch) -> None:
     np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
 
 
-def test_fp8_convolutions_stay_cudnn_by_default(monkeypatch) -> None:
-    """Without `PGX_GPU_FP8_CONV=triton` the fp8 convolutions are not folded (cuDNN half on the
-    dequantised values, as before); an unknown value is an error."""
-    monkeypatch.delenv(FP8_CONV_ENV, raising=False)
+def _hopper() -> bool:
+    return CUDA and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.parametrize("mode", [None, "cudnn", "triton"])
+def test_fp8_convolution_path_by_device_and_setting(mode, monkeypatch) -> None:
+    """Unset `PGX_GPU_FP8_CONV`: the fp8 convolutions become the fp8 kernel (`fold_fp8` makes
+    `quant_convolution`s) on a Hopper GPU and stay cuDNN half on dequantised values elsewhere
+    (the CPU, under the interpreter too); `cudnn` / `triton` choose either where Triton runs;
+    an unknown value is an error."""
+    if mode is None:
+        monkeypatch.delenv(FP8_CONV_ENV, raising=False)
+    else:
+        monkeypatch.setenv(FP8_CONV_ENV, mode)
     model, feeds = stem_and_block_model()
+    target = pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"}))
     gpu = _quantised(model, feeds, "fp8", True)
-    gpu.compile(pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"})))
+    gpu.compile(target)
     names = [i.op.name for i in gpu.get_main_module().instructions]
-    assert names.count("convolution") == 4 and "quant_convolution" not in names
+    native = mode == "triton" or (mode is None and _hopper())
+    if native:
+        assert names.count("quant_convolution") == 4 and "convolution" not in names
+    else:
+        assert names.count("convolution") == 4 and "quant_convolution" not in names
     monkeypatch.setenv(FP8_CONV_ENV, "fast")
     with pytest.raises(ValueError, match="PGX_GPU_FP8_CONV"):
-        _quantised(model, feeds, "fp8", True).compile(
-            pygraphx.get_target("gpu", **({} if CUDA else {"device": "cpu"}))
-        )
+        _quantised(model, feeds, "fp8", True).compile(target)
+
+
+def test_fp8_convolutions_the_kernel_declines_are_not_folded(monkeypatch) -> None:
+    """With the fp8 kernel chosen, a convolution it does not run (asymmetric padding) stays
+    cuDNN half on dequantised values (not folded: folded, it would have run through the numpy
+    fallback); the other is folded; the output is the `ref` target's of the same program."""
+    monkeypatch.setenv(FP8_CONV_ENV, "triton")
+    rng = np.random.default_rng(11)
+    nodes = [
+        helper.make_node("Conv", ["img", "wa", "ba"], ["a"], pads=[0, 0, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "wb"], ["out"], pads=[1, 1, 1, 1]),
+    ]
+    inits = {"wa": ((64, 64, 2, 2), 0.1), "ba": ((64,), 0.3), "wb": ((16, 64, 3, 3), 0.05)}
+    model, feeds = _image_model(nodes, rng, inits, "asymmetric", (2, 64, 8, 8))
+    gpu = _quantised(model, feeds, "fp8", False)
+    want, got = _ref_and_gpu(_quantised(model, feeds, "fp8", False), gpu, feeds)
+    names = [i.op.name for i in gpu.get_main_module().instructions]
+    assert names.count("quant_convolution") == 1 and names.count("convolution") == 1, names
+    rms = np.sqrt(np.mean((got - want) ** 2) / np.mean(want**2))
+    assert rms < 1e-2, rms
+
+
+def test_fp8_conv_mode_default_is_the_device(monkeypatch) -> None:
+    """`fp8_conv_mode`: `triton` by default only where `_hopper` says so (compute capability
+    9.x), `cudnn` for the CPU, no device, or another GPU; the setting wins either way."""
+    monkeypatch.delenv(FP8_CONV_ENV, raising=False)
+    assert fp8_conv_mode(None) == "cudnn"
+    assert fp8_conv_mode(torch.device("cpu")) == "cudnn"
+    monkeypatch.setattr(quant_conv, "_hopper", lambda device: True)
+    assert fp8_conv_mode(torch.device("cuda", 0)) == "triton"
+    monkeypatch.setenv(FP8_CONV_ENV, "cudnn")
+    assert fp8_conv_mode(torch.device("cuda", 0)) == "cudnn"
+    monkeypatch.setattr(quant_conv, "_hopper", lambda device: False)
+    assert fp8_conv_mode(torch.device("cuda", 0)) == "cudnn"
+    monkeypatch.setenv(FP8_CONV_ENV, "triton")
+    assert fp8_conv_mode(torch.device("cpu")) == "triton"
 
 
 @pytest.mark.parametrize("kind", ["int8", pytest.param("fp8", marks=FP8_INEXACT_ON_GPU)])

@@ -1,0 +1,179 @@
+"""Which tile the 8-bit convolution kernel (`quant_conv_kernels.conv`) runs per layer shape.
+
+Autotuning every shape over `CONV_CONFIGS` made most of a ResNet-50 prepare: int8 80-87 s,
+fp8 over 120 s (each configuration is its own compile per specialisation, then timed). So a
+shape's tile comes, in this order, from
+
+1. this process's choices (a shape tuned or looked up once keeps its tile);
+2. the on-disk record (`PGX_GPU_TILE_RECORD`, default `~/.cache/pygraphx/conv_tiles.json`),
+   one section per (device name, Triton version), written after each autotuned shape;
+3. `TABLE` on compute capability 9.x (H100 / H200): ResNet-50's layer shapes at batch 32
+   (for fp8 kernels `FP8_TABLE` first, where fp8 timed best at another tile);
+
+and only a shape found in none of them is autotuned (its tile then recorded). A shape is
+(kind `int8` / `fp8`, input mode, M, N, K, C): the epilogue is not part of it (it changes a
+tile's timing far less than the shape does). `PGX_GPU_CONV_TILES=tune` autotunes every shape
+(ignoring the record and the table, still writing the record); `table`, the default, is the
+order above. Autotuning says how far it is, one log line every `PROGRESS_EVERY` shapes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from pathlib import Path
+
+import torch
+import triton
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "FP8_TABLE",
+    "PROGRESS_EVERY",
+    "RECORD_ENV",
+    "TABLE",
+    "TILES_ENV",
+    "TileChoice",
+    "device_section",
+    "tile_key",
+]
+
+TILES_ENV = "PGX_GPU_CONV_TILES"
+RECORD_ENV = "PGX_GPU_TILE_RECORD"
+#: a log line after this many autotuned shapes (and after the first)
+PROGRESS_EVERY = 4
+
+Tile = tuple[int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages
+
+#: (M, N, K, C) -> tile, for both int8 and fp8 (one byte an operand element: the same shared
+#: memory, loads and tensor-core rate on Hopper). The int8 ResNet-50 b32 autotuning on an
+#: H200 over `CONV_CONFIGS` (`benchmarks/results/h200_resgpu_conv_tiles.json`: 20 shapes; where
+#: epilogues kept different tiles for one shape, the first listed).
+TABLE: dict[tuple[int, int, int, int], Tile] = {
+    (1568, 512, 2048, 2048): (64, 64, 64, 4, 5),
+    (1568, 512, 4608, 512): (64, 64, 64, 4, 5),
+    (1568, 2048, 512, 512): (128, 128, 128, 8, 3),
+    (1568, 2048, 1024, 1024): (128, 128, 64, 4, 4),
+    (6272, 256, 1024, 1024): (64, 128, 128, 4, 4),
+    (6272, 256, 2304, 256): (64, 128, 128, 4, 4),
+    (6272, 512, 1024, 1024): (128, 64, 64, 4, 4),
+    (6272, 1024, 256, 256): (64, 128, 128, 4, 2),
+    (6272, 1024, 512, 512): (128, 64, 64, 4, 4),
+    (25088, 128, 512, 512): (128, 64, 64, 4, 4),
+    (25088, 128, 1152, 128): (128, 64, 64, 4, 4),
+    (25088, 256, 512, 512): (256, 64, 64, 8, 4),
+    (25088, 512, 128, 128): (64, 128, 128, 4, 2),
+    (25088, 512, 256, 256): (128, 64, 64, 4, 4),
+    (100352, 64, 64, 64): (64, 64, 64, 4, 2),
+    (100352, 64, 256, 256): (128, 64, 128, 4, 2),
+    (100352, 64, 576, 64): (128, 64, 64, 4, 4),
+    (100352, 128, 256, 256): (64, 128, 128, 4, 2),
+    (100352, 256, 64, 64): (64, 128, 64, 4, 2),
+    (401408, 64, 224, 32): (128, 64, 32, 4, 4),
+}  # fmt: skip
+#: fp8 tiles where another beat `TABLE`'s for the fp8 kernel: ResNet-50 b32 layers on an H100,
+#: the kernel with the program's epilogue, CUDA-graph replays (`benchmarks/fp8conv_probe.py`,
+#: `benchmarks/results/h100_fp8conv_probe.json`; us, fp8 at this tile against `TABLE`'s):
+#: 1x1 256 -> 64 at 56x56 20.65 / 22.06, 1x1 64 -> 256 + residual 58.09 / 63.19, 1x1 256 -> 128
+#: 33.84 / 35.83, 3x3 128 at 28x28 17.52 / 18.56, 1x1 512 -> 128 11.05 / 11.72
+FP8_TABLE: dict[tuple[int, int, int, int], Tile] = {
+    (100352, 64, 256, 256): (64, 64, 128, 4, 2),
+    (100352, 256, 64, 64): (64, 64, 64, 4, 2),
+    (100352, 128, 256, 256): (64, 64, 128, 4, 2),
+    (25088, 128, 1152, 128): (128, 64, 128, 4, 3),
+    (25088, 128, 512, 512): (128, 64, 128, 4, 3),
+}  # fmt: skip
+
+
+def tile_key(fp8: bool, mode: int, m: int, n: int, k: int, c: int) -> str:
+    """The record's name of a convolution shape."""
+    return f"{'fp8' if fp8 else 'int8'}:{mode}:{m}x{n}x{k}x{c}"
+
+
+def _record_path() -> Path | None:
+    raw = os.environ.get(RECORD_ENV, "").strip()
+    if raw.lower() in ("0", "off", "none"):
+        return None
+    return Path(raw) if raw else Path.home() / ".cache" / "pygraphx" / "conv_tiles.json"
+
+
+@functools.cache
+def device_section(index: int) -> tuple[str, bool]:
+    """(the record's section of CUDA device `index`: its name and the Triton version, whether
+    `TABLE` applies there: compute capability 9.x)."""
+    name = f"{torch.cuda.get_device_name(index)} | triton {triton.__version__}"
+    return name, torch.cuda.get_device_capability(index)[0] == 9
+
+
+def _mode() -> str:
+    mode = os.environ.get(TILES_ENV, "table").strip() or "table"
+    if mode not in ("table", "tune"):
+        raise ValueError(f"{TILES_ENV}={mode!r}: expected table or tune")
+    return mode
+
+
+class TileChoice:
+    """The tiles of one process (module docstring): `find` a shape's tile, `keep` an
+    autotuned one."""
+
+    def __init__(self) -> None:
+        self.chosen: dict[str, Tile] = {}
+        self.record: dict[str, dict[str, list[int]]] | None = None
+        self.tuned, self.looked_up, self.tuning_s = 0, 0, 0.0
+
+    def _read(self) -> dict[str, dict[str, list[int]]]:
+        if self.record is None:
+            self.record = {}
+            path = _record_path()
+            if path is not None and path.is_file():
+                try:
+                    self.record = json.loads(path.read_text())
+                except (OSError, ValueError) as exc:
+                    log.warning("gpu conv tiles: record %s not read (%s); autotuning", path, exc)
+        return self.record
+
+    def find(
+        self, key: str, shape: tuple[int, int, int, int], section: str, hopper: bool,
+        fp8: bool = False,
+    ) -> Tile | None:  # fmt: skip
+        """`key`'s tile from this process, the record's `section` or (`hopper`) `TABLE` (for
+        `fp8`, `FP8_TABLE` first); None: autotune it."""
+        if key in self.chosen:
+            return self.chosen[key]
+        if _mode() == "tune":
+            return None
+        tile = self._read().get(section, {}).get(key)
+        if tile is None and hopper:
+            tile = (FP8_TABLE.get(shape) if fp8 else None) or TABLE.get(shape)
+        if tile is not None:
+            self.looked_up += 1
+            if self.looked_up == 1:
+                log.info("gpu conv tiles: %s's record and table (%s)", section, TILES_ENV)
+            self.chosen[key] = tuple(tile)
+        return self.chosen.get(key)
+
+    def keep(self, key: str, tile: Tile, section: str, seconds: float) -> None:
+        """`tile`, autotuned for `key` in `seconds`: chosen from now on, and recorded."""
+        self.chosen[key] = tile
+        self.tuned += 1
+        self.tuning_s += seconds
+        if self.tuned == 1 or self.tuned % PROGRESS_EVERY == 0:
+            log.info(
+                "gpu conv tiles: %d shapes autotuned (%.1f s; %d from the record or table), "
+                "last %s -> %s", self.tuned, self.tuning_s, self.looked_up, key, tile,
+            )  # fmt: skip
+        path = _record_path()
+        if path is None:
+            return
+        record = self._read()
+        record.setdefault(section, {})[key] = list(tile)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temp = path.with_suffix(f".{os.getpid()}.tmp")
+            temp.write_text(json.dumps(record, indent=0, sort_keys=True))
+            temp.replace(path)
+        except OSError as exc:
+            log.warning("gpu conv tiles: record %s not written (%s)", path, exc)
