@@ -21,16 +21,18 @@ mask inputs (a model's layers do: GPT-2's 12 blocks share one causal mask and on
 mask), and at its own size: the inputs' broadcast axes (stride 0) are cut to length 1 before
 `where`, and `scaled_dot_product_attention` broadcasts the result over heads and batch
 (GPT-2 at batch 1, one thread: building a (1, 12, 128, 128) mask in each of 12 layers cost
-3.5 of the 14.6 ms its attention took). A bf16 block on the CPU runs as three oneDNN
-primitives instead (`onednn_attention.py`: the scores scaled and masked in float32 inside the
-first matmul, oneDNN's softmax writing bf16), torch's matmul / softmax / matmul where oneDNN's
-C API library is missing. Anything else lowers as before: when the group does not
-match, the first product is lowered at the group's place (only views and literals lie between
-them, so its inputs are unchanged).
+3.5 of the 14.6 ms its attention took). A bf16 block on the CPU, and a float32 one of a
+middling size, runs as three oneDNN primitives instead (`onednn_attention.py`: the scores scaled
+and masked in float32 inside the first matmul, oneDNN's softmax writing the product type;
+faster than torch's kernels there, see `_on_onednn`); where oneDNN's C API library is missing,
+torch's fused kernel (float32) or matmul / softmax / matmul (bf16). Anything else lowers as
+before: when the group does not match, the first product is lowered at the group's place (only
+views and literals lie between them, so its inputs are unchanged).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -231,9 +233,9 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
     add = gargs[p.add] if p.add is not None else None
     dtype = torch_dtype(dot2.shape.dtype())
     mask = _shared_mask(ctx, (keep, p.keep_true, p.fill, add, dtype), id(dot2))
-    attend = (
-        _cpu_bf16_attention(ctx, p.scale) if _unfused_bf16(ctx, dtype) else _sdpa(p.scale, dtype)
-    )
+    on_onednn = _on_onednn(ctx, dtype, dot1.shape.elements())
+    attend = _cpu_attention(ctx, p.scale, dtype) if on_onednn else None
+    attend = attend or _sdpa(p.scale, dtype)
     idx = ctx.bind_dynamic(dot2)
     ctx.mark_fresh(idx)
 
@@ -248,25 +250,56 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
-def _unfused_bf16(ctx: LoweringContext, dtype: torch.dtype) -> bool:
-    """bf16 on the CPU: torch's fused kernel is slower there than three steps (BERT-base's
-    (12, 128, 64) heads at batch 1, one thread: 0.85 ms against torch's three 0.60 and oneDNN's
-    0.42)."""
-    return ctx.device.type == "cpu" and dtype == torch.bfloat16
+#: float32 blocks run on oneDNN for this many score values (b * h * s * t) or more, and at most
+#: `ONEDNN_F32_MAX` (see `_on_onednn`)
+ONEDNN_F32_MIN = 1 << 15
+ONEDNN_F32_MAX = 1 << 21
+#: `0` keeps every float32 block on torch's fused kernel (A/B measurements; bf16 unchanged)
+F32_ENV = "PGX_CPU_ONEDNN_ATTENTION_F32"
+
+
+def _on_onednn(ctx: LoweringContext, dtype: torch.dtype, scores: int) -> bool:
+    """Whether a block with `scores` score values runs as oneDNN's three primitives on the CPU
+    (`onednn_attention.py`): bf16 always, float32 for `ONEDNN_F32_MIN` to `ONEDNN_F32_MAX`
+    scores.
+
+    bf16: torch's fused kernel is slower there than three steps (BERT-base's (12, 128, 64)
+    heads at batch 1, one thread: 0.85 ms against torch's three 0.60 and oneDNN's 0.42).
+    float32 (the 2-core AMD EPYC, Q / K / V strided heads of a fused QKV product, fastest of
+    10-100 calls, `benchmarks/bertb1_attention.py`): torch's fused flash kernel splits a short
+    sequence's work unevenly over threads, so the primitives win in the middle: BERT-base's
+    (1, 12, 128, 64) block 0.36 ms against 0.47 on two threads (0.72 against 0.76 on one),
+    GPT-2's causal one 0.37 against 0.48, MiniLM's 32-wide heads 0.24 against 0.30, ViT-B/16's
+    (1, 12, 197, 64) 0.92 against 1.11 (1.54 against 1.92 on one). Below 32K scores the calls'
+    fixed cost evens it out ((1, 4, 64, 64): 65 against 61 us on two threads), and from some
+    millions the scores no longer fit the caches while the flash kernel never writes them
+    (ViT-B/16 at batch 8, 3.7M scores: 17.3 ms against 16.7 on one thread; BERT-base at batch
+    8, 1.6M: 6.78 against 6.84). In the model the gain is smaller (the scores buffer is cold
+    after the GEMMs; `benchmarks/results/bertb1_profile.md`), and on two threads that share one
+    busy core the three primitives' waits cost more than the flash kernel's: `F32_ENV=0` keeps
+    float32 on torch's kernel."""
+    if ctx.device.type != "cpu":
+        return False
+    if dtype == torch.bfloat16:
+        return True
+    if os.environ.get(F32_ENV, "1").strip().lower() in ("0", "false", "off", "no"):
+        return False
+    return dtype == torch.float32 and ONEDNN_F32_MIN <= scores <= ONEDNN_F32_MAX
 
 
 #: `ctx.cache` key of the oneDNN attention primitives shared by a program's blocks
 ONEDNN_TABLE = "attention_onednn"
 
 
-def _cpu_bf16_attention(ctx: LoweringContext, scale: float) -> Attend:
-    """bf16 attention on the CPU: oneDNN's primitives (`onednn_attention.py`) where its C API
-    library is loaded and `ctx.options["onednn_attention"]` is not False, else torch's three
-    steps (`_bf16_attention`)."""
-    unfused = _bf16_attention(scale)
+def _cpu_attention(ctx: LoweringContext, scale: float, dtype: torch.dtype) -> Attend | None:
+    """Attention on the CPU: oneDNN's primitives (`onednn_attention.py`) where its C API
+    library is loaded and `ctx.options["onednn_attention"]` is not False; else torch's three
+    steps for bf16 (`_bf16_attention`) and None for float32 (torch's fused kernel, `_sdpa`).
+    Operands the primitives refuse go to that same fallback."""
+    fallback = _bf16_attention(scale) if dtype == torch.bfloat16 else _sdpa(scale, dtype)
     if not ctx.options.get("onednn_attention", True):
-        return unfused
-    return onednn_attention.attend(scale, ctx.cache.setdefault(ONEDNN_TABLE, {}), unfused)
+        return fallback if dtype == torch.bfloat16 else None
+    return onednn_attention.attend(scale, ctx.cache.setdefault(ONEDNN_TABLE, {}), fallback)
 
 
 def _sdpa(scale: float, dtype: torch.dtype) -> Attend:

@@ -10,20 +10,23 @@ a candidate); otherwise
 `torch.matmul`. Measured (CPU time per call, one thread, an AMD EPYC with AVX-512, torch 2.13)
 on BERT-base's shapes (128 x 768 x {768, 2304, 3072}, 128 x 3072 x 768): oneDNN 100-107 GFLOP/s
 against MKL's 84-94; a GELU after the GEMM costs 2% inside oneDNN, 3-10% as a separate pass. The
-product is a new tensor (not an arena slot, like the convolutions' results: see
-`conv_fusion.py`). A dot whose only user is an element-wise group takes that group's bias add
-into the GEMM, and the rest of the group (residual add, GELU) updates the product in place,
-which becomes the group's value (oneDNN's binary post-op, `_linear_pointwise.binary(...,
+product is a new tensor (not an arena slot, like the convolutions' results: see `conv_fusion.py`),
+so lowering one calls `malloc_keep.keep_freed_memory` as they do: GPT-2's (128, 50257) float32
+logits at batch 1 (25.7 MB) otherwise came back as 4,391 fresh pages every run (one thread, the
+2-core EPYC, two processes each way: 319-321 ms of CPU a run against 308-312 with the freed block
+reused; at batch 8 some 50,000 faults a run, 2494 ms against 2376, bf16 1336 against 1262;
+`benchmarks/bertb1_faults.py`). A dot whose only user is an element-wise group takes that
+group's bias add into the GEMM, and the rest of the group (residual add, GELU) updates the product
+in place, which becomes the group's value (oneDNN's binary post-op, `_linear_pointwise.binary(...,
 "add")`, was no faster than that in-place add: BERT-base's 12 layers of GEMMs at batch 1, one
-thread, 213 ms against 212). bf16 products on a CPU with bf16 instructions (`bf16_gemm`) run
-in bf16 through oneDNN the same way, with the weight packed once in bf16 (accumulated in
-float32 and rounded once, as the reference does; a fused bias and activation are applied before
-that one rounding). A bf16 product whose element-wise user is float32 (`quantize_bf16`'s default
-keeps a residual sum in float32) takes the group's bias add into the GEMM and the rest of the
-group writes the float32 result, as one step (`_emit_widening`); a large one that is only
-converted to float32 (a language model's logits) runs in column blocks, each converted while in
-cache (`_emit_widened_blocks`). Other half and bf16 products are computed in float32 and rounded
-once.
+thread, 213 ms against 212). bf16 products on a CPU with bf16 instructions (`bf16_gemm`) run in bf16
+through oneDNN the same way, with the weight packed once in bf16 (accumulated in float32 and rounded
+once, as the reference does; a fused bias and activation are applied before that one rounding). A
+bf16 product whose element-wise user is float32 (`quantize_bf16`'s default keeps a residual sum in
+float32) takes the group's bias add into the GEMM and the rest of the group writes the float32
+result, as one step (`_emit_widening`); a large one that is only converted to float32 (a language
+model's logits) runs in column blocks, each converted while in cache (`_emit_widened_blocks`). Other
+half and bf16 products are computed in float32 and rounded once.
 
 Declined (numpy fallback): integer and fp8 products and `quant_dot` (numpy's exact wrapping
 arithmetic).
@@ -47,6 +50,7 @@ from pygraphx.targets.torch_lowering.lower_math import (
     scalar_inputs,
     trace_group,
 )
+from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
 from pygraphx.targets.torch_lowering.pointwise import peel_add
 from pygraphx.targets.torch_lowering.registry import defer, deferred_producer, lowering, storing
 
@@ -200,6 +204,7 @@ def _fast_kernel(
         names = gemm_select.preferred(rows, k, n, names)
     if not names:
         return None
+    keep_freed_memory()  # each run's new products reuse the last run's freed blocks
     name = gemm_select.choose(
         rows, k, n, names, lambda c: _kernel(None, ins, c, w, rows, bias, epilogue)
     )
@@ -403,6 +408,7 @@ def _emit_widened_blocks(ctx: LoweringContext, dot: Instruction, user: Instructi
     w = _blocked_matrix(ctx, dot, user)
     if w is None:
         return False
+    keep_freed_memory()
     k, n = w.shape
     rows = dot.shape.elements() // n
     blocks = []

@@ -1,7 +1,7 @@
 """An attention block on the CPU as three oneDNN primitives made once (`attention.py` uses it
-for bf16 programs): `s = scale * (Q @ Kt) + mask` (a matmul whose scale and mask add are its
-post-ops, written in float32), `p = softmax(s)` (oneDNN's softmax, reading float32 and writing
-the probabilities in the product type), `o = p @ V` (a matmul).
+for float32 and bf16 blocks): `s = scale * (Q @ Kt) + mask` (a matmul whose scale and mask add
+are its post-ops, written in float32), `p = softmax(s)` (oneDNN's softmax, reading float32 and
+writing the probabilities in the product type), `o = p @ V` (a matmul).
 
 Why, on the 2-core AMD EPYC (Zen 4, avx512_bf16, one thread, process CPU time, BERT-base's
 (12, 128, 64) heads at batch 1, Q / K / V strided head views of the fused QKV product): torch's
@@ -142,7 +142,8 @@ class Primitives:
         out = (*q[0][:-1], v[0][-1])
         self.out_shape, self.out_strides = out, _token_major(out)
         self.scores = torch.empty(scores, dtype=torch.float32)
-        self.probs = torch.empty(scores, dtype=dtype)
+        # float32 probabilities overwrite their scores (in-place softmax: half the cache)
+        self.probs = self.scores if dtype == torch.float32 else torch.empty(scores, dtype=dtype)
         s_md, p_md = self._md(scores, kind=F32), self._md(scores, kind=kind)
         q_md, kt_md, v_md = (
             self._md(*q, kind=kind),
