@@ -4,6 +4,9 @@
   run as one `scaled_dot_product_attention` call (torch's fused CPU kernel: the score matrix
   is never written out), see `torch_lowering/attention.py`; every other product and reduction
   lowers as the torch lowering does.
+* `concat`: a channel concat whose only user is a 1x1 convolution runs as one convolution
+  per part summed into the convolution's output, where that is faster
+  (`torch_lowering/conv_concat.py`).
 * `reduce_mean`: a layer normalisation it starts (the seven instructions ONNX's
   LayerNormalization becomes) runs as one `F.layer_norm` call, see
   `torch_lowering/layernorm.py`.
@@ -19,6 +22,7 @@ from typing import Any
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.attention import with_attention
 from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.conv_concat import lower_concat_or_sum
 from pygraphx.targets.torch_lowering.layernorm import lower_layernorm
 from pygraphx.targets.torch_lowering.lower import LOWERINGS, _load_lowerings
 
@@ -28,7 +32,7 @@ Lowering = Callable[[LoweringContext, Instruction], bool]
 def cpu_overrides(options: dict[str, Any]) -> dict[str, Lowering]:
     """Op name -> lowering for the cpu target (see the module docstring)."""
     _load_lowerings()
-    overrides: dict[str, Lowering] = {}
+    overrides: dict[str, Lowering] = {"concat": lower_concat_or_sum}
     if options.get("attention", True):
         overrides.update(with_attention(LOWERINGS["dot"], LOWERINGS["fused_reduce"]))
     if options.get("layernorm", True):

@@ -42,6 +42,7 @@ from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_th
 from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_policy_enabled
 from pygraphx.targets.torch_lowering import Lowered, lower_module
 from pygraphx.targets.torch_lowering.conv_choice import finish as finish_conv_choice
+from pygraphx.targets.torch_lowering.conv_concat import sum_reader
 from pygraphx.targets.torch_lowering.conv_fusion import fused_user
 from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
 from pygraphx.targets.torch_lowering.fallback_cost import FallbackTimer, announce_cost, timed_steps
@@ -178,8 +179,9 @@ class CpuExecutable:
 
 def fused_reads(ins: Instruction) -> Instruction | None:
     """The memory plan's `fused_reads` in arena mode: the later instruction whose step also
-    computes `ins` (a convolution's fused group, an upsample's concat), else None."""
-    return fused_user(ins) or concat_reader(ins)
+    computes `ins` (a convolution's fused group, an upsample's concat, a concat's 1x1
+    convolution run as a sum over its parts), else None."""
+    return fused_user(ins) or concat_reader(ins) or sum_reader(ins)
 
 
 class CpuTarget(Target):

@@ -221,6 +221,18 @@ def _measured(
     state: ChoiceState, plan: ConvPlan, names: list[str], other_lens: list[int] | None
 ) -> str:
     key = choice_key(plan, names, other_lens)
+    return measured_choice(
+        state, key, names, lambda deadline: time_kernels(plan, names, other_lens, deadline)
+    )
+
+
+def measured_choice(
+    state: ChoiceState, key: str, names: list[str], timer: Callable[[float], dict[str, float]]
+) -> str:
+    """The cached choice among `names` under `key`, else the one `pick` makes of
+    `timer(deadline)` (seconds per call of each name; rounds after the first stop at the
+    `time.perf_counter()` value `deadline`), cached; the first name once the compile's
+    budget is spent."""
     _load_file()
     cached = _CACHE.get(key)
     if cached in names:
@@ -230,7 +242,7 @@ def _measured(
         state.over_budget += 1
         return names[0]
     start = time.perf_counter()
-    times = time_kernels(plan, names, other_lens, start + state.budget_s - state.spent_s)
+    times = timer(start + state.budget_s - state.spent_s)
     state.spent_s += time.perf_counter() - start
     state.measured += 1
     choice = pick(times)
@@ -309,6 +321,15 @@ def time_kernels(
     if not plan.in_place and onednn_conv.supports(plan):
         out = filled(onednn_conv.geometry(plan)[3])
     fns = _candidates(plan, names, lambda: inputs[0], get_other, out)
+    return race(fns, inputs, deadline)
+
+
+def race(
+    fns: dict[str, Callable[[], Any]], inputs: list[torch.Tensor], deadline: float = float("inf")
+) -> dict[str, float]:
+    """Best seconds per call of each closure of `fns` (the first is the default), timed as
+    `time_kernels` times them: interleaved rounds, each call after `inputs` were written and
+    the core's caches flushed of the rest."""
     clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32)
     best = dict.fromkeys(fns, float("inf"))
@@ -457,6 +478,8 @@ __all__ = [
     "default_kernel",
     "finish",
     "impl_candidates",
+    "measured_choice",
     "pick",
+    "race",
     "time_kernels",
 ]

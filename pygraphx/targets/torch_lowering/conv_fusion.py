@@ -56,7 +56,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
-from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
+from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext, Step
 from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_kernel, default_kernel
 from pygraphx.targets.torch_lowering.conv_kernels import (
     ConvPlan,
@@ -160,11 +160,11 @@ def lower_mkldnn_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
     # the epilogue is matched when the user is reached (its other inputs are lowered by then)
     if user is not None and _may_fuse(ins, user) and defer(ctx, ins, user, _fuse):
         return True
-    _lower_alone(ctx, ins)
+    lower_alone(ctx, ins)
     return True
 
 
-def _lower_alone(ctx: LoweringContext, ins: Instruction, measure: bool = True) -> None:
+def lower_alone(ctx: LoweringContext, ins: Instruction, measure: bool = True) -> None:
     plan = conv_plan(ctx, ins)
     if not (measure and _arena(ctx) and ctx.has_slot(ins)):
         produce = conv_producer(ctx, ctx.arg(ins, 0), plan, measure=measure)
@@ -359,7 +359,7 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
     conv = deferred_producer(ctx, user)
     epi = match_epilogue(ctx, conv, user, add_after=True)
     if epi is None:  # not a form oneDNN fuses: the convolution runs first, on its own
-        _lower_alone(ctx, conv)
+        lower_alone(ctx, conv)
         return False
     plan = conv_plan(ctx, conv)
     dtype = torch_dtype(conv.shape.dtype())  # oneDNN takes the bias in the input's type
@@ -371,14 +371,11 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
     # add, none before it) runs apart from its convolution
     apart = epi.other is not None and not fuses_epilogue(plan)
     saved, ctx.steps = ctx.steps, []
-    _lower_alone(ctx, conv, measure=apart)
+    lower_alone(ctx, conv, measure=apart)
     if not lower_pointwise(ctx, user):
         lower_fallback(ctx, user)
     unfused, ctx.steps = ctx.steps, saved
-    uidx = ctx.index[id(user)]
-    if ctx.options.get("conv_output", "torch") != "arena" and ctx.static[uidx]:
-        # the fused step stores a new tensor at the group's index: so must its unfused step
-        unfused[-1].fn = storing(unfused[-1].fn, ctx.env, uidx, ctx.env[uidx])
+    unfused_stores(ctx, unfused, ctx.index[id(user)])
     if apart:
         ctx.steps = saved + unfused
         return True
@@ -386,26 +383,52 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
     if epi.other is not None:
         other_lens = list(epi.other.shape.lens())
         plan.in_place = _may_overwrite(ctx, conv, epi.other, user)
-    unfused_idx = uidx
-    env = ctx.env
-    slot = env[uidx] if _arena(ctx) and ctx.static[uidx] else None
-    # the kernel writes the slot itself unless it is the input's memory (then a copy)
-    direct = slot if slot is not None and ctx.apart(conv.inputs[0], user) else None
-    produce = conv_producer(ctx, ctx.arg(conv, 0), plan, other_lens, out=direct)
+
+    def build(out: torch.Tensor | None) -> Callable[[], torch.Tensor]:
+        return conv_producer(ctx, ctx.arg(conv, 0), plan, other_lens, out=out)
+
+    emit_fused(ctx, [conv, user], unfused, build, [conv.inputs[0]])
     if plan.in_place and plan.kernel in ("onednn", "dnnl"):  # (the others allocate their result)
         ctx.cache["conv_in_place"] = ctx.cache.get("conv_in_place", 0) + 1
+    return True
+
+
+def unfused_stores(ctx: LoweringContext, unfused: list[Step], uidx: int) -> None:
+    """Make the last of a fused step's unfused twins store its result at `uidx` as the fused
+    step does (a new tensor there unless the result has an arena slot)."""
+    if not _arena(ctx) and ctx.static[uidx]:
+        unfused[-1].fn = storing(unfused[-1].fn, ctx.env, uidx, ctx.env[uidx])
+
+
+def emit_fused(
+    ctx: LoweringContext,
+    instructions: list[Instruction],
+    unfused: list[Step],
+    build: Callable[[torch.Tensor | None], Callable[[], torch.Tensor]],
+    reads: list[Instruction],
+) -> None:
+    """Emit one step computing `instructions` (their unfused twins `unfused`, for
+    profiling) with the closure `build(out)` makes: it writes the last instruction's arena
+    slot `out` itself when the slot shares no memory with the values it `reads` (else `out`
+    is None and its result is copied there), or stores a new tensor where there is no slot."""
+    last = instructions[-1]
+    uidx = ctx.index[id(last)]
+    env = ctx.env
+    slot = env[uidx] if _arena(ctx) and ctx.static[uidx] else None
+    # the kernel writes the slot itself unless it is an input's memory (then a copy)
+    direct = slot if slot is not None and all(ctx.apart(x, last) for x in reads) else None
+    produce = build(direct)
     if slot is not None:
         step = _into(slot, produce)
     else:
-        ctx.static[unfused_idx] = False
-        ctx.mark_fresh(unfused_idx)
+        ctx.static[uidx] = False
+        ctx.mark_fresh(uidx)
 
         def step() -> None:
-            env[unfused_idx] = produce()
+            env[uidx] = produce()
 
-    ctx.emit(step, [conv, user], unfused_idx, unfused)
-    ctx.layout[unfused_idx] = CHANNELS_LAST
-    return True
+    ctx.emit(step, instructions, uidx, unfused)
+    ctx.layout[uidx] = CHANNELS_LAST
 
 
 def _may_overwrite(

@@ -77,6 +77,7 @@ class ConvPlan:
     in_place: bool = False  # onednn: write the result over the add operand (it is dead after)
     add_after: bool = False  # act(conv + bias) + other: the add operand after the activation
     impl: str | None = None  # dnnl: the oneDNN implementation to run (None: oneDNN's first)
+    accumulate: bool = False  # dnnl: add into the output's values (a concat's sum chain)
 
 
 def is_pointwise(plan: ConvPlan) -> bool:

@@ -104,6 +104,7 @@ class ConvPlan(Protocol):
     in_place: bool
     add_after: bool
     impl: str | None
+    accumulate: bool
 
 
 def geometry(plan: ConvPlan) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -221,6 +222,8 @@ class Descriptor:
         check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_USER), "scratchpad")
         check(lib.dnnl_post_ops_create(byref(post_ops)), "post_ops_create")
         chain = ["add", "unary"] if not plan.add_after else ["unary", "add"]
+        if plan.accumulate:  # dst = conv + dst: oneDNN's sum post-op, before everything else
+            check(lib.dnnl_post_ops_append_sum(post_ops, 1.0, 0, 0), "post-op sum")
         for post_op in chain:
             if post_op == "add" and other and plan.in_place:
                 check(lib.dnnl_post_ops_append_sum(post_ops, 1.0, 0, 0), "post-op sum")
@@ -268,6 +271,7 @@ class Primitive(Descriptor):
         if other and not plan.in_place:
             self.other = self._memory(self.dst_md, None)
             position = 1 if plan.add_after and plan.unary != "none" else 0  # in the chain
+            position += 1 if plan.accumulate else 0  # after the sum
             args.append((post_op_arg(position, ARG_SRC_1), self.other))
         self.addresses = [0, 0, 0]  # of src, dst, the add operand (see `point`)
         self.nargs = len(args)
@@ -352,11 +356,7 @@ def build(
     that many threads and start a team that size), so a primitive is made for each thread
     count the closure is called under (`torch.get_num_threads()`): the one of now, at
     prepare, and others at their first call (a step the cpu target runs on fewer threads)."""
-    rt = runtime()
-    if rt is None:
-        raise OneDnnError(f"oneDNN's C API library is not available: {unavailable_reason()}")
-    if not supports(plan):
-        raise OneDnnError(f"no oneDNN primitive here for a {plan.unary!r} epilogue")
+    rt = _runtime_for([plan])
     other = get_other is not None
     made: dict[int, Primitive] = {}
     threads = torch.get_num_threads
@@ -376,10 +376,6 @@ def build(
         raise OneDnnError(f"output buffer {list(out.shape)} {out.dtype}: expected a "
                           f"channels-last {out_lens} {dtype}")  # fmt: skip
 
-    def channels_last(get: Getter) -> Tensor:
-        t = get()
-        return t if t.is_contiguous(memory_format=cl) else t.contiguous(memory_format=cl)
-
     def source(p: Primitive) -> Tensor:
         x = get_x()
         if x.is_contiguous(memory_format=cl):
@@ -396,11 +392,11 @@ def build(
         p = primitive()
         x = source(p)
         if plan.in_place and other:  # oneDNN's sum: the result lands in the add operand
-            y = channels_last(get_other)
+            y = _channels_last(get_other())
         else:
             y = out if out is not None else empty(out_lens, strides, dtype=dtype)
             if other:  # (`o` holds a converted operand until the primitive has read it)
-                o = channels_last(get_other)
+                o = _channels_last(get_other())
                 p.point(p.other, 2, o.data_ptr())
         p.point(p.src, 0, x.data_ptr())
         p.point(p.dst, 1, y.data_ptr())
@@ -409,6 +405,80 @@ def build(
 
     run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
     return run
+
+
+def build_sum(
+    plans: list[ConvPlan], get_xs: list[Getter], get_other: Getter | None, out: Tensor | None
+) -> Callable[[], Tensor]:
+    """A closure running the convolutions `plans` on `get_xs()` into one output and summing
+    them there: the parts of a concat along the channels into a 1x1 convolution, each with its
+    slice of the weight's input channels, the concat never written (`conv_concat.py`). The
+    first plan writes the output (with the bias), each later one adds into it (`accumulate`:
+    oneDNN's sum post-op) and the last applies the epilogue (its add operand `get_other()`).
+    The output is `out` (a channels-last tensor of the result's lens, written every call)
+    or a new channels-last tensor; each primitive is made per thread count, as in `build`."""
+    rt = _runtime_for(plans)
+    if any(p.in_place for p in plans) or any(not p.accumulate for p in plans[1:]):
+        raise OneDnnError("a sum chain's later convolutions accumulate, none in place")
+    last = len(plans) - 1
+    made: dict[int, list[Primitive]] = {}
+    threads = torch.get_num_threads
+
+    def primitives() -> list[Primitive]:
+        n = threads()
+        prims = made.get(n)
+        if prims is None:
+            share = next(iter(made.values()), [None] * len(plans))
+            prims = made[n] = [
+                Primitive(rt, p, get_other is not None and k == last, s)
+                for k, (p, s) in enumerate(zip(plans, share, strict=True))
+            ]
+        return prims
+
+    for plan, prim in zip(plans, primitives(), strict=True):
+        _say_if_reference(plan, prim.impl)
+    out_lens, dtype = made[threads()][0].out_lens, plans[0].weight.dtype
+    if any(p.out_lens != out_lens for p in made[threads()]):
+        raise OneDnnError(f"a sum chain's convolutions give different output lens: {out_lens}")
+    if out is not None and not _fits(out, out_lens, dtype):
+        raise OneDnnError(f"output buffer {list(out.shape)} {out.dtype}: expected a "
+                          f"channels-last {out_lens} {dtype}")  # fmt: skip
+    n_, c_, h_, w_ = out_lens
+    strides = (c_ * h_ * w_, 1, w_ * c_, c_)
+    execute, stream, empty = rt.lib.dnnl_primitive_execute, rt.stream, torch.empty_strided
+
+    def run() -> Tensor:
+        ps = primitives()
+        y = out if out is not None else empty(out_lens, strides, dtype=dtype)
+        xs = [_channels_last(get()) for get in get_xs]  # (held until every part is read)
+        if get_other is not None:
+            o = _channels_last(get_other())
+            ps[last].point(ps[last].other, 2, o.data_ptr())
+        for p, x in zip(ps, xs, strict=True):
+            p.point(p.src, 0, x.data_ptr())
+            p.point(p.dst, 1, y.data_ptr())
+            check(execute(p.prim, stream, p.nargs, p.args), "convolution execute")
+        return y
+
+    run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitives (tests)
+    return run
+
+
+def _runtime_for(plans: list[ConvPlan]) -> Runtime:
+    """oneDNN's runtime, checked to run every plan of `plans` (`OneDnnError` otherwise)."""
+    rt = runtime()
+    if rt is None:
+        raise OneDnnError(f"oneDNN's C API library is not available: {unavailable_reason()}")
+    for plan in plans:
+        if not supports(plan):
+            raise OneDnnError(f"no oneDNN primitive here for a {plan.unary!r} epilogue")
+    return rt
+
+
+def _channels_last(t: Tensor) -> Tensor:
+    """`t`, or a dense channels-last copy of it."""
+    cl = torch.channels_last
+    return t if t.is_contiguous(memory_format=cl) else t.contiguous(memory_format=cl)
 
 
 def _say_if_reference(plan: ConvPlan, impl: str) -> None:
@@ -437,6 +507,7 @@ __all__ = [
     "Primitive",
     "available",
     "build",
+    "build_sum",
     "geometry",
     "implementations",
     "supports",
