@@ -119,7 +119,10 @@ def test_c2f_concat_runs_as_a_sum_chain(n: int, output: str, monkeypatch) -> Non
     prog = _compile(model, monkeypatch, conv_output=output)
     # concat + 1x1 convolution + its bias-and-SiLU group: one step
     assert _chains(prog) == [["concat", "convolution", "pointwise"]], _steps(prog)
-    assert prog._executable.lowered.ctx.cache.get("conv_concat_sum") == 1
+    cache = prog._executable.lowered.ctx.cache
+    assert cache.get("conv_concat_sum") == 1
+    # arena: the memory plan keeps the parts live through the step, apart from its slot
+    assert cache.get("conv_concat_into_slot", 0) == (1 if output == "arena" else 0)
     _check(prog, model, feeds)
     assert_profile_matches(prog, feeds)
 

@@ -289,6 +289,8 @@ def _emit(
         get_other, reads = (lambda: env[o]), [*reads, epi.other]
 
     def build(out: torch.Tensor | None):  # noqa: ANN202
+        if out is not None:  # (tests: the chain writes the slot itself, nothing copied)
+            ctx.cache["conv_concat_into_slot"] = ctx.cache.get("conv_concat_into_slot", 0) + 1
         return onednn_conv.build_sum(plans, getters, get_other, out)
 
     emit_fused(ctx, [concat, conv, *([user] if user else [])], unfused, build, reads)
