@@ -185,6 +185,20 @@ def choose_kernel(state: ChoiceState, plan: ConvPlan, other_lens: list[int] | No
     return kernel
 
 
+def choose_impl(state: ChoiceState, plan: ConvPlan) -> None:
+    """Set `plan.impl` to the fastest of oneDNN's implementations of `plan` on the `dnnl`
+    kernel (modes `impl` and `measure`; a part of a sum chain, which runs on `dnnl` only)."""
+    if state.mode not in ("impl", "measure"):
+        return
+    names = ["dnnl", *impl_candidates(plan, False)]
+    if len(names) > 1:
+        key = choice_key(plan, names, None)
+        timer = lambda deadline: time_kernels(plan, names, None, deadline)  # noqa: E731
+        choice = measured_choice(state, key, names, timer)
+        state.chosen[choice] += 1
+        plan.impl = choice.partition(IMPL_SEP)[2] or None
+
+
 def impl_candidates(plan: ConvPlan, other: bool) -> list[str]:
     """The candidates "dnnl/<name>": the implementations oneDNN offers for `plan` after its
     first one (`other`: the epilogue has an add operand), those of `SKIPPED_IMPLS` left out,
@@ -273,6 +287,7 @@ def choice_key(plan: ConvPlan, names: list[str], other_lens: list[int] | None) -
         plan.bias is not None,
         plan.unary,
         plan.add_after,
+        plan.accumulate,
         tuple(other_lens or ()),
         tuple(names),
         str(plan.weight.dtype),
@@ -473,6 +488,7 @@ __all__ = [
     "ConvChoiceError",
     "choice_key",
     "choice_state",
+    "choose_impl",
     "choose_kernel",
     "clear_cache",
     "default_kernel",

@@ -15,10 +15,13 @@ are one part: the whole tensor.
 The memory plan keeps every part alive until the fused step (`sum_reader`, in the cpu
 target's `fused_reads`), so the output's slot never overlaps a part that is still read.
 
-Only where it is faster: the per-part chain against the concat's copies plus one
+Only where it is not slower: the per-part chain against the concat's copies plus one
 convolution, timed at prepare on the layer's shapes (`conv_choice.race`, the same protocol
-and budget as the kernel choice, cached the same way). `PGX_CONV_CONCAT_SUM`: `measure` (the
-default), `on` (wherever it applies), `off` (never). A concat that takes a deferred upsample
+and budget as the kernel choice, cached the same way); the concat is kept where it is faster
+by more than `conv_choice.MARGIN` (5%), and the chain runs where the compile's budget is
+spent (it was never slower on the layers measured so far, `CANDIDATES`).
+`PGX_CONV_CONCAT_SUM`: `measure` (the default), `on` (wherever it applies, nothing timed),
+`off` (never). A concat that takes a deferred upsample
 (`lower_resize.concat_with_repeat`), parts that are not dense channels-last tensors, or a
 convolution not on the `dnnl` kernel keep the concat.
 """
@@ -36,6 +39,7 @@ from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringConte
 from pygraphx.targets.torch_lowering.conv_choice import (
     choice_key,
     choice_state,
+    choose_impl,
     default_kernel,
     measured_choice,
     race,
@@ -63,8 +67,10 @@ from pygraphx.targets.torch_lowering.registry import defer, deferred_producer
 
 MODE_ENV = "PGX_CONV_CONCAT_SUM"
 MODES = ("measure", "on", "off")
-#: the choice's candidates: the concat then one convolution (the default), the sum chain
-CANDIDATES = ["concat", "sum"]
+#: the choice's candidates, the default first: the sum chain (never slower than the concat
+#: on YOLOv8n's eleven such layers at 640x640, 1 and 2 threads on the 2-core EPYC: -1% to
+#: -29%, `benchmarks/results/c2fsum.md`), then the concat and one convolution
+CANDIDATES = ["sum", "concat"]
 
 
 class ConcatSumError(ValueError):
@@ -252,7 +258,7 @@ def time_chain(plan: ConvPlan, lengths: list[int], deadline: float) -> dict[str,
 
     getters = [lambda x=x: x for x in xs]
     chain = onednn_conv.build_sum(part_plans(plan, lengths), getters, None, out)
-    return race({"concat": concat_then_conv, "sum": chain}, xs, deadline)
+    return race({"sum": chain, "concat": concat_then_conv}, xs, deadline)
 
 
 def _emit(
@@ -280,6 +286,9 @@ def _emit(
     parts = concat_parts(ctx, concat, 1)
     lengths = [length for _, _, length in parts]
     plans = part_plans(plan, lengths, epi)
+    state = choice_state(ctx.options, ctx.cache)
+    for p in plans:  # oneDNN's fastest implementation of each part's convolution
+        choose_impl(state, p)
     env = ctx.env
     getters = [part_reader(env, 1, p) for p in parts]
     get_other = None
