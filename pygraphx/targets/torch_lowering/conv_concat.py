@@ -15,11 +15,13 @@ are one part: the whole tensor.
 The memory plan keeps every part alive until the fused step (`sum_reader`, in the cpu
 target's `fused_reads`), so the output's slot never overlaps a part that is still read.
 
-Only where it is not slower: the per-part chain against the concat's copies plus one
+Only where it is faster: the per-part chain against the concat's copies plus one
 convolution, timed at prepare on the layer's shapes (`conv_choice.race`, the same protocol
-and budget as the kernel choice, cached the same way); the concat is kept where it is faster
-by more than `conv_choice.MARGIN` (5%), and the chain runs where the compile's budget is
-spent (it was never slower on the layers measured so far, `CANDIDATES`).
+and budget as the kernel choice, cached the same way); the chain runs where it is faster by
+more than `conv_choice.MARGIN` (5%), the concat where the compile's budget is spent. In
+YOLOv8n's network a chain over four 20x20 parts (SPPF) ran 10% slower than the concat and
+one convolution though it timed 1% faster alone: the chain reads and writes the output once
+per part, which pays only where the concat's copies are large.
 `PGX_CONV_CONCAT_SUM`: `measure` (the default), `on` (wherever it applies, nothing timed),
 `off` (never). A concat that takes a deferred upsample
 (`lower_resize.concat_with_repeat`), parts that are not dense channels-last tensors, or a
@@ -67,10 +69,10 @@ from pygraphx.targets.torch_lowering.registry import defer, deferred_producer
 
 MODE_ENV = "PGX_CONV_CONCAT_SUM"
 MODES = ("measure", "on", "off")
-#: the choice's candidates, the default first: the sum chain (never slower than the concat
-#: on YOLOv8n's eleven such layers at 640x640, 1 and 2 threads on the 2-core EPYC: -1% to
-#: -29%, `benchmarks/results/c2fsum.md`), then the concat and one convolution
-CANDIDATES = ["sum", "concat"]
+#: the choice's candidates, the default first: the concat and one convolution, then the sum
+#: chain (chosen where it is more than `conv_choice.MARGIN` faster: on YOLOv8n at 640x640,
+#: 2-core EPYC, the layers at 80x80 and 160x160, `benchmarks/results/c2fsum.md`)
+CANDIDATES = ["concat", "sum"]
 
 
 class ConcatSumError(ValueError):
@@ -258,7 +260,7 @@ def time_chain(plan: ConvPlan, lengths: list[int], deadline: float) -> dict[str,
 
     getters = [lambda x=x: x for x in xs]
     chain = onednn_conv.build_sum(part_plans(plan, lengths), getters, None, out)
-    return race({"sum": chain, "concat": concat_then_conv}, xs, deadline)
+    return race({"concat": concat_then_conv, "sum": chain}, xs, deadline)
 
 
 def _emit(
