@@ -274,6 +274,7 @@ class Primitive(Descriptor):
             position += 1 if plan.accumulate else 0  # after the sum
             args.append((post_op_arg(position, ARG_SRC_1), self.other))
         self.addresses = [0, 0, 0]  # of src, dst, the add operand (see `point`)
+        self._execute = lib.dnnl_primitive_execute
         self.nargs = len(args)
         self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
 
@@ -285,6 +286,12 @@ class Primitive(Descriptor):
         y = torch.empty(self.x_lens, dtype=self.dtype, memory_format=torch.channels_last)
         self.to_nhwc.run(x.data_ptr(), y.data_ptr())
         return y
+
+    def execute(self, x: Tensor, y: Tensor) -> None:
+        """Run on source `x` into destination `y` (the add operand as last pointed)."""
+        self.point(self.src, 0, x.data_ptr())
+        self.point(self.dst, 1, y.data_ptr())
+        check(self._execute(self.prim, self.rt.stream, self.nargs, self.args), "convolution")
 
     def point(self, mem: c_void_p, slot: int, address: int) -> None:
         """Set memory object `mem`'s buffer to `address` unless it is there already (a run's
@@ -370,7 +377,6 @@ def build(
         return prim
 
     _say_if_reference(plan, primitive().impl)
-    execute, stream = rt.lib.dnnl_primitive_execute, rt.stream
     cl, out_lens, dtype = torch.channels_last, made[threads()].out_lens, plan.weight.dtype
     if out is not None and not _fits(out, out_lens, dtype):
         raise OneDnnError(f"output buffer {list(out.shape)} {out.dtype}: expected a "
@@ -398,9 +404,7 @@ def build(
             if other:  # (`o` holds a converted operand until the primitive has read it)
                 o = _channels_last(get_other())
                 p.point(p.other, 2, o.data_ptr())
-        p.point(p.src, 0, x.data_ptr())
-        p.point(p.dst, 1, y.data_ptr())
-        check(execute(p.prim, stream, p.nargs, p.args), "convolution execute")
+        p.execute(x, y)
         return y
 
     run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
@@ -445,7 +449,7 @@ def build_sum(
                           f"channels-last {out_lens} {dtype}")  # fmt: skip
     n_, c_, h_, w_ = out_lens
     strides = (c_ * h_ * w_, 1, w_ * c_, c_)
-    execute, stream, empty = rt.lib.dnnl_primitive_execute, rt.stream, torch.empty_strided
+    empty = torch.empty_strided
 
     def run() -> Tensor:
         ps = primitives()
@@ -455,9 +459,7 @@ def build_sum(
             o = _channels_last(get_other())
             ps[last].point(ps[last].other, 2, o.data_ptr())
         for p, x in zip(ps, xs, strict=True):
-            p.point(p.src, 0, x.data_ptr())
-            p.point(p.dst, 1, y.data_ptr())
-            check(execute(p.prim, stream, p.nargs, p.args), "convolution execute")
+            p.execute(x, y)
         return y
 
     run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitives (tests)
