@@ -130,25 +130,29 @@ def _conv_kernel(
     x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw, sxc,
     stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
     bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
+    ws_ptr, cnt_ptr,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     FP8: tl.constexpr, MODE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     FP8_PTRS: tl.constexpr = False, FP8_NATIVE: tl.constexpr = False, CAST: tl.constexpr = False,
+    SPLIT: tl.constexpr = 1, PRE_RES: tl.constexpr = False,
 ):  # fmt: skip
     if FP8_PTRS:  # fp8 bytes read as fp8 (CUDA): `quant_kernels._fp8_pointers`
         x_ptr, w_ptr = qk._fp8_pointers(x_ptr, w_ptr)
     rows, cols = qk._tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    r0 = 0.0
+    if PRE_RES:  # the residual's tile read before the product: its loads overlap the sums
+        inside = (rows[:, None] < M) & (cols[None, :] < N)
+        r0 = tl.load(res_ptr + rows[:, None] * stride_rm + cols[None, :], mask=inside, other=0.0)
     wo = rows % WO
     ho = (rows // WO) % HO
     base = (rows // (WO * HO)) * sxn
     h0, w0 = ho * SH - PH, wo * SW - PW
     ks = tl.arange(0, BLOCK_K)
-    if FP8:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    for k0 in range(0, K, BLOCK_K):
+    acc = qk._zero_sums(BLOCK_M, BLOCK_N, FP8)
+    k_lo, k_hi = _k_range(K, BLOCK_K, SPLIT)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         a = _input_tile(
             x_ptr, rows, k0, ks, M, K, C, H, W, h0, w0, base, sxh, sxw, sxc, DH, DW, KW, MODE
         )
@@ -158,11 +162,53 @@ def _conv_kernel(
         else:
             w = tl.load(w_at, mask=cols[None, :] < N, other=0.0)
         acc = qk._dot8(a, w, acc, FP8, FP8_NATIVE)  # fp8: fp8 tiles on CUDA, else bytes
-    qk._store_dequantised(
-        acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-        qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE, MAGIC,
-        CAST,
-    )  # fmt: skip
+    last = True
+    if SPLIT > 1:
+        acc, last = _split_sums(acc, ws_ptr, cnt_ptr, BLOCK_M, BLOCK_N, SPLIT)
+    if last:
+        qk._store_dequantised(
+            acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
+            qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE,
+            MAGIC, CAST, r0, PRE_RES,
+        )  # fmt: skip
+
+
+@triton.jit
+def _k_range(K, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
+    """This program's [first, end) K offsets: all of K, or (`SPLIT` > 1) its share of the
+    K blocks (`program_id(1)` of `SPLIT`; a share may be empty)."""
+    if SPLIT == 1:
+        k_lo, k_hi = 0, K
+    else:
+        per = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT) * BLOCK_K
+        k_lo = tl.program_id(1) * per
+        k_hi = tl.minimum(k_lo + per, K)
+    return k_lo, k_hi
+
+
+@triton.jit
+def _split_sums(
+    acc, ws_ptr, cnt_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr
+):  # fmt: skip
+    """Split-K: write this program's partial sums of its output tile to the workspace
+    (`ws_ptr`: SPLIT tiles per output tile), then take a ticket from the tile's counter; the
+    program taking the last one sums the SPLIT partials in order (the same sums whichever
+    program finishes last: int32 exact; float32 in a fixed order), puts the counter back to
+    zero for the next launch and returns (sums, True); the others (acc, False)."""
+    tile = tl.program_id(0)
+    cells = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    base = ws_ptr + tile * (SPLIT * BLOCK_M * BLOCK_N)
+    tl.store(base + tl.program_id(1) * (BLOCK_M * BLOCK_N) + cells, acc)
+    tl.debug_barrier()  # every thread's partial stored before the ticket releases them
+    ticket = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+    last = ticket == SPLIT - 1
+    if last:
+        total = tl.load(base + cells, cache_modifier=".cg")
+        for part in tl.static_range(1, SPLIT):
+            total += tl.load(base + part * (BLOCK_M * BLOCK_N) + cells, cache_modifier=".cg")
+        tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
+        acc = total
+    return acc, last
 
 
 def _prune(configs: list, named_args: dict, **kwargs) -> list:
@@ -308,7 +354,8 @@ def launch_arguments(
     # an fp8 quantising epilogue writes its bytes by the hardware conversion where the
     # quantise kernels do (`quant_kernels.fp8_cast`: the same bytes, far fewer instructions)
     codes["CAST"] = codes["QUANT"] == 2 and qk.fp8_cast(out.device)
-    return (*args, *extra), codes
+    # the split-K workspace and counters (`_split_sums`): unused placeholders unless split
+    return (*args, *extra, scale, scale), codes
 
 
 def input_mode(x: torch.Tensor, geometry: tuple) -> int:

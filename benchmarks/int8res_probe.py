@@ -1,0 +1,271 @@
+"""Where ResNet-50's int8 convolutions lose to the fused fp16 ones: per layer, tiles, forms.
+
+    python benchmarks/int8res_probe.py [--json out.json] [--layers NAME ...] [--jobs 16]
+
+For the ResNet-50 b32 layers where the int8 program lost to the fused fp16 one on an H100
+(`benchmarks/results/int8res_layers.md`), channels-last, device time from CUDA-graph replays
+(`triton.testing.do_bench_cudagraph`, median), each layer in one process run:
+
+* `fp16`: cuDNN's fused convolution + bias (+ residual) + ReLU (`torch.cudnn_convolution_relu`
+  / `_add_relu`, the fp16 program's `conv_epilogue` form) or the bare `F.conv2d` half;
+* `int8 <tile>`: `quant_conv_kernels._conv_kernel` with the program's epilogue (bias, ReLU,
+  int8 quantise with the float store; the expansions with the residual) at every tile
+  `_prune` keeps from `CONV_CONFIGS` + `fp8conv_probe.EXTRA`; `conv_tiles.TABLE`'s marked;
+* `int8 pre <tile>`: the residual's tile loaded before the product (`PRE_RES`);
+* `int8 split<S> <tile>`: split-K over S programs a tile (`SPLIT`), the last one to finish
+  summing the partials and running the epilogue;
+* `tma <tile>` (1x1 stride-1 layers: a plain GEMM of the NHWC rows): `quant_kernels.
+  _tma_gemm_kernel` with the same epilogue;
+* `fp8n table`, `fp8n pre/split ...`: the fp8 kernel (native accumulation) at the table tile
+  and the int8 winner's form.
+
+The kernels are first compiled in `--jobs` worker processes (Triton's disk cache then serves
+this process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fp8conv_probe import EXTRA  # noqa: E402
+from quant_conv_probe import Layer, bench  # noqa: E402
+
+from pygraphx.targets.gpu import conv_tiles  # noqa: E402
+from pygraphx.targets.gpu import quant_conv_kernels as qck  # noqa: E402
+from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
+
+#: name -> ((N, C, H, W, C_out, k, stride, pad), epilogue): `quant_conv_probe.Layer.epilogue`
+LAYERS = {
+    "1x1_64_256_56_res": ((32, 64, 56, 56, 256, 1, 1, 0), "bresq"),
+    "1x1_128_512_28_res": ((32, 128, 28, 28, 512, 1, 1, 0), "bresq"),
+    "1x1_256_1024_14_res": ((32, 256, 14, 14, 1024, 1, 1, 0), "bresq"),
+    "1x1_512_2048_7_res": ((32, 512, 7, 7, 2048, 1, 1, 0), "bresq"),
+    "1x1s2_256_512_56_res": ((32, 256, 56, 56, 512, 1, 2, 0), "bresq"),
+    "3x3_512_7": ((32, 512, 7, 7, 512, 3, 1, 1), "brq"),
+    "3x3_256_14": ((32, 256, 14, 14, 256, 3, 1, 1), "brq"),
+    "1x1_64_64_56": ((32, 64, 56, 56, 64, 1, 1, 0), "brq"),
+}
+#: split-K factors and tiles timed for the layers of few output tiles and deep K
+SPLITS = (2, 4)
+#: tiles (besides the table's) timed with the residual loaded before the product
+PRE_TILES = [(128, 64, 64, 4, 4), (64, 128, 128, 4, 4), (128, 128, 64, 4, 4)]
+SPLIT_TILES = [(64, 64, 64, 4, 5), (128, 64, 64, 4, 4), (64, 64, 128, 4, 3),
+               (128, 64, 128, 4, 3), (64, 128, 128, 4, 4), (128, 128, 64, 4, 4)]  # fmt: skip
+
+
+def tiles(shape: tuple) -> list[tuple]:
+    """The tiles `_prune` keeps for the layer from `CONV_CONFIGS` + `EXTRA`."""
+    n, c, h, w, c_out, k, _, _ = shape
+    configs = [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                      num_warps=warps, num_stages=stages)
+        for bm, bn, bk, warps, stages in [*qck.CONV_CONFIGS, *EXTRA]
+    ]  # fmt: skip
+    kept = qck._prune(configs, {"C": c, "N": c_out, "K": k * k * c}, MODE=qck.IMPLICIT)
+    return sorted({
+        (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"], cfg.num_warps,
+         cfg.num_stages)
+        for cfg in kept
+    })  # fmt: skip
+
+
+def table_tile(layer: Layer, shape: tuple, fp8: bool) -> tuple | None:
+    n, c, h, w, c_out, k, _, _ = shape
+    key = (layer.rows, c_out, k * k * c, c)
+    return (conv_tiles.FP8_TABLE.get(key) if fp8 else None) or conv_tiles.TABLE.get(key)
+
+
+def conv_launch(layer: Layer, kind: str, ep_name: str, tile: tuple, split=1, pre=False):
+    """A zero-argument launch of `_conv_kernel` (split-K with its own workspace)."""
+    ep, res, qout = layer.epilogue(ep_name, kind)
+    args, codes = qck.launch_arguments(
+        layer.x[kind], layer.w[kind], layer.scale, layer.out, layer.geometry, ep, res, qout
+    )
+    codes["FP8_NATIVE"] = kind == "fp8n"
+    bm, bn, bk, warps, stages = tile
+    config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
+    grid = qk._grid(layer.rows, layer.c_out, config)
+    if split > 1:
+        acc = torch.float32 if kind != "int8" else torch.int32
+        ws = torch.empty(grid[0] * split * bm * bn, dtype=acc, device="cuda")
+        cnt = torch.zeros(grid[0], dtype=torch.int32, device="cuda")
+        args = (*args[:-2], ws, cnt)
+        grid = (grid[0], split)
+    extra = {"SPLIT": split, "PRE_RES": pre}
+
+    def run() -> None:
+        qck._conv_kernel[grid](
+            *args, **codes, **config, **extra, num_warps=warps, num_stages=stages
+        )
+
+    return run
+
+
+def tma_launch(layer: Layer, ep_name: str, cfg: tuple):
+    """A zero-argument launch of `quant_kernels._tma_gemm_kernel` on the 1x1 layer's rows."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    ep, res, qout = layer.epilogue(ep_name, "int8")
+    x = layer.x["int8"]
+    a = x.permute(0, 2, 3, 1).reshape(layer.rows, x.shape[1])
+    wt = layer.w["int8"]
+    m, k = a.shape
+    n = wt.shape[0]
+    bm, bn, bk, warps, stages, persistent = cfg
+    a_desc = TensorDescriptor(a, [m, k], [a.stride(0), 1], [bm, bk])
+    w_desc = TensorDescriptor(wt, [n, k], [wt.stride(0), 1], [bn, bk])
+    extra, codes = qk._epilogue_args(layer.scale, ep, res, qout)
+    config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "PERSISTENT": persistent}
+    tiles_ = qk._grid(m, n, config)[0]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    grid = (min(tiles_, sms * qk.PERSISTENT_PER_SM) if persistent else tiles_,)
+    args = (a_desc, w_desc, layer.scale, layer.out, m, n, k, layer.out.stride(0), *extra)
+
+    def run() -> None:
+        qk._tma_gemm_kernel[grid](*args, **codes, **config, num_warps=warps, num_stages=stages)
+
+    return run
+
+
+def fp16_launch(layer: Layer, shape: tuple, ep_name: str):
+    stride, pad = layer.conv
+    x, w = layer.half_x, layer.half_w
+    bias = layer.bias
+    if ep_name == "-":
+        return lambda: F.conv2d(x, w, None, stride, pad)
+    args = ([stride] * 2, [pad] * 2, [1, 1], 1)
+    if "res" in ep_name:
+        n, c, h, ww, c_out, k, s, p = shape
+        z = torch.randn(n, c_out, layer.ho, layer.wo, device="cuda").half()
+        z = z.contiguous(memory_format=torch.channels_last)
+        return lambda: torch.cudnn_convolution_add_relu(x, w, z, 1.0, bias, *args)
+    return lambda: torch.cudnn_convolution_relu(x, w, bias, *args)
+
+
+def variants(name: str) -> list[tuple[str, callable]]:
+    """(label, launch maker) of every variant timed for layer `name`."""
+    shape, ep = LAYERS[name]
+    n, c, h, w, c_out, k, stride, pad = shape
+    pointwise = k == 1 and stride == 1
+    out = [("fp16 cudnn", lambda lay: fp16_launch(lay, shape, ep))]
+    for kind in ("int8", "fp8n"):
+        lay_tiles = tiles(shape) if kind == "int8" else []
+        tab = conv_tiles.TABLE.get((n * (h // stride) * (w // stride), c_out, k * k * c, c))
+        ftab = conv_tiles.FP8_TABLE.get((n * (h // stride) * (w // stride), c_out, k * k * c, c))
+        ftab = ftab if kind == "fp8n" and ftab else tab
+        for t in sorted(set(lay_tiles) | ({ftab} if ftab else set())):
+            mark = " table" if t == ftab else ""
+            out.append(
+                (f"{kind} {t}{mark}", lambda lay, t=t, kind=kind: conv_launch(lay, kind, ep, t))
+            )
+            if "res" in ep and (t == ftab or (kind == "int8" and t in PRE_TILES)):
+                out.append(
+                    (
+                        f"{kind} pre {t}",
+                        lambda lay, t=t, kind=kind: conv_launch(lay, kind, ep, t, pre=True),
+                    )
+                )
+        if k == 3 and c >= 256:
+            for s in SPLITS:
+                for t in SPLIT_TILES if kind == "int8" else SPLIT_TILES[:3]:
+                    if c % t[2]:
+                        continue
+                    out.append(
+                        (
+                            f"{kind} split{s} {t}",
+                            lambda lay, t=t, s=s, kind=kind: conv_launch(lay, kind, ep, t, split=s),
+                        )
+                    )
+    if pointwise:
+        for cfg in qk.TMA_CONFIGS:
+            if cfg[1] <= 2 * c_out and cfg[2] <= c:
+                out.append((f"tma {cfg}", lambda lay, cfg=cfg: tma_launch(lay, ep, cfg)))
+    return out
+
+
+#: variants compiled by one worker job
+CHUNK = 6
+
+
+def _compile(job: tuple[str, int]) -> str:
+    """Compile (and run once) `CHUNK` variants of one layer: fills Triton's disk cache."""
+    name, start = job
+    layer = Layer(LAYERS[name][0])
+    failed = []
+    found = variants(name)[start : start + CHUNK]
+    for label, make in found:
+        try:
+            make(layer)()
+        except Exception as exc:  # noqa: BLE001 - a probe reports and goes on
+            failed.append(f"{label}: {type(exc).__name__} {str(exc)[:100]}")
+    torch.cuda.synchronize()
+    return f"{name}[{start}:]: {len(found)} variants" + (f", failed {failed}" if failed else "")
+
+
+def check_split(name: str, layer: Layer, tile: tuple, split: int) -> float:
+    """Largest |difference| between the split-K kernel's float output and the unsplit one's."""
+    _, ep = LAYERS[name]
+    conv_launch(layer, "int8", ep, tile)()
+    want = layer.out.clone()
+    layer.out.zero_()
+    run = conv_launch(layer, "int8", ep, tile, split=split)
+    for _ in range(3):  # the counters go back to zero: every launch sums right
+        run()
+    torch.cuda.synchronize()
+    return float((layer.out.float() - want.float()).abs().max())
+
+
+def probe(name: str) -> dict:
+    layer = Layer(LAYERS[name][0])
+    row = {}
+    for label, make in variants(name):
+        try:
+            row[label] = bench(make(layer)) * 1e3
+        except Exception as exc:  # noqa: BLE001 - a probe reports and goes on
+            row[label] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    ok = {k: v for k, v in row.items() if isinstance(v, float)}
+    best = sorted(ok.items(), key=lambda kv: kv[1])
+    tab = next((v for k, v in ok.items() if k.startswith("int8") and k.endswith("table")), None)
+    print(f"{name}: fp16 {ok.get('fp16 cudnn', float('nan')):.2f} us, int8 table {tab}")
+    for label, us in best[:8]:
+        print(f"    {us:7.2f} us  {label}")
+    if any(k.startswith("int8 split") for k in ok):
+        split_best = min((k for k in ok if k.startswith("int8 split")), key=ok.get)
+        s = int(split_best.split()[1][5:])
+        t = tuple(int(v) for v in split_best.split("(")[1].rstrip(")").split(","))
+        row["split_check_max_abs_diff"] = check_split(name, layer, t, s)
+        print(f"    split check {split_best}: max |diff| {row['split_check_max_abs_diff']}")
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json")
+    ap.add_argument("--layers", nargs="+", default=list(LAYERS))
+    ap.add_argument("--jobs", type=int, default=16)
+    args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
+    jobs = [(n, i) for n in args.layers for i in range(0, len(variants(n)), CHUNK)]
+    with multiprocessing.get_context("spawn").Pool(min(args.jobs, len(jobs))) as pool:
+        for line in pool.imap_unordered(_compile, jobs):
+            print("compiled", line, flush=True)
+    found = {"device": torch.cuda.get_device_name(), "triton": triton.__version__}
+    found["layers"] = {name: probe(name) for name in args.layers}
+    if args.json:
+        Path(args.json).write_text(json.dumps(found, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
