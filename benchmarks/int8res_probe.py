@@ -12,12 +12,15 @@ For the ResNet-50 b32 layers where the int8 program lost to the fused fp16 one o
   int8 quantise with the float store; the expansions with the residual) at every tile
   `_prune` keeps from `CONV_CONFIGS` + `fp8conv_probe.EXTRA`; `conv_tiles.TABLE`'s marked;
 * `int8 pre <tile>`: the residual's tile loaded before the product (`PRE_RES`);
-* `int8 split<S> <tile>`: split-K over S programs a tile (`SPLIT`), the last one to finish
-  summing the partials and running the epilogue;
 * `tma <tile>` (1x1 stride-1 layers: a plain GEMM of the NHWC rows): `quant_kernels.
   _tma_gemm_kernel` with the same epilogue;
-* `fp8n table`, `fp8n pre/split ...`: the fp8 kernel (native accumulation) at the table tile
-  and the int8 winner's form.
+* `fp8n table`, `fp8n pre ...`: the fp8 kernel (native accumulation) at the table tile.
+
+The H100 call of 54e2cb9 (`benchmarks/results/h100_int8res_probe.{txt,json}`) also timed
+split-K (`int8 split<S> <tile>`: S programs a tile over K, the last to finish summing the
+partials from a workspace and running the epilogue), for the 3x3 layers of 256 / 512 channels:
+it lost (3x3 512 at 7x7: 23.13 us at its best against 23.37 unsplit; 3x3 256 at 14x14 22.36
+against 16.98) and was removed from the kernel. `conv_tiles.H100_TABLE` comes from this probe.
 
 The kernels are first compiled in `--jobs` worker processes (Triton's disk cache then serves
 this process).
@@ -56,12 +59,8 @@ LAYERS = {
     "3x3_256_14": ((32, 256, 14, 14, 256, 3, 1, 1), "brq"),
     "1x1_64_64_56": ((32, 64, 56, 56, 64, 1, 1, 0), "brq"),
 }
-#: split-K factors and tiles timed for the layers of few output tiles and deep K
-SPLITS = (2, 4)
 #: tiles (besides the table's) timed with the residual loaded before the product
 PRE_TILES = [(128, 64, 64, 4, 4), (64, 128, 128, 4, 4), (128, 128, 64, 4, 4)]
-SPLIT_TILES = [(64, 64, 64, 4, 5), (128, 64, 64, 4, 4), (64, 64, 128, 4, 3),
-               (128, 64, 128, 4, 3), (64, 128, 128, 4, 4), (128, 128, 64, 4, 4)]  # fmt: skip
 
 
 def tiles(shape: tuple) -> list[tuple]:
@@ -86,8 +85,8 @@ def table_tile(layer: Layer, shape: tuple, fp8: bool) -> tuple | None:
     return (conv_tiles.FP8_TABLE.get(key) if fp8 else None) or conv_tiles.TABLE.get(key)
 
 
-def conv_launch(layer: Layer, kind: str, ep_name: str, tile: tuple, split=1, pre=False):
-    """A zero-argument launch of `_conv_kernel` (split-K with its own workspace)."""
+def conv_launch(layer: Layer, kind: str, ep_name: str, tile: tuple, pre: bool = False):
+    """A zero-argument launch of `_conv_kernel` (`pre`: the residual loaded first)."""
     ep, res, qout = layer.epilogue(ep_name, kind)
     args, codes = qck.launch_arguments(
         layer.x[kind], layer.w[kind], layer.scale, layer.out, layer.geometry, ep, res, qout
@@ -96,17 +95,10 @@ def conv_launch(layer: Layer, kind: str, ep_name: str, tile: tuple, split=1, pre
     bm, bn, bk, warps, stages = tile
     config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
     grid = qk._grid(layer.rows, layer.c_out, config)
-    if split > 1:
-        acc = torch.float32 if kind != "int8" else torch.int32
-        ws = torch.empty(grid[0] * split * bm * bn, dtype=acc, device="cuda")
-        cnt = torch.zeros(grid[0], dtype=torch.int32, device="cuda")
-        args = (*args[:-2], ws, cnt)
-        grid = (grid[0], split)
-    extra = {"SPLIT": split, "PRE_RES": pre}
 
     def run() -> None:
         qck._conv_kernel[grid](
-            *args, **codes, **config, **extra, num_warps=warps, num_stages=stages
+            *args, **codes, **config, PRE_RES=pre, num_warps=warps, num_stages=stages
         )
 
     return run
@@ -176,17 +168,6 @@ def variants(name: str) -> list[tuple[str, callable]]:
                         lambda lay, t=t, kind=kind: conv_launch(lay, kind, ep, t, pre=True),
                     )
                 )
-        if k == 3 and c >= 256:
-            for s in SPLITS:
-                for t in SPLIT_TILES if kind == "int8" else SPLIT_TILES[:3]:
-                    if c % t[2]:
-                        continue
-                    out.append(
-                        (
-                            f"{kind} split{s} {t}",
-                            lambda lay, t=t, s=s, kind=kind: conv_launch(lay, kind, ep, t, split=s),
-                        )
-                    )
     if pointwise:
         for cfg in qk.TMA_CONFIGS:
             if cfg[1] <= 2 * c_out and cfg[2] <= c:
@@ -213,19 +194,6 @@ def _compile(job: tuple[str, int]) -> str:
     return f"{name}[{start}:]: {len(found)} variants" + (f", failed {failed}" if failed else "")
 
 
-def check_split(name: str, layer: Layer, tile: tuple, split: int) -> float:
-    """Largest |difference| between the split-K kernel's float output and the unsplit one's."""
-    _, ep = LAYERS[name]
-    conv_launch(layer, "int8", ep, tile)()
-    want = layer.out.clone()
-    layer.out.zero_()
-    run = conv_launch(layer, "int8", ep, tile, split=split)
-    for _ in range(3):  # the counters go back to zero: every launch sums right
-        run()
-    torch.cuda.synchronize()
-    return float((layer.out.float() - want.float()).abs().max())
-
-
 def probe(name: str) -> dict:
     layer = Layer(LAYERS[name][0])
     row = {}
@@ -240,12 +208,6 @@ def probe(name: str) -> dict:
     print(f"{name}: fp16 {ok.get('fp16 cudnn', float('nan')):.2f} us, int8 table {tab}")
     for label, us in best[:8]:
         print(f"    {us:7.2f} us  {label}")
-    if any(k.startswith("int8 split") for k in ok):
-        split_best = min((k for k in ok if k.startswith("int8 split")), key=ok.get)
-        s = int(split_best.split()[1][5:])
-        t = tuple(int(v) for v in split_best.split("(")[1].rstrip(")").split(","))
-        row["split_check_max_abs_diff"] = check_split(name, layer, t, s)
-        print(f"    split check {split_best}: max |diff| {row['split_check_max_abs_diff']}")
     return row
 
 

@@ -24,6 +24,12 @@ address arithmetic and masks. On an H200 (`benchmarks/resgpu_probe.py`,
 `benchmarks/results/h200_resgpu_probe.json`) GATHER took 0.364 ms, ROWS 0.083 with the padded
 copy (then torch's, 0.022 of it), cuDNN half 0.090.
 
+`PRE_RES` (a `conv_tiles.H100_TABLE` tile's sixth entry, `tile_launch`): the epilogue's
+residual tile is loaded before the K loop, so its loads overlap the sums instead of following
+them (same numbers): on an H100 the 1x1 64 -> 256 expansion at 56x56 with its residual took
+56.06 us against 59.38 at the same tile (`benchmarks/results/h100_int8res_probe.json`; other
+layers gained nothing measurable).
+
 On CUDA each shape's tile comes from `conv_tiles` (this process's choices, an on-disk record,
 a table of ResNet-50's shapes on Hopper); a shape found nowhere is autotuned over
 `CONV_CONFIGS` at its first launch (the gpu executable's warm-up, before graph capture),
@@ -45,8 +51,8 @@ from pygraphx.targets.gpu import quant_kernels as qk
 
 __all__ = [
     "CONV_BLOCK_K", "CONV_CONFIGS", "FP8_NATIVE", "FP8_SUM_ERROR", "GATHER", "IMPLICIT",
-    "POINTWISE", "ROWS", "ROWS_BLOCK_K", "conv", "input_mode", "launch_arguments", "pad_rows",
-    "row_layout",
+    "POINTWISE", "RESIDUAL_CODES", "ROWS", "ROWS_BLOCK_K", "conv", "input_mode",
+    "launch_arguments", "pad_rows", "row_layout", "tile_launch",
 ]  # fmt: skip
 
 #: the smallest K block: a convolution read in place needs input channels a multiple of it
@@ -130,13 +136,12 @@ def _conv_kernel(
     x_ptr, w_ptr, scale_ptr, out_ptr, M, N, K, C, H, W, HO, WO, sxn, sxh, sxw, sxc,
     stride_wn, stride_om, SH, SW, PH, PW, DH, DW, KW,
     bias_ptr, res_ptr, stride_rm, qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
-    ws_ptr, cnt_ptr,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr,
     FP8: tl.constexpr, MODE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     FP8_PTRS: tl.constexpr = False, FP8_NATIVE: tl.constexpr = False, CAST: tl.constexpr = False,
-    SPLIT: tl.constexpr = 1, PRE_RES: tl.constexpr = False,
+    PRE_RES: tl.constexpr = False,
 ):  # fmt: skip
     if FP8_PTRS:  # fp8 bytes read as fp8 (CUDA): `quant_kernels._fp8_pointers`
         x_ptr, w_ptr = qk._fp8_pointers(x_ptr, w_ptr)
@@ -151,8 +156,7 @@ def _conv_kernel(
     h0, w0 = ho * SH - PH, wo * SW - PW
     ks = tl.arange(0, BLOCK_K)
     acc = qk._zero_sums(BLOCK_M, BLOCK_N, FP8)
-    k_lo, k_hi = _k_range(K, BLOCK_K, SPLIT)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
+    for k0 in range(0, K, BLOCK_K):
         a = _input_tile(
             x_ptr, rows, k0, ks, M, K, C, H, W, h0, w0, base, sxh, sxw, sxc, DH, DW, KW, MODE
         )
@@ -162,53 +166,11 @@ def _conv_kernel(
         else:
             w = tl.load(w_at, mask=cols[None, :] < N, other=0.0)
         acc = qk._dot8(a, w, acc, FP8, FP8_NATIVE)  # fp8: fp8 tiles on CUDA, else bytes
-    last = True
-    if SPLIT > 1:
-        acc, last = _split_sums(acc, ws_ptr, cnt_ptr, BLOCK_M, BLOCK_N, SPLIT)
-    if last:
-        qk._store_dequantised(
-            acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
-            qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE,
-            MAGIC, CAST, r0, PRE_RES,
-        )  # fmt: skip
-
-
-@triton.jit
-def _k_range(K, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
-    """This program's [first, end) K offsets: all of K, or (`SPLIT` > 1) its share of the
-    K blocks (`program_id(1)` of `SPLIT`; a share may be empty)."""
-    if SPLIT == 1:
-        k_lo, k_hi = 0, K
-    else:
-        per = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT) * BLOCK_K
-        k_lo = tl.program_id(1) * per
-        k_hi = tl.minimum(k_lo + per, K)
-    return k_lo, k_hi
-
-
-@triton.jit
-def _split_sums(
-    acc, ws_ptr, cnt_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr
-):  # fmt: skip
-    """Split-K: write this program's partial sums of its output tile to the workspace
-    (`ws_ptr`: SPLIT tiles per output tile), then take a ticket from the tile's counter; the
-    program taking the last one sums the SPLIT partials in order (the same sums whichever
-    program finishes last: int32 exact; float32 in a fixed order), puts the counter back to
-    zero for the next launch and returns (sums, True); the others (acc, False)."""
-    tile = tl.program_id(0)
-    cells = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    base = ws_ptr + tile * (SPLIT * BLOCK_M * BLOCK_N)
-    tl.store(base + tl.program_id(1) * (BLOCK_M * BLOCK_N) + cells, acc)
-    tl.debug_barrier()  # every thread's partial stored before the ticket releases them
-    ticket = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-    last = ticket == SPLIT - 1
-    if last:
-        total = tl.load(base + cells, cache_modifier=".cg")
-        for part in tl.static_range(1, SPLIT):
-            total += tl.load(base + part * (BLOCK_M * BLOCK_N) + cells, cache_modifier=".cg")
-        tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
-        acc = total
-    return acc, last
+    qk._store_dequantised(
+        acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
+        qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE, MAGIC,
+        CAST, r0, PRE_RES,
+    )  # fmt: skip
 
 
 def _prune(configs: list, named_args: dict, **kwargs) -> list:
@@ -308,8 +270,7 @@ def _tiled_launch(args: tuple, codes: dict, device: torch.device) -> None:
     section, hopper = conv_tiles.device_section(device.index or 0)
     tile = _tiles.find(key, (m, n, k, c), section, hopper, codes["FP8"])
     if tile is not None and (codes["MODE"] == GATHER or c % tile[2] == 0):
-        bm, bn, bk, warps, stages = tile
-        config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
+        config, warps, stages = tile_launch(tile, codes)
         grid = qk._grid(m, n, config)
         _conv_kernel[grid](*args, **codes, **config, num_warps=warps, num_stages=stages)
         return
@@ -320,6 +281,20 @@ def _tiled_launch(args: tuple, codes: dict, device: torch.device) -> None:
     kw = best.kwargs
     tile = (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], best.num_warps, best.num_stages)
     _tiles.keep(key, tile, section, time.perf_counter() - start)
+
+
+#: the epilogue codes that read the residual (`quant_kernels._epilogue_op`)
+RESIDUAL_CODES = (2, 5)
+
+
+def tile_launch(tile: tuple, codes: dict) -> tuple[dict, int, int]:
+    """(the launch's constexprs, warps, stages) of a `conv_tiles` tile: its blocks, and
+    `PRE_RES` (the residual's tile loaded before the product) where the tile asks for it and
+    the epilogue reads a residual."""
+    (bm, bn, bk, warps, stages), pre = conv_tiles.tile_form(tile)
+    residual = any(codes[e] in RESIDUAL_CODES for e in ("E0", "E1", "E2"))
+    config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
+    return {**config, "PRE_RES": pre and residual}, warps, stages
 
 
 def launch_arguments(
@@ -354,8 +329,7 @@ def launch_arguments(
     # an fp8 quantising epilogue writes its bytes by the hardware conversion where the
     # quantise kernels do (`quant_kernels.fp8_cast`: the same bytes, far fewer instructions)
     codes["CAST"] = codes["QUANT"] == 2 and qk.fp8_cast(out.device)
-    # the split-K workspace and counters (`_split_sums`): unused placeholders unless split
-    return (*args, *extra, scale, scale), codes
+    return (*args, *extra), codes
 
 
 def input_mode(x: torch.Tensor, geometry: tuple) -> int:
