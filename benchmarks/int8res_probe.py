@@ -1,6 +1,7 @@
 """Where ResNet-50's int8 convolutions lose to the fused fp16 ones: per layer, tiles, forms.
 
-    python benchmarks/int8res_probe.py [--json out.json] [--layers NAME ...] [--jobs 16]
+    python benchmarks/int8res_probe.py [--json out.json] [--layers NAME ...]
+        [--fp8-layers NAME ...] [--tma] [--jobs 16]
 
 For the ResNet-50 b32 layers where the int8 program lost to the fused fp16 one on an H100
 (`benchmarks/results/int8res_layers.md`), channels-last, device time from CUDA-graph replays
@@ -12,9 +13,12 @@ For the ResNet-50 b32 layers where the int8 program lost to the fused fp16 one o
   int8 quantise with the float store; the expansions with the residual) at every tile
   `_prune` keeps from `CONV_CONFIGS` + `fp8conv_probe.EXTRA`; `conv_tiles.TABLE`'s marked;
 * `int8 pre <tile>`: the residual's tile loaded before the product (`PRE_RES`);
-* `tma <tile>` (1x1 stride-1 layers: a plain GEMM of the NHWC rows): `quant_kernels.
-  _tma_gemm_kernel` with the same epilogue;
-* `fp8n table`, `fp8n pre ...`: the fp8 kernel (native accumulation) at the table tile.
+* `tma <tile>` (`--tma`, 1x1 stride-1 layers: a plain GEMM of the NHWC rows):
+  `quant_kernels._tma_gemm_kernel` with the same epilogue;
+* `fp8n <tile>`, `fp8n pre ...`: the fp8 kernel (native accumulation) at the tables' tiles
+  (`table`: `FP8_TABLE` / `TABLE`; `h100`: `H100_TABLE`'s int8 tile) and `FP8_TILES`;
+
+`--fp8-layers`: layers timed without the int8 sweep (int8 at the tables' tiles only).
 
 The H100 call of 54e2cb9 (`benchmarks/results/h100_int8res_probe.{txt,json}`) also timed
 split-K (`int8 split<S> <tile>`: S programs a tile over K, the last to finish summing the
@@ -58,7 +62,13 @@ LAYERS = {
     "3x3_512_7": ((32, 512, 7, 7, 512, 3, 1, 1), "brq"),
     "3x3_256_14": ((32, 256, 14, 14, 256, 3, 1, 1), "brq"),
     "1x1_64_64_56": ((32, 64, 56, 56, 64, 1, 1, 0), "brq"),
+    "1x1_512_256_28": ((32, 512, 28, 28, 256, 1, 1, 0), "brq"),
+    "1x1_1024_512_14": ((32, 1024, 14, 14, 512, 1, 1, 0), "brq"),
+    "1x1s2_512_1024_28_res": ((32, 512, 28, 28, 1024, 1, 2, 0), "bresq"),
+    "1x1s2_1024_2048_14_res": ((32, 1024, 14, 14, 2048, 1, 2, 0), "bresq"),
 }
+#: fp8 tiles timed besides the tables' (where `_prune` keeps them)
+FP8_TILES = [(64, 64, 128, 4, 3), (128, 64, 128, 4, 3), (64, 64, 64, 4, 2), (64, 64, 128, 4, 2)]
 #: tiles (besides the table's) timed with the residual loaded before the product
 PRE_TILES = [(128, 64, 64, 4, 4), (64, 128, 128, 4, 4), (128, 128, 64, 4, 4)]
 
@@ -145,30 +155,47 @@ def fp16_launch(layer: Layer, shape: tuple, ep_name: str):
     return lambda: torch.cudnn_convolution_relu(x, w, bias, *args)
 
 
-def variants(name: str) -> list[tuple[str, callable]]:
-    """(label, launch maker) of every variant timed for layer `name`."""
+def _key(shape: tuple) -> tuple[int, int, int, int]:
+    """The `conv_tiles` table key (M, N, K, C) of a layer shape."""
+    n, c, h, w, c_out, k, stride, pad = shape
+    ho, wo = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    return (n * ho * wo, c_out, k * k * c, c)
+
+
+def variants(name: str, sweep: bool = True, tma: bool = False) -> list[tuple[str, callable]]:
+    """(label, launch maker) of every variant timed for layer `name`: fp16; int8 at every tile
+    (`sweep`; else at the tables' tiles only) with the early residual at `PRE_TILES`; fp8 at
+    the tables' tiles and `FP8_TILES`; the TMA GEMM (`tma`, 1x1 stride-1 layers)."""
     shape, ep = LAYERS[name]
     n, c, h, w, c_out, k, stride, pad = shape
-    pointwise = k == 1 and stride == 1
+    key = _key(shape)
+    h100 = conv_tiles.H100_TABLE.get(key)
+    h100 = None if h100 is None else conv_tiles.tile_form(h100)[0]
+    tab, ftab = (
+        conv_tiles.TABLE.get(key),
+        conv_tiles.FP8_TABLE.get(key) or conv_tiles.TABLE.get(key),
+    )
+    marks = {"int8": {tab: " table", h100: " h100"}, "fp8n": {ftab: " table", h100: " h100"}}
     out = [("fp16 cudnn", lambda lay: fp16_launch(lay, shape, ep))]
     for kind in ("int8", "fp8n"):
-        lay_tiles = tiles(shape) if kind == "int8" else []
-        tab = conv_tiles.TABLE.get((n * (h // stride) * (w // stride), c_out, k * k * c, c))
-        ftab = conv_tiles.FP8_TABLE.get((n * (h // stride) * (w // stride), c_out, k * k * c, c))
-        ftab = ftab if kind == "fp8n" and ftab else tab
-        for t in sorted(set(lay_tiles) | ({ftab} if ftab else set())):
-            mark = " table" if t == ftab else ""
+        named = {t for t in marks[kind] if t is not None}
+        if kind == "int8" and sweep:
+            chosen = set(tiles(shape)) | named
+        else:
+            chosen = named | (set(FP8_TILES) & set(tiles(shape)) if kind == "fp8n" else set())
+        for t in sorted(chosen):
+            mark = "".join(v for u, v in marks[kind].items() if u == t)
             out.append(
                 (f"{kind} {t}{mark}", lambda lay, t=t, kind=kind: conv_launch(lay, kind, ep, t))
             )
-            if "res" in ep and (t == ftab or (kind == "int8" and t in PRE_TILES)):
+            if "res" in ep and (t in named or (kind == "int8" and t in PRE_TILES)):
                 out.append(
                     (
                         f"{kind} pre {t}",
                         lambda lay, t=t, kind=kind: conv_launch(lay, kind, ep, t, pre=True),
                     )
                 )
-    if pointwise:
+    if tma and k == 1 and stride == 1:
         for cfg in qk.TMA_CONFIGS:
             if cfg[1] <= 2 * c_out and cfg[2] <= c:
                 out.append((f"tma {cfg}", lambda lay, cfg=cfg: tma_launch(lay, ep, cfg)))
@@ -179,12 +206,12 @@ def variants(name: str) -> list[tuple[str, callable]]:
 CHUNK = 6
 
 
-def _compile(job: tuple[str, int]) -> str:
+def _compile(job: tuple[str, int, bool, bool]) -> str:
     """Compile (and run once) `CHUNK` variants of one layer: fills Triton's disk cache."""
-    name, start = job
+    name, start, sweep, tma = job
     layer = Layer(LAYERS[name][0])
     failed = []
-    found = variants(name)[start : start + CHUNK]
+    found = variants(name, sweep, tma)[start : start + CHUNK]
     for label, make in found:
         try:
             make(layer)()
@@ -194,36 +221,46 @@ def _compile(job: tuple[str, int]) -> str:
     return f"{name}[{start}:]: {len(found)} variants" + (f", failed {failed}" if failed else "")
 
 
-def probe(name: str) -> dict:
+def probe(name: str, sweep: bool, tma: bool) -> dict:
     layer = Layer(LAYERS[name][0])
     row = {}
-    for label, make in variants(name):
+    for label, make in variants(name, sweep, tma):
         try:
             row[label] = bench(make(layer)) * 1e3
         except Exception as exc:  # noqa: BLE001 - a probe reports and goes on
             row[label] = f"{type(exc).__name__}: {str(exc)[:120]}"
     ok = {k: v for k, v in row.items() if isinstance(v, float)}
-    best = sorted(ok.items(), key=lambda kv: kv[1])
-    tab = next((v for k, v in ok.items() if k.startswith("int8") and k.endswith("table")), None)
-    print(f"{name}: fp16 {ok.get('fp16 cudnn', float('nan')):.2f} us, int8 table {tab}")
-    for label, us in best[:8]:
-        print(f"    {us:7.2f} us  {label}")
+    print(f"{name}: fp16 {ok.get('fp16 cudnn', float('nan')):.2f} us")
+    for kind, top in (("int8", 6), ("fp8n", 4), ("tma", 2)):
+        for label, us in sorted(((k, v) for k, v in ok.items() if k.startswith(kind)),
+                                key=lambda kv: kv[1])[:top]:  # fmt: skip
+            print(f"    {us:7.2f} us  {label}")
     return row
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
-    ap.add_argument("--layers", nargs="+", default=list(LAYERS))
+    ap.add_argument("--layers", nargs="*", default=list(LAYERS))
+    ap.add_argument(
+        "--fp8-layers", nargs="*", default=[],
+        help="layers timed at the tables' tiles only (no int8 sweep)",
+    )  # fmt: skip
+    ap.add_argument("--tma", action="store_true", help="time the TMA GEMM on 1x1 layers too")
     ap.add_argument("--jobs", type=int, default=16)
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
-    jobs = [(n, i) for n in args.layers for i in range(0, len(variants(n)), CHUNK)]
+    runs = [(n, n not in args.fp8_layers) for n in dict.fromkeys(args.layers + args.fp8_layers)]
+    jobs = [
+        (n, i, sweep, args.tma)
+        for n, sweep in runs
+        for i in range(0, len(variants(n, sweep, args.tma)), CHUNK)
+    ]
     with multiprocessing.get_context("spawn").Pool(min(args.jobs, len(jobs))) as pool:
         for line in pool.imap_unordered(_compile, jobs):
             print("compiled", line, flush=True)
     found = {"device": torch.cuda.get_device_name(), "triton": triton.__version__}
-    found["layers"] = {name: probe(name) for name in args.layers}
+    found["layers"] = {name: probe(name, sweep, args.tma) for name, sweep in runs}
     if args.json:
         Path(args.json).write_text(json.dumps(found, indent=1))
     return 0
