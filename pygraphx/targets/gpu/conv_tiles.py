@@ -8,8 +8,9 @@ shape's tile comes, in this order, from
 2. the on-disk record (`PGX_GPU_TILE_RECORD`, default `~/.cache/pygraphx/conv_tiles.json`),
    one section per (device name, Triton version), written after each autotuned shape;
 3. `TABLE` on compute capability 9.x (H100 / H200): ResNet-50's layer shapes at batch 32
-   (for fp8 kernels `FP8_TABLE` first, where fp8 timed best at another tile; for int8 kernels
-   on an H100 `H100_TABLE` first, where the H100 timed another tile or form faster);
+   (for fp8 kernels `FP8_TABLE` first, where fp8 timed best at another tile; on an H100
+   `H100_TABLE` / `H100_FP8_TABLE` before those, where the H100 timed another tile or form
+   faster);
 
 and only a shape found in none of them is autotuned (its tile then recorded). A shape is
 (kind `int8` / `fp8`, input mode, M, N, K, C): the epilogue is not part of it (it changes a
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "FP8_TABLE",
+    "H100_FP8_TABLE",
     "H100_NAME",
     "H100_TABLE",
     "PRE",
@@ -99,18 +101,37 @@ FP8_TABLE: dict[tuple[int, int, int, int], Tile] = {
 
 #: int8 tiles where another tile or form beat `TABLE`'s on an H100 (ResNet-50 b32 layers with
 #: the program's epilogue, CUDA-graph replays, `benchmarks/int8res_probe.py`,
-#: `benchmarks/results/h100_int8res_probe.json`; us at this tile against `TABLE`'s, fused
-#: cuDNN fp16 in the same call): 1x1 64 -> 256 at 56x56 + residual 56.06 / 59.38 (fp16 49.18),
-#: 1x1 128 -> 512 at 28x28 + residual 32.36 / 33.60 (26.43), 1x1 512 -> 2048 at 7x7 + residual
-#: 12.27 / 15.44 (11.89), 3x3 512 at 7x7 23.37 / 25.46 (16.46), 3x3 256 at 14x14 16.98 / 17.82
-#: (16.54), 1x1 64 -> 64 at 56x56 11.56 / 12.35 (8.28). Not timed on an H200: `TABLE` there.
+#: `benchmarks/results/h100_int8res_probe{,2}.json`, two calls; us at this tile against
+#: `TABLE`'s, fused cuDNN fp16 in the same call): 1x1 64 -> 256 at 56x56 + residual 56.06 /
+#: 59.38 (fp16 49.18; the second call 56.11 / 59.67), 1x1 128 -> 512 at 28x28 + residual
+#: 31.38 / 33.86 (26.82), 1x1 512 -> 2048 at 7x7 + residual 12.27 / 15.44 (11.89), 3x3 512
+#: at 7x7 23.37 / 25.46 (16.46), 3x3 256 at 14x14 16.98 / 17.82 (16.54), 1x1 64 -> 64 at
+#: 56x56 11.56 / 12.35 (8.28), 1x1 512 -> 256 at 28x28 19.24 / 20.21 (14.97), 1x1 1024 -> 512
+#: at 14x14 13.19 / 14.80 (12.52). Not timed on an H200: `TABLE` there.
 H100_TABLE: dict[tuple[int, int, int, int], Tile] = {
     (100352, 256, 64, 64): (64, 128, 64, 4, 2, PRE),
-    (25088, 512, 128, 128): (64, 64, 128, 4, 2),
+    (25088, 512, 128, 128): (64, 64, 128, 4, 2, PRE),
     (1568, 2048, 512, 512): (64, 64, 128, 4, 3),
     (1568, 512, 4608, 512): (64, 64, 128, 4, 3),
     (6272, 256, 2304, 256): (64, 64, 128, 4, 3),
     (100352, 64, 64, 64): (128, 64, 64, 4, 2),
+    (25088, 256, 512, 512): (128, 64, 128, 4, 3),
+    (6272, 512, 1024, 1024): (128, 64, 128, 4, 3),
+}  # fmt: skip
+#: fp8 tiles where another tile or form beat `FP8_TABLE`'s / `TABLE`'s on an H100 (the second
+#: call above, `h100_int8res_probe2.json`; us): 3x3 512 at 7x7 21.15 / 26.63 (fp16 16.44),
+#: 3x3 256 at 14x14 16.49 / 17.03 (16.74), 1x1 512 -> 2048 at 7x7 + residual 12.78 / 15.04
+#: (11.69), 1x1 128 -> 512 at 28x28 + residual 32.94 / 36.06 (26.82), 1x1 64 -> 256 at 56x56
+#: + residual 56.41 / 57.66 (49.10; the first call 56.40 / 58.45), 1x1 512 -> 256 at 28x28
+#: 20.51 / 23.98 (14.97), 1x1 1024 -> 512 at 14x14 13.82 / 15.85 (12.52). H100 only.
+H100_FP8_TABLE: dict[tuple[int, int, int, int], Tile] = {
+    (100352, 256, 64, 64): (64, 64, 64, 4, 2, PRE),
+    (25088, 512, 128, 128): (64, 64, 128, 4, 2, PRE),
+    (1568, 2048, 512, 512): (64, 64, 128, 4, 3),
+    (1568, 512, 4608, 512): (64, 64, 128, 4, 3),
+    (6272, 256, 2304, 256): (64, 64, 128, 4, 3),
+    (25088, 256, 512, 512): (128, 64, 128, 4, 3),
+    (6272, 512, 1024, 1024): (128, 64, 128, 4, 3),
 }  # fmt: skip
 #: the device name `H100_TABLE` applies to (`device_section`'s name holds it)
 H100_NAME = "H100"
@@ -118,13 +139,11 @@ H100_NAME = "H100"
 
 def table_tile(shape: tuple[int, int, int, int], section: str, fp8: bool) -> Tile | None:
     """The tables' tile of `shape` on a Hopper device of record section `section` (its name):
-    `FP8_TABLE` first for fp8 kernels, `H100_TABLE` first for int8 ones on an H100, then
+    on an H100 `H100_FP8_TABLE` / `H100_TABLE` first, then for fp8 kernels `FP8_TABLE`, then
     `TABLE`; None where no table has it."""
-    if fp8:
-        return FP8_TABLE.get(shape) or TABLE.get(shape)
-    if H100_NAME in section.split(" | ")[0]:
-        return H100_TABLE.get(shape) or TABLE.get(shape)
-    return TABLE.get(shape)
+    tables = [H100_FP8_TABLE if fp8 else H100_TABLE] if H100_NAME in section.split(" | ")[0] else []
+    tables += [FP8_TABLE, TABLE] if fp8 else [TABLE]
+    return next((t[shape] for t in tables if shape in t), None)
 
 
 def tile_form(tile: Tile) -> tuple[tuple[int, int, int, int, int], bool]:

@@ -24,11 +24,11 @@ address arithmetic and masks. On an H200 (`benchmarks/resgpu_probe.py`,
 `benchmarks/results/h200_resgpu_probe.json`) GATHER took 0.364 ms, ROWS 0.083 with the padded
 copy (then torch's, 0.022 of it), cuDNN half 0.090.
 
-`PRE_RES` (a `conv_tiles.H100_TABLE` tile's sixth entry, `tile_launch`): the epilogue's
+`PRE_RES` (an H100 table tile's sixth entry, `conv_tiles.PRE`, `tile_launch`): the epilogue's
 residual tile is loaded before the K loop, so its loads overlap the sums instead of following
-them (same numbers): on an H100 the 1x1 64 -> 256 expansion at 56x56 with its residual took
-56.06 us against 59.38 at the same tile (`benchmarks/results/h100_int8res_probe.json`; other
-layers gained nothing measurable).
+them (same numbers): on an H100 the int8 1x1 64 -> 256 expansion at 56x56 with its residual
+took 56.06 us against 59.38 at the same tile, the 1x1 128 -> 512 at 28x28 31.38 against 32.29
+(`benchmarks/results/h100_int8res_probe{,2}.json`; deeper layers gained nothing).
 
 On CUDA each shape's tile comes from `conv_tiles` (this process's choices, an on-disk record,
 a table of ResNet-50's shapes on Hopper); a shape found nowhere is autotuned over

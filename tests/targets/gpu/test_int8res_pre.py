@@ -59,8 +59,8 @@ def _launch(x, wt, scale, out, geometry, ep, residual, qout, pre: bool) -> None:
 def test_residual_loaded_first_matches_torch(dtype, kernel: int, affine: bool) -> None:
     """bias + residual (or another product's residual with its scale and bias) + ReLU, then
     the int8 quantise, with and without `PRE_RES`: both forms give the same bytes; the float
-    result equals torch's float64 sums scaled and put through the same ops, each rounded to
-    half as the unfused ops store them (fp8: within the float32 sums' error, on a GPU the
+    result equals torch's float64 sums scaled and put through the same ops in float32, each
+    rounded to half as the unfused ops store them (fp8: within the float32 sums' error, on a GPU the
     tensor cores', `qck.FP8_SUM_ERROR`); the quantised bytes equal torch's quantise of the
     kernel's float result."""
     x, wt, geometry, sums = _layer(kernel, dtype)
@@ -83,15 +83,15 @@ def test_residual_loaded_first_matches_torch(dtype, kernel: int, affine: bool) -
     np.testing.assert_array_equal(results[0][0].numpy(), results[1][0].numpy())
     np.testing.assert_array_equal(results[0][1].numpy(), results[1][1].numpy())
 
-    def half(t: torch.Tensor) -> torch.Tensor:
-        return t.half().double()
+    def half(t: torch.Tensor) -> torch.Tensor:  # a float32 op's result stored as half
+        return t.half().float()
 
-    y = half(sums * scale.double())
-    y = half(y + bias.double())
-    r = residual.double()
+    y = half(sums.float() * scale)  # int8 sums below 2**24: exact in float32
+    y = half(y + bias.float())
+    r = residual.float()
     if affine:
-        r = half(half(r * rs.double()) + rb.double())
-    y = half(y + r).clamp(min=0)
+        r = half(half(r * rs) + rb)
+    y = half(y + r).clamp(min=0).double()
     out, q = results[1]
     if dtype == F8:  # float32 (interpreter) or the tensor cores' (GPU) sums of fp8 products
         sizes = (sums.abs() * scale.double()).max().item()
@@ -101,6 +101,64 @@ def test_residual_loaded_first_matches_torch(dtype, kernel: int, affine: bool) -
         np.testing.assert_array_equal(out.double().numpy(), y.numpy())
     want = torch.round(out.float() / qs).clamp(-128, 127).to(torch.int8)
     np.testing.assert_array_equal(q.numpy(), want.numpy())
+
+
+def test_tile_launch_loads_the_residual_first_only_where_there_is_one() -> None:
+    """A table tile with `PRE` launches `PRE_RES` only for an epilogue reading a residual
+    (`residual` or `residual_affine`); a five-entry tile never does."""
+    pre_tile, plain = (64, 128, 64, 4, 2, conv_tiles.PRE), (64, 128, 64, 4, 2)
+    for ops, reads in ((["bias", "residual", "relu"], True), (["bias", "relu"], False),
+                       (["residual_affine"], True), ([], False)):  # fmt: skip
+        affine = (torch.ones(1), torch.ones(1)) if "residual_affine" in ops else None
+        ep = qk.Epilogue(ops, residual_affine=affine)
+        codes = dict(zip(("E0", "E1", "E2"), ep.codes, strict=True))
+        config, warps, stages = qck.tile_launch(pre_tile, codes)
+        assert config["PRE_RES"] is reads, ops
+        assert (config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], warps, stages) == plain
+        assert qck.tile_launch(plain, codes)[0]["PRE_RES"] is False
+
+
+def test_h100_tables_answer_on_an_h100_only() -> None:
+    """On an H100 `H100_TABLE` answers int8 kernels and `H100_FP8_TABLE` fp8 ones before the
+    other tables; on another Hopper device (an H200) neither does: `TABLE`, for fp8
+    `FP8_TABLE` first, as before."""
+    shapes = set(conv_tiles.H100_TABLE) | set(conv_tiles.H100_FP8_TABLE)
+    for shape in shapes:
+        int8 = conv_tiles.H100_TABLE.get(shape) or conv_tiles.TABLE.get(shape)
+        fp8_default = conv_tiles.FP8_TABLE.get(shape) or conv_tiles.TABLE.get(shape)
+        fp8 = conv_tiles.H100_FP8_TABLE.get(shape) or fp8_default
+        assert conv_tiles.table_tile(shape, H100, False) == int8
+        assert conv_tiles.table_tile(shape, H100, True) == fp8
+        assert conv_tiles.table_tile(shape, H200, False) == conv_tiles.TABLE.get(shape)
+        assert conv_tiles.table_tile(shape, H200, True) == fp8_default
+    assert conv_tiles.table_tile((7, 7, 7, 7), H100, True) is None
+    choice = conv_tiles.TileChoice()
+    shape = (100352, 256, 64, 64)
+    key = conv_tiles.tile_key(False, qck.POINTWISE, *shape)
+    assert choice.find(key, shape, H100, True) == conv_tiles.H100_TABLE[shape]
+    fp8_key = conv_tiles.tile_key(True, qck.POINTWISE, *shape)
+    assert choice.find(fp8_key, shape, H100, True, True) == conv_tiles.H100_FP8_TABLE[shape]
+
+
+@pytest.mark.parametrize(
+    ("shape", "tile"),
+    sorted(conv_tiles.H100_TABLE.items()) + sorted(conv_tiles.H100_FP8_TABLE.items()),
+)
+def test_h100_tiles_are_ones_autotuning_times(shape, tile) -> None:
+    """Each H100 tile (its five entries) is among the configurations `_prune` keeps for its
+    shape: the tables pick within the autotuning's candidates, they add none."""
+    m, n, k, c = shape
+    configs = [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                      num_warps=warps, num_stages=stages)
+        for bm, bn, bk, warps, stages in qck.CONV_CONFIGS
+    ]  # fmt: skip
+    kept = {
+        (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"], cfg.num_warps,
+         cfg.num_stages)
+        for cfg in qck._prune(configs, {"C": c, "N": n, "K": k}, MODE=qck.IMPLICIT)
+    }  # fmt: skip
+    assert conv_tiles.tile_form(tile)[0] in kept, (shape, sorted(kept))
 
 
 def test_residual_first_variants_compile_for_sm90_and_gfx942(tmp_path) -> None:
