@@ -16,7 +16,8 @@ For the ResNet-50 b32 layers where the int8 program lost to the fused fp16 one o
 * `tma <tile>` (`--tma`, 1x1 stride-1 layers: a plain GEMM of the NHWC rows):
   `quant_kernels._tma_gemm_kernel` with the same epilogue;
 * `fp8n <tile>`, `fp8n pre ...`: the fp8 kernel (native accumulation) at the tables' tiles
-  (`table`: `FP8_TABLE` / `TABLE`; `h100`: `H100_TABLE`'s int8 tile) and `FP8_TILES`;
+  (`table`: `FP8_TABLE` / `TABLE`; `h100`: `H100_FP8_TABLE`'s, else `H100_TABLE`'s int8
+  tile: the second call, `h100_int8res_probe2`, ran before `H100_FP8_TABLE`) and `FP8_TILES`;
 
 `--fp8-layers`: layers timed without the int8 sweep (int8 at the tables' tiles only).
 
@@ -169,13 +170,18 @@ def variants(name: str, sweep: bool = True, tma: bool = False) -> list[tuple[str
     shape, ep = LAYERS[name]
     n, c, h, w, c_out, k, stride, pad = shape
     key = _key(shape)
-    h100 = conv_tiles.H100_TABLE.get(key)
-    h100 = None if h100 is None else conv_tiles.tile_form(h100)[0]
+    h100, h100f = (
+        None if t is None else conv_tiles.tile_form(t)[0]
+        for t in (conv_tiles.H100_TABLE.get(key), conv_tiles.H100_FP8_TABLE.get(key))
+    )
     tab, ftab = (
         conv_tiles.TABLE.get(key),
         conv_tiles.FP8_TABLE.get(key) or conv_tiles.TABLE.get(key),
     )
-    marks = {"int8": {tab: " table", h100: " h100"}, "fp8n": {ftab: " table", h100: " h100"}}
+    marks = {
+        "int8": {tab: " table", h100: " h100"},
+        "fp8n": {ftab: " table", (h100f or h100): " h100"},
+    }
     out = [("fp16 cudnn", lambda lay: fp16_launch(lay, shape, ep))]
     for kind in ("int8", "fp8n"):
         named = {t for t in marks[kind] if t is not None}
