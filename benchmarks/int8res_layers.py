@@ -27,50 +27,22 @@ STAGES = ((3, 64, 1), (4, 128, 2), (6, 256, 2), (3, 512, 2))
 def resnet50_layers(size: int = 224) -> list[dict]:
     """ResNet-50's convolutions in program order (`module docstring`), each with a name, its
     geometry (C, H, C_out, k, stride) and the epilogue the programs fuse into it."""
-    layers = [
-        {"name": "stem 7x7/2", "c": 3, "h": size, "c_out": 64, "k": 7, "s": 2, "ep": "bias relu"}
-    ]
+    keys = ("name", "c", "h", "c_out", "k", "s", "ep")
+    rows = [("stem 7x7/2", 3, size, 64, 7, 2, "bias relu")]
     c, h = 64, size // 4
     for stage, (blocks, width, stride) in enumerate(STAGES, start=1):
         for block in range(blocks):
             s = stride if block == 0 else 1
-            tag = f"s{stage}b{block}"
-            ho = h // s
-            layers.append(
-                dict(name=f"{tag} 1x1 reduce", c=c, h=h, c_out=width, k=1, s=1, ep="bias relu")
-            )
-            layers.append(
-                dict(name=f"{tag} 3x3", c=width, h=h, c_out=width, k=3, s=s, ep="bias relu")
-            )
-            if block == 0:
-                layers.append(
-                    dict(name=f"{tag} 1x1 expand", c=width, h=ho, c_out=4 * width, k=1, s=1, ep="-")
-                )
-                layers.append(
-                    dict(
-                        name=f"{tag} 1x1 shortcut",
-                        c=c,
-                        h=h,
-                        c_out=4 * width,
-                        k=1,
-                        s=s,
-                        ep="bias res relu",
-                    )
-                )
+            tag, ho, wide = f"s{stage}b{block}", h // s, 4 * width
+            rows.append((f"{tag} 1x1 reduce", c, h, width, 1, 1, "bias relu"))
+            rows.append((f"{tag} 3x3", width, h, width, 3, s, "bias relu"))
+            if block == 0:  # the expansion alone, then the shortcut taking it as residual
+                rows.append((f"{tag} 1x1 expand", width, ho, wide, 1, 1, "-"))
+                rows.append((f"{tag} 1x1 shortcut", c, h, wide, 1, s, "bias res relu"))
             else:
-                layers.append(
-                    dict(
-                        name=f"{tag} 1x1 expand",
-                        c=width,
-                        h=ho,
-                        c_out=4 * width,
-                        k=1,
-                        s=1,
-                        ep="bias res relu",
-                    )
-                )
-            c, h = 4 * width, ho
-    return layers
+                rows.append((f"{tag} 1x1 expand", width, ho, wide, 1, 1, "bias res relu"))
+            c, h = wide, ho
+    return [dict(zip(keys, row, strict=True)) for row in rows]
 
 
 def conv_steps(steps: list[dict], kind: str) -> tuple[list[dict], list[dict]]:

@@ -46,7 +46,7 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fp8conv_probe import EXTRA  # noqa: E402
+from fp8conv_probe import tiles  # noqa: E402  (`_prune`'s tiles of CONV_CONFIGS + EXTRA)
 from quant_conv_probe import Layer, bench  # noqa: E402
 
 from pygraphx.targets.gpu import conv_tiles  # noqa: E402
@@ -72,28 +72,6 @@ LAYERS = {
 FP8_TILES = [(64, 64, 128, 4, 3), (128, 64, 128, 4, 3), (64, 64, 64, 4, 2), (64, 64, 128, 4, 2)]
 #: tiles (besides the table's) timed with the residual loaded before the product
 PRE_TILES = [(128, 64, 64, 4, 4), (64, 128, 128, 4, 4), (128, 128, 64, 4, 4)]
-
-
-def tiles(shape: tuple) -> list[tuple]:
-    """The tiles `_prune` keeps for the layer from `CONV_CONFIGS` + `EXTRA`."""
-    n, c, h, w, c_out, k, _, _ = shape
-    configs = [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
-                      num_warps=warps, num_stages=stages)
-        for bm, bn, bk, warps, stages in [*qck.CONV_CONFIGS, *EXTRA]
-    ]  # fmt: skip
-    kept = qck._prune(configs, {"C": c, "N": c_out, "K": k * k * c}, MODE=qck.IMPLICIT)
-    return sorted({
-        (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"], cfg.num_warps,
-         cfg.num_stages)
-        for cfg in kept
-    })  # fmt: skip
-
-
-def table_tile(layer: Layer, shape: tuple, fp8: bool) -> tuple | None:
-    n, c, h, w, c_out, k, _, _ = shape
-    key = (layer.rows, c_out, k * k * c, c)
-    return (conv_tiles.FP8_TABLE.get(key) if fp8 else None) or conv_tiles.TABLE.get(key)
 
 
 def conv_launch(layer: Layer, kind: str, ep_name: str, tile: tuple, pre: bool = False):
