@@ -192,62 +192,17 @@ def _store_dequantised(
     y = (acc.to(tl.float32) * s[None, :]).to(ty).to(tl.float32)
     # each argument spelled out: Triton 3.6 takes no dtype (`ty`) inside a tuple
     y = _epilogue_op(
-        y,
-        E0,
-        rows,
-        cols,
-        mask,
-        bias_ptr,
-        res_ptr,
-        stride_rm,
-        N,
-        ty,
-        g1,
-        g2,
-        g3,
-        rs_ptr,
-        rb_ptr,
-        r0,
-        PRE,
-    )
+        y, E0, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr,
+        r0, PRE,
+    )  # fmt: skip
     y = _epilogue_op(
-        y,
-        E1,
-        rows,
-        cols,
-        mask,
-        bias_ptr,
-        res_ptr,
-        stride_rm,
-        N,
-        ty,
-        g1,
-        g2,
-        g3,
-        rs_ptr,
-        rb_ptr,
-        r0,
-        PRE,
-    )
+        y, E1, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr,
+        r0, PRE,
+    )  # fmt: skip
     y = _epilogue_op(
-        y,
-        E2,
-        rows,
-        cols,
-        mask,
-        bias_ptr,
-        res_ptr,
-        stride_rm,
-        N,
-        ty,
-        g1,
-        g2,
-        g3,
-        rs_ptr,
-        rb_ptr,
-        r0,
-        PRE,
-    )
+        y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr,
+        r0, PRE,
+    )  # fmt: skip
     if STORE:
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
     if QUANT != 0:  # the quantise of the stored value: `quantise_int8`'s / `quantise_fp8`'s
