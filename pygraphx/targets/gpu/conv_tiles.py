@@ -172,12 +172,13 @@ def device_section(index: int) -> tuple[str, bool]:
 
 
 def _well_formed(tile: object) -> bool:
-    """A record's tile as `Tile` wants it (a hand-edited or foreign file may hold anything)."""
-    return (
-        isinstance(tile, list | tuple)
-        and len(tile) == 5
-        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in tile)
-    )
+    """A record's tile as `Tile` wants it: 5 positive integers, and optionally a sixth that is
+    0 or `PRE` (a hand-edited or foreign file may hold anything)."""
+    if not isinstance(tile, list | tuple) or len(tile) not in (5, 6):
+        return False
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in tile):
+        return False
+    return all(v > 0 for v in tile[:5]) and tile[5:] in ((), (0,), (PRE,), [], [0], [PRE])
 
 
 def _mode() -> str:
@@ -225,7 +226,7 @@ class TileChoice:
             return None
         tile = self._read().get(section, {}).get(key)
         if tile is not None and not _well_formed(tile):
-            log.warning("gpu conv tiles: record entry %s = %r is not 5 positive integers; "
+            log.warning("gpu conv tiles: record entry %s = %r is not a tile; "
                         "ignored", key, tile)  # fmt: skip
             tile = None
         if tile is None and hopper:
