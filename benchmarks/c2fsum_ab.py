@@ -4,6 +4,7 @@ convolutions (`PGX_CONV_CONCAT_SUM`, `torch_lowering/conv_concat.py`): A/B in on
     python benchmarks/c2fsum_ab.py --threads 1 2 --rounds 6 --repeat 8      # yolov8_style 640
     python benchmarks/c2fsum_ab.py --size test --modes off on measure
     python benchmarks/c2fsum_ab.py --layers --threads 1                      # per-layer table
+    python benchmarks/c2fsum_ab.py --steps --threads 1                       # in the network
 
 Every mode's program is compiled from the same ONNX model (the mode is read at compile);
 timing alternates blocks of runs (a warm-up run, then `--repeat` timed runs) of the modes, the
@@ -15,6 +16,11 @@ sum chains, and the relative RMS error of the output against ONNX Runtime.
 `--layers`: the YOLOv8n (640x640) concat + 1x1 convolution shapes, each timed as the compile
 times it (`conv_concat.time_chain`: best of 5 interleaved calls, caches flushed between),
 several times over.
+
+`--steps`: the `off` and `on` programs' steps timed one by one in the network (the programs
+alternating runs, `--repeat` runs each after two warm-ups; thread CPU time; 1 thread only:
+on 2 threads, steps called one by one from Python ran twice as long as in a run):
+each concat feeding a convolution and that convolution's step against the chain's one step.
 """
 
 from __future__ import annotations
@@ -97,6 +103,48 @@ def layers(threads: int, times: int) -> None:
               flush=True)  # fmt: skip
 
 
+def steps(size: str, threads: int, repeat: int) -> None:
+    if threads != 1:  # (steps called one by one on 2 threads ran twice as long as in a run)
+        raise SystemExit("--steps: 1 thread only")
+    model, feeds, _ = load_zoo("yolov8_style", size)
+    progs = {}
+    for mode in ("off", "on"):
+        os.environ[conv_concat.MODE_ENV] = mode
+        progs[mode] = make_pygraphx(model, "arena", threads)[2]
+    torch.set_num_threads(threads)
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    spent = {m: np.zeros(len(p._executable.lowered.steps)) for m, p in progs.items()}
+    for r in range(repeat + 2):
+        for mode, prog in progs.items():
+            prog._executable.executor.bind(feeds)
+            with torch.inference_mode():
+                for k, step in enumerate(prog._executable.lowered.steps):
+                    t0 = clock()
+                    step.fn()
+                    spent[mode][k] += (clock() - t0) * 1e6 if r >= 2 else 0.0
+    rows: dict[str, list[float]] = {"off": [], "on": []}
+    for mode, prog in progs.items():
+        ss, us = prog._executable.lowered.steps, spent[mode] / repeat
+        for k, step in enumerate(ss):
+            names = [i.op.name for i in step.instructions]
+            if names[:2] == ["concat", "convolution"]:
+                rows[mode].append(us[k])
+            elif (
+                names == ["concat"]
+                and k + 1 < len(ss)
+                and conv_concat.sum_conv(step.instructions[0])
+            ):
+                rows[mode].append(us[k] + us[k + 1])
+    for a, b in zip(rows["off"], rows["on"], strict=True):
+        print(
+            f"t{threads} concat + conv steps {a:7.1f} us, chain step {b:7.1f} us ({b / a - 1:+.0%})"
+        )
+    a, b = (sum(rows[m]) / 1e3 for m in ("off", "on"))
+    whole_a, whole_b = (spent[m].sum() / repeat / 1e3 for m in ("off", "on"))
+    print(f"t{threads} all such steps: {a:.2f} -> {b:.2f} ms; whole run {whole_a:.2f} -> "
+          f"{whole_b:.2f} ms")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", default="full", choices=["full", "test"])
@@ -106,10 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=8)
     p.add_argument("--layers", action="store_true", help="the per-layer table instead")
     p.add_argument("--times", type=int, default=5, help="--layers: timings per layer")
+    p.add_argument("--steps", action="store_true", help="the in-network step table instead")
     args = p.parse_args(argv)
     for threads in args.threads:
         if args.layers:
             layers(threads, args.times)
+        elif args.steps:
+            steps(args.size, threads, args.repeat)
         else:
             ab(args.size, threads, args.modes, args.rounds, args.repeat)
     return 0
