@@ -72,23 +72,30 @@ def _axis_span(ins: Instruction, axis: int) -> tuple[int, int] | None:
     return bounds[axis]
 
 
+def concat_groups(ins: Instruction, axis: int) -> list[list[Instruction]]:
+    """Concat `ins`'s inputs grouped by copy (see `concat_parts`): adjacent inputs that are
+    consecutive slices of one tensor along the axis are one group."""
+    groups: list[list[Instruction]] = []
+    last: tuple[Instruction, int] | None = None  # (source of the last slice part, its end)
+    for x in ins.inputs:
+        span = _axis_span(x, axis)
+        if span is not None and last == (x.inputs[0], span[0]):
+            groups[-1].append(x)
+        else:
+            groups.append([x])
+        last = (x.inputs[0], span[1]) if span is not None else None
+    return groups
+
+
 def concat_parts(ctx: LoweringContext, ins: Instruction, axis: int) -> list[Part]:
     """What each copy of concat `ins` reads: adjacent inputs that are consecutive slices of
     one tensor along the axis (a C2f block's two halves of one convolution's output) are one
     copy, of the first slice's view widened over the others (it reads the slices' values, not
     their source's, which may be released once the slices are made)."""
-    parts: list[Part] = []
-    last: tuple[Instruction, int] | None = None  # (source of the last slice part, its end)
-    for x in ins.inputs:
-        span = _axis_span(x, axis)
-        length = x.shape.lens()[axis]
-        if span is not None and last == (x.inputs[0], span[0]):
-            idx, _, before = parts[-1]
-            parts[-1] = (idx, True, before + length)
-        else:
-            parts.append((ctx.index[id(x)], False, length))
-        last = (x.inputs[0], span[1]) if span is not None else None
-    return parts
+    return [
+        (ctx.index[id(g[0])], len(g) > 1, sum(x.shape.lens()[axis] for x in g))
+        for g in concat_groups(ins, axis)
+    ]
 
 
 def part_reader(env: list, axis: int, part: Part) -> Callable[[], torch.Tensor]:

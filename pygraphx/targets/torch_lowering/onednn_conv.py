@@ -412,7 +412,11 @@ def build(
 
 
 def build_sum(
-    plans: list[ConvPlan], get_xs: list[Getter], get_other: Getter | None, out: Tensor | None
+    plans: list[ConvPlan],
+    get_xs: list[Getter],
+    get_other: Getter | None,
+    out: Tensor | None,
+    before: Callable[[Tensor], None] | None = None,
 ) -> Callable[[], Tensor]:
     """A closure running the convolutions `plans` on `get_xs()` into one output and summing
     them there: the parts of a concat along the channels into a 1x1 convolution, each with its
@@ -420,7 +424,8 @@ def build_sum(
     first plan writes the output (with the bias), each later one adds into it (`accumulate`:
     oneDNN's sum post-op) and the last applies the epilogue (its add operand `get_other()`).
     The output is `out` (a channels-last tensor of the result's lens, written every call)
-    or a new channels-last tensor; each primitive is made per thread count, as in `build`."""
+    or a new channels-last tensor; each primitive is made per thread count, as in `build`.
+    `before(y)`, when given, writes the output first (the first plan then accumulates too)."""
     rt = _runtime_for(plans)
     if any(p.in_place for p in plans) or any(not p.accumulate for p in plans[1:]):
         raise OneDnnError("a sum chain's later convolutions accumulate, none in place")
@@ -454,6 +459,8 @@ def build_sum(
     def run() -> Tensor:
         ps = primitives()
         y = out if out is not None else empty(out_lens, strides, dtype=dtype)
+        if before is not None:
+            before(y)
         xs = [_channels_last(get()) for get in get_xs]  # (held until every part is read)
         if get_other is not None:
             o = _channels_last(get_other())
