@@ -218,3 +218,53 @@ def test_build_sum_matches_torch(dtype: str, epilogue: str) -> None:
     torch.testing.assert_close(got, want, rtol=tol, atol=tol * 10)
     assert got.is_contiguous(memory_format=torch.channels_last)
     assert all(p.impl.startswith(("brg", "jit")) for p in run.primitives[torch.get_num_threads()])
+
+
+NEAREST = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+           "nearest_mode": "floor"}  # fmt: skip
+
+
+def _neck(order: str, side: int = 12) -> tuple:
+    """YOLOv8's neck: a (3x3 conv) and b (stride-2 3x3 conv of a), then concat of b upsampled
+    x2 (nearest) and a in `order` ("us" or "su"), then a 1x1 conv + bias + SiLU."""
+    inits: dict = {"scales": np.array([1, 1, 2, 2], np.float32)}
+    nodes = _conv("a", "x", 4, 8, inits, k=3)
+    inits["b_w"], inits["b_b"] = f32(12, 8, 3, 3), f32(12)
+    nodes += [
+        node("Conv", ["a", "b_w", "b_b"], ["b_c"], pads=[1] * 4, strides=[2, 2]),
+        *_silu("b_c", "b"),
+        node("Resize", ["b", "", "scales"], ["up"], **NEAREST),
+        node("Concat", ["up" if c == "u" else "a" for c in order], ["cat"], axis=1),
+    ]
+    nodes += _conv("cv", "cat", 20, 16, inits)
+    feeds = {"x": f32(1, 4, side, side, scale=1.0)}
+    return make_model(nodes, feeds, ["cv"], inits), feeds
+
+
+@pytest.mark.parametrize("order", ["us", "su"])
+@pytest.mark.parametrize("output", ["arena", "torch"])
+def test_upsample_part_runs_at_its_input_size(order: str, output: str, monkeypatch) -> None:
+    """The upsampled part's convolution runs before the upsample (they commute for a 1x1
+    convolution and a nearest upsample), repeated into the output; the upsample is never
+    written on its own."""
+    model, feeds = _neck(order)
+    prog = _compile(model, monkeypatch, conv_output=output)
+    chains = [n for n in _steps(prog) if n[:3] == ["resize", "concat", "convolution"]]
+    assert chains == [["resize", "concat", "convolution", "pointwise"]], _steps(prog)
+    assert not any(n[0] == "resize" and len(n) == 2 for n in _steps(prog))
+    _check(prog, model, feeds)
+    assert_profile_matches(prog, feeds)
+
+
+def test_upsample_part_off_keeps_the_repeat_into_the_concat(monkeypatch) -> None:
+    model, feeds = _neck("us")
+    prog = _compile(model, monkeypatch, mode="off")
+    assert ["resize", "concat"] in _steps(prog)  # (`concat_with_repeat`, as before)
+    _check(prog, model, feeds)
+
+
+def test_time_chain_with_an_upsample_part() -> None:
+    w = torch.randn(16, 20, 1, 1)
+    plan = ConvPlan(w, w, [1, 20, 8, 8], [0, 0], [1, 1], [1, 1], 1, None)
+    times = conv_concat.time_chain(plan, [12, 8], float("inf"), (0, [2, 2]))
+    assert set(times) == {"concat", "sum"} and all(0 < t < 1 for t in times.values())

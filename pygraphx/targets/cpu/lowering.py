@@ -6,7 +6,8 @@
   lowers as the torch lowering does.
 * `concat`: a channel concat whose only user is a 1x1 convolution runs as one convolution
   per part summed into the convolution's output, where that is faster
-  (`torch_lowering/conv_concat.py`).
+  (`torch_lowering/conv_concat.py`); `resize`: a nearest upsample that is one of those parts
+  runs inside that step, its convolution at the upsample's input size.
 * `reduce_mean`: a layer normalisation it starts (the seven instructions ONNX's
   LayerNormalization becomes) runs as one `F.layer_norm` call, see
   `torch_lowering/layernorm.py`.
@@ -22,7 +23,7 @@ from typing import Any
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.attention import with_attention
 from pygraphx.targets.torch_lowering.context import LoweringContext
-from pygraphx.targets.torch_lowering.conv_concat import lower_concat_or_sum
+from pygraphx.targets.torch_lowering.conv_concat import lower_concat_or_sum, lower_resize_or_sum
 from pygraphx.targets.torch_lowering.layernorm import lower_layernorm
 from pygraphx.targets.torch_lowering.lower import LOWERINGS, _load_lowerings
 
@@ -32,7 +33,7 @@ Lowering = Callable[[LoweringContext, Instruction], bool]
 def cpu_overrides(options: dict[str, Any]) -> dict[str, Lowering]:
     """Op name -> lowering for the cpu target (see the module docstring)."""
     _load_lowerings()
-    overrides: dict[str, Lowering] = {"concat": lower_concat_or_sum}
+    overrides: dict[str, Lowering] = {"concat": lower_concat_or_sum, "resize": lower_resize_or_sum}
     if options.get("attention", True):
         overrides.update(with_attention(LOWERINGS["dot"], LOWERINGS["fused_reduce"]))
     if options.get("layernorm", True):

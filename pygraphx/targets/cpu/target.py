@@ -181,7 +181,7 @@ def fused_reads(ins: Instruction) -> Instruction | None:
     """The memory plan's `fused_reads` in arena mode: the later instruction whose step also
     computes `ins` (a convolution's fused group, an upsample's concat, a concat's 1x1
     convolution run as a sum over its parts), else None."""
-    return fused_user(ins) or concat_reader(ins) or sum_reader(ins)
+    return fused_user(ins) or sum_reader(ins) or concat_reader(ins)
 
 
 class CpuTarget(Target):

@@ -31,6 +31,7 @@ convolution not on the `dnnl` kernel keep the concat.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -56,14 +57,23 @@ from pygraphx.targets.torch_lowering.conv_fusion import (
     mkldnn_usable,
     unfused_stores,
 )
-from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan, kernels_for
+from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan, Getter, kernels_for
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.fallback import lower_fallback
 from pygraphx.targets.torch_lowering.lower_layout import (
     concat_axis,
+    concat_groups,
     concat_parts,
     lower_concat,
     part_reader,
+)
+from pygraphx.targets.torch_lowering.lower_resize import (
+    concat_reader,
+    concat_with_repeat,
+    lower_resize,
+    lower_resize_alone,
+    repeat_factors,
+    repeat_writer,
 )
 from pygraphx.targets.torch_lowering.registry import defer, deferred_producer
 
@@ -106,10 +116,24 @@ def sum_reader(ins: Instruction) -> Instruction | None:
     """The instruction whose step reads the parts of concat `ins` when it runs as a sum chain
     (the convolution, or its epilogue group), else None: part of the cpu target's
     `fused_reads`, so that the memory plan keeps the parts live through that step."""
+    if ins.op.name == "resize":  # an upsample part: its input is read in that step too
+        concat = concat_reader(ins)
+        return None if concat is None or up_part(concat) is not ins else sum_reader(concat)
     conv = sum_conv(ins)
     if conv is None:
         return None
     return fused_user(conv) or conv
+
+
+def up_part(concat: Instruction) -> Instruction | None:
+    """The nearest upsample (`lower_resize.concat_reader`) that is one part of `concat`, when
+    `concat` has a `sum_conv` and no other upsample part, else None: the chain runs that
+    part's convolution at the upsample's input size and repeats its result into the output
+    (a 1x1 convolution commutes with a nearest upsample), the upsample never written."""
+    if sum_conv(concat) is None:
+        return None
+    ups = [x for x in concat.inputs if concat_reader(x) is concat]
+    return ups[0] if len(ups) == 1 and concat.inputs.count(ups[0]) == 1 else None
 
 
 def lower_concat_or_sum(ctx: LoweringContext, ins: Instruction) -> bool:
@@ -127,6 +151,39 @@ def lower_concat_or_sum(ctx: LoweringContext, ins: Instruction) -> bool:
     return lower_concat(ctx, ins)
 
 
+def lower_resize_or_sum(ctx: LoweringContext, ins: Instruction) -> bool:
+    """The cpu target's resize lowering: an upsample part of a concat that may run as a sum
+    chain (`up_part`) is deferred into the concat (and the concat into its convolution),
+    else `lower_resize`."""
+    concat = concat_reader(ins)
+    if (
+        concat is not None
+        and _mode() != "off"
+        and up_part(concat) is ins
+        and onednn_conv.available()
+        and defer(ctx, ins, concat, _fuse_concat_up)
+    ):
+        return True
+    return lower_resize(ctx, ins)
+
+
+def _fuse_concat_up(ctx: LoweringContext, concat: Instruction) -> bool:
+    """The fuser of a concat with a deferred upsample part: deferred into its convolution,
+    else the upsample written into the concat (`concat_with_repeat`)."""
+    conv = sum_conv(concat)
+    if conv is not None and defer(ctx, concat, conv, _fuse_conv):
+        return True
+    return concat_with_repeat(ctx, concat)
+
+
+def _concat_alone(ctx: LoweringContext, concat: Instruction) -> None:
+    """Lower `concat` (with its deferred upsample part, if any) as it runs without a chain."""
+    if id(concat) in ctx.producers and concat_with_repeat(ctx, concat):
+        return
+    if not lower_concat(ctx, concat):
+        lower_fallback(ctx, concat)
+
+
 def _mode() -> str:
     mode = os.environ.get(MODE_ENV, "measure").strip().lower() or "measure"
     if mode not in MODES:
@@ -140,7 +197,7 @@ def _fuse_conv(ctx: LoweringContext, conv: Instruction) -> bool:
     usual (False)."""
     concat = deferred_producer(ctx, conv)
     if not _chain_pays(ctx, concat, conv):
-        lower_concat(ctx, concat)
+        _concat_alone(ctx, concat)
         return False
     user = fused_user(conv)
     if user is not None and defer(ctx, conv, user, _fuse_user):
@@ -164,14 +221,16 @@ def _fuse_user(ctx: LoweringContext, user: Instruction) -> bool:
 
 
 def _dense_parts(ctx: LoweringContext, concat: Instruction) -> list[int] | None:
-    """The channel counts of the concat's parts (`concat_parts`) when each is a dense
-    channels-last tensor: a channels-last value that is no view, or consecutive slices that
-    cover the whole of one such value; else None."""
-    lengths, k = [], 0
-    for _, widened, length in concat_parts(ctx, concat, 1):
-        x = concat.inputs[k]
-        source = x.inputs[0] if widened else x
-        starts_at_0 = not widened or x.op._bounds(source.shape)[1][0] == 0
+    """The channel counts of the concat's parts (`concat_groups`) when each is a dense
+    channels-last tensor: a channels-last value that is no view, consecutive slices that
+    cover the whole of one such value, or the upsample of one (`up_part`); else None."""
+    lengths = []
+    up = ctx.producers.get(id(concat))  # the deferred upsample part, if any
+    for group in concat_groups(concat, 1):
+        x = group[0]
+        source = x.inputs[0] if len(group) > 1 or x is up else x
+        length = sum(g.shape.lens()[1] for g in group)
+        starts_at_0 = len(group) == 1 or x.op._bounds(source.shape)[1][0] == 0
         if (
             source.shape.lens()[1] != length
             or not starts_at_0
@@ -180,9 +239,6 @@ def _dense_parts(ctx: LoweringContext, concat: Instruction) -> list[int] | None:
         ):
             return None
         lengths.append(length)
-        while length > 0:  # the inputs this part covers
-            length -= concat.inputs[k].shape.lens()[1]
-            k += 1
     return lengths
 
 
@@ -202,16 +258,36 @@ def _chain_pays(ctx: LoweringContext, concat: Instruction, conv: Instruction) ->
         return False
     if _mode() == "on":
         return True
-    key = choice_key(plan, CANDIDATES, None) + repr(lengths)
-    choice = measured_choice(state, key, CANDIDATES, lambda d: time_chain(plan, lengths, d))
+    up = _up_index(ctx, concat)
+    key = choice_key(plan, CANDIDATES, None) + repr((lengths, up))
+    timer = lambda d: time_chain(plan, lengths, d, up)  # noqa: E731
+    choice = measured_choice(state, key, CANDIDATES, timer)
     state.chosen[f"concat_{choice}"] += 1
     return choice == "sum"
 
 
-def part_plans(plan: ConvPlan, lengths: list[int], epi: Epilogue | None = None) -> list[ConvPlan]:
+def _up_index(ctx: LoweringContext, concat: Instruction) -> tuple[int, list[int]] | None:
+    """(the part index of the concat's deferred upsample, its repeat factors), or None."""
+    up = ctx.producers.get(id(concat))
+    if up is None:
+        return None
+    k = next(i for i, g in enumerate(concat_groups(concat, 1)) if g[0] is up)
+    factors = repeat_factors(up)
+    assert factors is not None  # (`concat_reader` checked them)
+    return k, factors
+
+
+def part_plans(
+    plan: ConvPlan,
+    lengths: list[int],
+    epi: Epilogue | None = None,
+    up: tuple[int, list[int]] | None = None,
+) -> list[ConvPlan]:
     """`plan` (a 1x1 convolution) split into one plan per part of `lengths` input channels:
     the first with the bias, each later one accumulating, the last with the epilogue `epi`'s
-    activation and add operand (set by the caller: `other`)."""
+    activation (its add operand is the caller's). `up` = (k, factors): part k is a nearest
+    upsample by `factors`; its plan comes first, at the upsample's input size, with the bias
+    (its result, repeated, is the output's first value), and every other part accumulates."""
     n, _, h, w = plan.x_lens
     plans, start = [], 0
     for k, length in enumerate(lengths):
@@ -232,34 +308,80 @@ def part_plans(plan: ConvPlan, lengths: list[int], epi: Epilogue | None = None) 
             )
         )
         start += length
+    if up is not None:
+        k, (fh, fw) = up
+        low = [n, lengths[k], h // fh, w // fw]
+        for p in plans:
+            p.bias, p.accumulate = None, True
+        plans.insert(0, replace(plans.pop(k), x_lens=low, bias=plan.bias, accumulate=False))
     if epi is not None:
         last = plans[-1]
         last.unary, last.scalars, last.add_after = epi.unary, list(epi.scalars), epi.add_after
     return plans
 
 
-def time_chain(plan: ConvPlan, lengths: list[int], deadline: float) -> dict[str, float]:
-    """Best seconds per call of the concat's copies plus `plan` (oneDNN's first
-    implementation) and of the sum chain over parts of `lengths` channels, both writing one
-    output, timed as `conv_choice.race` times kernels."""
+def up_chain(
+    plans: list[ConvPlan],
+    get_low: Getter,
+    getters: list[Getter],
+    get_other: Getter | None,
+    out: torch.Tensor | None,
+    factors: list[int] | None,
+) -> Callable[[], torch.Tensor]:
+    """The sum chain of `plans` (`part_plans`); with an upsample part (`factors`), its
+    convolution at the input size `get_low()` into a buffer of its own, then repeated into
+    the output, before the other parts (`plans[1:]` on `getters`) add into it."""
+    if factors is None:
+        return onednn_conv.build_sum(plans, getters, get_other, out)
+    cl, dtype = torch.channels_last, plans[0].weight.dtype
+    low_out = onednn_conv.geometry(plans[0])[3]
+    small = torch.empty(low_out, dtype=dtype).contiguous(memory_format=cl)
+    run_low = onednn_conv.build(plans[0], get_low, None, small)
+    write = repeat_writer(factors)
+
+    def before(y: torch.Tensor) -> None:
+        write(run_low(), y)
+
+    return onednn_conv.build_sum(plans[1:], getters, get_other, out, before)
+
+
+def time_chain(
+    plan: ConvPlan,
+    lengths: list[int],
+    deadline: float,
+    up: tuple[int, list[int]] | None = None,
+) -> dict[str, float]:
+    """Best seconds per call of the concat's copies (part `up[0]` repeated by `up[1]`, a
+    nearest upsample) plus `plan` (oneDNN's first implementation) and of the sum chain over
+    parts of `lengths` channels, both writing one output, timed as `conv_choice.race` times
+    kernels."""
     cl, dtype = torch.channels_last, plan.weight.dtype
 
     def filled(shape: list[int]) -> torch.Tensor:  # (oneDNN's time does not depend on values)
         return torch.empty(shape, dtype=dtype, memory_format=cl).fill_(0.5)
 
     n, _, h, w = plan.x_lens
-    xs = [filled([n, c, h, w]) for c in lengths]
+    k_up, factors = up if up is not None else (-1, None)
+    xs = [
+        filled([n, c, h // factors[0], w // factors[1]] if k == k_up and factors else [n, c, h, w])
+        for k, c in enumerate(lengths)
+    ]
     cat, out = filled(plan.x_lens), filled(onednn_conv.geometry(plan)[3])
     whole = onednn_conv.build(replace(plan, impl=None), lambda: cat, None, out)
     copies = list(zip(cat.split(lengths, 1), xs, strict=True))
+    repeat = repeat_writer(factors) if factors else None
 
     def concat_then_conv() -> torch.Tensor:
-        for window, x in copies:
-            window.copy_(x)
+        for k, (window, x) in enumerate(copies):
+            if k == k_up and repeat is not None:
+                repeat(x, window)
+            else:
+                window.copy_(x)
         return whole()
 
-    getters = [lambda x=x: x for x in xs]
-    chain = onednn_conv.build_sum(part_plans(plan, lengths), getters, None, out)
+    getters = [lambda x=x: x for k, x in enumerate(xs) if k != k_up]
+    plans = part_plans(plan, lengths, None, up)
+    chain = up_chain(plans, lambda: xs[k_up], getters, None, out, factors)
     return race({"concat": concat_then_conv, "sum": chain}, xs, deadline)
 
 
@@ -277,7 +399,11 @@ def _emit(
     plan = conv_plan(ctx, conv)
     if epi is not None and epi.bias.any():  # oneDNN takes the bias in the input's type
         plan.bias = torch.from_numpy(epi.bias).to(torch_dtype(conv.shape.dtype()))
+    up = ctx.producers.get(id(concat))  # a deferred upsample part
+    up_index = _up_index(ctx, concat)
     saved, ctx.steps = ctx.steps, []
+    if up is not None:
+        lower_resize_alone(ctx, up)
     lower_concat(ctx, concat)
     lower_alone(ctx, conv, measure=False)
     if user is not None and not lower_pointwise(ctx, user):
@@ -287,14 +413,19 @@ def _emit(
     unfused_stores(ctx, unfused, ctx.index[id(last)])
     parts = concat_parts(ctx, concat, 1)
     lengths = [length for _, _, length in parts]
-    plans = part_plans(plan, lengths, epi)
+    plans = part_plans(plan, lengths, epi, up_index)
     state = choice_state(ctx.options, ctx.cache)
     for p in plans:  # oneDNN's fastest implementation of each part's convolution
         choose_impl(state, p)
     env = ctx.env
-    getters = [part_reader(env, 1, p) for p in parts]
-    get_other = None
+    k_up, factors = up_index if up_index is not None else (-1, None)
+    getters = [part_reader(env, 1, p) for k, p in enumerate(parts) if k != k_up]
     reads = list(concat.inputs)
+    low = -1
+    if up is not None:
+        low = ctx.arg(up, 0)
+        reads.append(up.inputs[0])
+    get_other = None
     if epi is not None and epi.other is not None:
         o = ctx.index[id(epi.other)]
         get_other, reads = (lambda: env[o]), [*reads, epi.other]
@@ -302,9 +433,10 @@ def _emit(
     def build(out: torch.Tensor | None):  # noqa: ANN202
         if out is not None:  # (tests: the chain writes the slot itself, nothing copied)
             ctx.cache["conv_concat_into_slot"] = ctx.cache.get("conv_concat_into_slot", 0) + 1
-        return onednn_conv.build_sum(plans, getters, get_other, out)
+        return up_chain(plans, lambda: env[low], getters, get_other, out, factors)
 
-    emit_fused(ctx, [concat, conv, *([user] if user else [])], unfused, build, reads)
+    covered = [*([up] if up is not None else []), concat, conv, *([user] if user else [])]
+    emit_fused(ctx, covered, unfused, build, reads)
     ctx.cache["conv_concat_sum"] = ctx.cache.get("conv_concat_sum", 0) + 1
 
 
@@ -312,8 +444,11 @@ __all__ = [
     "MODE_ENV",
     "ConcatSumError",
     "lower_concat_or_sum",
+    "lower_resize_or_sum",
     "part_plans",
     "sum_conv",
     "sum_reader",
     "time_chain",
+    "up_chain",
+    "up_part",
 ]
