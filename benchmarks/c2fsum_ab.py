@@ -54,6 +54,11 @@ YOLO_LAYERS = [
     ([64, 128], 40, 128),  # neck: down3(o3) + t4 into out4's first 1x1
     ([128, 256], 20, 256),  # neck: down4(o4) + c5 into out5's first 1x1
 ]
+#: the neck's concats of an upsample x2 (the first part) and a backbone level
+YOLO_UP_LAYERS = [
+    ([256, 128], 40, 128),  # up(c5) + c4 into top4's first 1x1
+    ([128, 64], 80, 64),  # up(t4) + c3 into out3's first 1x1
+]
 
 
 def ab(size: str, threads: int, modes: list[str], rounds: int, repeat: int) -> None:
@@ -89,16 +94,19 @@ def ab(size: str, threads: int, modes: list[str], rounds: int, repeat: int) -> N
 
 def layers(threads: int, times: int) -> None:
     torch.set_num_threads(threads)
-    for lengths, side, k in YOLO_LAYERS:
+    shapes = [(*layer, None) for layer in YOLO_LAYERS]
+    shapes += [(*layer, (0, [2, 2])) for layer in YOLO_UP_LAYERS]
+    for lengths, side, k, up in shapes:
         c = sum(lengths)
         w = torch.randn(k, c, 1, 1) * 0.1
         plan = ConvPlan(w, w, [1, c, side, side], [0, 0], [1, 1], [1, 1], 1, None)
         best: dict[str, list[float]] = {"concat": [], "sum": []}
         for _ in range(times):
-            for name, s in conv_concat.time_chain(plan, lengths, float("inf")).items():
+            for name, s in conv_concat.time_chain(plan, lengths, float("inf"), up).items():
                 best[name].append(s * 1e6)
         a, b = (statistics.median(best[n]) for n in ("concat", "sum"))
-        print(f"t{threads} {'+'.join(map(str, lengths)):>16}ch {side:>3}x{side:<3} -> {k:>3}: "
+        label = ("up " if up else "") + "+".join(map(str, lengths))
+        print(f"t{threads} {label:>16}ch {side:>3}x{side:<3} -> {k:>3}: "
               f"concat+conv {a:7.1f} us, sum chain {b:7.1f} us ({b / a - 1:+.0%})",
               flush=True)  # fmt: skip
 
@@ -127,14 +135,10 @@ def steps(size: str, threads: int, repeat: int) -> None:
         ss, us = prog._executable.lowered.steps, spent[mode] / repeat
         for k, step in enumerate(ss):
             names = [i.op.name for i in step.instructions]
-            if names[:2] == ["concat", "convolution"]:
+            if "concat" in names and "convolution" in names:  # a chain
                 rows[mode].append(us[k])
-            elif (
-                names == ["concat"]
-                and k + 1 < len(ss)
-                and conv_concat.sum_conv(step.instructions[0])
-            ):
-                rows[mode].append(us[k] + us[k + 1])
+            elif names[-1] == "concat" and conv_concat.sum_conv(step.instructions[-1]):
+                rows[mode].append(us[k] + us[k + 1])  # the concat, then its convolution
     for a, b in zip(rows["off"], rows["on"], strict=True):
         print(
             f"t{threads} concat + conv steps {a:7.1f} us, chain step {b:7.1f} us ({b / a - 1:+.0%})"
