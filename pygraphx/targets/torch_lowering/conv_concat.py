@@ -12,6 +12,13 @@ slice of a wider tensor is slower than over dense parts. The weight slices are p
 at prepare. Consecutive slices of one tensor (the two halves of a C2f's first convolution)
 are one part: the whole tensor.
 
+A part that is a nearest upsample (YOLOv8's neck: `up(c5), c4` and `up(t4), c3`, which
+`lower_resize.concat_with_repeat` would otherwise write into the concat) runs its
+convolution at the upsample's input size (a 1x1 convolution commutes with a nearest
+upsample: a quarter of that part's work), into a buffer of its own with the bias; the result
+is repeated into the output, and the other parts' convolutions add into it (`up_part`,
+`lower_resize_or_sum`). The upsample is never written either.
+
 The memory plan keeps every part alive until the fused step (`sum_reader`, in the cpu
 target's `fused_reads`), so the output's slot never overlaps a part that is still read.
 
@@ -23,9 +30,9 @@ YOLOv8n's network a chain over four 20x20 parts (SPPF) ran 10% slower than the c
 one convolution though it timed 1% faster alone: the chain reads and writes the output once
 per part, which pays only where the concat's copies are large.
 `PGX_CONV_CONCAT_SUM`: `measure` (the default), `on` (wherever it applies, nothing timed),
-`off` (never). A concat that takes a deferred upsample
-(`lower_resize.concat_with_repeat`), parts that are not dense channels-last tensors, or a
-convolution not on the `dnnl` kernel keep the concat.
+`off` (never). Parts that are not dense channels-last tensors (a graph input, a lone
+channel slice), two upsample parts, or a convolution not on the `dnnl` kernel keep the
+concat. The concat's arena slot is still planned (written only by the profiled run).
 """
 
 from __future__ import annotations
