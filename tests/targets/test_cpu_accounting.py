@@ -180,3 +180,22 @@ def test_peers_engines_claim_ort_and_openvino_pools() -> None:
     window = ledger.stop(ledger.start(), "pygraphx")
     assert window.own_ms >= 0 and window.others_ms >= 0
     assert "ort: " in ledger.describe()
+
+
+def test_neighbour_probe_buckets() -> None:
+    """`cpu_neighbour_probe`'s per-bucket figures: runs by start time after the work before,
+    their median latency (numpy's) and mean CPU and threads."""
+    nb = pytest.importorskip("benchmarks.cpu_neighbour_probe")
+    assert [nb.bucket_of(t) for t in (0.0, 9.9, 10.0, 49.0, 120.0)] == [0, 0, 10, 25, 100]
+    rng = np.random.default_rng(7)
+    runs = [
+        {"at_ms": float(at), "ms": float(rng.uniform(1, 5)), "own_cpu_ms": 2.0,
+         "others_cpu_ms": float(at < 25), "threads": 2}
+        for at in rng.uniform(0, 150, 60)
+    ]  # fmt: skip
+    got = nb.summarise(runs)
+    early = [r["ms"] for r in runs if r["at_ms"] < 10]
+    assert got["0"]["ms"] == pytest.approx(float(np.median(early)))
+    assert got["0"]["runs"] == len(early) and got["0"]["others_cpu_ms"] == 1.0
+    assert got["100"]["others_cpu_ms"] == 0.0 and got["100"]["threads"] == 2
+    assert sum(b["runs"] for b in got.values()) == len(runs)
