@@ -17,7 +17,10 @@ engine the threads that are its own:
 
 `ThreadLedger.start` / `stop` around a window of runs (after the warm-up) give the window's own
 CPU ms and the "others'" CPU ms: what the other engines' threads burned meanwhile (a neighbour's
-pool still spinning). The two add up to the process CPU of the window.
+pool still spinning). The two add up to the process CPU of the window. The counters are read
+one thread after another (some microseconds each; the caller's own clock is read last when a
+window opens and first when it closes, so the reading is not the caller's work): a pool that
+spins while they are read adds that much to its engine's figures.
 """
 
 from __future__ import annotations
@@ -94,6 +97,8 @@ class ThreadLedger:
     #: engine name -> its pool's name (`CALLER` where it was never given one)
     engines: dict[str, str] = field(default_factory=dict)
     caller: int = field(default_factory=threading.get_native_id)
+    #: the threads alive when the engines were all made (`seal`)
+    sealed: set[int] = field(default_factory=set)
 
     @contextmanager
     def pool(self, engine: str, pool: str) -> Iterator[None]:
@@ -104,6 +109,12 @@ class ThreadLedger:
         yield
         self.pools.setdefault(pool, set()).update(thread_ids() - seen)
         self.engines[engine] = pool
+
+    def seal(self) -> None:
+        """Mark the engines made: a thread that starts later is the caller side's, and
+        `describe` counts it (a runtime that starts threads after its first run would be
+        miscounted, so the report says so)."""
+        self.sealed = thread_ids()
 
     def pool_of(self, engine: str) -> str:
         return self.engines.get(engine, CALLER)
@@ -139,6 +150,9 @@ class ThreadLedger:
             names = thread_names(tids)
             shown = ", ".join(sorted(set(names)))
             parts.append(f"{pool}: {len(tids)} threads ({shown or 'ended'})")
+        if self.sealed:
+            late = thread_ids() - self.sealed
+            parts.append(f"{len(late)} threads started since ({', '.join(thread_names(late))})")
         return "; ".join(parts) or "no engine pools"
 
 

@@ -68,6 +68,7 @@ def make_engines(model: Any, feeds: dict[str, np.ndarray], n: int):
         with ledger.pool(name, "ort"):
             engines[name] = make_ort(model, n, spinning)[0]
             engines[name](feeds)
+    ledger.seal()
     return engines, ledger, progs
 
 

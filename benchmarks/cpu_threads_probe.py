@@ -143,6 +143,7 @@ def make_engines(model: Any, feeds: dict[str, np.ndarray], specs: list[tuple[str
             with ledger.pool(label, "ort"):
                 engines[label] = make_ort(model, n)[0]
                 engines[label](feeds)
+    ledger.seal()
     return engines, progs, ledger
 
 

@@ -470,6 +470,7 @@ def make_engines(
             with ledger.pool(key, "openvino"):
                 engines[key], compile_s[key], notes[key] = make_openvino(model, threads, precision)
                 engines[key](feeds)
+    ledger.seal()
     order = ("pygraphx", "ort", "pgx_bf16", "ov_f32", "ov_default", "eager")
     return {k: engines[k] for k in order if k in engines}, compile_s, notes, prog, ledger
 
