@@ -8,9 +8,11 @@ slower for its first ~50 ms. This probe times pygraphx's runs by how long after 
 before them they start. Each trial runs, one after another in one process:
 
 1. the work before: ORT's block (`--ort-runs` runs) with its pool spinning after its work as by
-   default (`ort_spin`), or with `session.intra_op.allow_spinning=0` (`ort_nospin`: its threads
-   sleep at once), or a sleep as long as ORT's block (`sleep`: pygraphx's own OpenMP workers
-   fall asleep alike, and no other thread runs);
+   default (`ort_spin`: ONNX Runtime's pool spins some 2^20 pause instructions, milliseconds to
+   tens of them by processor), or with `session.intra_op.allow_spinning=0` (`ort_nospin`: its
+   threads never spin), or with `session.force_spinning_stop=1` (`ort_stopspin`: they spin
+   within a run and stop when it ends), or a sleep as long as ORT's block (`sleep`: pygraphx's
+   own OpenMP workers fall asleep alike, and no other thread runs);
 2. right after, pygraphx runs back to back for `--window` seconds, on its N threads (`pgx@N`)
    or on 1 (`pgx@1`, the policy "fewer threads beside a busy neighbour"); per run the start time
    after the work before, the latency, its own CPU and the other engines' threads' CPU during it
@@ -20,9 +22,9 @@ before them they start. Each trial runs, one after another in one process:
 The variants (work before x pygraphx's threads) alternate within each trial, the order turned
 by one each trial. The report gives, per variant and start-time bucket (ms after the work
 before), the median latency, the runs and the others' CPU ms per run; the last bucket is
-pygraphx's steady state. If `ort_spin` is slow in the first buckets and `ort_nospin` and
-`sleep` are not, ORT's spinning pool is the cause; if `sleep` is slow too, pygraphx's sleeping
-workers are.
+pygraphx's steady state. If `ort_spin` is slow in the first buckets and `ort_nospin`,
+`ort_stopspin` and `sleep` are not, ORT's pool spinning after its runs is the cause; if `sleep`
+is slow too, pygraphx's sleeping workers are.
 """
 
 from __future__ import annotations
@@ -48,15 +50,15 @@ import pygraphx  # noqa: E402, F401  (its spin setting is made before it loads t
 from benchmarks.cpu_accounting import ThreadLedger  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 
-BEFORE = ("ort_spin", "ort_nospin", "sleep")
+#: the work before pygraphx's runs: ORT's block with its `make_ort` spin setting, or a sleep
+BEFORE = {"ort_spin": "default", "ort_nospin": "off", "ort_stopspin": "between_runs", "sleep": ""}
 #: start-time buckets, ms after the work before: [0, 10), [10, 25), ...
 BUCKETS = (0.0, 10.0, 25.0, 50.0, 100.0)
 
 
 def make_engines(model: Any, feeds: dict[str, np.ndarray], n: int):
     """({name: run}, the ledger, {name: pygraphx program}): pygraphx at n and at 1 thread (run
-    once first, so GNU OpenMP's workers exist), ORT at n with and without spinning (pool
-    "ort")."""
+    once first, so GNU OpenMP's workers exist), ORT at n with each spin setting (pool "ort")."""
     engines: dict[str, Callable] = {}
     progs: dict[str, Any] = {}
     for count in dict.fromkeys((n, 1)):
@@ -64,9 +66,11 @@ def make_engines(model: Any, feeds: dict[str, np.ndarray], n: int):
         engines[f"pgx@{count}"] = progs[f"pgx@{count}"].run
         engines[f"pgx@{count}"](feeds)
     ledger = ThreadLedger()
-    for name, spinning in (("ort_spin", True), ("ort_nospin", False)):
+    for name, spin in BEFORE.items():
+        if not spin:
+            continue
         with ledger.pool(name, "ort"):
-            engines[name] = make_ort(model, n, spinning)[0]
+            engines[name] = make_ort(model, n, spin)[0]
             engines[name](feeds)
     ledger.seal()
     return engines, ledger, progs

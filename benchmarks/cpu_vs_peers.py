@@ -104,16 +104,25 @@ def make_pygraphx(
     return (lambda feeds: prog.run(feeds)), seconds, prog
 
 
-def make_ort(model: onnx.ModelProto, threads: int, spinning: bool = True) -> tuple[Callable, float]:
-    """An ONNX Runtime CPU session; `spinning=False` sets `session.intra_op.allow_spinning` to 0
-    (its pool's threads sleep at once after their work instead of spinning)."""
+#: ORT's session config for `make_ort`'s `spin`: its pool's threads spin after their work
+#: (default), never ("off": `session.intra_op.allow_spinning` 0), or within a run only
+#: ("between_runs": `session.force_spinning_stop` 1, they stop when a run ends)
+ORT_SPIN = {
+    "default": {},
+    "off": {"session.intra_op.allow_spinning": "0"},
+    "between_runs": {"session.force_spinning_stop": "1"},
+}
+
+
+def make_ort(model: onnx.ModelProto, threads: int, spin: str = "default") -> tuple[Callable, float]:
+    """An ONNX Runtime CPU session, its pool spinning as `ORT_SPIN[spin]` says."""
     import onnxruntime as ort
 
     start = time.perf_counter()
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
-    if not spinning:
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    for key, value in ORT_SPIN[spin].items():
+        opts.add_session_config_entry(key, value)
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     seconds = time.perf_counter() - start
     return (lambda feeds: sess.run(None, feeds)), seconds
