@@ -231,15 +231,15 @@ def _timed(fn: Callable, feeds: dict[str, np.ndarray]) -> tuple[float, float]:
 
 #: one engine's sample in one round: (wall ms, process-CPU ms, its CPU ms split) per run
 Sample = tuple[float, float, Window]
+Engines = dict[str, Callable]
+Feeds = dict[str, np.ndarray]
+#: "ms", "cpu_ms", "own_cpu_ms", ... -> engine -> figure (`blockwise`, `neighbours`)
+Figures = dict[str, dict[str, float]]
 
 
 def blockwise(
-    engines: dict[str, Callable],
-    feeds: dict[str, np.ndarray],
-    warmup: int,
-    repeat: int,
-    ledger: ThreadLedger,
-) -> dict[str, dict[str, float]]:
+    engines: Engines, feeds: Feeds, warmup: int, repeat: int, ledger: ThreadLedger
+) -> Figures:
     """Each engine timed in its own block of runs, two rounds, the better block (by median
     latency) kept: its median wall-clock ms ("ms"), mean process-CPU ms per run ("cpu_ms"), and
     the engine's own CPU ms per run and the other engines' threads' ("own_cpu_ms",
@@ -264,12 +264,8 @@ def blockwise(
 
 
 def neighbours(
-    engines: dict[str, Callable],
-    feeds: dict[str, np.ndarray],
-    warmup: int,
-    repeat: int,
-    ledger: ThreadLedger,
-) -> dict[str, dict[str, float]]:
+    engines: Engines, feeds: Feeds, warmup: int, repeat: int, ledger: ThreadLedger
+) -> Figures:
     """The engines alternating single runs (each run right after another engine's), `repeat`
     rounds: the median wall-clock ms, the mean process-CPU, own and others' CPU ms per run, and
     the median over rounds of each engine's own CPU over ORT's (as `blockwise`). The per-run
@@ -299,7 +295,7 @@ def neighbours(
     return _summary(typical, rounds)
 
 
-def _summary(kept: dict[str, Sample], rounds: list[dict[str, Sample]]) -> dict[str, dict]:
+def _summary(kept: dict[str, Sample], rounds: list[dict[str, Sample]]) -> Figures:
     """The figures of `blockwise` / `neighbours` from each engine's kept sample and the rounds
     (the own-CPU ratio to ORT per round, its median)."""
     over_ort = {
