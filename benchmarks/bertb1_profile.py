@@ -51,11 +51,7 @@ def openvino(model: Any, precision: str, threads: int, runs: int, feeds: dict) -
     plain = core.compile_model(core.read_model(str(path)), "CPU", config).create_infer_request()
     config["PERF_COUNT"] = True  # slower runs: timed without it
     compiled = core.compile_model(core.read_model(str(path)), "CPU", config)
-    shapes = {}
-    for op in compiled.get_runtime_model().get_ordered_ops():
-        out = op.get_output_partial_shape(0) if op.get_output_size() else None
-        static = out is not None and out.is_static
-        shapes[op.get_friendly_name()] = [d.get_length() for d in out] if static else []
+    shapes = ctb.ov_output_shapes(compiled)
     request = compiled.create_infer_request()
     fastest: dict[str, tuple[str, str, float]] = {}
     for _ in range(runs + 1):

@@ -157,6 +157,17 @@ def ort_profile(model_bytes: bytes, feeds: dict, runs: int, threads: int = 1) ->
     return found
 
 
+def ov_output_shapes(compiled: Any) -> dict[str, list[int]]:
+    """Each node of OpenVINO's compiled runtime model by name: its first output's static
+    shape ([] when dynamic or none)."""
+    shapes = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        out = op.get_output_partial_shape(0) if op.get_output_size() else None
+        static = out is not None and out.is_static
+        shapes[op.get_friendly_name()] = [d.get_length() for d in out] if static else []
+    return shapes
+
+
 def openvino_engine(model: Any, threads: int, runs: int, feeds: dict) -> tuple[Any, dict]:
     """OpenVINO at bf16 on `threads`: its run function and seconds per block per run
     (unscaled: each node's fastest of `runs` profiled runs)."""
@@ -168,11 +179,7 @@ def openvino_engine(model: Any, threads: int, runs: int, feeds: dict) -> tuple[A
     config = {"INFERENCE_PRECISION_HINT": "bf16", "INFERENCE_NUM_THREADS": threads,
               "NUM_STREAMS": 1, "PERF_COUNT": True}  # fmt: skip
     compiled = core.compile_model(core.read_model(str(path)), "CPU", config)
-    shapes = {}
-    for op in compiled.get_runtime_model().get_ordered_ops():
-        out = op.get_output_partial_shape(0) if op.get_output_size() else None
-        static = out is not None and out.is_static
-        shapes[op.get_friendly_name()] = [d.get_length() for d in out] if static else []
+    shapes = ov_output_shapes(compiled)
     request = compiled.create_infer_request()
     fastest: dict[str, tuple[str, float]] = {}
     for _ in range(runs + 1):

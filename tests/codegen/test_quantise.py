@@ -143,6 +143,12 @@ def _hardware_fp8() -> bool:
 @pytest.mark.parametrize("rows", [False, True], ids=["fp8_code", "fp8_code_rows"])
 @pytest.mark.parametrize("scale", SCALES + list(RNG.uniform(1e-4, 10.0, 4)))
 def test_fp8_code_matches_float32_division(scale: float, rows: bool, cast: bool) -> None:
+    _check_fp8_codes(scale, rows, cast, BLOCK)
+
+
+def _check_fp8_codes(scale: float, rows: bool, cast: bool, block: int, **launch) -> None:
+    """`_fp8_codes` over `_fp8_values(scale)` in blocks of `block` equals ml_dtypes' bytes
+    (any NaN byte for a NaN)."""
     if cast and not _hardware_fp8():
         pytest.skip("the hardware fp8 conversion needs an NVIDIA GPU of sm_89 or later")
     s = np.float32(scale)
@@ -150,8 +156,8 @@ def test_fp8_code_matches_float32_division(scale: float, rows: bool, cast: bool)
     xt = torch.from_numpy(x).to(DEVICE)
     out = torch.empty(x.shape, dtype=torch.uint8, device=DEVICE)
     st = torch.tensor([s], dtype=torch.float32, device=DEVICE)
-    grid = (triton.cdiv(x.size, BLOCK),)
-    _fp8_codes[grid](xt, st, out, x.size, BLOCK=BLOCK, MAGIC=MAGIC, ROWS=rows, CAST=cast)
+    grid = (triton.cdiv(x.size, block),)
+    _fp8_codes[grid](xt, st, out, x.size, BLOCK=block, MAGIC=MAGIC, ROWS=rows, CAST=cast, **launch)
     got, want = out.cpu().numpy(), _want_fp8(x, s)
     nan = np.isnan(want.view(ml_dtypes.float8_e4m3fn).astype(np.float32))
     bad = np.flatnonzero((got != want) & ~(nan & (got & 0x7F == 0x7F)))
@@ -165,21 +171,7 @@ def test_fp8_cast_in_narrow_blocks(scale: float, block: int, rows: bool) -> None
     """The hardware conversion where a block gives each of 4 warps' threads one element or
     fewer (a 64-wide float32 layer-norm row): Triton's pairwise `.to(tl.float8e4nv)` wrote
     one element of a pair twice there on an H100; `e4m3_byte` converts one at a time."""
-    if not _hardware_fp8():
-        pytest.skip("the hardware fp8 conversion needs an NVIDIA GPU of sm_89 or later")
-    s = np.float32(scale)
-    x = _fp8_values(s)
-    xt = torch.from_numpy(x).to(DEVICE)
-    out = torch.empty(x.shape, dtype=torch.uint8, device=DEVICE)
-    st = torch.tensor([s], dtype=torch.float32, device=DEVICE)
-    grid = (triton.cdiv(x.size, block),)
-    _fp8_codes[grid](
-        xt, st, out, x.size, BLOCK=block, MAGIC=MAGIC, ROWS=rows, CAST=True, num_warps=4
-    )  # fmt: skip
-    got, want = out.cpu().numpy(), _want_fp8(x, s)
-    nan = np.isnan(want.view(ml_dtypes.float8_e4m3fn).astype(np.float32))
-    bad = np.flatnonzero((got != want) & ~(nan & (got & 0x7F == 0x7F)))
-    assert bad.size == 0, [(x[i], hex(got[i]), hex(want[i])) for i in bad[:10]]
+    _check_fp8_codes(scale, rows, True, block, num_warps=4)
 
 
 @pytest.fixture(scope="module")

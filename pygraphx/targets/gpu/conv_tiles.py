@@ -108,6 +108,15 @@ def device_section(index: int) -> tuple[str, bool]:
     return name, torch.cuda.get_device_capability(index)[0] == 9
 
 
+def _well_formed(tile: object) -> bool:
+    """A record's tile as `Tile` wants it (a hand-edited or foreign file may hold anything)."""
+    return (
+        isinstance(tile, list | tuple)
+        and len(tile) == 5
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in tile)
+    )
+
+
 def _mode() -> str:
     mode = os.environ.get(TILES_ENV, "table").strip() or "table"
     if mode not in ("table", "tune"):
@@ -130,9 +139,15 @@ class TileChoice:
             path = _record_path()
             if path is not None and path.is_file():
                 try:
-                    self.record = json.loads(path.read_text())
+                    record = json.loads(path.read_text())
                 except (OSError, ValueError) as exc:
                     log.warning("gpu conv tiles: record %s not read (%s); autotuning", path, exc)
+                else:
+                    sections = record.items() if isinstance(record, dict) else ()
+                    self.record = {k: v for k, v in sections if isinstance(v, dict)}
+                    if len(self.record) != (len(record) if isinstance(record, dict) else -1):
+                        log.warning("gpu conv tiles: record %s holds entries that are not "
+                                    "sections of tiles; those ignored", path)  # fmt: skip
         return self.record
 
     def find(
@@ -146,6 +161,10 @@ class TileChoice:
         if _mode() == "tune":
             return None
         tile = self._read().get(section, {}).get(key)
+        if tile is not None and not _well_formed(tile):
+            log.warning("gpu conv tiles: record entry %s = %r is not 5 positive integers; "
+                        "ignored", key, tile)  # fmt: skip
+            tile = None
         if tile is None and hopper:
             tile = (FP8_TABLE.get(shape) if fp8 else None) or TABLE.get(shape)
         if tile is not None:
