@@ -82,9 +82,11 @@ def trial(
     feeds: dict[str, np.ndarray],
     variant: tuple[str, str],
     args: argparse.Namespace,
+    number: int = 0,
 ) -> list[dict[str, float]]:
     """One trial of `variant` (work before, pygraphx engine): its pygraphx runs, each with the
-    threads it took (`args.progs`' run scope: the load adaptation may take fewer)."""
+    threads it took (`args.progs`' run scope: the load adaptation may take fewer) and the
+    trial's `number`."""
     before, pgx = variant
     if before == "sleep":
         time.sleep(args.sleep_s)
@@ -102,14 +104,96 @@ def trial(
         window = ledger.stop(snap, pgx)
         runs.append({"at_ms": at * 1e3, "ms": wall * 1e3, "own_cpu_ms": window.own_ms,
                      "others_cpu_ms": window.others_ms,
-                     "threads": args.progs[pgx]._executable.scope.limit[0]})  # fmt: skip
+                     "threads": args.progs[pgx]._executable.scope.limit[0],
+                     "trial": number})  # fmt: skip
     time.sleep(args.pause)
     return runs
+
+
+class GapAdaptive:
+    """A prototype policy, not pygraphx's: run on 1 thread when, in the gap since this
+    engine's last run ended, the process's other threads used at least `busy` CPUs on average
+    (the process CPU time less the caller's own, over the gap's wall time: a neighbour's pool
+    working or spinning), else on N. A gap under `min_gap_s` (runs back to back) takes N: no
+    neighbour ran in it, and our own OpenMP workers' spin after a run would dominate it. Costs
+    three clock reads a run."""
+
+    def __init__(
+        self, many: Callable, one: Callable, n: int, busy: float = 0.5, min_gap_s: float = 1e-3
+    ) -> None:
+        self.many, self.one, self.n = many, one, n
+        self.busy, self.min_gap_s = busy, min_gap_s
+        self.threads = n
+        self.last: tuple[float, float, float] | None = None
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> Any:
+        now, proc, mine = time.perf_counter(), time.process_time(), time.thread_time()
+        self.threads = self.n
+        if self.last is not None and now - self.last[0] >= self.min_gap_s:
+            others = (proc - self.last[1]) - (mine - self.last[2])
+            self.threads = 1 if others / (now - self.last[0]) >= self.busy else self.n
+        out = (self.one if self.threads == 1 else self.many)(feeds)
+        self.last = (time.perf_counter(), time.process_time(), time.thread_time())
+        return out
+
+
+def alternate(engines: dict[str, Callable], feeds: dict[str, np.ndarray], rounds: int):
+    """pygraphx at N, at 1 and `GapAdaptive`, each timed in two settings, the variants taking
+    turns each round: right after a single ORT run (`neighbour`: 5 pairs of an ORT run and a
+    pygraphx run, the last 4 timed, as `cpu_vs_peers --neighbour` alternates engines) and, after
+    a pause in which ORT's pool stops spinning, alone (the last 3 runs of a block of 4).
+    ({setting: {variant: [ms]}}, {setting: threads the adaptive one took})."""
+    pgx = [k for k in engines if k.startswith("pgx@")]
+    n = max(int(k.split("@")[1]) for k in pgx)
+    adapt = GapAdaptive(engines[f"pgx@{n}"], engines["pgx@1"], n)
+    variants = {**{k: engines[k] for k in pgx}, "pgx@adapt": adapt}
+    ms: dict[str, dict[str, list[float]]] = {"neighbour": {}, "alone": {}}
+    took: dict[str, list[int]] = {"neighbour": [], "alone": []}
+    for r in range(rounds):
+        names = list(variants)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = variants[name]
+            for setting, before in (("neighbour", engines["ort_spin"]), ("alone", None)):
+                time.sleep(0.1)  # ORT's pool spins out
+                for k in range(5 if before else 4):
+                    if before is not None:
+                        before(feeds)
+                    start = time.perf_counter()
+                    fn(feeds)
+                    if k:
+                        ms[setting].setdefault(name, []).append((time.perf_counter() - start) * 1e3)
+                        took[setting] += [adapt.threads] if fn is adapt else []
+    return ms, took
 
 
 def bucket_of(at_ms: float) -> float:
     """The start of the bucket `at_ms` falls in."""
     return max(b for b in BUCKETS if b <= at_ms)
+
+
+def paired(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Per trial, against its own steady state (the median of its runs starting 100 ms or more
+    after the work before; the host's drift between trials cancels): the first run's latency
+    and the mean latency of the runs starting in the first 50 ms; medians over trials, with
+    the median others' CPU ms in those first 50 ms."""
+    first, early, others = [], [], []
+    for t in sorted({r["trial"] for r in runs}):
+        mine = [r for r in runs if r["trial"] == t]
+        steady = [r["ms"] for r in mine if r["at_ms"] >= 100]
+        if not steady:
+            continue
+        base = statistics.median(steady)
+        first.append(mine[0]["ms"] / base)
+        early.append(statistics.fmean(r["ms"] for r in mine if r["at_ms"] < 50) / base)
+        others.append(sum(r["others_cpu_ms"] for r in mine if r["at_ms"] < 50))
+    if not first:
+        return {}
+    return {
+        "first_over_steady": statistics.median(first),
+        "first_50ms_over_steady": statistics.median(early),
+        "others_cpu_ms_first_50ms": statistics.median(others),
+        "trials": len(first),
+    }
 
 
 def summarise(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -142,23 +226,44 @@ def probe(name: str, args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[tuple[str, str], list] = {v: [] for v in variants}
     for t in range(args.trials):
         for v in variants[t % len(variants) :] + variants[: t % len(variants)]:
-            runs[v] += trial(engines, ledger, feeds, v, args)
+            runs[v] += trial(engines, ledger, feeds, v, args, t)
     print(f"## {name} b{args.batch}, {args.threads} threads, ORT block {args.ort_runs} runs "
           f"({args.sleep_s * 1e3:.1f} ms); {ledger.describe()}; load average "
           f"{os.getloadavg()[0]:.1f}")  # fmt: skip
+    table, pairs = report(runs)
+    out = {"model": name, "batch": args.batch, "threads": args.threads,
+           "ort_block_ms": args.sleep_s * 1e3, "buckets": table, "paired": pairs,
+           "runs": {f"{v[0]},{v[1]}": r for v, r in runs.items()}}  # fmt: skip
+    if args.alternate:
+        out["alternate"], took = alternate(engines, feeds, args.alternate)
+        out["adapt_threads"] = took
+        for setting, got in out["alternate"].items():
+            cells = ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in got.items())
+            mean = statistics.fmean(took[setting])
+            print(f"  {setting:9s} median ms: {cells} (adapt took {mean:.2f} threads on average)")
+    return out
+
+
+def report(runs: dict[tuple[str, str], list]) -> tuple[dict, dict]:
+    """Print and return the per-bucket figures and the per-trial ratios of every variant."""
     print("variant (before, pygraphx): per bucket (ms after): median ms [runs] others' CPU "
           "ms/run, threads taken (mean)")  # fmt: skip
-    table = {}
+    table, pairs = {}, {}
     for v, got in runs.items():
         table[f"{v[0]},{v[1]}"] = s = summarise(got)
         cells = "  ".join(
             f"{b}: {c['ms']:7.2f} [{c['runs']:3d}] {c['others_cpu_ms']:5.2f} t{c['threads']:.1f}"
             for b, c in s.items()
         )
-        print(f"  {v[0]:10s} {v[1]:7s} {cells}", flush=True)
-    return {"model": name, "batch": args.batch, "threads": args.threads,
-            "ort_block_ms": args.sleep_s * 1e3, "buckets": table,
-            "runs": {f"{v[0]},{v[1]}": r for v, r in runs.items()}}  # fmt: skip
+        print(f"  {v[0]:12s} {v[1]:7s} {cells}", flush=True)
+    print("per trial against its own steady state (median over trials):")
+    for v, got in runs.items():
+        pairs[f"{v[0]},{v[1]}"] = p = paired(got)
+        if p:
+            print(f"  {v[0]:12s} {v[1]:7s} first run {p['first_over_steady']:.2f}x, runs in the "
+                  f"first 50 ms {p['first_50ms_over_steady']:.2f}x; others' CPU in them "
+                  f"{p['others_cpu_ms_first_50ms']:.1f} ms")  # fmt: skip
+    return table, pairs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ort-runs", type=int, default=3, help="ORT's runs before each window")
     ap.add_argument("--window", type=float, default=0.15, help="seconds of pygraphx runs")
     ap.add_argument("--pause", type=float, default=0.2, help="seconds between trials")
+    ap.add_argument("--alternate", type=int, default=0, help="rounds of the GapAdaptive A/B")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     from pygraphx.targets.cpu.threads import resolve_threads

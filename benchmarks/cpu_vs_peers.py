@@ -423,6 +423,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=None, help="default: the cpu target's count")
     ap.add_argument("--quick", action="store_true", help="1 warm-up, 3 timed runs, batch 1")
     ap.add_argument("--neighbour", action="store_true", help="alternate single runs of engines")
+    ap.add_argument(
+        "--ort-spin",
+        choices=tuple(ORT_SPIN),
+        default="default",
+        help="ORT's pool after its work: spins (default), never (off), stops at a run's end "
+        "(between_runs: a neighbour that leaves the cores free; see cpu_neighbour_probe.py)",
+    )
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--no-openvino", action="store_true")
     ap.add_argument("--no-bf16", action="store_true", help="no pygraphx bf16 (pgx_bf16) engine")
@@ -468,7 +475,7 @@ def make_engines(
     for fn in engines.values():
         fn(feeds)
     with ledger.pool("ort", "ort"):
-        engines["ort"], compile_s["ort"] = make_ort(model, threads)
+        engines["ort"], compile_s["ort"] = make_ort(model, threads, args.ort_spin)
         engines["ort"](feeds)
     if not args.no_openvino and openvino_available():
         for key, precision in (("ov_f32", "f32"), ("ov_default", None)):
@@ -557,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible; "
         f"Threads: {resolved}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
         f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}; torch {torch.__version__}, "
-        f"onnxruntime {__import__('onnxruntime').__version__}, openvino {ov}; timing: {mode}, "
+        f"onnxruntime {__import__('onnxruntime').__version__} (pool spin: {args.ort_spin}), "
+        f"openvino {ov}; timing: {mode}, "
         f"warm-up {args.warmup}, timed {args.repeat}"
     )
     results = []
@@ -578,6 +586,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads": threads,
             "threads_source": str(resolved),
             "mode": "neighbour" if args.neighbour else "blocks",
+            "ort_spin": args.ort_spin,
             "step_threads": not args.no_step_threads,
             "bf16_ops": args.bf16_ops,
             "results": results,

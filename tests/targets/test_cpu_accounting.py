@@ -190,7 +190,7 @@ def test_neighbour_probe_buckets() -> None:
     rng = np.random.default_rng(7)
     runs = [
         {"at_ms": float(at), "ms": float(rng.uniform(1, 5)), "own_cpu_ms": 2.0,
-         "others_cpu_ms": float(at < 25), "threads": 2}
+         "others_cpu_ms": float(at < 25), "threads": 2, "trial": 0}
         for at in rng.uniform(0, 150, 60)
     ]  # fmt: skip
     got = nb.summarise(runs)
@@ -199,3 +199,41 @@ def test_neighbour_probe_buckets() -> None:
     assert got["0"]["runs"] == len(early) and got["0"]["others_cpu_ms"] == 1.0
     assert got["100"]["others_cpu_ms"] == 0.0 and got["100"]["threads"] == 2
     assert sum(b["runs"] for b in got.values()) == len(runs)
+
+
+def test_neighbour_probe_paired_ratios() -> None:
+    """Per trial, the first run and the runs of the first 50 ms against the trial's own steady
+    median (runs from 100 ms on); medians over trials."""
+    nb = pytest.importorskip("benchmarks.cpu_neighbour_probe")
+    rng = np.random.default_rng(11)
+    runs, first, early = [], [], []
+    for t in range(5):
+        ats = np.sort(rng.uniform(0, 150, 30))
+        ms = rng.uniform(1, 5, 30)
+        runs += [{"at_ms": float(a), "ms": float(m), "others_cpu_ms": 1.0, "trial": t}
+                 for a, m in zip(ats, ms, strict=True)]  # fmt: skip
+        steady = np.median(ms[ats >= 100])
+        first.append(ms[0] / steady)
+        early.append(ms[ats < 50].mean() / steady)
+    got = nb.paired(runs)
+    assert got["trials"] == 5
+    assert got["first_over_steady"] == pytest.approx(float(np.median(first)))
+    assert got["first_50ms_over_steady"] == pytest.approx(float(np.median(early)))
+    assert nb.paired([{"at_ms": 1.0, "ms": 1.0, "others_cpu_ms": 0.0, "trial": 0}]) == {}
+
+
+def test_gap_adaptive_takes_one_thread_after_a_busy_gap() -> None:
+    """The prototype policy: N threads back to back, 1 after a gap in which another thread of
+    the process kept a CPU busy, N again after an idle gap."""
+    nb = pytest.importorskip("benchmarks.cpu_neighbour_probe")
+    calls: list[str] = []
+    adapt = nb.GapAdaptive(lambda f: calls.append("many"), lambda f: calls.append("one"), 2)
+    adapt({})
+    adapt({})
+    worker = threading.Thread(target=_burn, args=(0.03,))
+    worker.start()
+    worker.join()
+    adapt({})
+    time.sleep(0.02)
+    adapt({})
+    assert calls == ["many", "many", "one", "many"]
