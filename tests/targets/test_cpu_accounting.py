@@ -5,7 +5,6 @@ process CPU time counts)."""
 
 from __future__ import annotations
 
-import argparse
 import threading
 import time
 
@@ -167,9 +166,7 @@ def test_peers_engines_claim_ort_and_openvino_pools() -> None:
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "x"], ["y"])], "g", [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     feeds = {"x": np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)}
-    args = argparse.Namespace(
-        conv_output="torch", no_step_threads=False, no_bf16=True, no_eager=True, no_openvino=False
-    )
+    args = peers.parse_args(["--no-bf16", "--no-eager", "--conv-output", "torch"])
     engines, _, _, _, ledger = peers.make_engines(model, "tiny", feeds, args, 2)
     assert list(engines)[:2] == ["pygraphx", "ort"]
     assert len(ledger.pools["ort"]) >= 1
