@@ -24,7 +24,11 @@ by one each trial. The report gives, per variant and start-time bucket (ms after
 before), the median latency, the runs and the others' CPU ms per run; the last bucket is
 pygraphx's steady state. If `ort_spin` is slow in the first buckets and `ort_nospin`,
 `ort_stopspin` and `sleep` are not, ORT's pool spinning after its runs is the cause; if `sleep`
-is slow too, pygraphx's sleeping workers are.
+is slow too, pygraphx's sleeping workers (or idle CPUs) are.
+
+`--alternate R` adds an A/B of `GapAdaptive`, a prototype policy (1 thread when other threads
+of the process kept a CPU busy since pygraphx's last run, else N) against N and 1 thread, right
+after single ORT runs and alone. Results: `benchmarks/results/peerscpu.md`.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@
     python benchmarks/cpu_vs_peers.py --threads 1       # every engine on 1 thread
     python benchmarks/cpu_vs_peers.py --quick           # fewer runs, batch 1 only
     python benchmarks/cpu_vs_peers.py --neighbour       # engines alternate run by run
+    python benchmarks/cpu_vs_peers.py --neighbour --ort-spin between_runs
+                                                        # ORT's pool stops spinning after a run
     python benchmarks/cpu_vs_peers.py --json out.json --profile
     python benchmarks/cpu_vs_peers.py --models vit_b16 unet_small yolov8_style minilm
                                                         # zoo models (benchmarks/zoo.py), once
