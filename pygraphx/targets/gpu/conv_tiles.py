@@ -8,7 +8,9 @@ shape's tile comes, in this order, from
 2. the on-disk record (`PGX_GPU_TILE_RECORD`, default `~/.cache/pygraphx/conv_tiles.json`),
    one section per (device name, Triton version), written after each autotuned shape;
 3. `TABLE` on compute capability 9.x (H100 / H200): ResNet-50's layer shapes at batch 32
-   (for fp8 kernels `FP8_TABLE` first, where fp8 timed best at another tile);
+   (for fp8 kernels `FP8_TABLE` first, where fp8 timed best at another tile; on an H100
+   `H100_TABLE` / `H100_FP8_TABLE` before those, where the H100 timed another tile or form
+   faster);
 
 and only a shape found in none of them is autotuned (its tile then recorded). A shape is
 (kind `int8` / `fp8`, input mode, M, N, K, C): the epilogue is not part of it (it changes a
@@ -32,12 +34,18 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "FP8_TABLE",
+    "H100_FP8_TABLE",
+    "H100_NAME",
+    "H100_TABLE",
+    "PRE",
     "PROGRESS_EVERY",
     "RECORD_ENV",
     "TABLE",
     "TILES_ENV",
     "TileChoice",
     "device_section",
+    "table_tile",
+    "tile_form",
     "tile_key",
 ]
 
@@ -46,7 +54,11 @@ RECORD_ENV = "PGX_GPU_TILE_RECORD"
 #: a log line after this many autotuned shapes (and after the first)
 PROGRESS_EVERY = 4
 
-Tile = tuple[int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, warps, stages
+#: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages; an `H100_TABLE` tile may add a sixth, `PRE`
+#: (1: the residual's tile is loaded before the product, `quant_conv_kernels.PRE_RES`)
+Tile = tuple[int, ...]
+#: a `Tile`'s sixth entry: load the residual first
+PRE = 1
 
 #: (M, N, K, C) -> tile, for both int8 and fp8 (one byte an operand element: the same shared
 #: memory, loads and tensor-core rate on Hopper). The int8 ResNet-50 b32 autotuning on an
@@ -87,6 +99,57 @@ FP8_TABLE: dict[tuple[int, int, int, int], Tile] = {
     (25088, 128, 512, 512): (128, 64, 128, 4, 3),
 }  # fmt: skip
 
+#: int8 tiles where another tile or form beat `TABLE`'s on an H100 (ResNet-50 b32 layers with
+#: the program's epilogue, CUDA-graph replays, `benchmarks/int8res_probe.py`,
+#: `benchmarks/results/h100_int8res_probe{,2}.json`, two calls; us at this tile against
+#: `TABLE`'s, fused cuDNN fp16 in the same call): 1x1 64 -> 256 at 56x56 + residual 56.06 /
+#: 59.38 (fp16 49.18; the second call 56.11 / 59.67), 1x1 128 -> 512 at 28x28 + residual
+#: 31.38 / 33.86 (26.82), 1x1 512 -> 2048 at 7x7 + residual 12.27 / 15.44 (11.89), 3x3 512
+#: at 7x7 23.37 / 25.46 (16.46), 3x3 256 at 14x14 16.98 / 17.82 (16.54), 1x1 64 -> 64 at
+#: 56x56 11.56 / 12.35 (8.28), 1x1 512 -> 256 at 28x28 19.24 / 20.21 (14.97), 1x1 1024 -> 512
+#: at 14x14 13.19 / 14.80 (12.52). Not timed on an H200: `TABLE` there.
+H100_TABLE: dict[tuple[int, int, int, int], Tile] = {
+    (100352, 256, 64, 64): (64, 128, 64, 4, 2, PRE),
+    (25088, 512, 128, 128): (64, 64, 128, 4, 2, PRE),
+    (1568, 2048, 512, 512): (64, 64, 128, 4, 3),
+    (1568, 512, 4608, 512): (64, 64, 128, 4, 3),
+    (6272, 256, 2304, 256): (64, 64, 128, 4, 3),
+    (100352, 64, 64, 64): (128, 64, 64, 4, 2),
+    (25088, 256, 512, 512): (128, 64, 128, 4, 3),
+    (6272, 512, 1024, 1024): (128, 64, 128, 4, 3),
+}  # fmt: skip
+#: fp8 tiles where another tile or form beat `FP8_TABLE`'s / `TABLE`'s on an H100 (the second
+#: call above, `h100_int8res_probe2.json`; us): 3x3 512 at 7x7 21.15 / 26.63 (fp16 16.44),
+#: 3x3 256 at 14x14 16.49 / 17.03 (16.74), 1x1 512 -> 2048 at 7x7 + residual 12.78 / 15.04
+#: (11.69), 1x1 128 -> 512 at 28x28 + residual 32.94 / 36.06 (26.82), 1x1 64 -> 256 at 56x56
+#: + residual 56.41 / 57.66 (49.10; the first call 56.40 / 58.45), 1x1 512 -> 256 at 28x28
+#: 20.51 / 23.98 (14.97), 1x1 1024 -> 512 at 14x14 13.82 / 15.85 (12.52). H100 only.
+H100_FP8_TABLE: dict[tuple[int, int, int, int], Tile] = {
+    (100352, 256, 64, 64): (64, 64, 64, 4, 2, PRE),
+    (25088, 512, 128, 128): (64, 64, 128, 4, 2, PRE),
+    (1568, 2048, 512, 512): (64, 64, 128, 4, 3),
+    (1568, 512, 4608, 512): (64, 64, 128, 4, 3),
+    (6272, 256, 2304, 256): (64, 64, 128, 4, 3),
+    (25088, 256, 512, 512): (128, 64, 128, 4, 3),
+    (6272, 512, 1024, 1024): (128, 64, 128, 4, 3),
+}  # fmt: skip
+#: the device name `H100_TABLE` applies to (`device_section`'s name holds it)
+H100_NAME = "H100"
+
+
+def table_tile(shape: tuple[int, int, int, int], section: str, fp8: bool) -> Tile | None:
+    """The tables' tile of `shape` on a Hopper device of record section `section` (its name):
+    on an H100 `H100_FP8_TABLE` / `H100_TABLE` first, then for fp8 kernels `FP8_TABLE`, then
+    `TABLE`; None where no table has it."""
+    tables = [H100_FP8_TABLE if fp8 else H100_TABLE] if H100_NAME in section.split(" | ")[0] else []
+    tables += [FP8_TABLE, TABLE] if fp8 else [TABLE]
+    return next((t[shape] for t in tables if shape in t), None)
+
+
+def tile_form(tile: Tile) -> tuple[tuple[int, int, int, int, int], bool]:
+    """(the five tile entries, whether the residual is loaded before the product)."""
+    return tuple(tile[:5]), len(tile) > 5 and tile[5] == PRE
+
 
 def tile_key(fp8: bool, mode: int, m: int, n: int, k: int, c: int) -> str:
     """The record's name of a convolution shape."""
@@ -109,12 +172,13 @@ def device_section(index: int) -> tuple[str, bool]:
 
 
 def _well_formed(tile: object) -> bool:
-    """A record's tile as `Tile` wants it (a hand-edited or foreign file may hold anything)."""
-    return (
-        isinstance(tile, list | tuple)
-        and len(tile) == 5
-        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in tile)
-    )
+    """A record's tile as `Tile` wants it: 5 positive integers, and optionally a sixth that is
+    0 or `PRE` (a hand-edited or foreign file may hold anything)."""
+    if not isinstance(tile, list | tuple) or len(tile) not in (5, 6):
+        return False
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in tile):
+        return False
+    return all(v > 0 for v in tile[:5]) and tile[5:] in ((), (0,), (PRE,), [], [0], [PRE])
 
 
 def _mode() -> str:
@@ -154,19 +218,19 @@ class TileChoice:
         self, key: str, shape: tuple[int, int, int, int], section: str, hopper: bool,
         fp8: bool = False,
     ) -> Tile | None:  # fmt: skip
-        """`key`'s tile from this process, the record's `section` or (`hopper`) `TABLE` (for
-        `fp8`, `FP8_TABLE` first); None: autotune it."""
+        """`key`'s tile from this process, the record's `section` or (`hopper`) the tables
+        (`table_tile`); None: autotune it."""
         if key in self.chosen:
             return self.chosen[key]
         if _mode() == "tune":
             return None
         tile = self._read().get(section, {}).get(key)
         if tile is not None and not _well_formed(tile):
-            log.warning("gpu conv tiles: record entry %s = %r is not 5 positive integers; "
+            log.warning("gpu conv tiles: record entry %s = %r is not a tile; "
                         "ignored", key, tile)  # fmt: skip
             tile = None
         if tile is None and hopper:
-            tile = (FP8_TABLE.get(shape) if fp8 else None) or TABLE.get(shape)
+            tile = table_tile(shape, section, fp8)
         if tile is not None:
             self.looked_up += 1
             if self.looked_up == 1:

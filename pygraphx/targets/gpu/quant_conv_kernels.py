@@ -24,6 +24,12 @@ address arithmetic and masks. On an H200 (`benchmarks/resgpu_probe.py`,
 `benchmarks/results/h200_resgpu_probe.json`) GATHER took 0.364 ms, ROWS 0.083 with the padded
 copy (then torch's, 0.022 of it), cuDNN half 0.090.
 
+`PRE_RES` (an H100 table tile's sixth entry, `conv_tiles.PRE`, `tile_launch`): the epilogue's
+residual tile is loaded before the K loop, so its loads overlap the sums instead of following
+them (same numbers): on an H100 the int8 1x1 64 -> 256 expansion at 56x56 with its residual
+took 56.06 us against 59.38 at the same tile, the 1x1 128 -> 512 at 28x28 31.38 against 32.29
+(`benchmarks/results/h100_int8res_probe{,2}.json`; deeper layers gained nothing).
+
 On CUDA each shape's tile comes from `conv_tiles` (this process's choices, an on-disk record,
 a table of ResNet-50's shapes on Hopper); a shape found nowhere is autotuned over
 `CONV_CONFIGS` at its first launch (the gpu executable's warm-up, before graph capture),
@@ -45,8 +51,8 @@ from pygraphx.targets.gpu import quant_kernels as qk
 
 __all__ = [
     "CONV_BLOCK_K", "CONV_CONFIGS", "FP8_NATIVE", "FP8_SUM_ERROR", "GATHER", "IMPLICIT",
-    "POINTWISE", "ROWS", "ROWS_BLOCK_K", "conv", "input_mode", "launch_arguments", "pad_rows",
-    "row_layout",
+    "POINTWISE", "RESIDUAL_CODES", "ROWS", "ROWS_BLOCK_K", "conv", "input_mode",
+    "launch_arguments", "pad_rows", "row_layout", "tile_launch",
 ]  # fmt: skip
 
 #: the smallest K block: a convolution read in place needs input channels a multiple of it
@@ -135,19 +141,21 @@ def _conv_kernel(
     FP8: tl.constexpr, MODE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     FP8_PTRS: tl.constexpr = False, FP8_NATIVE: tl.constexpr = False, CAST: tl.constexpr = False,
+    PRE_RES: tl.constexpr = False,
 ):  # fmt: skip
     if FP8_PTRS:  # fp8 bytes read as fp8 (CUDA): `quant_kernels._fp8_pointers`
         x_ptr, w_ptr = qk._fp8_pointers(x_ptr, w_ptr)
     rows, cols = qk._tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    r0 = 0.0
+    if PRE_RES:  # the residual's tile read before the product: its loads overlap the sums
+        inside = (rows[:, None] < M) & (cols[None, :] < N)
+        r0 = tl.load(res_ptr + rows[:, None] * stride_rm + cols[None, :], mask=inside, other=0.0)
     wo = rows % WO
     ho = (rows // WO) % HO
     base = (rows // (WO * HO)) * sxn
     h0, w0 = ho * SH - PH, wo * SW - PW
     ks = tl.arange(0, BLOCK_K)
-    if FP8:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    acc = qk._zero_sums(BLOCK_M, BLOCK_N, FP8)
     for k0 in range(0, K, BLOCK_K):
         a = _input_tile(
             x_ptr, rows, k0, ks, M, K, C, H, W, h0, w0, base, sxh, sxw, sxc, DH, DW, KW, MODE
@@ -161,7 +169,7 @@ def _conv_kernel(
     qk._store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
         qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE, MAGIC,
-        CAST,
+        CAST, r0, PRE_RES,
     )  # fmt: skip
 
 
@@ -262,8 +270,7 @@ def _tiled_launch(args: tuple, codes: dict, device: torch.device) -> None:
     section, hopper = conv_tiles.device_section(device.index or 0)
     tile = _tiles.find(key, (m, n, k, c), section, hopper, codes["FP8"])
     if tile is not None and (codes["MODE"] == GATHER or c % tile[2] == 0):
-        bm, bn, bk, warps, stages = tile
-        config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
+        config, warps, stages = tile_launch(tile, codes)
         grid = qk._grid(m, n, config)
         _conv_kernel[grid](*args, **codes, **config, num_warps=warps, num_stages=stages)
         return
@@ -274,6 +281,20 @@ def _tiled_launch(args: tuple, codes: dict, device: torch.device) -> None:
     kw = best.kwargs
     tile = (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], best.num_warps, best.num_stages)
     _tiles.keep(key, tile, section, time.perf_counter() - start)
+
+
+#: the epilogue codes that read the residual (`quant_kernels._epilogue_op`)
+RESIDUAL_CODES = (2, 5)
+
+
+def tile_launch(tile: tuple, codes: dict) -> tuple[dict, int, int]:
+    """(the launch's constexprs, warps, stages) of a `conv_tiles` tile: its blocks, and
+    `PRE_RES` (the residual's tile loaded before the product) where the tile asks for it and
+    the epilogue reads a residual."""
+    (bm, bn, bk, warps, stages), pre = conv_tiles.tile_form(tile)
+    residual = any(codes[e] in RESIDUAL_CODES for e in ("E0", "E1", "E2"))
+    config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
+    return {**config, "PRE_RES": pre and residual}, warps, stages
 
 
 def launch_arguments(

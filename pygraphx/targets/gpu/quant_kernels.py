@@ -138,24 +138,25 @@ def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.conste
 @triton.jit
 def _epilogue_op(
     y, code: tl.constexpr, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3,
-    rs_ptr, rb_ptr,
+    rs_ptr, rb_ptr, r0, PRE: tl.constexpr,
 ):  # fmt: skip
     """One element-wise op after the dequantise (0 none, 1 + bias[col], 2 + residual[row, col],
     3 relu, 4 GELU `(y * (erf(y * g1) + g2)) * g3`, 5 + the residual's own dequantise and bias
     `(residual * rs[col]) + rb[col]`), rounded to the output type `ty` as the unfused op would
-    store it (GELU: once, as a generated group computes it in float32)."""
+    store it (GELU: once, as a generated group computes it in float32). `PRE`: the residual
+    tile is `r0`, loaded before the product (`_residual_tile`), not here."""
     if code == 1:
         b = tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
         y = (y + b[None, :]).to(ty).to(tl.float32)
     elif code == 2:
-        r = tl.load(res_ptr + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0)
+        r = _residual_tile(res_ptr, rows, cols, stride_rm, mask, r0, PRE)
         y = (y + r.to(tl.float32)).to(ty).to(tl.float32)
     elif code == 3:
         y = tl.maximum(y, 0.0)
     elif code == 4:
         y = ((y * (tl.erf(y * g1) + g2)) * g3).to(ty).to(tl.float32)
     elif code == 5:
-        r = tl.load(res_ptr + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0)
+        r = _residual_tile(res_ptr, rows, cols, stride_rm, mask, r0, PRE)
         rs = tl.load(rs_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
         rb = tl.load(rb_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
         r = (r.to(tl.float32) * rs[None, :]).to(ty).to(tl.float32)
@@ -165,26 +166,43 @@ def _epilogue_op(
 
 
 @triton.jit
+def _residual_tile(res_ptr, rows, cols, stride_rm, mask, r0, PRE: tl.constexpr):
+    """The residual's (rows, cols) tile: `r0` when it was loaded before the product (`PRE`),
+    else loaded now."""
+    if PRE:
+        r = r0
+    else:
+        r = tl.load(res_ptr + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0)
+    return r
+
+
+@triton.jit
 def _store_dequantised(
     acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
     qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr, CAST: tl.constexpr = False,
+    r0=0.0, PRE: tl.constexpr = False,
 ):  # fmt: skip
+    """`acc`'s dequantise, the epilogue ops `E0`-`E2` (`_epilogue_op`; `PRE`: the residual
+    tile `r0` already loaded), the float store and / or the quantise (`QUANT`)."""
     ty = out_ptr.dtype.element_ty
     s = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     y = (acc.to(tl.float32) * s[None, :]).to(ty).to(tl.float32)
     # each argument spelled out: Triton 3.6 takes no dtype (`ty`) inside a tuple
     y = _epilogue_op(
-        y, E0, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr
-    )
+        y, E0, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr,
+        r0, PRE,
+    )  # fmt: skip
     y = _epilogue_op(
-        y, E1, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr
-    )
+        y, E1, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr,
+        r0, PRE,
+    )  # fmt: skip
     y = _epilogue_op(
-        y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr
-    )
+        y, E2, rows, cols, mask, bias_ptr, res_ptr, stride_rm, N, ty, g1, g2, g3, rs_ptr, rb_ptr,
+        r0, PRE,
+    )  # fmt: skip
     if STORE:
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], y.to(ty), mask=mask)
     if QUANT != 0:  # the quantise of the stored value: `quantise_int8`'s / `quantise_fp8`'s

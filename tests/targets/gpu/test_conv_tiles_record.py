@@ -12,7 +12,15 @@ from pygraphx.targets.gpu import quant_conv_kernels as qck
 
 
 @pytest.mark.parametrize(
-    "bad", [[64, 64, 64, 4], [64, 64, "64", 4, 5], [64, 64, 0, 4, 5], [True] * 5, 7]
+    "bad",
+    [
+        [64, 64, 64, 4],
+        [64, 64, "64", 4, 5],
+        [64, 64, 0, 4, 5],
+        [True] * 5,
+        7,
+        [64, 64, 64, 4, 5, 9],
+    ],
 )
 def test_malformed_record_entry_is_announced_and_ignored(
     bad, tmp_path, monkeypatch, caplog
@@ -27,9 +35,10 @@ def test_malformed_record_entry_is_announced_and_ignored(
     with caplog.at_level(logging.WARNING, logger=conv_tiles.__name__):
         assert conv_tiles.TileChoice().find(key, (100, 64, 576, 64), "dev A", False) is None
     assert "ignored" in caplog.text
-    good = [64, 64, 64, 4, 5]
-    path.write_text(json.dumps({"dev A": {key: good}}))
-    assert conv_tiles.TileChoice().find(key, (100, 64, 576, 64), "dev A", False) == tuple(good)
+    for good in ([64, 64, 64, 4, 5], [64, 64, 64, 4, 2, conv_tiles.PRE]):
+        path.write_text(json.dumps({"dev A": {key: good}}))
+        found = conv_tiles.TileChoice().find(key, (100, 64, 576, 64), "dev A", False)
+        assert found == tuple(good)
 
 
 @pytest.mark.parametrize("content", [[1, 2], {"dev A": "x"}, "text"])

@@ -48,6 +48,8 @@ def _job(
     fn = getattr(module, kernel)
     if "CAST" in fn.arg_names and "CAST" not in constexprs:  # a constexpr, as launches pass it
         constexprs = {**constexprs, "CAST": False}
+    if "PRE_RES" in fn.arg_names and "PRE_RES" not in constexprs:  # likewise (`tile_launch`)
+        constexprs = {**constexprs, "PRE_RES": False}
     signature = {a: "constexpr" if a in constexprs else types.get(a, "i32") for a in fn.arg_names}
     strides = ("stride", "sx") if aligned_strides else ()
     attrs = [a for a in fn.arg_names if signature[a][0] == "*" or a.startswith(strides)]
