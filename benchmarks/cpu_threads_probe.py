@@ -24,7 +24,8 @@ picks the engines instead (policy on / off or ORT, at a count; `--threads` is th
 still spinning from its block), each block reports its engine's own CPU time per run: the
 threads ONNX Runtime started (its pool) are ORT's, every other thread (the caller, GNU OpenMP's
 workers) pygraphx's, and the caller's time in an ORT block is ORT's (from
-/proc/self/task/*/schedstat, nanoseconds).
+/proc/self/task/*/schedstat, nanoseconds; `benchmarks/cpu_accounting.py`, which
+`cpu_vs_peers.py` shares).
 
 `--steps` instead times every step of the fast path (`--runs` runs, median per step) at each
 count, with the step's ops, output shape and team size, and ONNX Runtime's own per-node
@@ -50,7 +51,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -67,6 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpu_vs_peers import make_ort, make_pygraphx  # noqa: E402
 
 import pygraphx  # noqa: E402, F401  (its spin setting is made before it loads torch)
+from benchmarks.cpu_accounting import ThreadLedger  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 
 MODELS = ("resnet50", "mobilenetv2", "bert_base", "gpt2")
@@ -113,34 +114,6 @@ def probe_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def thread_cpu_ns() -> dict[int, int]:
-    """CPU nanoseconds each thread of this process has run (its schedstat; ticks of its stat
-    where schedstat is missing)."""
-    out: dict[int, int] = {}
-    for tid in os.listdir("/proc/self/task"):
-        base = f"/proc/self/task/{tid}"
-        try:
-            with open(f"{base}/schedstat") as f:
-                out[int(tid)] = int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            try:
-                with open(f"{base}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # the thread ended meanwhile
-            ticks = int(fields[11]) + int(fields[12])
-            out[int(tid)] = ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
-    return out
-
-
-def own_cpu_ms(before: dict[int, int], after: dict[int, int], ort: set[int], engine: str) -> float:
-    """CPU ms of `engine`'s threads between two `thread_cpu_ns` snapshots (see the module
-    docstring: ORT's pool and, in its block, the caller; else every thread but ORT's)."""
-    caller = threading.get_native_id()
-    mine = ort | {caller} if engine == "ort" else set(after) - ort
-    return sum(after[t] - before.get(t, 0) for t in mine if t in after) / 1e6
-
-
 def parse_engines(args: argparse.Namespace, n: int) -> list[tuple[str, str, int]]:
     """(label, kind, threads) of the --ab engines: `--engines` (on@16 ...), else on, off and
     ORT at `n`."""
@@ -155,21 +128,23 @@ def parse_engines(args: argparse.Namespace, n: int) -> list[tuple[str, str, int]
 
 
 def make_engines(model: Any, feeds: dict[str, np.ndarray], specs: list[tuple[str, str, int]]):
-    """({label: run}, {label: cpu program}, the OS threads ONNX Runtime's sessions started)."""
+    """({label: run}, {label: cpu program}, which threads are whose: ONNX Runtime's sessions
+    share the pool "ort", pygraphx runs on the caller's side)."""
     engines: dict[str, Callable] = {}
     progs: dict[str, Any] = {}
+    ledger = ThreadLedger()
     for label, kind, n in specs:  # pygraphx first: GNU OpenMP's workers start in its prepare
         if kind != "ort":
             progs[label] = make_pygraphx(model, "torch", n, kind == "on")[2]
             engines[label] = progs[label].run
             engines[label](feeds)
-    seen = set(os.listdir("/proc/self/task"))
     for label, kind, n in specs:
         if kind == "ort":
-            engines[label] = make_ort(model, n)[0]
-            engines[label](feeds)
-    ort_threads = {int(t) for t in set(os.listdir("/proc/self/task")) - seen}
-    return engines, progs, ort_threads
+            with ledger.pool(label, "ort"):
+                engines[label] = make_ort(model, n)[0]
+                engines[label](feeds)
+    ledger.seal()
+    return engines, progs, ledger
 
 
 def alternating(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -189,7 +164,7 @@ def ab_blocks(
     model: Any, feeds: dict[str, np.ndarray], specs: list[tuple[str, str, int]], args: Any
 ) -> dict[str, list[tuple[float, float, float]]]:
     """{engine label: (ms, process CPU ms, own CPU ms) of each of its blocks}."""
-    engines, progs, ort_threads = make_engines(model, feeds, specs)
+    engines, progs, ledger = make_engines(model, feeds, specs)
     blocks: dict[str, list[tuple[float, float, float]]] = {k: [] for k in engines}
     names = list(engines)
     for r in range(args.rounds):
@@ -198,15 +173,14 @@ def ab_blocks(
         for engine in names[r % len(names) :] + names[: r % len(names)]:
             for _ in range(args.warmup):
                 engines[engine](feeds)
-            before = thread_cpu_ns()
+            before = ledger.start()
             ms, cpu_ms, runs = time_block(engines[engine], feeds, 0, args.seconds, args.max_runs)
-            kind = "ort" if engine not in progs else "pgx"
-            own = own_cpu_ms(before, thread_cpu_ns(), ort_threads, kind) / runs
+            own = ledger.stop(before, engine).per_run(runs).own_ms
             blocks[engine].append((ms, cpu_ms, own))
     used = {p._executable.scope.limit[0] for p in progs.values()}
     load = os.getloadavg()[0]
-    print(f"runs took {sorted(used)} threads; load average {load:.1f}; ORT started "
-          f"{len(ort_threads)} threads")  # fmt: skip
+    print(f"runs took {sorted(used)} threads; load average {load:.1f}; "
+          f"{ledger.describe()}")  # fmt: skip
     return blocks
 
 

@@ -4,6 +4,8 @@
     python benchmarks/cpu_vs_peers.py --threads 1       # every engine on 1 thread
     python benchmarks/cpu_vs_peers.py --quick           # fewer runs, batch 1 only
     python benchmarks/cpu_vs_peers.py --neighbour       # engines alternate run by run
+    python benchmarks/cpu_vs_peers.py --neighbour --ort-spin between_runs
+                                                        # ORT's pool stops spinning after a run
     python benchmarks/cpu_vs_peers.py --json out.json --profile
     python benchmarks/cpu_vs_peers.py --models vit_b16 unet_small yolov8_style minilm
                                                         # zoo models (benchmarks/zoo.py), once
@@ -35,8 +37,15 @@ model sees it. `--neighbour` instead alternates single runs of the engines (pygr
 OpenVINO, ...), so every run follows another engine's: thread pools that spin after their
 work (ORT's, OpenVINO's) then stall the next engine's threads, which is what a program with
 busy neighbours meets. Both modes report
-wall time (the table) and process CPU time per run (all threads of the process; the per-row
-lines and the JSON): CPU time far above wall time x threads' useful work means threads spin.
+wall time, and CPU time per run (warm-up runs excluded) two ways: the process CPU time (all
+threads of the process, "cpu_ms", the per-row lines and the JSON), which also counts another
+engine's pool still spinning from its runs, and each engine's own CPU time ("own_cpu_ms", the
+table; `benchmarks/cpu_accounting.py`: per-thread counters, ORT's and OpenVINO's pools are
+theirs, with the calling thread during their runs, every other thread is the caller-side
+engine's: pygraphx, eager), with the other engines' threads' CPU in its runs ("others_cpu_ms")
+and the median over rounds of its own CPU over ORT's in the same round ("own_cpu_over_ort",
+the table's "pgx/ORT own CPU": issue 10's bound is 1.5). CPU time far above wall time x
+threads' useful work means threads spin.
 "Compile" is the time from ONNX bytes to a runnable model: parse + passes + prepare for
 pygraphx, session creation for ORT, read + compile for OpenVINO. With `--profile`, the models
 where pygraphx is slower than ORT get a per-op breakdown from a profiled run
@@ -67,6 +76,7 @@ from onnx import numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pygraphx  # noqa: E402
+from benchmarks.cpu_accounting import ThreadLedger, Window, timed_block  # noqa: E402
 from benchmarks.zoo import SIZES, ZOO_NAMES, input_summary, zoo_model  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 
@@ -96,12 +106,25 @@ def make_pygraphx(
     return (lambda feeds: prog.run(feeds)), seconds, prog
 
 
-def make_ort(model: onnx.ModelProto, threads: int) -> tuple[Callable, float]:
+#: ORT's session config for `make_ort`'s `spin`: its pool's threads spin after their work
+#: (default), never ("off": `session.intra_op.allow_spinning` 0), or within a run only
+#: ("between_runs": `session.force_spinning_stop` 1, they stop when a run ends)
+ORT_SPIN = {
+    "default": {},
+    "off": {"session.intra_op.allow_spinning": "0"},
+    "between_runs": {"session.force_spinning_stop": "1"},
+}
+
+
+def make_ort(model: onnx.ModelProto, threads: int, spin: str = "default") -> tuple[Callable, float]:
+    """An ONNX Runtime CPU session, its pool spinning as `ORT_SPIN[spin]` says."""
     import onnxruntime as ort
 
     start = time.perf_counter()
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
+    for key, value in ORT_SPIN[spin].items():
+        opts.add_session_config_entry(key, value)
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     seconds = time.perf_counter() - start
     return (lambda feeds: sess.run(None, feeds)), seconds
@@ -208,43 +231,86 @@ def _timed(fn: Callable, feeds: dict[str, np.ndarray]) -> tuple[float, float]:
     return time.perf_counter() - start, time.process_time() - start_cpu
 
 
+#: one engine's sample in one round: (wall ms, process-CPU ms, its CPU ms split) per run
+Sample = tuple[float, float, Window]
+Engines = dict[str, Callable]
+Feeds = dict[str, np.ndarray]
+#: "ms", "cpu_ms", "own_cpu_ms", ... -> engine -> figure (`blockwise`, `neighbours`)
+Figures = dict[str, dict[str, float]]
+
+
 def blockwise(
-    engines: dict[str, Callable], feeds: dict[str, np.ndarray], warmup: int, repeat: int
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Median wall-clock ms and mean process-CPU ms per run of each engine, each engine timed
-    in its own block of runs, two rounds, the better block kept. The second round runs the
-    blocks in the reverse order, so that no engine has both its blocks right after the same
-    neighbour: a block just after ONNX Runtime's runs 2-3x slower for its first ~50 ms on 2
-    cores (MobileNetV2 bf16, measured: ORT's pool still holds the cores), which, with the
-    first order, fell on pgx bf16 in both rounds."""
-    best: dict[str, tuple[float, float]] = {}
+    engines: Engines, feeds: Feeds, warmup: int, repeat: int, ledger: ThreadLedger
+) -> Figures:
+    """Each engine timed in its own block of runs, two rounds, the better block (by median
+    latency) kept: its median wall-clock ms ("ms"), mean process-CPU ms per run ("cpu_ms"), and
+    the engine's own CPU ms per run and the other engines' threads' ("own_cpu_ms",
+    "others_cpu_ms", `cpu_accounting`; warm-up runs excluded); "own_cpu_over_ort" is the
+    median over rounds of (own CPU of the engine's block) / (ORT's in the same round). The
+    second round runs the blocks in the reverse order, so that no engine has both its blocks
+    right after the same neighbour: a block just after ONNX Runtime's runs 2-3x slower for its
+    first ~50 ms on 2 cores (MobileNetV2 bf16, measured: ORT's pool still holds the cores),
+    which, with the first order, fell on pgx bf16 in both rounds; and the process CPU of such
+    a block carries ORT's pool still spinning (the own CPU does not)."""
+    rounds: list[dict[str, Sample]] = []
     for order in (list(engines.items()), list(engines.items())[::-1]):
+        got: dict[str, Sample] = {}
         for name, fn in order:
             for _ in range(warmup):
                 fn(feeds)
-            runs = [_timed(fn, feeds) for _ in range(repeat)]
-            wall = statistics.median(w for w, _ in runs) * 1e3
-            cpu = statistics.fmean(c for _, c in runs) * 1e3
-            if name not in best or wall < best[name][0]:
-                best[name] = (wall, cpu)
-    return {k: v[0] for k, v in best.items()}, {k: v[1] for k, v in best.items()}
+            walls, cpus, window = timed_block(ledger, name, lambda fn=fn: fn(feeds), repeat)
+            got[name] = (statistics.median(walls) * 1e3, statistics.fmean(cpus) * 1e3, window)
+        rounds.append(got)
+    best = {k: min((r[k] for r in rounds), key=lambda s: s[0]) for k in engines}
+    return _summary(best, rounds)
 
 
 def neighbours(
-    engines: dict[str, Callable], feeds: dict[str, np.ndarray], warmup: int, repeat: int
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Median wall-clock ms and mean process-CPU ms per run, the engines alternating single
-    runs (each run right after another engine's)."""
+    engines: Engines, feeds: Feeds, warmup: int, repeat: int, ledger: ThreadLedger
+) -> Figures:
+    """The engines alternating single runs (each run right after another engine's), `repeat`
+    rounds: the median wall-clock ms, the mean process-CPU, own and others' CPU ms per run, and
+    the median over rounds of each engine's own CPU over ORT's (as `blockwise`). The per-run
+    snapshots of the threads' counters are taken outside the timed runs."""
     for fn in engines.values():
         for _ in range(warmup):
             fn(feeds)
-    runs: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    rounds: list[dict[str, Sample]] = []
     for _ in range(repeat):
+        got: dict[str, Sample] = {}
         for name, fn in engines.items():
-            runs[name].append(_timed(fn, feeds))
-    wall = {k: statistics.median(w for w, _ in v) * 1e3 for k, v in runs.items()}
-    cpu = {k: statistics.fmean(c for _, c in v) * 1e3 for k, v in runs.items()}
-    return wall, cpu
+            before = ledger.start()
+            wall, cpu = _timed(fn, feeds)
+            got[name] = (wall * 1e3, cpu * 1e3, ledger.stop(before, name))
+        rounds.append(got)
+    typical = {
+        k: (
+            statistics.median(r[k][0] for r in rounds),
+            statistics.fmean(r[k][1] for r in rounds),
+            Window(
+                statistics.fmean(r[k][2].own_ms for r in rounds),
+                statistics.fmean(r[k][2].others_ms for r in rounds),
+            ),
+        )
+        for k in engines
+    }
+    return _summary(typical, rounds)
+
+
+def _summary(kept: dict[str, Sample], rounds: list[dict[str, Sample]]) -> Figures:
+    """The figures of `blockwise` / `neighbours` from each engine's kept sample and the rounds
+    (the own-CPU ratio to ORT per round, its median)."""
+    over_ort = {
+        k: statistics.median(r[k][2].own_ms / max(r["ort"][2].own_ms, 1e-9) for r in rounds)
+        for k in kept
+    }
+    return {
+        "ms": {k: s[0] for k, s in kept.items()},
+        "cpu_ms": {k: s[1] for k, s in kept.items()},
+        "own_cpu_ms": {k: s[2].own_ms for k, s in kept.items()},
+        "others_cpu_ms": {k: s[2].others_ms for k, s in kept.items()},
+        "own_cpu_over_ort": over_ort,
+    }
 
 
 def profile(prog: Any, feeds: dict[str, np.ndarray], runs: int = 3) -> list[tuple[str, float, int]]:
@@ -359,6 +425,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=None, help="default: the cpu target's count")
     ap.add_argument("--quick", action="store_true", help="1 warm-up, 3 timed runs, batch 1")
     ap.add_argument("--neighbour", action="store_true", help="alternate single runs of engines")
+    ap.add_argument(
+        "--ort-spin",
+        choices=tuple(ORT_SPIN),
+        default="default",
+        help="ORT's pool after its work: spins (default), never (off), stops at a run's end "
+        "(between_runs: a neighbour that leaves the cores free; see cpu_neighbour_probe.py)",
+    )
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--no-openvino", action="store_true")
     ap.add_argument("--no-bf16", action="store_true", help="no pygraphx bf16 (pgx_bf16) engine")
@@ -380,24 +453,40 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def make_engines(
-    model: onnx.ModelProto, name: str, args: argparse.Namespace, threads: int
-) -> tuple[dict[str, Callable], dict[str, float], dict[str, str], Any]:
-    """name -> run, name -> compile seconds, notes (OpenVINO's precisions), pygraphx's program."""
+    model: onnx.ModelProto,
+    name: str,
+    feeds: dict[str, np.ndarray],
+    args: argparse.Namespace,
+    threads: int,
+) -> tuple[dict[str, Callable], dict[str, float], dict[str, str], Any, ThreadLedger]:
+    """name -> run, name -> compile seconds, notes (OpenVINO's precisions), pygraphx's program,
+    and which threads are whose (`cpu_accounting`): each engine runs once as it is made, the
+    caller-side ones (pygraphx, eager: GNU OpenMP's workers) first, ORT's and OpenVINO's
+    creation and first run each in their pool's window."""
+    ledger = ThreadLedger()
     run_pgx, t_pgx, prog = make_pygraphx(model, args.conv_output, threads, not args.no_step_threads)
-    run_ort, t_ort = make_ort(model, threads)
-    engines: dict[str, Callable] = {"pygraphx": run_pgx, "ort": run_ort}
-    compile_s = {"pygraphx": t_pgx, "ort": t_ort}
+    engines: dict[str, Callable] = {"pygraphx": run_pgx}
+    compile_s = {"pygraphx": t_pgx}
     notes: dict[str, str] = {}
     if not args.no_bf16 and bf16_native():
         engines["pgx_bf16"], compile_s["pgx_bf16"], _ = make_pygraphx(
             model, args.conv_output, threads, not args.no_step_threads, bf16=tuple(args.bf16_ops)
         )
-    if not args.no_openvino and openvino_available():
-        for key, precision in (("ov_f32", "f32"), ("ov_default", None)):
-            engines[key], compile_s[key], notes[key] = make_openvino(model, threads, precision)
     if name in CNNS and not args.no_eager:
         engines["eager"], compile_s["eager"] = make_eager(model)
-    return engines, compile_s, notes, prog
+    for fn in engines.values():
+        fn(feeds)
+    with ledger.pool("ort", "ort"):
+        engines["ort"], compile_s["ort"] = make_ort(model, threads, args.ort_spin)
+        engines["ort"](feeds)
+    if not args.no_openvino and openvino_available():
+        for key, precision in (("ov_f32", "f32"), ("ov_default", None)):
+            with ledger.pool(key, "openvino"):
+                engines[key], compile_s[key], notes[key] = make_openvino(model, threads, precision)
+                engines[key](feeds)
+    ledger.seal()
+    order = ("pygraphx", "ort", "pgx_bf16", "ov_f32", "ov_default", "eager")
+    return {k: engines[k] for k in order if k in engines}, compile_s, notes, prog, ledger
 
 
 def bf16_native() -> bool:
@@ -433,7 +522,7 @@ def measure(name: str, batch: int, args: argparse.Namespace, threads: int) -> di
     else:
         model = get_model(name, batch=batch, seq_len=max(seq, 1))
         feeds = model_inputs(name, model)
-    engines, compile_s, notes, prog = make_engines(model, name, args, threads)
+    engines, compile_s, notes, prog, ledger = make_engines(model, name, feeds, args, threads)
     reference = engines["ort"](feeds)
     diffs, rel = {}, {}
     for key, fn in engines.items():
@@ -441,13 +530,14 @@ def measure(name: str, batch: int, args: argparse.Namespace, threads: int) -> di
         diffs[key] = max(float(np.max(np.abs(a - b))) for a, b in zip(got, reference, strict=True))
         rel[key] = relative_error(got, reference)
     timing = neighbours if args.neighbour else blockwise
-    ms, cpu_ms = timing(engines, feeds, args.warmup, args.repeat)
+    figures = timing(engines, feeds, args.warmup, args.repeat, ledger)
+    ms = figures["ms"]
     row: dict[str, Any] = {
         "model": name,
         "batch": batch,
         "seq_len": seq or None,
-        "ms": ms,
-        "cpu_ms": cpu_ms,
+        **figures,
+        "threads_by_pool": ledger.describe(),
         "compile_s": compile_s,
         "ratio_pygraphx_over_ort": ms["pygraphx"] / ms["ort"],
         "max_abs_diff_vs_ort": diffs,
@@ -476,7 +566,8 @@ def main(argv: list[str] | None = None) -> int:
         f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible; "
         f"Threads: {resolved}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
         f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}; torch {torch.__version__}, "
-        f"onnxruntime {__import__('onnxruntime').__version__}, openvino {ov}; timing: {mode}, "
+        f"onnxruntime {__import__('onnxruntime').__version__} (pool spin: {args.ort_spin}), "
+        f"openvino {ov}; timing: {mode}, "
         f"warm-up {args.warmup}, timed {args.repeat}"
     )
     results = []
@@ -497,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads": threads,
             "threads_source": str(resolved),
             "mode": "neighbour" if args.neighbour else "blocks",
+            "ort_spin": args.ort_spin,
             "step_threads": not args.no_step_threads,
             "bf16_ops": args.bf16_ops,
             "results": results,
@@ -515,10 +607,16 @@ def _print_row(row: dict[str, Any]) -> None:
         f"{k} {v:.1e}" for k, v in row["rel_rms_error_vs_ort_fp32"].items() if k != "ort"
     )
     cpu = ", ".join(f"{k} {v:.2f}" for k, v in row["cpu_ms"].items())
+    own = ", ".join(
+        f"{k} {v:.2f} ({row['own_cpu_over_ort'][k]:.2f}x ORT's; others' threads "
+        f"{row['others_cpu_ms'][k]:.2f})"
+        for k, v in row["own_cpu_ms"].items()
+    )
     ov = "".join(f"; {k} runs at {v}" for k, v in row["openvino_precision"].items())
     print(f"{row['model']} b{row['batch']}: {parts}; pygraphx/ort {ratio:.2f}; "
           f"max |diff| vs ort: {diff}; relative RMS error vs ort fp32: {rel}; "
-          f"process CPU ms per run: {cpu}{ov}", flush=True)  # fmt: skip
+          f"process CPU ms per run: {cpu}; own CPU ms per run: {own}{ov}; "
+          f"threads: {row['threads_by_pool']}", flush=True)  # fmt: skip
     if "profile" in row:
         print("  profiled run (observer; every IR instruction, fused producers run apart):")
         for p in row["profile"]:
@@ -548,14 +646,16 @@ def _bf16_errors(r: dict[str, Any]) -> str:
 def _print_table(results: list[dict[str, Any]], threads: int) -> None:
     shown = [(k, t) for k, t in _ENGINES if any(k in r["ms"] for r in results)]
     columns = ["model", "batch", "threads"]
-    columns += [f"{t} ms (CPU ms)" for _, t in shown] + [c for c, _, _ in _RATIOS]
+    columns += [f"{t} ms (own CPU ms)" for _, t in shown] + [c for c, _, _ in _RATIOS]
+    columns += ["pgx/ORT own CPU"]
     columns += ["rel err bf16 pgx / OV default", "compile pgx s", "ORT s"]
     rows = []
     for r in results:
-        ms, cpu, cs = r["ms"], r["cpu_ms"], r["compile_s"]
+        ms, cpu, cs = r["ms"], r["own_cpu_ms"], r["compile_s"]
         cells = [r["model"], str(r["batch"]), str(threads)]
         cells += [f"{ms[k]:.2f} ({cpu[k]:.1f})" if k in ms else "-" for k, _ in shown]
         cells += [_ratio(ms, a, b) for _, a, b in _RATIOS]
+        cells += [f"{r['own_cpu_over_ort']['pygraphx']:.2f}"]
         cells += [_bf16_errors(r), f"{cs['pygraphx']:.2f}", f"{cs['ort']:.2f}"]
         rows.append(cells)
     widths = [max(len(c), *(len(row[k]) for row in rows)) for k, c in enumerate(columns)]

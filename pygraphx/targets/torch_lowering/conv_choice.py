@@ -199,6 +199,19 @@ def choose_impl(state: ChoiceState, plan: ConvPlan) -> None:
         plan.impl = choice.partition(IMPL_SEP)[2] or None
 
 
+#: 1x1 layers with fewer output pixels than a 28x28 map are not timed: on MobileNetV2's 14x14
+#: and 7x7 1x1 layers every other implementation was within 5% of oneDNN's first
+#: (`benchmarks/results/dnnlimpl_probe_mnv2_t1.txt`), and timing ResNet-50's spent the whole
+#: budget (its first compile 0.51 -> 1.16 s at 2 threads) for no choice
+MIN_1X1_PIXELS = 28 * 28
+
+
+def _out_pixels(plan: ConvPlan) -> int:
+    """Output pixels an image of the 1x1 convolution `plan` (input pixels over the strides)."""
+    h, w = plan.x_lens[2], plan.x_lens[3]
+    return -(-h // plan.stride[0]) * -(-w // plan.stride[1])
+
+
 def impl_candidates(plan: ConvPlan, other: bool) -> list[str]:
     """The candidates "dnnl/<name>": the implementations oneDNN offers for `plan` after its
     first one (`other`: the epilogue has an add operand), those of `SKIPPED_IMPLS` left out,
@@ -209,6 +222,8 @@ def impl_candidates(plan: ConvPlan, other: bool) -> list[str]:
     budget for nothing."""
     depthwise = plan.groups > 1 and plan.groups == plan.x_lens[1]
     if not depthwise and tuple(plan.weight.shape[2:]) != (1, 1):
+        return []
+    if not depthwise and _out_pixels(plan) < MIN_1X1_PIXELS:
         return []
     names = onednn_conv.implementations(plan, other)[1:]
     if depthwise:

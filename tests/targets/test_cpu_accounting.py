@@ -1,0 +1,236 @@
+"""`benchmarks/cpu_accounting.py` (issue 10): each engine's own CPU time in a process that runs
+several, from the kernel's per-thread counters; and `benchmarks/cpu_vs_peers.py`'s use of it
+(an engine's own CPU leaves out another engine's pool still spinning from its runs, which the
+process CPU time counts)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+acc = pytest.importorskip("benchmarks.cpu_accounting")
+
+
+def _burn(seconds: float) -> None:
+    """Run `seconds` of CPU on this thread (by its own clock)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+class SpinningPool:
+    """A stand-in for an engine's thread pool: one thread that, when poked, burns `seconds` of
+    CPU (as a pool spinning after its work does) and then waits, alive, for the next poke."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.poke, self.idle, self.quit = threading.Event(), threading.Event(), threading.Event()
+        self.idle.set()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.quit.is_set():
+            if self.poke.wait(0.01):
+                self.poke.clear()
+                _burn(self.seconds)
+                self.idle.set()
+
+    def spin(self) -> None:
+        self.idle.clear()
+        self.poke.set()
+
+    def close(self) -> None:
+        self.quit.set()
+        self.thread.join()
+
+
+def test_pool_threads_are_the_engines_own() -> None:
+    """In one window the caller burns 50 ms and a pool thread 100 ms: the pool's engine owns
+    both (its pool and the caller), a caller-side engine only the caller's 50 ms, the pool's
+    100 ms being the others'."""
+    ledger = acc.ThreadLedger()
+    with ledger.pool("ort", "ort"):
+        pool = SpinningPool(0.1)
+    try:
+        assert pool.thread.native_id in ledger.pools["ort"]
+        assert ledger.pool_of("ort") == "ort" and ledger.pool_of("pygraphx") == acc.CALLER
+        before = ledger.start()
+        pool.spin()
+        _burn(0.05)
+        pool.idle.wait()
+        after = acc.thread_cpu_ns(caller_first=True)
+    finally:
+        pool.close()
+    pgx = ledger.split(before, after, "pygraphx")
+    ort = ledger.split(before, after, "ort")
+    assert 50 <= pgx.own_ms <= 50 + 25
+    assert 100 <= pgx.others_ms <= 100 + 25
+    assert 150 <= ort.own_ms <= 150 + 25
+    assert ort.others_ms < 25
+    assert pgx.own_ms + pgx.others_ms == pytest.approx(ort.own_ms + ort.others_ms)
+
+
+def test_unclaimed_threads_are_the_caller_sides() -> None:
+    """A thread started outside every pool window (GNU OpenMP's workers) is the caller-side
+    engine's, and not counted for a pool engine."""
+    ledger = acc.ThreadLedger()
+    with ledger.pool("ov_f32", "openvino"):
+        pass  # a pool that started no thread
+    worker = SpinningPool(0.08)
+    try:
+        before = ledger.start()
+        worker.spin()
+        worker.idle.wait()
+        window = ledger.stop(before, "pygraphx")
+        for_ov = ledger.split(before, acc.thread_cpu_ns(), "ov_f32")
+    finally:
+        worker.close()
+    assert 80 <= window.own_ms <= 80 + 25
+    assert window.others_ms < 5
+    assert for_ov.own_ms < 25 and for_ov.others_ms >= 80
+    assert window.per_run(4).own_ms == pytest.approx(window.own_ms / 4)
+
+
+def test_caller_counter_is_its_thread_clock() -> None:
+    snap = acc.thread_cpu_ns()
+    me = threading.get_native_id()
+    assert me in snap and set(snap) <= acc.thread_ids() | {me}
+    assert abs(snap[me] - time.thread_time_ns()) < 20_000_000
+    assert acc.thread_names({me}) and acc.thread_names({-1}) == []
+
+
+def _fake_engines(ledger, pgx_s: float, ort_s: float, tail_s: float):
+    """A caller-side "pygraphx" burning `pgx_s` a run, and an "ort" burning `ort_s` on the
+    caller whose pool then spins `tail_s` after each run (into the next engine's runs)."""
+    with ledger.pool("ort", "ort"):
+        pool = SpinningPool(tail_s)
+
+    def ort(_feeds):
+        pool.idle.wait()
+        _burn(ort_s)
+        pool.spin()
+
+    return {"pygraphx": lambda _feeds: _burn(pgx_s), "ort": ort}, pool
+
+
+@pytest.mark.parametrize("mode", ["blockwise", "neighbours"])
+def test_peers_own_cpu_leaves_out_a_spinning_neighbour(mode: str) -> None:
+    """`cpu_vs_peers`'s timing: pygraphx's own CPU per run is its 4 ms however long ORT's pool
+    spins into its runs (the process CPU carries that); ORT's is its caller's 2 ms plus what
+    its pool spun inside its own runs' windows; the ratio to ORT is per round."""
+    peers = pytest.importorskip("benchmarks.cpu_vs_peers")
+    ledger = acc.ThreadLedger()
+    engines, pool = _fake_engines(ledger, 0.004, 0.002, 0.006)
+    try:
+        got = getattr(peers, mode)(engines, {}, 1, 6, ledger)
+        pool.idle.wait()
+    finally:
+        pool.close()
+    assert set(got) == {"ms", "cpu_ms", "own_cpu_ms", "others_cpu_ms", "own_cpu_over_ort"}
+    own, others = got["own_cpu_ms"], got["others_cpu_ms"]
+    assert 4 <= own["pygraphx"] <= 4 + 2
+    assert 2 <= own["ort"] <= 2 + 6 + 2
+    assert others["ort"] < 2
+    assert got["cpu_ms"]["pygraphx"] >= own["pygraphx"] - 0.5
+    assert got["own_cpu_over_ort"]["ort"] == pytest.approx(1.0)
+    assert 4 / (8 + 2) <= got["own_cpu_over_ort"]["pygraphx"] <= 6 / 2
+
+
+def test_peers_summary_ratio_is_the_median_of_rounds() -> None:
+    peers = pytest.importorskip("benchmarks.cpu_vs_peers")
+    rng = np.random.default_rng(5)
+    rounds = [
+        {k: (1.0, 1.0, acc.Window(float(rng.uniform(1, 9)), 0.0)) for k in ("pygraphx", "ort")}
+        for _ in range(5)
+    ]
+    got = peers._summary(rounds[0], rounds)
+    want = np.median([r["pygraphx"][2].own_ms / r["ort"][2].own_ms for r in rounds])
+    assert got["own_cpu_over_ort"]["pygraphx"] == pytest.approx(float(want))
+    assert got["own_cpu_ms"]["ort"] == rounds[0]["ort"][2].own_ms
+
+
+def test_peers_engines_claim_ort_and_openvino_pools() -> None:
+    """`make_engines` on a small model at 2 threads: ONNX Runtime's intra-op pool (1 thread
+    beside the caller) is claimed as "ort"; OpenVINO's threads, where it is installed, as
+    "openvino"; pygraphx owns the rest."""
+    peers = pytest.importorskip("benchmarks.cpu_vs_peers")
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    feeds = {"x": np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)}
+    args = peers.parse_args(["--no-bf16", "--no-eager", "--conv-output", "torch"])
+    engines, _, _, _, ledger = peers.make_engines(model, "tiny", feeds, args, 2)
+    assert list(engines)[:2] == ["pygraphx", "ort"]
+    assert len(ledger.pools["ort"]) >= 1
+    assert ledger.pool_of("pygraphx") == acc.CALLER
+    if peers.openvino_available():
+        assert ledger.engines["ov_f32"] == ledger.engines["ov_default"] == "openvino"
+        assert ledger.pools["openvino"] and not ledger.pools["openvino"] & ledger.pools["ort"]
+    window = ledger.stop(ledger.start(), "pygraphx")
+    assert window.own_ms >= 0 and window.others_ms >= 0
+    assert "ort: " in ledger.describe() and "threads started since" in ledger.describe()
+
+
+def test_neighbour_probe_buckets() -> None:
+    """`cpu_neighbour_probe`'s per-bucket figures: runs by start time after the work before,
+    their median latency (numpy's) and mean CPU and threads."""
+    nb = pytest.importorskip("benchmarks.cpu_neighbour_probe")
+    assert [nb.bucket_of(t) for t in (0.0, 9.9, 10.0, 49.0, 120.0)] == [0, 0, 10, 25, 100]
+    rng = np.random.default_rng(7)
+    runs = [
+        {"at_ms": float(at), "ms": float(rng.uniform(1, 5)), "own_cpu_ms": 2.0,
+         "others_cpu_ms": float(at < 25), "threads": 2, "trial": 0}
+        for at in rng.uniform(0, 150, 60)
+    ]  # fmt: skip
+    got = nb.summarise(runs)
+    early = [r["ms"] for r in runs if r["at_ms"] < 10]
+    assert got["0"]["ms"] == pytest.approx(float(np.median(early)))
+    assert got["0"]["runs"] == len(early) and got["0"]["others_cpu_ms"] == 1.0
+    assert got["100"]["others_cpu_ms"] == 0.0 and got["100"]["threads"] == 2
+    assert sum(b["runs"] for b in got.values()) == len(runs)
+
+
+def test_neighbour_probe_paired_ratios() -> None:
+    """Per trial, the first run and the runs of the first 50 ms against the trial's own steady
+    median (runs from 100 ms on); medians over trials."""
+    nb = pytest.importorskip("benchmarks.cpu_neighbour_probe")
+    rng = np.random.default_rng(11)
+    runs, first, early = [], [], []
+    for t in range(5):
+        ats = np.sort(rng.uniform(0, 150, 30))
+        ms = rng.uniform(1, 5, 30)
+        runs += [{"at_ms": float(a), "ms": float(m), "others_cpu_ms": 1.0, "trial": t}
+                 for a, m in zip(ats, ms, strict=True)]  # fmt: skip
+        steady = np.median(ms[ats >= 100])
+        first.append(ms[0] / steady)
+        early.append(ms[ats < 50].mean() / steady)
+    got = nb.paired(runs)
+    assert got["trials"] == 5
+    assert got["first_over_steady"] == pytest.approx(float(np.median(first)))
+    assert got["first_50ms_over_steady"] == pytest.approx(float(np.median(early)))
+    assert nb.paired([{"at_ms": 1.0, "ms": 1.0, "others_cpu_ms": 0.0, "trial": 0}]) == {}
+
+
+def test_gap_adaptive_takes_one_thread_after_a_busy_gap() -> None:
+    """The prototype policy: N threads back to back, 1 after a gap in which another thread of
+    the process kept a CPU busy, N again after an idle gap."""
+    nb = pytest.importorskip("benchmarks.cpu_neighbour_probe")
+    calls: list[str] = []
+    adapt = nb.GapAdaptive(lambda f: calls.append("many"), lambda f: calls.append("one"), 2)
+    adapt({})
+    adapt({})
+    worker = threading.Thread(target=_burn, args=(0.03,))
+    worker.start()
+    worker.join()
+    adapt({})
+    time.sleep(0.02)
+    adapt({})
+    assert calls == ["many", "many", "one", "many"]
