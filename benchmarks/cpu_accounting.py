@@ -120,13 +120,16 @@ class ThreadLedger:
         return self.engines.get(engine, CALLER)
 
     def owned(self, engine: str, tids: set[int]) -> set[int]:
-        """Which of `tids` count for `engine`: its pool's and the caller, or, for a caller-side
-        engine, every thread no pool claimed."""
+        """Which of `tids` count for `engine`: every thread no other engine's pool claimed.
+        For a caller-side engine that is the caller and GNU OpenMP's workers; for a pool
+        engine its pool, the caller and those workers too, which a runtime sharing the
+        process's OpenMP runs on (OpenVINO's CPU plugin beside torch: counting only its pool
+        gave it one thread's CPU at 2 threads, its second thread's in `others_ms`); only one
+        engine runs at a time, so the workers' time in its window is its work (or their
+        bounded spin after the caller side's last run)."""
         pool = self.pool_of(engine)
-        if pool != CALLER:
-            return tids & (self.pools[pool] | {self.caller})
-        claimed = set().union(*self.pools.values()) if self.pools else set()
-        return tids - claimed
+        others = [tids_ for name, tids_ in self.pools.items() if name != pool]
+        return tids - set().union(*others) if others else set(tids)
 
     def split(self, before: dict[int, int], after: dict[int, int], engine: str) -> Window:
         """The CPU ms between two snapshots, `engine`'s own and the other threads'."""

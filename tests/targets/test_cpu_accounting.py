@@ -74,9 +74,10 @@ def test_pool_threads_are_the_engines_own() -> None:
     assert pgx.own_ms + pgx.others_ms == pytest.approx(ort.own_ms + ort.others_ms)
 
 
-def test_unclaimed_threads_are_the_caller_sides() -> None:
-    """A thread started outside every pool window (GNU OpenMP's workers) is the caller-side
-    engine's, and not counted for a pool engine."""
+def test_unclaimed_threads_count_for_the_engine_running() -> None:
+    """A thread started outside every pool window (GNU OpenMP's workers) counts for whichever
+    engine's window it works in: the caller side's, or a pool engine's that shares the
+    process's OpenMP (OpenVINO beside torch); another pool's threads are the others'."""
     ledger = acc.ThreadLedger()
     with ledger.pool("ov_f32", "openvino"):
         pass  # a pool that started no thread
@@ -91,7 +92,7 @@ def test_unclaimed_threads_are_the_caller_sides() -> None:
         worker.close()
     assert 80 <= window.own_ms <= 80 + 25
     assert window.others_ms < 5
-    assert for_ov.own_ms < 25 and for_ov.others_ms >= 80
+    assert 80 <= for_ov.own_ms <= 80 + 25 and for_ov.others_ms < 5
     assert window.per_run(4).own_ms == pytest.approx(window.own_ms / 4)
 
 
