@@ -257,7 +257,7 @@ def _match_chain(
     if act is not None:
         unary, scalars, node = act
     leaves: list[Instruction] = []
-    if not _add_leaves(node, leaves, root=True):
+    if not add_leaves(node, leaves, root=True):
         return None
     channels = conv.shape.lens()[1]
     bias = np.zeros(channels, dtype=np.float32)
@@ -284,9 +284,12 @@ def _match_chain(
     return Epilogue(bias, other, unary, scalars)
 
 
-def _add_leaves(node: Instruction, leaves: list[Instruction], root: bool = False) -> bool:
+def add_leaves(node: Instruction, leaves: list[Instruction], root: bool = False) -> bool:
+    """Whether the group body value `node` is a tree of `add`s (each inner one read only by
+    the next) over the group's parameters, which it appends to `leaves` in order; the cpu and
+    gpu convolution epilogues both read a bias and a residual out of such a sum."""
     if node.op.name == "add" and (root or len(node.outputs) == 1):
-        return all(_add_leaves(i, leaves) for i in node.inputs)
+        return all(add_leaves(i, leaves) for i in node.inputs)
     if node.is_param():
         leaves.append(node)
         return True
