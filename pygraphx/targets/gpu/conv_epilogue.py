@@ -42,7 +42,6 @@ either way; float32 (NCHW, no TF32) 10.20 -> 9.65 ms.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +52,7 @@ import triton
 import triton.language as tl
 
 from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.settings import env_choice
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
 from pygraphx.targets.torch_lowering.conv_fusion import add_leaves
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
@@ -92,10 +92,7 @@ class Epilogue:
 
 def epilogue_mode() -> str:
     """`PGX_GPU_CONV_EPILOGUE` (default `auto`); another value is an error naming it."""
-    mode = os.environ.get(EPILOGUE_ENV, "auto").strip().lower() or "auto"
-    if mode not in MODES:
-        raise ValueError(f"{EPILOGUE_ENV}={mode!r}: expected one of {', '.join(MODES)}")
-    return mode
+    return env_choice(EPILOGUE_ENV, MODES, "auto", lower=True)
 
 
 def choices() -> dict[tuple, str]:

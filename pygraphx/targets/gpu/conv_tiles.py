@@ -30,6 +30,8 @@ from pathlib import Path
 import torch
 import triton
 
+from pygraphx.targets.settings import env_choice
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -182,10 +184,7 @@ def _well_formed(tile: object) -> bool:
 
 
 def _mode() -> str:
-    mode = os.environ.get(TILES_ENV, "table").strip() or "table"
-    if mode not in ("table", "tune"):
-        raise ValueError(f"{TILES_ENV}={mode!r}: expected table or tune")
-    return mode
+    return env_choice(TILES_ENV, ("table", "tune"), "table")
 
 
 class TileChoice:

@@ -35,7 +35,6 @@ takes (`fp8_kernel_fits`), so the others stay cuDNN half on dequantised values.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 
 import torch
@@ -57,6 +56,7 @@ from pygraphx.targets.gpu.quant_epilogue import (
     bind_quantised,
     deferred_epilogue,
 )
+from pygraphx.targets.settings import env_choice
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import output_buffer
@@ -83,9 +83,7 @@ def fp8_conv_mode(device: torch.device | None = None) -> str:
     elsewhere). The choice is logged once; `triton` asked for where it is not the default
     says that its sums are not float32-exact (`announce_inexact_fp8`)."""
     default = "triton" if _hopper(device) else "cudnn"
-    mode = os.environ.get(FP8_CONV_ENV, "").strip() or default
-    if mode not in FP8_MODES:
-        raise ValueError(f"{FP8_CONV_ENV}={mode!r}: expected one of {', '.join(FP8_MODES)}")
+    mode = env_choice(FP8_CONV_ENV, FP8_MODES, default)
     if mode == "triton" and default != "triton" and torch.cuda.is_available():
         announce_inexact_fp8(FP8_CONV_ENV)
     if _LOGGED.get(device) != mode:
@@ -106,10 +104,7 @@ def _hopper(device: torch.device | None) -> bool:
 
 def conv_mode() -> str:
     """`PGX_GPU_INT8_CONV` (gemm, mixed or fp16; gemm when unset)."""
-    mode = os.environ.get(INT8_CONV_ENV, "gemm").strip() or "gemm"
-    if mode not in MODES:
-        raise ValueError(f"{INT8_CONV_ENV}={mode!r}: expected one of {', '.join(MODES)}")
-    return mode
+    return env_choice(INT8_CONV_ENV, MODES, "gemm")
 
 
 class Geometry:

@@ -37,13 +37,13 @@ concat. The concat's arena slot is still planned (written only by the profiled r
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import replace
 
 import torch
 
 from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.settings import env_choice
 from pygraphx.targets.torch_lowering import onednn_conv
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
 from pygraphx.targets.torch_lowering.conv_choice import (
@@ -192,10 +192,7 @@ def _concat_alone(ctx: LoweringContext, concat: Instruction) -> None:
 
 
 def _mode() -> str:
-    mode = os.environ.get(MODE_ENV, "measure").strip().lower() or "measure"
-    if mode not in MODES:
-        raise ConcatSumError(f"{MODE_ENV}={mode!r}: expected one of {', '.join(MODES)}")
-    return mode
+    return env_choice(MODE_ENV, MODES, "measure", lower=True, error=ConcatSumError)
 
 
 def _fuse_conv(ctx: LoweringContext, conv: Instruction) -> bool:
