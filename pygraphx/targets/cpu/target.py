@@ -35,7 +35,7 @@ from pygraphx.passes.manager import Pass, module_pass
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.runtime.executor import Executor, Observer
 from pygraphx.targets.base import Target
-from pygraphx.targets.cpu import openmp_setting
+from pygraphx.targets.cpu import allocator_setting, openmp_setting
 from pygraphx.targets.cpu.bf16 import announce_slow_bf16
 from pygraphx.targets.cpu.lowering import cpu_overrides
 from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_thread_switches
@@ -82,9 +82,11 @@ _announced: set[str] = set()
 
 
 def announce_threads(threads: ThreadCount) -> None:
-    """Log (INFO, logger `pygraphx.cpu`, once per distinct line) the thread count and the
-    OpenMP waiting policy torch's workers run with (`targets/cpu/__init__.py`)."""
-    line = f"cpu target: threads {threads}; OpenMP: {openmp_setting()}"
+    """Log (INFO, logger `pygraphx.cpu`, once per distinct line) the thread count, the
+    OpenMP waiting policy torch's workers run with and torch's allocator pages
+    (`targets/cpu/__init__.py`)."""
+    line = (f"cpu target: threads {threads}; OpenMP: {openmp_setting()}; allocator: "
+            f"{allocator_setting()}")  # fmt: skip
     if line not in _announced:
         _announced.add(line)
         log.info("%s", line)
