@@ -58,11 +58,12 @@ then asks for huge pages (`madvise(MADV_HUGEPAGE)`) on every allocation of 2 MiB
 page-aligns allocations. The cpu target's packed GEMM weights are such allocations (BERT-base:
 85M float32 weights, 340 MB, streamed through the caches once a run); on 4 KiB pages every run
 walks some 83,000 of them. Measured on the 2-core AMD EPYC (Zen 4, THP `madvise`, torch 2.13,
-BERT-base batch 1, one thread, process CPU time a run, fresh processes alternating with and
-without the variable while other work ran; `benchmarks/xfmr2_thp_ab.py`,
-benchmarks/results/xfmr2_thp.md): 220.0 / 220.3 ms against 229.8 / 223.9 (360 MB of huge pages
-against 76 MB). `PGX_CPU_HUGE_PAGES=0` leaves the variable alone; `allocator_setting()` says
-what holds (logged with the OpenMP line).
+batch 1, process CPU time a run, fresh processes alternating with and without huge pages while
+other work ran; `benchmarks/xfmr2_thp_ab.py`, benchmarks/results/xfmr2_thp.md): BERT-base at one
+thread faster in 8 of 9 pairs, by 4.5 ms (2 %) on average; GPT-2 317.1 against 324.7 ms at one
+thread, 327.1 against 336.6 at two; BERT-base at two threads even (238.1 / 238.5); ResNet-50 and
+MobileNetV2 no slower; peak memory unchanged. `PGX_CPU_HUGE_PAGES=0` leaves the variable alone;
+`allocator_setting()` says what holds (logged with the OpenMP line).
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ bf16 product whose element-wise user is float32 (`quantize_bf16`'s default keeps
 float32) takes the group's bias add into the GEMM and the rest of the group writes the float32
 result, as one step (`_emit_widening`); a large one that is only converted to float32 (a language
 model's logits) runs in column blocks, each converted while in cache (`_emit_widened_blocks`). Other
-half and bf16 products are computed in float32 and rounded once.
+half and bf16 products are computed in float32 and rounded once. A float32 product (with its
+bias add) that slices only cut into column parts, a fused Q / K / V projection, runs as one
+product per part, each written dense for the attention that reads it (`_column_parts`).
 
 Declined (numpy fallback): integer and fp8 products and `quant_dot` (numpy's exact wrapping
 arithmetic).
@@ -464,11 +466,15 @@ def _column_parts(ctx: LoweringContext, dot: Instruction, value: Instruction) ->
     Why: a fused Q / K / V projection (`simplify_algebra.fuse_horizontal_dots`, GPT-2's
     `c_attn`) is cut into Q, K and V by slices, whose head views then have gaps between rows;
     oneDNN's attention matmuls take them only through a copy (`onednn_attention.Operand`). One
-    product per part writes each part dense, and its head view is read as it is. BERT-base at
-    batch 1 (one thread, process CPU time, one process, the 2-core EPYC while others worked):
-    the products 214.0 ms a run against 214.8 for the fused one, attention 10.6 against 12.5,
-    view steps 0.8 against 1.3. Not for a few rows (a decoder's token step: three calls'
-    fixed cost) nor on other kernels than oneDNN."""
+    product per part writes each part dense, and its head view is read as it is (the parts'
+    products are as fast as the fused one: 128 x 768 x 3 x 768, one thread, 4.49 against 4.42
+    ms warm, 4.59 against 4.58 cold). BERT-base at batch 1 (the 2-core EPYC while others
+    worked, programs alternating in one process, `benchmarks/xfmr2_parts_ab.py`, process CPU
+    ms a run): 223.5 / 221.8 against 226.0 / 227.0 at one thread, 238.0 / 237.9 against 241.4
+    / 241.1 at two; attention 10.2-10.9 against 11.7-12.3, view steps 0.7 against 1.1; GPT-2
+    320.3 against 320.6 (attention 10.7 against 11.9); ViT-B/16 and MiniLM lose their copies
+    too (benchmarks/results/xfmr2_parts_ab.txt). Not for a few rows (a decoder's token step:
+    three calls' fixed cost) nor on other kernels than oneDNN."""
     lens = value.shape.lens()
     if not _use_dnnl(ctx) or dot.shape.type() != "float_type" or len(lens) < 2:
         return None
