@@ -24,7 +24,7 @@ from pygraphx.targets.torch_lowering.registry import lowering
 ViewFn = Callable[[torch.Tensor], torch.Tensor]
 
 
-def _view_fn(ins: Instruction) -> ViewFn:
+def view_fn(ins: Instruction) -> ViewFn:
     """The torch function making `ins`'s view from its input tensor."""
     op = ins.op
     name = op.name
@@ -70,7 +70,7 @@ def _unsqueeze_index(axes: list[int], rank: int) -> tuple:
     "reshape", "flatten",
 )  # fmt: skip
 def lower_view(ctx: LoweringContext, ins: Instruction) -> bool:
-    fn = _view_fn(ins)
+    fn = view_fn(ins)
     src = ctx.arg(ins, 0)
     x = ctx.value(src)
     layout = _view_layout(ctx, ins, src)
