@@ -58,11 +58,15 @@ print(json.dumps({"wall_ms": 1e3 * float(np.median(wall)), "wall_min_ms": 1e3 * 
 """
 
 
-def one(model: str, batch: int, threads: int, runs: int, thp: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PGX_CPU_LOAD_ADAPT": "0",
-           "THP_MEM_ALLOC_ENABLE": thp}  # fmt: skip
+def one(model: str, batch: int, threads: int, runs: int, thp: str, root: Path = ROOT) -> dict:
+    """One fresh process running `model` from the source tree `root` with `thp`
+    (`THP_MEM_ALLOC_ENABLE`; "" leaves it to pygraphx)."""
+    env = {**os.environ, "PYTHONPATH": str(root), "PGX_CPU_LOAD_ADAPT": "0"}
+    env.pop("THP_MEM_ALLOC_ENABLE", None)
+    if thp:
+        env["THP_MEM_ALLOC_ENABLE"] = thp
     cmd = [sys.executable, "-c", CHILD, model, str(batch), str(threads), str(runs)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=root)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
