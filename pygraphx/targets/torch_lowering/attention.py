@@ -42,9 +42,10 @@ import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering import onednn_attention
-from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.context import LoweringContext, Step
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import scalar_inputs
+from pygraphx.targets.torch_lowering.lower_views import view_chain, view_step
 from pygraphx.targets.torch_lowering.pointwise import Node, NotTraceable, Value, trace_body
 
 Lowering = Callable[[LoweringContext, Instruction], bool]
@@ -239,11 +240,25 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
     idx = ctx.bind_dynamic(dot2)
     ctx.mark_fresh(idx)
 
-    def step() -> None:
+    def block() -> None:
         env[idx] = attend(env[q], env[kt], env[v], mask())
 
     members = [dot1, group, dot2] if probs is group else [dot1, group, probs, dot2]
-    ctx.emit(step, members, idx)
+    # the heads merged back (transpose, reshape) in this step, not a step each (CPU)
+    views = view_chain(ctx, dot2) if ctx.device.type == "cpu" else []
+    if not views:
+        ctx.emit(block, members, idx)
+    else:
+
+        def step() -> None:
+            env[idx] = y = attend(env[q], env[kt], env[v], mask())
+            for _, fn, (_, out) in views:
+                env[out] = y = fn(y)
+
+        unfused = [Step(block, [dot2], idx)]
+        unfused += [Step(view_step(env, io[0], fn, io[1]), [ins], io[1]) for ins, fn, io in views]
+        chain = [ins for ins, _, _ in views]
+        ctx.emit(step, members + chain, ctx.index[id(chain[-1])], unfused)
     ctx.cache[BLOCKS] = ctx.cache.get(BLOCKS, 0) + 1
 
 

@@ -52,7 +52,7 @@ from pygraphx.targets.torch_lowering.lower_math import (
     scalar_inputs,
     trace_group,
 )
-from pygraphx.targets.torch_lowering.lower_views import view_fn
+from pygraphx.targets.torch_lowering.lower_views import view_chain, view_step
 from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
 from pygraphx.targets.torch_lowering.pointwise import peel_add
 from pygraphx.targets.torch_lowering.registry import defer, deferred_producer, lowering, storing
@@ -551,7 +551,7 @@ def _emit_column_parts(
         idx = ctx.bind_dynamic(part)
         ctx.mark_fresh(idx)
         ctx.fusers[id(part)] = _bound
-        views = _view_chain(ctx, part)
+        views = view_chain(ctx, part)
         kernels.append((idx, ctx.packed_weights[key], b, tuple(part.shape.lens()), views))
         members += [part, *(ins for ins, _, _ in views)]
 
@@ -560,9 +560,7 @@ def _emit_column_parts(
             env[idx] = linear(env[a].reshape(rows, k), weight, b, "none", [], "").view(lens)
 
         unfused.append(Step(one, [part], idx))
-        unfused += [
-            Step(_view_step(env, src, fn, out), [ins], out) for ins, fn, (src, out) in views
-        ]
+        unfused += [Step(view_step(env, src, fn, out), [ins], out) for ins, fn, (src, out) in views]
     ctx.bind_dynamic(dot)
     if group is not None:
         ctx.bind_dynamic(group)
@@ -576,36 +574,6 @@ def _emit_column_parts(
 
     members.sort(key=lambda i: ctx.position[id(i)])
     ctx.emit(step, members, ctx.index[id(members[-1])], unfused)
-
-
-#: view ops a column part's chain may hold (`_view_chain`)
-CHAIN_VIEWS = frozenset({"reshape", "transpose", "squeeze", "unsqueeze", "flatten"})
-
-
-def _view_chain(ctx: LoweringContext, part: Instruction) -> list[tuple[Instruction, Any, tuple]]:
-    """The views that follow a column part one after the other, each the only user of the one
-    before (a head split: reshape, transpose): made in the part's step instead of a step each
-    (BERT-base: 7 steps a layer), bound with no step of their own. Each as (instruction, its
-    view function, (input index, output index))."""
-    chain, cur = [], part
-    while len(cur.outputs) == 1 and cur.outputs[0].op.name in CHAIN_VIEWS:
-        nxt = cur.outputs[0]
-        if len(nxt.inputs) != 1:
-            break
-        out = ctx.bind_dynamic(nxt)
-        ctx.fusers[id(nxt)] = _bound
-        chain.append((nxt, view_fn(nxt), (ctx.index[id(cur)], out)))
-        cur = nxt
-    return chain
-
-
-def _view_step(env: list, src: int, fn: Any, out: int) -> Callable[[], None]:
-    """A profiling step making one view of a chain (`_view_chain`) from its input's value."""
-
-    def step() -> None:
-        env[out] = fn(env[src])
-
-    return step
 
 
 def _bound(ctx: LoweringContext, ins: Instruction) -> bool:

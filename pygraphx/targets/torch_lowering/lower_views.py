@@ -99,6 +99,45 @@ def _view_layout(ctx: LoweringContext, ins: Instruction, src: int) -> str:
     return STANDARD
 
 
+#: view ops a chain after a fused step may hold (`view_chain`)
+CHAIN_VIEWS = frozenset({"reshape", "transpose", "squeeze", "unsqueeze", "flatten"})
+
+Chain = list[tuple[Instruction, ViewFn, tuple[int, int]]]
+
+
+def view_chain(ctx: LoweringContext, ins: Instruction) -> Chain:
+    """The views that follow `ins` (a run-time value a fused step makes: a GEMM's column part,
+    an attention block's output) one after the other, each the only user of the one before (a
+    head split or merge: reshape, transpose). The caller's step makes them right after `ins`
+    instead of a step each; they are bound here with no step of their own. Each as
+    (instruction, its view function, (input index, output index))."""
+    chain: Chain = []
+    cur = ins
+    while len(cur.outputs) == 1 and cur.outputs[0].op.name in CHAIN_VIEWS:
+        nxt = cur.outputs[0]
+        if len(nxt.inputs) != 1:
+            break
+        out = ctx.bind_dynamic(nxt)
+        ctx.fusers[id(nxt)] = _made_by_chain
+        chain.append((nxt, view_fn(nxt), (ctx.index[id(cur)], out)))
+        cur = nxt
+    return chain
+
+
+def view_step(env: list, src: int, fn: ViewFn, out: int) -> Callable[[], None]:
+    """A profiling step making one view of a chain (`view_chain`) from its input's value."""
+
+    def step() -> None:
+        env[out] = fn(env[src])
+
+    return step
+
+
+def _made_by_chain(ctx: LoweringContext, ins: Instruction) -> bool:
+    """A view of a chain: the step before it makes it (`view_chain`), no step of its own."""
+    return True
+
+
 @lowering("identity")
 def lower_identity(ctx: LoweringContext, ins: Instruction) -> bool:
     ctx.alias(ins, ctx.arg(ins, 0))
