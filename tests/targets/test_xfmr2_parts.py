@@ -183,6 +183,9 @@ def test_transformer_attention_reads_its_parts_uncopied(
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
         steps = prog._executable.lowered.steps
         views[on] = sum(1 for s in steps if {i.op.name for i in s.instructions} <= VIEW_OPS)
+        blocks = [s for s in steps if [i.op.name for i in s.instructions].count("dot") == 2]
+        assert len(blocks) == 2  # each block merges its heads back in its own step
+        assert all({"transpose", "reshape"} <= {i.op.name for i in s.instructions} for s in blocks)
         table = prog._executable.lowered.ctx.cache[attention.ONEDNN_TABLE]
         plans = [p for p in table[onednn_attention.PLANS].values() if p is not None]
         copies[on] = {o.buffer is not None for p in plans for o in (p.q, p.kt, p.v)}
