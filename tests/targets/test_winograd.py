@@ -123,6 +123,22 @@ def test_epilogue(
 
 
 @pytest.mark.parametrize("kernel", WINO)
+@pytest.mark.parametrize("per_chunk", [1, 2, 5, 9])
+def test_chunks_of_tile_rows_and_images(
+    kernel: str, per_chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call in chunks of `per_chunk` window rows (runs of tile rows of one image, or groups
+    of whole images), with a residual add and relu split along the chunks."""
+    monkeypatch.setattr(winograd, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(winograd, "MIN_CHUNK_TILES", per_chunk * 3)
+    plan = _plan([3, 5, 11, 10], 6, unary="relu", bias=torch.ones(6))
+    geo = winograd.geometry(plan, winograd.KERNEL_TILES[kernel])
+    assert geo.tw == -(-10 // winograd.KERNEL_TILES[kernel]) and geo.tw <= 5
+    assert len(winograd.chunks(geo, winograd.KERNEL_TILES[kernel])) > 1
+    _check(plan, kernel, with_other=True)
+
+
+@pytest.mark.parametrize("kernel", WINO)
 def test_pre_pad_and_plain_layout_input(kernel: str) -> None:
     """An asymmetric pad (`pre_pad`, F.pad's order) and an NCHW-contiguous input."""
     plan = _plan([2, 6, 12 + 1, 10 + 3], 7, pad=0)

@@ -56,6 +56,7 @@ class ConvPlan(Protocol):
     add_after: bool
     accumulate: bool
 
+
 #: one step of a transform pass: out[dst] = src_a + alpha * src_b ("tN" names a temporary,
 #: "iN" the pass's input N, "oN" its output N; src_a may be dst itself: an in-place update)
 Step = tuple[str, str, str, float]
@@ -230,6 +231,53 @@ def geometry(plan: ConvPlan, m: int) -> Geometry:
     return Geometry(n, c, k, h, w, top, left, ho, wo, th, tw, rows, hp, m * tw + 2)
 
 
+#: a call works through the tiles in chunks of window rows whose transformed input takes
+#: about this many bytes (it and the products then stay in the core's caches between the
+#: passes; one pass over a batch-8 layer's whole transformed input went to memory) ...
+CHUNK_BYTES = 1 << 20
+#: ... but with at least this many tiles (the products' rows: fewer, and the transformed
+#: weight, (m + 2)^2 * C * K floats, is read again for too few rows)
+MIN_CHUNK_TILES = 256
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Window rows [r0, r1) of the buffer: output rows [y0, y1) of images [n0, n1)."""
+
+    r0: int
+    r1: int
+    n0: int
+    n1: int
+    y0: int
+    y1: int
+
+
+def chunks(geo: Geometry, m: int) -> list[Chunk]:
+    """The chunks of window rows a call works through: whole images, several at a time, or
+    runs of tile rows of one image (see `CHUNK_BYTES`)."""
+    g = geo
+    row_bytes = (m + 2) ** 2 * g.tw * g.c * 4
+    per = max(CHUNK_BYTES // row_bytes, -(-MIN_CHUNK_TILES // g.tw), 1)
+    if per >= g.th:  # whole images
+        step = max(per // g.rows, 1)
+        return [
+            Chunk(i * g.rows, min(i + step, g.n) * g.rows, i, min(i + step, g.n), 0, g.ho)
+            for i in range(0, g.n, step)
+        ]
+    return [
+        Chunk(
+            i * g.rows + t,
+            i * g.rows + min(t + per, g.th),
+            i,
+            i + 1,
+            t * m,
+            min((t + per) * m, g.ho),
+        )  # fmt: skip
+        for i in range(g.n)
+        for t in range(0, g.th, per)
+    ]
+
+
 def _padded(x: Tensor, geo: Geometry, alpha: int) -> Tensor:
     """`x` (NCHW lens, any strides) copied into a new zero-bordered (rows, wp, C) buffer of
     whole windows: the buffer's images one after another, two more zero rows at the end
@@ -248,6 +296,47 @@ def _padded(x: Tensor, geo: Geometry, alpha: int) -> Tensor:
     return flat
 
 
+#: (source, destination) -> the destination written: one step of the epilogue
+EpilogueOp = Callable[[Tensor, Tensor, Tensor | None], Tensor]
+
+
+def activation_op(unary: str, scalars: Sequence[float]) -> EpilogueOp | None:
+    """The activation writing `dst` from `src` (they may be one tensor), None for none."""
+    if unary == "relu":
+        return lambda s, d, o: torch.clamp_min(s, 0.0, out=d)
+    if unary == "hardtanh":
+        lo, hi = scalars
+        return lambda s, d, o: torch.clamp(s, lo, hi, out=d)
+    if unary == "swish":
+        return lambda s, d, o: torch.ops.aten.silu.out(s, out=d)
+    if unary != "none":
+        raise ValueError(f"convolution epilogue: unknown activation {unary!r}")
+    return None
+
+
+def activate_(y: Tensor, unary: str, scalars: Sequence[float]) -> None:
+    """Apply the epilogue's activation to `y` in place (none, relu, hardtanh = clip, swish =
+    silu)."""
+    op = activation_op(unary, scalars)
+    if op is not None:
+        op(y, y, None)
+
+
+def epilogue_ops(plan: ConvPlan, add: bool) -> list[EpilogueOp]:
+    """The epilogue after the bias, in the plan's order: add, activation, or the reverse."""
+
+    def add_op(s: Tensor, d: Tensor, o: Tensor | None) -> Tensor:
+        return torch.add(s, o, out=d)
+
+    act = activation_op(plan.unary, plan.scalars)
+    ops = [] if act is None else [act]
+    if add:
+        ops.insert(len(ops) if plan.add_after else 0, add_op)
+    if not ops:
+        ops = [lambda s, d, o: d.copy_(s)]
+    return ops
+
+
 class Winograd:
     """One layer's Winograd convolution: the transformed weight and the per-call passes."""
 
@@ -256,22 +345,30 @@ class Winograd:
             raise ValueError("winograd: a float32 3x3 stride-1 convolution with one group only")
         self.t = TRANSFORMS[m]
         self.geo = geometry(plan, m)
+        self.chunks = chunks(self.geo, m)
         self.u = weight_transform(plan.weight, m)
         self.bias = None if plan.bias is None else plan.bias.float().contiguous()
         self.bt = torch.tensor(self.t.bt, dtype=torch.float32)
         self.at = torch.tensor(self.t.at, dtype=torch.float32)
 
-    def __call__(self, x: Tensor, y: Tensor) -> None:
+    def __call__(self, x: Tensor, y: Tensor, other: Tensor | None, ops: list[EpilogueOp]) -> None:
         """The convolution of `x` (NCHW lens, any strides) into `y` ((N, Ho, Wo, K)
-        contiguous), before the epilogue's add and activation."""
+        contiguous) with the epilogue `ops` (the add operand `other`, (N, Ho, Wo, K) lens)."""
+        flat = _padded(x, self.geo, self.t.alpha)
+        for chunk in self.chunks:
+            tiles = self._tiles(flat, chunk)
+            self._store(tiles, chunk, y, other, ops)
+
+    def _tiles(self, flat: Tensor, chunk: Chunk) -> Tensor:
+        """The chunk's output tiles, (windows, m, tw, m, K), before the epilogue."""
         g, m, a = self.geo, self.t.m, self.t.alpha
-        flat = _padded(x, g, a)
-        windows = g.n * g.rows
+        windows = chunk.r1 - chunk.r0
         # the input's row pass: B^T times each window row's (m + 2) rows, one product
-        rows = flat.as_strided((windows, a, g.wp * g.c), (m * g.wp * g.c, g.wp * g.c, 1))
+        row = g.wp * g.c
+        rows = flat.as_strided((windows, a, row), (m * row, row, 1), chunk.r0 * m * row)
         u1 = torch.matmul(self.bt, rows).view(windows, a, g.wp, g.c)
         # its column pass: V[b, a, window, tile, C], one (tiles, C) matrix per point (b, a)
-        v = torch.empty(a, a, windows, g.tw, g.c, dtype=x.dtype)
+        v = torch.empty(a, a, windows, g.tw, g.c)
         span = m * (g.tw - 1) + 1
         cols = [u1[:, :, i : i + span : m] for i in range(a)]
         _run_steps(self.t.in_steps, cols, [v[i].transpose(0, 1) for i in range(a)])
@@ -280,35 +377,30 @@ class Winograd:
             prod[BIAS_POINT * a + BIAS_POINT].add_(self.bias)
         # the output's row pass (over a), one product: Z[b, p, window, tile, K]
         z = torch.matmul(self.at, prod.view(a, a, -1)).view(a, m, windows, g.tw, g.k)
-        self._column_pass(z, y)
+        # its column pass, into whole tiles
+        tiles = torch.empty(windows, m, g.tw, m, g.k)
+        ins = [z[b].permute(1, 0, 2, 3) for b in range(a)]
+        _run_steps(self.t.out_steps, ins, [tiles[:, :, :, q] for q in range(m)])
+        return tiles
 
-    def _column_pass(self, z: Tensor, y: Tensor) -> None:
-        """A^T over the tile's columns, written into `y` (through a buffer of whole tiles
-        when the tiles overhang the image)."""
-        g, m, a = self.geo, self.t.m, self.t.alpha
-        whole = g.ho == m * g.th and g.wo == m * g.tw
-        full = y if whole else torch.empty(g.n, m * g.th, m * g.tw, g.k, dtype=y.dtype)
-        tiles = full.view(g.n, g.th, m, g.tw, m, g.k)
-        ins = [
-            z[b].view(m, g.n, g.rows, g.tw, g.k)[:, :, : g.th].permute(1, 2, 0, 3, 4)
-            for b in range(a)
-        ]
-        _run_steps(self.t.out_steps, ins, [tiles[:, :, :, :, q] for q in range(m)])
-        if not whole:
-            y.copy_(full[:, : g.ho, : g.wo])
-
-
-def activate_(y: Tensor, unary: str, scalars: Sequence[float]) -> None:
-    """Apply the epilogue's activation to `y` in place (none, relu, hardtanh = clip, swish =
-    silu)."""
-    if unary == "relu":
-        y.relu_()
-    elif unary == "hardtanh":
-        y.clamp_(scalars[0], scalars[1])
-    elif unary == "swish":
-        torch.nn.functional.silu(y, inplace=True)
-    elif unary != "none":
-        raise ValueError(f"convolution epilogue: unknown activation {unary!r}")
+    def _store(
+        self,
+        tiles: Tensor,
+        chunk: Chunk,
+        y: Tensor,
+        other: Tensor | None,
+        ops: list[EpilogueOp],
+    ) -> None:
+        """The chunk's tiles cropped to the image and written into `y` by the epilogue's
+        first step (the rest in place there)."""
+        g, m = self.geo, self.t.m
+        images = chunk.n1 - chunk.n0
+        per_image = tiles.view(images, -1, m * g.tw, g.k)[:, : chunk.y1 - chunk.y0, : g.wo]
+        dst = y[chunk.n0 : chunk.n1, chunk.y0 : chunk.y1]
+        part = None if other is None else other[chunk.n0 : chunk.n1, chunk.y0 : chunk.y1]
+        ops[0](per_image, dst, part)
+        for op in ops[1:]:
+            op(dst, dst, part)
 
 
 def build(
@@ -318,18 +410,18 @@ def build(
     `get_other()`), returning a new channels-last tensor with the whole epilogue applied."""
     conv = Winograd(plan, m)
     g = conv.geo
-    unary, scalars, add_after = plan.unary, list(plan.scalars), plan.add_after
+    ops = epilogue_ops(plan, get_other is not None)
+    # one call now, on zeros: a first call runs 1.5-2x slower than the next ones (its buffers
+    # fresh pages, the transformed weight and MKL's state cold; ResNet-50's first stage at
+    # batch 1), and the compile's timing keeps only candidates near the fastest first call
+    warm = epilogue_ops(plan, False)
+    conv(torch.zeros(g.n, g.c, g.h, g.w), torch.empty(g.n, g.ho, g.wo, g.k), None, warm)
 
     def run() -> Tensor:
-        y = torch.empty(g.n, g.ho, g.wo, g.k, dtype=torch.float32)
-        conv(get_x(), y)
-        out = y.permute(0, 3, 1, 2)  # NCHW lens, channels-last strides
-        if get_other is not None and not add_after:
-            out.add_(get_other())
-        activate_(out, unary, scalars)
-        if get_other is not None and add_after:
-            out.add_(get_other())
-        return out
+        y = torch.empty(g.n, g.ho, g.wo, g.k)
+        other = None if get_other is None else get_other().permute(0, 2, 3, 1)
+        conv(get_x(), y, other, ops)
+        return y.permute(0, 3, 1, 2)  # NCHW lens, channels-last strides
 
     return run
 
@@ -337,11 +429,15 @@ def build(
 __all__ = [
     "KERNEL_TILES",
     "TRANSFORMS",
+    "Chunk",
     "Geometry",
     "Transform",
     "Winograd",
     "activate_",
+    "activation_op",
     "build",
+    "chunks",
+    "epilogue_ops",
     "geometry",
     "supports",
     "weight_transform",
