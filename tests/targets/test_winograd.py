@@ -148,19 +148,13 @@ def test_pre_pad_and_plain_layout_input(kernel: str) -> None:
 
 @pytest.mark.parametrize("m", sorted(winograd.TRANSFORMS))
 def test_transform_matrices_compute_correlation(m: int) -> None:
-    """A^T [(G g) * (B^T d)] is the 1-D correlation of d with g, and the addition programs
-    of the column passes compute B^T and A^T exactly."""
+    """A^T [(G g) * (B^T d)] is the 1-D correlation of d with g."""
     t = winograd.TRANSFORMS[m]
     bt, g, at = (torch.tensor(a, dtype=torch.float64) for a in (t.bt, t.g, t.at))
     rng = np.random.default_rng(m)
     d, k = (torch.from_numpy(rng.standard_normal(s)) for s in (t.alpha, 3))
     direct = torch.tensor([float((d[i : i + 3] * k).sum()) for i in range(m)], dtype=torch.float64)
     torch.testing.assert_close(at @ ((g @ k) * (bt @ d)), direct, rtol=1e-12, atol=1e-12)
-    for steps, mat in ((t.in_steps, bt), (t.out_steps, at)):
-        cols = [torch.from_numpy(rng.standard_normal(5)) for _ in range(mat.shape[1])]
-        outs = [torch.empty(5, dtype=torch.float64) for _ in range(mat.shape[0])]
-        winograd._run_steps(steps, cols, outs)
-        torch.testing.assert_close(torch.stack(outs), mat @ torch.stack(cols))
 
 
 def test_only_dense_3x3_stride1_float32() -> None:

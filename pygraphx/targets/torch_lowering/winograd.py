@@ -9,15 +9,21 @@ computed on tiles of m x m outputs, each read from an (m + 2) x (m + 2) window o
 The weight transform `G g G^T` is made once (at prepare, in float64). A call then runs:
 
 1. the input copied into a zero-bordered buffer of whole windows (the padding);
-2. the input transform's row pass, `B^T` times the (m + 2) rows of every window row, one
-   matrix product over strided windows (no copy of the overlapping windows);
-3. its column pass as a few additions over strided views (`B` is sparse: 12 adds for m = 4),
-   written in the layout the products read: one (tiles, C) matrix per window point;
+2. then, chunk by chunk of window rows (`chunks`), the input transform's row pass: `B^T`
+   times the (m + 2) rows of every window row, one product over strided windows (the
+   overlapping windows are not copied);
+3. the columns of every window gathered (one strided copy, (m + 2) / m the size), so that the
+   column pass is one product too, written in the layout the big products read: a (tiles, C)
+   matrix per window point;
 4. (m + 2)^2 products (tiles, C) x (C, K) in one `torch.bmm`; the bias added to the one point
    whose output transform is constant over the tile;
-5. the output transform's row pass as one matrix product, its column pass as additions written
-   straight into the channels-last output (tiles that overhang the image cropped);
-6. the rest of the epilogue in place: the residual add, relu / clip / silu, in the plan's order.
+5. the output transform as two products (rows, then columns: the tile's points are the outer
+   axes, so neither needs a copy);
+6. the epilogue's first step (the residual add, the activation, or a copy) writing the tiles,
+   cropped to the image, into the channels-last output; its other steps in place there.
+
+Every pass is a product or a copy, a few calls per chunk: the sparse transforms as additions
+over strided views were 22 calls (F(4,3)), which ran no faster on two threads than on one.
 
 F(4x4, 3x3) (`winograd`) does 36 products per 16 outputs per channel pair instead of 144 (4x
 fewer multiplications); F(2x2, 3x3) (`winograd2`) 16 per 4 instead of 36 (2.25x). The price is
@@ -57,21 +63,14 @@ class ConvPlan(Protocol):
     accumulate: bool
 
 
-#: one step of a transform pass: out[dst] = src_a + alpha * src_b ("tN" names a temporary,
-#: "iN" the pass's input N, "oN" its output N; src_a may be dst itself: an in-place update)
-Step = tuple[str, str, str, float]
-
-
 @dataclass(frozen=True)
 class Transform:
-    """The matrices of F(m x m, 3 x 3) and the addition programs of its column passes."""
+    """The matrices of F(m x m, 3 x 3)."""
 
     m: int
     bt: tuple[tuple[float, ...], ...]  # (m + 2) x (m + 2): B^T, the input transform
     g: tuple[tuple[float, ...], ...]  # (m + 2) x 3: G, the weight transform
     at: tuple[tuple[float, ...], ...]  # m x (m + 2): A^T, the output transform
-    in_steps: tuple[Step, ...]  # B^T applied as additions (the input's column pass)
-    out_steps: tuple[Step, ...]  # A^T applied as additions (the output's column pass)
 
     @property
     def alpha(self) -> int:
@@ -84,18 +83,6 @@ _F2 = Transform(
     bt=((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1)),
     g=((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1)),
     at=((1, 1, 1, 0), (0, 1, -1, -1)),
-    in_steps=(
-        ("o0", "i0", "i2", -1.0),
-        ("o1", "i1", "i2", 1.0),
-        ("o2", "i2", "i1", -1.0),
-        ("o3", "i1", "i3", -1.0),
-    ),
-    out_steps=(
-        ("o0", "i0", "i1", 1.0),
-        ("o0", "o0", "i2", 1.0),
-        ("o1", "i1", "i2", -1.0),
-        ("o1", "o1", "i3", -1.0),
-    ),
 )
 
 _F4 = Transform(
@@ -121,32 +108,6 @@ _F4 = Transform(
         (0, 1, -1, 2, -2, 0),
         (0, 1, 1, 4, 4, 0),
         (0, 1, -1, 8, -8, 1),
-    ),
-    in_steps=(
-        ("o0", "i4", "i0", 4.0),  # 4 d0 - 5 d2 + d4
-        ("o0", "o0", "i2", -5.0),
-        ("t0", "i4", "i2", -4.0),  # d4 - 4 d2
-        ("t1", "i3", "i1", -4.0),  # d3 - 4 d1
-        ("o1", "t0", "t1", 1.0),
-        ("o2", "t0", "t1", -1.0),
-        ("t2", "i4", "i2", -1.0),  # d4 - d2
-        ("t3", "i3", "i1", -1.0),  # d3 - d1
-        ("o3", "t2", "t3", 2.0),
-        ("o4", "t2", "t3", -2.0),
-        ("o5", "i5", "i1", 4.0),  # 4 d1 - 5 d3 + d5
-        ("o5", "o5", "i3", -5.0),
-    ),
-    out_steps=(
-        ("t0", "i1", "i2", 1.0),  # s1
-        ("t1", "i1", "i2", -1.0),  # d1
-        ("t2", "i3", "i4", 1.0),  # s2
-        ("t3", "i3", "i4", -1.0),  # d2
-        ("o0", "i0", "t0", 1.0),
-        ("o0", "o0", "t2", 1.0),
-        ("o1", "t1", "t3", 2.0),
-        ("o2", "t0", "t2", 4.0),
-        ("o3", "i5", "t1", 1.0),
-        ("o3", "o3", "t3", 8.0),
     ),
 )
 
@@ -179,16 +140,6 @@ def weight_transform(weight: Tensor, m: int) -> Tensor:
     w = weight.detach().to(torch.float64)
     u = torch.einsum("ai,kcij,bj->bakc", g, w, g)  # (column b, row a, K, C)
     return u.reshape(-1, w.shape[0], w.shape[1]).transpose(1, 2).contiguous().float()
-
-
-def _run_steps(steps: Sequence[Step], inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> None:
-    """Apply an addition program: every output (a strided view) written in place."""
-    named: dict[str, Tensor] = {f"i{i}": t for i, t in enumerate(inputs)}
-    named.update({f"o{i}": t for i, t in enumerate(outputs)})
-    for dst, a, b, alpha in steps:
-        if dst not in named:  # a temporary, shaped as the outputs
-            named[dst] = torch.empty_like(outputs[0], memory_format=torch.contiguous_format)
-        torch.add(named[a], named[b], alpha=alpha, out=named[dst])
 
 
 @dataclass(frozen=True)
@@ -360,28 +311,25 @@ class Winograd:
             self._store(tiles, chunk, y, other, ops)
 
     def _tiles(self, flat: Tensor, chunk: Chunk) -> Tensor:
-        """The chunk's output tiles, (windows, m, tw, m, K), before the epilogue."""
+        """The chunk's output tiles before the epilogue, Y[q, p, window, tile, K] (q the
+        column in the tile, p the row)."""
         g, m, a = self.geo, self.t.m, self.t.alpha
         windows = chunk.r1 - chunk.r0
-        # the input's row pass: B^T times each window row's (m + 2) rows, one product
         row = g.wp * g.c
+        # the input's row pass: B^T times each window row's (m + 2) rows
         rows = flat.as_strided((windows, a, row), (m * row, row, 1), chunk.r0 * m * row)
-        u1 = torch.matmul(self.bt, rows).view(windows, a, g.wp, g.c)
-        # its column pass: V[b, a, window, tile, C], one (tiles, C) matrix per point (b, a)
-        v = torch.empty(a, a, windows, g.tw, g.c)
-        span = m * (g.tw - 1) + 1
-        cols = [u1[:, :, i : i + span : m] for i in range(a)]
-        _run_steps(self.t.in_steps, cols, [v[i].transpose(0, 1) for i in range(a)])
+        u1 = torch.matmul(self.bt, rows)  # (window, a, wp, C)
+        # the columns gathered: X[l, a, window, tile, C] = u1[window, a, m * tile + l, C]
+        cols = torch.empty(a, a, windows, g.tw, g.c)
+        cols.copy_(u1.as_strided(cols.shape, (g.c, row, a * row, m * g.c, 1)))
+        # the column pass: V[b, a, window, tile, C], a (tiles, C) matrix per point (b, a)
+        v = torch.mm(self.bt, cols.view(a, -1))
         prod = torch.bmm(v.view(a * a, windows * g.tw, g.c), self.u)
         if self.bias is not None:
             prod[BIAS_POINT * a + BIAS_POINT].add_(self.bias)
-        # the output's row pass (over a), one product: Z[b, p, window, tile, K]
-        z = torch.matmul(self.at, prod.view(a, a, -1)).view(a, m, windows, g.tw, g.k)
-        # its column pass, into whole tiles
-        tiles = torch.empty(windows, m, g.tw, m, g.k)
-        ins = [z[b].permute(1, 0, 2, 3) for b in range(a)]
-        _run_steps(self.t.out_steps, ins, [tiles[:, :, :, q] for q in range(m)])
-        return tiles
+        # the output's row pass (over a), then its column pass (over b)
+        z = torch.matmul(self.at, prod.view(a, a, -1))  # (b, p, window * tile * K)
+        return torch.mm(self.at, z.view(a, -1)).view(m, m, windows, g.tw, g.k)
 
     def _store(
         self,
@@ -392,15 +340,35 @@ class Winograd:
         ops: list[EpilogueOp],
     ) -> None:
         """The chunk's tiles cropped to the image and written into `y` by the epilogue's
-        first step (the rest in place there)."""
+        first step (its other steps in place there)."""
         g, m = self.geo, self.t.m
         images = chunk.n1 - chunk.n0
-        per_image = tiles.view(images, -1, m * g.tw, g.k)[:, : chunk.y1 - chunk.y0, : g.wo]
+        # (image, tile row, p, tile, q, K)
+        src = tiles.permute(2, 1, 3, 0, 4).view(images, -1, m, g.tw, m, g.k)
         dst = y[chunk.n0 : chunk.n1, chunk.y0 : chunk.y1]
         part = None if other is None else other[chunk.n0 : chunk.n1, chunk.y0 : chunk.y1]
-        ops[0](per_image, dst, part)
+        for (t0, ti, p), (u0, tj, q) in _blocks(chunk.y1 - chunk.y0, g.wo, m):
+            shape = (images, ti, p, tj, q, g.k)
+            rows, cols = slice(t0 * m, t0 * m + ti * p), slice(u0 * m, u0 * m + tj * q)
+            out = dst[:, rows, cols].view(shape)
+            add = None if part is None else part[:, rows, cols].view(shape)
+            ops[0](src[:, t0 : t0 + ti, :p, u0 : u0 + tj, :q], out, add)
         for op in ops[1:]:
             op(dst, dst, part)
+
+
+def _blocks(h: int, w: int, m: int) -> list[tuple[tuple[int, int, int], ...]]:
+    """The blocks of an h x w region: its whole m x m tiles, and the cropped tiles below and
+    to the right; each as ((first tile row, tile rows, rows per tile), (first tile column,
+    tile columns, columns per tile))."""
+    down, across = [], []
+    for size, out in ((h, down), (w, across)):
+        whole, rest = divmod(size, m)
+        if whole:
+            out.append((0, whole, m))
+        if rest:
+            out.append((whole, 1, rest))
+    return [(r, c) for r in down for c in across]
 
 
 def build(
