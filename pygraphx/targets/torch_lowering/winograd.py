@@ -42,6 +42,8 @@ from typing import Protocol
 
 import torch
 
+from pygraphx.targets.torch_lowering.onednn_bmm import BatchedMatmul
+
 Tensor = torch.Tensor
 Getter = Callable[[], Tensor]
 
@@ -297,7 +299,7 @@ class Winograd:
         self.t = TRANSFORMS[m]
         self.geo = geometry(plan, m)
         self.chunks = chunks(self.geo, m)
-        self.u = weight_transform(plan.weight, m)
+        self.products = BatchedMatmul(weight_transform(plan.weight, m))
         self.bias = None if plan.bias is None else plan.bias.float().contiguous()
         self.bt = torch.tensor(self.t.bt, dtype=torch.float32)
         self.at = torch.tensor(self.t.at, dtype=torch.float32)
@@ -324,7 +326,7 @@ class Winograd:
         cols.copy_(u1.as_strided(cols.shape, (g.c, row, a * row, m * g.c, 1)))
         # the column pass: V[b, a, window, tile, C], a (tiles, C) matrix per point (b, a)
         v = torch.mm(self.bt, cols.view(a, -1))
-        prod = torch.bmm(v.view(a * a, windows * g.tw, g.c), self.u)
+        prod = self.products(v.view(a * a, windows * g.tw, g.c))
         if self.bias is not None:
             prod[BIAS_POINT * a + BIAS_POINT].add_(self.bias)
         # the output's row pass (over a), then its column pass (over b)
