@@ -136,11 +136,11 @@ def supports(plan: ConvPlan) -> bool:
 
 
 def weight_transform(weight: Tensor, m: int) -> Tensor:
-    """The (m+2)^2 matrices (C, K) of `G g G^T`, ordered (column, row) of the tile as the
+    """The (m+2)^2 matrices (C, K) of `G g G^T`, ordered (row, column) of the tile as the
     input transform writes them, computed in float64 and rounded once to float32."""
     g = torch.tensor(TRANSFORMS[m].g, dtype=torch.float64)
     w = weight.detach().to(torch.float64)
-    u = torch.einsum("ai,kcij,bj->bakc", g, w, g)  # (column b, row a, K, C)
+    u = torch.einsum("ai,kcij,bj->abkc", g, w, g)  # (row a, column b, K, C)
     return u.reshape(-1, w.shape[0], w.shape[1]).transpose(1, 2).contiguous().float()
 
 
@@ -313,25 +313,28 @@ class Winograd:
             self._store(tiles, chunk, y, other, ops)
 
     def _tiles(self, flat: Tensor, chunk: Chunk) -> Tensor:
-        """The chunk's output tiles before the epilogue, Y[q, p, window, tile, K] (q the
-        column in the tile, p the row)."""
+        """The chunk's output tiles before the epilogue, Y[p, q, window, tile, K] (p the row
+        in the tile, q the column)."""
         g, m, a = self.geo, self.t.m, self.t.alpha
         windows = chunk.r1 - chunk.r0
         row = g.wp * g.c
         # the input's row pass: B^T times each window row's (m + 2) rows
         rows = flat.as_strided((windows, a, row), (m * row, row, 1), chunk.r0 * m * row)
         u1 = torch.matmul(self.bt, rows)  # (window, a, wp, C)
-        # the columns gathered: X[l, a, window, tile, C] = u1[window, a, m * tile + l, C]
+        # the columns gathered: X[a, l, window, tile, C] = u1[window, a, m * tile + l, C]
         cols = torch.empty(a, a, windows, g.tw, g.c)
-        cols.copy_(u1.as_strided(cols.shape, (g.c, row, a * row, m * g.c, 1)))
-        # the column pass: V[b, a, window, tile, C], a (tiles, C) matrix per point (b, a)
-        v = torch.mm(self.bt, cols.view(a, -1))
+        cols.copy_(u1.as_strided(cols.shape, (row, g.c, a * row, m * g.c, 1)))
+        # the column pass, a product per row a (a batch: both threads work; one (6, N)
+        # product runs on one): V[a, b, window, tile, C], a (tiles, C) matrix per point
+        v = torch.matmul(self.bt, cols.view(a, a, -1))
         prod = self.products(v.view(a * a, windows * g.tw, g.c))
         if self.bias is not None:
             prod[BIAS_POINT * a + BIAS_POINT].add_(self.bias)
-        # the output's row pass (over a), then its column pass (over b)
-        z = torch.matmul(self.at, prod.view(a, a, -1))  # (b, p, window * tile * K)
-        return torch.mm(self.at, z.view(a, -1)).view(m, m, windows, g.tw, g.k)
+        # the output's row pass (over a, a product per column b), then its column pass (over
+        # b, a product per row p); the operands' batch axes are strided views, not copies
+        z = torch.matmul(self.at, prod.view(a, a, -1).transpose(0, 1))  # (b, p, X)
+        y = torch.matmul(self.at, z.transpose(0, 1))  # (p, q, X)
+        return y.view(m, m, windows, g.tw, g.k)
 
     def _store(
         self,
@@ -346,7 +349,7 @@ class Winograd:
         g, m = self.geo, self.t.m
         images = chunk.n1 - chunk.n0
         # (image, tile row, p, tile, q, K)
-        src = tiles.permute(2, 1, 3, 0, 4).view(images, -1, m, g.tw, m, g.k)
+        src = tiles.permute(2, 0, 3, 1, 4).view(images, -1, m, g.tw, m, g.k)
         dst = y[chunk.n0 : chunk.n1, chunk.y0 : chunk.y1]
         part = None if other is None else other[chunk.n0 : chunk.n1, chunk.y0 : chunk.y1]
         for (t0, ti, p), (u0, tj, q) in _blocks(chunk.y1 - chunk.y0, g.wo, m):
