@@ -13,24 +13,27 @@ The weight transform `G g G^T` is made once (at prepare, in float64). A call the
    times the (m + 2) rows of every window row, one product over strided windows (the
    overlapping windows are not copied);
 3. the columns of every window gathered (one strided copy, (m + 2) / m the size), so that the
-   column pass is one product too, written in the layout the big products read: a (tiles, C)
+   column pass is a product too, written in the layout the big products read: a (tiles, C)
    matrix per window point;
-4. (m + 2)^2 products (tiles, C) x (C, K) in one `torch.bmm`; the bias added to the one point
-   whose output transform is constant over the tile;
+4. (m + 2)^2 products (tiles, C) x (C, K) as one oneDNN matmul primitive, its transformed
+   weight packed once (`onednn_bmm.py`); the bias added to the one point whose output
+   transform is constant over the tile;
 5. the output transform as two products (rows, then columns: the tile's points are the outer
    axes, so neither needs a copy);
 6. the epilogue's first step (the residual add, the activation, or a copy) writing the tiles,
    cropped to the image, into the channels-last output; its other steps in place there.
 
 Every pass is a product or a copy, a few calls per chunk: the sparse transforms as additions
-over strided views were 22 calls (F(4,3)), which ran no faster on two threads than on one.
+over strided views were 22 calls (F(4,3)) and 1.3x slower at one thread. The small products
+are batched over a tile axis (torch runs one (6, N) product on one thread).
 
 F(4x4, 3x3) (`winograd`) does 36 products per 16 outputs per channel pair instead of 144 (4x
 fewer multiplications); F(2x2, 3x3) (`winograd2`) 16 per 4 instead of 36 (2.25x). The price is
-rounding: F(2,3)'s result is within about 1e-6 of direct float32 relative to the output's
-scale, F(4,3)'s within a few 1e-6 (`tests/targets/test_winograd.py` measures both against
-float64). The transforms are memory passes, so the kernel only wins on layers with many
-tiles per weight (large feature maps, larger batches): `conv_choice` times it against oneDNN
+rounding: relative to the output's largest value, F(2,3)'s result is within about 1e-6 of
+float64 (direct float32: 1-2.5e-6), F(4,3)'s within about 1e-5 (0.6-1.3e-5 on ResNet-50's and
+UNet's layers; `tests/targets/test_winograd.py` bounds them by 2e-6 and 3e-5). The
+transforms are memory passes, so the kernel only wins on layers with many tiles per weight
+(large feature maps, larger batches): `conv_choice` (mode `measure`) times it against oneDNN
 on each layer's real shape and keeps it only where it is faster.
 """
 
