@@ -48,6 +48,18 @@ def compile_mode(model: object, mode: str, threads: int) -> tuple[Callable, str]
     return (lambda feeds: prog.run(feeds)), f"compile {seconds:.2f} s; {kinds}"
 
 
+def timed_block(run: Callable, feeds: dict, repeat: int) -> list[tuple[float, float]]:
+    """One warm-up run, then (wall, process CPU) seconds of each of `repeat` runs."""
+    run(feeds)
+    clocks = (time.perf_counter, time.process_time)
+    out = []
+    for _ in range(repeat):
+        start = [c() for c in clocks]
+        run(feeds)
+        out.append(tuple(c() - s for c, s in zip(clocks, start, strict=True)))
+    return out
+
+
 def ab(spec: str, modes: list[str], threads: int, rounds: int, repeat: int) -> None:
     label, model, feeds = load(spec)
     want = make_ort(model, threads)[0](feeds)
@@ -63,16 +75,9 @@ def ab(spec: str, modes: list[str], threads: int, rounds: int, repeat: int) -> N
               f"{note}", flush=True)  # fmt: skip
     times: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
     blocks: dict[str, list[float]] = {m: [] for m in modes}
-    for r in range(rounds):
-        order = modes[r % len(modes) :] + modes[: r % len(modes)]
-        for mode in order:
-            run = runs[mode]
-            run(feeds)
-            block = []
-            for _ in range(repeat):
-                t0, c0 = time.perf_counter(), time.process_time()
-                run(feeds)
-                block.append((time.perf_counter() - t0, time.process_time() - c0))
+    for r in range(rounds):  # the order rotated each round
+        for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:
+            block = timed_block(runs[mode], feeds, repeat)
             times[mode] += block
             blocks[mode].append(statistics.median(w for w, _ in block))
     ort_ms = statistics.median(w for w, _ in times["ort"]) if "ort" in times else None

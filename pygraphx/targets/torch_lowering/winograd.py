@@ -41,31 +41,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
 from pygraphx.targets.torch_lowering.onednn_bmm import BatchedMatmul
+from pygraphx.targets.torch_lowering.onednn_conv import ConvPlan  # (a Protocol of its fields)
 
 Tensor = torch.Tensor
 Getter = Callable[[], Tensor]
-
-
-class ConvPlan(Protocol):
-    """The fields of `conv_kernels.ConvPlan` this kernel reads (that module imports this one)."""
-
-    weight: Tensor
-    x_lens: list[int]
-    padding: list[int]
-    stride: list[int]
-    dilation: list[int]
-    groups: int
-    pre_pad: list[int] | None
-    bias: Tensor | None
-    unary: str
-    scalars: list[float]
-    add_after: bool
-    accumulate: bool
 
 
 @dataclass(frozen=True)
