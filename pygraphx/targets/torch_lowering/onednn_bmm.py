@@ -3,9 +3,10 @@
 `BatchedMatmul(weight)` computes `src[b] @ weight[b]` for float32 (B, M, C) sources and the
 constant (B, C, K) weight (the Winograd kernel's (m + 2)^2 products, `winograd.py`). The
 primitive is made once per source row count and thread count (oneDNN splits a primitive's work
-for the threads it was made for), with its weight in the layout oneDNN picks (`any`),
-reordered once. On the 2-core EPYC (Zen 4, 1 thread) oneDNN's brgemm kernel ran ResNet-50's
-Winograd products at 93-114 GFLOP/s where `torch.bmm` (MKL) ran 69-92.
+for the threads it was made for) and reads the weight where it is, row-major (oneDNN's packed
+layout, `any`, ran no faster on these shapes and would be a second copy). On the 2-core EPYC
+(Zen 4, 1 thread) oneDNN's brgemm kernel ran ResNet-50's Winograd products at 93-114 GFLOP/s
+where `torch.bmm` (MKL) ran 69-92.
 
 Without oneDNN's C API library (`onednn_capi.library`), `torch.bmm` computes the products,
 and the first use says so once on the `pygraphx.cpu` logger.
@@ -23,8 +24,6 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_SRC,
     ARG_WEIGHTS,
     F32,
-    QUERY_WEIGHTS_MD,
-    TAG_ANY,
     ExecArg,
     Runtime,
     check,
@@ -48,27 +47,25 @@ def _declare(rt: Runtime) -> None:
 
 
 class _Primitive:
-    """One matmul primitive for (B, M, C) x (B, C, K), its packed weight and memories."""
+    """One matmul primitive for (B, M, C) x (B, C, K) and its memories."""
 
     def __init__(self, rt: Runtime, weight: Tensor, rows: int) -> None:
         self.rt, lib = rt, rt.lib
         _declare(rt)
         b, c, k = weight.shape
         self.out_shape = (b, rows, k)
-        self.mds = [rt.desc([b, rows, c], F32, TAG_ABC), rt.desc([b, c, k], F32, TAG_ANY)]
-        self.mds += [rt.desc([b, rows, k], F32, TAG_ABC), rt.desc([b, c, k], F32, TAG_ABC)]
-        src_md, any_md, dst_md, plain_md = self.mds
+        self.weight = weight  # (contiguous: read in place by the primitive)
+        self.mds = [rt.desc(dims, F32, TAG_ABC) for dims in ([b, rows, c], [b, c, k], [b, rows, k])]
+        src_md, w_md, dst_md = self.mds
         self.pd, self.prim, self.mems = c_void_p(), None, []
         status = lib.dnnl_matmul_primitive_desc_create(
-            byref(self.pd), rt.engine, src_md, any_md, None, dst_md, None
+            byref(self.pd), rt.engine, src_md, w_md, None, dst_md, None
         )
         check(status, f"matmul primitive_desc_create ({b}, {rows}, {c}) x ({b}, {c}, {k})")
-        w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
-        self.packed = rt.reorder(weight.contiguous(), plain_md, w_md)
         self.prim = rt.primitive(self.pd)
         self.mems = [
             rt.memory(src_md, None),
-            rt.memory(w_md, self.packed.data_ptr()),
+            rt.memory(w_md, weight.data_ptr()),
             rt.memory(dst_md, None),
         ]
         pairs = zip((ARG_SRC, ARG_WEIGHTS, ARG_DST), self.mems, strict=True)
