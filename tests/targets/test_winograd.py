@@ -128,7 +128,7 @@ def test_epilogue(
 
 
 @pytest.mark.parametrize("kernel", WINO)
-@pytest.mark.parametrize("per_chunk", [1, 2, 5, 9])
+@pytest.mark.parametrize("per_chunk", [1, 2, 5, 6])
 def test_chunks_of_tile_rows_and_images(
     kernel: str, per_chunk: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -145,7 +145,6 @@ class Geometry:
     wo: int
     th: int  # tiles down and across one image
     tw: int
-    rows: int  # window rows per image in the buffer (th, or th + 1 to merge images)
     hp: int  # buffer rows per image, columns
     wp: int
 
@@ -162,12 +161,8 @@ def geometry(plan: ConvPlan, m: int) -> Geometry:
     left, right = left + plan.padding[1], right + plan.padding[1]
     ho, wo = h + top + bottom - 2, w + left + right - 2
     th, tw = -(-ho // m), -(-wo // m)
-    # with several images, each gets a whole window row more, so that the windows of all
-    # images are one strided sequence (the extra one straddles two images: its tiles dropped)
-    rows = th + 1 if n > 1 else th
-    hp = m * rows if n > 1 else m * th + 2
     k = plan.weight.shape[0]
-    return Geometry(n, c, k, h, w, top, left, ho, wo, th, tw, rows, hp, m * tw + 2)
+    return Geometry(n, c, k, h, w, top, left, ho, wo, th, tw, m * th + 2, m * tw + 2)
 
 
 #: a call works through the tiles in chunks of window rows whose transformed input takes
@@ -181,7 +176,8 @@ MIN_CHUNK_TILES = 256
 
 @dataclass(frozen=True)
 class Chunk:
-    """Window rows [r0, r1) of the buffer: output rows [y0, y1) of images [n0, n1)."""
+    """Window rows [r0, r1) (image i's tile row t is window row i * th + t): output rows
+    [y0, y1) of images [n0, n1)."""
 
     r0: int
     r1: int
@@ -198,15 +194,15 @@ def chunks(geo: Geometry, m: int) -> list[Chunk]:
     row_bytes = (m + 2) ** 2 * g.tw * g.c * 4
     per = max(CHUNK_BYTES // row_bytes, -(-MIN_CHUNK_TILES // g.tw), 1)
     if per >= g.th:  # whole images
-        step = max(per // g.rows, 1)
+        step = max(per // g.th, 1)
         return [
-            Chunk(i * g.rows, min(i + step, g.n) * g.rows, i, min(i + step, g.n), 0, g.ho)
+            Chunk(i * g.th, min(i + step, g.n) * g.th, i, min(i + step, g.n), 0, g.ho)
             for i in range(0, g.n, step)
         ]
     return [
         Chunk(
-            i * g.rows + t,
-            i * g.rows + min(t + per, g.th),
+            i * g.th + t,
+            i * g.th + min(t + per, g.th),
             i,
             i + 1,
             t * m,
@@ -217,20 +213,17 @@ def chunks(geo: Geometry, m: int) -> list[Chunk]:
     ]
 
 
-def _padded(x: Tensor, geo: Geometry, alpha: int) -> Tensor:
-    """`x` (NCHW lens, any strides) copied into a new zero-bordered (rows, wp, C) buffer of
-    whole windows: the buffer's images one after another, two more zero rows at the end
-    when the last image's extra window row reads past it."""
+def _padded(x: Tensor, geo: Geometry) -> Tensor:
+    """`x` (NCHW lens, any strides) copied into a new zero-bordered (N * hp, wp, C) buffer of
+    whole windows, the images one after another."""
     g = geo
-    extra = alpha - g.hp // g.rows if g.n > 1 else 0  # rows the last window overhangs
-    flat = torch.empty(g.n * g.hp + extra, g.wp, g.c, dtype=x.dtype)
-    buf = flat[: g.n * g.hp].view(g.n, g.hp, g.wp, g.c)
+    flat = torch.empty(g.n * g.hp, g.wp, g.c, dtype=x.dtype)
+    buf = flat.view(g.n, g.hp, g.wp, g.c)
     bottom, right = g.top + g.h, g.left + g.w
     buf[:, : g.top].zero_()
     buf[:, bottom:].zero_()
     buf[:, g.top : bottom, : g.left].zero_()
     buf[:, g.top : bottom, right:].zero_()
-    flat[g.n * g.hp :].zero_()
     buf[:, g.top : bottom, g.left : right].copy_(x.permute(0, 2, 3, 1))
     return flat
 
@@ -293,7 +286,7 @@ class Winograd:
     def __call__(self, x: Tensor, y: Tensor, other: Tensor | None, ops: list[EpilogueOp]) -> None:
         """The convolution of `x` (NCHW lens, any strides) into `y` ((N, Ho, Wo, K)
         contiguous) with the epilogue `ops` (the add operand `other`, (N, Ho, Wo, K) lens)."""
-        flat = _padded(x, self.geo, self.t.alpha)
+        flat = _padded(x, self.geo)
         for chunk in self.chunks:
             tiles = self._tiles(flat, chunk)
             self._store(tiles, chunk, y, other, ops)
@@ -304,9 +297,15 @@ class Winograd:
         g, m, a = self.geo, self.t.m, self.t.alpha
         windows = chunk.r1 - chunk.r0
         row = g.wp * g.c
-        # the input's row pass: B^T times each window row's (m + 2) rows
-        rows = flat.as_strided((windows, a, row), (m * row, row, 1), chunk.r0 * m * row)
-        u1 = torch.matmul(self.bt, rows)  # (window, a, wp, C)
+        # the input's row pass: B^T times each window row's (m + 2) rows, one product per
+        # image (its windows are one strided sequence)
+        u1 = torch.empty(windows, a, row)  # (window, a, wp, C)
+        for i in range(chunk.n0, chunk.n1):
+            t0, t1 = max(chunk.r0 - i * g.th, 0), min(chunk.r1 - i * g.th, g.th)
+            start = (i * g.hp + t0 * m) * row
+            rows = flat.as_strided((t1 - t0, a, row), (m * row, row, 1), start)
+            at = i * g.th + t0 - chunk.r0
+            torch.bmm(self.bt.expand(t1 - t0, a, a), rows, out=u1[at : at + t1 - t0])
         # the columns gathered: X[a, l, window, tile, C] = u1[window, a, m * tile + l, C]
         cols = torch.empty(a, a, windows, g.tw, g.c)
         cols.copy_(u1.as_strided(cols.shape, (row, g.c, a * row, m * g.c, 1)))
