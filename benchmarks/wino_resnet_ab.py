@@ -7,11 +7,12 @@ process, ONNX Runtime timed in the same alternation.
 Modes are `conv_kernel` settings of the cpu target (`conv_choice.py`): `impl` (the default:
 oneDNN's implementations timed, no Winograd), `winograd` / `winograd2` (forced on every 3x3
 stride-1 layer, the default kernel elsewhere), `measure` (every kernel timed per layer, the
-Winograd ones included, with a 30 s budget so that every layer is timed), and `ort`. The
-timing alternates blocks of runs (one warm-up run, then `--repeat` timed runs) of every mode,
-the order rotated each round, so that load from other processes falls on all alike. Reported
-per mode: median wall ms over all timed runs, the best block median, mean process CPU ms per
-run, the ratio to ORT's median, the relative RMS error against ORT, and the kernels chosen.
+Winograd ones included, with a 30 s budget, `--budget`, so that every layer is timed), and
+`ort`. The timing alternates blocks of runs (one warm-up run, then `--repeat` timed runs) of
+every mode, the order rotated each round, so that load from other processes falls on all
+alike. Reported per mode: median wall ms over all timed runs, the best block median, mean
+process CPU ms per run, the ratio to ORT's median, the relative RMS error against ORT, and the
+kernels chosen.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import conv_choice  # noqa: E402
 
 
-def compile_mode(model: object, mode: str, threads: int) -> tuple[Callable, str]:
-    """The run function of `model` compiled with `conv_kernel=mode`, and its kernel counts."""
-    os.environ[conv_choice.BUDGET_ENV] = "30"
+def compile_mode(model: object, mode: str, threads: int, budget: str) -> tuple[Callable, str]:
+    """The run function of `model` compiled with `conv_kernel=mode` (a fresh choice cache,
+    `budget` seconds of timing), and its kernel counts."""
+    os.environ[conv_choice.BUDGET_ENV] = budget
     conv_choice.clear_cache()
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     start = time.perf_counter()
@@ -60,7 +62,9 @@ def timed_block(run: Callable, feeds: dict, repeat: int) -> list[tuple[float, fl
     return out
 
 
-def ab(spec: str, modes: list[str], threads: int, rounds: int, repeat: int) -> None:
+def ab(
+    spec: str, modes: list[str], threads: int, rounds: int, repeat: int, budget: str = "30"
+) -> None:
     label, model, feeds = load(spec)
     want = make_ort(model, threads)[0](feeds)
     runs: dict[str, Callable] = {}
@@ -69,7 +73,7 @@ def ab(spec: str, modes: list[str], threads: int, rounds: int, repeat: int) -> N
             runs[mode] = make_ort(model, threads)[0]
             note = ""
         else:
-            runs[mode], note = compile_mode(model, mode, threads)
+            runs[mode], note = compile_mode(model, mode, threads, budget)
         got = [np.asarray(a, np.float64) for a in runs[mode](feeds)]
         print(f"  {label} t{threads} {mode}: rel error vs ORT {relative_error(got, want):.2e}; "
               f"{note}", flush=True)  # fmt: skip
@@ -97,10 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, nargs="+", default=[2])
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--budget", default="30", help="PGX_CONV_CHOICE_BUDGET seconds (default 1)")
     args = p.parse_args(argv)
     for spec in args.models:
         for threads in args.threads:
-            ab(spec, args.modes, threads, args.rounds, args.repeat)
+            ab(spec, args.modes, threads, args.rounds, args.repeat, args.budget)
     return 0
 
 
