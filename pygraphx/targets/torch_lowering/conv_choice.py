@@ -82,7 +82,7 @@ MODES = ("measure", "impl", "off", *KERNELS)
 DEFAULT_MODE = "impl"
 #: the kernels timed against each other (`torch_cl` is never faster on the layers measured so
 #: far, and re-packs its weight every call: it runs only when forced)
-MEASURED = ("onednn", "dnnl", "matmul", "winograd")
+MEASURED = ("onednn", "dnnl", "matmul", "winograd", "winograd2")
 
 #: a candidate "dnnl/<name>" is the `dnnl` kernel on oneDNN's implementation <name> (the plain
 #: "dnnl" runs oneDNN's first); the implementations never timed: the gemm-based one and the
