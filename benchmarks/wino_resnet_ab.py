@@ -18,6 +18,7 @@ kernels chosen.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -103,9 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--budget", default="30", help="PGX_CONV_CHOICE_BUDGET seconds (default 1)")
     args = p.parse_args(argv)
-    for spec in args.models:
-        for threads in args.threads:
-            ab(spec, args.modes, threads, args.rounds, args.repeat, args.budget)
+    for spec, threads in itertools.product(args.models, args.threads):
+        ab(spec, args.modes, threads, args.rounds, args.repeat, args.budget)
     return 0
 
 
