@@ -23,8 +23,9 @@ the program is prepared for; oneDNN 3.2 does so where the expanded tensor is lar
 the L2 cache of the threads, 1 MiB a core on the EPYC: at batch 1 only MobileNetV2's 16x112x112
 -> 96 pair, at batch 8 13 of its 16 pairs at 1 thread, 6 at 2). oneDNN also offers every such
 pair as `ref_fused_convolution`, two primitives one after the other inside one call, no faster
-than the two steps (measured), so those pairs stay two steps. A primitive made later for another thread count may come out as
-`ref_fused_convolution`; it computes the same values and says so once (`onednn_conv`).
+than the two steps (measured), so those pairs stay two steps. A primitive made later for
+another thread count may come out as `ref_fused_convolution`; it computes the same values and
+says so once (`onednn_conv`).
 `PGX_CONV_DW_FUSION=off` (or the lowering option `conv_dw_fusion=False`) turns the fusion off.
 
 This module matches the pattern (`dw_pair`, and `fused_user`: a convolution's epilogue group)
