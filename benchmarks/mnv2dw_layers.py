@@ -3,12 +3,13 @@
     python benchmarks/mnv2dw_layers.py --threads 1 --runs 200
     python benchmarks/mnv2dw_layers.py --threads 2 --batch 8 --runs 40
 
-pygraphx: the cpu target's fast-path steps timed as they run (`targets.cpu.profile`), each
-convolution step with its fused epilogue. ORT: `SessionOptions.enable_profiling`, each node's
-mean `dur` over the runs (its fused Conv nodes carry the epilogue; its NCHWc reorders are
-listed apart). The n-th convolution of one is paired with the n-th of the other (both run the
-graph's convolutions in the same order). Wall clock, so a loaded machine inflates both; the
-columns are measured in alternating blocks within one process.
+pygraphx: the cpu target's fast-path steps timed as they run (as `targets.cpu.profile` does;
+thread CPU time at 1 thread), each convolution step with its fused epilogue (a fused 1x1 +
+depthwise step: its time on the 1x1 row, 0 on the depthwise one). ORT:
+`SessionOptions.enable_profiling`, each node's median `dur` over the runs (its fused Conv
+nodes carry the epilogue; its NCHWc reorders are listed apart). The n-th convolution of one
+is paired with the n-th of the other (both run the graph's convolutions in the same order).
+ORT's times are wall clock, so a loaded machine inflates them; pygraphx's at 2 threads too.
 """
 
 from __future__ import annotations
@@ -28,9 +29,31 @@ import pygraphx  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 
 
+def time_steps(exe: object, feeds: dict, n: int, clock: object) -> list:
+    """`targets.cpu.profile.time_steps` with another clock (the thread's CPU time at 1 thread:
+    other processes' load does not inflate it)."""
+    from pygraphx.targets.cpu.profile import StepTime
+
+    fns = exe.executor.steps
+    totals = [0.0] * len(fns)
+    with exe._lock:
+        for _ in range(n):
+            exe.executor.bind(feeds)
+            with exe.scope():
+                for k, fn in enumerate(fns):
+                    start = clock()
+                    fn()
+                    totals[k] += clock() - start
+            exe.executor.collect()
+    steps = exe.lowered.steps
+    return [StepTime(s.instructions, t / n) for s, t in zip(steps, totals, strict=True)]
+
+
 def ours(model: object, threads: int, feeds: dict, runs: int, blocks: int) -> list[dict]:
-    """Per step: its ops, its first conv's lens, mean ms (over `blocks` x `runs`)."""
-    from pygraphx.targets.cpu.profile import time_steps
+    """Per convolution: its step's ops, its lens, mean ms of its step (best of `blocks` blocks
+    of `runs` runs; thread CPU time at 1 thread, else wall)."""
+    import time
+
     from pygraphx.targets.cpu.target import CpuTarget
 
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
@@ -38,21 +61,25 @@ def ours(model: object, threads: int, feeds: dict, runs: int, blocks: int) -> li
     for _ in range(5):
         prog.run(feeds)
     exe = prog._executable
+    clock = time.thread_time if threads == 1 else time.perf_counter
     acc: list[float] | None = None
     steps = []
     for _ in range(blocks):
-        steps = time_steps(exe, feeds, runs)
+        steps = time_steps(exe, feeds, runs, clock)
         secs = [s.seconds for s in steps]
         acc = secs if acc is None else [min(a, b) for a, b in zip(acc, secs, strict=True)]
     out = []
     for s, sec in zip(steps, acc or [], strict=True):
         ops = [i.op.name for i in s.instructions if not i.is_literal()]
-        conv = next((i for i in s.instructions if i.op.name == "convolution"), None)
-        desc = ""
-        if conv is not None:
-            x, w = (list(i.shape.lens()) for i in conv.inputs[:2])
-            desc = f"x{x} w{w} s{list(conv.op.stride)} g{conv.op.group}"
-        out.append({"ops": "+".join(dict.fromkeys(ops)), "layer": desc, "ms": sec * 1e3})
+        convs = [i for i in s.instructions if i.op.name == "convolution"] or [None]
+        for k, conv in enumerate(convs):  # a fused 1x1 + depthwise step: its time on the first
+            desc = ""
+            if conv is not None:
+                x, w = (list(i.shape.lens()) for i in conv.inputs[:2])
+                desc = f"x{x} w{w} s{list(conv.op.stride)} g{conv.op.group}"
+                desc += " (fused with the one before)" if k else ""
+            ms = 0.0 if k else sec * 1e3
+            out.append({"ops": "+".join(dict.fromkeys(ops)), "layer": desc, "ms": ms})
     return out
 
 
