@@ -29,31 +29,12 @@ import pygraphx  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 
 
-def time_steps(exe: object, feeds: dict, n: int, clock: object) -> list:
-    """`targets.cpu.profile.time_steps` with another clock (the thread's CPU time at 1 thread:
-    other processes' load does not inflate it)."""
-    from pygraphx.targets.cpu.profile import StepTime
-
-    fns = exe.executor.steps
-    totals = [0.0] * len(fns)
-    with exe._lock:
-        for _ in range(n):
-            exe.executor.bind(feeds)
-            with exe.scope():
-                for k, fn in enumerate(fns):
-                    start = clock()
-                    fn()
-                    totals[k] += clock() - start
-            exe.executor.collect()
-    steps = exe.lowered.steps
-    return [StepTime(s.instructions, t / n) for s, t in zip(steps, totals, strict=True)]
-
-
 def ours(model: object, threads: int, feeds: dict, runs: int, blocks: int) -> list[dict]:
     """Per convolution: its step's ops, its lens, mean ms of its step (best of `blocks` blocks
     of `runs` runs; thread CPU time at 1 thread, else wall)."""
     import time
 
+    from pygraphx.targets.cpu.profile import time_steps
     from pygraphx.targets.cpu.target import CpuTarget
 
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())

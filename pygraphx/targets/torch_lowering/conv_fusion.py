@@ -350,8 +350,6 @@ def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
     """Emit conv + epilogue as one oneDNN call (the fuser of a convolution deferred into its
     group `user`); the separate steps are kept for profiling. A 1x1 convolution followed by a
     depthwise one may be deferred further and fused with it (`conv_dw_fusion`)."""
-    from pygraphx.targets.torch_lowering.lower_math import lower_pointwise
-
     conv = deferred_producer(ctx, user)
     epi = match_epilogue(ctx, conv, user, add_after=True)
     if epi is None:  # not a form oneDNN fuses: the convolution runs first, on its own
@@ -366,14 +364,9 @@ def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
     # a group with an add that no kernel fuses whole (torch's mkldnn ops: only relu after the
     # add, none before it) runs apart from its convolution
     apart = epi.other is not None and not fuses_epilogue(plan)
-    saved, ctx.steps = ctx.steps, []
-    lower_alone(ctx, conv, measure=apart)
-    if not lower_pointwise(ctx, user):
-        lower_fallback(ctx, user)
-    unfused, ctx.steps = ctx.steps, saved
-    unfused_stores(ctx, unfused, ctx.index[id(user)])
+    unfused = _twins(ctx, conv, user, measure=apart)
     if apart:
-        ctx.steps = saved + unfused
+        ctx.steps = ctx.steps + unfused
         return True
     other_lens = None
     if epi.other is not None:
@@ -392,6 +385,21 @@ def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
         return True
     emit()
     return True
+
+
+def _twins(ctx: LoweringContext, conv: Instruction, user: Instruction, measure: bool) -> list[Step]:
+    """The steps running `conv` and its group `user` apart (a fused step's unfused twins, for
+    profiling; `measure`: the convolution's kernel chosen by timing, as a step that runs), not
+    emitted: the caller keeps them."""
+    from pygraphx.targets.torch_lowering.lower_math import lower_pointwise
+
+    saved, ctx.steps = ctx.steps, []
+    lower_alone(ctx, conv, measure=measure)
+    if not lower_pointwise(ctx, user):
+        lower_fallback(ctx, user)
+    twins, ctx.steps = ctx.steps, saved
+    unfused_stores(ctx, twins, ctx.index[id(user)])
+    return twins
 
 
 def unfused_stores(ctx: LoweringContext, unfused: list[Step], uidx: int) -> None:
@@ -502,8 +510,6 @@ def _emit_dw_pair(
 ) -> bool:
     """One step for the 1x1 convolution, its group, the depthwise convolution and its group;
     or, where the last group is no epilogue oneDNN fuses, the two pairs' steps as usual."""
-    from pygraphx.targets.torch_lowering.lower_math import lower_pointwise
-
     epi = match_epilogue(ctx, dw, last)
     dw_plan = conv_plan(ctx, dw)
     if epi is not None:
@@ -514,12 +520,7 @@ def _emit_dw_pair(
         plan.dw = None
         emit_head()
         return fuse_group(ctx, last)  # the depthwise pair's own step
-    saved, ctx.steps = ctx.steps, []
-    lower_alone(ctx, dw, measure=False)
-    if not lower_pointwise(ctx, last):
-        lower_fallback(ctx, last)
-    twins, ctx.steps = ctx.steps, saved
-    unfused_stores(ctx, twins, ctx.index[id(last)])
+    twins = _twins(ctx, dw, last, measure=False)
     plan.kernel, plan.impl = "dnnl", None  # the fused kernel is oneDNN's first (`native`)
     env, x = ctx.env, ctx.arg(conv, 0)
 
