@@ -30,12 +30,15 @@ import pygraphx  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 
 
-def compiled(model: object, threads: int, fusion: str) -> object:
-    """The model compiled for the cpu target with the fusion `on` or `off`."""
+def compiled(model: object, threads: int, fusion: str, bf16: bool = False) -> object:
+    """The model compiled for the cpu target with the fusion `on` or `off` (`bf16`: after
+    `quantize_bf16`'s default conversion)."""
     from pygraphx.targets.cpu.target import CpuTarget
 
     os.environ["PGX_CONV_DW_FUSION"] = fusion
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    if bf16:
+        pygraphx.quantize_bf16(prog)
     prog.compile(CpuTarget(threads=threads))
     return prog
 
@@ -61,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--runs", type=int, default=0, help="runs per block (0: about 0.2 s)")
     p.add_argument("--off-first", action="store_true", help="compile the unfused program first")
+    p.add_argument("--bf16", action="store_true", help="quantize_bf16 both programs")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     import onnxruntime as ort
@@ -68,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     model = get_model(args.model, batch=args.batch)
     feeds = model_inputs(args.model, model)
     order = ["off", "on"] if args.off_first else ["on", "off"]
-    progs = {mode: compiled(model, args.threads, mode) for mode in order}
+    progs = {mode: compiled(model, args.threads, mode, args.bf16) for mode in order}
     fused = {m: progs[m]._executable.lowered.ctx.cache.get("conv_dw_fused", 0) for m in progs}
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
     for mode, prog in progs.items():
@@ -86,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"round {r}: " + "  ".join(
             f"{m} wall {rows[m][-1][0]:.3f} cpu {rows[m][-1][1]:.3f}" for m in order))  # fmt: skip
     med = {m: [statistics.median(v[k] for v in rows[m]) for k in (0, 1)] for m in order}
-    print(f"threads {args.threads} batch {args.batch} runs/block {runs} load {os.getloadavg()}")
+    kind = "bf16" if args.bf16 else "float32"
+    print(f"{kind} threads {args.threads} batch {args.batch} runs/block {runs} load "
+          f"{os.getloadavg()}")  # fmt: skip
     for m in order:
         print(f"median {m}: wall {med[m][0]:.3f} ms  cpu {med[m][1]:.3f} ms")
     print(

@@ -128,8 +128,11 @@ def _compile(model, fusion: str, monkeypatch, **target) -> pygraphx.Program:  # 
     return prog
 
 
-def _native(n: int, c: int, h: int, e: int, stride: int) -> bool:
+def _native(
+    n: int, c: int, h: int, e: int, stride: int, dtype: torch.dtype = torch.float32
+) -> bool:
     plan, _ = _pair(n, c, h, e, stride, True, "hardtanh")
+    plan.weight, plan.dw.weight = plan.weight.to(dtype), plan.dw.weight.to(dtype)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -198,3 +201,55 @@ def test_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PGX_CONV_DW_FUSION", "maybe")
     with pytest.raises(ValueError, match="PGX_CONV_DW_FUSION"):
         enabled({})
+
+
+def _bf16_ok() -> bool:
+    plan, _ = _pair(1, 16, 9, 32, 2, True, "hardtanh")
+    plan.weight, plan.dw.weight = plan.weight.bfloat16(), plan.dw.weight.bfloat16()
+    return onednn_conv.available() and onednn_conv.supports(plan)
+
+
+@needs_dnnl
+@pytest.mark.parametrize("shape", [(1, 16, 112, 96, 2), (2, 24, 9, 48, 1)])
+def test_bf16_primitive_against_torch(shape: tuple) -> None:
+    """bf16 in and out, the biases in bf16 (as the lowering gives them): against float64 on
+    the bf16 values, the 1x1 result rounded to bf16 as the unfused steps would."""
+    if not _bf16_ok():
+        pytest.skip("no bf16 instructions")
+    plan, x = _pair(*shape, True, "hardtanh")
+    bf = torch.bfloat16
+    plan.weight, plan.bias = plan.weight.to(bf), plan.bias.to(bf)
+    plan.dw.weight, plan.dw.bias = plan.dw.weight.to(bf), plan.dw.bias.to(bf)
+    x = x.to(bf)
+    got = build_kernel(plan, "dnnl", lambda: x, None)()
+    assert got.dtype == bf
+    dw, d = plan.dw, torch.float64
+    y = F.conv2d(x.to(d), plan.weight.to(d), plan.bias.to(d)).clamp(*CLIP).to(bf).to(d)
+    want = F.conv2d(y, dw.weight.to(d), dw.bias.to(d), dw.stride, dw.padding, 1, dw.groups)
+    want = want.clamp(*CLIP)
+    tol = 2.0**-7 * float(want.abs().max())
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+
+
+@needs_dnnl
+def test_bf16_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program `quantize_bf16` made all bf16: the pair fused as in float32 (1 thread,
+    16x112x112 -> 96, whose bf16 expanded tensor is 2.4 MB), the outputs of the fused and
+    unfused programs within bf16 rounding of each other and of ORT's float32 answer."""
+    if not _bf16_ok():
+        pytest.skip("no bf16 instructions")
+    model, feeds = _block_net(1, 16, 112, 96, 2)
+    want = run_ort(model, feeds)[0]
+    got = {}
+    for mode in ("on", "off"):
+        monkeypatch.setenv("PGX_CONV_DW_FUSION", mode)
+        prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+        pygraphx.quantize_bf16(prog, ["all"])  # (by default the last group goes to float32)
+        prog.compile(CpuTarget(threads=1))
+        got[mode] = np.asarray(prog.run(feeds)[0], dtype=np.float32)
+        fused = prog._executable.lowered.ctx.cache.get("conv_dw_fused", 0)
+        assert fused == (int(_native(1, 16, 112, 96, 2, torch.bfloat16)) if mode == "on" else 0)
+    scale = float(np.abs(want).max())
+    for mode in ("on", "off"):
+        np.testing.assert_allclose(got[mode], want, rtol=0, atol=0.05 * scale)
+    np.testing.assert_allclose(got["on"], got["off"], rtol=0, atol=0.02 * scale)

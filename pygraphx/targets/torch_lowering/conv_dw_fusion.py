@@ -16,7 +16,8 @@ The pattern, in the program after the cpu target's passes:
 with a 1x1 convolution of stride 1 and no padding, one group; a depthwise convolution of a
 3x3 kernel, as many groups as channels, stride 1 or 2 on both axes, one pixel of padding on
 every side; each convolution the only user of its input (the first group's result is read by
-the depthwise convolution alone), float32, no add operand in either epilogue.
+the depthwise convolution alone), both float32 or both bf16 (on a CPU with bf16 instructions:
+`onednn_conv.supports`), no add operand in either epilogue.
 
 The pair is fused only where oneDNN runs it as one kernel (`jit_1x1:...` at the thread count
 the program is prepared for; oneDNN 3.2 does so where the expanded tensor is larger than twice
@@ -63,10 +64,12 @@ def dw_pair(conv: Instruction) -> tuple[Instruction, Instruction, Instruction] |
     """(its group, the depthwise convolution, that one's group) when `conv` is the 1x1 head of
     a pair this module fuses (see the module docstring), else None."""
     group = fused_user(conv)
-    if group is None or not _float(conv) or not _is_1x1(conv) or len(group.outputs) != 1:
+    if group is None or _dtype(conv) is None or not _is_1x1(conv) or len(group.outputs) != 1:
         return None
     dw = group.outputs[0]
     if dw.op.name != "convolution" or dw.inputs[0] is not group or not _is_dw3x3(dw):
+        return None
+    if _dtype(dw) != _dtype(conv):
         return None
     last = fused_user(dw)
     return None if last is None else (group, dw, last)
@@ -102,8 +105,13 @@ def dw_reader(ins: Instruction) -> Instruction | None:
     return None if pair is None else pair[2]
 
 
-def _float(conv: Instruction) -> bool:
-    return all(i.shape.type() == "float_type" for i in conv.inputs[:2]) and len(conv.inputs) == 2
+def _dtype(conv: Instruction) -> str | None:
+    """The type of a float32 or bf16 convolution's input and weight (the same), else None."""
+    types = {i.shape.type() for i in conv.inputs}
+    if len(conv.inputs) != 2 or len(types) != 1:
+        return None
+    kind = types.pop()
+    return kind if kind in ("float_type", "bf16_type") else None
 
 
 def _is_1x1(conv: Instruction) -> bool:
@@ -120,7 +128,7 @@ def _is_dw3x3(conv: Instruction) -> bool:
     op, (x, w) = conv.op, (i.shape.lens() for i in conv.inputs)
     begin, end = op.pads(x, w)
     return (
-        _float(conv) and conv.inputs[1].is_literal()
+        conv.inputs[1].is_literal()
         and len(w) == 4 and list(w[1:]) == [1, 3, 3] and op.group == x[1] == w[0]
         and op.stride[0] == op.stride[1] and op.stride[0] in (1, 2)
         and all(d == 1 for d in op.dilation)
@@ -131,14 +139,17 @@ def _is_dw3x3(conv: Instruction) -> bool:
 def native(plan: ConvPlan, dw: Instruction) -> bool:
     """Whether oneDNN runs `plan` with the depthwise convolution `dw` fused as one kernel at
     this thread count (the weights' values do not matter to its choice)."""
-    if not (onednn_conv.available() and plan.weight.dtype == torch.float32):
+    if not onednn_conv.available():
         return False
     x, w = (list(i.shape.lens()) for i in dw.inputs)
-    probe = ConvPlan(torch.zeros(w), plan.packed, x, [1, 1], list(dw.op.stride), [1, 1], w[0],
-                     None, torch.zeros(w[0]))  # fmt: skip
+    dtype = plan.weight.dtype
+    probe = ConvPlan(torch.zeros(w, dtype=dtype), plan.packed, x, [1, 1], list(dw.op.stride),
+                     [1, 1], w[0], None, torch.zeros(w[0], dtype=dtype))  # fmt: skip
     head = ConvPlan(plan.weight, plan.packed, plan.x_lens, plan.padding, plan.stride,
                     plan.dilation, plan.groups, None, plan.bias, plan.unary, plan.scalars,
                     dw=probe)  # fmt: skip
+    if not onednn_conv.supports(head):  # (bf16 without the CPU's bf16 instructions)
+        return False
     return not onednn_conv.first_implementation(head).startswith("ref")
 
 

@@ -513,7 +513,8 @@ def _emit_dw_pair(
     epi = match_epilogue(ctx, dw, last)
     dw_plan = conv_plan(ctx, dw)
     if epi is not None:
-        dw_plan.bias = torch.from_numpy(epi.bias) if epi.bias.any() else None
+        dtype = torch_dtype(dw.shape.dtype())  # (as `fuse_group`: the bias in the input's type)
+        dw_plan.bias = torch.from_numpy(epi.bias).to(dtype) if epi.bias.any() else None
         dw_plan.unary, dw_plan.scalars = epi.unary, epi.scalars
         plan.dw = dw_plan
     if epi is None or epi.other is not None or not supports(plan):
