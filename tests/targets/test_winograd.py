@@ -99,6 +99,7 @@ def _check(plan: ConvPlan, kernel: str, with_other: bool = False, x_cl: bool = T
         ([2, 32, 7, 7], 16, 1),  # ResNet's last stage, batched
         ([1, 3, 3, 3], 4, 0),  # one output
         ([2, 4, 5, 6], 3, 2),  # padding 2 (outputs larger than the input)
+        ([3, 32, 40, 40], 48, 1),  # YOLO-sized: two chunks of whole images (F(4,3))
     ],
 )
 def test_matches_float64_conv(kernel: str, x_lens: list[int], k: int, pad: int) -> None:
