@@ -204,6 +204,12 @@ def choose_impl(state: ChoiceState, plan: ConvPlan) -> None:
 #: (`benchmarks/results/dnnlimpl_probe_mnv2_t1.txt`), and timing ResNet-50's spent the whole
 #: budget (its first compile 0.51 -> 1.16 s at 2 threads) for no choice
 MIN_1X1_PIXELS = 28 * 28
+#: nor are 1x1 layers with at least this many input and output channels: on ResNet-50's ten
+#: timed 1x1 layers (64 to 512 channels, 56x56 and 28x28) no implementation beat oneDNN's
+#: first by more than 4% and none was chosen (0.42 s of its 0.71 s compile on the 2-core
+#: EPYC); MobileNetV2's winners (AVX2 `jit_1x1` / `brgconv_1x1`, 5-24% faster) all have 16 to
+#: 32 channels on one side (`benchmarks/results/ctime9.md`)
+WIDE_1X1_CHANNELS = 64
 
 
 def _out_pixels(plan: ConvPlan) -> int:
@@ -219,11 +225,14 @@ def impl_candidates(plan: ConvPlan, other: bool) -> list[str]:
     slower on every depthwise layer of MobileNetV2, float32 and bf16). Only 1x1 and depthwise
     layers have candidates: on the dense 3x3 layers of ResNet-50, UNet and YOLO oneDNN's
     implementations were within 2% of each other, and measuring them spent ResNet-50's whole
-    budget for nothing."""
+    budget for nothing; a 1x1 layer is timed only from a 28x28 output (`MIN_1X1_PIXELS`)
+    and with fewer than 64 channels on one side (`WIDE_1X1_CHANNELS`)."""
     depthwise = plan.groups > 1 and plan.groups == plan.x_lens[1]
     if not depthwise and tuple(plan.weight.shape[2:]) != (1, 1):
         return []
     if not depthwise and _out_pixels(plan) < MIN_1X1_PIXELS:
+        return []
+    if not depthwise and min(plan.weight.shape[:2]) >= WIDE_1X1_CHANNELS:
         return []
     names = onednn_conv.implementations(plan, other)[1:]
     if depthwise:
