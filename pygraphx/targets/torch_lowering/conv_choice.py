@@ -32,13 +32,16 @@ bf16 MobileNetV2 0-2%, ResNet-50 unchanged (`benchmarks/results/dnnlimpl.md`).
 Choices are cached by everything that decides them (input lens, weight shape, geometry,
 epilogue, candidates, threads, torch version, CPU capability), so a second compile of the same
 model, or a program loaded from a file (which is prepared again), measures nothing in this
-process. Set `PGX_CONV_CHOICE_CACHE=/path/file.json` to keep the cache across processes too.
+process; and across processes in a per-user file (`choice_cache.py`:
+`$XDG_CACHE_HOME/pygraphx/conv_choice-<tag>.json`, the tag naming the CPU model, torch and
+oneDNN; `PGX_CONV_CHOICE_CACHE=/path/file.json` names another, `=off` keeps none), so only a
+machine's first compile of a model measures.
 
 Measurement is bounded: at most `PGX_CONV_CHOICE_BUDGET` seconds (default `DEFAULT_BUDGET_S`)
 per compile; layers reached after the budget is spent take the default (MobileNetV2 on 1
 thread: 0.3-0.5 s at batch 1, the whole second at batch 8, and ResNet-50 too).
 Compile logs one line on the `pygraphx.cpu` logger (INFO): how many layers were measured,
-how long it took, what was chosen.
+how long it took, how many came from the cache and its file, what was chosen.
 
 The switch: the target setting `conv_kernel=` (`get_target("cpu", conv_kernel=...)`), else the
 environment variable `PGX_CONV_KERNEL`: `impl` (the default), `off` (no measurement: every
@@ -51,19 +54,18 @@ kernels on a CPU with bf16 instructions).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from pygraphx.targets.torch_lowering import onednn_capi, onednn_conv
+from pygraphx.targets.torch_lowering import choice_cache, onednn_capi, onednn_conv
+from pygraphx.targets.torch_lowering.choice_cache import CACHE_ENV
 from pygraphx.targets.torch_lowering.conv_kernels import (
     KERNELS,
     ConvPlan,
@@ -75,7 +77,6 @@ log = logging.getLogger("pygraphx.cpu")
 
 KERNEL_ENV = "PGX_CONV_KERNEL"
 BUDGET_ENV = "PGX_CONV_CHOICE_BUDGET"
-CACHE_ENV = "PGX_CONV_CHOICE_CACHE"
 MODES = ("measure", "impl", "off", *KERNELS)
 #: oneDNN's implementations are measured unless told otherwise (the kernels themselves are
 #: opt-in, `measure`: on the 2-core EPYC no other kernel beat `dnnl` beyond noise)
@@ -109,9 +110,7 @@ SLOW_CALL_S = 0.002
 #: 2-core EPYC, 2 MiB on recent Xeons)
 FLUSH_BYTES = 4 << 20
 
-_CACHE: dict[str, str] = {}
 _ANNOUNCED: set[str] = set()
-_LOADED_FILES: set[str] = set()
 
 
 class ConvChoiceError(ValueError):
@@ -271,8 +270,7 @@ def measured_choice(
     `timer(deadline)` (seconds per call of each name; rounds after the first stop at the
     `time.perf_counter()` value `deadline`), cached; the first name once the compile's
     budget is spent."""
-    _load_file()
-    cached = _CACHE.get(key)
+    cached = choice_cache.lookup(key)
     if cached in names:
         state.cached += 1
         return cached
@@ -284,7 +282,7 @@ def measured_choice(
     state.spent_s += time.perf_counter() - start
     state.measured += 1
     choice = pick(times)
-    _CACHE[key] = choice
+    choice_cache.store(key, choice)
     state.new_entries = True
     return choice
 
@@ -457,51 +455,23 @@ def finish(state: ChoiceState) -> None:
             note += f", {state.over_budget} left at the default (budget {state.budget_s:g} s spent)"
     else:
         note = f"{KERNEL_ENV}/conv_kernel={state.mode}, nothing measured"
+    path = choice_cache.cache_path() if state.mode in ("measure", "impl") else None
+    if path is not None:
+        note += f"; cache file {path}"
     log.info("cpu convolution kernels: %s (%s)", kinds, note)
     if state.new_entries:
-        _save_file()
+        choice_cache.save(_known)
 
 
-def _cache_path() -> Path | None:
-    raw = os.environ.get(CACHE_ENV)
-    return Path(raw) if raw else None
-
-
-def _load_file() -> None:
-    path = _cache_path()
-    if path is None or str(path) in _LOADED_FILES:
-        return
-    _LOADED_FILES.add(str(path))
-    if not path.exists():
-        return
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        log.warning("%s=%s: cannot read the convolution choice cache (%s)", CACHE_ENV, path, exc)
-        return
-    if isinstance(entries, dict):
-        _CACHE.update(
-            {str(k): str(v) for k, v in entries.items() if str(v).partition(IMPL_SEP)[0] in KERNELS}
-        )
-
-
-def _save_file() -> None:
-    path = _cache_path()
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(_CACHE, indent=0, sort_keys=True))
-        tmp.replace(path)
-    except OSError as exc:
-        log.warning("%s=%s: cannot write the convolution choice cache (%s)", CACHE_ENV, path, exc)
+def _known(choice: str) -> bool:
+    """Whether a stored choice names a kernel of this version."""
+    return choice.partition(IMPL_SEP)[0] in KERNELS
 
 
 def clear_cache() -> None:
-    """Forget every cached choice in this process (tests, benchmarks)."""
-    _CACHE.clear()
-    _LOADED_FILES.clear()
+    """Forget every cached choice in this process (tests, benchmarks); the cache file is
+    read again at the next measured layer."""
+    choice_cache.clear()
 
 
 __all__ = [
