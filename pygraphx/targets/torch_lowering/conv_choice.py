@@ -90,6 +90,10 @@ MEASURED = ("onednn", "dnnl", "matmul")
 #: SSE4.1 kernels (slower than the AVX ones on every layer measured)
 IMPL_SEP = "/"
 SKIPPED_IMPLS = ("gemm", ":sse41")
+#: oneDNN's generic direct kernels ("jit:<isa>"), not timed on a 1x1 layer: on the 23 timed
+#: 1x1 layers of MobileNetV2 and ResNet-50 (2-core EPYC) they ran 0.97-2.0x oneDNN's first
+#: and were never chosen (`benchmarks/results/ctime9.md`)
+GENERIC_KERNEL = "jit:"
 
 #: seconds of measurement per compile at most (`PGX_CONV_CHOICE_BUDGET`): MobileNetV2 at
 #: batch 8 on one thread of the 2-core EPYC measures its 30 distinct layers in 1.0-1.3 s (the
@@ -220,7 +224,8 @@ def _out_pixels(plan: ConvPlan) -> int:
 def impl_candidates(plan: ConvPlan, other: bool) -> list[str]:
     """The candidates "dnnl/<name>": the implementations oneDNN offers for `plan` after its
     first one (`other`: the epilogue has an add operand), those of `SKIPPED_IMPLS` left out,
-    and on a depthwise layer all but the depthwise kernels (the generic `jit` ones are 12-17x
+    on a 1x1 layer the generic `jit` ones (`GENERIC_KERNEL`), and on a depthwise layer all but
+    the depthwise kernels (the generic `jit` ones are 12-17x
     slower on every depthwise layer of MobileNetV2, float32 and bf16). Only 1x1 and depthwise
     layers have candidates: on the dense 3x3 layers of ResNet-50, UNet and YOLO oneDNN's
     implementations were within 2% of each other, and measuring them spent ResNet-50's whole
@@ -236,6 +241,8 @@ def impl_candidates(plan: ConvPlan, other: bool) -> list[str]:
     names = onednn_conv.implementations(plan, other)[1:]
     if depthwise:
         names = [n for n in names if "_dw" in n]
+    else:  # a 1x1 layer: the 1x1 kernels only (`GENERIC_KERNEL`)
+        names = [n for n in names if not n.startswith(GENERIC_KERNEL)]
     return [f"dnnl{IMPL_SEP}{n}" for n in names if not any(s in n for s in SKIPPED_IMPLS)]
 
 
