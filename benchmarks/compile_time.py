@@ -14,6 +14,7 @@ the best process counts. What is timed, from the model file's bytes in memory:
   `Program.compile(target)`, split into each pass (`program.pass_times`), `prepare` (lowering to
   torch steps, weight packing) and the rest (the pass manager's validation of every module
   after every pass);
+- `--baseline DIR`: another checkout's pygraphx cpu, cold, in the same turns (an A/B);
 - ONNX Runtime: `InferenceSession(bytes, providers=["CPUExecutionProvider"])` with default
   session options (all graph optimisations, ORT's default threads).
 
@@ -149,13 +150,21 @@ def export(name: str, folder: Path) -> Path:
     return path
 
 
-def spawn(engine: str, path: Path, profile: int = 0, choices: Path | None = None) -> dict[str, Any]:
+def spawn(
+    engine: str,
+    path: Path,
+    profile: int = 0,
+    choices: Path | None = None,
+    root: Path = ROOT,
+) -> dict[str, Any]:
     """Run `child(engine, path)` in a fresh interpreter and return its measurements; pygraphx
-    reads and writes its convolution choices in the file `choices` (None: none, cold)."""
-    cmd = [sys.executable, __file__, "--child", engine, str(path), "--profile", str(profile)]
+    reads and writes its convolution choices in the file `choices` (None: none, cold); `root`:
+    the checkout whose pygraphx and benchmark run (another one: a baseline)."""
+    script = root / "benchmarks" / Path(__file__).name
+    cmd = [sys.executable, str(script), "--child", engine, str(path), "--profile", str(profile)]
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
         "PGX_CONV_CHOICE_CACHE": str(choices) if choices is not None else "off",
     }
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
@@ -174,20 +183,31 @@ def engines() -> list[str]:
     return [*found, "ort"]
 
 
-def measure(name: str, folder: Path, runs: int, profile: int) -> dict[str, Any]:
-    """Best of `runs` fresh processes per engine for model `name`."""
+def measure(
+    name: str, folder: Path, runs: int, profile: int, baseline: Path | None = None
+) -> dict[str, Any]:
+    """Best of `runs` fresh processes per engine for model `name`, the engines taking turns
+    (a change of load hits them alike); `baseline`: another checkout, timed cold as
+    "baseline-cpu" in the same turns."""
     path = export(name, folder)
     row: dict[str, Any] = {"model": name, "onnx_mb": path.stat().st_size / 1e6}
     row["load_before"] = os.getloadavg()[0]  # the machine may be shared: say how busy it was
     choices = folder / f"{name}.conv_choices.json"
     choices.unlink(missing_ok=True)
-    for engine in engines():
-        warm = engine.endswith("-warm")
-        if warm:  # one process measures and writes the file the timed ones read
-            spawn(engine, path, choices=choices)
-        tries = [spawn(engine, path, choices=choices if warm else None) for _ in range(runs)]
-        row[engine] = min(tries, key=lambda r: r["total"])
-        row[engine]["all_totals"] = [r["total"] for r in tries]
+    spawn("pygraphx-cpu-warm", path, choices=choices)  # writes the file the warm ones read
+    names = engines() + (["baseline-cpu"] if baseline is not None else [])
+    tries: dict[str, list[dict[str, Any]]] = {engine: [] for engine in names}
+    for _ in range(runs):
+        for engine in names:
+            if engine == "baseline-cpu":
+                got = spawn("pygraphx-cpu", path, root=baseline)
+            else:
+                warm = engine.endswith("-warm")
+                got = spawn(engine, path, choices=choices if warm else None)
+            tries[engine].append(got)
+    for engine, got in tries.items():
+        row[engine] = min(got, key=lambda r: r["total"])
+        row[engine]["all_totals"] = [r["total"] for r in got]
     row["load_after"] = os.getloadavg()[0]
     row["ratio_cpu_vs_ort"] = row["pygraphx-cpu"]["total"] / row["ort"]["total"]
     if profile:
@@ -204,6 +224,8 @@ def print_row(row: dict[str, Any]) -> None:
         f"  ratio {row['ratio_cpu_vs_ort']:.2f}"
     )
     line += f"  | warm {row['pygraphx-cpu-warm']['total']:.2f} s"
+    if "baseline-cpu" in row:
+        line += f"  | baseline cold {row['baseline-cpu']['total']:.2f} s"
     line += f"  (load {row['load_before']:.1f}-{row['load_after']:.1f})"
     if "pygraphx-gpu" in row:
         gpu = row["pygraphx-gpu"]
@@ -221,6 +243,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--runs", type=int, default=2, help="fresh processes per engine (best kept)")
     ap.add_argument("--json", help="write the measurements to this file")
     ap.add_argument("--profile", type=int, default=0, help="cProfile top N of pygraphx cpu")
+    ap.add_argument("--baseline", type=Path, help="another checkout, timed cold in turn")
     ap.add_argument("--cache", help="folder for the exported models (default: a temporary one)")
     ap.add_argument("--child", nargs=2, metavar=("ENGINE", "PATH"), help=argparse.SUPPRESS)
     return ap.parse_args(argv)
@@ -236,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         rows = []
         for name in args.models:
-            rows.append(measure(name, folder, args.runs, args.profile))
+            rows.append(measure(name, folder, args.runs, args.profile, args.baseline))
             print_row(rows[-1])
     if args.json:
         meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": sys.version}
