@@ -199,8 +199,11 @@ def measure(
     tries: dict[str, list[dict[str, Any]]] = {engine: [] for engine in names}
     for _ in range(runs):
         for engine in names:
-            if engine == "baseline-cpu":
-                got = spawn("pygraphx-cpu", path, root=baseline)
+            if engine == "baseline-cpu":  # a new file: cold (older code reads "off" as a path)
+                fresh = folder / f"{name}.baseline_choices.json"
+                fresh.unlink(missing_ok=True)
+                got = spawn("pygraphx-cpu", path, choices=fresh, root=baseline)
+                fresh.unlink(missing_ok=True)
             else:
                 warm = engine.endswith("-warm")
                 got = spawn(engine, path, choices=choices if warm else None)
