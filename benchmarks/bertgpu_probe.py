@@ -9,7 +9,7 @@
   afresh (every configuration's time is recorded) and checked to give the same bytes; and the
   peers: cuBLAS half (`torch.matmul`), `torch._int_mm` (int32 out) and `torch._scaled_mm`
   (fp8, half out). `ffn_up_plain`: the same product with no epilogue (the epilogue's cost).
-* the fp8 quantise (`quant_kernels.quantise_fp8`, [4096, 768] half) with the byte built from
+* the fp8 quantise (`quantise_kernels.quantise_fp8`, [4096, 768] half) with the byte built from
   float32 bits (`PGX_GPU_FP8_CAST=0`) and by the hardware conversion (the default where the
   device has one): time and same bytes.
 
@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quant_tiles_ab import graph_ms  # noqa: E402  (graph-replayed median, shared)
 
 from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
+from pygraphx.targets.gpu import quantise_kernels as qe  # noqa: E402
 
 ROWS = 4096
 #: (name, N, K, epilogue ops, quantised and not stored)
@@ -117,12 +118,12 @@ def fp8_quantise_row(n: int, k: int) -> dict:
     row: dict = {"shape": [n, k]}
     got = {}
     for cast in ("0", "1"):
-        os.environ[qk.FP8_CAST_ENV] = cast
+        os.environ[qe.FP8_CAST_ENV] = cast
         out = torch.empty(n, k, device="cuda", dtype=torch.float8_e4m3fn)
-        row[f"cast{cast}"] = graph_ms(lambda o=out: qk.quantise_fp8(x, s, o))
+        row[f"cast{cast}"] = graph_ms(lambda o=out: qe.quantise_fp8(x, s, o))
         got[cast] = out.view(torch.uint8).clone()
-    os.environ.pop(qk.FP8_CAST_ENV)
-    row["cast_supported"] = qk.fp8_cast_supported(x.device)
+    os.environ.pop(qe.FP8_CAST_ENV)
+    row["cast_supported"] = qe.fp8_cast_supported(x.device)
     row["same_bytes"] = bool(torch.equal(got["0"], got["1"]))
     return row
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pygraphx.codegen.triton import quantise  # noqa: E402
-from pygraphx.targets.gpu import quant_kernels  # noqa: E402
+from pygraphx.targets.gpu import quantise_kernels  # noqa: E402
 
 
 @triton.jit
@@ -41,7 +41,7 @@ def fp8_round_mul(v, MAGIC: tl.constexpr):
 
 def main() -> int:
     quantise.fp8_round = fp8_round_mul
-    quant_kernels.fp8_round = fp8_round_mul
+    quantise_kernels.fp8_round = fp8_round_mul
     import quant_gpu
 
     sys.argv = ["quant_gpu.py", *sys.argv[1:]]

@@ -10,7 +10,7 @@ ways: `old` (launches one after another between CUDA events, as the autotune tim
 the host's launch time is in it) and `new` (`codegen/triton/timing.py`: the device kept busy
 by a spin kernel while the host queues, candidates in turns, device time only). Each repeat
 prints every candidate's microseconds and the configuration it would choose. Also times the
-standalone int8 quantise (`quant_kernels.quantise_int8`) of one such tensor.
+standalone int8 quantise (`quantise_kernels.quantise_int8`) of one such tensor.
 """
 
 from __future__ import annotations
@@ -122,10 +122,10 @@ def bench(rows: int, repeats: int, where: Path) -> dict:
             )
             print(f"  {label:10s} new " + _row(options, new, options.index(pick(new, options))))
         result["kinds"][label] = entry
-    from pygraphx.targets.gpu import quant_kernels as qk
+    from pygraphx.targets.gpu import quantise_kernels as qe
 
     x = xs[0] if xs[0].is_contiguous() else xs[1]
-    qt = time_candidates([lambda: qk.quantise_int8(x, scale, q)])[0]
+    qt = time_candidates([lambda: qe.quantise_int8(x, scale, q)])[0]
     print(f"  standalone quantise_int8 of [{rows}, {WIDTH}] half: {qt * 1e3:.2f} us")
     result["quantise_int8_us"] = qt * 1e3
     result["attention_output"] = attention_output_quantise(scale)
@@ -136,7 +136,7 @@ def attention_output_quantise(scale: torch.Tensor) -> dict:
     """Whether BERT-base's attention result (`scaled_dot_product_attention` with a padding
     mask, batch 32, then transpose and reshape to [32, 128, 768]) is dense, and the time of
     its standalone int8 quantise (with the copy `quant.py` makes of a non-dense input)."""
-    from pygraphx.targets.gpu import quant_kernels as qk
+    from pygraphx.targets.gpu import quantise_kernels as qe
 
     q, k, v = (torch.randn(32, 12, 128, 64, device="cuda", dtype=torch.float16) for _ in "qkv")
     mask = torch.zeros(32, 1, 1, 128, device="cuda", dtype=torch.float16)
@@ -147,7 +147,7 @@ def attention_output_quantise(scale: torch.Tensor) -> dict:
 
     def quantise() -> None:
         src = flat if flat.is_contiguous() else flat.contiguous()
-        qk.quantise_int8(src, scale, out)
+        qe.quantise_int8(src, scale, out)
 
     t = time_candidates([quantise])[0]
     found = {"strides": list(att.stride()), "reshape_is_view": shares,

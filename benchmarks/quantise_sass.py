@@ -5,7 +5,7 @@
 A static proxy for the device time of compute-bound element-wise kernels (the fp8 GELU group of
 BERT-base ran at three times its memory time on an H100): Triton's real compiler and the
 bundled `cuobjdump` give the SASS of `quantise_forms_ab.py`'s GELU + quantise kernel for each
-form, of `quant_kernels._quantise_fp8_kernel` with and without `CAST`, and of the generated
+form, of `quantise_kernels._quantise_fp8_kernel` with and without `CAST`, and of the generated
 layer-norm group quantising to fp8 with and without `QuantOutput.cast`. Whole kernels, 8
 elements a thread (counts, not timings: the device decides).
 """
@@ -34,6 +34,7 @@ from triton.tools.disasm import get_sass  # noqa: E402
 from pygraphx.codegen.triton.emitter import tl_dtype  # noqa: E402
 from pygraphx.codegen.triton.kernels import QuantOutput, kernel_source  # noqa: E402
 from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
+from pygraphx.targets.gpu import quantise_kernels as qe  # noqa: E402
 
 SM90 = GPUTarget("cuda", 90, 32)
 _INSTR = re.compile(r"^[0-9a-f-]{2}:[0-9a-f-]:[0-9a-f-]:[A-Y-]:[0-9a-f]\s")
@@ -61,7 +62,7 @@ def main() -> int:
     sig |= {k: "constexpr" for k in ("BLOCK", "MAGIC", "ROUND_TRIP", "CAST")}
     for cast in (False, True):
         consts = {"BLOCK": 1024, "MAGIC": qk.MAGIC, "ROUND_TRIP": False, "CAST": cast}
-        n = sass_count(qk._quantise_fp8_kernel, sig, consts, _ALIGNED)
+        n = sass_count(qe._quantise_fp8_kernel, sig, consts, _ALIGNED)
         print(f"quantise_fp8, CAST={cast!s:5s}        {n:5d}")
     _, group = layer_norm_group(64)
     sig = {f"in{j}": "*" + _SHORT[tl_dtype(d.dtype)] for j, d in enumerate(group.inputs)}

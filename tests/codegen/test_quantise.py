@@ -134,7 +134,7 @@ def _want_fp8(x: np.ndarray, scale: np.float32) -> np.ndarray:
 
 def _hardware_fp8() -> bool:
     """Whether this run compiles for an NVIDIA GPU with fp8 conversions (`CAST`)."""
-    from pygraphx.targets.gpu.quant_kernels import fp8_cast_supported
+    from pygraphx.targets.gpu.quantise_kernels import fp8_cast_supported
 
     return DEVICE == "cuda" and fp8_cast_supported(torch.device("cuda"))
 

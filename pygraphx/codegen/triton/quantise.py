@@ -2,7 +2,7 @@
 
 A generated group kernel whose result is quantised (`kernels.QuantOutput`) calls `int8_code`
 (a row kernel `int8_code_rows`) or `fp8_code` (`fp8_code_rows`) on the stored value;
-`targets/gpu/quant_kernels.py` builds its quantise kernels from `int8_code`, `fp8_round` and
+`targets/gpu/quantise_kernels.py` builds its quantise kernels from `int8_code`, `fp8_round` and
 `fp8_bits`. The numbers are the reference's (`ops/quant.py`): `x / scale` in float32,
 correctly rounded (`div_rn`; in row kernels `saturating_quotient`, the same quotient from one
 reciprocal), then

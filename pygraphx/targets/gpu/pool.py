@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from pygraphx.codegen.triton.quantise import MAGIC, fp8_of_quotient, int8_of_quotient, quotient
-from pygraphx.targets.gpu import quant_kernels as qk
+from pygraphx.targets.gpu import quantise_kernels as qe
 
 __all__ = ["max_pool_nhwc", "pool_fits"]
 
@@ -60,7 +60,7 @@ def _max_pool_kernel(
     y = acc.to(out_ptr.dtype.element_ty)
     if STORE:
         tl.store(out_ptr + at, y, mask=live)
-    if QUANT != 0:  # `quant_kernels.quantise_int8` / `quantise_fp8` of the stored value
+    if QUANT != 0:  # `quantise_kernels.quantise_int8` / `quantise_fp8` of the stored value
         yq = y.to(tl.float32)
         qs = tl.load(qs_ptr).to(tl.float32)
         v = quotient(yq, qs, tl.math.div_rn(1.0, qs))
@@ -91,7 +91,7 @@ def max_pool_nhwc(
     type) with window `kernel`, `stride` and begin `pads` (module docstring). `quantise` =
     (one-element float32 scale, `qout` int8 or fp8 e4m3fn laid out as `out`, whether `out`
     is written too): `qout` takes the quantise of the pooled value, bit for bit
-    `quant_kernels.quantise_int8` / `quantise_fp8` of `out` (no separate pass over it)."""
+    `quantise_kernels.quantise_int8` / `quantise_fp8` of `out` (no separate pass over it)."""
     n, c, h, w = x.shape
     ho, wo = out.shape[2:]
     p = n * ho * wo
@@ -112,7 +112,7 @@ def max_pool_nhwc(
         raise ValueError(
             f"max_pool_nhwc: int8 or fp8 quantised output laid out as out, got {q.dtype}"
         )
-    cast = kind == 2 and qk.fp8_cast(q.device)
+    cast = kind == 2 and qe.fp8_cast(q.device)
     _max_pool_kernel[grid](
         x, out, p, c, h, w, ho, wo, sxn, sxh, sxw, son, soh, sow, *stride, *pads,
         qs, q.view(torch.uint8) if kind == 2 else q, KH=kernel[0], KW=kernel[1],

@@ -5,7 +5,7 @@
   at prepare, the activation at run time into a private buffer (announced with a log line);
   zero padding leaves every sum unchanged. When its only user is the `dequantizelinear` with the
   folded per-column scale (`passes/fold_qdq.py`), that dequantise is the GEMM's epilogue
-  (`quant_kernels.dequantise`: one kernel, int32 in, the user's float type out); with Triton
+  (`quantise_kernels.dequantise`: one kernel, int32 in, the user's float type out); with Triton
   GEMMs, so is a bias / residual / ReLU group after it (`quant_epilogue.py`).
 * `quant_dot` of fp8 e4m3 x fp8 e4m3 with a constant right-hand side (`passes/fold_fp8.py`
   makes them), by `torch._scaled_mm` (the default, `fp8_gemm.py`): with its scale, convert
@@ -19,7 +19,7 @@
   values as half with float32 accumulation and output (`runtime_sums`; float32 off CUDA),
   exact while 128 * 128 * K < 2**24 (K <= 1023), declined beyond; of two fp8 activations: the
   same (float32 sums of exact products, as the reference computes them).
-* `quantizelinear` with one scale: `quant_kernels.quantise_int8` / `quantise_fp8` (one pass
+* `quantizelinear` with one scale: `quantise_kernels.quantise_int8` / `quantise_fp8` (one pass
   each); to fp8 with a `dequantizelinear` of the same scale as its only user (an fp8
   round trip before a product kept in float, e.g. fp8 convolutions): both as one pass
   (`fake_quantise_fp8`), no fp8 tensor; fp8 with other scales: divide, clamp to +-448, cast.
@@ -40,6 +40,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu import quant_kernels as qk
+from pygraphx.targets.gpu import quantise_kernels as qe
 from pygraphx.targets.gpu.fp8_gemm import Fp8Gemm, lower_scaled_fp8, padded
 from pygraphx.targets.gpu.quant_epilogue import EpiloguePlan, bind_quantised, deferred_epilogue
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext
@@ -62,7 +63,7 @@ EXACT_FLOAT_K = 1023
 
 
 def epilogue(triton: bool) -> Epilogue:
-    return qk.dequantise if triton else qk.eager_dequantise
+    return qe.dequantise if triton else qe.eager_dequantise
 
 
 def int8_gemm_choice(triton: bool, env: str = INT8_GEMM_ENV) -> str:
@@ -393,11 +394,11 @@ def lower_gpu_quantizelinear(
             return _lower_fp8_quantise(ctx, ins, xi, si)
         if _lower_fake_fp8(ctx, ins, xi, one, triton):
             return True
-        run = qk.quantise_fp8 if triton else qk.eager_quantise_fp8
+        run = qe.quantise_fp8 if triton else qe.eager_quantise_fp8
         return _emit_quantise(ctx, ins, xi, one, run, torch.float8_e4m3fn)
     if out_type != "int8_type" or one is None:
         return fallback(ctx, ins)
-    run = qk.quantise_int8 if triton else qk.eager_quantise_int8
+    run = qe.quantise_int8 if triton else qe.eager_quantise_int8
     return _emit_quantise(ctx, ins, xi, one, run, torch.int8)
 
 
@@ -435,7 +436,7 @@ def _lower_fake_fp8(ctx, ins, xi: int, one: torch.Tensor, triton: bool) -> bool:
         return False
     if user.shape.type() not in ("float_type", "half_type", "bf16_type"):
         return False
-    run = qk.fake_quantise_fp8 if triton else qk.eager_fake_quantise_fp8
+    run = qe.fake_quantise_fp8 if triton else qe.eager_fake_quantise_fp8
     produce = _elementwise(ctx.env, xi, one, run, torch_dtype(user.shape.dtype()))
     layout = ctx.layout[xi]
     return defer(ctx, ins, user, lambda c, u: _emit_fresh(c, u, produce, layout))

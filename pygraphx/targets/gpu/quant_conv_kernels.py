@@ -48,6 +48,7 @@ import triton.language as tl
 
 from pygraphx.targets.gpu import conv_tiles
 from pygraphx.targets.gpu import quant_kernels as qk
+from pygraphx.targets.gpu import quantise_kernels as qe
 
 __all__ = [
     "CONV_BLOCK_K", "CONV_CONFIGS", "FP8_NATIVE", "FP8_SUM_ERROR", "GATHER", "IMPLICIT",
@@ -327,8 +328,8 @@ def launch_arguments(
     codes.update(FP8=fp8, MODE=mode, FP8_PTRS=fp8 and timed and qk.FP8_POINTERS)
     codes["FP8_NATIVE"] = fp8 and FP8_NATIVE
     # an fp8 quantising epilogue writes its bytes by the hardware conversion where the
-    # quantise kernels do (`quant_kernels.fp8_cast`: the same bytes, far fewer instructions)
-    codes["CAST"] = codes["QUANT"] == 2 and qk.fp8_cast(out.device)
+    # quantise kernels do (`quantise_kernels.fp8_cast`: the same bytes, far fewer instructions)
+    codes["CAST"] = codes["QUANT"] == 2 and qe.fp8_cast(out.device)
     return (*args, *extra), codes
 
 

@@ -44,7 +44,7 @@ import torch
 from pygraphx.codegen.trace import GroupTrace, NotTraceable, TensorDesc, evaluate, group_trace
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.gpu.quant_epilogue import quantising_user
-from pygraphx.targets.gpu.quant_kernels import fp8_cast
+from pygraphx.targets.gpu.quantise_kernels import fp8_cast
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import numpy_dtype, torch_dtype
 from pygraphx.targets.torch_lowering.handler import TORCH

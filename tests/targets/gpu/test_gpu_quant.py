@@ -14,6 +14,7 @@ pytest.importorskip("triton")
 import pygraphx  # noqa: E402
 from pygraphx.targets.gpu import quant_conv_kernels as qck  # noqa: E402
 from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
+from pygraphx.targets.gpu import quantise_kernels as qe  # noqa: E402
 from pygraphx.targets.gpu.quant import INT8_GEMM_ENV  # noqa: E402
 from pygraphx.targets.gpu.quant_conv import FP8_CONV_ENV, INT8_CONV_ENV  # noqa: E402
 
@@ -177,7 +178,7 @@ def test_quantise_kernel_matches_numpy() -> None:
     want = np.clip(want, -128, 127).astype(np.int8)
     xt = torch.from_numpy(x).to(DEVICE)
     out = torch.empty_like(xt, dtype=torch.int8)
-    qk.quantise_int8(xt, torch.tensor([scale], device=DEVICE), out)
+    qe.quantise_int8(xt, torch.tensor([scale], device=DEVICE), out)
     np.testing.assert_array_equal(out.cpu().numpy(), want)
 
 
@@ -189,7 +190,7 @@ def test_dequantise_kernel_matches_numpy(acc_dtype, out_dtype) -> None:
     want = (acc.astype(np.float32) * scale[None, :]).astype(np.float32)
     acc_t = torch.from_numpy(acc).to(acc_dtype).to(DEVICE)
     out = torch.empty((37, 70), dtype=out_dtype, device=DEVICE)
-    qk.dequantise(acc_t, torch.from_numpy(scale).to(DEVICE), out)
+    qe.dequantise(acc_t, torch.from_numpy(scale).to(DEVICE), out)
     rtol = 1e-3 if out_dtype == torch.float16 else 1e-6
     np.testing.assert_allclose(out.float().cpu().numpy(), want, rtol=rtol)
 
@@ -202,9 +203,9 @@ def test_fp8_products_match_ref(fp16: bool, triton: bool, monkeypatch) -> None:
     monkeypatch.setenv(FP8_CONV_ENV, "cudnn")
     calls: dict[str, int] = {"quantise": 0, "round_trip": 0}
     for name, key in (("quantise_fp8", "quantise"), ("fake_quantise_fp8", "round_trip")):
-        real = getattr(qk, name)
+        real = getattr(qe, name)
         monkeypatch.setattr(
-            qk, name, lambda *a, r=real, k=key: calls.update({k: calls[k] + 1}) or r(*a)
+            qe, name, lambda *a, r=real, k=key: calls.update({k: calls[k] + 1}) or r(*a)
         )
     got, want, prog = run_both("fp8", fp16, triton=triton)
     assert not prog._executable.fallbacks, prog._executable.fallbacks
@@ -265,10 +266,10 @@ def test_fp8_quantise_kernels_match_ml_dtypes(dtype: torch.dtype, scale: float) 
     want = np.clip(x32 / np.float32(scale), -448, 448).astype(ml_dtypes.float8_e4m3fn)
     s = torch.tensor([scale], dtype=torch.float32, device=DEVICE)
     out = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=DEVICE)
-    qk.quantise_fp8(xt.to(DEVICE), s, out)
+    qe.quantise_fp8(xt.to(DEVICE), s, out)
     np.testing.assert_array_equal(out.view(torch.uint8).cpu().numpy(), want.view(np.uint8))
     back = torch.empty(x.shape, dtype=dtype, device=DEVICE)
-    qk.fake_quantise_fp8(xt.to(DEVICE), s, back)
+    qe.fake_quantise_fp8(xt.to(DEVICE), s, back)
     expect = (want.astype(np.float32) * np.float32(scale)).astype(back.cpu().numpy().dtype)
     np.testing.assert_array_equal(back.cpu().numpy(), expect)
 

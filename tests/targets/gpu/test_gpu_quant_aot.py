@@ -22,6 +22,7 @@ pytest.importorskip("triton")
 from pygraphx.codegen.triton.quantise import MAGIC  # noqa: E402
 from pygraphx.targets.gpu import quant_conv_kernels as qck  # noqa: E402
 from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
+from pygraphx.targets.gpu import quantise_kernels as qe  # noqa: E402
 from tests.codegen.aot_compile import run_jobs  # noqa: E402
 
 SM90 = ["cuda", 90, 32]
@@ -125,16 +126,16 @@ def _elementwise_jobs() -> list[dict]:
     for x in OUT_TYPES:
         block = {"BLOCK": 1024, "MAGIC": MAGIC}
         types = {"x_ptr": f"*{x}", "scale_ptr": "*fp32", "out_ptr": "*i8"}
-        jobs.append(_job(qk, "_quantise_int8_kernel", types, block, options, f"q8-{x}"))
+        jobs.append(_job(qe, "_quantise_int8_kernel", types, block, options, f"q8-{x}"))
         for trip, cast in ((False, False), (False, True), (True, False)):
             types = dict(types, out_ptr=f"*{x}" if trip else "*u8")
             fp8 = {**block, "ROUND_TRIP": trip, "CAST": cast}
             name = f"qf8-{x}-{trip}-{cast}"
-            jobs.append(_job(qk, "_quantise_fp8_kernel", types, fp8, options, name))
+            jobs.append(_job(qe, "_quantise_fp8_kernel", types, fp8, options, name))
         for acc in ("i32", "fp32"):
             types = {"acc_ptr": f"*{acc}", "scale_ptr": "*fp32", "out_ptr": f"*{x}"}
-            tile = {"BLOCK_M": qk._BLOCK_M, "BLOCK_N": qk._BLOCK_N}
-            jobs.append(_job(qk, "_dequantise_kernel", types, tile, options, f"dq-{acc}-{x}"))
+            tile = {"BLOCK_M": qe._BLOCK_M, "BLOCK_N": qe._BLOCK_N}
+            jobs.append(_job(qe, "_dequantise_kernel", types, tile, options, f"dq-{acc}-{x}"))
     return jobs
 
 
@@ -193,5 +194,5 @@ def test_the_variants_cover_every_constexpr_value() -> None:
         assert epilogue == codes | {0}
     assert seen[f"{conv}:MODE"] == {qck.IMPLICIT, qck.POINTWISE, qck.GATHER}
     assert seen[f"{conv}:FP8_NATIVE"] == {False, qck.FP8_NATIVE}
-    assert seen[f"{qk.__name__}:_quantise_fp8_kernel:ROUND_TRIP"] == {False, True}
-    assert seen[f"{qk.__name__}:_quantise_fp8_kernel:CAST"] == {False, True}
+    assert seen[f"{qe.__name__}:_quantise_fp8_kernel:ROUND_TRIP"] == {False, True}
+    assert seen[f"{qe.__name__}:_quantise_fp8_kernel:CAST"] == {False, True}

@@ -16,6 +16,7 @@ import pygraphx  # noqa: E402
 from pygraphx.targets.gpu import quant_conv  # noqa: E402
 from pygraphx.targets.gpu import quant_conv_kernels as qck  # noqa: E402
 from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
+from pygraphx.targets.gpu import quantise_kernels as qe  # noqa: E402
 from pygraphx.targets.gpu.quant_conv import FP8_CONV_ENV, fp8_conv_mode  # noqa: E402
 
 CUDA = torch.cuda.is_available()
@@ -102,9 +103,9 @@ def test_epilogue_quantises_to_int8_or_fp8(qtype: str, monkeypatch) -> None:
     standalone quantise kernels' on the stored float value, and (fp8) the values torch's
     cast gives (round half to even); `fp8` with the bytes built from float32 bits
     (`PGX_GPU_FP8_CAST=0`), `fp8-cast` by the hardware conversion where the GPU has one (the
-    default: `qk.fp8_cast`)."""
+    default: `qe.fp8_cast`)."""
     if qtype == "fp8":
-        monkeypatch.setenv(qk.FP8_CAST_ENV, "0")
+        monkeypatch.setenv(qe.FP8_CAST_ENV, "0")
     n, c, h, w, c_out = 1, 64, 5, 5, 48
     x, weight = _operands(F8, n, c, h, w, c_out, 3)
     x_cl = x.contiguous(memory_format=torch.channels_last).to(DEVICE)
@@ -119,9 +120,9 @@ def test_epilogue_quantises_to_int8_or_fp8(qtype: str, monkeypatch) -> None:
     qck.conv(x_cl, wt, scale, out, (3, (1, 1), (1, 1), (1, 1), h, w), ep, None, q)
     want = torch.empty_like(q)
     if qtype == "int8":
-        qk.quantise_int8(out, qs, want)
+        qe.quantise_int8(out, qs, want)
     else:
-        qk.quantise_fp8(out, qs, want.view(F8))
+        qe.quantise_fp8(out, qs, want.view(F8))
         cast = (out.float() / qs).clamp(-448, 448).to(F8).float()
         np.testing.assert_array_equal(q.view(F8).float().cpu().numpy(), cast.cpu().numpy())
     assert (out >= 0).all()

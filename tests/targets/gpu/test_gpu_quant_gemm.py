@@ -18,6 +18,7 @@ import pygraphx  # noqa: E402
 from pygraphx.codegen.trace import group_trace  # noqa: E402
 from pygraphx.ops.quant import quantize  # noqa: E402
 from pygraphx.targets.gpu import quant_kernels as qk  # noqa: E402
+from pygraphx.targets.gpu import quantise_kernels as qe  # noqa: E402
 from pygraphx.targets.gpu import triton_groups as triton_groups_module  # noqa: E402
 from pygraphx.targets.gpu.quant import FP8_GEMM_ENV, INT8_GEMM_ENV  # noqa: E402
 
@@ -132,13 +133,13 @@ def count_standalone_quantises(monkeypatch) -> list[str]:
     """Spy on the standalone quantise kernels: the names of those that ran."""
     calls: list[str] = []
     for name in ("quantise_int8", "quantise_fp8"):
-        real = getattr(qk, name)
+        real = getattr(qe, name)
 
         def spy(*a, r=real, n=name, **kw):
             calls.append(n)
             return r(*a, **kw)
 
-        monkeypatch.setattr(qk, name, spy)
+        monkeypatch.setattr(qe, name, spy)
     return calls
 
 

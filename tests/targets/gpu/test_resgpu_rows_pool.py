@@ -238,7 +238,7 @@ def test_stem_rows_and_pool_match_ref(fp16: bool, kind: str, then_conv: bool, mo
 def test_pool_quantises_as_the_quantise_kernels(monkeypatch) -> None:
     """The pool's quantised output is bit for bit `quantise_int8` / `quantise_fp8` (both fp8
     byte forms) of its float output, which it writes too when asked, and not otherwise."""
-    from pygraphx.targets.gpu import quant_kernels as qk
+    from pygraphx.targets.gpu import quantise_kernels as qe
 
     gen = torch.Generator().manual_seed(4)
     x = _nhwc((torch.randn((2, 24, 9, 8), generator=gen) * 30).half().to(DEVICE))
@@ -247,15 +247,15 @@ def test_pool_quantises_as_the_quantise_kernels(monkeypatch) -> None:
     scale = torch.tensor([0.37], device=DEVICE)
     window = ((3, 3), (2, 2), (1, 1))
     for qdtype, cast in ((torch.int8, "1"), (F8, "0"), (F8, "1")):
-        monkeypatch.setenv(qk.FP8_CAST_ENV, cast)
+        monkeypatch.setenv(qe.FP8_CAST_ENV, cast)
         out = _nhwc(torch.empty(shape, dtype=torch.float16, device=DEVICE))
         q = _nhwc(torch.empty(shape, dtype=qdtype, device=DEVICE))
         max_pool_nhwc(x, out, *window, (scale, q, True))
         want = torch.empty_like(q)
         if qdtype == torch.int8:
-            qk.quantise_int8(out, scale, want)
+            qe.quantise_int8(out, scale, want)
         else:
-            qk.quantise_fp8(out, scale, want)
+            qe.quantise_fp8(out, scale, want)
         assert torch.equal(q.view(torch.uint8).cpu(), want.view(torch.uint8).cpu()), qdtype
         alone = _nhwc(torch.full(shape, 7.0, dtype=torch.float16, device=DEVICE))
         max_pool_nhwc(x, alone, *window, (scale, q, False))
