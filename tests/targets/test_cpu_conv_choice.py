@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -189,6 +190,31 @@ def test_default_cache_file_is_per_user_and_machine(
     prog = _compile(model)
     assert (_state(prog).measured, _state(prog).cached) == (0, measured)
     np.testing.assert_allclose(prog.run(feeds)[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_default_cache_file_names_the_machine_and_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another CPU model, torch version or oneDNN version gives another default file (choices
+    measured on one machine or build are not read on another)."""
+    monkeypatch.delenv(conv_choice.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+    def name_with(target: object, attribute: str, value: object) -> str:
+        with mock.patch.object(target, attribute, value):
+            choice_cache.machine_tag.cache_clear()
+            try:
+                return choice_cache.default_path().name
+            finally:
+                choice_cache.machine_tag.cache_clear()
+
+    choice_cache.machine_tag.cache_clear()
+    here = choice_cache.default_path().name
+    assert here.startswith("conv_choice-") and here.endswith(".json")
+    assert name_with(choice_cache, "_cpu_model", lambda: "Some Other CPU") != here
+    assert name_with(choice_cache, "_onednn_version", lambda: "9.9.9+other") != here
+    assert name_with(torch, "__version__", "0.0.0+other") != here
+    assert choice_cache.default_path().name == here
 
 
 @pytest.mark.parametrize("value", ["off", "0", "none", ""])
