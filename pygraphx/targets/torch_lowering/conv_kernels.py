@@ -78,6 +78,9 @@ class ConvPlan:
     add_after: bool = False  # act(conv + bias) + other: the add operand after the activation
     impl: str | None = None  # dnnl: the oneDNN implementation to run (None: oneDNN's first)
     accumulate: bool = False  # dnnl: add into the output's values (a concat's sum chain)
+    dw: ConvPlan | None = None  # dnnl: a depthwise 3x3 convolution run on this 1x1 one's result
+    # inside the same primitive (oneDNN's dw post-op, `conv_dw_fusion.py`); the output is its
+    # output, the 1x1 one's never written
 
 
 def is_pointwise(plan: ConvPlan) -> bool:
