@@ -283,3 +283,58 @@ def test_library_present_uses_onednn() -> None:
     mm = onednn_bmm.BatchedMatmul(torch.randn(2, 8, 8))
     mm(torch.randn(2, 3, 8))
     assert mm._made, "no oneDNN primitive was made"
+
+
+def _wide_model(c: int, hw: int, batch: int) -> tuple[object, dict[str, np.ndarray]]:
+    """One 3x3 convolution of `c` channels to `c`, bias and ReLU, on `hw` x `hw` maps."""
+    rng = np.random.default_rng(5)
+    inits = {
+        "w": (rng.standard_normal((c, c, 3, 3)) / (3 * np.sqrt(c))).astype(np.float32),
+        "b": (rng.standard_normal(c) * 0.1).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    feeds = {"x": rng.standard_normal((batch, c, hw, hw)).astype(np.float32)}
+    return make_model(nodes, feeds, ["y"], inits), feeds
+
+
+@pytest.mark.usefixtures("_fresh")
+@pytest.mark.parametrize(
+    ("c", "hw", "batch", "want"),
+    [
+        (128, 16, 1, True),  # 16 tiles of 128 channels: the rule's smallest
+        (256, 7, 4, True),  # 7x7 maps, but 4 images: 16 tiles
+        (256, 7, 1, False),  # 4 tiles: (4, C) products, slower than oneDNN's direct kernel
+        (64, 32, 1, False),  # 64 channels: ties or loses
+    ],
+)
+def test_default_mode_rule(
+    c: int, hw: int, batch: int, want: bool, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    """`PGX_CONV_WINOGRAD=rule`: the default mode runs the layers `winograd.by_rule` names on
+    F(4,3) without timing them, and matches ORT; `off` keeps them on oneDNN."""
+    model, feeds = _wide_model(c, hw, batch)
+    timed: list[list[str]] = []
+    real = conv_choice.time_kernels
+    monkeypatch.setattr(
+        conv_choice, "time_kernels", lambda p, n, *a: timed.append(n) or real(p, n, *a)
+    )
+    for rule in ("rule", "off"):
+        monkeypatch.setenv(conv_choice.WINOGRAD_ENV, rule)
+        conv_choice.clear_cache()
+        prog = _compiled(model, caplog)
+        chosen = prog._executable.lowered.ctx.cache["conv_choice"].chosen
+        assert (chosen["winograd"] == 1) == (want and rule == "rule"), (rule, chosen)
+        assert not any("winograd" in names for names in timed)
+        got = prog.run(feeds)[0]
+        np.testing.assert_allclose(
+            got, run_ort(model, feeds)[0], rtol=1e-4, atol=3e-5 * np.abs(got).max()
+        )
+
+
+def test_rule_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(conv_choice.WINOGRAD_ENV, "sometimes")
+    with pytest.raises(conv_choice.ConvChoiceError, match="PGX_CONV_WINOGRAD='sometimes'"):
+        conv_choice.choice_state({}, {})

@@ -64,7 +64,8 @@ from typing import Any
 
 import torch
 
-from pygraphx.targets.torch_lowering import choice_cache, onednn_capi, onednn_conv
+from pygraphx.targets.settings import env_choice
+from pygraphx.targets.torch_lowering import choice_cache, onednn_capi, onednn_conv, winograd
 from pygraphx.targets.torch_lowering.choice_cache import CACHE_ENV
 from pygraphx.targets.torch_lowering.conv_kernels import (
     KERNELS,
@@ -77,6 +78,11 @@ log = logging.getLogger("pygraphx.cpu")
 
 KERNEL_ENV = "PGX_CONV_KERNEL"
 BUDGET_ENV = "PGX_CONV_CHOICE_BUDGET"
+#: the default mode's Winograd rule (`winograd.by_rule`): "rule" runs the layers it names on
+#: F(4x4, 3x3) untimed, "off" leaves every layer to oneDNN's direct kernels
+WINOGRAD_ENV = "PGX_CONV_WINOGRAD"
+WINOGRAD_MODES = ("rule", "off")
+DEFAULT_WINOGRAD = "off"
 MODES = ("measure", "impl", "off", *KERNELS)
 #: oneDNN's implementations are measured unless told otherwise (the kernels themselves are
 #: opt-in, `measure`: on the 2-core EPYC no other kernel beat `dnnl` beyond noise)
@@ -127,6 +133,7 @@ class ChoiceState:
 
     mode: str
     budget_s: float
+    winograd: str = DEFAULT_WINOGRAD
     spent_s: float = 0.0
     measured: int = 0
     cached: int = 0
@@ -139,7 +146,8 @@ def choice_state(options: dict[str, Any], cache: dict[Any, Any]) -> ChoiceState:
     """The compile's `ChoiceState` (made once per lowering context, kept in its `cache`)."""
     state = cache.get("conv_choice")
     if state is None:
-        state = ChoiceState(_mode(options), _budget())
+        rule = env_choice(WINOGRAD_ENV, WINOGRAD_MODES, DEFAULT_WINOGRAD, error=ConvChoiceError)
+        state = ChoiceState(_mode(options), _budget(), rule)
         cache["conv_choice"] = state
     return state
 
@@ -176,7 +184,9 @@ def choose_kernel(state: ChoiceState, plan: ConvPlan, other_lens: list[int] | No
         measured += [name for name in names if name in MEASURED and name != default]
     if state.mode in ("measure", "impl") and "dnnl" in measured:
         measured += impl_candidates(plan, other_lens is not None)
-    if state.mode == "off" or (state.mode in ("measure", "impl") and len(measured) == 1):
+    if state.mode == "impl" and state.winograd == "rule" and _winograd_rule(plan, names):
+        choice = "winograd"
+    elif state.mode == "off" or (state.mode in ("measure", "impl") and len(measured) == 1):
         choice = default
     elif state.mode not in ("measure", "impl"):
         choice = state.mode if state.mode in names else default
@@ -186,6 +196,11 @@ def choose_kernel(state: ChoiceState, plan: ConvPlan, other_lens: list[int] | No
     kernel, _, impl = choice.partition(IMPL_SEP)
     plan.impl = impl or None
     return kernel
+
+
+def _winograd_rule(plan: ConvPlan, names: list[str]) -> bool:
+    """Whether the default mode's rule runs `plan` on `winograd` (where it can take it)."""
+    return "winograd" in names and winograd.by_rule(plan)
 
 
 def choose_impl(state: ChoiceState, plan: ConvPlan) -> None:

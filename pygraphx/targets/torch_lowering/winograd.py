@@ -121,6 +121,24 @@ def supports(plan: ConvPlan) -> bool:
     )
 
 
+#: the layers the default mode (`conv_choice`, mode `impl`) runs on F(4x4, 3x3) without
+#: timing it: both channel counts at least `RULE_CHANNELS` and at least `RULE_TILES` 4x4
+#: output tiles. One thread of the 2-core EPYC (`benchmarks/results/wino.md`): every such
+#: layer of ResNet-50 (b1 128ch 28x28 0.57x oneDNN's direct kernel, 256ch 14x14 0.80x; b8
+#: 0.60-0.76x) and UNet (0.43-0.74x) was faster; layers of 64 channels or fewer lost or tied
+#: (YOLOv8's 64ch 20x20 1.7x slower), and 7x7 maps at batch 1 (4 tiles: (4, C) products)
+#: were 2.6x slower
+RULE_CHANNELS = 128
+RULE_TILES = 16
+
+
+def by_rule(plan: ConvPlan) -> bool:
+    """Whether the default mode runs `plan` on `winograd` (F(4,3)) untimed (`RULE_CHANNELS`,
+    `RULE_TILES`); `plan` must be `supports`-ed."""
+    geo = geometry(plan, KERNEL_TILES["winograd"])
+    return min(geo.c, geo.k) >= RULE_CHANNELS and geo.n * geo.th * geo.tw >= RULE_TILES
+
+
 def weight_transform(weight: Tensor, m: int) -> Tensor:
     """The (m+2)^2 matrices (C, K) of `G g G^T`, ordered (row, column) of the tile as the
     input transform writes them, computed in float64 and rounded once to float32."""
