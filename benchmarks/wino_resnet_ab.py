@@ -7,12 +7,14 @@ process, ONNX Runtime timed in the same alternation.
 Modes are `conv_kernel` settings of the cpu target (`conv_choice.py`): `impl` (the default:
 oneDNN's implementations timed, no Winograd), `winograd` / `winograd2` (forced on every 3x3
 stride-1 layer, the default kernel elsewhere), `measure` (every kernel timed per layer, the
-Winograd ones included, with a 30 s budget, `--budget`, so that every layer is timed), and
-`ort`. The timing alternates blocks of runs (one warm-up run, then `--repeat` timed runs) of
-every mode, the order rotated each round, so that load from other processes falls on all
-alike. Reported per mode: median wall ms over all timed runs, the best block median, mean
-process CPU ms per run, the ratio to ORT's median, the relative RMS error against ORT, and the
-kernels chosen.
+Winograd ones included, with a 30 s budget, `--budget`, so that every layer is timed), `rule`
+(the default mode with `PGX_CONV_WINOGRAD=rule`: the layers `winograd.by_rule` names on F(4,3)
+untimed; the other modes run with it off), and `ort`. Run with `PGX_CONV_CHOICE_CACHE=off` so
+that no mode reuses choices another process measured. The timing alternates blocks of runs (one
+warm-up run, then `--repeat` timed runs) of every mode, the order rotated each round, so that
+load from other processes falls on all alike. Reported per mode: median wall ms over all timed
+runs, the best block median, mean process CPU ms per run, the ratio to ORT's median, the
+relative RMS error against ORT, and the kernels chosen.
 """
 
 from __future__ import annotations
@@ -41,10 +43,11 @@ def compile_mode(model: object, mode: str, threads: int, budget: str) -> tuple[C
     """The run function of `model` compiled with `conv_kernel=mode` (a fresh choice cache,
     `budget` seconds of timing), and its kernel counts."""
     os.environ[conv_choice.BUDGET_ENV] = budget
+    os.environ[conv_choice.WINOGRAD_ENV] = "rule" if mode == "rule" else "off"
     conv_choice.clear_cache()
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     start = time.perf_counter()
-    prog.compile(CpuTarget(conv_kernel=mode, threads=threads))
+    prog.compile(CpuTarget(conv_kernel="impl" if mode == "rule" else mode, threads=threads))
     seconds = time.perf_counter() - start
     chosen = prog._executable.lowered.ctx.cache["conv_choice"].chosen
     kinds = ", ".join(f"{k} x{n}" for k, n in sorted(chosen.items()))
