@@ -9,7 +9,7 @@ bias and GELU, an attention block or a layer normalisation is one step, timed as
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,12 +26,17 @@ class StepTime:
     seconds: float
 
 
-def time_steps(exe: CpuExecutable, params: Mapping[str, np.ndarray], n: int) -> list[StepTime]:
+def time_steps(
+    exe: CpuExecutable,
+    params: Mapping[str, np.ndarray],
+    n: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[StepTime]:
     """Run the fast path `n` times timing each step (as `run` does: same threads, same
-    inference mode); the steps in run order with their mean seconds."""
+    inference mode); the steps in run order with their mean seconds of `clock` (wall time;
+    `time.thread_time` gives the running thread's CPU time)."""
     fns = exe.executor.steps
     totals = [0.0] * len(fns)
-    clock = time.perf_counter
     with exe._lock:
         for _ in range(n):
             exe.executor.bind(params)

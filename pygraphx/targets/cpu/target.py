@@ -43,6 +43,7 @@ from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_poli
 from pygraphx.targets.torch_lowering import Lowered, lower_module
 from pygraphx.targets.torch_lowering.conv_choice import finish as finish_conv_choice
 from pygraphx.targets.torch_lowering.conv_concat import sum_reader
+from pygraphx.targets.torch_lowering.conv_dw_fusion import dw_reader
 from pygraphx.targets.torch_lowering.conv_fusion import fused_user
 from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
 from pygraphx.targets.torch_lowering.fallback_cost import FallbackTimer, announce_cost, timed_steps
@@ -183,7 +184,7 @@ def fused_reads(ins: Instruction) -> Instruction | None:
     """The memory plan's `fused_reads` in arena mode: the later instruction whose step also
     computes `ins` (a convolution's fused group, an upsample's concat, a concat's 1x1
     convolution run as a sum over its parts), else None."""
-    return fused_user(ins) or sum_reader(ins) or concat_reader(ins)
+    return dw_reader(ins) or fused_user(ins) or sum_reader(ins) or concat_reader(ins)
 
 
 class CpuTarget(Target):

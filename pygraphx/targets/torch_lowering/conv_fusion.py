@@ -25,6 +25,9 @@ block's shortcut), the convolution adds into it in place and the group's value i
 (`_may_overwrite`): on ResNet-50's residual layers 4-15% less time than a new output.
 The form act(conv + c1 + ...) + other (YOLO's C2f shortcut: Conv-BN-SiLU, then the block's
 input added) is fused too, the activation post-op before the add (`ConvPlan.add_after`).
+A 1x1 convolution with its group followed by a depthwise 3x3 one with its group (MobileNetV2's
+expand + depthwise) may become one step on `dnnl` (oneDNN's depthwise post-op:
+`conv_dw_fusion.py`).
 torch's mkldnn kernel (`onednn`) fuses an add followed by relu or nothing, `matmul` an add or
 an activation, `dnnl` (oneDNN's own post-op chain) every form; a group with an add that no
 oneDNN kernel fuses whole (`conv_kernels.fuses_epilogue`: without oneDNN's library, an add
@@ -58,6 +61,13 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext, Step
 from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_kernel, default_kernel
+from pygraphx.targets.torch_lowering.conv_dw_fusion import (
+    dw_pair,
+    enabled,
+    fused_user,  # noqa: F401  (imported from here by the cpu target, conv_concat, tests)
+    may_fuse,
+    native,
+)
 from pygraphx.targets.torch_lowering.conv_kernels import (
     ConvPlan,
     build_kernel,
@@ -69,6 +79,7 @@ from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.fallback import lower_fallback
 from pygraphx.targets.torch_lowering.lower_gemm import bf16_gemm
 from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
+from pygraphx.targets.torch_lowering.onednn_conv import supports
 from pygraphx.targets.torch_lowering.registry import (
     defer,
     deferred_producer,
@@ -158,7 +169,7 @@ def lower_mkldnn_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
         keep_freed_memory()  # each run's new outputs reuse the last run's freed blocks
     user = ins.outputs[0] if len(ins.outputs) == 1 else None
     # the epilogue is matched when the user is reached (its other inputs are lowered by then)
-    if user is not None and _may_fuse(ins, user) and defer(ctx, ins, user, _fuse):
+    if user is not None and may_fuse(ins, user) and defer(ctx, ins, user, fuse_group):
         return True
     lower_alone(ctx, ins)
     return True
@@ -188,26 +199,6 @@ def _into(out: torch.Tensor, produce: Callable[[], torch.Tensor]) -> Callable[[]
             out.copy_(y)
 
     return step
-
-
-def fused_user(ins: Instruction) -> Instruction | None:
-    """The pointwise group a convolution `ins` may be fused into (its step then reads the
-    convolution's input while it writes the group's result), else None: the memory plan's
-    `fused_reads` with `conv_output="arena"` (the cpu target), so the group's arena slot is
-    never the input's memory and the `dnnl` kernel can write it directly."""
-    if ins.op.name != "convolution" or len(ins.outputs) != 1:
-        return None
-    user = ins.outputs[0]
-    return user if _may_fuse(ins, user) else None
-
-
-def _may_fuse(conv: Instruction, user: Instruction) -> bool:
-    return (
-        user.op.name == "pointwise"
-        and user.shape.type() == conv.shape.type()
-        and user.shape.lens() == conv.shape.lens()
-        and sum(1 for i in user.inputs if i is conv) == 1
-    )
 
 
 # --- epilogue matching ----------------------------------------------------------------------
@@ -355,10 +346,10 @@ def _channel_constant(ctx: LoweringContext, x: Instruction, channels: int) -> np
     return vec.float().numpy().copy()
 
 
-def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
-    """Emit conv + epilogue as one oneDNN call; the separate steps are kept for profiling."""
-    from pygraphx.targets.torch_lowering.lower_math import lower_pointwise
-
+def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
+    """Emit conv + epilogue as one oneDNN call (the fuser of a convolution deferred into its
+    group `user`); the separate steps are kept for profiling. A 1x1 convolution followed by a
+    depthwise one may be deferred further and fused with it (`conv_dw_fusion`)."""
     conv = deferred_producer(ctx, user)
     epi = match_epilogue(ctx, conv, user, add_after=True)
     if epi is None:  # not a form oneDNN fuses: the convolution runs first, on its own
@@ -373,14 +364,9 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
     # a group with an add that no kernel fuses whole (torch's mkldnn ops: only relu after the
     # add, none before it) runs apart from its convolution
     apart = epi.other is not None and not fuses_epilogue(plan)
-    saved, ctx.steps = ctx.steps, []
-    lower_alone(ctx, conv, measure=apart)
-    if not lower_pointwise(ctx, user):
-        lower_fallback(ctx, user)
-    unfused, ctx.steps = ctx.steps, saved
-    unfused_stores(ctx, unfused, ctx.index[id(user)])
+    unfused = _twins(ctx, conv, user, measure=apart)
     if apart:
-        ctx.steps = saved + unfused
+        ctx.steps = ctx.steps + unfused
         return True
     other_lens = None
     if epi.other is not None:
@@ -390,10 +376,30 @@ def _fuse(ctx: LoweringContext, user: Instruction) -> bool:
     def build(out: torch.Tensor | None) -> Callable[[], torch.Tensor]:
         return conv_producer(ctx, ctx.arg(conv, 0), plan, other_lens, out=out)
 
-    emit_fused(ctx, [conv, user], unfused, build, [conv.inputs[0]])
-    if plan.in_place and plan.kernel in ("onednn", "dnnl"):  # (the others allocate their result)
-        ctx.cache["conv_in_place"] = ctx.cache.get("conv_in_place", 0) + 1
+    def emit() -> None:
+        emit_fused(ctx, [conv, user], unfused, build, [conv.inputs[0]])
+        if plan.in_place and plan.kernel in ("onednn", "dnnl"):  # (others allocate their result)
+            ctx.cache["conv_in_place"] = ctx.cache.get("conv_in_place", 0) + 1
+
+    if epi.other is None and _defer_dw_pair(ctx, conv, user, plan, unfused, emit):
+        return True
+    emit()
     return True
+
+
+def _twins(ctx: LoweringContext, conv: Instruction, user: Instruction, measure: bool) -> list[Step]:
+    """The steps running `conv` and its group `user` apart (a fused step's unfused twins, for
+    profiling; `measure`: the convolution's kernel chosen by timing, as a step that runs), not
+    emitted: the caller keeps them."""
+    from pygraphx.targets.torch_lowering.lower_math import lower_pointwise
+
+    saved, ctx.steps = ctx.steps, []
+    lower_alone(ctx, conv, measure=measure)
+    if not lower_pointwise(ctx, user):
+        lower_fallback(ctx, user)
+    twins, ctx.steps = ctx.steps, saved
+    unfused_stores(ctx, twins, ctx.index[id(user)])
+    return twins
 
 
 def unfused_stores(ctx: LoweringContext, unfused: list[Step], uidx: int) -> None:
@@ -456,4 +462,72 @@ def _may_overwrite(
             continue
         if u is conv or u.op.name != "convolution" or pos.get(id(u), len(pos)) >= pos[id(user)]:
             return False
+    return True
+
+
+# --- a 1x1 convolution and the depthwise one after it (`conv_dw_fusion`) --------------------
+
+
+def _defer_dw_pair(
+    ctx: LoweringContext,
+    conv: Instruction,
+    group: Instruction,
+    plan: ConvPlan,
+    unfused: list[Step],
+    emit_head: Callable[[], None],
+) -> bool:
+    """Called by `fuse_group` with the 1x1 convolution `conv`, its group `group`, its plan
+    (epilogue set, no add operand), the pair's unfused twins and the function emitting the
+    pair's own step: True when that step is deferred into the depthwise pair after it (one step
+    for all four is emitted at the last group), False when the caller emits it now."""
+    pair = dw_pair(conv)
+    if pair is None or pair[0] is not group or not enabled(ctx.options):
+        return False
+    _, dw, last = pair
+    if not native(plan, dw):
+        return False
+
+    def at_dw(ctx: LoweringContext, ins: Instruction) -> bool:
+        if defer(ctx, dw, last, at_last):
+            return True
+        emit_head()  # the depthwise convolution is lowered as usual after it
+        return False
+
+    def at_last(ctx: LoweringContext, ins: Instruction) -> bool:
+        return _emit_dw_pair(ctx, conv, plan, unfused, emit_head, dw, last)
+
+    return defer(ctx, group, dw, at_dw)
+
+
+def _emit_dw_pair(
+    ctx: LoweringContext,
+    conv: Instruction,
+    plan: ConvPlan,
+    unfused: list[Step],
+    emit_head: Callable[[], None],
+    dw: Instruction,
+    last: Instruction,
+) -> bool:
+    """One step for the 1x1 convolution, its group, the depthwise convolution and its group;
+    or, where the last group is no epilogue oneDNN fuses, the two pairs' steps as usual."""
+    epi = match_epilogue(ctx, dw, last)
+    dw_plan = conv_plan(ctx, dw)
+    if epi is not None:
+        dtype = torch_dtype(dw.shape.dtype())  # (as `fuse_group`: the bias in the input's type)
+        dw_plan.bias = torch.from_numpy(epi.bias).to(dtype) if epi.bias.any() else None
+        dw_plan.unary, dw_plan.scalars = epi.unary, epi.scalars
+        plan.dw = dw_plan
+    if epi is None or epi.other is not None or not supports(plan):
+        plan.dw = None
+        emit_head()
+        return fuse_group(ctx, last)  # the depthwise pair's own step
+    twins = _twins(ctx, dw, last, measure=False)
+    plan.kernel, plan.impl = "dnnl", None  # the fused kernel is oneDNN's first (`native`)
+    env, x = ctx.env, ctx.arg(conv, 0)
+
+    def build(out: torch.Tensor | None) -> Callable[[], torch.Tensor]:
+        return build_kernel(plan, "dnnl", lambda: env[x], None, out)
+
+    emit_fused(ctx, [conv, conv.outputs[0], dw, last], unfused + twins, build, [conv.inputs[0]])
+    ctx.cache["conv_dw_fused"] = ctx.cache.get("conv_dw_fused", 0) + 1  # (tests, benchmarks)
     return True

@@ -52,6 +52,9 @@ QUERY_WEIGHTS_MD, QUERY_SCRATCHPAD_MD = 131, 136
 ARG_SRC, ARG_SRC_1, ARG_DST, ARG_WEIGHTS, ARG_BIAS, ARG_SCRATCHPAD = 1, 2, 17, 33, 41, 80
 ARG_FROM, ARG_TO = 1, 17
 POST_OP_BASE = 32768
+POST_OP_DW = 16384  # DNNL_ARG_ATTR_POST_OP_DW: the fused depthwise convolution's arguments
+QUERY_EXEC_ARG_MD = 255
+DATA_UNDEF = 0
 MAX_NDIMS = 12
 
 Dims = c_int64 * MAX_NDIMS
@@ -94,6 +97,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "dnnl_post_ops_append_sum": (c_int, [_P, c_float, c_int32, c_int]),
     "dnnl_post_ops_append_eltwise": (c_int, [_P, c_int, c_float, c_float]),
     "dnnl_post_ops_append_binary": (c_int, [_P, c_int, _P]),
+    "dnnl_post_ops_append_dw": (c_int, [_P, c_int, c_int, c_int, c_int64, c_int64, c_int64]),
     "dnnl_convolution_forward_primitive_desc_create": (
         c_int,
         [POINTER(_P), _P, c_int, c_int, _P, _P, _P, _P, Dims, Dims, Dims, Dims, _P],

@@ -55,11 +55,14 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     BF16,
     BINARY_ADD,
     CONVOLUTION_DIRECT,
+    DATA_UNDEF,
     ELTWISE_CLIP,
     ELTWISE_RELU,
     ELTWISE_SWISH,
     F32,
     FORWARD_INFERENCE,
+    POST_OP_DW,
+    QUERY_EXEC_ARG_MD,
     QUERY_SCRATCHPAD_MD,
     QUERY_WEIGHTS_MD,
     SCRATCHPAD_USER,
@@ -105,6 +108,7 @@ class ConvPlan(Protocol):
     add_after: bool
     impl: str | None
     accumulate: bool
+    dw: ConvPlan | None
 
 
 def geometry(plan: ConvPlan) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -136,7 +140,11 @@ class Descriptor:
         self.pd = self.prim = None
         self.x_lens, self._pad_l, self._pad_r, self.out_lens = geometry(plan)
         self.src_md = self._md(self.x_lens, TAG_NHWC)
-        self.dst_md = self._md(self.out_lens, TAG_NHWC)
+        self.dst_md = self._md(self.out_lens, TAG_NHWC)  # the convolution's own result
+        self.out_md = self.dst_md  # the primitive's output (the fused depthwise one's, `dw`)
+        if plan.dw is not None:
+            self.out_lens = geometry(plan.dw)[3]
+            self.out_md = self._md(self.out_lens, TAG_NHWC)
         self.w_dims, self.w_tag = _weight_dims(plan)
         self.bias_md = None
         if plan.bias is not None:  # bf16 layers take their bias in float32 or bf16
@@ -232,6 +240,8 @@ class Descriptor:
             elif post_op == "unary" and plan.unary != "none":
                 alg, alpha, beta = _eltwise(plan)
                 check(lib.dnnl_post_ops_append_eltwise(post_ops, alg, alpha, beta), plan.unary)
+        if plan.dw is not None:
+            _append_dw(lib, post_ops, plan.dw)
         check(lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "set_post_ops")
         return attr, post_ops
 
@@ -261,11 +271,14 @@ class Primitive(Descriptor):
         scratch_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_SCRATCHPAD_MD, 0)
         size = lib.dnnl_memory_desc_get_size(scratch_md)
         self.scratch = torch.empty(max(size, 1), dtype=torch.uint8)
-        self.src, self.dst = self._memory(self.src_md, None), self._memory(self.dst_md, None)
+        self.src, self.dst = self._memory(self.src_md, None), self._memory(self.out_md, None)
         args = [(ARG_SRC, self.src), (ARG_DST, self.dst)]
         args.append((ARG_WEIGHTS, self._memory(w_md, self.weight.data_ptr())))
         if self.bias is not None:
             args.append((ARG_BIAS, self._memory(self.bias_md, self.bias.data_ptr())))
+        self.dw_weight = self.dw_bias = None
+        if plan.dw is not None:
+            args += self._dw_args(plan.dw, share)
         args.append((ARG_SCRATCHPAD, self._memory(scratch_md, self.scratch.data_ptr())))
         self.other = None
         if other and not plan.in_place:
@@ -277,6 +290,28 @@ class Primitive(Descriptor):
         self._execute = lib.dnnl_primitive_execute
         self.nargs = len(args)
         self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
+
+    def _dw_args(self, dw: ConvPlan, share: Primitive | None) -> list[tuple[int, c_void_p]]:
+        """The fused depthwise convolution's weight (packed once, or `share`'s) and bias
+        arguments; checks that the primitive's output is the channels-last one expected."""
+        lib, pd = self.rt.lib, self.pd
+        dst = lib.dnnl_primitive_desc_query_md(pd, QUERY_EXEC_ARG_MD, ARG_DST)
+        if not lib.dnnl_memory_desc_equal(dst, self.out_md):
+            raise OneDnnError(f"convolution {self.x_lens} with a fused depthwise one: its "
+                              f"output is not the channels-last {self.out_lens}")  # fmt: skip
+        w_md = lib.dnnl_primitive_desc_query_md(pd, QUERY_EXEC_ARG_MD, POST_OP_DW | ARG_WEIGHTS)
+        if share is not None and lib.dnnl_memory_desc_equal(w_md, share.dw_w_md):
+            self.dw_weight = share.dw_weight
+        else:
+            dims, tag = _weight_dims(dw)
+            self.dw_weight = self.rt.reorder(dw.weight.contiguous(), self._md(dims, tag), w_md)
+        self.dw_w_md = w_md
+        args = [(POST_OP_DW | ARG_WEIGHTS, self._memory(w_md, self.dw_weight.data_ptr()))]
+        if dw.bias is not None:
+            self.dw_bias = dw.bias.contiguous()
+            b_md = lib.dnnl_primitive_desc_query_md(pd, QUERY_EXEC_ARG_MD, POST_OP_DW | ARG_BIAS)
+            args.append((POST_OP_DW | ARG_BIAS, self._memory(b_md, self.dw_bias.data_ptr())))
+        return args
 
     def channels_last(self, x: Tensor) -> Tensor:
         """The NCHW-contiguous input `x` as a new channels-last tensor, by oneDNN's reorder
@@ -314,7 +349,23 @@ def supports(plan: ConvPlan) -> bool:
     dtype_ok = plan.weight.dtype == torch.float32 or (
         plan.weight.dtype == torch.bfloat16 and cpu_has_bf16()
     )
-    return dtype_ok and (plan.unary == "none" or plan.unary in UNARY)
+    dw = plan.dw
+    dw_ok = dw is None or (
+        dw.weight.dtype == plan.weight.dtype and (dw.unary == "none" or dw.unary in UNARY)
+    )
+    return dtype_ok and dw_ok and (plan.unary == "none" or plan.unary in UNARY)
+
+
+def _append_dw(lib: object, post_ops: c_void_p, dw: ConvPlan) -> None:
+    """oneDNN's depthwise post-op for `dw` (a 3x3 kernel, one stride and one padding for both
+    axes, as `conv_dw_fusion` checks), then its activation."""
+    dtype = DTYPES[dw.weight.dtype]
+    bias = DATA_UNDEF if dw.bias is None else DTYPES[dw.bias.dtype]
+    kernel, stride, pad = dw.weight.shape[2], dw.stride[0], dw.padding[0]
+    check(lib.dnnl_post_ops_append_dw(post_ops, dtype, bias, dtype, kernel, stride, pad), "dw")
+    if dw.unary != "none":
+        alg, alpha, beta = _eltwise(dw)
+        check(lib.dnnl_post_ops_append_eltwise(post_ops, alg, alpha, beta), dw.unary)
 
 
 def _eltwise(plan: ConvPlan) -> tuple[int, float, float]:
@@ -344,6 +395,15 @@ def implementations(plan: ConvPlan, other: bool) -> list[str]:
     with primitive_cache_off(rt.lib):
         names = Descriptor(rt, plan, other, None).impls()
     return [n for n in dict.fromkeys(names) if not n.startswith("ref")]
+
+
+def first_implementation(plan: ConvPlan) -> str:
+    """The implementation oneDNN takes for `plan` (no add operand) at this thread count: for
+    a fused 1x1 + depthwise pair `jit_1x1:...` runs them as one kernel, `ref_fused_convolution`
+    as two primitives one after the other (`conv_dw_fusion` fuses only the first)."""
+    rt = _runtime_for([plan])
+    desc = Descriptor(rt, plan, False, None)  # (its descriptor lives while it does)
+    return rt.impl_name(desc.pd)
 
 
 def available() -> bool:
@@ -493,6 +553,15 @@ def _channels_last(t: Tensor) -> Tensor:
 def _say_if_reference(plan: ConvPlan, impl: str) -> None:
     """Warn (once per process) when oneDNN runs a layer on its slow reference kernel (no JIT
     kernel for it on this processor; float32 layers never have)."""
+    if plan.dw is not None and impl.startswith("ref_fused"):
+        if "ref_fused" not in _SAID:  # (as fast as the two steps: the same numbers)
+            _SAID.add("ref_fused")
+            log.warning(
+                "oneDNN runs the fused 1x1 + depthwise convolutions %s * %s at %d threads as "
+                "two primitives (%s), not one kernel", plan.x_lens, list(plan.weight.shape),
+                torch.get_num_threads(), impl,
+            )  # fmt: skip
+        return
     if impl.startswith("ref") and "ref" not in _SAID:
         _SAID.add("ref")
         log.warning(
@@ -517,6 +586,7 @@ __all__ = [
     "available",
     "build",
     "build_sum",
+    "first_implementation",
     "geometry",
     "implementations",
     "supports",

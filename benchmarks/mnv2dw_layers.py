@@ -1,0 +1,132 @@
+"""MobileNetV2 per layer: pygraphx's cpu steps against ONNX Runtime's nodes, in one process.
+
+    python benchmarks/mnv2dw_layers.py --threads 1 --runs 200
+    python benchmarks/mnv2dw_layers.py --threads 2 --batch 8 --runs 40
+
+pygraphx: the cpu target's fast-path steps timed as they run (as `targets.cpu.profile` does;
+thread CPU time at 1 thread), each convolution step with its fused epilogue (a fused 1x1 +
+depthwise step: its time on the 1x1 row, 0 on the depthwise one). ORT:
+`SessionOptions.enable_profiling`, each node's median `dur` over the runs (its fused Conv
+nodes carry the epilogue; its NCHWc reorders are listed apart). The n-th convolution of one
+is paired with the n-th of the other (both run the graph's convolutions in the same order).
+ORT's times are wall clock, so a loaded machine inflates them; pygraphx's at 2 threads too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pygraphx  # noqa: E402
+from pygraphx.models import get_model, model_inputs  # noqa: E402
+
+
+def ours(model: object, threads: int, feeds: dict, runs: int, blocks: int) -> list[dict]:
+    """Per convolution: its step's ops, its lens, mean ms of its step (best of `blocks` blocks
+    of `runs` runs; thread CPU time at 1 thread, else wall)."""
+    import time
+
+    from pygraphx.targets.cpu.profile import time_steps
+    from pygraphx.targets.cpu.target import CpuTarget
+
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(CpuTarget(threads=threads))
+    for _ in range(5):
+        prog.run(feeds)
+    exe = prog._executable
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    acc: list[float] | None = None
+    steps = []
+    for _ in range(blocks):
+        steps = time_steps(exe, feeds, runs, clock)
+        secs = [s.seconds for s in steps]
+        acc = secs if acc is None else [min(a, b) for a, b in zip(acc, secs, strict=True)]
+    out = []
+    for s, sec in zip(steps, acc or [], strict=True):
+        ops = [i.op.name for i in s.instructions if not i.is_literal()]
+        convs = [i for i in s.instructions if i.op.name == "convolution"] or [None]
+        for k, conv in enumerate(convs):  # a fused 1x1 + depthwise step: its time on the first
+            desc = ""
+            if conv is not None:
+                x, w = (list(i.shape.lens()) for i in conv.inputs[:2])
+                desc = f"x{x} w{w} s{list(conv.op.stride)} g{conv.op.group}"
+                desc += " (fused with the one before)" if k else ""
+            ms = 0.0 if k else sec * 1e3
+            out.append({"ops": "+".join(dict.fromkeys(ops)), "layer": desc, "ms": ms})
+    return out
+
+
+def theirs(model: object, threads: int, feeds: dict, runs: int) -> list[dict]:
+    """Per ORT node in run order: name, op, median ms over `runs` (after 10 warm-up runs)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    for _ in range(runs + 10):
+        sess.run(None, feeds)
+    events = [e for e in json.load(open(sess.end_profiling())) if e.get("cat") == "Node"]
+    order: dict[str, dict] = {}
+    for e in events:
+        if not e["name"].endswith("_kernel_time"):
+            continue
+        name = e["name"][: -len("_kernel_time")]
+        row = order.setdefault(name, {"name": name, "op": e["args"]["op_name"], "us": []})
+        row["us"].append(e["dur"])
+    out = []
+    for row in order.values():
+        us = row["us"][10:]  # the first 10 runs warm up
+        out.append({"name": row["name"], "op": row["op"], "ms": float(np.median(us)) / 1e3})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--runs", type=int, default=100)
+    p.add_argument("--blocks", type=int, default=3)
+    p.add_argument("--json", default=None, help="write the rows here")
+    args = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    model = get_model("mobilenetv2", batch=args.batch)
+    feeds = {k: np.ascontiguousarray(v) for k, v in model_inputs("mobilenetv2", model).items()}
+    mine = ours(model, args.threads, feeds, args.runs, args.blocks)
+    ort_rows = theirs(model, args.threads, feeds, args.runs * args.blocks)
+    our_convs = [r for r in mine if "convolution" in r["ops"]]
+    ort_convs = [r for r in ort_rows if "Conv" in r["op"]]
+    print(f"threads {args.threads} batch {args.batch}")
+    print(f"{'#':>3} {'pygraphx ms':>11} {'ort ms':>8} {'ratio':>6}  layer / ort op")
+    for k, (a, b) in enumerate(zip(our_convs, ort_convs, strict=False)):
+        ratio = a["ms"] / max(b["ms"], 1e-9)
+        print(f"{k:3d} {a['ms']:11.4f} {b['ms']:8.4f} {ratio:6.2f}  {a['layer']} {b['op']}")
+    rest_ours = [r for r in mine if "convolution" not in r["ops"]]
+    rest_ort = [r for r in ort_rows if "Conv" not in r["op"]]
+    print("pygraphx other steps:", [(r["ops"], round(r["ms"], 4)) for r in rest_ours])
+    print("ort other nodes:", [(r["op"], round(r["ms"], 4)) for r in rest_ort])
+    tot = {
+        "pygraphx_conv": sum(r["ms"] for r in our_convs),
+        "ort_conv": sum(r["ms"] for r in ort_convs),
+        "pygraphx_rest": sum(r["ms"] for r in rest_ours),
+        "ort_rest": sum(r["ms"] for r in rest_ort),
+    }
+    print({k: round(v, 3) for k, v in tot.items()})
+    if args.json:
+        Path(args.json).write_text(json.dumps({"ours": mine, "ort": ort_rows, "totals": tot}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,156 @@
+"""A 1x1 convolution and the depthwise 3x3 one after it as one oneDNN primitive (CPU, `dnnl`).
+
+An inverted-residual block (MobileNetV2) expands its input with a 1x1 convolution (bias, clip)
+and filters the expanded tensor with a depthwise 3x3 one (bias, clip). Run as two steps, the
+expanded tensor (6x the block's channels) is written to memory and read back; oneDNN's
+depthwise post-op (`dnnl_post_ops_append_dw`) computes the 1x1 convolution a few rows at a
+time and the depthwise one on those rows while they are in the cache, so the expanded tensor
+never leaves it. Measured on the 2-core EPYC (1 thread, process CPU, the pair alone): 16x112x112
+-> 96, stride 2, batch 1: 0.59 -> 0.52 ms; at batch 8 the six pairs oneDNN fuses natively take
+13.4 ms instead of 21.6 (`benchmarks/mnv2dw_pairs.py`).
+
+The pattern, in the program after the cpu target's passes:
+
+    conv1x1 -> pointwise(act(conv + constants)) -> conv3x3 depthwise -> pointwise(act(...))
+
+with a 1x1 convolution of stride 1 and no padding, one group; a depthwise convolution of a
+3x3 kernel, as many groups as channels, stride 1 or 2 on both axes, one pixel of padding on
+every side; each convolution the only user of its input (the first group's result is read by
+the depthwise convolution alone), both float32 or both bf16 (on a CPU with bf16 instructions:
+`onednn_conv.supports`), no add operand in either epilogue.
+
+The pair is fused only where oneDNN runs it as one kernel (`jit_1x1:...` at the thread count
+the program is prepared for; oneDNN 3.2 does so where the expanded tensor is larger than twice
+the L2 cache of the threads, 1 MiB a core on the EPYC: at batch 1 only MobileNetV2's 16x112x112
+-> 96 pair, at batch 8 13 of its 16 pairs at 1 thread, 6 at 2). oneDNN also offers every such
+pair as `ref_fused_convolution`, two primitives one after the other inside one call, no faster
+than the two steps (measured), so those pairs stay two steps. A primitive made later for
+another thread count may come out as `ref_fused_convolution`; it computes the same values and
+says so once (`onednn_conv`).
+`PGX_CONV_DW_FUSION=off` (or the lowering option `conv_dw_fusion=False`) turns the fusion off.
+
+This module matches the pattern (`dw_pair`, and `fused_user`: a convolution's epilogue group)
+and asks oneDNN (`native`); `conv_fusion` lowers it: the first convolution's step is deferred
+into its group as usual (`fuse_group`); there, when `dw_pair` matches, the group is deferred
+into the depthwise convolution and that into its group, which emits one step for the four
+instructions (the unfused twins of both pairs kept for profiling). Where a later deferral
+fails, the first pair's step is emitted then and the depthwise convolution lowered as usual.
+The memory plan keeps the first convolution's input live to the last group (`dw_reader`, part
+of the cpu target's `fused_reads`), so the step never writes over what it reads.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.settings import env_choice
+from pygraphx.targets.torch_lowering import onednn_conv
+from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan
+
+ENV = "PGX_CONV_DW_FUSION"
+MODES = ("on", "off")
+
+
+def enabled(options: dict) -> bool:
+    """Whether the fusion is on: the lowering option `conv_dw_fusion`, else `PGX_CONV_DW_FUSION`
+    (on by default)."""
+    if "conv_dw_fusion" in options:
+        return bool(options["conv_dw_fusion"])
+    return env_choice(ENV, MODES, "on", lower=True) == "on"
+
+
+def dw_pair(conv: Instruction) -> tuple[Instruction, Instruction, Instruction] | None:
+    """(its group, the depthwise convolution, that one's group) when `conv` is the 1x1 head of
+    a pair this module fuses (see the module docstring), else None."""
+    group = fused_user(conv)
+    if group is None or _dtype(conv) is None or not _is_1x1(conv) or len(group.outputs) != 1:
+        return None
+    dw = group.outputs[0]
+    if dw.op.name != "convolution" or dw.inputs[0] is not group or not _is_dw3x3(dw):
+        return None
+    if _dtype(dw) != _dtype(conv):
+        return None
+    last = fused_user(dw)
+    return None if last is None else (group, dw, last)
+
+
+def fused_user(ins: Instruction) -> Instruction | None:
+    """The pointwise group a convolution `ins` may be fused into (its step then reads the
+    convolution's input while it writes the group's result), else None: the memory plan's
+    `fused_reads` with `conv_output="arena"` (the cpu target), so the group's arena slot is
+    never the input's memory and the `dnnl` kernel can write it directly."""
+    if ins.op.name != "convolution" or len(ins.outputs) != 1:
+        return None
+    user = ins.outputs[0]
+    return user if may_fuse(ins, user) else None
+
+
+def may_fuse(conv: Instruction, user: Instruction) -> bool:
+    """Whether `user` is a pointwise group of `conv`'s shape and type reading it once."""
+    return (
+        user.op.name == "pointwise"
+        and user.shape.type() == conv.shape.type()
+        and user.shape.lens() == conv.shape.lens()
+        and sum(1 for i in user.inputs if i is conv) == 1
+    )
+
+
+def dw_reader(ins: Instruction) -> Instruction | None:
+    """The last group of the pair `ins` heads (its step reads `ins`'s input while it writes that
+    group's slot), else None: part of the cpu target's `fused_reads`."""
+    if ins.op.name != "convolution":
+        return None
+    pair = dw_pair(ins)
+    return None if pair is None else pair[2]
+
+
+def _dtype(conv: Instruction) -> str | None:
+    """The type of a float32 or bf16 convolution's input and weight (the same), else None."""
+    types = {i.shape.type() for i in conv.inputs}
+    if len(conv.inputs) != 2 or len(types) != 1:
+        return None
+    kind = types.pop()
+    return kind if kind in ("float_type", "bf16_type") else None
+
+
+def _is_1x1(conv: Instruction) -> bool:
+    op, (x, w) = conv.op, (i.shape.lens() for i in conv.inputs)
+    begin, end = op.pads(x, w)
+    return (
+        len(w) == 4 and list(w[2:]) == [1, 1] and op.group == 1
+        and all(s == 1 for s in op.stride) and all(d == 1 for d in op.dilation)
+        and not any(begin) and not any(end)
+    )  # fmt: skip
+
+
+def _is_dw3x3(conv: Instruction) -> bool:
+    op, (x, w) = conv.op, (i.shape.lens() for i in conv.inputs)
+    begin, end = op.pads(x, w)
+    return (
+        conv.inputs[1].is_literal()
+        and len(w) == 4 and list(w[1:]) == [1, 3, 3] and op.group == x[1] == w[0]
+        and op.stride[0] == op.stride[1] and op.stride[0] in (1, 2)
+        and all(d == 1 for d in op.dilation)
+        and list(begin) == [1, 1] and list(end) == [1, 1]
+    )  # fmt: skip
+
+
+def native(plan: ConvPlan, dw: Instruction) -> bool:
+    """Whether oneDNN runs `plan` with the depthwise convolution `dw` fused as one kernel at
+    this thread count (the weights' values do not matter to its choice)."""
+    if not onednn_conv.available():
+        return False
+    x, w = (list(i.shape.lens()) for i in dw.inputs)
+    dtype = plan.weight.dtype
+    probe = ConvPlan(torch.zeros(w, dtype=dtype), plan.packed, x, [1, 1], list(dw.op.stride),
+                     [1, 1], w[0], None, torch.zeros(w[0], dtype=dtype))  # fmt: skip
+    head = ConvPlan(plan.weight, plan.packed, plan.x_lens, plan.padding, plan.stride,
+                    plan.dilation, plan.groups, None, plan.bias, plan.unary, plan.scalars,
+                    dw=probe)  # fmt: skip
+    if not onednn_conv.supports(head):  # (bf16 without the CPU's bf16 instructions)
+        return False
+    return not onednn_conv.first_implementation(head).startswith("ref")
+
+
+__all__ = ["ENV", "dw_pair", "dw_reader", "enabled", "fused_user", "may_fuse", "native"]
