@@ -172,12 +172,9 @@ def test_transformer_attention_reads_its_parts_uncopied(
             monkeypatch.setattr(lower_gemm, "PARTS_MIN_ROWS", 1 << 40)
         prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
         prog.compile(CpuTarget(threads=1))
-        # copied: a profiled run's pooler output is the group's arena slot, which the next run
-        # overwrites (`registry.storing`, on main too; reported, not this change's)
-        profiled = [
-            np.array(o, copy=True)
-            for o in prog._executable.run(feeds, observer=lambda ins, value, seconds: None)
-        ]
+        # (the pooler's output of a profiled run was its group's arena slot, which the next
+        # run overwrote: `CpuExecutable.run` copies a profiled run's outputs)
+        profiled = prog._executable.run(feeds, observer=lambda ins, value, seconds: None)
         for got in (prog.run(feeds), profiled):
             for g, w in zip(got, want, strict=True):
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
