@@ -15,8 +15,15 @@ ort = pytest.importorskip("onnxruntime")
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import attention, lower_gemm, onednn_attention  # noqa: E402
+from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16  # noqa: E402
 from tests.helpers import make_model  # noqa: E402
-from tests.targets.test_cpuattn_onednn_attention import oracle, rel_rms, small_model  # noqa: E402
+from tests.targets.test_cpuattn_onednn_attention import (  # noqa: E402
+    compile_bf16,
+    oracle,
+    rel_rms,
+    rel_rms_np,
+    small_model,
+)
 
 pytestmark = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available(), reason="torch has no oneDNN here"
@@ -189,3 +196,26 @@ def test_transformer_attention_reads_its_parts_uncopied(
         assert (parts_steps(prog) == 2) == on  # two layers
     assert copies == {True: {False}, False: {True}}
     assert views[True] <= views[False] - 2 * 6  # Q, K, V: a reshape and a transpose each
+
+
+@pytest.mark.skipif(not cpu_has_bf16(), reason="needs a processor with bf16 instructions")
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_bf16_transformer_parts(name: str, narrow: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bf16 program (`quantize_bf16`): its Q / K / V parts are bf16 products of their own, read
+    uncopied; the outputs as close to ONNX Runtime's float32 ones as with the fused product."""
+    model, feeds = small_model(name)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    errors, copies = {}, {}
+    for on in (True, False):
+        if not on:
+            monkeypatch.setattr(lower_gemm, "PARTS_MIN_ROWS", 1 << 40)
+        prog = compile_bf16(model)
+        got = prog.run(feeds)
+        errors[on] = max(rel_rms_np(g, w) for g, w in zip(got, want, strict=True))
+        table = prog._executable.lowered.ctx.cache[attention.ONEDNN_TABLE]
+        plans = [p for p in table[onednn_attention.PLANS].values() if p is not None]
+        copies[on] = {o.buffer is not None for p in plans for o in (p.q, p.kt, p.v)}
+        assert (parts_steps(prog) == 2) == on
+    assert copies == {True: {False}, False: {True}}
+    assert 1e-5 < errors[True] < 3e-2
+    assert errors[True] <= 1.05 * errors[False]

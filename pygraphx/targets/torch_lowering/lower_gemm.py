@@ -26,9 +26,9 @@ bf16 product whose element-wise user is float32 (`quantize_bf16`'s default keeps
 float32) takes the group's bias add into the GEMM and the rest of the group writes the float32
 result, as one step (`_emit_widening`); a large one that is only converted to float32 (a language
 model's logits) runs in column blocks, each converted while in cache (`_emit_widened_blocks`). Other
-half and bf16 products are computed in float32 and rounded once. A float32 product (with its
-bias add) that slices only cut into column parts, a fused Q / K / V projection, runs as one
-product per part, each written dense for the attention that reads it (`_column_parts`).
+half and bf16 products are computed in float32 and rounded once. A float32 or bf16 product
+(with its bias add) that slices only cut into column parts, a fused Q / K / V projection, runs
+as one product per part, each written dense for the attention that reads it (`_column_parts`).
 
 Declined (numpy fallback): integer and fp8 products and `quant_dot` (numpy's exact wrapping
 arithmetic).
@@ -451,7 +451,7 @@ def _emit_widened_blocks(ctx: LoweringContext, dot: Instruction, user: Instructi
     return True
 
 
-#: a float32 product of at least this many rows whose (bias-added) result is only cut into
+#: a float32 / bf16 product of at least this many rows whose (bias-added) result is only cut into
 #: column parts of at least `PARTS_MIN_WIDTH` runs as one product per part (`_column_parts`)
 PARTS_MIN_ROWS = 16
 PARTS_MIN_WIDTH = 256
@@ -460,9 +460,9 @@ Part = tuple[int, int, Instruction]  # (first column, end column, the slice)
 
 
 def _column_parts(ctx: LoweringContext, dot: Instruction, value: Instruction) -> list[Part] | None:
-    """The slices cutting `value` (the float32 product `dot` with a fixed weight on oneDNN, or
-    its bias-add group) into column parts, in column order, when they are its only users and
-    cover its columns exactly once; else None.
+    """The slices cutting `value` (the float32 or native bf16 product `dot` with a fixed weight
+    on oneDNN, or its bias-add group of the same type) into column parts, in column order, when
+    they are its only users and cover its columns exactly once; else None.
 
     Why: a fused Q / K / V projection (`simplify_algebra.fuse_horizontal_dots`, GPT-2's
     `c_attn`) is cut into Q, K and V by slices, whose head views then have gaps between rows;
@@ -474,10 +474,15 @@ def _column_parts(ctx: LoweringContext, dot: Instruction, value: Instruction) ->
     ms a run): 223.5 / 221.8 against 226.0 / 227.0 at one thread, 238.0 / 237.9 against 241.4
     / 241.1 at two; attention 10.2-10.9 against 11.7-12.3, view steps 0.7 against 1.1; GPT-2
     320.3 against 320.6 (attention 10.7 against 11.9); ViT-B/16 and MiniLM lose their copies
-    too (benchmarks/results/xfmr2_parts_ab.txt). Not for a few rows (a decoder's token step:
+    too (benchmarks/results/xfmr2_parts_ab.txt); bf16 programs (one thread, one process, 10
+    runs): BERT-base 118.4 against 120.8 ms of CPU a run, GPT-2 168.2 against 170.7, outputs
+    as close to ORT's as before. Not for a few rows (a decoder's token step:
     three calls' fixed cost) nor on other kernels than oneDNN."""
     lens = value.shape.lens()
-    if not _use_dnnl(ctx) or dot.shape.type() != "float_type" or len(lens) < 2:
+    types = {dot.shape.type(), value.shape.type()}
+    if not (types == {"float_type"} or types == {"bf16_type"} and bf16_gemm(ctx)):
+        return None
+    if not _use_dnnl(ctx) or len(lens) < 2:
         return None
     n, users = lens[-1], value.outputs
     if len(users) < 2 or dot.shape.elements() // max(n, 1) < PARTS_MIN_ROWS:
@@ -521,7 +526,10 @@ def _fuse_parts(ctx: LoweringContext, user: Instruction) -> bool:
     peeled = peel_add(*traced, k, biases)
     if peeled is None or peeled[1].kind != "in" or peeled[1].index != k:
         return _fuse_dot(ctx, user)
-    _emit_column_parts(ctx, dot, user, _bias_vector(ctx, user.inputs[peeled[2]], n), parts)
+    bias = _bias_vector(ctx, user.inputs[peeled[2]], n)
+    if bias is None or bias.dtype != torch_dtype(dot.shape.dtype()):
+        return _fuse_dot(ctx, user)
+    _emit_column_parts(ctx, dot, user, bias, parts)
     return True
 
 
