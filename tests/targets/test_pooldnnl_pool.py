@@ -79,19 +79,24 @@ CASES: dict[str, tuple[str, dict, list[int], bool]] = {
 }  # fmt: skip
 
 
-def _model(op: str, attrs: dict, x_lens: list[int]) -> onnx.ModelProto:
-    """x -> Conv 3x3 (pad 1, 8 channels) -> Relu -> the pooling -> y."""
+def _model(op: str, attrs: dict, x_lens: list[int], conv_after: bool = False) -> onnx.ModelProto:
+    """x -> Conv 3x3 (pad 1, 8 channels) -> Relu -> the pooling -> y (`conv_after`: then a
+    1x1 Conv to 4 channels -> y)."""
     n, c, h, w = x_lens
     weight = RNG.standard_normal((c, 3, 3, 3)).astype(np.float32)
+    weights = [onnx.numpy_helper.from_array(weight, "w")]
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c"], ["r"]),
-        helper.make_node(op, ["r"], ["y"], **attrs),
+        helper.make_node(op, ["r"], ["p" if conv_after else "y"], **attrs),
     ]
+    if conv_after:
+        w2 = RNG.standard_normal((4, c, 1, 1)).astype(np.float32)
+        weights.append(onnx.numpy_helper.from_array(w2, "w2"))
+        nodes.append(helper.make_node("Conv", ["p", "w2"], ["y"]))
     graph = helper.make_graph(
         nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 3, h, w])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [onnx.numpy_helper.from_array(weight, "w")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], weights,
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
     model.ir_version = 9
@@ -173,3 +178,60 @@ def test_primitive_matches_torch(name: str, dtype: torch.dtype) -> None:
     pool(x, y)
     tol = 1e-6 if dtype == torch.float32 else 2.0**-8
     torch.testing.assert_close(y.double(), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.skipif(not cpu_has_bf16(), reason="bf16 pooling needs a CPU with bf16 instructions")
+@pytest.mark.parametrize("case", ["resnet_stem_max", "avg_exclude_pad_ceil", "global_avg"])
+def test_bf16_program_pools_in_bf16(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After `quantize_bf16` the pooling between bf16 convolutions runs on a bf16 primitive;
+    the program's output is within bf16's error of ONNX Runtime's float32 one."""
+    op, attrs, x_lens, _ = CASES[case]
+    model = _model(op, attrs, x_lens, conv_after=True)
+    x = RNG.standard_normal([x_lens[0], 3, *x_lens[2:]]).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    plans: list[onednn_pool.PoolPlan] = []
+    real = onednn_pool.Pool.__init__
+
+    def spy(self: onednn_pool.Pool, rt: object, plan: onednn_pool.PoolPlan) -> None:
+        plans.append(plan)
+        real(self, rt, plan)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(onednn_pool.Pool, "__init__", spy)
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    pygraphx.quantize_bf16(prog)
+    prog.compile(pygraphx.get_target("cpu", threads=1))
+    got = np.asarray(prog.run({"x": x})[0], dtype=np.float32)
+    assert [p.dtype for p in plans] == [torch.bfloat16]
+    np.testing.assert_allclose(got, want, rtol=2.0**-6, atol=2.0**-6 * float(np.abs(want).max()))
+
+
+def test_sppf_chain_matches_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """YOLOv8's SPPF: three 5x5 stride-1 max pools in a chain, each reading the last one's
+    output, concatenated with their input and fed to a 1x1 convolution."""
+    c = 8
+    w1 = RNG.standard_normal((c, 3, 3, 3)).astype(np.float32)
+    w2 = RNG.standard_normal((4, 4 * c, 1, 1)).astype(np.float32)
+    pool = {"kernel_shape": [5, 5], "strides": [1, 1], "pads": [2, 2, 2, 2]}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p1"], **pool),
+        helper.make_node("MaxPool", ["p1"], ["p2"], **pool),
+        helper.make_node("MaxPool", ["p2"], ["p3"], **pool),
+        helper.make_node("Concat", ["r", "p1", "p2", "p3"], ["cat"], axis=1),
+        helper.make_node("Conv", ["cat", "w2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "sppf", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(w1, "w1"), onnx.numpy_helper.from_array(w2, "w2")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    x = RNG.standard_normal([1, 3, 10, 10]).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    calls = _count_executes(monkeypatch)
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(pygraphx.get_target("cpu", threads=1))
+    np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-5, atol=1e-4)
+    assert calls[0] == 3
