@@ -25,6 +25,11 @@ each thread count the step runs under (oneDNN fixes it when the primitive is mad
 at prepare; where oneDNN offers only its reference kernel for a pooling (bf16 on a CPU without
 bf16 instructions, ...) the torch lowering runs it, said once on the `pygraphx.cpu` logger.
 `PGX_CPU_POOL=torch` keeps torch's kernels for every pooling (A/B measurements).
+
+Numbers: the same as torch's for finite inputs (averages accumulate in float32 and a bf16
+result is rounded once). One difference: a NaN in a max pool's window is not always
+propagated (oneDNN's kernel compares as ONNX Runtime's MLAS one does: a NaN wins only where it
+comes last), where torch's kernel and the `ref` target give NaN.
 """
 
 from __future__ import annotations
@@ -44,8 +49,6 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_DST,
     ARG_SCRATCHPAD,
     ARG_SRC,
-    BF16,
-    F32,
     FORWARD_INFERENCE,
     POOLING_AVG_EXCLUDE,
     POOLING_AVG_INCLUDE,
@@ -61,13 +64,12 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     release,
     runtime,
 )
+from pygraphx.targets.torch_lowering.onednn_conv import DTYPES  # the types a primitive runs in
 
 log = logging.getLogger("pygraphx.cpu")
 Tensor = torch.Tensor
 #: the environment variable choosing the kernel: `onednn` (the default) or `torch`
 KERNEL_ENV = "PGX_CPU_POOL"
-#: the tensor types a pooling runs in here, and oneDNN's names
-DTYPES = {torch.float32: F32, torch.bfloat16: BF16}
 _SAID: set[str] = set()  # messages given once per process
 
 
