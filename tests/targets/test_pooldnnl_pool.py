@@ -235,3 +235,37 @@ def test_sppf_chain_matches_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None
     prog.compile(pygraphx.get_target("cpu", threads=1))
     np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-5, atol=1e-4)
     assert calls[0] == 3
+
+
+def _random_pool(rng: np.random.Generator) -> tuple[str, dict, list[int]]:
+    """A random max / average pooling ONNX Runtime accepts: kernel 1-4, stride 1-3, padding
+    below the kernel on each side, ceil_mode, count_include_pad, dilation for max pools."""
+    op = str(rng.choice(["MaxPool", "AveragePool"]))
+    kernel = [int(k) for k in rng.integers(1, 5, 2)]
+    attrs: dict = {"kernel_shape": kernel, "strides": [int(s) for s in rng.integers(1, 4, 2)]}
+    attrs["pads"] = [int(rng.integers(0, k)) for k in kernel + kernel]
+    attrs["ceil_mode"] = int(rng.integers(0, 2))
+    if op == "AveragePool":
+        attrs["count_include_pad"] = int(rng.integers(0, 2))
+    elif rng.random() < 0.3:
+        attrs["dilations"] = [int(d) for d in rng.integers(1, 3, 2)]
+    return op, attrs, [int(rng.integers(1, 3)), 8, *(int(n) for n in rng.integers(5, 12, 2))]
+
+
+def test_random_geometries_match_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """40 random geometries after a convolution: the cpu target (oneDNN where it takes them)
+    against ONNX Runtime; most of them must run on oneDNN."""
+    rng, taken = np.random.default_rng(11), 0
+    calls = _count_executes(monkeypatch)
+    for _ in range(40):
+        op, attrs, x_lens = _random_pool(rng)
+        model = _model(op, attrs, x_lens)
+        x = rng.standard_normal([x_lens[0], 3, *x_lens[2:]]).astype(np.float32)
+        want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+        prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+        prog.compile(pygraphx.get_target("cpu", threads=1))
+        got = np.array(prog.run({"x": x})[0])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{op} {attrs}")
+        taken += calls[0] > 0
+        calls[0] = 0
+    assert taken >= 20, f"oneDNN took {taken} of 40"
