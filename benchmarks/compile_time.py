@@ -14,11 +14,16 @@ the best process counts. What is timed, from the model file's bytes in memory:
   `Program.compile(target)`, split into each pass (`program.pass_times`), `prepare` (lowering to
   torch steps, weight packing) and the rest (the pass manager's validation of every module
   after every pass);
+- `--baseline DIR`: another checkout's pygraphx cpu, cold, in the same turns (an A/B);
 - ONNX Runtime: `InferenceSession(bytes, providers=["CPUExecutionProvider"])` with default
   session options (all graph optimisations, ORT's default threads).
 
-The ratio is pygraphx cpu (parse + compile) / ORT session creation: the goal of issue 10,
-part 5, is at most 1 for ResNet-50.
+pygraphx cpu is timed cold (`PGX_CONV_CHOICE_CACHE=off`: every convolution choice measured
+in the process, nothing read from disk) and warm (`pygraphx-cpu-warm`: the choices read from a
+cache file that one earlier process of the same model wrote, as the per-user default file
+`$XDG_CACHE_HOME/pygraphx/conv_choice-<tag>.json` serves every compile after a machine's
+first). The ratio is cold pygraphx cpu (parse + compile) / ORT session creation: the goal of
+issue 10, part 5, is at most 1 for ResNet-50.
 """
 
 from __future__ import annotations
@@ -59,11 +64,13 @@ def _time_pygraphx(data: bytes, target_name: str) -> dict[str, Any]:
         return result
 
     target.prepare = timed_prepare  # type: ignore[method-assign]
+    cpu_start = time.process_time()
     start = time.perf_counter()
     prog = pygraphx.parse_onnx_buffer(data)
     parsed = time.perf_counter()
     prog.compile(target)
     done = time.perf_counter()
+    cpu_s = time.process_time() - cpu_start
     passes = [(name, seconds) for name, seconds in prog.pass_times]
     compile_s = done - parsed
     pass_s = sum(s for _, s in passes)
@@ -73,6 +80,7 @@ def _time_pygraphx(data: bytes, target_name: str) -> dict[str, Any]:
         "prepare": stamps["prepare"],
         "validate_other": compile_s - pass_s - stamps["prepare"],
         "total": done - start,
+        "cpu": cpu_s,
         "pass_times": passes,
     }
 
@@ -80,9 +88,10 @@ def _time_pygraphx(data: bytes, target_name: str) -> dict[str, Any]:
 def _time_ort(data: bytes) -> dict[str, Any]:
     import onnxruntime as ort
 
+    cpu_start = time.process_time()
     start = time.perf_counter()
     ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    return {"total": time.perf_counter() - start}
+    return {"total": time.perf_counter() - start, "cpu": time.process_time() - cpu_start}
 
 
 def child(engine: str, path: str, profile: int) -> dict[str, Any]:
@@ -103,9 +112,14 @@ def child(engine: str, path: str, profile: int) -> dict[str, Any]:
     elif profile:
         result = _profiled(data, engine, profile)
     else:
-        result = _time_pygraphx(data, engine.removeprefix("pygraphx-"))
+        result = _time_pygraphx(data, _target_name(engine))
     result["imports"] = imports
     return result
+
+
+def _target_name(engine: str) -> str:
+    """ "pygraphx-cpu-warm" -> "cpu" (warm differs only in its environment)."""
+    return engine.removeprefix("pygraphx-").removesuffix("-warm")
 
 
 def _profiled(data: bytes, engine: str, top: int) -> dict[str, Any]:
@@ -115,7 +129,7 @@ def _profiled(data: bytes, engine: str, top: int) -> dict[str, Any]:
 
     profiler = cProfile.Profile()
     profiler.enable()
-    result = _time_pygraphx(data, engine.removeprefix("pygraphx-"))
+    result = _time_pygraphx(data, _target_name(engine))
     profiler.disable()
     text = io.StringIO()
     stats = pstats.Stats(profiler, stream=text)
@@ -140,13 +154,26 @@ def export(name: str, folder: Path) -> Path:
     return path
 
 
-def spawn(engine: str, path: Path, profile: int = 0) -> dict[str, Any]:
-    """Run `child(engine, path)` in a fresh interpreter and return its measurements."""
+def spawn(
+    engine: str,
+    path: Path,
+    profile: int = 0,
+    choices: Path | None = None,
+    root: Path = ROOT,
+) -> dict[str, Any]:
+    """Run `child(engine, path)` in a fresh interpreter and return its measurements; pygraphx
+    reads and writes its convolution choices in the file `choices` (None: none, cold); `root`:
+    the checkout whose pygraphx is timed (by this file's code; another one: a baseline)."""
     cmd = [sys.executable, __file__, "--child", engine, str(path), "--profile", str(profile)]
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+        "PGX_CONV_CHOICE_CACHE": str(choices) if choices is not None else "off",
     }
+    # modules the compile imports on first use (the lowering tables) load from their cached
+    # bytecode, as an installed package's do: without it every process compiled them from
+    # source inside the timed span (12-15 ms of ResNet-50's compile)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{engine} on {path.name} failed:\n{done.stderr[-4000:]}")
@@ -154,24 +181,49 @@ def spawn(engine: str, path: Path, profile: int = 0) -> dict[str, Any]:
 
 
 def engines() -> list[str]:
-    """pygraphx cpu, pygraphx gpu where torch sees a CUDA device, and ORT."""
+    """pygraphx cpu (cold and warm), pygraphx gpu where torch sees a CUDA device, and ORT."""
     import torch
 
-    found = ["pygraphx-cpu"]
+    found = ["pygraphx-cpu", "pygraphx-cpu-warm"]
     if torch.cuda.is_available():
         found.append("pygraphx-gpu")
     return [*found, "ort"]
 
 
-def measure(name: str, folder: Path, runs: int, profile: int) -> dict[str, Any]:
-    """Best of `runs` fresh processes per engine for model `name`."""
+def measure(
+    name: str, folder: Path, runs: int, profile: int, baseline: Path | None = None
+) -> dict[str, Any]:
+    """Best of `runs` fresh processes per engine for model `name`, the engines taking turns
+    (a change of load hits them alike); `baseline`: another checkout, timed cold as
+    "baseline-cpu" in the same turns."""
     path = export(name, folder)
     row: dict[str, Any] = {"model": name, "onnx_mb": path.stat().st_size / 1e6}
-    for engine in engines():
-        tries = [spawn(engine, path) for _ in range(runs)]
-        row[engine] = min(tries, key=lambda r: r["total"])
-        row[engine]["all_totals"] = [r["total"] for r in tries]
+    row["load_before"] = os.getloadavg()[0]  # the machine may be shared: say how busy it was
+    choices = folder / f"{name}.conv_choices.json"
+    choices.unlink(missing_ok=True)
+    spawn("pygraphx-cpu-warm", path, choices=choices)  # writes the file the warm ones read
+    names = engines() + (["baseline-cpu"] if baseline is not None else [])
+    tries: dict[str, list[dict[str, Any]]] = {engine: [] for engine in names}
+    for _ in range(runs):
+        for engine in names:
+            if engine == "baseline-cpu":  # a new file: cold (older code reads "off" as a path)
+                fresh = folder / f"{name}.baseline_choices.json"
+                fresh.unlink(missing_ok=True)
+                got = spawn("pygraphx-cpu", path, choices=fresh, root=baseline)
+                fresh.unlink(missing_ok=True)
+            else:
+                warm = engine.endswith("-warm")
+                got = spawn(engine, path, choices=choices if warm else None)
+            tries[engine].append(got)
+    for engine, got in tries.items():
+        row[engine] = min(got, key=lambda r: r["total"])
+        row[engine]["all_totals"] = [r["total"] for r in got]
+    row["load_after"] = os.getloadavg()[0]
     row["ratio_cpu_vs_ort"] = row["pygraphx-cpu"]["total"] / row["ort"]["total"]
+    # CPU seconds of each process's threads over the same span, least of the runs: what load
+    # from other processes inflates least (a loaded machine stretches the wall clock 1.5-3x)
+    for engine in tries:
+        row[engine]["least_cpu"] = min(r.get("cpu", float("nan")) for r in tries[engine])
     if profile:
         row["profile"] = spawn("pygraphx-cpu", path, profile)["profile"]
     return row
@@ -185,6 +237,15 @@ def print_row(row: dict[str, Any]) -> None:
         f"{cpu['validate_other']:.2f}, prepare {cpu['prepare']:.2f})  ORT {ort['total']:6.2f} s"
         f"  ratio {row['ratio_cpu_vs_ort']:.2f}"
     )
+    line += f"  | warm {row['pygraphx-cpu-warm']['total']:.2f} s"
+    line += (
+        f"  | CPU s: pgx {cpu['least_cpu']:.2f}, warm {row['pygraphx-cpu-warm']['least_cpu']:.2f},"
+        f" ORT {ort['least_cpu']:.2f}"
+    )
+    if "baseline-cpu" in row:
+        base = row["baseline-cpu"]
+        line += f"  | baseline cold {base['total']:.2f} s (CPU {base['least_cpu']:.2f})"
+    line += f"  (load {row['load_before']:.1f}-{row['load_after']:.1f})"
     if "pygraphx-gpu" in row:
         gpu = row["pygraphx-gpu"]
         line += f"  | pgx gpu {gpu['total']:.2f} s (prepare {gpu['prepare']:.2f})"
@@ -201,6 +262,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--runs", type=int, default=2, help="fresh processes per engine (best kept)")
     ap.add_argument("--json", help="write the measurements to this file")
     ap.add_argument("--profile", type=int, default=0, help="cProfile top N of pygraphx cpu")
+    ap.add_argument("--baseline", type=Path, help="another checkout, timed cold in turn")
     ap.add_argument("--cache", help="folder for the exported models (default: a temporary one)")
     ap.add_argument("--child", nargs=2, metavar=("ENGINE", "PATH"), help=argparse.SUPPRESS)
     return ap.parse_args(argv)
@@ -216,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         rows = []
         for name in args.models:
-            rows.append(measure(name, folder, args.runs, args.profile))
+            rows.append(measure(name, folder, args.runs, args.profile, args.baseline))
             print_row(rows[-1])
     if args.json:
         meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": sys.version}

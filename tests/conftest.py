@@ -27,6 +27,15 @@ if not any(os.path.exists(f) for f in _GPU_DEVICE_FILES):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # ============================================================================================
+# The cpu target's convolution choice cache
+#   owner: pygraphx/targets/torch_lowering/choice_cache.py    users: every test that compiles
+# ============================================================================================
+# Unset, PGX_CONV_CHOICE_CACHE means a per-user file under $XDG_CACHE_HOME/pygraphx/: tests
+# never read or write it (a choice another run measured would hide what a test checks); those
+# that test the file set the variable (or XDG_CACHE_HOME) to a temporary path themselves.
+os.environ["PGX_CONV_CHOICE_CACHE"] = "off"
+
+# ============================================================================================
 # Exported real-architecture models (ResNet-50, MobileNetV2, BERT-base, GPT-2)
 #   helpers: tests/exported_models.py    users: tests/models/test_exported_vs_ort.py
 # ============================================================================================

@@ -192,6 +192,12 @@ def _registered_roots() -> list[np.memmap]:
         return [r for r in _ROOTS.values() if isinstance(r.base, mmap.mmap) and not r.base.closed]
 
 
+def any_mapped() -> bool:
+    """Whether a mapped model file is open in the process (else no span can lie in one, and
+    a search for the spans a program reads in mapped files can be skipped)."""
+    return bool(_registered_roots())
+
+
 def _spans_by_root(spans: Iterable[tuple[int, int]]) -> dict[int, tuple[np.memmap, list]]:
     """The (address, nbytes) spans that lie in registered mappings, as whole-page [lo, hi)
     offsets per mapping (others are ignored)."""
@@ -454,6 +460,7 @@ __all__ = [
     "SPILL_BYTES",
     "MappedFile",
     "MappedFileChanged",
+    "any_mapped",
     "array_span",
     "changed_message",
     "check_program",

@@ -19,6 +19,7 @@ recursion, so a deeply nested model cannot exhaust Python's stack).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from math import prod
 
@@ -82,22 +83,32 @@ def _check_graph(graph: onnx.GraphProto, where: str, opsets: dict[str, int]) -> 
             produced[name] = f"node {node.name or k!r} ({node.op_type})"
 
 
+@functools.lru_cache(maxsize=1024)
+def _declared_types(op_type: str, version: int, domain: str) -> dict[str, int] | None:
+    """Attribute name -> declared type of the standard operator at this opset, or None when
+    there is none (looked up once per operator: building a schema's attribute table is about
+    0.1 ms, and a network repeats a few operators many times)."""
+    try:
+        schema = onnx.defs.get_schema(op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return None
+    return {name: int(spec.type) for name, spec in schema.attributes.items()}
+
+
 def _check_attribute_types(node: onnx.NodeProto, opsets: dict[str, int], label: str) -> None:
     domain = node.domain or "ai.onnx"
     if domain not in ("ai.onnx", "ai.onnx.ml") or domain not in opsets or not node.attribute:
         return
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opsets[domain], node.domain)
-    except onnx.defs.SchemaError:
+    declared = _declared_types(node.op_type, opsets[domain], node.domain)
+    if declared is None:
         return  # not a standard operator at this opset: its handler (if any) decides
-    declared = schema.attributes
     for a in node.attribute:
         spec = declared.get(a.name)
-        if spec is None or int(spec.type) == a.type:
+        if spec is None or spec == a.type:
             continue
-        if int(spec.type) == onnx.AttributeProto.FLOAT and a.type == onnx.AttributeProto.INT:
+        if spec == onnx.AttributeProto.FLOAT and a.type == onnx.AttributeProto.INT:
             continue
-        want = onnx.AttributeProto.AttributeType.Name(int(spec.type))
+        want = onnx.AttributeProto.AttributeType.Name(spec)
         got = (
             onnx.AttributeProto.AttributeType.Name(a.type)
             if a.type in onnx.AttributeProto.AttributeType.values()

@@ -11,8 +11,10 @@ accumulate float32 dot products in different orders.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -24,7 +26,7 @@ from onnx import helper  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
-from pygraphx.targets.torch_lowering import conv_choice, onednn_conv  # noqa: E402
+from pygraphx.targets.torch_lowering import choice_cache, conv_choice, onednn_conv  # noqa: E402
 from pygraphx.targets.torch_lowering.conv_choice import ConvChoiceError, pick  # noqa: E402
 from tests.helpers import make_model, run_ort  # noqa: E402
 
@@ -87,8 +89,9 @@ def _state(prog: pygraphx.Program) -> conv_choice.ChoiceState:
 
 @pytest.fixture(autouse=True)
 def _fresh_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (conv_choice.KERNEL_ENV, conv_choice.BUDGET_ENV, conv_choice.CACHE_ENV):
+    for name in (conv_choice.KERNEL_ENV, conv_choice.BUDGET_ENV):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(conv_choice.CACHE_ENV, "off")  # no per-user file (tests/conftest.py)
     monkeypatch.setenv(conv_choice.KERNEL_ENV, "measure")  # the tests below time kernels
     # every layer measured in one compile (with oneDNN's implementations as candidates too, a
     # loaded machine may spend the default second before the last layer)
@@ -167,6 +170,88 @@ def test_cache_file_survives_the_process_cache(
     conv_choice.clear_cache()  # as a new process would start
     again = _state(_compile(model))
     assert (again.measured, again.cached) == (0, measured)
+
+
+def test_default_cache_file_is_per_user_and_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Unset, the cache is a file under $XDG_CACHE_HOME/pygraphx/ named by the machine's tag,
+    written after the first compile, read by a new process, and named in the log line."""
+    monkeypatch.delenv(conv_choice.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    want = tmp_path / "pygraphx" / f"conv_choice-{choice_cache.machine_tag()}.json"
+    assert choice_cache.cache_path() == want
+    model, feeds = _net()
+    with caplog.at_level(logging.INFO, logger="pygraphx.cpu"):
+        measured = _state(_compile(model)).measured
+    assert measured >= 1 and want.exists()
+    assert f"cache file {want}" in caplog.text
+    conv_choice.clear_cache()  # as a new process would start
+    prog = _compile(model)
+    assert (_state(prog).measured, _state(prog).cached) == (0, measured)
+    np.testing.assert_allclose(prog.run(feeds)[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_default_cache_file_names_the_machine_and_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another CPU model, torch version or oneDNN version gives another default file (choices
+    measured on one machine or build are not read on another)."""
+    monkeypatch.delenv(conv_choice.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+    def name_with(target: object, attribute: str, value: object) -> str:
+        with mock.patch.object(target, attribute, value):
+            choice_cache.machine_tag.cache_clear()
+            try:
+                return choice_cache.default_path().name
+            finally:
+                choice_cache.machine_tag.cache_clear()
+
+    choice_cache.machine_tag.cache_clear()
+    here = choice_cache.default_path().name
+    assert here.startswith("conv_choice-") and here.endswith(".json")
+    assert name_with(choice_cache, "_cpu_model", lambda: "Some Other CPU") != here
+    assert name_with(choice_cache, "_onednn_version", lambda: "9.9.9+other") != here
+    assert name_with(torch, "__version__", "0.0.0+other") != here
+    assert choice_cache.default_path().name == here
+
+
+@pytest.mark.parametrize("value", ["off", "0", "none", ""])
+def test_cache_off_writes_no_file(
+    value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(conv_choice.CACHE_ENV, value)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    model, _ = _net()
+    assert _state(_compile(model)).measured >= 1
+    assert choice_cache.cache_path() is None
+    assert not any(tmp_path.rglob("*"))
+    conv_choice.clear_cache()
+    assert _state(_compile(model)).cached == 0
+
+
+def test_cache_file_merges_other_processes_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry another process wrote after this one read the file is kept when this one
+    writes; an entry naming no kernel of this version is dropped."""
+    path = tmp_path / "conv.json"
+    monkeypatch.setenv(conv_choice.CACHE_ENV, str(path))
+    model, _ = _net()
+    _compile(model)
+    written = json.loads(path.read_text())
+    path.write_text(json.dumps({**written, "other layer": "dnnl", "stale": "no_such_kernel"}))
+    conv_choice.clear_cache()
+    monkeypatch.setenv(conv_choice.BUDGET_ENV, "30")
+    choice_cache.store("another", "onednn")  # a new entry: the file is written again
+    state = conv_choice.ChoiceState("impl", 30.0, new_entries=True)
+    state.chosen["dnnl"] += 1
+    conv_choice.finish(state)
+    again = json.loads(path.read_text())
+    assert again["other layer"] == "dnnl" and again["another"] == "onednn"
+    assert "stale" not in again
+    assert {k: again[k] for k in written} == written
 
 
 def test_unreadable_cache_file_is_announced(

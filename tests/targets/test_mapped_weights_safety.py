@@ -307,3 +307,28 @@ def test_optimize_after_a_rewrite_is_the_clear_error(tmp_path: Path) -> None:
     path.write_bytes(model(seed=1, vocab=VOCAB // 2).SerializeToString())  # shorter, in place
     with pytest.raises(MappedFileChanged, match=r"embed\.onnx.*optimizing.*Parse the model again"):
         optimize(prog)
+
+
+def test_no_search_for_run_time_reads_without_a_mapped_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model parsed from bytes, with no model file mapped in the process, compiles without
+    searching the steps for mapped bytes (nothing could lie in a file) and matches ONNX
+    Runtime; once a file is mapped, the search runs again."""
+    from pygraphx.targets.torch_lowering import mapped_reads
+
+    monkeypatch.setattr(mapped, "_ROOTS", {})  # this test's mappings only
+    searched = []
+    search = mapped_reads.run_time_spans
+    monkeypatch.setattr(mapped_reads, "run_time_spans", lambda *a: searched.append(1) or search(*a))
+    m = model()
+    feeds = {"ids": ids(2, 1)}
+    prog = pygraphx.parse_onnx_buffer(m.SerializeToString())
+    prog.compile(_target("cpu"))
+    assert searched == []
+    np.testing.assert_allclose(prog.run(feeds)[0], run_ort(m, feeds)[0], rtol=1e-5, atol=1e-5)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    from_file = pygraphx.parse_onnx(str(path))
+    from_file.compile(_target("cpu"))
+    assert searched == [1]

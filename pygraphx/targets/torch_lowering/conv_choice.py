@@ -32,13 +32,16 @@ bf16 MobileNetV2 0-2%, ResNet-50 unchanged (`benchmarks/results/dnnlimpl.md`).
 Choices are cached by everything that decides them (input lens, weight shape, geometry,
 epilogue, candidates, threads, torch version, CPU capability), so a second compile of the same
 model, or a program loaded from a file (which is prepared again), measures nothing in this
-process. Set `PGX_CONV_CHOICE_CACHE=/path/file.json` to keep the cache across processes too.
+process; and across processes in a per-user file (`choice_cache.py`:
+`$XDG_CACHE_HOME/pygraphx/conv_choice-<tag>.json`, the tag naming the CPU model, torch and
+oneDNN; `PGX_CONV_CHOICE_CACHE=/path/file.json` names another, `=off` keeps none), so only a
+machine's first compile of a model measures.
 
 Measurement is bounded: at most `PGX_CONV_CHOICE_BUDGET` seconds (default `DEFAULT_BUDGET_S`)
 per compile; layers reached after the budget is spent take the default (MobileNetV2 on 1
 thread: 0.3-0.5 s at batch 1, the whole second at batch 8, and ResNet-50 too).
 Compile logs one line on the `pygraphx.cpu` logger (INFO): how many layers were measured,
-how long it took, what was chosen.
+how long it took, how many came from the cache and its file, what was chosen.
 
 The switch: the target setting `conv_kernel=` (`get_target("cpu", conv_kernel=...)`), else the
 environment variable `PGX_CONV_KERNEL`: `impl` (the default), `off` (no measurement: every
@@ -51,19 +54,19 @@ kernels on a CPU with bf16 instructions).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from pygraphx.targets.torch_lowering import onednn_capi, onednn_conv
+from pygraphx.targets.settings import env_choice
+from pygraphx.targets.torch_lowering import choice_cache, onednn_capi, onednn_conv, winograd
+from pygraphx.targets.torch_lowering.choice_cache import CACHE_ENV
 from pygraphx.targets.torch_lowering.conv_kernels import (
     KERNELS,
     ConvPlan,
@@ -75,20 +78,28 @@ log = logging.getLogger("pygraphx.cpu")
 
 KERNEL_ENV = "PGX_CONV_KERNEL"
 BUDGET_ENV = "PGX_CONV_CHOICE_BUDGET"
-CACHE_ENV = "PGX_CONV_CHOICE_CACHE"
+#: the default mode's Winograd rule (`winograd.by_rule`): "rule" runs the layers it names on
+#: F(4x4, 3x3) untimed, "off" leaves every layer to oneDNN's direct kernels
+WINOGRAD_ENV = "PGX_CONV_WINOGRAD"
+WINOGRAD_MODES = ("rule", "off")
+DEFAULT_WINOGRAD = "off"
 MODES = ("measure", "impl", "off", *KERNELS)
 #: oneDNN's implementations are measured unless told otherwise (the kernels themselves are
 #: opt-in, `measure`: on the 2-core EPYC no other kernel beat `dnnl` beyond noise)
 DEFAULT_MODE = "impl"
 #: the kernels timed against each other (`torch_cl` is never faster on the layers measured so
 #: far, and re-packs its weight every call: it runs only when forced)
-MEASURED = ("onednn", "dnnl", "matmul")
+MEASURED = ("onednn", "dnnl", "matmul", "winograd", "winograd2")
 
 #: a candidate "dnnl/<name>" is the `dnnl` kernel on oneDNN's implementation <name> (the plain
 #: "dnnl" runs oneDNN's first); the implementations never timed: the gemm-based one and the
 #: SSE4.1 kernels (slower than the AVX ones on every layer measured)
 IMPL_SEP = "/"
 SKIPPED_IMPLS = ("gemm", ":sse41")
+#: oneDNN's generic direct kernels ("jit:<isa>"), not timed on a 1x1 layer: on the 23 timed
+#: 1x1 layers of MobileNetV2 and ResNet-50 (2-core EPYC) they ran 0.97-2.0x oneDNN's first
+#: and were never chosen (`benchmarks/results/ctime9.md`)
+GENERIC_KERNEL = "jit:"
 
 #: seconds of measurement per compile at most (`PGX_CONV_CHOICE_BUDGET`): MobileNetV2 at
 #: batch 8 on one thread of the 2-core EPYC measures its 30 distinct layers in 1.0-1.3 s (the
@@ -109,9 +120,7 @@ SLOW_CALL_S = 0.002
 #: 2-core EPYC, 2 MiB on recent Xeons)
 FLUSH_BYTES = 4 << 20
 
-_CACHE: dict[str, str] = {}
 _ANNOUNCED: set[str] = set()
-_LOADED_FILES: set[str] = set()
 
 
 class ConvChoiceError(ValueError):
@@ -124,6 +133,7 @@ class ChoiceState:
 
     mode: str
     budget_s: float
+    winograd: str = DEFAULT_WINOGRAD
     spent_s: float = 0.0
     measured: int = 0
     cached: int = 0
@@ -136,7 +146,8 @@ def choice_state(options: dict[str, Any], cache: dict[Any, Any]) -> ChoiceState:
     """The compile's `ChoiceState` (made once per lowering context, kept in its `cache`)."""
     state = cache.get("conv_choice")
     if state is None:
-        state = ChoiceState(_mode(options), _budget())
+        rule = env_choice(WINOGRAD_ENV, WINOGRAD_MODES, DEFAULT_WINOGRAD, error=ConvChoiceError)
+        state = ChoiceState(_mode(options), _budget(), rule)
         cache["conv_choice"] = state
     return state
 
@@ -173,7 +184,9 @@ def choose_kernel(state: ChoiceState, plan: ConvPlan, other_lens: list[int] | No
         measured += [name for name in names if name in MEASURED and name != default]
     if state.mode in ("measure", "impl") and "dnnl" in measured:
         measured += impl_candidates(plan, other_lens is not None)
-    if state.mode == "off" or (state.mode in ("measure", "impl") and len(measured) == 1):
+    if state.mode == "impl" and state.winograd == "rule" and _winograd_rule(plan, names):
+        choice = "winograd"
+    elif state.mode == "off" or (state.mode in ("measure", "impl") and len(measured) == 1):
         choice = default
     elif state.mode not in ("measure", "impl"):
         choice = state.mode if state.mode in names else default
@@ -183,6 +196,11 @@ def choose_kernel(state: ChoiceState, plan: ConvPlan, other_lens: list[int] | No
     kernel, _, impl = choice.partition(IMPL_SEP)
     plan.impl = impl or None
     return kernel
+
+
+def _winograd_rule(plan: ConvPlan, names: list[str]) -> bool:
+    """Whether the default mode's rule runs `plan` on `winograd` (where it can take it)."""
+    return "winograd" in names and winograd.by_rule(plan)
 
 
 def choose_impl(state: ChoiceState, plan: ConvPlan) -> None:
@@ -204,6 +222,12 @@ def choose_impl(state: ChoiceState, plan: ConvPlan) -> None:
 #: (`benchmarks/results/dnnlimpl_probe_mnv2_t1.txt`), and timing ResNet-50's spent the whole
 #: budget (its first compile 0.51 -> 1.16 s at 2 threads) for no choice
 MIN_1X1_PIXELS = 28 * 28
+#: nor are 1x1 layers with at least this many input and output channels: on ResNet-50's ten
+#: timed 1x1 layers (64 to 512 channels, 56x56 and 28x28) no implementation beat oneDNN's
+#: first by more than 4% and none was chosen (0.42 s of its 0.71 s compile on the 2-core
+#: EPYC); MobileNetV2's winners (AVX2 `jit_1x1` / `brgconv_1x1`, 5-24% faster) all have 16 to
+#: 32 channels on one side (`benchmarks/results/ctime9.md`)
+WIDE_1X1_CHANNELS = 64
 
 
 def _out_pixels(plan: ConvPlan) -> int:
@@ -215,19 +239,25 @@ def _out_pixels(plan: ConvPlan) -> int:
 def impl_candidates(plan: ConvPlan, other: bool) -> list[str]:
     """The candidates "dnnl/<name>": the implementations oneDNN offers for `plan` after its
     first one (`other`: the epilogue has an add operand), those of `SKIPPED_IMPLS` left out,
-    and on a depthwise layer all but the depthwise kernels (the generic `jit` ones are 12-17x
+    on a 1x1 layer the generic `jit` ones (`GENERIC_KERNEL`), and on a depthwise layer all but
+    the depthwise kernels (the generic `jit` ones are 12-17x
     slower on every depthwise layer of MobileNetV2, float32 and bf16). Only 1x1 and depthwise
     layers have candidates: on the dense 3x3 layers of ResNet-50, UNet and YOLO oneDNN's
     implementations were within 2% of each other, and measuring them spent ResNet-50's whole
-    budget for nothing."""
+    budget for nothing; a 1x1 layer is timed only from a 28x28 output (`MIN_1X1_PIXELS`)
+    and with fewer than 64 channels on one side (`WIDE_1X1_CHANNELS`)."""
     depthwise = plan.groups > 1 and plan.groups == plan.x_lens[1]
     if not depthwise and tuple(plan.weight.shape[2:]) != (1, 1):
         return []
     if not depthwise and _out_pixels(plan) < MIN_1X1_PIXELS:
         return []
+    if not depthwise and min(plan.weight.shape[:2]) >= WIDE_1X1_CHANNELS:
+        return []
     names = onednn_conv.implementations(plan, other)[1:]
     if depthwise:
         names = [n for n in names if "_dw" in n]
+    else:  # a 1x1 layer: the 1x1 kernels only (`GENERIC_KERNEL`)
+        names = [n for n in names if not n.startswith(GENERIC_KERNEL)]
     return [f"dnnl{IMPL_SEP}{n}" for n in names if not any(s in n for s in SKIPPED_IMPLS)]
 
 
@@ -262,8 +292,7 @@ def measured_choice(
     `timer(deadline)` (seconds per call of each name; rounds after the first stop at the
     `time.perf_counter()` value `deadline`), cached; the first name once the compile's
     budget is spent."""
-    _load_file()
-    cached = _CACHE.get(key)
+    cached = choice_cache.lookup(key)
     if cached in names:
         state.cached += 1
         return cached
@@ -275,7 +304,7 @@ def measured_choice(
     state.spent_s += time.perf_counter() - start
     state.measured += 1
     choice = pick(times)
-    _CACHE[key] = choice
+    choice_cache.store(key, choice)
     state.new_entries = True
     return choice
 
@@ -448,51 +477,23 @@ def finish(state: ChoiceState) -> None:
             note += f", {state.over_budget} left at the default (budget {state.budget_s:g} s spent)"
     else:
         note = f"{KERNEL_ENV}/conv_kernel={state.mode}, nothing measured"
+    path = choice_cache.cache_path() if state.mode in ("measure", "impl") else None
+    if path is not None:
+        note += f"; cache file {path}"
     log.info("cpu convolution kernels: %s (%s)", kinds, note)
     if state.new_entries:
-        _save_file()
+        choice_cache.save(_known)
 
 
-def _cache_path() -> Path | None:
-    raw = os.environ.get(CACHE_ENV)
-    return Path(raw) if raw else None
-
-
-def _load_file() -> None:
-    path = _cache_path()
-    if path is None or str(path) in _LOADED_FILES:
-        return
-    _LOADED_FILES.add(str(path))
-    if not path.exists():
-        return
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        log.warning("%s=%s: cannot read the convolution choice cache (%s)", CACHE_ENV, path, exc)
-        return
-    if isinstance(entries, dict):
-        _CACHE.update(
-            {str(k): str(v) for k, v in entries.items() if str(v).partition(IMPL_SEP)[0] in KERNELS}
-        )
-
-
-def _save_file() -> None:
-    path = _cache_path()
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(_CACHE, indent=0, sort_keys=True))
-        tmp.replace(path)
-    except OSError as exc:
-        log.warning("%s=%s: cannot write the convolution choice cache (%s)", CACHE_ENV, path, exc)
+def _known(choice: str) -> bool:
+    """Whether a stored choice names a kernel of this version."""
+    return choice.partition(IMPL_SEP)[0] in KERNELS
 
 
 def clear_cache() -> None:
-    """Forget every cached choice in this process (tests, benchmarks)."""
-    _CACHE.clear()
-    _LOADED_FILES.clear()
+    """Forget every cached choice in this process (tests, benchmarks); the cache file is
+    read again at the next measured layer."""
+    choice_cache.clear()
 
 
 __all__ = [

@@ -28,6 +28,9 @@ choice between them (`conv_choice.py`) never changes the layout the program's ot
   is then the default.
 * `torch_cl`: `F.conv2d` on channels-last tensors (torch picks its own algorithm per call, the
   weight is not pre-packed), the epilogue applied in place after it.
+* `winograd`, `winograd2`: a float32 3x3 stride-1 one-group convolution as Winograd F(4x4,
+  3x3) or F(2x2, 3x3) (`winograd.py`): the weight transformed once, (m+2)^2 batched GEMMs per
+  call between memory-pass transforms, the whole epilogue fused into the output transform.
 
 Plain NCHW `F.conv2d` is not a candidate: measured on MobileNetV2's layers (2-core x86,
 1 thread) it was 1.3x-10x slower than `onednn` on every layer and would add layout conversions
@@ -42,13 +45,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from pygraphx.targets.torch_lowering import onednn_conv
+from pygraphx.targets.torch_lowering import onednn_conv, winograd
 
 Tensor = torch.Tensor
 Getter = Callable[[], Tensor]
 
 #: the kernels (`conv_choice.default_kernel` says which is the default)
-KERNELS = ("onednn", "matmul", "dnnl", "torch_cl")
+KERNELS = ("onednn", "matmul", "dnnl", "torch_cl", *winograd.KERNEL_TILES)
 
 
 @dataclass
@@ -117,6 +120,8 @@ def kernels_for(plan: ConvPlan) -> list[str]:
     if onednn_conv.supports(plan) and onednn_conv.available():
         names.append("dnnl")
     names.append("torch_cl")
+    if winograd.supports(plan):
+        names += list(winograd.KERNEL_TILES)
     return names
 
 
@@ -140,6 +145,8 @@ def build_kernel(
         return _torch_cl(plan, get_x, get_other)
     if kernel == "dnnl":
         return onednn_conv.build(plan, get_x, get_other, out)
+    if kernel in winograd.KERNEL_TILES:
+        return winograd.build(plan, get_x, get_other, winograd.KERNEL_TILES[kernel])
     if kernel != "onednn":
         raise ValueError(f"unknown convolution kernel {kernel!r}; one of {', '.join(KERNELS)}")
     return _onednn(plan, get_x, get_other)
@@ -247,12 +254,7 @@ def _torch_cl(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callab
         y = F.conv2d(x_in(), w, b, s, p, d, g)
         if add_first:
             y.add_(get_other())
-        if unary == "relu":
-            y.relu_()
-        elif unary == "hardtanh":
-            y.clamp_(scalars[0], scalars[1])
-        elif unary == "swish":
-            F.silu(y, inplace=True)
+        winograd.activate_(y, unary, scalars)
         if get_other is not None and not add_first:
             y.add_(get_other())
         return y

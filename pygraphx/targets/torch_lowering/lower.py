@@ -53,6 +53,7 @@ from pygraphx.targets.torch_lowering.dtypes import env_value, storable
 from pygraphx.targets.torch_lowering.fallback import lower_fallback, needs_fallback, outer_refs
 from pygraphx.targets.torch_lowering.literal_store import LITERALS
 from pygraphx.targets.torch_lowering.mapped_reads import detach_run_time_weights
+from pygraphx.targets.torch_lowering.pointwise import compiled_code
 from pygraphx.targets.torch_lowering.registry import LOWERINGS
 
 
@@ -202,11 +203,15 @@ def step_reads(ctx: LoweringContext, step: Step) -> set[int]:
 
 
 def _with_release(fn: Callable[[], None], env: list[Any], idxs: list[int]) -> Callable[[], None]:
-    body = "".join(f"        env[{i}] = None\n" for i in idxs)
-    src = f"def _make(fn, env):\n    def step():\n        fn()\n{body}    return step\n"
+    """`fn`, then `env[i] = None` for each of `idxs`: generated code, one source per count of
+    indices (the indices are the closure's), so a network compiles a few sources only."""
+    names = [f"i{k}" for k in range(len(idxs))]
+    body = "".join(f"        env[{n}] = None\n" for n in names)
+    args = "".join(f", {n}" for n in names)
+    src = f"def _make(fn, env{args}):\n    def step():\n        fn()\n{body}    return step\n"
     glb: dict[str, Any] = {}
-    exec(compile(src, "<pygraphx release>", "exec"), glb)  # noqa: S102 - generated here
-    return glb["_make"](fn, env)
+    exec(compiled_code(src, "<pygraphx release>"), glb)  # noqa: S102 - generated here
+    return glb["_make"](fn, env, *idxs)
 
 
 def _profile_plan(

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction, reachable
-from pygraphx.ir.mapped import array_span, detach_ranges
+from pygraphx.ir.mapped import any_mapped, array_span, detach_ranges
 from pygraphx.ir.module import Module
 from pygraphx.ir.program import Program
 from pygraphx.ir.shape import Shape
@@ -127,7 +127,10 @@ def run_time_spans(ctx: LoweringContext, outputs: list[int]) -> list[tuple[int, 
 
 def detach_run_time_weights(ctx: LoweringContext, outputs: list[int]) -> int:
     """Copy the mapped-file bytes the lowered steps read at run time out of the file (see the
-    module docstring); returns the bytes copied."""
+    module docstring); returns the bytes copied. Nothing to search when no model file is
+    mapped in the process (a model parsed from bytes: 17 ms of ResNet-50's compile)."""
+    if not any_mapped():
+        return 0
     return detach_ranges(run_time_spans(ctx, outputs), "lowering")
 
 
