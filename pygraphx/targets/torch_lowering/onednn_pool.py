@@ -19,11 +19,13 @@ What runs here (everything else keeps the torch lowering of `lower_nn.py`, uncha
   takes no part in a max or an excluding average); asymmetric padding is oneDNN's own. A
   window lying wholly in padding is declined (its value would differ).
 
-The input is the channels-last tensor a convolution gives (`nhwc`); the output is written in
-the step's arena slot, or a new tensor per call where it has none. A primitive is made for
-each thread count the step runs under (oneDNN fixes it when the primitive is made), the first
-at prepare; where oneDNN offers only its reference kernel for a pooling (bf16 on a CPU without
-bf16 instructions, ...) the torch lowering runs it, said once on the `pygraphx.cpu` logger.
+bf16 poolings run here only on a CPU with bf16 instructions (`cpu_has_bf16`, as the bf16
+convolutions). The input is the channels-last tensor a convolution gives (`nhwc`); the output
+is written in the step's arena slot, or a new tensor per call where it has none. A primitive
+is made for each thread count the step runs under (oneDNN fixes it when the primitive is
+made), the first at prepare; where oneDNN offers only its reference kernel for a pooling
+(dilated max pooling in oneDNN 3.2, ...) the torch lowering runs it, said once on the
+`pygraphx.cpu` logger.
 `PGX_CPU_POOL=torch` keeps torch's kernels for every pooling (A/B measurements).
 
 Numbers: the same as torch's for finite inputs (averages accumulate in float32 and a bf16
@@ -45,6 +47,7 @@ import torch
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
+from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16
 from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_DST,
     ARG_SCRATCHPAD,
@@ -97,6 +100,8 @@ def plan_pooling(ins: Instruction) -> PoolPlan | None:
     dt = torch_dtype(ins.inputs[0].shape.dtype())
     if len(x_lens) != 4 or dt not in DTYPES or op.mode not in ("max", "average"):
         return None
+    if dt == torch.bfloat16 and not cpu_has_bf16():
+        return None  # oneDNN's bf16 pooling measured only on a CPU with bf16 instructions
     full = op.global_ or (
         list(op.lengths) == x_lens[2:] and not any(op.padding) and out_lens[2:] == [1, 1]
     )
@@ -227,7 +232,7 @@ def lower_onednn_pooling(ctx: LoweringContext, ins: Instruction) -> bool:
     except OneDnnError as exc:
         if "ref" not in _SAID:
             _SAID.add("ref")
-            log.warning("cpu pooling: torch's kernel instead of oneDNN (%s)", exc)
+            log.warning("cpu pooling: the torch lowering instead of oneDNN (%s)", exc)
         return False
     one = all(n == 1 for n in plan.out_lens[2:])
     idx, out = ctx.output(ins, STANDARD if one else CHANNELS_LAST)
