@@ -7,8 +7,11 @@
   relu / relu6) is fused into the convolution as oneDNN post-ops (`conv_fusion.py`). Other
   convolutions use `torch.nn.functional.conv{1,2,3}d` (asymmetric padding: `F.pad` first).
 * `deconvolution`: `conv_transpose{1,2,3}d`, then the IR's begin/end crop.
-* `pooling`: max/average through `F.{max,avg}_pool{1,2,3}d` when torch's geometry matches the
-  IR's (checked on one channel at prepare), global pooling as `amax`/`mean`.
+* `pooling`: on the CPU, 2-D max/average pooling of channels-last float32 / bf16 tensors
+  through a oneDNN primitive made once where it computes the IR's geometry exactly
+  (`onednn_pool.py`); otherwise max/average through `F.{max,avg}_pool{1,2,3}d` when torch's
+  geometry matches the IR's (checked on one channel at prepare), global pooling as
+  `amax`/`mean`.
 * `batch_norm_inference` (spatial), `instance_norm`, `lrn` (odd sizes): their torch functions.
 
 Results torch allocates are kept as run-time values (`conv_output="torch"`, see
@@ -130,6 +133,10 @@ def lower_deconvolution(ctx: LoweringContext, ins: Instruction) -> bool:
 
 @lowering("pooling")
 def lower_pooling(ctx: LoweringContext, ins: Instruction) -> bool:
+    from pygraphx.targets.torch_lowering.onednn_pool import lower_onednn_pooling
+
+    if lower_onednn_pooling(ctx, ins):
+        return True
     op = ins.op
     x_shape = ins.inputs[0].shape
     dt = torch_dtype(x_shape.dtype())

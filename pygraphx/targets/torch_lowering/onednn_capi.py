@@ -40,6 +40,7 @@ LAST_IMPL_REACHED = 4  # dnnl_last_impl_reached: `dnnl_primitive_desc_next_impl`
 F32, BF16 = 3, 2
 FORWARD_INFERENCE = 96
 CONVOLUTION_DIRECT = 1
+POOLING_MAX, POOLING_AVG_INCLUDE, POOLING_AVG_EXCLUDE = 0x1FF, 0x2FF, 0x3FF
 ELTWISE_RELU, ELTWISE_SWISH, ELTWISE_CLIP = 0x20, 0x2C, 0x2E
 BINARY_ADD = 0x1FFF0
 TAG_ANY, TAG_A, TAG_NCHW, TAG_NHWC = 1, 2, 5, 22
@@ -101,6 +102,10 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "dnnl_convolution_forward_primitive_desc_create": (
         c_int,
         [POINTER(_P), _P, c_int, c_int, _P, _P, _P, _P, Dims, Dims, Dims, Dims, _P],
+    ),
+    "dnnl_pooling_forward_primitive_desc_create": (
+        c_int,
+        [POINTER(_P), _P, c_int, c_int, _P, _P, Dims, Dims, Dims, Dims, Dims, _P],
     ),
     "dnnl_reorder_primitive_desc_create": (c_int, [POINTER(_P), _P, _P, _P, _P, _P]),
     "dnnl_primitive_desc_query": (c_int, [_P, c_int, c_int, _P]),
