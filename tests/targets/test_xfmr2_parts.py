@@ -5,6 +5,8 @@ ONNX Runtime, the step taken or not taken as the rule says, the profiling path t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -58,6 +60,30 @@ def parts_steps(prog: pygraphx.Program) -> int:
     """Steps that compute a product together with its slices (the column-parts step)."""
     names = [{i.op.name for i in s.instructions} for s in prog._executable.lowered.steps]
     return sum(1 for n in names if {"dot", "slice"} <= n)
+
+
+def compile_float32(model) -> pygraphx.Program:
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(CpuTarget(threads=1))
+    return prog
+
+
+def parts_on_and_off(name: str, monkeypatch: pytest.MonkeyPatch, make) -> Iterator[tuple]:
+    """The small model `name` compiled by `make` with the column parts on, then off: (on, the
+    program, its inputs, ONNX Runtime's outputs)."""
+    model, feeds = small_model(name)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    for on in (True, False):
+        if not on:
+            monkeypatch.setattr(lower_gemm, "PARTS_MIN_ROWS", 1 << 40)
+        yield on, make(model), feeds, want
+
+
+def copied(prog: pygraphx.Program) -> set[bool]:
+    """Whether the attention plans of `prog` copy their Q / K^T / V operands (each value seen)."""
+    table = prog._executable.lowered.ctx.cache[attention.ONEDNN_TABLE]
+    plans = [p for p in table[onednn_attention.PLANS].values() if p is not None]
+    return {o.buffer is not None for p in plans for o in (p.q, p.kt, p.v)}
 
 
 def run(model, x: np.ndarray, wants: list, profiled: bool = False) -> pygraphx.Program:
@@ -171,14 +197,8 @@ def test_transformer_attention_reads_its_parts_uncopied(
     transpose) take no steps of their own; off, they copy Q, K and V; both against ONNX Runtime,
     the profiling path too."""
     monkeypatch.setattr(attention, "ONEDNN_F32_MIN", 1024)
-    model, feeds = small_model(name)
-    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
     copies, views = {}, {}
-    for on in (True, False):
-        if not on:
-            monkeypatch.setattr(lower_gemm, "PARTS_MIN_ROWS", 1 << 40)
-        prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-        prog.compile(CpuTarget(threads=1))
+    for on, prog, feeds, want in parts_on_and_off(name, monkeypatch, compile_float32):
         # (the pooler's output of a profiled run was its group's arena slot, which the next
         # run overwrote: `CpuExecutable.run` copies a profiled run's outputs)
         profiled = prog._executable.run(feeds, observer=lambda ins, value, seconds: None)
@@ -190,9 +210,7 @@ def test_transformer_attention_reads_its_parts_uncopied(
         blocks = [s for s in steps if [i.op.name for i in s.instructions].count("dot") == 2]
         assert len(blocks) == 2  # each block merges its heads back in its own step
         assert all({"transpose", "reshape"} <= {i.op.name for i in s.instructions} for s in blocks)
-        table = prog._executable.lowered.ctx.cache[attention.ONEDNN_TABLE]
-        plans = [p for p in table[onednn_attention.PLANS].values() if p is not None]
-        copies[on] = {o.buffer is not None for p in plans for o in (p.q, p.kt, p.v)}
+        copies[on] = copied(prog)
         assert (parts_steps(prog) == 2) == on  # two layers
     assert copies == {True: {False}, False: {True}}
     assert views[True] <= views[False] - 2 * 6  # Q, K, V: a reshape and a transpose each
@@ -203,18 +221,11 @@ def test_transformer_attention_reads_its_parts_uncopied(
 def test_bf16_transformer_parts(name: str, narrow: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bf16 program (`quantize_bf16`): its Q / K / V parts are bf16 products of their own, read
     uncopied; the outputs as close to ONNX Runtime's float32 ones as with the fused product."""
-    model, feeds = small_model(name)
-    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
     errors, copies = {}, {}
-    for on in (True, False):
-        if not on:
-            monkeypatch.setattr(lower_gemm, "PARTS_MIN_ROWS", 1 << 40)
-        prog = compile_bf16(model)
+    for on, prog, feeds, want in parts_on_and_off(name, monkeypatch, compile_bf16):
         got = prog.run(feeds)
         errors[on] = max(rel_rms_np(g, w) for g, w in zip(got, want, strict=True))
-        table = prog._executable.lowered.ctx.cache[attention.ONEDNN_TABLE]
-        plans = [p for p in table[onednn_attention.PLANS].values() if p is not None]
-        copies[on] = {o.buffer is not None for p in plans for o in (p.q, p.kt, p.v)}
+        copies[on] = copied(prog)
         assert (parts_steps(prog) == 2) == on
     assert copies == {True: {False}, False: {True}}
     assert 1e-5 < errors[True] < 3e-2
