@@ -208,8 +208,9 @@ def _resnet_block() -> tuple[object, dict[str, np.ndarray]]:
 
 @pytest.fixture
 def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (conv_choice.KERNEL_ENV, conv_choice.BUDGET_ENV, conv_choice.CACHE_ENV):
+    for name in (conv_choice.KERNEL_ENV, conv_choice.BUDGET_ENV, conv_choice.WINOGRAD_ENV):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(conv_choice.CACHE_ENV, "off")  # never the per-user file (conftest.py)
     conv_choice.clear_cache()
 
 
