@@ -305,17 +305,19 @@ def _wide_model(c: int, hw: int, batch: int) -> tuple[object, dict[str, np.ndarr
 @pytest.mark.parametrize(
     ("c", "hw", "batch", "want"),
     [
-        (128, 16, 1, True),  # 16 tiles of 128 channels: the rule's smallest
-        (256, 7, 4, True),  # 7x7 maps, but 4 images: 16 tiles
-        (256, 7, 1, False),  # 4 tiles: (4, C) products, slower than oneDNN's direct kernel
+        (128, 28, 1, True),  # 49 tiles of 128 channels
+        (256, 7, 8, True),  # 7x7 maps, but 8 images: 32 tiles, the rule's fewest
+        (256, 14, 1, False),  # 16 tiles: slower than oneDNN's direct kernel at 2 threads
+        (256, 7, 1, False),  # 4 tiles: (4, C) products
         (64, 32, 1, False),  # 64 channels: ties or loses
     ],
 )
 def test_default_mode_rule(
     c: int, hw: int, batch: int, want: bool, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:
-    """`PGX_CONV_WINOGRAD=rule`: the default mode runs the layers `winograd.by_rule` names on
-    F(4,3) without timing them, and matches ORT; `off` keeps them on oneDNN."""
+    """`PGX_CONV_WINOGRAD=rule` (the default): the default mode runs the layers
+    `winograd.by_rule` names on F(4,3) without timing them, and matches ORT; `off` keeps them
+    on oneDNN."""
     model, feeds = _wide_model(c, hw, batch)
     timed: list[list[str]] = []
     real = conv_choice.time_kernels
@@ -339,3 +341,8 @@ def test_rule_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(conv_choice.WINOGRAD_ENV, "sometimes")
     with pytest.raises(conv_choice.ConvChoiceError, match="PGX_CONV_WINOGRAD='sometimes'"):
         conv_choice.choice_state({}, {})
+
+
+def test_rule_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(conv_choice.WINOGRAD_ENV, raising=False)
+    assert conv_choice.choice_state({}, {}).winograd == "rule"

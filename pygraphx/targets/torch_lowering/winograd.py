@@ -123,13 +123,15 @@ def supports(plan: ConvPlan) -> bool:
 
 #: the layers the default mode (`conv_choice`, mode `impl`) runs on F(4x4, 3x3) without
 #: timing it: both channel counts at least `RULE_CHANNELS` and at least `RULE_TILES` 4x4
-#: output tiles. One thread of the 2-core EPYC (`benchmarks/results/wino.md`): every such
-#: layer of ResNet-50 (b1 128ch 28x28 0.57x oneDNN's direct kernel, 256ch 14x14 0.80x; b8
-#: 0.60-0.76x) and UNet (0.43-0.74x) was faster; layers of 64 channels or fewer lost or tied
-#: (YOLOv8's 64ch 20x20 1.7x slower), and 7x7 maps at batch 1 (4 tiles: (4, C) products)
-#: were 2.6x slower
+#: output tiles. On the 2-core EPYC (`benchmarks/results/wino.md`, 1 thread;
+#: `wino_layers_t2_b1_quiet.txt`, 2 threads, quiet) such layers of UNet ran 0.50-0.69x
+#: oneDNN's direct kernel at 2 threads (0.43-0.74x at 1), ResNet-50's 128-channel 28x28 layers
+#: (49 tiles) 0.85x (0.57x), its batch-8 layers 0.60-0.76x at 1 thread; layers of fewer
+#: tiles lost at 2 threads (ResNet-50's 256-channel 14x14 maps at batch 1, 16 tiles: 1.54x
+#: slower; 7x7 maps at batch 1, 4 tiles: 3.5x), as did layers of 64 channels or fewer
+#: (YOLOv8's 64-channel 20x20 maps 1.7x slower at 1 thread)
 RULE_CHANNELS = 128
-RULE_TILES = 16
+RULE_TILES = 32
 
 
 def by_rule(plan: ConvPlan) -> bool:
