@@ -7,9 +7,18 @@ OpenMP threads: when torch is not imported yet and the user has set neither `OMP
 nor `GOMP_SPINCOUNT`, `configure_openmp()` sets `GOMP_SPINCOUNT` to `spincount()`: an idle
 OpenMP worker spins that many rounds (a `pause` each, 40-140 cycles by processor) and then
 sleeps, instead of spinning for GNU OpenMP's default 300000 rounds (milliseconds). The count is
-`SPINCOUNT` (1000: tens of microseconds) where this process may use fewer than `MANY_CORES`
-physical cores (affinity and cgroup quota, `threads.BUDGET`), `SPINCOUNT_MANY` (10000: a few
-hundred microseconds) where it may use more.
+`SPINCOUNT` where this process may use fewer than `MANY_CORES` physical cores (affinity and
+cgroup quota, `threads.BUDGET`), `SPINCOUNT_MANY` where it may use more; both are 10000 (a few
+hundred microseconds) since the 2-core measurement below, kept apart so that either can move.
+
+On few cores: it was 1000 (tens of microseconds) until a quiet 2-core EPYC (2 threads,
+2026-11-26, `benchmarks/cpu_vs_peers.py --threads 2 --no-openvino`, processes at each setting,
+`benchmarks/results/cpu2_spin{1000,10000,30000}_t2_session9.json` and the reruns in the
+session-9 note) showed MobileNetV2 at batch 1 unstable at 1000: 5.2-9.5 ms a run (1.29-2.06x
+ORT in the same processes) against 4.7-6.7 ms (0.97-1.16x) at 10000-30000, its workers falling
+asleep in the gaps between its ~60 short regions; ResNet-50, BERT-base and MobileNetV2 at batch
+8 moved within the machine's noise (ResNet-50 b1 1.04 / 1.03 / 0.99x ORT, b8 0.98 / 0.97 /
+0.96; BERT-base b1 1.00 / 0.93 / 0.99, b8 0.88 / 0.93 / 0.88).
 
 Why not less: a run's parallel regions (oneDNN convolutions, GEMMs, torch's kernels) are
 separated by the Python and dispatch time of the steps between them, 10-50 us; workers that
@@ -95,7 +104,7 @@ def make_target(**settings: Any) -> CpuTarget:
 
 #: GNU OpenMP spin rounds before an idle worker sleeps (see the module docstring): where this
 #: process may use fewer than `MANY_CORES` physical cores, and where it may use more
-SPINCOUNT = "1000"
+SPINCOUNT = "10000"
 SPINCOUNT_MANY = "10000"
 MANY_CORES = 8
 
