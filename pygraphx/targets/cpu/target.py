@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.mapped import release_weight_pages
 from pygraphx.passes.fold_qdq import fold_qdq
 from pygraphx.passes.manager import Pass, module_pass
@@ -42,12 +41,9 @@ from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_th
 from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_policy_enabled
 from pygraphx.targets.torch_lowering import Lowered, lower_module
 from pygraphx.targets.torch_lowering.conv_choice import finish as finish_conv_choice
-from pygraphx.targets.torch_lowering.conv_concat import sum_reader
-from pygraphx.targets.torch_lowering.conv_dw_fusion import dw_reader
-from pygraphx.targets.torch_lowering.conv_fusion import fused_user
 from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
 from pygraphx.targets.torch_lowering.fallback_cost import FallbackTimer, announce_cost, timed_steps
-from pygraphx.targets.torch_lowering.lower_resize import concat_reader
+from pygraphx.targets.torch_lowering.fused_reads import fused_reads
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
@@ -184,13 +180,6 @@ class CpuExecutable:
 
     def __len__(self) -> int:
         return len(self.executor)
-
-
-def fused_reads(ins: Instruction) -> Instruction | None:
-    """The memory plan's `fused_reads` in arena mode: the later instruction whose step also
-    computes `ins` (a convolution's fused group, an upsample's concat, a concat's 1x1
-    convolution run as a sum over its parts), else None."""
-    return dw_reader(ins) or fused_user(ins) or sum_reader(ins) or concat_reader(ins)
 
 
 class CpuTarget(Target):
