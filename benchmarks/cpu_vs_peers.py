@@ -360,7 +360,7 @@ def make_engines(
 
 def bf16_native() -> bool:
     """oneDNN runs bf16 natively on this processor (else `pgx_bf16` is left out)."""
-    from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16
+    from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16
 
     return cpu_has_bf16()
 

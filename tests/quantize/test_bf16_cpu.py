@@ -156,9 +156,9 @@ def test_without_bf16_instructions_compile_warns_once_and_stays_correct(
 ) -> None:
     """On a processor oneDNN cannot run bf16 on, compiling warns once, the products run by
     conversion (nothing packed in bf16), and the results are still right."""
-    from pygraphx.targets.torch_lowering import lower_gemm
+    from pygraphx.targets.torch_lowering import gemm_kernels
 
-    monkeypatch.setattr(lower_gemm, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(gemm_kernels, "cpu_has_bf16", lambda: False)
     model, feeds = MODELS[name]()
     with pytest.warns(RuntimeWarning, match="no bf16 instructions") as record:
         prog = compile_bf16(model)
@@ -173,9 +173,9 @@ def test_without_bf16_instructions_compile_warns_once_and_stays_correct(
 def test_float32_programs_do_not_warn(monkeypatch: pytest.MonkeyPatch) -> None:
     import warnings
 
-    from pygraphx.targets.torch_lowering import lower_gemm
+    from pygraphx.targets.torch_lowering import gemm_kernels
 
-    monkeypatch.setattr(lower_gemm, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(gemm_kernels, "cpu_has_bf16", lambda: False)
     model, _ = encoder_model()
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     with warnings.catch_warnings(record=True) as record:

@@ -19,7 +19,7 @@ import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import conv_concat, onednn_conv  # noqa: E402
 from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan  # noqa: E402
-from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16  # noqa: E402
+from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16  # noqa: E402
 from tests.helpers import make_model, run_ort  # noqa: E402
 from tests.targets.cpu_compare import assert_profile_matches  # noqa: E402
 

@@ -198,8 +198,8 @@ def _linear_model(rows: int, k: int, n: int) -> tuple:
 def test_every_gemm_kernel_matches_numpy(kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`PGX_CPU_GEMM` forces each candidate kernel of a constant-weight product with a bias;
     each runs (it is the one recorded) and matches numpy's float64 product."""
+    from pygraphx.targets.torch_lowering.gemm_kernels import GEMM_KERNELS
     from pygraphx.targets.torch_lowering.gemm_select import KERNEL_ENV
-    from pygraphx.targets.torch_lowering.lower_gemm import GEMM_KERNELS
 
     monkeypatch.setenv(KERNEL_ENV, kernel)
     model, x, want = _linear_model(24, 40, 56)
@@ -214,7 +214,7 @@ def test_gemm_kernel_measured_on_request_once_and_cached(monkeypatch: pytest.Mon
     of the same shape reuses the choice without measuring; by default nothing is measured and
     oneDNN runs; an unknown `PGX_CPU_GEMM` is an error."""
     from pygraphx.targets.torch_lowering import gemm_select
-    from pygraphx.targets.torch_lowering.lower_gemm import GEMM_KERNELS
+    from pygraphx.targets.torch_lowering.gemm_kernels import GEMM_KERNELS
 
     monkeypatch.setenv(gemm_select.KERNEL_ENV, "measure")
     gemm_select.clear_cache()

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import gemm_select  # noqa: E402
-from pygraphx.targets.torch_lowering.lower_gemm import GEMM_KERNELS  # noqa: E402
+from pygraphx.targets.torch_lowering.gemm_kernels import GEMM_KERNELS  # noqa: E402
 from tests.helpers import make_model  # noqa: E402
 
 RNG = np.random.default_rng(31)

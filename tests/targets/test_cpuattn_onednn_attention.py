@@ -15,7 +15,7 @@ ort = pytest.importorskip("onnxruntime")
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import attention, onednn_attention  # noqa: E402
-from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16  # noqa: E402
+from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not (onednn_attention.available() and cpu_has_bf16()),

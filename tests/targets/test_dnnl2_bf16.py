@@ -27,7 +27,7 @@ from pygraphx.targets.torch_lowering.conv_kernels import (  # noqa: E402
     build_kernel,
     kernels_for,
 )
-from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16  # noqa: E402
+from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16  # noqa: E402
 from tests.targets.test_cpu_onednn_conv import LAYERS, UNARY, _oracle, _plan  # noqa: E402
 
 pytestmark = pytest.mark.skipif(

@@ -26,7 +26,7 @@ import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import conv_choice, onednn_capi, onednn_conv  # noqa: E402
 from pygraphx.targets.torch_lowering.conv_kernels import build_kernel  # noqa: E402
-from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16  # noqa: E402
+from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16  # noqa: E402
 from tests.helpers import run_ort  # noqa: E402
 from tests.targets.test_cpu_conv_choice import LAYERS as NET_LAYERS  # noqa: E402
 from tests.targets.test_cpu_conv_choice import _net  # noqa: E402

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.targets.torch_lowering import onednn_conv, onednn_pool  # noqa: E402
-from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16  # noqa: E402
+from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16  # noqa: E402
 from pygraphx.targets.torch_lowering.onednn_capi import (  # noqa: E402
     POOLING_AVG_EXCLUDE,
     POOLING_AVG_INCLUDE,

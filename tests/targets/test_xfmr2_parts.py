@@ -17,7 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import attention, lower_gemm, onednn_attention  # noqa: E402
-from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16  # noqa: E402
+from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16  # noqa: E402
 from tests.helpers import make_model  # noqa: E402
 from tests.targets.test_cpuattn_onednn_attention import (  # noqa: E402
     compile_bf16,

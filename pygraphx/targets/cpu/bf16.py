@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 
 from pygraphx.ir.module import Module
-from pygraphx.targets.torch_lowering import lower_gemm
+from pygraphx.targets.torch_lowering import gemm_kernels
 
 #: the products whose speed bf16 is for
 HEAVY_OPS = frozenset({"dot", "convolution"})
@@ -30,7 +30,7 @@ def announce_slow_bf16(module: Module) -> bool:
     """Warn (one RuntimeWarning) when `module` computes in bf16 on a processor without bf16
     instructions; True when it warned."""
     count = bf16_products(module)
-    if not count or lower_gemm.cpu_has_bf16():
+    if not count or gemm_kernels.cpu_has_bf16():
         return False
     warnings.warn(
         f"cpu target: this processor has no bf16 instructions (avx512_bf16 / AMX) that oneDNN "

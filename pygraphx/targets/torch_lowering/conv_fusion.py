@@ -77,7 +77,7 @@ from pygraphx.targets.torch_lowering.conv_kernels import (
 )
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.fallback import lower_fallback
-from pygraphx.targets.torch_lowering.lower_gemm import bf16_gemm
+from pygraphx.targets.torch_lowering.gemm_kernels import bf16_gemm
 from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
 from pygraphx.targets.torch_lowering.onednn_conv import supports
 from pygraphx.targets.torch_lowering.registry import (

@@ -4,7 +4,7 @@ With a constant right-hand side (a weight, broadcast over the batch or not) the 
 one GEMM, on the CPU through oneDNN with the weight reordered once at prepare
 (`mkldnn._linear_pointwise`, which also applies a GELU / SiLU epilogue inside the GEMM), through
 MKL with the weight packed once (`mkl._mkl_linear`), or `torch.addmm`, as `gemm_select.py`
-chooses (oneDNN unless `PGX_CPU_GEMM` asks for another or for measuring, `addmm` for a one-row
+chooses (the weights, packing and kernels are `gemm_kernels.py`; oneDNN unless `PGX_CPU_GEMM` asks for another or for measuring, `addmm` for a one-row
 product; oneDNN alone for a product with an epilogue; `mkldnn=False` / `mkl_linear=False` remove
 a candidate); otherwise
 `torch.matmul`. Measured (CPU time per call, one thread, an AMD EPYC with AVX-512, torch 2.13)
@@ -45,6 +45,15 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering import gemm_select
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext, Step
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
+from pygraphx.targets.torch_lowering.gemm_kernels import (
+    DNNL_EPILOGUES,
+    GEMM_DTYPES,
+    batch_broadcast_matrix,
+    bf16_gemm,
+    bias_vector,
+    fast_kernel,
+    use_dnnl,
+)
 from pygraphx.targets.torch_lowering.lower_math import (
     compile_into,
     lower_pointwise,
@@ -57,163 +66,7 @@ from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
 from pygraphx.targets.torch_lowering.pointwise import peel_add
 from pygraphx.targets.torch_lowering.registry import defer, deferred_producer, lowering, storing
 
-#: `ctx.cache` key: id of a float32 constant-weight dot -> the kernel chosen for it
-GEMM_KERNELS = "gemm_kernels"
-
 # --- matrix products ------------------------------------------------------------------------
-
-
-def _batch_broadcast_matrix(ctx: LoweringContext, ins: Instruction, k: int) -> torch.Tensor | None:
-    """Input k as one fixed 2-D matrix when it is the same matrix for every batch entry."""
-    x = ins.inputs[k].shape
-    t = ctx.constant(ctx.arg(ins, k))
-    if t is None:
-        return None
-    if x.ndim() == 2:
-        return t
-    strides = x.strides()[:-2]
-    if any(s != 0 for s, n in zip(strides, x.lens()[:-2], strict=True) if n != 1):
-        return None
-    return t[(0,) * (x.ndim() - 2)]
-
-
-def _bias_vector(ctx: LoweringContext, x: Instruction, n: int) -> torch.Tensor | None:
-    """A fixed float32 input that varies along its last axis only, as an (n,) vector."""
-    t = ctx.constant(ctx.index[id(x)])
-    if t is None or t.dtype not in GEMM_DTYPES or t.dim() < 1 or t.shape[-1] != n:
-        return None
-    if any(s != 0 for s, m in zip(t.stride()[:-1], t.shape[:-1], strict=True) if m != 1):
-        return None
-    return t[(0,) * (t.dim() - 1)].contiguous()
-
-
-def _packed_weight(
-    ctx: LoweringContext | None, ins: Instruction, w: torch.Tensor, rows: int
-) -> Any:
-    """MKL's packed form of the fixed (K, N) matrix `w` for `rows` x K inputs, made once (kept
-    in `ctx.packed_weights`; made afresh with no `ctx`, for measuring)."""
-    key = ("mkl_weight", id(ins.inputs[1]), rows)
-    if ctx is None or key not in ctx.packed_weights:
-        wt = w.t().contiguous()
-        n, k = wt.shape
-        packed = torch.ops.mkl._mkl_reorder_linear_weight(wt, rows)
-        # the original weight is read only for other row counts, which static shapes rule out
-        made = (packed, torch.zeros(1, dtype=wt.dtype).expand(n, k))
-        if ctx is None:
-            return made
-        ctx.packed_weights[key] = made
-    return ctx.packed_weights[key]
-
-
-def _dnnl_weight(ctx: LoweringContext | None, ins: Instruction, w: torch.Tensor, rows: int) -> Any:
-    """oneDNN's reordered form of the fixed (K, N) matrix `w` for `rows` x K inputs (kept or
-    not, as `_packed_weight`)."""
-    key = ("dnnl_weight", id(ins.inputs[1]), rows)
-    if ctx is None:
-        return torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), rows)
-    if key not in ctx.packed_weights:
-        ctx.packed_weights[key] = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), rows)
-    return ctx.packed_weights[key]
-
-
-def _use_dnnl(ctx: LoweringContext) -> bool:
-    return (
-        ctx.device.type == "cpu"
-        and ctx.options.get("mkldnn", True)
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    )
-
-
-#: traced activation -> oneDNN's post-op (attr, algorithm) for `_linear_pointwise`
-DNNL_EPILOGUES = {"gelu": ("gelu", "none"), "gelu_tanh": ("gelu", "tanh"), "silu": ("swish", "")}
-
-
-#: the product types `dot_producer` runs (bf16 only where `bf16_gemm` holds)
-GEMM_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
-
-
-def cpu_has_bf16() -> bool:
-    """oneDNN (through torch) computes bf16 natively on this processor (avx512_bf16, AMX, or
-    the AVX-512 core set oneDNN's bf16 kernels need)."""
-    return torch.backends.mkldnn.is_available() and bool(
-        torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    )
-
-
-def bf16_gemm(ctx: LoweringContext) -> bool:
-    """bf16 GEMMs and convolutions run natively: oneDNN on a CPU with bf16 instructions."""
-    return _use_dnnl(ctx) and cpu_has_bf16()
-
-
-def _use_mkl(ctx: LoweringContext) -> bool:
-    return (
-        ctx.device.type == "cpu"
-        and ctx.options.get("mkl_linear", True)
-        and torch.backends.mkl.is_available()
-    )
-
-
-Kernel = Callable[[torch.Tensor], torch.Tensor]
-
-
-def _kernel(
-    ctx: LoweringContext | None,
-    ins: Instruction,
-    name: str,
-    w: torch.Tensor,
-    rows: int,
-    bias: torch.Tensor | None,
-    epilogue: str | None,
-) -> Kernel:
-    """The product of a (rows, K) input with the fixed (K, N) `w` (+ `bias`, then `epilogue`,
-    which only `dnnl` takes) through kernel `name` of `gemm_select.KERNELS`; the packed weight
-    is kept in `ctx` (none: a throw-away candidate for measuring)."""
-    if name == "dnnl":
-        weight = _dnnl_weight(ctx, ins, w, rows)
-        attr, algorithm = DNNL_EPILOGUES[epilogue] if epilogue else ("none", "")
-        linear_pointwise = torch.ops.mkldnn._linear_pointwise
-        return lambda x: linear_pointwise(x, weight, bias, attr, [], algorithm)
-    assert epilogue is None
-    if name == "mkl":
-        packed, original = _packed_weight(ctx, ins, w, rows)
-        linear = torch.ops.mkl._mkl_linear
-        return lambda x: linear(x, packed, original, bias, rows)
-    if bias is not None:
-        addmm = torch.addmm
-        return lambda x: addmm(bias, x, w)
-    mm = torch.mm
-    return lambda x: mm(x, w)
-
-
-def _fast_kernel(
-    ctx: LoweringContext,
-    ins: Instruction,
-    w: torch.Tensor,
-    rows: int,
-    bias: torch.Tensor | None,
-    epilogue: str | None,
-) -> Kernel | None:
-    """The float32 / bf16 kernel `gemm_select` chooses for this product, or None when none
-    takes the epilogue."""
-    k, n = w.shape
-    names = [name for name, ok in (("dnnl", _use_dnnl(ctx)), ("mkl", _use_mkl(ctx))) if ok]
-    names.append("addmm")
-    if w.dtype == torch.bfloat16:  # only where `bf16_gemm` holds: oneDNN's bf16 kernels
-        names = ["dnnl"]
-    if epilogue is not None:
-        names = names[:1] if names[0] == "dnnl" else []
-    else:
-        names = gemm_select.preferred(rows, k, n, names)
-    if not names:
-        return None
-    keep_freed_memory()  # each run's new products reuse the last run's freed blocks
-    name = gemm_select.choose(
-        rows, k, n, names, lambda c: _kernel(None, ins, c, w, rows, bias, epilogue)
-    )
-    chosen = ctx.cache.setdefault(GEMM_KERNELS, {})
-    chosen[id(ins)] = name
-    return _kernel(ctx, ins, name, w, rows, bias, epilogue)
 
 
 def dot_producer(
@@ -235,7 +88,7 @@ def dot_producer(
     env = ctx.env
     a, b = ctx.args(ins)
     out_lens = tuple(ins.shape.lens())
-    w = _batch_broadcast_matrix(ctx, ins, 1)
+    w = batch_broadcast_matrix(ctx, ins, 1)
     if w is None:
         if bias is not None or epilogue is not None:
             return None
@@ -244,7 +97,7 @@ def dot_producer(
     k, n = w.shape
     rows = ins.shape.elements() // n if n else 0
     if dtype in (torch.float32, torch.bfloat16) and rows > 0 and k > 0:
-        kernel = _fast_kernel(ctx, ins, w, rows, bias, epilogue)
+        kernel = fast_kernel(ctx, ins, w, rows, bias, epilogue)
         if kernel is None:
             return None
         return lambda: kernel(env[a].reshape(rows, k)).view(out_lens)
@@ -342,12 +195,12 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
     k = user.inputs.index(dot)
     n = dot.shape.lens()[-1] if dot.shape.ndim() else 0
     biases = {
-        j for j, x in enumerate(user.inputs) if x is not dot and _bias_vector(ctx, x, n) is not None
+        j for j, x in enumerate(user.inputs) if x is not dot and bias_vector(ctx, x, n) is not None
     }
     bias = None
     peeled = peel_add(trace, result, k, biases)
     if peeled is not None:
-        candidate = _bias_vector(ctx, user.inputs[peeled[2]], n)
+        candidate = bias_vector(ctx, user.inputs[peeled[2]], n)
         if dot_producer(ctx, dot, candidate) is not None:
             trace, result, bias = peeled[0], peeled[1], candidate
     produce = dot_producer(ctx, dot, bias)
@@ -482,12 +335,12 @@ def _column_parts(ctx: LoweringContext, dot: Instruction, value: Instruction) ->
     types = {dot.shape.type(), value.shape.type()}
     if not (types == {"float_type"} or types == {"bf16_type"} and bf16_gemm(ctx)):
         return None
-    if not _use_dnnl(ctx) or len(lens) < 2:
+    if not use_dnnl(ctx) or len(lens) < 2:
         return None
     n, users = lens[-1], value.outputs
     if len(users) < 2 or dot.shape.elements() // max(n, 1) < PARTS_MIN_ROWS:
         return None
-    if _batch_broadcast_matrix(ctx, dot, 1) is None:
+    if batch_broadcast_matrix(ctx, dot, 1) is None:
         return None
     parts = []
     for u in users:
@@ -521,12 +374,12 @@ def _fuse_parts(ctx: LoweringContext, user: Instruction) -> bool:
         return _fuse_dot(ctx, user)
     k, n = user.inputs.index(dot), dot.shape.lens()[-1]
     biases = {
-        j for j, x in enumerate(user.inputs) if x is not dot and _bias_vector(ctx, x, n) is not None
+        j for j, x in enumerate(user.inputs) if x is not dot and bias_vector(ctx, x, n) is not None
     }
     peeled = peel_add(*traced, k, biases)
     if peeled is None or peeled[1].kind != "in" or peeled[1].index != k:
         return _fuse_dot(ctx, user)
-    bias = _bias_vector(ctx, user.inputs[peeled[2]], n)
+    bias = bias_vector(ctx, user.inputs[peeled[2]], n)
     if bias is None or bias.dtype != torch_dtype(dot.shape.dtype()):
         return _fuse_dot(ctx, user)
     _emit_column_parts(ctx, dot, user, bias, parts)
@@ -543,7 +396,7 @@ def _emit_column_parts(
     """One step computing each column part of `dot` (+ `bias`) as its own oneDNN product into
     its slice's value (a new tensor); the product and its group get no value. Profiling runs
     one step per slice."""
-    w = _batch_broadcast_matrix(ctx, dot, 1)
+    w = batch_broadcast_matrix(ctx, dot, 1)
     k, n = w.shape
     rows = dot.shape.elements() // n
     keep_freed_memory()
@@ -594,7 +447,7 @@ def _blocked_matrix(ctx: LoweringContext, dot: Instruction, user: Instruction) -
     types = (dot.shape.type(), user.shape.type())
     if types != ("bf16_type", "float_type") or not _only_converts(user) or not bf16_gemm(ctx):
         return None
-    w = _batch_broadcast_matrix(ctx, dot, 1)
+    w = batch_broadcast_matrix(ctx, dot, 1)
     n = dot.shape.lens()[-1]
     if w is None or dot.shape.elements() < WIDEN_MIN or n <= WIDEN_BLOCK or w.shape[0] == 0:
         return None

@@ -44,7 +44,7 @@ from typing import Protocol
 
 import torch
 
-from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16
+from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16
 from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_BIAS,
     ARG_DST,

@@ -47,7 +47,7 @@ import torch
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
-from pygraphx.targets.torch_lowering.lower_gemm import cpu_has_bf16
+from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16
 from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_DST,
     ARG_SCRATCHPAD,

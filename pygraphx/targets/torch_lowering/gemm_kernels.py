@@ -1,0 +1,173 @@
+"""The fixed-weight matrix products of the cpu target's `dot` lowerings (`lower_gemm.py`): the
+weight as one 2-D matrix and the bias as one vector when they are constants, the packed weights
+(oneDNN's and MKL's, made once per row count and kept in the lowering context), and the kernel
+`gemm_select` chooses for a product, with the activation oneDNN fuses (`DNNL_EPILOGUES`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.torch_lowering import gemm_select
+from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
+
+#: `ctx.cache` key: id of a float32 constant-weight dot -> the kernel chosen for it
+GEMM_KERNELS = "gemm_kernels"
+
+
+def batch_broadcast_matrix(ctx: LoweringContext, ins: Instruction, k: int) -> torch.Tensor | None:
+    """Input k as one fixed 2-D matrix when it is the same matrix for every batch entry."""
+    x = ins.inputs[k].shape
+    t = ctx.constant(ctx.arg(ins, k))
+    if t is None:
+        return None
+    if x.ndim() == 2:
+        return t
+    strides = x.strides()[:-2]
+    if any(s != 0 for s, n in zip(strides, x.lens()[:-2], strict=True) if n != 1):
+        return None
+    return t[(0,) * (x.ndim() - 2)]
+
+
+def bias_vector(ctx: LoweringContext, x: Instruction, n: int) -> torch.Tensor | None:
+    """A fixed float32 input that varies along its last axis only, as an (n,) vector."""
+    t = ctx.constant(ctx.index[id(x)])
+    if t is None or t.dtype not in GEMM_DTYPES or t.dim() < 1 or t.shape[-1] != n:
+        return None
+    if any(s != 0 for s, m in zip(t.stride()[:-1], t.shape[:-1], strict=True) if m != 1):
+        return None
+    return t[(0,) * (t.dim() - 1)].contiguous()
+
+
+def _packed_weight(
+    ctx: LoweringContext | None, ins: Instruction, w: torch.Tensor, rows: int
+) -> Any:
+    """MKL's packed form of the fixed (K, N) matrix `w` for `rows` x K inputs, made once (kept
+    in `ctx.packed_weights`; made afresh with no `ctx`, for measuring)."""
+    key = ("mkl_weight", id(ins.inputs[1]), rows)
+    if ctx is None or key not in ctx.packed_weights:
+        wt = w.t().contiguous()
+        n, k = wt.shape
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(wt, rows)
+        # the original weight is read only for other row counts, which static shapes rule out
+        made = (packed, torch.zeros(1, dtype=wt.dtype).expand(n, k))
+        if ctx is None:
+            return made
+        ctx.packed_weights[key] = made
+    return ctx.packed_weights[key]
+
+
+def _dnnl_weight(ctx: LoweringContext | None, ins: Instruction, w: torch.Tensor, rows: int) -> Any:
+    """oneDNN's reordered form of the fixed (K, N) matrix `w` for `rows` x K inputs (kept or
+    not, as `_packed_weight`)."""
+    key = ("dnnl_weight", id(ins.inputs[1]), rows)
+    if ctx is None:
+        return torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), rows)
+    if key not in ctx.packed_weights:
+        ctx.packed_weights[key] = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), rows)
+    return ctx.packed_weights[key]
+
+
+def use_dnnl(ctx: LoweringContext) -> bool:
+    return (
+        ctx.device.type == "cpu"
+        and ctx.options.get("mkldnn", True)
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
+
+
+#: traced activation -> oneDNN's post-op (attr, algorithm) for `_linear_pointwise`
+DNNL_EPILOGUES = {"gelu": ("gelu", "none"), "gelu_tanh": ("gelu", "tanh"), "silu": ("swish", "")}
+
+
+#: the product types `dot_producer` runs (bf16 only where `bf16_gemm` holds)
+GEMM_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+
+def cpu_has_bf16() -> bool:
+    """oneDNN (through torch) computes bf16 natively on this processor (avx512_bf16, AMX, or
+    the AVX-512 core set oneDNN's bf16 kernels need)."""
+    return torch.backends.mkldnn.is_available() and bool(
+        torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
+
+
+def bf16_gemm(ctx: LoweringContext) -> bool:
+    """bf16 GEMMs and convolutions run natively: oneDNN on a CPU with bf16 instructions."""
+    return use_dnnl(ctx) and cpu_has_bf16()
+
+
+def _use_mkl(ctx: LoweringContext) -> bool:
+    return (
+        ctx.device.type == "cpu"
+        and ctx.options.get("mkl_linear", True)
+        and torch.backends.mkl.is_available()
+    )
+
+
+Kernel = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _kernel(
+    ctx: LoweringContext | None,
+    ins: Instruction,
+    name: str,
+    w: torch.Tensor,
+    rows: int,
+    bias: torch.Tensor | None,
+    epilogue: str | None,
+) -> Kernel:
+    """The product of a (rows, K) input with the fixed (K, N) `w` (+ `bias`, then `epilogue`,
+    which only `dnnl` takes) through kernel `name` of `gemm_select.KERNELS`; the packed weight
+    is kept in `ctx` (none: a throw-away candidate for measuring)."""
+    if name == "dnnl":
+        weight = _dnnl_weight(ctx, ins, w, rows)
+        attr, algorithm = DNNL_EPILOGUES[epilogue] if epilogue else ("none", "")
+        linear_pointwise = torch.ops.mkldnn._linear_pointwise
+        return lambda x: linear_pointwise(x, weight, bias, attr, [], algorithm)
+    assert epilogue is None
+    if name == "mkl":
+        packed, original = _packed_weight(ctx, ins, w, rows)
+        linear = torch.ops.mkl._mkl_linear
+        return lambda x: linear(x, packed, original, bias, rows)
+    if bias is not None:
+        addmm = torch.addmm
+        return lambda x: addmm(bias, x, w)
+    mm = torch.mm
+    return lambda x: mm(x, w)
+
+
+def fast_kernel(
+    ctx: LoweringContext,
+    ins: Instruction,
+    w: torch.Tensor,
+    rows: int,
+    bias: torch.Tensor | None,
+    epilogue: str | None,
+) -> Kernel | None:
+    """The float32 / bf16 kernel `gemm_select` chooses for this product, or None when none
+    takes the epilogue."""
+    k, n = w.shape
+    names = [name for name, ok in (("dnnl", use_dnnl(ctx)), ("mkl", _use_mkl(ctx))) if ok]
+    names.append("addmm")
+    if w.dtype == torch.bfloat16:  # only where `bf16_gemm` holds: oneDNN's bf16 kernels
+        names = ["dnnl"]
+    if epilogue is not None:
+        names = names[:1] if names[0] == "dnnl" else []
+    else:
+        names = gemm_select.preferred(rows, k, n, names)
+    if not names:
+        return None
+    keep_freed_memory()  # each run's new products reuse the last run's freed blocks
+    name = gemm_select.choose(
+        rows, k, n, names, lambda c: _kernel(None, ins, c, w, rows, bias, epilogue)
+    )
+    chosen = ctx.cache.setdefault(GEMM_KERNELS, {})
+    chosen[id(ins)] = name
+    return _kernel(ctx, ins, name, w, rows, bias, epilogue)
