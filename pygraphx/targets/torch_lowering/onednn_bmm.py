@@ -3,10 +3,15 @@
 `BatchedMatmul(weight)` computes `src[b] @ weight[b]` for float32 (B, M, C) sources and the
 constant (B, C, K) weight (the Winograd kernel's (m + 2)^2 products, `winograd.py`). The
 primitive is made once per source row count and thread count (oneDNN splits a primitive's work
-for the threads it was made for) and reads the weight where it is, row-major (oneDNN's packed
-layout, `any`, ran no faster on these shapes and would be a second copy). On the 2-core EPYC
-(Zen 4, 1 thread) oneDNN's brgemm kernel ran ResNet-50's Winograd products at 93-114 GFLOP/s
-where `torch.bmm` (MKL) ran 69-92.
+for the threads it was made for), its weight in the layout oneDNN chooses (`any`), reordered
+once: a row-major weight is copied block by block on every call (oneDNN's brgemm packs the
+right operand it reads), which cost most where the weight is read for few rows. On the 2-core
+EPYC (Zen 4, 1 thread, the caches flushed before each call) the packed weight ran ResNet-50's
+512-channel products at 32 rows (7x7 maps, batch 8) in 6.3 ms instead of 8.8 (2 threads: 3.2
+instead of 5.6), at 4 rows (batch 1) 1.7 instead of 4.0, the 256-channel ones at 16 rows
+(14x14, batch 1) 0.97 instead of 1.18; layers of many rows about alike
+(`benchmarks/results/wino2.md`). Earlier, row-major: oneDNN's brgemm ran ResNet-50's Winograd
+products at 93-114 GFLOP/s where `torch.bmm` (MKL) ran 69-92.
 
 Without oneDNN's C API library (`onednn_capi.library`), `torch.bmm` computes the products,
 and the first use says so once on the `pygraphx.cpu` logger.
@@ -15,6 +20,7 @@ and the first use says so once on the `pygraphx.cpu` logger.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from ctypes import POINTER, byref, c_int, c_void_p
 
 import torch
@@ -24,6 +30,8 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_SRC,
     ARG_WEIGHTS,
     F32,
+    QUERY_WEIGHTS_MD,
+    TAG_ANY,
     ExecArg,
     Runtime,
     check,
@@ -39,6 +47,8 @@ TAG_ABC = 4
 _ANNOUNCED: set[str] = set()
 #: the matmul constructor's argument types (not among `onednn_capi`'s declared functions)
 _MATMUL_ARGS = [POINTER(c_void_p), *[c_void_p] * 6]
+#: a packed weight in a given layout
+Pack = Callable[[c_void_p], Tensor]
 
 
 def _declare(rt: Runtime) -> None:
@@ -47,25 +57,32 @@ def _declare(rt: Runtime) -> None:
 
 
 class _Primitive:
-    """One matmul primitive for (B, M, C) x (B, C, K) and its memories."""
+    """One matmul primitive for (B, M, C) x (B, C, K) and its memories; its weight in the
+    layout oneDNN chose for it (`pack`: the weight in that layout from a given one)."""
 
-    def __init__(self, rt: Runtime, weight: Tensor, rows: int) -> None:
+    def __init__(self, rt: Runtime, dims: tuple[int, int, int, int], pack: Pack) -> None:
         self.rt, lib = rt, rt.lib
         _declare(rt)
-        b, c, k = weight.shape
+        b, rows, c, k = dims
         self.out_shape = (b, rows, k)
-        self.weight = weight  # (contiguous: read in place by the primitive)
-        self.mds = [rt.desc(dims, F32, TAG_ABC) for dims in ([b, rows, c], [b, c, k], [b, rows, k])]
-        src_md, w_md, dst_md = self.mds
+        self.mds = [
+            rt.desc([b, rows, c], F32, TAG_ABC),
+            rt.desc([b, c, k], F32, TAG_ANY),
+            rt.desc([b, rows, k], F32, TAG_ABC),
+        ]
+        src_md, any_md, dst_md = self.mds
         self.pd, self.prim, self.mems = c_void_p(), None, []
         status = lib.dnnl_matmul_primitive_desc_create(
-            byref(self.pd), rt.engine, src_md, w_md, None, dst_md, None
+            byref(self.pd), rt.engine, src_md, any_md, None, dst_md, None
         )
         check(status, f"matmul primitive_desc_create ({b}, {rows}, {c}) x ({b}, {c}, {k})")
+        #: the weight's layout (owned by the descriptor) and the weight laid out so
+        self.w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
+        self.weight = pack(self.w_md)
         self.prim = rt.primitive(self.pd)
         self.mems = [
             rt.memory(src_md, None),
-            rt.memory(w_md, weight.data_ptr()),
+            rt.memory(self.w_md, self.weight.data_ptr()),
             rt.memory(dst_md, None),
         ]
         pairs = zip((ARG_SRC, ARG_WEIGHTS, ARG_DST), self.mems, strict=True)
@@ -85,10 +102,14 @@ class _Primitive:
 
 class BatchedMatmul:
     """`src[b] @ weight[b]` for the constant float32 (B, C, K) `weight`; a call takes a
-    contiguous float32 (B, M, C) source and returns a new (B, M, K) tensor."""
+    contiguous float32 (B, M, C) source and returns a new (B, M, K) tensor.
+
+    With oneDNN, the weight is kept only in the layouts its primitives chose (one copy for
+    all of them where they chose the same): its row-major form is dropped once packed."""
 
     def __init__(self, weight: Tensor) -> None:
-        self.weight = weight.contiguous()
+        self.weight: Tensor | None = weight.contiguous()
+        self.shape = tuple(weight.shape)
         self.rt = runtime()
         self._made: dict[tuple[int, int], _Primitive] = {}
         if self.rt is None and "bmm" not in _ANNOUNCED:
@@ -101,12 +122,33 @@ class BatchedMatmul:
 
     def __call__(self, src: Tensor) -> Tensor:
         if self.rt is None:
+            assert self.weight is not None
             return torch.bmm(src, self.weight)
         key = (src.shape[1], torch.get_num_threads())
         prim = self._made.get(key)
         if prim is None:
-            prim = self._made[key] = _Primitive(self.rt, self.weight, src.shape[1])
+            b, c, k = self.shape
+            prim = self._made[key] = _Primitive(self.rt, (b, src.shape[1], c, k), self._pack)
         return prim(src.contiguous())
+
+    def _pack(self, w_md: c_void_p) -> Tensor:
+        """The weight laid out as `w_md`: one a primitive already holds, or a reorder of
+        the row-major weight (the first time) or of a packed one."""
+        rt = self.rt
+        assert rt is not None
+        for made in self._made.values():
+            if rt.lib.dnnl_memory_desc_equal(made.w_md, w_md):
+                return made.weight
+        if self.weight is not None:
+            plain = rt.desc(list(self.shape), F32, TAG_ABC)
+            try:
+                packed = rt.reorder(self.weight, plain, w_md)
+            finally:
+                rt.lib.dnnl_memory_desc_destroy(plain)
+            self.weight = None
+            return packed
+        made = next(iter(self._made.values()))
+        return rt.reorder(made.weight, made.w_md, w_md)
 
 
 __all__ = ["BatchedMatmul"]
