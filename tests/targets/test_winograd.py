@@ -21,6 +21,7 @@ from onnx import helper  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
+from pygraphx.targets.cpu.threads import LOAD_ADAPT_ENV  # noqa: E402
 from pygraphx.targets.torch_lowering import (  # noqa: E402
     conv_choice,
     onednn_bmm,
@@ -303,22 +304,26 @@ def _wide_model(c: int, hw: int, batch: int) -> tuple[object, dict[str, np.ndarr
 
 @pytest.mark.usefixtures("_fresh")
 @pytest.mark.parametrize(
-    ("c", "hw", "batch", "want"),
+    ("c", "hw", "batch", "threads", "want"),
     [
-        (128, 28, 1, True),  # 49 tiles of 128 channels
-        (256, 7, 8, True),  # 7x7 maps, but 8 images: 32 tiles, the rule's fewest
-        (256, 14, 1, False),  # 16 tiles: slower than oneDNN's direct kernel at 2 threads
-        (256, 7, 1, False),  # 4 tiles: (4, C) products
-        (64, 32, 1, False),  # 64 channels: ties or loses
+        (128, 28, 1, 2, True),  # 49 tiles of 128 channels
+        (256, 7, 8, 2, True),  # 7x7 maps, but 8 images: 32 tiles, the rule's fewest
+        (256, 14, 1, 2, False),  # 16 tiles: slower than oneDNN's direct kernel at 2 threads
+        (256, 14, 1, 1, True),  # ... but faster at one thread
+        (256, 7, 1, 1, False),  # 4 tiles: (4, C) products
+        (64, 32, 1, 2, False),  # 64 channels: ties or loses
     ],
 )
 def test_default_mode_rule(
-    c: int, hw: int, batch: int, want: bool, monkeypatch: pytest.MonkeyPatch, caplog
+    c: int, hw: int, batch: int, threads: int, want: bool, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:
     """`PGX_CONV_WINOGRAD=rule` (the default): the default mode runs the layers
-    `winograd.by_rule` names on F(4,3) without timing them, and matches ORT; `off` keeps them
-    on oneDNN."""
+    `winograd.by_rule` names at the program's thread count on F(4,3) without timing them, and
+    matches ORT; `off` keeps them on oneDNN."""
     model, feeds = _wide_model(c, hw, batch)
+    # the program's thread count, even where the machine is busy (the load adaptation would
+    # compile it on fewer threads)
+    monkeypatch.setenv(LOAD_ADAPT_ENV, "0")
     timed: list[list[str]] = []
     real = conv_choice.time_kernels
     monkeypatch.setattr(
@@ -327,7 +332,7 @@ def test_default_mode_rule(
     for rule in ("rule", "off"):
         monkeypatch.setenv(conv_choice.WINOGRAD_ENV, rule)
         conv_choice.clear_cache()
-        prog = _compiled(model, caplog)
+        prog = _compiled(model, caplog, threads=threads)
         chosen = prog._executable.lowered.ctx.cache["conv_choice"].chosen
         assert (chosen["winograd"] == 1) == (want and rule == "rule"), (rule, chosen)
         assert not any("winograd" in names for names in timed)
@@ -335,6 +340,17 @@ def test_default_mode_rule(
         np.testing.assert_allclose(
             got, run_ort(model, feeds)[0], rtol=1e-4, atol=3e-5 * np.abs(got).max()
         )
+
+
+def test_rule_tiles_by_threads() -> None:
+    """`by_rule` at an explicit thread count: 16 tiles pass at one thread only; counts above
+    two keep the two-thread bound (not measured)."""
+    weight = torch.randn(256, 256, 3, 3)
+    plan = ConvPlan(weight, weight, [1, 256, 14, 14], [1, 1], [1, 1], [1, 1], 1, None)
+    assert [winograd.by_rule(plan, n) for n in (1, 2, 16)] == [True, False, False]
+    assert winograd.rule_tiles(1) < winograd.rule_tiles(2) == winograd.rule_tiles(16)
+    big = ConvPlan(weight, weight, [2, 256, 14, 14], [1, 1], [1, 1], [1, 1], 1, None)
+    assert all(winograd.by_rule(big, n) for n in (1, 2, 16))
 
 
 def test_rule_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -122,23 +122,39 @@ def supports(plan: ConvPlan) -> bool:
 
 
 #: the layers the default mode (`conv_choice`, mode `impl`) runs on F(4x4, 3x3) without
-#: timing it: both channel counts at least `RULE_CHANNELS` and at least `RULE_TILES` 4x4
-#: output tiles. On the 2-core EPYC (`benchmarks/results/wino.md`, 1 thread;
+#: timing it: both channel counts at least `RULE_CHANNELS` and at least `rule_tiles(threads)`
+#: 4x4 output tiles. On the 2-core EPYC (`benchmarks/results/wino.md`, 1 thread;
 #: `wino_layers_t2_b1_quiet.txt`, 2 threads, quiet) such layers of UNet ran 0.50-0.69x
 #: oneDNN's direct kernel at 2 threads (0.43-0.74x at 1), ResNet-50's 128-channel 28x28 layers
-#: (49 tiles) 0.85x (0.57x), its batch-8 layers 0.60-0.76x at 1 thread; layers of fewer
-#: tiles lost at 2 threads (ResNet-50's 256-channel 14x14 maps at batch 1, 16 tiles: 1.54x
-#: slower; 7x7 maps at batch 1, 4 tiles: 3.5x), as did layers of 64 channels or fewer
-#: (YOLOv8's 64-channel 20x20 maps 1.7x slower at 1 thread)
+#: (49 tiles) 0.85x (0.57x), its batch-8 layers 0.60-0.76x at 1 thread; layers of 64 channels
+#: or fewer lost at 2 threads (YOLOv8's 64-channel 20x20 maps 1.7x slower at 1 thread)
 RULE_CHANNELS = 128
+#: the fewest tiles at two threads or more: ResNet-50's 256-channel 14x14 maps at batch 1
+#: (16 tiles) ran 1.54x slower than oneDNN at 2 threads; 7x7 maps at batch 1 (4 tiles) 3.5x.
+#: A layer of few tiles reads its transformed weight, (m + 2)^2 / 9 = 4x the direct kernel's,
+#: for few rows: at ~18 GB/s (this machine's memory, one core or two alike) the 9.4 MB of a
+#: 256-channel layer take 0.52 ms, half of oneDNN's whole 2-thread call (0.95 ms), and a
+#: second thread shortens the direct kernel's arithmetic, not that read
 RULE_TILES = 32
+#: ... and at one thread, where the direct kernel takes twice as long: the 14x14 maps at
+#: batch 1 ran 0.78x (caches flushed of 4 MiB before each call) / 0.91x (64 MiB) of oneDNN
+#: with the packed products (`benchmarks/results/wino2.md`); 7x7 at batch 1 still 1.2-1.4x
+RULE_TILES_ONE_THREAD = 16
 
 
-def by_rule(plan: ConvPlan) -> bool:
-    """Whether the default mode runs `plan` on `winograd` (F(4,3)) untimed (`RULE_CHANNELS`,
-    `RULE_TILES`); `plan` must be `supports`-ed."""
+def rule_tiles(threads: int) -> int:
+    """The fewest 4x4 output tiles of a layer `by_rule` runs on F(4,3) at `threads` threads
+    (counts above 2 were not measured: they keep the 2-thread bound)."""
+    return RULE_TILES_ONE_THREAD if threads <= 1 else RULE_TILES
+
+
+def by_rule(plan: ConvPlan, threads: int | None = None) -> bool:
+    """Whether the default mode runs `plan` on `winograd` (F(4,3)) untimed at `threads`
+    threads (default: torch's count now, the one the layer is compiled for; `RULE_CHANNELS`,
+    `rule_tiles`); `plan` must be `supports`-ed."""
     geo = geometry(plan, KERNEL_TILES["winograd"])
-    return min(geo.c, geo.k) >= RULE_CHANNELS and geo.n * geo.th * geo.tw >= RULE_TILES
+    threads = torch.get_num_threads() if threads is None else threads
+    return min(geo.c, geo.k) >= RULE_CHANNELS and geo.n * geo.th * geo.tw >= rule_tiles(threads)
 
 
 def weight_transform(weight: Tensor, m: int) -> Tensor:
@@ -417,9 +433,11 @@ __all__ = [
     "activate_",
     "activation_op",
     "build",
+    "by_rule",
     "chunks",
     "epilogue_ops",
     "geometry",
+    "rule_tiles",
     "supports",
     "weight_transform",
 ]

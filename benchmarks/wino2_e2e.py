@@ -1,0 +1,66 @@
+"""End to end A/B of Winograd rules and kernels in one process (helper wino2): the modes of
+`benchmarks/wino_resnet_ab.py` plus
+
+* `rule:T`: the default mode's rule with at least T 4x4 tiles (`winograd.rule_tiles` patched
+  while compiling), whatever the thread count;
+* `rule@REF`: the default rule, but the Winograd layers built by git revision REF's kernel
+  (`benchmarks/wino2_ab.load_revision`), e.g. `rule@main` against `rule`.
+
+    PGX_CONV_CHOICE_CACHE=off python benchmarks/wino2_e2e.py --models resnet50:1 \\
+        --threads 1 --modes off rule:32 rule:16 ort
+
+Same alternation and report as `wino_resnet_ab.py` (`off` there is `impl` with the rule off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from unittest import mock
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pygraphx  # noqa: E402,F401,I001  (first: pygraphx sets OpenMP's spin count before torch)
+
+from benchmarks import wino_resnet_ab  # noqa: E402
+from benchmarks.wino2_ab import load_revision  # noqa: E402
+from pygraphx.targets.torch_lowering import winograd  # noqa: E402
+
+_plain_compile = wino_resnet_ab.compile_mode
+
+
+def compile_mode(model: object, mode: str, threads: int, budget: str) -> tuple[Callable, str]:
+    """`wino_resnet_ab.compile_mode` knowing `off`, `rule:T` and `rule@REF` too."""
+    if mode == "off":
+        return _plain_compile(model, "impl", threads, budget)
+    if mode.startswith("rule:"):
+        tiles = int(mode.partition(":")[2])
+        with mock.patch.object(winograd, "rule_tiles", lambda _threads: tiles):
+            return _plain_compile(model, "rule", threads, budget)
+    if mode.startswith("rule@"):
+        old = load_revision(mode.partition("@")[2])
+        with mock.patch.object(winograd, "build", old.build):
+            run, note = _plain_compile(model, "rule", threads, budget)
+        return run, note
+    return _plain_compile(model, mode, threads, budget)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", nargs="+", default=["resnet50:1"], help="name[:batch] or zoo")
+    p.add_argument("--modes", nargs="+", default=["off", "rule", "ort"])
+    p.add_argument("--threads", type=int, nargs="+", default=[1])
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--repeat", type=int, default=5)
+    args = p.parse_args(argv)
+    wino_resnet_ab.compile_mode = compile_mode
+    for spec, threads in itertools.product(args.models, args.threads):
+        wino_resnet_ab.ab(spec, args.modes, threads, args.rounds, args.repeat, "1")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
