@@ -1,8 +1,9 @@
 """End to end A/B of Winograd rules and kernels in one process (helper wino2): the modes of
 `benchmarks/wino_resnet_ab.py` plus
 
-* `rule:T`: the default mode's rule with at least T 4x4 tiles (`winograd.rule_tiles` patched
-  while compiling), whatever the thread count;
+* `rule:T` (or `rule:T:C`): the default mode's rule with at least T 4x4 tiles
+  (`winograd.rule_tiles` patched while compiling), whatever the thread count (and at least C
+  channels each side, `winograd.RULE_CHANNELS`);
 * `rule@REF`: the default rule, but the Winograd layers built by git revision REF's kernel
   (`benchmarks/wino2_ab.load_revision`), e.g. `rule@main` against `rule`.
 
@@ -37,14 +38,21 @@ def compile_mode(model: object, mode: str, threads: int, budget: str) -> tuple[C
     if mode == "off":
         return _plain_compile(model, "impl", threads, budget)
     if mode.startswith("rule:"):
-        tiles = int(mode.partition(":")[2])
-        with mock.patch.object(winograd, "rule_tiles", lambda _threads: tiles):
+        tiles, _, channels = mode.partition(":")[2].partition(":")
+        wide = int(channels or winograd.RULE_CHANNELS)
+        with (
+            mock.patch.object(winograd, "rule_tiles", lambda _threads: int(tiles)),
+            mock.patch.object(winograd, "RULE_CHANNELS", wide),
+        ):
             return _plain_compile(model, "rule", threads, budget)
     if mode.startswith("rule@"):
         old = load_revision(mode.partition("@")[2])
-        with mock.patch.object(winograd, "build", old.build):
-            run, note = _plain_compile(model, "rule", threads, budget)
-        return run, note
+
+        def build(plan: object, get_x: object, get_other: object, m: int = 4, out: object = None):
+            return old.build(plan, get_x, get_other, m)  # (a new result, copied into a slot)
+
+        with mock.patch.object(winograd, "build", build):
+            return _plain_compile(model, "rule", threads, budget)
     return _plain_compile(model, mode, threads, budget)
 
 

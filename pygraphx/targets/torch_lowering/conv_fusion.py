@@ -69,6 +69,7 @@ from pygraphx.targets.torch_lowering.conv_dw_fusion import (
     native,
 )
 from pygraphx.targets.torch_lowering.conv_kernels import (
+    WRITES_OUT,
     ConvPlan,
     build_kernel,
     fuses_epilogue,
@@ -141,8 +142,9 @@ def conv_producer(
     """The closure running `plan` on env[x] (and the add operand, of lens `other_lens`) and
     returning the (new) output tensor, on the kernel `conv_choice` picks for it
     (`measure=False`: the default kernel, nothing timed: the unfused twin of a fused step).
-    `out`: the result's arena slot, which the `dnnl` kernel writes itself when it is
-    channels-last (the closure then returns `out`; other kernels return a new tensor)."""
+    `out`: the result's arena slot, which the `dnnl` and Winograd kernels (`WRITES_OUT`) write
+    themselves when it is channels-last (the closure then returns `out`; other kernels return a
+    new tensor)."""
     env = ctx.env
     if measure:
         state = choice_state(ctx.options, ctx.cache)
@@ -154,7 +156,7 @@ def conv_producer(
     if not measure:  # the twin runs only when profiling: its kernel is made at its first call
         return lazy_kernel(plan, plan.kernel, lambda: env[x], get_other)
     if out is not None and (
-        plan.kernel != "dnnl" or plan.in_place or not out.is_contiguous(memory_format=CL)
+        plan.kernel not in WRITES_OUT or plan.in_place or not out.is_contiguous(memory_format=CL)
     ):
         out = None
     if out is not None:  # (tests, benchmarks: how many results need no copy)

@@ -52,6 +52,9 @@ Getter = Callable[[], Tensor]
 
 #: the kernels (`conv_choice.default_kernel` says which is the default)
 KERNELS = ("onednn", "matmul", "dnnl", "torch_cl", *winograd.KERNEL_TILES)
+#: the kernels that write a given channels-last output buffer (`build_kernel`'s `out`, such as
+#: the result's arena slot) instead of returning a new tensor to be copied there
+WRITES_OUT = ("dnnl", *winograd.KERNEL_TILES)
 
 
 @dataclass
@@ -138,7 +141,8 @@ def build_kernel(
     out: Tensor | None = None,
 ) -> Callable[[], Tensor]:
     """A closure running `plan` on `get_x()` (and the add operand `get_other()`) with `kernel`;
-    it returns a new channels-last tensor (`dnnl` with `out`: `out`, written every call)."""
+    it returns a new channels-last tensor (a kernel of `WRITES_OUT` given `out`: `out`, written
+    every call)."""
     if kernel == "matmul":
         return _matmul(plan, get_x, get_other)
     if kernel == "torch_cl":
@@ -146,7 +150,7 @@ def build_kernel(
     if kernel == "dnnl":
         return onednn_conv.build(plan, get_x, get_other, out)
     if kernel in winograd.KERNEL_TILES:
-        return winograd.build(plan, get_x, get_other, winograd.KERNEL_TILES[kernel])
+        return winograd.build(plan, get_x, get_other, winograd.KERNEL_TILES[kernel], out)
     if kernel != "onednn":
         raise ValueError(f"unknown convolution kernel {kernel!r}; one of {', '.join(KERNELS)}")
     return _onednn(plan, get_x, get_other)
@@ -264,6 +268,7 @@ def _torch_cl(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callab
 
 __all__ = [
     "KERNELS",
+    "WRITES_OUT",
     "ConvPlan",
     "build_kernel",
     "fuses_epilogue",

@@ -39,7 +39,8 @@ on each layer's real shape and keeps it only where it is faster.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -325,14 +326,21 @@ class Winograd:
     def __call__(self, x: Tensor, y: Tensor, other: Tensor | None, ops: list[EpilogueOp]) -> None:
         """The convolution of `x` (NCHW lens, any strides) into `y` ((N, Ho, Wo, K)
         contiguous) with the epilogue `ops` (the add operand `other`, (N, Ho, Wo, K) lens)."""
-        flat = _padded(x, self.geo)
+        threads = torch.get_num_threads()
+        passes = 1 if SERIAL_PASSES and threads > 1 else threads
+        with _threads(passes):
+            flat = _padded(x, self.geo)
         for chunk in self.chunks:
-            tiles = self._tiles(flat, chunk)
-            self._store(tiles, chunk, y, other, ops)
+            with _threads(passes):
+                v = self._input_transform(flat, chunk)
+            prod = self.products(v)
+            with _threads(passes):
+                tiles = self._output_transform(prod, chunk)
+                self._store(tiles, chunk, y, other, ops)
 
-    def _tiles(self, flat: Tensor, chunk: Chunk) -> Tensor:
-        """The chunk's output tiles before the epilogue, Y[p, q, window, tile, K] (p the row
-        in the tile, q the column)."""
+    def _input_transform(self, flat: Tensor, chunk: Chunk) -> Tensor:
+        """The chunk's transformed input V[(a, b), window * tile, C]: a (tiles, C) matrix per
+        point of the tile."""
         g, m, a = self.geo, self.t.m, self.t.alpha
         windows = chunk.r1 - chunk.r0
         row = g.wp * g.c
@@ -351,14 +359,19 @@ class Winograd:
         # the column pass, a product per row a (a batch: both threads work; one (6, N)
         # product runs on one): V[a, b, window, tile, C], a (tiles, C) matrix per point
         v = torch.matmul(self.bt, cols.view(a, a, -1))
-        prod = self.products(v.view(a * a, windows * g.tw, g.c))
+        return v.view(a * a, windows * g.tw, g.c)
+
+    def _output_transform(self, prod: Tensor, chunk: Chunk) -> Tensor:
+        """The chunk's output tiles before the epilogue, Y[p, q, window, tile, K] (p the row
+        in the tile, q the column), from the products M[(a, b), window * tile, K]."""
+        g, m, a = self.geo, self.t.m, self.t.alpha
         if self.bias is not None:
             prod[BIAS_POINT * a + BIAS_POINT].add_(self.bias)
         # the output's row pass (over a, a product per column b), then its column pass (over
         # b, a product per row p); the operands' batch axes are strided views, not copies
         z = torch.matmul(self.at, prod.view(a, a, -1).transpose(0, 1))  # (b, p, X)
         y = torch.matmul(self.at, z.transpose(0, 1))  # (p, q, X)
-        return y.view(m, m, windows, g.tw, g.k)
+        return y.view(m, m, chunk.r1 - chunk.r0, g.tw, g.k)
 
     def _store(
         self,
@@ -386,6 +399,23 @@ class Winograd:
             op(dst, dst, part)
 
 
+SERIAL_PASSES = False
+
+
+@contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """torch's thread count `n` inside the block, the one before restored after."""
+    before = torch.get_num_threads()
+    if n == before:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _blocks(h: int, w: int, m: int) -> list[tuple[tuple[int, int, int], ...]]:
     """The blocks of an h x w region: its whole m x m tiles, and the cropped tiles below and
     to the right; each as ((first tile row, tile rows, rows per tile), (first tile column,
@@ -401,13 +431,29 @@ def _blocks(h: int, w: int, m: int) -> list[tuple[tuple[int, int, int], ...]]:
 
 
 def build(
-    plan: ConvPlan, get_x: Getter, get_other: Getter | None, m: int = 4
+    plan: ConvPlan,
+    get_x: Getter,
+    get_other: Getter | None,
+    m: int = 4,
+    out: Tensor | None = None,
 ) -> Callable[[], Tensor]:
     """A closure running `plan` with F(m x m, 3 x 3) on `get_x()` (and the add operand
-    `get_other()`), returning a new channels-last tensor with the whole epilogue applied."""
+    `get_other()`), returning a new channels-last tensor with the whole epilogue applied; or,
+    given `out` (a channels-last float32 tensor of the result's lens, such as its arena slot,
+    not the add operand), writing `out` every call and returning it (no new result, and no copy
+    of one into the slot)."""
     conv = Winograd(plan, m)
     g = conv.geo
     ops = epilogue_ops(plan, get_other is not None)
+    if out is not None and (
+        list(out.shape) != [g.n, g.k, g.ho, g.wo]
+        or out.dtype != torch.float32
+        or not out.is_contiguous(memory_format=torch.channels_last)
+    ):
+        raise ValueError(
+            f"winograd: the output buffer {list(out.shape)} {out.dtype} is not a channels-last "
+            f"float32 tensor of the result's lens {[g.n, g.k, g.ho, g.wo]}"
+        )
     # one call now, on zeros: a first call runs 1.5-2x slower than the next ones (its buffers
     # fresh pages, the transformed weight and MKL's state cold; ResNet-50's first stage at
     # batch 1), and the compile's timing keeps only candidates near the fastest first call
@@ -415,10 +461,10 @@ def build(
     conv(torch.zeros(g.n, g.c, g.h, g.w), torch.empty(g.n, g.ho, g.wo, g.k), None, warm)
 
     def run() -> Tensor:
-        y = torch.empty(g.n, g.ho, g.wo, g.k)
+        y = torch.empty(g.n, g.ho, g.wo, g.k) if out is None else out.permute(0, 2, 3, 1)
         other = None if get_other is None else get_other().permute(0, 2, 3, 1)
         conv(get_x(), y, other, ops)
-        return y.permute(0, 3, 1, 2)  # NCHW lens, channels-last strides
+        return y.permute(0, 3, 1, 2) if out is None else out  # NCHW lens, channels-last
 
     return run
 
