@@ -311,7 +311,9 @@ def _wide_model(c: int, hw: int, batch: int) -> tuple[object, dict[str, np.ndarr
         (256, 14, 1, 2, False),  # 16 tiles: slower than oneDNN's direct kernel at 2 threads
         (256, 14, 1, 1, True),  # ... but faster at one thread
         (256, 7, 1, 1, False),  # 4 tiles: (4, C) products
-        (64, 32, 1, 2, False),  # 64 channels: ties or loses
+        (64, 32, 1, 2, True),  # 64 channels, 64 tiles, 38 M multiply-adds
+        (32, 64, 1, 2, False),  # 32 channels: loses
+        (64, 20, 1, 1, False),  # 25 tiles (enough at one thread) but 15 M multiply-adds
     ],
 )
 def test_default_mode_rule(

@@ -123,24 +123,29 @@ def supports(plan: ConvPlan) -> bool:
 
 
 #: the layers the default mode (`conv_choice`, mode `impl`) runs on F(4x4, 3x3) without
-#: timing it: both channel counts at least `RULE_CHANNELS` and at least `rule_tiles(threads)`
-#: 4x4 output tiles. On the 2-core EPYC (`benchmarks/results/wino.md`, 1 thread;
-#: `wino_layers_t2_b1_quiet.txt`, 2 threads, quiet) such layers of UNet ran 0.50-0.69x
-#: oneDNN's direct kernel at 2 threads (0.43-0.74x at 1), ResNet-50's 128-channel 28x28 layers
-#: (49 tiles) 0.85x (0.57x), its batch-8 layers 0.60-0.76x at 1 thread; layers of 64 channels
-#: or fewer lost at 2 threads (YOLOv8's 64-channel 20x20 maps 1.7x slower at 1 thread)
-RULE_CHANNELS = 128
+#: timing it: both channel counts at least `RULE_CHANNELS`, at least `rule_tiles(threads)` 4x4
+#: output tiles and `RULE_MACS` multiply-adds of the direct convolution. Measured on the
+#: 2-core EPYC (`benchmarks/results/wino.md`, `wino2.md`): 128 channels until wino2's packed
+#: products; then, end to end, 64 channels against 128: YOLOv8-style -10% CPU at 1 thread,
+#: -3 to -5% wall at 2; UNet -9% at 1 thread, -4% at 2 (best blocks); ResNet-50 b1 a tie.
+#: Layers of 32 channels lost (1 thread: YOLOv8's 32-channel 80x80 maps 1.6x oneDNN's time)
+RULE_CHANNELS = 64
 #: the fewest tiles at two threads or more: ResNet-50's 256-channel 14x14 maps at batch 1
-#: (16 tiles) ran 1.54x slower than oneDNN at 2 threads; 7x7 maps at batch 1 (4 tiles) 3.5x.
-#: A layer of few tiles reads its transformed weight, (m + 2)^2 / 9 = 4x the direct kernel's,
-#: for few rows: at ~18 GB/s (this machine's memory, one core or two alike) the 9.4 MB of a
-#: 256-channel layer take 0.52 ms, half of oneDNN's whole 2-thread call (0.95 ms), and a
-#: second thread shortens the direct kernel's arithmetic, not that read
+#: (16 tiles) ran 1.54x slower than oneDNN at 2 threads (main's kernel; 0.82x packed, but end
+#: to end a tie); 7x7 maps at batch 1 (4 tiles) 3.5x (2.5x packed). A layer of few tiles reads
+#: its transformed weight, (m + 2)^2 / 9 = 4x the direct kernel's, for few rows: at ~18 GB/s
+#: (this machine's memory, one core or two alike) the 9.4 MB of a 256-channel layer take
+#: 0.52 ms, half of oneDNN's whole 2-thread call (0.95 ms); a second thread shortens the
+#: direct kernel's arithmetic, not that read
 RULE_TILES = 32
 #: ... and at one thread, where the direct kernel takes twice as long: the 14x14 maps at
 #: batch 1 ran 0.78x (caches flushed of 4 MiB before each call) / 0.91x (64 MiB) of oneDNN
-#: with the packed products (`benchmarks/results/wino2.md`); 7x7 at batch 1 still 1.2-1.4x
+#: with the packed products; ResNet-50 b1 end to end 71.2 ms against 73.0 with 32 tiles
 RULE_TILES_ONE_THREAD = 16
+#: the fewest multiply-adds: below, the kernel's fixed cost (some 15 torch calls) outweighs
+#: the saving (YOLOv8's 64- and 80-channel 20x20 maps, 15-23 M: 1.5-2.8x oneDNN's time at 1
+#: and 2 threads; its 128-channel 20x20 and 64-channel 40x40 maps, 59 M, 0.77-0.91x at 2)
+RULE_MACS = 32_000_000
 
 
 def rule_tiles(threads: int) -> int:
@@ -152,10 +157,15 @@ def rule_tiles(threads: int) -> int:
 def by_rule(plan: ConvPlan, threads: int | None = None) -> bool:
     """Whether the default mode runs `plan` on `winograd` (F(4,3)) untimed at `threads`
     threads (default: torch's count now, the one the layer is compiled for; `RULE_CHANNELS`,
-    `rule_tiles`); `plan` must be `supports`-ed."""
-    geo = geometry(plan, KERNEL_TILES["winograd"])
+    `rule_tiles`, `RULE_MACS`); `plan` must be `supports`-ed."""
+    g = geometry(plan, KERNEL_TILES["winograd"])
     threads = torch.get_num_threads() if threads is None else threads
-    return min(geo.c, geo.k) >= RULE_CHANNELS and geo.n * geo.th * geo.tw >= rule_tiles(threads)
+    macs = g.n * g.ho * g.wo * g.c * g.k * 9
+    return (
+        min(g.c, g.k) >= RULE_CHANNELS
+        and g.n * g.th * g.tw >= rule_tiles(threads)
+        and macs >= RULE_MACS
+    )
 
 
 def weight_transform(weight: Tensor, m: int) -> Tensor:
