@@ -39,8 +39,7 @@ on each layer's real shape and keeps it only where it is faster.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -336,17 +335,11 @@ class Winograd:
     def __call__(self, x: Tensor, y: Tensor, other: Tensor | None, ops: list[EpilogueOp]) -> None:
         """The convolution of `x` (NCHW lens, any strides) into `y` ((N, Ho, Wo, K)
         contiguous) with the epilogue `ops` (the add operand `other`, (N, Ho, Wo, K) lens)."""
-        threads = torch.get_num_threads()
-        passes = 1 if SERIAL_PASSES and threads > 1 else threads
-        with _threads(passes):
-            flat = _padded(x, self.geo)
+        flat = _padded(x, self.geo)
         for chunk in self.chunks:
-            with _threads(passes):
-                v = self._input_transform(flat, chunk)
-            prod = self.products(v)
-            with _threads(passes):
-                tiles = self._output_transform(prod, chunk)
-                self._store(tiles, chunk, y, other, ops)
+            prod = self.products(self._input_transform(flat, chunk))
+            tiles = self._output_transform(prod, chunk)
+            self._store(tiles, chunk, y, other, ops)
 
     def _input_transform(self, flat: Tensor, chunk: Chunk) -> Tensor:
         """The chunk's transformed input V[(a, b), window * tile, C]: a (tiles, C) matrix per
@@ -407,23 +400,6 @@ class Winograd:
             ops[0](src[:, t0 : t0 + ti, :p, u0 : u0 + tj, :q], out, add)
         for op in ops[1:]:
             op(dst, dst, part)
-
-
-SERIAL_PASSES = False
-
-
-@contextmanager
-def _threads(n: int) -> Iterator[None]:
-    """torch's thread count `n` inside the block, the one before restored after."""
-    before = torch.get_num_threads()
-    if n == before:
-        yield
-        return
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _blocks(h: int, w: int, m: int) -> list[tuple[tuple[int, int, int], ...]]:
