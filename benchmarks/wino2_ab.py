@@ -14,7 +14,6 @@ stream through the caches every run). Both Winograd results are checked against 
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import types
@@ -27,9 +26,14 @@ sys.path.insert(0, str(ROOT))
 import pygraphx  # noqa: E402,F401,I001  (first: pygraphx sets OpenMP's spin count before torch)
 import torch  # noqa: E402
 
-from benchmarks.wino_layers import resnet50_layers, zoo_layers  # noqa: E402
+from benchmarks.wino_layers import (  # noqa: E402
+    layer_args,
+    layer_plan,
+    resnet50_layers,
+    zoo_layers,
+)
 from pygraphx.targets.torch_lowering import conv_choice, winograd  # noqa: E402
-from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan, build_kernel  # noqa: E402
+from pygraphx.targets.torch_lowering.conv_kernels import build_kernel  # noqa: E402
 from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory  # noqa: E402
 
 LOWERING = "pygraphx/targets/torch_lowering"
@@ -57,12 +61,8 @@ def load_revision(ref: str) -> types.ModuleType:
 
 def time_layer(layer: tuple, batch: int, old: types.ModuleType) -> dict[str, float]:
     """Seconds per call of `dnnl`, the revision's and this tree's F(4,3) on `layer`."""
-    (c, h, w), k, pad = layer
-    gen = torch.Generator().manual_seed(c * k + h)
-    weight = torch.randn(k, c, 3, 3, generator=gen) / (3 * c**0.5)
-    bias = torch.randn(k, generator=gen)
-    plan = ConvPlan(weight, weight, [batch, c, h, w], [pad, pad], [1, 1], [1, 1], 1, None,
-                    bias=bias, unary="relu")  # fmt: skip
+    (c, h, w), _k, _pad = layer
+    plan, gen = layer_plan(layer, batch)
     x = torch.randn(batch, c, h, w, generator=gen).contiguous(memory_format=torch.channels_last)
     inputs = [x]
     fns = {
@@ -97,11 +97,7 @@ def report(model: str, layers: Counter, batch: int, threads: int, flush_mb: int,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["resnet50"],
-                    choices=["resnet50", "unet_small", "yolov8_style"])  # fmt: skip
-    ap.add_argument("--batch", nargs="+", type=int, default=[1])
-    ap.add_argument("--threads", nargs="+", type=int, default=[1])
+    ap = layer_args(__doc__)
     ap.add_argument("--flush-mb", nargs="+", type=int, default=[4])
     ap.add_argument("--ref", default="main", help="the git revision to compare with")
     ap.add_argument("--min-channels", type=int, default=0, help="only layers this wide")

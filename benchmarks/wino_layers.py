@@ -74,14 +74,23 @@ def zoo_layers(name: str) -> Counter:
     return seen
 
 
-def time_layer(layer: Layer, batch: int) -> dict[str, float]:
-    """Seconds per call of the default kernel and each Winograd kernel on `layer`."""
+def layer_plan(layer: Layer, batch: int) -> tuple[ConvPlan, torch.Generator]:
+    """`layer` at `batch` images with random weights and bias and a relu, as in ResNet (and
+    the generator, to draw its input next)."""
     (c, h, w), k, pad = layer
     gen = torch.Generator().manual_seed(c * k + h)
     weight = torch.randn(k, c, 3, 3, generator=gen) / (3 * c**0.5)
     bias = torch.randn(k, generator=gen)
     plan = ConvPlan(weight, weight, [batch, c, h, w], [pad, pad], [1, 1], [1, 1], 1, None,
                     bias=bias, unary="relu")  # fmt: skip
+    return plan, gen
+
+
+def time_layer(layer: Layer, batch: int) -> dict[str, float]:
+    """Seconds per call of the default kernel and each Winograd kernel on `layer`."""
+    (c, h, w), k, pad = layer
+    plan, gen = layer_plan(layer, batch)
+    weight = plan.weight
     plan.packed = torch.ops.mkldnn._reorder_convolution_weight(
         weight, [pad, pad], [1, 1], [1, 1], 1, [batch, c, h, w]
     )
@@ -97,13 +106,18 @@ def time_layer(layer: Layer, batch: int) -> dict[str, float]:
     return times
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def layer_args(doc: str) -> argparse.ArgumentParser:
+    """The command line of the per-layer benchmarks: models, batches, thread counts."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["resnet50"],
                     choices=["resnet50", "unet_small", "yolov8_style"])  # fmt: skip
     ap.add_argument("--batch", nargs="+", type=int, default=[1])
     ap.add_argument("--threads", nargs="+", type=int, default=[1])
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = layer_args(__doc__).parse_args()
     keep_freed_memory()  # as the cpu target does when it lowers a convolution
     for model in args.models:
         layers = resnet50_layers() if model == "resnet50" else zoo_layers(model)
