@@ -60,16 +60,9 @@ def attention(b: int, s: int, h: int, d: int) -> dict[str, Fn]:
     onednn = onednn_attention.attend(scale, {}, sdpa)
     out = onednn(q, kt, v, mask)
     merged = (b, s, h * d)
-
-    def into() -> torch.Tensor:
-        y = torch.empty(merged)
-        onednn.into(q, kt, v, mask, y)
-        return y
-
     return {
         "sdpa, heads merged": lambda: sdpa(q, kt, v, mask).transpose(1, 2).reshape(merged),
         "onednn, heads merged": lambda: onednn(q, kt, v, mask).transpose(1, 2).reshape(merged),
-        "onednn into merged": into,
         "torch.empty (out)": lambda: torch.empty(b, s, h * d),
         "signature": lambda: onednn_attention._signature(q, kt, v, mask),
         "heads merged (2 views)": lambda: out.transpose(1, 2).reshape(merged),

@@ -45,7 +45,7 @@ from pygraphx.targets.torch_lowering import onednn_attention
 from pygraphx.targets.torch_lowering.context import LoweringContext, Step
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import scalar_inputs
-from pygraphx.targets.torch_lowering.lower_views import Chain, view_chain, view_step
+from pygraphx.targets.torch_lowering.lower_views import view_chain, view_step
 from pygraphx.targets.torch_lowering.pointwise import Node, NotTraceable, Value, trace_body
 
 Lowering = Callable[[LoweringContext, Instruction], bool]
@@ -249,46 +249,17 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
     if not views:
         ctx.emit(block, members, idx)
     else:
-        args = (q, kt, v, mask)
+
+        def step() -> None:
+            env[idx] = y = attend(env[q], env[kt], env[v], mask())
+            for _, fn, (_, out) in views:
+                env[out] = y = fn(y)
+
         unfused = [Step(block, [dot2], idx)]
         unfused += [Step(view_step(env, io[0], fn, io[1]), [ins], io[1]) for ins, fn, io in views]
         chain = [ins for ins, _, _ in views]
-        step = _merging_step(env, attend, args, idx, views, dot2)
         ctx.emit(step, members + chain, ctx.index[id(chain[-1])], unfused)
     ctx.cache[BLOCKS] = ctx.cache.get(BLOCKS, 0) + 1
-
-
-def _merging_step(
-    env: list, attend: Attend, args: tuple, idx: int, views: Chain, dot2: Instruction
-) -> Callable[[], None]:
-    """The block and the views after it (`view_chain`: the heads merged back) as one step.
-    With oneDNN's primitives (`onednn_attention.Block`) whose output memory already is the
-    merged tensor (`onednn_attention.merged`), the step allocates that tensor and has the
-    block write into it: one torch call where the output and each view took one (in a model
-    each costs microseconds, the step's code being out of the caches after the product
-    before it: ~25 us a block, `benchmarks/attn10_cold.py`); the views' values in between are
-    read by no other step and not stored. Else the block's output, then each view."""
-    q, kt, v, mask = args
-    fns = [fn for _, fn, _ in views]
-    last = views[-1][2][1]
-    if isinstance(attend, onednn_attention.Block):
-        dtype = torch_dtype(dot2.shape.dtype())
-        shape = onednn_attention.merged(tuple(dot2.shape.lens()), dtype, fns)
-        if shape is not None:
-            into, empty = attend.into, torch.empty
-
-            def merging() -> None:
-                env[last] = out = empty(shape, dtype=dtype)
-                into(env[q], env[kt], env[v], mask(), out)
-
-            return merging
-
-    def step() -> None:
-        env[idx] = y = attend(env[q], env[kt], env[v], mask())
-        for _, fn, (_, out) in views:
-            env[out] = y = fn(y)
-
-    return step
 
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]

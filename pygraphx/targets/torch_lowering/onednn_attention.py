@@ -221,25 +221,19 @@ class Primitives:
         self._prims.append(prim)
         return prim
 
-    def run(
-        self, q: int, kt: int, v: int, mask: int | None, into: int | None = None
-    ) -> Tensor | None:
-        """The block's output for operands (addresses) of this key's layouts: a new tensor, or
-        written at address `into` (laid out as `out_strides`; then None)."""
+    def run(self, q: int, kt: int, v: int, mask: int | None) -> Tensor:
+        """The block's output, a new tensor, for operands (addresses) of this key's layouts."""
         lib = self.rt.lib
         set_handle, execute, stream = (
             lib.dnnl_memory_set_data_handle,
             lib.dnnl_primitive_execute,
             self.rt.stream,
         )
-        out = None
-        if into is None:
-            out = empty_strided(self.out_shape, self.out_strides, dtype=self.probs.dtype)
-            into = out.data_ptr()
+        out = empty_strided(self.out_shape, self.out_strides, dtype=self.probs.dtype)
         set_handle(self.q, q)
         set_handle(self.kt, kt)
         set_handle(self.v, v)
-        set_handle(self.out, into)
+        set_handle(self.out, out.data_ptr())
         if mask is not None:
             set_handle(self.mask, mask)
         for prim, n, args in self.steps:
@@ -392,16 +386,13 @@ class Plan:
         self.key = key
         return table[key]
 
-    def run(
-        self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None, into: int | None = None
-    ) -> Tensor | None:
-        """The block's output: a new tensor, or written at address `into` (`Primitives.run`)."""
+    def run(self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """The block's output (a new tensor)."""
         m = None
         if self.mask is not None and mask is not None:  # a compact view starts where it does
             dense = self.mask.buffer is None
             m = mask.data_ptr() if dense else self.mask.address(self.shape_mask(mask))
-        addresses = self.q.address(q), self.kt.address(kt), self.v.address(v)
-        return self.prims.run(*addresses, m, into)
+        return self.prims.run(self.q.address(q), self.kt.address(kt), self.v.address(v), m)
 
 
 Attend = Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]
@@ -432,68 +423,26 @@ def _plan(rt: Runtime, table: dict, scale: float, operands: tuple) -> Plan | Non
         return None
 
 
-def merged(dims: tuple[int, ...], dtype: torch.dtype, views: list[Callable]) -> tuple | None:
-    """The shape of what `views` (applied in turn) make of a block output of `dims` laid out as
-    the primitives write it, when that is a dense tensor over the output's whole memory (the
-    heads merged back: transpose, reshape), else None. (Tried on a tensor made here.)"""
-    probe = torch.empty_strided(dims, _token_major(dims), dtype=dtype)
-    y = probe
-    for fn in views:
-        y = fn(y)
-    same = y.data_ptr() == probe.data_ptr() and y.numel() == probe.numel()
-    return tuple(y.shape) if same and y.is_contiguous() else None
-
-
-class Block:
-    """One attention block's function `(q, kt, v, mask) -> out` running the primitives kept in
-    a table shared by the program's blocks (their plans and primitives); operands they do not
-    take go to the fallback. `into` writes the output into a given tensor instead."""
-
-    def __init__(self, rt: Runtime, scale: float, table: dict, fallback: Attend) -> None:
-        self.rt, self.scale, self.table, self.fallback = rt, scale, table, fallback
-        self.plans = table.setdefault(PLANS, {})
-
-    def plan(self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Plan | None:
-        """The plan for these operands (made at the first call with their signature), or None
-        (the fallback runs them)."""
-        sig = (_signature(q, kt, v, mask), self.scale)
-        plan = self.plans.get(sig, False)
-        if plan is False:
-            plan = self.plans[sig] = _plan(self.rt, self.table, self.scale, (q, kt, v, mask))
-        return plan
-
-    def __call__(self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        plan = self.plan(q, kt, v, mask)
-        if plan is None:
-            return self.fallback(q, kt, v, mask)
-        out = plan.run(q, kt, v, mask)
-        assert out is not None
-        return out
-
-    def into(self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None, out: Tensor) -> None:
-        """The output written into `out`, a dense tensor of its size whose memory is laid out
-        as the primitives write it (`_token_major`: (..., s, heads, d) for (..., heads, s, d)):
-        the heads merged, as the model's next views would make them."""
-        plan = self.plan(q, kt, v, mask)
-        if plan is not None:
-            plan.run(q, kt, v, mask, out.data_ptr())
-            return
-        y = self.fallback(q, kt, v, mask)
-        shape = tuple(y.shape)
-        dims = shape if len(shape) < 4 else (*shape[:-3], shape[-2], shape[-3], shape[-1])
-        view = out.view(dims)
-        view.copy_(y if len(shape) < 4 else y.transpose(-2, -3))
-
-
 def attend(scale: float, table: dict, fallback: Attend) -> Attend:
     """A block function `(q, kt, v, mask) -> out` running the primitives kept in `table` (a
-    dict shared by the program's blocks, holding their plans and primitives): a `Block`, or
-    `fallback` without oneDNN's library."""
+    dict shared by the program's blocks, holding their plans and primitives); operands they do
+    not take go to `fallback`."""
     rt = runtime()
     if rt is None:
         return fallback
     _declare(rt)
-    return Block(rt, scale, table, fallback)
+    plans = table.setdefault(PLANS, {})
+
+    def run(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        sig = (_signature(q, kt, v, mask), scale)
+        plan = plans.get(sig, False)
+        if plan is False:
+            plan = plans[sig] = _plan(rt, table, scale, (q, kt, v, mask))
+        if plan is None:
+            return fallback(q, kt, v, mask)
+        return plan.run(q, kt, v, mask)
+
+    return run
 
 
 def available() -> bool:
@@ -501,4 +450,4 @@ def available() -> bool:
     return runtime() is not None
 
 
-__all__ = ["Block", "Primitives", "attend", "available", "merged"]
+__all__ = ["Primitives", "attend", "available"]
