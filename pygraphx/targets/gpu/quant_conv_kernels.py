@@ -252,7 +252,8 @@ def conv(
     args, codes = launch
     m, c_out = out.shape
     if qk._timed(x):
-        _tiled_launch(args, codes, x.device)
+        r8 = residual is not None and residual.element_size() == 1  # an 8-bit residual
+        _tiled_launch(args, codes, x.device, conv_tiles.R8 if r8 else "")
         return
     config = qk._config(m)
     config["BLOCK_K"] = CONV_BLOCK_K if run is None else ROWS_BLOCK_K
@@ -263,13 +264,14 @@ def conv(
 _tiles = conv_tiles.TileChoice()
 
 
-def _tiled_launch(args: tuple, codes: dict, device: torch.device) -> None:
+def _tiled_launch(args: tuple, codes: dict, device: torch.device, form: str = "") -> None:
     """Launch `_conv_kernel` on CUDA at the shape's tile from `conv_tiles` (this process,
-    the on-disk record, the table), or autotuned over `CONV_CONFIGS` and kept there."""
+    the on-disk record, the table; `form`: `conv_tiles.R8` for an 8-bit residual), or
+    autotuned over `CONV_CONFIGS` and kept there."""
     m, n, k, c = args[4:8]
-    key = conv_tiles.tile_key(codes["FP8"], codes["MODE"], m, n, k, c)
+    key = conv_tiles.tile_key(codes["FP8"], codes["MODE"], m, n, k, c, form)
     section, hopper = conv_tiles.device_section(device.index or 0)
-    tile = _tiles.find(key, (m, n, k, c), section, hopper, codes["FP8"])
+    tile = _tiles.find(key, (m, n, k, c), section, hopper, codes["FP8"], form)
     if tile is not None and (codes["MODE"] == GATHER or c % tile[2] == 0):
         config, warps, stages = tile_launch(tile, codes)
         grid = qk._grid(m, n, config)
