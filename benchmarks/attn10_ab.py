@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: its tree wins
 
 import cpu_transformer_blocks as ctb  # noqa: E402
 
@@ -65,6 +65,15 @@ def timed_run(prog: Any, feeds: dict, clock: Callable[[], int]) -> tuple[np.ndar
     return times, clock() - start, outs
 
 
+def model_and_feeds(name: str, threads: int, batch: int = 1) -> tuple[bytes, dict]:
+    """A built-in model's bytes and inputs, torch set to `threads`."""
+    import torch
+
+    torch.set_num_threads(threads)
+    model = get_model(name, batch=batch)
+    return model.SerializeToString(), model_inputs(name, model)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="bert_base", choices=["bert_base", "gpt2"])
@@ -72,13 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args(argv)
     import onnxruntime as ort
-    import torch
 
-    torch.set_num_threads(args.threads)
     clock = time.thread_time_ns if args.threads == 1 else time.perf_counter_ns
-    model = get_model(args.model, batch=1)
-    feeds = model_inputs(args.model, model)
-    data = model.SerializeToString()
+    data, feeds = model_and_feeds(args.model, args.threads)
     progs = {"A": compile_a(data, args.threads), "B": compile_b(data, args.threads)}
     blocks = {n: [ctb.pgx_block(s) for s in p._executable.lowered.steps] for n, p in progs.items()}
     sums: dict[str, dict[str, list[float]]] = {n: {} for n in progs}

@@ -25,9 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cpu_transformer_blocks as ctb  # noqa: E402
+from attn10_ab import model_and_feeds  # noqa: E402
 from bertb1_profile import model_arguments  # noqa: E402
-
-from pygraphx.models import get_model, model_inputs  # noqa: E402
 
 RELEASE = "<pygraphx release>"
 
@@ -43,13 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     model_arguments(ap, threads=1, runs=8)
     args = ap.parse_args(argv)
-    import torch
-
-    torch.set_num_threads(args.threads)
     clock = time.thread_time_ns if args.threads == 1 else time.perf_counter_ns
-    model = get_model(args.model, batch=args.batch)
-    feeds = model_inputs(args.model, model)
-    prog = ctb.compile_pgx(model.SerializeToString(), args)
+    data, feeds = model_and_feeds(args.model, args.threads, args.batch)
+    prog = ctb.compile_pgx(data, args)
     exe = prog._executable
     steps = exe.lowered.steps
     for _ in range(2):

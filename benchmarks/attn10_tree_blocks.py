@@ -24,53 +24,40 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the child: block sums of each run (imports pygraphx and the block names from its own tree)
+#: the child: block sums of each run (pygraphx from its tree, the benchmark helpers from this one)
 CHILD = r"""
 import json, sys, time
 import numpy as np
-import torch
-sys.path.insert(0, "benchmarks")
+import pygraphx  # first, from the cwd (its tree): the helpers below then use this one
+sys.path.insert(0, sys.argv[4])  # this tree's benchmarks
 import cpu_transformer_blocks as ctb
-from pygraphx.models import get_model, model_inputs
-import pygraphx
-from pygraphx.targets.cpu.target import CpuTarget
+from attn10_ab import compile_b, model_and_feeds, timed_run
 
 model_name, threads, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-torch.set_num_threads(threads)
 clock = time.thread_time_ns if threads == 1 else time.perf_counter_ns
-model = get_model(model_name, batch=1)
-feeds = model_inputs(model_name, model)
-prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-prog.compile(CpuTarget(threads=threads))
-exe = prog._executable
-blocks = [ctb.pgx_block(s) for s in exe.lowered.steps]
+data, feeds = model_and_feeds(model_name, threads)
+prog = compile_b(data, threads)
+blocks = [ctb.pgx_block(s) for s in prog._executable.lowered.steps]
 for _ in range(2):
     prog.run(feeds)
 sums = {b: [] for b in set(blocks)}
 whole = []
 for _ in range(runs):
-    t = np.zeros(len(blocks))
-    start = clock()
-    exe.executor.bind(feeds)
-    with exe.scope():
-        for i, fn in enumerate(exe.executor.steps):
-            t0 = clock()
-            fn()
-            t[i] = clock() - t0
-    exe.executor.collect()
-    whole.append((clock() - start) / 1e6)
+    t, run, _ = timed_run(prog, feeds, clock)
+    whole.append(run / 1e6)
     for b in sums:
         sums[b].append(sum(x for x, y in zip(t, blocks) if y == b) / 1e6)
 out = {b: float(np.median(v)) for b, v in sums.items()}
 out["run"] = float(np.median(whole))
+out["tree"] = pygraphx.__file__
 print(json.dumps(out))
 """
 
 
 def one(root: Path, model: str, threads: int, runs: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(root), "PGX_CPU_LOAD_ADAPT": "0"}
-    cmd = [sys.executable, "-c", CHILD, model, str(threads), str(runs)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+    cmd = [sys.executable, "-c", CHILD, model, str(threads), str(runs), str(ROOT / "benchmarks")]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=root)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -88,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in list(trees) if r % 2 == 0 else list(trees)[::-1]:
             got = one(trees[name], args.model, args.threads, args.runs)
             rows[name].append(got)
-            print(name, json.dumps({k: round(v, 3) for k, v in sorted(got.items())}), flush=True)
+            tree = got.pop("tree")
+            print(name, tree, json.dumps({k: round(v, 3) for k, v in sorted(got.items())}),
+                  flush=True)  # fmt: skip
     keys = sorted(rows["A base"][0])
     print(f"{args.model} b1 t{args.threads}, median over {args.rounds} processes of each one's "
           f"median over {args.runs} runs (ms): block A / B")  # fmt: skip
