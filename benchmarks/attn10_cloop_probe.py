@@ -18,7 +18,6 @@ oneDNN took, and the largest difference from the batched block.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import subprocess
 import sys
@@ -29,7 +28,10 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from attn10_cold import arguments  # noqa: E402
 
 from pygraphx.targets.torch_lowering import onednn_attention as oa  # noqa: E402
 from pygraphx.targets.torch_lowering.attention import _sdpa  # noqa: E402
@@ -113,11 +115,7 @@ def bound(fn, operands: tuple):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--calls", type=int, default=40)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = arguments(__doc__, argv)
     clock = time.thread_time_ns if args.threads == 1 else time.perf_counter_ns
     rt = runtime()
     if rt is None:

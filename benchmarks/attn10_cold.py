@@ -101,12 +101,18 @@ def measure(group: dict[str, Fn], calls: int, threads: int) -> None:
               f"warm {m[len(m) // 2]:7.1f} ({m[0]:7.1f}) us{diff}")  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(doc: str, argv: list[str] | None) -> argparse.Namespace:
+    """`--threads` (torch is set to them) and `--calls` of a probe described by `doc`."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--calls", type=int, default=40)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(__doc__, argv)
     clock = "thread CPU" if args.threads == 1 else "wall"
     with torch.inference_mode():
         print(f"{args.threads} thread(s), {clock} time, median (fastest) of {args.calls}")
