@@ -24,7 +24,10 @@ Every variant compiles the same built-in ONNX model (`pygraphx.models`, random w
 
 * `int8r`, `fp8r`: the same with `residuals=True` (the residual adds' other operands quantised
   too, `pygraphx/quantize/residual.py`: ResNet's block outputs then live as 8-bit tensors only),
-  with the same GEMM / convolution rows as `int8` / `fp8`.
+  with the same GEMM / convolution rows as `int8` / `fp8`;
+* `--quantise exact reciprocal`: each int8 / fp8 row also with `PGX_GPU_QUANTISE=reciprocal`
+  (` q=reciprocal`: the convolutions' quantise by the scale's reciprocal, TensorRT's
+  arithmetic; codes one step off the exact ones next to a rounding boundary).
 
 int8 and fp8 quantise only products with a constant operand (`activation_products=False`:
 attention's Q.K^T and P.V stay half and run as the fused attention, TensorRT's default);
@@ -77,6 +80,7 @@ from pygraphx.models import get_model, model_inputs  # noqa: E402
 from pygraphx.passes.fusion_policy import inner_op_names  # noqa: E402
 from pygraphx.targets.gpu.quant import FP8_GEMM_ENV, INT8_GEMM_ENV  # noqa: E402
 from pygraphx.targets.gpu.quant_conv import FP8_CONV_ENV, INT8_CONV_ENV  # noqa: E402
+from pygraphx.targets.gpu.quant_conv_kernels import QUANTISE_ENV  # noqa: E402
 
 CONV_MODELS = {"resnet50", "mobilenetv2"}
 #: variant kind -> (quantize_<name>, residuals)
@@ -116,7 +120,7 @@ def quantised_file(
 
 def variant(label: str, path: Path, env: dict[str, str], feeds, args) -> tuple[dict, np.ndarray]:
     """Compile the saved program with `env` set, run it once (graph capture), time it."""
-    for key in (INT8_CONV_ENV, INT8_GEMM_ENV, FP8_GEMM_ENV, FP8_CONV_ENV):
+    for key in (INT8_CONV_ENV, INT8_GEMM_ENV, FP8_GEMM_ENV, FP8_CONV_ENV, QUANTISE_ENV):
         os.environ.pop(key, None)
     os.environ.update(env)
     start = time.perf_counter()
@@ -246,6 +250,20 @@ def plans(
     return rows
 
 
+def with_quantise(rows: list, modes=("exact",)) -> list[tuple[str, str, dict[str, str]]]:
+    """`rows` with each int8 / fp8 row once per `PGX_GPU_QUANTISE` mode (`modes`; a row of
+    another mode than `exact` is labelled ` q=<mode>`)."""
+    out = []
+    for label, kind, env in rows:
+        if kind not in QUANT_KINDS:
+            out.append((label, kind, env))
+            continue
+        for mode in modes:
+            tag = "" if mode == "exact" else f" q={mode}"
+            out.append((label + tag, kind, {**env, QUANTISE_ENV: mode}))
+    return out
+
+
 def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     what = "all products" if args.activation_products else "products with constant weights"
     print(f"{name} (batch {args.batch}; int8/fp8 quantise {what}):", flush=True)
@@ -256,10 +274,11 @@ def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any
     calib = [model_inputs(name, model, seed=k) for k in range(1, args.calib + 1)]
     files: dict[str, Path] = {}
     rows, progs, want = [], [], None
-    for label, kind, env in plans(
+    rows_of = plans(
         name, args.int8_gemms, args.conv_modes, args.fp8_gemms,
         [] if args.no_fp8_triton_conv else args.fp8_convs,
-    ):  # fmt: skip
+    )  # fmt: skip
+    for label, kind, env in with_quantise(rows_of, args.quantise):
         if kind not in args.variants:
             continue
         if kind not in files:
@@ -322,6 +341,10 @@ def main() -> int:
     ap.add_argument(
         "--activation-products", action="store_true",
         help="quantise products of two activations too (attention's; default: they stay half)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--quantise", nargs="+", default=["exact"], choices=["exact", "reciprocal"],
+        help="int8 / fp8 rows once per PGX_GPU_QUANTISE mode (the convolutions' quantise)",
     )  # fmt: skip
     ap.add_argument("--profile", action="store_true", help="device time per step kind (see above)")
     ap.add_argument("--profile-runs", type=int, default=3)
