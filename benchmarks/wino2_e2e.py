@@ -1,9 +1,9 @@
 """End to end A/B of Winograd rules and kernels in one process (helper wino2): the modes of
 `benchmarks/wino_resnet_ab.py` plus
 
-* `rule:T` (or `rule:T:C`): the default mode's rule with at least T 4x4 tiles
-  (`winograd.rule_tiles` patched while compiling), whatever the thread count (and at least C
-  channels each side, `winograd.RULE_CHANNELS`);
+* `rule:T` (or `rule:T:C`): the default mode's rule with at least T 4x4 tiles and at least
+  C channels each side (default `winograd.RULE_CHANNELS`), whatever the thread count
+  (`winograd.rule_limits` patched while compiling);
 * `rule@REF`: the default rule, but the Winograd layers built by git revision REF's kernel
   (`benchmarks/wino2_ab.load_revision`), e.g. `rule@main` against `rule`.
 
@@ -40,10 +40,7 @@ def compile_mode(model: object, mode: str, threads: int, budget: str) -> tuple[C
     if mode.startswith("rule:"):
         tiles, _, channels = mode.partition(":")[2].partition(":")
         wide = int(channels or winograd.RULE_CHANNELS)
-        with (
-            mock.patch.object(winograd, "rule_tiles", lambda _threads: int(tiles)),
-            mock.patch.object(winograd, "RULE_CHANNELS", wide),
-        ):
+        with mock.patch.object(winograd, "rule_limits", lambda _threads: (wide, int(tiles))):
             return _plain_compile(model, "rule", threads, budget)
     if mode.startswith("rule@"):
         old = load_revision(mode.partition("@")[2])

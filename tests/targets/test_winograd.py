@@ -311,8 +311,9 @@ def _wide_model(c: int, hw: int, batch: int) -> tuple[object, dict[str, np.ndarr
         (256, 14, 1, 2, False),  # 16 tiles: slower than oneDNN's direct kernel at 2 threads
         (256, 14, 1, 1, True),  # ... but faster at one thread
         (256, 7, 1, 1, False),  # 4 tiles: (4, C) products
-        (64, 32, 1, 2, True),  # 64 channels, 64 tiles, 38 M multiply-adds
-        (32, 64, 1, 2, False),  # 32 channels: loses
+        (64, 32, 1, 2, False),  # 64 channels: not at 2 threads (unproven there)
+        (64, 32, 1, 1, True),  # ... at one thread: 64 tiles, 38 M multiply-adds
+        (32, 64, 1, 1, False),  # 32 channels: loses
         (64, 20, 1, 1, False),  # 25 tiles (enough at one thread) but 15 M multiply-adds
     ],
 )
@@ -344,15 +345,20 @@ def test_default_mode_rule(
         )
 
 
-def test_rule_tiles_by_threads() -> None:
-    """`by_rule` at an explicit thread count: 16 tiles pass at one thread only; counts above
-    two keep the two-thread bound (not measured)."""
+def test_rule_limits_by_threads() -> None:
+    """`by_rule` at an explicit thread count: 16 tiles and 64 channels pass at one thread
+    only; counts above two keep the two-thread limits (not measured)."""
     weight = torch.randn(256, 256, 3, 3)
     plan = ConvPlan(weight, weight, [1, 256, 14, 14], [1, 1], [1, 1], [1, 1], 1, None)
     assert [winograd.by_rule(plan, n) for n in (1, 2, 16)] == [True, False, False]
-    assert winograd.rule_tiles(1) < winograd.rule_tiles(2) == winograd.rule_tiles(16)
+    assert winograd.rule_limits(2) == winograd.rule_limits(16)
+    low, high = winograd.rule_limits(1), winograd.rule_limits(2)
+    assert low[0] < high[0] and low[1] < high[1]
     big = ConvPlan(weight, weight, [2, 256, 14, 14], [1, 1], [1, 1], [1, 1], 1, None)
     assert all(winograd.by_rule(big, n) for n in (1, 2, 16))
+    narrow = torch.randn(64, 64, 3, 3)
+    plan64 = ConvPlan(narrow, narrow, [1, 64, 56, 56], [1, 1], [1, 1], [1, 1], 1, None)
+    assert [winograd.by_rule(plan64, n) for n in (1, 2)] == [True, False]
 
 
 def test_rule_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -122,49 +122,49 @@ def supports(plan: ConvPlan) -> bool:
 
 
 #: the layers the default mode (`conv_choice`, mode `impl`) runs on F(4x4, 3x3) without
-#: timing it: both channel counts at least `RULE_CHANNELS`, at least `rule_tiles(threads)` 4x4
-#: output tiles and `RULE_MACS` multiply-adds of the direct convolution. Measured on the
-#: 2-core EPYC (`benchmarks/results/wino.md`, `wino2.md`): 128 channels until wino2's packed
-#: products; then, end to end, 64 channels against 128: YOLOv8-style -10% CPU at 1 thread,
-#: -3 to -5% wall at 2; UNet -9% at 1 thread, -4% at 2 (best blocks); ResNet-50 b1 a tie.
-#: Layers of 32 channels lost (1 thread: YOLOv8's 32-channel 80x80 maps 1.6x oneDNN's time)
-RULE_CHANNELS = 64
-#: the fewest tiles at two threads or more: ResNet-50's 256-channel 14x14 maps at batch 1
-#: (16 tiles) ran 1.54x slower than oneDNN at 2 threads (main's kernel; 0.82x packed, but end
-#: to end a tie); 7x7 maps at batch 1 (4 tiles) 3.5x (2.5x packed). A layer of few tiles reads
-#: its transformed weight, (m + 2)^2 / 9 = 4x the direct kernel's, for few rows: at ~18 GB/s
-#: (this machine's memory, one core or two alike) the 9.4 MB of a 256-channel layer take
-#: 0.52 ms, half of oneDNN's whole 2-thread call (0.95 ms); a second thread shortens the
-#: direct kernel's arithmetic, not that read
-RULE_TILES = 32
-#: ... and at one thread, where the direct kernel takes twice as long: the 14x14 maps at
-#: batch 1 ran 0.78x (caches flushed of 4 MiB before each call) / 0.91x (64 MiB) of oneDNN
-#: with the packed products; ResNet-50 b1 end to end 71.2 ms against 73.0 with 32 tiles
-RULE_TILES_ONE_THREAD = 16
+#: timing it (`by_rule`): both channel counts and the 4x4 output tiles at least
+#: `rule_limits(threads)`, and `RULE_MACS` multiply-adds of the direct convolution. Measured on
+#: the 2-core EPYC (`benchmarks/results/wino.md`, `wino2.md`), end to end:
+#: at 2 threads and more, 128 channels and 32 tiles (main's rule). ResNet-50's 256-channel
+#: 14x14 maps at batch 1 (16 tiles) ran 1.54x slower than oneDNN at 2 threads with main's
+#: kernel (0.82x packed per layer, but end to end a tie: 38.83 against 38.95 ms); 7x7 maps at
+#: batch 1 (4 tiles) 3.5x (2.5x packed). A layer of few tiles reads its transformed weight,
+#: (m + 2)^2 / 9 = 4x the direct kernel's, for few rows: at ~18 GB/s (this machine's memory,
+#: one core or two alike) the 9.4 MB of a 256-channel layer take 0.52 ms, half of oneDNN's
+#: whole 2-thread call (0.95 ms); a second thread shortens the arithmetic, not that read.
+#: 64 channels at 2 threads looked 3-5% faster on YOLOv8-style and UNet (one mostly quiet
+#: run, best blocks of loaded ones) but lost badly whenever another process took a core
+#: (every Winograd layer is some 8 parallel calls, each waiting for it): not taken without a
+#: quiet A/B (`benchmarks/wino2_e2e.py`, mode `rule:32:64`)
+RULE_CHANNELS, RULE_TILES = 128, 32
+#: at one thread, 64 channels and 16 tiles: against 128 and 32, YOLOv8-style 80.7 against
+#: 91.5 ms CPU, UNet 157 against 173; ResNet-50 b1 71.2 against 73.0 (16 tiles: its 14x14
+#: maps 0.78-0.91x oneDNN with the packed products), b8 541.7 against 555.7. Layers of 32
+#: channels lost (YOLOv8's 32-channel 80x80 maps 1.6x oneDNN's time)
+RULE_CHANNELS_ONE_THREAD, RULE_TILES_ONE_THREAD = 64, 16
 #: the fewest multiply-adds: below, the kernel's fixed cost (some 15 torch calls) outweighs
-#: the saving (YOLOv8's 64- and 80-channel 20x20 maps, 15-23 M: 1.5-2.8x oneDNN's time at 1
-#: and 2 threads; its 128-channel 20x20 and 64-channel 40x40 maps, 59 M, 0.77-0.91x at 2)
+#: the saving (YOLOv8's 64- and 80-channel 20x20 maps, 15-23 M: 1.5-2.8x oneDNN's time; its
+#: 128-channel 20x20 and 64-channel 40x40 maps, 59 M, 0.77-0.93x)
 RULE_MACS = 32_000_000
 
 
-def rule_tiles(threads: int) -> int:
-    """The fewest 4x4 output tiles of a layer `by_rule` runs on F(4,3) at `threads` threads
-    (counts above 2 were not measured: they keep the 2-thread bound)."""
-    return RULE_TILES_ONE_THREAD if threads <= 1 else RULE_TILES
+def rule_limits(threads: int) -> tuple[int, int]:
+    """(fewest channels each side, fewest 4x4 output tiles) of a layer `by_rule` runs on
+    F(4,3) at `threads` threads (counts above 2 were not measured: they keep the 2-thread
+    limits)."""
+    if threads <= 1:
+        return RULE_CHANNELS_ONE_THREAD, RULE_TILES_ONE_THREAD
+    return RULE_CHANNELS, RULE_TILES
 
 
 def by_rule(plan: ConvPlan, threads: int | None = None) -> bool:
     """Whether the default mode runs `plan` on `winograd` (F(4,3)) untimed at `threads`
-    threads (default: torch's count now, the one the layer is compiled for; `RULE_CHANNELS`,
-    `rule_tiles`, `RULE_MACS`); `plan` must be `supports`-ed."""
+    threads (default: torch's count now, the one the layer is compiled for; `rule_limits`,
+    `RULE_MACS`); `plan` must be `supports`-ed."""
     g = geometry(plan, KERNEL_TILES["winograd"])
-    threads = torch.get_num_threads() if threads is None else threads
+    channels, tiles = rule_limits(torch.get_num_threads() if threads is None else threads)
     macs = g.n * g.ho * g.wo * g.c * g.k * 9
-    return (
-        min(g.c, g.k) >= RULE_CHANNELS
-        and g.n * g.th * g.tw >= rule_tiles(threads)
-        and macs >= RULE_MACS
-    )
+    return min(g.c, g.k) >= channels and g.n * g.th * g.tw >= tiles and macs >= RULE_MACS
 
 
 def weight_transform(weight: Tensor, m: int) -> Tensor:
@@ -483,7 +483,7 @@ __all__ = [
     "chunks",
     "epilogue_ops",
     "geometry",
-    "rule_tiles",
+    "rule_limits",
     "supports",
     "weight_transform",
 ]
