@@ -18,6 +18,7 @@ from pygraphx.targets.torch_lowering import gemm_kernels, gemm_select, onednn_li
 from pygraphx.targets.torch_lowering.gemm_kernels import (  # noqa: E402
     CLASSIFIER_KERNEL,
     GEMM_KERNELS,
+    MATMUL_KERNEL,
     cpu_has_bf16,
 )
 from pygraphx.targets.torch_lowering.onednn_capi import OneDnnError  # noqa: E402
@@ -92,11 +93,11 @@ def test_linear_refuses_a_non_matrix_weight():
         onednn_linear.Linear(torch.randn(3, 4).double(), None, 1)
 
 
-def cnn(bias: bool = True, pool: bool = True) -> tuple:
+def cnn(bias: bool = True, pool: bool = True, batch: int = 1) -> tuple:
     """Conv 3x3 + Relu -> GlobalAveragePool (or none: a 1x1-map convolution) -> Flatten ->
-    Gemm (transB, bias): a CNN's classifier at batch 1, its weight large enough for the
-    per-step thread policy to give its step every thread."""
-    x = RNG.standard_normal((1, 3, 12, 12) if pool else (1, 3, 3, 3)).astype(np.float32)
+    Gemm (transB, bias): a CNN's classifier, its weight large enough for the per-step thread
+    policy to give its step every thread."""
+    x = RNG.standard_normal((batch, 3, 12, 12) if pool else (batch, 3, 3, 3)).astype(np.float32)
     inits = {
         "cw": (RNG.standard_normal((512, 3, 3, 3)) / 5).astype(np.float32),
         "fw": (RNG.standard_normal((300, 512)) / 22).astype(np.float32),
@@ -146,6 +147,17 @@ def test_classifier_against_ort(monkeypatch, bias: bool, pool: bool, n_threads: 
     assert (calls > 0) == (n_threads > 1)
 
 
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("batch", [2, 8])
+def test_classifier_of_several_rows_on_the_matmul_primitive(monkeypatch, batch, n_threads):
+    """From two rows the classifier runs the C-API matmul primitive on any thread count."""
+    monkeypatch.setenv("PGX_CPU_LOAD_ADAPT", "0")
+    model, x, want = cnn(batch=batch)
+    got, kernels, calls = run_counted(model, x, n_threads, monkeypatch)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert kernels == [MATMUL_KERNEL] and calls == 2
+
+
 def test_forced_kernel_keeps_addmm(monkeypatch):
     monkeypatch.setenv("PGX_CPU_LOAD_ADAPT", "0")
     monkeypatch.setenv(gemm_select.KERNEL_ENV, "addmm")
@@ -165,3 +177,12 @@ def test_a_product_of_a_graph_input_stays_on_addmm(monkeypatch):
     np.testing.assert_allclose(got, x.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
     assert kernels == ["addmm"] and calls == 0
     assert gemm_kernels.CLASSIFIER_KERNEL not in kernels
+
+
+def test_a_product_of_several_rows_of_a_graph_input_stays_on_torch(monkeypatch):
+    x = RNG.standard_normal((4, 64)).astype(np.float32)
+    w = RNG.standard_normal((64, 40)).astype(np.float32)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x}, ["y"], {"w": w})
+    got, kernels, calls = run_counted(model, x, 1, monkeypatch)
+    np.testing.assert_allclose(got, x.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+    assert kernels == ["dnnl"] and calls == 0
