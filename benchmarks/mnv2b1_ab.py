@@ -4,7 +4,9 @@
         --variant before:PGX_CPU_GEMM=addmm --variant after:
 
 Each `--variant NAME:VAR=VALUE,...` compiles the model with those environment variables set
-(only while it compiles; nothing else differs); the programs then run in alternating blocks
+(only while it compiles; nothing else differs); `@module.NAME=value` sets an attribute of
+`pygraphx.targets.torch_lowering.<module>` instead (a Python literal, e.g.
+`before:@onednn_conv.LEAN_CLOSURE=False`); the programs then run in alternating blocks
 (the order reversed every round), each block `--runs` runs. Printed per program: median over the
 blocks of the wall time and the process CPU time a run, the median over blocks of the steps'
 summed wall (`--steps`: each step's minimum over all runs too, which a loaded machine inflates
@@ -14,6 +16,7 @@ least), and the output's largest difference from ONNX Runtime's.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import sys
@@ -29,9 +32,18 @@ from pygraphx.models import get_model, model_inputs  # noqa: E402
 
 
 def compiled(model: object, threads: int, env: dict[str, str]) -> object:
-    """`model` compiled for the cpu target with `env` set while it compiles."""
+    """`model` compiled for the cpu target with `env` set while it compiles (`@module.NAME`
+    keys: module attributes)."""
+    import importlib
+
     from pygraphx.targets.cpu.target import CpuTarget
 
+    attrs = []
+    for key in [k for k in env if k.startswith("@")]:
+        module_name, _, name = key[1:].rpartition(".")
+        module = importlib.import_module(f"pygraphx.targets.torch_lowering.{module_name}")
+        attrs.append((module, name, getattr(module, name)))
+        setattr(module, name, ast.literal_eval(env.pop(key)))
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -43,6 +55,8 @@ def compiled(model: object, threads: int, env: dict[str, str]) -> object:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        for module, name, value in attrs:
+            setattr(module, name, value)
     return prog
 
 

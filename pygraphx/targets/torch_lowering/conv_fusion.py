@@ -191,7 +191,10 @@ def _arena(ctx: LoweringContext) -> bool:
 
 def _into(out: torch.Tensor, produce: Callable[[], torch.Tensor]) -> Callable[[], None]:
     """A step storing `produce()` in the arena slot `out` (nothing to copy when the kernel
-    wrote it there itself)."""
+    wrote it there itself; `produce` itself when it always does: `onednn_conv`'s closures
+    that say so as `writes`, one Python call less a step)."""
+    if getattr(produce, "writes", None) is out:
+        return produce  # type: ignore[return-value]  # (its result, `out`, is not used)
 
     def step() -> None:
         y = produce()

@@ -37,9 +37,11 @@ instructions (`supports`): elsewhere oneDNN would run a slow reference kernel.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable
 from contextlib import nullcontext
 from ctypes import byref, c_void_p
+from functools import partial
 from typing import Protocol
 
 import torch
@@ -290,6 +292,10 @@ class Primitive(Descriptor):
         self._execute = lib.dnnl_primitive_execute
         self.nargs = len(args)
         self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
+        # the execution with its arguments bound (a dnnl_status_t), and a weak reference to
+        # the last source tensor whose address is set (`_run_into`)
+        self.call = partial(self._execute, self.prim, rt.stream, self.nargs, self.args)
+        self.seen: weakref.ref[Tensor] | None = None
 
     def _dw_args(self, dw: ConvPlan, share: Primitive | None) -> list[tuple[int, c_void_p]]:
         """The fused depthwise convolution's weight (packed once, or `share`'s) and bias
@@ -434,6 +440,8 @@ def build(
         if prim is None:
             share = next(iter(made.values()), None)
             prim = made[n] = Primitive(rt, plan, other, share)
+            if out is not None and not other:  # the output's address never changes
+                prim.point(prim.dst, 1, out.data_ptr())
         return prim
 
     _say_if_reference(plan, primitive().impl)
@@ -442,21 +450,22 @@ def build(
         raise OneDnnError(f"output buffer {list(out.shape)} {out.dtype}: expected a "
                           f"channels-last {out_lens} {dtype}")  # fmt: skip
 
-    def source(p: Primitive) -> Tensor:
-        x = get_x()
+    def source(p: Primitive, x: Tensor) -> Tensor:
         if x.is_contiguous(memory_format=cl):
             return x
         if x.is_contiguous() and list(x.shape) == p.x_lens:
             return p.channels_last(x)  # a network's NCHW input
         return x.contiguous(memory_format=cl)
 
+    if out is not None and not other and LEAN_CLOSURE:
+        return _run_into(made, primitive, get_x, source, out)
     n_, c_, h_, w_ = out_lens
     strides = (c_ * h_ * w_, 1, w_ * c_, c_)  # channels-last: `empty_strided` is 0.6 us faster
     empty = torch.empty_strided
 
     def run() -> Tensor:
         p = primitive()
-        x = source(p)
+        x = source(p, get_x())
         if plan.in_place and other:  # oneDNN's sum: the result lands in the add operand
             y = _channels_last(get_other())
         else:
@@ -468,6 +477,44 @@ def build(
         return y
 
     run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
+    return run
+
+
+#: `build` gives a layer with no add operand that writes its arena slot the lean closure of
+#: `_run_into` (False: the general one; for A/B, `benchmarks/mnv2b1_ab.py`)
+LEAN_CLOSURE = True
+
+
+def _run_into(
+    made: dict[int, Primitive],
+    primitive: Callable[[], Primitive],
+    get_x: Getter,
+    source: Callable[[Primitive, Tensor], Tensor],
+    out: Tensor,
+) -> Callable[[], Tensor]:
+    """`build`'s closure for a layer with no add operand writing `out` (its arena slot): the
+    output's address is set once per primitive, and the source's layout is checked and its
+    address set only when `get_x()` is not the tensor of the last call (an arena slot is the
+    same tensor every run). In a network each step's Python runs cold (the layer's data went
+    through the caches since the last run): this path is what a step costs besides oneDNN's
+    own call."""
+    threads, ref = torch.get_num_threads, weakref.ref
+
+    def run() -> Tensor:
+        p = made.get(threads()) or primitive()
+        x = get_x()
+        seen = p.seen
+        if seen is None or seen() is not x:
+            x = source(p, x)  # (held until the primitive has read it)
+            p.point(p.src, 0, x.data_ptr())
+            p.seen = ref(x)
+        status = p.call()
+        if status:
+            check(status, "convolution")
+        return out
+
+    run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
+    run.writes = out  # type: ignore[attr-defined]  # (`conv_fusion._into`: nothing to copy)
     return run
 
 
