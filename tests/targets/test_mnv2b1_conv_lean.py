@@ -93,6 +93,26 @@ def test_a_strided_source_is_made_dense():
     np.testing.assert_allclose(out.numpy(), want(p, x), rtol=1e-5, atol=1e-5)
 
 
+def test_add_operand_same_and_new_tensors():
+    """A binary add post-op: the operand's address is set when the operand tensor changes."""
+    p = plan()
+    p.unary = "none"
+    out = torch.empty([1, 16, 9, 9]).contiguous(memory_format=CL)
+    x = new_x(p)
+    holder = [new_x(plan(c=16))]
+    run = onednn_conv.build(p, lambda: x, lambda: holder[0], out)
+    assert run.writes is out
+    for fresh in (False, True, False, True):
+        if fresh:
+            holder[0] = new_x(plan(c=16), torch.contiguous_format)  # converted each call
+        else:
+            holder[0].copy_(new_x(plan(c=16)))
+        run()
+        y = torch.nn.functional.conv2d(x.double(), p.weight.double(), p.bias.double(), padding=1)
+        np.testing.assert_allclose(out.numpy(), (y + holder[0].double()).numpy(), rtol=1e-5,
+                                   atol=1e-5)  # fmt: skip
+
+
 def test_another_thread_count_gets_its_own_primitive(threads):
     threads(1)
     p = plan()

@@ -292,10 +292,11 @@ class Primitive(Descriptor):
         self._execute = lib.dnnl_primitive_execute
         self.nargs = len(args)
         self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
-        # the execution with its arguments bound (a dnnl_status_t), and a weak reference to
-        # the last source tensor whose address is set (`_run_into`)
+        # the execution with its arguments bound (a dnnl_status_t), and weak references to
+        # the last source and add operand whose addresses are set (`_run_into`)
         self.call = partial(self._execute, self.prim, rt.stream, self.nargs, self.args)
         self.seen: weakref.ref[Tensor] | None = None
+        self.seen_other: weakref.ref[Tensor] | None = None
 
     def _dw_args(self, dw: ConvPlan, share: Primitive | None) -> list[tuple[int, c_void_p]]:
         """The fused depthwise convolution's weight (packed once, or `share`'s) and bias
@@ -440,7 +441,7 @@ def build(
         if prim is None:
             share = next(iter(made.values()), None)
             prim = made[n] = Primitive(rt, plan, other, share)
-            if out is not None and not other:  # the output's address never changes
+            if out is not None and not plan.in_place:  # the output's address never changes
                 prim.point(prim.dst, 1, out.data_ptr())
         return prim
 
@@ -457,8 +458,8 @@ def build(
             return p.channels_last(x)  # a network's NCHW input
         return x.contiguous(memory_format=cl)
 
-    if out is not None and not other and LEAN_CLOSURE:
-        return _run_into(made, primitive, get_x, source, out)
+    if out is not None and not plan.in_place and LEAN_CLOSURE:
+        return _run_into(made, primitive, (get_x, get_other), source, out)
     n_, c_, h_, w_ = out_lens
     strides = (c_ * h_ * w_, 1, w_ * c_, c_)  # channels-last: `empty_strided` is 0.6 us faster
     empty = torch.empty_strided
@@ -488,17 +489,19 @@ LEAN_CLOSURE = True
 def _run_into(
     made: dict[int, Primitive],
     primitive: Callable[[], Primitive],
-    get_x: Getter,
+    getters: tuple[Getter, Getter | None],
     source: Callable[[Primitive, Tensor], Tensor],
     out: Tensor,
 ) -> Callable[[], Tensor]:
-    """`build`'s closure for a layer with no add operand writing `out` (its arena slot): the
-    output's address is set once per primitive, and the source's layout is checked and its
-    address set only when `get_x()` is not the tensor of the last call (an arena slot is the
-    same tensor every run). In a network each step's Python runs cold (the layer's data went
-    through the caches since the last run): this path is what a step costs besides oneDNN's
-    own call."""
+    """`build`'s closure for a layer writing `out` (its arena slot): the output's address is
+    set once per primitive, and the source's layout and address (and the add operand's) are
+    checked and set only when the getter returns another tensor than at the last call (an
+    arena slot is the same tensor every run). In a network each step's Python runs cold (the
+    layer's data went through the caches since the last run): MobileNetV2 at batch 1, one
+    thread, 13 -> 10 us of thread CPU a convolution step besides oneDNN's own call (with the
+    measuring); `benchmarks/results/mnv2b1.md`."""
     threads, ref = torch.get_num_threads, weakref.ref
+    get_x, get_other = getters
 
     def run() -> Tensor:
         p = made.get(threads()) or primitive()
@@ -508,6 +511,13 @@ def _run_into(
             x = source(p, x)  # (held until the primitive has read it)
             p.point(p.src, 0, x.data_ptr())
             p.seen = ref(x)
+        if get_other is not None:
+            o = get_other()
+            seen = p.seen_other
+            if seen is None or seen() is not o:
+                o = _channels_last(o)
+                p.point(p.other, 2, o.data_ptr())
+                p.seen_other = ref(o)
         status = p.call()
         if status:
             check(status, "convolution")
