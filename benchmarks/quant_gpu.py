@@ -22,6 +22,13 @@ Every variant compiles the same built-in ONNX model (`pygraphx.models`, random w
   values); for ResNet-50 and MobileNetV2 also with each `--fp8-convs` mode set
   (`PGX_GPU_FP8_CONV`: `fp8 conv=cudnn`, `fp8 conv=triton`).
 
+* `int8r`, `fp8r`: the same with `residuals=True` (the residual adds' other operands quantised
+  too, `pygraphx/quantize/residual.py`: ResNet's block outputs then live as 8-bit tensors only),
+  with the same GEMM / convolution rows as `int8` / `fp8`;
+* `--quantise exact reciprocal`: each int8 / fp8 row also with `PGX_GPU_QUANTISE=reciprocal`
+  (` q=reciprocal`: the convolutions' quantise by the scale's reciprocal, TensorRT's
+  arithmetic; codes one step off the exact ones next to a rounding boundary).
+
 int8 and fp8 quantise only products with a constant operand (`activation_products=False`:
 attention's Q.K^T and P.V stay half and run as the fused attention, TensorRT's default);
 `--activation-products` quantises those too (each row and the JSON say which).
@@ -73,8 +80,12 @@ from pygraphx.models import get_model, model_inputs  # noqa: E402
 from pygraphx.passes.fusion_policy import inner_op_names  # noqa: E402
 from pygraphx.targets.gpu.quant import FP8_GEMM_ENV, INT8_GEMM_ENV  # noqa: E402
 from pygraphx.targets.gpu.quant_conv import FP8_CONV_ENV, INT8_CONV_ENV  # noqa: E402
+from pygraphx.targets.gpu.quant_conv_kernels import QUANTISE_ENV  # noqa: E402
 
 CONV_MODELS = {"resnet50", "mobilenetv2"}
+#: variant kind -> (quantize_<name>, residuals)
+QUANT_KINDS = {"int8": ("int8", False), "int8r": ("int8", True), "fp8": ("fp8", False),
+               "fp8r": ("fp8", True)}  # fmt: skip
 
 
 def rel_rms(got: np.ndarray, want: np.ndarray) -> float:
@@ -87,14 +98,16 @@ def quantised_file(
 ) -> Path:
     """The program of `kind`, quantised once (calibrated on the gpu target) and saved."""
     prog = pygraphx.parse_onnx_buffer(model_bytes)
-    if kind in ("int8", "fp8"):
+    if kind in QUANT_KINDS:
         start = time.perf_counter()
+        name, residuals = QUANT_KINDS[kind]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            quantize = getattr(pygraphx, f"quantize_{kind}")
+            quantize = getattr(pygraphx, f"quantize_{name}")
             quantize(
-                prog, pygraphx.get_target("gpu"), calib, activation_products=activation_products
-            )
+                prog, pygraphx.get_target("gpu"), calib, activation_products=activation_products,
+                residuals=residuals,
+            )  # fmt: skip
         for w in caught:
             print(f"    warning: {w.message}")
         print(f"    {kind} calibration + quantisation: {time.perf_counter() - start:.1f} s")
@@ -107,7 +120,7 @@ def quantised_file(
 
 def variant(label: str, path: Path, env: dict[str, str], feeds, args) -> tuple[dict, np.ndarray]:
     """Compile the saved program with `env` set, run it once (graph capture), time it."""
-    for key in (INT8_CONV_ENV, INT8_GEMM_ENV, FP8_GEMM_ENV, FP8_CONV_ENV):
+    for key in (INT8_CONV_ENV, INT8_GEMM_ENV, FP8_GEMM_ENV, FP8_CONV_ENV, QUANTISE_ENV):
         os.environ.pop(key, None)
     os.environ.update(env)
     start = time.perf_counter()
@@ -222,17 +235,33 @@ def plans(
     fp8 GEMM choices `fp8_gemms` and, with convolutions, the fp8 convolution modes
     `fp8_convs`)."""
     rows = [("fp32", "fp32", {}), ("fp16", "fp16", {})]
-    if name in CONV_MODELS:
-        for mode in modes:
-            for gemm in gemms if mode != "fp16" else gemms[:1]:
-                env = {INT8_CONV_ENV: mode, INT8_GEMM_ENV: gemm}
-                rows.append((f"int8 conv={mode} gemm={gemm}", "int8", env))
-    else:
-        rows += [(f"int8 gemm={g}", "int8", {INT8_GEMM_ENV: g}) for g in gemms]
-    rows += [(f"fp8 gemm={g}", "fp8", {FP8_GEMM_ENV: g}) for g in fp8_gemms]
-    if name in CONV_MODELS:
-        rows += [(f"fp8 conv={m}", "fp8", {FP8_CONV_ENV: m}) for m in fp8_convs]
+    for int8 in ("int8", "int8r"):
+        if name in CONV_MODELS:
+            for mode in modes:
+                for gemm in gemms if mode != "fp16" else gemms[:1]:
+                    env = {INT8_CONV_ENV: mode, INT8_GEMM_ENV: gemm}
+                    rows.append((f"{int8} conv={mode} gemm={gemm}", int8, env))
+        else:
+            rows += [(f"{int8} gemm={g}", int8, {INT8_GEMM_ENV: g}) for g in gemms]
+    for fp8 in ("fp8", "fp8r"):
+        rows += [(f"{fp8} gemm={g}", fp8, {FP8_GEMM_ENV: g}) for g in fp8_gemms]
+        if name in CONV_MODELS:
+            rows += [(f"{fp8} conv={m}", fp8, {FP8_CONV_ENV: m}) for m in fp8_convs]
     return rows
+
+
+def with_quantise(rows: list, modes=("exact",)) -> list[tuple[str, str, dict[str, str]]]:
+    """`rows` with each int8 / fp8 row once per `PGX_GPU_QUANTISE` mode (`modes`; a row of
+    another mode than `exact` is labelled ` q=<mode>`)."""
+    out = []
+    for label, kind, env in rows:
+        if kind not in QUANT_KINDS:
+            out.append((label, kind, env))
+            continue
+        for mode in modes:
+            tag = "" if mode == "exact" else f" q={mode}"
+            out.append((label + tag, kind, {**env, QUANTISE_ENV: mode}))
+    return out
 
 
 def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -245,17 +274,19 @@ def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any
     calib = [model_inputs(name, model, seed=k) for k in range(1, args.calib + 1)]
     files: dict[str, Path] = {}
     rows, progs, want = [], [], None
-    for label, kind, env in plans(
+    rows_of = plans(
         name, args.int8_gemms, args.conv_modes, args.fp8_gemms,
         [] if args.no_fp8_triton_conv else args.fp8_convs,
-    ):  # fmt: skip
+    )  # fmt: skip
+    for label, kind, env in with_quantise(rows_of, args.quantise):
         if kind not in args.variants:
             continue
         if kind not in files:
             files[kind] = quantised_file(model_bytes, kind, calib, tmp, args.activation_products)
         row, out, prog = variant(label, files[kind], env, feeds, args)
-        if kind in ("int8", "fp8"):
+        if kind in QUANT_KINDS:
             row["activation_products"] = args.activation_products
+            row["residuals"] = QUANT_KINDS[kind][1]
         if kind == "fp32":
             want = out
         row["rel_rms_vs_fp32"] = None if want is None else rel_rms(out, want)
@@ -285,7 +316,10 @@ def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["resnet50", "bert_base"])
-    ap.add_argument("--variants", nargs="+", default=["fp32", "fp16", "int8", "fp8"])
+    ap.add_argument(
+        "--variants", nargs="+", default=["fp32", "fp16", "int8", "fp8"],
+        choices=["fp32", "fp16", *QUANT_KINDS],
+    )  # fmt: skip
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--calib", type=int, default=16)
@@ -307,6 +341,10 @@ def main() -> int:
     ap.add_argument(
         "--activation-products", action="store_true",
         help="quantise products of two activations too (attention's; default: they stay half)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--quantise", nargs="+", default=["exact"], choices=["exact", "reciprocal"],
+        help="int8 / fp8 rows once per PGX_GPU_QUANTISE mode (the convolutions' quantise)",
     )  # fmt: skip
     ap.add_argument("--profile", action="store_true", help="device time per step kind (see above)")
     ap.add_argument("--profile-runs", type=int, default=3)

@@ -122,6 +122,14 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --int8/--fp8: the dots' activations take per-row scales computed at run "
         "time (per token; recommended for transformers); convolutions stay calibrated",
     )
+    transform.add_argument(
+        "--residuals",
+        action="store_true",
+        default=None,
+        help="with --int8/--fp8: quantise the residual adds' other operands too (a block's "
+        "input added to its last product: TensorRT's and ONNX Runtime's placement; one more "
+        "rounding, fewer bytes on the gpu)",
+    )
     add_shape_arguments(parser)
 
 

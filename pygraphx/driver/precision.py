@@ -28,6 +28,7 @@ CALIBRATION_FLAGS = (
     "keep_float",
     "smooth",
     "dynamic",
+    "residuals",
 )
 CALIBRATED = ("int8", "fp8")
 
@@ -119,13 +120,14 @@ def quantize_calibrated(
 
 
 def quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
-    """--calibration-method, --keep-float, --smooth and --dynamic as `quantize_int8` /
+    """--calibration-method, --keep-float, --smooth, --dynamic and --residuals as `quantize_int8` /
     `quantize_fp8` options (those given)."""
     options = {
         "method": getattr(args, "calibration_method", None),
         "keep_float": getattr(args, "keep_float", None),
         "smooth": getattr(args, "smooth", None),
         "dynamic": getattr(args, "dynamic", None),
+        "residuals": getattr(args, "residuals", None),
     }
     return {k: v for k, v in options.items() if v is not None}
 

@@ -52,6 +52,7 @@ def quantize_fp8(
     keep_float: int = 0,
     dynamic: bool = False,
     activation_products: bool = True,
+    residuals: bool = False,
 ) -> None:
     """Quantise the uncompiled float `prog` in place to fp8 e4m3 `dot` / `convolution` inputs.
 
@@ -65,10 +66,11 @@ def quantize_fp8(
             without fp8 GEMM kernels (every one but `ref`, the oracle) gets a warning that the
             products run as float32 maths.
         calibration, ins_names, method, percentile, smooth, keep_float, dynamic,
-            activation_products: as for `quantize_int8` (sample inputs; the operators; the
-            activation statistic, "max" or "percentile"; the SmoothQuant alpha or None; how many
-            most peaked layers stay float; run-time per-row scales for the dots' activations;
-            False: products of two activations, attention's, stay float).
+            activation_products, residuals: as for `quantize_int8` (sample inputs; the
+            operators; the activation statistic, "max" or "percentile"; the SmoothQuant alpha or
+            None; how many most peaked layers stay float; run-time per-row scales for the dots'
+            activations; False: products of two activations, attention's, stay float; True:
+            residual adds' other operands quantised too, `residual.py`).
 
     Raises:
         QuantizeError: `prog` is compiled or dynamic, or an argument is not valid.
@@ -81,7 +83,7 @@ def quantize_fp8(
     """
     quantize_qdq(
         prog, target, calibration, ins_names, method, percentile, FP8, smooth, keep_float, dynamic,
-        activation_products,
+        activation_products, residuals,
     )  # fmt: skip
     _announce_float_products(target)
 

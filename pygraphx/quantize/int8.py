@@ -49,6 +49,7 @@ from pygraphx.passes.propagate_constant import evaluate_constant
 from pygraphx.passes.simplify_algebra import fuse_horizontal_dots
 from pygraphx.quantize.batch_norm import fold_batch_norms
 from pygraphx.quantize.calibrate import AbsStatistic, observe
+from pygraphx.quantize.residual import residual_adds
 from pygraphx.quantize.smooth import smoothable, smoothing_factors
 from pygraphx.quantize.truncate_float import QuantizeError
 
@@ -148,6 +149,7 @@ def quantize_int8(
     keep_float: int = 0,
     dynamic: bool = False,
     activation_products: bool = True,
+    residuals: bool = False,
 ) -> None:
     """Quantise the uncompiled float `prog` in place to int8 `dot` / `convolution`.
 
@@ -177,6 +179,12 @@ def quantize_int8(
             operands at run time costs two quantise passes per product, and in float the
             target's fused attention can run them (on the gpu target, measured on BERT-base,
             int8 attention was slower than half; see benchmarks/quant_gpu.py).
+        residuals: also quantise the residual operand of adds that follow a quantised product
+            (`residual.py`: a block's input added to its last convolution), as TensorRT's
+            Q/DQ placement and ONNX Runtime's static quantiser do: the gpu target then reads
+            and writes those tensors as 8-bit values only (ResNet-50 at batch 32 on an H100:
+            see benchmarks/quant_gpu.py); one more rounding of the residual. Needs static
+            scales (not `dynamic`).
 
     Raises:
         QuantizeError: `prog` is compiled or dynamic, or an argument is not valid.
@@ -189,7 +197,7 @@ def quantize_int8(
     """
     quantize_qdq(
         prog, target, calibration, ins_names, method, percentile, INT8, smooth, keep_float, dynamic,
-        activation_products,
+        activation_products, residuals,
     )  # fmt: skip
 
 
@@ -205,15 +213,18 @@ def quantize_qdq(
     keep_float: int = 0,
     dynamic: bool = False,
     activation_products: bool = True,
+    residuals: bool = False,
 ) -> None:
     """The work of `quantize_int8` / `quantize_fp8` in format `fmt`: calibrate, leave the
     `keep_float` layers with the most peaked inputs in float, insert the QDQ pairs (after
     smoothing the activations that allow it, when `smooth` is an alpha; with run-time per-row
     scales for the `dot`s' activations when `dynamic`), quantise the weights, fold integer
     products (see the module docstring); products of two activations only when
-    `activation_products`."""
+    `activation_products`; the residual adds' other operands too when `residuals`."""
     _check_program(prog, fmt)
     _check_smooth(smooth, method, fmt)
+    if residuals and dynamic:
+        raise QuantizeError(f"quantize_{fmt.name}: residuals=True needs static scales, not dynamic")
     if isinstance(ins_names, str):
         ins_names = (ins_names,)
     if "convolution" in ins_names:
@@ -224,15 +235,18 @@ def quantize_qdq(
         # weight scales, so the numbers are those of the separate products)
         fuse_horizontal_dots(prog.get_main_module())
     operands = quantized_inputs(prog, ins_names, fmt, activation_products)
-    activations = _unique([op.value for op in operands if not op.constant])
+    adds = _residual_adds(prog, operands) if residuals else []
+    activations = _unique([op.value for op in operands if not op.constant] + _operands_of(adds))
     groups = smoothable(operands) if smooth is not None and calibration else {}
     static = {id(op.value) for op in operands if not op.constant and not _is_dynamic(op, dynamic)}
+    static |= {id(x) for x in _operands_of(adds)}
     stats: dict[int, AbsStatistic] = {}
     if static or (calibration and (keep_float or smooth is not None)):
         stats = _calibrate(prog, target, calibration, activations, method, percentile, fmt, groups)
     if keep_float and stats:
         operands = _drop_peaked(operands, stats, keep_float)
-        activations = _unique([op.value for op in operands if not op.constant])
+        adds = [a for a in _residual_adds(prog, operands) if id(_operands_of([a])[0]) in stats]
+        activations = _unique([op.value for op in operands if not op.constant] + _operands_of(adds))
         groups = smoothable(operands) if groups else {}
     main = prog.get_main_module()
     dq_of: dict[Any, Instruction] = {}  # id(activation) or (id, index) when dynamic -> its DQ
@@ -257,10 +271,24 @@ def quantize_qdq(
         inputs = list(op.ins.inputs)
         inputs[op.index] = dq
         main.replace_op(op.ins, op.ins.op, inputs)
+    for add, index in adds:
+        inputs = list(add.inputs)
+        inputs[index] = dq_of[id(inputs[index])]
+        main.replace_op(add, add.op, inputs)
     fold_qdq(main)  # folds the int8 products only; fp8 ones stay dot(dequantizelinear(...))
     for mod in prog.modules.values():
         mod.memory_plan = None
     prog.validate()
+
+
+def _residual_adds(prog: Program, operands: list[QuantizedInput]) -> list[tuple[Instruction, int]]:
+    """The residual adds after the products of `operands` (`residual.py`)."""
+    products = _unique([op.ins for op in operands])
+    return residual_adds(prog.get_main_module(), products, _is_constant)
+
+
+def _operands_of(adds: list[tuple[Instruction, int]]) -> list[Instruction]:
+    return [add.inputs[index] for add, index in adds]
 
 
 def _is_dynamic(op: QuantizedInput, dynamic: bool) -> bool:

@@ -189,3 +189,18 @@ def test_dynamic_gives_the_dots_run_time_scales(folder: Path) -> None:
     assert 0.0 < rel_rms(np.asarray(prog.run({"input": x})[0]), ort_float(folder, x)) < 0.05
     proc = cli("compile", "model.onnx", "--dynamic", cwd=folder)
     assert proc.returncode != 0 and "--dynamic applies to --int8 or --fp8" in proc.stderr
+
+
+def test_residuals_flag_reaches_the_quantiser(folder: Path) -> None:
+    """--residuals is passed on (the small CNN has no residual add, so the program is the one
+    without it) and, like the other calibration options, needs --int8 or --fp8."""
+    proc = cli("compile", "model.onnx", "--int8", "--calibration", "cal.npz", "--residuals",
+               "-o", "r.pgx", cwd=folder)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    ops = [i.op.name for i in pygraphx.load(folder / "r.pgx").get_main_module().instructions]
+    assert "quant_convolution" in ops
+    proc = cli("compile", "model.onnx", "--residuals", cwd=folder)
+    assert proc.returncode != 0 and "--residuals applies to --int8 or --fp8" in proc.stderr
+    proc = cli("compile", "model.onnx", "--int8", "--calibration", "cal.npz", "--residuals",
+               "--dynamic", cwd=folder)  # fmt: skip
+    assert proc.returncode != 0 and "residuals=True needs static scales" in proc.stderr

@@ -135,15 +135,33 @@ H100_FP8_TABLE: dict[tuple[int, int, int, int], Tile] = {
     (25088, 256, 512, 512): (128, 64, 128, 4, 3),
     (6272, 512, 1024, 1024): (128, 64, 128, 4, 3),
 }  # fmt: skip
+#: tiles of the expansions that read an 8-bit residual and write only the 8-bit result
+#: (`quantize_int8(..., residuals=True)`; key form `R8`), int8 and fp8 (one byte an element
+#: either way): on an H100 (`benchmarks/int8r_probe.py`, `benchmarks/results/
+#: h100_int8r_probe.json`; us at this tile, the int8 form at `H100_TABLE`'s tile, cuDNN's fused
+#: half): 1x1 64 -> 256 at 56x56 48.4 / 58.2 (48.9), 128 -> 512 at 28x28 25.9 / 33.6 (24.6),
+#: 256 -> 1024 at 14x14 15.5 / 17.3 (13.1), 512 -> 2048 at 7x7 13.1 / 13.6 (11.6). H100 only.
+H100_R8_TABLE: dict[tuple[int, int, int, int], Tile] = {
+    (100352, 256, 64, 64): (128, 64, 64, 4, 2, PRE),
+    (25088, 512, 128, 128): (64, 128, 64, 4, 2, PRE),
+    (6272, 1024, 256, 256): (128, 64, 64, 4, 2, PRE),
+    (1568, 2048, 512, 512): (128, 128, 64, 4, 2, PRE),
+}  # fmt: skip
+#: the key form of a convolution whose epilogue reads an 8-bit residual
+R8 = "r8"
 #: the device name `H100_TABLE` applies to (`device_section`'s name holds it)
 H100_NAME = "H100"
 
 
-def table_tile(shape: tuple[int, int, int, int], section: str, fp8: bool) -> Tile | None:
+def table_tile(
+    shape: tuple[int, int, int, int], section: str, fp8: bool, form: str = ""
+) -> Tile | None:
     """The tables' tile of `shape` on a Hopper device of record section `section` (its name):
-    on an H100 `H100_FP8_TABLE` / `H100_TABLE` first, then for fp8 kernels `FP8_TABLE`, then
-    `TABLE`; None where no table has it."""
-    tables = [H100_FP8_TABLE if fp8 else H100_TABLE] if H100_NAME in section.split(" | ")[0] else []
+    on an H100 `H100_R8_TABLE` for the `R8` form, then `H100_FP8_TABLE` / `H100_TABLE`, then for
+    fp8 kernels `FP8_TABLE`, then `TABLE`; None where no table has it."""
+    h100 = H100_NAME in section.split(" | ")[0]
+    tables = [H100_R8_TABLE] if h100 and form == R8 else []
+    tables += [H100_FP8_TABLE if fp8 else H100_TABLE] if h100 else []
     tables += [FP8_TABLE, TABLE] if fp8 else [TABLE]
     return next((t[shape] for t in tables if shape in t), None)
 
@@ -153,9 +171,9 @@ def tile_form(tile: Tile) -> tuple[tuple[int, int, int, int, int], bool]:
     return tuple(tile[:5]), len(tile) > 5 and tile[5] == PRE
 
 
-def tile_key(fp8: bool, mode: int, m: int, n: int, k: int, c: int) -> str:
-    """The record's name of a convolution shape."""
-    return f"{'fp8' if fp8 else 'int8'}:{mode}:{m}x{n}x{k}x{c}"
+def tile_key(fp8: bool, mode: int, m: int, n: int, k: int, c: int, form: str = "") -> str:
+    """The record's name of a convolution shape (and epilogue `form`: `R8` or none)."""
+    return f"{'fp8' if fp8 else 'int8'}:{mode}:{m}x{n}x{k}x{c}" + (f":{form}" if form else "")
 
 
 def _record_path() -> Path | None:
@@ -215,7 +233,7 @@ class TileChoice:
 
     def find(
         self, key: str, shape: tuple[int, int, int, int], section: str, hopper: bool,
-        fp8: bool = False,
+        fp8: bool = False, form: str = "",
     ) -> Tile | None:  # fmt: skip
         """`key`'s tile from this process, the record's `section` or (`hopper`) the tables
         (`table_tile`); None: autotune it."""
@@ -229,7 +247,7 @@ class TileChoice:
                         "ignored", key, tile)  # fmt: skip
             tile = None
         if tile is None and hopper:
-            tile = table_tile(shape, section, fp8)
+            tile = table_tile(shape, section, fp8, form)
         if tile is not None:
             self.looked_up += 1
             if self.looked_up == 1:

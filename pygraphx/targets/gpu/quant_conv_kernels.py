@@ -24,6 +24,18 @@ address arithmetic and masks. On an H200 (`benchmarks/resgpu_probe.py`,
 `benchmarks/results/h200_resgpu_probe.json`) GATHER took 0.364 ms, ROWS 0.083 with the padded
 copy (then torch's, 0.022 of it), cuDNN half 0.090.
 
+`RECIP` (`PGX_GPU_QUANTISE=reciprocal`, off by default): the quantising epilogue multiplies by
+the scale's reciprocal instead of computing the exact quotient (`quantise.quotient`: a product
+and four FMAs an element, then the NaN choice), as TensorRT's int8 kernels do. The 8-bit code
+then differs from the exact one (`ref`'s, ONNX's `QuantizeLinear`) by one step where the
+quotient lies within about 2**-23 of its magnitude of a rounding boundary (a half-integer for
+int8, a midpoint between fp8 values). On an H100 (`benchmarks/int8r_probe.py`, ResNet-50 b32
+layers, `benchmarks/results/h100_int8r_probe2.txt`): the 1x1 64 -> 256 expansion at 56x56 with
+an int8 residual 40.3 against 48.5 us (cuDNN's fused half: 49.2), the 1x1 256 -> 64 reduce
+13.9 against 16.1 (25.6): the epilogue, not the product, is most of these layers' time
+(`bare`, the product written in half: 22.8 and 14.5 us). Said once per process on the
+`pygraphx.gpu` logger.
+
 `PRE_RES` (an H100 table tile's sixth entry, `conv_tiles.PRE`, `tile_launch`): the epilogue's
 residual tile is loaded before the K loop, so its loads overlap the sums instead of following
 them (same numbers): on an H100 the int8 1x1 64 -> 256 expansion at 56x56 with its residual
@@ -39,6 +51,7 @@ tensors) one configuration runs.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -49,12 +62,33 @@ import triton.language as tl
 from pygraphx.targets.gpu import conv_tiles
 from pygraphx.targets.gpu import quant_kernels as qk
 from pygraphx.targets.gpu import quantise_kernels as qe
+from pygraphx.targets.settings import env_choice
 
 __all__ = [
     "CONV_BLOCK_K", "CONV_CONFIGS", "FP8_NATIVE", "FP8_SUM_ERROR", "GATHER", "IMPLICIT",
-    "POINTWISE", "RESIDUAL_CODES", "ROWS", "ROWS_BLOCK_K", "conv", "input_mode",
-    "launch_arguments", "pad_rows", "row_layout", "tile_launch",
+    "POINTWISE", "QUANTISE_ENV", "RESIDUAL_CODES", "ROWS", "ROWS_BLOCK_K", "conv", "input_mode",
+    "launch_arguments", "pad_rows", "reciprocal_quantise", "row_layout", "tile_launch",
 ]  # fmt: skip
+
+log = logging.getLogger("pygraphx.gpu")
+#: how the 8-bit quantising epilogues divide by the scale: `exact` (the default, `ref`'s
+#: numbers) or `reciprocal` (module docstring: `RECIP`)
+QUANTISE_ENV = "PGX_GPU_QUANTISE"
+_said: set[str] = set()
+
+
+def reciprocal_quantise() -> bool:
+    """Whether `PGX_GPU_QUANTISE=reciprocal` asks for `RECIP` (said once per process)."""
+    recip = env_choice(QUANTISE_ENV, ("exact", "reciprocal"), "exact", lower=True) == "reciprocal"
+    if recip and "recip" not in _said:
+        _said.add("recip")
+        log.warning(
+            "gpu: %s=reciprocal: the 8-bit convolutions' quantise multiplies by the scale's "
+            "reciprocal, so a code can differ by one step from the exact quotient's near a "
+            "rounding boundary (not the ref target's numbers there)", QUANTISE_ENV,
+        )  # fmt: skip
+    return recip
+
 
 #: the smallest K block: a convolution read in place needs input channels a multiple of it
 CONV_BLOCK_K = 64
@@ -142,7 +176,7 @@ def _conv_kernel(
     FP8: tl.constexpr, MODE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     FP8_PTRS: tl.constexpr = False, FP8_NATIVE: tl.constexpr = False, CAST: tl.constexpr = False,
-    PRE_RES: tl.constexpr = False,
+    PRE_RES: tl.constexpr = False, RECIP: tl.constexpr = False,
 ):  # fmt: skip
     if FP8_PTRS:  # fp8 bytes read as fp8 (CUDA): `quant_kernels._fp8_pointers`
         x_ptr, w_ptr = qk._fp8_pointers(x_ptr, w_ptr)
@@ -170,7 +204,7 @@ def _conv_kernel(
     qk._store_dequantised(
         acc, rows, cols, scale_ptr, out_ptr, M, N, stride_om, bias_ptr, res_ptr, stride_rm,
         qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr, E0, E1, E2, QUANT, STORE, MAGIC,
-        CAST, r0, PRE_RES,
+        CAST, r0, PRE_RES, RECIP,
     )  # fmt: skip
 
 
@@ -252,7 +286,8 @@ def conv(
     args, codes = launch
     m, c_out = out.shape
     if qk._timed(x):
-        _tiled_launch(args, codes, x.device)
+        r8 = residual is not None and residual.element_size() == 1  # an 8-bit residual
+        _tiled_launch(args, codes, x.device, conv_tiles.R8 if r8 else "")
         return
     config = qk._config(m)
     config["BLOCK_K"] = CONV_BLOCK_K if run is None else ROWS_BLOCK_K
@@ -263,13 +298,14 @@ def conv(
 _tiles = conv_tiles.TileChoice()
 
 
-def _tiled_launch(args: tuple, codes: dict, device: torch.device) -> None:
+def _tiled_launch(args: tuple, codes: dict, device: torch.device, form: str = "") -> None:
     """Launch `_conv_kernel` on CUDA at the shape's tile from `conv_tiles` (this process,
-    the on-disk record, the table), or autotuned over `CONV_CONFIGS` and kept there."""
+    the on-disk record, the table; `form`: `conv_tiles.R8` for an 8-bit residual), or
+    autotuned over `CONV_CONFIGS` and kept there."""
     m, n, k, c = args[4:8]
-    key = conv_tiles.tile_key(codes["FP8"], codes["MODE"], m, n, k, c)
+    key = conv_tiles.tile_key(codes["FP8"], codes["MODE"], m, n, k, c, form)
     section, hopper = conv_tiles.device_section(device.index or 0)
-    tile = _tiles.find(key, (m, n, k, c), section, hopper, codes["FP8"])
+    tile = _tiles.find(key, (m, n, k, c), section, hopper, codes["FP8"], form)
     if tile is not None and (codes["MODE"] == GATHER or c % tile[2] == 0):
         config, warps, stages = tile_launch(tile, codes)
         grid = qk._grid(m, n, config)
@@ -330,6 +366,7 @@ def launch_arguments(
     # an fp8 quantising epilogue writes its bytes by the hardware conversion where the
     # quantise kernels do (`quantise_kernels.fp8_cast`: the same bytes, far fewer instructions)
     codes["CAST"] = codes["QUANT"] == 2 and qe.fp8_cast(out.device)
+    codes["RECIP"] = codes["QUANT"] != 0 and reciprocal_quantise()
     return (*args, *extra), codes
 
 

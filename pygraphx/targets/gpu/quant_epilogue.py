@@ -277,6 +277,10 @@ def _side_step(ctx, group: Instruction, ins: Instruction, source: dict, channels
     group's type), the residual of a "residual_affine" epilogue once it is added."""
     args = list(ins.inputs)
     name = ins.op.name
+    if name == "convert" and len(args) == 1 and _quantised_source(group, args[0], source):
+        # a quantised residual (`passes/rewrite_dequantize.py`): its 8-bit values in float32
+        side[id(ins)] = (source[id(args[0])], None, None, False)
+        return ins.shape.type() == "float_type"
     if name == "convert" and len(args) == 1 and id(args[0]) in side:
         k, scale, bias, _ = side[id(args[0])]
         side[id(ins)] = (k, scale, bias, ins.shape.type() == group.shape.type())
@@ -305,6 +309,11 @@ def _side_step(ctx, group: Instruction, ins: Instruction, source: dict, channels
     return False
 
 
+def _quantised_source(group: Instruction, x: Instruction, source: dict) -> bool:
+    """Whether body value `x` is a group input holding int8 / fp8 e4m3 values."""
+    return id(x) in source and group.inputs[source[id(x)]].shape.type() in QUANTISED_TYPES
+
+
 def _add(ctx, group, ins, running, source, channels, ops: list, found: dict) -> bool:
     """`ins` as an "add" of a per-channel bias or of a residual (into `ops` and `found`)."""
     if ins.op.name != "add" or len(ins.inputs) != 2 or running not in ins.inputs:
@@ -313,12 +322,17 @@ def _add(ctx, group, ins, running, source, channels, ops: list, found: dict) -> 
     if other is running:
         return False
     side = found["side"].get(id(other))
-    if side is not None and side[2] is not None and "residual" not in found:
+    scaled = side is not None and side[3] and (side[1], side[2]) != (None, None)
+    if scaled and "residual" not in found:
         k, scale, bias, _ = side
         if scale is None:  # an int8 product's dequantised value: its scale is applied
             scale = torch.ones_like(bias)
+        elif group.inputs[k].shape.type() in QUANTISED_TYPES:  # a quantised residual, no bias
+            bias = torch.zeros_like(scale) if bias is None else bias
         else:  # an fp8 product's float32 sums: it may apply its scale itself
             found["prescale"] = ctx.cache.get(PRESCALE, {}).get(id(group.inputs[k]))
+        if bias is None:
+            return False
         ops.append("residual_affine")
         found["residual"], found["affine"] = ctx.arg(group, k), (scale, bias)
         return True

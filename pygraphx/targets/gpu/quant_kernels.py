@@ -125,7 +125,7 @@ def _store_dequantised(
     qs_ptr, q_ptr, stride_qm, g1, g2, g3, rs_ptr, rb_ptr,
     E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
     QUANT: tl.constexpr, STORE: tl.constexpr, MAGIC: tl.constexpr, CAST: tl.constexpr = False,
-    r0=0.0, PRE: tl.constexpr = False,
+    r0=0.0, PRE: tl.constexpr = False, RECIP: tl.constexpr = False,
 ):  # fmt: skip
     """`acc`'s dequantise, the epilogue ops `E0`-`E2` (`_epilogue_op`; `PRE`: the residual
     tile `r0` already loaded), the float store and / or the quantise (`QUANT`)."""
@@ -152,7 +152,10 @@ def _store_dequantised(
         # y is already a value of the output type (the dequantise and every op but ReLU,
         # which keeps it so, round to it): no second rounding before the quantise
         qs = tl.load(qs_ptr).to(tl.float32)
-        v = quotient(y, qs, tl.math.div_rn(1.0, qs))
+        if RECIP:  # the product by the reciprocal (`conv`'s `recip`: not div_rn's quotient)
+            v = y * tl.math.div_rn(1.0, qs)
+        else:
+            v = quotient(y, qs, tl.math.div_rn(1.0, qs))
         if QUANT == 1:
             q = int8_of_quotient(v, y, MAGIC)
         else:  # fp8 e4m3fn, its bytes

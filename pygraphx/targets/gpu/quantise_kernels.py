@@ -88,7 +88,7 @@ def _dequantise_kernel(
 
 @functools.cache
 def capability(index: int) -> tuple[int, int]:
-    return torch.cuda.get_devicecapability(index)
+    return torch.cuda.get_device_capability(index)
 
 
 #: the hardware fp8 conversion (`fp8_cast`): on by default where the device has one, `0` to

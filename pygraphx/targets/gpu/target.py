@@ -27,8 +27,9 @@ import torch
 from pygraphx.ir.mapped import release_weight_pages
 from pygraphx.passes.fold_fp8 import fold_fp8, split_fp8_scales
 from pygraphx.passes.fusion_policy import DefaultFusion, FusionPolicy, RowFusion
-from pygraphx.passes.manager import Pass
+from pygraphx.passes.manager import Pass, module_pass
 from pygraphx.passes.pipeline import optimize_passes
+from pygraphx.passes.rewrite_dequantize import rewrite_dequantize
 from pygraphx.targets.base import Target
 from pygraphx.targets.gpu.executable import GpuExecutable
 from pygraphx.targets.gpu.lowering import gpu_overrides
@@ -107,7 +108,9 @@ class GpuTarget(Target):
         )
         convolutions = convolutions and fp8_kernel_fits  # only those the kernel runs
         fold = Pass("fold_fp8", lambda module, program: fold_fp8(module, convolutions))
-        passes = [fold, *optimize_passes(policy=policy)]
+        # a residual's dequantise as element-wise maths its add's group (the product's
+        # epilogue) absorbs (`quantize_int8(..., residuals=True)`)
+        passes = [fold, module_pass(rewrite_dequantize), *optimize_passes(policy=policy)]
         if int8_gemm_choice(isinstance(policy, RowFusion), FP8_GEMM_ENV) == "cublas":
             at = next(k for k, p in enumerate(passes) if p.name == "fuse_reduce") + 1
             passes.insert(at, Pass("split_fp8_scales", split_fp8_scales))

@@ -387,3 +387,17 @@ def test_int8_gemm_epilogues_match_ref(fp16: bool, monkeypatch) -> None:
     want_ops = {("bias", "relu", "quantise"), ("bias", "residual", "relu", "-")}
     assert want_ops <= set(seen), seen
     close_within(got, want, 2e-3 if fp16 else 1e-5)
+
+
+@pytest.mark.parametrize(("cap", "want"), [((9, 0), True), ((8, 9), True), ((8, 0), False)])
+def test_fp8_cast_support_reads_the_device_capability(monkeypatch, cap, want):
+    """The capability query itself runs without a GPU (a misspelt torch call in it once failed
+    every fp8 test on the H100 and none here): torch's answer is stubbed, the rule is ours."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: cap)
+    qe.capability.cache_clear()
+    try:
+        assert qe.fp8_cast_supported(torch.device("cuda", 0)) is want
+    finally:
+        qe.capability.cache_clear()

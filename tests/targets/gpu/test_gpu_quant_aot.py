@@ -51,6 +51,8 @@ def _job(
         constexprs = {**constexprs, "CAST": False}
     if "PRE_RES" in fn.arg_names and "PRE_RES" not in constexprs:  # likewise (`tile_launch`)
         constexprs = {**constexprs, "PRE_RES": False}
+    if "RECIP" in fn.arg_names and "RECIP" not in constexprs:  # likewise (`launch_arguments`)
+        constexprs = {**constexprs, "RECIP": False}
     signature = {a: "constexpr" if a in constexprs else types.get(a, "i32") for a in fn.arg_names}
     strides = ("stride", "sx") if aligned_strides else ()
     attrs = [a for a in fn.arg_names if signature[a][0] == "*" or a.startswith(strides)]
