@@ -35,28 +35,21 @@ def compiled(model: object, threads: int, env: dict[str, str]) -> object:
     """`model` compiled for the cpu target with `env` set while it compiles (`@module.NAME`
     keys: module attributes)."""
     import importlib
+    from contextlib import ExitStack
+    from unittest import mock
 
     from pygraphx.targets.cpu.target import CpuTarget
 
-    attrs = []
-    for key in [k for k in env if k.startswith("@")]:
-        module_name, _, name = key[1:].rpartition(".")
-        module = importlib.import_module(f"pygraphx.targets.torch_lowering.{module_name}")
-        attrs.append((module, name, getattr(module, name)))
-        setattr(module, name, ast.literal_eval(env.pop(key)))
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with ExitStack() as stack:
+        for key, value in env.items():
+            if key.startswith("@"):
+                module_name, _, name = key[1:].rpartition(".")
+                module = importlib.import_module(f"pygraphx.targets.torch_lowering.{module_name}")
+                stack.enter_context(mock.patch.object(module, name, ast.literal_eval(value)))
+            else:
+                stack.enter_context(mock.patch.dict(os.environ, {key: value}))
         prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
         prog.compile(CpuTarget(threads=threads))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        for module, name, value in attrs:
-            setattr(module, name, value)
     return prog
 
 

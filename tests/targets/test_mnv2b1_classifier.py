@@ -14,7 +14,7 @@ from onnx import helper  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
-from pygraphx.targets.torch_lowering import gemm_kernels, gemm_select, onednn_linear  # noqa: E402
+from pygraphx.targets.torch_lowering import gemm_select, onednn_linear  # noqa: E402
 from pygraphx.targets.torch_lowering.gemm_kernels import (  # noqa: E402
     CLASSIFIER_KERNEL,
     GEMM_KERNELS,
@@ -167,22 +167,13 @@ def test_forced_kernel_keeps_addmm(monkeypatch):
     assert kernels == ["addmm"] and calls == 0
 
 
-def test_a_product_of_a_graph_input_stays_on_addmm(monkeypatch):
+@pytest.mark.parametrize(("rows", "n_threads", "kernel"), [(1, 2, "addmm"), (4, 1, "dnnl")])
+def test_a_product_of_a_graph_input_keeps_its_kernel(monkeypatch, rows, n_threads, kernel):
     """Only a product reading a pooling's or convolution's result is a CNN classifier."""
     monkeypatch.setenv("PGX_CPU_LOAD_ADAPT", "0")
-    x = RNG.standard_normal((1, 64)).astype(np.float32)
+    x = RNG.standard_normal((rows, 64)).astype(np.float32)
     w = RNG.standard_normal((64, 40)).astype(np.float32)
     model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x}, ["y"], {"w": w})
-    got, kernels, calls = run_counted(model, x, 2, monkeypatch)
+    got, kernels, calls = run_counted(model, x, n_threads, monkeypatch)
     np.testing.assert_allclose(got, x.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
-    assert kernels == ["addmm"] and calls == 0
-    assert gemm_kernels.CLASSIFIER_KERNEL not in kernels
-
-
-def test_a_product_of_several_rows_of_a_graph_input_stays_on_torch(monkeypatch):
-    x = RNG.standard_normal((4, 64)).astype(np.float32)
-    w = RNG.standard_normal((64, 40)).astype(np.float32)
-    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x}, ["y"], {"w": w})
-    got, kernels, calls = run_counted(model, x, 1, monkeypatch)
-    np.testing.assert_allclose(got, x.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
-    assert kernels == ["dnnl"] and calls == 0
+    assert kernels == [kernel] and calls == 0
