@@ -5,7 +5,9 @@ changing.
 primitive up again on every call through ideep: 25-55 us per call on the 2-core EPYC, about a
 quarter of MobileNetV2's time at batch 1. Here the primitive descriptor, the primitive, its
 memory objects and its scratchpad are made once, at prepare, through oneDNN's C API
-(`onednn_capi.py`); a call sets the input's and output's data pointers and executes.
+(`onednn_capi.py`); a call sets the input's and output's data pointers and executes. A layer
+writing its arena slot gets a leaner closure (`_run_into`): pointers set only when a tensor
+changes, the execution's arguments bound once (a step's Python runs cold in a network).
 
 The layouts are those of the other kernels: activations channels-last (oneDNN's `nhwc`), a new
 channels-last output per call, the weight reordered once into the layout oneDNN chose for the
