@@ -232,12 +232,6 @@ MIN_1X1_PIXELS = 28 * 28
 #: EPYC); MobileNetV2's winners (AVX2 `jit_1x1` / `brgconv_1x1`, 5-24% faster) all have 16 to
 #: 32 channels on one side (`benchmarks/results/ctime9.md`)
 WIDE_1X1_CHANNELS = 64
-#: but on more than one thread a 1x1 layer of at most this many output pixels in all (a 7x7
-#: map at batch 1) is timed whatever its channels: how oneDNN's kernels split so little work
-#: over the threads differs (2-core EPYC, 2 threads, alone: MobileNetV2's 960 -> 320 layer
-#: 161 us on oneDNN's first, 138 on `jit_1x1:avx512_core`; in the network 188 -> 155; its other
-#: 7x7 layers kept oneDNN's first; `benchmarks/results/mnv2b1.md`)
-TINY_1X1_PIXELS = 7 * 7
 
 
 def _out_pixels(plan: ConvPlan) -> int:
@@ -255,15 +249,13 @@ def impl_candidates(plan: ConvPlan, other: bool) -> list[str]:
     layers have candidates: on the dense 3x3 layers of ResNet-50, UNet and YOLO oneDNN's
     implementations were within 2% of each other, and measuring them spent ResNet-50's whole
     budget for nothing; a 1x1 layer is timed only from a 28x28 output (`MIN_1X1_PIXELS`)
-    and with fewer than 64 channels on one side (`WIDE_1X1_CHANNELS`), or on several threads
-    with a tiny output (`TINY_1X1_PIXELS`)."""
+    and with fewer than 64 channels on one side (`WIDE_1X1_CHANNELS`)."""
     depthwise = plan.groups > 1 and plan.groups == plan.x_lens[1]
     if not depthwise and tuple(plan.weight.shape[2:]) != (1, 1):
         return []
-    tiny = torch.get_num_threads() > 1 and plan.x_lens[0] * _out_pixels(plan) <= TINY_1X1_PIXELS
-    if not depthwise and not tiny and _out_pixels(plan) < MIN_1X1_PIXELS:
+    if not depthwise and _out_pixels(plan) < MIN_1X1_PIXELS:
         return []
-    if not depthwise and not tiny and min(plan.weight.shape[:2]) >= WIDE_1X1_CHANNELS:
+    if not depthwise and min(plan.weight.shape[:2]) >= WIDE_1X1_CHANNELS:
         return []
     names = onednn_conv.implementations(plan, other)[1:]
     if depthwise:
