@@ -83,6 +83,24 @@ def test_a_new_tensor_each_call_and_an_nchw_source():
         np.testing.assert_allclose(out.numpy(), want(p, holder[0]), rtol=1e-5, atol=1e-5)
 
 
+def test_a_slot_getter_is_read_directly():
+    """A getter of `conv_fusion.env_getter` (the lowering's) is read as its list slot: a new
+    tensor stored there, or the same one written in place, is what the next call reads."""
+    from pygraphx.targets.torch_lowering.conv_fusion import env_getter
+
+    p = plan()
+    out = torch.empty([1, 16, 9, 9]).contiguous(memory_format=CL)
+    env = [None, new_x(p)]
+    run = onednn_conv.build(p, env_getter(env, 1), None, out)
+    for fresh in (True, False, True):
+        if fresh:
+            env[1] = new_x(p)
+        else:
+            env[1].copy_(new_x(p))
+        run()
+        np.testing.assert_allclose(out.numpy(), want(p, env[1]), rtol=1e-5, atol=1e-5)
+
+
 def test_a_strided_source_is_made_dense():
     p = plan()
     out = torch.empty([1, 16, 9, 9]).contiguous(memory_format=CL)
