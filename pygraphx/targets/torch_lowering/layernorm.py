@@ -1,4 +1,5 @@
-"""Layer normalisation recognised in the lowered program and run as one `F.layer_norm` call.
+"""Layer normalisation recognised in the lowered program and run as one `torch.layer_norm`
+call.
 
 ONNX's LayerNormalization (and the exporters' ReduceMean / Sub / Pow / Sqrt / Div chains) reach
 the lowering as seven instructions over the last axis of a float32 (or bf16) `x`:
@@ -10,8 +11,8 @@ the lowering as seven instructions over the last axis of a float32 (or bf16) `x`
 When they form exactly this shape (each intermediate used only inside it, `w` and `b` fixed
 vectors along the last axis, `eps` one constant) and nothing between `m` and `y` writes memory
 (only the pattern, views, literals and parameters), the whole normalisation is one step at
-`m`'s place: `y = F.layer_norm(x, (n,), w, b, eps)`, a new tensor (one pass over `x` in torch's
-fused kernel instead of four passes and three temporaries). The other instructions of the
+`m`'s place: `y = torch.layer_norm(x, (n,), w, b, eps)`, a new tensor (one pass over `x` in
+torch's fused kernel instead of four passes and three temporaries). The other instructions of the
 pattern emit no step. Anything else lowers as before. A bf16 normalisation (`quantize_bf16`)
 is computed in float32 inside torch's kernel and rounded once, where the instructions round each
 step. A float32 normalisation whose last group also converts to bf16 (`quantize_bf16`'s default
@@ -32,7 +33,6 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering import onednn_layernorm
@@ -298,9 +298,17 @@ def _kernel(ctx: LoweringContext, norm: Norm) -> Callable[[torch.Tensor], torch.
     """The normalisation of the step's input, in the type of `norm.y`: oneDNN's primitive
     (`onednn_layernorm.py`: one pass writing bf16) for a float32 input with float32 affine
     parts whose result is rounded to bf16 (a pre-norm transformer's, GPT-2's), else torch's
-    `F.layer_norm` (then the convert). Float32 results stay on torch's kernel: in BERT-base
+    `torch.layer_norm` (then the convert). Float32 results stay on torch's kernel: in BERT-base
     (float32 output plus its bf16 copy) the primitive was no faster in the model (2.49 ms of
-    layer norm a run against 2.29, 1 thread), though faster on its own."""
+    layer norm a run against 2.29, 1 thread), though faster on its own.
+
+    torch's kernel is called as `torch.layer_norm` (the C binding), not `F.layer_norm`, whose
+    Python body (the `__torch_function__` checks) runs first: in a model every step after a
+    weight product starts with its code out of the caches (the product streamed megabytes of
+    weights through L2), and there the wrapper cost 15-35 us a norm (2-core EPYC, one thread,
+    thread CPU time right after a (128 x 3072) x (3072 x 768) product: 87-113 against 67-87
+    us, `benchmarks/attn10_cold.py`; warm the two are equal, 32-37 us). In the model: BERT-base
+    and GPT-2's 25 norms 2.2-2.6 -> 1.7-2.1 ms a run (`benchmarks/attn10_ab.py`)."""
     shape, w, b, eps, cast = (norm.x.shape.lens()[-1],), norm.weight, norm.bias, norm.eps, norm.cast
     fixed = all(t is None or t.dtype == torch.float32 for t in (w, b))
     if norm.x.shape.type() == "float_type" and cast == torch.bfloat16 and fixed:
@@ -309,11 +317,18 @@ def _kernel(ctx: LoweringContext, norm: Norm) -> Callable[[torch.Tensor], torch.
             dims = tuple(norm.x.shape.lens())
             return onednn_layernorm.LayerNorm(table, dims, w, b, eps, cast)
 
-    def torch_norm(t: torch.Tensor) -> torch.Tensor:
-        y = F.layer_norm(t, shape, w, b, eps)
-        return y if cast is None else y.to(cast)
+    layer_norm = torch.layer_norm  # not `F.layer_norm`: see `_kernel`'s docstring
+    if cast is None:
 
-    return torch_norm
+        def torch_norm(t: torch.Tensor) -> torch.Tensor:
+            return layer_norm(t, shape, w, b, eps)
+
+        return torch_norm
+
+    def torch_norm_cast(t: torch.Tensor) -> torch.Tensor:
+        return layer_norm(t, shape, w, b, eps).to(cast)
+
+    return torch_norm_cast
 
 
 def _rounded_copy(norm: Norm) -> Instruction | None:

@@ -53,6 +53,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
 
 log = logging.getLogger("pygraphx.cpu")
 Tensor = torch.Tensor
+empty_strided, get_num_threads = torch.empty_strided, torch.get_num_threads
 #: oneDNN 3.x's `dnnl_eltwise_linear` (alpha * x + beta) and `dnnl_softmax_accurate`
 ELTWISE_LINEAR = 0x26
 SOFTMAX_ACCURATE = 0x30000
@@ -164,11 +165,12 @@ class Primitives:
         if self.mask is not None:
             mask_op = 1 if scale != 1.0 else 0  # the binary add follows the scale's post-op
             first.append((post_op_arg(mask_op, ARG_SRC_1), self.mask))
-        self.steps = [
-            (mm1, _args(first)),
-            (soft, _args([(ARG_SRC, s_mem), (ARG_DST, p_mem)])),
-            (mm2, _args([(ARG_SRC, p_mem), (ARG_WEIGHTS, self.v), (ARG_DST, self.out)])),
+        steps = [
+            (mm1, first),
+            (soft, [(ARG_SRC, s_mem), (ARG_DST, p_mem)]),
+            (mm2, [(ARG_SRC, p_mem), (ARG_WEIGHTS, self.v), (ARG_DST, self.out)]),
         ]
+        self.steps = [(prim, len(pairs), _args(pairs)) for prim, pairs in steps]
 
     def _md(self, dims: tuple[int, ...], strides: tuple[int, ...] = (), *, kind: int) -> c_void_p:
         return self._descs(dims, strides or dense_strides(dims), kind)
@@ -227,15 +229,17 @@ class Primitives:
             lib.dnnl_primitive_execute,
             self.rt.stream,
         )
-        out = torch.empty_strided(self.out_shape, self.out_strides, dtype=self.probs.dtype)
+        out = empty_strided(self.out_shape, self.out_strides, dtype=self.probs.dtype)
         set_handle(self.q, q)
         set_handle(self.kt, kt)
         set_handle(self.v, v)
         set_handle(self.out, out.data_ptr())
         if mask is not None:
             set_handle(self.mask, mask)
-        for prim, args in self.steps:
-            check(execute(prim, stream, len(args), args), "attention execute")
+        for prim, n, args in self.steps:
+            status = execute(prim, stream, n, args)
+            if status:
+                check(status, "attention execute")
         return out
 
     def __del__(self) -> None:
@@ -395,8 +399,14 @@ Attend = Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]
 
 
 def _signature(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> tuple:
-    ops = (q, kt, v) if mask is None else (q, kt, v, mask)
-    return (*((t.shape, t.stride(), t.dtype) for t in ops), torch.get_num_threads())
+    """The operands' shapes, strides and types, and the thread count: what a `Plan` is for.
+
+    Written out flat: in a model the block runs right after a weight product, its code out of
+    the caches, where a generator over the operands cost ~20 us more (2-core EPYC, one thread,
+    thread CPU time, `benchmarks/attn10_cold.py`)."""
+    masked = None if mask is None else (mask.shape, mask.stride(), mask.dtype)
+    return (q.shape, q.stride(), q.dtype, kt.shape, kt.stride(), kt.dtype, v.shape, v.stride(),
+            v.dtype, masked, get_num_threads())  # fmt: skip
 
 
 def _plan(rt: Runtime, table: dict, scale: float, operands: tuple) -> Plan | None:

@@ -26,7 +26,6 @@ import os
 from ctypes import POINTER, byref, c_float, c_int, c_uint, c_void_p
 
 import torch
-import torch.nn.functional as F
 
 from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_DST,
@@ -44,6 +43,8 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
 
 log = logging.getLogger("pygraphx.cpu")
 Tensor = torch.Tensor
+F32_T = torch.float32
+empty, get_num_threads = torch.empty, torch.get_num_threads
 #: the environment variable choosing the kernel: `onednn` (the default) or `torch`
 KERNEL_ENV = "PGX_CPU_LAYERNORM"
 #: oneDNN 3.x's normalisation flags and execution arguments of the affine parts
@@ -95,6 +96,7 @@ class Primitive:
                 (a, mds[2]) for a, on in zip((ARG_SCALE, ARG_SHIFT), affine, strict=True) if on
             ]
             self.mems = [rt.memory(md, None) for _, md in kinds]
+            self.n = len(kinds)
             self.args = (ExecArg * len(kinds))(
                 *(ExecArg(a, m) for (a, _), m in zip(kinds, self.mems, strict=True))
             )
@@ -103,11 +105,12 @@ class Primitive:
 
     def run(self, *addresses: int) -> None:
         """Normalise: the input, output, scale and shift at these addresses (those it has)."""
-        lib = self.rt.lib
+        set_handle = self.rt.lib.dnnl_memory_set_data_handle
         for mem, address in zip(self.mems, addresses, strict=True):
-            lib.dnnl_memory_set_data_handle(mem, address)
-        check(lib.dnnl_primitive_execute(self.prim, self.rt.stream, len(self.mems), self.args),
-              "layer norm execute")  # fmt: skip
+            set_handle(mem, address)
+        status = self.rt.lib.dnnl_primitive_execute(self.prim, self.rt.stream, self.n, self.args)
+        if status:
+            check(status, "layer norm execute")
 
     def __del__(self) -> None:
         release(self.rt.lib, self.mems, self.prim, self.pd if self.pd.value else None)
@@ -124,6 +127,7 @@ class LayerNorm:
         self.weight, self.bias = weight, bias
         self.fixed = [t.data_ptr() for t in (weight, bias) if t is not None]
         self.prims: dict[int, Primitive | None] = {}
+        self.threads, self.prim = 0, None  # the last call's thread count and its primitive
         self.warned = False
 
     def _primitive(self, threads: int) -> Primitive | None:
@@ -142,18 +146,20 @@ class LayerNorm:
         return self.table[key]
 
     def __call__(self, x: Tensor) -> Tensor:
-        """The normalised `x`, a new tensor of type `out`."""
-        threads = torch.get_num_threads()
-        prim = self.prims.get(threads, False)
-        if prim is False:
-            prim = self.prims[threads] = self._primitive(threads)
-        if (
-            prim is not None
-            and x.dtype == torch.float32
-            and x.is_contiguous()
-            and x.shape == self.dims
-        ):
-            y = torch.empty(self.dims, dtype=self.out)
+        """The normalised `x`, a new tensor of type `out`.
+
+        Few calls on the way (the thread count, then one check of `x`): in a model this runs
+        right after a weight product, its code out of the caches, where each call into torch or
+        ctypes costs several microseconds (`benchmarks/attn10_cold.py`)."""
+        threads = get_num_threads()
+        if threads != self.threads:
+            self.prim = self.prims.get(threads, False)
+            if self.prim is False:
+                self.prim = self.prims[threads] = self._primitive(threads)
+            self.threads = threads
+        prim = self.prim
+        if prim is not None and x.dtype == F32_T and x.shape == self.dims and x.is_contiguous():
+            y = empty(self.dims, dtype=self.out)
             prim.run(x.data_ptr(), y.data_ptr(), *self.fixed)
             return y
         if prim is not None and not self.warned:
@@ -163,7 +169,7 @@ class LayerNorm:
                 "torch's kernel instead of oneDNN",
                 list(self.dims), list(x.shape), x.dtype, tuple(x.stride()),
             )  # fmt: skip
-        y = F.layer_norm(x, (self.dims[-1],), self.weight, self.bias, self.eps)
+        y = torch.layer_norm(x, (self.dims[-1],), self.weight, self.bias, self.eps)
         return y.to(self.out)
 
 
