@@ -152,16 +152,24 @@ def conv_producer(
     else:  # the unfused twin
         plan.kernel = default_kernel(kernels_for(plan))
     o = plan.other
-    get_other = None if o is None else (lambda: env[o])
+    get_other = None if o is None else env_getter(env, o)
     if not measure:  # the twin runs only when profiling: its kernel is made at its first call
-        return lazy_kernel(plan, plan.kernel, lambda: env[x], get_other)
+        return lazy_kernel(plan, plan.kernel, env_getter(env, x), get_other)
     if out is not None and (
         plan.kernel not in WRITES_OUT or plan.in_place or not out.is_contiguous(memory_format=CL)
     ):
         out = None
     if out is not None:  # (tests, benchmarks: how many results need no copy)
         ctx.cache["conv_into_slot"] = ctx.cache.get("conv_into_slot", 0) + 1
-    return build_kernel(plan, plan.kernel, lambda: env[x], get_other, out)
+    return build_kernel(plan, plan.kernel, env_getter(env, x), get_other, out)
+
+
+def env_getter(env: list, index: int) -> Callable[[], torch.Tensor]:
+    """`lambda: env[index]`, saying where it reads (`slot`: `onednn_conv`'s lean closure then
+    reads the slot itself, one Python call less a step)."""
+    get = lambda: env[index]  # noqa: E731
+    get.slot = (env, index)  # type: ignore[attr-defined]
+    return get
 
 
 def lower_mkldnn_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
@@ -193,7 +201,10 @@ def _arena(ctx: LoweringContext) -> bool:
 
 def _into(out: torch.Tensor, produce: Callable[[], torch.Tensor]) -> Callable[[], None]:
     """A step storing `produce()` in the arena slot `out` (nothing to copy when the kernel
-    wrote it there itself)."""
+    wrote it there itself; `produce` itself when it always does: `onednn_conv`'s closures
+    that say so as `writes`, one Python call less a step)."""
+    if getattr(produce, "writes", None) is out:
+        return produce  # type: ignore[return-value]  # (its result, `out`, is not used)
 
     def step() -> None:
         y = produce()
@@ -528,7 +539,7 @@ def _emit_dw_pair(
     env, x = ctx.env, ctx.arg(conv, 0)
 
     def build(out: torch.Tensor | None) -> Callable[[], torch.Tensor]:
-        return build_kernel(plan, "dnnl", lambda: env[x], None, out)
+        return build_kernel(plan, "dnnl", env_getter(env, x), None, out)
 
     emit_fused(ctx, [conv, conv.outputs[0], dw, last], unfused + twins, build, [conv.inputs[0]])
     ctx.cache["conv_dw_fused"] = ctx.cache.get("conv_dw_fused", 0) + 1  # (tests, benchmarks)

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.torch_lowering import gemm_select
+from pygraphx.targets.torch_lowering import gemm_select, onednn_linear
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
 
@@ -169,5 +169,71 @@ def fast_kernel(
         rows, k, n, names, lambda c: _kernel(None, ins, c, w, rows, bias, epilogue)
     )
     chosen = ctx.cache.setdefault(GEMM_KERNELS, {})
+    classifier = epilogue is None and _cnn_classifier(ctx, ins, w)
+    if classifier and name == "addmm" and rows == 1:
+        chosen[id(ins)] = CLASSIFIER_KERNEL
+        return _classifier_kernel(_linear(ctx, ins, w, rows, bias), w, bias)
+    if classifier and name == "dnnl":
+        chosen[id(ins)] = MATMUL_KERNEL
+        return _linear(ctx, ins, w, rows, bias)
     chosen[id(ins)] = name
     return _kernel(ctx, ins, name, w, rows, bias, epilogue)
+
+
+#: the kernel names recorded for a CNN classifier's product: one row (`_classifier_kernel`),
+#: more rows (oneDNN's matmul primitive through its C API, `onednn_linear.Linear`: faster than
+#: torch's oneDNN linear, an inner product primitive, on these shapes: 1 thread, in the network,
+#: the classifier step of MobileNetV2 at batch 8 524-542 -> 434-442 us, ResNet-50 704-758 ->
+#: 577-602; `benchmarks/results/mnv2b1.md`)
+CLASSIFIER_KERNEL = "addmm|onednn_matmul"
+MATMUL_KERNEL = "onednn_matmul"
+#: the ops a classifier's input may pass through from the pooling or convolution that makes it
+_FEATURE_VIEWS = frozenset({"flatten", "reshape", "squeeze", "unsqueeze", "contiguous"})
+
+
+def _cnn_classifier(ctx: LoweringContext, ins: Instruction, w: torch.Tensor) -> bool:
+    """Whether the float32 product `ins` is a CNN's classifier (it reads a pooling's or
+    convolution's result, through views or the convolution's element-wise epilogue) that runs
+    on oneDNN's matmul primitive (C API library loaded, no kernel forced by `PGX_CPU_GEMM`)."""
+    if w.dtype != torch.float32 or gemm_select.setting() != "auto":
+        return False
+    if ctx.device.type != "cpu" or not onednn_linear.available():
+        return False
+    x = ins.inputs[0]
+    while x.op.name in _FEATURE_VIEWS and x.inputs:
+        x = x.inputs[0]
+    if x.op.name == "pointwise" and x.inputs:  # a convolution's epilogue
+        x = x.inputs[0]
+    return x.op.name in ("pooling", "convolution")
+
+
+def _linear(
+    ctx: LoweringContext, ins: Instruction, w: torch.Tensor, rows: int, bias: torch.Tensor | None
+) -> onednn_linear.Linear:
+    """The C-API matmul of `ins`'s fixed weight `w` (+ `bias`) for `rows` rows, made once per
+    compile (kept in `ctx.packed_weights`: a fused product's lowering asks for it several
+    times); its primitive is made now only on several threads (on one, a one-row classifier
+    runs `addmm`)."""
+    key = ("onednn_linear", id(ins.inputs[1]), rows, None if bias is None else bias.data_ptr())
+    if key not in ctx.packed_weights:
+        now = rows > 1 or torch.get_num_threads() > 1
+        ctx.packed_weights[key] = onednn_linear.Linear(w, bias, rows, now=now)
+    return ctx.packed_weights[key]
+
+
+def _classifier_kernel(
+    linear: onednn_linear.Linear, w: torch.Tensor, bias: torch.Tensor | None
+) -> Kernel:
+    """A CNN classifier's one-row product: `addmm` (MKL's matrix-vector kernel, one thread)
+    when the step runs on one thread, oneDNN's matmul primitive through its C API
+    (`linear`, all the step's threads) on more. The weight is cold at that point of a
+    run (the network's weights went through the caches since); on the 2-core EPYC, MobileNetV2's
+    1280 x 1000 classifier, caches flushed: one thread `addmm` 0.41 ms against oneDNN's 0.46-0.48,
+    two threads 0.36-0.39 against 0.27-0.29 (`benchmarks/results/mnv2b1.md`)."""
+    threads, addmm = torch.get_num_threads, torch.addmm
+    b = torch.zeros(w.shape[1], dtype=w.dtype) if bias is None else bias
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        return addmm(b, x, w) if threads() == 1 else linear(x)
+
+    return kernel

@@ -5,7 +5,9 @@ changing.
 primitive up again on every call through ideep: 25-55 us per call on the 2-core EPYC, about a
 quarter of MobileNetV2's time at batch 1. Here the primitive descriptor, the primitive, its
 memory objects and its scratchpad are made once, at prepare, through oneDNN's C API
-(`onednn_capi.py`); a call sets the input's and output's data pointers and executes.
+(`onednn_capi.py`); a call sets the input's and output's data pointers and executes. A layer
+writing its arena slot gets a leaner closure (`_run_into`): pointers set only when a tensor
+changes, the execution's arguments bound once (a step's Python runs cold in a network).
 
 The layouts are those of the other kernels: activations channels-last (oneDNN's `nhwc`), a new
 channels-last output per call, the weight reordered once into the layout oneDNN chose for the
@@ -37,9 +39,12 @@ instructions (`supports`): elsewhere oneDNN would run a slow reference kernel.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable
 from contextlib import nullcontext
-from ctypes import byref, c_void_p
+from ctypes import byref, c_int, c_void_p
+from functools import partial
+from operator import itemgetter
 from typing import Protocol
 
 import torch
@@ -290,6 +295,11 @@ class Primitive(Descriptor):
         self._execute = lib.dnnl_primitive_execute
         self.nargs = len(args)
         self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
+        # the execution with its arguments bound (a dnnl_status_t), and weak references to
+        # the last source and add operand whose addresses are set (`_run_into`)
+        self.call = partial(_bare_execute(lib), self.prim, rt.stream, self.nargs, self.args)
+        self.seen: weakref.ref[Tensor] | None = None
+        self.seen_other: weakref.ref[Tensor] | None = None
 
     def _dw_args(self, dw: ConvPlan, share: Primitive | None) -> list[tuple[int, c_void_p]]:
         """The fused depthwise convolution's weight (packed once, or `share`'s) and bias
@@ -334,6 +344,20 @@ class Primitive(Descriptor):
         if self.addresses[slot] != address:
             self.rt.lib.dnnl_memory_set_data_handle(mem, address)
             self.addresses[slot] = address
+
+
+_BARE: dict[int, object] = {}
+
+
+def _bare_execute(lib: object) -> Callable[..., int]:
+    """`dnnl_primitive_execute` without ctypes' argument conversion (its arguments are ctypes
+    objects already, and a count): 1.1 us a call against 1.8 with the declared argument
+    types (a tiny layer, warm, 2-core EPYC). One per library, made once."""
+    fn = _BARE.get(id(lib))
+    if fn is None:
+        fn = _BARE[id(lib)] = lib["dnnl_primitive_execute"]  # (a new function object)
+        fn.restype = c_int
+    return fn  # type: ignore[return-value]
 
 
 #: the tensor types a primitive runs in (src, weights and dst alike), and oneDNN's names
@@ -434,6 +458,8 @@ def build(
         if prim is None:
             share = next(iter(made.values()), None)
             prim = made[n] = Primitive(rt, plan, other, share)
+            if out is not None and not plan.in_place:  # the output's address never changes
+                prim.point(prim.dst, 1, out.data_ptr())
         return prim
 
     _say_if_reference(plan, primitive().impl)
@@ -442,21 +468,22 @@ def build(
         raise OneDnnError(f"output buffer {list(out.shape)} {out.dtype}: expected a "
                           f"channels-last {out_lens} {dtype}")  # fmt: skip
 
-    def source(p: Primitive) -> Tensor:
-        x = get_x()
+    def source(p: Primitive, x: Tensor) -> Tensor:
         if x.is_contiguous(memory_format=cl):
             return x
         if x.is_contiguous() and list(x.shape) == p.x_lens:
             return p.channels_last(x)  # a network's NCHW input
         return x.contiguous(memory_format=cl)
 
+    if out is not None and not plan.in_place and LEAN_CLOSURE:
+        return _run_into(made, primitive, (get_x, get_other), source, out)
     n_, c_, h_, w_ = out_lens
     strides = (c_ * h_ * w_, 1, w_ * c_, c_)  # channels-last: `empty_strided` is 0.6 us faster
     empty = torch.empty_strided
 
     def run() -> Tensor:
         p = primitive()
-        x = source(p)
+        x = source(p, get_x())
         if plan.in_place and other:  # oneDNN's sum: the result lands in the add operand
             y = _channels_last(get_other())
         else:
@@ -468,6 +495,56 @@ def build(
         return y
 
     run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
+    return run
+
+
+#: `build` gives a layer with no add operand that writes its arena slot the lean closure of
+#: `_run_into` (False: the general one; for A/B, `benchmarks/mnv2b1_ab.py`)
+LEAN_CLOSURE = True
+
+
+def _run_into(
+    made: dict[int, Primitive],
+    primitive: Callable[[], Primitive],
+    getters: tuple[Getter, Getter | None],
+    source: Callable[[Primitive, Tensor], Tensor],
+    out: Tensor,
+) -> Callable[[], Tensor]:
+    """`build`'s closure for a layer writing `out` (its arena slot): the output's address is
+    set once per primitive, and the source's layout and address (and the add operand's) are
+    checked and set only when the getter returns another tensor than at the last call (an
+    arena slot is the same tensor every run). In a network each step's Python runs cold (the
+    layer's data went through the caches since the last run): MobileNetV2 at batch 1, one
+    thread, 13 -> 10 us of thread CPU a convolution step besides oneDNN's own call (with the
+    measuring); `benchmarks/results/mnv2b1.md`."""
+    threads, ref = torch.get_num_threads, weakref.ref
+    get_x, get_other = getters
+    # a getter that says which list slot it reads (`conv_fusion.env_getter`) is read in C
+    env, index = getattr(get_x, "slot", (None, None))
+    fetch = (lambda _: get_x()) if env is None else itemgetter(index)
+
+    def run() -> Tensor:
+        p = made.get(threads()) or primitive()
+        x = fetch(env)
+        seen = p.seen
+        if seen is None or seen() is not x:
+            x = source(p, x)  # (held until the primitive has read it)
+            p.point(p.src, 0, x.data_ptr())
+            p.seen = ref(x)
+        if get_other is not None:
+            o = get_other()
+            seen = p.seen_other
+            if seen is None or seen() is not o:
+                o = _channels_last(o)
+                p.point(p.other, 2, o.data_ptr())
+                p.seen_other = ref(o)
+        status = p.call()
+        if status:
+            check(status, "convolution")
+        return out
+
+    run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
+    run.writes = out  # type: ignore[attr-defined]  # (`conv_fusion._into`: nothing to copy)
     return run
 
 

@@ -1,0 +1,158 @@
+"""A fixed-weight matrix product (+ bias) as a oneDNN matmul primitive made once (C API).
+
+`Linear(weight, bias, rows)` computes `x @ weight + bias` for a (rows, K) source and the constant
+(K, N) weight, float32 or bf16 (bf16 only where oneDNN computes it natively, as the
+convolutions: `gemm_kernels.cpu_has_bf16`). The primitive, its memory objects and its
+scratchpad are made at prepare, the weight reordered once into the layout oneDNN picks for it
+(`any`); a call sets two data pointers and executes, through oneDNN's C API (`onednn_capi.py`),
+never torch's dispatcher.
+
+Why: in a CNN every convolution and pooling step runs oneDNN through its C API, so the
+classifier's product after them was the first torch op of the run, and paid torch's dispatcher
+and kernel code coming back cold into the caches (60-130 us on the 2-core EPYC, MobileNetV2 at
+batch 1: `benchmarks/results/mnv2b1.md`). oneDNN fixes a primitive's thread count when it is
+made, so one is made per thread count the product is called under (as `onednn_conv.build`).
+"""
+
+from __future__ import annotations
+
+from ctypes import POINTER, byref, c_int, c_void_p
+
+import torch
+
+from pygraphx.targets.torch_lowering.onednn_capi import (
+    ARG_BIAS,
+    ARG_DST,
+    ARG_SCRATCHPAD,
+    ARG_SRC,
+    ARG_WEIGHTS,
+    BF16,
+    F32,
+    QUERY_SCRATCHPAD_MD,
+    QUERY_WEIGHTS_MD,
+    SCRATCHPAD_USER,
+    TAG_ANY,
+    ExecArg,
+    OneDnnError,
+    Runtime,
+    check,
+    release,
+    runtime,
+    unavailable_reason,
+)
+
+Tensor = torch.Tensor
+#: oneDNN's row-major tag of two axes (`dnnl_ab`)
+TAG_AB = 3
+DTYPES = {torch.float32: F32, torch.bfloat16: BF16}
+#: `dnnl_matmul_primitive_desc_create`'s argument types (not among `onednn_capi`'s functions)
+_MATMUL_ARGS = [POINTER(c_void_p), *[c_void_p] * 6]
+
+
+class _Primitive:
+    """One matmul primitive for (rows, K) x (K, N) (+ bias) at the thread count of now, its
+    packed weight (or `share`'s, when the layout is the same) and its memory objects."""
+
+    def __init__(self, rt: Runtime, owner: Linear, share: _Primitive | None) -> None:
+        self.rt, lib = rt, rt.lib
+        fn = lib.dnnl_matmul_primitive_desc_create
+        fn.restype, fn.argtypes = c_int, _MATMUL_ARGS
+        (k, n), rows, dt = owner.weight.shape, owner.rows, DTYPES[owner.weight.dtype]
+        self.mds = [rt.desc(d, dt, t) for d, t in (([rows, k], TAG_AB), ([k, n], TAG_ANY))]
+        self.mds.append(rt.desc([rows, n], dt, TAG_AB))
+        if owner.bias is not None:
+            self.mds.append(rt.desc([1, n], DTYPES[owner.bias.dtype], TAG_AB))
+        src_md, w_any, dst_md = self.mds[:3]
+        bias_md = self.mds[3] if owner.bias is not None else None
+        attr = c_void_p()
+        check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
+        self.pd, self.prim, self.mems = c_void_p(), None, []
+        try:
+            check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_USER), "scratch")
+            status = fn(byref(self.pd), rt.engine, src_md, w_any, bias_md, dst_md, attr)
+            check(status, f"matmul ({rows}, {k}) x ({k}, {n})")
+        finally:
+            lib.dnnl_primitive_attr_destroy(attr)
+        self.prim = rt.primitive(self.pd)
+        self.impl = rt.impl_name(self.pd)
+        self.w_md = w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
+        if share is not None and lib.dnnl_memory_desc_equal(w_md, share.w_md):
+            self.weight = share.weight
+        else:
+            plain = rt.desc([k, n], dt, TAG_AB)
+            self.mds.append(plain)
+            self.weight = rt.reorder(owner.weight, plain, w_md)
+        scratch_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_SCRATCHPAD_MD, 0)
+        self.scratch = torch.empty(
+            max(lib.dnnl_memory_desc_get_size(scratch_md), 1), dtype=torch.uint8
+        )
+        self.src, self.dst = rt.memory(src_md, None), rt.memory(dst_md, None)
+        self.mems = [self.src, self.dst, rt.memory(w_md, self.weight.data_ptr())]
+        args = [(ARG_SRC, self.src), (ARG_DST, self.dst), (ARG_WEIGHTS, self.mems[2])]
+        if owner.bias is not None:
+            self.mems.append(rt.memory(bias_md, owner.bias.data_ptr()))
+            args.append((ARG_BIAS, self.mems[-1]))
+        self.mems.append(rt.memory(scratch_md, self.scratch.data_ptr()))
+        args.append((ARG_SCRATCHPAD, self.mems[-1]))
+        self.nargs = len(args)
+        self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
+        self.addresses = [0, 0]
+
+    def execute(self, x: Tensor, y: Tensor) -> None:
+        """`y = x @ weight (+ bias)`, `x` and `y` dense row-major."""
+        lib = self.rt.lib
+        for slot, (mem, t) in enumerate(((self.src, x), (self.dst, y))):
+            address = t.data_ptr()
+            if self.addresses[slot] != address:
+                lib.dnnl_memory_set_data_handle(mem, address)
+                self.addresses[slot] = address
+        check(
+            lib.dnnl_primitive_execute(self.prim, self.rt.stream, self.nargs, self.args), "matmul"
+        )
+
+    def __del__(self) -> None:
+        release(self.rt.lib, self.mems, self.prim, self.pd, self.mds)
+
+
+class Linear:
+    """`x @ weight + bias` for a (rows, K) source and the constant (K, N) `weight` (see the
+    module docstring); a call returns a new (rows, N) tensor of the weight's type. The
+    primitive for the thread count of now is made at once (`now`), others at their first call."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, rows: int, now: bool = True) -> None:
+        rt = runtime()
+        if rt is None:
+            raise OneDnnError(f"oneDNN's C API library is not available: {unavailable_reason()}")
+        if weight.dtype not in DTYPES or weight.dim() != 2:
+            raise OneDnnError(f"matmul weight {list(weight.shape)} {weight.dtype}: expected a "
+                              "2-D float32 or bf16 matrix")  # fmt: skip
+        self.rt = rt
+        self.weight = weight.contiguous()
+        self.bias = None if bias is None else bias.contiguous()
+        self.rows = rows
+        self.out_lens = (rows, weight.shape[1])
+        self.made: dict[int, _Primitive] = {}
+        if now:  # (else at the first call)
+            self.primitive()
+
+    def primitive(self) -> _Primitive:
+        """The primitive for the thread count of now (made at its first call)."""
+        n = torch.get_num_threads()
+        prim = self.made.get(n)
+        if prim is None:
+            share = next(iter(self.made.values()), None)
+            prim = self.made[n] = _Primitive(self.rt, self, share)
+        return prim
+
+    def __call__(self, x: Tensor) -> Tensor:
+        y = torch.empty(self.out_lens, dtype=self.weight.dtype)
+        self.primitive().execute(x.contiguous(), y)
+        return y
+
+
+def available() -> bool:
+    """Whether oneDNN's C API library is loaded."""
+    return runtime() is not None
+
+
+__all__ = ["Linear", "available"]
