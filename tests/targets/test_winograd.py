@@ -347,15 +347,19 @@ def test_default_mode_rule(
 
 def test_rule_limits_by_threads() -> None:
     """`by_rule` at an explicit thread count: 16 tiles and 64 channels pass at one thread
-    only; counts above two keep the two-thread limits (not measured)."""
+    only; from two threads 128 channels and 16 tiles a thread (at least 32); above
+    `RULE_MAX_THREADS` no layer (the 16-core host's A/Bs)."""
     weight = torch.randn(256, 256, 3, 3)
     plan = ConvPlan(weight, weight, [1, 256, 14, 14], [1, 1], [1, 1], [1, 1], 1, None)
     assert [winograd.by_rule(plan, n) for n in (1, 2, 16)] == [True, False, False]
-    assert winograd.rule_limits(2) == winograd.rule_limits(16)
     low, high = winograd.rule_limits(1), winograd.rule_limits(2)
     assert low[0] < high[0] and low[1] < high[1]
-    big = ConvPlan(weight, weight, [2, 256, 14, 14], [1, 1], [1, 1], [1, 1], 1, None)
-    assert all(winograd.by_rule(big, n) for n in (1, 2, 16))
+    assert winograd.rule_limits(4) == (high[0], 64) and winograd.rule_limits(8) == (high[0], 128)
+    assert winograd.rule_limits(winograd.RULE_MAX_THREADS + 1) is None
+    big = ConvPlan(weight, weight, [2, 256, 14, 14], [1, 1], [1, 1], [1, 1], 1, None)  # 32 tiles
+    assert [winograd.by_rule(big, n) for n in (1, 2, 4, 16)] == [True, True, False, False]
+    b8 = ConvPlan(weight, weight, [8, 256, 28, 28], [1, 1], [1, 1], [1, 1], 1, None)  # 392
+    assert [winograd.by_rule(b8, n) for n in (2, 4, 8, 16)] == [True, True, True, False]
     narrow = torch.randn(64, 64, 3, 3)
     plan64 = ConvPlan(narrow, narrow, [1, 64, 56, 56], [1, 1], [1, 1], [1, 1], 1, None)
     assert [winograd.by_rule(plan64, n) for n in (1, 2)] == [True, False]

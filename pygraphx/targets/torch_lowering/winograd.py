@@ -146,15 +146,27 @@ RULE_CHANNELS_ONE_THREAD, RULE_TILES_ONE_THREAD = 64, 16
 #: the saving (YOLOv8's 64- and 80-channel 20x20 maps, 15-23 M: 1.5-2.8x oneDNN's time; its
 #: 128-channel 20x20 and 64-channel 40x40 maps, 59 M, 0.77-0.93x)
 RULE_MACS = 32_000_000
+#: above 2 threads a layer needs `RULE_TILES_A_THREAD` tiles a thread, and above
+#: `RULE_MAX_THREADS` none runs on F(4,3). On the 16-core Xeon host of the H100 machine
+#: (`benchmarks/cpu_threads_probe.py --ab --engines on@T ort@T`, ResNet-50, the rule of 64 / 128
+#: channels and 32 tiles against Winograd off, pygraphx / ORT latency,
+#: `benchmarks/results/h100host16_ab_*_session10.json`, two calls at 16): at 4 threads b1 1.14
+#: against 1.04 off, b8 0.97 against 1.27; at 8 b1 1.15 against 0.76, b8 1.02 against 1.20; at 16
+#: b1 1.10 / 1.03 against 0.95 / 0.97, b8 1.12 / 1.12 against 1.06 / 1.03. A layer's Winograd
+#: calls (some 8 parallel regions) need more tiles the more threads share them: 16 a thread
+#: keeps ResNet-50's b1 maps (49 tiles at 28x28) on oneDNN from 4 threads on and its b8 maps
+#: (392 / 98 tiles) on F(4,3) up to 8
+RULE_TILES_A_THREAD, RULE_MAX_THREADS = 16, 8
 
 
-def rule_limits(threads: int) -> tuple[int, int]:
+def rule_limits(threads: int) -> tuple[int, int] | None:
     """(fewest channels each side, fewest 4x4 output tiles) of a layer `by_rule` runs on
-    F(4,3) at `threads` threads (counts above 2 were not measured: they keep the 2-thread
-    limits)."""
+    F(4,3) at `threads` threads, None where no layer does (above `RULE_MAX_THREADS`)."""
     if threads <= 1:
         return RULE_CHANNELS_ONE_THREAD, RULE_TILES_ONE_THREAD
-    return RULE_CHANNELS, RULE_TILES
+    if threads > RULE_MAX_THREADS:
+        return None
+    return RULE_CHANNELS, max(RULE_TILES, RULE_TILES_A_THREAD * threads)
 
 
 def by_rule(plan: ConvPlan, threads: int | None = None) -> bool:
@@ -162,7 +174,10 @@ def by_rule(plan: ConvPlan, threads: int | None = None) -> bool:
     threads (default: torch's count now, the one the layer is compiled for; `rule_limits`,
     `RULE_MACS`); `plan` must be `supports`-ed."""
     g = geometry(plan, KERNEL_TILES["winograd"])
-    channels, tiles = rule_limits(torch.get_num_threads() if threads is None else threads)
+    limits = rule_limits(torch.get_num_threads() if threads is None else threads)
+    if limits is None:
+        return False
+    channels, tiles = limits
     macs = g.n * g.ho * g.wo * g.c * g.k * 9
     return min(g.c, g.k) >= channels and g.n * g.th * g.tw >= tiles and macs >= RULE_MACS
 
