@@ -147,7 +147,9 @@ def test_chosen_implementation_despite_a_cached_primitive() -> None:
 def test_an_implementation_not_offered_is_said_and_the_first_runs(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(onednn_conv, "_SAID", set())
+    from pygraphx.targets.torch_lowering import onednn_conv_primitive
+
+    monkeypatch.setattr(onednn_conv_primitive, "_SAID", set())  # (the descriptor says it)
     plan = _layer("1x1", "float32")
     x = torch.randn(LAYERS["1x1"][0]).contiguous(memory_format=CL)
     with caplog.at_level(logging.WARNING, logger="pygraphx.cpu"):
