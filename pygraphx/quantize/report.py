@@ -150,13 +150,15 @@ def quant_report(
     smooth: float | None = None,
     keep_float: int = 0,
     dynamic: bool = False,
+    residuals: bool = False,
 ) -> QuantReport:
     """Measure what `quantize_int8` / `quantize_fp8` costs: per-layer SQNR and the outputs'
     errors, the quantised copy against the float copy, both compiled for `target`.
 
     `prog` (float, uncompiled) is copied twice and left as it is. `transform` (e.g. the
     optimisation passes) is applied to both copies after quantising, before compiling;
-    `method`, `percentile`, `smooth`, `keep_float` and `dynamic` are the quantiser's.
+    `method`, `percentile`, `smooth`, `keep_float`, `dynamic` and `residuals` are the
+    quantiser's.
 
     Example:
         >>> report = quant_report(prog, "cpu", calibration_samples, test_samples, precision="fp8")
@@ -173,8 +175,9 @@ def quant_report(
     float_copy, n_out = expose(prog, positions)
     quant_copy, _ = expose(prog, positions)
     QUANTIZERS[precision](
-        quant_copy, target, calibration, names, method, percentile, smooth, keep_float, dynamic
-    )
+        quant_copy, target, calibration, names, method, percentile, smooth, keep_float, dynamic,
+        residuals=residuals,
+    )  # fmt: skip
     returned = quant_copy.get_main_module().get_returns()[n_out:]
     quantized = [_is_quantized(ins) for ins in returned]
     if transform is not None:

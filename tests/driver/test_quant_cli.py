@@ -199,6 +199,10 @@ def test_residuals_flag_reaches_the_quantiser(folder: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     ops = [i.op.name for i in pygraphx.load(folder / "r.pgx").get_main_module().instructions]
     assert "quant_convolution" in ops
+    proc = cli("verify", "model.onnx", "--int8", "--calibration", "cal.npz", "--residuals",
+               "--json", cwd=folder)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr  # the report quantises with it too
+    assert json.loads(proc.stdout)["outputs"], proc.stdout
     proc = cli("compile", "model.onnx", "--residuals", cwd=folder)
     assert proc.returncode != 0 and "--residuals applies to --int8 or --fp8" in proc.stderr
     proc = cli("compile", "model.onnx", "--int8", "--calibration", "cal.npz", "--residuals",
