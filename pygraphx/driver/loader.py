@@ -53,7 +53,9 @@ from pygraphx.driver.loader_options import (
 from pygraphx.driver.precision import (
     CALIBRATED,
     CALIBRATION_FLAGS,
+    also_float,
     calibration_samples,
+    convert_float,
     precision_of,
     progress_of_samples,
     quantize_calibrated,
@@ -299,14 +301,13 @@ def apply_transforms(loaded: LoadedModel, args: argparse.Namespace, step: StepFn
     if precision in CALIBRATED:
         quantize_calibrated(program, args, precision, step)
         done.append(precision)
-    elif precision is not None:
-        quantize = quantizer(precision)
-        ops = getattr(args, "precision_ops", None)
-        with step(f"quantize {precision}"), quantize_errors(precision):
-            result = quantize(program) if ops is None else quantize(program, ops)
+    rest = also_float(args)
+    if rest is not None:  # alone, or the rest of an int8 / fp8 program
+        with step(f"quantize {rest}"):
+            result = convert_float(program, args, rest)
         if isinstance(result, Program):  # in place, or returns the converted program
             loaded.program = program = result
-        done.append(precision)
+        done.append(rest)
     if optimize:
         from pygraphx.passes.manager import PassError
         from pygraphx.passes.pipeline import optimize as run_optimize

@@ -57,12 +57,16 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
     )
     precision = transform.add_mutually_exclusive_group()
     precision.add_argument(
-        "--fp16", action="store_true", help="convert the program to half (quantize_fp16)"
+        "--fp16",
+        action="store_true",
+        help="convert the program to half (quantize_fp16); with --int8/--fp8 the rest of the "
+        "program, after quantising (as MIGraphX's driver combines them)",
     )
     precision.add_argument(
         "--bf16", action="store_true", help="convert the program to bf16 (quantize_bf16)"
     )
-    precision.add_argument(
+    calibrated = transform.add_mutually_exclusive_group()
+    calibrated.add_argument(
         "--int8",
         action="store_true",
         help="quantise dot/convolution to int8 (quantize_int8), calibrated with --calibration",
@@ -77,7 +81,7 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
         "products and what computes only on their results in bf16; residual sums, "
         "normalisations and softmax in float32)",
     )
-    precision.add_argument(
+    calibrated.add_argument(
         "--fp8",
         action="store_true",
         help="quantise dot/convolution to fp8 e4m3 (quantize_fp8), calibrated with --calibration",

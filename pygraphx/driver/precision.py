@@ -34,10 +34,12 @@ CALIBRATED = ("int8", "fp8")
 
 
 def precision_of(args: argparse.Namespace) -> str | None:
-    """The precision flag given (--fp16/--bf16/--int8/--fp8), if any; checks that
-    --calibration and --calibration-samples come with --int8/--fp8."""
-    precision = next((p for p in PRECISIONS if getattr(args, p, False)), None)
-    if getattr(args, "precision_ops", None) is not None and precision not in ("fp16", "bf16"):
+    """The precision the command line asks for: --int8 / --fp8 when given (then `also_float`
+    says whether --fp16 / --bf16 converts the rest), else --fp16 / --bf16, if any; checks that
+    --calibration and the other calibration options come with --int8/--fp8."""
+    precision = next((p for p in CALIBRATED if getattr(args, p, False)), None)
+    precision = precision or also_float(args)
+    if getattr(args, "precision_ops", None) is not None and also_float(args) is None:
         raise DriverError("--precision-ops applies to --fp16 or --bf16, which were not given")
     if precision not in CALIBRATED:
         for flag in CALIBRATION_FLAGS:
@@ -45,6 +47,20 @@ def precision_of(args: argparse.Namespace) -> str | None:
                 name = "--" + flag.replace("_", "-")
                 raise DriverError(f"{name} applies to --int8 or --fp8, which were not given")
     return precision
+
+
+def also_float(args: argparse.Namespace) -> str | None:
+    """--fp16 / --bf16 when given (alone, or after --int8 / --fp8: the rest of the program)."""
+    return next((p for p in PRECISIONS if p not in CALIBRATED and getattr(args, p, False)), None)
+
+
+def convert_float(program: Program, args: argparse.Namespace, precision: str) -> Any:
+    """--fp16 / --bf16 (`precision`) on `program` with --precision-ops: the quantiser's result
+    (a new program or None when it converted in place)."""
+    quantize = quantizer(precision)
+    ops = getattr(args, "precision_ops", None)
+    with quantize_errors(precision):
+        return quantize(program) if ops is None else quantize(program, ops)
 
 
 @contextlib.contextmanager

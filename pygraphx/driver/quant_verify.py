@@ -37,6 +37,7 @@ from pygraphx.driver.loader import (
     quantizer_warnings,
     warn_uncalibrated,
 )
+from pygraphx.driver.precision import also_float, convert_float
 
 __all__ = ["DEFAULT_RMS_TOL", "cmd_verify_quantized"]
 
@@ -60,8 +61,10 @@ def _check_options(args: argparse.Namespace, precision: str) -> None:
 def _float_model(args: argparse.Namespace, precision: str, steps: Steps) -> Any:
     """The model loaded without quantisation or -O (the report applies them to copies)."""
     plain = argparse.Namespace(**vars(args))
-    for key in (precision, "optimize"):
-        setattr(plain, key, False)
+    for key in (precision, "optimize", also_float(args)):
+        if key is not None:
+            setattr(plain, key, False)
+    plain.precision_ops = None
     for key in CALIBRATION_FLAGS:
         setattr(plain, key, None)
     loaded = load_program(plain, steps)
@@ -98,6 +101,8 @@ def cmd_verify_quantized(args: argparse.Namespace, steps: Steps) -> int:
     transform = None
     if args.optimize:
         from pygraphx.passes.pipeline import optimize as transform
+    rest = also_float(args)  # --fp16 / --bf16: the rest of the quantised copy, not the float
+    quant_transform = None if rest is None else (lambda p: convert_float(p, args, rest))
     label = f"calibrate {precision} and compare with float ({target.name})"
     with progress_of_samples(steps, label, calibration) as calib:
         with quantize_errors(precision), quantizer_warnings(precision, steps):
@@ -108,6 +113,7 @@ def cmd_verify_quantized(args: argparse.Namespace, steps: Steps) -> int:
                 samples,
                 precision=precision,
                 transform=transform,
+                quant_transform=quant_transform,
                 **quantizer_options(args),
             )
     names = loaded.program.get_output_names()
@@ -120,7 +126,7 @@ def cmd_verify_quantized(args: argparse.Namespace, steps: Steps) -> int:
     )
     calibrated = f"{args.calibration} ({len(calibration)} sample(s))" if calibration else "none"
     if text:
-        applied = ", optimize" if args.optimize else ""
+        applied = (f" + {rest}" if rest else "") + (", optimize" if args.optimize else "")
         print(f"Target: {target.name} ({precision}{applied}); calibration: {calibrated}")
         print(f"Compared on: {described}")
         print("\n".join(report.lines(names)))
@@ -129,13 +135,13 @@ def cmd_verify_quantized(args: argparse.Namespace, steps: Steps) -> int:
         doc = {
             "source": describe_source(args),
             "target": target.name,
-            "precision": precision,
             "calibration": {"file": args.calibration, "samples": len(calibration)},
             "compared_on": described,
             "rms_tol": tol,
             "passed": not failed,
             "output_names": names,
             **report.to_dict(),
+            "precision": precision if rest is None else f"{precision}+{rest}",
             "worst_layers": [layer.name for layer in report.worst(None)],
         }
         print(json.dumps(finite_json(doc), indent=2))

@@ -151,14 +151,16 @@ def quant_report(
     keep_float: int = 0,
     dynamic: bool = False,
     residuals: bool = False,
+    quant_transform: Callable[[Program], Any] | None = None,
 ) -> QuantReport:
     """Measure what `quantize_int8` / `quantize_fp8` costs: per-layer SQNR and the outputs'
     errors, the quantised copy against the float copy, both compiled for `target`.
 
     `prog` (float, uncompiled) is copied twice and left as it is. `transform` (e.g. the
     optimisation passes) is applied to both copies after quantising, before compiling;
-    `method`, `percentile`, `smooth`, `keep_float`, `dynamic` and `residuals` are the
-    quantiser's.
+    `quant_transform` (e.g. `quantize_fp16` for the rest of the program, as MIGraphX combines
+    them) is applied to the quantised copy alone, first; `method`, `percentile`, `smooth`,
+    `keep_float`, `dynamic` and `residuals` are the quantiser's.
 
     Example:
         >>> report = quant_report(prog, "cpu", calibration_samples, test_samples, precision="fp8")
@@ -180,6 +182,9 @@ def quant_report(
     )  # fmt: skip
     returned = quant_copy.get_main_module().get_returns()[n_out:]
     quantized = [_is_quantized(ins) for ins in returned]
+    if quant_transform is not None:
+        converted = quant_transform(quant_copy)
+        quant_copy = converted if isinstance(converted, Program) else quant_copy
     if transform is not None:
         transform(float_copy)
         transform(quant_copy)

@@ -208,3 +208,24 @@ def test_residuals_flag_reaches_the_quantiser(folder: Path) -> None:
     proc = cli("compile", "model.onnx", "--int8", "--calibration", "cal.npz", "--residuals",
                "--dynamic", cwd=folder)  # fmt: skip
     assert proc.returncode != 0 and "residuals=True needs static scales" in proc.stderr
+
+
+def test_int8_with_fp16_converts_the_rest_to_half(folder: Path) -> None:
+    """--int8 --fp16 (as MIGraphX's driver combines them): int8 products, the rest in half;
+    verify compares that program with float32; two float or two calibrated flags are refused."""
+    proc = cli("compile", "model.onnx", "--int8", "--fp16", "--calibration", "cal.npz",
+               "-o", "h.pgx", cwd=folder)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    prog = pygraphx.load(folder / "h.pgx")
+    ins = prog.get_main_module().instructions
+    assert any(i.op.name == "quant_convolution" for i in ins)
+    assert any(i.shape.type() == "half_type" for i in ins)
+    x = RNG.standard_normal(SHAPE).astype(np.float32)
+    assert 0.0 < rel_rms(np.asarray(prog.run({"input": x})[0]), ort_float(folder, x)) < 0.05
+    proc = cli("verify", "model.onnx", "--int8", "--fp16", "--calibration", "cal.npz", "--json",
+               cwd=folder)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["precision"] == "int8+fp16"
+    for flags in (("--fp16", "--bf16"), ("--int8", "--fp8")):
+        proc = cli("compile", "model.onnx", *flags, cwd=folder)
+        assert proc.returncode == 2 and "not allowed with argument" in proc.stderr, flags
