@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from ctypes import POINTER, byref, c_int, c_void_p
+from ctypes import byref, c_void_p
 
 import torch
 
@@ -31,10 +31,12 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_WEIGHTS,
     F32,
     QUERY_WEIGHTS_MD,
+    TAG_ABC,
     TAG_ANY,
     ExecArg,
     Runtime,
     check,
+    declare_matmul,
     release,
     runtime,
     unavailable_reason,
@@ -42,18 +44,9 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
 
 log = logging.getLogger("pygraphx.cpu")
 Tensor = torch.Tensor
-#: oneDNN's row-major tag of three axes (`dnnl_abc`)
-TAG_ABC = 4
 _ANNOUNCED: set[str] = set()
-#: the matmul constructor's argument types (not among `onednn_capi`'s declared functions)
-_MATMUL_ARGS = [POINTER(c_void_p), *[c_void_p] * 6]
 #: a packed weight in a given layout
 Pack = Callable[[c_void_p], Tensor]
-
-
-def _declare(rt: Runtime) -> None:
-    fn = rt.lib.dnnl_matmul_primitive_desc_create
-    fn.restype, fn.argtypes = c_int, _MATMUL_ARGS
 
 
 class _Primitive:
@@ -62,7 +55,7 @@ class _Primitive:
 
     def __init__(self, rt: Runtime, dims: tuple[int, int, int, int], pack: Pack) -> None:
         self.rt, lib = rt, rt.lib
-        _declare(rt)
+        declare_matmul(rt.lib)
         b, rows, c, k = dims
         self.out_shape = (b, rows, k)
         self.mds = [

@@ -43,8 +43,10 @@ CONVOLUTION_DIRECT = 1
 POOLING_MAX, POOLING_AVG_INCLUDE, POOLING_AVG_EXCLUDE = 0x1FF, 0x2FF, 0x3FF
 ELTWISE_RELU, ELTWISE_SWISH, ELTWISE_CLIP = 0x20, 0x2C, 0x2E
 BINARY_ADD = 0x1FFF0
-TAG_ANY, TAG_A, TAG_NCHW, TAG_NHWC = 1, 2, 5, 22
+TAG_ANY, TAG_A, TAG_AB, TAG_ABC, TAG_NCHW, TAG_NHWC = 1, 2, 3, 4, 5, 22
 TAG_OIHW, TAG_GOIHW = 5, 6
+#: the tensor types the primitives here run in, and oneDNN's names
+DTYPES = {torch.float32: F32, torch.bfloat16: BF16}
 CPU_ENGINE = 1
 STREAM_DEFAULT = 1
 SCRATCHPAD_USER = 1
@@ -329,3 +331,10 @@ __all__ = [
     "runtime",
     "unavailable_reason",
 ]
+
+
+def declare_matmul(lib: object) -> None:
+    """Declare `dnnl_matmul_primitive_desc_create`'s argument types (not among the functions
+    this module declares; `onednn_bmm`, `onednn_linear` make matmul primitives)."""
+    fn = lib.dnnl_matmul_primitive_desc_create
+    fn.restype, fn.argtypes = c_int, [POINTER(c_void_p), *[c_void_p] * 6]

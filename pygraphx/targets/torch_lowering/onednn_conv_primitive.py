@@ -24,14 +24,13 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_SRC,
     ARG_SRC_1,
     ARG_WEIGHTS,
-    BF16,
     BINARY_ADD,
     CONVOLUTION_DIRECT,
     DATA_UNDEF,
+    DTYPES,
     ELTWISE_CLIP,
     ELTWISE_RELU,
     ELTWISE_SWISH,
-    F32,
     FORWARD_INFERENCE,
     POST_OP_DW,
     QUERY_EXEC_ARG_MD,
@@ -325,9 +324,6 @@ def _bare_execute(lib: object) -> Callable[..., int]:
         fn.restype = c_int
     return fn  # type: ignore[return-value]
 
-
-#: the tensor types a primitive runs in (src, weights and dst alike), and oneDNN's names
-DTYPES = {torch.float32: F32, torch.bfloat16: BF16}
 
 #: the activations a primitive fuses (torch's post-op names), and oneDNN's algorithm for each
 UNARY = {"relu": ELTWISE_RELU, "hardtanh": ELTWISE_CLIP, "swish": ELTWISE_SWISH}

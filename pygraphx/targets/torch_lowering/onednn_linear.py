@@ -16,7 +16,7 @@ made, so one is made per thread count the product is called under (as `onednn_co
 
 from __future__ import annotations
 
-from ctypes import POINTER, byref, c_int, c_void_p
+from ctypes import byref, c_void_p
 
 import torch
 
@@ -26,27 +26,23 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_SCRATCHPAD,
     ARG_SRC,
     ARG_WEIGHTS,
-    BF16,
-    F32,
+    DTYPES,
     QUERY_SCRATCHPAD_MD,
     QUERY_WEIGHTS_MD,
     SCRATCHPAD_USER,
+    TAG_AB,
     TAG_ANY,
     ExecArg,
     OneDnnError,
     Runtime,
     check,
+    declare_matmul,
     release,
     runtime,
     unavailable_reason,
 )
 
 Tensor = torch.Tensor
-#: oneDNN's row-major tag of two axes (`dnnl_ab`)
-TAG_AB = 3
-DTYPES = {torch.float32: F32, torch.bfloat16: BF16}
-#: `dnnl_matmul_primitive_desc_create`'s argument types (not among `onednn_capi`'s functions)
-_MATMUL_ARGS = [POINTER(c_void_p), *[c_void_p] * 6]
 
 
 class _Primitive:
@@ -55,8 +51,8 @@ class _Primitive:
 
     def __init__(self, rt: Runtime, owner: Linear, share: _Primitive | None) -> None:
         self.rt, lib = rt, rt.lib
+        declare_matmul(lib)
         fn = lib.dnnl_matmul_primitive_desc_create
-        fn.restype, fn.argtypes = c_int, _MATMUL_ARGS
         (k, n), rows, dt = owner.weight.shape, owner.rows, DTYPES[owner.weight.dtype]
         self.mds = [rt.desc(d, dt, t) for d, t in (([rows, k], TAG_AB), ([k, n], TAG_ANY))]
         self.mds.append(rt.desc([rows, n], dt, TAG_AB))

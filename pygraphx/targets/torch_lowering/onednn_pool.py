@@ -52,6 +52,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_DST,
     ARG_SCRATCHPAD,
     ARG_SRC,
+    DTYPES,
     FORWARD_INFERENCE,
     POOLING_AVG_EXCLUDE,
     POOLING_AVG_INCLUDE,
@@ -67,7 +68,6 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     release,
     runtime,
 )
-from pygraphx.targets.torch_lowering.onednn_conv import DTYPES  # the types a primitive runs in
 
 log = logging.getLogger("pygraphx.cpu")
 Tensor = torch.Tensor
