@@ -40,6 +40,7 @@ from pygraphx.targets.cpu.lowering import cpu_overrides
 from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_thread_switches
 from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_policy_enabled
 from pygraphx.targets.torch_lowering import Lowered, lower_module
+from pygraphx.targets.torch_lowering.conv_chain import chain_steps
 from pygraphx.targets.torch_lowering.conv_choice import finish as finish_conv_choice
 from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
 from pygraphx.targets.torch_lowering.fallback_cost import FallbackTimer, announce_cost, timed_steps
@@ -131,13 +132,13 @@ class CpuExecutable:
                 return t
             return to_numpy(t) if t is not None else None
 
-        fns = with_thread_switches(
-            [s.fn for s in lowered.steps], self.step_threads, self.scope.limit
-        )
-        computes = [s.instructions for s in lowered.steps]
+        # consecutive oneDNN convolution steps run as one step (`conv_chain`)
+        self.chained = chain_steps(lowered.steps, self.step_threads, env, ctx.static)
+        fns = with_thread_switches(self.chained.fns, self.chained.counts, self.scope.limit)
+        computes = self.chained.computes
         self.executor = Executor(fns, bind, collect, lowered.profile, show, self.scope, computes)
         # the first run times the fallback steps once and says what they cost (fallback_cost)
-        flags = [s.fallback for s in lowered.steps]
+        flags = self.chained.fallbacks
         self._first: tuple[Executor, FallbackTimer] | None = None
         if any(flags):
             timed, timer = timed_steps(fns, flags)
