@@ -63,12 +63,21 @@ class _Team:
 
 
 class Chain:
-    """The step running `links` (lean convolution closures' `Link`s) one after the other;
-    `static[k]`: whether env slot `k` holds the same tensor every run."""
+    """The step running `links` (lean convolution closures' `Link`s) one after the other,
+    then dropping the env values `releases`; `static[k]`: whether env slot `k` holds the
+    same tensor every run."""
 
-    def __init__(self, links: Sequence[Link], env: list, static: Sequence[bool]) -> None:
+    def __init__(
+        self,
+        links: Sequence[Link],
+        env: list,
+        static: Sequence[bool],
+        releases: Sequence[int] = (),
+    ) -> None:
         self.links = list(links)
         self.env = env
+        #: env indices set to None after the chain (values it read for the last time)
+        self.releases = list(releases)
         self.teams: dict[int, _Team] = {}
         self.inputs: list[_Input] = []
         self.fixed: list[_Input] = []
@@ -106,6 +115,8 @@ class Chain:
             status = call()
             if status:
                 self._failed(team, call, status)
+        for index in self.releases:
+            env[index] = None
 
     def _team(self) -> _Team:
         """The primitives for the current thread count (made now where a member has none),
@@ -162,6 +173,8 @@ class Chain:
             end = clock()
             seconds[k] = end - start
             start = end
+        for index in self.releases:
+            self.env[index] = None
 
     def _failed(self, team: _Team, call: Callable[[], int], status: int) -> None:
         k = team.calls.index(call)
@@ -179,9 +192,16 @@ def _tuple_getter(indices: list[int]) -> Callable[[list], tuple]:
 
 
 def link_of(fn: Callable[[], None]) -> Link | None:
-    """The chain link of a step function (a lean oneDNN convolution closure), or None."""
-    link = getattr(fn, "link", None)
+    """The chain link of a step function (a lean oneDNN convolution closure, or one followed
+    by releases of values read for the last time: `lower._with_release`), or None."""
+    inner, _ = getattr(fn, "released", (fn, ()))
+    link = getattr(inner, "link", None)
     return link if isinstance(link, Link) else None
+
+
+def _releases(fn: Callable[[], None]) -> list[int]:
+    """The env indices step function `fn` sets to None after its work (`lower._with_release`)."""
+    return list(getattr(fn, "released", (None, ()))[1])
 
 
 class Chained:
@@ -219,7 +239,9 @@ def chain_steps(
                 end += 1
         if end - k >= 2:
             links = [link_of(s.fn) for s in steps[k:end]]
-            out.add(steps[k:end], counts[k], Chain(links, env, static))  # type: ignore[arg-type]
+            releases = [i for s in steps[k:end] for i in _releases(s.fn)]
+            chain = Chain(links, env, static, releases)  # type: ignore[arg-type]
+            out.add(steps[k:end], counts[k], chain)
         else:
             out.add(steps[k:end], counts[k], None)
         k = end
