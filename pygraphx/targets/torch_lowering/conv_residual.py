@@ -54,22 +54,31 @@ def _group_parts(user: Instruction) -> tuple[Instruction, Instruction | None] | 
     leaves: list[Instruction] = []
     if not add_leaves(node, leaves, root=True):
         return None
-    conv = other = None
+    convs, others = [], []
     for leaf in leaves:
         x = outer.get(id(leaf))
         if x is None:
             return None
-        if x.op.name == "convolution" and conv is None and fused_user(x) is user:
-            conv = x
-        elif _channel_literal(x, user):
-            continue
-        elif other is None and _same_value_shape(x, user):
-            other = x
-        else:
-            return None
-    if conv is None or (other is not None and other in conv.inputs):
+        if x.op.name == "convolution" and fused_user(x) is user:
+            convs.append(x)
+        elif not _channel_literal(x, user):
+            others.append(x)
+    if not convs:
+        return None
+    # the lowering fuses the convolution right before the group (`registry.defer`): the last
+    conv = convs[0] if len(convs) == 1 else max(convs, key=lambda c: _order(user)[id(c)])
+    others += [c for c in convs if c is not conv]
+    if len(others) > 1 or (others and not _same_value_shape(others[0], user)):
+        return None
+    other = others[0] if others else None
+    if other is not None and any(i is other for i in conv.inputs):
         return None
     return conv, other
+
+
+def _order(user: Instruction) -> dict[int, int]:
+    """id(instruction) -> its index in `user`'s module."""
+    return {id(ins): k for k, ins in enumerate(user.module.instructions)}
 
 
 def _same_value_shape(x: Instruction, user: Instruction) -> bool:
