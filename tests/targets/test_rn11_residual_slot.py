@@ -116,6 +116,44 @@ def test_sum_over_residual_matches_ort(batch: int, monkeypatch: pytest.MonkeyPat
     assert_profile_matches(prog, feeds)
 
 
+def _two_conv_net(kernel: int) -> tuple[object, dict[str, np.ndarray]]:
+    """relu(conv_a(x) + conv_b(relu(conv_c(x))) + biases) then relu(conv_d(y) + y)... as
+    ResNet's downsample block and the block after it; `kernel` the last convolution's size."""
+    ch, node = 16, helper.make_node
+    pad = [kernel // 2] * 4
+    inits = {"wa": f32(ch, 8, 1, 1) * 0.3, "wc": f32(ch, 8, 1, 1) * 0.3, "ba": f32(ch),
+             "wb": f32(ch, ch, 1, 1) * 0.3, "bb": f32(ch), "wd": f32(ch, ch, kernel, kernel) * 0.1,
+             "bd": f32(ch), "we": f32(ch, ch, 1, 1) * 0.3, "be": f32(ch)}  # fmt: skip
+    nodes = [
+        node("Conv", ["x", "wc"], ["c"]),
+        node("Relu", ["c"], ["rc"]),
+        node("Conv", ["x", "wa", "ba"], ["a"]),
+        node("Conv", ["rc", "wb", "bb"], ["b"]),
+        node("Add", ["a", "b"], ["s"]),
+        node("Relu", ["s"], ["y"]),
+        node("Conv", ["y", "we", "be"], ["e"]),
+        node("Relu", ["e"], ["re"]),
+        node("Conv", ["re", "wd", "bd"], ["d"], pads=pad),
+        node("Add", ["d", "y"], ["t"]),
+        node("Relu", ["t"], ["z"]),
+    ]
+    feeds = {"x": f32(1, 8, 12, 12)}
+    return make_model(nodes, feeds, ["z"], inits), feeds
+
+
+@needs_dnnl
+@pytest.mark.parametrize(("kernel", "shared"), [(1, 2), (3, 1)])
+def test_two_convolutions_and_winograd_shapes(kernel: int, shared: int) -> None:
+    """The downsample-style group writes over the earlier convolution's result; a 3x3
+    stride-1 group (a Winograd candidate) keeps its own slot."""
+    model, feeds = _two_conv_net(kernel)
+    want = run_ort(model, feeds)[0]
+    prog = _compile(model)
+    assert prog._executable.lowered.ctx.cache.get("conv_over_residual") == shared
+    np.testing.assert_allclose(np.asarray(prog.run(feeds)[0]), want, rtol=1e-4, atol=1e-4)
+    assert_profile_matches(prog, feeds)
+
+
 def test_accumulating_plan_runs_on_dnnl_only() -> None:
     from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan
 

@@ -13,9 +13,13 @@ ResNet-50's expansion layers, caches flushed (64 MiB), 1 thread of the 2-core EP
 `residual_slot(user)` names the residual `r` of a group the lowering will fuse whole with its
 convolution (`conv_fusion.fuse_group`): act(conv + per-channel constants + r), act a relu or
 nothing, r of the group's lens and type, itself such a fused group's result or a convolution's
-(so it lives in a channels-last arena slot like the group's). The memory plan gives the group
-r's buffer where r dies there; `conv_fusion` checks at lowering that the two slots are one
-channels-last tensor, else the group's result goes to a new tensor.
+(so it lives in a channels-last arena slot like the group's); where the group sums two
+convolutions (ResNet's downsample blocks) r is the earlier one, the later being the one fused.
+Not where the convolution is one the Winograd kernels may take (3x3, stride 1): they do not
+accumulate. The memory plan gives the group r's buffer where r dies there; the lowering claims
+that slot (`LoweringContext.claim_shared`: a shared slot nobody claims is no slot, its value a
+new tensor) and checks that the two are one channels-last tensor, else the group's result goes
+to a new tensor.
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ def residual_slot(user: Instruction) -> Instruction | None:
     parts = _group_parts(user)
     if parts is None:
         return None
-    _, other = parts
+    conv, other = parts
     if other is None or other.op.name not in ("pointwise", "convolution"):
+        return None
+    if _winograd_shape(conv):
         return None
     if other.op.name == "pointwise" and _group_parts(other) is None:
         return None
@@ -74,6 +80,18 @@ def _group_parts(user: Instruction) -> tuple[Instruction, Instruction | None] | 
     if other is not None and any(i is other for i in conv.inputs):
         return None
     return conv, other
+
+
+def _winograd_shape(conv: Instruction) -> bool:
+    """A 3x3 stride-1 convolution, which the Winograd kernels may run (`winograd.supports`):
+    they add a residual of their own and do not accumulate, so such a group keeps its slot."""
+    op, lens = conv.op, conv.inputs[1].shape.lens()
+    return (
+        list(lens[2:]) == [3, 3]
+        and op.group == 1
+        and all(s == 1 for s in op.stride)
+        and all(d == 1 for d in op.dilation)
+    )
 
 
 def _order(user: Instruction) -> dict[int, int]:
