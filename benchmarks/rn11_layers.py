@@ -6,6 +6,8 @@ Forms of the residual expansion, relu(conv(x) + b + r): `bin` the binary add pos
 separate output (what the arena runs), `sum` oneDNN's sum post-op over r (r is dead after),
 `copy+sum` r copied into the output then the sum post-op, `after` conv + b into the output then
 torch's add_ and relu_. Each oneDNN implementation offered is timed on `bin` (`bin@<impl>`).
+Layers without a residual: `plain` (oneDNN's first), `plain@<impl>`, and `matmul` (stride 1:
+torch's oneDNN linear on the prepacked weight, the `matmul` kernel of `conv_kernels`).
 
     python benchmarks/rn11_layers.py --batch 1 --threads 1 --flush-mb 4
 """
@@ -23,7 +25,7 @@ import pygraphx  # noqa: E402,F401,I001  (first: OpenMP's spin count before torc
 import torch  # noqa: E402
 
 from pygraphx.targets.torch_lowering import conv_choice, onednn_conv  # noqa: E402
-from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan  # noqa: E402
+from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan, build_kernel  # noqa: E402
 
 #: (C, H, W, K, stride, residual, n in the network)
 LAYERS = [
@@ -64,6 +66,8 @@ def forms(layer: tuple, batch: int) -> tuple[dict, list[torch.Tensor]]:
     out, fns = cl(out_lens), {}
     if not residual:
         fns["plain"] = onednn_conv.build(plan, lambda: x, None, out)
+        if stride == 1:  # torch's oneDNN matmul on the packed weight (a new result per call)
+            fns["matmul"] = build_kernel(plan, "matmul", lambda: x, None)
         for impl in onednn_conv.implementations(plan, False)[1:]:
             if "gemm" in impl or "sse41" in impl or impl.startswith("jit:"):
                 continue
@@ -99,12 +103,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--flush-mb", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3, help="races per layer (best kept)")
+    ap.add_argument("--residual-only", action="store_true", help="the residual layers only")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     conv_choice.FLUSH_BYTES = args.flush_mb << 20
     conv_choice.ROUNDS = 5
     print(f"# b{args.batch} t{args.threads} flush {args.flush_mb} MiB, ms per call (best)")
-    for layer in LAYERS:
+    for layer in [lay for lay in LAYERS if lay[5] or not args.residual_only]:
         fns, inputs = forms(layer, args.batch)
         best: dict[str, float] = {}
         for _ in range(args.repeat):

@@ -99,8 +99,11 @@ def ort_times(model, feeds: dict, threads: int, runs: int) -> dict[str, float]:
     return {k: min(v) for k, v in per_run.items()}
 
 
-def ov_times(model, feeds: dict, threads: int, runs: int) -> dict[str, tuple[float, str, str]]:
-    """Layer name -> (best seconds, layer type, OpenVINO's kernel) in OpenVINO's PERF_COUNT."""
+def ov_times(
+    model, feeds: dict, threads: int, runs: int, known: dict
+) -> dict[str, tuple[float, str, str]]:
+    """Layer name -> (best seconds, layer type, OpenVINO's kernel) in OpenVINO's PERF_COUNT;
+    a layer that fused ONNX nodes named in `known` is named after the first of them."""
     import openvino as ov
 
     core = ov.Core()
@@ -115,6 +118,13 @@ def ov_times(model, feeds: dict, threads: int, runs: int) -> dict[str, tuple[flo
         },
     )
     req = compiled.create_infer_request()
+    # a layer's name is OpenVINO's own; the ONNX nodes fused into it are in its run-time info
+    original = {}
+    for op in compiled.get_runtime_model().get_ops():
+        info = op.get_rt_info()
+        if "originalLayersNames" in info:
+            names = str(info["originalLayersNames"].astype(str)).split(",")
+            original[op.get_friendly_name()] = next((n for n in names if n in known), "")
     best: dict[str, tuple[float, str, str]] = {}
     for _ in range(3 + runs):
         req.infer(list(feeds.values()))
@@ -122,9 +132,10 @@ def ov_times(model, feeds: dict, threads: int, runs: int) -> dict[str, tuple[flo
             sec = info.real_time.total_seconds()
             if info.status.name != "EXECUTED":
                 continue
-            old = best.get(info.node_name)
+            name = original.get(info.node_name) or info.node_name
+            old = best.get(name)
             if old is None or sec < old[0]:
-                best[info.node_name] = (sec, info.node_type, info.exec_type)
+                best[name] = (sec, info.node_type, info.exec_type)
     return best
 
 
@@ -160,7 +171,8 @@ def main() -> None:
         ort_rows.append((kind, sec, macs))
         if layer:
             layers[name]["ort"] = (sec, op, layer, macs)
-    for name, (sec, typ, exec_type) in ov_times(model, feeds, args.threads, args.runs).items():
+    ov = ov_times(model, feeds, args.threads, args.runs, convs)
+    for name, (sec, typ, exec_type) in ov.items():
         kind, macs, layer = convs.get(name, (f"other:{typ}", 0.0, ""))
         ov_rows.append((kind, sec, macs))
         if layer:
