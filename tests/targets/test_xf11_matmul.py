@@ -113,9 +113,11 @@ def test_model_against_ort(monkeypatch, setting: str) -> None:
         assert kinds == {"dnnl_weight"}
         return
     assert kinds == {"onednn_linear"}
-    used = [v for v in packed.values() if v.made]
-    assert sorted(str(v.epilogue) for v in used) == ["None", "None", "None", "gelu"]
-    assert all(v.weight is None for v in used)  # packed once, the plain copies released
+    assert "gelu" in {v.epilogue for v in packed.values()}
+    assert all(v.weight is None for v in packed.values())  # no plain copy kept
+    n = torch.get_num_threads()
+    buffers = {v.primitive().weight.data_ptr() for v in packed.values()}
+    assert len(buffers) == 4 and all(n in v.made for v in packed.values())  # 2 weights, 3 parts
 
 
 def test_model_bf16_against_ort() -> None:
@@ -145,3 +147,19 @@ def test_gelu_erf_is_not_tanh() -> None:
     t = torch.linspace(-3, 3, 61, dtype=torch.float64)
     assert float((ACTS["gelu"](t) - ACTS["gelu_tanh"](t)).abs().max()) > 1e-4 > 0
     assert math.isclose(float(ACTS["gelu"](torch.tensor(1.0))), 0.8413447, rel_tol=1e-6)
+
+
+def test_twin_shares_the_packed_weight() -> None:
+    """A twin (another bias / activation on the same weight) packs nothing of its own, and
+    computes its own product; a twin of another shape is refused."""
+    w, b, x = torch.randn(64, 48), torch.randn(48), torch.randn(8, 64)
+    first = onednn_linear.Linear(w, None, 8)
+    second = onednn_linear.Linear(w, b, 8, epilogue="silu", twin=first)
+    assert second.weight is None
+    n = torch.get_num_threads()
+    assert second.made[n].weight.data_ptr() == first.made[n].weight.data_ptr()
+    torch.testing.assert_close(first(x), x @ w, rtol=1e-5, atol=1e-5)
+    want = torch.nn.functional.silu(x @ w + b)
+    torch.testing.assert_close(second(x), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(OneDnnError, match="twin"):
+        onednn_linear.Linear(torch.randn(64, 40), None, 8, twin=first)

@@ -118,15 +118,16 @@ def dnnl_kernel(
     if columns is not None:
         w = w[:, columns[0] : columns[1]]
     if dnnl_gemm_setting() == "matmul" and onednn_linear.available():
-        key = ("onednn_linear", id(ins.inputs[1]), rows, columns, epilogue,
-               None if bias is None else bias.data_ptr())  # fmt: skip
-        # made at its first call: the lowering asks for candidates it does not keep (with and
-        # without the bias or the activation), which should not pack the weight
-        if ctx is None:
-            return onednn_linear.Linear(w, bias, rows, now=False, epilogue=epilogue)
+        if ctx is None:  # a candidate for measuring
+            return onednn_linear.Linear(w, bias, rows, epilogue=epilogue)
+        # the lowering asks for variants it does not keep (with and without the bias or the
+        # activation): the first one packs the weight, the others share it (`twin`)
+        base = ("onednn_linear", id(ins.inputs[1]), rows, columns)
+        key = (*base, epilogue, None if bias is None else bias.data_ptr())
         if key not in ctx.packed_weights:
+            twin = next((v for k, v in ctx.packed_weights.items() if k[:4] == base), None)
             ctx.packed_weights[key] = onednn_linear.Linear(
-                w, bias, rows, now=False, epilogue=epilogue
+                w, bias, rows, epilogue=epilogue, twin=twin
             )
         return ctx.packed_weights[key]
     weight = _dnnl_weight(ctx, ins, w, rows, columns)

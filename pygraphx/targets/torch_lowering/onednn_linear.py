@@ -112,7 +112,8 @@ class _Primitive:
         args.append((ARG_SCRATCHPAD, self.mems[-1]))
         self.nargs = len(args)
         self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
-        self.addresses = [0, 0]
+        # (not 0: an int a step holds is taken for an env index by `mapped_reads`)
+        self.addresses: list[int | None] = [None, None]
 
     def execute(self, x: Tensor, y: Tensor) -> None:
         """`y = x @ weight (+ bias)`, `x` and `y` dense row-major."""
@@ -135,7 +136,9 @@ class Linear:
     module docstring; `epilogue`: None or a key of `EPILOGUES`, applied by oneDNN before the
     result is rounded to its type); a call returns a new (rows, N) tensor of the weight's
     type. The primitive for the thread count of now is made at once (`now`), others at their
-    first call, from the first one's packed weight (the plain one is not kept)."""
+    first call, from the first one's packed weight (the plain one is not kept). A `twin` (the
+    same weight, rows and type, another bias or epilogue) packs nothing of its own: its
+    primitives start from the twin's packed weight, shared where the layout is the same."""
 
     def __init__(
         self,
@@ -144,6 +147,7 @@ class Linear:
         rows: int,
         now: bool = True,
         epilogue: str | None = None,
+        twin: Linear | None = None,
     ) -> None:
         rt = runtime()
         if rt is None:
@@ -153,9 +157,17 @@ class Linear:
                               "2-D float32 or bf16 matrix")  # fmt: skip
         if epilogue is not None and epilogue not in EPILOGUES:
             raise OneDnnError(f"matmul epilogue {epilogue!r}: expected one of {sorted(EPILOGUES)}")
+        if twin is not None and (twin.shape, twin.dtype, twin.rows) != (
+            tuple(weight.shape),
+            weight.dtype,
+            rows,
+        ):
+            raise OneDnnError("matmul twin: another weight shape, type or row count")
         self.rt = rt
-        # the plain weight until the first primitive has packed it (later ones reorder that)
-        self.weight: Tensor | None = weight.contiguous()
+        # the plain weight until the first primitive has packed it (later ones, and a twin's,
+        # start from that packed weight: shared where the layout is the same)
+        self.twin = twin
+        self.weight: Tensor | None = weight.contiguous() if twin is None else None
         self.shape, self.dtype = tuple(weight.shape), weight.dtype
         self.bias = None if bias is None else bias.contiguous()
         self.rows = rows
@@ -171,6 +183,8 @@ class Linear:
         prim = self.made.get(n)
         if prim is None:
             share = next(iter(self.made.values()), None)
+            if share is None and self.twin is not None:
+                share = self.twin.made.get(n) or self.twin.primitive()
             prim = self.made[n] = _Primitive(self.rt, self, share)
             self.weight = None
         return prim
