@@ -4,7 +4,8 @@ primitive through its C API (B, the default; `PGX_CPU_DNNL_GEMM`).
     PGX_CPU_LOAD_ADAPT=0 PYTHONPATH=. python benchmarks/xf11_gemm_ab.py --model bert_base \
         --threads 2 --rounds 20 [--bf16]
 
-A is compiled with `PGX_CPU_DNNL_GEMM=torch`, B as the tree compiles it. The programs run in
+A is compiled with `PGX_CPU_DNNL_GEMM=torch` (with `--parts`: the C API, Q / K / V one product
+per part instead of one batched product), B as the tree compiles it. The programs run in
 turn (A B, then B A); each round times one plain run of each (`prog.run`, wall; process CPU
 too) and one run with its steps timed (`attn10_ab.timed_run`: thread CPU time at one thread,
 wall otherwise). Printed: medians over the rounds of the plain runs and of the blocks, and the
@@ -46,6 +47,18 @@ def compile_with(data: bytes, args: argparse.Namespace, setting: str) -> Any:
             os.environ[DNNL_GEMM_ENV] = before
 
 
+def compile_per_part(data: bytes, args: argparse.Namespace) -> Any:
+    """The program with Q / K / V as one product per part (no batched product)."""
+    from pygraphx.targets.torch_lowering import lower_gemm
+
+    batched = lower_gemm._batched_parts
+    lower_gemm._batched_parts = lambda *_: None
+    try:
+        return compile_with(data, args, "matmul")
+    finally:
+        lower_gemm._batched_parts = batched
+
+
 def rounds(progs: dict, feeds: dict, args: argparse.Namespace) -> tuple[dict, dict]:
     """Per program: lists of the plain runs' wall / CPU ms and the blocks' ms, and outputs."""
     clock = time.thread_time_ns if args.threads == 1 else time.perf_counter_ns
@@ -76,11 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--parts", action="store_true",
+                    help="A: Q / K / V one product per part (B: one batched product)")  # fmt: skip
     args = ap.parse_args(argv)
     import onnxruntime as ort
 
     data, feeds = model_and_feeds(args.model, args.threads, args.batch)
-    progs = {"A": compile_with(data, args, "torch"), "B": compile_with(data, args, "matmul")}
+    first = compile_per_part(data, args) if args.parts else compile_with(data, args, "torch")
+    progs = {"A": first, "B": compile_with(data, args, "matmul")}
     sums, outs = rounds(progs, feeds, args)
     want = ort.InferenceSession(data).run(None, feeds)
     diff = max(float(np.abs(a - b).max()) for a, b in zip(outs["A"], outs["B"], strict=True))
@@ -88,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             for n in outs}  # fmt: skip
     precision = "bf16" if args.bf16 else "float32"
     print(f"{args.model} b{args.batch} {precision} t{args.threads}, {args.rounds} rounds, ms, "
-          f"median: A (torch linear) / B (C API matmul); outputs A vs B {diff:.1e}, vs ORT "
+          f"median: A ({'per-part products' if args.parts else 'torch linear'}) / B (C API "
+          f"matmul); outputs A vs B {diff:.1e}, vs ORT "
           f"A {errs['A']:.1e} B {errs['B']:.1e}")  # fmt: skip
     for b in sorted(sums["A"]):
         a, bb = np.median(sums["A"][b]), np.median(sums["B"][b])

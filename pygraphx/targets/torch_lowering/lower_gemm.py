@@ -38,6 +38,7 @@ arithmetic).
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 import torch
@@ -53,6 +54,7 @@ from pygraphx.targets.torch_lowering.gemm_kernels import (
     bf16_gemm,
     bias_vector,
     dnnl_kernel,
+    dnnl_parts_kernel,
     fast_kernel,
     use_dnnl,
 )
@@ -395,18 +397,21 @@ def _emit_column_parts(
     bias: torch.Tensor | None,
     parts: list[Part],
 ) -> None:
-    """One step computing each column part of `dot` (+ `bias`) as its own oneDNN product into
-    its slice's value (a new tensor); the product and its group get no value. Profiling runs
-    one step per slice."""
+    """One step computing the column parts of `dot` (+ `bias`), each into its slice's value (a
+    new tensor): parts of equal width as one batched product (`_batched_parts`), else each as
+    its own oneDNN product; the product and its group get no value. Profiling runs one step
+    per slice (a batched product's first one computes all parts)."""
     w = batch_broadcast_matrix(ctx, dot, 1)
     k, n = w.shape
     rows = dot.shape.elements() // n
     keep_freed_memory()
     env, a = ctx.env, ctx.arg(dot, 0)
+    batched, held = _batched_parts(ctx, dot, w, rows, bias, parts), [None]
+    first = itemgetter(0)
     kernels, unfused, members = [], [], [dot] + ([group] if group is not None else [])
-    for start, end, part in parts:
+    for p, (start, end, part) in enumerate(parts):
         b = None if bias is None else bias[start:end].contiguous()
-        product = dnnl_kernel(ctx, dot, w, rows, b, None, (start, end))
+        product = dnnl_kernel(ctx, dot, w, rows, b, None, (start, end)) if not batched else None
         idx = ctx.bind_dynamic(part)
         ctx.mark_fresh(idx)
         ctx.fusers[id(part)] = _bound
@@ -414,9 +419,16 @@ def _emit_column_parts(
         kernels.append((idx, product, tuple(part.shape.lens()), views))
         members += [part, *(ins for ins, _, _ in views)]
 
-        def one(kernel: tuple = kernels[-1]) -> None:
+        # (the part's number behind `itemgetter`: `mapped_reads` takes an int a step holds
+        # for an env index)
+        def one(
+            kernel: tuple = kernels[-1], pick: Callable = itemgetter(p) if p else first
+        ) -> None:
             idx, product, lens, _ = kernel
-            env[idx] = product(env[a].reshape(rows, k)).view(lens)
+            x = env[a].reshape(rows, k)
+            if product is None and pick is first:
+                held[0] = batched(x)
+            env[idx] = (pick(held[0]) if product is None else product(x)).view(lens)
 
         unfused.append(Step(one, [part], idx))
         unfused += [Step(view_step(env, src, fn, out), [ins], out) for ins, fn, (src, out) in views]
@@ -426,13 +438,30 @@ def _emit_column_parts(
 
     def step() -> None:
         x = env[a].reshape(rows, k)
-        for idx, product, lens, views in kernels:
-            env[idx] = y = product(x).view(lens)
+        whole = batched(x) if batched is not None else None
+        for p, (idx, product, lens, views) in enumerate(kernels):
+            env[idx] = y = (product(x) if whole is None else whole[p]).view(lens)
             for _, fn, (_, out) in views:
                 env[out] = y = fn(y)
 
     members.sort(key=lambda i: ctx.position[id(i)])
     ctx.emit(step, members, ctx.index[id(members[-1])], unfused)
+
+
+def _batched_parts(
+    ctx: LoweringContext,
+    dot: Instruction,
+    w: torch.Tensor,
+    rows: int,
+    bias: torch.Tensor | None,
+    parts: list[Part],
+) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The parts of equal width as one batched product (`gemm_kernels.dnnl_parts_kernel`),
+    or None (unequal widths, no C API library): then one product per part."""
+    widths = {end - start for start, end, _ in parts}
+    if len(widths) != 1:
+        return None
+    return dnnl_parts_kernel(ctx, dot, w, rows, bias, len(parts))
 
 
 def _bound(ctx: LoweringContext, ins: Instruction) -> bool:

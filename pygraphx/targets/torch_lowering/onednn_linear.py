@@ -25,19 +25,23 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_DST,
     ARG_SCRATCHPAD,
     ARG_SRC,
+    ARG_SRC_1,
     ARG_WEIGHTS,
+    BINARY_ADD,
     DTYPES,
     ELTWISE_SWISH,
     QUERY_SCRATCHPAD_MD,
     QUERY_WEIGHTS_MD,
     SCRATCHPAD_USER,
     TAG_AB,
+    TAG_ABC,
     TAG_ANY,
     ExecArg,
     OneDnnError,
     Runtime,
     check,
     declare_matmul,
+    post_op_arg,
     release,
     runtime,
     unavailable_reason,
@@ -55,6 +59,31 @@ EPILOGUES = {
 }
 
 
+def _attributes(lib: object, epilogue: str | None, bias_md: c_void_p | None) -> c_void_p:
+    """A matmul's attributes: a user scratchpad, then the post-ops: a binary add of `bias_md`
+    (the bias of a product in parts) and the activation `epilogue` (the caller destroys it)."""
+    attr, post_ops = c_void_p(), c_void_p()
+    check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
+    try:
+        check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_USER), "scratch")
+        if epilogue is None and bias_md is None:
+            return attr
+        check(lib.dnnl_post_ops_create(byref(post_ops)), "post_ops_create")
+        if bias_md is not None:
+            check(lib.dnnl_post_ops_append_binary(post_ops, BINARY_ADD, bias_md), "binary add")
+        if epilogue is not None:
+            alg, alpha, beta = EPILOGUES[epilogue]
+            check(lib.dnnl_post_ops_append_eltwise(post_ops, alg, alpha, beta), "eltwise")
+        check(lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "set_post_ops")
+    except OneDnnError:
+        lib.dnnl_primitive_attr_destroy(attr)
+        raise
+    finally:
+        if post_ops.value:
+            lib.dnnl_post_ops_destroy(post_ops)
+    return attr
+
+
 class _Primitive:
     """One matmul primitive for (rows, K) x (K, N) (+ bias) at the thread count of now, its
     packed weight (or `share`'s, when the layout is the same) and its memory objects."""
@@ -63,29 +92,22 @@ class _Primitive:
         self.rt, lib = rt, rt.lib
         declare_matmul(lib)
         fn = lib.dnnl_matmul_primitive_desc_create
-        (k, n), rows, dt = owner.shape, owner.rows, DTYPES[owner.dtype]
-        self.mds = [rt.desc(d, dt, t) for d, t in (([rows, k], TAG_AB), ([k, n], TAG_ANY))]
-        self.mds.append(rt.desc([rows, n], dt, TAG_AB))
+        dt = DTYPES[owner.dtype]
+        src, wei, dst, bias, tag = owner.dims()
+        self.mds = [rt.desc(d, dt, t) for d, t in ((src, tag), (wei, TAG_ANY), (dst, tag))]
         if owner.bias is not None:
-            self.mds.append(rt.desc([1, n], DTYPES[owner.bias.dtype], TAG_AB))
+            self.mds.append(rt.desc(bias, DTYPES[owner.bias.dtype], tag))
         src_md, w_any, dst_md = self.mds[:3]
         bias_md = self.mds[3] if owner.bias is not None else None
-        attr = c_void_p()
-        check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
+        # parts: the bias as a binary add post-op (oneDNN 3.2 runs a per-part bias on `ref`)
+        bias_op = bias_md if owner.parts > 1 else None
+        attr = _attributes(lib, owner.epilogue, bias_op)
         self.pd, self.prim, self.mems = c_void_p(), None, []
-        post_ops = c_void_p()
         try:
-            check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_USER), "scratch")
-            if owner.epilogue is not None:
-                alg, alpha, beta = EPILOGUES[owner.epilogue]
-                check(lib.dnnl_post_ops_create(byref(post_ops)), "post_ops_create")
-                check(lib.dnnl_post_ops_append_eltwise(post_ops, alg, alpha, beta), "eltwise")
-                check(lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "set_post_ops")
-            status = fn(byref(self.pd), rt.engine, src_md, w_any, bias_md, dst_md, attr)
-            check(status, f"matmul ({rows}, {k}) x ({k}, {n}) {owner.epilogue or ''}")
+            md = None if bias_op is not None else bias_md
+            status = fn(byref(self.pd), rt.engine, src_md, w_any, md, dst_md, attr)
+            check(status, f"matmul {src} x {wei} {owner.epilogue or ''}")
         finally:
-            if post_ops.value:
-                lib.dnnl_post_ops_destroy(post_ops)
             lib.dnnl_primitive_attr_destroy(attr)
         self.prim = rt.primitive(self.pd)
         self.impl = rt.impl_name(self.pd)
@@ -95,7 +117,7 @@ class _Primitive:
         elif share is not None:  # the plain weight is gone: reordered from the packed one
             self.weight = rt.reorder(share.weight, share.w_md, w_md)
         else:
-            plain = rt.desc([k, n], dt, TAG_AB)
+            plain = rt.desc(wei, dt, tag)
             self.mds.append(plain)
             self.weight = rt.reorder(owner.weight, plain, w_md)
         scratch_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_SCRATCHPAD_MD, 0)
@@ -107,7 +129,7 @@ class _Primitive:
         args = [(ARG_SRC, self.src), (ARG_DST, self.dst), (ARG_WEIGHTS, self.mems[2])]
         if owner.bias is not None:
             self.mems.append(rt.memory(bias_md, owner.bias.data_ptr()))
-            args.append((ARG_BIAS, self.mems[-1]))
+            args.append((ARG_BIAS if bias_op is None else post_op_arg(0, ARG_SRC_1), self.mems[-1]))
         self.mems.append(rt.memory(scratch_md, self.scratch.data_ptr()))
         args.append((ARG_SCRATCHPAD, self.mems[-1]))
         self.nargs = len(args)
@@ -138,7 +160,9 @@ class Linear:
     type. The primitive for the thread count of now is made at once (`now`), others at their
     first call, from the first one's packed weight (the plain one is not kept). A `twin` (the
     same weight, rows and type, another bias or epilogue) packs nothing of its own: its
-    primitives start from the twin's packed weight, shared where the layout is the same."""
+    primitives start from the twin's packed weight, shared where the layout is the same. With
+    `parts` > 1 the columns are that many parts of equal width, computed as one batched
+    product into a new (parts, rows, width) tensor, each part dense (`dims`)."""
 
     def __init__(
         self,
@@ -148,6 +172,7 @@ class Linear:
         now: bool = True,
         epilogue: str | None = None,
         twin: Linear | None = None,
+        parts: int = 1,
     ) -> None:
         rt = runtime()
         if rt is None:
@@ -157,25 +182,50 @@ class Linear:
                               "2-D float32 or bf16 matrix")  # fmt: skip
         if epilogue is not None and epilogue not in EPILOGUES:
             raise OneDnnError(f"matmul epilogue {epilogue!r}: expected one of {sorted(EPILOGUES)}")
-        if twin is not None and (twin.shape, twin.dtype, twin.rows) != (
+        if twin is not None and (twin.shape, twin.dtype, twin.rows, twin.parts) != (
             tuple(weight.shape),
             weight.dtype,
             rows,
+            parts,
         ):
-            raise OneDnnError("matmul twin: another weight shape, type or row count")
+            raise OneDnnError("matmul twin: another weight shape, type, row count or parts")
+        k, n = weight.shape
+        if parts < 1 or n % parts:
+            raise OneDnnError(f"matmul weight {[k, n]}: not {parts} parts of equal width")
         self.rt = rt
         # the plain weight until the first primitive has packed it (later ones, and a twin's,
         # start from that packed weight: shared where the layout is the same)
         self.twin = twin
-        self.weight: Tensor | None = weight.contiguous() if twin is None else None
-        self.shape, self.dtype = tuple(weight.shape), weight.dtype
+        width = n // parts
+        if twin is not None:
+            self.weight: Tensor | None = None
+        elif parts == 1:
+            self.weight = weight.contiguous()
+        else:  # (parts, K, width): part p is columns p * width ... (p + 1) * width
+            self.weight = weight.reshape(k, parts, width).permute(1, 0, 2).contiguous()
+        self.shape, self.dtype = (k, n), weight.dtype
         self.bias = None if bias is None else bias.contiguous()
         self.rows = rows
         self.epilogue = epilogue
-        self.out_lens = (rows, weight.shape[1])
+        self.out_lens = (rows, n) if parts == 1 else (parts, rows, width)
         self.made: dict[int, _Primitive] = {}
         if now:  # (else at the first call)
             self.primitive()
+
+    @property
+    def parts(self) -> int:
+        """The column parts (1: a plain product); kept in `out_lens` only: `mapped_reads`
+        takes an int a step holds for an env index."""
+        return self.out_lens[0] if len(self.out_lens) == 3 else 1
+
+    def dims(self) -> tuple[list[int], list[int], list[int], list[int], int]:
+        """The source's, weight's, result's and bias's dimensions, and their row-major tag:
+        (rows, K) x (K, N), or with `parts` a batched product, the source broadcast over
+        (parts, K, width) weights into (parts, rows, width) (each part a dense matrix)."""
+        (k, n), rows, p = self.shape, self.rows, self.parts
+        if p == 1:
+            return [rows, k], [k, n], [rows, n], [1, n], TAG_AB
+        return [1, rows, k], [p, k, n // p], [p, rows, n // p], [p, 1, n // p], TAG_ABC
 
     def primitive(self) -> _Primitive:
         """The primitive for the thread count of now (made at its first call)."""
