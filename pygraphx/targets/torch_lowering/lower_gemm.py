@@ -29,7 +29,8 @@ result, as one step (`_emit_widening`); a large one that is only converted to fl
 model's logits) runs in column blocks, each converted while in cache (`_emit_widened_blocks`). Other
 half and bf16 products are computed in float32 and rounded once. A float32 or bf16 product
 (with its bias add) that slices only cut into column parts, a fused Q / K / V projection, runs
-as one product per part, each written dense for the attention that reads it (`_column_parts`).
+as one product per part (parts of equal width: one batched product), each written dense for
+the attention that reads it (`_column_parts`, `_batched_parts`).
 
 Declined (numpy fallback): integer and fp8 products and `quant_dot` (numpy's exact wrapping
 arithmetic).
