@@ -13,20 +13,23 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# (torch is imported after pygraphx, which sets OpenMP's spin before torch loads it)
 from pygraphx.targets.torch_lowering.onednn_linear import Linear  # noqa: E402
 
 SHAPES = ((128, 768, 768), (128, 768, 3072), (128, 3072, 768))
 
 
-def kernels(m: int, k: int, n: int, dtype: torch.dtype) -> tuple[dict, float]:
+def kernels(m: int, k: int, n: int, dtype: Any) -> tuple[dict, float]:
     """The two kernels of an (m, k) x (k, n) product with a bias, and their largest
     difference from a float64 product."""
+    import torch
+
     w, b = (torch.randn(k, n) * 0.05).to(dtype), torch.randn(n).to(dtype)
     x = torch.randn(m, k).to(dtype)
     packed = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), m)
@@ -44,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--calls", type=int, default=60)
     args = ap.parse_args(argv)
+    import torch
+
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     flush = torch.ones(64 << 20, dtype=torch.uint8)
