@@ -35,8 +35,9 @@ from typing import Any
 import torch
 
 from pygraphx.ir.instruction import Instruction
+from pygraphx.runtime.executor import step_error
 from pygraphx.targets.torch_lowering.context import Step
-from pygraphx.targets.torch_lowering.onednn_capi import check
+from pygraphx.targets.torch_lowering.onednn_capi import OneDnnError, check
 from pygraphx.targets.torch_lowering.onednn_conv import Link, Primitive, _channels_last
 
 #: chain consecutive lean oneDNN convolution steps (read by `chain_steps`; False: A/B)
@@ -65,7 +66,7 @@ class _Team:
 class Chain:
     """The step running `links` (lean convolution closures' `Link`s) one after the other,
     then dropping the env values `releases`; `static[k]`: whether env slot `k` holds the
-    same tensor every run."""
+    same tensor every run; `computes[k]`: the instructions member `k` computes."""
 
     def __init__(
         self,
@@ -73,8 +74,11 @@ class Chain:
         env: list,
         static: Sequence[bool],
         releases: Sequence[int] = (),
+        computes: Sequence[Sequence[Instruction]] = (),
     ) -> None:
         self.links = list(links)
+        #: the instructions each member computes (a failing member's error names them)
+        self.computes = list(computes)
         self.env = env
         #: env indices set to None after the chain (values it read for the last time)
         self.releases = list(releases)
@@ -177,8 +181,14 @@ class Chain:
             self.env[index] = None
 
     def _failed(self, team: _Team, call: Callable[[], int], status: int) -> None:
+        """Raise the error of member `call` that returned `status`, naming its instructions."""
         k = team.calls.index(call)
-        check(status, f"convolution {k + 1} of a chain of {len(team.calls)}")
+        try:
+            check(status, f"convolution {k + 1} of a chain of {len(team.calls)}")
+        except OneDnnError as exc:
+            if k >= len(self.computes):
+                raise
+            raise step_error(self.computes[k], exc) from exc
 
 
 def _tuple_getter(indices: list[int]) -> Callable[[list], tuple]:
@@ -240,7 +250,8 @@ def chain_steps(
         if end - k >= 2:
             links = [link_of(s.fn) for s in steps[k:end]]
             releases = [i for s in steps[k:end] for i in _releases(s.fn)]
-            chain = Chain(links, env, static, releases)  # type: ignore[arg-type]
+            computes = [s.instructions for s in steps[k:end]]
+            chain = Chain(links, env, static, releases, computes)  # type: ignore[arg-type]
             out.add(steps[k:end], counts[k], chain)
         else:
             out.add(steps[k:end], counts[k], None)
