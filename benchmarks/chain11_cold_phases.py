@@ -6,16 +6,16 @@ process, alternating, median us per phase.
 
 Phases: bind (one float32 input), load check (`PGX_CPU_LOAD_ADAPT` and the load average),
 the budget's acquire, inference mode on, inference mode off, the budget's release, collect
-(one fresh output). "before": `dtypes.env_value`, `threads.load_threads` every run,
-`Condition` entered and `notify_all`, `torch.inference_mode`, `to_numpy` through `take`;
-"after": what `CpuExecutable` and `RunScope` do now. The flush writes `--flush-mb` MiB.
+(one fresh output). "before": `dtypes.env_value`, `threads.load_threads` every run, the
+base revision's `ThreadBudget` (`Condition` entered, `notify_all`), `torch.inference_mode`,
+`to_numpy` through `take`; "after": what `CpuExecutable` and `RunScope` do now. The flush
+writes `--flush-mb` MiB.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -29,42 +29,11 @@ from pygraphx.models import get_model, model_inputs  # noqa: E402
 PHASES = ["bind", "load_check", "acquire", "mode_on", "mode_off", "release", "collect"]
 
 
-class OldBudget:
-    """main's `ThreadBudget` acquire / release (a Condition entered, notify_all always)."""
-
-    def __init__(self, total: int) -> None:
-        self.total, self.free, self.holders = total, total, 0
-        self._cond = threading.Condition()
-        self._local = threading.local()
-
-    def acquire(self, want: int) -> int:
-        held = getattr(self._local, "held", 0)
-        if held:
-            self._local.depth += 1
-            return min(want, held)
-        with self._cond:
-            while self.holders and self.free <= 0:
-                self._cond.wait()
-            got = want
-            self.free -= got
-            self.holders += 1
-        self._local.held, self._local.depth = got, 1
-        return got
-
-    def release(self) -> None:
-        self._local.depth -= 1
-        if self._local.depth:
-            return
-        got, self._local.held = self._local.held, 0
-        with self._cond:
-            self.free += got
-            self.holders -= 1
-            self._cond.notify_all()
-
-
-def old_paths(exe: object) -> dict:
-    """main's bind, load check, budget, inference mode and collect for `exe`."""
+def old_paths(exe: object, base: str) -> dict:
+    """main's bind, load check, budget, inference mode and collect for `exe` (the budget:
+    `ThreadBudget` of `threads.py` at revision `base`)."""
     import torch
+    from run_overhead_ab import base_module
 
     from pygraphx.targets.cpu.threads import load_threads
     from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
@@ -92,7 +61,9 @@ def old_paths(exe: object) -> dict:
     return {
         "bind": bind,
         "load": lambda: load_threads(scope.n, cpus=scope._cpus, usable=scope._usable),
-        "budget": OldBudget(64),
+        "budget": base_module(base, "pygraphx/targets/cpu/threads.py", "base_threads").ThreadBudget(
+            64
+        ),
         "mode": lambda: mode,
         "collect": collect,
     }
@@ -141,6 +112,7 @@ def main() -> None:
     ap.add_argument("--model", default="mobilenetv2")
     ap.add_argument("--reps", type=int, default=300)
     ap.add_argument("--flush-mb", type=int, default=48)
+    ap.add_argument("--base", default="main", help="revision of the budget's before")
     args = ap.parse_args()
     model = get_model(args.model, batch=1)
     feeds = {k: np.ascontiguousarray(v) for k, v in model_inputs(args.model, model).items()}
@@ -148,7 +120,7 @@ def main() -> None:
     prog.compile(pygraphx.get_target("cpu", threads=2))
     prog.run(feeds)
     exe = prog._executable
-    variants = {"before": old_paths(exe), "after": new_paths(exe)}
+    variants = {"before": old_paths(exe, args.base), "after": new_paths(exe)}
     flush = np.zeros(args.flush_mb << 17)  # float64: 8 bytes each
     rows: dict[str, list[list[int]]] = {k: [] for k in variants}
     for r in range(args.reps):
