@@ -15,13 +15,16 @@ writes `--flush-mb` MiB.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 import pygraphx  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
@@ -29,11 +32,23 @@ from pygraphx.models import get_model, model_inputs  # noqa: E402
 PHASES = ["bind", "load_check", "acquire", "mode_on", "mode_off", "release", "collect"]
 
 
+def base_threads(rev: str) -> ModuleType:
+    """`pygraphx/targets/cpu/threads.py` as it is at revision `rev`, as module `base_threads`
+    (registered: its dataclasses look their module up)."""
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{rev}:pygraphx/targets/cpu/threads.py"],
+        check=True, capture_output=True,
+    ).stdout  # fmt: skip
+    module = ModuleType("base_threads")
+    sys.modules["base_threads"] = module
+    exec(compile(source, f"{rev}:threads.py", "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
 def old_paths(exe: object, base: str) -> dict:
     """main's bind, load check, budget, inference mode and collect for `exe` (the budget:
     `ThreadBudget` of `threads.py` at revision `base`)."""
     import torch
-    from run_overhead_ab import base_module
 
     from pygraphx.targets.cpu.threads import load_threads
     from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
@@ -61,9 +76,7 @@ def old_paths(exe: object, base: str) -> dict:
     return {
         "bind": bind,
         "load": lambda: load_threads(scope.n, cpus=scope._cpus, usable=scope._usable),
-        "budget": base_module(base, "pygraphx/targets/cpu/threads.py", "base_threads").ThreadBudget(
-            64
-        ),
+        "budget": base_threads(base).ThreadBudget(64),
         "mode": lambda: mode,
         "collect": collect,
     }
