@@ -6,6 +6,8 @@
    values live to the end). A target that runs a producer inside its user's step (a
    convolution fused with its epilogue, writing the user's buffer while it reads its own
    inputs) says so through `fused_reads`: the producer's inputs then live to the user.
+   A target whose step writes its result over an input that dies there (oneDNN's in-place
+   sum of a residual) names that input through `shared_slot`: the two then share one buffer.
 3. Interference: two buffers interfere when their live ranges overlap.
 4. Colouring: buffers are placed largest first, each at the lowest aligned offset that overlaps
    no interfering buffer already placed (a first-fit colouring of the interference graph where
@@ -35,6 +37,14 @@ class Buffer:
     start: int
     end: int
     offset: int = -1
+    same_as: Buffer | None = None  # the buffer whose memory this one takes over (`shared_slot`)
+
+    def root(self) -> Buffer:
+        """The buffer whose place this one has (itself unless it shares one)."""
+        b = self
+        while b.same_as is not None:
+            b = b.same_as
+        return b
 
 
 @dataclass
@@ -61,6 +71,8 @@ class MemoryPlan:
         """The largest total of simultaneously live bytes (no plan can use less)."""
         events: list[tuple[int, int]] = []
         for b in self.buffers:
+            if b.same_as is not None:  # counted in the buffer it shares
+                continue
             events.append((b.start, b.size))
             events.append((b.end + 1, -b.size))
         live = peak = 0
@@ -85,6 +97,8 @@ def root_of(ins: Instruction) -> Instruction:
 
 #: instruction -> the later instruction whose step reads its inputs (or None): see plan_memory
 FusedReads = Callable[[Instruction], "Instruction | None"]
+#: instruction -> the input whose buffer its result may take over (or None): see plan_memory
+SharedSlot = Callable[[Instruction], "Instruction | None"]
 
 
 def live_buffers(
@@ -92,9 +106,10 @@ def live_buffers(
     alignment: int = ALIGNMENT,
     unplanned: Callable[[Instruction], bool] | None = None,
     fused_reads: FusedReads | None = None,
+    shared_slot: SharedSlot | None = None,
 ) -> list[Buffer]:
     """Steps 1 and 2: the buffers of `module` in its current order, with their live ranges
-    (not yet placed). `unplanned` and `fused_reads` as in `plan_memory`."""
+    (not yet placed). `unplanned`, `fused_reads` and `shared_slot` as in `plan_memory`."""
     buffers: dict[int, Buffer] = {}
     end_of_module = len(module.instructions)
     for k, ins in enumerate(module.instructions):
@@ -112,7 +127,25 @@ def live_buffers(
                 b.end = max(b.end, end_of_module if ins.is_return() else k)
     if fused_reads is not None:
         _extend_fused_reads(module, buffers, fused_reads)
+    if shared_slot is not None:
+        _share_slots(module, buffers, shared_slot)
     return list(buffers.values())
+
+
+def _share_slots(module: Module, buffers: dict[int, Buffer], shared_slot: SharedSlot) -> None:
+    """Give each instruction that `shared_slot` names an input for the buffer of that input,
+    where the input's buffer is as large and nothing reads it after the instruction (its live
+    range ends there): the shared buffer then lives through both ranges."""
+    position = {id(ins): k for k, ins in enumerate(module.instructions)}
+    for ins in module.instructions:
+        b = buffers.get(id(ins))
+        x = shared_slot(ins) if b is not None else None
+        a = None if x is None else buffers.get(id(root_of(x)))
+        if a is None or a is b or a.size != b.size or a.end != position[id(ins)]:
+            continue
+        b.same_as = a
+        root = a.root()
+        root.end = max(root.end, b.end)
 
 
 def _extend_fused_reads(
@@ -142,6 +175,7 @@ def plan_memory(
     alignment: int = ALIGNMENT,
     unplanned: Callable[[Instruction], bool] | None = None,
     fused_reads: FusedReads | None = None,
+    shared_slot: SharedSlot | None = None,
 ) -> MemoryPlan:
     """Liveness, interference and first-fit placement for `module` in its current order.
 
@@ -154,10 +188,17 @@ def plan_memory(
     convolutions with `conv_output="arena"` run inside their epilogue's step and write its
     buffer), or None: `ins`'s inputs then stay live to that instruction, so its buffer never
     shares memory with them (without it, an input dead after `ins` may give its memory to
-    the user)."""
-    plan = MemoryPlan(alignment, live_buffers(module, alignment, unplanned, fused_reads))
+    the user).
+
+    `shared_slot(ins)`: an input of `ins` whose buffer `ins`'s result may take over (the cpu
+    target's convolution writing its sum over the residual it adds), or None; it is taken
+    where that input's buffer is as large and dies at `ins` (both then have one offset)."""
+    buffers = live_buffers(module, alignment, unplanned, fused_reads, shared_slot)
+    plan = MemoryPlan(alignment, buffers)
     placed: list[Buffer] = []
     for b in sorted(plan.buffers, key=lambda b: (-b.size, b.start)):
+        if b.same_as is not None:
+            continue
         busy = sorted(
             (p.offset, p.offset + p.size) for p in placed if p.start <= b.end and b.start <= p.end
         )
@@ -168,6 +209,9 @@ def plan_memory(
             offset = max(offset, hi)
         b.offset = offset
         placed.append(b)
+    for b in plan.buffers:
+        if b.same_as is not None:
+            b.offset = b.root().offset
     plan.arena_bytes = max((b.offset + b.size for b in plan.buffers), default=0)
     return plan
 
@@ -179,6 +223,8 @@ def check_plan(plan: MemoryPlan) -> None:
         for b in bs[i + 1 :]:
             if b.offset >= a.offset + a.size:
                 break
+            if a.root() is b.root():  # one buffer shared (`shared_slot`)
+                continue
             if a.start <= b.end and b.start <= a.end:
                 raise AssertionError(
                     f"memory_coloring: {a.ins.op} [{a.offset}, {a.offset + a.size}) and "

@@ -42,6 +42,7 @@ from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_poli
 from pygraphx.targets.torch_lowering import Lowered, lower_module
 from pygraphx.targets.torch_lowering.conv_chain import chain_steps
 from pygraphx.targets.torch_lowering.conv_choice import finish as finish_conv_choice
+from pygraphx.targets.torch_lowering.conv_residual import residual_slot
 from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
 from pygraphx.targets.torch_lowering.fallback_cost import FallbackTimer, announce_cost, timed_steps
 from pygraphx.targets.torch_lowering.fused_reads import fused_reads
@@ -248,6 +249,7 @@ class CpuTarget(Target):
             options["lowering_overrides"] = cpu_overrides(options)
             if options["conv_output"] == "arena":  # fused steps write their group's slot
                 options["fused_reads"] = fused_reads
+                options.setdefault("shared_slot", residual_slot)  # rn11: sum over the residual
             lowered = lower_module(program.get_main_module(), torch.device("cpu"), options)
         release_weight_pages(program)
         conv_choices = lowered.ctx.cache.get("conv_choice")

@@ -146,6 +146,8 @@ class LoweringContext:
     fallbacks: Counter = field(default_factory=Counter)
     arena: torch.Tensor | None = None
     offsets: dict[int, int] = field(default_factory=dict)
+    shared: dict[int, int] = field(default_factory=dict)
+    """rn11: id(instruction) -> offset of the slots shared with an input, not yet claimed."""
     scratch: ScratchPool | None = None
     module: Module | None = None
     """The module being lowered."""
@@ -175,6 +177,10 @@ class LoweringContext:
             self.scratch = ScratchPool(self.device)
         if self.plan is not None:
             self.offsets = {id(b.ins): b.offset for b in self.plan.buffers}
+            # rn11: a buffer the plan gave an input's memory (`shared_slot`) is a slot only
+            # for the lowering that claims it (`claim_shared`); others write a new tensor
+            shared = [id(b.ins) for b in self.plan.buffers if b.same_as is not None]
+            self.shared = {i: self.offsets.pop(i) for i in shared}
             if self.arena is None:
                 self.arena = allocate_arena(self.plan, self.device)
 
@@ -240,6 +246,15 @@ class LoweringContext:
     def alias(self, ins: Instruction, idx: int) -> int:
         self.index[id(ins)] = idx
         return idx
+
+    def claim_shared(self, ins: Instruction, x: Instruction) -> bool:
+        """rn11: take `ins`'s slot where the plan gave it the memory of input `x`'s buffer
+        (the lowering then writes its result over `x`), else False."""
+        at = self.shared.get(id(ins))
+        if at is None or at != self.offsets.get(id(root_of(x))):
+            return False
+        self.offsets[id(ins)] = self.shared.pop(id(ins))
+        return True
 
     def has_slot(self, ins: Instruction) -> bool:
         return id(ins) in self.offsets

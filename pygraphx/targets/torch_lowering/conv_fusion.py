@@ -80,6 +80,7 @@ from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.fallback import lower_fallback
 from pygraphx.targets.torch_lowering.gemm_kernels import bf16_gemm
 from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
+from pygraphx.targets.torch_lowering.onednn_conv import available as dnnl_available
 from pygraphx.targets.torch_lowering.onednn_conv import supports
 from pygraphx.targets.torch_lowering.registry import (
     defer,
@@ -88,6 +89,7 @@ from pygraphx.targets.torch_lowering.registry import (
     storing,
 )
 from pygraphx.targets.torch_lowering.store import store_result, torch_pad
+from pygraphx.targets.torch_lowering.winograd import activate_
 
 CL = torch.channels_last
 
@@ -377,6 +379,9 @@ def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
     # a group with an add that no kernel fuses whole (torch's mkldnn ops: only relu after the
     # add, none before it) runs apart from its convolution
     apart = epi.other is not None and not fuses_epilogue(plan)
+    # rn11: the plan gave the group its residual's slot (`conv_residual.residual_slot`)
+    over = epi.other is not None and not apart and not epi.add_after
+    over = over and ctx.claim_shared(user, epi.other)
     unfused = _twins(ctx, conv, user, measure=apart)
     if apart:
         ctx.steps = ctx.steps + unfused
@@ -385,6 +390,12 @@ def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
     if epi.other is not None:
         other_lens = list(epi.other.shape.lens())
         plan.in_place = _may_overwrite(ctx, conv, epi.other, user)
+        if over and _over_residual(ctx, epi, conv, user, unfused):  # rn11
+            if dnnl_available() and supports(plan):  # oneDNN's sum post-op over the residual
+                plan.accumulate, plan.other, other_lens = True, None, None
+                ctx.cache["conv_over_residual"] = ctx.cache.get("conv_over_residual", 0) + 1
+            else:  # (the add operand is the slot's own memory: written over, nothing copied)
+                plan.in_place = True
 
     def build(out: torch.Tensor | None) -> Callable[[], torch.Tensor]:
         return conv_producer(ctx, ctx.arg(conv, 0), plan, other_lens, out=out)
@@ -451,6 +462,42 @@ def emit_fused(
 
     ctx.emit(step, instructions, uidx, unfused)
     ctx.layout[uidx] = CHANNELS_LAST
+
+
+def _over_residual(
+    ctx: LoweringContext, epi: Epilogue, conv: Instruction, user: Instruction, unfused: list[Step]
+) -> bool:
+    """rn11: whether `user`'s claimed slot (its residual `epi.other`'s memory) and the
+    residual are one channels-last tensor (else the group's result goes to a new tensor, its
+    slot left unused). The unfused twin adds in a new tensor first: the pointwise code may
+    write its slot before it has read all of the residual there."""
+    uidx, oidx, cidx = ctx.index[id(user)], ctx.index[id(epi.other)], ctx.index[id(conv)]
+    env, static = ctx.env, ctx.static
+    slot, value = ctx.value(uidx), ctx.value(oidx)
+    same = (
+        slot is not None
+        and value is not None
+        and slot.is_contiguous(memory_format=CL)
+        and value.data_ptr() == slot.data_ptr()
+        and value.stride() == slot.stride()
+        and value.shape == slot.shape
+    )
+    if not same:
+        static[uidx] = False
+    bias = torch.from_numpy(epi.bias).view(1, -1, 1, 1)
+    unary, scalars = epi.unary, epi.scalars
+
+    def twin() -> None:
+        y = env[cidx] + env[oidx]
+        y.add_(bias.to(y.dtype))
+        activate_(y, unary, scalars)
+        if static[uidx]:
+            env[uidx].copy_(y)
+        else:
+            env[uidx] = y
+
+    unfused[-1].fn = twin
+    return same
 
 
 def _may_overwrite(

@@ -110,6 +110,8 @@ def packed_weight(plan: ConvPlan) -> Tensor:
 def kernels_for(plan: ConvPlan) -> list[str]:
     """The kernels that can run `plan` with its whole epilogue (`conv_choice.default_kernel`
     says which is the default)."""
+    if plan.accumulate:  # oneDNN's sum post-op into the output's values: `dnnl` only
+        return ["dnnl"] if onednn_conv.supports(plan) and onednn_conv.available() else []
     # torch's mkldnn convolution fuses an add followed by relu or nothing, not one after the
     # activation, and not with a pre-padded input
     names = []

@@ -14,7 +14,9 @@ the epilogues run in place on them): the memory plan then leaves them out of the
 option `fused_reads` (instruction -> the later instruction whose step computes it too, or None)
 keeps a fused producer's inputs live through its user's step (`plan_memory`): the cpu target
 passes `conv_fusion.fused_user` with `conv_output="arena"`, where the fused step writes the
-user's arena slot while it reads the convolution's input.
+user's arena slot while it reads the convolution's input. The option `shared_slot`
+(instruction -> the input whose buffer its result may take over) lets a step write its result
+over an input that dies there (the cpu target's convolution summing its residual in place).
 
 A target may replace the lowering of some ops without touching this table: the option
 `lowering_overrides` maps op names to lowering functions tried instead of the registered ones
@@ -126,9 +128,12 @@ def _plan_for(module: Module, options: dict[str, Any]) -> MemoryPlan:
     fused_reads = options.get("fused_reads")
     if fused_reads is not None and all(fused_reads(i) is None for i in module.instructions):
         fused_reads = None  # nothing fused to keep apart: the pipeline's plan holds
-    replan = unplanned is not None or fused_reads is not None
+    shared = options.get("shared_slot")  # rn11: a result written over an input (`plan_memory`)
+    if shared is not None and all(shared(i) is None for i in module.instructions):
+        shared = None
+    replan = unplanned is not None or fused_reads is not None or shared is not None
     if plan is None or replan or not _plan_matches(plan, module):
-        plan = plan_memory(module, unplanned=unplanned, fused_reads=fused_reads)
+        plan = plan_memory(module, unplanned=unplanned, fused_reads=fused_reads, shared_slot=shared)
     return plan
 
 
