@@ -44,6 +44,7 @@ from pygraphx.targets.torch_lowering.onednn_conv import Link, Primitive, _channe
 CHAIN = True
 
 Tensor = torch.Tensor
+CL = torch.channels_last
 #: an input of a member: (member, 0 for the source / 2 for the add operand, env index or None,
 #: the getter)
 _Input = tuple[int, int, int | None, Callable[[], Tensor]]
@@ -52,7 +53,7 @@ _Input = tuple[int, int, int | None, Callable[[], Tensor]]
 class _Team:
     """A chain's primitives for one thread count, and the state of their inputs."""
 
-    __slots__ = ("prims", "calls", "fixed", "fetch", "expected", "varying")
+    __slots__ = ("prims", "calls", "fixed", "fetch", "expected", "varying", "late")
 
     def __init__(self, prims: list[Primitive]) -> None:
         self.prims = prims
@@ -61,6 +62,7 @@ class _Team:
         self.fetch: Callable[[list], Any] = lambda env: ()
         self.expected: tuple = ()
         self.varying: list[_Input] = []  # read and pointed to every run
+        self.late = False  # a varying input of a member after the first (`Chain._run_each`)
 
 
 class Chain:
@@ -86,14 +88,9 @@ class Chain:
         self.inputs: list[_Input] = []
         self.fixed: list[_Input] = []
         for k, link in enumerate(self.links):
-            for slot, get in ((0, link.get_x), (2, link.get_other)):
-                if get is None:
-                    continue
-                where = getattr(get, "slot", None)
-                index = where[1] if where is not None and where[0] is env else None
-                entry = (k, slot, index, get)
+            for entry in _inputs(k, link, env):
                 self.inputs.append(entry)
-                if index is not None and static[index]:
+                if _fixed(entry, env, static):
                     self.fixed.append(entry)
         #: set: each run times its members with it into `seconds` (one entry a member)
         self.clock: Callable[[], float] | None = None
@@ -108,13 +105,13 @@ class Chain:
         team = self.teams.get(self._threads())
         if team is None:
             team = self._team()
-        if self.clock is not None:
-            self._run_timed(team)
-            return
         env = self.env
         if not all(map(is_, team.fetch(env), team.expected)):
             self._point_fixed(team)
-        hold = self._point_varying(team) if team.varying else None  # noqa: F841 (held)
+        if self.clock is not None or team.late:
+            self._run_each(team)
+            return
+        hold = self._point_varying(team, team.varying) if team.varying else None  # noqa: F841
         for call in team.calls:
             status = call()
             if status:
@@ -146,31 +143,32 @@ class Chain:
             p.point(p.src if slot == 0 else p.other, slot, x.data_ptr())
             fixed.append(entry)
         team.fixed, team.varying = fixed, varying
+        team.late = any(k > 0 for k, _, _, _ in varying)
         indices = [index for _, _, index, _ in fixed]
         team.fetch = _tuple_getter(indices)
         team.expected = tuple(team.fetch(env))
 
-    def _point_varying(self, team: _Team) -> list[Tensor]:
-        """Read, convert and point to the varying inputs; the tensors to hold until the
-        primitives have read them."""
+    def _point_varying(self, team: _Team, entries: list[_Input]) -> list[Tensor]:
+        """Read, convert and point to the varying inputs `entries`; the tensors to hold until
+        the primitives have read them."""
         hold = []
         prims, links = team.prims, self.links
-        for k, slot, _, get in team.varying:
+        for k, slot, _, get in entries:
             p, x = prims[k], get()
             x = links[k].source(p, x) if slot == 0 else _channels_last(x)
             hold.append(x)
             p.point(p.src if slot == 0 else p.other, slot, x.data_ptr())
         return hold
 
-    def _run_timed(self, team: _Team) -> None:
-        """`run`, each member timed with `clock` (the guard and inputs in the first)."""
-        clock, seconds = self.clock, self.seconds
-        assert clock is not None
+    def _run_each(self, team: _Team) -> None:
+        """`run` member by member: each member's varying inputs read right before it (one
+        may be a view of an earlier member's result), each member timed when `clock` is set
+        (the run's guard counted in the first)."""
+        clock, seconds = self.clock or (lambda: 0.0), self.seconds
         start = clock()
-        if not all(map(is_, team.fetch(self.env), team.expected)):
-            self._point_fixed(team)
-        hold = self._point_varying(team) if team.varying else None  # noqa: F841 (held)
         for k, call in enumerate(team.calls):
+            mine = [e for e in team.varying if e[0] == k]
+            hold = self._point_varying(team, mine) if mine else None  # noqa: F841 (held)
             status = call()
             if status:
                 self._failed(team, call, status)
@@ -189,6 +187,27 @@ class Chain:
             if k >= len(self.computes):
                 raise
             raise step_error(self.computes[k], exc) from exc
+
+
+def _inputs(k: int, link: Link, env: list) -> list[_Input]:
+    """Member `k`'s inputs: its source, and its add operand if any."""
+    entries = []
+    for slot, get in ((0, link.get_x), (2, link.get_other)):
+        if get is not None:
+            where = getattr(get, "slot", None)
+            index = where[1] if where is not None and where[0] is env else None
+            entries.append((k, slot, index, get))
+    return entries
+
+
+def _fixed(entry: _Input, env: list, static: Sequence[bool]) -> bool:
+    """Whether an input is pointed to once: an env slot holding the same tensor every run
+    (`static`), a channels-last one (the primitive reads it as it is, never a copy)."""
+    index = entry[2]
+    if index is None or not static[index]:
+        return False
+    t = env[index]
+    return isinstance(t, Tensor) and t.dim() == 4 and t.is_contiguous(memory_format=CL)
 
 
 def _tuple_getter(indices: list[int]) -> Callable[[list], tuple]:
@@ -233,6 +252,14 @@ class Chained:
         self.chains.append(chain)
 
 
+def _joins(step: Step, env: list, static: Sequence[bool]) -> bool:
+    """Whether `step` may run inside a chain after other members: a lean convolution whose
+    inputs are all pointed to once (a varying input is read at a chain's start, before the
+    members run: the first member's only)."""
+    link = link_of(step.fn)
+    return link is not None and all(_fixed(e, env, static) for e in _inputs(1, link, env))
+
+
 def chain_steps(
     steps: Sequence[Step], counts: Sequence[int], env: list, static: Sequence[bool]
 ) -> Chained:
@@ -244,8 +271,7 @@ def chain_steps(
     while k < len(steps):
         end = k + 1
         if CHAIN and link_of(steps[k].fn) is not None:
-            while (end < len(steps) and counts[end] == counts[k]
-                   and link_of(steps[end].fn) is not None):  # fmt: skip
+            while end < len(steps) and counts[end] == counts[k] and _joins(steps[end], env, static):
                 end += 1
         if end - k >= 2:
             links = [link_of(s.fn) for s in steps[k:end]]
