@@ -11,10 +11,12 @@ back to back from one Python call, each with its arguments bound once
   every run) that is channels-last is pointed to once per primitive; one guard a run checks,
   in C, that those slots still hold the tensors pointed to (else they are pointed to again);
 * any other input (the network's input, a value stored anew each run, a tensor that needs a
-  channels-last copy) is read, converted and pointed to at the chain's start, each run.
+  channels-last copy) is read, converted and pointed to at the chain's start, each run: only
+  the first member may have one (`chain_steps` starts a new chain at a later one: a view of
+  an earlier member's result, such as a split's half, must be copied after that member ran);
+  a later member's input that turns into one at run time is read right before the member.
 
-A chain's members read nothing that a step between them writes: they are consecutive steps,
-and an input that is not one of the slots above comes from before the chain. The same
+A chain's members read nothing that a step between them writes: they are consecutive steps. The same
 primitives run as the members' own closures would run (same objects, same order), so the
 outputs are identical. oneDNN fixes a primitive's thread count when it is made; a chain's
 members have one thread count (`chain_steps` cuts at a change), and a chain keeps one list of
@@ -23,7 +25,7 @@ primitives per thread count it runs under, made at its first run under it.
 Timing (`perf --cpu`, `profile.time_steps`): `Chain.clock` set, a run times each member
 (the per-run guard and inputs counted in the first) into `Chain.seconds`. The profiled
 (observer) path runs the instructions' own unfused steps, never a chain. `CHAIN = False`
-(read when a program is prepared) runs every step alone (A/B: `benchmarks/chain11_ab.py`).
+(read when a program is prepared) runs every step alone (A/B: `benchmarks/chain11_ab.sh`).
 """
 
 from __future__ import annotations
