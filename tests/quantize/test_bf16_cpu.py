@@ -16,7 +16,7 @@ ort = pytest.importorskip("onnxruntime")
 
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
-from pygraphx.targets.torch_lowering import onednn_conv  # noqa: E402
+from pygraphx.targets.torch_lowering import onednn_conv, onednn_linear  # noqa: E402
 from tests.helpers import make_model  # noqa: E402
 
 RNG = np.random.default_rng(23)
@@ -124,12 +124,15 @@ def test_bf16_weights_are_packed_once_in_bf16(name: str) -> None:
     ctx = prog._executable.lowered.ctx
     packed = {key[0]: value for key, value in ctx.packed_weights.items()}
     assert packed, "no weight was packed for oneDNN"
-    assert {k for k in packed} <= {"dnnl_weight", "mkldnn_weight"}
+    assert {k for k in packed} <= {"dnnl_weight", "mkldnn_weight", "onednn_linear"}
+    # (a matmul primitive's `Linear` packs its weight in the type it was given)
     assert all(t.dtype == torch.bfloat16 for t in packed.values())
     # convolutions on the `dnnl` kernel (oneDNN's C API library) pack their own weights in
-    # their primitives (bf16: tests/targets/test_dnnl2_bf16.py), not in this cache
+    # their primitives (bf16: tests/targets/test_dnnl2_bf16.py), not in this cache; GEMMs run
+    # oneDNN's matmul primitive through it too (`gemm_kernels.dnnl_kernel`)
     conv_kind = set() if onednn_conv.available() else {"mkldnn_weight"}
-    want_kinds = {"encoder": {"dnnl_weight"}, "cnn": {"dnnl_weight"} | conv_kind}[name]
+    gemm_kind = {"onednn_linear"} if onednn_linear.available() else {"dnnl_weight"}
+    want_kinds = {"encoder": gemm_kind, "cnn": gemm_kind | conv_kind}[name]
     assert set(packed) == want_kinds
     converts = [ins for step in ctx.steps for ins in step.instructions if "convert" in _ops(ins)]
     # the float32 input, and each float32 output

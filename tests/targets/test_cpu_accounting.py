@@ -119,41 +119,68 @@ def test_caller_counter_is_its_thread_clock() -> None:
     assert acc.thread_names({me}) and acc.thread_names({-1}) == []
 
 
-def _fake_engines(ledger, pgx_s: float, ort_s: float, tail_s: float):
-    """A caller-side "pygraphx" burning `pgx_s` a run, and an "ort" burning `ort_s` on the
-    caller whose pool then spins `tail_s` after each run (into the next engine's runs)."""
-    with ledger.pool("ort", "ort"):
-        pool = SpinningPool(tail_s)
+class ScriptedClocks:
+    """The threads' CPU counters of a fake process, advanced by fake engines (no real CPU is
+    burnt, so a loaded machine cannot move the figures): a caller-side "pygraphx" that runs 4 ms
+    on the caller, and an "ort" that runs 2 ms on the caller and leaves its pool spinning 6 ms
+    into whatever runs next (the next engine's run, or its own next one)."""
 
-    def ort(_feeds):
-        pool.idle.wait()
-        _burn(ort_s)
-        pool.spin()
+    CALLER, POOL = 1, 2
 
-    return {"pygraphx": lambda _feeds: _burn(pgx_s), "ort": ort}, pool
+    def __init__(self) -> None:
+        self.ns = {self.CALLER: 0, self.POOL: 0}
+        self.tail = 0
+
+    def snapshot(self, caller_first: bool = False) -> dict[int, int]:
+        return dict(self.ns)
+
+    def process_time(self) -> float:
+        return sum(self.ns.values()) / 1e9
+
+    def _run(self, caller_ms: float, tail_ms: float) -> None:
+        self.ns[self.POOL] += self.tail  # the last run's pool spins into this one
+        self.ns[self.CALLER] += int(caller_ms * 1e6)
+        self.tail = int(tail_ms * 1e6)
+
+    def engines(self) -> dict:
+        return {
+            "pygraphx": lambda _feeds: self._run(4.0, 0.0),
+            "ort": lambda _feeds: self._run(2.0, 6.0),
+        }
 
 
 @pytest.mark.parametrize("mode", ["blockwise", "neighbours"])
-def test_peers_own_cpu_leaves_out_a_spinning_neighbour(mode: str) -> None:
-    """`cpu_vs_peers`'s timing: pygraphx's own CPU per run is its 4 ms however long ORT's pool
-    spins into its runs (the process CPU carries that); ORT's is its caller's 2 ms plus what
-    its pool spun inside its own runs' windows; the ratio to ORT is per round."""
+def test_peers_own_cpu_leaves_out_a_spinning_neighbour(mode: str, monkeypatch) -> None:
+    """`cpu_vs_peers`'s timing on scripted thread clocks: pygraphx's own CPU per run is its
+    4 ms however long ORT's pool spins into its runs (the process CPU carries that); ORT's is
+    its caller's 2 ms plus what its pool spun inside its own runs' windows; the ratio to ORT is
+    per round."""
     peers = pytest.importorskip("benchmarks.cpu_vs_peers")
-    ledger = acc.ThreadLedger()
-    engines, pool = _fake_engines(ledger, 0.004, 0.002, 0.006)
-    try:
-        got = getattr(peers, mode)(engines, {}, 1, 6, ledger)
-        pool.idle.wait()
-    finally:
-        pool.close()
+    clocks = ScriptedClocks()
+    monkeypatch.setattr(acc, "thread_cpu_ns", clocks.snapshot)
+    monkeypatch.setattr(time, "process_time", clocks.process_time)
+    ledger = acc.ThreadLedger(caller=clocks.CALLER)
+    ledger.pools["ort"] = {clocks.POOL}
+    ledger.engines["ort"] = "ort"
+    got = getattr(peers, mode)(clocks.engines(), {}, 1, 6, ledger)
     assert set(got) == {"ms", "cpu_ms", "own_cpu_ms", "others_cpu_ms", "own_cpu_over_ort"}
-    own, others = got["own_cpu_ms"], got["others_cpu_ms"]
-    assert 4 <= own["pygraphx"] <= 4 + 2
-    assert 2 <= own["ort"] <= 2 + 6 + 2
-    assert others["ort"] < 2
-    assert got["cpu_ms"]["pygraphx"] >= own["pygraphx"] - 0.5
+    own, others, cpu = got["own_cpu_ms"], got["others_cpu_ms"], got["cpu_ms"]
+    assert own["pygraphx"] == pytest.approx(4.0)
+    assert others["ort"] == 0
     assert got["own_cpu_over_ort"]["ort"] == pytest.approx(1.0)
-    assert 4 / (8 + 2) <= got["own_cpu_over_ort"]["pygraphx"] <= 6 / 2
+    if mode == "neighbours":
+        # every pygraphx run follows an ORT run: the pool's 6 ms land in pygraphx's windows,
+        # counted as the others' and in the process CPU, never as pygraphx's own
+        assert others["pygraphx"] == pytest.approx(6.0)
+        assert cpu["pygraphx"] == pytest.approx(10.0)
+        assert own["ort"] == pytest.approx(2.0)
+        assert got["own_cpu_over_ort"]["pygraphx"] == pytest.approx(2.0)
+    else:
+        # in its own block each ORT run carries its previous run's spin (the warm-up's for
+        # the first); pygraphx's warm-up absorbs the spin of the ORT block before it
+        assert own["ort"] == pytest.approx(8.0)
+        assert others["pygraphx"] == 0 and cpu["pygraphx"] == pytest.approx(4.0)
+        assert got["own_cpu_over_ort"]["pygraphx"] == pytest.approx(0.5)
 
 
 def test_peers_summary_ratio_is_the_median_of_rounds() -> None:

@@ -60,6 +60,9 @@ def test_busy_machine_runs_on_fewer_threads_and_says_so_once(
     told = [r for r in caplog.records if "machine is busy" in r.getMessage()]
     assert len(told) == 1 and "1 of 2 threads" in told[0].getMessage()
     monkeypatch.setattr(scheduling.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    with scope():  # the load is read again only after LOAD_CHECK_S (the kernel's is 5 s)
+        assert torch.get_num_threads() == 1
+    scope._check_at = scope._clock()  # (its time has come)
     with scope():
         assert torch.get_num_threads() == 2
     assert torch.get_num_threads() == caller

@@ -14,12 +14,13 @@ the 2-core development machine at a load average of about 12, BERT-base at batch
 median 2,881 ms on 2 threads and 854 ms on 1 (ORT on 2 threads: 1,239 ms; one process, runs
 interleaved). So a run takes `load_threads(n)` threads: the 1-minute load average less this
 run's own n, rounded down, is the CPUs others keep busy, and the run takes no more threads
-than the CPUs left (at least 1). In a process confined to fewer CPUs than the machine has (an
-affinity mask, a cgroup quota: `threads.usable_cpus`), "the CPUs" are the ones it may use and
-the others' load is counted in proportion to them (the load average is machine-wide). An idle
-machine, or one whose load is this program's own (or exceeds it by less than one CPU: spinning
-pools of other engines in the process), keeps n; the first run that takes fewer says so (log
-level INFO). `PGX_CPU_LOAD_ADAPT=0` keeps n always.
+than the CPUs left (at least 1); a run scope reads it again at most every `LOAD_CHECK_S`
+(1 s; the kernel updates the load average every 5 s). In a process confined to fewer CPUs
+than the machine has (an affinity mask, a cgroup quota: `threads.usable_cpus`), "the CPUs"
+are the ones it may use and the others' load is counted in proportion to them (the load
+average is machine-wide). An idle machine, or one whose load is this program's own (or
+exceeds it by less than one CPU: spinning pools of other engines in the process), keeps n;
+the first run that takes fewer says so (log level INFO). `PGX_CPU_LOAD_ADAPT=0` keeps n always.
 A neighbour that keeps less than a whole CPU busy is not seen, and one that this program runs
 rarely beside may be counted as this program's own (the load average cannot tell them apart).
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from math import prod
 from typing import Any
@@ -52,6 +54,10 @@ from pygraphx.targets.cpu.threads import (
 from pygraphx.targets.torch_lowering.context import Step
 
 log = logging.getLogger("pygraphx.cpu")
+
+#: seconds a run scope keeps the thread count it took from the load average (and
+#: `PGX_CPU_LOAD_ADAPT`) before reading them again
+LOAD_CHECK_S = 1.0
 
 
 def set_threads(n: int) -> None:
@@ -139,17 +145,30 @@ class RunScope:
         self._usable = usable_cpus()
         self._saved: list[tuple[int, Any]] = []
         self._told = False
-        # the inference-mode context of an outermost run, made once: made anew every run it
-        # cost 8 us of a 4 ms MobileNetV2 run at 2 threads (its Python comes back cold after
-        # the steps); a run inside a run makes its own
-        self._mode = torch.inference_mode()
+        # inference mode through torch's own guard (what `torch.inference_mode` makes and
+        # enters): `torch.inference_mode`'s Python cost 8-14 us a run on each side, cold after
+        # the steps (MobileNetV2 b1, 2 threads)
+        self._inference = getattr(torch._C, "_InferenceMode", torch.inference_mode)
+        # the threads the load allows, read again once `LOAD_CHECK_S` has passed (the kernel
+        # updates the load average every 5 s; reading it cost 9-34 us a run, cold)
+        self._want = n
+        self._check_at = -1.0
+        self._clock = time.monotonic
 
     def __call__(self) -> RunScope:
         return self
 
+    def _load_threads(self) -> int:
+        """`load_threads` for this scope's n, read again only after `LOAD_CHECK_S`."""
+        now = self._clock()
+        if now >= self._check_at:
+            self._want = load_threads(self.n, cpus=self._cpus, usable=self._usable)
+            self._check_at = now + LOAD_CHECK_S
+        return self._want
+
     def __enter__(self) -> RunScope:
         before = torch.get_num_threads()
-        want = load_threads(self.n, cpus=self._cpus, usable=self._usable)
+        want = self._load_threads()
         if want < self.n and not self._told:
             self._told = True
             log.info(
@@ -162,7 +181,7 @@ class RunScope:
             log.info("cpu: %d of %d threads free (other runs hold the rest)", got, want)
         self.limit[0] = got
         set_threads(got)  # the profiled path runs every step on the run's threads
-        mode = torch.inference_mode() if self._saved else self._mode
+        mode = self._inference(True)
         mode.__enter__()
         self._saved.append((before, mode))
         return self

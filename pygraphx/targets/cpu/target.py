@@ -40,6 +40,7 @@ from pygraphx.targets.cpu.lowering import cpu_overrides
 from pygraphx.targets.cpu.scheduling import RunScope, plan_step_threads, with_thread_switches
 from pygraphx.targets.cpu.threads import ThreadCount, resolve_threads, step_policy_enabled
 from pygraphx.targets.torch_lowering import Lowered, lower_module
+from pygraphx.targets.torch_lowering.conv_chain import chain_steps
 from pygraphx.targets.torch_lowering.conv_choice import finish as finish_conv_choice
 from pygraphx.targets.torch_lowering.conv_residual import residual_slot
 from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
@@ -58,6 +59,12 @@ log = logging.getLogger("pygraphx.cpu")
 #: -0.5 to -8% at 2 threads and -1.5 to +1.8% at 1 (a tie within the shared machine's noise)
 #: (`benchmarks/arena_conv_ab.py`, benchmarks/results/arena_conv.md)
 CONV_OUTPUT = "arena"
+
+
+#: the types numpy and torch share as they are (`torch.from_numpy`, `Tensor.numpy`)
+_DIRECT = ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
+_DIRECT_NP = frozenset(np.dtype(name) for name in _DIRECT)
+_DIRECT_TORCH = frozenset(getattr(torch, name) for name in _DIRECT)
 
 
 def announce_fallbacks(fallbacks: Mapping[str, int]) -> None:
@@ -111,9 +118,19 @@ class CpuExecutable:
         outputs = list(lowered.outputs)
         fresh = ctx.fresh
 
+        # bind and collect take the direct way for the common case (the run's other Python
+        # is cold after the steps: 25 + 31 us a MobileNetV2 b1 run at 2 threads before)
+        from_numpy, ndarray, tensor = torch.from_numpy, np.ndarray, torch.Tensor
+
         def bind(values: Mapping[str, np.ndarray]) -> None:
             for name, idx in params:
-                env[idx] = env_value(values[name])
+                a = values[name]
+                if a.__class__ is ndarray and a.dtype in _DIRECT_NP:
+                    flags = a.flags  # (a read-only array would warn; strides may be negative)
+                    if flags.writeable and flags.c_contiguous:
+                        env[idx] = from_numpy(a)
+                        continue
+                env[idx] = env_value(a)
 
         def take(idx: int) -> np.ndarray:
             t = env[idx]
@@ -123,8 +140,15 @@ class CpuExecutable:
                 return to_numpy(t)
             return to_numpy(t.clone(memory_format=torch.contiguous_format))
 
+        outs = [(idx, idx in fresh) for idx in outputs]
+
         def collect() -> list[np.ndarray]:
-            return [take(i) for i in outputs]
+            got = []
+            for idx, new in outs:  # a fresh dense tensor of a numpy type: its own array
+                t = env[idx]
+                direct = new and t.__class__ is tensor and t.dtype in _DIRECT_TORCH
+                got.append(t.numpy() if direct and t.is_contiguous() else take(idx))
+            return got
 
         def show(idx: int) -> np.ndarray | None:
             t = env[idx]
@@ -132,13 +156,13 @@ class CpuExecutable:
                 return t
             return to_numpy(t) if t is not None else None
 
-        fns = with_thread_switches(
-            [s.fn for s in lowered.steps], self.step_threads, self.scope.limit
-        )
-        computes = [s.instructions for s in lowered.steps]
+        # consecutive oneDNN convolution steps run as one step (`conv_chain`)
+        self.chained = chain_steps(lowered.steps, self.step_threads, env, ctx.static)
+        fns = with_thread_switches(self.chained.fns, self.chained.counts, self.scope.limit)
+        computes = self.chained.computes
         self.executor = Executor(fns, bind, collect, lowered.profile, show, self.scope, computes)
         # the first run times the fallback steps once and says what they cost (fallback_cost)
-        flags = [s.fallback for s in lowered.steps]
+        flags = self.chained.fallbacks
         self._first: tuple[Executor, FallbackTimer] | None = None
         if any(flags):
             timed, timer = timed_steps(fns, flags)

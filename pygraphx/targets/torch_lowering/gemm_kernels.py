@@ -6,6 +6,7 @@ weight as one 2-D matrix and the bias as one vector when they are constants, the
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,8 @@ from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
 
 #: `ctx.cache` key: id of a float32 constant-weight dot -> the kernel chosen for it
 GEMM_KERNELS = "gemm_kernels"
+
+Kernel = Callable[[torch.Tensor], torch.Tensor]
 
 
 def batch_broadcast_matrix(ctx: LoweringContext, ins: Instruction, k: int) -> torch.Tensor | None:
@@ -62,15 +65,75 @@ def _packed_weight(
     return ctx.packed_weights[key]
 
 
-def _dnnl_weight(ctx: LoweringContext | None, ins: Instruction, w: torch.Tensor, rows: int) -> Any:
-    """oneDNN's reordered form of the fixed (K, N) matrix `w` for `rows` x K inputs (kept or
-    not, as `_packed_weight`)."""
-    key = ("dnnl_weight", id(ins.inputs[1]), rows)
+def _dnnl_weight(
+    ctx: LoweringContext | None,
+    ins: Instruction,
+    w: torch.Tensor,
+    rows: int,
+    columns: tuple[int, int] | None = None,
+) -> Any:
+    """oneDNN's reordered form of the fixed (K, N) matrix `w` (of `ins`'s weight, or of its
+    column part `columns`) for `rows` x K inputs (kept or not, as `_packed_weight`)."""
+    key = ("dnnl_weight", id(ins.inputs[1]), rows) + (() if columns is None else columns)
     if ctx is None:
         return torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), rows)
     if key not in ctx.packed_weights:
         ctx.packed_weights[key] = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), rows)
     return ctx.packed_weights[key]
+
+
+#: `PGX_CPU_DNNL_GEMM`: how the `dnnl` kernel runs, `matmul` (the default: oneDNN's matmul
+#: primitive through its C API, `onednn_linear.Linear`, where that library is loaded) or `torch`
+#: (torch's oneDNN linear, `mkldnn._linear_pointwise`)
+DNNL_GEMM_ENV = "PGX_CPU_DNNL_GEMM"
+
+
+def dnnl_gemm_setting() -> str:
+    """`PGX_CPU_DNNL_GEMM`: `matmul` (also when unset) or `torch`; another value is an error."""
+    value = os.environ.get(DNNL_GEMM_ENV, "matmul").strip().lower() or "matmul"
+    if value not in ("matmul", "torch"):
+        raise ValueError(f"{DNNL_GEMM_ENV}={value!r}: expected matmul or torch")
+    return value
+
+
+def dnnl_kernel(
+    ctx: LoweringContext | None,
+    ins: Instruction,
+    w: torch.Tensor,
+    rows: int,
+    bias: torch.Tensor | None,
+    epilogue: str | None,
+    columns: tuple[int, int] | None = None,
+) -> Kernel:
+    """The `dnnl` kernel of a (rows, K) input with the fixed (K, N) `w` (+ `bias`, then
+    `epilogue`), or of its column part `columns` (`w` is then the whole weight): oneDNN's
+    matmul primitive through its C API where the library is loaded (`onednn_linear.Linear`,
+    made once and kept in `ctx`), else torch's oneDNN linear with the weight reordered once.
+
+    Why the C API: on the 2-core EPYC (Zen 4, oneDNN 3.2 `brg:avx512_core[_bf16]` against
+    torch's inner product), BERT-base's shapes 128 x {768 x 768, 768 x 3072, 3072 x 768}, warm,
+    one thread: bf16 738 / 2842 / 2747 us against 794 / 2883 / 2790, float32 1474 / 5677 /
+    5548 against 1564 / 5807 / 5662; two threads bf16 452 / 1488 / 1432 against 529 / 1555 /
+    1537 (`benchmarks/xf11_gemm.py`); and no torch dispatcher between the steps."""
+    if columns is not None:
+        w = w[:, columns[0] : columns[1]]
+    if dnnl_gemm_setting() == "matmul" and onednn_linear.available():
+        if ctx is None:  # a candidate for measuring
+            return onednn_linear.Linear(w, bias, rows, epilogue=epilogue)
+        # the lowering asks for variants it does not keep (with and without the bias or the
+        # activation): the first one packs the weight, the others share it (`twin`)
+        base = ("onednn_linear", id(ins.inputs[1]), rows, columns)
+        key = (*base, epilogue, None if bias is None else bias.data_ptr())
+        if key not in ctx.packed_weights:
+            twin = next((v for k, v in ctx.packed_weights.items() if k[:4] == base), None)
+            ctx.packed_weights[key] = onednn_linear.Linear(
+                w, bias, rows, epilogue=epilogue, twin=twin
+            )
+        return ctx.packed_weights[key]
+    weight = _dnnl_weight(ctx, ins, w, rows, columns)
+    attr, algorithm = DNNL_EPILOGUES[epilogue] if epilogue else ("none", "")
+    linear_pointwise = torch.ops.mkldnn._linear_pointwise
+    return lambda x: linear_pointwise(x, weight, bias, attr, [], algorithm)
 
 
 def use_dnnl(ctx: LoweringContext) -> bool:
@@ -111,9 +174,6 @@ def _use_mkl(ctx: LoweringContext) -> bool:
     )
 
 
-Kernel = Callable[[torch.Tensor], torch.Tensor]
-
-
 def _kernel(
     ctx: LoweringContext | None,
     ins: Instruction,
@@ -127,10 +187,7 @@ def _kernel(
     which only `dnnl` takes) through kernel `name` of `gemm_select.KERNELS`; the packed weight
     is kept in `ctx` (none: a throw-away candidate for measuring)."""
     if name == "dnnl":
-        weight = _dnnl_weight(ctx, ins, w, rows)
-        attr, algorithm = DNNL_EPILOGUES[epilogue] if epilogue else ("none", "")
-        linear_pointwise = torch.ops.mkldnn._linear_pointwise
-        return lambda x: linear_pointwise(x, weight, bias, attr, [], algorithm)
+        return dnnl_kernel(ctx, ins, w, rows, bias, epilogue)
     assert epilogue is None
     if name == "mkl":
         packed, original = _packed_weight(ctx, ins, w, rows)

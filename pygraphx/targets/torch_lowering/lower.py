@@ -216,7 +216,9 @@ def _with_release(fn: Callable[[], None], env: list[Any], idxs: list[int]) -> Ca
     src = f"def _make(fn, env{args}):\n    def step():\n        fn()\n{body}    return step\n"
     glb: dict[str, Any] = {}
     exec(compiled_code(src, "<pygraphx release>"), glb)  # noqa: S102 - generated here
-    return glb["_make"](fn, env, *idxs)
+    step = glb["_make"](fn, env, *idxs)
+    step.released = (fn, idxs)  # (`conv_chain` runs `fn` in a chain, then the releases)
+    return step
 
 
 def _profile_plan(

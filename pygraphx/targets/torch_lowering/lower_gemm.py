@@ -1,12 +1,13 @@
 """Matrix products lowered to torch: `dot`, with its bias and element-wise epilogue.
 
 With a constant right-hand side (a weight, broadcast over the batch or not) the whole batch is
-one GEMM, on the CPU through oneDNN with the weight reordered once at prepare
-(`mkldnn._linear_pointwise`, which also applies a GELU / SiLU epilogue inside the GEMM), through
+one GEMM, on the CPU through oneDNN with the weight reordered once at prepare (its matmul
+primitive through the C API, `onednn_linear.Linear`, where that library is loaded, else torch's
+`mkldnn._linear_pointwise`; either applies a GELU / SiLU epilogue inside the GEMM), through
 MKL with the weight packed once (`mkl._mkl_linear`), or `torch.addmm`, as `gemm_select.py`
-chooses (the weights, packing and kernels are `gemm_kernels.py`; oneDNN unless `PGX_CPU_GEMM` asks for another or for measuring, `addmm` for a one-row
-product; oneDNN alone for a product with an epilogue; `mkldnn=False` / `mkl_linear=False` remove
-a candidate); otherwise
+chooses (the weights, packing and kernels are `gemm_kernels.py`; oneDNN unless `PGX_CPU_GEMM`
+asks for another or for measuring, `addmm` for a one-row product; oneDNN alone for a product
+with an epilogue; `mkldnn=False` / `mkl_linear=False` remove a candidate); otherwise
 `torch.matmul`. Measured (CPU time per call, one thread, an AMD EPYC with AVX-512, torch 2.13)
 on BERT-base's shapes (128 x 768 x {768, 2304, 3072}, 128 x 3072 x 768): oneDNN 100-107 GFLOP/s
 against MKL's 84-94; a GELU after the GEMM costs 2% inside oneDNN, 3-10% as a separate pass. The
@@ -51,6 +52,7 @@ from pygraphx.targets.torch_lowering.gemm_kernels import (
     batch_broadcast_matrix,
     bf16_gemm,
     bias_vector,
+    dnnl_kernel,
     fast_kernel,
     use_dnnl,
 )
@@ -401,24 +403,20 @@ def _emit_column_parts(
     rows = dot.shape.elements() // n
     keep_freed_memory()
     env, a = ctx.env, ctx.arg(dot, 0)
-    linear = torch.ops.mkldnn._linear_pointwise
     kernels, unfused, members = [], [], [dot] + ([group] if group is not None else [])
     for start, end, part in parts:
-        key = ("dnnl_weight", id(dot.inputs[1]), rows, start, end)
-        if key not in ctx.packed_weights:
-            block = w[:, start:end].t().contiguous()
-            ctx.packed_weights[key] = torch.ops.mkldnn._reorder_linear_weight(block, rows)
         b = None if bias is None else bias[start:end].contiguous()
+        product = dnnl_kernel(ctx, dot, w, rows, b, None, (start, end))
         idx = ctx.bind_dynamic(part)
         ctx.mark_fresh(idx)
         ctx.fusers[id(part)] = _bound
         views = view_chain(ctx, part)
-        kernels.append((idx, ctx.packed_weights[key], b, tuple(part.shape.lens()), views))
+        kernels.append((idx, product, tuple(part.shape.lens()), views))
         members += [part, *(ins for ins, _, _ in views)]
 
         def one(kernel: tuple = kernels[-1]) -> None:
-            idx, weight, b, lens, _ = kernel
-            env[idx] = linear(env[a].reshape(rows, k), weight, b, "none", [], "").view(lens)
+            idx, product, lens, _ = kernel
+            env[idx] = product(env[a].reshape(rows, k)).view(lens)
 
         unfused.append(Step(one, [part], idx))
         unfused += [Step(view_step(env, src, fn, out), [ins], out) for ins, fn, (src, out) in views]
@@ -428,8 +426,8 @@ def _emit_column_parts(
 
     def step() -> None:
         x = env[a].reshape(rows, k)
-        for idx, weight, b, lens, views in kernels:
-            env[idx] = y = linear(x, weight, b, "none", [], "").view(lens)
+        for idx, product, lens, views in kernels:
+            env[idx] = y = product(x).view(lens)
             for _, fn, (_, out) in views:
                 env[out] = y = fn(y)
 

@@ -218,7 +218,29 @@ def _run_into(
 
     run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
     run.writes = out  # type: ignore[attr-defined]  # (`conv_fusion._into`: nothing to copy)
+    run.link = Link(primitive, get_x, get_other, source)  # type: ignore[attr-defined]
     return run
+
+
+class Link:
+    """What `conv_chain` needs to run a lean closure's layer inside a chain of them: its
+    primitive for the current thread count (made at the first call under it), the getters of
+    its source and add operand, and `source(primitive, x)`, `x` as the channels-last tensor
+    the primitive reads (`x` itself when it is one)."""
+
+    __slots__ = ("primitive", "get_x", "get_other", "source")
+
+    def __init__(
+        self,
+        primitive: Callable[[], Primitive],
+        get_x: Getter,
+        get_other: Getter | None,
+        source: Callable[[Primitive, Tensor], Tensor],
+    ) -> None:
+        self.primitive = primitive
+        self.get_x = get_x
+        self.get_other = get_other
+        self.source = source
 
 
 def build_sum(
@@ -332,6 +354,7 @@ def _fits(t: Tensor, lens: list[int], dtype: torch.dtype) -> bool:
 __all__ = [
     "UNARY",
     "Descriptor",
+    "Link",
     "Primitive",
     "available",
     "build",

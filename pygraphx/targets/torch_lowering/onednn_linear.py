@@ -27,6 +27,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_SRC,
     ARG_WEIGHTS,
     DTYPES,
+    ELTWISE_SWISH,
     QUERY_SCRATCHPAD_MD,
     QUERY_WEIGHTS_MD,
     SCRATCHPAD_USER,
@@ -44,6 +45,15 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
 
 Tensor = torch.Tensor
 
+#: oneDNN 3.x's `dnnl_eltwise_gelu_tanh` and `dnnl_eltwise_gelu_erf`
+ELTWISE_GELU_TANH, ELTWISE_GELU_ERF = 0x2B, 0x31
+#: `gemm_kernels.DNNL_EPILOGUES`' activations as an eltwise post-op (algorithm, alpha, beta)
+EPILOGUES = {
+    "gelu": (ELTWISE_GELU_ERF, 0.0, 0.0),
+    "gelu_tanh": (ELTWISE_GELU_TANH, 0.0, 0.0),
+    "silu": (ELTWISE_SWISH, 1.0, 0.0),
+}
+
 
 class _Primitive:
     """One matmul primitive for (rows, K) x (K, N) (+ bias) at the thread count of now, its
@@ -53,7 +63,7 @@ class _Primitive:
         self.rt, lib = rt, rt.lib
         declare_matmul(lib)
         fn = lib.dnnl_matmul_primitive_desc_create
-        (k, n), rows, dt = owner.weight.shape, owner.rows, DTYPES[owner.weight.dtype]
+        (k, n), rows, dt = owner.shape, owner.rows, DTYPES[owner.dtype]
         self.mds = [rt.desc(d, dt, t) for d, t in (([rows, k], TAG_AB), ([k, n], TAG_ANY))]
         self.mds.append(rt.desc([rows, n], dt, TAG_AB))
         if owner.bias is not None:
@@ -63,17 +73,27 @@ class _Primitive:
         attr = c_void_p()
         check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
         self.pd, self.prim, self.mems = c_void_p(), None, []
+        post_ops = c_void_p()
         try:
             check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_USER), "scratch")
+            if owner.epilogue is not None:
+                alg, alpha, beta = EPILOGUES[owner.epilogue]
+                check(lib.dnnl_post_ops_create(byref(post_ops)), "post_ops_create")
+                check(lib.dnnl_post_ops_append_eltwise(post_ops, alg, alpha, beta), "eltwise")
+                check(lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "set_post_ops")
             status = fn(byref(self.pd), rt.engine, src_md, w_any, bias_md, dst_md, attr)
-            check(status, f"matmul ({rows}, {k}) x ({k}, {n})")
+            check(status, f"matmul ({rows}, {k}) x ({k}, {n}) {owner.epilogue or ''}")
         finally:
+            if post_ops.value:
+                lib.dnnl_post_ops_destroy(post_ops)
             lib.dnnl_primitive_attr_destroy(attr)
         self.prim = rt.primitive(self.pd)
         self.impl = rt.impl_name(self.pd)
         self.w_md = w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
         if share is not None and lib.dnnl_memory_desc_equal(w_md, share.w_md):
             self.weight = share.weight
+        elif share is not None:  # the plain weight is gone: reordered from the packed one
+            self.weight = rt.reorder(share.weight, share.w_md, w_md)
         else:
             plain = rt.desc([k, n], dt, TAG_AB)
             self.mds.append(plain)
@@ -92,7 +112,8 @@ class _Primitive:
         args.append((ARG_SCRATCHPAD, self.mems[-1]))
         self.nargs = len(args)
         self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
-        self.addresses = [0, 0]
+        # (not 0: an int a step holds is taken for an env index by `mapped_reads`)
+        self.addresses: list[int | None] = [None, None]
 
     def execute(self, x: Tensor, y: Tensor) -> None:
         """`y = x @ weight (+ bias)`, `x` and `y` dense row-major."""
@@ -111,21 +132,46 @@ class _Primitive:
 
 
 class Linear:
-    """`x @ weight + bias` for a (rows, K) source and the constant (K, N) `weight` (see the
-    module docstring); a call returns a new (rows, N) tensor of the weight's type. The
-    primitive for the thread count of now is made at once (`now`), others at their first call."""
+    """`act(x @ weight + bias)` for a (rows, K) source and the constant (K, N) `weight` (see the
+    module docstring; `epilogue`: None or a key of `EPILOGUES`, applied by oneDNN before the
+    result is rounded to its type); a call returns a new (rows, N) tensor of the weight's
+    type. The primitive for the thread count of now is made at once (`now`), others at their
+    first call, from the first one's packed weight (the plain one is not kept). A `twin` (the
+    same weight, rows and type, another bias or epilogue) packs nothing of its own: its
+    primitives start from the twin's packed weight, shared where the layout is the same."""
 
-    def __init__(self, weight: Tensor, bias: Tensor | None, rows: int, now: bool = True) -> None:
+    def __init__(
+        self,
+        weight: Tensor,
+        bias: Tensor | None,
+        rows: int,
+        now: bool = True,
+        epilogue: str | None = None,
+        twin: Linear | None = None,
+    ) -> None:
         rt = runtime()
         if rt is None:
             raise OneDnnError(f"oneDNN's C API library is not available: {unavailable_reason()}")
         if weight.dtype not in DTYPES or weight.dim() != 2:
             raise OneDnnError(f"matmul weight {list(weight.shape)} {weight.dtype}: expected a "
                               "2-D float32 or bf16 matrix")  # fmt: skip
+        if epilogue is not None and epilogue not in EPILOGUES:
+            raise OneDnnError(f"matmul epilogue {epilogue!r}: expected one of {sorted(EPILOGUES)}")
+        if twin is not None and (twin.shape, twin.dtype, twin.rows) != (
+            tuple(weight.shape),
+            weight.dtype,
+            rows,
+        ):
+            raise OneDnnError("matmul twin: another weight shape, type or row count")
         self.rt = rt
-        self.weight = weight.contiguous()
+        # the plain weight until the first primitive has packed it (later ones, and a twin's,
+        # start from that packed weight: shared where the layout is the same)
+        self.twin = twin
+        self.weight: Tensor | None = weight.contiguous() if twin is None else None
+        self.shape, self.dtype = tuple(weight.shape), weight.dtype
         self.bias = None if bias is None else bias.contiguous()
         self.rows = rows
+        self.epilogue = epilogue
         self.out_lens = (rows, weight.shape[1])
         self.made: dict[int, _Primitive] = {}
         if now:  # (else at the first call)
@@ -137,11 +183,14 @@ class Linear:
         prim = self.made.get(n)
         if prim is None:
             share = next(iter(self.made.values()), None)
+            if share is None and self.twin is not None:
+                share = self.twin.made.get(n) or self.twin.primitive()
             prim = self.made[n] = _Primitive(self.rt, self, share)
+            self.weight = None
         return prim
 
     def __call__(self, x: Tensor) -> Tensor:
-        y = torch.empty(self.out_lens, dtype=self.weight.dtype)
+        y = torch.empty(self.out_lens, dtype=self.dtype)
         self.primitive().execute(x.contiguous(), y)
         return y
 
