@@ -11,10 +11,12 @@ back to back from one Python call, each with its arguments bound once
   every run) that is channels-last is pointed to once per primitive; one guard a run checks,
   in C, that those slots still hold the tensors pointed to (else they are pointed to again);
 * any other input (the network's input, a value stored anew each run, a tensor that needs a
-  channels-last copy) is read, converted and pointed to at the chain's start, each run.
+  channels-last copy) is read, converted and pointed to each run, just before its member's
+  primitive runs (it may be a copy of an earlier member's result: a channel slice of a slot).
 
-A chain's members read nothing that a step between them writes: they are consecutive steps,
-and an input that is not one of the slots above comes from before the chain. The same
+A chain's members read nothing that a step between them writes: they are consecutive steps;
+an input copied each run is copied right before its member runs, after the members before it
+wrote (a YOLOv8 C2f split read at the chain's start gave the previous run's values). The same
 primitives run as the members' own closures would run (same objects, same order), so the
 outputs are identical. oneDNN fixes a primitive's thread count when it is made; a chain's
 members have one thread count (`chain_steps` cuts at a change), and a chain keeps one list of
@@ -51,7 +53,7 @@ _Input = tuple[int, int, int | None, Callable[[], Tensor]]
 class _Team:
     """A chain's primitives for one thread count, and the state of their inputs."""
 
-    __slots__ = ("prims", "calls", "fixed", "fetch", "expected", "varying")
+    __slots__ = ("prims", "calls", "fixed", "fetch", "expected", "varying", "varying_at")
 
     def __init__(self, prims: list[Primitive]) -> None:
         self.prims = prims
@@ -60,6 +62,7 @@ class _Team:
         self.fetch: Callable[[list], Any] = lambda env: ()
         self.expected: tuple = ()
         self.varying: list[_Input] = []  # read and pointed to every run
+        self.varying_at: set[int] = set()  # the members with varying inputs
 
 
 class Chain:
@@ -110,13 +113,27 @@ class Chain:
         env = self.env
         if not all(map(is_, team.fetch(env), team.expected)):
             self._point_fixed(team)
-        hold = self._point_varying(team) if team.varying else None  # noqa: F841 (held)
-        for call in team.calls:
+        if team.varying:
+            self._run_varying(team)
+        else:
+            for call in team.calls:
+                status = call()
+                if status:
+                    self._failed(team, call, status)
+        for index in self.releases:
+            env[index] = None
+
+    def _run_varying(self, team: _Team) -> None:
+        """`run`'s calls where some inputs are read each run: each member's varying inputs
+        are read, converted and pointed to just before its primitive runs, since one may be
+        (a copy of) an earlier member's result (a slice of a slot, as a C2f block's split)."""
+        hold: list[Tensor] = []  # the converted inputs, alive until the primitives read them
+        for k, call in enumerate(team.calls):
+            if k in team.varying_at:
+                hold.extend(self._point_varying(team, k))
             status = call()
             if status:
                 self._failed(team, call, status)
-        for index in self.releases:
-            env[index] = None
 
     def _team(self) -> _Team:
         """The primitives for the current thread count (made now where a member has none),
@@ -142,16 +159,19 @@ class Chain:
             p.point(p.src if slot == 0 else p.other, slot, x.data_ptr())
             fixed.append(entry)
         team.fixed, team.varying = fixed, varying
+        team.varying_at = {k for k, _, _, _ in varying}
         indices = [index for _, _, index, _ in fixed]
         team.fetch = _tuple_getter(indices)
         team.expected = tuple(team.fetch(env))
 
-    def _point_varying(self, team: _Team) -> list[Tensor]:
-        """Read, convert and point to the varying inputs; the tensors to hold until the
-        primitives have read them."""
+    def _point_varying(self, team: _Team, member: int) -> list[Tensor]:
+        """Read, convert and point to the varying inputs of `member`; the tensors to hold
+        until its primitive has read them."""
         hold = []
         prims, links = team.prims, self.links
         for k, slot, _, get in team.varying:
+            if k != member:
+                continue
             p, x = prims[k], get()
             x = links[k].source(p, x) if slot == 0 else _channels_last(x)
             hold.append(x)
@@ -165,8 +185,10 @@ class Chain:
         start = clock()
         if not all(map(is_, team.fetch(self.env), team.expected)):
             self._point_fixed(team)
-        hold = self._point_varying(team) if team.varying else None  # noqa: F841 (held)
+        hold: list[Tensor] = []  # the converted inputs, alive until the primitives read them
         for k, call in enumerate(team.calls):
+            if k in team.varying_at:
+                hold.extend(self._point_varying(team, k))
             status = call()
             if status:
                 self._failed(team, call, status)
