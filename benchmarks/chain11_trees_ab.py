@@ -100,7 +100,8 @@ def main() -> None:
           f"{args.runs} runs each (median of blocks; per-block values)")  # fmt: skip
     for name, blocks in rows.items():
         med = {k: round(float(np.median([b[k] for b in blocks])), 3) for k in blocks[0]}
-        per = {k: [round(b[k], 2) for b in blocks] for k in ("wall_ms", "cpu_ms", "outside_thread_cpu_us")}
+        keys = ("wall_ms", "cpu_ms", "outside_thread_cpu_us")
+        per = {k: [round(b[k], 2) for b in blocks] for k in keys}
         print(f"{name:>10}: {med} {per}")
 
 
