@@ -11,12 +11,12 @@ back to back from one Python call, each with its arguments bound once
   every run) that is channels-last is pointed to once per primitive; one guard a run checks,
   in C, that those slots still hold the tensors pointed to (else they are pointed to again);
 * any other input (the network's input, a value stored anew each run, a tensor that needs a
-  channels-last copy) is read, converted and pointed to each run, just before its member's
-  primitive runs (it may be a copy of an earlier member's result: a channel slice of a slot).
+  channels-last copy) is read, converted and pointed to at the chain's start, each run: only
+  the first member may have one (`chain_steps` starts a new chain at a later one: a view of
+  an earlier member's result, such as a split's half, must be copied after that member ran);
+  a later member's input that turns into one at run time is read right before the member.
 
-A chain's members read nothing that a step between them writes: they are consecutive steps;
-an input copied each run is copied right before its member runs, after the members before it
-wrote (a YOLOv8 C2f split read at the chain's start gave the previous run's values). The same
+A chain's members read nothing that a step between them writes: they are consecutive steps. The same
 primitives run as the members' own closures would run (same objects, same order), so the
 outputs are identical. oneDNN fixes a primitive's thread count when it is made; a chain's
 members have one thread count (`chain_steps` cuts at a change), and a chain keeps one list of
@@ -25,7 +25,7 @@ primitives per thread count it runs under, made at its first run under it.
 Timing (`perf --cpu`, `profile.time_steps`): `Chain.clock` set, a run times each member
 (the per-run guard and inputs counted in the first) into `Chain.seconds`. The profiled
 (observer) path runs the instructions' own unfused steps, never a chain. `CHAIN = False`
-(read when a program is prepared) runs every step alone (A/B: `benchmarks/chain11_ab.py`).
+(read when a program is prepared) runs every step alone (A/B: `benchmarks/chain11_ab.sh`).
 """
 
 from __future__ import annotations
@@ -37,14 +37,16 @@ from typing import Any
 import torch
 
 from pygraphx.ir.instruction import Instruction
+from pygraphx.runtime.executor import step_error
 from pygraphx.targets.torch_lowering.context import Step
-from pygraphx.targets.torch_lowering.onednn_capi import check
+from pygraphx.targets.torch_lowering.onednn_capi import OneDnnError, check
 from pygraphx.targets.torch_lowering.onednn_conv import Link, Primitive, _channels_last
 
 #: chain consecutive lean oneDNN convolution steps (read by `chain_steps`; False: A/B)
 CHAIN = True
 
 Tensor = torch.Tensor
+CL = torch.channels_last
 #: an input of a member: (member, 0 for the source / 2 for the add operand, env index or None,
 #: the getter)
 _Input = tuple[int, int, int | None, Callable[[], Tensor]]
@@ -53,7 +55,7 @@ _Input = tuple[int, int, int | None, Callable[[], Tensor]]
 class _Team:
     """A chain's primitives for one thread count, and the state of their inputs."""
 
-    __slots__ = ("prims", "calls", "fixed", "fetch", "expected", "varying", "varying_at")
+    __slots__ = ("prims", "calls", "fixed", "fetch", "expected", "varying", "late")
 
     def __init__(self, prims: list[Primitive]) -> None:
         self.prims = prims
@@ -62,13 +64,13 @@ class _Team:
         self.fetch: Callable[[list], Any] = lambda env: ()
         self.expected: tuple = ()
         self.varying: list[_Input] = []  # read and pointed to every run
-        self.varying_at: set[int] = set()  # the members with varying inputs
+        self.late = False  # a varying input of a member after the first (`Chain._run_each`)
 
 
 class Chain:
     """The step running `links` (lean convolution closures' `Link`s) one after the other,
     then dropping the env values `releases`; `static[k]`: whether env slot `k` holds the
-    same tensor every run."""
+    same tensor every run; `computes[k]`: the instructions member `k` computes."""
 
     def __init__(
         self,
@@ -76,8 +78,11 @@ class Chain:
         env: list,
         static: Sequence[bool],
         releases: Sequence[int] = (),
+        computes: Sequence[Sequence[Instruction]] = (),
     ) -> None:
         self.links = list(links)
+        #: the instructions each member computes (a failing member's error names them)
+        self.computes = list(computes)
         self.env = env
         #: env indices set to None after the chain (values it read for the last time)
         self.releases = list(releases)
@@ -85,14 +90,9 @@ class Chain:
         self.inputs: list[_Input] = []
         self.fixed: list[_Input] = []
         for k, link in enumerate(self.links):
-            for slot, get in ((0, link.get_x), (2, link.get_other)):
-                if get is None:
-                    continue
-                where = getattr(get, "slot", None)
-                index = where[1] if where is not None and where[0] is env else None
-                entry = (k, slot, index, get)
+            for entry in _inputs(k, link, env):
                 self.inputs.append(entry)
-                if index is not None and static[index]:
+                if _fixed(entry, env, static):
                     self.fixed.append(entry)
         #: set: each run times its members with it into `seconds` (one entry a member)
         self.clock: Callable[[], float] | None = None
@@ -107,33 +107,19 @@ class Chain:
         team = self.teams.get(self._threads())
         if team is None:
             team = self._team()
-        if self.clock is not None:
-            self._run_timed(team)
-            return
         env = self.env
         if not all(map(is_, team.fetch(env), team.expected)):
             self._point_fixed(team)
-        if team.varying:
-            self._run_varying(team)
-        else:
-            for call in team.calls:
-                status = call()
-                if status:
-                    self._failed(team, call, status)
-        for index in self.releases:
-            env[index] = None
-
-    def _run_varying(self, team: _Team) -> None:
-        """`run`'s calls where some inputs are read each run: each member's varying inputs
-        are read, converted and pointed to just before its primitive runs, since one may be
-        (a copy of) an earlier member's result (a slice of a slot, as a C2f block's split)."""
-        hold: list[Tensor] = []  # the converted inputs, alive until the primitives read them
-        for k, call in enumerate(team.calls):
-            if k in team.varying_at:
-                hold.extend(self._point_varying(team, k))
+        if self.clock is not None or team.late:
+            self._run_each(team)
+            return
+        hold = self._point_varying(team, team.varying) if team.varying else None  # noqa: F841
+        for call in team.calls:
             status = call()
             if status:
                 self._failed(team, call, status)
+        for index in self.releases:
+            env[index] = None
 
     def _team(self) -> _Team:
         """The primitives for the current thread count (made now where a member has none),
@@ -159,36 +145,32 @@ class Chain:
             p.point(p.src if slot == 0 else p.other, slot, x.data_ptr())
             fixed.append(entry)
         team.fixed, team.varying = fixed, varying
-        team.varying_at = {k for k, _, _, _ in varying}
+        team.late = any(k > 0 for k, _, _, _ in varying)
         indices = [index for _, _, index, _ in fixed]
         team.fetch = _tuple_getter(indices)
         team.expected = tuple(team.fetch(env))
 
-    def _point_varying(self, team: _Team, member: int) -> list[Tensor]:
-        """Read, convert and point to the varying inputs of `member`; the tensors to hold
-        until its primitive has read them."""
+    def _point_varying(self, team: _Team, entries: list[_Input]) -> list[Tensor]:
+        """Read, convert and point to the varying inputs `entries`; the tensors to hold until
+        the primitives have read them."""
         hold = []
         prims, links = team.prims, self.links
-        for k, slot, _, get in team.varying:
-            if k != member:
-                continue
+        for k, slot, _, get in entries:
             p, x = prims[k], get()
             x = links[k].source(p, x) if slot == 0 else _channels_last(x)
             hold.append(x)
             p.point(p.src if slot == 0 else p.other, slot, x.data_ptr())
         return hold
 
-    def _run_timed(self, team: _Team) -> None:
-        """`run`, each member timed with `clock` (the guard and inputs in the first)."""
-        clock, seconds = self.clock, self.seconds
-        assert clock is not None
+    def _run_each(self, team: _Team) -> None:
+        """`run` member by member: each member's varying inputs read right before it (one
+        may be a view of an earlier member's result), each member timed when `clock` is set
+        (the run's guard counted in the first)."""
+        clock, seconds = self.clock or (lambda: 0.0), self.seconds
         start = clock()
-        if not all(map(is_, team.fetch(self.env), team.expected)):
-            self._point_fixed(team)
-        hold: list[Tensor] = []  # the converted inputs, alive until the primitives read them
         for k, call in enumerate(team.calls):
-            if k in team.varying_at:
-                hold.extend(self._point_varying(team, k))
+            mine = [e for e in team.varying if e[0] == k]
+            hold = self._point_varying(team, mine) if mine else None  # noqa: F841 (held)
             status = call()
             if status:
                 self._failed(team, call, status)
@@ -199,8 +181,35 @@ class Chain:
             self.env[index] = None
 
     def _failed(self, team: _Team, call: Callable[[], int], status: int) -> None:
+        """Raise the error of member `call` that returned `status`, naming its instructions."""
         k = team.calls.index(call)
-        check(status, f"convolution {k + 1} of a chain of {len(team.calls)}")
+        try:
+            check(status, f"convolution {k + 1} of a chain of {len(team.calls)}")
+        except OneDnnError as exc:
+            if k >= len(self.computes):
+                raise
+            raise step_error(self.computes[k], exc) from exc
+
+
+def _inputs(k: int, link: Link, env: list) -> list[_Input]:
+    """Member `k`'s inputs: its source, and its add operand if any."""
+    entries = []
+    for slot, get in ((0, link.get_x), (2, link.get_other)):
+        if get is not None:
+            where = getattr(get, "slot", None)
+            index = where[1] if where is not None and where[0] is env else None
+            entries.append((k, slot, index, get))
+    return entries
+
+
+def _fixed(entry: _Input, env: list, static: Sequence[bool]) -> bool:
+    """Whether an input is pointed to once: an env slot holding the same tensor every run
+    (`static`), a channels-last one (the primitive reads it as it is, never a copy)."""
+    index = entry[2]
+    if index is None or not static[index]:
+        return False
+    t = env[index]
+    return isinstance(t, Tensor) and t.dim() == 4 and t.is_contiguous(memory_format=CL)
 
 
 def _tuple_getter(indices: list[int]) -> Callable[[list], tuple]:
@@ -245,6 +254,14 @@ class Chained:
         self.chains.append(chain)
 
 
+def _joins(step: Step, env: list, static: Sequence[bool]) -> bool:
+    """Whether `step` may run inside a chain after other members: a lean convolution whose
+    inputs are all pointed to once (a varying input is read at a chain's start, before the
+    members run: the first member's only)."""
+    link = link_of(step.fn)
+    return link is not None and all(_fixed(e, env, static) for e in _inputs(1, link, env))
+
+
 def chain_steps(
     steps: Sequence[Step], counts: Sequence[int], env: list, static: Sequence[bool]
 ) -> Chained:
@@ -256,13 +273,13 @@ def chain_steps(
     while k < len(steps):
         end = k + 1
         if CHAIN and link_of(steps[k].fn) is not None:
-            while (end < len(steps) and counts[end] == counts[k]
-                   and link_of(steps[end].fn) is not None):  # fmt: skip
+            while end < len(steps) and counts[end] == counts[k] and _joins(steps[end], env, static):
                 end += 1
         if end - k >= 2:
             links = [link_of(s.fn) for s in steps[k:end]]
             releases = [i for s in steps[k:end] for i in _releases(s.fn)]
-            chain = Chain(links, env, static, releases)  # type: ignore[arg-type]
+            computes = [s.instructions for s in steps[k:end]]
+            chain = Chain(links, env, static, releases, computes)  # type: ignore[arg-type]
             out.add(steps[k:end], counts[k], chain)
         else:
             out.add(steps[k:end], counts[k], None)
