@@ -12,10 +12,9 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 from onnx import helper  # noqa: E402
 
-import pygraphx  # noqa: E402
-from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
-from pygraphx.targets.torch_lowering import conv_chain, onednn_conv  # noqa: E402
+from pygraphx.targets.torch_lowering import onednn_conv  # noqa: E402
 from tests.helpers import make_model  # noqa: E402
+from tests.targets.test_chain11_chain import _compiled  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not onednn_conv.available(), reason="needs oneDNN's C API library (onednn-cpu-gomp)"
@@ -47,9 +46,7 @@ def _split_network(rng: np.random.Generator) -> object:
 def test_member_reads_this_runs_slice(chain: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(23)
     model = _split_network(rng)
-    monkeypatch.setattr(conv_chain, "CHAIN", chain)
-    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-    prog.compile(CpuTarget(threads=1))
+    prog = _compiled(model, chain, monkeypatch)
     chains = [c for c in prog._executable.chained.chains if c is not None]
     if chain:
         assert chains and max(len(c) for c in chains) >= 2  # the slice's reader is chained

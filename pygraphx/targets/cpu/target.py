@@ -43,7 +43,7 @@ from pygraphx.targets.torch_lowering import Lowered, lower_module
 from pygraphx.targets.torch_lowering.conv_chain import chain_steps
 from pygraphx.targets.torch_lowering.conv_choice import finish as finish_conv_choice
 from pygraphx.targets.torch_lowering.conv_residual import residual_slot
-from pygraphx.targets.torch_lowering.dtypes import env_value, to_numpy
+from pygraphx.targets.torch_lowering.dtypes import DIRECT_NP, DIRECT_TORCH, env_value, to_numpy
 from pygraphx.targets.torch_lowering.fallback_cost import FallbackTimer, announce_cost, timed_steps
 from pygraphx.targets.torch_lowering.fused_reads import fused_reads
 
@@ -59,12 +59,6 @@ log = logging.getLogger("pygraphx.cpu")
 #: -0.5 to -8% at 2 threads and -1.5 to +1.8% at 1 (a tie within the shared machine's noise)
 #: (`benchmarks/arena_conv_ab.py`, benchmarks/results/arena_conv.md)
 CONV_OUTPUT = "arena"
-
-
-#: the types numpy and torch share as they are (`torch.from_numpy`, `Tensor.numpy`)
-_DIRECT = ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
-_DIRECT_NP = frozenset(np.dtype(name) for name in _DIRECT)
-_DIRECT_TORCH = frozenset(getattr(torch, name) for name in _DIRECT)
 
 
 def announce_fallbacks(fallbacks: Mapping[str, int]) -> None:
@@ -125,7 +119,7 @@ class CpuExecutable:
         def bind(values: Mapping[str, np.ndarray]) -> None:
             for name, idx in params:
                 a = values[name]
-                if a.__class__ is ndarray and a.dtype in _DIRECT_NP:
+                if a.__class__ is ndarray and a.dtype in DIRECT_NP:
                     flags = a.flags  # (a read-only array would warn; strides may be negative)
                     if flags.writeable and flags.c_contiguous:
                         env[idx] = from_numpy(a)
@@ -146,7 +140,7 @@ class CpuExecutable:
             got = []
             for idx, new in outs:  # a fresh dense tensor of a numpy type: its own array
                 t = env[idx]
-                direct = new and t.__class__ is tensor and t.dtype in _DIRECT_TORCH
+                direct = new and t.__class__ is tensor and t.dtype in DIRECT_TORCH
                 got.append(t.numpy() if direct and t.is_contiguous() else take(idx))
             return got
 

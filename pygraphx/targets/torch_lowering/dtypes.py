@@ -49,6 +49,13 @@ _BITCAST: dict[np.dtype, tuple[np.dtype, torch.dtype]] = {
     np.dtype(ml_dtypes.float8_e5m2fnuz): (np.dtype(np.uint8), torch.uint8),
 }
 
+#: the types numpy and torch hand each other as they are (`torch.from_numpy`, `Tensor.numpy`,
+#: no bitcast, no warning): the cpu executor's bind / collect take these directly, the rest
+#: through `env_value` / `to_numpy`
+_DIRECT = ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
+DIRECT_NP = frozenset(np.dtype(name) for name in _DIRECT)
+DIRECT_TORCH = frozenset(_TO_TORCH[dt] for dt in DIRECT_NP)
+
 #: types torch's CPU kernels compute in (others fall back to numpy)
 COMPUTE_DTYPES = frozenset(
     [
