@@ -9,6 +9,7 @@ Per node the fastest of `--runs` runs is kept (noise from other processes only a
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -171,7 +172,10 @@ def main() -> None:
         ort_rows.append((kind, sec, macs))
         if layer:
             layers[name]["ort"] = (sec, op, layer, macs)
-    ov = ov_times(model, feeds, args.threads, args.runs, convs)
+    have_ov = importlib.util.find_spec("openvino") is not None
+    ov = ov_times(model, feeds, args.threads, args.runs, convs) if have_ov else {}
+    if not have_ov:
+        print("(openvino is not installed: its column is left out)")
     for name, (sec, typ, exec_type) in ov.items():
         kind, macs, layer = convs.get(name, (f"other:{typ}", 0.0, ""))
         ov_rows.append((kind, sec, macs))
