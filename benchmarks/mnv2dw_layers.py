@@ -4,6 +4,7 @@
     python benchmarks/mnv2dw_layers.py --threads 2 --batch 8 --runs 40
     python benchmarks/mnv2dw_layers.py --threads 2 --batch 1 --runs 100 --ov   # + OpenVINO f32
 
+`--bf16`: pygraphx `quantize_bf16`'d and OpenVINO at bf16 (ORT stays float32).
 `--ov`: OpenVINO f32's PERF_COUNT too (each layer's median `real_time`, its kernel), its
 convolution layers paired by run order like ORT's. Also printed: each runtime's whole-run wall
 (median of `--runs` runs) against its steps' / nodes' sum, the time outside them.
@@ -48,7 +49,9 @@ def run_wall(run: object, runs: int) -> float:
     return float(np.median(walls)) * 1e3
 
 
-def ours(model: object, threads: int, feeds: dict, runs: int, blocks: int) -> list[dict]:
+def ours(
+    model: object, threads: int, feeds: dict, runs: int, blocks: int, bf16: bool = False
+) -> list[dict]:
     """Per convolution: its step's ops, its lens, mean ms of its step (best of `blocks` blocks
     of `runs` runs; thread CPU time at 1 thread, else wall)."""
     import time
@@ -57,6 +60,8 @@ def ours(model: object, threads: int, feeds: dict, runs: int, blocks: int) -> li
     from pygraphx.targets.cpu.target import CpuTarget
 
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    if bf16:
+        pygraphx.quantize_bf16(prog)
     prog.compile(CpuTarget(threads=threads))
     for _ in range(5):
         prog.run(feeds)
@@ -84,7 +89,9 @@ def ours(model: object, threads: int, feeds: dict, runs: int, blocks: int) -> li
     return out
 
 
-def openvino_rows(model: object, threads: int, feeds: dict, runs: int) -> list[dict]:
+def openvino_rows(
+    model: object, threads: int, feeds: dict, runs: int, precision: str = "f32"
+) -> list[dict]:
     """Per OpenVINO f32 layer executed, in its profile's order: name, type, kernel, median ms
     over `runs` runs (PERF_COUNT's `real_time`); last a `_run_wall` row."""
     import openvino as ov
@@ -96,7 +103,7 @@ def openvino_rows(model: object, threads: int, feeds: dict, runs: int) -> list[d
         {
             "INFERENCE_NUM_THREADS": threads,
             "PERF_COUNT": True,
-            "INFERENCE_PRECISION_HINT": "f32",
+            "INFERENCE_PRECISION_HINT": precision,
             "PERFORMANCE_HINT": "LATENCY",
         },
     )
@@ -158,15 +165,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blocks", type=int, default=3)
     p.add_argument("--json", default=None, help="write the rows here")
     p.add_argument("--ov", action="store_true", help="OpenVINO f32's PERF_COUNT too")
+    p.add_argument(
+        "--bf16", action="store_true", help="pygraphx quantize_bf16'd, OpenVINO bf16 (ORT f32)"
+    )
     args = p.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
     model = get_model("mobilenetv2", batch=args.batch)
     feeds = {k: np.ascontiguousarray(v) for k, v in model_inputs("mobilenetv2", model).items()}
-    mine = ours(model, args.threads, feeds, args.runs, args.blocks)
+    mine = ours(model, args.threads, feeds, args.runs, args.blocks, args.bf16)
     ort_rows = theirs(model, args.threads, feeds, args.runs * args.blocks)
-    ov_rows = openvino_rows(model, args.threads, feeds, args.runs * args.blocks) if args.ov else []
+    precision = "bf16" if args.bf16 else "f32"
+    ov_rows = (
+        openvino_rows(model, args.threads, feeds, args.runs * args.blocks, precision)
+        if args.ov
+        else []
+    )
     walls = {
         "pygraphx": mine.pop()["ms"],
         "ort": ort_rows.pop()["ms"],
@@ -175,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     our_convs = [r for r in mine if "convolution" in r["ops"]]
     ort_convs = [r for r in ort_rows if "Conv" in r["op"]]
     ov_convs = [r for r in ov_rows if "Convolution" in r["op"]]
-    print(f"threads {args.threads} batch {args.batch}")
+    print(f"threads {args.threads} batch {args.batch}{' bf16 (ORT f32)' if args.bf16 else ''}")
     head = f"{'#':>3} {'pygraphx ms':>11} {'ort ms':>8} {'ratio':>6}"
     print(head + (f" {'ov ms':>8} {'ratio':>6}" if ov_rows else "") + "  layer / ort op / ov kernel")
     for k, (a, b) in enumerate(zip(our_convs, ort_convs, strict=False)):
