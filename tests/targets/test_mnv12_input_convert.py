@@ -135,3 +135,27 @@ def test_mobilenetv2_bf16_against_ort(threads: int, monkeypatch: pytest.MonkeyPa
     rel_rms = np.sqrt(np.mean((got["onednn"] - want) ** 2) / np.mean(want**2))
     assert rel_rms < 6e-2, rel_rms
     np.testing.assert_array_equal(got["onednn"], got["torch"])
+
+
+def test_the_documented_overflow_difference() -> None:
+    """The one difference from the IR's clamping convert (see `input_convert`'s docstring): a
+    finite float32 that rounds past bf16's largest value becomes an infinity here; the ref
+    target clamps it. Below that bound both give the same value. (One overflowing value a run,
+    first: oneDNN's kernel for one input channel also reads the next pixels with zero weights,
+    and 0 x infinity is NaN, whichever conversion ran.)"""
+    model = _identity_conv_model(1, 2, 3)
+    prog = _compiled(model)
+    ref = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    pygraphx.quantize_bf16(ref, ["all"])
+    ref.compile(pygraphx.get_target("ref"))
+    bf16_max = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    for sign in (1.0, -1.0):
+        x = np.full((1, 1, 2, 3), 1.0, np.float32)
+        x[0, 0, 0, 0] = np.float32(sign * 3.4e38)  # rounds past bf16's max (3.3895e38)
+        x[0, 0, 1, 2] = np.float32(sign * 3.38e38)  # within range: the same bf16 value
+        got = np.asarray(prog.run({"x": x})[0])
+        want = np.asarray(ref.run({"x": x})[0])
+        assert want[0, 0, 0, 0] == sign * bf16_max
+        assert got[0, 0, 0, 0] == sign * np.inf
+        assert got[0, 0, 1, 2] == want[0, 0, 1, 2] and np.isfinite(got[0, 0, 1, 2])
+        np.testing.assert_array_equal(got.reshape(-1)[1:], want.reshape(-1)[1:])
