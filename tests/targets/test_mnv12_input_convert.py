@@ -84,12 +84,26 @@ def test_reorder_rounds_as_ml_dtypes(c: int, h: int, w: int) -> None:
     np.testing.assert_array_equal(got2, x2.astype(ml_dtypes.bfloat16).astype(np.float32))
 
 
-def test_strided_input_is_read_as_given() -> None:
-    prog = _compiled(_identity_conv_model(3, 6, 6))
-    big = _hard_values((1, 3, 6, 12))
-    x = big[..., ::2]  # not contiguous: the step reads a contiguous copy
-    got = np.asarray(prog.run({"x": np.ascontiguousarray(x)})[0])
+@pytest.mark.parametrize("layout", ["channels_last", "strided"])
+def test_other_input_layouts(layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A channels-last float32 source takes the NHWC reorder, any other layout a dense copy
+    first; both give the bf16 values of the logical tensor."""
+    prog = _compiled(_identity_conv_model(5, 6, 7))
+    used: list[int] = []
+    get = input_convert._Reorders.get
+    monkeypatch.setattr(
+        input_convert._Reorders, "get", lambda self, tag: used.append(tag) or get(self, tag)
+    )
+    if layout == "channels_last":
+        x = np.ascontiguousarray(_hard_values((1, 5, 6, 7)).transpose(0, 2, 3, 1))
+        x = x.transpose(0, 3, 1, 2)  # (1, 5, 6, 7), NHWC in memory
+    else:
+        x = _hard_values((1, 5, 6, 14))[..., ::2]
+    assert not x.flags.c_contiguous
+    got = np.asarray(prog.run({"x": x})[0])
     np.testing.assert_array_equal(got, x.astype(ml_dtypes.bfloat16).astype(np.float32))
+    want_tags = [input_convert.TAG_NHWC] if layout == "channels_last" else []
+    assert used == want_tags
 
 
 def test_other_user_keeps_the_torch_step() -> None:

@@ -7,7 +7,8 @@ tensor, which the convolution's oneDNN call then reorders to channels-last (`one
 `source`: a second pass over the image). Here a convert whose users are all convolutions
 becomes one oneDNN reorder primitive (made at prepare; the image read once, float32 NCHW ->
 bf16 NHWC written into the convert's arena slot, which the convolutions read as it is, a
-channels-last tensor). MobileNetV2 b1 on the 2-core EPYC, 2 threads, `--bf16`: the convert
+channels-last tensor; a channels-last float32 source, a value computed in the network, gets
+its own NHWC -> NHWC conversion, made at its first call). MobileNetV2 b1 on the 2-core EPYC, 2 threads, `--bf16`: the convert
 step took 90 us (minimum over runs) before its convolution's own reorder
 (`benchmarks/results/mnv12.md`).
 
@@ -85,33 +86,55 @@ def lower_input_convert(ctx: LoweringContext, ins: Instruction) -> bool:
     if not matches(ctx, ins):
         return False
     lens = [int(n) for n in ins.shape.lens()]
-    rt = runtime()
-    src_md = rt.desc(lens, DTYPES[torch.float32], TAG_NCHW)
-    dst_md = rt.desc(lens, DTYPES[torch.bfloat16], TAG_NHWC)
-    try:
-        reorder = Reorder(rt, src_md, dst_md)
-    finally:  # (the primitive keeps its own copies)
-        rt.lib.dnnl_memory_desc_destroy(src_md)
-        rt.lib.dnnl_memory_desc_destroy(dst_md)
+    reorders = _Reorders(lens)
+    reorders.get(TAG_NCHW)  # (made now: a failure shows at compile, not in a run)
     x = ctx.arg(ins, 0)
     idx, out = ctx.output(ins, CHANNELS_LAST)
     assert out is not None and out.is_contiguous(memory_format=torch.channels_last)
-    ctx.emit(_step(ctx.env, x, out, reorder), ins, idx)
+    ctx.emit(_step(ctx.env, x, out, reorders), ins, idx)
     ctx.cache["input_convert"] = ctx.cache.get("input_convert", 0) + 1
     return True
 
 
-def _step(env: list, x: int, out: torch.Tensor, reorder: Reorder) -> Callable[[], None]:
-    dst, run = out.data_ptr(), reorder.run
+class _Reorders:
+    """float32 -> bf16 NHWC reorders of one shape, one per source layout (NCHW made at
+    lowering; NHWC, a channels-last float32 value, at its first call)."""
+
+    def __init__(self, lens: list[int]) -> None:
+        self.lens = lens
+        self.made: dict[int, Reorder] = {}
+
+    def get(self, tag: int) -> Reorder:
+        r = self.made.get(tag)
+        if r is None:
+            rt = runtime()
+            assert rt is not None
+            src_md = rt.desc(self.lens, DTYPES[torch.float32], tag)
+            dst_md = rt.desc(self.lens, DTYPES[torch.bfloat16], TAG_NHWC)
+            try:
+                r = self.made[tag] = Reorder(rt, src_md, dst_md)
+            finally:  # (the primitive and its memories keep their own copies)
+                rt.lib.dnnl_memory_desc_destroy(src_md)
+                rt.lib.dnnl_memory_desc_destroy(dst_md)
+        return r
+
+
+def _step(env: list, x: int, out: torch.Tensor, reorders: _Reorders) -> Callable[[], None]:
+    dst, cl = out.data_ptr(), torch.channels_last
+    nchw = reorders.get(TAG_NCHW).run
 
     def step() -> None:
         t = env[x]
-        if not t.is_contiguous():
-            t = t.contiguous()
-        run(t.data_ptr(), dst)
+        if t.is_contiguous():  # the network's input as given
+            nchw(t.data_ptr(), dst)
+        elif t.is_contiguous(memory_format=cl):  # a float32 value computed channels-last
+            reorders.get(TAG_NHWC).run(t.data_ptr(), dst)
+        else:
+            dense = t.contiguous()  # (held until the reorder has read it)
+            nchw(dense.data_ptr(), dst)
 
-    step.reorder = reorder  # type: ignore[attr-defined]  # (kept alive with the step)
+    step.reorders = reorders  # type: ignore[attr-defined]  # (kept alive with the step)
     return step
 
 
-__all__ = ["ENV", "INPUT_CONVERT", "lower_input_convert", "matches", "wanted"]
+__all__ = ["ENV", "INPUT_CONVERT", "TAG_NCHW", "TAG_NHWC", "lower_input_convert", "matches", "wanted"]
