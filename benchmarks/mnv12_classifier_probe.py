@@ -60,7 +60,8 @@ def main() -> None:
         model.ir_version = 9
         so = ort.SessionOptions()
         so.intra_op_num_threads = args.threads
-        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        providers = ["CPUExecutionProvider"]
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=providers)
 
         def call() -> np.ndarray:
             return sess.run(None, {"x": x})[0]

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{args.model} batch {args.batch} threads {args.threads} rounds {args.rounds} x {args.runs}"
         f"{' bf16' if args.bf16 else ''}; outputs bit-identical across variants: {same}; "
-        f"loadavg {open('/proc/loadavg').read().split()[:3]}"
+        f"loadavg {Path('/proc/loadavg').read_text().split()[:3]}"
     )
     summary = {}
     for name, cols in rows.items():

@@ -7,7 +7,8 @@
 `--bf16`: pygraphx `quantize_bf16`'d and OpenVINO at bf16 (ORT stays float32).
 `--ov`: OpenVINO f32's PERF_COUNT too (each layer's median `real_time`, its kernel), its
 convolution layers paired by run order like ORT's. Also printed: each runtime's whole-run wall
-(median of `--runs` runs) against its steps' / nodes' sum, the time outside them.
+(median of `--runs` runs) against its steps' / nodes' sum, the time outside them (at 1 thread
+pygraphx's steps are thread CPU time against a wall: only indicative there).
 
 pygraphx: the cpu target's fast-path steps timed as they run (as `targets.cpu.profile` does;
 thread CPU time at 1 thread), each convolution step with its fused epilogue (a fused 1x1 +
@@ -192,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     ov_convs = [r for r in ov_rows if "Convolution" in r["op"]]
     print(f"threads {args.threads} batch {args.batch}{' bf16 (ORT f32)' if args.bf16 else ''}")
     head = f"{'#':>3} {'pygraphx ms':>11} {'ort ms':>8} {'ratio':>6}"
-    print(head + (f" {'ov ms':>8} {'ratio':>6}" if ov_rows else "") + "  layer / ort op / ov kernel")
+    ov_head = f" {'ov ms':>8} {'ratio':>6}" if ov_rows else ""
+    print(head + ov_head + "  layer / ort op / ov kernel")
     for k, (a, b) in enumerate(zip(our_convs, ort_convs, strict=False)):
         ratio = a["ms"] / max(b["ms"], 1e-9)
         line = f"{k:3d} {a['ms']:11.4f} {b['ms']:8.4f} {ratio:6.2f}"
@@ -226,9 +228,10 @@ def main(argv: list[str] | None = None) -> int:
         tot["ov_wall"] = walls["ov"]
         tot["ov_outside_layers"] = walls["ov"] - tot["ov_conv"] - tot["ov_rest"]
     print({k: round(v, 3) for k, v in tot.items()})
-    print("(loadavg at the end:", open("/proc/loadavg").read().split()[:3], ")")
+    print("(loadavg at the end:", Path("/proc/loadavg").read_text().split()[:3], ")")
     if args.json:
-        Path(args.json).write_text(json.dumps({"ours": mine, "ort": ort_rows, "ov": ov_rows, "totals": tot}))
+        rows = {"ours": mine, "ort": ort_rows, "ov": ov_rows, "totals": tot}
+        Path(args.json).write_text(json.dumps(rows))
     return 0
 
 

@@ -8,9 +8,9 @@ tensor, which the convolution's oneDNN call then reorders to channels-last (`one
 becomes one oneDNN reorder primitive (made at prepare; the image read once, float32 NCHW ->
 bf16 NHWC written into the convert's arena slot, which the convolutions read as it is, a
 channels-last tensor; a channels-last float32 source, a value computed in the network, gets
-its own NHWC -> NHWC conversion, made at its first call). MobileNetV2 b1 on the 2-core EPYC, 2 threads, `--bf16`: the convert
-step took 90 us (minimum over runs) before its convolution's own reorder
-(`benchmarks/results/mnv12.md`).
+its own NHWC -> NHWC conversion, made at its first call). MobileNetV2 b1 on the 2-core EPYC,
+2 threads, `--bf16`: the convert step took 90 us (minimum over runs) before its convolution's
+own reorder; now 33 us, and the run 3-6 % less (`benchmarks/results/mnv12.md`).
 
 Numbers: oneDNN rounds to nearest even, as torch's conversion does. One difference from the
 IR's clamping `convert`: a finite float32 beyond bf16's largest finite value (above
@@ -137,4 +137,12 @@ def _step(env: list, x: int, out: torch.Tensor, reorders: _Reorders) -> Callable
     return step
 
 
-__all__ = ["ENV", "INPUT_CONVERT", "TAG_NCHW", "TAG_NHWC", "lower_input_convert", "matches", "wanted"]
+__all__ = [
+    "ENV",
+    "INPUT_CONVERT",
+    "TAG_NCHW",
+    "TAG_NHWC",
+    "lower_input_convert",
+    "matches",
+    "wanted",
+]
