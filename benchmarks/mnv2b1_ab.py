@@ -7,7 +7,8 @@ Each `--variant NAME:VAR=VALUE,...` compiles the model with those environment va
 (only while it compiles; nothing else differs); `@module.NAME=value` sets an attribute of
 `pygraphx.targets.torch_lowering.<module>` instead (a Python literal, e.g.
 `before:@onednn_conv.LEAN_CLOSURE=False`); the programs then run in alternating blocks
-(the order reversed every round), each block `--runs` runs. Printed per program: median over the
+(the order reversed every round), each block `--runs` runs. `--bf16`: every variant
+`quantize_bf16`'d first. Printed per program: median over the
 blocks of the wall time and the process CPU time a run, the median over blocks of the steps'
 summed wall (`--steps`: each step's minimum over all runs too, which a loaded machine inflates
 least), and the output's largest difference from ONNX Runtime's.
@@ -31,9 +32,9 @@ import pygraphx  # noqa: E402  (before torch: it sets OpenMP's spin and the allo
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 
 
-def compiled(model: object, threads: int, env: dict[str, str]) -> object:
+def compiled(model: object, threads: int, env: dict[str, str], bf16: bool = False) -> object:
     """`model` compiled for the cpu target with `env` set while it compiles (`@module.NAME`
-    keys: module attributes)."""
+    keys: module attributes); `bf16`: `quantize_bf16` (its default policy) first."""
     import importlib
     from contextlib import ExitStack
     from unittest import mock
@@ -49,6 +50,8 @@ def compiled(model: object, threads: int, env: dict[str, str]) -> object:
             else:
                 stack.enter_context(mock.patch.dict(os.environ, {key: value}))
         prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+        if bf16:
+            pygraphx.quantize_bf16(prog)
         prog.compile(CpuTarget(threads=threads))
     return prog
 
@@ -87,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", action="append", required=True, help="NAME:VAR=VALUE,...")
     p.add_argument("--steps", action="store_true", help="also per-step minimum walls")
     p.add_argument("--json", default=None)
+    p.add_argument("--bf16", action="store_true", help="quantize_bf16 every variant")
     args = p.parse_args(argv)
     import torch
 
@@ -94,9 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     model = get_model(args.model, batch=args.batch)
     feeds = {k: np.ascontiguousarray(v) for k, v in model_inputs(args.model, model).items()}
     variants = [parse_variant(v) for v in args.variant]
-    progs = {name: compiled(model, args.threads, env) for name, env in variants}
+    progs = {name: compiled(model, args.threads, env, args.bf16) for name, env in variants}
     want = ort_output(model, feeds, args.threads)
     diffs = {n: float(np.abs(np.asarray(pr.run(feeds)[0]) - want).max()) for n, pr in progs.items()}
+    outs = [np.asarray(pr.run(feeds)[0]) for pr in progs.values()]
+    same = all(np.array_equal(outs[0], o) for o in outs[1:])
     rows = {n: {"wall_ms": [], "cpu_ms": [], "steps_ms": []} for n in progs}
     mins = {n: None for n in progs}
     order = list(progs.items())
@@ -116,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                 mins[name] = low if mins[name] is None else np.minimum(mins[name], low)
     print(
         f"{args.model} batch {args.batch} threads {args.threads} rounds {args.rounds} x {args.runs}"
+        f"{' bf16' if args.bf16 else ''}; outputs bit-identical across variants: {same}; "
+        f"loadavg {Path('/proc/loadavg').read_text().split()[:3]}"
     )
     summary = {}
     for name, cols in rows.items():

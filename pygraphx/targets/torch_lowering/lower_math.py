@@ -35,6 +35,7 @@ from pygraphx.targets.torch_lowering.dtypes import (
     to_numpy,
     torch_dtype,
 )
+from pygraphx.targets.torch_lowering.input_convert import lower_input_convert
 from pygraphx.targets.torch_lowering.pointwise import (
     NotTraceable,
     Trace,
@@ -155,12 +156,17 @@ def trace_single(ins: Instruction) -> tuple[Trace, Value] | None:
 
 @lowering("pointwise")
 def lower_pointwise(ctx: LoweringContext, ins: Instruction) -> bool:
-    """A fused element-wise group: one generated step writing the slot in place."""
+    """A fused element-wise group: one generated step writing the slot in place (a lone
+    float32 -> bf16 convert feeding convolutions: one oneDNN reorder, `input_convert`)."""
+    if lower_input_convert(ctx, ins):
+        return True
     return _emit_traced(ctx, ins, trace_group(ins.module_inputs[0], scalar_inputs(ctx, ins)))
 
 
 def lower_single_pointwise(ctx: LoweringContext, ins: Instruction) -> bool:
     """One element-wise instruction, as a group of one."""
+    if ins.op.name == "convert" and lower_input_convert(ctx, ins):
+        return True
     return _emit_traced(ctx, ins, trace_single(ins))
 
 
