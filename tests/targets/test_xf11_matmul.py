@@ -187,3 +187,55 @@ def test_linear_in_parts_against_torch(dtype: torch.dtype, with_bias: bool) -> N
         )
     with pytest.raises(OneDnnError, match="not 5 parts"):
         onednn_linear.Linear(w, None, 32, parts=5)
+
+
+def logits_model() -> tuple:
+    """An LM head: layer norm's affine part then a fixed-weight product whose float32 result
+    is the model's output (in a bf16 program: a bf16 product widened to float32, returned; the
+    weight above `truncate_float.HEAD_WEIGHTS`, so the product is not kept float32)."""
+    x = RNG.standard_normal((1, 16, 64)).astype(np.float32)
+    inits = {
+        "g": RNG.standard_normal(64).astype(np.float32),
+        "w": (RNG.standard_normal((64, 17000)) / 8).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Mul", ["x", "g"], ["h"]),
+        helper.make_node("MatMul", ["h", "w"], ["logits"]),
+    ]
+    return make_model(nodes, {"x": x}, ["logits"], inits, opset=20), x
+
+
+@pytest.mark.parametrize("fresh", ["1", "0"])
+def test_returned_widening_writes_a_new_tensor(monkeypatch, fresh: str) -> None:
+    """gpt12: a bf16 product's float32 group that the program returns is written into a new
+    tensor each run (no copy out of the arena: `lower_gemm._returned_fresh`); `0` keeps it in
+    its slot. Either way: within bf16's error of ONNX Runtime, the same numbers as the other
+    setting and as a profiled run, and an earlier run's output is not overwritten."""
+    if not gemm_kernels.cpu_has_bf16():
+        pytest.skip("no native bf16 here")
+    from pygraphx.targets.torch_lowering import lower_gemm
+
+    monkeypatch.setenv(lower_gemm.FRESH_ENV, fresh)
+    model, x = logits_model()
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    pygraphx.quantize_bf16(prog)
+    prog.compile(CpuTarget(threads=1))
+    lowered = prog._executable.lowered
+    (out_idx,) = lowered.outputs
+    assert [[i.op.name for i in s.instructions] for s in lowered.steps][-1] == ["dot", "pointwise"]
+    assert (out_idx in lowered.ctx.fresh) == (fresh == "1")
+    first = np.array(prog.run({"x": x})[0])
+    held = prog.run({"x": x})[0]
+    again = prog.run({"x": 2 * x})[0]  # a later run must not write into `held`
+    np.testing.assert_array_equal(np.array(held), first)
+    assert not np.shares_memory(np.asarray(held), np.asarray(again))
+    rel = np.sqrt(np.mean((first - want) ** 2) / np.mean(want**2))
+    assert 1e-5 < rel < 2e-2, rel  # bf16's error, not float32's
+    profiled = prog.run({"x": x}, observer=lambda *_: None)[0]
+    np.testing.assert_array_equal(np.array(profiled), first)
+    monkeypatch.setenv(lower_gemm.FRESH_ENV, "0" if fresh == "1" else "1")
+    other = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    pygraphx.quantize_bf16(other)
+    other.compile(CpuTarget(threads=1))
+    np.testing.assert_array_equal(np.array(other.run({"x": x})[0]), first)

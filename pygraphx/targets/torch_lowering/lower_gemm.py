@@ -38,10 +38,12 @@ arithmetic).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction
@@ -253,16 +255,55 @@ def _emit_widening(
 ) -> None:
     """A bf16 product (its bias added inside the GEMM, before the one rounding) and the rest of
     its float32 group (the convert and, say, a residual add), written into the group's own
-    slot, as one step."""
+    slot, as one step; a group the program returns (a language model's logits) writes a new
+    tensor each run instead (`_returned_fresh`)."""
     env = ctx.env
     didx, uidx = ctx.index[id(dot)], ctx.index[id(user)]
-    group = compile_into(ctx, *traced, ctx.args(user), env[uidx])
+    if _returned_fresh(ctx, user, uidx, unfused):
+        lens, empty = tuple(user.shape.lens()), torch.empty
+        like = torch.empty(lens, dtype=torch.float32, device="meta")
+        group = compile_into(ctx, *traced, ctx.args(user), like, out_expr=f"_env[{uidx}]")
 
-    def step() -> None:
-        env[didx] = produce()
-        group()
+        def step() -> None:
+            env[didx] = produce()
+            env[uidx] = empty(lens, dtype=torch.float32)
+            group()
+
+    else:
+        group = compile_into(ctx, *traced, ctx.args(user), env[uidx])
+
+        def step() -> None:
+            env[didx] = produce()
+            group()
 
     ctx.emit(step, [dot, user], uidx, unfused)
+
+
+#: `0` keeps a returned widening group in its arena slot (copied out by every run's collect;
+#: the A of `benchmarks/gpt12_ab.py --fresh`)
+FRESH_ENV = "PGX_CPU_FRESH_OUTPUT"
+
+
+def _returned_fresh(ctx: LoweringContext, user: Instruction, uidx: int, unfused: list) -> bool:
+    """Whether the float32 group `user` of a widening step is a program output that the step
+    should write into a new tensor (then marked fresh, its profiling twin storing the arena
+    slot back as `_fuse_dot`'s do).
+
+    Why: an output in an arena slot is copied by each run's `collect` (a later run overwrites
+    the slot); GPT-2's bf16 logits at batch 1 are (1, 128, 50257) float32, 25.7 MB: the copy was
+    1.8-2.0 ms of thread CPU a run at one thread (the 2-core EPYC, `benchmarks/gpt12_ab.py`).
+    A new tensor costs no copy; its memory comes back from malloc's heap run after run
+    (`keep_freed_memory`), so no page faults either. `FRESH_ENV=0`: the old way."""
+    if os.environ.get(FRESH_ENV, "1").strip().lower() in ("0", "false", "off", "no"):
+        return False
+    if user.shape.dtype() != np.float32 or not any(o.is_return() for o in user.outputs):
+        return False
+    keep_freed_memory()
+    if ctx.static[uidx]:
+        unfused[-1].fn = storing(unfused[-1].fn, ctx.env, uidx, ctx.env[uidx])
+    ctx.static[uidx] = False
+    ctx.mark_fresh(uidx)
+    return True
 
 
 #: a bf16 product of at least this many values that its group only converts to float32 (a
