@@ -8,9 +8,10 @@ Modes: those of `wino2_e2e.py` (`rule`, `rule:T:C`, `off`, a `/fresh` suffix ...
 by WHICH run on oneDNN's first implementation whose name starts with IMPL (e.g.
 `rule+1x1:res=jit_1x1:avx512_core`); a `/res_off` suffix: MODE with
 `PGX_CONV_RESIDUAL_1X1=off` (oneDNN's first implementation on the narrow residual expansions,
-the path before rn12; the suffix goes last: `rule/fresh/res_off`). WHICH: `res` (the residual expansions, whose epilogue
-adds a residual: `ConvPlan.accumulate`, or a binary add), `res64` (those of at most 64 input
-channels: ResNet-50's 56x56 expansions), `narrow` (fewer than 256 input channels), `all`.
+the path before rn12; the suffix goes last: `rule/fresh/res_off`). WHICH: `res` (the residual
+expansions, whose epilogue adds a residual: `ConvPlan.accumulate`, or a binary add), `res64`
+(those of at most 64 input channels: ResNet-50's 56x56 expansions), `narrow` (fewer than 256
+input channels), `all`.
 
     PGX_CPU_LOAD_ADAPT=0 PGX_CONV_CHOICE_CACHE=off PYTHONPATH=. python benchmarks/rn12_ab.py \\
         --models resnet50:8 --threads 2 --modes rule rule+1x1:res=jit_1x1:avx512_core ort

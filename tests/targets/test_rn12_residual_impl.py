@@ -1,4 +1,4 @@
-"""rn12: a narrow residual expansion (a 1x1 convolution of 32-64 input channels and at least
+"""rn12: a narrow residual expansion (a 1x1 convolution of 32-128 input channels and at least
 4x as many outputs, adding its block's residual) runs on oneDNN's `jit_1x1:avx2` on an AMD
 processor (`conv_choice.residual_1x1_impl`, `PGX_CONV_RESIDUAL_1X1`). Outputs against ONNX
 Runtime with the rule on, off and forced; the choice on this processor.
@@ -88,7 +88,7 @@ def test_only_narrow_expansions_take_it(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv(conv_choice.RESIDUAL_1X1_ENV, IMPL)
     if not _offered(None):
         pytest.skip(f"{IMPL} needs AVX2")
-    for c in (16, 128):  # below and above the channel range
+    for c in (16, 256):  # below and above the channel range
         model, feeds = _bottleneck(c)
         got, chosen = _run(model, feeds)
         assert f"dnnl/{IMPL}" not in chosen, (c, chosen)

@@ -211,18 +211,18 @@ def choose_kernel(state: ChoiceState, plan: ConvPlan, other_lens: list[int] | No
 #: was measured, oneDNN's first elsewhere), `off` (oneDNN's first everywhere), or an
 #: implementation name (any processor)
 RESIDUAL_1X1_ENV = "PGX_CONV_RESIDUAL_1X1"
-#: ResNet-50's 56x56 expansions (64 -> 256 channels, the block's residual added by oneDNN's sum
-#: post-op over its slot, rn11) on the 2-core EPYC (Zen 4, whose AVX-512 units are 256 bits
-#: wide): oneDNN's first, brgconv_1x1:avx512_core, took 10.4 ms at batch 8 on one thread where
-#: ONNX Runtime's took 7.9; jit_1x1:avx2 8.2-8.4 (thread CPU time, in the network). End to end
-#: (`benchmarks/rn12_ab.py`, `benchmarks/results/rn12.md`): batch 8, 1 thread 520.7 against
-#: 526.6 ms CPU a run, 2 threads best block 274.1 against 277.9 ms; batch 1 unchanged. The
-#: wider residual layers are not taken: 128 -> 512 gained 0.2-1 ms at batch 8, 256 -> 1024
-#: and 512 -> 2048 lost at batch 1 and at two threads.
+#: ResNet-50's 56x56 and 28x28 expansions (64 -> 256 and 128 -> 512 channels, the block's
+#: residual added by oneDNN's sum post-op over its slot, rn11) on the 2-core EPYC (Zen 4, whose
+#: AVX-512 units are 256 bits wide), thread CPU time in the network at batch 8, 1 thread:
+#: oneDNN's first, brgconv_1x1:avx512_core, 10.4-10.8 and 9.1 ms a layer (ONNX Runtime 7.9
+#: and 7.9), jit_1x1:avx2 8.4-8.5 and 8.1-8.3; 2 threads 5.2 -> 4.3-4.5 and 4.6 -> 4.3-4.4;
+#: batch 1 within 0.1 ms (`benchmarks/rn12_steps_ab.py`, `benchmarks/results/rn12.md`). The
+#: wider ones are not taken: 256 -> 1024 gained 0.15-0.35 ms at batch 8 but lost 0.02 at batch
+#: 1, 512 -> 2048 lost 0.2-0.8 ms at batch 8.
 RESIDUAL_1X1_IMPL = "jit_1x1:avx2"
-#: the input channels of such a layer (the measured ones had 64), and the least ratio of its
-#: output channels to them (an expansion: ResNet's bottleneck blocks widen 4x)
-RESIDUAL_1X1_CHANNELS, RESIDUAL_1X1_EXPANSION = (32, 64), 4
+#: the input channels of such a layer (the measured ones had 64 and 128), and the least ratio
+#: of its output channels to them (an expansion: ResNet's bottleneck blocks widen 4x)
+RESIDUAL_1X1_CHANNELS, RESIDUAL_1X1_EXPANSION = (32, 128), 4
 
 
 def residual_1x1_impl(plan: ConvPlan, other: bool) -> str | None:
