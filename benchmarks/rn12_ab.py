@@ -11,7 +11,7 @@ by WHICH run on oneDNN's first implementation whose name starts with IMPL (e.g.
 the path before rn12; the suffix goes last: `rule/fresh/res_off`). WHICH: `res` (the residual
 expansions, whose epilogue adds a residual: `ConvPlan.accumulate`, or a binary add), `res64`
 (those of at most 64 input channels: ResNet-50's 56x56 expansions), `narrow` (fewer than 256
-input channels), `all`.
+input channels), `all`, and `stem` (the layer of 3 input channels, any kernel size).
 
     PGX_CPU_LOAD_ADAPT=0 PGX_CONV_CHOICE_CACHE=off PYTHONPATH=. python benchmarks/rn12_ab.py \\
         --models resnet50:8 --threads 2 --modes rule rule+1x1:res=jit_1x1:avx512_core ort
@@ -40,6 +40,8 @@ _wino_compile = wino2_e2e.compile_mode
 
 def _picks(which: str, plan: object, other: bool) -> bool:
     w = plan.weight
+    if which == "stem":  # (any kernel size: the layer reading the image)
+        return w.shape[1] == 3 and plan.groups == 1
     if tuple(w.shape[2:]) != (1, 1) or any(s != 1 for s in plan.stride) or plan.groups != 1:
         return False
     if which == "res":
@@ -50,7 +52,7 @@ def _picks(which: str, plan: object, other: bool) -> bool:
         return w.shape[1] < 256
     if which == "all":
         return True
-    raise ValueError(f"rn12_ab: unknown layer set {which!r} (res, res64, narrow, all)")
+    raise ValueError(f"rn12_ab: unknown layer set {which!r} (res, res64, narrow, all, stem)")
 
 
 def compile_mode(model: object, mode: str, threads: int, budget: str) -> tuple[Callable, str]:

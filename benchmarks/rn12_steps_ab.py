@@ -1,4 +1,4 @@
-"""ResNet-50's 1x1 steps as they run under several compile modes of `benchmarks/rn12_ab.py`
+"""ResNet-50's 1x1 and 7x7 steps as they run under several compile modes of `benchmarks/rn12_ab.py`
 (helper rn12), in one process: each mode's steps timed by `targets/cpu/profile.time_steps`
 (thread CPU time at one thread, else wall), rounds alternated, per step the best round.
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"step kind layer (input CHW, K, stride, instructions): ms per mode {args.modes}")
     for i, row in enumerate(zip(*best.values(), strict=True)):
         kind, layer, _ = conv_kind(row[0], args.batch)
-        if kind.startswith("conv 1x1"):
+        if kind.startswith(("conv 1x1", "conv 7x7")):
             times = " ".join(f"{s.seconds * 1e3:8.3f}" for s in row)
             print(f"{i:3d} {kind:22s} {layer!s:32s} {times}")
     totals = " ".join(f"{sum(s.seconds for s in steps) * 1e3:.2f}" for steps in best.values())
