@@ -27,7 +27,10 @@ winner (`ConvPlan.impl`, candidate name "dnnl/<implementation>"). On the 2-core 
 Zen 4) it picks `jit_dw` on most depthwise layers and the AVX2 `jit_1x1` / `brgconv_1x1` on
 some 1x1 layers: MobileNetV2 float32 4-5% faster at batch 1 and 6-9% at batch 8 (1 thread,
 process CPU time, A/B in one process in both compile orders), 2-4% at batch 1 on 2 threads;
-bf16 MobileNetV2 0-2%, ResNet-50 unchanged (`benchmarks/results/dnnlimpl.md`).
+bf16 MobileNetV2 0-2%, ResNet-50 unchanged (`benchmarks/results/dnnlimpl.md`). One rule is
+applied untimed in modes `impl` and `measure`: on an AMD processor a residual expansion
+(`residual_1x1_impl`: ResNet's 1x1 bottleneck expansions that add the block's residual) runs
+`jit_1x1:avx2` (`PGX_CONV_RESIDUAL_1X1`, `benchmarks/results/rn12.md`).
 
 Choices are cached by everything that decides them (input lens, weight shape, geometry,
 epilogue, candidates, threads, torch version, CPU capability), so a second compile of the same
@@ -215,10 +218,11 @@ RESIDUAL_1X1_ENV = "PGX_CONV_RESIDUAL_1X1"
 #: residual added by oneDNN's sum post-op over its slot, rn11) on the 2-core EPYC (Zen 4, whose
 #: AVX-512 units are 256 bits wide), thread CPU time in the network at batch 8, 1 thread:
 #: oneDNN's first, brgconv_1x1:avx512_core, 10.4-10.8 and 9.1 ms a layer (ONNX Runtime 7.9
-#: and 7.9), jit_1x1:avx2 8.4-8.5 and 8.1-8.3; 2 threads 5.2 -> 4.3-4.5 and 4.6 -> 4.3-4.4;
-#: batch 1 within 0.1 ms (`benchmarks/rn12_steps_ab.py`, `benchmarks/results/rn12.md`). The
-#: wider ones are not taken: 256 -> 1024 gained 0.15-0.35 ms at batch 8 but lost 0.02 at batch
-#: 1, 512 -> 2048 lost 0.2-0.8 ms at batch 8.
+#: and 7.9), jit_1x1:avx2 8.4-8.5 and 8.1-8.3; 2 threads (wall, best of 8 rounds) 5.2 ->
+#: 4.1-4.2 and 4.55 -> 4.05 (ORT 4.0 and 4.0), the run 280.0 -> 273.9 ms; batch 1 within 0.1
+#: ms (`benchmarks/rn12_steps_ab.py`, `benchmarks/results/rn12.md`). The wider ones are not
+#: taken: 256 -> 1024 gained 0.15-0.35 ms at batch 8 but lost 0.02 at batch 1, 512 -> 2048
+#: lost 0.2-0.8 ms at batch 8.
 RESIDUAL_1X1_IMPL = "jit_1x1:avx2"
 #: the input channels of such a layer (the measured ones had 64 and 128), and the least ratio
 #: of its output channels to them (an expansion: ResNet's bottleneck blocks widen 4x)
