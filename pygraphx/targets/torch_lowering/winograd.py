@@ -303,6 +303,8 @@ class Scratch:
     Why: a fresh temporary lands wherever malloc finds a block, usually one last touched
     long ago, so its first writes fetch lines from memory; reused buffers are the ones the
     previous Winograd layer just used, still in the caches (rn12, `benchmarks/results/rn12.md`).
+    The price: the buffers stay allocated while the thread lives (ResNet-50 at batch 8: some
+    15 MB a thread), whether or not a program still uses them.
     """
 
     def __init__(self) -> None:
