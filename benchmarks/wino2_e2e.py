@@ -10,6 +10,10 @@
     PGX_CONV_CHOICE_CACHE=off python benchmarks/wino2_e2e.py --models resnet50:1 \\
         --threads 1 --modes off rule:32 rule:16 ort
 
+* a `/fresh` suffix on any mode (`rule/fresh`): the Winograd layers allocate their
+  temporaries on every call (`PGX_WINOGRAD_SCRATCH=0`, the path before rn12) instead of
+  taking them from the per-thread scratch.
+
 Same alternation and report as `wino_resnet_ab.py` (`off` there is `impl` with the rule off).
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +39,11 @@ _plain_compile = wino_resnet_ab.compile_mode
 
 
 def compile_mode(model: object, mode: str, threads: int, budget: str) -> tuple[Callable, str]:
-    """`wino_resnet_ab.compile_mode` knowing `off`, `rule:T` and `rule@REF` too."""
+    """`wino_resnet_ab.compile_mode` knowing `off`, `rule:T` and `rule@REF` too, and a
+    `/fresh` suffix (the Winograd layers allocate their temporaries every call, rn12)."""
+    if mode.endswith("/fresh"):
+        with mock.patch.dict(os.environ, {winograd.SCRATCH_ENV: "0"}):
+            return compile_mode(model, mode[: -len("/fresh")], threads, budget)
     if mode == "off":
         return _plain_compile(model, "impl", threads, budget)
     if mode.startswith("rule:"):

@@ -69,6 +69,20 @@ def machine_tag() -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
+@functools.cache
+def cpu_vendor() -> str:
+    """The processor's vendor string (`vendor_id` of /proc/cpuinfo: "AuthenticAMD",
+    "GenuineIntel"), "" where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
@@ -162,6 +176,7 @@ __all__ = [
     "OFF_VALUES",
     "cache_path",
     "clear",
+    "cpu_vendor",
     "default_path",
     "lookup",
     "machine_tag",

@@ -27,7 +27,10 @@ winner (`ConvPlan.impl`, candidate name "dnnl/<implementation>"). On the 2-core 
 Zen 4) it picks `jit_dw` on most depthwise layers and the AVX2 `jit_1x1` / `brgconv_1x1` on
 some 1x1 layers: MobileNetV2 float32 4-5% faster at batch 1 and 6-9% at batch 8 (1 thread,
 process CPU time, A/B in one process in both compile orders), 2-4% at batch 1 on 2 threads;
-bf16 MobileNetV2 0-2%, ResNet-50 unchanged (`benchmarks/results/dnnlimpl.md`).
+bf16 MobileNetV2 0-2%, ResNet-50 unchanged (`benchmarks/results/dnnlimpl.md`). One rule is
+applied untimed in modes `impl` and `measure`: on an AMD processor a residual expansion
+(`residual_1x1_impl`: ResNet's 1x1 bottleneck expansions that add the block's residual) runs
+`jit_1x1:avx2` (`PGX_CONV_RESIDUAL_1X1`, `benchmarks/results/rn12.md`).
 
 Choices are cached by everything that decides them (input lens, weight shape, geometry,
 epilogue, candidates, threads, torch version, CPU capability), so a second compile of the same
@@ -196,10 +199,70 @@ def choose_kernel(state: ChoiceState, plan: ConvPlan, other_lens: list[int] | No
         choice = state.mode if state.mode in names else default
     else:
         choice = _measured(state, plan, measured, other_lens)
-    state.chosen[choice] += 1
     kernel, _, impl = choice.partition(IMPL_SEP)
+    if kernel == "dnnl" and not impl and state.mode in ("impl", "measure"):
+        impl = residual_1x1_impl(plan, other_lens is not None)
+        if impl:
+            choice = f"dnnl{IMPL_SEP}{impl}"
+    state.chosen[choice] += 1
     plan.impl = impl or None
     return kernel
+
+
+#: `PGX_CONV_RESIDUAL_1X1`: the oneDNN implementation a narrow residual expansion runs on
+#: (`residual_1x1_impl`): `auto` (the default: `RESIDUAL_1X1_IMPL` on an AMD processor, where it
+#: was measured, oneDNN's first elsewhere), `off` (oneDNN's first everywhere), or an
+#: implementation name (any processor)
+RESIDUAL_1X1_ENV = "PGX_CONV_RESIDUAL_1X1"
+#: ResNet-50's 56x56 and 28x28 expansions (64 -> 256 and 128 -> 512 channels, the block's
+#: residual added by oneDNN's sum post-op over its slot, rn11) on the 2-core EPYC (Zen 4, whose
+#: AVX-512 units are 256 bits wide), thread CPU time in the network at batch 8, 1 thread:
+#: oneDNN's first, brgconv_1x1:avx512_core, 10.4-10.8 and 9.1 ms a layer (ONNX Runtime 7.9
+#: and 7.9), jit_1x1:avx2 8.4-8.5 and 8.1-8.3; 2 threads (wall, best of 8 rounds) 5.2 ->
+#: 4.1-4.2 and 4.55 -> 4.05 (ORT 4.0 and 4.0), the run 280.0 -> 273.9 ms; batch 1 within 0.1
+#: ms (`benchmarks/rn12_steps_ab.py`, `benchmarks/results/rn12.md`). The wider ones are not
+#: taken: 256 -> 1024 gained 0.15-0.35 ms at batch 8 but lost 0.02 at batch 1, 512 -> 2048
+#: lost 0.2-0.8 ms at batch 8.
+RESIDUAL_1X1_IMPL = "jit_1x1:avx2"
+#: the input channels of such a layer (the measured ones had 64 and 128), and the least ratio
+#: of its output channels to them (an expansion: ResNet's bottleneck blocks widen 4x)
+RESIDUAL_1X1_CHANNELS, RESIDUAL_1X1_EXPANSION = (32, 128), 4
+
+
+def residual_1x1_impl(plan: ConvPlan, other: bool) -> str | None:
+    """The implementation a float32 1x1 stride-1 convolution that adds a residual (`other`,
+    or accumulating into its slot), of `RESIDUAL_1X1_CHANNELS` input channels and at least
+    `RESIDUAL_1X1_EXPANSION` times as many output channels, runs on (`PGX_CONV_RESIDUAL_1X1`),
+    where oneDNN offers it; None: oneDNN's first."""
+    setting = os.environ.get(RESIDUAL_1X1_ENV, "auto").strip() or "auto"
+    if setting == "off":
+        return None
+    w = plan.weight
+    if not (
+        (other or plan.accumulate)
+        and w.dtype == torch.float32
+        and tuple(w.shape[2:]) == (1, 1)
+        and plan.groups == 1
+        and all(s == 1 for s in plan.stride)
+        and RESIDUAL_1X1_CHANNELS[0] <= w.shape[1] <= RESIDUAL_1X1_CHANNELS[1]
+        and w.shape[0] >= RESIDUAL_1X1_EXPANSION * w.shape[1]
+        and plan.dw is None
+    ):
+        return None
+    explicit = setting != "auto"
+    if not explicit:
+        if choice_cache.cpu_vendor() != "AuthenticAMD":
+            return None
+        setting = RESIDUAL_1X1_IMPL
+    names = onednn_conv.implementations(plan, other)
+    if setting not in names:
+        if explicit:
+            raise ConvChoiceError(
+                f"{RESIDUAL_1X1_ENV}={setting!r}: oneDNN offers {', '.join(names)} for the "
+                f"{w.shape[1]} -> {w.shape[0]} channel 1x1 layer"
+            )
+        return None  # (an AMD processor without AVX2: oneDNN's first)
+    return None if setting == names[0] else setting
 
 
 def _winograd_rule(plan: ConvPlan, names: list[str]) -> bool:
@@ -504,6 +567,8 @@ __all__ = [
     "BUDGET_ENV",
     "CACHE_ENV",
     "KERNEL_ENV",
+    "RESIDUAL_1X1_ENV",
+    "RESIDUAL_1X1_IMPL",
     "ChoiceState",
     "ConvChoiceError",
     "choice_key",
@@ -517,5 +582,6 @@ __all__ = [
     "measured_choice",
     "pick",
     "race",
+    "residual_1x1_impl",
     "time_kernels",
 ]

@@ -81,9 +81,10 @@ class _Primitive:
         pairs = zip((ARG_SRC, ARG_WEIGHTS, ARG_DST), self.mems, strict=True)
         self.args = (ExecArg * 3)(*(ExecArg(arg, mem) for arg, mem in pairs))
 
-    def __call__(self, src: Tensor) -> Tensor:
+    def __call__(self, src: Tensor, out: Tensor | None = None) -> Tensor:
         lib = self.rt.lib
-        out = torch.empty(self.out_shape)
+        if out is None:
+            out = torch.empty(self.out_shape)
         lib.dnnl_memory_set_data_handle(self.mems[0], src.data_ptr())
         lib.dnnl_memory_set_data_handle(self.mems[2], out.data_ptr())
         check(lib.dnnl_primitive_execute(self.prim, self.rt.stream, 3, self.args), "matmul")
@@ -113,16 +114,17 @@ class BatchedMatmul:
                 unavailable_reason(),
             )
 
-    def __call__(self, src: Tensor) -> Tensor:
+    def __call__(self, src: Tensor, out: Tensor | None = None) -> Tensor:
+        """The products; into `out` (a contiguous float32 (B, M, K) tensor) where given."""
         if self.rt is None:
             assert self.weight is not None
-            return torch.bmm(src, self.weight)
+            return torch.bmm(src, self.weight, out=out)
         key = (src.shape[1], torch.get_num_threads())
         prim = self._made.get(key)
         if prim is None:
             b, c, k = self.shape
             prim = self._made[key] = _Primitive(self.rt, (b, src.shape[1], c, k), self._pack)
-        return prim(src.contiguous())
+        return prim(src.contiguous(), out)
 
     def _pack(self, w_md: c_void_p) -> Tensor:
         """The weight laid out as `w_md`: one a primitive already holds, or a reorder of

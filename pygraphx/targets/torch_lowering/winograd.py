@@ -39,6 +39,8 @@ on each layer's real shape and keeps it only where it is faster.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -287,13 +289,87 @@ def chunks(geo: Geometry, m: int) -> list[Chunk]:
     ]
 
 
-def _padded(x: Tensor, geo: Geometry) -> Tensor:
-    """`x` (NCHW lens, any strides) copied into a new zero-bordered (N * hp, wp, C) buffer of
-    whole windows, the images one after another."""
+#: `PGX_WINOGRAD_SCRATCH=0`: every call allocates its temporaries and zeroes its padded
+#: buffer's border (the path before rn12)
+SCRATCH_ENV = "PGX_WINOGRAD_SCRATCH"
+
+
+class Scratch:
+    """The temporaries of Winograd calls, kept for the next call instead of allocated anew:
+    one buffer per role shared by every layer run on this OS thread (grown to the largest
+    request, never freed; two runs in two threads never share one), and one zero-bordered
+    padded input per geometry, its border zeroed once (a call copies only the interior).
+
+    Why: a fresh temporary lands wherever malloc finds a block, usually one last touched
+    long ago, so its first writes fetch lines from memory; reused buffers are the ones the
+    previous Winograd layer just used, still in the caches (rn12, `benchmarks/results/rn12.md`).
+    The price: the buffers stay allocated while the thread lives (ResNet-50 at batch 8: some
+    15 MB a thread), whether or not a program still uses them.
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def _bufs(self) -> dict:
+        bufs = getattr(self._local, "bufs", None)
+        if bufs is None:
+            bufs = self._local.bufs = {}
+        return bufs
+
+    def get(self, role: str, shape: Sequence[int]) -> Tensor:
+        """A float32 tensor of `shape` (contiguous, contents undefined) for `role`."""
+        bufs = self._bufs()
+        need = 1
+        for d in shape:
+            need *= d
+        # an inference-mode tensor cannot be written outside inference mode: a set for each
+        key = (role, torch.is_inference_mode_enabled())
+        buf = bufs.get(key)
+        if buf is None or buf.numel() < need:
+            buf = bufs[key] = torch.empty(need)
+        return buf[:need].view(shape)
+
+    def padded(self, geo: Geometry) -> Tensor:
+        """The (N * hp, wp, C) padded input buffer of `geo`, its border zero (and never
+        written by a call: `_padded` writes the interior only)."""
+        bufs = self._bufs()
+        g = geo  # (the output channels K play no part: layers of any K share the buffer)
+        key = ("flat", g.n, g.c, g.h, g.w, g.top, g.left, g.hp, g.wp)
+        key += (torch.is_inference_mode_enabled(),)
+        buf = bufs.get(key)
+        if buf is None:
+            buf = bufs[key] = torch.zeros(geo.n * geo.hp, geo.wp, geo.c)
+        return buf
+
+
+def scratch_enabled() -> bool:
+    """Whether Winograd calls take their temporaries from `SCRATCH` (`PGX_WINOGRAD_SCRATCH`,
+    default on)."""
+    return os.environ.get(SCRATCH_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+#: the process's scratch (a set of buffers per OS thread)
+SCRATCH = Scratch()
+
+
+def _fresh(role: str, shape: Sequence[int]) -> Tensor:
+    """A new temporary (`Scratch.get`'s signature; the old path)."""
+    return torch.empty(shape)
+
+
+def _padded(x: Tensor, geo: Geometry, scratch: Scratch | None = None) -> Tensor:
+    """`x` (NCHW lens, any strides) copied into a zero-bordered (N * hp, wp, C) buffer of
+    whole windows, the images one after another: `scratch`'s for this geometry (its border
+    already zero), else a new one."""
     g = geo
+    bottom, right = g.top + g.h, g.left + g.w
+    if scratch is not None:
+        flat = scratch.padded(g)
+        buf = flat.view(g.n, g.hp, g.wp, g.c)
+        buf[:, g.top : bottom, g.left : right].copy_(x.permute(0, 2, 3, 1))
+        return flat
     flat = torch.empty(g.n * g.hp, g.wp, g.c, dtype=x.dtype)
     buf = flat.view(g.n, g.hp, g.wp, g.c)
-    bottom, right = g.top + g.h, g.left + g.w
     buf[:, : g.top].zero_()
     buf[:, bottom:].zero_()
     buf[:, g.top : bottom, : g.left].zero_()
@@ -358,13 +434,16 @@ class Winograd:
         at = torch.tensor(self.t.at, dtype=torch.float32)
         # (its entries are products of two small integers: exact in float32)
         self.aa = torch.kron(at, at)
+        self.scratch = SCRATCH if scratch_enabled() else None
+        self.alloc = _fresh if self.scratch is None else self.scratch.get
 
     def __call__(self, x: Tensor, y: Tensor, other: Tensor | None, ops: list[EpilogueOp]) -> None:
         """The convolution of `x` (NCHW lens, any strides) into `y` ((N, Ho, Wo, K)
         contiguous) with the epilogue `ops` (the add operand `other`, (N, Ho, Wo, K) lens)."""
-        flat = _padded(x, self.geo)
+        flat = _padded(x, self.geo, self.scratch)
         for chunk in self.chunks:
-            prod = self.products(self._input_transform(flat, chunk))
+            v = self._input_transform(flat, chunk)
+            prod = self.products(v, self.alloc("prod", (v.shape[0], v.shape[1], self.geo.k)))
             tiles = self._output_transform(prod, chunk)
             self._store(tiles, chunk, y, other, ops)
 
@@ -376,7 +455,7 @@ class Winograd:
         row = g.wp * g.c
         # the input's row pass: B^T times each window row's (m + 2) rows, one product per
         # image (its windows are one strided sequence)
-        u1 = torch.empty(windows, a, row)  # (window, a, wp, C)
+        u1 = self.alloc("u1", (windows, a, row))  # (window, a, wp, C)
         for i in range(chunk.n0, chunk.n1):
             t0, t1 = max(chunk.r0 - i * g.th, 0), min(chunk.r1 - i * g.th, g.th)
             start = (i * g.hp + t0 * m) * row
@@ -384,11 +463,12 @@ class Winograd:
             at = i * g.th + t0 - chunk.r0
             torch.bmm(self.bt.expand(t1 - t0, a, a), rows, out=u1[at : at + t1 - t0])
         # the columns gathered: X[a, l, window, tile, C] = u1[window, a, m * tile + l, C]
-        cols = torch.empty(a, a, windows, g.tw, g.c)
+        cols = self.alloc("cols", (a, a, windows, g.tw, g.c))
         cols.copy_(u1.as_strided(cols.shape, (row, g.c, a * row, m * g.c, 1)))
         # the column pass, a product per row a (a batch: both threads work; one (6, N)
         # product runs on one): V[a, b, window, tile, C], a (tiles, C) matrix per point
-        v = torch.matmul(self.bt, cols.view(a, a, -1))
+        v = self.alloc("v", (a, a, windows * g.tw * g.c))
+        torch.matmul(self.bt, cols.view(a, a, -1), out=v)
         return v.view(a * a, windows * g.tw, g.c)
 
     def _output_transform(self, prod: Tensor, chunk: Chunk) -> Tensor:
@@ -402,7 +482,8 @@ class Winograd:
         # passes (rows, then columns: two batched products and an intermediate), but one call
         # and one pass: 1 thread, thread CPU time, the layers' sums 0.64-0.99x of the two
         # passes' (YOLOv8-style 0.88x, ResNet-50 b1 0.93x, b8 0.96x, UNet 0.99x; wino2.md)
-        y = torch.mm(self.aa, prod.view(a * a, -1))
+        y = self.alloc("tiles", (m * m, prod[0].numel()))
+        torch.mm(self.aa, prod.view(a * a, -1), out=y)
         return y.view(m, m, chunk.r1 - chunk.r0, g.tw, g.k)
 
     def _store(
