@@ -9,8 +9,6 @@ each round (`benchmarks/wino_resnet_ab.py`'s report: median wall, best block, pr
 
 from __future__ import annotations
 
-import argparse
-import itertools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -42,17 +40,9 @@ def compile_mode(model: object, mode: str, threads: int, budget: str) -> tuple[C
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=["resnet50:1"], help="name[:batch] or zoo")
-    p.add_argument("--modes", nargs="+", default=["base", "over", "ort", "ov_f32"])
-    p.add_argument("--threads", type=int, nargs="+", default=[1])
-    p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--repeat", type=int, default=5)
-    args = p.parse_args(argv)
-    wino_resnet_ab.compile_mode = compile_mode
-    for spec, threads in itertools.product(args.models, args.threads):
-        wino_resnet_ab.ab(spec, args.modes, threads, args.rounds, args.repeat, "1")
-    return 0
+    return wino_resnet_ab.cli(
+        argv, __doc__, ["base", "over", "ort", "ov_f32"], compile_mode, ["resnet50:1"], [1], budget="1"
+    )
 
 
 if __name__ == "__main__":

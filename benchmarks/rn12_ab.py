@@ -19,8 +19,6 @@ input channels), `all`, and `stem` (the layer of 3 input channels, any kernel si
 
 from __future__ import annotations
 
-import argparse
-import itertools
 import os
 import sys
 from collections.abc import Callable
@@ -86,17 +84,9 @@ def compile_mode(model: object, mode: str, threads: int, budget: str) -> tuple[C
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=["resnet50:8"], help="name[:batch] or zoo")
-    p.add_argument("--modes", nargs="+", default=["rule", "rule+1x1:res=jit_1x1", "ort"])
-    p.add_argument("--threads", type=int, nargs="+", default=[2])
-    p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--repeat", type=int, default=5)
-    args = p.parse_args(argv)
-    wino_resnet_ab.compile_mode = compile_mode
-    for spec, threads in itertools.product(args.models, args.threads):
-        wino_resnet_ab.ab(spec, args.modes, threads, args.rounds, args.repeat, "1")
-    return 0
+    return wino_resnet_ab.cli(
+        argv, __doc__, ["rule", "rule+1x1:res=jit_1x1", "ort"], compile_mode, ["resnet50:8"], [2], budget="1"
+    )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,6 @@ Same alternation and report as `wino_resnet_ab.py` (`off` there is `impl` with t
 
 from __future__ import annotations
 
-import argparse
-import itertools
 import os
 import sys
 from collections.abc import Callable
@@ -63,17 +61,9 @@ def compile_mode(model: object, mode: str, threads: int, budget: str) -> tuple[C
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=["resnet50:1"], help="name[:batch] or zoo")
-    p.add_argument("--modes", nargs="+", default=["off", "rule", "ort"])
-    p.add_argument("--threads", type=int, nargs="+", default=[1])
-    p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--repeat", type=int, default=5)
-    args = p.parse_args(argv)
-    wino_resnet_ab.compile_mode = compile_mode
-    for spec, threads in itertools.product(args.models, args.threads):
-        wino_resnet_ab.ab(spec, args.modes, threads, args.rounds, args.repeat, "1")
-    return 0
+    return wino_resnet_ab.cli(
+        argv, __doc__, ["off", "rule", "ort"], compile_mode, ["resnet50:1"], [1], budget="1"
+    )
 
 
 if __name__ == "__main__":

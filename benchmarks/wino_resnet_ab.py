@@ -98,18 +98,36 @@ def ab(
               f"{best:8.2f}), cpu {cpu:8.2f} ms/run{ratio}", flush=True)  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=["resnet50:1"], help="name[:batch] or zoo")
-    p.add_argument("--modes", nargs="+", default=["impl", "winograd", "measure", "ort"])
-    p.add_argument("--threads", type=int, nargs="+", default=[2])
+def cli(
+    argv: list[str] | None,
+    doc: str,
+    modes: list[str],
+    compile_fn: Callable[[object, str, int, str], tuple[Callable, str]] | None = None,
+    models: list[str] | None = None,
+    threads: list[int] | None = None,
+    budget: str = "30",
+) -> int:
+    """The command line of this A/B, and of the scripts that add modes to it (`rn11_ab.py`,
+    `wino2_e2e.py`, `rn12_ab.py`: their own `compile_fn` takes the place of `compile_mode`)."""
+    global compile_mode
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    p.add_argument("--models", nargs="+", default=models or ["resnet50:1"],
+                   help="name[:batch] or zoo")  # fmt: skip
+    p.add_argument("--modes", nargs="+", default=modes)
+    p.add_argument("--threads", type=int, nargs="+", default=threads or [2])
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--budget", default="30", help="PGX_CONV_CHOICE_BUDGET seconds (default 1)")
+    p.add_argument("--budget", default=budget, help="PGX_CONV_CHOICE_BUDGET seconds")
     args = p.parse_args(argv)
-    for spec, threads in itertools.product(args.models, args.threads):
-        ab(spec, args.modes, threads, args.rounds, args.repeat, args.budget)
+    if compile_fn is not None:
+        compile_mode = compile_fn
+    for spec, n in itertools.product(args.models, args.threads):
+        ab(spec, args.modes, n, args.rounds, args.repeat, args.budget)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli(argv, __doc__, ["impl", "winograd", "measure", "ort"])
 
 
 if __name__ == "__main__":
