@@ -103,6 +103,22 @@ def make_openvino(
     return run, seconds, getattr(precision_used, "get_type_name", lambda: str(precision_used))()
 
 
+def profiled_openvino(model: onnx.ModelProto, threads: int, precision: str = "f32") -> Any:
+    """An OpenVINO CPU compiled model at `precision` with its per-layer counters on
+    (`PERF_COUNT`: `get_profiling_info()` of a request after each `infer`), for the per-layer
+    benchmarks (`mnv2dw_layers.py`, `rn11_peers.py`)."""
+    import openvino as ov
+
+    core = ov.Core()
+    config = {
+        "INFERENCE_NUM_THREADS": threads,
+        "PERF_COUNT": True,
+        "INFERENCE_PRECISION_HINT": precision,
+        "PERFORMANCE_HINT": "LATENCY",
+    }
+    return core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU", config)
+
+
 def make_eager(model: onnx.ModelProto) -> tuple[Callable, float]:
     """Interpret the CNN graph node by node with torch.nn.functional (eager mode)."""
     import torch

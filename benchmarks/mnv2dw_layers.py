@@ -33,6 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pygraphx  # noqa: E402
+from benchmarks.cpu_engines import profiled_openvino  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 
 
@@ -95,19 +96,7 @@ def openvino_rows(
 ) -> list[dict]:
     """Per OpenVINO f32 layer executed, in its profile's order: name, type, kernel, median ms
     over `runs` runs (PERF_COUNT's `real_time`); last a `_run_wall` row."""
-    import openvino as ov
-
-    core = ov.Core()
-    compiled = core.compile_model(
-        core.read_model(model.SerializeToString(), b""),
-        "CPU",
-        {
-            "INFERENCE_NUM_THREADS": threads,
-            "PERF_COUNT": True,
-            "INFERENCE_PRECISION_HINT": precision,
-            "PERFORMANCE_HINT": "LATENCY",
-        },
-    )
+    compiled = profiled_openvino(model, threads, precision)
     req = compiled.create_infer_request()
     inputs = list(feeds.values())
     times: dict[str, list[float]] = {}

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from benchmarks.cpu_engines import profiled_openvino  # noqa: E402
 from pygraphx.models import get_model  # noqa: E402
 
 
@@ -105,19 +106,7 @@ def ov_times(
 ) -> dict[str, tuple[float, str, str]]:
     """Layer name -> (best seconds, layer type, OpenVINO's kernel) in OpenVINO's PERF_COUNT;
     a layer that fused ONNX nodes named in `known` is named after the first of them."""
-    import openvino as ov
-
-    core = ov.Core()
-    compiled = core.compile_model(
-        core.read_model(model.SerializeToString(), b""),
-        "CPU",
-        {
-            "INFERENCE_NUM_THREADS": threads,
-            "PERF_COUNT": True,
-            "INFERENCE_PRECISION_HINT": "f32",
-            "PERFORMANCE_HINT": "LATENCY",
-        },
-    )
+    compiled = profiled_openvino(model, threads, "f32")
     req = compiled.create_infer_request()
     # a layer's name is OpenVINO's own; the ONNX nodes fused into it are in its run-time info
     original = {}
