@@ -19,8 +19,11 @@ import gc
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+# isort: off
 import pygraphx  # (first: pygraphx sets OpenMP's spin count before torch)
 import torch
+
+# isort: on
 from pygraphx.models import get_model, model_inputs
 from pygraphx.targets.torch_lowering import winograd
 
