@@ -12,13 +12,14 @@
 
 * a `/fresh` suffix on any mode (`rule/fresh`): the Winograd layers allocate their
   temporaries on every call (`PGX_WINOGRAD_SCRATCH=0`, the path before rn12) instead of
-  taking them from the per-thread scratch.
+  taking them from the program's scratch (scratch12; per thread and process-wide before).
 
 Same alternation and report as `wino_resnet_ab.py` (`off` there is `impl` with the rule off).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -51,8 +52,20 @@ def compile_mode(model: object, mode: str, threads: int, budget: str) -> tuple[C
             return _plain_compile(model, "rule", threads, budget)
     if mode.startswith("rule@"):
         old = load_revision(mode.partition("@")[2])
+        # a revision whose build writes the slot (`out`, wino2) is given it; none is given
+        # this tree's program scratch (scratch12): it runs with its own temporaries
+        writes_out = "out" in inspect.signature(old.build).parameters
 
-        def build(plan: object, get_x: object, get_other: object, m: int = 4, out: object = None):
+        def build(
+            plan: object,
+            get_x: object,
+            get_other: object,
+            m: int = 4,
+            out: object = None,
+            scratch: object = None,
+        ):
+            if writes_out:
+                return old.build(plan, get_x, get_other, m, out)
             return old.build(plan, get_x, get_other, m)  # (a new result, copied into a slot)
 
         with mock.patch.object(winograd, "build", build):

@@ -1,5 +1,7 @@
 """The Winograd kernel's scratch (`winograd.Scratch`, rn12): temporaries kept for the next call,
-one zero-bordered padded input per geometry whose border is zeroed once.
+one zero-bordered padded input per geometry whose border is zeroed once. Since scratch12 a
+scratch belongs to its owner (a compiled program, `test_scratch12_program.py`; here, layers
+given one); a layer given none makes its own.
 
 Oracle: float64 `F.conv2d` (torch's direct convolution), and the old path
 (`PGX_WINOGRAD_SCRATCH=0`, every temporary allocated anew) for bit-equality.
@@ -51,17 +53,19 @@ def _err(got: torch.Tensor, want: torch.Tensor) -> float:
 def test_layers_sharing_a_geometry_stay_exact(inference: bool) -> None:
     lens = [2, 16, 9, 10]
     a, b = _plan(16, 24, lens, 1), _plan(16, 8, lens, 2)
+    scratch = winograd.Scratch()
     with torch.inference_mode(inference):
-        run_a = winograd.build(a, lambda: xs[0], None)
-        run_b = winograd.build(b, lambda: xs[0], None)
+        run_a = winograd.build(a, lambda: xs[0], None, scratch=scratch)
+        run_b = winograd.build(b, lambda: xs[0], None, scratch=scratch)
         geo = winograd.geometry(a, 4)
         # one padded buffer for both (they differ in K only)
-        assert winograd.SCRATCH.padded(geo) is winograd.SCRATCH.padded(winograd.geometry(b, 4))
+        assert scratch.padded(geo) is scratch.padded(winograd.geometry(b, 4))
+        assert sum(key[0] == "flat" for key in scratch.bufs) == 1
         for seed, scale in ((3, 1.0), (4, 1e3), (5, 1.0)):
             xs = [_input(lens, seed, scale)]
             for plan, run in ((a, run_a), (b, run_b)):
                 assert _err(run(), _want(plan, xs[0])) < 3e-5
-        flat = winograd.SCRATCH.padded(geo).view(geo.n, geo.hp, geo.wp, geo.c)
+        flat = scratch.padded(geo).view(geo.n, geo.hp, geo.wp, geo.c)
         interior = torch.zeros_like(flat, dtype=torch.bool)
         interior[:, geo.top : geo.top + geo.h, geo.left : geo.left + geo.w] = True
         assert bool((flat[~interior] == 0).all())  # the border: zero after 1e3-scaled inputs
@@ -83,15 +87,21 @@ def test_scratch_and_fresh_paths_agree_bit_for_bit(monkeypatch: pytest.MonkeyPat
     fresh = winograd.build(plan, lambda: x, None)
     monkeypatch.setenv(winograd.SCRATCH_ENV, "1")
     kept = winograd.build(plan, lambda: x, None)
-    assert winograd.Winograd(plan, 4).scratch is winograd.SCRATCH
+    given = winograd.Scratch()
+    assert winograd.Winograd(plan, 4, given).scratch is given
+    own = [winograd.Winograd(plan, 4).scratch for _ in range(2)]  # each its own
+    assert isinstance(own[0], winograd.Scratch) and own[0] is not own[1]
     monkeypatch.setenv(winograd.SCRATCH_ENV, "0")
     assert winograd.Winograd(plan, 4).scratch is None
+    assert winograd.Winograd(plan, 4, given).scratch is None
     y_fresh, y_kept = fresh().clone(), kept().clone()
     assert _err(y_kept, _want(plan, x)) < 3e-5
     assert torch.equal(y_fresh, y_kept)
 
 
 def test_two_threads_keep_their_own_scratch() -> None:
+    # two layers made without a scratch (as a candidate timed at compile) own one each, so
+    # two threads may run them at once
     lens = [1, 16, 12, 12]
     plan = _plan(16, 16, lens, 10)
     inputs = [_input(lens, 11, 1.0), _input(lens, 12, 50.0)]

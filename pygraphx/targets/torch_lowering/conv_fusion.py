@@ -59,6 +59,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
+from pygraphx.targets.torch_lowering import winograd
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext, Step
 from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_kernel, default_kernel
 from pygraphx.targets.torch_lowering.conv_dw_fusion import (
@@ -155,15 +156,19 @@ def conv_producer(
         plan.kernel = default_kernel(kernels_for(plan))
     o = plan.other
     get_other = None if o is None else env_getter(env, o)
+    # scratch12: a Winograd layer's temporaries are the program's (freed with it), shared by
+    # its Winograd layers (its runs are serialised)
+    wino = plan.kernel in winograd.KERNEL_TILES
+    scratch = winograd.program_scratch(ctx.cache) if wino else None
     if not measure:  # the twin runs only when profiling: its kernel is made at its first call
-        return lazy_kernel(plan, plan.kernel, env_getter(env, x), get_other)
+        return lazy_kernel(plan, plan.kernel, env_getter(env, x), get_other, scratch)
     if out is not None and (
         plan.kernel not in WRITES_OUT or plan.in_place or not out.is_contiguous(memory_format=CL)
     ):
         out = None
     if out is not None:  # (tests, benchmarks: how many results need no copy)
         ctx.cache["conv_into_slot"] = ctx.cache.get("conv_into_slot", 0) + 1
-    return build_kernel(plan, plan.kernel, env_getter(env, x), get_other, out)
+    return build_kernel(plan, plan.kernel, env_getter(env, x), get_other, out, scratch)
 
 
 def env_getter(env: list, index: int) -> Callable[[], torch.Tensor]:

@@ -141,10 +141,12 @@ def build_kernel(
     get_x: Getter,
     get_other: Getter | None,
     out: Tensor | None = None,
+    scratch: winograd.Scratch | None = None,
 ) -> Callable[[], Tensor]:
     """A closure running `plan` on `get_x()` (and the add operand `get_other()`) with `kernel`;
     it returns a new channels-last tensor (a kernel of `WRITES_OUT` given `out`: `out`, written
-    every call)."""
+    every call). `scratch`: the program's Winograd temporaries (`winograd.program_scratch`;
+    without one a Winograd kernel makes its own)."""
     if kernel == "matmul":
         return _matmul(plan, get_x, get_other)
     if kernel == "torch_cl":
@@ -152,14 +154,19 @@ def build_kernel(
     if kernel == "dnnl":
         return onednn_conv.build(plan, get_x, get_other, out)
     if kernel in winograd.KERNEL_TILES:
-        return winograd.build(plan, get_x, get_other, winograd.KERNEL_TILES[kernel], out)
+        m = winograd.KERNEL_TILES[kernel]
+        return winograd.build(plan, get_x, get_other, m, out, scratch)
     if kernel != "onednn":
         raise ValueError(f"unknown convolution kernel {kernel!r}; one of {', '.join(KERNELS)}")
     return _onednn(plan, get_x, get_other)
 
 
 def lazy_kernel(
-    plan: ConvPlan, kernel: str, get_x: Getter, get_other: Getter | None
+    plan: ConvPlan,
+    kernel: str,
+    get_x: Getter,
+    get_other: Getter | None,
+    scratch: winograd.Scratch | None = None,
 ) -> Callable[[], Tensor]:
     """`build_kernel`'s closure, made at the first call (a kernel that may never run, such as
     a fused step's unfused twin for profiling, packs no weight until it does)."""
@@ -167,7 +174,7 @@ def lazy_kernel(
 
     def run() -> Tensor:
         if not made:
-            made.append(build_kernel(plan, kernel, get_x, get_other))
+            made.append(build_kernel(plan, kernel, get_x, get_other, scratch=scratch))
         return made[0]()
 
     return run

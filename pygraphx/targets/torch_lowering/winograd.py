@@ -40,7 +40,6 @@ on each layer's real shape and keeps it only where it is faster.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -296,29 +295,29 @@ SCRATCH_ENV = "PGX_WINOGRAD_SCRATCH"
 
 class Scratch:
     """The temporaries of Winograd calls, kept for the next call instead of allocated anew:
-    one buffer per role shared by every layer run on this OS thread (grown to the largest
-    request, never freed; two runs in two threads never share one), and one zero-bordered
-    padded input per geometry, its border zeroed once (a call copies only the interior).
+    one buffer per role shared by every layer that holds this scratch (grown to the largest
+    request), and one zero-bordered padded input per geometry, its border zeroed once (a call
+    copies only the interior).
+
+    Owner: one compiled program (`program_scratch`: made by the lowering, handed to each of
+    its `Winograd` layers, freed with the program; scratch12). A program's runs are serialised
+    (`CpuExecutable._lock`), so its layers never use the buffers at the same time; a scratch
+    is not for two threads at once (a `Winograd` made outside a program, such as a candidate
+    timed at compile, gets one of its own).
 
     Why: a fresh temporary lands wherever malloc finds a block, usually one last touched
     long ago, so its first writes fetch lines from memory; reused buffers are the ones the
     previous Winograd layer just used, still in the caches (rn12, `benchmarks/results/rn12.md`).
-    The price: the buffers stay allocated while the thread lives (ResNet-50 at batch 8: some
-    15 MB a thread), whether or not a program still uses them.
+    The price: the buffers stay allocated while the program lives (ResNet-50 at batch 8: some
+    15 MB).
     """
 
     def __init__(self) -> None:
-        self._local = threading.local()
-
-    def _bufs(self) -> dict:
-        bufs = getattr(self._local, "bufs", None)
-        if bufs is None:
-            bufs = self._local.bufs = {}
-        return bufs
+        self.bufs: dict[tuple, Tensor] = {}
 
     def get(self, role: str, shape: Sequence[int]) -> Tensor:
         """A float32 tensor of `shape` (contiguous, contents undefined) for `role`."""
-        bufs = self._bufs()
+        bufs = self.bufs
         need = 1
         for d in shape:
             need *= d
@@ -332,7 +331,7 @@ class Scratch:
     def padded(self, geo: Geometry) -> Tensor:
         """The (N * hp, wp, C) padded input buffer of `geo`, its border zero (and never
         written by a call: `_padded` writes the interior only)."""
-        bufs = self._bufs()
+        bufs = self.bufs
         g = geo  # (the output channels K play no part: layers of any K share the buffer)
         key = ("flat", g.n, g.c, g.h, g.w, g.top, g.left, g.hp, g.wp)
         key += (torch.is_inference_mode_enabled(),)
@@ -341,15 +340,31 @@ class Scratch:
             buf = bufs[key] = torch.zeros(geo.n * geo.hp, geo.wp, geo.c)
         return buf
 
+    def nbytes(self) -> int:
+        """The bytes its buffers hold."""
+        return sum(b.numel() * b.element_size() for b in self.bufs.values())
+
 
 def scratch_enabled() -> bool:
-    """Whether Winograd calls take their temporaries from `SCRATCH` (`PGX_WINOGRAD_SCRATCH`,
+    """Whether Winograd calls take their temporaries from a `Scratch` (`PGX_WINOGRAD_SCRATCH`,
     default on)."""
     return os.environ.get(SCRATCH_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-#: the process's scratch (a set of buffers per OS thread)
-SCRATCH = Scratch()
+#: the key of a program's scratch in its lowering context's `cache`
+SCRATCH_KEY = "winograd_scratch"
+
+
+def program_scratch(cache: dict) -> Scratch | None:
+    """The Winograd scratch of the program being lowered (`cache`: its lowering context's
+    `cache`, which the compiled program keeps): made at its first Winograd layer, shared by
+    all of them, None with `PGX_WINOGRAD_SCRATCH=0`."""
+    if not scratch_enabled():
+        return None
+    scratch = cache.get(SCRATCH_KEY)
+    if scratch is None:
+        scratch = cache[SCRATCH_KEY] = Scratch()
+    return scratch
 
 
 def _fresh(role: str, shape: Sequence[int]) -> Tensor:
@@ -422,7 +437,9 @@ def epilogue_ops(plan: ConvPlan, add: bool) -> list[EpilogueOp]:
 class Winograd:
     """One layer's Winograd convolution: the transformed weight and the per-call passes."""
 
-    def __init__(self, plan: ConvPlan, m: int) -> None:
+    def __init__(self, plan: ConvPlan, m: int, scratch: Scratch | None = None) -> None:
+        """`scratch`: the program's (`program_scratch`); without one, a scratch of its own
+        (none with `PGX_WINOGRAD_SCRATCH=0`)."""
         if not supports(plan):
             raise ValueError("winograd: a float32 3x3 stride-1 convolution with one group only")
         self.t = TRANSFORMS[m]
@@ -434,7 +451,11 @@ class Winograd:
         at = torch.tensor(self.t.at, dtype=torch.float32)
         # (its entries are products of two small integers: exact in float32)
         self.aa = torch.kron(at, at)
-        self.scratch = SCRATCH if scratch_enabled() else None
+        if not scratch_enabled():
+            scratch = None
+        elif scratch is None:
+            scratch = Scratch()
+        self.scratch = scratch
         self.alloc = _fresh if self.scratch is None else self.scratch.get
 
     def __call__(self, x: Tensor, y: Tensor, other: Tensor | None, ops: list[EpilogueOp]) -> None:
@@ -532,13 +553,14 @@ def build(
     get_other: Getter | None,
     m: int = 4,
     out: Tensor | None = None,
+    scratch: Scratch | None = None,
 ) -> Callable[[], Tensor]:
     """A closure running `plan` with F(m x m, 3 x 3) on `get_x()` (and the add operand
     `get_other()`), returning a new channels-last tensor with the whole epilogue applied; or,
     given `out` (a channels-last float32 tensor of the result's lens, such as its arena slot,
     not the add operand), writing `out` every call and returning it (no new result, and no copy
-    of one into the slot)."""
-    conv = Winograd(plan, m)
+    of one into the slot). `scratch`: the program's temporaries (`Winograd`)."""
+    conv = Winograd(plan, m, scratch)
     g = conv.geo
     ops = epilogue_ops(plan, get_other is not None)
     if out is not None and (
@@ -567,9 +589,11 @@ def build(
 
 __all__ = [
     "KERNEL_TILES",
+    "SCRATCH_ENV",
     "TRANSFORMS",
     "Chunk",
     "Geometry",
+    "Scratch",
     "Transform",
     "Winograd",
     "activate_",
@@ -579,6 +603,7 @@ __all__ = [
     "chunks",
     "epilogue_ops",
     "geometry",
+    "program_scratch",
     "rule_limits",
     "supports",
     "weight_transform",
