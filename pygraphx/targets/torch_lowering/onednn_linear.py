@@ -42,6 +42,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     check,
     declare_matmul,
     post_op_arg,
+    primitive_cache_off,
     release,
     runtime,
     unavailable_reason,
@@ -109,6 +110,8 @@ class _Primitive:
             check(status, f"matmul {src} x {wei} {owner.epilogue or ''}")
         finally:
             lib.dnnl_primitive_attr_destroy(attr)
+        if owner.impl is not None:
+            _move_to_impl(rt, self.pd, owner.impl)
         self.prim = rt.primitive(self.pd)
         self.impl = rt.impl_name(self.pd)
         self.w_md = w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
@@ -173,6 +176,7 @@ class Linear:
         epilogue: str | None = None,
         twin: Linear | None = None,
         parts: int = 1,
+        impl: str | None = None,
     ) -> None:
         rt = runtime()
         if rt is None:
@@ -207,6 +211,7 @@ class Linear:
         self.bias = None if bias is None else bias.contiguous()
         self.rows = rows
         self.epilogue = epilogue
+        self.impl = impl
         self.out_lens = (rows, n) if parts == 1 else (parts, rows, width)
         self.made: dict[int, _Primitive] = {}
         if now:  # (else at the first call)
@@ -243,6 +248,17 @@ class Linear:
         y = torch.empty(self.out_lens, dtype=self.dtype)
         self.primitive().execute(x.contiguous(), y)
         return y
+
+
+def _move_to_impl(rt: Runtime, pd: c_void_p, impl: str) -> None:
+    """Move `pd` to oneDNN's first implementation whose name starts with `impl`; an error
+    naming those offered where none does."""
+    offered = [rt.impl_name(pd)]
+    with primitive_cache_off(rt.lib):
+        while not offered[-1].startswith(impl):
+            if not rt.next_impl(pd):
+                raise OneDnnError(f"matmul implementation {impl!r} not offered: {offered}")
+            offered.append(rt.impl_name(pd))
 
 
 def available() -> bool:
