@@ -9,7 +9,7 @@ pooling / matmul execute inside it separately (same clock), so a step's time les
 calls is its Python and torch overhead. `--clock thread`: the calling thread's CPU time (robust
 to load; at 2 threads oneDNN's share on the other thread is not in it), `wall`: perf_counter.
 Variants as in `mnv2b1_ab.py` (`NAME:VAR=VALUE,...`, `@module.NAME=literal`). Printed per
-variant: the last `--last` steps' min / median, their oneDNN calls' min / median, and the
+variant: each pooling / product step's min / median, its oneDNN call's min / median, and the
 overhead (step less calls) min / median, in us; and the run's summed steps.
 """
 
@@ -29,12 +29,15 @@ from benchmarks.mnv2b1_ab import compiled, parse_variant  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 
 
+#: the steps reported: each runs exactly one oneDNN pooling or matmul call here
+OPS = {"pooling", "dot"}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="mobilenetv2")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=200)
-    p.add_argument("--last", type=int, default=2)
     p.add_argument("--clock", choices=("thread", "wall"), default="thread")
     p.add_argument("--variant", action="append", required=True)
     args = p.parse_args()
@@ -62,11 +65,12 @@ def main() -> None:
         for name in order:
             calls.clear()
             steps = time_steps(progs[name]._executable, feeds, 1, clock)
-            last = [s.seconds for s in steps[-args.last:]]
-            rows[name]["step"].append(last)
+            # the pooling and product steps, each with its one oneDNN call (in run order)
+            mine = [s.seconds for s in steps if {i.op.name for i in s.instructions} & OPS]
+            assert len(mine) == len(calls), (len(mine), len(calls))
+            rows[name]["step"].append(mine)
             rows[name]["sum"].append(sum(s.seconds for s in steps))
-            # the oneDNN calls of the last steps: the run's last calls (one each here)
-            rows[name]["call"].append(calls[-args.last:])
+            rows[name]["call"].append(list(calls))
     for name, row in rows.items():
         step, call = np.array(row["step"]) * 1e6, np.array(row["call"]) * 1e6
         over = step - call

@@ -165,7 +165,9 @@ class Linear:
     same weight, rows and type, another bias or epilogue) packs nothing of its own: its
     primitives start from the twin's packed weight, shared where the layout is the same. With
     `parts` > 1 the columns are that many parts of equal width, computed as one batched
-    product into a new (parts, rows, width) tensor, each part dense (`dims`)."""
+    product into a new (parts, rows, width) tensor, each part dense (`dims`). `impl`: the
+    first of oneDNN's implementations whose name starts with it (e.g. `gemm:jit`; an error
+    naming those offered where none does), else oneDNN's first."""
 
     def __init__(
         self,
