@@ -5,7 +5,8 @@
 
 Each `--variant NAME:VAR=VALUE,...` compiles the model with those environment variables set
 (only while it compiles; nothing else differs); `@module.NAME=value` sets an attribute of
-`pygraphx.targets.torch_lowering.<module>` (`@cpu.module.NAME`: `pygraphx.targets.cpu.<module>`) instead (a Python literal, e.g.
+`pygraphx.targets.torch_lowering.<module>` (`@cpu.module.NAME`:
+`pygraphx.targets.cpu.<module>`) instead (a Python literal, e.g.
 `before:@onednn_conv.LEAN_CLOSURE=False`); the programs then run in alternating blocks
 (the order reversed every round), each block `--runs` runs. `--bf16`: every variant
 `quantize_bf16`'d first. Printed per program: median over the

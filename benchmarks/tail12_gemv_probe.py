@@ -64,7 +64,10 @@ def main() -> None:
         "onednn_parts2": lambda: lin2(x).reshape(1, n),
         "onednn_parts4": lambda: lin4(x).reshape(1, n),
         "onednn_parts8": lambda: lin8(x).reshape(1, n),
-        **{f"gemmjit_{t}": (lambda lin: lambda: lin(x).reshape(1, n))(lin) for t, lin in jit.items()},
+        **{
+            f"gemmjit_{t}": (lambda lin: lambda: lin(x).reshape(1, n))(lin)
+            for t, lin in jit.items()
+        },
         "baddbmm_halves": lambda: torch.baddbmm(b2, halves, xcol).reshape(1, n),
         "mv": lambda: torch.addmv(b, w_nk, x.reshape(k)).reshape(1, n),
     }
@@ -87,7 +90,8 @@ def main() -> None:
             warm[name].append(time.perf_counter() - t)
     for name in cands:
         c, w = np.array(times[name]) * 1e6, np.array(warm[name]) * 1e6
-        print(f"{name:22s} cold min {c.min():7.1f} med {np.median(c):7.1f} us   warm min {w.min():6.1f} med {np.median(w):6.1f}")
+        print(f"{name:22s} cold min {c.min():7.1f} med {np.median(c):7.1f} us   "
+              f"warm min {w.min():6.1f} med {np.median(w):6.1f}")  # fmt: skip
 
 
 if __name__ == "__main__":

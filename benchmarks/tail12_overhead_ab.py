@@ -55,7 +55,8 @@ def main() -> None:
         cls.execute = timed
     model = get_model(args.model)
     feeds = model_inputs(args.model, model)
-    progs = {name: compiled(model, args.threads, env) for name, env in map(parse_variant, args.variant)}
+    variants = map(parse_variant, args.variant)
+    progs = {name: compiled(model, args.threads, env) for name, env in variants}
     rows = {name: {"step": [], "call": [], "sum": []} for name in progs}
     for _ in range(5):
         for prog in progs.values():

@@ -112,8 +112,10 @@ def test_linear_implementation_not_offered_is_an_error():
 def pool_model(global_pool: bool) -> tuple:
     x = RNG.standard_normal((1, 16, 8, 8)).astype(np.float32)
     w = (RNG.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
-    pool = (helper.make_node("GlobalAveragePool", ["c"], ["y"]) if global_pool else
-            helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[2, 2], strides=[2, 2]))  # fmt: skip
+    if global_pool:
+        pool = helper.make_node("GlobalAveragePool", ["c"], ["y"])
+    else:
+        pool = helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), pool]
     return make_model(nodes, {"x": x}, ["y"], {"w": w}), x
 
