@@ -5,7 +5,8 @@
 
 Each `--variant NAME:VAR=VALUE,...` compiles the model with those environment variables set
 (only while it compiles; nothing else differs); `@module.NAME=value` sets an attribute of
-`pygraphx.targets.torch_lowering.<module>` instead (a Python literal, e.g.
+`pygraphx.targets.torch_lowering.<module>` (`@cpu.module.NAME`:
+`pygraphx.targets.cpu.<module>`) instead (a Python literal, e.g.
 `before:@onednn_conv.LEAN_CLOSURE=False`); the programs then run in alternating blocks
 (the order reversed every round), each block `--runs` runs. `--bf16`: every variant
 `quantize_bf16`'d first. Printed per program: median over the
@@ -45,7 +46,9 @@ def compiled(model: object, threads: int, env: dict[str, str], bf16: bool = Fals
         for key, value in env.items():
             if key.startswith("@"):
                 module_name, _, name = key[1:].rpartition(".")
-                module = importlib.import_module(f"pygraphx.targets.torch_lowering.{module_name}")
+                package = "cpu" if module_name.startswith("cpu.") else "torch_lowering"
+                module_name = module_name.removeprefix("cpu.")
+                module = importlib.import_module(f"pygraphx.targets.{package}.{module_name}")
                 stack.enter_context(mock.patch.object(module, name, ast.literal_eval(value)))
             else:
                 stack.enter_context(mock.patch.dict(os.environ, {key: value}))

@@ -106,11 +106,31 @@ def _stored(ins: Instruction) -> int:
     return min(shape.elements(), shape.element_space())
 
 
+#: a global pooling (every output spatial length 1) runs on all the run's threads, whatever its
+#: size: the 1-thread policy would switch torch's count down and back up around it, which costs
+#: more than the step's split (MobileNetV2 b1, 2 threads: `torch.set_num_threads(1)` 8-16 us
+#: cold in a run, the 64k-value pool 19 us on 2 threads against 28 on 1 with its switch;
+#: `benchmarks/results/tail12.md`). False: the size rule alone (the old path, for A/B).
+GLOBAL_POOL_ALL_THREADS = True
+
+
 def plan_step_threads(steps: Sequence[Step], n: int, enabled: bool) -> list[int]:
     """Each step's thread count (all `n` when the per-step policy is off)."""
     if not enabled or n == 1:
         return [n] * len(steps)
-    return [step_threads(step_work(s.instructions), n) for s in steps]
+    return [
+        n if _global_pool(s.instructions) else step_threads(step_work(s.instructions), n)
+        for s in steps
+    ]
+
+
+def _global_pool(instructions: Sequence[Instruction]) -> bool:
+    """A step of one pooling whose output is one value per channel (`GLOBAL_POOL_ALL_THREADS`)."""
+    if not GLOBAL_POOL_ALL_THREADS or len(instructions) != 1:
+        return False
+    ins = instructions[0]
+    lens = ins.shape.lens()
+    return ins.op.name == "pooling" and len(lens) > 2 and all(x == 1 for x in lens[2:])
 
 
 def with_thread_switches(

@@ -6,6 +6,7 @@ weight as one 2-D matrix and the bias as one vector when they are constants, the
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -263,6 +264,11 @@ def fast_kernel(
 #: the classifier step of MobileNetV2 at batch 8 524-542 -> 434-442 us, ResNet-50 704-758 ->
 #: 577-602; `benchmarks/results/mnv2b1.md`)
 CLASSIFIER_KERNEL = "addmm|onednn_matmul"
+#: a one-row classifier's matmul on several threads: its columns in this many parts (a
+#: batched product, oneDNN splitting the parts over the threads), and oneDNN's implementation
+#: (a name prefix; None: oneDNN's first)
+CLASSIFIER_PARTS = 1
+CLASSIFIER_IMPL: str | None = None
 MATMUL_KERNEL = "onednn_matmul"
 #: the ops a classifier's input may pass through from the pooling or convolution that makes it
 _FEATURE_VIEWS = frozenset({"flatten", "reshape", "squeeze", "unsqueeze", "contiguous"})
@@ -292,9 +298,12 @@ def _linear(
     times); its primitive is made now only on several threads (on one, a one-row classifier
     runs `addmm`)."""
     key = ("onednn_linear", id(ins.inputs[1]), rows, None if bias is None else bias.data_ptr())
+    parts = CLASSIFIER_PARTS if rows == 1 and w.shape[1] % max(CLASSIFIER_PARTS, 1) == 0 else 1
     if key not in ctx.packed_weights:
         now = rows > 1 or torch.get_num_threads() > 1
-        ctx.packed_weights[key] = onednn_linear.Linear(w, bias, rows, now=now)
+        ctx.packed_weights[key] = onednn_linear.Linear(
+            w, bias, rows, now=now, parts=parts, impl=CLASSIFIER_IMPL
+        )
     return ctx.packed_weights[key]
 
 
@@ -307,10 +316,53 @@ def _classifier_kernel(
     run (the network's weights went through the caches since); on the 2-core EPYC, MobileNetV2's
     1280 x 1000 classifier, caches flushed: one thread `addmm` 0.41 ms against oneDNN's 0.46-0.48,
     two threads 0.36-0.39 against 0.27-0.29 (`benchmarks/results/mnv2b1.md`)."""
-    threads, addmm = torch.get_num_threads, torch.addmm
-    b = torch.zeros(w.shape[1], dtype=w.dtype) if bias is None else bias
+    return ClassifierKernel(linear, w, bias)
 
-    def kernel(x: torch.Tensor) -> torch.Tensor:
-        return addmm(b, x, w) if threads() == 1 else linear(x)
 
-    return kernel
+#: a one-row classifier on several threads calls oneDNN on its source's and a new result's
+#: addresses with no other torch op (`ClassifierKernel.producer`); False: reshape, call and view
+#: as every product (the old path, for A/B)
+LEAN_CLASSIFIER = True
+
+
+class ClassifierKernel:
+    """`_classifier_kernel`'s product: callable on a (1, K) source like every `Kernel`, and
+    `producer` gives the step's whole product with no torch op but the result's allocation on
+    several threads. Why: in a CNN's run the classifier is the first torch op after the oneDNN
+    steps, and each op then pays torch's dispatcher coming back cold into the caches (the
+    reshape, `contiguous` and view around the call: 40-75 us of MobileNetV2's classifier step
+    at batch 1, 2 threads, besides oneDNN's call; `benchmarks/results/tail12.md`)."""
+
+    def __init__(
+        self, linear: onednn_linear.Linear, w: torch.Tensor, bias: torch.Tensor | None
+    ) -> None:
+        self.linear, self.w = linear, w
+        self.b = torch.zeros(w.shape[1], dtype=w.dtype) if bias is None else bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.get_num_threads() == 1:
+            return torch.addmm(self.b, x, self.w)
+        return self.linear(x)
+
+    def producer(
+        self, env: list, a: int, out_lens: tuple[int, ...]
+    ) -> Callable[[], torch.Tensor] | None:
+        """The product of `env[a]` (a dense tensor of K values) as a new `out_lens` tensor; None
+        when `LEAN_CLASSIFIER` is off or the result's layout is not the plain (1, N) one."""
+        linear, w, b = self.linear, self.w, self.b
+        k, n = w.shape
+        if not LEAN_CLASSIFIER or linear.rows != 1 or math.prod(out_lens) != n:
+            return None
+        threads, addmm, empty, dtype = torch.get_num_threads, torch.addmm, torch.empty, w.dtype
+
+        def produce() -> torch.Tensor:
+            x = env[a]
+            if threads() == 1:
+                return addmm(b, x.reshape(1, k), w).view(out_lens)
+            if not x.is_contiguous():
+                x = x.contiguous()
+            y = empty(out_lens, dtype=dtype)
+            linear.primitive().execute(x, y)  # (addresses only: both dense, K and N values)
+            return y
+
+        return produce

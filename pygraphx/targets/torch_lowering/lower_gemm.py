@@ -53,6 +53,7 @@ from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.gemm_kernels import (
     DNNL_EPILOGUES,
     GEMM_DTYPES,
+    ClassifierKernel,
     batch_broadcast_matrix,
     bf16_gemm,
     bias_vector,
@@ -107,6 +108,10 @@ def dot_producer(
         kernel = fast_kernel(ctx, ins, w, rows, bias, epilogue)
         if kernel is None:
             return None
+        if isinstance(kernel, ClassifierKernel):
+            lean = kernel.producer(env, a, out_lens)
+            if lean is not None:
+                return lean
         return lambda: kernel(env[a].reshape(rows, k)).view(out_lens)
     if epilogue is not None:
         return None

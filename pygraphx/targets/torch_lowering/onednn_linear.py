@@ -42,6 +42,7 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     check,
     declare_matmul,
     post_op_arg,
+    primitive_cache_off,
     release,
     runtime,
     unavailable_reason,
@@ -109,6 +110,8 @@ class _Primitive:
             check(status, f"matmul {src} x {wei} {owner.epilogue or ''}")
         finally:
             lib.dnnl_primitive_attr_destroy(attr)
+        if owner.impl is not None:
+            _move_to_impl(rt, self.pd, owner.impl)
         self.prim = rt.primitive(self.pd)
         self.impl = rt.impl_name(self.pd)
         self.w_md = w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
@@ -162,7 +165,9 @@ class Linear:
     same weight, rows and type, another bias or epilogue) packs nothing of its own: its
     primitives start from the twin's packed weight, shared where the layout is the same. With
     `parts` > 1 the columns are that many parts of equal width, computed as one batched
-    product into a new (parts, rows, width) tensor, each part dense (`dims`)."""
+    product into a new (parts, rows, width) tensor, each part dense (`dims`). `impl`: the
+    first of oneDNN's implementations whose name starts with it (e.g. `gemm:jit`; an error
+    naming those offered where none does), else oneDNN's first."""
 
     def __init__(
         self,
@@ -173,6 +178,7 @@ class Linear:
         epilogue: str | None = None,
         twin: Linear | None = None,
         parts: int = 1,
+        impl: str | None = None,
     ) -> None:
         rt = runtime()
         if rt is None:
@@ -207,6 +213,7 @@ class Linear:
         self.bias = None if bias is None else bias.contiguous()
         self.rows = rows
         self.epilogue = epilogue
+        self.impl = impl
         self.out_lens = (rows, n) if parts == 1 else (parts, rows, width)
         self.made: dict[int, _Primitive] = {}
         if now:  # (else at the first call)
@@ -243,6 +250,17 @@ class Linear:
         y = torch.empty(self.out_lens, dtype=self.dtype)
         self.primitive().execute(x.contiguous(), y)
         return y
+
+
+def _move_to_impl(rt: Runtime, pd: c_void_p, impl: str) -> None:
+    """Move `pd` to oneDNN's first implementation whose name starts with `impl`; an error
+    naming those offered where none does."""
+    offered = [rt.impl_name(pd)]
+    with primitive_cache_off(rt.lib):
+        while not offered[-1].startswith(impl):
+            if not rt.next_impl(pd):
+                raise OneDnnError(f"matmul implementation {impl!r} not offered: {offered}")
+            offered.append(rt.impl_name(pd))
 
 
 def available() -> bool:
