@@ -73,25 +73,24 @@ def machine_tag() -> str:
 def cpu_vendor() -> str:
     """The processor's vendor string (`vendor_id` of /proc/cpuinfo: "AuthenticAMD",
     "GenuineIntel"), "" where it cannot be read."""
+    return _cpuinfo("vendor_id") or ""
+
+
+def _cpuinfo(field: str) -> str | None:
+    """The first `field` line's value in /proc/cpuinfo, None where there is none (not Linux)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("vendor_id"):
+                if line.startswith(field):
                     return line.partition(":")[2].strip()
     except OSError:
         pass
-    return ""
+    return None
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass  # not Linux: the platform's own description
-    return f"{platform.machine()} {platform.processor()}"
+    model = _cpuinfo("model name")  # (not Linux: the platform's own description)
+    return model if model is not None else f"{platform.machine()} {platform.processor()}"
 
 
 class _Version(ctypes.Structure):
