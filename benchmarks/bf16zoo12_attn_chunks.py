@@ -8,22 +8,20 @@ torch's fused SDPA. A signal for chunking our block, not our block itself.
 
 from __future__ import annotations
 
-import time
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.mnv2dw_layers import run_wall  # noqa: E402
+
 
 def med(fn, n: int = 30) -> float:
-    for _ in range(3):
-        fn()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[n // 2] * 1e3
+    """Median wall ms of `n` calls (`mnv2dw_layers.run_wall`)."""
+    return run_wall(fn, n)
 
 
 def main() -> int:
