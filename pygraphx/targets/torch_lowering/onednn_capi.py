@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from pygraphx.targets.native.openmp import openmp_runtimes, openmp_shared
+
 log = logging.getLogger("pygraphx.cpu")
 
 LIB_ENV = "PGX_ONEDNN_LIB"
@@ -168,27 +170,6 @@ def check(status: int, what: str) -> None:
     """Raise `OneDnnError` naming `what` unless `status` is success."""
     if status != SUCCESS:
         raise OneDnnError(f"oneDNN {what} failed (dnnl_status_t {status})")
-
-
-#: the file names of OpenMP runtimes (GNU, Intel, LLVM)
-OPENMP_LIBS = ("libgomp", "libiomp5", "libomp.so", "libomp-")
-
-
-def openmp_runtimes() -> list[str]:
-    """The OpenMP runtimes loaded in this process (their files; none off Linux)."""
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return []  # not Linux: nothing to check
-    paths = {line.split()[-1] for line in maps.splitlines() if "/" in line}
-    return sorted(p for p in paths if any(Path(p).name.startswith(n) for n in OPENMP_LIBS))
-
-
-def openmp_shared() -> bool:
-    """Whether the process has one OpenMP runtime loaded (torch's, shared with oneDNN): another
-    one may come with the library, or with another package loaded first (scikit-learn's wheel
-    bundles its own libgomp)."""
-    return len(openmp_runtimes()) <= 1
 
 
 class Runtime:

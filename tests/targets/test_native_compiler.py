@@ -1,0 +1,145 @@
+"""The native kernel compiler (targets/native/compiler.py): build, cache, load, refuse."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from pygraphx.targets.native import compiler as nc
+from pygraphx.targets.native import openmp_shared
+
+pytestmark = pytest.mark.skipif(nc.compiler_command() is None, reason="no C compiler")
+
+#: an OpenMP sum of squares: the library really runs threaded C code
+SOURCE = r"""
+#include <omp.h>
+double sum_squares(const float *x, long n, int threads) {
+    double total = 0.0;
+    #pragma omp parallel for reduction(+:total) num_threads(threads)
+    for (long i = 0; i < n; ++i) total += (double)x[i] * x[i];
+    return total;
+}
+int max_threads(void) { return omp_get_max_threads(); }
+"""
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(nc.CACHE_ENV, str(tmp_path / "native"))
+    monkeypatch.delenv(nc.NATIVE_ENV, raising=False)
+    monkeypatch.delenv(nc.CC_ENV, raising=False)
+    monkeypatch.setattr(nc, "_LOADED", {})
+    return tmp_path / "native"
+
+
+def _sum_squares(lib: ctypes.CDLL, x: np.ndarray, threads: int) -> float:
+    fn = lib.sum_squares
+    fn.restype, fn.argtypes = ctypes.c_double, [ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
+    return fn(x.ctypes.data, x.size, threads)
+
+
+def test_builds_runs_and_caches(cache):
+    x = np.random.default_rng(0).standard_normal(100_003).astype(np.float32)
+    lib = nc.load_source("sumsq", SOURCE)
+    expected = float(np.sum(x.astype(np.float64) ** 2))
+    for threads in (1, 2, 3):
+        assert _sum_squares(lib, x, threads) == pytest.approx(expected, rel=1e-12)
+    built = list(cache.glob("sumsq-*.so"))
+    assert len(built) == 1
+    assert not built[0].stat().st_mode & 0o022  # nobody else may write it
+    assert oct(cache.stat().st_mode & 0o777) == "0o700"
+    assert openmp_shared()  # bound to torch's libgomp, not a second runtime
+    assert nc.load_source("sumsq", SOURCE) is lib  # memoised in the process
+    mtime = built[0].stat().st_mtime_ns
+    nc._LOADED.clear()  # as a new process would: loads the cached file, builds nothing
+    again = nc.load_source("sumsq", SOURCE)
+    assert _sum_squares(again, x, 2) == pytest.approx(expected, rel=1e-12)
+    assert built[0].stat().st_mtime_ns == mtime
+    nc.load_source("sumsq", SOURCE + "\n/* changed */\n")  # another source: another file
+    assert len(list(cache.glob("sumsq-*.so"))) == 2
+
+
+def test_concurrent_loads_build_once(cache):
+    libs: list[ctypes.CDLL] = []
+    threads = [threading.Thread(target=lambda: libs.append(nc.load_source("conc", SOURCE)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(libs) == 4 and all(lib is libs[0] for lib in libs)
+    assert len(list(cache.glob("conc-*.so"))) == 1
+    assert not list(cache.glob(".*.tmp"))
+
+
+def test_disabled_and_missing_compiler_say_why(cache, monkeypatch):
+    monkeypatch.setenv(nc.NATIVE_ENV, "off")
+    with pytest.raises(nc.NativeUnavailable, match="disabled.*PGX_NATIVE=off"):
+        nc.load_source("k", SOURCE)
+    monkeypatch.setenv(nc.NATIVE_ENV, "on")
+    monkeypatch.setenv(nc.CC_ENV, "/nonexistent/cc")
+    with pytest.raises(nc.NativeUnavailable, match="no C compiler.*PGX_CC='/nonexistent/cc'"):
+        nc.load_source("k", SOURCE)
+
+
+def test_build_error_names_kernel_command_and_compiler_message(cache):
+    with pytest.raises(nc.NativeUnavailable) as info:
+        nc.load_source("broken", "int f(void) { return undeclared_name; }\n")
+    text = str(info.value)
+    assert "native kernel broken: the build failed" in text
+    assert "-march=native" in text and "undeclared_name" in text
+    assert not list(cache.glob("*.so")) and not list(cache.glob(".*.tmp"))
+
+
+def test_build_timeout_is_bounded(cache, monkeypatch):
+    monkeypatch.setenv(nc.TIMEOUT_ENV, "0.001")
+    with pytest.raises(nc.NativeUnavailable, match="the build took over"):
+        nc.load_source("slow", SOURCE + "\n/* timeout */\n")
+    monkeypatch.setenv(nc.TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match="PGX_NATIVE_BUILD_TIMEOUT='soon'"):
+        nc.load_source("slow", SOURCE + "\n/* bad timeout */\n")
+
+
+def test_a_cached_file_others_can_write_is_never_loaded(cache):
+    lib = nc.load_source("shared", SOURCE)
+    path = next(cache.glob("shared-*.so"))
+    os.chmod(path, 0o777)  # as if another user could have replaced it
+    nc._LOADED.clear()
+    again = nc.load_source("shared", SOURCE)
+    assert again is not lib and os.path.dirname(again._name) != str(cache)
+    x = np.ones(10, np.float32)
+    assert _sum_squares(again, x, 1) == 10.0
+
+
+def test_a_cache_directory_others_can_write_is_not_used(cache, caplog):
+    cache.mkdir(parents=True)
+    os.chmod(cache, 0o777)
+    with caplog.at_level(logging.WARNING, logger="pygraphx.cpu"):
+        lib = nc.load_source("opendir", SOURCE)
+    assert "not private to this user" in caplog.text
+    assert os.path.dirname(lib._name) != str(cache) and not list(cache.glob("*.so"))
+
+
+def test_fallback_is_announced_once(caplog, monkeypatch):
+    monkeypatch.setattr(nc, "_ANNOUNCED", set())
+    with caplog.at_level(logging.WARNING, logger="pygraphx.cpu"):
+        for _ in range(3):
+            nc.announce_fallback("k", nc.NativeUnavailable("native kernel k: no C compiler"),
+                                 "oneDNN's three primitives")
+    lines = [r for r in caplog.records if "native kernel k" in r.getMessage()]
+    assert len(lines) == 1
+    assert "oneDNN's three primitives runs instead" in lines[0].getMessage()
+
+
+def test_shipped_kernel_sources_are_packaged():
+    # every shipped source sits where `load` looks and pyproject's package-data takes it
+    assert nc.KERNELS.is_dir()
+    text = (nc.KERNELS.parent.parent.parent.parent / "pyproject.toml").read_text()
+    assert '"pygraphx.targets.native" = ["kernels/*.c"]' in text
+    with pytest.raises(nc.NativeUnavailable, match="cannot read"):
+        nc.load("no_such_kernel")
