@@ -26,6 +26,15 @@ pytestmark = pytest.mark.skipif(
 BF16_RMS = 1e-2
 
 
+@pytest.fixture(autouse=True)
+def _onednn_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the oneDNN route: bf16 programs keep their blocks off the native
+    kernel that runs first (`test_native_attention.py`)."""
+    from pygraphx.targets.torch_lowering import native_attention
+
+    monkeypatch.setenv(native_attention.ENV, "0")
+
+
 def qkv_views(b: int, h: int, s: int, d: int, seed: int = 0) -> tuple:
     """Q, K^T and V as the strided head views of one fused (b, s, 3*h*d) bf16 product."""
     g = torch.Generator().manual_seed(seed)

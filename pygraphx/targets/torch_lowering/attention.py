@@ -24,8 +24,10 @@ mask), and at its own size: the inputs' broadcast axes (stride 0) are cut to len
 3.5 of the 14.6 ms its attention took). A bf16 block on the CPU, and a float32 one of a
 middling size, runs as three oneDNN primitives instead (`onednn_attention.py`: the scores scaled
 and masked in float32 inside the first matmul, oneDNN's softmax writing the product type;
-faster than torch's kernels there, see `_on_onednn`); where oneDNN's C API library is missing,
-torch's fused kernel (float32) or matmul / softmax / matmul (bf16). Anything else lowers as
+faster than torch's kernels there, see `_on_onednn`), and a bf16 block before that as one native
+fused kernel where it takes the operands (`native_attention.py`: the scores kept in the cache,
+never written); where oneDNN's C API library is missing, torch's fused kernel (float32) or
+matmul / softmax / matmul (bf16). Anything else lowers as
 before: when the group does not match, the first product is lowered at the group's place (only
 views and literals lie between them, so its inputs are unchanged).
 """
@@ -41,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.torch_lowering import onednn_attention
+from pygraphx.targets.torch_lowering import native_attention, onednn_attention
 from pygraphx.targets.torch_lowering.context import LoweringContext, Step
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import scalar_inputs
@@ -304,17 +306,25 @@ def _on_onednn(ctx: LoweringContext, dtype: torch.dtype, scores: int) -> bool:
 
 #: `ctx.cache` key of the oneDNN attention primitives shared by a program's blocks
 ONEDNN_TABLE = "attention_onednn"
+#: `ctx.cache` key of the native attention kernel's plans shared by a program's blocks
+NATIVE_TABLE = "attention_native"
 
 
 def _cpu_attention(ctx: LoweringContext, scale: float, dtype: torch.dtype) -> Attend | None:
-    """Attention on the CPU: oneDNN's primitives (`onednn_attention.py`) where its C API
-    library is loaded and `ctx.options["onednn_attention"]` is not False; else torch's three
-    steps for bf16 (`_bf16_attention`) and None for float32 (torch's fused kernel, `_sdpa`).
-    Operands the primitives refuse go to that same fallback."""
+    """Attention on the CPU: a bf16 block first as the native fused kernel
+    (`native_attention.py`, unless `PGX_CPU_NATIVE_ATTENTION=0`), for the operands it takes;
+    then oneDNN's primitives (`onednn_attention.py`) where its C API library is loaded and
+    `ctx.options["onednn_attention"]` is not False; else torch's three steps for bf16
+    (`_bf16_attention`) and None for float32 (torch's fused kernel, `_sdpa`). Operands the
+    primitives refuse go to that same fallback."""
     fallback = _bf16_attention(scale) if dtype == torch.bfloat16 else _sdpa(scale, dtype)
     if not ctx.options.get("onednn_attention", True):
-        return fallback if dtype == torch.bfloat16 else None
-    return onednn_attention.attend(scale, ctx.cache.setdefault(ONEDNN_TABLE, {}), fallback)
+        route = fallback if dtype == torch.bfloat16 else None
+    else:
+        route = onednn_attention.attend(scale, ctx.cache.setdefault(ONEDNN_TABLE, {}), fallback)
+    if dtype == torch.bfloat16 and route is not None and native_attention.enabled():
+        return native_attention.attend(scale, ctx.cache.setdefault(NATIVE_TABLE, {}), route)
+    return route
 
 
 def _sdpa(scale: float, dtype: torch.dtype) -> Attend:

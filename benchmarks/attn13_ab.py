@@ -1,0 +1,167 @@
+"""A/B in one process: the native bf16 attention kernel (B) against the oneDNN route (A).
+
+    PYTHONPATH=. python benchmarks/attn13_ab.py blocks --threads 1 --rounds 15
+    PYTHONPATH=. python benchmarks/attn13_ab.py models --threads 2 --rounds 10 \
+        --models minilm bert_base:1 bert_base:8
+
+`blocks`: one attention block, bf16, Q / K / V the strided head views of one fused
+(b, s, 3 * h * d) product, BERT-base's (h 12, d 64, s 128, padding mask), MiniLM's (h 12, d 32,
+s 128, padding mask) and ViT-B/16's (h 12, d 64, s 197, no mask) at batch 1 and 8. A is
+`onednn_attention.attend` (the route before), B `native_attention.attend`. Each round times
+`--calls` calls of each (A B in even rounds, B A in odd ones); printed: the median over rounds
+of the time per call (thread CPU time at one thread, wall at more), and each one's relative
+RMS error against a float64 reference.
+
+`models`: the model compiled twice at bf16 (`quantize_bf16`, its default policy), A with
+`PGX_CPU_NATIVE_ATTENTION=0` and B without, run in turn (A B, then B A); printed: the median
+run (thread CPU time at one thread, wall at more), the A/B output difference and each one's
+relative RMS error against ONNX Runtime float32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: its tree wins
+
+from pygraphx.targets.torch_lowering import native_attention, onednn_attention  # noqa: E402
+from pygraphx.targets.torch_lowering.attention import _bf16_attention  # noqa: E402
+
+SHAPES = {  # name: (heads, head width, sequence, mask)
+    "bert_base": (12, 64, 128, True),
+    "minilm": (12, 32, 128, True),
+    "vit_b16": (12, 64, 197, False),
+}
+
+
+def operands(b: int, h: int, d: int, s: int, masked: bool) -> tuple:
+    gen = torch.Generator().manual_seed(0)
+    qkv = torch.randn(b, s, 3, h, d, generator=gen).bfloat16()
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    mask = None
+    if masked:
+        mask = torch.zeros(b, 1, 1, s)
+        mask[..., -9:] = -1e4
+    return q, k.transpose(-1, -2), v, mask
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.double() - want).norm() / want.norm())
+
+
+def blocks(args: argparse.Namespace) -> None:
+    clock = time.thread_time if args.threads == 1 else time.perf_counter
+    print(f"blocks, {args.threads} thread(s), {args.rounds} rounds of {args.calls} calls, "
+          f"{'thread CPU' if args.threads == 1 else 'wall'} us per call, median: "
+          "A (oneDNN) / B (native)")  # fmt: skip
+    for name, (h, d, s, masked) in SHAPES.items():
+        for b in args.batches:
+            q, kt, v, mask = operands(b, h, d, s, masked)
+            scale = d**-0.5
+            fns = {
+                "A": onednn_attention.attend(scale, {}, _bf16_attention(scale)),
+                "B": native_attention.attend(scale, {}, _bf16_attention(scale)),
+            }
+            ref = (q.double() @ kt.double()) * scale
+            ref = torch.softmax(ref if mask is None else ref + mask.double(), -1) @ v.double()
+            errs = {n: rel_err(f(q, kt, v, mask), ref) for n, f in fns.items()}
+            times: dict[str, list[float]] = {"A": [], "B": []}
+            for r in range(args.rounds):
+                for n in ("A", "B") if r % 2 == 0 else ("B", "A"):
+                    f = fns[n]
+                    start = clock()
+                    for _ in range(args.calls):
+                        f(q, kt, v, mask)
+                    times[n].append((clock() - start) / args.calls)
+            a, bb = np.median(times["A"]) * 1e6, np.median(times["B"]) * 1e6
+            print(f"  {name:9s} b{b} (h, s, d) = ({h}, {s}, {d}): {a:8.1f} / {bb:8.1f} us "
+                  f"(B/A {bb / a:.2f}); rel err A {errs['A']:.1e}, B {errs['B']:.1e}")
+
+
+def load(spec: str) -> tuple[bytes, dict[str, np.ndarray]]:
+    name, _, batch = spec.partition(":")
+    if name == "minilm":
+        from benchmarks.zoo import zoo_model
+
+        path, feeds = zoo_model("minilm", "full")
+        return Path(path).read_bytes(), feeds
+    from pygraphx.models import get_model, model_inputs
+
+    model = get_model(name, batch=int(batch or 1))
+    return model.SerializeToString(), model_inputs(name, model)
+
+
+def compile_bf16(data: bytes, threads: int, native: bool):
+    import pygraphx
+    from pygraphx.targets.cpu.target import CpuTarget
+
+    old = os.environ.get(native_attention.ENV)
+    os.environ[native_attention.ENV] = "1" if native else "0"
+    try:
+        prog = pygraphx.parse_onnx_buffer(data)
+        pygraphx.quantize_bf16(prog)
+        prog.compile(CpuTarget(threads=threads))
+    finally:
+        if old is None:
+            del os.environ[native_attention.ENV]
+        else:
+            os.environ[native_attention.ENV] = old
+    return prog
+
+
+def models(args: argparse.Namespace) -> None:
+    import onnxruntime as ort
+
+    clock = time.thread_time if args.threads == 1 else time.perf_counter
+    for spec in args.models:
+        data, feeds = load(spec)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = args.threads
+        want = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+        progs = {"A": compile_bf16(data, args.threads, False),
+                 "B": compile_bf16(data, args.threads, True)}  # fmt: skip
+        outs = {n: [np.array(o) for o in p.run(feeds)] for n, p in progs.items()}
+        for p in progs.values():
+            p.run(feeds)
+        times: dict[str, list[float]] = {"A": [], "B": []}
+        for r in range(args.rounds):
+            for n in ("A", "B") if r % 2 == 0 else ("B", "A"):
+                start = clock()
+                progs[n].run(feeds)
+                times[n].append(clock() - start)
+        diff = max(float(np.abs(a - b).max()) for a, b in zip(outs["A"], outs["B"], strict=True))
+
+        def err(got: list[np.ndarray]) -> float:
+            num = sum(float(((g.astype(np.float64) - w) ** 2).sum()) for g, w in zip(got, want))
+            return (num / sum(float((w.astype(np.float64) ** 2).sum()) for w in want)) ** 0.5
+
+        a, b = np.median(times["A"]) * 1e3, np.median(times["B"]) * 1e3
+        print(f"{spec:12s} t{args.threads} bf16, {args.rounds} rounds, "
+              f"{'thread CPU' if args.threads == 1 else 'wall'} ms median: A (oneDNN) {a:.2f} / "
+              f"B (native) {b:.2f} (B/A {b / a:.3f}); A vs B max diff {diff:.1e}; rel RMS err vs "
+              f"ORT f32 A {err(outs['A']):.1e}, B {err(outs['B']):.1e}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=["blocks", "models"])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--calls", type=int, default=20, help="blocks: calls per round")
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8], help="blocks: batches")
+    ap.add_argument("--models", nargs="+", default=["minilm", "bert_base:1", "bert_base:8"])
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    (blocks if args.what == "blocks" else models)(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

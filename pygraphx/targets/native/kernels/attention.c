@@ -1,0 +1,302 @@
+/* A fused bf16 attention block for the CPU (pygraphx's cpu target, `native_attention.py`).
+
+   out = softmax(scale * (Q @ K^T) + mask) @ V, per (batch, head, block of MB query rows), in one
+   pass that keeps the block's scores in the cache: S = Q K^T (bf16 products summed in float32
+   by `_mm512_dpbf16_ps`, K packed once per (batch, head) into the pair-interleaved layout the
+   instruction reads), scale and additive mask in float32, the row softmax in float32 (max
+   subtracted, a vectorised exp), the probabilities rounded to bf16 once, O = P V (V packed
+   pair-interleaved along the key axis), O rounded to bf16 and written through the caller's
+   strides (e.g. straight into the (b, s, h * d) layout of the output projection's input).
+   These are the numbers of the oneDNN route it replaces (scores float32, probabilities bf16).
+
+   Operands: Q (B, H, S, D), K (B, H, T, D) (the caller's K^T view read through its strides),
+   V (B, H, T, D), out (B, H, S, D): element strides for the batch, head and row axes, the last
+   axis dense; D even. The additive mask (float32 or bf16, or none) has four strides (0 on a
+   broadcast axis), its last one 0 or 1. Threads: `omp parallel` over (batch, head, query
+   block), contiguous per thread, so a thread packs each (batch, head)'s K and V once.
+
+   Built only where the compiler targets AVX-512 F/BW/VL and AVX512_BF16 (`-march=native`);
+   elsewhere `pgx_attention_supported()` says 0 and the caller takes its library route. */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512BF16__)
+#define PGX_ATTN 1
+#include <immintrin.h>
+#else
+#define PGX_ATTN 0
+#endif
+
+/* the layout of the parameter array (int64) the caller fills once per operand signature */
+enum {
+    P_B, P_H, P_S, P_T, P_D,
+    P_QB, P_QH, P_QS,
+    P_KB, P_KH, P_KT,
+    P_VB, P_VH, P_VT,
+    P_MB, P_MH, P_MS, P_MT, P_MKIND, /* mask kind: 0 none, 1 float32, 2 bf16 */
+    P_OB, P_OH, P_OS,
+    P_THREADS, P_ROWS, /* query rows per block (MB), a multiple of 4 */
+    P_COUNT
+};
+
+int pgx_attention_supported(void) { return PGX_ATTN; }
+int pgx_attention_params(void) { return P_COUNT; }
+
+#if PGX_ATTN
+
+typedef uint16_t bf16;
+
+static inline int32_t load_pair(const bf16 *p) {
+    int32_t x;
+    memcpy(&x, p, 4);
+    return x;
+}
+
+/* C[MR][NV*16] = sum over k pairs of A (MR rows, lda apart, bf16 pairs) times B (NV column
+   blocks bstride apart, each [kp][16][2] bf16) */
+static inline __attribute__((always_inline)) void tile(const int mr, const int nv,
+                                                       const bf16 *a, int64_t lda, int64_t kp,
+                                                       const bf16 *b, int64_t bstride,
+                                                       float *c, int64_t ldc) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < kp; ++p) {
+        __m512bh bv[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j)
+            if (j < nv) bv[j] = (__m512bh)_mm512_loadu_si512(b + j * bstride + p * 32);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r) {
+            if (r < mr) {
+                __m512bh av = (__m512bh)_mm512_set1_epi32(load_pair(a + r * lda + 2 * p));
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; ++j)
+                    if (j < nv) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], av, bv[j]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r)
+        if (r < mr)
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j)
+                if (j < nv) _mm512_storeu_ps(c + r * ldc + j * 16, acc[r][j]);
+}
+
+typedef void (*tile_fn)(const bf16 *, int64_t, int64_t, const bf16 *, int64_t, float *, int64_t);
+#define TILE(MR, NV)                                                                        \
+    static void tile_##MR##_##NV(const bf16 *a, int64_t lda, int64_t kp, const bf16 *b,      \
+                                 int64_t bs, float *c, int64_t ldc) {                        \
+        tile(MR, NV, a, lda, kp, b, bs, c, ldc);                                            \
+    }
+TILE(1, 1) TILE(1, 2) TILE(1, 3) TILE(1, 4)
+TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4)
+TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
+TILE(4, 1) TILE(4, 2) TILE(4, 3) TILE(4, 4)
+static const tile_fn TILES[4][4] = {
+    {tile_1_1, tile_1_2, tile_1_3, tile_1_4},
+    {tile_2_1, tile_2_2, tile_2_3, tile_2_4},
+    {tile_3_1, tile_3_2, tile_3_3, tile_3_4},
+    {tile_4_1, tile_4_2, tile_4_3, tile_4_4},
+};
+
+/* C (m x nvt*16 floats) = A (m rows) x B (nvt column blocks) */
+static void gemm(int64_t m, int64_t nvt, const bf16 *a, int64_t lda, int64_t kp, const bf16 *b,
+                 int64_t bstride, float *c, int64_t ldc) {
+    for (int64_t r = 0; r < m; r += 4) {
+        int mr = m - r < 4 ? (int)(m - r) : 4;
+        for (int64_t j = 0; j < nvt; j += 4) {
+            int nv = nvt - j < 4 ? (int)(nvt - j) : 4;
+            TILES[mr - 1][nv - 1](a + r * lda, lda, kp, b + j * bstride, bstride,
+                                  c + r * ldc + j * 16, ldc);
+        }
+    }
+}
+
+/* exp(x) for float32 lanes (Cephes' expf polynomial, ~1 ulp; below -103 it is 0 or a
+   denormal, which a softmax row's sum of at least 1 does not see) */
+static inline __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-103.0f));
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+static inline __m512 load_mask(const void *m, int kind, int64_t t, int64_t mt, __mmask16 k) {
+    if (mt == 0) {
+        float x;
+        if (kind == 1) {
+            x = *(const float *)m;
+        } else {
+            uint32_t bits = (uint32_t)(*(const bf16 *)m) << 16;
+            memcpy(&x, &bits, 4);
+        }
+        return _mm512_set1_ps(x);
+    }
+    if (kind == 1) return _mm512_maskz_loadu_ps(k, (const float *)m + t);
+    __m256i h = _mm256_maskz_loadu_epi16(k, (const bf16 *)m + t);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* one row: p (tn bf16) <- exp(scale * s + mask - max) rounded to bf16, 0 past t; returns
+   1 / the row's sum (of the unrounded exponentials), which the caller applies to the row's
+   output: the probabilities are rounded to bf16 once, as in the oneDNN route, but before the
+   division (as flash-attention kernels do), which saves a pass over the row. s (tn floats, t
+   of them scores, the row padded to a multiple of 16) is read and written with whole-vector
+   stores and loads: a masked store does not forward to the load that reads it back, which
+   cost a fifth of the block (MiniLM's shape, one thread). */
+static float softmax_row(float *s, int64_t t, int64_t tn, float scale, const void *m, int kind,
+                         int64_t mt, bf16 *p) {
+    const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-__builtin_inff());
+    __m512 vmax = ninf;
+    for (int64_t j = 0; j < tn; j += 16) {
+        __mmask16 k = t - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j)) - 1);
+        __m512 x = _mm512_mul_ps(_mm512_load_ps(s + j), vs);
+        if (kind) x = _mm512_add_ps(x, load_mask(m, kind, j, mt, k));
+        x = _mm512_mask_blend_ps(k, ninf, x);
+        _mm512_store_ps(s + j, x);
+        vmax = _mm512_max_ps(vmax, x);
+    }
+    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    __m512 vsum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < tn; j += 16) {
+        __mmask16 k = t - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j)) - 1);
+        __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_load_ps(s + j), mx)));
+        _mm256_store_si256((__m256i *)(p + j), (__m256i)_mm512_cvtneps_pbh(e));
+        vsum = _mm512_add_ps(vsum, e);
+    }
+    return 1.0f / _mm512_reduce_add_ps(vsum);
+}
+
+/* K (t rows kt apart, d dense) -> [ceil(t/16)][d/2][16] bf16 pairs, zero past t */
+static void pack_k(const bf16 *k, int64_t t, int64_t d, int64_t kt, int32_t *pk) {
+    const int64_t kp = d / 2, nb = (t + 15) / 16;
+    for (int64_t b = 0; b < nb; ++b) {
+        int32_t *dst = pk + b * kp * 16;
+        int64_t rows = t - b * 16 < 16 ? t - b * 16 : 16;
+        if (rows < 16) memset(dst, 0, (size_t)kp * 16 * 4);
+        for (int64_t r = 0; r < rows; ++r) {
+            const bf16 *src = k + (b * 16 + r) * kt;
+            for (int64_t p = 0; p < kp; ++p) dst[p * 16 + r] = load_pair(src + 2 * p);
+        }
+    }
+}
+
+/* V (t rows vt apart, d dense) -> [ceil(d/16)][ceil(t/2)][16][2] bf16, zero past t and d */
+static void pack_v(const bf16 *v, int64_t t, int64_t d, int64_t vt, bf16 *pv) {
+    const int64_t tp = (t + 1) / 2, nb = (d + 15) / 16;
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                         16, 0);
+    for (int64_t b = 0; b < nb; ++b) {
+        int64_t cols = d - b * 16 < 16 ? d - b * 16 : 16;
+        __mmask16 k = cols == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1);
+        bf16 *dst = pv + b * tp * 32;
+        for (int64_t p = 0; p < tp; ++p) {
+            __m256i lo = _mm256_maskz_loadu_epi16(k, v + 2 * p * vt + b * 16);
+            __m256i hi = 2 * p + 1 < t ? _mm256_maskz_loadu_epi16(k, v + (2 * p + 1) * vt + b * 16)
+                                       : _mm256_setzero_si256();
+            __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            _mm512_storeu_si512(dst + p * 32, _mm512_permutexvar_epi16(idx, both));
+        }
+    }
+}
+
+#define MAX_ROWS 256
+
+static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const void *kv,
+                       const void *vv, const void *mv, void *ov) {
+    const bf16 *q = qv, *k = kv, *v = vv;
+    bf16 *out = ov;
+    const char *mask = mv;
+    const int64_t B = prm[P_B], H = prm[P_H], S = prm[P_S], T = prm[P_T], D = prm[P_D];
+    const int64_t MB = prm[P_ROWS];
+    const int kind = (int)prm[P_MKIND];
+    const int64_t msize = kind == 1 ? 4 : 2;
+    const float scale = (float)scale_d;
+    if (D % 2 || MB <= 0 || MB > MAX_ROWS || (kind && !mask)) return -2;
+    const int64_t nqb = (S + MB - 1) / MB, tasks = B * H * nqb;
+    const int64_t tn = round_up(T, 16), tp = (T + 1) / 2, dn = round_up(D, 16);
+    const int64_t ldp = tn;
+    /* per thread: packed K, packed V, scores, probabilities, the float32 output block */
+    const size_t szk = round_up(tn * D * 2, 64), szv = round_up(dn * tp * 4, 64);
+    const size_t szs = round_up(MB * tn * 4, 64), szp = round_up(MB * ldp * 2, 64);
+    const size_t szo = round_up(MB * dn * 4, 64);
+    int failed = 0;
+#pragma omp parallel num_threads((int)prm[P_THREADS]) reduction(| : failed)
+    {
+        char *buf = aligned_alloc(64, szk + szv + szs + szp + szo);
+        if (!buf) {
+            failed = 1;
+        }
+        int32_t *pk = (int32_t *)buf;
+        bf16 *pv = (bf16 *)(buf + szk);
+        float *sc = (float *)(buf + szk + szv);
+        bf16 *pr = (bf16 *)(buf + szk + szv + szs);
+        float *ob = (float *)(buf + szk + szv + szs + szp);
+        int64_t packed = -1;
+#pragma omp for schedule(static)
+        for (int64_t task = 0; task < tasks; ++task) {
+            if (!buf) continue;
+            const int64_t bh = task / nqb, qb = task % nqb;
+            const int64_t b = bh / H, h = bh % H;
+            if (bh != packed) {
+                pack_k(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk);
+                pack_v(v + b * prm[P_VB] + h * prm[P_VH], T, D, prm[P_VT], pv);
+                packed = bh;
+            }
+            const int64_t i0 = qb * MB, m = S - i0 < MB ? S - i0 : MB;
+            const bf16 *qa = q + b * prm[P_QB] + h * prm[P_QH] + i0 * prm[P_QS];
+            gemm(m, tn / 16, qa, prm[P_QS], D / 2, (const bf16 *)pk, (D / 2) * 32, sc, tn);
+            float inv[MAX_ROWS];
+            for (int64_t i = 0; i < m; ++i) {
+                const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] +
+                                                  (i0 + i) * prm[P_MS]) * msize
+                                        : NULL;
+                inv[i] = softmax_row(sc + i * tn, T, tn, scale, mrow, kind, prm[P_MT],
+                                     pr + i * ldp);
+            }
+            gemm(m, dn / 16, pr, ldp, tp, pv, tp * 32, ob, dn);
+            bf16 *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
+            for (int64_t i = 0; i < m; ++i) {
+                const __m512 r = _mm512_set1_ps(inv[i]);
+                for (int64_t j = 0; j < D; j += 16) {
+                    __mmask16 km = D - j >= 16 ? (__mmask16)0xFFFF
+                                               : (__mmask16)((1u << (D - j)) - 1);
+                    __m256bh y = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_load_ps(ob + i * dn + j), r));
+                    _mm256_mask_storeu_epi16(orow + i * prm[P_OS] + j, km, (__m256i)y);
+                }
+            }
+        }
+        free(buf);
+    }
+    return failed ? -1 : 0;
+}
+
+#else
+
+int pgx_attention_bf16(const int64_t *prm, double scale, const void *q, const void *k,
+                       const void *v, const void *m, void *o) {
+    (void)prm; (void)scale; (void)q; (void)k; (void)v; (void)m; (void)o;
+    return -3;
+}
+
+#endif
