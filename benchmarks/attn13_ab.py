@@ -26,10 +26,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: its tree wins
+
+import pygraphx  # noqa: E402,F401  (before torch: it sets OpenMP's spin count)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 from pygraphx.targets.torch_lowering import native_attention, onednn_attention  # noqa: E402
 from pygraphx.targets.torch_lowering.attention import _bf16_attention  # noqa: E402

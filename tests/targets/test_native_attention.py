@@ -253,3 +253,16 @@ def test_bf16_program_attention_runs_native_and_the_switch_keeps_the_route(name,
         errors[on] = max(rel_rms_np(g, w) for g, w in zip(got, want, strict=True))
     assert 1e-5 < errors[True] < 3e-2 and 1e-5 < errors[False] < 3e-2
     assert errors[True] <= 1.2 * errors[False]
+
+
+@pytest.mark.parametrize("fill", [-3.4e38, -1e4])
+def test_a_row_masked_out_everywhere_gets_uniform_weights(fill: float):
+    """As torch (and the oneDNN route) computes it: all scores equally far down."""
+    q, kt, v = dense_operands(1, 2, 6, 20, 32)
+    mask = torch.zeros(1, 1, 6, 20)
+    mask[0, 0, 2] = fill
+    got = native_attention.attend(0.125, {}, pytest.fail)(q, kt, v, mask)
+    want = oracle(q, kt, v, mask, 0.125)
+    assert torch.isfinite(got).all()
+    assert rel_rms(got, want) < BF16_RMS
+    assert rel_rms(got[:, :, 2], want[:, :, 2]) < BF16_RMS

@@ -18,6 +18,7 @@
    Built only where the compiler targets AVX-512 F/BW/VL and AVX512_BF16 (`-march=native`);
    elsewhere `pgx_attention_supported()` says 0 and the caller takes its library route. */
 
+#include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,22 +120,22 @@ static void gemm(int64_t m, int64_t nvt, const bf16 *a, int64_t lda, int64_t kp,
     }
 }
 
-/* exp(x) for float32 lanes (Cephes' expf polynomial, ~1 ulp; below -103 it is 0 or a
-   denormal, which a softmax row's sum of at least 1 does not see) */
-static inline __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-103.0f));
-    x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+/* 2^x for float32 lanes: 2^round(x) (`vscalefps`) times a degree-6 polynomial of the rest
+   in [-0.5, 0.5] (Taylor coefficients of 2^r, relative error below 2e-7: far below the bf16
+   rounding of the probabilities); below -150 it is 0 or a denormal, which a softmax row's sum
+   of at least 1 does not see. The softmax works in base 2: its scores are scaled by
+   log2(e) along with the block's scale (one multiply less per element). */
+static inline __m512 exp2_512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
+    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(1.5403530393381606e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3333558146428443e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.6181291076284772e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.5504108664821580e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4022650695910071e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.9314718055994531e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
 }
 
@@ -154,7 +155,7 @@ static inline __m512 load_mask(const void *m, int kind, int64_t t, int64_t mt, _
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* one row: p (tn bf16) <- exp(scale * s + mask - max) rounded to bf16, 0 past t; returns
+/* one row: p (tn bf16) <- exp(scale * s + mask - max) (in base 2) rounded to bf16, 0 past t; returns
    1 / the row's sum (of the unrounded exponentials), which the caller applies to the row's
    output: the probabilities are rounded to bf16 once, as in the oneDNN route, but before the
    division (as flash-attention kernels do), which saves a pass over the row. s (tn floats, t
@@ -163,12 +164,16 @@ static inline __m512 load_mask(const void *m, int kind, int64_t t, int64_t mt, _
    cost a fifth of the block (MiniLM's shape, one thread). */
 static float softmax_row(float *s, int64_t t, int64_t tn, float scale, const void *m, int kind,
                          int64_t mt, bf16 *p) {
-    const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-__builtin_inff());
+    const float log2e = 1.44269504088896341f;
+    const __m512 vs = _mm512_set1_ps(scale * log2e), vl = _mm512_set1_ps(log2e);
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff()), lowest = _mm512_set1_ps(-FLT_MAX);
     __m512 vmax = ninf;
     for (int64_t j = 0; j < tn; j += 16) {
         __mmask16 k = t - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j)) - 1);
         __m512 x = _mm512_mul_ps(_mm512_load_ps(s + j), vs);
-        if (kind) x = _mm512_add_ps(x, load_mask(m, kind, j, mt, k));
+        if (kind) /* a -FLT_MAX fill times log2(e) stays finite: a row masked out everywhere
+                     gets uniform weights, as the unscaled scores would */
+            x = _mm512_max_ps(_mm512_fmadd_ps(load_mask(m, kind, j, mt, k), vl, x), lowest);
         x = _mm512_mask_blend_ps(k, ninf, x);
         _mm512_store_ps(s + j, x);
         vmax = _mm512_max_ps(vmax, x);
@@ -177,7 +182,7 @@ static float softmax_row(float *s, int64_t t, int64_t tn, float scale, const voi
     __m512 vsum = _mm512_setzero_ps();
     for (int64_t j = 0; j < tn; j += 16) {
         __mmask16 k = t - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j)) - 1);
-        __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_load_ps(s + j), mx)));
+        __m512 e = _mm512_maskz_mov_ps(k, exp2_512(_mm512_sub_ps(_mm512_load_ps(s + j), mx)));
         _mm256_store_si256((__m256i *)(p + j), (__m256i)_mm512_cvtneps_pbh(e));
         vsum = _mm512_add_ps(vsum, e);
     }
