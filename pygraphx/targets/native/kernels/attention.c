@@ -225,6 +225,12 @@ static void pack_v(const bf16 *v, int64_t t, int64_t d, int64_t vt, bf16 *pv) {
 
 #define MAX_ROWS 256
 
+/* ask for rows (n of them, `ld` elements apart, `d` bf16 each) to be brought into L2 */
+static void prefetch_rows(const bf16 *x, int64_t n, int64_t ld, int64_t d) {
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < d; c += 32) _mm_prefetch((const char *)(x + r * ld + c), _MM_HINT_T1);
+}
+
 static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const void *kv,
@@ -264,6 +270,13 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
             const int64_t bh = task / nqb, qb = task % nqb;
             const int64_t b = bh / H, h = bh % H;
             if (bh != packed) {
+                if (bh + 1 < B * H) { /* the next head's operands, while this one computes:
+                                         strided rows the hardware prefetcher does not see */
+                    const int64_t nb = (bh + 1) / H, nh = (bh + 1) % H;
+                    prefetch_rows(k + nb * prm[P_KB] + nh * prm[P_KH], T, prm[P_KT], D);
+                    prefetch_rows(v + nb * prm[P_VB] + nh * prm[P_VH], T, prm[P_VT], D);
+                    prefetch_rows(q + nb * prm[P_QB] + nh * prm[P_QH], S, prm[P_QS], D);
+                }
                 pack_k(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk);
                 pack_v(v + b * prm[P_VB] + h * prm[P_VH], T, D, prm[P_VT], pv);
                 packed = bh;
