@@ -15,7 +15,8 @@ RMS error against a float64 reference.
 `models`: the model compiled twice at bf16 (`quantize_bf16`, its default policy), A with
 `PGX_CPU_NATIVE_ATTENTION=0` and B without, run in turn (A B, then B A); printed: the median
 run (thread CPU time at one thread, wall at more), the A/B output difference and each one's
-relative RMS error against ONNX Runtime float32.
+relative RMS error against ONNX Runtime float32. `--f32`: float32 programs, A with
+`PGX_CPU_NATIVE_ATTENTION_F32=0` (the kernel's FMA variant off), B without.
 """
 
 from __future__ import annotations
@@ -99,21 +100,24 @@ def load(spec: str) -> tuple[bytes, dict[str, np.ndarray]]:
     return model.SerializeToString(), model_inputs(name, model)
 
 
-def compile_bf16(data: bytes, threads: int, native: bool):
+def compile_prog(data: bytes, threads: int, native: bool, f32: bool):
     import pygraphx
     from pygraphx.targets.cpu.target import CpuTarget
+    from pygraphx.targets.torch_lowering.attention import NATIVE_F32_ENV
 
-    old = os.environ.get(native_attention.ENV)
-    os.environ[native_attention.ENV] = "1" if native else "0"
+    env = NATIVE_F32_ENV if f32 else native_attention.ENV
+    old = os.environ.get(env)
+    os.environ[env] = "1" if native else "0"
     try:
         prog = pygraphx.parse_onnx_buffer(data)
-        pygraphx.quantize_bf16(prog)
+        if not f32:
+            pygraphx.quantize_bf16(prog)
         prog.compile(CpuTarget(threads=threads))
     finally:
         if old is None:
-            del os.environ[native_attention.ENV]
+            del os.environ[env]
         else:
-            os.environ[native_attention.ENV] = old
+            os.environ[env] = old
     return prog
 
 
@@ -126,8 +130,8 @@ def models(args: argparse.Namespace) -> None:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = args.threads
         want = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"]).run(None, feeds)
-        progs = {"A": compile_bf16(data, args.threads, False),
-                 "B": compile_bf16(data, args.threads, True)}  # fmt: skip
+        progs = {"A": compile_prog(data, args.threads, False, args.f32),
+                 "B": compile_prog(data, args.threads, True, args.f32)}  # fmt: skip
         outs = {n: [np.array(o) for o in p.run(feeds)] for n, p in progs.items()}
         for p in progs.values():
             p.run(feeds)
@@ -144,7 +148,7 @@ def models(args: argparse.Namespace) -> None:
             return (num / sum(float((w.astype(np.float64) ** 2).sum()) for w in want)) ** 0.5
 
         a, b = np.median(times["A"]) * 1e3, np.median(times["B"]) * 1e3
-        print(f"{spec:12s} t{args.threads} bf16, {args.rounds} rounds, "
+        print(f"{spec:12s} t{args.threads} {'f32' if args.f32 else 'bf16'}, {args.rounds} rounds, "
               f"{'thread CPU' if args.threads == 1 else 'wall'} ms median: A (oneDNN) {a:.2f} / "
               f"B (native) {b:.2f} (B/A {b / a:.3f}); A vs B max diff {diff:.1e}; rel RMS err vs "
               f"ORT f32 A {err(outs['A']):.1e}, B {err(outs['B']):.1e}")  # fmt: skip
@@ -158,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=20, help="blocks: calls per round")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8], help="blocks: batches")
     ap.add_argument("--models", nargs="+", default=["minilm", "bert_base:1", "bert_base:8"])
+    ap.add_argument("--f32", action="store_true",
+                    help="models: float32 programs, A with PGX_CPU_NATIVE_ATTENTION_F32=0")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     (blocks if args.what == "blocks" else models)(args)

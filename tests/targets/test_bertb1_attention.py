@@ -24,6 +24,14 @@ pytestmark = pytest.mark.skipif(
     not onednn_attention.available(), reason="needs oneDNN's C API library"
 )
 
+
+@pytest.fixture(autouse=True)
+def _onednn_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the oneDNN / torch routes: blocks stay off the native kernel that
+    runs first (`test_native_attention.py`)."""
+    monkeypatch.setenv("PGX_CPU_NATIVE_ATTENTION", "0")
+
+
 #: relative RMS error of a float32 block against float64
 F32_RMS = 1e-5
 

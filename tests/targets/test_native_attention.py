@@ -66,6 +66,10 @@ def rel_rms(got: torch.Tensor, want: torch.Tensor) -> float:
     return float(((got - want) ** 2).mean().sqrt() / (want**2).mean().sqrt())
 
 
+#: relative RMS error of a float32 block against float64
+F32_RMS = 2e-6
+
+
 def make_mask(form: str, b: int, h: int, s: int, t: int) -> torch.Tensor | None:
     """The mask forms the lowering passes (compact: broadcast axes of length 1 or stride 0)."""
     g = torch.Generator().manual_seed(7)
@@ -180,23 +184,24 @@ def test_operands_the_kernel_does_not_take_go_to_the_fallback():
     q, kt, v = qkv_views(2, 2, 8, 6)
     odd_q, odd_kt, odd_v = dense_operands(2, 2, 8, 8, 5)  # an odd head width
     run(odd_q, odd_kt, odd_v, None)
-    run(q.float(), kt.float(), v.float(), None)  # float32
+    run(q.half(), kt.half(), v.half(), None)  # float16
+    run(q.float(), kt.float(), v, None)  # mixed types
     run(q, kt.contiguous(), v, None)  # K^T dense: its head axis strided
-    assert len(calls) == 3 and not plans(table)
+    assert len(calls) == 4 and not plans(table)
     shared_k = kt[:1].expand(2, 2, 6, 8)  # a broadcast batch axis (stride 0): taken
     got = run(q, shared_k, v, None)
-    assert len(calls) == 3 and len(plans(table)) == 1
+    assert len(calls) == 4 and len(plans(table)) == 1
     assert rel_rms(got, oracle(q, shared_k, v, None, 0.5)) < BF16_RMS
     run(q, kt, v, torch.zeros(2, 1, 1, 8, dtype=torch.float16))  # a half mask
-    assert len(calls) == 4 and len(plans(table)) == 1
+    assert len(calls) == 5 and len(plans(table)) == 1
     strided_keys = torch.randn(2, 1, 1, 16)[..., ::2]  # key axis strided: copied, taken
     got = run(q, kt, v, strided_keys)
-    assert len(calls) == 4 and len(plans(table)) == 2
+    assert len(calls) == 5 and len(plans(table)) == 2
     assert rel_rms(got, oracle(q, kt, v, strided_keys, 0.5)) < BF16_RMS
 
 
 def test_unavailable_kernel_is_announced_and_the_route_runs(monkeypatch, caplog):
-    monkeypatch.setattr(native_attention, "_kernel", None)
+    monkeypatch.setattr(native_attention, "_kernels", {})
     monkeypatch.setattr(native_attention, "_why", native.NativeUnavailable("native kernel x"))
     monkeypatch.setattr(native.compiler, "_ANNOUNCED", set())
     fallback = attention._bf16_attention(0.5)
@@ -266,3 +271,52 @@ def test_a_row_masked_out_everywhere_gets_uniform_weights(fill: float):
     assert torch.isfinite(got).all()
     assert rel_rms(got, want) < BF16_RMS
     assert rel_rms(got[:, :, 2], want[:, :, 2]) < BF16_RMS
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("form", ["none", "padding_view", "bf16", "causal", "bias"])
+@pytest.mark.parametrize("shape", [(1, 3, 77, 77, 64), (2, 2, 33, 33, 32), (1, 2, 5, 40, 80),
+                                   (2, 2, 1, 1, 32), (1, 2, 17, 17, 7)])  # fmt: skip
+def test_float32_block_matches_float64(shape: tuple, form: str, threads: int):
+    """The FMA variant: odd head widths too, every mask form, within float32's error."""
+    b, h, s, t, d = shape
+    if s == t:
+        q, kt, v = (x.float() for x in qkv_views(b, h, s, d))
+        q, kt, v = q + 0.01 * torch.randn_like(q), kt, v  # not only bf16 values
+    else:
+        q, kt, v = (x.float() for x in dense_operands(b, h, s, t, d))
+    mask = make_mask(form, b, h, s, t)
+    table: dict = {}
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = native_attention.attend(d**-0.5, table, pytest.fail)(q, kt, v, mask)
+    finally:
+        torch.set_num_threads(before)
+    assert plans(table) and got.dtype == torch.float32 and tuple(got.shape) == (b, h, s, d)
+    assert got.transpose(1, 2).is_contiguous()
+    want = oracle(q, kt, v, mask, d**-0.5)
+    assert 0 < rel_rms(got, want) < F32_RMS or (s == t == 1 and rel_rms(got, want) < 1e-7)
+
+
+def compile_float32(model) -> pygraphx.Program:
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(CpuTarget())
+    return prog
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_float32_program_attention_runs_native_above_the_size_floor(name, monkeypatch):
+    """A float32 transformer's blocks run on the kernel from `ONEDNN_F32_MIN` scores (off with
+    `PGX_CPU_NATIVE_ATTENTION_F32=0`), as close to ONNX Runtime as the route before."""
+    model, feeds = small_model(name)  # (2, 2, 16, 16) scores: 1024
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    for floor, switch, native_runs in ((1024, "1", True), (1025, "1", False), (1024, "0", False)):
+        monkeypatch.setattr(attention, "ONEDNN_F32_MIN", floor)
+        monkeypatch.setenv(attention.NATIVE_F32_ENV, switch)
+        prog = compile_float32(model)
+        got = prog.run(feeds)
+        table = prog._executable.lowered.ctx.cache.get(attention.NATIVE_TABLE, {})
+        assert bool(plans(table)) == native_runs
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

@@ -97,6 +97,13 @@ def run(model, x: np.ndarray, wants: list, profiled: bool = False) -> pygraphx.P
     return prog
 
 
+
+@pytest.fixture(autouse=True)
+def _onednn_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the oneDNN / torch routes: blocks stay off the native kernel that
+    runs first (`test_native_attention.py`)."""
+    monkeypatch.setenv("PGX_CPU_NATIVE_ATTENTION", "0")
+
 @pytest.fixture
 def narrow(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parts of 16 columns and more count (the small models' width)."""

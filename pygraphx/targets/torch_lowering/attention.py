@@ -239,6 +239,8 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
     on_onednn = _on_onednn(ctx, dtype, dot1.shape.elements())
     attend = _cpu_attention(ctx, p.scale, dtype) if on_onednn else None
     attend = attend or _sdpa(p.scale, dtype)
+    if _native_f32(ctx, dtype, dot1.shape.elements()):
+        attend = native_attention.attend(p.scale, ctx.cache.setdefault(NATIVE_TABLE, {}), attend)
     idx = ctx.bind_dynamic(dot2)
     ctx.mark_fresh(idx)
 
@@ -302,6 +304,24 @@ def _on_onednn(ctx: LoweringContext, dtype: torch.dtype, scores: int) -> bool:
     if os.environ.get(F32_ENV, "1").strip().lower() in ("0", "false", "off", "no"):
         return False
     return dtype == torch.float32 and ONEDNN_F32_MIN <= scores <= ONEDNN_F32_MAX
+
+
+#: `0` keeps float32 blocks off the native kernel (on their oneDNN / torch route)
+NATIVE_F32_ENV = "PGX_CPU_NATIVE_ATTENTION_F32"
+
+
+def _native_f32(ctx: LoweringContext, dtype: torch.dtype, scores: int) -> bool:
+    """Whether a float32 block with `scores` score values runs on the native kernel first (its
+    FMA variant; `native_attention.py`), its route as decided above the fallback: on the CPU,
+    from `ONEDNN_F32_MIN` scores (below, the calls' fixed cost decides). 2-core EPYC, one
+    thread, thread CPU time, loaded machine (`benchmarks/results/attn13.md`): BERT-base's
+    block 744 us against oneDNN's 751 and torch's 824; at batch 8 6.64 ms against 7.44 / 7.17;
+    ViT-B/16 at batch 8 14.5 against 19.3 / 16.1 (torch's, the route there)."""
+    if ctx.device.type != "cpu" or dtype != torch.float32 or not native_attention.enabled():
+        return False
+    if os.environ.get(NATIVE_F32_ENV, "1").strip().lower() in ("0", "false", "off", "no"):
+        return False
+    return scores >= ONEDNN_F32_MIN
 
 
 #: `ctx.cache` key of the oneDNN attention primitives shared by a program's blocks

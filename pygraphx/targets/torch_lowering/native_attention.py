@@ -44,20 +44,24 @@ FIELDS = ("B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREA
 PLANS = "native_plans"
 _MASK_KINDS = {torch.float32: 1, torch.bfloat16: 2}
 
-_kernel: Callable | None = None
+#: the kernel's C function per operand type
+_FUNCTIONS = {torch.bfloat16: "pgx_attention_bf16", torch.float32: "pgx_attention_f32"}
+_kernels: dict[torch.dtype, Callable] = {}
 _why: native.NativeUnavailable | None = None
 
 
 def enabled() -> bool:
-    """Whether bf16 blocks may take the native kernel (`ENV` is not off)."""
+    """Whether blocks may take the native kernel (`ENV` is not off)."""
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-def kernel() -> Callable:
-    """The kernel's bound ctypes function; raises `native.NativeUnavailable` saying why not."""
-    global _kernel, _why
-    if _kernel is not None:
-        return _kernel
+def kernel(dtype: torch.dtype = torch.bfloat16) -> Callable:
+    """The kernel's bound ctypes function for `dtype` operands; raises
+    `native.NativeUnavailable` saying why it cannot be had."""
+    global _why
+    fn = _kernels.get(dtype)
+    if fn is not None:
+        return fn
     if _why is not None:
         raise _why
     try:
@@ -70,22 +74,25 @@ def kernel() -> Callable:
     except native.NativeUnavailable as exc:
         _why = exc
         raise
-    fn = lib.pgx_attention_bf16
-    fn.restype = c_int
-    fn.argtypes = [c_void_p, c_double] + [c_void_p] * 5
-    _kernel = fn
-    return fn
+    for dt, name in _FUNCTIONS.items():
+        fn = getattr(lib, name)
+        fn.restype = c_int
+        fn.argtypes = [c_void_p, c_double] + [c_void_p] * 5
+        _kernels[dt] = fn
+    return _kernels[dtype]
 
 
 def supported(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> bool:
     """Whether the kernel takes these operands (see the module docstring)."""
     ts = (q, kt, v)
-    if any(t.dtype != torch.bfloat16 or t.dim() != q.dim() for t in ts) or q.dim() not in (3, 4):
+    if q.dtype not in _FUNCTIONS or q.dim() not in (3, 4):
+        return False
+    if any(t.dtype != q.dtype or t.dim() != q.dim() for t in ts):
         return False
     if not (q.shape[:-2] == kt.shape[:-2] == v.shape[:-2]):
         return False
     d, t = q.shape[-1], kt.shape[-1]
-    if d % 2 or d != kt.shape[-2] or t != v.shape[-2] or v.shape[-1] != d or t < 1:
+    if (d % 2 and q.dtype == torch.bfloat16) or d != kt.shape[-2] or t != v.shape[-2] or v.shape[-1] != d or t < 1:
         return False
     if q.stride(-1) != 1 or kt.stride(-2) != 1 or v.stride(-1) != 1:
         return False
@@ -113,6 +120,7 @@ class Plan:
     def __init__(self, fn: Callable, scale: float, q: Tensor, kt: Tensor, v: Tensor,
                  mask: Tensor | None, threads: int) -> None:
         s, d, t = q.shape[-2], q.shape[-1], kt.shape[-1]
+        self.dtype = q.dtype
         out = (*q.shape[:-1], d)
         self.out_shape, self.out_strides = out, _token_major(out)
 
@@ -139,7 +147,7 @@ class Plan:
 
     def run(self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """The block's output (a new tensor)."""
-        out = torch.empty_strided(self.out_shape, self.out_strides, dtype=torch.bfloat16)
+        out = torch.empty_strided(self.out_shape, self.out_strides, dtype=self.dtype)
         if mask is not None and self.copy_mask:
             mask = mask.contiguous()  # kept alive until the call returns
         m = None if mask is None else mask.data_ptr()
@@ -155,7 +163,7 @@ def attend(scale: float, table: dict, fallback: Attend) -> Attend:
     it takes (plans kept in `table`, shared by a program's blocks) and `fallback` for the rest;
     `fallback` itself where the kernel cannot be had (said once)."""
     try:
-        fn = kernel()
+        kernel()
     except native.NativeUnavailable as exc:
         native.announce_fallback(KERNEL, exc, "the oneDNN attention route")
         return fallback
@@ -167,7 +175,9 @@ def attend(scale: float, table: dict, fallback: Attend) -> Attend:
         plan = plans.get(sig, False)
         if plan is False:
             ok = supported(q, kt, v, mask)
-            plan = plans[sig] = Plan(fn, scale, q, kt, v, mask, get_num_threads()) if ok else None
+            threads = get_num_threads()
+            plan = Plan(kernel(q.dtype), scale, q, kt, v, mask, threads) if ok else None
+            plans[sig] = plan
         if plan is None:
             return fallback(q, kt, v, mask)
         return plan.run(q, kt, v, mask)

@@ -162,8 +162,9 @@ static inline __m512 load_mask(const void *m, int kind, int64_t t, int64_t mt, _
    of them scores, the row padded to a multiple of 16) is read and written with whole-vector
    stores and loads: a masked store does not forward to the load that reads it back, which
    cost a fifth of the block (MiniLM's shape, one thread). */
-static float softmax_row(float *s, int64_t t, int64_t tn, float scale, const void *m, int kind,
-                         int64_t mt, bf16 *p) {
+static inline __attribute__((always_inline)) float softmax_any(
+    float *s, int64_t t, int64_t tn, float scale, const void *m, int kind, int64_t mt, void *p,
+    const int f32) {
     const float log2e = 1.44269504088896341f;
     const __m512 vs = _mm512_set1_ps(scale * log2e), vl = _mm512_set1_ps(log2e);
     const __m512 ninf = _mm512_set1_ps(-__builtin_inff()), lowest = _mm512_set1_ps(-FLT_MAX);
@@ -183,10 +184,24 @@ static float softmax_row(float *s, int64_t t, int64_t tn, float scale, const voi
     for (int64_t j = 0; j < tn; j += 16) {
         __mmask16 k = t - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j)) - 1);
         __m512 e = _mm512_maskz_mov_ps(k, exp2_512(_mm512_sub_ps(_mm512_load_ps(s + j), mx)));
-        _mm256_store_si256((__m256i *)(p + j), (__m256i)_mm512_cvtneps_pbh(e));
+        if (f32)
+            _mm512_store_ps((float *)p + j, e);
+        else
+            _mm256_store_si256((__m256i *)((bf16 *)p + j), (__m256i)_mm512_cvtneps_pbh(e));
         vsum = _mm512_add_ps(vsum, e);
     }
     return 1.0f / _mm512_reduce_add_ps(vsum);
+}
+
+static float softmax_row(float *s, int64_t t, int64_t tn, float scale, const void *m, int kind,
+                         int64_t mt, bf16 *p) {
+    return softmax_any(s, t, tn, scale, m, kind, mt, p, 0);
+}
+
+/* the float32 kernel's row: the exponentials written in float32 (in place: p may be s) */
+static float softmax_row_f32(float *s, int64_t t, int64_t tn, float scale, const void *m,
+                             int kind, int64_t mt, float *p) {
+    return softmax_any(s, t, tn, scale, m, kind, mt, p, 1);
 }
 
 /* K (t rows kt apart, d dense) -> [ceil(t/16)][d/2][16] bf16 pairs, zero past t */
@@ -225,10 +240,11 @@ static void pack_v(const bf16 *v, int64_t t, int64_t d, int64_t vt, bf16 *pv) {
 
 #define MAX_ROWS 256
 
-/* ask for rows (n of them, `ld` elements apart, `d` bf16 each) to be brought into L2 */
-static void prefetch_rows(const bf16 *x, int64_t n, int64_t ld, int64_t d) {
+/* ask for rows (n of them, `ld` bytes apart, `d` bytes each) to be brought into L2 */
+static void prefetch_rows(const void *x, int64_t n, int64_t ld, int64_t d) {
+    const char *c = x;
     for (int64_t r = 0; r < n; ++r)
-        for (int64_t c = 0; c < d; c += 32) _mm_prefetch((const char *)(x + r * ld + c), _MM_HINT_T1);
+        for (int64_t j = 0; j < d; j += 64) _mm_prefetch(c + r * ld + j, _MM_HINT_T1);
 }
 
 static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -273,9 +289,9 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
                 if (bh + 1 < B * H) { /* the next head's operands, while this one computes:
                                          strided rows the hardware prefetcher does not see */
                     const int64_t nb = (bh + 1) / H, nh = (bh + 1) % H;
-                    prefetch_rows(k + nb * prm[P_KB] + nh * prm[P_KH], T, prm[P_KT], D);
-                    prefetch_rows(v + nb * prm[P_VB] + nh * prm[P_VH], T, prm[P_VT], D);
-                    prefetch_rows(q + nb * prm[P_QB] + nh * prm[P_QH], S, prm[P_QS], D);
+                    prefetch_rows(k + nb * prm[P_KB] + nh * prm[P_KH], T, 2 * prm[P_KT], 2 * D);
+                    prefetch_rows(v + nb * prm[P_VB] + nh * prm[P_VH], T, 2 * prm[P_VT], 2 * D);
+                    prefetch_rows(q + nb * prm[P_QB] + nh * prm[P_QH], S, 2 * prm[P_QS], 2 * D);
                 }
                 pack_k(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk);
                 pack_v(v + b * prm[P_VB] + h * prm[P_VH], T, D, prm[P_VT], pv);
@@ -309,12 +325,178 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
     return failed ? -1 : 0;
 }
 
+/* ---- float32: the same block with FMA (scores, probabilities and output in float32) ---- */
+
+/* C[MR][NV*16] = sum over k of A (MR rows, lda apart) times B (NV blocks bstride apart, each
+   [k][16] floats) */
+static inline __attribute__((always_inline)) void tile32(const int mr, const int nv,
+                                                         const float *a, int64_t lda, int64_t kk,
+                                                         const float *b, int64_t bstride,
+                                                         float *c, int64_t ldc) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < kk; ++p) {
+        __m512 bv[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j)
+            if (j < nv) bv[j] = _mm512_load_ps(b + j * bstride + p * 16);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r) {
+            if (r < mr) {
+                __m512 av = _mm512_set1_ps(a[r * lda + p]);
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; ++j)
+                    if (j < nv) acc[r][j] = _mm512_fmadd_ps(av, bv[j], acc[r][j]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r)
+        if (r < mr)
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j)
+                if (j < nv) _mm512_storeu_ps(c + r * ldc + j * 16, acc[r][j]);
+}
+
+typedef void (*tile32_fn)(const float *, int64_t, int64_t, const float *, int64_t, float *,
+                          int64_t);
+#define TILE32(MR, NV)                                                                      \
+    static void tile32_##MR##_##NV(const float *a, int64_t lda, int64_t kk, const float *b,  \
+                                   int64_t bs, float *c, int64_t ldc) {                      \
+        tile32(MR, NV, a, lda, kk, b, bs, c, ldc);                                          \
+    }
+TILE32(1, 1) TILE32(1, 2) TILE32(1, 3) TILE32(1, 4)
+TILE32(2, 1) TILE32(2, 2) TILE32(2, 3) TILE32(2, 4)
+TILE32(3, 1) TILE32(3, 2) TILE32(3, 3) TILE32(3, 4)
+TILE32(4, 1) TILE32(4, 2) TILE32(4, 3) TILE32(4, 4)
+static const tile32_fn TILES32[4][4] = {
+    {tile32_1_1, tile32_1_2, tile32_1_3, tile32_1_4},
+    {tile32_2_1, tile32_2_2, tile32_2_3, tile32_2_4},
+    {tile32_3_1, tile32_3_2, tile32_3_3, tile32_3_4},
+    {tile32_4_1, tile32_4_2, tile32_4_3, tile32_4_4},
+};
+
+static void gemm32(int64_t m, int64_t nvt, const float *a, int64_t lda, int64_t kk,
+                   const float *b, int64_t bstride, float *c, int64_t ldc) {
+    for (int64_t r = 0; r < m; r += 4) {
+        int mr = m - r < 4 ? (int)(m - r) : 4;
+        for (int64_t j = 0; j < nvt; j += 4) {
+            int nv = nvt - j < 4 ? (int)(nvt - j) : 4;
+            TILES32[mr - 1][nv - 1](a + r * lda, lda, kk, b + j * bstride, bstride,
+                                    c + r * ldc + j * 16, ldc);
+        }
+    }
+}
+
+/* K (t rows kt apart, d dense) -> [ceil(t/16)][d][16] floats, zero past t */
+static void pack_k32(const float *k, int64_t t, int64_t d, int64_t kt, float *pk) {
+    const int64_t nb = (t + 15) / 16;
+    for (int64_t b = 0; b < nb; ++b) {
+        float *dst = pk + b * d * 16;
+        int64_t rows = t - b * 16 < 16 ? t - b * 16 : 16;
+        if (rows < 16) memset(dst, 0, (size_t)d * 16 * 4);
+        for (int64_t r = 0; r < rows; ++r) {
+            const float *src = k + (b * 16 + r) * kt;
+            for (int64_t p = 0; p < d; ++p) dst[p * 16 + r] = src[p];
+        }
+    }
+}
+
+/* V (t rows vt apart, d dense) -> [ceil(d/16)][t][16] floats, zero past d */
+static void pack_v32(const float *v, int64_t t, int64_t d, int64_t vt, float *pv) {
+    const int64_t nb = (d + 15) / 16;
+    for (int64_t b = 0; b < nb; ++b) {
+        int64_t cols = d - b * 16 < 16 ? d - b * 16 : 16;
+        __mmask16 k = cols == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1);
+        float *dst = pv + b * t * 16;
+        for (int64_t p = 0; p < t; ++p)
+            _mm512_store_ps(dst + p * 16, _mm512_maskz_loadu_ps(k, v + p * vt + b * 16));
+    }
+}
+
+int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const void *kv,
+                      const void *vv, const void *mv, void *ov) {
+    const float *q = qv, *k = kv, *v = vv;
+    float *out = ov;
+    const char *mask = mv;
+    const int64_t B = prm[P_B], H = prm[P_H], S = prm[P_S], T = prm[P_T], D = prm[P_D];
+    const int64_t MB = prm[P_ROWS];
+    const int kind = (int)prm[P_MKIND];
+    const int64_t msize = kind == 1 ? 4 : 2;
+    const float scale = (float)scale_d;
+    if (MB <= 0 || MB > MAX_ROWS || (kind && !mask)) return -2;
+    const int64_t nqb = (S + MB - 1) / MB, tasks = B * H * nqb;
+    const int64_t tn = round_up(T, 16), dn = round_up(D, 16);
+    /* per thread: packed K, packed V, scores (the exponentials in place), the output block */
+    const size_t szk = round_up(tn * D * 4, 64), szv = round_up(dn * T * 4, 64);
+    const size_t szs = round_up(MB * tn * 4, 64), szo = round_up(MB * dn * 4, 64);
+    int failed = 0;
+#pragma omp parallel num_threads((int)prm[P_THREADS]) reduction(| : failed)
+    {
+        char *buf = aligned_alloc(64, szk + szv + szs + szo);
+        if (!buf) failed = 1;
+        float *pk = (float *)buf, *pv = (float *)(buf + szk);
+        float *sc = (float *)(buf + szk + szv), *ob = (float *)(buf + szk + szv + szs);
+        int64_t packed = -1;
+#pragma omp for schedule(static)
+        for (int64_t task = 0; task < tasks; ++task) {
+            if (!buf) continue;
+            const int64_t bh = task / nqb, qb = task % nqb;
+            const int64_t b = bh / H, h = bh % H;
+            if (bh != packed) {
+                if (bh + 1 < B * H) {
+                    const int64_t nb = (bh + 1) / H, nh = (bh + 1) % H;
+                    prefetch_rows(k + nb * prm[P_KB] + nh * prm[P_KH], T, 4 * prm[P_KT], 4 * D);
+                    prefetch_rows(v + nb * prm[P_VB] + nh * prm[P_VH], T, 4 * prm[P_VT], 4 * D);
+                    prefetch_rows(q + nb * prm[P_QB] + nh * prm[P_QH], S, 4 * prm[P_QS], 4 * D);
+                }
+                pack_k32(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk);
+                pack_v32(v + b * prm[P_VB] + h * prm[P_VH], T, D, prm[P_VT], pv);
+                packed = bh;
+            }
+            const int64_t i0 = qb * MB, m = S - i0 < MB ? S - i0 : MB;
+            const float *qa = q + b * prm[P_QB] + h * prm[P_QH] + i0 * prm[P_QS];
+            gemm32(m, tn / 16, qa, prm[P_QS], D, pk, D * 16, sc, tn);
+            float inv[MAX_ROWS];
+            for (int64_t i = 0; i < m; ++i) {
+                const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] +
+                                                  (i0 + i) * prm[P_MS]) * msize
+                                        : NULL;
+                inv[i] = softmax_row_f32(sc + i * tn, T, tn, scale, mrow, kind, prm[P_MT],
+                                         sc + i * tn);
+            }
+            gemm32(m, dn / 16, sc, tn, T, pv, T * 16, ob, dn);
+            float *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
+            for (int64_t i = 0; i < m; ++i) {
+                const __m512 r = _mm512_set1_ps(inv[i]);
+                for (int64_t j = 0; j < D; j += 16) {
+                    __mmask16 km = D - j >= 16 ? (__mmask16)0xFFFF
+                                               : (__mmask16)((1u << (D - j)) - 1);
+                    _mm512_mask_storeu_ps(orow + i * prm[P_OS] + j, km,
+                                          _mm512_mul_ps(_mm512_load_ps(ob + i * dn + j), r));
+                }
+            }
+        }
+        free(buf);
+    }
+    return failed ? -1 : 0;
+}
+
+
 #else
 
 int pgx_attention_bf16(const int64_t *prm, double scale, const void *q, const void *k,
                        const void *v, const void *m, void *o) {
     (void)prm; (void)scale; (void)q; (void)k; (void)v; (void)m; (void)o;
     return -3;
+}
+
+int pgx_attention_f32(const int64_t *prm, double scale, const void *q, const void *k,
+                      const void *v, const void *m, void *o) {
+    return pgx_attention_bf16(prm, scale, q, k, v, m, o);
 }
 
 #endif
