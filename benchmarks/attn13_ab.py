@@ -89,10 +89,10 @@ def blocks(args: argparse.Namespace) -> None:
 
 def load(spec: str) -> tuple[bytes, dict[str, np.ndarray]]:
     name, _, batch = spec.partition(":")
-    if name == "minilm":
-        from benchmarks.zoo import zoo_model
+    from benchmarks.zoo import ZOO_NAMES, zoo_model
 
-        path, feeds = zoo_model("minilm", "full")
+    if name in ZOO_NAMES:
+        path, feeds = zoo_model(name, "full")
         return Path(path).read_bytes(), feeds
     from pygraphx.models import get_model, model_inputs
 
