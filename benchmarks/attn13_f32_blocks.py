@@ -47,7 +47,8 @@ def main() -> int:
         }
         r = (q.double() @ kt.double()) * sc
         r = torch.softmax(r if mask is None else r + mask.double(), -1) @ v.double()
-        errs = {n: float((f(q, kt, v, mask).double() - r).norm() / r.norm()) for n, f in fns.items()}
+        errs = {n: float((f(q, kt, v, mask).double() - r).norm() / r.norm())
+                for n, f in fns.items()}  # fmt: skip
         best: dict[str, list[float]] = {n: [] for n in fns}
         calls = max(2, int(2e5 / (b * h * s * s)))
         for rr in range(9):

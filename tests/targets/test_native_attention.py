@@ -16,7 +16,8 @@ ort = pytest.importorskip("onnxruntime")
 import pygraphx  # noqa: E402
 from pygraphx.targets import native  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
-from pygraphx.targets.torch_lowering import attention, native_attention, onednn_attention  # noqa: E402,E501
+from pygraphx.targets.torch_lowering import attention, native_attention  # noqa: E402
+from pygraphx.targets.torch_lowering import onednn_attention  # noqa: E402
 
 
 def _why_not() -> str | None:

@@ -1,23 +1,25 @@
-"""A bf16 attention block on the CPU as one native kernel (`native/kernels/attention.c`):
-`attention.py` runs it first for bf16 blocks, oneDNN's three primitives (`onednn_attention.py`)
-where it does not take the operands.
+"""An attention block on the CPU as one native kernel (`native/kernels/attention.c`):
+`attention.py` runs it first for bf16 blocks (oneDNN's three primitives, `onednn_attention.py`,
+where it does not take the operands) and for float32 blocks of 32K scores or more (an FMA
+variant; their torch / oneDNN route as the fallback).
 
 The kernel works per (batch, head, block of `ROWS` query rows) with the block's scores kept in
 the cache: S = Q K^T (bf16 products summed in float32 by `vdpbf16ps`), scale and additive mask
-in float32, the row softmax in float32, the probabilities rounded to bf16 once, O = P V, the
-output rounded to bf16 and written token-major ((b, s, h, d) memory for a (b, h, s, d) result,
-as the oneDNN route does, so the model's transpose / reshape to (b, s, h * d) only views it).
-These are the oneDNN route's numbers; what it saves is writing the scores and probabilities to
-memory between three primitives and two of their calls (BERT-base / MiniLM / ViT figures in
-`benchmarks/results/attn13.md`).
+in float32, the row softmax in float32, the exponentials rounded to bf16 once, O = P V times
+1 / the row's sum, the output rounded to bf16 and written token-major ((b, s, h, d) memory for a
+(b, h, s, d) result, as the oneDNN route does, so the model's transpose / reshape to
+(b, s, h * d) only views it). These are the oneDNN route's numbers (float32 scores, bf16
+probabilities); what it saves is writing the scores and probabilities to memory between three
+primitives (BERT-base / MiniLM / ViT figures in `benchmarks/results/attn13.md`).
 
-It takes: bf16 Q (…, s, d), K^T (…, d, t) and V (…, t, d) with three or four axes, the same
-leading axes, d even, the last axis of Q and V and the d axis of K^T dense (the strided head
-views of a fused QKV product are read in place, no copy), non-negative strides; a float32 or
-bf16 additive mask broadcastable to the scores (read in place where its key axis is dense or
-broadcast, else copied dense at each call). Anything else goes to the fallback. `PGX_CPU_NATIVE_ATTENTION=0` keeps every block on the fallback; where
-the kernel cannot be built (no C compiler, `PGX_NATIVE=off`, no AVX512_BF16) that is said once
-and the fallback runs.
+It takes: bf16 or float32 Q (..., s, d), K^T (..., d, t) and V (..., t, d) of one type with
+three or four axes, the same leading axes, d even for bf16, the last axis of Q and V and the d
+axis of K^T dense (the strided head views of a fused QKV product are read in place, no copy),
+non-negative strides; a float32 or bf16 additive mask broadcastable to the scores (read in
+place where its key axis is dense or broadcast, else copied dense at each call). Anything else
+goes to the fallback. `PGX_CPU_NATIVE_ATTENTION=0` keeps every block on the fallback; where the
+kernel cannot be built (no C compiler, `PGX_NATIVE=off`, no AVX512_BF16) that is said once and
+the fallback runs.
 """
 
 from __future__ import annotations
@@ -92,7 +94,9 @@ def supported(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> bool:
     if not (q.shape[:-2] == kt.shape[:-2] == v.shape[:-2]):
         return False
     d, t = q.shape[-1], kt.shape[-1]
-    if (d % 2 and q.dtype == torch.bfloat16) or d != kt.shape[-2] or t != v.shape[-2] or v.shape[-1] != d or t < 1:
+    if d % 2 and q.dtype == torch.bfloat16:
+        return False
+    if d != kt.shape[-2] or t != v.shape[-2] or v.shape[-1] != d or t < 1:
         return False
     if q.stride(-1) != 1 or kt.stride(-2) != 1 or v.stride(-1) != 1:
         return False
