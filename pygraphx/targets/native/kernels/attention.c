@@ -247,6 +247,23 @@ static void prefetch_rows(const void *x, int64_t n, int64_t ld, int64_t d) {
         for (int64_t j = 0; j < d; j += 64) _mm_prefetch(c + r * ld + j, _MM_HINT_T1);
 }
 
+/* this thread's scratch of at least `size` bytes (64-aligned), kept between calls: the
+   OpenMP pool's threads live as long as the process, and a buffer allocated and freed at each
+   call came back from the kernel as fresh pages whenever malloc had trimmed its heap. Grows,
+   never shrinks; NULL when memory is short. */
+static __thread char *tls_scratch;
+static __thread size_t tls_size;
+
+static char *scratch(size_t size) {
+    if (size <= tls_size) return tls_scratch;
+    char *fresh = aligned_alloc(64, (size + 63) / 64 * 64);
+    if (!fresh) return NULL;
+    free(tls_scratch);
+    tls_scratch = fresh;
+    tls_size = size;
+    return fresh;
+}
+
 static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const void *kv,
@@ -270,10 +287,8 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
     int failed = 0;
 #pragma omp parallel num_threads((int)prm[P_THREADS]) reduction(| : failed)
     {
-        char *buf = aligned_alloc(64, szk + szv + szs + szp + szo);
-        if (!buf) {
-            failed = 1;
-        }
+        char *buf = scratch(szk + szv + szs + szp + szo);
+        if (!buf) failed = 1;
         int32_t *pk = (int32_t *)buf;
         bf16 *pv = (bf16 *)(buf + szk);
         float *sc = (float *)(buf + szk + szv);
@@ -320,7 +335,6 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
                 }
             }
         }
-        free(buf);
     }
     return failed ? -1 : 0;
 }
@@ -436,7 +450,7 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
     int failed = 0;
 #pragma omp parallel num_threads((int)prm[P_THREADS]) reduction(| : failed)
     {
-        char *buf = aligned_alloc(64, szk + szv + szs + szo);
+        char *buf = scratch(szk + szv + szs + szo);
         if (!buf) failed = 1;
         float *pk = (float *)buf, *pv = (float *)(buf + szk);
         float *sc = (float *)(buf + szk + szv), *ob = (float *)(buf + szk + szv + szs);
@@ -480,7 +494,6 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
                 }
             }
         }
-        free(buf);
     }
     return failed ? -1 : 0;
 }
