@@ -1,19 +1,23 @@
-/* A fused bf16 attention block for the CPU (pygraphx's cpu target, `native_attention.py`).
+/* A fused attention block for the CPU (pygraphx's cpu target, `native_attention.py`): bf16
+   (`pgx_attention_bf16`) and float32 (`pgx_attention_f32`, FMA) operands.
 
    out = softmax(scale * (Q @ K^T) + mask) @ V, per (batch, head, block of MB query rows), in one
    pass that keeps the block's scores in the cache: S = Q K^T (bf16 products summed in float32
    by `_mm512_dpbf16_ps`, K packed once per (batch, head) into the pair-interleaved layout the
    instruction reads), scale and additive mask in float32, the row softmax in float32 (max
-   subtracted, a vectorised exp), the probabilities rounded to bf16 once, O = P V (V packed
-   pair-interleaved along the key axis), O rounded to bf16 and written through the caller's
-   strides (e.g. straight into the (b, s, h * d) layout of the output projection's input).
-   These are the numbers of the oneDNN route it replaces (scores float32, probabilities bf16).
+   subtracted, base 2, a vectorised 2^x), the exponentials rounded to bf16 once, O = P V (V
+   packed pair-interleaved along the key axis) times 1 / the row's sum, O rounded to bf16 and
+   written through the caller's strides (e.g. token-major, so the model's (b, s, h * d) input of
+   the output projection is a view of it). These are the numbers of the oneDNN route it
+   replaces (scores float32, probabilities bf16 once). The float32 variant keeps everything in
+   float32.
 
    Operands: Q (B, H, S, D), K (B, H, T, D) (the caller's K^T view read through its strides),
    V (B, H, T, D), out (B, H, S, D): element strides for the batch, head and row axes, the last
-   axis dense; D even. The additive mask (float32 or bf16, or none) has four strides (0 on a
-   broadcast axis), its last one 0 or 1. Threads: `omp parallel` over (batch, head, query
-   block), contiguous per thread, so a thread packs each (batch, head)'s K and V once.
+   axis dense; D even for bf16. The additive mask (float32 or bf16, or none) has four strides (0
+   on a broadcast axis), its last one 0 or 1. Threads: `omp parallel` over (batch, head, query
+   block), contiguous per thread, so a thread packs each (batch, head)'s K and V once (and
+   prefetches the next one's rows meanwhile); each thread's scratch is thread-local and kept.
 
    Built only where the compiler targets AVX-512 F/BW/VL and AVX512_BF16 (`-march=native`);
    elsewhere `pgx_attention_supported()` says 0 and the caller takes its library route. */
