@@ -24,11 +24,11 @@ mask), and at its own size: the inputs' broadcast axes (stride 0) are cut to len
 3.5 of the 14.6 ms its attention took). A bf16 block on the CPU, and a float32 one of a
 middling size, runs as three oneDNN primitives instead (`onednn_attention.py`: the scores scaled
 and masked in float32 inside the first matmul, oneDNN's softmax writing the product type;
-faster than torch's kernels there, see `_on_onednn`), and a bf16 block before that as one native
-fused kernel where it takes the operands (`native_attention.py`: the scores kept in the cache,
-never written); where oneDNN's C API library is missing, torch's fused kernel (float32) or
-matmul / softmax / matmul (bf16). Anything else lowers as
-before: when the group does not match, the first product is lowered at the group's place (only
+faster than torch's kernels there, see `_on_onednn`); before that, a bf16 block (and a float32
+one of 32K scores or more, `_native_f32`) runs as one native fused kernel where it takes the
+operands (`native_attention.py`: the scores kept in the cache, never written); where oneDNN's C
+API library is missing, torch's fused kernel (float32) or matmul / softmax / matmul (bf16).
+Anything else lowers as before: when the group does not match, the first product is lowered at the group's place (only
 views and literals lie between them, so its inputs are unchanged).
 """
 
@@ -316,7 +316,9 @@ def _native_f32(ctx: LoweringContext, dtype: torch.dtype, scores: int) -> bool:
     from `ONEDNN_F32_MIN` scores (below, the calls' fixed cost decides). 2-core EPYC, one
     thread, thread CPU time, loaded machine (`benchmarks/results/attn13.md`): BERT-base's
     block 744 us against oneDNN's 751 and torch's 824; at batch 8 6.64 ms against 7.44 / 7.17;
-    ViT-B/16 at batch 8 14.5 against 19.3 / 16.1 (torch's, the route there)."""
+    ViT-B/16 at batch 8 14.5 against 19.3 / 16.1 (torch's, the route there). Whole float32
+    models at 2 threads (quiet): 0.99-1.00x the route before (MiniLM, BERT-base b1 / b8,
+    ViT-B/16): the products run at the machine's FMA rate either way."""
     if ctx.device.type != "cpu" or dtype != torch.float32 or not native_attention.enabled():
         return False
     if os.environ.get(NATIVE_F32_ENV, "1").strip().lower() in ("0", "false", "off", "no"):
