@@ -28,8 +28,8 @@ faster than torch's kernels there, see `_on_onednn`); before that, a bf16 block 
 one of 32K scores or more, `_native_f32`) runs as one native fused kernel where it takes the
 operands (`native_attention.py`: the scores kept in the cache, never written); where oneDNN's C
 API library is missing, torch's fused kernel (float32) or matmul / softmax / matmul (bf16).
-Anything else lowers as before: when the group does not match, the first product is lowered at the group's place (only
-views and literals lie between them, so its inputs are unchanged).
+Anything else lowers as before: when the group does not match, the first product is lowered at
+the group's place (only views and literals lie between them, so its inputs are unchanged).
 """
 
 from __future__ import annotations
