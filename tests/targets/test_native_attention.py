@@ -131,7 +131,7 @@ def test_block_matches_float64_and_the_route_before(shape: tuple, form: str, thr
 
 
 @pytest.mark.parametrize("form", ["none", "padding", "causal"])
-@pytest.mark.parametrize("st", [(1, 77), (5, 77), (77, 1), (130, 47)])
+@pytest.mark.parametrize("st", [(1, 77), (5, 77), (77, 1), (130, 47), (3, 2049)])
 def test_query_and_key_lengths_differ(st: tuple, form: str):
     """Decoder-like shapes (one query over 77 keys), one key, more queries than a row block."""
     s, t = st
