@@ -7,9 +7,11 @@ unet13's, A/B in one process (helper unet13, issue 10).
 
 Variants (the switches are read at compile, so every program here is compiled once):
 `old`: `PGX_CPU_BF16_DECONV=float32` and `PGX_CPU_BF16_RESIZE=torch` (main before unet13);
-`deconv`: only the bf16 deconvolution; `resize`: only oneDNN's resampling; `new`: both (the
-defaults). bf16 = `quantize_bf16`'s default "products" policy (what `cpu_vs_peers --bf16`
-runs). Timing alternates blocks of runs (a warm-up run, then `--repeat` timed runs) of the
+`deconv`: only the bf16 deconvolution (oneDNN's C API primitive where it runs);
+`deconv_torch`: only the bf16 deconvolution on torch's oneDNN op (`PGX_CPU_BF16_DECONV=torch`);
+`resize`: only oneDNN's resampling; `new`: both (the defaults); `new_torch`: both, the
+deconvolution on torch's op. bf16 = `quantize_bf16`'s default "products" policy (what
+`cpu_vs_peers --bf16` runs). Timing alternates blocks of runs (a warm-up run, then `--repeat` timed runs) of the
 variants, the order reversed every round; reported per variant: median wall ms over all timed
 runs, the best block's median, mean process CPU ms per run, and the relative RMS error of the
 output against ONNX Runtime float32. Float32 programs take neither new path (both switches act
@@ -39,7 +41,9 @@ from pygraphx.targets.torch_lowering.onednn_resample import KERNEL_ENV  # noqa: 
 VARIANTS = {
     "old": ("float32", "torch"),
     "deconv": ("bf16", "torch"),
+    "deconv_torch": ("torch", "torch"),
     "resize": ("float32", "onednn"),
+    "new_torch": ("torch", "onednn"),
     "new": ("bf16", "onednn"),
 }
 

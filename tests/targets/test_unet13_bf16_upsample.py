@@ -20,7 +20,11 @@ ort = pytest.importorskip("onnxruntime")
 
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
-from pygraphx.targets.torch_lowering import deconv_bf16, onednn_resample  # noqa: E402
+from pygraphx.targets.torch_lowering import (  # noqa: E402
+    deconv_bf16,
+    onednn_capi,
+    onednn_resample,
+)
 from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not cpu_has_bf16(), reason="no bf16 instructions on this CPU")
@@ -37,13 +41,16 @@ def _ort(model: bytes, feeds: dict[str, np.ndarray]) -> np.ndarray:
     return sess.run(None, feeds)[0]
 
 
-def _pgx(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, list[list[str]]]:
-    """The bf16 program's output (float32) and each step's op names."""
+def _pgx(model: bytes, feeds: dict[str, np.ndarray], cache: dict | None = None):
+    """The bf16 program's output (float32) and each step's op names (`cache`: filled with the
+    lowering's cache counters)."""
     prog = pygraphx.parse_onnx_buffer(model)
     pygraphx.quantize_bf16(prog)
     prog.compile(CpuTarget(threads=1))
     assert not prog._executable.fallbacks, prog._executable.fallbacks
     out = np.asarray(prog.run(feeds)[0]).astype(np.float32)
+    if cache is not None:
+        cache.update(prog._executable.lowered.ctx.cache)
     steps = [
         [i.op.name for i in s.instructions if not i.is_literal()]
         for s in prog._executable.lowered.steps
@@ -67,6 +74,8 @@ DECONV_CASES = [
     ("k3_s2_asym_pads", {"strides": [2, 2], "pads": [0, 1, 1, 0]}, 3, 5, True, None),
     ("k2_s2_no_bias_relu", {"strides": [2, 2]}, 2, 8, False, "Relu"),
     ("k2_s2_bias_relu", {"strides": [2, 2]}, 2, 8, True, "Relu"),
+    ("k2_s2_groups4", {"strides": [2, 2], "group": 4}, 2, 6, True, None),
+    ("k3_s2_dilation2_relu", {"strides": [2, 2], "dilations": [2, 2]}, 3, 5, True, "Relu"),
     ("k4_s2_pads_bias_clip", {"strides": [2, 2], "pads": [1, 1, 1, 1]}, 4, 6, True, "Clip"),
 ]  # fmt: skip
 
@@ -123,21 +132,31 @@ def _deconv_model(attrs: dict, k: int, hw: int, bias: bool, act: str | None, pre
     return model.SerializeToString(), feeds
 
 
+@pytest.mark.parametrize("kernel", ["bf16", "torch"])
 @pytest.mark.parametrize("prefix", [True, False], ids=["after_conv", "from_input"])
 @pytest.mark.parametrize("case", DECONV_CASES, ids=[c[0] for c in DECONV_CASES])
-def test_bf16_deconvolution_against_ort(case, prefix, monkeypatch) -> None:
+def test_bf16_deconvolution_against_ort(case, prefix, kernel, monkeypatch) -> None:
     _, attrs, k, hw, bias, act = case
     model, feeds = _deconv_model(attrs, k, hw, bias, act, prefix)
     want = _ort(model, feeds)
     monkeypatch.setenv(deconv_bf16.DECONV_ENV, "float32")
     old, old_steps = _pgx(model, feeds)
-    monkeypatch.setenv(deconv_bf16.DECONV_ENV, "bf16")
-    calls = []
-    real = deconv_bf16.Plan.producer
-    monkeypatch.setattr(deconv_bf16.Plan, "producer",
-                        lambda self, env, x: calls.append(self) or real(self, env, x))  # fmt: skip
-    new, new_steps = _pgx(model, feeds)
-    assert calls, "the bf16 deconvolution path was not taken"
+    monkeypatch.setenv(deconv_bf16.DECONV_ENV, kernel)
+    plans = []
+    real = deconv_bf16.Plan.__init__
+
+    def spy(self, ctx, ins) -> None:
+        plans.append(ins)
+        real(self, ctx, ins)
+
+    monkeypatch.setattr(deconv_bf16.Plan, "__init__", spy)
+    cache: dict = {}
+    new, new_steps = _pgx(model, feeds, cache)
+    assert plans, "the bf16 deconvolution path was not taken"
+    # oneDNN's C API primitive runs the uncropped ones (where its library is installed)
+    cropped = bool(attrs.get("pads")) or bool(attrs.get("output_padding"))
+    capi = kernel == "bf16" and not cropped and onednn_capi.runtime() is not None
+    assert cache.get("deconv_capi", 0) == (1 if capi else 0), cache
     deconv_steps = [s for s in new_steps if "deconvolution" in s]
     assert len(deconv_steps) == 1
     if bias or act:  # the group after it (bias, activation) is folded into its step
