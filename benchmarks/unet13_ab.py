@@ -10,10 +10,11 @@ Variants (the switches are read at compile, so every program here is compiled on
 `deconv`: only the bf16 deconvolution (oneDNN's C API primitive where it runs);
 `deconv_torch`: only the bf16 deconvolution on torch's oneDNN op (`PGX_CPU_BF16_DECONV=torch`);
 `resize`: only oneDNN's resampling; `new`: both (the defaults); `new_torch`: both, the
-deconvolution on torch's op. bf16 = `quantize_bf16`'s default "products" policy (what
-`cpu_vs_peers --bf16` runs). Timing alternates blocks of runs (a warm-up run, then `--repeat` timed runs) of the
-variants, the order reversed every round; reported per variant: median wall ms over all timed
-runs, the best block's median, mean process CPU ms per run, and the relative RMS error of the
+deconvolution on torch's op; `openvino`: OpenVINO at its default precision (bf16 on a CPU
+with bf16 instructions; f32 for `--precisions f32`), as `cpu_vs_peers` makes it.
+bf16 = `quantize_bf16`'s default "products" policy (what `cpu_vs_peers --bf16` runs).
+Timing alternates blocks of runs (a warm-up run, then `--repeat` timed runs) of the variants,
+the order reversed every round; reported per variant: median wall ms over all timed runs, the best block's median, mean process CPU ms per run, and the relative RMS error of the
 output against ONNX Runtime float32. Float32 programs take neither new path (both switches act
 on bf16 only): their rows show that float32 does not move.
 """
@@ -31,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.cpu_engines import make_ort, make_pygraphx  # noqa: E402
+from benchmarks.cpu_engines import make_openvino, make_ort, make_pygraphx  # noqa: E402
 from benchmarks.cpu_vs_peers import load_zoo, relative_error  # noqa: E402
 from pygraphx.quantize.truncate_float import PRODUCTS  # noqa: E402
 from pygraphx.targets.torch_lowering.deconv_bf16 import DECONV_ENV  # noqa: E402
@@ -55,6 +56,14 @@ def ab(name: str, precision: str, threads: int, variants: list[str], rounds: int
     runs = {}
     saved = {k: os.environ.get(k) for k in (DECONV_ENV, KERNEL_ENV)}
     for v in variants:
+        if v == "openvino":  # OpenVINO at its default precision (bf16 on this CPU)
+            ov_precision = None if precision == "bf16" else "f32"
+            run, seconds, used = make_openvino(model, threads, ov_precision)
+            err = relative_error([np.asarray(a, np.float64) for a in run(feeds)], want)
+            print(f"  {name} {precision} t{threads} openvino ({used}): compile {seconds:.2f} s, "
+                  f"rel error vs ORT f32 {err:.3e}", flush=True)  # fmt: skip
+            runs[v] = run
+            continue
         os.environ[DECONV_ENV], os.environ[KERNEL_ENV] = VARIANTS[v]
         bf16 = (PRODUCTS,) if precision == "bf16" else None
         run, seconds, prog = make_pygraphx(model, "arena", threads, bf16=bf16)
@@ -97,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", nargs="+", default=["unet_small", "yolov8_style"])
     p.add_argument("--precisions", nargs="+", default=["bf16", "f32"], choices=["bf16", "f32"])
-    p.add_argument("--variants", nargs="+", default=["old", "new"], choices=list(VARIANTS))
+    p.add_argument("--variants", nargs="+", default=["old", "new"], choices=[*VARIANTS, "openvino"])
     p.add_argument("--threads", type=int, nargs="+", default=[2])
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--repeat", type=int, default=8)
