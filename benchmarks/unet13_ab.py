@@ -14,7 +14,8 @@ deconvolution on torch's op; `openvino`: OpenVINO at its default precision (bf16
 with bf16 instructions; f32 for `--precisions f32`), as `cpu_vs_peers` makes it.
 bf16 = `quantize_bf16`'s default "products" policy (what `cpu_vs_peers --bf16` runs).
 Timing alternates blocks of runs (a warm-up run, then `--repeat` timed runs) of the variants,
-the order reversed every round; reported per variant: median wall ms over all timed runs, the best block's median, mean process CPU ms per run, and the relative RMS error of the
+the order reversed every round; reported per variant: median wall ms over all timed runs,
+the best block's median, mean process CPU ms per run, and the relative RMS error of the
 output against ONNX Runtime float32. Float32 programs take neither new path (both switches act
 on bf16 only): their rows show that float32 does not move.
 """
