@@ -5,9 +5,11 @@
 
 Deconvolution: ours before (float32 compute: input and weight converted each call), torch's
 bf16 `conv_transpose2d` (weight a bf16 constant, bias passed in), oneDNN through torch's
-`mkldnn._convolution_transpose_pointwise` with the weight prepacked once. Resize: torch's bf16
-channels-last bilinear kernel (ours before), float32 round trip, oneDNN's bf16 resampling
-primitive through our C API layer. Median ms of 50 calls (`mnv2dw_layers.run_wall`), best of 3
+`mkldnn._convolution_transpose_pointwise` with the weight prepacked once (also copied into an
+output slot, as in a run), and oneDNN's own deconvolution primitive writing the slot
+(`onednn_deconv.py`, the default path). Resize: torch's bf16 channels-last bilinear kernel
+(ours before), float32 round trip, oneDNN's bf16 resampling primitive through our C API
+layer. Median ms of 50 calls (`mnv2dw_layers.run_wall`), best of 3
 alternating blocks; max |diff| against a float32 torch reference on the same bf16 inputs.
 """
 
@@ -61,9 +63,27 @@ def main() -> int:
             return torch.ops.mkldnn._convolution_transpose_pointwise(
                 x, packed, b, [0, 0], [0, 0], [2, 2], [1, 1], 1, "none", [], "")
 
+        from pygraphx.targets.torch_lowering import onednn_capi, onednn_deconv
+
+        out_lens = [1, cout, 2 * hw, 2 * hw]
+        geometry = onednn_deconv.Geometry(list(x.shape), out_lens, w, b, [2, 2], [1, 1], 1,
+                                          "none", [])  # fmt: skip
+        primitive = onednn_deconv.Deconv(onednn_capi.runtime(), geometry)
+        slot = torch.empty(out_lens, dtype=torch.bfloat16).contiguous(memory_format=CL)
+
+        def mkldnn_into_slot():
+            slot.copy_(mkldnn_packed())
+            return slot
+
+        def capi():
+            primitive(x, slot)
+            return slot
+
         forms = {"ours f32 compute (+bias add)": ours,
                  "torch bf16 conv_transpose2d+bias": torch_bf16,
-                 "mkldnn prepacked+bias": mkldnn_packed}
+                 "mkldnn prepacked+bias": mkldnn_packed,
+                 "mkldnn prepacked+bias, copied to a slot": mkldnn_into_slot,
+                 "oneDNN C API primitive into the slot": capi}
         errs = {k: (f().float() - ref).abs().max().item() for k, f in forms.items()}
         layouts = {k: f().is_contiguous(memory_format=CL) for k, f in forms.items()}
         best = {k: [] for k in forms}
