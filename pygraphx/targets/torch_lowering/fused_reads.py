@@ -15,10 +15,11 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.conv_concat import sum_reader
 from pygraphx.targets.torch_lowering.conv_dw_fusion import dw_reader
 from pygraphx.targets.torch_lowering.conv_fusion import fused_user
+from pygraphx.targets.torch_lowering.deconv_bf16 import fused_reader as deconv_reader
 from pygraphx.targets.torch_lowering.lower_resize import concat_reader
 
 #: the fusions' readers, asked in order (the depthwise pair before the convolution's own group)
-READERS = (dw_reader, fused_user, sum_reader, concat_reader)
+READERS = (dw_reader, fused_user, deconv_reader, sum_reader, concat_reader)
 
 
 def fused_reads(ins: Instruction) -> Instruction | None:

@@ -6,7 +6,9 @@
   on channels-last activations; the element-wise group that follows (bias, residual add,
   relu / relu6) is fused into the convolution as oneDNN post-ops (`conv_fusion.py`). Other
   convolutions use `torch.nn.functional.conv{1,2,3}d` (asymmetric padding: `F.pad` first).
-* `deconvolution`: `conv_transpose{1,2,3}d`, then the IR's begin/end crop.
+* `deconvolution`: `conv_transpose{1,2,3}d`, then the IR's begin/end crop; a bf16 2-D one with
+  a literal weight runs in bf16 on oneDNN with its bias group fused (`deconv_bf16.py`;
+  `PGX_CPU_BF16_DECONV=float32` computes it in float32 here).
 * `pooling`: on the CPU, 2-D max/average pooling of channels-last float32 / bf16 tensors
   through a oneDNN primitive made once where it computes the IR's geometry exactly
   (`onednn_pool.py`); otherwise max/average through `F.{max,avg}_pool{1,2,3}d` when torch's
@@ -98,6 +100,10 @@ def lower_generic_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
 
 @lowering("deconvolution")
 def lower_deconvolution(ctx: LoweringContext, ins: Instruction) -> bool:
+    from pygraphx.targets.torch_lowering.deconv_bf16 import lower_bf16_deconvolution
+
+    if lower_bf16_deconvolution(ctx, ins):  # bf16 in bf16 (`PGX_CPU_BF16_DECONV`)
+        return True
     work = _float_compute(ins)
     x_shape = ins.inputs[0].shape
     nd = x_shape.ndim() - 2

@@ -17,6 +17,9 @@ nearest with the asymmetric transform, floor rounding and power-of-two factors (
 source index is exact);
 (bi/tri)linear with half_pixel, pytorch_half_pixel (outputs longer than 1) or align_corners;
 bicubic (4-D) with those transforms and A = -0.75; none with antialias or exclude_outside.
+A bf16 channels-last linear resize with the half_pixel transform runs on oneDNN's resampling
+primitive instead (`onednn_resample.py`: ~4x torch's bf16 kernel; `PGX_CPU_BF16_RESIZE=torch`
+keeps torch's).
 
 Declined (numpy fallback): `tf_crop_and_resize` (extrapolated values outside the box), the
 4-input form whose scales or sizes are read at run time, interpolation of integer types (the
@@ -190,6 +193,35 @@ def resize_writer(ins: Instruction, device: torch.device) -> Writer:
     return lambda x, out: out.copy_(resample(x, plans))
 
 
+def onednn_writer(ctx: LoweringContext, ins: Instruction) -> Writer | None:
+    """`write(x, out)` through oneDNN's bf16 linear resampling (`onednn_resample.py`) where it
+    computes `ins` exactly, the input is channels-last and `PGX_CPU_BF16_RESIZE` allows it;
+    else None."""
+    from pygraphx.targets.torch_lowering import onednn_resample as rs
+
+    if ctx.device.type != "cpu" or not ctx.options.get("mkldnn", True):
+        return None
+    plan = rs.plan_resample(ins)
+    if plan is None or len(plan.x_lens) != 4 or rs.kernel_choice() != "onednn":
+        return None
+    rt = rs.runtime()
+    if rt is None:
+        return None
+    try:
+        resample = rs.Resample(rt, plan)
+    except rs.OneDnnError as exc:
+        rs.say_once("ref", "cpu resize: torch's kernel instead of oneDNN's (%s)", exc)
+        return None
+    cl = torch.channels_last
+
+    def write(x: torch.Tensor, out: torch.Tensor) -> None:
+        if not x.is_contiguous(memory_format=cl):  # (a convolution's result always is)
+            x = x.contiguous(memory_format=cl)
+        resample(x, out)
+
+    return write
+
+
 def resize_layout(ctx: LoweringContext, ins: Instruction) -> str:
     """A channels-last input (a convolution's) keeps its layout: a standard result would
     transpose it here and back at the next convolution."""
@@ -211,8 +243,10 @@ def resizable(ins: Instruction) -> bool:
 def lower_resize_alone(ctx: LoweringContext, ins: Instruction) -> None:
     """Resize `ins` as one step writing its own slot."""
     x = ctx.arg(ins, 0)
-    idx, out = output_buffer(ctx, ins, resize_layout(ctx, ins))
-    write = resize_writer(ins, ctx.device)
+    layout = resize_layout(ctx, ins)
+    idx, out = output_buffer(ctx, ins, layout)
+    onednn = layout == CHANNELS_LAST and out.is_contiguous(memory_format=torch.channels_last)
+    write = (onednn_writer(ctx, ins) if onednn else None) or resize_writer(ins, ctx.device)
     env = ctx.env
 
     def step() -> None:
