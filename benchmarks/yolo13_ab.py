@@ -7,9 +7,9 @@ error against ONNX Runtime float32 (and OpenVINO bf16's, `--openvino`).
 
 Both programs are quantized (`quantize_bf16`, the default "products" policy) from the same
 parsed model, the rule switched by the module constant between the two calls, and compiled for
-`cpu` (`cpu_engines.make_pygraphx`'s settings). Printed per model: whether the two quantized
-programs differ at all (printed form; identical ones compile to the same steps), each one's
-error, then (`--rounds` > 0) timing in alternating blocks - a warm-up run and `--repeat` timed
+`cpu` with `cpu_vs_peers.py`'s settings (arena conv outputs, step threads). Printed per model:
+whether the two quantized programs differ at all (printed form; identical ones compile to the
+same steps), each one's error, then (`--rounds` > 0) timing in alternating blocks - a warm-up run and `--repeat` timed
 runs of one program, then of the other, the order reversed every round - with the median wall
 ms over all timed runs, the best block's median, and the mean process CPU ms per run.
 """
@@ -75,7 +75,7 @@ def ab(name: str, args: argparse.Namespace) -> None:
     same = str(progs["old"]) == str(progs["new"])
     line = f"{name} t{args.threads}: quantized programs {'identical' if same else 'differ'}"
     for mode, prog in progs.items():
-        prog.compile(CpuTarget(conv_output="auto", threads=args.threads))
+        prog.compile(CpuTarget(conv_output="arena", threads=args.threads, step_threads=True))
         line += f"; {mode} rel err {rel_rms([np.asarray(a) for a in prog.run(feeds)], want):.2e}"
     if args.openvino:
         run_ov = make_openvino(model, args.threads, None)[0]
