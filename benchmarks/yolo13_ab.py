@@ -9,9 +9,10 @@ Both programs are quantized (`quantize_bf16`, the default "products" policy) fro
 parsed model, the rule switched by the module constant between the two calls, and compiled for
 `cpu` with `cpu_vs_peers.py`'s settings (arena conv outputs, step threads). Printed per model:
 whether the two quantized programs differ at all (printed form; identical ones compile to the
-same steps), each one's error, then (`--rounds` > 0) timing in alternating blocks - a warm-up run and `--repeat` timed
-runs of one program, then of the other, the order reversed every round - with the median wall
-ms over all timed runs, the best block's median, and the mean process CPU ms per run.
+same steps), each one's error, then (`--rounds` > 0) timing in alternating blocks - a warm-up
+run and `--repeat` timed runs of one program, then of the other, the order reversed every
+round - with the median wall ms over all timed runs, the best block's median, and the mean
+process CPU ms per run.
 """
 
 from __future__ import annotations

@@ -214,10 +214,6 @@ def _is_wide(ins: Instruction) -> bool:
     return ins.shape.type() in WIDE_FLOATS
 
 
-_view_source = view_source
-_is_constant_view = is_constant_view
-
-
 class _Truncate:
     """One rewrite of one program: value maps shared by every module it touches."""
 
@@ -267,7 +263,7 @@ class _Truncate:
         if ins.module is self.main and ins.outputs and all(u.is_return() for u in ins.outputs):
             return False  # the last element-wise step before an output: at full precision
         floats = [
-            x for x in ins.inputs if (x in self.repl or _is_wide(x)) and not _is_constant_view(x)
+            x for x in ins.inputs if (x in self.repl or _is_wide(x)) and not is_constant_view(x)
         ]
         return bool(floats) and all(x in self.repl for x in floats)
 
@@ -277,7 +273,7 @@ class _Truncate:
         concatenations): a classifier or pooler head, a detector's DFL product."""
         if ins.module is not self.main or ins.shape.elements() > HEAD_ELEMENTS:
             return False
-        weights = [_view_source(x) for x in ins.inputs if _is_constant_view(x)]
+        weights = [view_source(x) for x in ins.inputs if is_constant_view(x)]
         if sum(w.shape.elements() for w in weights) > HEAD_WEIGHTS:
             return False
         todo, seen = list(ins.outputs), set()
@@ -314,7 +310,7 @@ class _Truncate:
         module.remove_instructions(set(self.dead.pop(module.name, [])))
         # wide literals (and views of them) whose every user now takes the low-precision copy,
         # removed from the last view back to the literal
-        wide = {x for x in self.low_copy if x.module is module and _is_constant_view(x)}
+        wide = {x for x in self.low_copy if x.module is module and is_constant_view(x)}
         while unused := {x for x in wide if not x.outputs}:
             module.remove_instructions(unused)
             wide -= unused
@@ -336,7 +332,7 @@ class _Truncate:
             if x.is_literal():
                 arr = low_precision_array(x.get_literal().array, self.low)
                 self.low_copy[x] = x.module.insert_literal(nxt, Literal(arr, copy=False))
-            elif _is_constant_view(x):
+            elif is_constant_view(x):
                 # a view (broadcast, reshape, ...) of a literal: the same view of the literal's
                 # saturated copy, as a runtime convert would turn float32's extremes (a mask's
                 # finfo.min) into bf16/half infinities, and 0 * inf into NaN
