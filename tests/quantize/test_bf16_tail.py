@@ -110,8 +110,7 @@ def _types(prog: pygraphx.Program, name: str) -> list[str]:
 
 def test_box_decoding_computes_in_float32(monkeypatch) -> None:
     """The anchor arithmetic (sub, add, mul) and the sigmoid stay float32; the convolutions,
-    their bias adds and ReLUs (their epilogues), and the concatenation of two bf16 values stay
-    bf16."""
+    their bias adds and ReLUs (their epilogues) stay bf16."""
     prog = _quantized(_box_decoder()[0], monkeypatch, True)
     assert set(_types(prog, "convolution")) == {"bf16_type"}
     assert set(_types(prog, "relu")) == {"bf16_type"}
@@ -129,8 +128,8 @@ def test_box_decoding_computes_in_float32(monkeypatch) -> None:
 @pytest.mark.parametrize("target", ["ref", "cpu"])
 def test_box_decoding_error_against_float32(target: str, monkeypatch) -> None:
     """Against ORT float32: pixel coordinates of 100-500 rounded to bf16 (ulp 0.5-2) give a
-    relative error ~1e-3 under the earlier rule; kept float32, only the distances' rounding
-    (values 0-4) is left, ~50x less."""
+    relative error ~3e-3 under the earlier rule; kept float32, only the distances' rounding
+    (values 0-4) is left, ~1.5e-5 (measured on both targets)."""
     model, feeds = _box_decoder()
     new = _error(model, feeds, _quantized(model, monkeypatch, True), target)
     old = _error(model, feeds, _quantized(model, monkeypatch, False), target)
