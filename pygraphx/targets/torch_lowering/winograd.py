@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pygraphx.targets.torch_lowering import winograd_native
 from pygraphx.targets.torch_lowering.onednn_bmm import BatchedMatmul
 from pygraphx.targets.torch_lowering.onednn_conv import ConvPlan  # (a Protocol of its fields)
 from pygraphx.targets.torch_lowering.winograd_scratch import (  # (re-exported)
@@ -474,6 +475,20 @@ def _blocks(h: int, w: int, m: int) -> list[tuple[tuple[int, int, int], ...]]:
     return [(r, c) for r in down for c in across]
 
 
+def _check_out(out: Tensor, g: Geometry) -> None:
+    """Refuse an output buffer that is not a channels-last float32 tensor of the result's
+    lens."""
+    if (
+        list(out.shape) != [g.n, g.k, g.ho, g.wo]
+        or out.dtype != torch.float32
+        or not out.is_contiguous(memory_format=torch.channels_last)
+    ):
+        raise ValueError(
+            f"winograd: the output buffer {list(out.shape)} {out.dtype} is not a channels-last "
+            f"float32 tensor of the result's lens {[g.n, g.k, g.ho, g.wo]}"
+        )
+
+
 def build(
     plan: ConvPlan,
     get_x: Getter,
@@ -487,18 +502,17 @@ def build(
     given `out` (a channels-last float32 tensor of the result's lens, such as its arena slot,
     not the add operand), writing `out` every call and returning it (no new result, and no copy
     of one into the slot). `scratch`: the program's temporaries (`Winograd`)."""
+    ops = epilogue_ops(plan, get_other is not None)
+    if m == 4 and winograd_native.supports(plan) and winograd_native.available():
+        geo = geometry(plan, m)
+        conv = winograd_native.NativeWinograd(
+            plan, geo, weight_transform(plan.weight, m), get_other is not None, ops
+        )
+        return _run(conv, geo, get_x, get_other, out)
     conv = Winograd(plan, m, scratch)
     g = conv.geo
-    ops = epilogue_ops(plan, get_other is not None)
-    if out is not None and (
-        list(out.shape) != [g.n, g.k, g.ho, g.wo]
-        or out.dtype != torch.float32
-        or not out.is_contiguous(memory_format=torch.channels_last)
-    ):
-        raise ValueError(
-            f"winograd: the output buffer {list(out.shape)} {out.dtype} is not a channels-last "
-            f"float32 tensor of the result's lens {[g.n, g.k, g.ho, g.wo]}"
-        )
+    if out is not None:
+        _check_out(out, g)
     # one call now, on zeros: a first call runs 1.5-2x slower than the next ones (its buffers
     # fresh pages, the transformed weight and MKL's state cold; ResNet-50's first stage at
     # batch 1), and the compile's timing keeps only candidates near the fastest first call
@@ -509,6 +523,28 @@ def build(
         y = torch.empty(g.n, g.ho, g.wo, g.k) if out is None else out.permute(0, 2, 3, 1)
         other = None if get_other is None else get_other().permute(0, 2, 3, 1)
         conv(get_x(), y, other, ops)
+        return y.permute(0, 3, 1, 2) if out is None else out  # NCHW lens, channels-last
+
+    return run
+
+
+def _run(
+    conv: winograd_native.NativeWinograd,
+    g: Geometry,
+    get_x: Getter,
+    get_other: Getter | None,
+    out: Tensor | None,
+) -> Callable[[], Tensor]:
+    """`build`'s closure for the native kernel (after one warming call on zeros, as there)."""
+    if out is not None:
+        _check_out(out, g)
+    conv(torch.zeros(g.n, g.c, g.h, g.w), torch.empty(g.n, g.ho, g.wo, g.k),
+         None if not conv.uses_other and not conv.rest else torch.zeros(g.n, g.ho, g.wo, g.k))
+
+    def run() -> Tensor:
+        y = torch.empty(g.n, g.ho, g.wo, g.k) if out is None else out.permute(0, 2, 3, 1)
+        other = None if get_other is None else get_other().permute(0, 2, 3, 1)
+        conv(get_x(), y, other)
         return y.permute(0, 3, 1, 2) if out is None else out  # NCHW lens, channels-last
 
     return run

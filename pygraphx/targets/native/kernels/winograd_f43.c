@@ -1,0 +1,258 @@
+/* Winograd F(4x4, 3x3) convolution of float32 channels-last activations, one pass per block of
+ * tiles (helper wino13, issue 10).
+ *
+ * The torch route (torch_lowering/winograd.py) runs the input transform, the 36 products and
+ * the output transform as separate passes over megabyte temporaries; here one job does all
+ * three for a block of `tb` 4x4 output tiles, its buffers inside the core's L2:
+ *
+ *   1. input transform: each tile's 6x6 window (zero outside the image: no padded copy) into
+ *      V[p][t][c] (p = a * 6 + b the point of the transformed tile, t the tile in the block),
+ *   2. per block of 64 output channels, the 36 products V[p] (tb x C) x U[p] (C x 64) into
+ *      M[p][t][64] with a register-blocked micro-kernel (6 tiles x 4 vectors of 16 channels:
+ *      24 accumulators, the transformed weight's 16-wide rows loaded once per input channel),
+ *   3. the output transform A^T M A of each tile, the bias and the epilogue (the add of a
+ *      residual before or after the activation, relu or clip) written straight into the
+ *      channels-last output, cropped to the image.
+ *
+ * Threads split jobs = (tile block, range of 64-channel output blocks): `omp for` over them.
+ * The transformed weight U is packed by the caller: per 64-channel block kb (its width kw, a
+ * multiple of 16, the last one possibly narrower, K padded with zeros to a multiple of 16),
+ * the 36 matrices (C, kw) one after another.
+ */
+#include <stdint.h>
+#include <stddef.h>
+#include <omp.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+typedef struct {
+    const float *x;      /* input (N, H, W, C) by strides sxn, sxh, sxw; channel stride 1 */
+    const float *wt;     /* packed transformed weight (see above) */
+    const float *bias;   /* (K) or NULL */
+    float *y;            /* output (N, Ho, Wo, K) by strides syn, syh, syw; channel stride 1 */
+    const float *other;  /* add operand (N, Ho, Wo, K) by strides son, soh, sow, or NULL */
+    float *work;         /* threads x (36 * tb * cs + 36 * tb * 64) floats */
+    int64_t n, c, h, w, top, left, ho, wo, k;
+    int64_t sxn, sxh, sxw, syn, syh, syw, son, soh, sow;
+    int64_t act;         /* 0 none, 1 relu, 2 clip(lo, hi) */
+    int64_t add;         /* 0 none, 1 before the activation, 2 after it */
+    double lo, hi;
+    int64_t tb;          /* tiles per block */
+    int64_t ksplit;      /* ranges of 64-channel output blocks per tile block */
+    int64_t threads;
+} wino_args;
+
+/* 1 where this build has the kernel (AVX-512F), 0 where it does not (the caller's library
+ * route runs instead) */
+int wino_f43_supported(void) {
+#ifdef __AVX512F__
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* floats of one thread's workspace */
+int64_t wino_f43_work_floats(int64_t c, int64_t tb) {
+    int64_t cs = (c + 15) / 16 * 16;
+    return 36 * tb * cs + 36 * tb * 64 + 16;
+}
+
+#ifdef __AVX512F__
+
+#define KB 64
+
+static inline __attribute__((always_inline)) void micro(
+    const float *v, int64_t vs, const float *w, int64_t kw, int64_t c, float *m,
+    const int R, const int NV) {
+    __m512 acc[6][4];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < NV; j++) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t ci = 0; ci < c; ci++) {
+        __m512 b[4];
+        for (int j = 0; j < NV; j++) b[j] = _mm512_loadu_ps(w + ci * kw + 16 * j);
+        for (int r = 0; r < R; r++) {
+            __m512 a = _mm512_set1_ps(v[r * vs + ci]);
+            for (int j = 0; j < NV; j++) acc[r][j] = _mm512_fmadd_ps(a, b[j], acc[r][j]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < NV; j++) _mm512_storeu_ps(m + r * KB + 16 * j, acc[r][j]);
+}
+
+#define MK(R, NV) \
+    static void micro_##R##_##NV(const float *v, int64_t vs, const float *w, int64_t kw, \
+                                 int64_t c, float *m) { micro(v, vs, w, kw, c, m, R, NV); }
+#define MKR(R) MK(R, 1) MK(R, 2) MK(R, 3) MK(R, 4)
+MKR(1) MKR(2) MKR(3) MKR(4) MKR(5) MKR(6)
+
+typedef void (*micro_fn)(const float *, int64_t, const float *, int64_t, int64_t, float *);
+#define ROW(R) {micro_##R##_1, micro_##R##_2, micro_##R##_3, micro_##R##_4}
+static const micro_fn MICRO[6][4] = {ROW(1), ROW(2), ROW(3), ROW(4), ROW(5), ROW(6)};
+
+/* tile t of the block: its 6x6 window transformed into V[p][t][0 : cs] */
+static void input_tile(const wino_args *a, int64_t g, float *v, int64_t t, int64_t tb,
+                       int64_t cs) {
+    int64_t th = (a->ho + 3) / 4, tw = (a->wo + 3) / 4;
+    int64_t img = g / (th * tw), rem = g % (th * tw);
+    int64_t y0 = (rem / tw) * 4 - a->top, x0 = (rem % tw) * 4 - a->left;
+    const float *base = a->x + img * a->sxn;
+    const float *rows[6];
+    int okc[6];
+    for (int i = 0; i < 6; i++) {
+        int64_t r = y0 + i;
+        rows[i] = (r >= 0 && r < a->h) ? base + r * a->sxh : NULL;
+        okc[i] = (x0 + i >= 0 && x0 + i < a->w);
+    }
+    const __m512 four = _mm512_set1_ps(4.f), five = _mm512_set1_ps(5.f);
+    const __m512 two = _mm512_set1_ps(2.f);
+    for (int64_t c0 = 0; c0 < a->c; c0 += 16) {
+        __mmask16 mask = (a->c - c0 >= 16) ? (__mmask16)0xFFFF
+                                           : (__mmask16)((1u << (a->c - c0)) - 1);
+        __m512 tmp[6][6]; /* [row i][point b]: the row pass */
+        for (int i = 0; i < 6; i++) {
+            __m512 d[6];
+            for (int j = 0; j < 6; j++)
+                d[j] = (rows[i] && okc[j])
+                           ? _mm512_maskz_loadu_ps(mask, rows[i] + (x0 + j) * a->sxw + c0)
+                           : _mm512_setzero_ps();
+            __m512 t0 = _mm512_fnmadd_ps(four, d[2], d[4]);  /* d4 - 4 d2 */
+            __m512 t1 = _mm512_fnmadd_ps(four, d[1], d[3]);  /* d3 - 4 d1 */
+            __m512 t2 = _mm512_sub_ps(d[4], d[2]);
+            __m512 t3 = _mm512_mul_ps(two, _mm512_sub_ps(d[3], d[1]));
+            tmp[i][0] = _mm512_fmadd_ps(four, d[0], _mm512_fnmadd_ps(five, d[2], d[4]));
+            tmp[i][1] = _mm512_add_ps(t0, t1);
+            tmp[i][2] = _mm512_sub_ps(t0, t1);
+            tmp[i][3] = _mm512_add_ps(t2, t3);
+            tmp[i][4] = _mm512_sub_ps(t2, t3);
+            tmp[i][5] = _mm512_fmadd_ps(four, d[1], _mm512_fnmadd_ps(five, d[3], d[5]));
+        }
+        for (int b = 0; b < 6; b++) {
+            __m512 t0 = _mm512_fnmadd_ps(four, tmp[2][b], tmp[4][b]);
+            __m512 t1 = _mm512_fnmadd_ps(four, tmp[1][b], tmp[3][b]);
+            __m512 t2 = _mm512_sub_ps(tmp[4][b], tmp[2][b]);
+            __m512 t3 = _mm512_mul_ps(two, _mm512_sub_ps(tmp[3][b], tmp[1][b]));
+            __m512 o[6];
+            o[0] = _mm512_fmadd_ps(four, tmp[0][b], _mm512_fnmadd_ps(five, tmp[2][b], tmp[4][b]));
+            o[1] = _mm512_add_ps(t0, t1);
+            o[2] = _mm512_sub_ps(t0, t1);
+            o[3] = _mm512_add_ps(t2, t3);
+            o[4] = _mm512_sub_ps(t2, t3);
+            o[5] = _mm512_fmadd_ps(four, tmp[1][b], _mm512_fnmadd_ps(five, tmp[3][b], tmp[5][b]));
+            for (int aa = 0; aa < 6; aa++)
+                _mm512_storeu_ps(v + ((aa * 6 + b) * tb + t) * cs + c0, o[aa]);
+        }
+    }
+}
+
+static inline __m512 epilogue(const wino_args *a, __m512 r, const float *o, __mmask16 mask) {
+    if (a->add == 1) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, o));
+    if (a->act == 1) {
+        r = _mm512_max_ps(r, _mm512_setzero_ps());
+    } else if (a->act == 2) {
+        r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps((float)a->lo)),
+                          _mm512_set1_ps((float)a->hi));
+    }
+    if (a->add == 2) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, o));
+    return r;
+}
+
+/* tile t's output channels [k0, k0 + 16 * nv) from M[p][t][0 : 16 * nv] */
+static void output_tile(const wino_args *a, int64_t g, const float *m, int64_t t, int64_t tb,
+                        int64_t k0, int nv) {
+    int64_t th = (a->ho + 3) / 4, tw = (a->wo + 3) / 4;
+    int64_t img = g / (th * tw), rem = g % (th * tw);
+    int64_t oy = (rem / tw) * 4, ox = (rem % tw) * 4;
+    int rows = (int)(a->ho - oy < 4 ? a->ho - oy : 4);
+    int cols = (int)(a->wo - ox < 4 ? a->wo - ox : 4);
+    const __m512 two = _mm512_set1_ps(2.f), four = _mm512_set1_ps(4.f);
+    const __m512 eight = _mm512_set1_ps(8.f);
+    for (int j = 0; j < nv; j++) {
+        int64_t kk = k0 + 16 * j;
+        if (kk >= a->k) break;
+        __mmask16 mask = (a->k - kk >= 16) ? (__mmask16)0xFFFF
+                                           : (__mmask16)((1u << (a->k - kk)) - 1);
+        __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mask, a->bias + kk) : _mm512_setzero_ps();
+        __m512 tmp[4][6]; /* [output row p][point b] */
+        for (int b = 0; b < 6; b++) {
+            __m512 mm[6];
+            for (int aa = 0; aa < 6; aa++)
+                mm[aa] = _mm512_loadu_ps(m + ((aa * 6 + b) * tb + t) * KB + 16 * j);
+            __m512 s12 = _mm512_add_ps(mm[1], mm[2]), d12 = _mm512_sub_ps(mm[1], mm[2]);
+            __m512 s34 = _mm512_add_ps(mm[3], mm[4]), d34 = _mm512_sub_ps(mm[3], mm[4]);
+            tmp[0][b] = _mm512_add_ps(_mm512_add_ps(mm[0], s12), s34);
+            tmp[1][b] = _mm512_fmadd_ps(two, d34, d12);
+            tmp[2][b] = _mm512_fmadd_ps(four, s34, s12);
+            tmp[3][b] = _mm512_add_ps(_mm512_fmadd_ps(eight, d34, d12), mm[5]);
+        }
+        for (int p = 0; p < rows; p++) {
+            __m512 *q = tmp[p];
+            __m512 s12 = _mm512_add_ps(q[1], q[2]), d12 = _mm512_sub_ps(q[1], q[2]);
+            __m512 s34 = _mm512_add_ps(q[3], q[4]), d34 = _mm512_sub_ps(q[3], q[4]);
+            __m512 o[4];
+            o[0] = _mm512_add_ps(_mm512_add_ps(q[0], s12), s34);
+            o[1] = _mm512_fmadd_ps(two, d34, d12);
+            o[2] = _mm512_fmadd_ps(four, s34, s12);
+            o[3] = _mm512_add_ps(_mm512_fmadd_ps(eight, d34, d12), q[5]);
+            float *yrow = a->y + img * a->syn + (oy + p) * a->syh + kk;
+            const float *orow = a->other ? a->other + img * a->son + (oy + p) * a->soh + kk
+                                         : NULL;
+            for (int qq = 0; qq < cols; qq++) {
+                __m512 r = _mm512_add_ps(o[qq], bias);
+                r = epilogue(a, r, orow ? orow + (ox + qq) * a->sow : NULL, mask);
+                _mm512_mask_storeu_ps(yrow + (ox + qq) * a->syw, mask, r);
+            }
+        }
+    }
+}
+
+/* the convolution; 0 done, -1 not built for this machine */
+int wino_f43_run(const wino_args *a) {
+    int64_t th = (a->ho + 3) / 4, tw = (a->wo + 3) / 4;
+    int64_t tiles = a->n * th * tw, tb = a->tb;
+    int64_t nblocks = (tiles + tb - 1) / tb;
+    int64_t k16 = (a->k + 15) / 16 * 16, nkb = (k16 + KB - 1) / KB;
+    int64_t ksplit = a->ksplit < 1 ? 1 : (a->ksplit > nkb ? nkb : a->ksplit);
+    int64_t jobs = nblocks * ksplit;
+    int64_t cs = (a->c + 15) / 16 * 16;
+    int64_t per = wino_f43_work_floats(a->c, tb);
+#pragma omp parallel num_threads((int)a->threads)
+    {
+        float *v = a->work + (int64_t)omp_get_thread_num() * per;
+        v = (float *)(((uintptr_t)v + 63) & ~(uintptr_t)63);
+        float *m = v + 36 * tb * cs;
+#pragma omp for schedule(static)
+        for (int64_t job = 0; job < jobs; job++) {
+            int64_t blk = job / ksplit, s = job % ksplit;
+            int64_t g0 = blk * tb, cnt = tiles - g0 < tb ? tiles - g0 : tb;
+            for (int64_t t = 0; t < cnt; t++) input_tile(a, g0 + t, v, t, tb, cs);
+            int64_t kb0 = s * nkb / ksplit, kb1 = (s + 1) * nkb / ksplit;
+            for (int64_t kb = kb0; kb < kb1; kb++) {
+                int64_t k0 = kb * KB;
+                int64_t kw = k16 - k0 < KB ? k16 - k0 : KB;
+                int nv = (int)(kw / 16);
+                const float *wk = a->wt + 36 * a->c * k0;
+                for (int p = 0; p < 36; p++) {
+                    const float *wp = wk + p * a->c * kw;
+                    for (int64_t t0 = 0; t0 < cnt; t0 += 6) {
+                        int r = (int)(cnt - t0 < 6 ? cnt - t0 : 6);
+                        MICRO[r - 1][nv - 1](v + (p * tb + t0) * cs, cs, wp, kw, a->c,
+                                             m + (p * tb + t0) * KB);
+                    }
+                }
+                for (int64_t t = 0; t < cnt; t++) output_tile(a, g0 + t, m, t, tb, k0, nv);
+            }
+        }
+    }
+    return 0;
+}
+
+#else /* no AVX-512F: not built for this machine */
+
+int wino_f43_run(const wino_args *a) {
+    (void)a;
+    return -1;
+}
+
+#endif
