@@ -27,6 +27,7 @@ from pygraphx.targets.torch_lowering import (  # noqa: E402
     onednn_bmm,
     onednn_conv,
     winograd,
+    winograd_native,
 )
 from pygraphx.targets.torch_lowering.conv_kernels import (  # noqa: E402
     KERNELS,
@@ -135,7 +136,9 @@ def test_chunks_of_tile_rows_and_images(
     kernel: str, per_chunk: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A call in chunks of `per_chunk` window rows (runs of tile rows of one image, or groups
-    of whole images), with a residual add and relu split along the chunks."""
+    of whole images), with a residual add and relu split along the chunks (the torch route:
+    the native F(4,3) kernel has no chunks)."""
+    monkeypatch.setenv(winograd_native.NATIVE_ENV, "0")
     monkeypatch.setattr(winograd, "CHUNK_BYTES", 1)
     monkeypatch.setattr(winograd, "MIN_CHUNK_TILES", per_chunk * 3)
     plan = _plan([3, 5, 11, 10], 6, unary="relu", bias=torch.ones(6))

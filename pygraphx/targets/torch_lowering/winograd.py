@@ -506,7 +506,8 @@ def build(
     if m == 4 and winograd_native.supports(plan) and winograd_native.available():
         geo = geometry(plan, m)
         conv = winograd_native.NativeWinograd(
-            plan, geo, weight_transform(plan.weight, m), get_other is not None, ops
+            plan, geo, weight_transform(plan.weight, m), get_other is not None, ops,
+            scratch if scratch_enabled() else None,
         )
         return _run(conv, geo, get_x, get_other, out)
     conv = Winograd(plan, m, scratch)

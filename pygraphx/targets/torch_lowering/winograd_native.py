@@ -21,6 +21,7 @@ import torch
 
 from pygraphx.targets import native
 from pygraphx.targets.torch_lowering.onednn_conv import ConvPlan
+from pygraphx.targets.torch_lowering.winograd_scratch import Scratch
 
 Tensor = torch.Tensor
 EpilogueOp = Callable[[Tensor, Tensor, Tensor | None], Tensor]
@@ -33,6 +34,8 @@ KB = 64
 #: bytes of one tile block's transformed input (36 x tiles x C floats): it stays in L2 while
 #: the products of all output blocks read it
 BLOCK_BYTES = 320 * 1024
+#: the role of the threads' block buffers in a `Scratch`
+WORK_ROLE = "native_f43"
 #: tiles per block, at least (the micro-kernel's rows) and at most
 MIN_TILES, MAX_TILES = 6, 36
 
@@ -150,9 +153,11 @@ class NativeWinograd:
     """One layer's F(4,3) convolution by the native kernel (`winograd.Winograd`'s call)."""
 
     def __init__(self, plan: ConvPlan, geo: object, wt: Tensor, add: bool,
-                 ops: list[EpilogueOp]) -> None:  # fmt: skip
+                 ops: list[EpilogueOp], scratch: Scratch | None = None) -> None:  # fmt: skip
         """`geo`: the layer's `winograd.Geometry` for m = 4; `wt`: its transformed weight;
-        `ops`: `winograd.epilogue_ops(plan, add)`."""
+        `ops`: `winograd.epilogue_ops(plan, add)`; `scratch`: where the threads' block
+        buffers live (the program's, shared by its Winograd layers: the buffers the previous
+        layer left in the caches), else its own."""
         self.lib = library()
         self.geo = g = geo
         self.weight = pack_weight(wt)
@@ -165,18 +170,16 @@ class NativeWinograd:
         a.n, a.c, a.h, a.w, a.top, a.left = g.n, g.c, g.h, g.w, g.top, g.left
         a.ho, a.wo, a.k = g.ho, g.wo, g.k
         a.act, a.add, a.lo, a.hi = act, where, lo, hi
-        self.work = torch.empty(0)
-        self.threads = 0
+        self.scratch = Scratch() if scratch is None else scratch
+        self.threads = self.floats = 0
         self._set_threads(torch.get_num_threads())
 
     def _set_threads(self, threads: int) -> None:
         g, a = self.geo, self.args
         a.tb, a.ksplit = blocks(g.n * g.th * g.tw, g.c, g.k, threads)
-        per = self.lib.wino_f43_work_floats(g.c, a.tb)
-        if self.work.numel() < per * threads:
-            self.work = torch.empty(per * threads)
-            a.work = self.work.data_ptr()
+        self.floats = self.lib.wino_f43_work_floats(g.c, a.tb) * threads
         a.threads = self.threads = threads
+        self.scratch.get(WORK_ROLE, (self.floats,))  # (grown now, not at the first run)
 
     def __call__(self, x: Tensor, y: Tensor, other: Tensor | None) -> None:
         """The convolution of `x` (NCHW lens, any strides) into `y` ((N, Ho, Wo, K), channel
@@ -185,6 +188,7 @@ class NativeWinograd:
         if threads != self.threads:
             self._set_threads(threads)
         a = self.args
+        a.work = self.scratch.get(WORK_ROLE, (self.floats,)).data_ptr()
         if x.stride(1) != 1:
             x = x.contiguous(memory_format=torch.channels_last)
         if y.stride(3) != 1:
