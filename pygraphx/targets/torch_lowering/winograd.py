@@ -167,9 +167,33 @@ RULE_MACS = 32_000_000
 RULE_TILES_A_THREAD, RULE_MAX_THREADS = 16, 8
 
 
+#: with the native kernel (`winograd_native`, wino13), up to `RULE_NATIVE_MAX_THREADS`
+#: threads: both channel counts at least `RULE_NATIVE_CHANNELS`, at least
+#: `RULE_NATIVE_TILES[threads]` tiles and `RULE_NATIVE_MACS` multiply-adds. Per layer on the
+#: 2-core EPYC (`benchmarks/wino13_ab.py`, `benchmarks/results/wino13.md`; native / oneDNN,
+#: medians, 1 thread CPU time; 2 threads wall, under load): every ResNet-50, YOLOv8-style and
+#: UNet layer of 16 channels and more is faster, 0.35-0.63x at 1 thread (ResNet-50 b1 56x56
+#: 0.46, 28x28 0.43, 14x14 0.58, 7x7 (4 tiles) 0.84; b8 0.35-0.70), 0.4-0.8x at 2 threads
+#: (b1 56x56 0.49, 28x28 0.40, 14x14 (16 tiles) 0.56) but for ResNet-50's 7x7 maps at batch 1
+#: at 2 threads (4 tiles: 1.11x; its 37.7 MB transformed weight read for 4 tiles) and UNet's
+#: 3-channel input layer (1.6-1.9x); YOLOv8's smallest, (64, 20, 20) -> 64 (14.7 M
+#: multiply-adds), 0.43x / 0.82x
+RULE_NATIVE_CHANNELS = 16
+RULE_NATIVE_TILES = {1: 4, 2: 16}
+RULE_NATIVE_MACS = 10_000_000
+RULE_NATIVE_MAX_THREADS = max(RULE_NATIVE_TILES)
+
+
+def _native_rule(threads: int) -> bool:
+    """Whether the native kernel's rule applies: the kernel at hand, `threads` measured."""
+    return threads <= RULE_NATIVE_MAX_THREADS and winograd_native.available()
+
+
 def rule_limits(threads: int) -> tuple[int, int] | None:
     """(fewest channels each side, fewest 4x4 output tiles) of a layer `by_rule` runs on
     F(4,3) at `threads` threads, None where no layer does (above `RULE_MAX_THREADS`)."""
+    if _native_rule(threads):
+        return RULE_NATIVE_CHANNELS, RULE_NATIVE_TILES[max(threads, 1)]
     if threads <= 1:
         return RULE_CHANNELS_ONE_THREAD, RULE_TILES_ONE_THREAD
     if threads > RULE_MAX_THREADS:
@@ -182,12 +206,14 @@ def by_rule(plan: ConvPlan, threads: int | None = None) -> bool:
     threads (default: torch's count now, the one the layer is compiled for; `rule_limits`,
     `RULE_MACS`); `plan` must be `supports`-ed."""
     g = geometry(plan, KERNEL_TILES["winograd"])
-    limits = rule_limits(torch.get_num_threads() if threads is None else threads)
+    threads = torch.get_num_threads() if threads is None else threads
+    limits = rule_limits(threads)
     if limits is None:
         return False
     channels, tiles = limits
     macs = g.n * g.ho * g.wo * g.c * g.k * 9
-    return min(g.c, g.k) >= channels and g.n * g.th * g.tw >= tiles and macs >= RULE_MACS
+    least = RULE_NATIVE_MACS if _native_rule(threads) and winograd_native.supports(plan) else RULE_MACS
+    return min(g.c, g.k) >= channels and g.n * g.th * g.tw >= tiles and macs >= least
 
 
 def weight_transform(weight: Tensor, m: int) -> Tensor:
