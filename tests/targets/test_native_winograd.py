@@ -120,17 +120,36 @@ def test_matches_float64_conv(n, c, h, w, k, pad, threads) -> None:
         ("none", [], False, False),
         ("relu", [], False, False),
         ("hardtanh", [0.0, 6.0], False, False),
-        ("swish", [], False, False),  # silu by torch after the kernel
+        ("swish", [], False, False),  # silu in the kernel (or by torch after it)
         ("relu", [], True, False),  # ResNet's residual: relu(conv + bias + other)
         ("relu", [], True, True),  # relu(conv + bias) + other
         ("none", [], True, False),
-        ("swish", [], True, False),  # the add in the kernel, silu after
+        ("swish", [], True, False),  # silu(conv + bias + other)
         ("swish", [], True, True),  # YOLO's bottleneck: silu(conv + bias) + other
     ],
 )
-def test_epilogue(unary, scalars, add, add_after, threads) -> None:
+@pytest.mark.parametrize("silu", ["native", "torch"])
+def test_epilogue(unary, scalars, add, add_after, threads, silu, monkeypatch) -> None:
+    monkeypatch.setenv(winograd_native.SILU_ENV, "1" if silu == "native" else "0")
+    if silu == "torch" and unary != "swish":
+        pytest.skip("the setting changes swish layers only")
     _run(3, 19, 10, 9, 33, threads=threads, add=add, unary=unary, scalars=scalars,
          add_after=add_after)  # fmt: skip
+
+
+def test_native_silu_elementwise_over_a_wide_range() -> None:
+    """The kernel's silu (a polynomial exp) against float64 element by element: outputs from
+    -120 to 120 (past the exp argument's clamp at 88), the convolution's part tiny."""
+    k = 80
+    gen = torch.Generator().manual_seed(7)
+    weight = torch.randn(k, 16, 3, 3, generator=gen) * 1e-4
+    bias = torch.linspace(-120.0, 120.0, k)
+    plan = ConvPlan(weight, weight, [2, 16, 9, 11], [1, 1], [1, 1], [1, 1], 1, None,
+                    bias=bias, unary="swish")  # fmt: skip
+    x = torch.randn(2, 16, 9, 11, generator=gen).contiguous(memory_format=CL)
+    y = winograd.build(plan, lambda: x, None, 4)().double()
+    ref = _reference(plan, x, None)
+    torch.testing.assert_close(y, ref, rtol=2e-6, atol=1e-6)
 
 
 def test_no_bias_pre_pad_plain_and_strided_inputs_and_out_slot() -> None:

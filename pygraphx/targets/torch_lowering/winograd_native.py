@@ -7,8 +7,9 @@ its strides, the padding as zeros at the borders: no padded copy), the threads s
 tile blocks (and the output channels where there are few blocks), and writes the bias, the add
 and relu / clip into the channels-last output. Only where the build has AVX-512F
 (`wino_f43_supported`); `PGX_WINOGRAD_NATIVE=0` takes the torch route (as does a machine
-without a C compiler, announced once). A swish (silu) activation and what follows it in the
-epilogue run as torch ops on the output afterwards.
+without a C compiler, announced once). The epilogue's relu, clip and swish (silu) run in the
+kernel (`PGX_WINOGRAD_NATIVE_SILU=0`: a swish and what follows it run as torch ops on the
+output afterwards).
 """
 
 from __future__ import annotations
@@ -62,6 +63,16 @@ class _Args(ctypes.Structure):
 def enabled() -> bool:
     """Whether F(4,3) layers may take the native kernel (`PGX_WINOGRAD_NATIVE` not off)."""
     return os.environ.get(NATIVE_ENV, "1").strip().lower() not in native.compiler.OFF_VALUES
+
+
+#: `PGX_WINOGRAD_NATIVE_SILU=0`: a swish epilogue runs as torch's silu over the output after
+#: the kernel (instead of the kernel's own, a polynomial exp within about 1e-7)
+SILU_ENV = "PGX_WINOGRAD_NATIVE_SILU"
+
+
+def native_silu() -> bool:
+    """Whether the kernel applies a swish itself (`SILU_ENV` not off)."""
+    return os.environ.get(SILU_ENV, "1").strip().lower() not in native.compiler.OFF_VALUES
 
 
 _LIB: list[ctypes.CDLL] = []
@@ -136,14 +147,19 @@ def split_epilogue(
     plan: ConvPlan, add: bool, ops: list[EpilogueOp]
 ) -> tuple[int, int, tuple[float, float], list[EpilogueOp]]:
     """(activation code, add code, clip bounds, the ops left to torch): the kernel applies
-    relu / clip and the add before or after them; a swish and what follows run as `ops`'s
-    tail on the output (`ops` is `winograd.epilogue_ops(plan, add)`)."""
+    relu / clip / swish (silu, `SILU_ENV` not off) and the add before or after them; with
+    the native silu off, the swish and what follows run as `ops`'s tail on the output (`ops`
+    is `winograd.epilogue_ops(plan, add)`)."""
     codes = {"none": 0, "relu": 1, "hardtanh": 2}
+    if native_silu():
+        codes["swish"] = 3
     where = (2 if plan.add_after else 1) if add else 0
     if plan.unary in codes:
         lo, hi = (plan.scalars[0], plan.scalars[1]) if plan.unary == "hardtanh" else (0.0, 0.0)
         return codes[plan.unary], where, (float(lo), float(hi)), []
-    # swish: the kernel does the add only if it comes first; torch the rest
+    if plan.unary != "swish":
+        raise ValueError(f"winograd (native): unknown activation {plan.unary!r}")
+    # swish by torch: the kernel does the add only if it comes first; torch the rest
     if where == 1:
         return 0, 1, (0.0, 0.0), ops[1:]
     return 0, 0, (0.0, 0.0), ops

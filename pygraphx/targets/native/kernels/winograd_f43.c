@@ -11,7 +11,7 @@
  *      M[p][t][64] with a register-blocked micro-kernel (6 tiles x 4 vectors of 16 channels:
  *      24 accumulators, the transformed weight's 16-wide rows loaded once per input channel),
  *   3. the output transform A^T M A of each tile, the bias and the epilogue (the add of a
- *      residual before or after the activation, relu or clip) written straight into the
+ *      residual before or after the activation, relu, clip or silu) written straight into the
  *      channels-last output, cropped to the image.
  *
  * Threads split jobs = (tile block, range of 64-channel output blocks): `omp for` over them.
@@ -35,7 +35,7 @@ typedef struct {
     float *work;         /* threads x (36 * tb * cs + 36 * tb * 64) floats */
     int64_t n, c, h, w, top, left, ho, wo, k;
     int64_t sxn, sxh, sxw, syn, syh, syw, son, soh, sow;
-    int64_t act;         /* 0 none, 1 relu, 2 clip(lo, hi) */
+    int64_t act;         /* 0 none, 1 relu, 2 clip(lo, hi), 3 silu (swish) */
     int64_t add;         /* 0 none, 1 before the activation, 2 after it */
     double lo, hi;
     int64_t tb;          /* tiles per block */
@@ -146,6 +146,32 @@ static void input_tile(const wino_args *a, int64_t g, float *v, int64_t t, int64
     }
 }
 
+/* exp(x) for x in [-88, 88] (the caller clamps): x = n ln2 + r, |r| <= ln2 / 2, e^r by its
+ * degree-6 Taylor polynomial (relative error about 1e-7 after float32 rounding), times 2^n */
+static inline __m512 exp512(__m512 x) {
+    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+    const __m512 ln2hi = _mm512_set1_ps(0.693359375f), ln2lo = _mm512_set1_ps(-2.12194440e-4f);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, ln2hi, x);
+    r = _mm512_fnmadd_ps(n, ln2lo, r);
+    __m512 p = _mm512_set1_ps(1.f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* silu(x) = x / (1 + exp(-x)) */
+static inline __m512 silu512(__m512 x) {
+    __m512 t = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), x),
+                                           _mm512_set1_ps(-88.f)), _mm512_set1_ps(88.f));
+    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.f), exp512(t)));
+}
+
 static inline __m512 epilogue(const wino_args *a, __m512 r, const float *o, __mmask16 mask) {
     if (a->add == 1) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, o));
     if (a->act == 1) {
@@ -153,6 +179,8 @@ static inline __m512 epilogue(const wino_args *a, __m512 r, const float *o, __mm
     } else if (a->act == 2) {
         r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps((float)a->lo)),
                           _mm512_set1_ps((float)a->hi));
+    } else if (a->act == 3) {
+        r = silu512(r);
     }
     if (a->add == 2) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, o));
     return r;
