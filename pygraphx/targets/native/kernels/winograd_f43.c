@@ -63,22 +63,91 @@ int64_t wino_f43_work_floats(int64_t c, int64_t tb) {
 
 #define KB 64
 
+/* M[r][0 : 16 NV] = sum over c of V[r][c] U[c][0 : 16 NV] for R <= 6 tile rows: 6 x 4
+ * accumulators named one by one (GCC keeps an array of them on the stack around the loop);
+ * those past R and NV are dead code once inlined with constant R and NV */
 static inline __attribute__((always_inline)) void micro(
     const float *v, int64_t vs, const float *w, int64_t kw, int64_t c, float *m,
     const int R, const int NV) {
-    __m512 acc[6][4];
-    for (int r = 0; r < R; r++)
-        for (int j = 0; j < NV; j++) acc[r][j] = _mm512_setzero_ps();
+    __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps(), c02 = _mm512_setzero_ps(), c03 = _mm512_setzero_ps();
+    __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps(), c12 = _mm512_setzero_ps(), c13 = _mm512_setzero_ps();
+    __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps(), c22 = _mm512_setzero_ps(), c23 = _mm512_setzero_ps();
+    __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps(), c32 = _mm512_setzero_ps(), c33 = _mm512_setzero_ps();
+    __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps(), c42 = _mm512_setzero_ps(), c43 = _mm512_setzero_ps();
+    __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps(), c52 = _mm512_setzero_ps(), c53 = _mm512_setzero_ps();
     for (int64_t ci = 0; ci < c; ci++) {
-        __m512 b[4];
-        for (int j = 0; j < NV; j++) b[j] = _mm512_loadu_ps(w + ci * kw + 16 * j);
-        for (int r = 0; r < R; r++) {
-            __m512 a = _mm512_set1_ps(v[r * vs + ci]);
-            for (int j = 0; j < NV; j++) acc[r][j] = _mm512_fmadd_ps(a, b[j], acc[r][j]);
+        const float *wc = w + ci * kw;
+        __m512 b0 = _mm512_loadu_ps(wc), b1, b2, b3;
+        if (NV > 1) b1 = _mm512_loadu_ps(wc + 16);
+        if (NV > 2) b2 = _mm512_loadu_ps(wc + 32);
+        if (NV > 3) b3 = _mm512_loadu_ps(wc + 48);
+        if (R > 0) {
+            __m512 a = _mm512_set1_ps(v[0 * vs + ci]);
+            c00 = _mm512_fmadd_ps(a, b0, c00);
+            if (NV > 1) c01 = _mm512_fmadd_ps(a, b1, c01);
+            if (NV > 2) c02 = _mm512_fmadd_ps(a, b2, c02);
+            if (NV > 3) c03 = _mm512_fmadd_ps(a, b3, c03);
+        }
+        if (R > 1) {
+            __m512 a = _mm512_set1_ps(v[1 * vs + ci]);
+            c10 = _mm512_fmadd_ps(a, b0, c10);
+            if (NV > 1) c11 = _mm512_fmadd_ps(a, b1, c11);
+            if (NV > 2) c12 = _mm512_fmadd_ps(a, b2, c12);
+            if (NV > 3) c13 = _mm512_fmadd_ps(a, b3, c13);
+        }
+        if (R > 2) {
+            __m512 a = _mm512_set1_ps(v[2 * vs + ci]);
+            c20 = _mm512_fmadd_ps(a, b0, c20);
+            if (NV > 1) c21 = _mm512_fmadd_ps(a, b1, c21);
+            if (NV > 2) c22 = _mm512_fmadd_ps(a, b2, c22);
+            if (NV > 3) c23 = _mm512_fmadd_ps(a, b3, c23);
+        }
+        if (R > 3) {
+            __m512 a = _mm512_set1_ps(v[3 * vs + ci]);
+            c30 = _mm512_fmadd_ps(a, b0, c30);
+            if (NV > 1) c31 = _mm512_fmadd_ps(a, b1, c31);
+            if (NV > 2) c32 = _mm512_fmadd_ps(a, b2, c32);
+            if (NV > 3) c33 = _mm512_fmadd_ps(a, b3, c33);
+        }
+        if (R > 4) {
+            __m512 a = _mm512_set1_ps(v[4 * vs + ci]);
+            c40 = _mm512_fmadd_ps(a, b0, c40);
+            if (NV > 1) c41 = _mm512_fmadd_ps(a, b1, c41);
+            if (NV > 2) c42 = _mm512_fmadd_ps(a, b2, c42);
+            if (NV > 3) c43 = _mm512_fmadd_ps(a, b3, c43);
+        }
+        if (R > 5) {
+            __m512 a = _mm512_set1_ps(v[5 * vs + ci]);
+            c50 = _mm512_fmadd_ps(a, b0, c50);
+            if (NV > 1) c51 = _mm512_fmadd_ps(a, b1, c51);
+            if (NV > 2) c52 = _mm512_fmadd_ps(a, b2, c52);
+            if (NV > 3) c53 = _mm512_fmadd_ps(a, b3, c53);
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int j = 0; j < NV; j++) _mm512_storeu_ps(m + r * KB + 16 * j, acc[r][j]);
+    if (R > 0) _mm512_storeu_ps(m + 0 * KB + 0, c00);
+    if (R > 0 && NV > 1) _mm512_storeu_ps(m + 0 * KB + 16, c01);
+    if (R > 0 && NV > 2) _mm512_storeu_ps(m + 0 * KB + 32, c02);
+    if (R > 0 && NV > 3) _mm512_storeu_ps(m + 0 * KB + 48, c03);
+    if (R > 1) _mm512_storeu_ps(m + 1 * KB + 0, c10);
+    if (R > 1 && NV > 1) _mm512_storeu_ps(m + 1 * KB + 16, c11);
+    if (R > 1 && NV > 2) _mm512_storeu_ps(m + 1 * KB + 32, c12);
+    if (R > 1 && NV > 3) _mm512_storeu_ps(m + 1 * KB + 48, c13);
+    if (R > 2) _mm512_storeu_ps(m + 2 * KB + 0, c20);
+    if (R > 2 && NV > 1) _mm512_storeu_ps(m + 2 * KB + 16, c21);
+    if (R > 2 && NV > 2) _mm512_storeu_ps(m + 2 * KB + 32, c22);
+    if (R > 2 && NV > 3) _mm512_storeu_ps(m + 2 * KB + 48, c23);
+    if (R > 3) _mm512_storeu_ps(m + 3 * KB + 0, c30);
+    if (R > 3 && NV > 1) _mm512_storeu_ps(m + 3 * KB + 16, c31);
+    if (R > 3 && NV > 2) _mm512_storeu_ps(m + 3 * KB + 32, c32);
+    if (R > 3 && NV > 3) _mm512_storeu_ps(m + 3 * KB + 48, c33);
+    if (R > 4) _mm512_storeu_ps(m + 4 * KB + 0, c40);
+    if (R > 4 && NV > 1) _mm512_storeu_ps(m + 4 * KB + 16, c41);
+    if (R > 4 && NV > 2) _mm512_storeu_ps(m + 4 * KB + 32, c42);
+    if (R > 4 && NV > 3) _mm512_storeu_ps(m + 4 * KB + 48, c43);
+    if (R > 5) _mm512_storeu_ps(m + 5 * KB + 0, c50);
+    if (R > 5 && NV > 1) _mm512_storeu_ps(m + 5 * KB + 16, c51);
+    if (R > 5 && NV > 2) _mm512_storeu_ps(m + 5 * KB + 32, c52);
+    if (R > 5 && NV > 3) _mm512_storeu_ps(m + 5 * KB + 48, c53);
 }
 
 #define MK(R, NV) \
