@@ -164,6 +164,10 @@ def test_blocks_balance_jobs_between_threads() -> None:
     assert ks == 1 and (-(-196 // tb)) % 2 == 0
     assert winograd_native.blocks(4, 512, 512, 2) == (4, 2)
     assert winograd_native.blocks(4, 512, 512, 1) == (4, 1)
+    # a transformed weight past L3 (37.7 MB): 32-tile blocks, not 6 (b8 7x7: read once)
+    assert winograd_native.blocks(32, 512, 512, 1) == (32, 1)
+    assert winograd_native.blocks(32, 512, 512, 2) == (32, 2)
+    assert winograd_native.blocks(32, 256, 256, 1) == (8, 1)
 
 
 def test_switch_takes_the_torch_route(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,6 +35,12 @@ KB = 64
 #: bytes of one tile block's transformed input (36 x tiles x C floats): it stays in L2 while
 #: the products of all output blocks read it
 BLOCK_BYTES = 320 * 1024
+#: a transformed weight of more bytes than this is read from memory every tile block (it
+#: does not stay in L3 between blocks: 32 MB on the EPYC, shared) ...
+BIG_WEIGHT_BYTES = 16 << 20
+#: ... so its blocks take at least this many tiles (past `BLOCK_BYTES`): ResNet-50's
+#: (512, 7, 7) -> 512 at batch 8 (32 tiles, 37.7 MB), 1 thread: 0.85x the time of blocks of 6
+BIG_WEIGHT_TILES = 32
 #: the role of the threads' block buffers in a `Scratch`
 WORK_ROLE = "native_f43"
 #: tiles per block, at least (the micro-kernel's rows) and at most
@@ -128,9 +134,12 @@ def pack_weight(wt: Tensor) -> Tensor:
 
 def blocks(tiles: int, c: int, k: int, threads: int) -> tuple[int, int]:
     """(tiles per block, ranges of output-channel blocks per tile block): blocks whose
-    transformed input fits `BLOCK_BYTES`, as many jobs as a multiple of the threads."""
+    transformed input fits `BLOCK_BYTES` (or of `BIG_WEIGHT_TILES` for a big weight), as many
+    jobs as a multiple of the threads."""
     cs = -(-c // 16) * 16
     most = max(MIN_TILES, min(MAX_TILES, BLOCK_BYTES // (36 * cs * 4)))
+    if 36 * c * k * 4 > BIG_WEIGHT_BYTES:
+        most = max(most, BIG_WEIGHT_TILES)
     nblocks = -(-tiles // most)
     nkb = -(-k // KB)
     ksplit = 1
