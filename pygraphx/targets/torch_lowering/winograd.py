@@ -212,7 +212,8 @@ def by_rule(plan: ConvPlan, threads: int | None = None) -> bool:
         return False
     channels, tiles = limits
     macs = g.n * g.ho * g.wo * g.c * g.k * 9
-    least = RULE_NATIVE_MACS if _native_rule(threads) and winograd_native.supports(plan) else RULE_MACS
+    native = _native_rule(threads) and winograd_native.supports(plan)
+    least = RULE_NATIVE_MACS if native else RULE_MACS
     return min(g.c, g.k) >= channels and g.n * g.th * g.tw >= tiles and macs >= least
 
 
@@ -535,7 +536,9 @@ def build(
             plan, geo, weight_transform(plan.weight, m), get_other is not None, ops,
             scratch if scratch_enabled() else None,
         )
-        return _run(conv, geo, get_x, get_other, out)
+        if out is not None:
+            _check_out(out, geo)
+        return conv.closure(get_x, get_other, out)
     conv = Winograd(plan, m, scratch)
     g = conv.geo
     if out is not None:
@@ -550,28 +553,6 @@ def build(
         y = torch.empty(g.n, g.ho, g.wo, g.k) if out is None else out.permute(0, 2, 3, 1)
         other = None if get_other is None else get_other().permute(0, 2, 3, 1)
         conv(get_x(), y, other, ops)
-        return y.permute(0, 3, 1, 2) if out is None else out  # NCHW lens, channels-last
-
-    return run
-
-
-def _run(
-    conv: winograd_native.NativeWinograd,
-    g: Geometry,
-    get_x: Getter,
-    get_other: Getter | None,
-    out: Tensor | None,
-) -> Callable[[], Tensor]:
-    """`build`'s closure for the native kernel (after one warming call on zeros, as there)."""
-    if out is not None:
-        _check_out(out, g)
-    conv(torch.zeros(g.n, g.c, g.h, g.w), torch.empty(g.n, g.ho, g.wo, g.k),
-         None if not conv.uses_other and not conv.rest else torch.zeros(g.n, g.ho, g.wo, g.k))
-
-    def run() -> Tensor:
-        y = torch.empty(g.n, g.ho, g.wo, g.k) if out is None else out.permute(0, 2, 3, 1)
-        other = None if get_other is None else get_other().permute(0, 2, 3, 1)
-        conv(get_x(), y, other)
         return y.permute(0, 3, 1, 2) if out is None else out  # NCHW lens, channels-last
 
     return run

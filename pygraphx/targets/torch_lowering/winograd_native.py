@@ -26,6 +26,7 @@ from pygraphx.targets.torch_lowering.winograd_scratch import Scratch
 
 Tensor = torch.Tensor
 EpilogueOp = Callable[[Tensor, Tensor, Tensor | None], Tensor]
+Getter = Callable[[], Tensor]
 
 #: `PGX_WINOGRAD_NATIVE=0` (off, no, false): F(4,3) layers run the torch-ops route
 NATIVE_ENV = "PGX_WINOGRAD_NATIVE"
@@ -235,6 +236,24 @@ class NativeWinograd:
             raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
         for op in self.rest:
             op(y, y, other)
+
+
+    def closure(
+        self, get_x: Getter, get_other: Getter | None, out: Tensor | None
+    ) -> Callable[[], Tensor]:
+        """`winograd.build`'s closure on this kernel (after one warming call on zeros, as
+        there): a new channels-last result each call, or `out` (checked by the caller)."""
+        g = self.geo
+        other = torch.zeros(g.n, g.ho, g.wo, g.k) if self.uses_other or self.rest else None
+        self(torch.zeros(g.n, g.c, g.h, g.w), torch.empty(g.n, g.ho, g.wo, g.k), other)
+
+        def run() -> Tensor:
+            y = torch.empty(g.n, g.ho, g.wo, g.k) if out is None else out.permute(0, 2, 3, 1)
+            other = None if get_other is None else get_other().permute(0, 2, 3, 1)
+            self(get_x(), y, other)
+            return y.permute(0, 3, 1, 2) if out is None else out  # NCHW lens, channels-last
+
+        return run
 
 
 __all__ = [
