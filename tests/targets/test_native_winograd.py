@@ -186,3 +186,19 @@ def test_switch_takes_the_torch_route(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not winograd_native.available()
     _run(1, 8, 8, 8, 8, unary="relu")
     assert len(made) == 1
+
+
+def test_measured_choices_are_kept_per_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer's measured choice (`conv_choice`'s cache) timed on one F(4,3) route is not
+    reused on the other."""
+    from pygraphx.targets.torch_lowering import conv_choice
+
+    weight = torch.randn(16, 16, 3, 3)
+    plan = ConvPlan(weight, weight, [1, 16, 20, 20], [1, 1], [1, 1], [1, 1], 1, None)
+    names = ["dnnl", "winograd"]
+    native_key = conv_choice.choice_key(plan, names, None)
+    plain = conv_choice.choice_key(plan, ["dnnl"], None)
+    monkeypatch.setenv(winograd_native.NATIVE_ENV, "0")
+    assert conv_choice.choice_key(plan, names, None) != native_key
+    # a layer without a Winograd candidate keeps its entry on either route
+    assert conv_choice.choice_key(plan, ["dnnl"], None) == plain
