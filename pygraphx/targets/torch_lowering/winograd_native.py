@@ -196,6 +196,8 @@ class NativeWinograd:
         a.n, a.c, a.h, a.w, a.top, a.left = g.n, g.c, g.h, g.w, g.top, g.left
         a.ho, a.wo, a.k = g.ho, g.wo, g.k
         a.act, a.add, a.lo, a.hi = act, where, lo, hi
+        self.ref = ctypes.byref(a)  # (the argument of every call)
+        self.bound: Tensor | None = None
         self.scratch = Scratch() if scratch is None else scratch
         self.threads = self.floats = 0
         self._set_threads(torch.get_num_threads())
@@ -207,22 +209,23 @@ class NativeWinograd:
         a.threads = self.threads = threads
         self.scratch.get(WORK_ROLE, (self.floats,))  # (grown now, not at the first run)
 
-    def __call__(self, x: Tensor, y: Tensor, other: Tensor | None) -> None:
+    def __call__(self, x: Tensor, y: Tensor | None, other: Tensor | None) -> None:
         """The convolution of `x` (NCHW lens, any strides) into `y` ((N, Ho, Wo, K), channel
-        stride 1) with the epilogue (`other`: the add operand, (N, Ho, Wo, K) lens)."""
+        stride 1; None: the output `bind` set) with the epilogue (`other`: the add operand,
+        (N, Ho, Wo, K) lens)."""
         threads = torch.get_num_threads()
         if threads != self.threads:
             self._set_threads(threads)
         a = self.args
-        a.work = self.scratch.get(WORK_ROLE, (self.floats,)).data_ptr()
+        a.work = self.scratch.address(WORK_ROLE, self.floats)
         if x.stride(1) != 1:
             x = x.contiguous(memory_format=torch.channels_last)
-        if y.stride(3) != 1:
-            raise ValueError("winograd (native): the output's channel stride must be 1")
         a.x = x.data_ptr()
         a.sxn, _, a.sxh, a.sxw = x.stride()
-        a.y = y.data_ptr()
-        a.syn, a.syh, a.syw, _ = y.stride()
+        if y is None:
+            y = self.bound
+        else:
+            self.bind(y)
         if self.uses_other:
             if other is None:
                 raise ValueError("winograd (native): the layer's add operand is missing")
@@ -230,28 +233,46 @@ class NativeWinograd:
                 other = other.contiguous()
             a.other = other.data_ptr()
             a.son, a.soh, a.sow, _ = other.stride()
-        else:
-            a.other = None
-        if self.lib.wino_f43_run(ctypes.byref(a)) != 0:
+        if self.lib.wino_f43_run(self.ref) != 0:
             raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
         for op in self.rest:
             op(y, y, other)
 
+    def bind(self, y: Tensor) -> None:
+        """Write `y` ((N, Ho, Wo, K), channel stride 1) from now on (an arena slot: its
+        address and strides set once)."""
+        if y.stride(3) != 1:
+            raise ValueError("winograd (native): the output's channel stride must be 1")
+        a = self.args
+        a.y = y.data_ptr()
+        a.syn, a.syh, a.syw, _ = y.stride()
+        self.bound = y
 
     def closure(
         self, get_x: Getter, get_other: Getter | None, out: Tensor | None
     ) -> Callable[[], Tensor]:
         """`winograd.build`'s closure on this kernel (after one warming call on zeros, as
-        there): a new channels-last result each call, or `out` (checked by the caller)."""
+        there): a new channels-last result each call, or `out` (checked by the caller), whose
+        address is bound once."""
         g = self.geo
         other = torch.zeros(g.n, g.ho, g.wo, g.k) if self.uses_other or self.rest else None
         self(torch.zeros(g.n, g.c, g.h, g.w), torch.empty(g.n, g.ho, g.wo, g.k), other)
 
+        if out is not None:
+            self.bind(out.permute(0, 2, 3, 1))
+
+            def into_out() -> Tensor:
+                other = None if get_other is None else get_other().permute(0, 2, 3, 1)
+                self(get_x(), None, other)
+                return out
+
+            return into_out
+
         def run() -> Tensor:
-            y = torch.empty(g.n, g.ho, g.wo, g.k) if out is None else out.permute(0, 2, 3, 1)
+            y = torch.empty(g.n, g.ho, g.wo, g.k)
             other = None if get_other is None else get_other().permute(0, 2, 3, 1)
             self(get_x(), y, other)
-            return y.permute(0, 3, 1, 2) if out is None else out  # NCHW lens, channels-last
+            return y.permute(0, 3, 1, 2)  # NCHW lens, channels-last
 
         return run
 
