@@ -202,3 +202,27 @@ def test_measured_choices_are_kept_per_route(monkeypatch: pytest.MonkeyPatch) ->
     assert conv_choice.choice_key(plan, names, None) != native_key
     # a layer without a Winograd candidate keeps its entry on either route
     assert conv_choice.choice_key(plan, ["dnnl"], None) == plain
+
+
+@pytest.mark.parametrize("unary, scalars", [("relu", []), ("hardtanh", [0.0, 6.0]),
+                                            ("swish", []), ("none", [])])  # fmt: skip
+def test_special_values_propagate_like_torch(unary: str, scalars: list[float]) -> None:
+    """A NaN / Inf in the input gives NaN where torch's direct convolution (then its relu,
+    clamp or silu) gives NaN, and no NaN elsewhere (the tiles it does not reach)."""
+    gen = torch.Generator().manual_seed(5)
+    weight = torch.randn(8, 4, 3, 3, generator=gen)
+    plan = ConvPlan(weight, weight, [1, 4, 12, 12], [1, 1], [1, 1], [1, 1], 1, None,
+                    unary=unary, scalars=scalars)  # fmt: skip
+    x = torch.randn(1, 4, 12, 12, generator=gen)
+    x[0, 1, 2, 3] = float("nan")
+    x[0, 2, 9, 9] = float("inf")
+    x = x.contiguous(memory_format=CL)
+    got = winograd.build(plan, lambda: x, None, 4)()
+    want = _reference(plan, x, None)
+    # Winograd spreads a special value over its whole 4x4 output tile (its transforms mix
+    # the window): NaN there; the tiles neither value's window reaches match torch's
+    assert torch.isnan(got[want.isnan()]).all()
+    far = torch.ones(12, 12, dtype=torch.bool)
+    far[:8, :8] = False  # the tiles whose windows hold (2, 3)
+    far[4:, 4:] = False  # ... and (9, 9)
+    torch.testing.assert_close(got[..., far].double(), want[..., far], rtol=1e-4, atol=1e-4)

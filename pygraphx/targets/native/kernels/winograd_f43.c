@@ -243,11 +243,13 @@ static inline __m512 silu512(__m512 x) {
 
 static inline __m512 epilogue(const wino_args *a, __m512 r, const float *o, __mmask16 mask) {
     if (a->add == 1) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, o));
+    /* (max / min return their second operand where either is NaN: r second, so that a NaN
+     * stays NaN as in torch's relu and clamp) */
     if (a->act == 1) {
-        r = _mm512_max_ps(r, _mm512_setzero_ps());
+        r = _mm512_max_ps(_mm512_setzero_ps(), r);
     } else if (a->act == 2) {
-        r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps((float)a->lo)),
-                          _mm512_set1_ps((float)a->hi));
+        r = _mm512_min_ps(_mm512_set1_ps((float)a->hi),
+                          _mm512_max_ps(_mm512_set1_ps((float)a->lo), r));
     } else if (a->act == 3) {
         r = silu512(r);
     }
