@@ -35,6 +35,11 @@ UNet's layers; `tests/targets/test_winograd.py` bounds them by 2e-6 and 3e-5). T
 transforms are memory passes, so the kernel only wins on layers with many tiles per weight
 (large feature maps, larger batches): `conv_choice` (mode `measure`) times it against oneDNN
 on each layer's real shape and keeps it only where it is faster.
+
+Where a C compiler and AVX-512F are at hand, F(4,3) runs instead as one native kernel
+(`winograd_native.py`, wino13): the three passes per block of tiles inside L2, the threads
+splitting the blocks (`PGX_WINOGRAD_NATIVE=0`: the route above), with its own rule
+(`RULE_NATIVE_*`).
 """
 
 from __future__ import annotations

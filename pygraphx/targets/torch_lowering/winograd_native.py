@@ -5,11 +5,10 @@ transform as passes over megabyte temporaries, which scale poorly to a second th
 native kernel does the three for a block of tiles inside the core's L2 (the input read through
 its strides, the padding as zeros at the borders: no padded copy), the threads splitting the
 tile blocks (and the output channels where there are few blocks), and writes the bias, the add
-and relu / clip into the channels-last output. Only where the build has AVX-512F
-(`wino_f43_supported`); `PGX_WINOGRAD_NATIVE=0` takes the torch route (as does a machine
-without a C compiler, announced once). The epilogue's relu, clip and swish (silu) run in the
-kernel (`PGX_WINOGRAD_NATIVE_SILU=0`: a swish and what follows it run as torch ops on the
-output afterwards).
+and relu / clip / swish into the channels-last output (`PGX_WINOGRAD_NATIVE_SILU=0`: a swish
+and what follows it run as torch ops on the output afterwards). Only where the build has
+AVX-512F (`wino_f43_supported`); `PGX_WINOGRAD_NATIVE=0` takes the torch route (as does a
+machine without a C compiler, announced once). Figures: `benchmarks/results/wino13.md`.
 """
 
 from __future__ import annotations
