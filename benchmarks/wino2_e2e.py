@@ -10,6 +10,8 @@
     PGX_CONV_CHOICE_CACHE=off python benchmarks/wino2_e2e.py --models resnet50:1 \\
         --threads 1 --modes off rule:32 rule:16 ort
 
+* a `/torch` suffix (`rule/torch`): the Winograd layers on the torch-ops route and its rule
+  (`PGX_WINOGRAD_NATIVE=0` while compiling; wino13), against the native kernel's;
 * a `/fresh` suffix on any mode (`rule/fresh`): the Winograd layers allocate their
   temporaries on every call (`PGX_WINOGRAD_SCRATCH=0`, the path before rn12) instead of
   taking them from the program's scratch (scratch12; per thread and process-wide before).
@@ -32,7 +34,7 @@ import pygraphx  # noqa: E402,F401,I001  (first: pygraphx sets OpenMP's spin cou
 
 from benchmarks import wino_resnet_ab  # noqa: E402
 from benchmarks.wino2_ab import load_revision  # noqa: E402
-from pygraphx.targets.torch_lowering import winograd  # noqa: E402
+from pygraphx.targets.torch_lowering import winograd, winograd_native  # noqa: E402
 
 _plain_compile = wino_resnet_ab.compile_mode
 
@@ -40,6 +42,9 @@ _plain_compile = wino_resnet_ab.compile_mode
 def compile_mode(model: object, mode: str, threads: int, budget: str) -> tuple[Callable, str]:
     """`wino_resnet_ab.compile_mode` knowing `off`, `rule:T` and `rule@REF` too, and a
     `/fresh` suffix (the Winograd layers allocate their temporaries every call, rn12)."""
+    if mode.endswith("/torch"):
+        with mock.patch.dict(os.environ, {winograd_native.NATIVE_ENV: "0"}):
+            return compile_mode(model, mode[: -len("/torch")], threads, budget)
     if mode.endswith("/fresh"):
         with mock.patch.dict(os.environ, {winograd.SCRATCH_ENV: "0"}):
             return compile_mode(model, mode[: -len("/fresh")], threads, budget)

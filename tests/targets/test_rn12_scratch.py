@@ -17,8 +17,15 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 
-from pygraphx.targets.torch_lowering import winograd  # noqa: E402
+from pygraphx.targets.torch_lowering import winograd, winograd_native  # noqa: E402
 from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _torch_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are of the torch-ops route's temporaries (the native F(4,3) kernel, wino13,
+    keeps only its block buffers in the scratch: `test_native_winograd.py`)."""
+    monkeypatch.setenv(winograd_native.NATIVE_ENV, "0")
 
 
 def _plan(c: int, k: int, lens: list[int], seed: int, pre_pad: list[int] | None = None) -> object:

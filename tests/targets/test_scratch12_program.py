@@ -22,8 +22,18 @@ from onnx import helper  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
-from pygraphx.targets.torch_lowering import conv_choice, winograd  # noqa: E402
+from pygraphx.targets.torch_lowering import conv_choice, winograd, winograd_native  # noqa: E402
 from tests.helpers import make_model, run_ort  # noqa: E402
+
+
+@pytest.fixture(autouse=True, params=["torch", "native"])
+def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test on the torch-ops route and on the native F(4,3) kernel (wino13: it keeps its
+    threads' block buffers in the program's scratch)."""
+    if request.param == "native" and not winograd_native.available():
+        pytest.skip("the native Winograd kernel is unavailable here")
+    monkeypatch.setenv(winograd_native.NATIVE_ENV, "0" if request.param == "torch" else "1")
+    return request.param
 
 
 def _model() -> tuple[object, dict[str, np.ndarray]]:
@@ -84,14 +94,17 @@ def _close(got: np.ndarray, want: np.ndarray) -> None:
 
 
 @pytest.mark.usefixtures("_forced")
-def test_programs_own_their_scratch_and_release_it() -> None:
+def test_programs_own_their_scratch_and_release_it(route: str) -> None:
     model, _ = _model()
     one, two = _compiled(model), _compiled(model)
     s1, s2 = _scratch(one), _scratch(two)
     assert s1 is not s2
-    # one padded buffer per geometry: the first two layers share one, the pre-padded layer
-    # has its own
-    assert sum(key[0] == "flat" for key in s1.bufs) == 2
+    if route == "torch":
+        # one padded buffer per geometry: the first two layers share one, the pre-padded
+        # layer has its own
+        assert sum(key[0] == "flat" for key in s1.bufs) == 2
+    else:  # no padded copies: one block buffer shared by the three layers
+        assert [key[0] for key in s1.bufs] == [winograd_native.WORK_ROLE]
     for k in range(4):  # interleaved: neither program's run disturbs the other's buffers
         feeds = _feeds(k)
         want = run_ort(model, feeds)[0]

@@ -27,6 +27,7 @@ from pygraphx.targets.torch_lowering import (  # noqa: E402
     onednn_bmm,
     onednn_conv,
     winograd,
+    winograd_native,
 )
 from pygraphx.targets.torch_lowering.conv_kernels import (  # noqa: E402
     KERNELS,
@@ -135,7 +136,9 @@ def test_chunks_of_tile_rows_and_images(
     kernel: str, per_chunk: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A call in chunks of `per_chunk` window rows (runs of tile rows of one image, or groups
-    of whole images), with a residual add and relu split along the chunks."""
+    of whole images), with a residual add and relu split along the chunks (the torch route:
+    the native F(4,3) kernel has no chunks)."""
+    monkeypatch.setenv(winograd_native.NATIVE_ENV, "0")
     monkeypatch.setattr(winograd, "CHUNK_BYTES", 1)
     monkeypatch.setattr(winograd, "MIN_CHUNK_TILES", per_chunk * 3)
     plan = _plan([3, 5, 11, 10], 6, unary="relu", bias=torch.ones(6))
@@ -303,26 +306,43 @@ def _wide_model(c: int, hw: int, batch: int) -> tuple[object, dict[str, np.ndarr
 
 
 @pytest.mark.usefixtures("_fresh")
+@pytest.mark.parametrize("route", ["torch", "native"])
 @pytest.mark.parametrize(
-    ("c", "hw", "batch", "threads", "want"),
+    ("c", "hw", "batch", "threads", "want", "want_native"),
     [
-        (128, 28, 1, 2, True),  # 49 tiles of 128 channels
-        (256, 7, 8, 2, True),  # 7x7 maps, but 8 images: 32 tiles, the rule's fewest
-        (256, 14, 1, 2, False),  # 16 tiles: slower than oneDNN's direct kernel at 2 threads
-        (256, 14, 1, 1, True),  # ... but faster at one thread
-        (256, 7, 1, 1, False),  # 4 tiles: (4, C) products
-        (64, 32, 1, 2, False),  # 64 channels: not at 2 threads (unproven there)
-        (64, 32, 1, 1, True),  # ... at one thread: 64 tiles, 38 M multiply-adds
-        (32, 64, 1, 1, False),  # 32 channels: loses
-        (64, 20, 1, 1, False),  # 25 tiles (enough at one thread) but 15 M multiply-adds
+        (128, 28, 1, 2, True, True),  # 49 tiles of 128 channels
+        (256, 7, 8, 2, True, True),  # 7x7 maps, but 8 images: 32 tiles, the rule's fewest
+        (256, 14, 1, 2, False, True),  # 16 tiles: slower than oneDNN at 2 threads (torch route)
+        (256, 14, 1, 1, True, True),  # ... but faster at one thread
+        (256, 7, 1, 1, False, True),  # 4 tiles: (4, C) products (native: 0.84x oneDNN)
+        (256, 7, 1, 2, False, False),  # 4 tiles at 2 threads: slower on either route
+        (64, 32, 1, 2, False, True),  # 64 channels: not at 2 threads (unproven there)
+        (64, 32, 1, 1, True, True),  # ... at one thread: 64 tiles, 38 M multiply-adds
+        (32, 64, 1, 1, False, True),  # 32 channels: loses (torch route)
+        (64, 20, 1, 1, False, True),  # 25 tiles (enough at one thread) but 15 M multiply-adds
+        (8, 32, 1, 1, False, False),  # 8 channels
+        (16, 16, 1, 1, False, False),  # 16 channels, 16 tiles, but 0.6 M multiply-adds
     ],
 )
 def test_default_mode_rule(
-    c: int, hw: int, batch: int, threads: int, want: bool, monkeypatch: pytest.MonkeyPatch, caplog
+    c: int,
+    hw: int,
+    batch: int,
+    threads: int,
+    want: bool,
+    want_native: bool,
+    route: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog,
 ) -> None:
     """`PGX_CONV_WINOGRAD=rule` (the default): the default mode runs the layers
     `winograd.by_rule` names at the program's thread count on F(4,3) without timing them, and
     matches ORT; `off` keeps them on oneDNN."""
+    if route == "native":
+        if not winograd_native.available():
+            pytest.skip("the native Winograd kernel is unavailable here")
+        want = want_native
+    monkeypatch.setenv(winograd_native.NATIVE_ENV, "0" if route == "torch" else "1")
     model, feeds = _wide_model(c, hw, batch)
     # the program's thread count, even where the machine is busy (the load adaptation would
     # compile it on fewer threads)
@@ -345,10 +365,11 @@ def test_default_mode_rule(
         )
 
 
-def test_rule_limits_by_threads() -> None:
-    """`by_rule` at an explicit thread count: 16 tiles and 64 channels pass at one thread
-    only; from two threads 128 channels and 16 tiles a thread (at least 32); above
-    `RULE_MAX_THREADS` no layer (the 16-core host's A/Bs)."""
+def test_rule_limits_by_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`by_rule` at an explicit thread count (the torch route's rule): 16 tiles and 64
+    channels pass at one thread only; from two threads 128 channels and 16 tiles a thread (at
+    least 32); above `RULE_MAX_THREADS` no layer (the 16-core host's A/Bs)."""
+    monkeypatch.setenv(winograd_native.NATIVE_ENV, "0")
     weight = torch.randn(256, 256, 3, 3)
     plan = ConvPlan(weight, weight, [1, 256, 14, 14], [1, 1], [1, 1], [1, 1], 1, None)
     assert [winograd.by_rule(plan, n) for n in (1, 2, 16)] == [True, False, False]
@@ -363,6 +384,24 @@ def test_rule_limits_by_threads() -> None:
     narrow = torch.randn(64, 64, 3, 3)
     plan64 = ConvPlan(narrow, narrow, [1, 64, 56, 56], [1, 1], [1, 1], [1, 1], 1, None)
     assert [winograd.by_rule(plan64, n) for n in (1, 2)] == [True, False]
+
+
+def test_native_rule_limits_by_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the native kernel: 16 channels, 4 tiles at one thread and 16 at two, 10 M
+    multiply-adds; above two threads (unmeasured with it) the torch route's rule."""
+    if not winograd_native.available():
+        pytest.skip("the native Winograd kernel is unavailable here")
+    monkeypatch.setenv(winograd_native.NATIVE_ENV, "1")
+    assert winograd.rule_limits(1) == (16, 4) and winograd.rule_limits(2) == (16, 16)
+    assert winograd.rule_limits(4) == (winograd.RULE_CHANNELS, 64)
+    weight = torch.randn(512, 512, 3, 3)
+    b1_7x7 = ConvPlan(weight, weight, [1, 512, 7, 7], [1, 1], [1, 1], [1, 1], 1, None)
+    assert [winograd.by_rule(b1_7x7, n) for n in (1, 2, 4)] == [True, False, False]
+    w64 = torch.randn(64, 64, 3, 3)
+    b1_56 = ConvPlan(w64, w64, [1, 64, 56, 56], [1, 1], [1, 1], [1, 1], 1, None)
+    assert [winograd.by_rule(b1_56, n) for n in (1, 2, 4)] == [True, True, False]
+    monkeypatch.setenv(winograd_native.NATIVE_ENV, "0")
+    assert [winograd.by_rule(b1_56, n) for n in (1, 2)] == [True, False]
 
 
 def test_rule_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -68,7 +68,13 @@ from typing import Any
 import torch
 
 from pygraphx.targets.settings import env_choice
-from pygraphx.targets.torch_lowering import choice_cache, onednn_capi, onednn_conv, winograd
+from pygraphx.targets.torch_lowering import (
+    choice_cache,
+    onednn_capi,
+    onednn_conv,
+    winograd,
+    winograd_native,
+)
 from pygraphx.targets.torch_lowering.choice_cache import CACHE_ENV
 from pygraphx.targets.torch_lowering.conv_kernels import (
     KERNELS,
@@ -406,6 +412,8 @@ def choice_key(plan: ConvPlan, names: list[str], other_lens: list[int] | None) -
         torch.__version__,
         torch.backends.cpu.get_cpu_capability(),
     ]
+    if "winograd" in names:  # F(4,3)'s route: the native kernel (wino13) or torch ops
+        parts.append(("winograd_f43", winograd_native.available()))
     return repr(parts)
 
 

@@ -35,6 +35,11 @@ UNet's layers; `tests/targets/test_winograd.py` bounds them by 2e-6 and 3e-5). T
 transforms are memory passes, so the kernel only wins on layers with many tiles per weight
 (large feature maps, larger batches): `conv_choice` (mode `measure`) times it against oneDNN
 on each layer's real shape and keeps it only where it is faster.
+
+Where a C compiler and AVX-512F are at hand, F(4,3) runs instead as one native kernel
+(`winograd_native.py`, wino13): the three passes per block of tiles inside L2, the threads
+splitting the blocks (`PGX_WINOGRAD_NATIVE=0`: the route above), with its own rule
+(`RULE_NATIVE_*`).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pygraphx.targets.torch_lowering import winograd_native
 from pygraphx.targets.torch_lowering.onednn_bmm import BatchedMatmul
 from pygraphx.targets.torch_lowering.onednn_conv import ConvPlan  # (a Protocol of its fields)
 from pygraphx.targets.torch_lowering.winograd_scratch import (  # (re-exported)
@@ -166,9 +172,33 @@ RULE_MACS = 32_000_000
 RULE_TILES_A_THREAD, RULE_MAX_THREADS = 16, 8
 
 
+#: with the native kernel (`winograd_native`, wino13), up to `RULE_NATIVE_MAX_THREADS`
+#: threads: both channel counts at least `RULE_NATIVE_CHANNELS`, at least
+#: `RULE_NATIVE_TILES[threads]` tiles and `RULE_NATIVE_MACS` multiply-adds. Per layer on the
+#: 2-core EPYC (`benchmarks/wino13_ab.py`, `benchmarks/results/wino13.md`; native / oneDNN,
+#: medians, 1 thread CPU time; 2 threads wall, under load): every ResNet-50, YOLOv8-style and
+#: UNet layer of 16 channels and more is faster, 0.35-0.63x at 1 thread (ResNet-50 b1 56x56
+#: 0.46, 28x28 0.43, 14x14 0.58, 7x7 (4 tiles) 0.84; b8 0.35-0.70), 0.4-0.8x at 2 threads
+#: (b1 56x56 0.49, 28x28 0.40, 14x14 (16 tiles) 0.56) but for ResNet-50's 7x7 maps at batch 1
+#: at 2 threads (4 tiles: 1.11x; its 37.7 MB transformed weight read for 4 tiles) and UNet's
+#: 3-channel input layer (1.6-1.9x); YOLOv8's smallest, (64, 20, 20) -> 64 (14.7 M
+#: multiply-adds), 0.43x / 0.82x
+RULE_NATIVE_CHANNELS = 16
+RULE_NATIVE_TILES = {1: 4, 2: 16}
+RULE_NATIVE_MACS = 10_000_000
+RULE_NATIVE_MAX_THREADS = max(RULE_NATIVE_TILES)
+
+
+def _native_rule(threads: int) -> bool:
+    """Whether the native kernel's rule applies: the kernel at hand, `threads` measured."""
+    return threads <= RULE_NATIVE_MAX_THREADS and winograd_native.available()
+
+
 def rule_limits(threads: int) -> tuple[int, int] | None:
     """(fewest channels each side, fewest 4x4 output tiles) of a layer `by_rule` runs on
     F(4,3) at `threads` threads, None where no layer does (above `RULE_MAX_THREADS`)."""
+    if _native_rule(threads):
+        return RULE_NATIVE_CHANNELS, RULE_NATIVE_TILES[max(threads, 1)]
     if threads <= 1:
         return RULE_CHANNELS_ONE_THREAD, RULE_TILES_ONE_THREAD
     if threads > RULE_MAX_THREADS:
@@ -181,12 +211,15 @@ def by_rule(plan: ConvPlan, threads: int | None = None) -> bool:
     threads (default: torch's count now, the one the layer is compiled for; `rule_limits`,
     `RULE_MACS`); `plan` must be `supports`-ed."""
     g = geometry(plan, KERNEL_TILES["winograd"])
-    limits = rule_limits(torch.get_num_threads() if threads is None else threads)
+    threads = torch.get_num_threads() if threads is None else threads
+    limits = rule_limits(threads)
     if limits is None:
         return False
     channels, tiles = limits
     macs = g.n * g.ho * g.wo * g.c * g.k * 9
-    return min(g.c, g.k) >= channels and g.n * g.th * g.tw >= tiles and macs >= RULE_MACS
+    native = _native_rule(threads) and winograd_native.supports(plan)
+    least = RULE_NATIVE_MACS if native else RULE_MACS
+    return min(g.c, g.k) >= channels and g.n * g.th * g.tw >= tiles and macs >= least
 
 
 def weight_transform(weight: Tensor, m: int) -> Tensor:
@@ -474,6 +507,20 @@ def _blocks(h: int, w: int, m: int) -> list[tuple[tuple[int, int, int], ...]]:
     return [(r, c) for r in down for c in across]
 
 
+def _check_out(out: Tensor, g: Geometry) -> None:
+    """Refuse an output buffer that is not a channels-last float32 tensor of the result's
+    lens."""
+    if (
+        list(out.shape) != [g.n, g.k, g.ho, g.wo]
+        or out.dtype != torch.float32
+        or not out.is_contiguous(memory_format=torch.channels_last)
+    ):
+        raise ValueError(
+            f"winograd: the output buffer {list(out.shape)} {out.dtype} is not a channels-last "
+            f"float32 tensor of the result's lens {[g.n, g.k, g.ho, g.wo]}"
+        )
+
+
 def build(
     plan: ConvPlan,
     get_x: Getter,
@@ -487,18 +534,20 @@ def build(
     given `out` (a channels-last float32 tensor of the result's lens, such as its arena slot,
     not the add operand), writing `out` every call and returning it (no new result, and no copy
     of one into the slot). `scratch`: the program's temporaries (`Winograd`)."""
+    ops = epilogue_ops(plan, get_other is not None)
+    if m == 4 and winograd_native.supports(plan) and winograd_native.available():
+        geo = geometry(plan, m)
+        conv = winograd_native.NativeWinograd(
+            plan, geo, weight_transform(plan.weight, m), get_other is not None, ops,
+            scratch if scratch_enabled() else None,
+        )
+        if out is not None:
+            _check_out(out, geo)
+        return conv.closure(get_x, get_other, out)
     conv = Winograd(plan, m, scratch)
     g = conv.geo
-    ops = epilogue_ops(plan, get_other is not None)
-    if out is not None and (
-        list(out.shape) != [g.n, g.k, g.ho, g.wo]
-        or out.dtype != torch.float32
-        or not out.is_contiguous(memory_format=torch.channels_last)
-    ):
-        raise ValueError(
-            f"winograd: the output buffer {list(out.shape)} {out.dtype} is not a channels-last "
-            f"float32 tensor of the result's lens {[g.n, g.k, g.ho, g.wo]}"
-        )
+    if out is not None:
+        _check_out(out, g)
     # one call now, on zeros: a first call runs 1.5-2x slower than the next ones (its buffers
     # fresh pages, the transformed weight and MKL's state cold; ResNet-50's first stage at
     # batch 1), and the compile's timing keeps only candidates near the fastest first call

@@ -54,6 +54,14 @@ class Scratch:
             buf = bufs[key] = torch.empty(need)
         return buf[:need].view(shape)
 
+    def address(self, role: str, floats: int) -> int:
+        """The address of `role`'s buffer (as `get` gives it) of at least `floats` floats, for
+        a native kernel: no tensor views made when it is already large enough."""
+        buf = self.bufs.get((role, torch.is_inference_mode_enabled()))
+        if buf is None or buf.numel() < floats:
+            return self.get(role, (floats,)).data_ptr()
+        return buf.data_ptr()
+
     def padded(self, geo: Any) -> Tensor:
         """The (N * hp, wp, C) padded input buffer of `geo` (a `winograd.Geometry`: this
         module imports nothing of `winograd`), its border zero (and never
