@@ -187,17 +187,27 @@ RULE_NATIVE_CHANNELS = 16
 RULE_NATIVE_TILES = {1: 4, 2: 16}
 RULE_NATIVE_MACS = 10_000_000
 RULE_NATIVE_MAX_THREADS = max(RULE_NATIVE_TILES)
+#: above `RULE_NATIVE_MAX_THREADS` threads, with the native kernel: both channel counts at
+#: least `RULE_NATIVE_WIDE_CHANNELS` and `RULE_NATIVE_TILES_A_THREAD` tiles a thread. On the
+#: 16-core Xeon host of the H100 machine (`benchmarks/wino2_e2e.py --threads 16`, ResNet-50,
+#: pygraphx / ORT latency in one process, `benchmarks/results/h100host16_s13_wino16*.txt`):
+#: b8 0.905x with 64 channels / 64 tiles (11 layers) against 1.013x without Winograd and
+#: 0.986x with 128 / 128 (8 layers); b1 0.875x (3 layers) against 0.923x
+RULE_NATIVE_WIDE_CHANNELS, RULE_NATIVE_TILES_A_THREAD = 64, 4
 
 
 def _native_rule(threads: int) -> bool:
-    """Whether the native kernel's rule applies: the kernel at hand, `threads` measured."""
-    return threads <= RULE_NATIVE_MAX_THREADS and winograd_native.available()
+    """Whether the native kernel's rule applies: the kernel at hand."""
+    return winograd_native.available()
 
 
 def rule_limits(threads: int) -> tuple[int, int] | None:
     """(fewest channels each side, fewest 4x4 output tiles) of a layer `by_rule` runs on
-    F(4,3) at `threads` threads, None where no layer does (above `RULE_MAX_THREADS`)."""
+    F(4,3) at `threads` threads, None where no layer does (above `RULE_MAX_THREADS` on the
+    torch-ops route)."""
     if _native_rule(threads):
+        if threads > RULE_NATIVE_MAX_THREADS:
+            return RULE_NATIVE_WIDE_CHANNELS, RULE_NATIVE_TILES_A_THREAD * threads
         return RULE_NATIVE_CHANNELS, RULE_NATIVE_TILES[max(threads, 1)]
     if threads <= 1:
         return RULE_CHANNELS_ONE_THREAD, RULE_TILES_ONE_THREAD
