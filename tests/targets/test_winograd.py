@@ -388,12 +388,12 @@ def test_rule_limits_by_threads(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_native_rule_limits_by_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the native kernel: 16 channels, 4 tiles at one thread and 16 at two, 10 M
-    multiply-adds; above two threads 64 channels and 4 tiles a thread."""
+    multiply-adds; above two threads 64 channels and 32 tiles, or 4 a thread where more."""
     if not winograd_native.available():
         pytest.skip("the native Winograd kernel is unavailable here")
     monkeypatch.setenv(winograd_native.NATIVE_ENV, "1")
     assert winograd.rule_limits(1) == (16, 4) and winograd.rule_limits(2) == (16, 16)
-    assert winograd.rule_limits(4) == (64, 16) and winograd.rule_limits(16) == (64, 64)
+    assert winograd.rule_limits(4) == (64, 32) and winograd.rule_limits(16) == (64, 64)
     weight = torch.randn(512, 512, 3, 3)
     b1_7x7 = ConvPlan(weight, weight, [1, 512, 7, 7], [1, 1], [1, 1], [1, 1], 1, None)
     assert [winograd.by_rule(b1_7x7, n) for n in (1, 2, 4)] == [True, False, False]
@@ -403,6 +403,9 @@ def test_native_rule_limits_by_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     w128 = torch.randn(128, 128, 3, 3)
     b1_28 = ConvPlan(w128, w128, [1, 128, 28, 28], [1, 1], [1, 1], [1, 1], 1, None)  # 49 tiles
     assert [winograd.by_rule(b1_28, n) for n in (2, 8, 16)] == [True, True, False]
+    w256 = torch.randn(256, 256, 3, 3)
+    b1_14 = ConvPlan(w256, w256, [1, 256, 14, 14], [1, 1], [1, 1], [1, 1], 1, None)  # 16 tiles
+    assert [winograd.by_rule(b1_14, n) for n in (1, 2, 4)] == [True, True, False]
     w32 = torch.randn(32, 32, 3, 3)
     b8_32 = ConvPlan(w32, w32, [8, 32, 80, 80], [1, 1], [1, 1], [1, 1], 1, None)  # 32 channels
     assert [winograd.by_rule(b8_32, n) for n in (2, 4)] == [True, False]

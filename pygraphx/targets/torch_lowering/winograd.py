@@ -187,13 +187,13 @@ RULE_NATIVE_CHANNELS = 16
 RULE_NATIVE_TILES = {1: 4, 2: 16}
 RULE_NATIVE_MACS = 10_000_000
 RULE_NATIVE_MAX_THREADS = max(RULE_NATIVE_TILES)
-#: above `RULE_NATIVE_MAX_THREADS` threads, with the native kernel: both channel counts at
-#: least `RULE_NATIVE_WIDE_CHANNELS` and `RULE_NATIVE_TILES_A_THREAD` tiles a thread. On the
-#: 16-core Xeon host of the H100 machine (`benchmarks/wino2_e2e.py --threads 16`, ResNet-50,
-#: pygraphx / ORT latency in one process, `benchmarks/results/h100host16_s13_wino16*.txt`):
-#: b8 0.905x with 64 channels / 64 tiles (11 layers) against 1.013x without Winograd and
-#: 0.986x with 128 / 128 (8 layers); b1 0.875x (3 layers) against 0.923x
-RULE_NATIVE_WIDE_CHANNELS, RULE_NATIVE_TILES_A_THREAD = 64, 4
+#: above `RULE_NATIVE_MAX_THREADS` threads, native kernel: 64+ channels each side and 32+ tiles,
+#: 4 a thread where more. 16-core Xeon host (`wino2_e2e.py --threads T --modes off rule ort`,
+#: ResNet-50, pygraphx / ORT, `benchmarks/results/h100host16_s13_wino*.txt`): b8 at 16 threads
+#: 0.905 / 0.938x against 1.013 / 1.036x off, at 8 0.901 / 1.036, at 4 0.974 / 1.082; b1 at 8
+#: 0.851 / 0.898, at 16 0.875 / 0.911 against 0.923 / 0.891 (noise); at 4 16 tiles took the
+#: 14x14 maps too: 0.949 against 0.880x, hence 32 tiles
+RULE_NATIVE_WIDE_CHANNELS, RULE_NATIVE_WIDE_TILES, RULE_NATIVE_TILES_A_THREAD = 64, 32, 4
 
 
 def _native_rule(threads: int) -> bool:
@@ -207,7 +207,8 @@ def rule_limits(threads: int) -> tuple[int, int] | None:
     torch-ops route)."""
     if _native_rule(threads):
         if threads > RULE_NATIVE_MAX_THREADS:
-            return RULE_NATIVE_WIDE_CHANNELS, RULE_NATIVE_TILES_A_THREAD * threads
+            tiles = max(RULE_NATIVE_WIDE_TILES, RULE_NATIVE_TILES_A_THREAD * threads)
+            return RULE_NATIVE_WIDE_CHANNELS, tiles
         return RULE_NATIVE_CHANNELS, RULE_NATIVE_TILES[max(threads, 1)]
     if threads <= 1:
         return RULE_CHANNELS_ONE_THREAD, RULE_TILES_ONE_THREAD
