@@ -61,9 +61,9 @@ def graph_tail(module: Module, products: Collection[str]) -> set[Instruction]:
         return set()
     last = module.instructions[-1]
     todo = list(last.inputs) if last.is_return() else [last]
+    epilogues = _epilogues(module, products)
     tail: set[Instruction] = set()
     seen: set[Instruction] = set()
-    epilogues: dict[Instruction, bool] = {}
     while todo:
         ins = todo.pop()
         if ins in seen:
@@ -71,7 +71,7 @@ def graph_tail(module: Module, products: Collection[str]) -> set[Instruction]:
         seen.add(ins)
         if ins.op.name in products or ins.is_literal() or ins.is_param():
             continue
-        if is_constant_view(ins) or _epilogue(ins, products, epilogues):
+        if is_constant_view(ins) or ins in epilogues:
             continue
         if not moves_only(ins):
             tail.add(ins)
@@ -79,13 +79,15 @@ def graph_tail(module: Module, products: Collection[str]) -> set[Instruction]:
     return tail
 
 
-def _epilogue(ins: Instruction, products: Collection[str], memo: dict[Instruction, bool]) -> bool:
-    """`ins` is pointwise work on products' results and constants only (a bias, an activation)."""
-    if ins not in memo:
-        memo[ins] = False  # (a cycle cannot occur in SSA; this only guards the recursion)
-        if isinstance(ins.op, Pointwise) and not ins.module_inputs:
-            run = [x for x in ins.inputs if not is_constant_view(x)]
-            memo[ins] = bool(run) and all(
-                x.op.name in products or _epilogue(x, products, memo) for x in run
-            )
-    return memo[ins]
+def _epilogues(module: Module, products: Collection[str]) -> set[Instruction]:
+    """The instructions of `module` that are pointwise work on products' results and constants
+    only (a bias, an activation, and such work on those): one pass in program order, so a chain
+    of any length needs no recursion."""
+    found: set[Instruction] = set()
+    for ins in module.instructions:
+        if not isinstance(ins.op, Pointwise) or ins.module_inputs:
+            continue
+        run = [x for x in ins.inputs if not is_constant_view(x)]
+        if run and all(x.op.name in products or x in found for x in run):
+            found.add(ins)
+    return found

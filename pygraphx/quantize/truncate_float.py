@@ -109,8 +109,17 @@ WIDE_OPS = frozenset(
 )
 #: `PRODUCTS` keeps the graph's tail (the arithmetic after the last products on the way to an
 #: output) in its float type, and lets a small head's walk pass concatenations (see the module
-#: docstring); `PGX_BF16_WIDE_TAIL=0` restores the earlier rule
-WIDE_TAIL = os.environ.get("PGX_BF16_WIDE_TAIL", "1") != "0"
+#: docstring); None: `PGX_BF16_WIDE_TAIL` decides when a program is quantized (on unless it is
+#: 0 / off / false / no, which restores the earlier rule); True / False force it
+WIDE_TAIL: bool | None = None
+WIDE_TAIL_ENV = "PGX_BF16_WIDE_TAIL"
+
+
+def wide_tail() -> bool:
+    """Whether the graph's tail stays in its float type (`WIDE_TAIL`, else its variable)."""
+    if WIDE_TAIL is not None:
+        return WIDE_TAIL
+    return os.environ.get(WIDE_TAIL_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 #: the types a program may be truncated to
 LOW_FLOATS = frozenset({"half_type", "bf16_type"})
 
@@ -234,7 +243,7 @@ class _Truncate:
         self.bodies: set[str] = set()  # sub-modules rewritten
         self.kept_bodies: set[str] = set()  # sub-modules of unselected callers
         # `WIDE_TAIL`: the main module's tail arithmetic, kept in its float type
-        self.wide_tail = WIDE_TAIL and PRODUCTS in names
+        self.wide_tail = wide_tail() and PRODUCTS in names
         self.tail = graph_tail(self.main, PRODUCT_OPS) if self.wide_tail else set()
 
     # --- driver ---------------------------------------------------------------------------
@@ -269,7 +278,7 @@ class _Truncate:
 
     def small_head(self, ins: Instruction) -> bool:
         """`ins` (a product of the main module) yields at most `HEAD_ELEMENTS` values that reach
-        only the outputs, through element-wise steps and views (and, with `WIDE_TAIL`,
+        only the outputs, through element-wise steps and views (and, with `wide_tail()`,
         concatenations): a classifier or pooler head, a detector's DFL product."""
         if ins.module is not self.main or ins.shape.elements() > HEAD_ELEMENTS:
             return False

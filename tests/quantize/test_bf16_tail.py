@@ -164,3 +164,46 @@ def test_all_policy_ignores_the_tail(monkeypatch) -> None:
     prog = pygraphx.parse_onnx_buffer(_box_decoder()[0].SerializeToString())
     quantize_bf16(prog, ("all",))
     assert set(_types(prog, "sub")) == {"bf16_type"}
+
+
+def _tanh_chain(n: int) -> bytes:
+    """MatMul (more values than a small head), then `n` Tanh (the product's epilogue), then an
+    Add with the input and a Mul by 2 (the tail; the earlier rule keeps only the Mul, the last
+    step before the output, in float32)."""
+    rows, width = 512, 256
+    w = helper.make_tensor("w", 1, [width, width], RNG.random(width * width).astype(np.float32))
+    two = helper.make_tensor("two", 1, [], [2.0])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t0"])]
+    nodes += [helper.make_node("Tanh", [f"t{i}"], [f"t{i + 1}"]) for i in range(n)]
+    nodes.append(helper.make_node("Add", [f"t{n}", "x"], ["s"]))
+    nodes.append(helper.make_node("Mul", ["s", "two"], ["y"]))
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", 1, [rows, width])],
+        [helper.make_tensor_value_info("y", 1, [rows, width])], [w, two],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_long_epilogue_chain_needs_no_recursion(monkeypatch):
+    """2,000 pointwise steps after a product (deeper than Python's recursion limit): the chain
+    is the product's epilogue (bf16), the add after it is the tail (float32)."""
+    monkeypatch.setattr(TRUNCATE, "WIDE_TAIL", True)
+    prog = pygraphx.parse_onnx_buffer(_tanh_chain(2000))
+    quantize_bf16(prog)
+    main = prog.get_main_module()
+    tanh = [i for i in main.instructions if i.op.name == "tanh"]
+    add = [i for i in main.instructions if i.op.name == "add"]
+    assert len(tanh) == 2000 and {i.shape.type() for i in tanh} == {"bf16_type"}
+    assert [i.shape.type() for i in add] == ["float_type"]
+
+
+@pytest.mark.parametrize("value, wide", [("0", False), ("off", False), ("no", False),
+                                         ("1", True), ("", True)])
+def test_the_switch_is_read_when_quantizing(monkeypatch, value, wide):
+    """`PGX_BF16_WIDE_TAIL` set after import decides (0 / off / false / no: the earlier rule)."""
+    monkeypatch.setattr(TRUNCATE, "WIDE_TAIL", None)
+    monkeypatch.setenv(TRUNCATE.WIDE_TAIL_ENV, value)
+    assert TRUNCATE.wide_tail() is wide
+    prog = pygraphx.parse_onnx_buffer(_box_decoder()[0].SerializeToString())
+    quantize_bf16(prog)
+    assert set(_types(prog, "sub")) == {"float_type" if wide else "bf16_type"}
