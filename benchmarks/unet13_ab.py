@@ -10,14 +10,16 @@ Variants (the switches are read at compile, so every program here is compiled on
 `deconv`: only the bf16 deconvolution (oneDNN's C API primitive where it runs);
 `deconv_torch`: only the bf16 deconvolution on torch's oneDNN op (`PGX_CPU_BF16_DECONV=torch`);
 `resize`: only oneDNN's resampling; `new`: both (the defaults); `new_torch`: both, the
-deconvolution on torch's op; `openvino`: OpenVINO at its default precision (bf16 on a CPU
+deconvolution on torch's op; `noswap`: `new` without unetb13's `swap_resize_convolution` pass
+(UNet's 1x1 convolutions back after the bilinear resizes; every other variant but `old` runs
+that pass, on float32 too); `openvino`: OpenVINO at its default precision (bf16 on a CPU
 with bf16 instructions; f32 for `--precisions f32`), as `cpu_vs_peers` makes it.
 bf16 = `quantize_bf16`'s default "products" policy (what `cpu_vs_peers --bf16` runs).
 Timing alternates blocks of runs (a warm-up run, then `--repeat` timed runs) of the variants,
 the order reversed every round; reported per variant: median wall ms over all timed runs,
 the best block's median, mean process CPU ms per run, and the relative RMS error of the
-output against ONNX Runtime float32. Float32 programs take neither new path (both switches act
-on bf16 only): their rows show that float32 does not move.
+output against ONNX Runtime float32. Float32 programs take neither of unet13's paths (both
+switches act on bf16 only), but do take unetb13's pass (`new` against `noswap`).
 """
 
 from __future__ import annotations
@@ -39,14 +41,18 @@ from pygraphx.quantize.truncate_float import PRODUCTS  # noqa: E402
 from pygraphx.targets.torch_lowering.deconv_bf16 import DECONV_ENV  # noqa: E402
 from pygraphx.targets.torch_lowering.onednn_resample import KERNEL_ENV  # noqa: E402
 
-#: variant -> (PGX_CPU_BF16_DECONV, PGX_CPU_BF16_RESIZE)
+SWAP = "swap_resize_convolution"  # unetb13's pass (PGX_DISABLE_PASSES names it to skip it)
+PASSES_ENV = "PGX_DISABLE_PASSES"
+
+#: variant -> (PGX_CPU_BF16_DECONV, PGX_CPU_BF16_RESIZE, PGX_DISABLE_PASSES)
 VARIANTS = {
-    "old": ("float32", "torch"),
-    "deconv": ("bf16", "torch"),
-    "deconv_torch": ("torch", "torch"),
-    "resize": ("float32", "onednn"),
-    "new_torch": ("torch", "onednn"),
-    "new": ("bf16", "onednn"),
+    "old": ("float32", "torch", SWAP),
+    "deconv": ("bf16", "torch", ""),
+    "deconv_torch": ("torch", "torch", ""),
+    "resize": ("float32", "onednn", ""),
+    "new_torch": ("torch", "onednn", ""),
+    "new": ("bf16", "onednn", ""),
+    "noswap": ("bf16", "onednn", SWAP),
 }
 
 
@@ -55,7 +61,7 @@ def ab(name: str, precision: str, threads: int, variants: list[str], rounds: int
     model, feeds, _ = load_zoo(name, "full")
     want = make_ort(model, threads)[0](feeds)
     runs = {}
-    saved = {k: os.environ.get(k) for k in (DECONV_ENV, KERNEL_ENV)}
+    saved = {k: os.environ.get(k) for k in (DECONV_ENV, KERNEL_ENV, PASSES_ENV)}
     for v in variants:
         if v == "openvino":  # OpenVINO at its default precision (bf16 on this CPU)
             ov_precision = None if precision == "bf16" else "f32"
@@ -65,7 +71,7 @@ def ab(name: str, precision: str, threads: int, variants: list[str], rounds: int
                   f"rel error vs ORT f32 {err:.3e}", flush=True)  # fmt: skip
             runs[v] = run
             continue
-        os.environ[DECONV_ENV], os.environ[KERNEL_ENV] = VARIANTS[v]
+        os.environ[DECONV_ENV], os.environ[KERNEL_ENV], os.environ[PASSES_ENV] = VARIANTS[v]
         bf16 = (PRODUCTS,) if precision == "bf16" else None
         run, seconds, prog = make_pygraphx(model, "arena", threads, bf16=bf16)
         err = relative_error([np.asarray(a, np.float64) for a in prog.run(feeds)], want)

@@ -1,9 +1,10 @@
 """The target-independent optimisation pipeline (what `-O` runs before a target lowers).
 
 The order matters and is explicit: fold constants, simplify algebra and layout, absorb pads,
-merge repeated work, recognise whole activations (GELU, SiLU), remove what is dead, fuse
-element-wise and reduction regions, then plan memory. `optimize(program)` runs it; targets
-start their own lists with `optimize_passes()`.
+move 1x1 convolutions in front of the upsampling resizes that feed them, merge repeated work,
+recognise whole activations (GELU, SiLU), remove what is dead, fuse element-wise and reduction
+regions, then plan memory. `optimize(program)` runs it; targets start their own lists with
+`optimize_passes()`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pygraphx.passes.recognize_activations import recognize_activations
 from pygraphx.passes.schedule import schedule
 from pygraphx.passes.simplify_algebra import simplify_algebra
 from pygraphx.passes.simplify_reshapes import simplify_reshapes
+from pygraphx.passes.swap_resize_convolution import swap_resize_convolution
 
 if TYPE_CHECKING:
     from pygraphx.ir.program import Program
@@ -42,6 +44,7 @@ def optimize_passes(
         module_pass(simplify_reshapes),
         module_pass(simplify_algebra),
         module_pass(eliminate_pad),
+        module_pass(swap_resize_convolution),
         module_pass(propagate_constant),
         module_pass(eliminate_common_subexpression),
         module_pass(simplify_algebra),
