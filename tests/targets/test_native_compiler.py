@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pygraphx.targets.native import compiler as nc
-from pygraphx.targets.native import openmp_shared
+from pygraphx.targets.native import openmp_runtimes
 
 pytestmark = pytest.mark.skipif(nc.compiler_command() is None, reason="no C compiler")
 
@@ -45,7 +45,9 @@ def _sum_squares(lib: ctypes.CDLL, x: np.ndarray, threads: int) -> float:
 
 def test_builds_runs_and_caches(cache):
     x = np.random.default_rng(0).standard_normal(100_003).astype(np.float32)
+    runtimes = openmp_runtimes()
     lib = nc.load_source("sumsq", SOURCE)
+    assert openmp_runtimes() == runtimes  # bound to the loaded libgomp (torch's), no second one
     expected = float(np.sum(x.astype(np.float64) ** 2))
     for threads in (1, 2, 3):
         assert _sum_squares(lib, x, threads) == pytest.approx(expected, rel=1e-12)
@@ -53,7 +55,6 @@ def test_builds_runs_and_caches(cache):
     assert len(built) == 1
     assert not built[0].stat().st_mode & 0o022  # nobody else may write it
     assert oct(cache.stat().st_mode & 0o777) == "0o700"
-    assert openmp_shared()  # bound to torch's libgomp, not a second runtime
     assert nc.load_source("sumsq", SOURCE) is lib  # memoised in the process
     mtime = built[0].stat().st_mtime_ns
     nc._LOADED.clear()  # as a new process would: loads the cached file, builds nothing
@@ -143,3 +144,22 @@ def test_shipped_kernel_sources_are_packaged():
     assert '"pygraphx.targets.native" = ["kernels/*.c"]' in text
     with pytest.raises(nc.NativeUnavailable, match="cannot read"):
         nc.load("no_such_kernel")
+
+
+def test_old_builds_are_pruned(cache, monkeypatch):
+    monkeypatch.setattr(nc, "KEEP_BUILDS", 2)
+    for k in range(4):
+        nc.load_source("pruned", SOURCE + f"\n/* version {k} */\n")
+        os.utime(max(cache.glob("pruned-*.so"), key=os.path.getmtime), (1e9 + k, 1e9 + k))
+    assert len(list(cache.glob("pruned-*.so"))) == 2
+
+
+def test_private_temporary_directories_are_removed_at_exit(cache):
+    cache.mkdir(parents=True)
+    os.chmod(cache, 0o777)
+    lib = nc.load_source("tmpdir", SOURCE)
+    where = os.path.dirname(lib._name)
+    assert os.path.isdir(where) and where in {str(p) for p in nc._TEMP_DIRS}
+    nc._remove_temp_dirs()
+    assert not os.path.exists(where)
+    assert _sum_squares(lib, np.ones(4, np.float32), 1) == 4.0  # mapped: still runs

@@ -27,6 +27,7 @@ loading).
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -60,9 +61,27 @@ KERNELS = Path(__file__).parent / "kernels"
 BASE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11",
               "-fno-math-errno", "-Wall")
 
+#: builds of one kernel kept in the cache (the newest; older sources' builds are removed)
+KEEP_BUILDS = 4
+
 _LOCK = threading.Lock()
 _LOADED: dict[tuple[str, str], ctypes.CDLL] = {}
 _ANNOUNCED: set[str] = set()
+_TEMP_DIRS: list[Path] = []
+
+
+@atexit.register
+def _remove_temp_dirs() -> None:
+    """Remove the private temporary build directories of this process (the libraries in them
+    are mapped already; nothing reads the files again)."""
+    for path in _TEMP_DIRS:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _temp_dir() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="pygraphx-native-"))
+    _TEMP_DIRS.append(path)
+    return path
 
 
 class NativeUnavailable(RuntimeError):
@@ -154,7 +173,7 @@ def _directory() -> Path:
         why = "it is not private to this user"
     except OSError as exc:
         why = str(exc)
-    tmp = Path(tempfile.mkdtemp(prefix="pygraphx-native-"))
+    tmp = _temp_dir()
     log.warning("native kernels: cache %s unusable (%s); building in %s", path, why, tmp)
     return tmp
 
@@ -187,6 +206,20 @@ def _build(cmd: list[str], name: str, source: str, flags: list[str], out: Path) 
     log.info("native kernel %s: built in %.2f s (%s)", name, time.perf_counter() - start, out)
 
 
+def _prune(built: Path) -> None:
+    """Keep the `KEEP_BUILDS` newest builds of `built`'s kernel in its directory (a changed
+    source, compiler or flag set leaves the old file behind; a process that mapped one keeps
+    it mapped after the unlink)."""
+    name = built.name.rsplit("-", 1)[0]
+    try:
+        builds = sorted(built.parent.glob(f"{name}-*.so"), key=lambda p: p.stat().st_mtime)
+        for old in builds[:-KEEP_BUILDS]:
+            if old != built:
+                old.unlink(missing_ok=True)
+    except OSError as exc:  # another process pruned it first, or a read-only directory
+        log.debug("native kernels: pruning %s: %s", built.parent, exc)
+
+
 def load(name: str, extra_flags: Sequence[str] = ()) -> ctypes.CDLL:
     """The library of kernel `name` (`kernels/<name>.c`), built at its first use on this
     machine; raises `NativeUnavailable` saying why it cannot be had."""
@@ -217,8 +250,9 @@ def load_source(name: str, source: str, extra_flags: Sequence[str] = ()) -> ctyp
         out = _directory() / f"{name}-{key}.so"
         if not (out.exists() and _private(out)):
             if out.exists():  # someone else's or writable by others: never load it
-                out = Path(tempfile.mkdtemp(prefix="pygraphx-native-")) / out.name
+                out = _temp_dir() / out.name
             _build(cmd, name, source, flags, out)
+            _prune(out)
         try:
             lib = ctypes.CDLL(str(out))
         except OSError as exc:

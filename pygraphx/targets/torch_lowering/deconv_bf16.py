@@ -149,7 +149,10 @@ def fused_reader(ins: Instruction) -> Instruction | None:
 
     if ins.op.name != "deconvolution" or len(ins.outputs) != 1:
         return None
-    if ins.shape.type() != "bf16_type":
+    if ins.shape.type() != "bf16_type" or mode() != "bf16" or not ins.inputs[1].is_literal():
+        return None
+    begin, end = split_padding(ins.op, ins.op.padding, 2)
+    if any(begin) or any(end):  # cropped: torch's op makes a new tensor, no overlap
         return None
     user = ins.outputs[0]
     return user if may_fuse(ins, user) else None

@@ -74,8 +74,11 @@ class Primitive:
 
     def __init__(self, rt: Runtime, g: Geometry) -> None:
         self.rt, lib = rt, rt.lib
-        _declare(lib)
         self.pd, self.prim, self.mems, mds = c_void_p(), None, [], []
+        try:
+            _declare(lib)
+        except AttributeError as exc:  # an older library without the symbol: torch's op runs
+            raise OneDnnError(f"oneDNN deconvolution unavailable: {exc}") from exc
         cin, cout_g, kh, kw = g.weight.shape
         grp = g.groups
         cin_g = cin // grp

@@ -6,7 +6,8 @@ two x2 upsamples at bf16: ~3 ms against OpenVINO bf16's ~1 ms, `benchmarks/resul
 bf16zoo12.md`); oneDNN's jit resampling reads and writes bf16 and computes in float32.
 `benchmarks/unet13_probe.py` measures it against torch's kernel and a float32 round trip.
 
-What runs here: `resize` in linear mode of a 4-D (5-D) bf16 tensor, batch and channels kept,
+What runs here: `resize` in linear mode of a 4-D bf16 tensor (`plan_resample` takes 5-D too;
+`lower_resize` sends only 4-D ones, the case measured), batch and channels kept,
 every spatial axis resized by an exact factor (output / input), with the half_pixel transform
 (or pytorch_half_pixel with every output length above 1, the same there), no antialias and no
 exclude_outside: oneDNN's linear resampling is exactly that (source coordinate
