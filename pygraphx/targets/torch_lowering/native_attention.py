@@ -41,7 +41,21 @@ ENV = "PGX_CPU_NATIVE_ATTENTION"
 #: query rows per block (the scores of one block: ROWS x t float32)
 ROWS = 32
 #: the kernel's parameter array layout (`enum` in attention.c)
-FIELDS = ("B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREADS ROWS").split()
+FIELDS = ("B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREADS ROWS "
+          "TILES").split()
+#: `PGX_CPU_NATIVE_ATTENTION_TILES`: the float32 kernel's register tiles, `wide` (the default:
+#: about 24 accumulators a tile, 6 rows at 3-4 column vectors, 8 at 2, 12 at 1) or `4` (the
+#: first version's 4 rows at any width); read when a block's plan is made
+TILES_ENV = "PGX_CPU_NATIVE_ATTENTION_TILES"
+
+
+def wide_tiles() -> bool:
+    """Whether the float32 kernel takes its wide register tiles (`TILES_ENV`)."""
+    value = os.environ.get(TILES_ENV, "wide").strip().lower() or "wide"
+    if value not in ("wide", "4"):
+        raise ValueError(f"{TILES_ENV}={value!r}: expected wide or 4")
+    return value == "wide"
+
 #: the key in an `attend` table of its plans (signature -> `Plan`, or None: the fallback)
 PLANS = "native_plans"
 _MASK_KINDS = {torch.float32: 1, torch.bfloat16: 2}
@@ -132,7 +146,7 @@ class Plan:
             return (strides[0], strides[1]) if q.dim() == 4 else (0, strides[0])
 
         b, h = (q.shape[0], q.shape[1]) if q.dim() == 4 else (1, q.shape[0])
-        vals = dict(B=b, H=h, S=s, T=t, D=d, THREADS=threads, ROWS=ROWS)
+        vals = dict(B=b, H=h, S=s, T=t, D=d, THREADS=threads, ROWS=ROWS, TILES=int(wide_tiles()))
         vals.update(zip(("QB", "QH"), lead(q.stride()), strict=True), QS=q.stride(-2))
         vals.update(zip(("KB", "KH"), lead(kt.stride()), strict=True), KT=kt.stride(-1))
         vals.update(zip(("VB", "VH"), lead(v.stride()), strict=True), VT=v.stride(-2))

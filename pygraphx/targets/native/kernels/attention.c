@@ -44,6 +44,7 @@ enum {
     P_MB, P_MH, P_MS, P_MT, P_MKIND, /* mask kind: 0 none, 1 float32, 2 bf16 */
     P_OB, P_OH, P_OS,
     P_THREADS, P_ROWS, /* query rows per block (MB), a multiple of 4 */
+    P_TILES, /* the float32 kernel's register tiles: 0 4 rows, 1 wider (`tile_rows`) */
     P_COUNT
 };
 
@@ -346,23 +347,24 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
 /* ---- float32: the same block with FMA (scores, probabilities and output in float32) ---- */
 
 /* C[MR][NV*16] = sum over k of A (MR rows, lda apart) times B (NV blocks bstride apart, each
-   [k][16] floats) */
+   [k][16] floats); MR up to 12, NV up to 4, MR * NV accumulators (at most 24 of the 32 zmm) */
 static inline __attribute__((always_inline)) void tile32(const int mr, const int nv,
                                                          const float *a, int64_t lda, int64_t kk,
                                                          const float *b, int64_t bstride,
                                                          float *c, int64_t ldc) {
-    __m512 acc[4][4];
+    __m512 acc[12][4];
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; ++r)
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r)
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+        for (int j = 0; j < 4; ++j)
+            if (r < mr && j < nv) acc[r][j] = _mm512_setzero_ps();
     for (int64_t p = 0; p < kk; ++p) {
         __m512 bv[4];
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j)
             if (j < nv) bv[j] = _mm512_load_ps(b + j * bstride + p * 16);
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; ++r) {
             if (r < mr) {
                 __m512 av = _mm512_set1_ps(a[r * lda + p]);
 #pragma GCC unroll 4
@@ -371,8 +373,8 @@ static inline __attribute__((always_inline)) void tile32(const int mr, const int
             }
         }
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; ++r)
         if (r < mr)
 #pragma GCC unroll 4
             for (int j = 0; j < 4; ++j)
@@ -386,21 +388,32 @@ typedef void (*tile32_fn)(const float *, int64_t, int64_t, const float *, int64_
                                    int64_t bs, float *c, int64_t ldc) {                      \
         tile32(MR, NV, a, lda, kk, b, bs, c, ldc);                                          \
     }
-TILE32(1, 1) TILE32(1, 2) TILE32(1, 3) TILE32(1, 4)
-TILE32(2, 1) TILE32(2, 2) TILE32(2, 3) TILE32(2, 4)
-TILE32(3, 1) TILE32(3, 2) TILE32(3, 3) TILE32(3, 4)
-TILE32(4, 1) TILE32(4, 2) TILE32(4, 3) TILE32(4, 4)
-static const tile32_fn TILES32[4][4] = {
-    {tile32_1_1, tile32_1_2, tile32_1_3, tile32_1_4},
-    {tile32_2_1, tile32_2_2, tile32_2_3, tile32_2_4},
-    {tile32_3_1, tile32_3_2, tile32_3_3, tile32_3_4},
-    {tile32_4_1, tile32_4_2, tile32_4_3, tile32_4_4},
+#define TILE32_ROW(MR) TILE32(MR, 1) TILE32(MR, 2) TILE32(MR, 3) TILE32(MR, 4)
+TILE32_ROW(1) TILE32_ROW(2) TILE32_ROW(3) TILE32_ROW(4) TILE32_ROW(5) TILE32_ROW(6)
+TILE32_ROW(7) TILE32_ROW(8) TILE32_ROW(9) TILE32_ROW(10) TILE32_ROW(11) TILE32_ROW(12)
+#define TILE32_FNS(MR) {tile32_##MR##_1, tile32_##MR##_2, tile32_##MR##_3, tile32_##MR##_4}
+static const tile32_fn TILES32[12][4] = {
+    TILE32_FNS(1), TILE32_FNS(2), TILE32_FNS(3), TILE32_FNS(4), TILE32_FNS(5), TILE32_FNS(6),
+    TILE32_FNS(7), TILE32_FNS(8), TILE32_FNS(9), TILE32_FNS(10), TILE32_FNS(11), TILE32_FNS(12),
 };
 
+/* the rows of a register tile over nvt column vectors: `wide` 0 (the first version) 4 rows
+   whatever the width; else 6 rows at 3-4 vectors (24 accumulators: Q K^T, and P V at d = 64),
+   8 at 2 (P V at d = 32, MiniLM's), 12 at 1. Fewer loads per FMA: one thread, thread CPU
+   time, a loaded machine, us a block, 4 rows / wide: MiniLM b8 3985 / 3410, BERT-base b1 721 /
+   595, ViT-B/16 b1 1524 / 1325 (`benchmarks/minilm13_tiles.py`; 12 rows at 2 vectors, or 24 /
+   36 / 48 query rows per block, no better). The bf16 kernel keeps its 4-row tiles: the same
+   change made no difference there (0.99-1.02). */
+static inline int tile_rows(int64_t nvt, int64_t wide) {
+    if (!wide) return 4;
+    return nvt >= 3 ? 6 : nvt == 2 ? 8 : 12;
+}
+
 static void gemm32(int64_t m, int64_t nvt, const float *a, int64_t lda, int64_t kk,
-                   const float *b, int64_t bstride, float *c, int64_t ldc) {
-    for (int64_t r = 0; r < m; r += 4) {
-        int mr = m - r < 4 ? (int)(m - r) : 4;
+                   const float *b, int64_t bstride, float *c, int64_t ldc, int64_t wide) {
+    const int rows = tile_rows(nvt, wide);
+    for (int64_t r = 0; r < m; r += rows) {
+        int mr = m - r < rows ? (int)(m - r) : rows;
         for (int64_t j = 0; j < nvt; j += 4) {
             int nv = nvt - j < 4 ? (int)(nvt - j) : 4;
             TILES32[mr - 1][nv - 1](a + r * lda, lda, kk, b + j * bstride, bstride,
@@ -477,7 +490,7 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
             }
             const int64_t i0 = qb * MB, m = S - i0 < MB ? S - i0 : MB;
             const float *qa = q + b * prm[P_QB] + h * prm[P_QH] + i0 * prm[P_QS];
-            gemm32(m, tn / 16, qa, prm[P_QS], D, pk, D * 16, sc, tn);
+            gemm32(m, tn / 16, qa, prm[P_QS], D, pk, D * 16, sc, tn, prm[P_TILES]);
             float inv[MAX_ROWS];
             for (int64_t i = 0; i < m; ++i) {
                 const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] +
@@ -486,7 +499,7 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
                 inv[i] = softmax_row_f32(sc + i * tn, T, tn, scale, mrow, kind, prm[P_MT],
                                          sc + i * tn);
             }
-            gemm32(m, dn / 16, sc, tn, T, pv, T * 16, ob, dn);
+            gemm32(m, dn / 16, sc, tn, T, pv, T * 16, ob, dn, prm[P_TILES]);
             float *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
             for (int64_t i = 0; i < m; ++i) {
                 const __m512 r = _mm512_set1_ps(inv[i]);
