@@ -338,3 +338,23 @@ def test_float32_program_attention_runs_native_above_the_size_floor(name, monkey
         assert bool(plans(table)) == native_runs
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tiles", ["wide", "4"])
+def test_float32_program_takes_the_tiles_switch_at_compile(tiles, monkeypatch):
+    """`PGX_CPU_NATIVE_ATTENTION_TILES` as set when the program is compiled decides its blocks'
+    tiles (the plans are made at the first run, after the variable may have changed); the
+    outputs match ONNX Runtime either way."""
+    model, feeds = small_model("bert")
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    monkeypatch.setattr(attention, "ONEDNN_F32_MIN", 1024)
+    monkeypatch.setenv(native_attention.TILES_ENV, tiles)
+    prog = compile_float32(model)
+    monkeypatch.setenv(native_attention.TILES_ENV, "4" if tiles == "wide" else "wide")
+    got = prog.run(feeds)
+    table = prog._executable.lowered.ctx.cache.get(attention.NATIVE_TABLE, {})
+    found = plans(table)
+    field = native_attention.FIELDS.index("TILES")
+    assert found and all(p.params[field] == (tiles == "wide") for p in found)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

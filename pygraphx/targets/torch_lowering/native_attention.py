@@ -45,7 +45,7 @@ FIELDS = ("B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREA
           "TILES").split()
 #: `PGX_CPU_NATIVE_ATTENTION_TILES`: the float32 kernel's register tiles, `wide` (the default:
 #: about 24 accumulators a tile, 6 rows at 3-4 column vectors, 8 at 2, 12 at 1) or `4` (the
-#: first version's 4 rows at any width); read when a block's plan is made
+#: first version's 4 rows at any width); read when a block is lowered (`attend`)
 TILES_ENV = "PGX_CPU_NATIVE_ATTENTION_TILES"
 
 
@@ -136,7 +136,7 @@ class Plan:
     """The kernel's parameters for one operand signature, and the output's layout."""
 
     def __init__(self, fn: Callable, scale: float, q: Tensor, kt: Tensor, v: Tensor,
-                 mask: Tensor | None, threads: int) -> None:
+                 mask: Tensor | None, threads: int, tiles: bool = True) -> None:
         s, d, t = q.shape[-2], q.shape[-1], kt.shape[-1]
         self.dtype = q.dtype
         out = (*q.shape[:-1], d)
@@ -146,7 +146,7 @@ class Plan:
             return (strides[0], strides[1]) if q.dim() == 4 else (0, strides[0])
 
         b, h = (q.shape[0], q.shape[1]) if q.dim() == 4 else (1, q.shape[0])
-        vals = dict(B=b, H=h, S=s, T=t, D=d, THREADS=threads, ROWS=ROWS, TILES=int(wide_tiles()))
+        vals = dict(B=b, H=h, S=s, T=t, D=d, THREADS=threads, ROWS=ROWS, TILES=int(tiles))
         vals.update(zip(("QB", "QH"), lead(q.stride()), strict=True), QS=q.stride(-2))
         vals.update(zip(("KB", "KH"), lead(kt.stride()), strict=True), KT=kt.stride(-1))
         vals.update(zip(("VB", "VH"), lead(v.stride()), strict=True), VT=v.stride(-2))
@@ -187,14 +187,15 @@ def attend(scale: float, table: dict, fallback: Attend) -> Attend:
         return fallback
     plans = table.setdefault(PLANS, {})
     get_num_threads = torch.get_num_threads
+    tiles = wide_tiles()
 
     def run(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        sig = (_signature(q, kt, v, mask), scale)
+        sig = (_signature(q, kt, v, mask), scale, tiles)
         plan = plans.get(sig, False)
         if plan is False:
             ok = supported(q, kt, v, mask)
             threads = get_num_threads()
-            plan = Plan(kernel(q.dtype), scale, q, kt, v, mask, threads) if ok else None
+            plan = Plan(kernel(q.dtype), scale, q, kt, v, mask, threads, tiles) if ok else None
             plans[sig] = plan
         if plan is None:
             return fallback(q, kt, v, mask)
