@@ -44,8 +44,9 @@ ROWS = 32
 FIELDS = ("B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREADS ROWS "
           "TILES").split()
 #: `PGX_CPU_NATIVE_ATTENTION_TILES`: the float32 kernel's register tiles, `wide` (the default:
-#: about 24 accumulators a tile, 6 rows at 3-4 column vectors, 8 at 2, 12 at 1) or `4` (the
-#: first version's 4 rows at any width); read when a block is lowered (`attend`)
+#: about 24 accumulators a tile, 6 rows at 3-4 column vectors, 8 at 2, 12 at 1; K packed by
+#: 16 x 16 transposes) or `4` (the first version: 4 rows at any width, K packed element by
+#: element); read when a block is lowered (`attend`)
 TILES_ENV = "PGX_CPU_NATIVE_ATTENTION_TILES"
 
 

@@ -44,7 +44,8 @@ enum {
     P_MB, P_MH, P_MS, P_MT, P_MKIND, /* mask kind: 0 none, 1 float32, 2 bf16 */
     P_OB, P_OH, P_OS,
     P_THREADS, P_ROWS, /* query rows per block (MB), a multiple of 4 */
-    P_TILES, /* the float32 kernel's register tiles: 0 4 rows, 1 wider (`tile_rows`) */
+    P_TILES, /* float32: 0 4-row tiles, K packed one element at a time; 1 the wider
+                tiles (`tile_rows`) and K packed by 16 x 16 transposes (`pack_k32`) */
     P_COUNT
 };
 
@@ -399,10 +400,11 @@ static const tile32_fn TILES32[12][4] = {
 
 /* the rows of a register tile over nvt column vectors: `wide` 0 (the first version) 4 rows
    whatever the width; else 6 rows at 3-4 vectors (24 accumulators: Q K^T, and P V at d = 64),
-   8 at 2 (P V at d = 32, MiniLM's), 12 at 1. Fewer loads per FMA: one thread, thread CPU
-   time, a loaded machine, us a block, 4 rows / wide: MiniLM b8 3985 / 3410, BERT-base b1 721 /
-   595, ViT-B/16 b1 1524 / 1325 (`benchmarks/minilm13_tiles.py`; 12 rows at 2 vectors, or 24 /
-   36 / 48 query rows per block, no better). The bf16 kernel keeps its 4-row tiles: the same
+   8 at 2 (P V at d = 32, MiniLM's), 12 at 1: fewer loads per FMA. With K packed by 16 x 16
+   transposes (`pack_k32`, the same switch), one thread, thread CPU time, us a block, 4 rows /
+   wide: MiniLM b8 3171 / 2553, BERT-base b1 715 / 561, b8 6219 / 5093, ViT-B/16 b1 1594 / 1365
+   (`benchmarks/minilm13_tiles.py`, helper minilm13's notes; 12 rows at 2 vectors, or 24 / 36
+   / 48 query rows per block, no better). The bf16 kernel keeps its 4-row tiles: the same
    change made no difference there (0.99-1.02). */
 static inline int tile_rows(int64_t nvt, int64_t wide) {
     if (!wide) return 4;
@@ -422,16 +424,52 @@ static void gemm32(int64_t m, int64_t nvt, const float *a, int64_t lda, int64_t 
     }
 }
 
-/* K (t rows kt apart, d dense) -> [ceil(t/16)][d][16] floats, zero past t */
-static void pack_k32(const float *k, int64_t t, int64_t d, int64_t kt, float *pk) {
+/* dst[c * 16 + r] = src[r * ld + c] for a 16 x 16 block (unpack, in-lane shuffles, two
+   rounds of 128-bit lane shuffles) */
+static inline void transpose16(const float *src, int64_t ld, float *dst) {
+    __m512 r[16], t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld);
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 16; h += 8)
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+            t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
+            t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
+        }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        _mm512_store_ps(dst + i * 16, _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88));
+        _mm512_store_ps(dst + (i + 8) * 16, _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd));
+    }
+}
+
+/* K (t rows kt apart, d dense) -> [ceil(t/16)][d][16] floats, zero past t; `vec`: whole
+   16 x 16 blocks by `transpose16` (the rest element by element, as all of it when 0) */
+static void pack_k32(const float *k, int64_t t, int64_t d, int64_t kt, float *pk, int64_t vec) {
     const int64_t nb = (t + 15) / 16;
     for (int64_t b = 0; b < nb; ++b) {
         float *dst = pk + b * d * 16;
         int64_t rows = t - b * 16 < 16 ? t - b * 16 : 16;
         if (rows < 16) memset(dst, 0, (size_t)d * 16 * 4);
+        int64_t p0 = 0;
+        if (vec && rows == 16)
+            for (; p0 + 16 <= d; p0 += 16) transpose16(k + b * 16 * kt + p0, kt, dst + p0 * 16);
         for (int64_t r = 0; r < rows; ++r) {
             const float *src = k + (b * 16 + r) * kt;
-            for (int64_t p = 0; p < d; ++p) dst[p * 16 + r] = src[p];
+            for (int64_t p = p0; p < d; ++p) dst[p * 16 + r] = src[p];
         }
     }
 }
@@ -484,7 +522,7 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
                     prefetch_rows(v + nb * prm[P_VB] + nh * prm[P_VH], T, 4 * prm[P_VT], 4 * D);
                     prefetch_rows(q + nb * prm[P_QB] + nh * prm[P_QH], S, 4 * prm[P_QS], 4 * D);
                 }
-                pack_k32(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk);
+                pack_k32(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk, prm[P_TILES]);
                 pack_v32(v + b * prm[P_VB] + h * prm[P_VH], T, D, prm[P_VT], pv);
                 packed = bh;
             }
