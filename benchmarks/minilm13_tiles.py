@@ -1,12 +1,13 @@
-"""The native attention kernel's register tiles, 4 rows against wide (helper minilm13), one
+"""The native attention kernel's tiles and K packing, `4` against `wide` (helper minilm13), one
 thread, thread CPU time per call, median / min of `--rounds` alternating rounds (A B, B A, ...).
 
     PYTHONPATH=. python benchmarks/minilm13_tiles.py [--bf16] [--rounds 30]
 
 A: `PGX_CPU_NATIVE_ATTENTION_TILES=4` (the first version's 4-row tiles), B: `wide` (the
 default). Q / K / V are the strided head views of one fused (b, s, 3*h*d) product, as in the
-models; each variant's relative error against a float64 reference is printed. The switch acts
-on the float32 kernel only (`--bf16` times the same bf16 kernel twice: a check of the method).
+models; each variant's relative error against a float64 reference is printed. For the bf16
+kernel (`--bf16`) the switch changes only how K is packed (16 x 16 transposes of bf16 pairs
+against pair by pair): its tiles stay 4 rows.
 """
 
 from __future__ import annotations

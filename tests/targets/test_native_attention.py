@@ -103,12 +103,17 @@ def plans(table: dict) -> list:
     return [p for p in table.get(native_attention.PLANS, {}).values() if p is not None]
 
 
+@pytest.mark.parametrize("tiles", ["wide", "4"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("form", ["none", "padding", "padding_view", "bf16", "causal", "bias"])
 @pytest.mark.parametrize(
     "shape", [(1, 3, 77, 77, 64), (2, 2, 33, 33, 32), (1, 2, 40, 40, 80), (2, 2, 1, 1, 32)]
 )
-def test_block_matches_float64_and_the_route_before(shape: tuple, form: str, threads: int):
+def test_block_matches_float64_and_the_route_before(shape: tuple, form: str, threads: int,
+                                                    tiles: str, monkeypatch):
+    """bf16 blocks; `tiles` wide (the default) packs K by 16 x 16 transposes of bf16 pairs
+    (d = 32, 64, 80: one, two, two whole pair blocks and a rest), 4 pair by pair."""
+    monkeypatch.setenv(native_attention.TILES_ENV, tiles)
     b, h, s, t, d = shape
     q, kt, v = qkv_views(b, h, s, d)
     mask = make_mask(form, b, h, s, t)

@@ -43,15 +43,16 @@ ROWS = 32
 #: the kernel's parameter array layout (`enum` in attention.c)
 FIELDS = ("B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREADS ROWS "
           "TILES").split()
-#: `PGX_CPU_NATIVE_ATTENTION_TILES`: the float32 kernel's register tiles, `wide` (the default:
-#: about 24 accumulators a tile, 6 rows at 3-4 column vectors, 8 at 2, 12 at 1; K packed by
-#: 16 x 16 transposes) or `4` (the first version: 4 rows at any width, K packed element by
-#: element); read when a block is lowered (`attend`)
+#: `PGX_CPU_NATIVE_ATTENTION_TILES`: `wide` (the default: K packed by 16 x 16 transposes, bf16
+#: pairs or floats; the float32 kernel's register tiles about 24 accumulators, 6 rows at 3-4
+#: column vectors, 8 at 2, 12 at 1) or `4` (the first version: K packed element by element,
+#: float32 tiles 4 rows at any width; bf16 tiles are 4 rows either way); read when a block is
+#: lowered (`attend`)
 TILES_ENV = "PGX_CPU_NATIVE_ATTENTION_TILES"
 
 
 def wide_tiles() -> bool:
-    """Whether the float32 kernel takes its wide register tiles (`TILES_ENV`)."""
+    """Whether the kernel takes its second version's K packing and float32 tiles (`TILES_ENV`)."""
     value = os.environ.get(TILES_ENV, "wide").strip().lower() or "wide"
     if value not in ("wide", "4"):
         raise ValueError(f"{TILES_ENV}={value!r}: expected wide or 4")

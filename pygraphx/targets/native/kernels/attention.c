@@ -44,8 +44,9 @@ enum {
     P_MB, P_MH, P_MS, P_MT, P_MKIND, /* mask kind: 0 none, 1 float32, 2 bf16 */
     P_OB, P_OH, P_OS,
     P_THREADS, P_ROWS, /* query rows per block (MB), a multiple of 4 */
-    P_TILES, /* float32: 0 4-row tiles, K packed one element at a time; 1 the wider
-                tiles (`tile_rows`) and K packed by 16 x 16 transposes (`pack_k32`) */
+    P_TILES, /* 0: K packed one element (bf16: pair) at a time, float32 4-row tiles; 1: K
+                packed by 16 x 16 transposes (`pack_k`, `pack_k32`), the float32 kernel's
+                wider tiles (`tile_rows`) */
     P_COUNT
 };
 
@@ -211,15 +212,52 @@ static float softmax_row_f32(float *s, int64_t t, int64_t tn, float scale, const
 }
 
 /* K (t rows kt apart, d dense) -> [ceil(t/16)][d/2][16] bf16 pairs, zero past t */
-static void pack_k(const bf16 *k, int64_t t, int64_t d, int64_t kt, int32_t *pk) {
+/* dst[c * 16 + r] = src[r * ld + c] for a 16 x 16 block of 32-bit values (unpack, in-lane
+   shuffles, two rounds of 128-bit lane shuffles; only moves bits: also bf16 pairs) */
+static inline void transpose16(const float *src, int64_t ld, float *dst) {
+    __m512 r[16], t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld);
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 16; h += 8)
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+            t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
+            t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
+        }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        _mm512_store_ps(dst + i * 16, _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88));
+        _mm512_store_ps(dst + (i + 8) * 16, _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd));
+    }
+}
+
+static void pack_k(const bf16 *k, int64_t t, int64_t d, int64_t kt, int32_t *pk, int64_t vec) {
     const int64_t kp = d / 2, nb = (t + 15) / 16;
     for (int64_t b = 0; b < nb; ++b) {
         int32_t *dst = pk + b * kp * 16;
         int64_t rows = t - b * 16 < 16 ? t - b * 16 : 16;
         if (rows < 16) memset(dst, 0, (size_t)kp * 16 * 4);
+        int64_t p0 = 0;
+        if (vec && rows == 16 && kt % 2 == 0) /* 16 keys x 16 pairs: a 32-bit transpose */
+            for (; p0 + 16 <= kp; p0 += 16)
+                transpose16((const float *)(k + b * 16 * kt + 2 * p0), kt / 2,
+                            (float *)(dst + p0 * 16));
         for (int64_t r = 0; r < rows; ++r) {
             const bf16 *src = k + (b * 16 + r) * kt;
-            for (int64_t p = 0; p < kp; ++p) dst[p * 16 + r] = load_pair(src + 2 * p);
+            for (int64_t p = p0; p < kp; ++p) dst[p * 16 + r] = load_pair(src + 2 * p);
         }
     }
 }
@@ -314,7 +352,7 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
                     prefetch_rows(v + nb * prm[P_VB] + nh * prm[P_VH], T, 2 * prm[P_VT], 2 * D);
                     prefetch_rows(q + nb * prm[P_QB] + nh * prm[P_QH], S, 2 * prm[P_QS], 2 * D);
                 }
-                pack_k(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk);
+                pack_k(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk, prm[P_TILES]);
                 pack_v(v + b * prm[P_VB] + h * prm[P_VH], T, D, prm[P_VT], pv);
                 packed = bh;
             }
@@ -421,38 +459,6 @@ static void gemm32(int64_t m, int64_t nvt, const float *a, int64_t lda, int64_t 
             TILES32[mr - 1][nv - 1](a + r * lda, lda, kk, b + j * bstride, bstride,
                                     c + r * ldc + j * 16, ldc);
         }
-    }
-}
-
-/* dst[c * 16 + r] = src[r * ld + c] for a 16 x 16 block (unpack, in-lane shuffles, two
-   rounds of 128-bit lane shuffles) */
-static inline void transpose16(const float *src, int64_t ld, float *dst) {
-    __m512 r[16], t[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld);
-#pragma GCC unroll 8
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-#pragma GCC unroll 2
-    for (int h = 0; h < 16; h += 8)
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) {
-            t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
-            t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
-        }
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) {
-        _mm512_store_ps(dst + i * 16, _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88));
-        _mm512_store_ps(dst + (i + 8) * 16, _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd));
     }
 }
 
