@@ -1,7 +1,11 @@
-"""A zoo model at bf16, pygraphx's steps by kind against OpenVINO bf16's PERF_COUNT layers by kind.
+"""A zoo model at bf16 or f32: pygraphx's steps by kind against OpenVINO's PERF_COUNT layers.
 
     PYTHONPATH=. python benchmarks/bf16zoo12_kinds.py --model unet_small --threads 2 --runs 20
     PYTHONPATH=. python benchmarks/bf16zoo12_kinds.py --model minilm --threads 2 --runs 20
+    PYTHONPATH=. python benchmarks/bf16zoo12_kinds.py --model minilm --precision f32
+
+`--precision f32` (helper minilm13): pygraphx unquantised and OpenVINO at
+INFERENCE_PRECISION_HINT f32; the default (bf16) is as below.
 
 pygraphx: `quantize_bf16` (its default "products" policy, what `cpu_vs_peers.py --bf16` runs),
 the cpu target's fast-path steps timed as they run (`mnv2dw_layers.ours`: mean wall ms of each
@@ -85,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blocks", type=int, default=3)
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--json", default=None, help="write the rows here")
+    p.add_argument("--precision", default="bf16", choices=("bf16", "f32"))
     args = p.parse_args(argv)
     import torch
 
@@ -92,11 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     path, feeds = zoo_model(args.model, args.size)
     feeds = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
     model = onnx.load(str(path))
-    print(f"# {args.model} ({SIZES[args.model][args.size]}) threads {args.threads} bf16")
+    print(f"# {args.model} ({SIZES[args.model][args.size]}) threads {args.threads} "
+          f"{args.precision}")
     print("# loadavg at the start:", Path("/proc/loadavg").read_text().split()[:3])
-    mine = ours(model, args.threads, feeds, args.runs, args.blocks, bf16=True)
+    mine = ours(model, args.threads, feeds, args.runs, args.blocks,
+                bf16=args.precision == "bf16")
     our_wall = mine.pop()["ms"]
-    ov = openvino_rows(model, args.threads, feeds, args.runs * args.blocks, "bf16")
+    ov = openvino_rows(model, args.threads, feeds, args.runs * args.blocks, args.precision)
     ov_wall = ov.pop()["ms"]
     ours_k = by_kind(mine, our_kind)
     ov_k = by_kind(ov, lambda r: f"{r['op']} / {r['impl']}")
@@ -109,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\npygraphx steps by ops (top {args.top}): count, ms, % of sum")
     for k, n, ms in ours_k[: args.top]:
         print(f"  {ms:9.3f} {n:4d} {100 * ms / our_sum:5.1f}%  {k}")
-    print(f"\nopenvino bf16 layers by type / kernel (top {args.top}): count, ms, % of sum")
+    print(f"\nopenvino {args.precision} layers by type / kernel (top {args.top}): count, ms, "
+          "% of sum")
     for k, n, ms in ov_k[: args.top]:
         print(f"  {ms:9.3f} {n:4d} {100 * ms / ov_sum:5.1f}%  {k}")
     our_convs = [r for r in mine if "convolution" in r["ops"]]

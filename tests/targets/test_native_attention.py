@@ -103,12 +103,17 @@ def plans(table: dict) -> list:
     return [p for p in table.get(native_attention.PLANS, {}).values() if p is not None]
 
 
+@pytest.mark.parametrize("tiles", ["wide", "4"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("form", ["none", "padding", "padding_view", "bf16", "causal", "bias"])
 @pytest.mark.parametrize(
     "shape", [(1, 3, 77, 77, 64), (2, 2, 33, 33, 32), (1, 2, 40, 40, 80), (2, 2, 1, 1, 32)]
 )
-def test_block_matches_float64_and_the_route_before(shape: tuple, form: str, threads: int):
+def test_block_matches_float64_and_the_route_before(shape: tuple, form: str, threads: int,
+                                                    tiles: str, monkeypatch):
+    """bf16 blocks; `tiles` wide (the default) packs K by 16 x 16 transposes of bf16 pairs
+    (d = 32, 64, 80: one, two, two whole pair blocks and a rest), 4 pair by pair."""
+    monkeypatch.setenv(native_attention.TILES_ENV, tiles)
     b, h, s, t, d = shape
     q, kt, v = qkv_views(b, h, s, d)
     mask = make_mask(form, b, h, s, t)
@@ -274,12 +279,18 @@ def test_a_row_masked_out_everywhere_gets_uniform_weights(fill: float):
     assert rel_rms(got[:, :, 2], want[:, :, 2]) < BF16_RMS
 
 
+@pytest.mark.parametrize("tiles", ["wide", "4"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("form", ["none", "padding_view", "bf16", "causal", "bias"])
 @pytest.mark.parametrize("shape", [(1, 3, 77, 77, 64), (2, 2, 33, 33, 32), (1, 2, 5, 40, 80),
-                                   (2, 2, 1, 1, 32), (1, 2, 17, 17, 7)])  # fmt: skip
-def test_float32_block_matches_float64(shape: tuple, form: str, threads: int):
-    """The FMA variant: odd head widths too, every mask form, within float32's error."""
+                                   (2, 2, 1, 1, 32), (1, 2, 17, 17, 7),
+                                   (1, 2, 45, 45, 48)])  # fmt: skip
+def test_float32_block_matches_float64(shape: tuple, form: str, threads: int, tiles: str,
+                                       monkeypatch):
+    """The FMA variant: odd head widths too, every mask form, within float32's error; with
+    the wide register tiles (the default: 6 / 8 / 12 rows at 3-4 / 2 / 1 column vectors,
+    remainders of every width and row count in these shapes) and the 4-row ones."""
+    monkeypatch.setenv(native_attention.TILES_ENV, tiles)
     b, h, s, t, d = shape
     if s == t:
         q, kt, v = (x.float() for x in qkv_views(b, h, s, d))
@@ -298,6 +309,17 @@ def test_float32_block_matches_float64(shape: tuple, form: str, threads: int):
     assert got.transpose(1, 2).is_contiguous()
     want = oracle(q, kt, v, mask, d**-0.5)
     assert 0 < rel_rms(got, want) < F32_RMS or (s == t == 1 and rel_rms(got, want) < 1e-7)
+
+
+def test_tiles_switch_takes_two_values(monkeypatch):
+    """`PGX_CPU_NATIVE_ATTENTION_TILES`: wide (also unset) or 4; another value is an error."""
+    monkeypatch.delenv(native_attention.TILES_ENV, raising=False)
+    assert native_attention.wide_tiles()
+    monkeypatch.setenv(native_attention.TILES_ENV, "4")
+    assert not native_attention.wide_tiles()
+    monkeypatch.setenv(native_attention.TILES_ENV, "8")
+    with pytest.raises(ValueError, match="TILES"):
+        native_attention.wide_tiles()
 
 
 def compile_float32(model) -> pygraphx.Program:
@@ -321,3 +343,23 @@ def test_float32_program_attention_runs_native_above_the_size_floor(name, monkey
         assert bool(plans(table)) == native_runs
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tiles", ["wide", "4"])
+def test_float32_program_takes_the_tiles_switch_at_compile(tiles, monkeypatch):
+    """`PGX_CPU_NATIVE_ATTENTION_TILES` as set when the program is compiled decides its blocks'
+    tiles (the plans are made at the first run, after the variable may have changed); the
+    outputs match ONNX Runtime either way."""
+    model, feeds = small_model("bert")
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    monkeypatch.setattr(attention, "ONEDNN_F32_MIN", 1024)
+    monkeypatch.setenv(native_attention.TILES_ENV, tiles)
+    prog = compile_float32(model)
+    monkeypatch.setenv(native_attention.TILES_ENV, "4" if tiles == "wide" else "wide")
+    got = prog.run(feeds)
+    table = prog._executable.lowered.ctx.cache.get(attention.NATIVE_TABLE, {})
+    found = plans(table)
+    field = native_attention.FIELDS.index("TILES")
+    assert found and all(p.params[field] == (tiles == "wide") for p in found)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

@@ -41,7 +41,23 @@ ENV = "PGX_CPU_NATIVE_ATTENTION"
 #: query rows per block (the scores of one block: ROWS x t float32)
 ROWS = 32
 #: the kernel's parameter array layout (`enum` in attention.c)
-FIELDS = ("B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREADS ROWS").split()
+FIELDS = ("B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREADS ROWS "
+          "TILES").split()
+#: `PGX_CPU_NATIVE_ATTENTION_TILES`: `wide` (the default: K packed by 16 x 16 transposes, bf16
+#: pairs or floats; the float32 kernel's register tiles about 24 accumulators, 6 rows at 3-4
+#: column vectors, 8 at 2, 12 at 1) or `4` (the first version: K packed element by element,
+#: float32 tiles 4 rows at any width; bf16 tiles are 4 rows either way); read when a block is
+#: lowered (`attend`)
+TILES_ENV = "PGX_CPU_NATIVE_ATTENTION_TILES"
+
+
+def wide_tiles() -> bool:
+    """Whether the kernel takes its second version's K packing and float32 tiles (`TILES_ENV`)."""
+    value = os.environ.get(TILES_ENV, "wide").strip().lower() or "wide"
+    if value not in ("wide", "4"):
+        raise ValueError(f"{TILES_ENV}={value!r}: expected wide or 4")
+    return value == "wide"
+
 #: the key in an `attend` table of its plans (signature -> `Plan`, or None: the fallback)
 PLANS = "native_plans"
 _MASK_KINDS = {torch.float32: 1, torch.bfloat16: 2}
@@ -122,7 +138,7 @@ class Plan:
     """The kernel's parameters for one operand signature, and the output's layout."""
 
     def __init__(self, fn: Callable, scale: float, q: Tensor, kt: Tensor, v: Tensor,
-                 mask: Tensor | None, threads: int) -> None:
+                 mask: Tensor | None, threads: int, tiles: bool = True) -> None:
         s, d, t = q.shape[-2], q.shape[-1], kt.shape[-1]
         self.dtype = q.dtype
         out = (*q.shape[:-1], d)
@@ -132,7 +148,7 @@ class Plan:
             return (strides[0], strides[1]) if q.dim() == 4 else (0, strides[0])
 
         b, h = (q.shape[0], q.shape[1]) if q.dim() == 4 else (1, q.shape[0])
-        vals = dict(B=b, H=h, S=s, T=t, D=d, THREADS=threads, ROWS=ROWS)
+        vals = dict(B=b, H=h, S=s, T=t, D=d, THREADS=threads, ROWS=ROWS, TILES=int(tiles))
         vals.update(zip(("QB", "QH"), lead(q.stride()), strict=True), QS=q.stride(-2))
         vals.update(zip(("KB", "KH"), lead(kt.stride()), strict=True), KT=kt.stride(-1))
         vals.update(zip(("VB", "VH"), lead(v.stride()), strict=True), VT=v.stride(-2))
@@ -173,14 +189,15 @@ def attend(scale: float, table: dict, fallback: Attend) -> Attend:
         return fallback
     plans = table.setdefault(PLANS, {})
     get_num_threads = torch.get_num_threads
+    tiles = wide_tiles()
 
     def run(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        sig = (_signature(q, kt, v, mask), scale)
+        sig = (_signature(q, kt, v, mask), scale, tiles)
         plan = plans.get(sig, False)
         if plan is False:
             ok = supported(q, kt, v, mask)
             threads = get_num_threads()
-            plan = Plan(kernel(q.dtype), scale, q, kt, v, mask, threads) if ok else None
+            plan = Plan(kernel(q.dtype), scale, q, kt, v, mask, threads, tiles) if ok else None
             plans[sig] = plan
         if plan is None:
             return fallback(q, kt, v, mask)

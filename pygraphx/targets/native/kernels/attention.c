@@ -44,6 +44,9 @@ enum {
     P_MB, P_MH, P_MS, P_MT, P_MKIND, /* mask kind: 0 none, 1 float32, 2 bf16 */
     P_OB, P_OH, P_OS,
     P_THREADS, P_ROWS, /* query rows per block (MB), a multiple of 4 */
+    P_TILES, /* 0: K packed one element (bf16: pair) at a time, float32 4-row tiles; 1: K
+                packed by 16 x 16 transposes (`pack_k`, `pack_k32`), the float32 kernel's
+                wider tiles (`tile_rows`) */
     P_COUNT
 };
 
@@ -209,15 +212,52 @@ static float softmax_row_f32(float *s, int64_t t, int64_t tn, float scale, const
 }
 
 /* K (t rows kt apart, d dense) -> [ceil(t/16)][d/2][16] bf16 pairs, zero past t */
-static void pack_k(const bf16 *k, int64_t t, int64_t d, int64_t kt, int32_t *pk) {
+/* dst[c * 16 + r] = src[r * ld + c] for a 16 x 16 block of 32-bit values (unpack, in-lane
+   shuffles, two rounds of 128-bit lane shuffles; only moves bits: also bf16 pairs) */
+static inline void transpose16(const float *src, int64_t ld, float *dst) {
+    __m512 r[16], t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld);
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 16; h += 8)
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+            t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
+            t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
+        }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        _mm512_store_ps(dst + i * 16, _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88));
+        _mm512_store_ps(dst + (i + 8) * 16, _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd));
+    }
+}
+
+static void pack_k(const bf16 *k, int64_t t, int64_t d, int64_t kt, int32_t *pk, int64_t vec) {
     const int64_t kp = d / 2, nb = (t + 15) / 16;
     for (int64_t b = 0; b < nb; ++b) {
         int32_t *dst = pk + b * kp * 16;
         int64_t rows = t - b * 16 < 16 ? t - b * 16 : 16;
         if (rows < 16) memset(dst, 0, (size_t)kp * 16 * 4);
+        int64_t p0 = 0;
+        if (vec && rows == 16 && kt % 2 == 0) /* 16 keys x 16 pairs: a 32-bit transpose */
+            for (; p0 + 16 <= kp; p0 += 16)
+                transpose16((const float *)(k + b * 16 * kt + 2 * p0), kt / 2,
+                            (float *)(dst + p0 * 16));
         for (int64_t r = 0; r < rows; ++r) {
             const bf16 *src = k + (b * 16 + r) * kt;
-            for (int64_t p = 0; p < kp; ++p) dst[p * 16 + r] = load_pair(src + 2 * p);
+            for (int64_t p = p0; p < kp; ++p) dst[p * 16 + r] = load_pair(src + 2 * p);
         }
     }
 }
@@ -312,7 +352,7 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
                     prefetch_rows(v + nb * prm[P_VB] + nh * prm[P_VH], T, 2 * prm[P_VT], 2 * D);
                     prefetch_rows(q + nb * prm[P_QB] + nh * prm[P_QH], S, 2 * prm[P_QS], 2 * D);
                 }
-                pack_k(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk);
+                pack_k(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk, prm[P_TILES]);
                 pack_v(v + b * prm[P_VB] + h * prm[P_VH], T, D, prm[P_VT], pv);
                 packed = bh;
             }
@@ -346,23 +386,24 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
 /* ---- float32: the same block with FMA (scores, probabilities and output in float32) ---- */
 
 /* C[MR][NV*16] = sum over k of A (MR rows, lda apart) times B (NV blocks bstride apart, each
-   [k][16] floats) */
+   [k][16] floats); MR up to 12, NV up to 4, MR * NV accumulators (at most 24 of the 32 zmm) */
 static inline __attribute__((always_inline)) void tile32(const int mr, const int nv,
                                                          const float *a, int64_t lda, int64_t kk,
                                                          const float *b, int64_t bstride,
                                                          float *c, int64_t ldc) {
-    __m512 acc[4][4];
+    __m512 acc[12][4];
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; ++r)
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r)
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+        for (int j = 0; j < 4; ++j)
+            if (r < mr && j < nv) acc[r][j] = _mm512_setzero_ps();
     for (int64_t p = 0; p < kk; ++p) {
         __m512 bv[4];
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j)
             if (j < nv) bv[j] = _mm512_load_ps(b + j * bstride + p * 16);
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; ++r) {
             if (r < mr) {
                 __m512 av = _mm512_set1_ps(a[r * lda + p]);
 #pragma GCC unroll 4
@@ -371,8 +412,8 @@ static inline __attribute__((always_inline)) void tile32(const int mr, const int
             }
         }
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; ++r)
         if (r < mr)
 #pragma GCC unroll 4
             for (int j = 0; j < 4; ++j)
@@ -386,21 +427,33 @@ typedef void (*tile32_fn)(const float *, int64_t, int64_t, const float *, int64_
                                    int64_t bs, float *c, int64_t ldc) {                      \
         tile32(MR, NV, a, lda, kk, b, bs, c, ldc);                                          \
     }
-TILE32(1, 1) TILE32(1, 2) TILE32(1, 3) TILE32(1, 4)
-TILE32(2, 1) TILE32(2, 2) TILE32(2, 3) TILE32(2, 4)
-TILE32(3, 1) TILE32(3, 2) TILE32(3, 3) TILE32(3, 4)
-TILE32(4, 1) TILE32(4, 2) TILE32(4, 3) TILE32(4, 4)
-static const tile32_fn TILES32[4][4] = {
-    {tile32_1_1, tile32_1_2, tile32_1_3, tile32_1_4},
-    {tile32_2_1, tile32_2_2, tile32_2_3, tile32_2_4},
-    {tile32_3_1, tile32_3_2, tile32_3_3, tile32_3_4},
-    {tile32_4_1, tile32_4_2, tile32_4_3, tile32_4_4},
+#define TILE32_ROW(MR) TILE32(MR, 1) TILE32(MR, 2) TILE32(MR, 3) TILE32(MR, 4)
+TILE32_ROW(1) TILE32_ROW(2) TILE32_ROW(3) TILE32_ROW(4) TILE32_ROW(5) TILE32_ROW(6)
+TILE32_ROW(7) TILE32_ROW(8) TILE32_ROW(9) TILE32_ROW(10) TILE32_ROW(11) TILE32_ROW(12)
+#define TILE32_FNS(MR) {tile32_##MR##_1, tile32_##MR##_2, tile32_##MR##_3, tile32_##MR##_4}
+static const tile32_fn TILES32[12][4] = {
+    TILE32_FNS(1), TILE32_FNS(2), TILE32_FNS(3), TILE32_FNS(4), TILE32_FNS(5), TILE32_FNS(6),
+    TILE32_FNS(7), TILE32_FNS(8), TILE32_FNS(9), TILE32_FNS(10), TILE32_FNS(11), TILE32_FNS(12),
 };
 
+/* the rows of a register tile over nvt column vectors: `wide` 0 (the first version) 4 rows
+   whatever the width; else 6 rows at 3-4 vectors (24 accumulators: Q K^T, and P V at d = 64),
+   8 at 2 (P V at d = 32, MiniLM's), 12 at 1: fewer loads per FMA. With K packed by 16 x 16
+   transposes (`pack_k32`, the same switch), one thread, thread CPU time, us a block, 4 rows /
+   wide: MiniLM b8 3171 / 2553, BERT-base b1 715 / 561, b8 6219 / 5093, ViT-B/16 b1 1594 / 1365
+   (`benchmarks/minilm13_tiles.py`, helper minilm13's notes; 12 rows at 2 vectors, or 24 / 36
+   / 48 query rows per block, no better). The bf16 kernel keeps its 4-row tiles: the same
+   change made no difference there (0.99-1.02). */
+static inline int tile_rows(int64_t nvt, int64_t wide) {
+    if (!wide) return 4;
+    return nvt >= 3 ? 6 : nvt == 2 ? 8 : 12;
+}
+
 static void gemm32(int64_t m, int64_t nvt, const float *a, int64_t lda, int64_t kk,
-                   const float *b, int64_t bstride, float *c, int64_t ldc) {
-    for (int64_t r = 0; r < m; r += 4) {
-        int mr = m - r < 4 ? (int)(m - r) : 4;
+                   const float *b, int64_t bstride, float *c, int64_t ldc, int64_t wide) {
+    const int rows = tile_rows(nvt, wide);
+    for (int64_t r = 0; r < m; r += rows) {
+        int mr = m - r < rows ? (int)(m - r) : rows;
         for (int64_t j = 0; j < nvt; j += 4) {
             int nv = nvt - j < 4 ? (int)(nvt - j) : 4;
             TILES32[mr - 1][nv - 1](a + r * lda, lda, kk, b + j * bstride, bstride,
@@ -409,16 +462,20 @@ static void gemm32(int64_t m, int64_t nvt, const float *a, int64_t lda, int64_t 
     }
 }
 
-/* K (t rows kt apart, d dense) -> [ceil(t/16)][d][16] floats, zero past t */
-static void pack_k32(const float *k, int64_t t, int64_t d, int64_t kt, float *pk) {
+/* K (t rows kt apart, d dense) -> [ceil(t/16)][d][16] floats, zero past t; `vec`: whole
+   16 x 16 blocks by `transpose16` (the rest element by element, as all of it when 0) */
+static void pack_k32(const float *k, int64_t t, int64_t d, int64_t kt, float *pk, int64_t vec) {
     const int64_t nb = (t + 15) / 16;
     for (int64_t b = 0; b < nb; ++b) {
         float *dst = pk + b * d * 16;
         int64_t rows = t - b * 16 < 16 ? t - b * 16 : 16;
         if (rows < 16) memset(dst, 0, (size_t)d * 16 * 4);
+        int64_t p0 = 0;
+        if (vec && rows == 16)
+            for (; p0 + 16 <= d; p0 += 16) transpose16(k + b * 16 * kt + p0, kt, dst + p0 * 16);
         for (int64_t r = 0; r < rows; ++r) {
             const float *src = k + (b * 16 + r) * kt;
-            for (int64_t p = 0; p < d; ++p) dst[p * 16 + r] = src[p];
+            for (int64_t p = p0; p < d; ++p) dst[p * 16 + r] = src[p];
         }
     }
 }
@@ -471,13 +528,13 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
                     prefetch_rows(v + nb * prm[P_VB] + nh * prm[P_VH], T, 4 * prm[P_VT], 4 * D);
                     prefetch_rows(q + nb * prm[P_QB] + nh * prm[P_QH], S, 4 * prm[P_QS], 4 * D);
                 }
-                pack_k32(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk);
+                pack_k32(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk, prm[P_TILES]);
                 pack_v32(v + b * prm[P_VB] + h * prm[P_VH], T, D, prm[P_VT], pv);
                 packed = bh;
             }
             const int64_t i0 = qb * MB, m = S - i0 < MB ? S - i0 : MB;
             const float *qa = q + b * prm[P_QB] + h * prm[P_QH] + i0 * prm[P_QS];
-            gemm32(m, tn / 16, qa, prm[P_QS], D, pk, D * 16, sc, tn);
+            gemm32(m, tn / 16, qa, prm[P_QS], D, pk, D * 16, sc, tn, prm[P_TILES]);
             float inv[MAX_ROWS];
             for (int64_t i = 0; i < m; ++i) {
                 const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] +
@@ -486,7 +543,7 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
                 inv[i] = softmax_row_f32(sc + i * tn, T, tn, scale, mrow, kind, prm[P_MT],
                                          sc + i * tn);
             }
-            gemm32(m, dn / 16, sc, tn, T, pv, T * 16, ob, dn);
+            gemm32(m, dn / 16, sc, tn, T, pv, T * 16, ob, dn, prm[P_TILES]);
             float *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
             for (int64_t i = 0; i < m; ++i) {
                 const __m512 r = _mm512_set1_ps(inv[i]);
