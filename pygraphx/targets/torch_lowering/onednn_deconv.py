@@ -20,25 +20,21 @@ import torch
 
 from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_BIAS,
-    ARG_DST,
-    ARG_SCRATCHPAD,
-    ARG_SRC,
     ARG_WEIGHTS,
     DTYPES,
     FORWARD_INFERENCE,
-    QUERY_SCRATCHPAD_MD,
     QUERY_WEIGHTS_MD,
     SCRATCHPAD_USER,
     TAG_A,
     TAG_ANY,
     TAG_NHWC,
     Dims,
-    ExecArg,
     OneDnnError,
     Runtime,
     check,
     release,
 )
+from pygraphx.targets.torch_lowering.onednn_step import PerThreadCount, SourceToDest
 from pygraphx.targets.torch_lowering.onednn_conv_primitive import UNARY
 
 DECONVOLUTION_DIRECT = 0xA  # dnnl_deconvolution_direct
@@ -68,13 +64,15 @@ class Geometry:
         self.unary, self.scalars = unary, scalars
 
 
-class Primitive:
+class Primitive(SourceToDest):
     """One deconvolution primitive on channels-last bf16 tensors, with its packed weight, bias,
     scratchpad and memory objects (the oneDNN objects are destroyed with it)."""
 
+    what = "deconvolution"
+
     def __init__(self, rt: Runtime, g: Geometry) -> None:
-        self.rt, lib = rt, rt.lib
-        self.pd, self.prim, self.mems, mds = c_void_p(), None, [], []
+        self.start(rt)
+        lib, mds = rt.lib, []
         try:
             _declare(lib)
         except AttributeError as exc:  # an older library without the symbol: torch's op runs
@@ -119,64 +117,28 @@ class Primitive:
                 ),
                 f"deconvolution {g.x_lens} * {list(g.weight.shape)}",
             )  # fmt: skip
-            self.impl = rt.impl_name(self.pd)
-            if self.impl.startswith("ref"):
-                raise OneDnnError(f"deconvolution {g.x_lens}: oneDNN offers its reference "
-                                  f"kernel only ({self.impl})")  # fmt: skip
-            self.prim = rt.primitive(self.pd)
             w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
             self.weight = rt.reorder(g.weight.contiguous(), w_plain, w_md)
             self.bias = None if g.bias is None else g.bias.to(torch.bfloat16).contiguous()
-            scratch_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_SCRATCHPAD_MD, 0)
-            size = lib.dnnl_memory_desc_get_size(scratch_md)
-            self.scratch = torch.empty(max(size, 1), dtype=torch.uint8)
-            kinds = [ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_SCRATCHPAD]
-            self.mems = [rt.memory(src, None), rt.memory(dst, None),
-                         rt.memory(w_md, self.weight.data_ptr()),
-                         rt.memory(scratch_md, self.scratch.data_ptr())]  # fmt: skip
+            constants = [(ARG_WEIGHTS, w_md, self.weight.data_ptr())]
             if self.bias is not None:
-                kinds.append(ARG_BIAS)
-                self.mems.append(rt.memory(bias_md, self.bias.data_ptr()))
-            self.args = (ExecArg * len(kinds))(
-                *(ExecArg(a, m) for a, m in zip(kinds, self.mems, strict=True))
-            )
+                constants.append((ARG_BIAS, bias_md, self.bias.data_ptr()))
+            self.bind(f"deconvolution {g.x_lens}", src, dst, constants)
         finally:
             if attr.value:
                 lib.dnnl_primitive_attr_destroy(attr)
             if post_ops.value:
                 lib.dnnl_post_ops_destroy(post_ops)
             release(lib, [], None, None, mds)
-        self.addresses = [0, 0]
-        self._execute, self._point = lib.dnnl_primitive_execute, lib.dnnl_memory_set_data_handle
-
-    def execute(self, x: int, y: int) -> None:
-        """The deconvolution of the input at address `x` into the output at address `y`."""
-        for k, address in enumerate((x, y)):
-            if self.addresses[k] != address:
-                self._point(self.mems[k], address)
-                self.addresses[k] = address
-        check(self._execute(self.prim, self.rt.stream, len(self.args), self.args), "deconv")
-
-    def __del__(self) -> None:
-        release(self.rt.lib, self.mems, self.prim, self.pd if self.pd.value else None)
 
 
-class Deconv:
+class Deconv(PerThreadCount):
     """`g` run on channels-last bf16 tensors through a primitive per thread count (the one of
     now made at once: `OneDnnError` when oneDNN cannot run it well)."""
 
     def __init__(self, rt: Runtime, g: Geometry) -> None:
         self.rt, self.g = rt, g
-        first = Primitive(rt, g)
-        self.impl = first.impl
-        self.made = {torch.get_num_threads(): first}
-
-    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        n = torch.get_num_threads()
-        prim = self.made.get(n)
-        if prim is None:
-            prim = self.made[n] = Primitive(self.rt, self.g)
-        prim.execute(x.data_ptr(), y.data_ptr())
+        super().__init__(lambda: Primitive(rt, g))
 
 
 __all__ = ["Deconv", "Geometry", "Primitive"]

@@ -49,25 +49,21 @@ from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, Low
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16
 from pygraphx.targets.torch_lowering.onednn_capi import (
-    ARG_DST,
-    ARG_SCRATCHPAD,
-    ARG_SRC,
     DTYPES,
     FORWARD_INFERENCE,
     POOLING_AVG_EXCLUDE,
     POOLING_AVG_INCLUDE,
     POOLING_MAX,
-    QUERY_SCRATCHPAD_MD,
     SCRATCHPAD_USER,
     TAG_NHWC,
     Dims,
-    ExecArg,
     OneDnnError,
     Runtime,
     check,
     release,
     runtime,
 )
+from pygraphx.targets.torch_lowering.onednn_step import PerThreadCount, SourceToDest
 
 log = logging.getLogger("pygraphx.cpu")
 Tensor = torch.Tensor
@@ -136,14 +132,16 @@ def plan_pooling(ins: Instruction) -> PoolPlan | None:
                     tuple(d - 1 for d in dil), tuple(begin), tuple(pad_r), dt)  # fmt: skip
 
 
-class Primitive:
+class Primitive(SourceToDest):
     """One pooling primitive of `plan` on channels-last tensors, with its memory objects and
     scratchpad (the oneDNN objects are destroyed with it). `OneDnnError` where oneDNN offers
     only its reference kernel for it."""
 
+    what = "pooling"
+
     def __init__(self, rt: Runtime, plan: PoolPlan) -> None:
-        self.rt, lib = rt, rt.lib
-        self.pd, self.prim, self.mems = c_void_p(), None, []
+        self.start(rt)
+        lib = rt.lib
         dt = DTYPES[plan.dtype]
         mds = [rt.desc(list(plan.x_lens), dt, TAG_NHWC), rt.desc(list(plan.out_lens), dt, TAG_NHWC)]
         attr = c_void_p()
@@ -156,54 +154,20 @@ class Primitive:
                 Dims(*plan.pad_l), Dims(*plan.pad_r), attr,
             )  # fmt: skip
             check(status, f"pooling_forward_primitive_desc_create {list(plan.x_lens)}")
-            self.impl = rt.impl_name(self.pd)
-            if self.impl.startswith("ref"):
-                raise OneDnnError(f"pooling {list(plan.x_lens)} {plan.dtype}: oneDNN offers "
-                                  f"its reference kernel only ({self.impl})")  # fmt: skip
-            self.prim = rt.primitive(self.pd)
-            scratch_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_SCRATCHPAD_MD, 0)
-            size = lib.dnnl_memory_desc_get_size(scratch_md)
-            self.scratch = torch.empty(max(size, 1), dtype=torch.uint8)
-            self.mems = [rt.memory(mds[0], None), rt.memory(mds[1], None),
-                         rt.memory(scratch_md, self.scratch.data_ptr())]  # fmt: skip
-            kinds = (ARG_SRC, ARG_DST, ARG_SCRATCHPAD)
-            self.args = (ExecArg * 3)(
-                *(ExecArg(a, m) for a, m in zip(kinds, self.mems, strict=True))
-            )
+            self.bind(f"pooling {list(plan.x_lens)} {plan.dtype}", mds[0], mds[1])
         finally:
             if attr.value:
                 lib.dnnl_primitive_attr_destroy(attr)
             release(lib, [], None, None, mds)
-        self.addresses = [0, 0]
-        self._execute, self._point = lib.dnnl_primitive_execute, lib.dnnl_memory_set_data_handle
-
-    def execute(self, x: int, y: int) -> None:
-        """Pool the input at address `x` into the output at address `y`."""
-        for k, address in enumerate((x, y)):
-            if self.addresses[k] != address:  # a run's tensors often land where the last did
-                self._point(self.mems[k], address)
-                self.addresses[k] = address
-        check(self._execute(self.prim, self.rt.stream, 3, self.args), "pooling")
-
-    def __del__(self) -> None:
-        release(self.rt.lib, self.mems, self.prim, self.pd if self.pd.value else None)
 
 
-class Pool:
+class Pool(PerThreadCount):
     """`plan` run on channels-last tensors through a primitive per thread count (the one of
     now made at once: `OneDnnError` when oneDNN cannot run it well)."""
 
     def __init__(self, rt: Runtime, plan: PoolPlan) -> None:
         self.rt, self.plan = rt, plan
-        self.made = {torch.get_num_threads(): Primitive(rt, plan)}
-
-    def __call__(self, x: Tensor, y: Tensor) -> None:
-        """Pool the channels-last `x` into the channels-last `y`."""
-        n = torch.get_num_threads()
-        prim = self.made.get(n)
-        if prim is None:
-            prim = self.made[n] = Primitive(self.rt, self.plan)
-        prim.execute(x.data_ptr(), y.data_ptr())
+        super().__init__(lambda: Primitive(rt, plan))
 
 
 def wanted(ctx: LoweringContext) -> bool:

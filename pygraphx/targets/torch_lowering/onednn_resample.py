@@ -36,20 +36,16 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16
 from pygraphx.targets.torch_lowering.onednn_capi import (
-    ARG_DST,
-    ARG_SCRATCHPAD,
-    ARG_SRC,
     DTYPES,
     FORWARD_INFERENCE,
-    QUERY_SCRATCHPAD_MD,
     SCRATCHPAD_USER,
-    ExecArg,
     OneDnnError,
     Runtime,
     check,
     release,
     runtime,
 )
+from pygraphx.targets.torch_lowering.onednn_step import PerThreadCount, SourceToDest
 
 log = logging.getLogger("pygraphx.cpu")
 Tensor = torch.Tensor
@@ -117,13 +113,15 @@ def _declare(lib: object) -> None:
                    c_void_p, c_void_p]  # fmt: skip
 
 
-class Primitive:
+class Primitive(SourceToDest):
     """One resampling primitive of `plan` on channels-last tensors (its oneDNN objects are
     destroyed with it). `OneDnnError` where oneDNN offers only its reference kernel."""
 
+    what = "resampling"
+
     def __init__(self, rt: Runtime, plan: ResamplePlan) -> None:
-        self.rt, lib = rt, rt.lib
-        self.pd, self.prim, self.mems = c_void_p(), None, []
+        self.start(rt)
+        lib = rt.lib
         _declare(lib)
         dt = DTYPES[plan.dtype]
         tag = TAG_NHWC if len(plan.x_lens) == 4 else TAG_NDHWC
@@ -138,56 +136,20 @@ class Primitive:
                 (c_float * len(factors))(*factors), mds[0], mds[1], attr,
             )  # fmt: skip
             check(status, f"resampling_forward_primitive_desc_create {list(plan.x_lens)}")
-            self.impl = rt.impl_name(self.pd)
-            if self.impl.startswith("ref"):
-                raise OneDnnError(f"resampling {list(plan.x_lens)} {plan.dtype}: oneDNN offers "
-                                  f"its reference kernel only ({self.impl})")  # fmt: skip
-            self.prim = rt.primitive(self.pd)
-            scratch_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_SCRATCHPAD_MD, 0)
-            size = lib.dnnl_memory_desc_get_size(scratch_md)
-            self.scratch = torch.empty(max(size, 1), dtype=torch.uint8)
-            self.mems = [rt.memory(mds[0], None), rt.memory(mds[1], None),
-                         rt.memory(scratch_md, self.scratch.data_ptr())]  # fmt: skip
-            kinds = (ARG_SRC, ARG_DST, ARG_SCRATCHPAD)
-            self.args = (ExecArg * 3)(
-                *(ExecArg(a, m) for a, m in zip(kinds, self.mems, strict=True))
-            )
+            self.bind(f"resampling {list(plan.x_lens)} {plan.dtype}", mds[0], mds[1])
         finally:
             if attr.value:
                 lib.dnnl_primitive_attr_destroy(attr)
             release(lib, [], None, None, mds)
-        self.addresses = [0, 0]
-        self._execute, self._point = lib.dnnl_primitive_execute, lib.dnnl_memory_set_data_handle
-
-    def execute(self, x: int, y: int) -> None:
-        """Resample the input at address `x` into the output at address `y`."""
-        for k, address in enumerate((x, y)):
-            if self.addresses[k] != address:
-                self._point(self.mems[k], address)
-                self.addresses[k] = address
-        check(self._execute(self.prim, self.rt.stream, 3, self.args), "resampling")
-
-    def __del__(self) -> None:
-        release(self.rt.lib, self.mems, self.prim, self.pd if self.pd.value else None)
 
 
-class Resample:
+class Resample(PerThreadCount):
     """`plan` run on channels-last tensors through a primitive per thread count (the one of
     now made at once: `OneDnnError` when oneDNN cannot run it well)."""
 
     def __init__(self, rt: Runtime, plan: ResamplePlan) -> None:
         self.rt, self.plan = rt, plan
-        first = Primitive(rt, plan)
-        self.impl = first.impl
-        self.made = {torch.get_num_threads(): first}
-
-    def __call__(self, x: Tensor, y: Tensor) -> None:
-        """Resample the channels-last `x` into the channels-last `y`."""
-        n = torch.get_num_threads()
-        prim = self.made.get(n)
-        if prim is None:
-            prim = self.made[n] = Primitive(self.rt, self.plan)
-        prim.execute(x.data_ptr(), y.data_ptr())
+        super().__init__(lambda: Primitive(rt, plan))
 
 
 __all__ = ["KERNEL_ENV", "Resample", "ResamplePlan", "kernel_choice", "plan_resample", "runtime",
