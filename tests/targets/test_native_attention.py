@@ -429,3 +429,29 @@ def test_float32_program_attention_runs_native_above_the_size_floor(name, monkey
         assert bool(plans(table)) == native_runs
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_plans_run_from_several_threads_at_once_give_the_single_run_outputs():
+    """Python threads running the same plans at once (outside a program's lock): a call that
+    finds the plan's scratch in use takes one of its own; outputs bitwise the single run's."""
+    import threading
+
+    cases = []
+    for s, t, d, seed in ((40, 77, 64, 1), (128, 700, 32, 2), (7, 300, 80, 3)):
+        q, kt, v = dense_operands(2, 4, s, t, d, seed)
+        plan = native_attention.Plan(native_attention.kernel(), 0.125, q, kt, v, None, 2)
+        cases.append((plan, (q, kt, v, None), plan.run(q, kt, v, None)))
+    bad = []
+
+    def work(i: int) -> None:
+        plan, args, want = cases[i % 3]
+        for _ in range(15):
+            if not torch.equal(plan.run(*args), want):
+                bad.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not bad

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from ctypes import c_double, c_int, c_int64, c_void_p
 
@@ -120,9 +121,12 @@ def kernel(dtype: torch.dtype = torch.bfloat16, extra_flags: tuple[str, ...] = (
 
 class Scratch:
     """The kernel's scratch (bytes, 64-aligned), grown when asked for more, kept between calls;
-    one per program (its runs are serialised by its lock)."""
+    one per program (its runs are serialised by its lock). `lock`: held by the call using it; a
+    call that finds it taken (plans run from several threads outside a program) uses a scratch
+    of its own for that call."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.buf: Tensor | None = None
         self.address = 0
         self.size = 0
@@ -221,14 +225,25 @@ class Plan:
         if mask is not None and self.copy_mask:
             mask = mask.contiguous()  # kept alive until the call returns
         m = None if mask is None else mask.data_ptr()
-        self.params[_SCRATCH] = self.scratch.at_least(self.need)
-        status = self.fn(self.params, self.scale, q.data_ptr(), kt.data_ptr(), v.data_ptr(), m,
-                         out.data_ptr())  # fmt: skip
+        ptrs = (q.data_ptr(), kt.data_ptr(), v.data_ptr(), m, out.data_ptr())
+        lock = self.scratch.lock
+        if lock.acquire(blocking=False):
+            try:
+                params = self.params
+                params[_SCRATCH] = self.scratch.at_least(self.need)
+                status = self.fn(params, self.scale, *ptrs)
+            finally:
+                lock.release()
+        else:  # another thread runs on this scratch (plans shared outside a program's lock)
+            params = (c_int64 * len(FIELDS))(*self.params)
+            spare = Scratch()
+            params[_SCRATCH] = spare.at_least(self.need)
+            status = self.fn(params, self.scale, *ptrs)
         if status:
             what = _STATUS.get(status, "unknown status")
             raise RuntimeError(
                 f"native attention kernel failed (status {status}: {what}; {self.sizes}, "
-                f"scratch {self.need} bytes at {self.params[_SCRATCH]:#x})")
+                f"scratch {self.need} bytes at {params[_SCRATCH]:#x})")
         return out
 
 
