@@ -14,6 +14,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 import pygraphx
+from pygraphx.targets.cpu.target import CpuTarget
 
 
 def make_model(
@@ -166,3 +167,37 @@ def plant_cpu_step_failure(prog: pygraphx.Program, op_name: str) -> None:
 
     steps[victim] = broken
     executor.steps = tuple(steps)
+
+
+# ---- small bf16 transformers (the attention tests of the cpu target) ----
+
+
+def compile_bf16(model, **settings) -> pygraphx.Program:
+    """`model` parsed, quantized to bf16 and compiled for `CpuTarget(**settings)`."""
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    pygraphx.quantize_bf16(prog)
+    prog.compile(CpuTarget(**settings))
+    return prog
+
+
+def small_model(name: str) -> tuple:
+    """A 2-layer BERT or GPT-2 (batch 2, the second sequence padded) and its inputs."""
+    from pygraphx.models.bert import BertConfig, build_bert
+    from pygraphx.models.gpt2 import GPT2Config, build_gpt2
+
+    ids = np.random.default_rng(6).integers(0, 100, (2, 16)).astype(np.int64)
+    keep = np.ones_like(ids)
+    keep[1, 11:] = 0
+    feeds = {"input_ids": ids, "attention_mask": keep}
+    sizes = {"hidden": 64, "layers": 2, "heads": 2, "vocab_size": 100}
+    if name == "gpt2":
+        config = GPT2Config(**sizes, n_positions=32)
+        return build_gpt2(batch=2, seq_len=16, seed=5, config=config), feeds
+    config = BertConfig(**sizes, intermediate=128)
+    feeds["token_type_ids"] = ids * 0
+    return build_bert(batch=2, seq_len=16, seed=5, config=config), feeds
+
+
+def rel_rms_np(got: np.ndarray, want: np.ndarray) -> float:
+    """Relative RMS error of `got` against `want`."""
+    return float(np.sqrt(np.mean((got - want) ** 2) / np.mean(want**2)))

@@ -12,10 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
-import pygraphx  # noqa: E402
-from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import attention, onednn_attention  # noqa: E402
 from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16  # noqa: E402
+from tests.helpers import compile_bf16, rel_rms_np, small_model  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not (onednn_attention.available() and cpu_has_bf16()),
@@ -144,35 +143,6 @@ def test_operands_the_primitives_do_not_take_go_to_the_fallback() -> None:
     assert rel_rms(got, oracle(q, shared_k, v, None, 0.5)) < BF16_RMS
     run(q.float(), kt.float(), v.bfloat16(), None)  # mixed types
     assert len(calls) == 2 and not primitives(table)
-
-
-def compile_bf16(model, **settings) -> pygraphx.Program:
-    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-    pygraphx.quantize_bf16(prog)
-    prog.compile(CpuTarget(**settings))
-    return prog
-
-
-def small_model(name: str) -> tuple:
-    """A 2-layer BERT or GPT-2 (batch 2, the second sequence padded) and its inputs."""
-    from pygraphx.models.bert import BertConfig, build_bert
-    from pygraphx.models.gpt2 import GPT2Config, build_gpt2
-
-    ids = np.random.default_rng(6).integers(0, 100, (2, 16)).astype(np.int64)
-    keep = np.ones_like(ids)
-    keep[1, 11:] = 0
-    feeds = {"input_ids": ids, "attention_mask": keep}
-    sizes = {"hidden": 64, "layers": 2, "heads": 2, "vocab_size": 100}
-    if name == "gpt2":
-        config = GPT2Config(**sizes, n_positions=32)
-        return build_gpt2(batch=2, seq_len=16, seed=5, config=config), feeds
-    config = BertConfig(**sizes, intermediate=128)
-    feeds["token_type_ids"] = ids * 0
-    return build_bert(batch=2, seq_len=16, seed=5, config=config), feeds
-
-
-def rel_rms_np(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.sqrt(np.mean((got - want) ** 2) / np.mean(want**2)))
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2"])

@@ -18,6 +18,7 @@ from pygraphx.targets import native  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import attention, native_attention  # noqa: E402
 from pygraphx.targets.torch_lowering import onednn_attention  # noqa: E402
+from tests.helpers import compile_bf16, rel_rms_np, small_model  # noqa: E402
 
 
 def _why_not() -> str | None:
@@ -207,42 +208,149 @@ def test_operands_the_kernel_does_not_take_go_to_the_fallback():
 
 
 def test_unavailable_kernel_is_announced_and_the_route_runs(monkeypatch, caplog):
+    """Said once per operand type, naming the route that runs; the other type unaffected."""
+    why = native.NativeUnavailable("native kernel x")
     monkeypatch.setattr(native_attention, "_kernels", {})
-    monkeypatch.setattr(native_attention, "_why", native.NativeUnavailable("native kernel x"))
+    monkeypatch.setattr(native_attention, "_why", {torch.bfloat16: why})
     monkeypatch.setattr(native.compiler, "_ANNOUNCED", set())
     fallback = attention._bf16_attention(0.5)
     with caplog.at_level("WARNING", logger="pygraphx.cpu"):
-        assert native_attention.attend(0.5, {}, fallback) is fallback
-    assert "the oneDNN attention route runs instead" in caplog.text
+        assert native_attention.attend(0.5, {}, fallback, torch.bfloat16, "route A") is fallback
+        assert native_attention.attend(0.5, {}, fallback, torch.bfloat16, "route A") is fallback
+        run32 = native_attention.attend(0.5, {}, pytest.fail, torch.float32, "route B")
+    assert run32 is not pytest.fail  # the float32 variant is had
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["native kernel x; route A runs instead"]
 
 
-def compile_bf16(model) -> pygraphx.Program:
-    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-    pygraphx.quantize_bf16(prog)
-    prog.compile(CpuTarget())
-    return prog
+def test_float32_variant_is_built_without_avx512_bf16():
+    """A build without AVX512_BF16 (Skylake-SP-like) still has the float32 kernel; its bf16
+    variant is refused, naming the instruction set."""
+    flags = ("-mno-avx512bf16",)
+    fn = native_attention.kernel(torch.float32, flags)
+    assert native_attention._kernels.get(torch.float32) is not fn  # nothing kept
+    q, kt, v = (x.float() for x in dense_operands(1, 2, 19, 23, 24))
+    got = native_attention.Plan(fn, 0.3, q, kt, v, None, 1).run(q, kt, v, None)
+    assert rel_rms(got, oracle(q, kt, v, None, 0.3)) < 1e-5
+    with pytest.raises(native.NativeUnavailable, match="AVX-512 BF16"):
+        native_attention.kernel(torch.bfloat16, flags)
+    assert torch.bfloat16 not in native_attention._why  # a test build decides nothing
 
 
-def small_model(name: str) -> tuple:
-    """A 2-layer BERT or GPT-2 (batch 2, the second sequence padded) and its inputs."""
-    from pygraphx.models.bert import BertConfig, build_bert
-    from pygraphx.models.gpt2 import GPT2Config, build_gpt2
+def test_a_failed_build_is_tried_again(monkeypatch):
+    """A build failure (e.g. a timeout under load) is not remembered: the next call builds."""
+    real = native.load
+    calls = []
 
-    ids = np.random.default_rng(6).integers(0, 100, (2, 16)).astype(np.int64)
-    keep = np.ones_like(ids)
-    keep[1, 11:] = 0
-    feeds = {"input_ids": ids, "attention_mask": keep}
-    sizes = {"hidden": 64, "layers": 2, "heads": 2, "vocab_size": 100}
-    if name == "gpt2":
-        config = GPT2Config(**sizes, n_positions=32)
-        return build_gpt2(batch=2, seq_len=16, seed=5, config=config), feeds
-    config = BertConfig(**sizes, intermediate=128)
-    feeds["token_type_ids"] = ids * 0
-    return build_bert(batch=2, seq_len=16, seed=5, config=config), feeds
+    def flaky(name, extra_flags=()):
+        calls.append(name)
+        if len(calls) == 1:
+            raise native.NativeUnavailable("native kernel attention: build timed out")
+        return real(name, extra_flags)
+
+    monkeypatch.setattr(native_attention, "_kernels", {})
+    monkeypatch.setattr(native_attention, "_why", {})
+    monkeypatch.setattr(native, "load", flaky)
+    with pytest.raises(native.NativeUnavailable, match="timed out"):
+        native_attention.kernel(torch.bfloat16)
+    assert native_attention.kernel(torch.bfloat16) is not None and len(calls) == 2
 
 
-def rel_rms_np(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.sqrt(np.mean((got - want) ** 2) / np.mean(want**2)))
+def test_refused_operands_are_said_once_per_signature(caplog):
+    q, kt, v = dense_operands(1, 2, 8, 8, 5)  # an odd head width
+    run = native_attention.attend(0.5, {}, lambda *a: oracle(*a, 0.5).to(q.dtype),
+                                  torch.bfloat16, "route C")  # fmt: skip
+    with caplog.at_level("INFO", logger="pygraphx.cpu"):
+        run(q, kt, v, None)
+        run(q, kt, v, None)
+    said = [r.getMessage() for r in caplog.records if "native attention" in r.getMessage()]
+    assert len(said) == 1 and "odd d (5)" in said[0] and "route C" in said[0]
+
+
+def test_a_kernel_failure_names_the_problem_and_the_sizes():
+    q, kt, v = dense_operands(1, 2, 8, 8, 16)
+    plan = native_attention.Plan(native_attention.kernel(), 0.5, q, kt, v, None, 1)
+    plan.params[native_attention.FIELDS.index("SLOT")] = 64  # less than the kernel needs
+    with pytest.raises(RuntimeError, match=r"status -1: no scratch .*B=1 H=2 S=8 T=8 D=16"):
+        plan.run(q, kt, v, None)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_nan_in_the_mask_or_the_scores_propagates_as_in_torch(dtype):
+    """NaN in a mask entry (or in the scores) makes that row's output NaN, as in torch / ONNX
+    Runtime; the other rows are untouched."""
+    q, kt, v = (x.to(dtype) for x in dense_operands(1, 2, 6, 40, 32))
+    mask = torch.zeros(1, 2, 6, 40)
+    mask[0, 0, 1, 3] = float("nan")  # row 1 of head 0
+    mask[0, 1, 4, 37] = float("nan")  # row 4 of head 1, in the tail past 32 keys
+    q = q.clone()
+    q[0, 1, 2, 5] = float("inf")  # row 2 of head 1: inf * 0-crossing scores give NaN
+    kt = kt.clone()
+    kt[0, 1, 5, :] = 0.0
+    for m in (mask, mask.bfloat16()):
+        want = oracle(q, kt, v, m, 0.25)
+        got = native_attention.Plan(native_attention.kernel(dtype), 0.25, q, kt, v, m, 1).run(
+            q, kt, v, m)  # fmt: skip
+        nan_rows = want.isnan().any(-1)
+        assert nan_rows[0, 0, 1] and nan_rows[0, 1, 4] and nan_rows[0, 1, 2]
+        assert torch.equal(got.float().isnan().all(-1), nan_rows)
+        keep = ~nan_rows
+        assert rel_rms(got[keep], want[keep]) < (BF16_RMS if dtype == torch.bfloat16 else 1e-5)
+
+
+def test_short_lived_threads_leave_no_memory_behind():
+    """Each Python thread that runs a program is the master of its own OpenMP team; a kernel
+    scratch of its own (thread-local) leaked ~3.5 MB per such thread at this size."""
+    import threading
+
+    def rss_mb() -> float:
+        with open("/proc/self/status") as f:
+            line = next(x for x in f if x.startswith("VmRSS"))
+        return int(line.split()[1]) / 1024
+
+    q, kt, v = dense_operands(1, 1, 32, 8192, 64)
+    plan = native_attention.Plan(native_attention.kernel(), 0.125, q, kt, v, None, 1)
+    want = plan.run(q, kt, v, None)
+    got = []
+    before = rss_mb()
+    for _ in range(40):
+        th = threading.Thread(target=lambda: got.append(plan.run(q, kt, v, None)))
+        th.start()
+        th.join()
+    grown = rss_mb() - before
+    got.clear()
+    assert grown < 30, f"RSS grew {grown:.0f} MB over 40 short-lived threads"
+    torch.testing.assert_close(plan.run(q, kt, v, None), want, rtol=0, atol=0)
+
+
+def test_the_scratch_is_shared_and_grown_not_reallocated_per_call():
+    table: dict = {}
+    run = native_attention.attend(0.5, table, pytest.fail)
+    small = dense_operands(1, 2, 8, 8, 16)
+    run(*small, None)
+    scratch = table[native_attention.SCRATCH]
+    first = scratch.address
+    run(*small, None)
+    assert scratch.address == first  # kept between calls
+    big = dense_operands(1, 2, 8, 300, 16)
+    got = run(*big, None)
+    assert scratch.size >= max(p.need for p in plans(table))
+    assert rel_rms(got, oracle(*big, None, 0.5)) < BF16_RMS
+    got = run(*small, None)  # the smaller plan runs in the grown buffer
+    assert rel_rms(got, oracle(*small, None, 0.5)) < BF16_RMS
+
+
+def test_onednn_attention_false_keeps_bf16_blocks_on_torch(monkeypatch):
+    """`CpuTarget(onednn_attention=False)` asks for torch's route: no native kernel either."""
+    monkeypatch.setenv(native_attention.ENV, "1")
+    model, feeds = small_model("bert")
+    prog = compile_bf16(model, onednn_attention=False)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    got = prog.run(feeds)
+    cache = prog._executable.lowered.ctx.cache
+    assert not plans(cache.get(attention.NATIVE_TABLE, {}))
+    assert not cache.get(attention.ONEDNN_TABLE)
+    assert max(rel_rms_np(g, w) for g, w in zip(got, want, strict=True)) < 3e-2
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
@@ -363,3 +471,29 @@ def test_float32_program_takes_the_tiles_switch_at_compile(tiles, monkeypatch):
     assert found and all(p.params[field] == (tiles == "wide") for p in found)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_plans_run_from_several_threads_at_once_give_the_single_run_outputs():
+    """Python threads running the same plans at once (outside a program's lock): a call that
+    finds the plan's scratch in use takes one of its own; outputs bitwise the single run's."""
+    import threading
+
+    cases = []
+    for s, t, d, seed in ((40, 77, 64, 1), (128, 700, 32, 2), (7, 300, 80, 3)):
+        q, kt, v = dense_operands(2, 4, s, t, d, seed)
+        plan = native_attention.Plan(native_attention.kernel(), 0.125, q, kt, v, None, 2)
+        cases.append((plan, (q, kt, v, None), plan.run(q, kt, v, None)))
+    bad = []
+
+    def work(i: int) -> None:
+        plan, args, want = cases[i % 3]
+        for _ in range(15):
+            if not torch.equal(plan.run(*args), want):
+                bad.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not bad

@@ -213,8 +213,9 @@ class CpuTarget(Target):
     `conv_kernel="impl" | "measure" | "off" | <kernel>` (how each convolution's kernel is
     chosen, see `torch_lowering/conv_choice.py`), `mkldnn=False` (no oneDNN convolutions),
     `mkl_linear=False` (no packed MKL GEMMs), `attention=False` / `layernorm=False` (no fused
-    attention / layer normalisation, see `lowering.py`), `onednn_attention=False` (bf16
-    attention through torch, not oneDNN's primitives: see `torch_lowering/attention.py`).
+    attention / layer normalisation, see `lowering.py`), `onednn_attention=False` (attention
+    through torch: neither oneDNN's primitives nor the native kernel, see
+    `torch_lowering/attention.py`).
     """
 
     name = "cpu"

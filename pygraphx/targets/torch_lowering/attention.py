@@ -238,9 +238,11 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
     mask = _shared_mask(ctx, (keep, p.keep_true, p.fill, add, dtype), id(dot2))
     on_onednn = _on_onednn(ctx, dtype, dot1.shape.elements())
     attend = _cpu_attention(ctx, p.scale, dtype) if on_onednn else None
+    route = "oneDNN's attention primitives" if attend is not None else "torch's SDPA"
     attend = attend or _sdpa(p.scale, dtype)
     if _native_f32(ctx, dtype, dot1.shape.elements()):
-        attend = native_attention.attend(p.scale, ctx.cache.setdefault(NATIVE_TABLE, {}), attend)
+        table = ctx.cache.setdefault(NATIVE_TABLE, {})
+        attend = native_attention.attend(p.scale, table, attend, dtype, route)
     idx = ctx.bind_dynamic(dot2)
     ctx.mark_fresh(idx)
 
@@ -318,8 +320,11 @@ def _native_f32(ctx: LoweringContext, dtype: torch.dtype, scores: int) -> bool:
     block 744 us against oneDNN's 751 and torch's 824; at batch 8 6.64 ms against 7.44 / 7.17;
     ViT-B/16 at batch 8 14.5 against 19.3 / 16.1 (torch's, the route there). Whole float32
     models at 2 threads (quiet): 0.99-1.00x the route before (MiniLM, BERT-base b1 / b8,
-    ViT-B/16): the products run at the machine's FMA rate either way."""
+    ViT-B/16): the products run at the machine's FMA rate either way.
+    `ctx.options["onednn_attention"] = False` (torch's route asked for) keeps it off too."""
     if ctx.device.type != "cpu" or dtype != torch.float32 or not native_attention.enabled():
+        return False
+    if not ctx.options.get("onednn_attention", True):
         return False
     if os.environ.get(NATIVE_F32_ENV, "1").strip().lower() in ("0", "false", "off", "no"):
         return False
@@ -335,17 +340,19 @@ NATIVE_TABLE = "attention_native"
 def _cpu_attention(ctx: LoweringContext, scale: float, dtype: torch.dtype) -> Attend | None:
     """Attention on the CPU: a bf16 block first as the native fused kernel
     (`native_attention.py`, unless `PGX_CPU_NATIVE_ATTENTION=0`), for the operands it takes;
-    then oneDNN's primitives (`onednn_attention.py`) where its C API library is loaded and
-    `ctx.options["onednn_attention"]` is not False; else torch's three steps for bf16
-    (`_bf16_attention`) and None for float32 (torch's fused kernel, `_sdpa`). Operands the
-    primitives refuse go to that same fallback."""
+    then oneDNN's primitives (`onednn_attention.py`) where its C API library is loaded; else
+    torch's three steps for bf16 (`_bf16_attention`) and None for float32 (torch's fused
+    kernel, `_sdpa`). Operands the primitives refuse go to that same fallback.
+    `ctx.options["onednn_attention"] = False` asks for torch's route: neither the native
+    kernel nor the primitives."""
     fallback = _bf16_attention(scale) if dtype == torch.bfloat16 else _sdpa(scale, dtype)
     if not ctx.options.get("onednn_attention", True):
-        route = fallback if dtype == torch.bfloat16 else None
-    else:
-        route = onednn_attention.attend(scale, ctx.cache.setdefault(ONEDNN_TABLE, {}), fallback)
-    if dtype == torch.bfloat16 and route is not None and native_attention.enabled():
-        return native_attention.attend(scale, ctx.cache.setdefault(NATIVE_TABLE, {}), route)
+        return fallback if dtype == torch.bfloat16 else None
+    route = onednn_attention.attend(scale, ctx.cache.setdefault(ONEDNN_TABLE, {}), fallback)
+    if dtype == torch.bfloat16 and native_attention.enabled():
+        name = "torch's three bf16 steps" if route is fallback else "oneDNN's attention primitives"
+        table = ctx.cache.setdefault(NATIVE_TABLE, {})
+        return native_attention.attend(scale, table, route, dtype, name)
     return route
 
 

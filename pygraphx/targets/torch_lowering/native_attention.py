@@ -17,14 +17,23 @@ three or four axes, the same leading axes, d even for bf16, the last axis of Q a
 axis of K^T dense (the strided head views of a fused QKV product are read in place, no copy),
 non-negative strides; a float32 or bf16 additive mask broadcastable to the scores (read in
 place where its key axis is dense or broadcast, else copied dense at each call). Anything else
-goes to the fallback. `PGX_CPU_NATIVE_ATTENTION=0` keeps every block on the fallback; where the
-kernel cannot be built (no C compiler, `PGX_NATIVE=off`, no AVX512_BF16) that is said once and
-the fallback runs.
+goes to the fallback, said once per refused signature (INFO, the reason named).
+`PGX_CPU_NATIVE_ATTENTION=0` keeps every block on the fallback; where the kernel cannot be had
+(no C compiler, `PGX_NATIVE=off`, a failed build, no AVX-512F for float32 / no AVX512_BF16 for
+bf16) that is said once per operand type, naming the route that runs instead, and the fallback
+runs. Only the missing instruction set is remembered: a build that failed (or timed out under
+load, or was switched off) is tried again, and said again, at the next compile.
+
+Scratch: the kernel's per-thread buffers are a `Scratch` of the caller's (one per program,
+shared by its blocks, whose runs its lock serialises), grown when a plan needs more and kept
+between calls, so no call maps fresh pages and no thread leaves memory behind.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Callable
 from ctypes import c_double, c_int, c_int64, c_void_p
 
@@ -41,8 +50,11 @@ ENV = "PGX_CPU_NATIVE_ATTENTION"
 #: query rows per block (the scores of one block: ROWS x t float32)
 ROWS = 32
 #: the kernel's parameter array layout (`enum` in attention.c)
-FIELDS = ("B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREADS ROWS "
-          "TILES").split()
+FIELDS = (
+    "B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREADS ROWS TILES SCRATCH "
+    "SLOT"
+).split()
+_SCRATCH = FIELDS.index("SCRATCH")
 #: `PGX_CPU_NATIVE_ATTENTION_TILES`: `wide` (the default: K packed by 16 x 16 transposes, bf16
 #: pairs or floats; the float32 kernel's register tiles about 24 accumulators, 6 rows at 3-4
 #: column vectors, 8 at 2, 12 at 1) or `4` (the first version: K packed element by element,
@@ -60,12 +72,26 @@ def wide_tiles() -> bool:
 
 #: the key in an `attend` table of its plans (signature -> `Plan`, or None: the fallback)
 PLANS = "native_plans"
+#: the key in an `attend` table of the kernel's scratch (a `Scratch`)
+SCRATCH = "native_scratch"
 _MASK_KINDS = {torch.float32: 1, torch.bfloat16: 2}
 
 #: the kernel's C function per operand type
 _FUNCTIONS = {torch.bfloat16: "pgx_attention_bf16", torch.float32: "pgx_attention_f32"}
+#: `pgx_attention_supported()`'s bit per operand type, and the instruction set it needs
+_BITS = {torch.float32: (1, "AVX-512F"), torch.bfloat16: (2, "AVX-512 BF16")}
+#: the kernel's failure statuses
+_STATUS = {
+    -1: "no scratch (or too little) given",
+    -2: "bad parameters",
+    -3: "built without the instruction set",
+}
 _kernels: dict[torch.dtype, Callable] = {}
-_why: native.NativeUnavailable | None = None
+_scratch_bytes: list[Callable] = []
+#: permanent reasons a variant cannot be had (the processor lacks its instruction set)
+_why: dict[torch.dtype, native.NativeUnavailable] = {}
+log = logging.getLogger("pygraphx.cpu")
+_REFUSED: set[tuple] = set()
 
 
 def enabled() -> bool:
@@ -73,60 +99,98 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-def kernel(dtype: torch.dtype = torch.bfloat16) -> Callable:
+def kernel(dtype: torch.dtype = torch.bfloat16, extra_flags: tuple[str, ...] = ()) -> Callable:
     """The kernel's bound ctypes function for `dtype` operands; raises
-    `native.NativeUnavailable` saying why it cannot be had."""
-    global _why
+    `native.NativeUnavailable` saying why it cannot be had. Only a missing instruction set (or
+    a parameter layout mismatch) is remembered; a failed build is tried again at the next call.
+    `extra_flags` (tests): a build with these compiler flags, bound afresh, nothing kept."""
+    if dtype not in _FUNCTIONS:
+        raise native.NativeUnavailable(f"native kernel attention: no variant for {dtype}")
     fn = _kernels.get(dtype)
-    if fn is not None:
+    if fn is not None and not extra_flags:
         return fn
-    if _why is not None:
-        raise _why
-    try:
-        lib = native.load(KERNEL)
-        if not lib.pgx_attention_supported():
-            raise native.NativeUnavailable(
-                "native kernel attention: built without AVX-512 BF16 (this processor lacks it)")
-        if lib.pgx_attention_params() != len(FIELDS):
-            raise native.NativeUnavailable("native kernel attention: parameter layout mismatch")
-    except native.NativeUnavailable as exc:
-        _why = exc
-        raise
-    for dt, name in _FUNCTIONS.items():
-        fn = getattr(lib, name)
+    if dtype in _why and not extra_flags:
+        raise _why[dtype]
+    lib = native.load(KERNEL, extra_flags)  # NativeUnavailable: not remembered
+    bit, isa = _BITS[dtype]
+    if lib.pgx_attention_params() != len(FIELDS):
+        why = native.NativeUnavailable("native kernel attention: parameter layout mismatch")
+    elif not lib.pgx_attention_supported() & bit:
+        why = native.NativeUnavailable(
+            f"native kernel attention: built without {isa} (this processor lacks it), "
+            f"no {dtype} variant")
+    else:
+        fn = getattr(lib, _FUNCTIONS[dtype])
         fn.restype = c_int
         fn.argtypes = [c_void_p, c_double] + [c_void_p] * 5
-        _kernels[dt] = fn
-    return _kernels[dtype]
+        size = lib.pgx_attention_scratch
+        size.restype, size.argtypes = c_int64, [c_void_p, c_int]
+        if not extra_flags:
+            _kernels[dtype] = fn
+            _scratch_bytes[:] = [size]
+        fn.scratch_bytes = size
+        return fn
+    if not extra_flags:
+        _why[dtype] = why
+    raise why
+
+
+class Scratch:
+    """The kernel's scratch (bytes, 64-aligned), grown when asked for more, kept between calls;
+    one per program (its runs are serialised by its lock). `lock`: held by the call using it; a
+    call that finds it taken (plans run from several threads outside a program) uses a scratch
+    of its own for that call."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.buf: Tensor | None = None
+        self.address = 0
+        self.size = 0
+
+    def at_least(self, size: int) -> int:
+        """The address of at least `size` bytes."""
+        if size > self.size:
+            self.buf = torch.empty(size + 64, dtype=torch.uint8)
+            self.address = (self.buf.data_ptr() + 63) // 64 * 64
+            self.size = size
+        return self.address
+
+
+def refusal(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> str | None:
+    """Why the kernel does not take these operands, or None where it does (see the module
+    docstring)."""
+    ts = (q, kt, v)
+    if q.dtype not in _FUNCTIONS:
+        return f"operand type {q.dtype}"
+    if q.dim() not in (3, 4) or any(t.dtype != q.dtype or t.dim() != q.dim() for t in ts):
+        return "operand types or axis counts differ, or not 3 / 4 axes"
+    if not (q.shape[:-2] == kt.shape[:-2] == v.shape[:-2]):
+        return "leading axes differ"
+    d, t = q.shape[-1], kt.shape[-1]
+    if d % 2 and q.dtype == torch.bfloat16:
+        return f"odd d ({d}) for bf16"
+    if d != kt.shape[-2] or t != v.shape[-2] or v.shape[-1] != d or t < 1:
+        return "shapes do not match"
+    if q.stride(-1) != 1 or kt.stride(-2) != 1 or v.stride(-1) != 1:
+        return "the d axis of Q, K^T or V not dense"
+    if any(s < 0 for x in ts for s in x.stride()):
+        return "negative stride"
+    if mask is None:
+        return None
+    if mask.dtype not in _MASK_KINDS:
+        return f"mask type {mask.dtype}"
+    if mask.dim() > q.dim() or min(mask.stride(), default=0) < 0:
+        return "mask has more axes or a negative stride"
+    try:
+        mask.expand((*q.shape[:-1], t))
+    except RuntimeError:
+        return "mask not broadcastable to the scores"
+    return None
 
 
 def supported(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> bool:
     """Whether the kernel takes these operands (see the module docstring)."""
-    ts = (q, kt, v)
-    if q.dtype not in _FUNCTIONS or q.dim() not in (3, 4):
-        return False
-    if any(t.dtype != q.dtype or t.dim() != q.dim() for t in ts):
-        return False
-    if not (q.shape[:-2] == kt.shape[:-2] == v.shape[:-2]):
-        return False
-    d, t = q.shape[-1], kt.shape[-1]
-    if d % 2 and q.dtype == torch.bfloat16:
-        return False
-    if d != kt.shape[-2] or t != v.shape[-2] or v.shape[-1] != d or t < 1:
-        return False
-    if q.stride(-1) != 1 or kt.stride(-2) != 1 or v.stride(-1) != 1:
-        return False
-    if any(s < 0 for x in ts for s in x.stride()):
-        return False
-    if mask is None:
-        return True
-    if mask.dtype not in _MASK_KINDS or mask.dim() > q.dim() or min(mask.stride(), default=0) < 0:
-        return False
-    try:
-        mask.expand((*q.shape[:-1], t))
-    except RuntimeError:
-        return False
-    return True
+    return refusal(q, kt, v, mask) is None
 
 
 def _strided_keys(mask: Tensor, t: int) -> bool:
@@ -138,8 +202,10 @@ class Plan:
     """The kernel's parameters for one operand signature, and the output's layout."""
 
     def __init__(self, fn: Callable, scale: float, q: Tensor, kt: Tensor, v: Tensor,
-                 mask: Tensor | None, threads: int, tiles: bool = True) -> None:
+                 mask: Tensor | None, threads: int, scratch: Scratch | None = None,
+                 tiles: bool = True) -> None:  # fmt: skip
         s, d, t = q.shape[-2], q.shape[-1], kt.shape[-1]
+        self.scratch = Scratch() if scratch is None else scratch
         self.dtype = q.dtype
         out = (*q.shape[:-1], d)
         self.out_shape, self.out_strides = out, _token_major(out)
@@ -162,8 +228,13 @@ class Plan:
             full = mask.expand((*q.shape[:-1], t)).stride()
             vals.update(zip(("MB", "MH"), lead(full), strict=True), MS=full[-2],
                         MT=full[-1] if t > 1 else 0, MKIND=_MASK_KINDS[mask.dtype])  # fmt: skip
+        vals.update(SCRATCH=0, SLOT=0)
         self.params = (c_int64 * len(FIELDS))(*(int(vals[f]) for f in FIELDS))
+        slot = fn.scratch_bytes(self.params, int(q.dtype == torch.float32))
+        self.params[FIELDS.index("SLOT")] = slot
+        self.need = slot * threads
         self.fn, self.scale = fn, float(scale)
+        self.sizes = f"B={b} H={h} S={s} T={t} D={d} {q.dtype}, {threads} thread(s)"
 
     def run(self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """The block's output (a new tensor)."""
@@ -171,23 +242,51 @@ class Plan:
         if mask is not None and self.copy_mask:
             mask = mask.contiguous()  # kept alive until the call returns
         m = None if mask is None else mask.data_ptr()
-        status = self.fn(self.params, self.scale, q.data_ptr(), kt.data_ptr(), v.data_ptr(), m,
-                         out.data_ptr())  # fmt: skip
+        ptrs = (q.data_ptr(), kt.data_ptr(), v.data_ptr(), m, out.data_ptr())
+        lock = self.scratch.lock
+        if lock.acquire(blocking=False):
+            try:
+                params = self.params
+                params[_SCRATCH] = self.scratch.at_least(self.need)
+                status = self.fn(params, self.scale, *ptrs)
+            finally:
+                lock.release()
+        else:  # another thread runs on this scratch (plans shared outside a program's lock)
+            params = (c_int64 * len(FIELDS))(*self.params)
+            spare = Scratch()
+            params[_SCRATCH] = spare.at_least(self.need)
+            status = self.fn(params, self.scale, *ptrs)
         if status:
-            raise RuntimeError(f"native attention kernel failed (status {status})")
+            what = _STATUS.get(status, "unknown status")
+            raise RuntimeError(
+                f"native attention kernel failed (status {status}: {what}; {self.sizes}, "
+                f"scratch {self.need} bytes at {params[_SCRATCH]:#x})")
         return out
 
 
-def attend(scale: float, table: dict, fallback: Attend) -> Attend:
-    """A block function `(q, kt, v, mask) -> out` running the native kernel for the operands
-    it takes (plans kept in `table`, shared by a program's blocks) and `fallback` for the rest;
-    `fallback` itself where the kernel cannot be had (said once)."""
+def _variant(dtype: torch.dtype, route: str) -> Callable | None:
+    """The kernel for `dtype` operands, or None (said once per type)."""
     try:
-        kernel()
+        return kernel(dtype)
     except native.NativeUnavailable as exc:
-        native.announce_fallback(KERNEL, exc, "the oneDNN attention route")
+        native.announce_fallback(f"{KERNEL} ({dtype})", exc, route)
+        return None
+
+
+def attend(scale: float, table: dict, fallback: Attend, dtype: torch.dtype = torch.bfloat16,
+           route: str = "the oneDNN attention route") -> Attend:
+    """A block function `(q, kt, v, mask) -> out` running the native kernel for the operands
+    it takes (plans and scratch kept in `table`, shared by a program's blocks) and `fallback`
+    (named `route`) for the rest; `fallback` itself where the kernel's `dtype` variant cannot
+    be had (said once per operand type). Operands of the other type take their variant where it
+    is had."""
+    try:
+        fn = kernel(dtype)
+    except native.NativeUnavailable as exc:
+        native.announce_fallback(f"{KERNEL} ({dtype})", exc, route)
         return fallback
     plans = table.setdefault(PLANS, {})
+    scratch = table.setdefault(SCRATCH, Scratch())
     get_num_threads = torch.get_num_threads
     tiles = wide_tiles()
 
@@ -195,10 +294,17 @@ def attend(scale: float, table: dict, fallback: Attend) -> Attend:
         sig = (_signature(q, kt, v, mask), scale, tiles)
         plan = plans.get(sig, False)
         if plan is False:
-            ok = supported(q, kt, v, mask)
+            why = refusal(q, kt, v, mask)
+            use = fn if q.dtype == dtype or why else _variant(q.dtype, route)
+            why = why or (None if use else f"no {q.dtype} variant")
             threads = get_num_threads()
-            plan = Plan(kernel(q.dtype), scale, q, kt, v, mask, threads, tiles) if ok else None
+            plan = None if why else Plan(use, scale, q, kt, v, mask, threads, scratch, tiles)
             plans[sig] = plan
+            if why and sig not in _REFUSED:
+                _REFUSED.add(sig)
+                log.info("native attention kernel: %s (q %s, k^t %s, v %s, mask %s); %s runs",
+                         why, tuple(q.shape), tuple(kt.shape), tuple(v.shape),
+                         None if mask is None else tuple(mask.shape), route)  # fmt: skip
         if plan is None:
             return fallback(q, kt, v, mask)
         return plan.run(q, kt, v, mask)
@@ -206,4 +312,4 @@ def attend(scale: float, table: dict, fallback: Attend) -> Attend:
     return run
 
 
-__all__ = ["ENV", "attend", "enabled", "kernel", "supported"]
+__all__ = ["ENV", "Scratch", "attend", "enabled", "kernel", "refusal", "supported"]

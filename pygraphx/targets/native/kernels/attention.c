@@ -17,23 +17,36 @@
    axis dense; D even for bf16. The additive mask (float32 or bf16, or none) has four strides (0
    on a broadcast axis), its last one 0 or 1. Threads: `omp parallel` over (batch, head, query
    block), contiguous per thread, so a thread packs each (batch, head)'s K and V once (and
-   prefetches the next one's rows meanwhile); each thread's scratch is thread-local and kept.
+   prefetches the next one's rows meanwhile). Scratch: the caller's buffer (address P_SCRATCH,
+   P_SLOT bytes per OpenMP thread, at least `pgx_attention_scratch()`; 64-aligned), kept by the
+   caller between calls: no memory of the kernel's own, so nothing is left behind when a thread
+   exits (a thread-local buffer leaked at every short-lived caller thread).
 
-   Built only where the compiler targets AVX-512 F/BW/VL and AVX512_BF16 (`-march=native`);
-   elsewhere `pgx_attention_supported()` says 0 and the caller takes its library route. */
+   The float32 variant is built where the compiler targets AVX-512 F/BW/VL, the bf16 one where
+   it also targets AVX512_BF16 (`-march=native`): `pgx_attention_supported()` says which (bit
+   PGX_ATTN_BIT_F32, PGX_ATTN_BIT_BF16); the caller takes its library route for the others.
+   NaN in the scores or the mask propagates to the row's output (as in torch / ONNX Runtime):
+   x86's max returns its second operand when one is NaN, so the clamps put the value second. */
 
 #include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
-    defined(__AVX512BF16__)
-#define PGX_ATTN 1
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define PGX_ATTN_F32 1
 #include <immintrin.h>
+#include <omp.h>
 #else
-#define PGX_ATTN 0
+#define PGX_ATTN_F32 0
 #endif
+#if PGX_ATTN_F32 && defined(__AVX512BF16__)
+#define PGX_ATTN_BF16 1
+#else
+#define PGX_ATTN_BF16 0
+#endif
+#define PGX_ATTN_BIT_F32 1
+#define PGX_ATTN_BIT_BF16 2
 
 /* the layout of the parameter array (int64) the caller fills once per operand signature */
 enum {
@@ -47,15 +60,42 @@ enum {
     P_TILES, /* 0: K packed one element (bf16: pair) at a time, float32 4-row tiles; 1: K
                 packed by 16 x 16 transposes (`pack_k`, `pack_k32`), the float32 kernel's
                 wider tiles (`tile_rows`) */
+    P_SCRATCH, P_SLOT, /* the caller's scratch: address, bytes per thread */
     P_COUNT
 };
 
-int pgx_attention_supported(void) { return PGX_ATTN; }
+int pgx_attention_supported(void) {
+    return (PGX_ATTN_F32 ? PGX_ATTN_BIT_F32 : 0) | (PGX_ATTN_BF16 ? PGX_ATTN_BIT_BF16 : 0);
+}
 int pgx_attention_params(void) { return P_COUNT; }
 
-#if PGX_ATTN
+static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* the scratch bytes one thread needs (a multiple of 64) for these parameters, float32
+   operands when `f32`, else bf16 */
+int64_t pgx_attention_scratch(const int64_t *prm, int f32) {
+    const int64_t T = prm[P_T], D = prm[P_D], MB = prm[P_ROWS];
+    const int64_t tn = round_up(T, 16), dn = round_up(D, 16), tp = (T + 1) / 2;
+    if (f32) /* packed K, packed V, scores (the exponentials in place), the output block */
+        return round_up(tn * D * 4, 64) + round_up(dn * T * 4, 64) + round_up(MB * tn * 4, 64) +
+               round_up(MB * dn * 4, 64);
+    /* packed K, packed V, scores, probabilities, the float32 output block */
+    return round_up(tn * D * 2, 64) + round_up(dn * tp * 4, 64) + round_up(MB * tn * 4, 64) +
+           round_up(MB * tn * 2, 64) + round_up(MB * dn * 4, 64);
+}
+
+#if PGX_ATTN_F32
 
 typedef uint16_t bf16;
+
+/* this thread's part of the caller's scratch, or NULL when the caller gave none big enough */
+static inline char *thread_scratch(const int64_t *prm, int f32) {
+    if (!prm[P_SCRATCH] || prm[P_SLOT] < pgx_attention_scratch(prm, f32) || prm[P_SLOT] % 64)
+        return NULL;
+    return (char *)(intptr_t)prm[P_SCRATCH] + (int64_t)omp_get_thread_num() * prm[P_SLOT];
+}
+
+#if PGX_ATTN_BF16
 
 static inline int32_t load_pair(const bf16 *p) {
     int32_t x;
@@ -127,13 +167,15 @@ static void gemm(int64_t m, int64_t nvt, const bf16 *a, int64_t lda, int64_t kp,
     }
 }
 
+#endif /* PGX_ATTN_BF16 */
+
 /* 2^x for float32 lanes: 2^round(x) (`vscalefps`) times a degree-6 polynomial of the rest
    in [-0.5, 0.5] (Taylor coefficients of 2^r, relative error below 2e-7: far below the bf16
    rounding of the probabilities); below -150 it is 0 or a denormal, which a softmax row's sum
    of at least 1 does not see. The softmax works in base 2: its scores are scaled by
    log2(e) along with the block's scale (one multiply less per element). */
 static inline __m512 exp2_512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
+    x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x); /* NaN stays NaN */
     __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_sub_ps(x, n);
     __m512 p = _mm512_set1_ps(1.5403530393381606e-4f);
@@ -180,8 +222,8 @@ static inline __attribute__((always_inline)) float softmax_any(
         __mmask16 k = t - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j)) - 1);
         __m512 x = _mm512_mul_ps(_mm512_load_ps(s + j), vs);
         if (kind) /* a -FLT_MAX fill times log2(e) stays finite: a row masked out everywhere
-                     gets uniform weights, as the unscaled scores would */
-            x = _mm512_max_ps(_mm512_fmadd_ps(load_mask(m, kind, j, mt, k), vl, x), lowest);
+                     gets uniform weights, as the unscaled scores would; NaN stays NaN */
+            x = _mm512_max_ps(lowest, _mm512_fmadd_ps(load_mask(m, kind, j, mt, k), vl, x));
         x = _mm512_mask_blend_ps(k, ninf, x);
         _mm512_store_ps(s + j, x);
         vmax = _mm512_max_ps(vmax, x);
@@ -193,17 +235,22 @@ static inline __attribute__((always_inline)) float softmax_any(
         __m512 e = _mm512_maskz_mov_ps(k, exp2_512(_mm512_sub_ps(_mm512_load_ps(s + j), mx)));
         if (f32)
             _mm512_store_ps((float *)p + j, e);
+#if PGX_ATTN_BF16
         else
             _mm256_store_si256((__m256i *)((bf16 *)p + j), (__m256i)_mm512_cvtneps_pbh(e));
+#endif
         vsum = _mm512_add_ps(vsum, e);
     }
     return 1.0f / _mm512_reduce_add_ps(vsum);
 }
 
+#if PGX_ATTN_BF16
 static float softmax_row(float *s, int64_t t, int64_t tn, float scale, const void *m, int kind,
                          int64_t mt, bf16 *p) {
     return softmax_any(s, t, tn, scale, m, kind, mt, p, 0);
 }
+
+#endif /* PGX_ATTN_BF16 */
 
 /* the float32 kernel's row: the exponentials written in float32 (in place: p may be s) */
 static float softmax_row_f32(float *s, int64_t t, int64_t tn, float scale, const void *m,
@@ -211,7 +258,6 @@ static float softmax_row_f32(float *s, int64_t t, int64_t tn, float scale, const
     return softmax_any(s, t, tn, scale, m, kind, mt, p, 1);
 }
 
-/* K (t rows kt apart, d dense) -> [ceil(t/16)][d/2][16] bf16 pairs, zero past t */
 /* dst[c * 16 + r] = src[r * ld + c] for a 16 x 16 block of 32-bit values (unpack, in-lane
    shuffles, two rounds of 128-bit lane shuffles; only moves bits: also bf16 pairs) */
 static inline void transpose16(const float *src, int64_t ld, float *dst) {
@@ -244,6 +290,8 @@ static inline void transpose16(const float *src, int64_t ld, float *dst) {
     }
 }
 
+#if PGX_ATTN_BF16
+/* K (t rows kt apart, d dense) -> [ceil(t/16)][d/2][16] bf16 pairs, zero past t */
 static void pack_k(const bf16 *k, int64_t t, int64_t d, int64_t kt, int32_t *pk, int64_t vec) {
     const int64_t kp = d / 2, nb = (t + 15) / 16;
     for (int64_t b = 0; b < nb; ++b) {
@@ -282,6 +330,8 @@ static void pack_v(const bf16 *v, int64_t t, int64_t d, int64_t vt, bf16 *pv) {
     }
 }
 
+#endif /* PGX_ATTN_BF16 */
+
 #define MAX_ROWS 256
 
 /* ask for rows (n of them, `ld` bytes apart, `d` bytes each) to be brought into L2 */
@@ -291,25 +341,7 @@ static void prefetch_rows(const void *x, int64_t n, int64_t ld, int64_t d) {
         for (int64_t j = 0; j < d; j += 64) _mm_prefetch(c + r * ld + j, _MM_HINT_T1);
 }
 
-/* this thread's scratch of at least `size` bytes (64-aligned), kept between calls: the
-   OpenMP pool's threads live as long as the process, and a buffer allocated and freed at each
-   call came back from the kernel as fresh pages whenever malloc had trimmed its heap. Grows,
-   never shrinks; NULL when memory is short. */
-static __thread char *tls_scratch;
-static __thread size_t tls_size;
-
-static char *scratch(size_t size) {
-    if (size <= tls_size) return tls_scratch;
-    char *fresh = aligned_alloc(64, (size + 63) / 64 * 64);
-    if (!fresh) return NULL;
-    free(tls_scratch);
-    tls_scratch = fresh;
-    tls_size = size;
-    return fresh;
-}
-
-static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
+#if PGX_ATTN_BF16
 int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const void *kv,
                        const void *vv, const void *mv, void *ov) {
     const bf16 *q = qv, *k = kv, *v = vv;
@@ -324,15 +356,14 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
     const int64_t nqb = (S + MB - 1) / MB, tasks = B * H * nqb;
     const int64_t tn = round_up(T, 16), tp = (T + 1) / 2, dn = round_up(D, 16);
     const int64_t ldp = tn;
-    /* per thread: packed K, packed V, scores, probabilities, the float32 output block */
+    /* per thread (`pgx_attention_scratch`): packed K, packed V, scores, probabilities, the
+       float32 output block */
     const size_t szk = round_up(tn * D * 2, 64), szv = round_up(dn * tp * 4, 64);
     const size_t szs = round_up(MB * tn * 4, 64), szp = round_up(MB * ldp * 2, 64);
-    const size_t szo = round_up(MB * dn * 4, 64);
-    int failed = 0;
-#pragma omp parallel num_threads((int)prm[P_THREADS]) reduction(| : failed)
+    if (!thread_scratch(prm, 0)) return -1;
+#pragma omp parallel num_threads((int)prm[P_THREADS])
     {
-        char *buf = scratch(szk + szv + szs + szp + szo);
-        if (!buf) failed = 1;
+        char *buf = thread_scratch(prm, 0);
         int32_t *pk = (int32_t *)buf;
         bf16 *pv = (bf16 *)(buf + szk);
         float *sc = (float *)(buf + szk + szv);
@@ -341,7 +372,6 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
         int64_t packed = -1;
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < tasks; ++task) {
-            if (!buf) continue;
             const int64_t bh = task / nqb, qb = task % nqb;
             const int64_t b = bh / H, h = bh % H;
             if (bh != packed) {
@@ -380,8 +410,18 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
             }
         }
     }
-    return failed ? -1 : 0;
+    return 0;
 }
+
+#else
+
+int pgx_attention_bf16(const int64_t *prm, double scale, const void *q, const void *k,
+                       const void *v, const void *m, void *o) {
+    (void)prm; (void)scale; (void)q; (void)k; (void)v; (void)m; (void)o;
+    return -3;
+}
+
+#endif /* PGX_ATTN_BF16 */
 
 /* ---- float32: the same block with FMA (scores, probabilities and output in float32) ---- */
 
@@ -507,18 +547,16 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
     const int64_t tn = round_up(T, 16), dn = round_up(D, 16);
     /* per thread: packed K, packed V, scores (the exponentials in place), the output block */
     const size_t szk = round_up(tn * D * 4, 64), szv = round_up(dn * T * 4, 64);
-    const size_t szs = round_up(MB * tn * 4, 64), szo = round_up(MB * dn * 4, 64);
-    int failed = 0;
-#pragma omp parallel num_threads((int)prm[P_THREADS]) reduction(| : failed)
+    const size_t szs = round_up(MB * tn * 4, 64);
+    if (!thread_scratch(prm, 1)) return -1;
+#pragma omp parallel num_threads((int)prm[P_THREADS])
     {
-        char *buf = scratch(szk + szv + szs + szo);
-        if (!buf) failed = 1;
+        char *buf = thread_scratch(prm, 1);
         float *pk = (float *)buf, *pv = (float *)(buf + szk);
         float *sc = (float *)(buf + szk + szv), *ob = (float *)(buf + szk + szv + szs);
         int64_t packed = -1;
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < tasks; ++task) {
-            if (!buf) continue;
             const int64_t bh = task / nqb, qb = task % nqb;
             const int64_t b = bh / H, h = bh % H;
             if (bh != packed) {
@@ -556,7 +594,7 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
             }
         }
     }
-    return failed ? -1 : 0;
+    return 0;
 }
 
 
@@ -573,4 +611,4 @@ int pgx_attention_f32(const int64_t *prm, double scale, const void *q, const voi
     return pgx_attention_bf16(prm, scale, q, k, v, m, o);
 }
 
-#endif
+#endif /* PGX_ATTN_F32 */
