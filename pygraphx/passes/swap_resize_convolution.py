@@ -92,6 +92,15 @@ def _channel_bias(conv: Instruction) -> tuple[Instruction, Instruction] | None:
     return (add, other) if ok else None
 
 
+def _gains(resize: Instruction, c_in: int, c_out: int) -> bool:
+    """Whether moving the resize after the convolution saves time: the convolution then works
+    on fewer pixels, but the resize on `c_out` channels instead of `c_in`. A nearest resize
+    costs about a linear one's 4x on the cpu target (review13b, one process, 1 thread: nearest
+    64 -> 64 channels 1.25x slower swapped, 4 -> 128 5.8x; 64 -> 32 0.64x), so it moves only
+    where the convolution narrows the channels; a linear one where they do not widen."""
+    return c_out < c_in if resize.op.mode == "nearest" else c_out <= c_in
+
+
 def _swap(module: Module, conv: Instruction) -> bool:
     resize = conv.inputs[0]
     if resize.op.name != "resize" or resize.outputs != [conv] or conv.inputs[1] is resize:
@@ -101,6 +110,8 @@ def _swap(module: Module, conv: Instruction) -> bool:
     x = resize.inputs[0]
     small = conv.op.compute_shape([x.shape, conv.inputs[1].shape])
     if list(small.lens()[:2]) != list(conv.shape.lens()[:2]):
+        return False
+    if not _gains(resize, x.shape.lens()[1], conv.shape.lens()[1]):
         return False
     first = module.insert_instruction(conv, conv.op, [x, conv.inputs[1]])
     last, replaced = first, conv

@@ -152,6 +152,13 @@ def test_old_builds_are_pruned(cache, monkeypatch):
         nc.load_source("pruned", SOURCE + f"\n/* version {k} */\n")
         os.utime(max(cache.glob("pruned-*.so"), key=os.path.getmtime), (1e9 + k, 1e9 + k))
     assert len(list(cache.glob("pruned-*.so"))) == 2
+    other = cache / ("pruned-x-" + "0" * 20 + ".so")  # another kernel, named "pruned-x"
+    other.write_bytes(b"")
+    stale = cache / ".pruned-0.so.1.2.tmp"  # a build killed before its rename, two hours ago
+    stale.write_bytes(b"")
+    os.utime(stale, (os.path.getmtime(stale) - 7200,) * 2)
+    nc.load_source("pruned", SOURCE + "\n/* version 5 */\n")
+    assert other.exists() and not stale.exists()
 
 
 def test_private_temporary_directories_are_removed_at_exit(cache):

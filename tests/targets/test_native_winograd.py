@@ -152,6 +152,22 @@ def test_native_silu_elementwise_over_a_wide_range() -> None:
     torch.testing.assert_close(y, ref, rtol=2e-6, atol=1e-6)
 
 
+def test_native_silu_at_the_float_extremes() -> None:
+    """Where exp(-x) overflows the silu is torch's: silu(-3e38) = -0, silu(-inf) = NaN,
+    silu(+inf) = +inf, silu(3e38) = 3e38."""
+    k = 16
+    weight = torch.zeros(k, 16, 3, 3)
+    extremes = [-3e38, float("-inf"), 3e38, float("inf"), -100.0, -89.0, 89.0, 0.0]
+    bias = torch.tensor(extremes + [1.0] * (k - len(extremes)))
+    plan = ConvPlan(weight, weight, [1, 16, 8, 8], [1, 1], [1, 1], [1, 1], 1, None,
+                    bias=bias, unary="swish")  # fmt: skip
+    x = torch.randn(1, 16, 8, 8).contiguous(memory_format=CL)
+    y = winograd.build(plan, lambda: x, None, 4)()
+    want = F.silu(bias.view(1, k, 1, 1).expand_as(y))
+    torch.testing.assert_close(y, want, rtol=2e-6, atol=1e-30, equal_nan=True)
+    assert torch.signbit(y[0, 0]).all()  # -0, as torch's
+
+
 def test_no_bias_pre_pad_plain_and_strided_inputs_and_out_slot() -> None:
     _run(1, 6, 13, 13, 7, pad=0, bias=None, unary="relu", pre_pad=[2, 1, 0, 1], x_layout="nchw")
     _run(2, 24, 9, 10, 20, threads=2, x_layout="strided", out_slot=True, unary="none")

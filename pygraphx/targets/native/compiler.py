@@ -34,6 +34,7 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shlex
 import shutil
 import stat
@@ -211,11 +212,16 @@ def _prune(built: Path) -> None:
     source, compiler or flag set leaves the old file behind; a process that mapped one keeps
     it mapped after the unlink)."""
     name = built.name.rsplit("-", 1)[0]
+    own = re.compile(re.escape(name) + r"-[0-9a-f]{20}\.so")
     try:
-        builds = sorted(built.parent.glob(f"{name}-*.so"), key=lambda p: p.stat().st_mtime)
+        builds = [p for p in built.parent.glob(f"{name}-*.so") if own.fullmatch(p.name)]
+        builds.sort(key=lambda p: p.stat().st_mtime)
         for old in builds[:-KEEP_BUILDS]:
             if old != built:
                 old.unlink(missing_ok=True)
+        for tmp in built.parent.glob(f".{name}-*.tmp"):  # a build killed before its rename
+            if time.time() - tmp.stat().st_mtime > 3600:
+                tmp.unlink(missing_ok=True)
     except OSError as exc:  # another process pruned it first, or a read-only directory
         log.debug("native kernels: pruning %s: %s", built.parent, exc)
 

@@ -117,6 +117,7 @@ class Primitive(SourceToDest):
                 ),
                 f"deconvolution {g.x_lens} * {list(g.weight.shape)}",
             )  # fmt: skip
+            self.refuse_reference(f"deconvolution {g.x_lens}")  # before the weight reorder
             w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
             self.weight = rt.reorder(g.weight.contiguous(), w_plain, w_md)
             self.bias = None if g.bias is None else g.bias.to(torch.bfloat16).contiguous()

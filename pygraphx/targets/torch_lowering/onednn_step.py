@@ -47,9 +47,7 @@ class SourceToDest:
         the primitive, scratchpad and memories; `constants`: (argument, md, address) bound
         once."""
         rt, lib = self.rt, self.rt.lib
-        self.impl = rt.impl_name(self.pd)
-        if self.impl.startswith("ref"):
-            raise OneDnnError(f"{name}: oneDNN offers its reference kernel only ({self.impl})")
+        self.refuse_reference(name)
         self.prim = rt.primitive(self.pd)
         scratch_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_SCRATCHPAD_MD, 0)
         size = lib.dnnl_memory_desc_get_size(scratch_md)
@@ -63,6 +61,13 @@ class SourceToDest:
         )
         self.addresses = [0, 0]
         self._execute, self._point = lib.dnnl_primitive_execute, lib.dnnl_memory_set_data_handle
+
+    def refuse_reference(self, name: str) -> None:
+        """`OneDnnError` where `self.pd` is oneDNN's reference kernel (call before costly work
+        such as a weight reorder; `bind` calls it too)."""
+        self.impl = self.rt.impl_name(self.pd)
+        if self.impl.startswith("ref"):
+            raise OneDnnError(f"{name}: oneDNN offers its reference kernel only ({self.impl})")
 
     def execute(self, x: int, y: int) -> None:
         """Run from the source at address `x` into the destination at address `y`."""

@@ -234,10 +234,11 @@ static inline __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* silu(x) = x / (1 + exp(-x)) */
+/* silu(x) = x / (1 + exp(-x)); exp(-x) clamped to [-88, 100]: above 88 it overflows to +inf
+   as in torch (silu(-3e38) = -0, silu(-inf) = NaN) */
 static inline __m512 silu512(__m512 x) {
     __m512 t = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), x),
-                                           _mm512_set1_ps(-88.f)), _mm512_set1_ps(88.f));
+                                           _mm512_set1_ps(-88.f)), _mm512_set1_ps(100.f));
     return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.f), exp512(t)));
 }
 
