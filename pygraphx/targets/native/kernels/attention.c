@@ -1,32 +1,27 @@
-/* A fused attention block for the CPU (pygraphx's cpu target, `native_attention.py`): bf16
+/* A fused attention block for the CPU (cpu target, `native_attention.py`): bf16
    (`pgx_attention_bf16`) and float32 (`pgx_attention_f32`, FMA) operands.
 
-   out = softmax(scale * (Q @ K^T) + mask) @ V, per (batch, head, block of MB query rows), in one
-   pass that keeps the block's scores in the cache: S = Q K^T (bf16 products summed in float32
-   by `_mm512_dpbf16_ps`, K packed once per (batch, head) into the pair-interleaved layout the
-   instruction reads), scale and additive mask in float32, the row softmax in float32 (max
-   subtracted, base 2, a vectorised 2^x), the exponentials rounded to bf16 once, O = P V (V
-   packed pair-interleaved along the key axis) times 1 / the row's sum, O rounded to bf16 and
-   written through the caller's strides (e.g. token-major, so the model's (b, s, h * d) input of
-   the output projection is a view of it). These are the numbers of the oneDNN route it
-   replaces (scores float32, probabilities bf16 once). The float32 variant keeps everything in
-   float32.
+   out = softmax(scale * (Q @ K^T) + mask) @ V per (batch, head, block of MB query rows), the
+   block's scores kept in cache: S = Q K^T (bf16 products summed in float32 by
+   `_mm512_dpbf16_ps` on K packed pair-interleaved once per (batch, head)), scale and mask in
+   float32, the row softmax in float32 (max subtracted, base 2), the exponentials rounded to
+   bf16 once, O = P V (V packed pair-interleaved along the keys) times 1 / the row's sum, written
+   through the caller's strides (token-major: the output projection reads a view). These are the
+   oneDNN route's numbers (scores float32, probabilities bf16 once); float32 keeps float32.
 
-   Operands: Q (B, H, S, D), K (B, H, T, D) (the caller's K^T view read through its strides),
-   V (B, H, T, D), out (B, H, S, D): element strides for the batch, head and row axes, the last
-   axis dense; D even for bf16. The additive mask (float32 or bf16, or none) has four strides (0
-   on a broadcast axis), its last one 0 or 1. Threads: `omp parallel` over (batch, head, query
-   block), contiguous per thread, so a thread packs each (batch, head)'s K and V once (and
-   prefetches the next one's rows meanwhile). Scratch: the caller's buffer (address P_SCRATCH,
-   P_SLOT bytes per OpenMP thread, at least `pgx_attention_scratch()`; 64-aligned), kept by the
-   caller between calls: no memory of the kernel's own, so nothing is left behind when a thread
-   exits (a thread-local buffer leaked at every short-lived caller thread).
+   Operands: Q (B, H, S, D), K (B, H, T, D) (the caller's K^T view), V (B, H, T, D), out
+   (B, H, S, D): strides for batch, head and row, the last axis dense; D even for bf16. The
+   additive mask (float32, bf16 or none) has four strides (0 where broadcast), the last 0 or 1.
+   Threads: `omp parallel` over (batch, head, query block), contiguous per thread, so a thread
+   packs each (batch, head)'s K and V once (prefetching the next one's rows meanwhile).
+   Scratch: the caller's (address P_SCRATCH, P_SLOT bytes a thread, at least
+   `pgx_attention_scratch()`, 64-aligned), kept between calls: the kernel owns no memory, so a
+   thread that exits leaves nothing behind.
 
    The float32 variant is built where the compiler targets AVX-512 F/BW/VL, the bf16 one where
-   it also targets AVX512_BF16 (`-march=native`): `pgx_attention_supported()` says which (bit
-   PGX_ATTN_BIT_F32, PGX_ATTN_BIT_BF16); the caller takes its library route for the others.
-   NaN in the scores or the mask propagates to the row's output (as in torch / ONNX Runtime):
-   x86's max returns its second operand when one is NaN, so the clamps put the value second. */
+   it also targets AVX512_BF16: `pgx_attention_supported()` says which (PGX_ATTN_BIT_*). NaN in
+   the scores or mask propagates (as in torch / ONNX Runtime): x86's max returns its second
+   operand when one is NaN, so the clamps put the value second. */
 
 #include <float.h>
 #include <stdint.h>
@@ -71,8 +66,7 @@ int pgx_attention_params(void) { return P_COUNT; }
 
 static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* the scratch bytes one thread needs (a multiple of 64) for these parameters, float32
-   operands when `f32`, else bf16 */
+/* the scratch bytes (a multiple of 64) one thread needs: float32 operands if `f32`, else bf16 */
 int64_t pgx_attention_scratch(const int64_t *prm, int f32) {
     const int64_t T = prm[P_T], D = prm[P_D], MB = prm[P_ROWS];
     const int64_t tn = round_up(T, 16), dn = round_up(D, 16), tp = (T + 1) / 2;
@@ -103,8 +97,7 @@ static inline int32_t load_pair(const bf16 *p) {
     return x;
 }
 
-/* C[MR][NV*16] = sum over k pairs of A (MR rows, lda apart, bf16 pairs) times B (NV column
-   blocks bstride apart, each [kp][16][2] bf16) */
+/* C[MR][NV*16] = A (MR rows lda apart, bf16 pairs) x B (NV blocks bstride apart, [kp][16][2]) */
 static inline __attribute__((always_inline)) void tile(const int mr, const int nv,
                                                        const bf16 *a, int64_t lda, int64_t kp,
                                                        const bf16 *b, int64_t bstride,
@@ -169,11 +162,9 @@ static void gemm(int64_t m, int64_t nvt, const bf16 *a, int64_t lda, int64_t kp,
 
 #endif /* PGX_ATTN_BF16 */
 
-/* 2^x for float32 lanes: 2^round(x) (`vscalefps`) times a degree-6 polynomial of the rest
-   in [-0.5, 0.5] (Taylor coefficients of 2^r, relative error below 2e-7: far below the bf16
-   rounding of the probabilities); below -150 it is 0 or a denormal, which a softmax row's sum
-   of at least 1 does not see. The softmax works in base 2: its scores are scaled by
-   log2(e) along with the block's scale (one multiply less per element). */
+/* 2^x for float32 lanes: 2^round(x) (`vscalefps`) times a degree-6 Taylor polynomial of the
+   rest (relative error below 2e-7); below -150 it is 0 or a denormal, unseen by a row's sum of
+   at least 1. The softmax works in base 2 (log2(e) folded into the block's scale). */
 static inline __m512 exp2_512(__m512 x) {
     x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x); /* NaN stays NaN */
     __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -204,13 +195,11 @@ static inline __m512 load_mask(const void *m, int kind, int64_t t, int64_t mt, _
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* one row: p (tn bf16) <- exp(scale * s + mask - max) (in base 2) rounded to bf16, 0 past t; returns
-   1 / the row's sum (of the unrounded exponentials), which the caller applies to the row's
-   output: the probabilities are rounded to bf16 once, as in the oneDNN route, but before the
-   division (as flash-attention kernels do), which saves a pass over the row. s (tn floats, t
-   of them scores, the row padded to a multiple of 16) is read and written with whole-vector
-   stores and loads: a masked store does not forward to the load that reads it back, which
-   cost a fifth of the block (MiniLM's shape, one thread). */
+/* one row: p (tn bf16) <- exp(scale * s + mask - max) (base 2) rounded to bf16, 0 past t;
+   returns 1 / the row's sum (unrounded), applied by the caller to the output: probabilities
+   rounded once, as in the oneDNN route, before the division (one pass less). s (tn floats) is
+   read and written in whole vectors: a masked store does not forward to the load that reads
+   it back (a fifth of MiniLM's block, one thread). */
 static inline __attribute__((always_inline)) float softmax_any(
     float *s, int64_t t, int64_t tn, float scale, const void *m, int kind, int64_t mt, void *p,
     const int f32) {
@@ -476,14 +465,11 @@ static const tile32_fn TILES32[12][4] = {
     TILE32_FNS(7), TILE32_FNS(8), TILE32_FNS(9), TILE32_FNS(10), TILE32_FNS(11), TILE32_FNS(12),
 };
 
-/* the rows of a register tile over nvt column vectors: `wide` 0 (the first version) 4 rows
-   whatever the width; else 6 rows at 3-4 vectors (24 accumulators: Q K^T, and P V at d = 64),
-   8 at 2 (P V at d = 32, MiniLM's), 12 at 1: fewer loads per FMA. With K packed by 16 x 16
-   transposes (`pack_k32`, the same switch), one thread, thread CPU time, us a block, 4 rows /
-   wide: MiniLM b8 3171 / 2553, BERT-base b1 715 / 561, b8 6219 / 5093, ViT-B/16 b1 1594 / 1365
-   (`benchmarks/minilm13_tiles.py`, helper minilm13's notes; 12 rows at 2 vectors, or 24 / 36
-   / 48 query rows per block, no better). The bf16 kernel keeps its 4-row tiles: the same
-   change made no difference there (0.99-1.02). */
+/* the rows of a register tile over nvt column vectors: `wide` 0 (the first version) 4 rows;
+   else 6 rows at 3-4 vectors (24 accumulators), 8 at 2, 12 at 1: fewer loads per FMA. With K
+   packed by 16 x 16 transposes (`pack_k32`), one thread, us a block, 4 rows / wide: MiniLM b8
+   3171 / 2553, BERT-base b1 715 / 561, b8 6219 / 5093, ViT-B/16 b1 1594 / 1365
+   (`benchmarks/minilm13_tiles.py`). bf16 keeps 4-row tiles (wider: 0.99-1.02). */
 static inline int tile_rows(int64_t nvt, int64_t wide) {
     if (!wide) return 4;
     return nvt >= 3 ? 6 : nvt == 2 ? 8 : 12;
@@ -596,7 +582,6 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
     }
     return 0;
 }
-
 
 #else
 
