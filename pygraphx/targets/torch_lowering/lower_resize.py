@@ -198,6 +198,7 @@ def onednn_writer(ctx: LoweringContext, ins: Instruction) -> Writer | None:
     computes `ins` exactly, the input is channels-last and `PGX_CPU_BF16_RESIZE` allows it;
     else None."""
     from pygraphx.targets.torch_lowering import onednn_resample as rs
+    from pygraphx.targets.torch_lowering.onednn_step import warn_once
 
     if ctx.device.type != "cpu" or not ctx.options.get("mkldnn", True):
         return None
@@ -210,7 +211,7 @@ def onednn_writer(ctx: LoweringContext, ins: Instruction) -> Writer | None:
     try:
         resample = rs.Resample(rt, plan)
     except rs.OneDnnError as exc:
-        rs.say_once("ref", "cpu resize: torch's kernel instead of oneDNN's (%s)", exc)
+        warn_once("resize_ref", "cpu resize: torch's kernel instead of oneDNN's (%s)", exc)
         return None
     cl = torch.channels_last
 

@@ -24,7 +24,6 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     DTYPES,
     FORWARD_INFERENCE,
     QUERY_WEIGHTS_MD,
-    SCRATCHPAD_USER,
     TAG_A,
     TAG_ANY,
     TAG_NHWC,
@@ -34,7 +33,11 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     check,
     release,
 )
-from pygraphx.targets.torch_lowering.onednn_step import PerThreadCount, SourceToDest
+from pygraphx.targets.torch_lowering.onednn_step import (
+    PerThreadCount,
+    SourceToDest,
+    scratchpad_attr,
+)
 from pygraphx.targets.torch_lowering.onednn_conv_primitive import UNARY
 
 DECONVOLUTION_DIRECT = 0xA  # dnnl_deconvolution_direct
@@ -86,7 +89,7 @@ class Primitive(SourceToDest):
         else:  # [G, O/g, I/g, kh, kw] over the ONNX layout [G * I/g, O/g, kh, kw]
             w_dims = [grp, cout_g, cin_g, kh, kw]
             w_strides = [cin_g * cout_g * kh * kw, kh * kw, cout_g * kh * kw, kw, 1]
-        attr, post_ops = c_void_p(), c_void_p()
+        post_ops = c_void_p()
         try:
             src = rt.desc(list(g.x_lens), BF16, TAG_NHWC)
             dst = rt.desc(list(g.out_lens), BF16, TAG_NHWC)
@@ -100,23 +103,22 @@ class Primitive(SourceToDest):
             if g.bias is not None:
                 bias_md = rt.desc([g.out_lens[1]], BF16, TAG_A)
                 mds.append(bias_md)
-            check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
-            check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_USER), "scratch")
-            check(lib.dnnl_post_ops_create(byref(post_ops)), "post_ops_create")
-            if g.unary != "none":
-                alpha, beta = (g.scalars + [0.0, 0.0])[:2] if g.unary == "hardtanh" else (
-                    (1.0, 0.0) if g.unary == "swish" else (0.0, 0.0))
-                check(lib.dnnl_post_ops_append_eltwise(post_ops, UNARY[g.unary], alpha, beta),
-                      g.unary)  # fmt: skip
-            check(lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "set_post_ops")
-            check(
-                lib.dnnl_deconvolution_forward_primitive_desc_create(
-                    byref(self.pd), rt.engine, FORWARD_INFERENCE, DECONVOLUTION_DIRECT, src,
-                    w_any, bias_md, dst, Dims(*g.stride), Dims(*[d - 1 for d in g.dilation]),
-                    Dims(0, 0), Dims(0, 0), attr,
-                ),
-                f"deconvolution {g.x_lens} * {list(g.weight.shape)}",
-            )  # fmt: skip
+            with scratchpad_attr(lib) as attr:
+                check(lib.dnnl_post_ops_create(byref(post_ops)), "post_ops_create")
+                if g.unary != "none":
+                    alpha, beta = (g.scalars + [0.0, 0.0])[:2] if g.unary == "hardtanh" else (
+                        (1.0, 0.0) if g.unary == "swish" else (0.0, 0.0))
+                    check(lib.dnnl_post_ops_append_eltwise(post_ops, UNARY[g.unary], alpha, beta),
+                          g.unary)  # fmt: skip
+                check(lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "set_post_ops")
+                check(
+                    lib.dnnl_deconvolution_forward_primitive_desc_create(
+                        byref(self.pd), rt.engine, FORWARD_INFERENCE, DECONVOLUTION_DIRECT, src,
+                        w_any, bias_md, dst, Dims(*g.stride), Dims(*[d - 1 for d in g.dilation]),
+                        Dims(0, 0), Dims(0, 0), attr,
+                    ),
+                    f"deconvolution {g.x_lens} * {list(g.weight.shape)}",
+                )  # fmt: skip
             self.refuse_reference(f"deconvolution {g.x_lens}")  # before the weight reorder
             w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
             self.weight = rt.reorder(g.weight.contiguous(), w_plain, w_md)
@@ -126,8 +128,6 @@ class Primitive(SourceToDest):
                 constants.append((ARG_BIAS, bias_md, self.bias.data_ptr()))
             self.bind(f"deconvolution {g.x_lens}", src, dst, constants)
         finally:
-            if attr.value:
-                lib.dnnl_primitive_attr_destroy(attr)
             if post_ops.value:
                 lib.dnnl_post_ops_destroy(post_ops)
             release(lib, [], None, None, mds)

@@ -36,10 +36,9 @@ comes last), where torch's kernel and the `ref` target give NaN.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
-from ctypes import byref, c_void_p
+from ctypes import byref
 from dataclasses import dataclass
 
 import torch
@@ -54,7 +53,6 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     POOLING_AVG_EXCLUDE,
     POOLING_AVG_INCLUDE,
     POOLING_MAX,
-    SCRATCHPAD_USER,
     TAG_NHWC,
     Dims,
     OneDnnError,
@@ -63,13 +61,16 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     release,
     runtime,
 )
-from pygraphx.targets.torch_lowering.onednn_step import PerThreadCount, SourceToDest
+from pygraphx.targets.torch_lowering.onednn_step import (
+    PerThreadCount,
+    SourceToDest,
+    scratchpad_attr,
+    warn_once,
+)
 
-log = logging.getLogger("pygraphx.cpu")
 Tensor = torch.Tensor
 #: the environment variable choosing the kernel: `onednn` (the default) or `torch`
 KERNEL_ENV = "PGX_CPU_POOL"
-_SAID: set[str] = set()  # messages given once per process
 
 
 @dataclass(frozen=True)
@@ -144,20 +145,16 @@ class Primitive(SourceToDest):
         lib = rt.lib
         dt = DTYPES[plan.dtype]
         mds = [rt.desc(list(plan.x_lens), dt, TAG_NHWC), rt.desc(list(plan.out_lens), dt, TAG_NHWC)]
-        attr = c_void_p()
         try:
-            check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
-            check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_USER), "scratch")
-            status = lib.dnnl_pooling_forward_primitive_desc_create(
-                byref(self.pd), rt.engine, FORWARD_INFERENCE, plan.algorithm, mds[0], mds[1],
-                Dims(*plan.stride), Dims(*plan.kernel), Dims(*plan.dilation),
-                Dims(*plan.pad_l), Dims(*plan.pad_r), attr,
-            )  # fmt: skip
+            with scratchpad_attr(lib) as attr:
+                status = lib.dnnl_pooling_forward_primitive_desc_create(
+                    byref(self.pd), rt.engine, FORWARD_INFERENCE, plan.algorithm, mds[0],
+                    mds[1], Dims(*plan.stride), Dims(*plan.kernel), Dims(*plan.dilation),
+                    Dims(*plan.pad_l), Dims(*plan.pad_r), attr,
+                )  # fmt: skip
             check(status, f"pooling_forward_primitive_desc_create {list(plan.x_lens)}")
             self.bind(f"pooling {list(plan.x_lens)} {plan.dtype}", mds[0], mds[1])
         finally:
-            if attr.value:
-                lib.dnnl_primitive_attr_destroy(attr)
             release(lib, [], None, None, mds)
 
 
@@ -194,9 +191,7 @@ def lower_onednn_pooling(ctx: LoweringContext, ins: Instruction) -> bool:
     try:
         pool = Pool(rt, plan)
     except OneDnnError as exc:
-        if "ref" not in _SAID:
-            _SAID.add("ref")
-            log.warning("cpu pooling: the torch lowering instead of oneDNN (%s)", exc)
+        warn_once("pool_ref", "cpu pooling: the torch lowering instead of oneDNN (%s)", exc)
         return False
     one = all(n == 1 for n in plan.out_lens[2:])
     idx, out = ctx.output(ins, STANDARD if one else CHANNELS_LAST)
@@ -218,10 +213,8 @@ def _step(env: list, x: int, idx: int, out: Tensor | None, pool: Pool) -> Callab
         xt = env[x]
         if xt.is_contiguous(memory_format=cl) and xt.dtype == dtype:
             return xt
-        if "copy" not in _SAID:
-            _SAID.add("copy")
-            log.warning("cpu pooling %s: its input is not channels-last %s, copied first",
-                        list(plan.x_lens), dtype)  # fmt: skip
+        warn_once("pool_copy", "cpu pooling %s: its input is not channels-last %s, copied first",
+                  list(plan.x_lens), dtype)  # fmt: skip
         return xt.to(dtype).contiguous(memory_format=cl)
 
     if out is not None:

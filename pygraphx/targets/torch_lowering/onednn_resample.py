@@ -25,7 +25,6 @@ takes this one where it applies.
 
 from __future__ import annotations
 
-import logging
 import os
 from ctypes import POINTER, byref, c_float, c_int, c_void_p
 from dataclasses import dataclass
@@ -38,16 +37,18 @@ from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16
 from pygraphx.targets.torch_lowering.onednn_capi import (
     DTYPES,
     FORWARD_INFERENCE,
-    SCRATCHPAD_USER,
     OneDnnError,
     Runtime,
     check,
     release,
     runtime,
 )
-from pygraphx.targets.torch_lowering.onednn_step import PerThreadCount, SourceToDest
+from pygraphx.targets.torch_lowering.onednn_step import (
+    PerThreadCount,
+    SourceToDest,
+    scratchpad_attr,
+)
 
-log = logging.getLogger("pygraphx.cpu")
 Tensor = torch.Tensor
 #: the environment variable choosing the bf16 linear resize kernel: `onednn` (default), `torch`
 KERNEL_ENV = "PGX_CPU_BF16_RESIZE"
@@ -55,7 +56,6 @@ KERNEL_ENV = "PGX_CPU_BF16_RESIZE"
 DEFAULT_KERNEL = "onednn"
 RESAMPLING_LINEAR = 0x2FFF1  # dnnl_resampling_linear
 TAG_NHWC, TAG_NDHWC = 22, 23  # dnnl_acdb, dnnl_acdeb
-_SAID: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -65,13 +65,6 @@ class ResamplePlan:
     x_lens: tuple[int, ...]
     out_lens: tuple[int, ...]
     dtype: torch.dtype
-
-
-def say_once(key: str, message: str, *args: object) -> None:
-    """A warning on the `pygraphx.cpu` logger, once per process per `key`."""
-    if key not in _SAID:
-        _SAID.add(key)
-        log.warning(message, *args)
 
 
 def kernel_choice() -> str:
@@ -127,19 +120,15 @@ class Primitive(SourceToDest):
         tag = TAG_NHWC if len(plan.x_lens) == 4 else TAG_NDHWC
         mds = [rt.desc(list(plan.x_lens), dt, tag), rt.desc(list(plan.out_lens), dt, tag)]
         factors = [o / i for i, o in zip(plan.x_lens[2:], plan.out_lens[2:], strict=True)]
-        attr = c_void_p()
         try:
-            check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
-            check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_USER), "scratch")
-            status = lib.dnnl_resampling_forward_primitive_desc_create(
-                byref(self.pd), rt.engine, FORWARD_INFERENCE, RESAMPLING_LINEAR,
-                (c_float * len(factors))(*factors), mds[0], mds[1], attr,
-            )  # fmt: skip
+            with scratchpad_attr(lib) as attr:
+                status = lib.dnnl_resampling_forward_primitive_desc_create(
+                    byref(self.pd), rt.engine, FORWARD_INFERENCE, RESAMPLING_LINEAR,
+                    (c_float * len(factors))(*factors), mds[0], mds[1], attr,
+                )  # fmt: skip
             check(status, f"resampling_forward_primitive_desc_create {list(plan.x_lens)}")
             self.bind(f"resampling {list(plan.x_lens)} {plan.dtype}", mds[0], mds[1])
         finally:
-            if attr.value:
-                lib.dnnl_primitive_attr_destroy(attr)
             release(lib, [], None, None, mds)
 
 
@@ -152,5 +141,4 @@ class Resample(PerThreadCount):
         super().__init__(lambda: Primitive(rt, plan))
 
 
-__all__ = ["KERNEL_ENV", "Resample", "ResamplePlan", "kernel_choice", "plan_resample", "runtime",
-           "say_once"]
+__all__ = ["KERNEL_ENV", "Resample", "ResamplePlan", "kernel_choice", "plan_resample", "runtime"]

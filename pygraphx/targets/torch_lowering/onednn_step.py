@@ -12,8 +12,10 @@ oneDNN fixes a primitive's thread count when it is made, so `PerThreadCount` kee
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from ctypes import c_void_p
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from ctypes import byref, c_void_p
 
 import torch
 
@@ -22,12 +24,38 @@ from pygraphx.targets.torch_lowering.onednn_capi import (
     ARG_SCRATCHPAD,
     ARG_SRC,
     QUERY_SCRATCHPAD_MD,
+    SCRATCHPAD_USER,
     ExecArg,
     OneDnnError,
     Runtime,
     check,
     release,
 )
+
+log = logging.getLogger("pygraphx.cpu")
+_SAID: set[str] = set()
+
+
+def warn_once(key: str, message: str, *args: object) -> None:
+    """A warning on the `pygraphx.cpu` logger, once per process per `key` (a layer that falls
+    back from a oneDNN primitive to torch's kernel)."""
+    if key not in _SAID:
+        _SAID.add(key)
+        log.warning(message, *args)
+
+
+@contextmanager
+def scratchpad_attr(lib: object) -> Iterator[c_void_p]:
+    """A primitive attribute with a user scratchpad (`SourceToDest.bind` allocates it),
+    destroyed on leaving."""
+    attr = c_void_p()
+    try:
+        check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
+        check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_USER), "scratch")
+        yield attr
+    finally:
+        if attr.value:
+            lib.dnnl_primitive_attr_destroy(attr)
 
 
 class SourceToDest:
@@ -101,4 +129,4 @@ class PerThreadCount:
         prim.execute(x.data_ptr(), y.data_ptr())
 
 
-__all__ = ["PerThreadCount", "SourceToDest"]
+__all__ = ["PerThreadCount", "SourceToDest", "scratchpad_attr", "warn_once"]
