@@ -280,10 +280,8 @@ def attend(scale: float, table: dict, fallback: Attend, dtype: torch.dtype = tor
     (named `route`) for the rest; `fallback` itself where the kernel's `dtype` variant cannot
     be had (said once per operand type). Operands of the other type take their variant where it
     is had."""
-    try:
-        fn = kernel(dtype)
-    except native.NativeUnavailable as exc:
-        native.announce_fallback(f"{KERNEL} ({dtype})", exc, route)
+    fn = _variant(dtype, route)
+    if fn is None:
         return fallback
     plans = table.setdefault(PLANS, {})
     scratch = table.setdefault(SCRATCH, Scratch())
