@@ -119,7 +119,8 @@ def _compile_seconds(n: int, target: str) -> float:
 def test_compile_time_linear_in_nodes(target: str) -> None:
     if target == "cpu":
         pytest.importorskip("torch")
-    small = _compile_seconds(250, target)
-    large = _compile_seconds(2000, target)
+    # best of three each: one compile stalled by a neighbour's burst must not fail the test
+    small = min(_compile_seconds(250, target) for _ in range(3))
+    large = min(_compile_seconds(2000, target) for _ in range(3))
     # 8x the nodes: linear is 8x; allow 3x slack for noise on a shared machine (cubic: 512x)
     assert large < 24 * small + 0.5, (small, large)
