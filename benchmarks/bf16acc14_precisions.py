@@ -16,7 +16,8 @@ rounds, the error of each choice and what it costs (helper bf16acc14).
 
 Every engine uses `--threads` threads (default 2). Inputs: the built-in models' `model_inputs`
 with seeds 0, 1, ...; MiniLM (the zoo's all-MiniLM-L6-v2, 8 x 128): seed 0 is the zoo's
-sentences, seed k > 0 random token ids in the same shape and mask.
+sentences, seed k > 0 random token ids in the same shape and mask; the zoo's image models
+(`benchmarks/zoo.py`, full size): seed 0 the zoo's inputs, seed k > 0 standard normal ones.
 """
 
 from __future__ import annotations
@@ -55,9 +56,9 @@ Feeds = dict[str, np.ndarray]
 
 def load(name: str, batch: int) -> tuple[onnx.ModelProto, Callable[[int], Feeds]]:
     """The model and a seed -> inputs function."""
-    if name == "minilm":
-        from benchmarks.zoo import zoo_model
+    from benchmarks.zoo import ZOO_NAMES, zoo_model
 
+    if name == "minilm":
         path, feeds0 = zoo_model("minilm", "full")
 
         def minilm_inputs(seed: int) -> Feeds:
@@ -71,8 +72,24 @@ def load(name: str, batch: int) -> tuple[onnx.ModelProto, Callable[[int], Feeds]
             return feeds
 
         return onnx.load(str(path)), minilm_inputs
+    if name in ZOO_NAMES:  # images: seed 0 the zoo's inputs, seed k > 0 standard normal ones
+        path, zoo_feeds = zoo_model(name, "full")
+
+        def zoo_inputs(seed: int) -> Feeds:
+            rng = np.random.default_rng(seed)
+            return zoo_feeds if seed == 0 else {
+                k: rng.standard_normal(v.shape, dtype=np.float32) for k, v in zoo_feeds.items()
+            }
+
+        return onnx.load(str(path)), zoo_inputs
     model = get_model(name, batch=batch, seq_len=128)
     return model, lambda seed: model_inputs(name, model, seed=seed)
+
+
+def _zoo(name: str) -> bool:
+    from benchmarks.zoo import ZOO_NAMES
+
+    return name in ZOO_NAMES
 
 
 def bf16_program(model: onnx.ModelProto, threads: int, wide: bool) -> Any:
@@ -133,7 +150,7 @@ def _runner(prog: Any) -> Callable[[Feeds], list[np.ndarray]]:
 
 def errors(args: argparse.Namespace) -> None:
     for name in args.models:
-        for batch in args.batches if name != "minilm" else [8]:
+        for batch in args.batches if not _zoo(name) else [0]:
             model, inputs = load(name, batch)
             ort, _ = make_ort(model, args.threads)
             ov, _, ov_precision = make_openvino(model, args.threads, None)
@@ -174,7 +191,7 @@ def _block(fn: Callable[[], Any], repeat: int, cpu: bool) -> float:
 
 def timing(args: argparse.Namespace) -> None:
     for name in args.models:
-        for batch in args.batches if name != "minilm" else [8]:
+        for batch in args.batches if not _zoo(name) else [0]:
             model, inputs = load(name, batch)
             feeds = inputs(0)
             old = bf16_program(model, args.threads, wide=False)
