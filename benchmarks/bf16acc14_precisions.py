@@ -54,8 +54,8 @@ PRODUCTS = ("convolution", "dot")
 Feeds = dict[str, np.ndarray]
 
 
-def load(name: str, batch: int) -> tuple[onnx.ModelProto, Callable[[int], Feeds]]:
-    """The model and a seed -> inputs function."""
+def load(name: str, batch: int | str) -> tuple[onnx.ModelProto, Callable[[int], Feeds]]:
+    """The model and a seed -> inputs function (a zoo model: its own batch, `batch` unused)."""
     from benchmarks.zoo import ZOO_NAMES, zoo_model
 
     if name == "minilm":
@@ -150,7 +150,7 @@ def _runner(prog: Any) -> Callable[[Feeds], list[np.ndarray]]:
 
 def errors(args: argparse.Namespace) -> None:
     for name in args.models:
-        for batch in args.batches if not _zoo(name) else [0]:
+        for batch in args.batches if not _zoo(name) else ["zoo"]:
             model, inputs = load(name, batch)
             ort, _ = make_ort(model, args.threads)
             ov, _, ov_precision = make_openvino(model, args.threads, None)
@@ -191,7 +191,7 @@ def _block(fn: Callable[[], Any], repeat: int, cpu: bool) -> float:
 
 def timing(args: argparse.Namespace) -> None:
     for name in args.models:
-        for batch in args.batches if not _zoo(name) else [0]:
+        for batch in args.batches if not _zoo(name) else ["zoo"]:
             model, inputs = load(name, batch)
             feeds = inputs(0)
             old = bf16_program(model, args.threads, wide=False)
