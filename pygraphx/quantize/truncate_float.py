@@ -81,6 +81,7 @@ from pygraphx.ops.pointwise import Convert, Pointwise
 from pygraphx.passes.manager import run_passes
 from pygraphx.passes.pipeline import optimize_passes
 from pygraphx.quantize.graph_tail import MOVE_OPS, graph_tail, is_constant_view, view_source
+from pygraphx.quantize.wide_constants import rounded
 
 __all__ = ["PRODUCTS", "QuantizeError", "quantize_bf16", "quantize_fp16", "truncate_float"]
 
@@ -339,8 +340,9 @@ class _Truncate:
         if x not in self.low_copy:
             nxt = self.insert_after(x)
             if x.is_literal():
-                arr = low_precision_array(x.get_literal().array, self.low)
-                self.low_copy[x] = x.module.insert_literal(nxt, Literal(arr, copy=False))
+                wide = x.get_literal().array
+                arr = low_precision_array(wide, self.low)
+                self.low_copy[x] = x.module.insert_literal(nxt, rounded(arr, wide))
             elif is_constant_view(x):
                 # a view (broadcast, reshape, ...) of a literal: the same view of the literal's
                 # saturated copy, as a runtime convert would turn float32's extremes (a mask's
