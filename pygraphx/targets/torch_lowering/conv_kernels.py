@@ -127,6 +127,8 @@ def kernels_for(plan: ConvPlan) -> list[str]:
     names.append("torch_cl")
     if winograd.supports(plan):
         names += list(winograd.KERNEL_TILES)
+    elif winograd.supports_bf16(plan):  # F(4,3) on bf16 activations: the native kernel only
+        names.append("winograd")
     return names
 
 
