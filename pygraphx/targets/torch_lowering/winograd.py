@@ -39,7 +39,9 @@ on each layer's real shape and keeps it only where it is faster.
 Where a C compiler and AVX-512F are at hand, F(4,3) runs instead as one native kernel
 (`winograd_native.py`, wino13): the three passes per block of tiles inside L2, the threads
 splitting the blocks (`PGX_WINOGRAD_NATIVE=0`: the route above), with its own rule
-(`RULE_NATIVE_*`).
+(`RULE_NATIVE_*`). A bf16 layer runs F(4,3) on the native kernel only (`supports_bf16`: bf16
+activations widened in the kernel, float32 arithmetic, bf16 output), by its own rule
+(`RULE_BF16_*`, bf16wino14).
 """
 
 from __future__ import annotations

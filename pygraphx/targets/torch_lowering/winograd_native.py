@@ -8,7 +8,15 @@ tile blocks (and the output channels where there are few blocks), and writes the
 and relu / clip / swish into the channels-last output (`PGX_WINOGRAD_NATIVE_SILU=0`: a swish
 and what follows it run as torch ops on the output afterwards). Only where the build has
 AVX-512F (`wino_f43_supported`); `PGX_WINOGRAD_NATIVE=0` takes the torch route (as does a
-machine without a C compiler, announced once). Figures: `benchmarks/results/wino13.md`.
+machine without a C compiler, announced once; a failed build is kept for the process, not
+retried per layer). Figures: `benchmarks/results/wino13.md`.
+
+A bf16 layer (bf16 weight, `quantize_bf16`; bf16wino14) runs on the same kernel where the build
+has AVX-512 BF16 (`wino_f43_bf16_supported`): its bf16 input and add operand read and widened
+inside the transforms (no conversion pass), the transformed weight in float32 as for a float32
+layer, the result rounded to bf16 (nearest even) once as it is stored: the rounding oneDNN's
+bf16 kernels do, so the error is theirs (`PGX_WINOGRAD_NATIVE_BF16=0`: oneDNN's bf16 kernels).
+Figures: `benchmarks/results/bf16wino14.md`.
 """
 
 from __future__ import annotations
