@@ -290,8 +290,10 @@ class NativeWinograd:
                 other = other.contiguous()
             a.other = other.data_ptr()
             a.son, a.soh, a.sow, _ = other.stride()
-        if self.lib.wino_f43_run(self.ref) != 0:
-            raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+        rc = self.lib.wino_f43_run(self.ref)
+        if rc != 0:
+            why = "mixed activation types" if rc == -2 else "not built for this processor"
+            raise RuntimeError(f"native kernel {KERNEL}: {why}")
         for op in self.rest:
             op(y, y, other)
 
