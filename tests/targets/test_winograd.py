@@ -176,14 +176,21 @@ def test_only_dense_3x3_stride1_float32() -> None:
         ConvPlan(base.weight, base.weight, [1, 8, 8, 8], [1, 1], [2, 2], [1, 1], 1, None),
         ConvPlan(base.weight, base.weight, [1, 8, 8, 8], [2, 2], [1, 1], [2, 2], 1, None),
         ConvPlan(base.weight[:, :4], base.weight, [1, 8, 8, 8], [1, 1], [1, 1], [1, 1], 2, None),
-        ConvPlan(
-            base.weight.bfloat16(), base.weight, [1, 8, 8, 8], [1, 1], [1, 1], [1, 1], 1, None
-        ),
     ]
     for plan in others:
         assert not set(WINO) & set(kernels_for(plan))
         with pytest.raises(ValueError, match="winograd"):
             winograd.Winograd(plan, 4)
+    # a bf16 layer: the torch-ops route never; F(4,3) only on the native kernel (bf16wino14)
+    bf16 = ConvPlan(
+        base.weight.bfloat16(), base.weight, [1, 8, 8, 8], [1, 1], [1, 1], [1, 1], 1, None
+    )
+    wino = [name for name in WINO if name in kernels_for(bf16)]
+    assert wino == (["winograd"] if winograd.supports_bf16(bf16) else [])
+    with pytest.raises(ValueError, match="winograd"):
+        winograd.Winograd(bf16, 4)
+    with pytest.raises(ValueError, match="winograd"):
+        winograd.build(bf16, lambda: torch.zeros(1, 8, 8, 8, dtype=torch.bfloat16), None, 2)
 
 
 def _resnet_block() -> tuple[object, dict[str, np.ndarray]]:

@@ -414,6 +414,8 @@ def choice_key(plan: ConvPlan, names: list[str], other_lens: list[int] | None) -
     ]
     if "winograd" in names:  # F(4,3)'s route: the native kernel (wino13) or torch ops
         parts.append(("winograd_f43", winograd_native.available()))
+        if plan.weight.dtype == torch.bfloat16:  # (bf16wino14: on bf16 activations)
+            parts.append(("winograd_f43_bf16", winograd_native.bf16_available()))
     return repr(parts)
 
 

@@ -31,6 +31,7 @@ choice between them (`conv_choice.py`) never changes the layout the program's ot
 * `winograd`, `winograd2`: a float32 3x3 stride-1 one-group convolution as Winograd F(4x4,
   3x3) or F(2x2, 3x3) (`winograd.py`): the weight transformed once, (m+2)^2 batched GEMMs per
   call between memory-pass transforms, the whole epilogue fused into the output transform.
+  A bf16 layer can take `winograd` only, on the native kernel (`winograd.supports_bf16`).
 
 Plain NCHW `F.conv2d` is not a candidate: measured on MobileNetV2's layers (2-core x86,
 1 thread) it was 1.3x-10x slower than `onednn` on every layer and would add layout conversions
@@ -127,6 +128,8 @@ def kernels_for(plan: ConvPlan) -> list[str]:
     names.append("torch_cl")
     if winograd.supports(plan):
         names += list(winograd.KERNEL_TILES)
+    elif winograd.supports_bf16(plan):  # F(4,3) on bf16 activations: the native kernel only
+        names.append("winograd")
     return names
 
 

@@ -39,7 +39,9 @@ on each layer's real shape and keeps it only where it is faster.
 Where a C compiler and AVX-512F are at hand, F(4,3) runs instead as one native kernel
 (`winograd_native.py`, wino13): the three passes per block of tiles inside L2, the threads
 splitting the blocks (`PGX_WINOGRAD_NATIVE=0`: the route above), with its own rule
-(`RULE_NATIVE_*`).
+(`RULE_NATIVE_*`). A bf16 layer runs F(4,3) on the native kernel only (`supports_bf16`: bf16
+activations widened in the kernel, float32 arithmetic, bf16 output), by its own rule
+(`RULE_BF16_*`, bf16wino14).
 """
 
 from __future__ import annotations
@@ -123,9 +125,24 @@ BIAS_POINT = 1
 
 def supports(plan: ConvPlan) -> bool:
     """Whether `plan` is a float32 3x3 convolution with stride 1, no dilation, one group."""
+    return plan.weight.dtype == torch.float32 and _shape_ok(plan)
+
+
+def supports_bf16(plan: ConvPlan) -> bool:
+    """Whether `plan` is a bf16 layer of `supports`'s shape that the native kernel runs on
+    bf16 activations (F(4,3) in float32 on the widened input, the output rounded to bf16 once;
+    `winograd_native.bf16_available`, `PGX_WINOGRAD_NATIVE_BF16`): kernel `winograd` only."""
     return (
-        plan.weight.dtype == torch.float32
-        and plan.weight.dim() == 4
+        plan.weight.dtype == torch.bfloat16
+        and _shape_ok(plan)
+        and winograd_native.supports(plan)
+        and winograd_native.bf16_available()
+    )
+
+
+def _shape_ok(plan: ConvPlan) -> bool:
+    return (
+        plan.weight.dim() == 4
         and tuple(plan.weight.shape[2:]) == (3, 3)
         and plan.groups == 1
         and all(s == 1 for s in plan.stride)
@@ -196,6 +213,22 @@ RULE_NATIVE_MAX_THREADS = max(RULE_NATIVE_TILES)
 RULE_NATIVE_WIDE_CHANNELS, RULE_NATIVE_WIDE_TILES, RULE_NATIVE_TILES_A_THREAD = 64, 32, 4
 
 
+#: a bf16 layer (`supports_bf16`: the native kernel on bf16 activations, bf16wino14) runs on
+#: F(4,3) by the rule up to `RULE_BF16_MAX_THREADS` threads (above: oneDNN's bf16 kernel, not
+#: measured against it there), with both channel counts at least `RULE_BF16_CHANNELS[threads]`,
+#: `RULE_BF16_PIXELS` output pixels (all images) and the native rule's multiply-adds. Per layer
+#: on the 2-core EPYC (`benchmarks/bf16wino14_layers.py`, `benchmarks/results/bf16wino14.md`;
+#: native / oneDNN bf16 (`jit_bf16`), medians; 1 thread thread CPU, 2 threads wall under load):
+#: UNet-small's, YOLOv8-style's and ResNet-50's layers of 16+ channels and 256+ pixels
+#: 0.61-0.82x at 1 thread, 0.61-0.97x at 2 threads; below 256 pixels the transformed weight
+#: (36 floats a tap pair against oneDNN's 9 bf16) is read for too few products: ResNet-50's
+#: 14x14 maps at batch 1 (256 channels, 196 pixels) 0.98x, its 7x7 ones 1.6x; UNet's
+#: 3-channel input layer 1.9-2.3x; at 2 threads YOLOv8's 16-channel 160x160 maps 1.35-1.41x
+RULE_BF16_CHANNELS = {1: 16, 2: 32}
+RULE_BF16_PIXELS = 256
+RULE_BF16_MAX_THREADS = max(RULE_BF16_CHANNELS)
+
+
 def _native_rule(threads: int) -> bool:
     """Whether the native kernel's rule applies: the kernel at hand."""
     return winograd_native.available()
@@ -223,6 +256,15 @@ def by_rule(plan: ConvPlan, threads: int | None = None) -> bool:
     `RULE_MACS`); `plan` must be `supports`-ed."""
     g = geometry(plan, KERNEL_TILES["winograd"])
     threads = torch.get_num_threads() if threads is None else threads
+    if plan.weight.dtype == torch.bfloat16:
+        if not 1 <= threads <= RULE_BF16_MAX_THREADS or not supports_bf16(plan):
+            return False
+        macs = g.n * g.ho * g.wo * g.c * g.k * 9
+        return (
+            min(g.c, g.k) >= RULE_BF16_CHANNELS[threads]
+            and g.n * g.ho * g.wo >= RULE_BF16_PIXELS
+            and macs >= RULE_NATIVE_MACS
+        )
     limits = rule_limits(threads)
     if limits is None:
         return False
@@ -518,17 +560,17 @@ def _blocks(h: int, w: int, m: int) -> list[tuple[tuple[int, int, int], ...]]:
     return [(r, c) for r in down for c in across]
 
 
-def _check_out(out: Tensor, g: Geometry) -> None:
-    """Refuse an output buffer that is not a channels-last float32 tensor of the result's
+def _check_out(out: Tensor, g: Geometry, dtype: torch.dtype = torch.float32) -> None:
+    """Refuse an output buffer that is not a channels-last `dtype` tensor of the result's
     lens."""
     if (
         list(out.shape) != [g.n, g.k, g.ho, g.wo]
-        or out.dtype != torch.float32
+        or out.dtype != dtype
         or not out.is_contiguous(memory_format=torch.channels_last)
     ):
         raise ValueError(
             f"winograd: the output buffer {list(out.shape)} {out.dtype} is not a channels-last "
-            f"float32 tensor of the result's lens {[g.n, g.k, g.ho, g.wo]}"
+            f"{dtype} tensor of the result's lens {[g.n, g.k, g.ho, g.wo]}"
         )
 
 
@@ -546,14 +588,17 @@ def build(
     not the add operand), writing `out` every call and returning it (no new result, and no copy
     of one into the slot). `scratch`: the program's temporaries (`Winograd`)."""
     ops = epilogue_ops(plan, get_other is not None)
-    if m == 4 and winograd_native.supports(plan) and winograd_native.available():
+    bf16 = plan.weight.dtype == torch.bfloat16
+    if bf16 and not (m == 4 and supports_bf16(plan)):
+        raise ValueError("winograd: a bf16 layer runs on the native F(4,3) kernel only")
+    if m == 4 and winograd_native.supports(plan) and (bf16 or winograd_native.available()):
         geo = geometry(plan, m)
         conv = winograd_native.NativeWinograd(
             plan, geo, weight_transform(plan.weight, m), get_other is not None, ops,
             scratch if scratch_enabled() else None,
         )
         if out is not None:
-            _check_out(out, geo)
+            _check_out(out, geo, conv.dtype)
         return conv.closure(get_x, get_other, out)
     conv = Winograd(plan, m, scratch)
     g = conv.geo
@@ -595,5 +640,6 @@ __all__ = [
     "rule_limits",
     "scratch_enabled",
     "supports",
+    "supports_bf16",
     "weight_transform",
 ]

@@ -8,7 +8,15 @@ tile blocks (and the output channels where there are few blocks), and writes the
 and relu / clip / swish into the channels-last output (`PGX_WINOGRAD_NATIVE_SILU=0`: a swish
 and what follows it run as torch ops on the output afterwards). Only where the build has
 AVX-512F (`wino_f43_supported`); `PGX_WINOGRAD_NATIVE=0` takes the torch route (as does a
-machine without a C compiler, announced once). Figures: `benchmarks/results/wino13.md`.
+machine without a C compiler, announced once; a failed build is kept for the process, not
+retried per layer). Figures: `benchmarks/results/wino13.md`.
+
+A bf16 layer (bf16 weight, `quantize_bf16`; bf16wino14) runs on the same kernel where the build
+has AVX-512 BF16 (`wino_f43_bf16_supported`): its bf16 input and add operand read and widened
+inside the transforms (no conversion pass), the transformed weight in float32 as for a float32
+layer, the result rounded to bf16 (nearest even) once as it is stored: the rounding oneDNN's
+bf16 kernels do, so the error is theirs (`PGX_WINOGRAD_NATIVE_BF16=0`: oneDNN's bf16 kernels).
+Figures: `benchmarks/results/bf16wino14.md`.
 """
 
 from __future__ import annotations
@@ -63,6 +71,9 @@ class _Args(ctypes.Structure):
         ("tb", ctypes.c_int64),
         ("ksplit", ctypes.c_int64),
         ("threads", ctypes.c_int64),
+        ("xbf16", ctypes.c_int64),
+        ("ybf16", ctypes.c_int64),
+        ("obf16", ctypes.c_int64),
     ]  # fmt: skip
 
 
@@ -81,14 +92,41 @@ def native_silu() -> bool:
     return os.environ.get(SILU_ENV, "1").strip().lower() not in native.compiler.OFF_VALUES
 
 
+#: `PGX_WINOGRAD_NATIVE_BF16=0`: a bf16 program's 3x3 layers stay on oneDNN's bf16 kernels
+#: (no F(4,3) on bf16 activations)
+BF16_ENV = "PGX_WINOGRAD_NATIVE_BF16"
+
+
+def bf16_enabled() -> bool:
+    """Whether bf16 layers may take the native kernel (`BF16_ENV` and `NATIVE_ENV` not off)."""
+    off = native.compiler.OFF_VALUES
+    return enabled() and os.environ.get(BF16_ENV, "1").strip().lower() not in off
+
+
 _LIB: list[ctypes.CDLL] = []
+#: the reason the library could not be had, kept for the process (a build is not retried for
+#: every layer of a machine without a compiler or AVX-512F)
+_FAILED: list[native.NativeUnavailable] = []
 
 
 def library() -> ctypes.CDLL:
-    """The kernel's library, its functions bound; raises `native.NativeUnavailable`."""
+    """The kernel's library, its functions bound; raises `native.NativeUnavailable` (the
+    first failure's, again, for the rest of the process)."""
     if _LIB:
         return _LIB[0]
-    lib = native.load(KERNEL)
+    if _FAILED:
+        raise _FAILED[0]
+    try:
+        lib = _bind(native.load(KERNEL))
+    except native.NativeUnavailable as exc:
+        if native.compiler.enabled():  # (`PGX_NATIVE=off` may be lifted later: not kept)
+            _FAILED.append(exc)
+        raise
+    _LIB.append(lib)
+    return lib
+
+
+def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.wino_f43_supported.argtypes = []
     lib.wino_f43_supported.restype = ctypes.c_int
     if not lib.wino_f43_supported():
@@ -98,7 +136,8 @@ def library() -> ctypes.CDLL:
     lib.wino_f43_work_floats.restype = ctypes.c_int64
     lib.wino_f43_run.argtypes = [ctypes.POINTER(_Args)]
     lib.wino_f43_run.restype = ctypes.c_int
-    _LIB.append(lib)
+    lib.wino_f43_bf16_supported.argtypes = []
+    lib.wino_f43_bf16_supported.restype = ctypes.c_int
     return lib
 
 
@@ -110,6 +149,18 @@ def available() -> bool:
         library()
     except native.NativeUnavailable as exc:
         native.announce_fallback(KERNEL, exc, "the torch-ops Winograd route")
+        return False
+    return True
+
+
+def bf16_available() -> bool:
+    """Whether bf16 layers may take the native kernel: `available()`, `bf16_enabled()`, and
+    a build with AVX-512 BF16 (said once where not)."""
+    if not (bf16_enabled() and available()):
+        return False
+    if not library().wino_f43_bf16_supported():
+        why = f"native kernel {KERNEL}: this build has no bf16 (AVX-512 BF16, BW, VL)"
+        native.announce_fallback(KERNEL + "/bf16", why, "oneDNN's bf16 convolution")
         return False
     return True
 
@@ -185,6 +236,10 @@ class NativeWinograd:
         layer left in the caches), else its own."""
         self.lib = library()
         self.geo = g = geo
+        #: the activations' type: float32, or bf16 (a bf16 weight: `quantize_bf16`'s layer)
+        self.dtype = torch.bfloat16 if plan.weight.dtype == torch.bfloat16 else torch.float32
+        if self.dtype == torch.bfloat16 and not self.lib.wino_f43_bf16_supported():
+            raise native.NativeUnavailable(f"native kernel {KERNEL}: this build has no bf16")
         self.weight = pack_weight(wt)
         self.bias = None if plan.bias is None else plan.bias.float().contiguous()
         act, where, (lo, hi), self.rest = split_epilogue(plan, add, ops)
@@ -195,6 +250,7 @@ class NativeWinograd:
         a.n, a.c, a.h, a.w, a.top, a.left = g.n, g.c, g.h, g.w, g.top, g.left
         a.ho, a.wo, a.k = g.ho, g.wo, g.k
         a.act, a.add, a.lo, a.hi = act, where, lo, hi
+        a.xbf16 = a.ybf16 = a.obf16 = int(self.dtype == torch.bfloat16)
         self.ref = ctypes.byref(a)  # (the argument of every call)
         self.bound: Tensor | None = None
         self.scratch = Scratch() if scratch is None else scratch
@@ -219,6 +275,8 @@ class NativeWinograd:
         a.work = self.scratch.address(WORK_ROLE, self.floats)
         if x.stride(1) != 1:
             x = x.contiguous(memory_format=torch.channels_last)
+        if x.dtype != self.dtype or (other is not None and other.dtype != self.dtype):
+            raise ValueError(f"winograd (native): a {self.dtype} layer given {x.dtype} input")
         a.x = x.data_ptr()
         a.sxn, _, a.sxh, a.sxw = x.stride()
         if y is None:
@@ -232,16 +290,19 @@ class NativeWinograd:
                 other = other.contiguous()
             a.other = other.data_ptr()
             a.son, a.soh, a.sow, _ = other.stride()
-        if self.lib.wino_f43_run(self.ref) != 0:
-            raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+        rc = self.lib.wino_f43_run(self.ref)
+        if rc != 0:
+            why = "mixed activation types" if rc == -2 else "not built for this processor"
+            raise RuntimeError(f"native kernel {KERNEL}: {why}")
         for op in self.rest:
             op(y, y, other)
 
     def bind(self, y: Tensor) -> None:
         """Write `y` ((N, Ho, Wo, K), channel stride 1) from now on (an arena slot: its
         address and strides set once)."""
-        if y.stride(3) != 1:
-            raise ValueError("winograd (native): the output's channel stride must be 1")
+        if y.stride(3) != 1 or y.dtype != self.dtype:
+            raise ValueError(
+                f"winograd (native): the output must be {self.dtype} with channel stride 1")
         a = self.args
         a.y = y.data_ptr()
         a.syn, a.syh, a.syw, _ = y.stride()
@@ -253,9 +314,11 @@ class NativeWinograd:
         """`winograd.build`'s closure on this kernel (after one warming call on zeros, as
         there): a new channels-last result each call, or `out` (checked by the caller), whose
         address is bound once."""
-        g = self.geo
-        other = torch.zeros(g.n, g.ho, g.wo, g.k) if self.uses_other or self.rest else None
-        self(torch.zeros(g.n, g.c, g.h, g.w), torch.empty(g.n, g.ho, g.wo, g.k), other)
+        g, dt = self.geo, self.dtype
+        other = (torch.zeros(g.n, g.ho, g.wo, g.k, dtype=dt) if self.uses_other or self.rest
+                 else None)  # fmt: skip
+        self(torch.zeros(g.n, g.c, g.h, g.w, dtype=dt), torch.empty(g.n, g.ho, g.wo, g.k, dtype=dt),
+             other)  # fmt: skip
 
         if out is not None:
             self.bind(out.permute(0, 2, 3, 1))
@@ -268,7 +331,7 @@ class NativeWinograd:
             return into_out
 
         def run() -> Tensor:
-            y = torch.empty(g.n, g.ho, g.wo, g.k)
+            y = torch.empty(g.n, g.ho, g.wo, g.k, dtype=dt)
             other = None if get_other is None else get_other().permute(0, 2, 3, 1)
             self(get_x(), y, other)
             return y.permute(0, 3, 1, 2)  # NCHW lens, channels-last
@@ -277,9 +340,12 @@ class NativeWinograd:
 
 
 __all__ = [
+    "BF16_ENV",
     "NATIVE_ENV",
     "NativeWinograd",
     "available",
+    "bf16_available",
+    "bf16_enabled",
     "blocks",
     "enabled",
     "library",
