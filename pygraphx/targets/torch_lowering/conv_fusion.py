@@ -696,7 +696,7 @@ def _lower_group(ctx: LoweringContext, group: Instruction) -> None:
 def _emit_block(ctx: LoweringContext, block: Block, head: dict, epi: Epilogue) -> None:
     """One step for the whole block on the native kernel (`native_mbconv.MbConv`); the
     unfused twins of its two or three convolution pairs kept for profiling."""
-    from pygraphx.targets.torch_lowering.native_mbconv import MbConv
+    from pygraphx.targets.torch_lowering.native_mbconv import MbConv, program_scratch
 
     plan: ConvPlan = head["plan"]
     dw_epi: Epilogue = head["dw_epi"]
@@ -717,7 +717,7 @@ def _emit_block(ctx: LoweringContext, block: Block, head: dict, epi: Epilogue) -
     bp = torch.from_numpy(epi.bias) if epi.bias.any() else None
     x_lens = list(block.head.inputs[0].shape.lens())
     mb = MbConv(we, be, wd, dw_bias, wp, bp, block.dw.op.stride[0], acts, x_lens,
-                residual=epi.other is not None)  # fmt: skip
+                residual=epi.other is not None, scratch=program_scratch(ctx.cache))  # fmt: skip
     env, xi = ctx.env, ctx.arg(block.head, 0)
     ri = None if epi.other is None else ctx.index[id(epi.other)]
     reads = [block.head.inputs[0]] + ([] if epi.other is None else [epi.other])

@@ -25,8 +25,14 @@ import os
 import torch
 
 from pygraphx.targets import native
+from pygraphx.targets.torch_lowering.winograd_scratch import Scratch
 
 Tensor = torch.Tensor
+#: the role of the threads' strip buffers in a `Scratch` (a program's, shared by its blocks:
+#: the buffers the block before left in the caches) and the key of that scratch in a
+#: lowering context's `cache`
+WORK_ROLE = "native_mbconv"
+SCRATCH_KEY = "mbconv_scratch"
 
 #: `PGX_CPU_NATIVE_MBCONV=0` (off, no, false): blocks run on the oneDNN route
 ENV = "PGX_CPU_NATIVE_MBCONV"
@@ -169,17 +175,28 @@ def schedule(n: int, ho: int, w: int, wo: int, m: int, stride: int, threads: int
     return rows, chunks
 
 
+def program_scratch(cache: dict) -> Scratch:
+    """The blocks' scratch of the program being lowered (`cache`: its lowering context's
+    `cache`, kept by the compiled program, whose runs are serialised)."""
+    scratch = cache.get(SCRATCH_KEY)
+    if scratch is None:
+        scratch = cache[SCRATCH_KEY] = Scratch()
+    return scratch
+
+
 class MbConv:
     """One block's weights packed and its kernel's arguments (`__call__` runs it).
 
     `we` (M, C, 1, 1) or None (no expansion: the depthwise convolution reads the input),
     `wd` (M, 1, 3, 3), `wp` (K, M, 1, 1); biases may be None; `acts`: the three epilogues'
     (unary, scalars); `x_lens` the input's NCHW lens; `residual`: the projection adds a tensor
-    of the output's lens (before its activation)."""
+    of the output's lens (before its activation); `scratch`: where the threads' buffers live
+    (the program's, `program_scratch`), else its own."""
 
     def __init__(self, we: Tensor | None, be: Tensor | None, wd: Tensor, bd: Tensor | None,
                  wp: Tensor, bp: Tensor | None, stride: int, acts: list[tuple[str, list[float]]],
-                 x_lens: list[int], residual: bool) -> None:  # fmt: skip
+                 x_lens: list[int], residual: bool,
+                 scratch: Scratch | None = None) -> None:  # fmt: skip
         self.lib = library()
         n, c, h, w = x_lens
         m, k = wd.shape[0], wp.shape[0]
@@ -199,7 +216,8 @@ class MbConv:
         (a.elo, a.ehi), (a.dlo, a.dhi), (a.plo, a.phi) = (bounds(*e) for e in acts)
         self.residual = residual
         self.ref = ctypes.byref(a)
-        self.work: Tensor | None = None
+        self.scratch = Scratch() if scratch is None else scratch
+        self.floats = 0
         self.threads = 0
         self.bound: Tensor | None = None
         self._set_threads(torch.get_num_threads())
@@ -208,8 +226,8 @@ class MbConv:
         a = self.args
         a.rows, a.chunks = schedule(a.n, a.ho, a.w, a.wo, a.m, a.stride, threads)
         floats = self.lib.mbconv_work_floats(a.w, a.m, a.wo, a.stride, a.rows)
-        self.work = torch.empty(floats * threads + 16)
-        a.work = self.work.data_ptr()
+        self.floats = floats * threads + 16
+        self.scratch.get(WORK_ROLE, (self.floats,))  # (grown now, not at the first run)
         a.threads = self.threads = threads
 
     def point_x(self, x: Tensor) -> Tensor:
@@ -244,6 +262,7 @@ class MbConv:
         threads = torch.get_num_threads()
         if threads != self.threads:
             self._set_threads(threads)
+        self.args.work = self.scratch.address(WORK_ROLE, self.floats)
         if self.lib.mbconv_run(self.ref) != 0:
             raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
 
@@ -256,6 +275,7 @@ class MbConv:
             self.bind(out)
         lib, ref, lens, cl = self.lib, self.ref, self.out_lens, torch.channels_last
         threads = torch.get_num_threads
+        a, address = self.args, self.scratch.address
         seen: list = [None, None]
 
         def run() -> Tensor:
@@ -275,6 +295,7 @@ class MbConv:
                 self.bind(y)
             if threads() != self.threads:
                 self._set_threads(threads())
+            a.work = address(WORK_ROLE, self.floats)
             if lib.mbconv_run(ref) != 0:
                 raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
             del held
