@@ -151,6 +151,19 @@ def test_schedule_and_bounds() -> None:
         native_mbconv.bounds("swish", [])
 
 
+def test_rule() -> None:
+    """Every block at 1 and 2 threads (measured); above, only where the rows split evenly
+    enough: MobileNetV2 at 16 threads batch 1 keeps only its 112x112 stride-1 block."""
+    for threads in (1, 2):
+        assert native_mbconv.rule(1, 7, 7, 960, 1, True, threads)
+    assert native_mbconv.efficiency(8, 56, 56, 144, 1, 2) == 1.0
+    assert native_mbconv.rule(1, 112, 112, 32, 1, False, 16)
+    assert not native_mbconv.rule(1, 112, 112, 96, 2, True, 16)
+    assert not native_mbconv.rule(1, 7, 7, 960, 1, True, 16)
+    assert native_mbconv.rule(8, 28, 28, 192, 1, True, 16)
+    assert not native_mbconv.rule(8, 7, 7, 960, 1, True, 16)
+
+
 def test_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(native_mbconv.ENV, raising=False)
     assert native_mbconv.mode() == "rule" and native_mbconv.enabled()

@@ -69,10 +69,36 @@ def enabled() -> bool:
     return mode() != "off"
 
 
+#: above 2 threads a block takes the kernel where the threads' share of its rows, halos
+#: included, is at least this fraction of an even split (`efficiency`)
+MIN_EFFICIENCY = 0.75
+
+
+def efficiency(n: int, h: int, w: int, m: int, stride: int, threads: int) -> float:
+    """The fraction of the threads' time the kernel's schedule spends on rows of its own:
+    n * Ho output rows over threads x the rows of the busiest thread (its jobs' rows, each
+    range of an image one row of halo more: the input rows expanded again)."""
+    ho, wo = (h - 1) // stride + 1, (w - 1) // stride + 1
+    _, chunks = schedule(n, ho, w, wo, m, stride, threads)
+    busiest = -(-n * chunks // threads) * (-(-ho // chunks) + (1 if chunks > 1 else 0))
+    return n * ho / (threads * busiest)
+
+
 def rule(n: int, h: int, w: int, m: int, stride: int, expands: bool, threads: int) -> bool:
-    """Whether a block of this shape runs faster on the native kernel than on the oneDNN
-    route at `threads` threads (measured: `benchmarks/results/mbv14.md`)."""
-    return threads <= 2
+    """Whether a block of this shape takes the native kernel at `threads` threads.
+
+    1 and 2 threads (measured on the 2-core EPYC, `benchmarks/results/mbv14.md`): every
+    block. MobileNetV2's 17 blocks in the network, 1 thread: 0.85-1.02x the oneDNN route's
+    steps at batch 1 (sum 0.95x), 0.74-1.08x alone at batch 8; end to end 0.96x (batch 1)
+    and 0.87-0.90x (batch 8) at 1 thread, 0.96x and 0.83-0.91x at 2. Above 2 threads (not
+    measured here: the rows split between more threads, each range expanding its halo rows
+    again, while oneDNN splits channels too): only where `efficiency` is at least
+    `MIN_EFFICIENCY` (MobileNetV2 at 16 threads: batch 1 only the first block, 112x112 at
+    stride 1; batch 8 all but the blocks with a 7x7 output; 4 threads batch 1 the blocks
+    whose output is 28x28 or larger)."""
+    if threads <= 2:
+        return True
+    return efficiency(n, h, w, m, stride, threads) >= MIN_EFFICIENCY
 
 
 def use_native(n: int, c: int, h: int, w: int, m: int, k: int, stride: int,
@@ -324,6 +350,7 @@ class MbConv:
 
 
 __all__ = [
-    "ENV", "MbConv", "available", "bounds", "enabled", "library", "mode", "rule", "schedule",
+    "ENV", "MbConv", "available", "bounds", "efficiency", "enabled", "library", "mode", "rule",
+    "schedule",
     "use_native",
 ]  # fmt: skip
