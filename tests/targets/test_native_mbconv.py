@@ -88,10 +88,15 @@ CASES = [
 
 
 @needs_kernel
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads,shared", [(1, None), (2, False), (2, True)])
 @pytest.mark.parametrize("case", CASES)
-def test_kernel_against_torch(case: tuple, threads: int) -> None:
+def test_kernel_against_torch(
+    case: tuple, threads: int, shared: bool | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1 thread; 2 threads on ranges of rows (and images) of their own, or image by image on
+    shared buffers."""
     n, c, h, w, m, k, stride, residual, expand = case
+    monkeypatch.setattr(native_mbconv, "SHARED", shared)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -100,6 +105,7 @@ def test_kernel_against_torch(case: tuple, threads: int) -> None:
         x = torch.randn(n, c, h, w, generator=torch.Generator().manual_seed(7)) * 2
         x = x.contiguous(memory_format=CL)
         mb = MbConv(*wts.values(), stride, acts, [n, c, h, w], residual)
+        assert mb.args.shared == int(bool(shared))
         got = mb(x, other=x if residual else None)
         want = _oracle(x, wts, stride, acts, residual)
         assert got.shape == want.shape and got.is_contiguous(memory_format=CL)
@@ -111,12 +117,15 @@ def test_kernel_against_torch(case: tuple, threads: int) -> None:
 
 
 @needs_kernel
-@pytest.mark.parametrize("threads", [1, 2])
-def test_strided_input_output_and_activations(threads: int) -> None:
+@pytest.mark.parametrize("threads,shared", [(1, None), (2, False), (2, True)])
+def test_strided_input_output_and_activations(
+    threads: int, shared: bool | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """x a channel slice of a wider channels-last tensor (pixels 40 floats apart), the output
     a slice of a wider one, the residual a non-channels-last tensor (copied), relu and none
     epilogues in the other places."""
     n, c, h, w, m, k = 2, 24, 11, 13, 72, 24
+    monkeypatch.setattr(native_mbconv, "SHARED", shared)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -136,6 +145,33 @@ def test_strided_input_output_and_activations(threads: int) -> None:
         want = (F.conv2d(e, wts["wp"].to(d), wts["bp"].to(d)) + r.to(d)).clamp(-1.0, 2.5)
         torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-5)
         assert torch.isnan(out[:, :10]).all() and torch.isnan(out[:, 10 + k :]).all()
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_kernel
+@pytest.mark.parametrize("threads,shared", [(1, None), (2, False), (2, True)])
+@pytest.mark.parametrize("expand", [True, False])
+def test_cropped_input(
+    threads: int, shared: bool | None, expand: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """x a spatial crop of a larger channels-last map (its rows are not one run of pixels),
+    the output a crop too (written row by row)."""
+    n, c, h, w, m, k = 1, 16, 9, 10, 48 if expand else 16, 16
+    monkeypatch.setattr(native_mbconv, "SHARED", shared)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        wts = _weights(c, m, k, expand, 11)
+        acts = [CLIP, CLIP, ("none", [])]
+        x = torch.randn(n, c, h + 3, w + 4).contiguous(memory_format=CL)[:, :, 1 : 1 + h, 2 : 2 + w]
+        out = torch.full((n, k, h + 2, w + 2), float("nan")).contiguous(memory_format=CL)
+        y = out[:, :, 1 : 1 + h, 1 : 1 + w]
+        mb = MbConv(*wts.values(), 1, acts, [n, c, h, w], True)
+        mb(x, y, x)
+        want = _oracle(x, wts, 1, acts, True)
+        torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-5)
+        assert torch.isnan(out[:, :, 0]).all() and torch.isnan(out[:, :, :, -1]).all()
     finally:
         torch.set_num_threads(before)
 
@@ -162,6 +198,12 @@ def test_rule() -> None:
     assert not native_mbconv.rule(1, 7, 7, 960, 1, True, 16)
     assert native_mbconv.rule(8, 28, 28, 192, 1, True, 16)
     assert not native_mbconv.rule(8, 7, 7, 960, 1, True, 16)
+    # 2 threads, batch 1: the 7x7 outputs share the image; larger maps, batch 8 split rows
+    assert native_mbconv.share_image(1, 7, 7, 960, 1, 2)
+    assert native_mbconv.share_image(1, 14, 14, 576, 2, 2)
+    assert not native_mbconv.share_image(1, 14, 14, 576, 1, 2)
+    assert not native_mbconv.share_image(8, 7, 7, 960, 1, 2)
+    assert not native_mbconv.share_image(1, 7, 7, 960, 1, 1)
 
 
 def test_switch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -51,7 +51,7 @@ class _Args(ctypes.Structure):
           ("n", "cin", "h", "w", "m", "ho", "wo", "cout", "stride",
            "sxn", "sxh", "sxw", "syn", "syh", "syw", "son", "soh", "sow")],
         *[(name, ctypes.c_double) for name in ("elo", "ehi", "dlo", "dhi", "plo", "phi")],
-        *[(name, ctypes.c_int64) for name in ("rows", "chunks", "threads")],
+        *[(name, ctypes.c_int64) for name in ("rows", "chunks", "threads", "shared")],
     ]  # fmt: skip
 
 
@@ -127,6 +127,8 @@ def library() -> ctypes.CDLL:
             f"native kernel {KERNEL}: this processor has no AVX-512F (the build has no kernel)")
     lib.mbconv_work_floats.argtypes = [ctypes.c_int64] * 5
     lib.mbconv_work_floats.restype = ctypes.c_int64
+    lib.mbconv_shared_floats.argtypes = [ctypes.c_int64] * 5
+    lib.mbconv_shared_floats.restype = ctypes.c_int64
     lib.mbconv_run.argtypes = [ctypes.POINTER(_Args)]
     lib.mbconv_run.restype = ctypes.c_int
     _LIB.append(lib)
@@ -210,6 +212,26 @@ def program_scratch(cache: dict) -> Scratch:
     return scratch
 
 
+#: the shared mode (`mbconv.c`'s mb_args.shared): None where `share_image` says so, else
+#: always (True, more than one thread) or never (False)
+SHARED: bool | None = None
+#: the efficiency of the rows' split below which the threads share the image
+SHARE_BELOW = 0.8
+
+
+def share_image(n: int, h: int, w: int, m: int, stride: int, threads: int) -> bool:
+    """Whether the threads work image by image on shared buffers (splitting the expansion's
+    pixels, the depthwise rows and the projection's pixels, two barriers) instead of on ranges
+    of rows of their own (each range expanding its halo rows again): where the rows split
+    unevenly (`efficiency` below `SHARE_BELOW`). Measured at 2 threads, batch 1 (the kernel
+    alone, minimum ms, quiet; `benchmarks/results/mbv14.md`): MobileNetV2's blocks with a 7x7
+    output (efficiency 0.70) 0.178 -> 0.153, 0.184 -> 0.157, 0.260 -> 0.224; with 14x14 ones
+    (0.88) mixed (0.106 -> 0.108, 0.228 -> 0.221, 0.078 -> 0.079), so those keep their rows."""
+    if SHARED is not None:
+        return SHARED and threads > 1
+    return threads > 1 and efficiency(n, h, w, m, stride, threads) < SHARE_BELOW
+
+
 class MbConv:
     """One block's weights packed and its kernel's arguments (`__call__` runs it).
 
@@ -251,8 +273,12 @@ class MbConv:
     def _set_threads(self, threads: int) -> None:
         a = self.args
         a.rows, a.chunks = schedule(a.n, a.ho, a.w, a.wo, a.m, a.stride, threads)
-        floats = self.lib.mbconv_work_floats(a.w, a.m, a.wo, a.stride, a.rows)
-        self.floats = floats * threads + 16
+        a.shared = int(share_image(a.n, a.h, a.w, a.m, a.stride, threads))
+        if a.shared:
+            self.floats = self.lib.mbconv_shared_floats(a.h, a.w, a.m, a.ho, a.wo) + 16
+        else:
+            floats = self.lib.mbconv_work_floats(a.w, a.m, a.wo, a.stride, a.rows)
+            self.floats = floats * threads + 16
         self.scratch.get(WORK_ROLE, (self.floats,))  # (grown now, not at the first run)
         a.threads = self.threads = threads
 
@@ -350,7 +376,6 @@ class MbConv:
 
 
 __all__ = [
-    "ENV", "MbConv", "available", "bounds", "efficiency", "enabled", "library", "mode", "rule",
-    "schedule",
-    "use_native",
+    "ENV", "MbConv", "SHARED", "available", "bounds", "efficiency", "enabled", "library", "mode",
+    "rule", "schedule", "share_image", "use_native",
 ]  # fmt: skip

@@ -44,6 +44,9 @@ typedef struct {
     int64_t rows;        /* output rows per strip */
     int64_t chunks;      /* jobs per image (ranges of output rows) */
     int64_t threads;
+    int64_t shared;      /* 1: image by image, E and D whole and shared by the threads, which
+                            split the expansion's pixels, the depthwise rows, the projection's
+                            pixels (no row expanded twice; two barriers) */
 } mb_args;
 
 /* 1 where this build has the kernel (AVX-512F), 0 where it does not */
@@ -62,6 +65,12 @@ int64_t mbconv_work_floats(int64_t w, int64_t m, int64_t wo, int64_t stride, int
     int64_t m16 = up16(m);
     int64_t e = (rows * stride + 2) * w * m16, d = rows * wo * m16, z = w * m16;
     return up16(e) + up16(d) + up16(z) + 16;
+}
+
+/* floats of the shared mode's workspace (E and D of one image, a zero row) */
+int64_t mbconv_shared_floats(int64_t h, int64_t w, int64_t m, int64_t ho, int64_t wo) {
+    int64_t m16 = up16(m);
+    return up16(h * w * m16) + up16(ho * wo * m16) + up16(w * m16) + 16;
 }
 
 #ifdef __AVX512F__
@@ -298,19 +307,92 @@ static void job(const mb_args *a, int64_t img, int64_t oa, int64_t ob, float *wo
     }
 }
 
+/* the projection of D's pixels [p0, p1) of image `img` (rows Wo apart; in runs of a row
+ * where the output or the residual is not one run of pixels) */
+static void project(const mb_args *a, const float *d, int64_t img, int64_t p0, int64_t p1,
+                    __m512 lo, __m512 hi) {
+    const int64_t m16 = up16(a->m), cout16 = up16(a->cout), wo = a->wo;
+    float *yi = a->y + img * a->syn;
+    const float *oi = a->other ? a->other + img * a->son : NULL;
+    if (a->syh == wo * a->syw && (!oi || a->soh == wo * a->sow)) {
+        gemm(d + p0 * m16, m16, p1 - p0, m16, a->wp, a->bp, cout16, a->cout, yi + p0 * a->syw,
+             a->syw, oi ? oi + p0 * a->sow : NULL, a->sow, lo, hi);
+        return;
+    }
+    for (int64_t p = p0; p < p1;) {
+        int64_t oy = p / wo, ox = p % wo, q = (oy + 1) * wo < p1 ? (oy + 1) * wo : p1;
+        gemm(d + p * m16, m16, q - p, m16, a->wp, a->bp, cout16, a->cout,
+             yi + oy * a->syh + ox * a->syw, a->syw,
+             oi ? oi + oy * a->soh + ox * a->sow : NULL, a->sow, lo, hi);
+        p = q;
+    }
+}
+
+/* shared mode: image `img` by thread t of nt (see mb_args.shared) */
+static void shared_image(const mb_args *a, int64_t img, int t, int nt, float *work) {
+    const int64_t m16 = up16(a->m), w = a->w, h = a->h;
+    float *e = work;
+    float *d = e + up16(h * w * m16);
+    float *zero = d + up16(a->ho * a->wo * m16);
+    const __m512 elo = _mm512_set1_ps((float)a->elo), ehi = _mm512_set1_ps((float)a->ehi);
+    const __m512 dlo = _mm512_set1_ps((float)a->dlo), dhi = _mm512_set1_ps((float)a->dhi);
+    const __m512 plo = _mm512_set1_ps((float)a->plo), phi = _mm512_set1_ps((float)a->phi);
+    const float *xi = a->x + img * a->sxn;
+    const int direct = a->we == NULL && a->cin % 16 == 0;
+    if (t == 0) memset(zero, 0, (size_t)(w * m16) * sizeof(float));
+    if (!direct) { /* the expansion (or the padded copy) of pixels [p0, p1), row run by run */
+        int64_t p0 = h * w * t / nt, p1 = h * w * (t + 1) / nt;
+        for (int64_t p = p0; p < p1;) {
+            int64_t r = p / w, q = (r + 1) * w < p1 ? (r + 1) * w : p1;
+            if (a->sxh == w * a->sxw) q = p1; /* the rows are one run of pixels */
+            const float *src = xi + r * a->sxh + (p % w) * a->sxw;
+            if (a->we == NULL) {
+                __mmask16 last = (a->cin % 16) ? (__mmask16)((1u << (a->cin % 16)) - 1) : 0xFFFF;
+                for (int64_t i = 0; i < q - p; i++)
+                    for (int64_t c0 = 0; c0 < m16; c0 += 16) {
+                        __mmask16 mk = (c0 + 16 >= m16) ? last : (__mmask16)0xFFFF;
+                        _mm512_storeu_ps(e + (p + i) * m16 + c0,
+                                         _mm512_maskz_loadu_ps(mk, src + i * a->sxw + c0));
+                    }
+            } else {
+                gemm(src, a->sxw, q - p, a->cin, a->we, a->be, m16, m16, e + p * m16, m16, NULL,
+                     0, elo, ehi);
+            }
+            p = q;
+        }
+    }
+#pragma omp barrier
+    int64_t oy0 = a->ho * t / nt, oy1 = a->ho * (t + 1) / nt;
+    if (direct)
+        depthwise(a, xi, 0, a->sxh, a->sxw, zero, oy0, oy1, d + oy0 * a->wo * m16, m16, dlo,
+                  dhi);
+    else
+        depthwise(a, e, 0, w * m16, m16, zero, oy0, oy1, d + oy0 * a->wo * m16, m16, dlo, dhi);
+#pragma omp barrier
+    const int64_t pix = a->ho * a->wo;
+    project(a, d, img, pix * t / nt, pix * (t + 1) / nt, plo, phi);
+#pragma omp barrier
+}
+
 /* run the block; 0, or 1 where this build has no kernel */
 int mbconv_run(const mb_args *a) {
     const int64_t per = mbconv_work_floats(a->w, a->m, a->wo, a->stride, a->rows);
     const int64_t chunks = a->chunks, jobs = a->n * chunks;
 #pragma omp parallel num_threads((int)a->threads)
     {
-        float *work = a->work + (int64_t)omp_get_thread_num() * per;
-        work = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        if (a->shared) {
+            float *work = (float *)(((uintptr_t)a->work + 63) & ~(uintptr_t)63);
+            for (int64_t img = 0; img < a->n; img++) shared_image(a, img, t, nt, work);
+        } else {
+            float *work = a->work + (int64_t)t * per;
+            work = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
 #pragma omp for schedule(static)
-        for (int64_t j = 0; j < jobs; j++) {
-            int64_t img = j / chunks, ch = j % chunks;
-            int64_t oa = ch * a->ho / chunks, ob = (ch + 1) * a->ho / chunks;
-            if (oa < ob) job(a, img, oa, ob, work);
+            for (int64_t j = 0; j < jobs; j++) {
+                int64_t img = j / chunks, ch = j % chunks;
+                int64_t oa = ch * a->ho / chunks, ob = (ch + 1) * a->ho / chunks;
+                if (oa < ob) job(a, img, oa, ob, work);
+            }
         }
     }
     return 0;
