@@ -217,9 +217,8 @@ static void depthwise(const mb_args *a, const float *e, int64_t b0, int64_t er, 
             const float *r0 = rw[0] + c0, *r1 = rw[1] + c0, *r2 = rw[2] + c0;
             const int64_t p0 = rp[0], p1 = rp[1], p2 = rp[2];
             int64_t ox = 0;
-            /* the first output (and any whose window leaves the image) with column checks */
-            for (; ox < wo && (ox < 1 || ox >= last); ox++) {
-                if (ox >= 1) break;
+            /* the first output (its window starts left of the image) with column checks */
+            for (; ox < 1 && ox < wo; ox++) {
                 __m512 acc = bias;
                 for (int kx = 0; kx < 3; kx++) {
                     int64_t jx = ox * s - 1 + kx;
@@ -230,6 +229,38 @@ static void depthwise(const mb_args *a, const float *e, int64_t b0, int64_t er, 
                 }
                 _mm512_storeu_ps(drow + ox * m16 + c0, _mm512_min_ps(_mm512_max_ps(acc, lo), hi));
             }
+            if (s == 1) /* four outputs read six columns a row: each input loaded once */
+                for (; ox + 4 <= last; ox += 4) {
+                    const int64_t jx = ox - 1;
+                    __m512 q0 = bias, q1 = bias, q2 = bias, q3 = bias;
+                    const float *rr[3] = {r0 + jx * p0, r1 + jx * p1, r2 + jx * p2};
+                    const int64_t pp[3] = {p0, p1, p2};
+                    for (int ky = 0; ky < 3; ky++) {
+                        const float *r = rr[ky];
+                        const int64_t q = pp[ky];
+                        __m512 v0 = _mm512_loadu_ps(r), v1 = _mm512_loadu_ps(r + q);
+                        __m512 v2 = _mm512_loadu_ps(r + 2 * q), v3 = _mm512_loadu_ps(r + 3 * q);
+                        __m512 v4 = _mm512_loadu_ps(r + 4 * q), v5 = _mm512_loadu_ps(r + 5 * q);
+                        const __m512 ka = k[3 * ky], kb = k[3 * ky + 1], kc = k[3 * ky + 2];
+                        q0 = _mm512_fmadd_ps(v0, ka, q0);
+                        q1 = _mm512_fmadd_ps(v1, ka, q1);
+                        q2 = _mm512_fmadd_ps(v2, ka, q2);
+                        q3 = _mm512_fmadd_ps(v3, ka, q3);
+                        q0 = _mm512_fmadd_ps(v1, kb, q0);
+                        q1 = _mm512_fmadd_ps(v2, kb, q1);
+                        q2 = _mm512_fmadd_ps(v3, kb, q2);
+                        q3 = _mm512_fmadd_ps(v4, kb, q3);
+                        q0 = _mm512_fmadd_ps(v2, kc, q0);
+                        q1 = _mm512_fmadd_ps(v3, kc, q1);
+                        q2 = _mm512_fmadd_ps(v4, kc, q2);
+                        q3 = _mm512_fmadd_ps(v5, kc, q3);
+                    }
+                    float *o = drow + ox * m16 + c0;
+                    _mm512_storeu_ps(o, _mm512_min_ps(_mm512_max_ps(q0, lo), hi));
+                    _mm512_storeu_ps(o + m16, _mm512_min_ps(_mm512_max_ps(q1, lo), hi));
+                    _mm512_storeu_ps(o + 2 * m16, _mm512_min_ps(_mm512_max_ps(q2, lo), hi));
+                    _mm512_storeu_ps(o + 3 * m16, _mm512_min_ps(_mm512_max_ps(q3, lo), hi));
+                }
             for (; ox + 4 <= last; ox += 4) {
                 __m512 q[4];
                 for (int u = 0; u < 4; u++) {
