@@ -45,7 +45,9 @@ BLOCKS = [
 ]
 
 
-def block_model(n: int, c: int, h: int, m: int, k: int, stride: int, residual: bool):  # noqa: ANN201
+def block_model(  # noqa: ANN201
+    n: int, c: int, h: int, m: int, k: int, stride: int, residual: bool
+):
     """One block as an ONNX model (random weights), its feeds."""
     rng = np.random.default_rng(c + h + m + k)
     x = rng.standard_normal((n, c, h, h)).astype(np.float32)
@@ -117,11 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     results, total = [], {"old": 0.0, "new": 0.0}
     for c, h, m, k, s, res, count in BLOCKS:
         model, feeds = block_model(args.batch, c, h, m, k, s, res)
-        progs = {"old": compiled(model, args.threads, "0"), "new": compiled(model, args.threads, "all")}
-        taken = progs["new"]._executable is not None
+        progs = {"old": compiled(model, args.threads, "0"),
+                 "new": compiled(model, args.threads, "all")}  # fmt: skip
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         want = sess.run(None, feeds)[0]
-        err = {n: float(np.abs(np.asarray(pr.run(feeds)[0]) - want).max()) for n, pr in progs.items()}
+        err = {n: float(np.abs(np.asarray(pr.run(feeds)[0]) - want).max())
+               for n, pr in progs.items()}  # fmt: skip
         times = {n: [] for n in progs}
         order = list(progs.items())
         for r in range(args.rounds):
@@ -135,16 +138,17 @@ def main(argv: list[str] | None = None) -> int:
         row = {"block": f"{c}->{m}->{k} @{h} s{s}{' +x' if res else ''}", "count": count}
         for name, ts in times.items():
             ts = np.array(ts) * 1e3
-            row[f"{name}_min"], row[f"{name}_med"] = round(float(ts.min()), 4), round(float(np.median(ts)), 4)
+            row[f"{name}_min"] = round(float(ts.min()), 4)
+            row[f"{name}_med"] = round(float(np.median(ts)), 4)
             total[name] += count * float(np.median(ts))
         row["new/old_med"] = round(row["new_med"] / row["old_med"], 3)
         row["diff_us_med"] = round((row["new_med"] - row["old_med"]) * 1e3, 1)
         row["err"] = err
-        del taken
         results.append(row)
         print(f"{row['block']:>26} x{count}: old {row['old_min']:.4f} / {row['old_med']:.4f}  "
-              f"new {row['new_min']:.4f} / {row['new_med']:.4f}  new/old {row['new/old_med']:.3f}  "
-              f"diff {row['diff_us_med']:+.1f} us  err old {err['old']:.1e} new {err['new']:.1e}")
+              f"new {row['new_min']:.4f} / {row['new_med']:.4f}  "
+              f"new/old {row['new/old_med']:.3f}  diff {row['diff_us_med']:+.1f} us  "
+              f"err old {err['old']:.1e} new {err['new']:.1e}")
     print(f"weighted sum of medians (17 blocks): old {total['old']:.3f} new {total['new']:.3f} ms")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "blocks": results}, indent=1))

@@ -44,9 +44,11 @@ def main(argv: list[str] | None = None) -> int:
             steps = time_steps(prog._executable, feeds, 1)
             t = np.array([s.seconds for s in steps])
             mins[name] = t if mins[name] is None else np.minimum(mins[name], t)
-            low = prog._executable.lowered  # (instructions named by their place in the module: the two
-            # programs come from the same passes, only the lowering differs)
-            names[name] = [[low.ctx.position[id(i)] for i in s.instructions] for s in low.steps]
+            # instructions named by their place in the module (the two programs come from
+            # the same passes, only the lowering differs)
+            low = prog._executable.lowered
+            pos = low.ctx.position
+            names[name] = [[pos[id(i)] for i in s.instructions] for s in low.steps]
     old_of = {}
     for k, ins in enumerate(names["old"]):
         for i in ins:
@@ -61,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         o = float(sum(mins["old"][j] for j in olds)) * 1e3
         n = float(mins["new"][k]) * 1e3
         total_old, total_new = total_old + o, total_new + n
-        print(f"block step {k:3d} ({len(ins)} instr): old {o:.4f} ({len(olds)} steps)  new {n:.4f}  "
-              f"new/old {n / o:.3f}")
+        print(f"block step {k:3d} ({len(ins)} instr): old {o:.4f} ({len(olds)} steps)  "
+              f"new {n:.4f}  new/old {n / o:.3f}")
     print(f"blocks: old {total_old:.3f} new {total_new:.3f} ms; whole run step sums: old "
           f"{mins['old'].sum() * 1e3:.3f} new {mins['new'].sum() * 1e3:.3f}")
     return 0

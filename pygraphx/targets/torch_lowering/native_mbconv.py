@@ -8,12 +8,13 @@ back, one fork/join of the threads per primitive. The native kernel computes the
 strip of output rows, the expanded rows and the depthwise result kept in the core's L2, the
 projection written straight into the channels-last output; one fork/join for the block.
 
-This module binds the kernel and packs the weights (`MbConv`); `lower_block` (called from
-`conv_fusion.fuse_group`) matches the block in the program and emits one step for its six
-instructions (`block_of`, `_choose`). Which blocks take it: `use_native` (the measured rule,
-`benchmarks/results/mbv14.md`). `PGX_CPU_NATIVE_MBCONV=0` (off, no, false) keeps the oneDNN
-route everywhere; float32 only (bf16 programs keep their route); AVX-512F builds only
-(`mbconv_supported`), else the oneDNN route, announced once.
+This module binds the kernel and packs the weights (`MbConv`) and says which blocks take it
+(`use_native`: the rule measured on the 2-core EPYC, `rule`; `benchmarks/results/mbv14.md`);
+`conv_dw_fusion.native_block` matches a block in the program and `conv_fusion._defer_block` /
+`_emit_block` lower it as one step for its six (four without an expansion) instructions.
+`PGX_CPU_NATIVE_MBCONV=0` (off, no, false) keeps the oneDNN route everywhere, `=all` puts every
+block the kernel can run on it; float32 only (bf16 programs keep their route); AVX-512F builds
+only (`mbconv_supported`), else the oneDNN route, announced once.
 """
 
 from __future__ import annotations
@@ -187,7 +188,9 @@ def pack_dw(weight: Tensor) -> Tensor:
     return out.contiguous()
 
 
-def schedule(n: int, ho: int, w: int, wo: int, m: int, stride: int, threads: int) -> tuple[int, int]:
+def schedule(
+    n: int, ho: int, w: int, wo: int, m: int, stride: int, threads: int
+) -> tuple[int, int]:
     """(output rows per strip, jobs per image): strips whose buffers fit `STRIP_BYTES`; as
     many row ranges per image as keep the threads busy at the least recomputed rows (each
     range expands the one or two input rows above it again)."""

@@ -155,8 +155,9 @@ static void gemm(const float *a, int64_t lda, int64_t P, int64_t K, const float 
         const float *b = bp + n0 * K;
         for (int64_t p0 = 0; p0 < P; p0 += 6) {
             int rr = (int)(P - p0 < 6 ? P - p0 : 6);
-            MICRO[half][rr - 1][nv - 1](a + p0 * lda, lda, K, b, bw, bias + n0, c + p0 * ldc + n0, ldc,
-                                  r ? r + p0 * ldr + n0 : NULL, ldr, lo, hi, last);
+            MICRO[half][rr - 1][nv - 1](a + p0 * lda, lda, K, b, bw, bias + n0,
+                                        c + p0 * ldc + n0, ldc, r ? r + p0 * ldr + n0 : NULL,
+                                        ldr, lo, hi, last);
         }
     }
 }
