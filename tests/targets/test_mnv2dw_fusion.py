@@ -123,6 +123,7 @@ def _block_net(n: int, c: int, h: int, e: int, stride: int, dw_pads: int = 1, k:
 
 def _compile(model, fusion: str, monkeypatch, **target) -> pygraphx.Program:  # noqa: ANN001
     monkeypatch.setenv("PGX_CONV_DW_FUSION", fusion)
+    monkeypatch.setenv("PGX_CPU_NATIVE_MBCONV", "0")  # (the oneDNN route: test_native_mbconv)
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     prog.compile(CpuTarget(threads=1, **target))
     return prog
@@ -241,6 +242,7 @@ def test_bf16_network(monkeypatch: pytest.MonkeyPatch) -> None:
     model, feeds = _block_net(1, 16, 112, 96, 2)
     want = run_ort(model, feeds)[0]
     got = {}
+    monkeypatch.setenv("PGX_CPU_NATIVE_MBCONV", "0")
     for mode in ("on", "off"):
         monkeypatch.setenv("PGX_CONV_DW_FUSION", mode)
         prog = pygraphx.parse_onnx_buffer(model.SerializeToString())

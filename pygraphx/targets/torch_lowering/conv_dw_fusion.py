@@ -41,11 +41,13 @@ of the cpu target's `fused_reads`), so the step never writes over what it reads.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.settings import env_choice
-from pygraphx.targets.torch_lowering import onednn_conv
+from pygraphx.targets.torch_lowering import native_mbconv, onednn_conv
 from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan
 
 ENV = "PGX_CONV_DW_FUSION"
@@ -97,12 +99,117 @@ def may_fuse(conv: Instruction, user: Instruction) -> bool:
 
 
 def dw_reader(ins: Instruction) -> Instruction | None:
-    """The last group of the pair `ins` heads (its step reads `ins`'s input while it writes that
-    group's slot), else None: part of the cpu target's `fused_reads`."""
+    """The last group of the pair or native block `ins` heads (its step reads `ins`'s input
+    while it writes that group's slot), else None: part of the cpu target's `fused_reads`."""
     if ins.op.name != "convolution":
         return None
+    block = native_block(ins)
+    if block is not None:
+        return block.last
     pair = dw_pair(ins)
     return None if pair is None else pair[2]
+
+
+@dataclass
+class Block:
+    """An inverted-residual block the native kernel runs (`native_mbconv`): the expansion
+    and its group (None, None where the block has none), the depthwise convolution and its
+    group, the projection and its group (whose step computes all of them)."""
+
+    expand: Instruction | None
+    g1: Instruction | None
+    dw: Instruction
+    g2: Instruction
+    proj: Instruction
+    last: Instruction
+
+    @property
+    def head(self) -> Instruction:
+        return self.dw if self.expand is None else self.expand
+
+    def instructions(self) -> list[Instruction]:
+        first = [] if self.expand is None else [self.expand, self.g1]
+        return [*first, self.dw, self.g2, self.proj, self.last]
+
+
+def native_block(head: Instruction) -> Block | None:
+    """The block `head` starts when the native kernel takes it, else None: a float32
+    1x1 convolution (stride 1, no padding, one group) with its group, a depthwise 3x3 one
+    (stride 1 or 2, padding 1) with its group, a 1x1 projection with its group, each
+    convolution the only user of its input and of a literal weight; or the same without the
+    expansion (a depthwise convolution whose input is no 1x1 convolution's group); the kernel
+    on (`native_mbconv.available`) and its rule saying yes at the thread count the program is
+    prepared for (`native_mbconv.use_native`)."""
+    if head.op.name != "convolution" or _dtype(head) != "float_type":
+        return None
+    if not head.inputs[1].is_literal():
+        return None
+    expand = g1 = None
+    if _is_1x1(head):
+        g1 = fused_user(head)
+        if g1 is None or len(g1.outputs) != 1:
+            return None
+        expand, dw = head, g1.outputs[0]
+        if dw.op.name != "convolution" or dw.inputs[0] is not g1 or not _is_dw3x3(dw):
+            return None
+    elif _is_dw3x3(head):
+        dw, src = head, head.inputs[0]
+        if src.op.name == "pointwise" and any(
+            i.op.name == "convolution" and _is_1x1(i) and fused_user(i) is src for i in src.inputs
+        ):
+            return None  # (the block of that expansion, or the oneDNN route)
+    else:
+        return None
+    if _dtype(dw) != "float_type":
+        return None
+    g2 = fused_user(dw)
+    if g2 is None or len(g2.outputs) != 1:
+        return None
+    proj = g2.outputs[0]
+    if proj.op.name != "convolution" or proj.inputs[0] is not g2 or _dtype(proj) != "float_type":
+        return None
+    if not _is_1x1(proj) or not proj.inputs[1].is_literal():
+        return None
+    last = fused_user(proj)
+    if last is None:
+        return None
+    n, c, h, w = head.inputs[0].shape.lens()
+    m, k = dw.shape.lens()[1], proj.shape.lens()[1]
+    stride = dw.op.stride[0]
+    if not native_mbconv.use_native(n, c, h, w, m, k, stride, expand is not None):
+        return None
+    return Block(expand, g1, dw, g2, proj, last)
+
+
+def block_ending(last: Instruction) -> Block | None:
+    """The native block whose last group is `last`, else None (the memory plan's residual
+    slots: `conv_residual`)."""
+    if last.op.name != "pointwise":
+        return None
+    proj = _fused_input(last)
+    g2 = None if proj is None else proj.inputs[0]
+    dw = None if g2 is None or g2.op.name != "pointwise" else _fused_input(g2)
+    if dw is None:
+        return None
+    heads = [dw]
+    g1 = dw.inputs[0]
+    if g1.op.name == "pointwise":
+        expand = _fused_input(g1)
+        if expand is not None:
+            heads.insert(0, expand)
+    for head in heads:
+        block = native_block(head)
+        if block is not None and block.last is last:
+            return block
+    return None
+
+
+def _fused_input(group: Instruction) -> Instruction | None:
+    """The convolution among `group`'s inputs whose fused group it is, else None."""
+    for i in group.inputs:
+        if i.op.name == "convolution" and fused_user(i) is group:
+            return i
+    return None
 
 
 def _dtype(conv: Instruction) -> str | None:
@@ -153,4 +260,7 @@ def native(plan: ConvPlan, dw: Instruction) -> bool:
     return not onednn_conv.first_implementation(head).startswith("ref")
 
 
-__all__ = ["ENV", "dw_pair", "dw_reader", "enabled", "fused_user", "may_fuse", "native"]
+__all__ = [
+    "ENV", "Block", "dw_pair", "dw_reader", "enabled", "fused_user", "may_fuse", "native",
+    "block_ending", "native_block",
+]  # fmt: skip

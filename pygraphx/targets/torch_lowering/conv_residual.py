@@ -25,7 +25,7 @@ to a new tensor.
 from __future__ import annotations
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.torch_lowering.conv_dw_fusion import fused_user
+from pygraphx.targets.torch_lowering.conv_dw_fusion import block_ending, fused_user
 from pygraphx.targets.torch_lowering.conv_fusion import add_leaves
 
 #: the activations after the sum that oneDNN's chain (sum, then eltwise) runs
@@ -39,6 +39,8 @@ def residual_slot(user: Instruction) -> Instruction | None:
         return None
     conv, other = parts
     if other is None or other.op.name not in ("pointwise", "convolution"):
+        return None
+    if block_ending(user) is not None:  # mbv14: the native block reads its input to the end
         return None
     if _winograd_shape(conv):
         return None

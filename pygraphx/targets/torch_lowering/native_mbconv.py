@@ -1,0 +1,384 @@
+"""A whole inverted-residual block as one native kernel (`native/kernels/mbconv.c`, helper mbv14).
+
+MobileNetV2's block (1x1 expansion + bias + clip, depthwise 3x3 + bias + clip, 1x1 projection
++ bias, maybe + the block's input) runs on the `dnnl` route as two or three oneDNN primitives
+(chained: `conv_chain.py`; the first pair one primitive where oneDNN fuses it natively:
+`conv_dw_fusion.py`), the expanded tensor (6x the block's channels) written to memory and read
+back, one fork/join of the threads per primitive. The native kernel computes the block strip by
+strip of output rows, the expanded rows and the depthwise result kept in the core's L2, the
+projection written straight into the channels-last output; one fork/join for the block.
+
+This module binds the kernel and packs the weights (`MbConv`) and says which blocks take it
+(`use_native`: the rule measured on the 2-core EPYC, `rule`; `benchmarks/results/mbv14.md`);
+`conv_dw_fusion.native_block` matches a block in the program and `conv_fusion._defer_block` /
+`_emit_block` lower it as one step for its six (four without an expansion) instructions.
+`PGX_CPU_NATIVE_MBCONV=0` (off, no, false) keeps the oneDNN route everywhere, `=all` puts every
+block the kernel can run on it; float32 only (bf16 programs keep their route); AVX-512F builds
+only (`mbconv_supported`), else the oneDNN route, announced once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+
+import torch
+
+from pygraphx.targets import native
+from pygraphx.targets.torch_lowering.winograd_scratch import Scratch
+
+Tensor = torch.Tensor
+#: the role of the threads' strip buffers in a `Scratch` (a program's, shared by its blocks:
+#: the buffers the block before left in the caches) and the key of that scratch in a
+#: lowering context's `cache`
+WORK_ROLE = "native_mbconv"
+SCRATCH_KEY = "mbconv_scratch"
+
+#: `PGX_CPU_NATIVE_MBCONV=0` (off, no, false): blocks run on the oneDNN route
+ENV = "PGX_CPU_NATIVE_MBCONV"
+KERNEL = "mbconv"
+#: bytes of a thread's strip buffers (the expanded rows and the depthwise rows) at most
+STRIP_BYTES = 384 * 1024
+
+_BOUNDS = {"none": (-math.inf, math.inf), "relu": (0.0, math.inf)}
+
+
+class _Args(ctypes.Structure):
+    _fields_ = [
+        *[(name, ctypes.c_void_p) for name in
+          ("x", "we", "be", "wd", "bd", "wp", "bp", "y", "other", "work")],
+        *[(name, ctypes.c_int64) for name in
+          ("n", "cin", "h", "w", "m", "ho", "wo", "cout", "stride",
+           "sxn", "sxh", "sxw", "syn", "syh", "syw", "son", "soh", "sow")],
+        *[(name, ctypes.c_double) for name in ("elo", "ehi", "dlo", "dhi", "plo", "phi")],
+        *[(name, ctypes.c_int64) for name in ("rows", "chunks", "threads", "shared")],
+    ]  # fmt: skip
+
+
+def mode() -> str:
+    """`PGX_CPU_NATIVE_MBCONV`: "off" (0, off, no, false), "all" (every block the kernel can
+    run: measurements) or "rule" (anything else, the default: the blocks `rule` picks)."""
+    raw = os.environ.get(ENV, "1").strip().lower()
+    if raw in native.compiler.OFF_VALUES:
+        return "off"
+    return "all" if raw == "all" else "rule"
+
+
+def enabled() -> bool:
+    """Whether blocks may take the native kernel (`PGX_CPU_NATIVE_MBCONV` not off)."""
+    return mode() != "off"
+
+
+#: above 2 threads a block takes the kernel where the threads' share of its rows, halos
+#: included, is at least this fraction of an even split (`efficiency`)
+MIN_EFFICIENCY = 0.75
+
+
+def efficiency(n: int, h: int, w: int, m: int, stride: int, threads: int) -> float:
+    """The fraction of the threads' time the kernel's schedule spends on rows of its own:
+    n * Ho output rows over threads x the rows of the busiest thread (its jobs' rows, each
+    range of an image one row of halo more: the input rows expanded again)."""
+    ho, wo = (h - 1) // stride + 1, (w - 1) // stride + 1
+    _, chunks = schedule(n, ho, w, wo, m, stride, threads)
+    busiest = -(-n * chunks // threads) * (-(-ho // chunks) + (1 if chunks > 1 else 0))
+    return n * ho / (threads * busiest)
+
+
+def rule(n: int, h: int, w: int, m: int, stride: int, expands: bool, threads: int) -> bool:
+    """Whether a block of this shape takes the native kernel at `threads` threads.
+
+    1 and 2 threads (measured on the 2-core EPYC, `benchmarks/results/mbv14.md`): every
+    block. MobileNetV2's 17 blocks in the network, 1 thread: 0.85-1.02x the oneDNN route's
+    steps at batch 1 (sum 0.95x), 0.74-1.08x alone at batch 8; end to end 0.96x (batch 1)
+    and 0.87-0.90x (batch 8) at 1 thread, 0.96x and 0.83-0.91x at 2. Above 2 threads (not
+    measured here: the rows split between more threads, each range expanding its halo rows
+    again, while oneDNN splits channels too): only where `efficiency` is at least
+    `MIN_EFFICIENCY` (MobileNetV2 at 16 threads: batch 1 only the first block, 112x112 at
+    stride 1; batch 8 all but the blocks with a 7x7 output; 4 threads batch 1 the blocks
+    whose output is 28x28 or larger)."""
+    if threads <= 2:
+        return True
+    return efficiency(n, h, w, m, stride, threads) >= MIN_EFFICIENCY
+
+
+def use_native(n: int, c: int, h: int, w: int, m: int, k: int, stride: int,
+               expands: bool) -> bool:  # fmt: skip
+    """Whether the block of this shape takes the native kernel in a program prepared now (at
+    `torch.get_num_threads()` threads): the kernel on and available, and `rule` (or the mode
+    "all")."""
+    kind = mode()
+    if kind == "off" or not available():
+        return False
+    return kind == "all" or rule(n, h, w, m, stride, expands, torch.get_num_threads())
+
+
+_LIB: list[ctypes.CDLL] = []
+
+
+def library() -> ctypes.CDLL:
+    """The kernel's library, its functions bound; raises `native.NativeUnavailable`."""
+    if _LIB:
+        return _LIB[0]
+    lib = native.load(KERNEL)
+    lib.mbconv_supported.argtypes = []
+    lib.mbconv_supported.restype = ctypes.c_int
+    if not lib.mbconv_supported():
+        raise native.NativeUnavailable(
+            f"native kernel {KERNEL}: this processor has no AVX-512F (the build has no kernel)")
+    lib.mbconv_work_floats.argtypes = [ctypes.c_int64] * 5
+    lib.mbconv_work_floats.restype = ctypes.c_int64
+    lib.mbconv_shared_floats.argtypes = [ctypes.c_int64] * 5
+    lib.mbconv_shared_floats.restype = ctypes.c_int64
+    lib.mbconv_run.argtypes = [ctypes.POINTER(_Args)]
+    lib.mbconv_run.restype = ctypes.c_int
+    _LIB.append(lib)
+    return lib
+
+
+def available() -> bool:
+    """Whether the native route is on and can be had (announcing once why not)."""
+    if not enabled():
+        return False
+    try:
+        library()
+    except native.NativeUnavailable as exc:
+        native.announce_fallback(KERNEL, exc, "the oneDNN convolution route")
+        return False
+    return True
+
+
+def bounds(unary: str, scalars: list[float]) -> tuple[float, float]:
+    """The clip bounds of an epilogue activation none / relu / hardtanh (ValueError else)."""
+    if unary == "hardtanh":
+        return float(scalars[0]), float(scalars[1])
+    if unary in _BOUNDS:
+        return _BOUNDS[unary]
+    raise ValueError(f"native mbconv: unsupported activation {unary!r}")
+
+
+def _pad16(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+def pack_1x1(weight: Tensor, pad_k: bool = False) -> Tensor:
+    """A 1x1 weight (N, K, 1, 1) in the kernel's layout: N padded with zeros to a multiple of
+    16 (K too with `pad_k`: the projection reads the padded depthwise channels), per block of
+    64 output channels from n0 (its width bw) the (K, bw) matrix at n0 * K."""
+    n, k = weight.shape[:2]
+    w = torch.zeros(_pad16(n), _pad16(k) if pad_k else k)
+    w[:n, :k] = weight.reshape(n, k).float()
+    n16 = w.shape[0]
+    return torch.cat([w[n0 : n0 + 64].t().contiguous().view(-1) for n0 in range(0, n16, 64)])
+
+
+def pad_vector(v: Tensor | None, n: int) -> Tensor:
+    """A bias (or zeros for None) padded with zeros to a multiple of 16."""
+    out = torch.zeros(_pad16(n))
+    if v is not None:
+        out[:n] = v.float().reshape(-1)
+    return out
+
+
+def pack_dw(weight: Tensor) -> Tensor:
+    """A depthwise 3x3 weight (M, 1, 3, 3) as (9, m16)."""
+    m = weight.shape[0]
+    out = torch.zeros(9, _pad16(m))
+    out[:, :m] = weight.reshape(m, 9).t().float()
+    return out.contiguous()
+
+
+def schedule(
+    n: int, ho: int, w: int, wo: int, m: int, stride: int, threads: int
+) -> tuple[int, int]:
+    """(output rows per strip, jobs per image): strips whose buffers fit `STRIP_BYTES`; as
+    many row ranges per image as keep the threads busy at the least recomputed rows (each
+    range expands the one or two input rows above it again)."""
+    m16 = _pad16(m)
+    per_row = (stride * w + wo) * m16 * 4
+    rows = max(1, min(ho, (STRIP_BYTES - 2 * w * m16 * 4) // per_row))
+    best, chunks = None, 1
+    for c in range(1, ho + 1):
+        cost = -(-n * c // threads) * (-(-ho // c) + (1 if c > 1 else 0))
+        if best is None or cost < best:
+            best, chunks = cost, c
+    rows = min(rows, -(-ho // chunks))
+    return rows, chunks
+
+
+def program_scratch(cache: dict) -> Scratch:
+    """The blocks' scratch of the program being lowered (`cache`: its lowering context's
+    `cache`, kept by the compiled program, whose runs are serialised)."""
+    scratch = cache.get(SCRATCH_KEY)
+    if scratch is None:
+        scratch = cache[SCRATCH_KEY] = Scratch()
+    return scratch
+
+
+#: the shared mode (`mbconv.c`'s mb_args.shared): None where `share_image` says so, else
+#: always (True, more than one thread) or never (False)
+SHARED: bool | None = None
+#: the efficiency of the rows' split below which the threads share the image
+SHARE_BELOW = 0.8
+
+
+def share_image(n: int, h: int, w: int, m: int, stride: int, threads: int) -> bool:
+    """Whether the threads work image by image on shared buffers (splitting the expansion's
+    pixels, the depthwise rows and the projection's pixels, two barriers) instead of on ranges
+    of rows of their own (each range expanding its halo rows again): where the rows split
+    unevenly (`efficiency` below `SHARE_BELOW`). Measured at 2 threads, batch 1 (the kernel
+    alone, minimum ms, quiet; `benchmarks/results/mbv14.md`): MobileNetV2's blocks with a 7x7
+    output (efficiency 0.70) 0.178 -> 0.153, 0.184 -> 0.157, 0.260 -> 0.224; with 14x14 ones
+    (0.88) mixed (0.106 -> 0.108, 0.228 -> 0.221, 0.078 -> 0.079), so those keep their rows."""
+    if SHARED is not None:
+        return SHARED and threads > 1
+    return threads > 1 and efficiency(n, h, w, m, stride, threads) < SHARE_BELOW
+
+
+class MbConv:
+    """One block's weights packed and its kernel's arguments (`__call__` runs it).
+
+    `we` (M, C, 1, 1) or None (no expansion: the depthwise convolution reads the input),
+    `wd` (M, 1, 3, 3), `wp` (K, M, 1, 1); biases may be None; `acts`: the three epilogues'
+    (unary, scalars); `x_lens` the input's NCHW lens; `residual`: the projection adds a tensor
+    of the output's lens (before its activation); `scratch`: where the threads' buffers live
+    (the program's, `program_scratch`), else its own."""
+
+    def __init__(self, we: Tensor | None, be: Tensor | None, wd: Tensor, bd: Tensor | None,
+                 wp: Tensor, bp: Tensor | None, stride: int, acts: list[tuple[str, list[float]]],
+                 x_lens: list[int], residual: bool,
+                 scratch: Scratch | None = None) -> None:  # fmt: skip
+        self.lib = library()
+        n, c, h, w = x_lens
+        m, k = wd.shape[0], wp.shape[0]
+        if we is None and m != c:
+            raise ValueError("native mbconv: without an expansion the depthwise channels are C")
+        self.tensors = [
+            None if we is None else pack_1x1(we), pad_vector(be, m), pack_dw(wd),
+            pad_vector(bd, m), pack_1x1(wp, pad_k=True), pad_vector(bp, k),
+        ]  # fmt: skip
+        self.ho, self.wo = (h - 1) // stride + 1, (w - 1) // stride + 1
+        self.out_lens = [n, k, self.ho, self.wo]
+        self.args = a = _Args()
+        a.we, a.be, a.wd, a.bd, a.wp, a.bp = (
+            None if t is None else t.data_ptr() for t in self.tensors)
+        a.n, a.cin, a.h, a.w, a.m, a.ho, a.wo, a.cout, a.stride = (
+            n, c, h, w, m, self.ho, self.wo, k, stride)
+        (a.elo, a.ehi), (a.dlo, a.dhi), (a.plo, a.phi) = (bounds(*e) for e in acts)
+        self.residual = residual
+        self.ref = ctypes.byref(a)
+        self.scratch = Scratch() if scratch is None else scratch
+        self.floats = 0
+        self.threads = 0
+        self.bound: Tensor | None = None
+        self._set_threads(torch.get_num_threads())
+
+    def _set_threads(self, threads: int) -> None:
+        a = self.args
+        a.rows, a.chunks = schedule(a.n, a.ho, a.w, a.wo, a.m, a.stride, threads)
+        a.shared = int(share_image(a.n, a.h, a.w, a.m, a.stride, threads))
+        if a.shared:
+            self.floats = self.lib.mbconv_shared_floats(a.h, a.w, a.m, a.ho, a.wo) + 16
+        else:
+            floats = self.lib.mbconv_work_floats(a.w, a.m, a.wo, a.stride, a.rows)
+            self.floats = floats * threads + 16
+        self.scratch.get(WORK_ROLE, (self.floats,))  # (grown now, not at the first run)
+        a.threads = self.threads = threads
+
+    def point_x(self, x: Tensor) -> Tensor:
+        """Point the kernel to `x` (NCHW lens; channels-last, else a channels-last copy, which
+        is returned to be held until the call)."""
+        if x.stride(1) != 1:
+            x = x.contiguous(memory_format=torch.channels_last)
+        a = self.args
+        a.x = x.data_ptr()
+        a.sxn, _, a.sxh, a.sxw = x.stride()
+        return x
+
+    def bind(self, y: Tensor) -> None:
+        """Write `y` (NCHW lens, channels-last) from now on (an arena slot)."""
+        if y.stride(1) != 1:
+            raise ValueError("native mbconv: the output must be channels-last")
+        a = self.args
+        a.y = y.data_ptr()
+        a.syn, _, a.syh, a.syw = y.stride()
+        self.bound = y
+
+    def point_other(self, r: Tensor) -> Tensor:
+        if r.stride(1) != 1:
+            r = r.contiguous(memory_format=torch.channels_last)
+        a = self.args
+        a.other = r.data_ptr()
+        a.son, _, a.soh, a.sow = r.stride()
+        return r
+
+    def run(self) -> None:
+        """Run on what the arguments point to."""
+        threads = torch.get_num_threads()
+        if threads != self.threads:
+            self._set_threads(threads)
+        self.args.work = self.scratch.address(WORK_ROLE, self.floats)
+        if self.lib.mbconv_run(self.ref) != 0:
+            raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+
+    def closure(self, env: list, xi: int, ri: int | None, out: Tensor | None):
+        """A step's closure: the block on env[xi] (and the residual env[ri]) into `out` (an
+        arena slot, channels-last: bound once; the closure says so as `writes`) or a new
+        tensor, which it returns. An input that is the same tensor as the run before is not
+        pointed to again."""
+        if out is not None:
+            self.bind(out)
+        lib, ref, lens, cl = self.lib, self.ref, self.out_lens, torch.channels_last
+        threads = torch.get_num_threads
+        a, address = self.args, self.scratch.address
+        seen: list = [None, None]
+
+        def run() -> Tensor:
+            x = env[xi]
+            held = None
+            if x is not seen[0]:
+                held = self.point_x(x)
+                seen[0] = x if held is x else None
+            if ri is not None:
+                r = env[ri]
+                if r is not seen[1]:
+                    held_r = self.point_other(r)
+                    seen[1] = r if held_r is r else None
+            y = out
+            if y is None:
+                y = torch.empty(lens).contiguous(memory_format=cl)
+                self.bind(y)
+            if threads() != self.threads:
+                self._set_threads(threads())
+            a.work = address(WORK_ROLE, self.floats)
+            if lib.mbconv_run(ref) != 0:
+                raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+            del held
+            return y
+
+        run.writes = out  # type: ignore[attr-defined]
+        if ri is None:
+            self.args.other = None
+        return run
+
+    def __call__(self, x: Tensor, y: Tensor | None = None, other: Tensor | None = None) -> Tensor:
+        """The block on `x` (NCHW lens) into `y` (a new channels-last tensor for None)."""
+        if y is None:
+            y = torch.empty(self.out_lens).contiguous(memory_format=torch.channels_last)
+        self.bind(y)
+        held = [self.point_x(x)]
+        if self.residual:
+            if other is None:
+                raise ValueError("native mbconv: the block's residual is missing")
+            held.append(self.point_other(other))
+        else:
+            self.args.other = None
+        self.run()
+        del held
+        return y
+
+
+__all__ = [
+    "ENV", "MbConv", "SHARED", "available", "bounds", "efficiency", "enabled", "library", "mode",
+    "rule", "schedule", "share_image", "use_native",
+]  # fmt: skip
