@@ -50,6 +50,11 @@ KERNEL = "attention"
 ENV = "PGX_CPU_NATIVE_ATTENTION"
 #: query rows per block (the scores of one block: ROWS x t float32)
 ROWS = 32
+#: query rows per block of a causal block (`attend_causal`): finer blocks skip more of the
+#: keys a block does not see (GPT-2's s128: 9/16 of the scores computed at 16 rows, 5/8 at
+#: 32); one thread, thread CPU, us a call bf16 b1 / b8, float32 b1 / b8, rows 32 against 16:
+#: 214 / 1964 / 369 / 3486 against 199 / 1859 / 349 / 3417 (`benchmarks/results/gpt14.md`)
+CAUSAL_ROWS = 16
 #: the kernel's parameter array layout (`enum` in attention.c)
 FIELDS = (
     "B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREADS ROWS TILES CAUSAL "
@@ -212,7 +217,8 @@ class Plan:
 
     def __init__(self, fn: Callable, scale: float, q: Tensor, kt: Tensor, v: Tensor,
                  mask: Tensor | None, threads: int, scratch: Scratch | None = None,
-                 tiles: bool = True, causal: int | None = None) -> None:  # fmt: skip
+                 tiles: bool = True, causal: int | None = None,
+                 rows: int | None = None) -> None:  # fmt: skip
         s, d, t = q.shape[-2], q.shape[-1], kt.shape[-1]
         self.scratch = Scratch() if scratch is None else scratch
         self.dtype = q.dtype
@@ -223,7 +229,7 @@ class Plan:
             return (strides[0], strides[1]) if q.dim() == 4 else (0, strides[0])
 
         b, h = (q.shape[0], q.shape[1]) if q.dim() == 4 else (1, q.shape[0])
-        vals = dict(B=b, H=h, S=s, T=t, D=d, THREADS=threads, ROWS=ROWS, TILES=int(tiles),
+        vals = dict(B=b, H=h, S=s, T=t, D=d, THREADS=threads, ROWS=rows or ROWS, TILES=int(tiles),
                     CAUSAL=int(causal is not None), COFF=causal or 0)  # fmt: skip
         vals.update(zip(("QB", "QH"), lead(q.stride()), strict=True), QS=q.stride(-2))
         vals.update(zip(("KB", "KH"), lead(kt.stride()), strict=True), KT=kt.stride(-1))
@@ -349,7 +355,7 @@ def attend_causal(scale: float, table: dict, dtype: torch.dtype, offset: int,
             why = why or (None if use else f"no {q.dtype} variant")
             threads = get_num_threads()
             plan = None if why else Plan(use, scale, q, kt, v, None, threads, scratch, tiles,
-                                         causal=offset)  # fmt: skip
+                                         causal=offset, rows=CAUSAL_ROWS)  # fmt: skip
             plans[sig] = plan
             if why and sig not in _REFUSED:
                 _REFUSED.add(sig)
