@@ -73,6 +73,8 @@ int pgx_attention_params(void) { return P_COUNT; }
 
 static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+#define MAX_ROWS 256
+
 /* the scratch bytes (a multiple of 64) one thread needs: float32 operands if `f32`, else bf16 */
 int64_t pgx_attention_scratch(const int64_t *prm, int f32) {
     const int64_t T = prm[P_T], D = prm[P_D], MB = prm[P_ROWS];
@@ -202,15 +204,12 @@ static inline __m512 load_mask(const void *m, int kind, int64_t t, int64_t mt, _
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* one row: p (tn bf16) <- exp(scale * s + mask - max) (base 2) rounded to bf16, 0 past t
-   (1 <= t <= tn; only the vectors up to t are read, a causal row's last ones are zeroed);
-   returns 1 / the row's sum (unrounded), applied by the caller to the output: probabilities
-   rounded once, as in the oneDNN route, before the division (one pass less). s (tn floats) is
-   read and written in whole vectors: a masked store does not forward to the load that reads
-   it back (a fifth of MiniLM's block, one thread). */
-static inline __attribute__((always_inline)) float softmax_any(
-    float *s, int64_t t, int64_t tn, float scale, const void *m, int kind, int64_t mt, void *p,
-    const int f32) {
+/* a row's first pass: s (1 <= t <= tn floats) <- scale * s + mask in base 2, -inf past t
+   (only the vectors up to t are read); returns the row's max. s is read and written in whole
+   vectors: a masked store does not forward to the load that reads it back (a fifth of
+   MiniLM's block, one thread). */
+static inline __attribute__((always_inline)) float softmax_max(
+    float *s, int64_t t, float scale, const void *m, int kind, int64_t mt) {
     const float log2e = 1.44269504088896341f;
     const __m512 vs = _mm512_set1_ps(scale * log2e), vl = _mm512_set1_ps(log2e);
     const __m512 ninf = _mm512_set1_ps(-__builtin_inff()), lowest = _mm512_set1_ps(-FLT_MAX);
@@ -226,7 +225,17 @@ static inline __attribute__((always_inline)) float softmax_any(
         _mm512_store_ps(s + j, x);
         vmax = _mm512_max_ps(vmax, x);
     }
-    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    return _mm512_reduce_max_ps(vmax);
+}
+
+/* a row's second pass: p (tn bf16, or floats if `f32`; may be s) <- exp2(s - mx) (rounded to
+   bf16), 0 past t (a causal row's last vectors zeroed); returns 1 / the row's sum
+   (unrounded), applied by the caller to the output: probabilities rounded once, as in the
+   oneDNN route, before the division (one pass less) */
+static inline __attribute__((always_inline)) float softmax_exp(
+    const float *s, int64_t t, int64_t tn, float mxs, void *p, const int f32) {
+    const int64_t tv = round_up(t, 16);
+    const __m512 mx = _mm512_set1_ps(mxs);
     __m512 vsum = _mm512_setzero_ps();
     for (int64_t j = 0; j < tv; j += 16) {
         __mmask16 k = t - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j)) - 1);
@@ -250,18 +259,37 @@ static inline __attribute__((always_inline)) float softmax_any(
     return 1.0f / _mm512_reduce_add_ps(vsum);
 }
 
-#if PGX_ATTN_BF16
-static float softmax_row(float *s, int64_t t, int64_t tn, float scale, const void *m, int kind,
-                         int64_t mt, bf16 *p) {
-    return softmax_any(s, t, tn, scale, m, kind, mt, p, 0);
-}
-
-#endif /* PGX_ATTN_BF16 */
-
-/* the float32 kernel's row: the exponentials written in float32 (in place: p may be s) */
-static float softmax_row_f32(float *s, int64_t t, int64_t tn, float scale, const void *m,
-                             int kind, int64_t mt, float *p) {
-    return softmax_any(s, t, tn, scale, m, kind, mt, p, 1);
+/* the block's softmax (m rows of `sc`, tn apart; the probabilities p, ldp apart, in place
+   for float32): each row's first pass, then each row's second (`PGX_ATTN_ROWWISE` 0, the
+   default: the rows' independent chains overlap, no row waits for its own max), or both
+   passes row by row (1, the first version, a build flag for A/B); inv[i] <- 1 / row i's sum.
+   Row i's keys: t (all) or, causal, up to i0 + i + coff; tbn: the block's score columns. */
+#ifndef PGX_ATTN_ROWWISE
+#define PGX_ATTN_ROWWISE 0
+#endif
+static inline __attribute__((always_inline)) void softmax_block(
+    float *sc, int64_t tn, int64_t m, int64_t i0, int64_t t, int causal, int64_t coff,
+    int64_t tbn, float scale, const char *mrow0, int64_t mrow_step, int kind, int64_t mt,
+    void *p, int64_t ldp, float *inv, const int f32) {
+    const int64_t psize = f32 ? 4 : 2;
+#define PGX_ROW_T(i) (causal && i0 + (i) + coff + 1 < t ? i0 + (i) + coff + 1 : t)
+#define PGX_ROW_M(i) (kind ? mrow0 + (i) * mrow_step : NULL)
+    if (PGX_ATTN_ROWWISE) {
+        for (int64_t i = 0; i < m; ++i) {
+            const float mx = softmax_max(sc + i * tn, PGX_ROW_T(i), scale, PGX_ROW_M(i), kind, mt);
+            inv[i] = softmax_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx,
+                                 (char *)p + i * ldp * psize, f32);
+        }
+        return;
+    }
+    float mx[MAX_ROWS];
+    for (int64_t i = 0; i < m; ++i)
+        mx[i] = softmax_max(sc + i * tn, PGX_ROW_T(i), scale, PGX_ROW_M(i), kind, mt);
+    for (int64_t i = 0; i < m; ++i)
+        inv[i] = softmax_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx[i], (char *)p + i * ldp * psize,
+                             f32);
+#undef PGX_ROW_T
+#undef PGX_ROW_M
 }
 
 /* dst[c * 16 + r] = src[r * ld + c] for a 16 x 16 block of 32-bit values (unpack, in-lane
@@ -338,7 +366,6 @@ static void pack_v(const bf16 *v, int64_t t, int64_t d, int64_t vt, bf16 *pv) {
 
 #endif /* PGX_ATTN_BF16 */
 
-#define MAX_ROWS 256
 
 /* ask for rows (n of them, `ld` bytes apart, `d` bytes each) to be brought into L2 */
 static void prefetch_rows(const void *x, int64_t n, int64_t ld, int64_t d) {
@@ -401,14 +428,11 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
             const int64_t tbn = round_up(tb, 16);
             gemm(m, tbn / 16, qa, prm[P_QS], D / 2, (const bf16 *)pk, (D / 2) * 32, sc, tn);
             float inv[MAX_ROWS];
-            for (int64_t i = 0; i < m; ++i) {
-                const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] +
-                                                  (i0 + i) * prm[P_MS]) * msize
-                                        : NULL;
-                const int64_t ti = causal && i0 + i + coff + 1 < T ? i0 + i + coff + 1 : T;
-                inv[i] = softmax_row(sc + i * tn, ti, tbn, scale, mrow, kind, prm[P_MT],
-                                     pr + i * ldp);
-            }
+            const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) *
+                                                 msize
+                                    : NULL;
+            softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
+                          kind, prm[P_MT], pr, ldp, inv, 0);
             gemm(m, dn / 16, pr, ldp, (tb + 1) / 2, pv, tp * 32, ob, dn);
             bf16 *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
             for (int64_t i = 0; i < m; ++i) {
@@ -587,14 +611,11 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
             const int64_t tbn = round_up(tb, 16);
             gemm32(m, tbn / 16, qa, prm[P_QS], D, pk, D * 16, sc, tn, prm[P_TILES]);
             float inv[MAX_ROWS];
-            for (int64_t i = 0; i < m; ++i) {
-                const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] +
-                                                  (i0 + i) * prm[P_MS]) * msize
-                                        : NULL;
-                const int64_t ti = causal && i0 + i + coff + 1 < T ? i0 + i + coff + 1 : T;
-                inv[i] = softmax_row_f32(sc + i * tn, ti, tbn, scale, mrow, kind, prm[P_MT],
-                                         sc + i * tn);
-            }
+            const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) *
+                                                 msize
+                                    : NULL;
+            softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
+                          kind, prm[P_MT], sc, tn, inv, 1);
             gemm32(m, dn / 16, sc, tn, tb, pv, T * 16, ob, dn, prm[P_TILES]);
             float *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
             for (int64_t i = 0; i < m; ++i) {
