@@ -257,8 +257,8 @@ def test_gpt2_against_ort_causal_and_padded(bf16, monkeypatch):
     from pygraphx.models.gpt2 import GPT2Config, build_gpt2
 
     calls = counting_kernel(monkeypatch)
-    model = build_gpt2(batch=2, seq_len=128, seed=3,
-                       config=GPT2Config(hidden=128, layers=2, heads=2, vocab_size=100))  # fmt: skip
+    config = GPT2Config(hidden=128, layers=2, heads=2, vocab_size=100)
+    model = build_gpt2(batch=2, seq_len=128, seed=3, config=config)
     ids = np.random.default_rng(1).integers(0, 100, (2, 128)).astype(np.int64)
     padded = np.ones_like(ids)
     padded[1, 100:] = 0

@@ -26,8 +26,11 @@ middling size, runs as three oneDNN primitives instead (`onednn_attention.py`: t
 and masked in float32 inside the first matmul, oneDNN's softmax writing the product type;
 faster than torch's kernels there, see `_on_onednn`); before that, a bf16 block (and a float32
 one of 32K scores or more, `_native_f32`) runs as one native fused kernel where it takes the
-operands (`native_attention.py`: the scores kept in the cache, never written); where oneDNN's C
-API library is missing, torch's fused kernel (float32) or matmul / softmax / matmul (bf16).
+operands (`native_attention.py`: the scores kept in the cache, never written; a block whose
+`where` keeps exactly a literal lower triangle runs causal there, skipping the keys its query
+rows do not see, in the runs where its additive mask is all zero: `causal_offset`); where
+oneDNN's C API library is missing, torch's fused kernel (float32) or matmul / softmax / matmul
+(bf16).
 Anything else lowers as before: when the group does not match, the first product is lowered at
 the group's place (only views and literals lie between them, so its inputs are unchanged).
 """

@@ -24,6 +24,13 @@ bf16) that is said once per operand type, naming the route that runs instead, an
 runs. Only the missing instruction set is remembered: a build that failed (or timed out under
 load, or was switched off) is tried again, and said again, at the next compile.
 
+Causal blocks (`attend_causal`, gpt14): where the lowering knows the mask keeps exactly the
+keys j <= i + offset of query row i (`attention.causal_offset`: GPT-2's literal lower
+triangle), the kernel computes only the key blocks a block of `CAUSAL_ROWS` query rows sees and
+reads no mask (GPT-2 s128: 0.6-0.7x a block's time), with the full kernel's numbers (masked
+scores weigh exactly 0 there too). `PGX_CPU_NATIVE_ATTENTION_CAUSAL=0` keeps them on the full
+kernel with the mask.
+
 Scratch: the kernel's per-thread buffers are a `Scratch` of the caller's (one per program,
 shared by its blocks, whose runs its lock serialises), grown when a plan needs more and kept
 between calls, so no call maps fresh pages and no thread leaves memory behind.
