@@ -99,9 +99,12 @@ def main(argv: list[str] | None = None) -> int:
             return f"{(num / den) ** 0.5:.1e}"
 
         a, b = np.median(times["A"]) * 1e3, np.median(times["B"]) * 1e3
+        # each round's B - A (adjacent runs): robust to the load drifting between rounds
+        paired = np.median(np.subtract(times["B"], times["A"])) * 1e3
         print(f"gpt2 b{batch} t{args.threads} {'bf16' if args.bf16 else 'f32'}, {args.rounds} "
               f"rounds, {'thread CPU' if args.threads == 1 else 'wall'} ms median: A (full) "
-              f"{a:.2f} / B (causal) {b:.2f} (B/A {b / a:.3f}, B-A {b - a:+.2f}); A vs B max diff "
+              f"{a:.2f} / B (causal) {b:.2f} (B/A {b / a:.3f}, B-A {b - a:+.2f}, median of rounds' "
+              f"B-A {paired:+.2f}); A vs B max diff "
               f"{diff:.1e}; rel RMS err vs ORT f32 A {err(outs['A'])}, B {err(outs['B'])}; "
               f"loadavg before {quiet}, after {loadavg()}", flush=True)  # fmt: skip
         del progs, outs
