@@ -12,6 +12,13 @@ s 128, padding mask) and ViT-B/16's (h 12, d 64, s 197, no mask) at batch 1 and 
 of the time per call (thread CPU time at one thread, wall at more), and each one's relative
 RMS error against a float64 reference.
 
+`blocks --causal` (gpt14): GPT-2's causal block (h 12, d 64, Q / K / V strided head views of
+one fused product, s 128, and s 77 / 256 for a tail and a longer one), bf16 (or float32 with
+`--f32`): A the native kernel's full path with the causal mask the lowering built before
+(`where(tril, 0, finfo.min)`, (1, 1, s, s)), B `native_attention.attend_causal` (the key
+blocks a query block does not see skipped, no mask read); same timing and error as above, and
+A vs B max difference (0 expected: masked scores weigh exactly 0 either way).
+
 `models`: the model compiled twice at bf16 (`quantize_bf16`, its default policy), A with
 `PGX_CPU_NATIVE_ATTENTION=0` and B without, run in turn (A B, then B A); printed: the median
 run (thread CPU time at one thread, wall at more), the A/B output difference and each one's
@@ -85,6 +92,46 @@ def blocks(args: argparse.Namespace) -> None:
             a, bb = np.median(times["A"]) * 1e6, np.median(times["B"]) * 1e6
             print(f"  {name:9s} b{b} (h, s, d) = ({h}, {s}, {d}): {a:8.1f} / {bb:8.1f} us "
                   f"(B/A {bb / a:.2f}); rel err A {errs['A']:.1e}, B {errs['B']:.1e}")
+
+
+CAUSAL_SEQS = (128, 77, 256)
+
+
+def causal_blocks(args: argparse.Namespace) -> None:
+    clock = time.thread_time if args.threads == 1 else time.perf_counter
+    dtype = torch.float32 if args.f32 else torch.bfloat16
+    print(f"causal blocks {dtype}, {args.threads} thread(s), {args.rounds} rounds of {args.calls} "
+          f"calls, {'thread CPU' if args.threads == 1 else 'wall'} us per call, median: A (full "
+          "kernel, causal mask) / B (causal skipping)")  # fmt: skip
+    h, d = 12, 64
+    for s in CAUSAL_SEQS:
+        for b in args.batches:
+            q, kt, v, _ = operands(b, h, d, s, False)
+            q, kt, v = q.to(dtype), kt.to(dtype), v.to(dtype)
+            keep = torch.ones(s, s, dtype=torch.bool).tril()
+            mask = torch.where(keep, 0.0, torch.finfo(torch.float32).min).view(1, 1, s, s)
+            scale = d**-0.5
+            full = native_attention.attend(scale, {}, _bf16_attention(scale), dtype)
+            causal = native_attention.attend_causal(scale, {}, dtype, 0)
+            assert causal is not None, "causal kernel unavailable"
+            fns = {"A": lambda: full(q, kt, v, mask), "B": lambda: causal(q, kt, v)}
+            ref = (q.double() @ kt.double()) * scale + mask.double()
+            ref = torch.softmax(ref, -1) @ v.double()
+            outs = {n: f() for n, f in fns.items()}
+            errs = {n: rel_err(o, ref) for n, o in outs.items()}
+            diff = float((outs["A"].float() - outs["B"].float()).abs().max())
+            times: dict[str, list[float]] = {"A": [], "B": []}
+            for r in range(args.rounds):
+                for n in ("A", "B") if r % 2 == 0 else ("B", "A"):
+                    f = fns[n]
+                    start = clock()
+                    for _ in range(args.calls):
+                        f()
+                    times[n].append((clock() - start) / args.calls)
+            a, bb = np.median(times["A"]) * 1e6, np.median(times["B"]) * 1e6
+            print(f"  gpt2 b{b} (h, s, d) = ({h}, {s}, {d}): {a:8.1f} / {bb:8.1f} us "
+                  f"(B/A {bb / a:.2f}); rel err A {errs['A']:.1e}, B {errs['B']:.1e}; "
+                  f"A vs B max diff {diff:.1e}")  # fmt: skip
 
 
 def load(spec: str) -> tuple[bytes, dict[str, np.ndarray]]:
@@ -163,10 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8], help="blocks: batches")
     ap.add_argument("--models", nargs="+", default=["minilm", "bert_base:1", "bert_base:8"])
     ap.add_argument("--f32", action="store_true",
-                    help="models: float32 programs, A with PGX_CPU_NATIVE_ATTENTION_F32=0")
+                    help="models: float32 programs, A with PGX_CPU_NATIVE_ATTENTION_F32=0; "
+                         "blocks --causal: float32 operands")  # fmt: skip
+    ap.add_argument("--causal", action="store_true",
+                    help="blocks: GPT-2's causal block, full kernel (A) / causal skipping (B)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    (blocks if args.what == "blocks" else models)(args)
+    if args.what == "blocks" and args.causal:
+        causal_blocks(args)
+    else:
+        (blocks if args.what == "blocks" else models)(args)
     return 0
 
 

@@ -26,8 +26,11 @@ middling size, runs as three oneDNN primitives instead (`onednn_attention.py`: t
 and masked in float32 inside the first matmul, oneDNN's softmax writing the product type;
 faster than torch's kernels there, see `_on_onednn`); before that, a bf16 block (and a float32
 one of 32K scores or more, `_native_f32`) runs as one native fused kernel where it takes the
-operands (`native_attention.py`: the scores kept in the cache, never written); where oneDNN's C
-API library is missing, torch's fused kernel (float32) or matmul / softmax / matmul (bf16).
+operands (`native_attention.py`: the scores kept in the cache, never written; a block whose
+`where` keeps exactly a literal lower triangle runs causal there, skipping the keys its query
+rows do not see, in the runs where its additive mask is all zero: `causal_offset`); where
+oneDNN's C API library is missing, torch's fused kernel (float32) or matmul / softmax / matmul
+(bf16).
 Anything else lowers as before: when the group does not match, the first product is lowered at
 the group's place (only views and literals lie between them, so its inputs are unchanged).
 """
@@ -235,19 +238,33 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
     keep = gargs[p.keep] if p.keep is not None else None
     add = gargs[p.add] if p.add is not None else None
     dtype = torch_dtype(dot2.shape.dtype())
-    mask = _shared_mask(ctx, (keep, p.keep_true, p.fill, add, dtype), id(dot2))
+    share = _shared_mask(ctx, (keep, p.keep_true, p.fill, add, dtype))
     on_onednn = _on_onednn(ctx, dtype, dot1.shape.elements())
     attend = _cpu_attention(ctx, p.scale, dtype) if on_onednn else None
     route = "oneDNN's attention primitives" if attend is not None else "torch's SDPA"
     attend = attend or _sdpa(p.scale, dtype)
-    if _native_f32(ctx, dtype, dot1.shape.elements()):
+    native_f32 = _native_f32(ctx, dtype, dot1.shape.elements())
+    if native_f32:
         table = ctx.cache.setdefault(NATIVE_TABLE, {})
         attend = native_attention.attend(p.scale, table, attend, dtype, route)
+    causal = None
+    if native_f32 or dtype == torch.bfloat16 and on_onednn and _native_bf16(ctx):
+        offset = causal_offset(ctx, p, keep, dot1)
+        if offset is not None:
+            table = ctx.cache.setdefault(NATIVE_TABLE, {})
+            causal = native_attention.attend_causal(p.scale, table, dtype, offset)
     idx = ctx.bind_dynamic(dot2)
     ctx.mark_fresh(idx)
+    first, last = share.enrol(idx)
+    mask, unpadded = share.mask, share.unpadded
 
     def block() -> None:
-        env[idx] = attend(env[q], env[kt], env[v], mask())
+        if first:
+            share.begin()
+        y = causal(env[q], env[kt], env[v]) if causal is not None and unpadded() else None
+        env[idx] = attend(env[q], env[kt], env[v], mask()) if y is None else y
+        if last[0]:
+            share.end()
 
     members = [dot1, group, dot2] if probs is group else [dot1, group, probs, dot2]
     # the heads merged back (transpose, reshape) in this step, not a step each (CPU)
@@ -257,7 +274,8 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
     else:
 
         def step() -> None:
-            env[idx] = y = attend(env[q], env[kt], env[v], mask())
+            block()
+            y = env[idx]
             for _, fn, (_, out) in views:
                 env[out] = y = fn(y)
 
@@ -386,34 +404,87 @@ def _bf16_attention(scale: float) -> Attend:
     return attend
 
 
-def _shared_mask(ctx: LoweringContext, key: tuple, block: int) -> Callable[[], torch.Tensor | None]:
-    """The additive mask of the block `block` for mask inputs `key` (keep, keep_true, fill,
-    add, dtype): the first block with this key computes it each run, the later ones read it,
-    and the last one (in program order) drops it after use."""
+class SharedMask:
+    """The additive mask of the blocks that read the same mask inputs (a model's layers do),
+    computed at most once a run, when a block first asks for it (`mask`), and dropped after the
+    last block; `unpadded`: whether the pattern's additive part is absent or all zero this run
+    (computed once a run; a causal block then needs no mask at all, `causal_offset`). The first
+    block in program order calls `begin` (forget the last run's), the last one `end`."""
+
+    _UNSET = object()
+
+    def __init__(self, make: Callable[[], torch.Tensor | None],
+                 pad: Callable[[], torch.Tensor] | None) -> None:  # fmt: skip
+        self.make, self.pad = make, pad
+        self.value: object = self._UNSET
+        self.zero: bool | None = None
+        self.last: list[bool] | None = None
+
+    def enrol(self, block: int) -> tuple[bool, list[bool]]:
+        """(whether this block is the first, a cell saying whether it is the last) for a block
+        lowered after the ones enrolled before (program order)."""
+        first = self.last is None
+        if self.last is not None:
+            self.last[0] = False
+        self.last = [True]
+        return first, self.last
+
+    def begin(self) -> None:
+        self.value, self.zero = self._UNSET, None
+
+    def end(self) -> None:
+        self.value, self.zero = self._UNSET, None
+
+    def mask(self) -> torch.Tensor | None:
+        if self.value is self._UNSET:
+            self.value = self.make()
+        return self.value  # type: ignore[return-value]
+
+    def unpadded(self) -> bool:
+        if self.zero is None:
+            self.zero = self.pad is None or not bool(self.pad().any())
+        return self.zero
+
+
+def _shared_mask(ctx: LoweringContext, key: tuple) -> SharedMask:
+    """The `SharedMask` of the mask inputs `key` (keep, keep_true, fill, add, dtype)."""
     cells = ctx.cache.setdefault(MASKS, {})
-    if key in cells:
-        cell = cells[key]
-        cell["last"] = block
-        return _read_mask(cell, block)
-    make = _mask_fn(ctx.env, *key, compact=ctx.device.type == "cpu")
-    cell = cells[key] = {"mask": None, "last": block}
-
-    def first() -> torch.Tensor | None:
-        mask = make()
-        cell["mask"] = None if cell["last"] == block else mask
-        return mask
-
-    return first
+    if key not in cells:
+        keep, keep_true, fill, add, dtype = key
+        make = _mask_fn(ctx.env, *key, compact=ctx.device.type == "cpu")
+        pad = None
+        if add is not None:
+            env, cut = ctx.env, _compact if ctx.device.type == "cpu" else (lambda t: t)
+            pad = lambda: cut(env[add])  # noqa: E731
+        cells[key] = SharedMask(make, pad)
+    return cells[key]
 
 
-def _read_mask(cell: dict, block: int) -> Callable[[], torch.Tensor | None]:
-    def read() -> torch.Tensor | None:
-        mask = cell["mask"]
-        if cell["last"] == block:
-            cell["mask"] = None
-        return mask
+def _native_bf16(ctx: LoweringContext) -> bool:
+    """Whether a bf16 block on the CPU route may take the native kernel (`_cpu_attention`)."""
+    return ctx.options.get("onednn_attention", True) and native_attention.enabled()
 
-    return read
+
+def causal_offset(ctx: LoweringContext, p: Pattern, keep: int | None,
+                  dot1: Instruction) -> int | None:  # fmt: skip
+    """The offset `o` when the block's `where` keeps exactly the scores (i, j) with j <= i + o
+    (o >= 0: every query row keeps a key), known at prepare time (a literal or a view of one,
+    GPT-2's sliced lower triangle), the same for every batch and head, and fills the rest with
+    `MASKED_FILL` or less; else None. Its additive part (a padding mask) is not looked at here:
+    a block runs causal only in the runs where that part is all zero (`SharedMask.unpadded`)."""
+    if keep is None or p.fill > MASKED_FILL:
+        return None
+    b = ctx.constant(keep)
+    s, t = dot1.shape.lens()[-2], dot1.shape.lens()[-1]
+    if b is None or b.dtype != torch.bool or b.dim() < 2 or tuple(b.shape[-2:]) != (s, t):
+        return None
+    if not p.keep_true:
+        b = ~b
+    offset = int(b.reshape(-1, s, t)[0, 0].sum()) - 1  # GPT-2's: t - s, the last s of t keys
+    if offset < 0:
+        return None
+    want = torch.ones(s, t, dtype=torch.bool).tril(offset)
+    return offset if bool((b == want).all()) else None
 
 
 def _compact(t: torch.Tensor) -> torch.Tensor:

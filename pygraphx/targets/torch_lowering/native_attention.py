@@ -24,6 +24,13 @@ bf16) that is said once per operand type, naming the route that runs instead, an
 runs. Only the missing instruction set is remembered: a build that failed (or timed out under
 load, or was switched off) is tried again, and said again, at the next compile.
 
+Causal blocks (`attend_causal`, gpt14): where the lowering knows the mask keeps exactly the
+keys j <= i + offset of query row i (`attention.causal_offset`: GPT-2's literal lower
+triangle), the kernel computes only the key blocks a block of `CAUSAL_ROWS` query rows sees and
+reads no mask (GPT-2 s128: 0.6-0.7x a block's time), with the full kernel's numbers (masked
+scores weigh exactly 0 there too). `PGX_CPU_NATIVE_ATTENTION_CAUSAL=0` keeps them on the full
+kernel with the mask.
+
 Scratch: the kernel's per-thread buffers are a `Scratch` of the caller's (one per program,
 shared by its blocks, whose runs its lock serialises), grown when a plan needs more and kept
 between calls, so no call maps fresh pages and no thread leaves memory behind.
@@ -44,17 +51,26 @@ from pygraphx.targets.torch_lowering.onednn_attention import _signature, _token_
 
 Tensor = torch.Tensor
 Attend = Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]
+Causal = Callable[[Tensor, Tensor, Tensor], Tensor | None]
 KERNEL = "attention"
 #: `0` keeps every bf16 block on the oneDNN route (A/B measurements)
 ENV = "PGX_CPU_NATIVE_ATTENTION"
 #: query rows per block (the scores of one block: ROWS x t float32)
 ROWS = 32
+#: query rows per block of a causal block (`attend_causal`): finer blocks skip more of the
+#: keys a block does not see (GPT-2's s128: 9/16 of the scores computed at 16 rows, 5/8 at
+#: 32); one thread, thread CPU, us a call bf16 b1 / b8, float32 b1 / b8, rows 32 against 16:
+#: 214 / 1964 / 369 / 3486 against 199 / 1859 / 349 / 3417 (`benchmarks/results/gpt14.md`)
+CAUSAL_ROWS = 16
 #: the kernel's parameter array layout (`enum` in attention.c)
 FIELDS = (
-    "B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREADS ROWS TILES SCRATCH "
-    "SLOT"
+    "B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREADS ROWS TILES CAUSAL "
+    "COFF SCRATCH SLOT"
 ).split()
 _SCRATCH = FIELDS.index("SCRATCH")
+#: `0` keeps causal blocks (`attend_causal`) on the full kernel: every key block computed, the
+#: causal mask read (A/B measurements); read when a block is lowered
+CAUSAL_ENV = "PGX_CPU_NATIVE_ATTENTION_CAUSAL"
 #: `PGX_CPU_NATIVE_ATTENTION_TILES`: `wide` (the default: K packed by 16 x 16 transposes, bf16
 #: pairs or floats; the float32 kernel's register tiles about 24 accumulators, 6 rows at 3-4
 #: column vectors, 8 at 2, 12 at 1) or `4` (the first version: K packed element by element,
@@ -97,6 +113,11 @@ _REFUSED: set[tuple] = set()
 def enabled() -> bool:
     """Whether blocks may take the native kernel (`ENV` is not off)."""
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def causal_enabled() -> bool:
+    """Whether causal blocks may skip the key blocks they do not see (`CAUSAL_ENV` not off)."""
+    return os.environ.get(CAUSAL_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 def kernel(dtype: torch.dtype = torch.bfloat16, extra_flags: tuple[str, ...] = ()) -> Callable:
@@ -203,7 +224,8 @@ class Plan:
 
     def __init__(self, fn: Callable, scale: float, q: Tensor, kt: Tensor, v: Tensor,
                  mask: Tensor | None, threads: int, scratch: Scratch | None = None,
-                 tiles: bool = True) -> None:  # fmt: skip
+                 tiles: bool = True, causal: int | None = None,
+                 rows: int | None = None) -> None:  # fmt: skip
         s, d, t = q.shape[-2], q.shape[-1], kt.shape[-1]
         self.scratch = Scratch() if scratch is None else scratch
         self.dtype = q.dtype
@@ -214,7 +236,8 @@ class Plan:
             return (strides[0], strides[1]) if q.dim() == 4 else (0, strides[0])
 
         b, h = (q.shape[0], q.shape[1]) if q.dim() == 4 else (1, q.shape[0])
-        vals = dict(B=b, H=h, S=s, T=t, D=d, THREADS=threads, ROWS=ROWS, TILES=int(tiles))
+        vals = dict(B=b, H=h, S=s, T=t, D=d, THREADS=threads, ROWS=rows or ROWS, TILES=int(tiles),
+                    CAUSAL=int(causal is not None), COFF=causal or 0)  # fmt: skip
         vals.update(zip(("QB", "QH"), lead(q.stride()), strict=True), QS=q.stride(-2))
         vals.update(zip(("KB", "KH"), lead(kt.stride()), strict=True), KT=kt.stride(-1))
         vals.update(zip(("VB", "VH"), lead(v.stride()), strict=True), VT=v.stride(-2))
@@ -235,6 +258,8 @@ class Plan:
         self.need = slot * threads
         self.fn, self.scale = fn, float(scale)
         self.sizes = f"B={b} H={h} S={s} T={t} D={d} {q.dtype}, {threads} thread(s)"
+        if causal is not None:
+            self.sizes += f", causal (offset {causal})"
 
     def run(self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """The block's output (a new tensor)."""
@@ -310,4 +335,43 @@ def attend(scale: float, table: dict, fallback: Attend, dtype: torch.dtype = tor
     return run
 
 
-__all__ = ["ENV", "Scratch", "attend", "enabled", "kernel", "refusal", "supported"]
+def attend_causal(scale: float, table: dict, dtype: torch.dtype, offset: int,
+                  route: str = "the full kernel") -> Causal | None:  # fmt: skip
+    """A causal block function `(q, kt, v) -> out`: query row i attends to keys j <= i +
+    `offset` only (`offset` >= 0; the kernel skips the key blocks a query block does not see and
+    reads no mask), or None where the operands are refused (said once, as `attend` does; the
+    caller then runs its full route with the causal mask). None in place of the function where
+    the kernel's `dtype` variant cannot be had or `CAUSAL_ENV` is off. Plans and scratch are
+    `attend`'s (`table`)."""
+    if offset < 0 or not causal_enabled():
+        return None
+    fn = _variant(dtype, route)
+    if fn is None:
+        return None
+    plans = table.setdefault(PLANS, {})
+    scratch = table.setdefault(SCRATCH, Scratch())
+    get_num_threads = torch.get_num_threads
+    tiles = wide_tiles()
+
+    def run(q: Tensor, kt: Tensor, v: Tensor) -> Tensor | None:
+        sig = (_signature(q, kt, v, None), scale, tiles, "causal", offset)
+        plan = plans.get(sig, False)
+        if plan is False:
+            why = refusal(q, kt, v, None)
+            use = fn if q.dtype == dtype or why else _variant(q.dtype, route)
+            why = why or (None if use else f"no {q.dtype} variant")
+            threads = get_num_threads()
+            plan = None if why else Plan(use, scale, q, kt, v, None, threads, scratch, tiles,
+                                         causal=offset, rows=CAUSAL_ROWS)  # fmt: skip
+            plans[sig] = plan
+            if why and sig not in _REFUSED:
+                _REFUSED.add(sig)
+                log.info("native attention kernel (causal): %s (q %s, k^t %s, v %s); %s runs",
+                         why, tuple(q.shape), tuple(kt.shape), tuple(v.shape), route)
+        return None if plan is None else plan.run(q, kt, v, None)
+
+    return run
+
+
+__all__ = ["CAUSAL_ENV", "ENV", "Scratch", "attend", "attend_causal", "causal_enabled",
+           "enabled", "kernel", "refusal", "supported"]  # fmt: skip

@@ -12,6 +12,12 @@
    Operands: Q (B, H, S, D), K (B, H, T, D) (the caller's K^T view), V (B, H, T, D), out
    (B, H, S, D): strides for batch, head and row, the last axis dense; D even for bf16. The
    additive mask (float32, bf16 or none) has four strides (0 where broadcast), the last 0 or 1.
+   Causal (P_CAUSAL, set by the lowering where the mask is a known lower triangle): query row
+   i sees keys j <= i + P_COFF only, so a block of rows i0.. reads the first i0 + MB + P_COFF
+   keys (Q K^T, softmax and P V over them; the rest weigh 0 and are not computed), the mask
+   (if any) read only there: GPT-2's s128 blocks compute 9/16 of the scores at 16 rows a
+   block (the caller's `CAUSAL_ROWS`). The weights equal the full kernel's where every row
+   keeps a finite score (masked scores there give exactly 0).
    Threads: `omp parallel` over (batch, head, query block), contiguous per thread, so a thread
    packs each (batch, head)'s K and V once (prefetching the next one's rows meanwhile).
    Scratch: the caller's (address P_SCRATCH, P_SLOT bytes a thread, at least
@@ -55,6 +61,8 @@ enum {
     P_TILES, /* 0: K packed one element (bf16: pair) at a time, float32 4-row tiles; 1: K
                 packed by 16 x 16 transposes (`pack_k`, `pack_k32`), the float32 kernel's
                 wider tiles (`tile_rows`) */
+    P_CAUSAL, P_COFF, /* 1: query row i sees keys j <= i + COFF only (COFF >= 0), the others
+                         weigh 0; a query block reads only the key blocks it sees */
     P_SCRATCH, P_SLOT, /* the caller's scratch: address, bytes per thread */
     P_COUNT
 };
@@ -65,6 +73,8 @@ int pgx_attention_supported(void) {
 int pgx_attention_params(void) { return P_COUNT; }
 
 static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+#define MAX_ROWS 256
 
 /* the scratch bytes (a multiple of 64) one thread needs: float32 operands if `f32`, else bf16 */
 int64_t pgx_attention_scratch(const int64_t *prm, int f32) {
@@ -195,19 +205,18 @@ static inline __m512 load_mask(const void *m, int kind, int64_t t, int64_t mt, _
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* one row: p (tn bf16) <- exp(scale * s + mask - max) (base 2) rounded to bf16, 0 past t;
-   returns 1 / the row's sum (unrounded), applied by the caller to the output: probabilities
-   rounded once, as in the oneDNN route, before the division (one pass less). s (tn floats) is
-   read and written in whole vectors: a masked store does not forward to the load that reads
-   it back (a fifth of MiniLM's block, one thread). */
-static inline __attribute__((always_inline)) float softmax_any(
-    float *s, int64_t t, int64_t tn, float scale, const void *m, int kind, int64_t mt, void *p,
-    const int f32) {
+/* a row's first pass: s (1 <= t <= tn floats) <- scale * s + mask in base 2, -inf past t
+   (only the vectors up to t are read); returns the row's max. s is read and written in whole
+   vectors: a masked store does not forward to the load that reads it back (a fifth of
+   MiniLM's block, one thread). */
+static inline __attribute__((always_inline)) float softmax_max(
+    float *s, int64_t t, float scale, const void *m, int kind, int64_t mt) {
     const float log2e = 1.44269504088896341f;
     const __m512 vs = _mm512_set1_ps(scale * log2e), vl = _mm512_set1_ps(log2e);
     const __m512 ninf = _mm512_set1_ps(-__builtin_inff()), lowest = _mm512_set1_ps(-FLT_MAX);
+    const int64_t tv = round_up(t, 16);
     __m512 vmax = ninf;
-    for (int64_t j = 0; j < tn; j += 16) {
+    for (int64_t j = 0; j < tv; j += 16) {
         __mmask16 k = t - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j)) - 1);
         __m512 x = _mm512_mul_ps(_mm512_load_ps(s + j), vs);
         if (kind) /* a -FLT_MAX fill times log2(e) stays finite: a row masked out everywhere
@@ -217,9 +226,19 @@ static inline __attribute__((always_inline)) float softmax_any(
         _mm512_store_ps(s + j, x);
         vmax = _mm512_max_ps(vmax, x);
     }
-    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    return _mm512_reduce_max_ps(vmax);
+}
+
+/* a row's second pass: p (tn bf16, or floats if `f32`; may be s) <- exp2(s - mx) (rounded to
+   bf16), 0 past t (a causal row's last vectors zeroed); returns 1 / the row's sum
+   (unrounded), applied by the caller to the output: probabilities rounded once, as in the
+   oneDNN route, before the division (one pass less) */
+static inline __attribute__((always_inline)) float softmax_exp(
+    const float *s, int64_t t, int64_t tn, float mxs, void *p, const int f32) {
+    const int64_t tv = round_up(t, 16);
+    const __m512 mx = _mm512_set1_ps(mxs);
     __m512 vsum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < tn; j += 16) {
+    for (int64_t j = 0; j < tv; j += 16) {
         __mmask16 k = t - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j)) - 1);
         __m512 e = _mm512_maskz_mov_ps(k, exp2_512(_mm512_sub_ps(_mm512_load_ps(s + j), mx)));
         if (f32)
@@ -230,21 +249,48 @@ static inline __attribute__((always_inline)) float softmax_any(
 #endif
         vsum = _mm512_add_ps(vsum, e);
     }
+    for (int64_t j = tv; j < tn; j += 16) { /* keys a causal row does not see */
+        if (f32)
+            _mm512_store_ps((float *)p + j, _mm512_setzero_ps());
+#if PGX_ATTN_BF16
+        else
+            _mm256_store_si256((__m256i *)((bf16 *)p + j), _mm256_setzero_si256());
+#endif
+    }
     return 1.0f / _mm512_reduce_add_ps(vsum);
 }
 
-#if PGX_ATTN_BF16
-static float softmax_row(float *s, int64_t t, int64_t tn, float scale, const void *m, int kind,
-                         int64_t mt, bf16 *p) {
-    return softmax_any(s, t, tn, scale, m, kind, mt, p, 0);
-}
-
-#endif /* PGX_ATTN_BF16 */
-
-/* the float32 kernel's row: the exponentials written in float32 (in place: p may be s) */
-static float softmax_row_f32(float *s, int64_t t, int64_t tn, float scale, const void *m,
-                             int kind, int64_t mt, float *p) {
-    return softmax_any(s, t, tn, scale, m, kind, mt, p, 1);
+/* the block's softmax (m rows of `sc`, tn apart; the probabilities p, ldp apart, in place
+   for float32): each row's first pass, then each row's second (`PGX_ATTN_ROWWISE` 0, the
+   default: the rows' independent chains overlap, no row waits for its own max), or both
+   passes row by row (1, the first version, a build flag for A/B); inv[i] <- 1 / row i's sum.
+   Row i's keys: t (all) or, causal, up to i0 + i + coff; tbn: the block's score columns. */
+#ifndef PGX_ATTN_ROWWISE
+#define PGX_ATTN_ROWWISE 0
+#endif
+static inline __attribute__((always_inline)) void softmax_block(
+    float *sc, int64_t tn, int64_t m, int64_t i0, int64_t t, int causal, int64_t coff,
+    int64_t tbn, float scale, const char *mrow0, int64_t mrow_step, int kind, int64_t mt,
+    void *p, int64_t ldp, float *inv, const int f32) {
+    const int64_t psize = f32 ? 4 : 2;
+#define PGX_ROW_T(i) (causal && i0 + (i) + coff + 1 < t ? i0 + (i) + coff + 1 : t)
+#define PGX_ROW_M(i) (kind ? mrow0 + (i) * mrow_step : NULL)
+    if (PGX_ATTN_ROWWISE) {
+        for (int64_t i = 0; i < m; ++i) {
+            const float mx = softmax_max(sc + i * tn, PGX_ROW_T(i), scale, PGX_ROW_M(i), kind, mt);
+            inv[i] = softmax_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx,
+                                 (char *)p + i * ldp * psize, f32);
+        }
+        return;
+    }
+    float mx[MAX_ROWS];
+    for (int64_t i = 0; i < m; ++i)
+        mx[i] = softmax_max(sc + i * tn, PGX_ROW_T(i), scale, PGX_ROW_M(i), kind, mt);
+    for (int64_t i = 0; i < m; ++i)
+        inv[i] = softmax_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx[i], (char *)p + i * ldp * psize,
+                             f32);
+#undef PGX_ROW_T
+#undef PGX_ROW_M
 }
 
 /* dst[c * 16 + r] = src[r * ld + c] for a 16 x 16 block of 32-bit values (unpack, in-lane
@@ -321,7 +367,6 @@ static void pack_v(const bf16 *v, int64_t t, int64_t d, int64_t vt, bf16 *pv) {
 
 #endif /* PGX_ATTN_BF16 */
 
-#define MAX_ROWS 256
 
 /* ask for rows (n of them, `ld` bytes apart, `d` bytes each) to be brought into L2 */
 static void prefetch_rows(const void *x, int64_t n, int64_t ld, int64_t d) {
@@ -341,7 +386,9 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
     const int kind = (int)prm[P_MKIND];
     const int64_t msize = kind == 1 ? 4 : 2;
     const float scale = (float)scale_d;
-    if (D % 2 || MB <= 0 || MB > MAX_ROWS || (kind && !mask)) return -2;
+    const int causal = prm[P_CAUSAL] != 0;
+    const int64_t coff = prm[P_COFF];
+    if (D % 2 || MB <= 0 || MB > MAX_ROWS || (kind && !mask) || (causal && coff < 0)) return -2;
     const int64_t nqb = (S + MB - 1) / MB, tasks = B * H * nqb;
     const int64_t tn = round_up(T, 16), tp = (T + 1) / 2, dn = round_up(D, 16);
     const int64_t ldp = tn;
@@ -377,16 +424,17 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
             }
             const int64_t i0 = qb * MB, m = S - i0 < MB ? S - i0 : MB;
             const bf16 *qa = q + b * prm[P_QB] + h * prm[P_QH] + i0 * prm[P_QS];
-            gemm(m, tn / 16, qa, prm[P_QS], D / 2, (const bf16 *)pk, (D / 2) * 32, sc, tn);
+            /* the keys the block reads (tb), their 16-wide vectors (tbn): all, or causal */
+            const int64_t tb = causal && i0 + m + coff < T ? i0 + m + coff : T;
+            const int64_t tbn = round_up(tb, 16);
+            gemm(m, tbn / 16, qa, prm[P_QS], D / 2, (const bf16 *)pk, (D / 2) * 32, sc, tn);
             float inv[MAX_ROWS];
-            for (int64_t i = 0; i < m; ++i) {
-                const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] +
-                                                  (i0 + i) * prm[P_MS]) * msize
-                                        : NULL;
-                inv[i] = softmax_row(sc + i * tn, T, tn, scale, mrow, kind, prm[P_MT],
-                                     pr + i * ldp);
-            }
-            gemm(m, dn / 16, pr, ldp, tp, pv, tp * 32, ob, dn);
+            const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) *
+                                                 msize
+                                    : NULL;
+            softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
+                          kind, prm[P_MT], pr, ldp, inv, 0);
+            gemm(m, dn / 16, pr, ldp, (tb + 1) / 2, pv, tp * 32, ob, dn);
             bf16 *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
             for (int64_t i = 0; i < m; ++i) {
                 const __m512 r = _mm512_set1_ps(inv[i]);
@@ -528,7 +576,9 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
     const int kind = (int)prm[P_MKIND];
     const int64_t msize = kind == 1 ? 4 : 2;
     const float scale = (float)scale_d;
-    if (MB <= 0 || MB > MAX_ROWS || (kind && !mask)) return -2;
+    const int causal = prm[P_CAUSAL] != 0;
+    const int64_t coff = prm[P_COFF];
+    if (MB <= 0 || MB > MAX_ROWS || (kind && !mask) || (causal && coff < 0)) return -2;
     const int64_t nqb = (S + MB - 1) / MB, tasks = B * H * nqb;
     const int64_t tn = round_up(T, 16), dn = round_up(D, 16);
     /* per thread: packed K, packed V, scores (the exponentials in place), the output block */
@@ -558,16 +608,16 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
             }
             const int64_t i0 = qb * MB, m = S - i0 < MB ? S - i0 : MB;
             const float *qa = q + b * prm[P_QB] + h * prm[P_QH] + i0 * prm[P_QS];
-            gemm32(m, tn / 16, qa, prm[P_QS], D, pk, D * 16, sc, tn, prm[P_TILES]);
+            const int64_t tb = causal && i0 + m + coff < T ? i0 + m + coff : T;
+            const int64_t tbn = round_up(tb, 16);
+            gemm32(m, tbn / 16, qa, prm[P_QS], D, pk, D * 16, sc, tn, prm[P_TILES]);
             float inv[MAX_ROWS];
-            for (int64_t i = 0; i < m; ++i) {
-                const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] +
-                                                  (i0 + i) * prm[P_MS]) * msize
-                                        : NULL;
-                inv[i] = softmax_row_f32(sc + i * tn, T, tn, scale, mrow, kind, prm[P_MT],
-                                         sc + i * tn);
-            }
-            gemm32(m, dn / 16, sc, tn, T, pv, T * 16, ob, dn, prm[P_TILES]);
+            const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) *
+                                                 msize
+                                    : NULL;
+            softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
+                          kind, prm[P_MT], sc, tn, inv, 1);
+            gemm32(m, dn / 16, sc, tn, tb, pv, T * 16, ob, dn, prm[P_TILES]);
             float *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
             for (int64_t i = 0; i < m; ++i) {
                 const __m512 r = _mm512_set1_ps(inv[i]);
