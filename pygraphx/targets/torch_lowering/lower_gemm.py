@@ -47,10 +47,9 @@ import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.torch_lowering import gemm_select
+from pygraphx.targets.torch_lowering import gemm_select, onednn_linear
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext, Step
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
-from pygraphx.targets.torch_lowering import onednn_linear
 from pygraphx.targets.torch_lowering.gemm_kernels import (
     DNNL_EPILOGUES,
     GEMM_DTYPES,
@@ -280,8 +279,8 @@ def _residual_sum(
 
     In place only where nothing else can see it: `r` of the product's type and shape, a new
     tensor its own step makes each run (`ctx.fresh`: a layer norm's result, say), not a
-    program output, every other reader of it (none of them a view) run before the group, and
-    not the product's own input.
+    program output, every other reader of it (none of them a view) in a step emitted before
+    this one, and not the product's own input.
 
     Why: a post-norm transformer's out-projection and FFN-down products (BERT, MiniLM, ViT)
     end with the residual sum, which otherwise is a second pass over the product (and, at two
@@ -317,19 +316,13 @@ def _overwritable(ctx: LoweringContext, r: Instruction, dot: Instruction, user: 
         return False
     if r is dot.inputs[0] or r.op.output_alias(len(r.inputs)) >= 0:
         return False
-    into = {id(p): uid for uid, p in ctx.producers.items()}
-    end = ctx.position[id(user)]
-    for u in r.outputs:
-        if u is user:
-            continue
-        if u.is_return() or u.op.output_alias(len(u.inputs)) >= 0:
-            return False
-        uid = id(u)
-        while uid in ctx.deferred and uid in into:  # runs in the step of its user
-            uid = into[uid]
-        if uid not in ctx.position or ctx.position[uid] >= end:
-            return False
-    return True
+    others = [u for u in r.outputs if u is not user]
+    if any(u.is_return() or u.op.output_alias(len(u.inputs)) >= 0 for u in others):
+        return False
+    # every other reader is in a step emitted already (one fused into a later step, e.g. a
+    # product deferred into its group, is not, wherever it stands in the program)
+    done = {id(i) for step in ctx.steps for i in step.instructions}
+    return all(id(u) in done for u in others)
 
 
 def _emit_residual_sum(
