@@ -7,7 +7,8 @@
 alternating one per variant, the order reversed every round; median wall ms at 2+ threads,
 thread CPU ms at 1 thread; rel. RMS error against ONNX Runtime float32), plus `--steps`:
 as many profiled rounds (each step timed alone, same alternation), printed as ms a run per
-kind of step (`gemm14_profile.pgx_kind`), each step's median.
+kind of step (`gemm14_profile.pgx_kind`), each step's median. `--openvino`: OpenVINO (f32, or
+bf16 with `--bf16`; one stream, the same threads) runs as one more variant in the alternation.
 """
 
 from __future__ import annotations
@@ -41,6 +42,27 @@ def profiled(prog, feeds, clock) -> list[float]:
     return out
 
 
+class OpenVino:
+    """OpenVINO's compiled model with a `run(feeds)` like a program's."""
+
+    def __init__(self, data: bytes, threads: int, bf16: bool) -> None:
+        import tempfile
+
+        import openvino as ov
+
+        path = Path(tempfile.mkdtemp()) / "model.onnx"
+        path.write_bytes(data)
+        config = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
+                  "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1}  # fmt: skip
+        core = ov.Core()
+        self.request = core.compile_model(core.read_model(str(path)), "CPU", config)
+        self.request = self.request.create_infer_request()
+
+    def run(self, feeds: dict) -> list:
+        result = self.request.infer(feeds)
+        return [np.asarray(v) for v in result.values()]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=["minilm"])
@@ -49,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--steps", action="store_true", help="also per-kind step times")
+    ap.add_argument("--openvino", action="store_true", help="OpenVINO as one more variant")
     args = ap.parse_args(argv)
     import onnxruntime as ort
     import torch
@@ -63,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         opts.intra_op_num_threads = args.threads
         want = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"]).run(None, feeds)
         progs = {n: compile_prog(data, args.threads, env, args.bf16) for n, env in variants}
+        if args.openvino:
+            progs["OV"] = OpenVino(data, args.threads, args.bf16)
         errs = {n: rel_err([np.array(o) for o in p.run(feeds)], want) for n, p in progs.items()}
         for p in progs.values():
             p.run(feeds)
@@ -74,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                 start = clock()
                 progs[n].run(feeds)
                 times[n].append(clock() - start)
-                if args.steps:
+                if args.steps and n != "OV":
                     steps[n].append(profiled(progs[n], feeds, clock))
         base = float(np.median(times[names[0]]))
         kind = "thread CPU" if args.threads == 1 else "wall"
@@ -82,9 +107,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{kind} ms median (ratio to {names[0]}; rel RMS err vs ORT f32):")
         for n in names:
             m = float(np.median(times[n]))
-            print(f"  {n:10s} {m * 1e3:9.2f}  {m / base:.3f}  {errs[n]:.1e}  {dict(variants)[n]}")
+            env = dict(variants).get(n, "OpenVINO")
+            print(f"  {n:10s} {m * 1e3:9.2f}  {m / base:.3f}  {errs[n]:.1e}  {env}")
         if args.steps:
             per = {}
+            names = [n for n in names if n != "OV"]
             for n in names:
                 med = np.median(np.array(steps[n]), axis=0)
                 acc: dict[str, float] = defaultdict(float)

@@ -308,7 +308,9 @@ def _residual_sum(
     return j if _overwritable(ctx, user.inputs[j], dot, user) else None
 
 
-def _overwritable(ctx: LoweringContext, r: Instruction, dot: Instruction, user: Instruction) -> bool:
+def _overwritable(
+    ctx: LoweringContext, r: Instruction, dot: Instruction, user: Instruction
+) -> bool:
     """Whether the step of `user` may write over `r`'s tensor (see `_residual_sum`; the
     convolutions' in-place sum asks the same, `conv_fusion._may_overwrite`)."""
     ridx = ctx.index.get(id(r))

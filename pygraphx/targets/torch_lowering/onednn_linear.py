@@ -280,8 +280,11 @@ class Linear:
         y = torch.empty(self.out_lens, dtype=self.dtype)
         if self.residual == "add":
             if r is None or r.dtype != self.dtype or r.numel() != y.numel():
-                raise OneDnnError(f"matmul residual: expected a {list(self.out_lens)} "
-                                  f"{self.dtype} tensor, got {r if r is None else r.shape}")  # fmt: skip
+                got = None if r is None else (tuple(r.shape), r.dtype)
+                raise OneDnnError(
+                    f"matmul residual: expected a {list(self.out_lens)} {self.dtype} tensor, "
+                    f"got {got}"
+                )
             self.primitive().execute(x.contiguous(), y, r.contiguous())
         else:
             self.primitive().execute(x.contiguous(), y)
