@@ -153,3 +153,13 @@ def test_observer_sees_the_input_kept() -> None:
     assert len(held) == 2
     for k, v in held.items():
         np.testing.assert_array_equal(np.asarray(v), copies[k])
+
+
+def test_no_native_kernel_takes_torch(monkeypatch, caplog) -> None:
+    """`PGX_NATIVE=off` (as without a compiler): said once, torch's kernel, same results."""
+    monkeypatch.setenv(native.NATIVE_ENV, "off")
+    monkeypatch.setattr(native_layernorm, "_LIB", [])
+    monkeypatch.setattr(native.compiler, "_ANNOUNCED", set())
+    steps = _check(*block(3))
+    assert len(steps) == 3 and not any(s.unfused for s in steps)
+    assert native_layernorm.KERNEL in caplog.text
