@@ -22,7 +22,10 @@ never nears float32's largest, so the clamping convert's saturation cannot apply
 whose float32 output also has a user that only converts it to bf16 (a post-norm transformer's,
 BERT's, where the output feeds the next residual sum too): the step makes that copy as well.
 A float32 norm rounded to bf16 runs as oneDNN's primitive writing bf16 in one pass
-(`onednn_layernorm.py`; `PGX_CPU_LAYERNORM=torch` keeps torch's kernel), see `_kernel`.
+(`onednn_layernorm.py`; `PGX_CPU_LAYERNORM=torch` keeps torch's kernel), see `_kernel`. A float32
+norm with a float32 result (and its bf16 copy, if it has one) runs as a native kernel writing
+both in one pass (`native_layernorm.py`; `PGX_CPU_LAYERNORM_NATIVE=0` keeps the above), see
+`_native`.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.torch_lowering import onednn_layernorm
-from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering import native_layernorm, onednn_layernorm
+from pygraphx.targets.torch_lowering.context import LoweringContext, Step
 from pygraphx.targets.torch_lowering.dtypes import from_numpy, torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import trace_group
 from pygraphx.targets.torch_lowering.pointwise import Node, NotTraceable, Value, trace_body
@@ -273,25 +276,84 @@ def lower_layernorm(ctx: LoweringContext, mean: Instruction) -> bool:
             ctx.fusers[id(member)] = _bound
     idx = ctx.index[id(norm.y)]
     ctx.mark_fresh(idx)
-    normalise, copy = _kernel(ctx, norm), _rounded_copy(norm) if norm.cast is None else None
+    copy = _rounded_copy(norm) if norm.cast is None else None
+    both = _native(norm, copy is not None)
+    normalise = both if both is not None else _kernel(ctx, norm)
+    unfused = None
+    if both is not None and _over_input(ctx, norm):
+        # the observer path (profiling, per-instruction checks) keeps the input: a twin
+        # writing a new tensor
+        twin, both = both, _native(norm, copy is not None, inplace=True)
+        normalise = both
+        assert twin is not None and both is not None
+
+        def apart() -> None:
+            out = twin(env[x])
+            if copy is None:
+                env[idx] = out
+            else:
+                env[idx], env[ctx.index[id(copy)]] = out
+
+        unfused = [Step(apart, norm.members + ([copy] if copy is not None else []), idx)]
     if copy is not None:  # computed by this step: bound, no step of its own
         cidx = ctx.bind_dynamic(copy)
         ctx.mark_fresh(cidx)
         ctx.fusers[id(copy)] = _bound
         low = torch_dtype(copy.shape.dtype())
 
-        def step() -> None:
-            env[idx] = y = normalise(env[x])
-            env[cidx] = y.to(low)
+        if both is not None:  # the float32 result and its bf16 copy in one pass
+
+            def step() -> None:
+                env[idx], env[cidx] = both(env[x])
+
+        else:
+
+            def step() -> None:
+                env[idx] = y = normalise(env[x])
+                env[cidx] = y.to(low)
 
     else:
 
         def step() -> None:
             env[idx] = normalise(env[x])
 
-    ctx.emit(step, norm.members + ([copy] if copy is not None else []), idx)
+    ctx.emit(step, norm.members + ([copy] if copy is not None else []), idx, unfused)
     ctx.cache[BLOCKS] = ctx.cache.get(BLOCKS, 0) + 1
     return True
+
+
+def _over_input(ctx: LoweringContext, norm: Norm) -> bool:
+    """Whether the native norm may write its float32 result over its input: a tensor a step
+    makes each run (`ctx.fresh`: a residual sum, say), not a program output, read by nothing
+    but the norm (`PGX_CPU_LAYERNORM_INPLACE=0`: never). Why: the result then lands in memory
+    the caches hold (the sum was just written), not in a block malloc hands out; see
+    `benchmarks/results/gemm14.md`."""
+    if not native_layernorm.inplace_enabled():
+        return False
+    x = norm.x
+    idx = ctx.index.get(id(x))
+    if idx is None or idx not in ctx.fresh or ctx.static[idx] or ctx.const[idx]:
+        return False
+    if x.op.output_alias(len(x.inputs)) >= 0 or x.shape.lens() != norm.y.shape.lens():
+        return False
+    members = {id(m) for m in norm.members}
+    return all(id(u) in members and not u.is_return() for u in x.outputs)
+
+
+def _native(norm: Norm, copy: bool, inplace: bool = False) -> native_layernorm.LayerNorm | None:
+    """The native kernel (`native_layernorm.py`) for a float32 norm with a float32 result and
+    float32 (or no) affine parts, with its bf16 copy when `copy`; else None (then `_kernel`)."""
+    w, b = norm.weight, norm.bias
+    if norm.x.shape.type() != "float_type" or norm.cast is not None:
+        return None
+    if norm.y.shape.type() != "float_type" or any(
+        t is not None and t.dtype != torch.float32 for t in (w, b)
+    ):
+        return None
+    if not native_layernorm.available(copy):
+        return None
+    dims = tuple(norm.x.shape.lens())
+    return native_layernorm.LayerNorm(dims, w, b, norm.eps, copy, inplace)
 
 
 def _kernel(ctx: LoweringContext, norm: Norm) -> Callable[[torch.Tensor], torch.Tensor]:

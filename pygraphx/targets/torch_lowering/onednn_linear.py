@@ -60,18 +60,28 @@ EPILOGUES = {
 }
 
 
-def _attributes(lib: object, epilogue: str | None, bias_md: c_void_p | None) -> c_void_p:
+def _attributes(
+    lib: object,
+    epilogue: str | None,
+    bias_md: c_void_p | None,
+    residual_md: c_void_p | None = None,
+    accumulate: bool = False,
+) -> c_void_p:
     """A matmul's attributes: a user scratchpad, then the post-ops: a binary add of `bias_md`
-    (the bias of a product in parts) and the activation `epilogue` (the caller destroys it)."""
+    (the bias of a product in parts), a binary add of `residual_md` (a tensor of the result's
+    shape: a residual sum) and the activation `epilogue` (the caller destroys it)."""
     attr, post_ops = c_void_p(), c_void_p()
     check(lib.dnnl_primitive_attr_create(byref(attr)), "primitive_attr_create")
     try:
         check(lib.dnnl_primitive_attr_set_scratchpad_mode(attr, SCRATCHPAD_USER), "scratch")
-        if epilogue is None and bias_md is None:
+        if epilogue is None and bias_md is None and residual_md is None and not accumulate:
             return attr
         check(lib.dnnl_post_ops_create(byref(post_ops)), "post_ops_create")
-        if bias_md is not None:
-            check(lib.dnnl_post_ops_append_binary(post_ops, BINARY_ADD, bias_md), "binary add")
+        if accumulate:  # dst += the product (oneDNN's sum post-op)
+            check(lib.dnnl_post_ops_append_sum(post_ops, 1.0, 0, 0), "sum")
+        for md in (bias_md, residual_md):
+            if md is not None:
+                check(lib.dnnl_post_ops_append_binary(post_ops, BINARY_ADD, md), "binary add")
         if epilogue is not None:
             alg, alpha, beta = EPILOGUES[epilogue]
             check(lib.dnnl_post_ops_append_eltwise(post_ops, alg, alpha, beta), "eltwise")
@@ -102,7 +112,11 @@ class _Primitive:
         bias_md = self.mds[3] if owner.bias is not None else None
         # parts: the bias as a binary add post-op (oneDNN 3.2 runs a per-part bias on `ref`)
         bias_op = bias_md if owner.parts > 1 else None
-        attr = _attributes(lib, owner.epilogue, bias_op)
+        res_md = None
+        if owner.residual == "add":  # (its post-op follows the bias's, if that is one)
+            res_md = rt.desc(dst, dt, tag)
+            self.mds.append(res_md)
+        attr = _attributes(lib, owner.epilogue, bias_op, res_md, owner.residual == "sum")
         self.pd, self.prim, self.mems = c_void_p(), None, []
         try:
             md = None if bias_op is not None else bias_md
@@ -135,15 +149,23 @@ class _Primitive:
             args.append((ARG_BIAS if bias_op is None else post_op_arg(0, ARG_SRC_1), self.mems[-1]))
         self.mems.append(rt.memory(scratch_md, self.scratch.data_ptr()))
         args.append((ARG_SCRATCHPAD, self.mems[-1]))
+        self.res = None
+        if res_md is not None:
+            self.res = rt.memory(res_md, None)
+            self.mems.append(self.res)
+            args.append((post_op_arg(1 if bias_op is not None else 0, ARG_SRC_1), self.res))
         self.nargs = len(args)
         self.args = (ExecArg * len(args))(*(ExecArg(a, m) for a, m in args))
         # (not 0: an int a step holds is taken for an env index by `mapped_reads`)
-        self.addresses: list[int | None] = [None, None]
+        self.addresses: list[int | None] = [None, None, None]
 
-    def execute(self, x: Tensor, y: Tensor) -> None:
-        """`y = x @ weight (+ bias)`, `x` and `y` dense row-major."""
+    def execute(self, x: Tensor, y: Tensor, r: Tensor | None = None) -> None:
+        """`y = x @ weight (+ bias) (+ r)`, `x`, `y` (and the residual `r`, given exactly when
+        the product has one) dense row-major."""
         lib = self.rt.lib
-        for slot, (mem, t) in enumerate(((self.src, x), (self.dst, y))):
+        pairs = ((self.src, x), (self.dst, y)) if r is None else (
+            (self.src, x), (self.dst, y), (self.res, r))  # fmt: skip
+        for slot, (mem, t) in enumerate(pairs):
             address = t.data_ptr()
             if self.addresses[slot] != address:
                 lib.dnnl_memory_set_data_handle(mem, address)
@@ -167,7 +189,9 @@ class Linear:
     `parts` > 1 the columns are that many parts of equal width, computed as one batched
     product into a new (parts, rows, width) tensor, each part dense (`dims`). `impl`: the
     first of oneDNN's implementations whose name starts with it (e.g. `gemm:jit`; an error
-    naming those offered where none does), else oneDNN's first."""
+    naming those offered where none does), else oneDNN's first. With `residual` the product
+    adds a (rows, N) tensor of its type given at each call (`linear(x, r)`: a residual sum,
+    oneDNN's binary add post-op, after the bias and before an epilogue)."""
 
     def __init__(
         self,
@@ -179,6 +203,7 @@ class Linear:
         twin: Linear | None = None,
         parts: int = 1,
         impl: str | None = None,
+        residual: str | None = None,
     ) -> None:
         rt = runtime()
         if rt is None:
@@ -188,6 +213,10 @@ class Linear:
                               "2-D float32 or bf16 matrix")  # fmt: skip
         if epilogue is not None and epilogue not in EPILOGUES:
             raise OneDnnError(f"matmul epilogue {epilogue!r}: expected one of {sorted(EPILOGUES)}")
+        if residual not in (None, "add", "sum"):
+            raise OneDnnError(f"matmul residual {residual!r}: expected None, 'add' or 'sum'")
+        if residual and parts != 1:
+            raise OneDnnError("matmul residual: a product in parts takes none")
         if twin is not None and (twin.shape, twin.dtype, twin.rows, twin.parts) != (
             tuple(weight.shape),
             weight.dtype,
@@ -214,6 +243,7 @@ class Linear:
         self.rows = rows
         self.epilogue = epilogue
         self.impl = impl
+        self.residual = residual
         self.out_lens = (rows, n) if parts == 1 else (parts, rows, width)
         self.made: dict[int, _Primitive] = {}
         if now:  # (else at the first call)
@@ -246,10 +276,24 @@ class Linear:
             self.weight = None
         return prim
 
-    def __call__(self, x: Tensor) -> Tensor:
+    def __call__(self, x: Tensor, r: Tensor | None = None) -> Tensor:
         y = torch.empty(self.out_lens, dtype=self.dtype)
-        self.primitive().execute(x.contiguous(), y)
+        if self.residual == "add":
+            if r is None or r.dtype != self.dtype or r.numel() != y.numel():
+                got = None if r is None else (tuple(r.shape), r.dtype)
+                raise OneDnnError(
+                    f"matmul residual: expected a {list(self.out_lens)} {self.dtype} tensor, "
+                    f"got {got}"
+                )
+            self.primitive().execute(x.contiguous(), y, r.contiguous())
+        else:
+            self.primitive().execute(x.contiguous(), y)
         return y
+
+    def into(self, x: Tensor, r: Tensor) -> Tensor:
+        """`r += x @ weight (+ bias)` in place (`residual="sum"`), `r` dense; returns `r`."""
+        self.primitive().execute(x.contiguous(), r)
+        return r
 
 
 def _move_to_impl(rt: Runtime, pd: c_void_p, impl: str) -> None:
