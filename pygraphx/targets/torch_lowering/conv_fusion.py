@@ -59,6 +59,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
+from pygraphx.quantize.wide_constants import wide_vector
 from pygraphx.targets.torch_lowering import winograd
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext, Step
 from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_kernel, default_kernel
@@ -365,7 +366,20 @@ def _channel_constant(ctx: LoweringContext, x: Instruction, channels: int) -> np
     vec = t[0, :, 0, 0]
     if vec.shape[0] != channels:
         return None
+    wide = wide_vector(x, channels) if t.dtype == torch.bfloat16 else None
+    if wide is not None:  # a bf16 program's bias, unrounded (`quantize.wide_constants`)
+        return wide.copy()
     return vec.float().numpy().copy()
+
+
+def _wide_bias(user: Instruction, conv: Instruction) -> bool:
+    """A bf16 convolution's group adds a constant that kept its float32 value
+    (`quantize.wide_constants`): the fused bias is then float32, which oneDNN's bf16 kernels take,
+    added to the float32 accumulator before the one rounding (as OpenVINO's bf16 does)."""
+    channels = conv.shape.lens()[1]
+    return conv.shape.type() == "bf16_type" and any(
+        wide_vector(x, channels) is not None for x in user.inputs
+    )
 
 
 def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
@@ -378,7 +392,9 @@ def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
         lower_alone(ctx, conv)
         return False
     plan = conv_plan(ctx, conv)
-    dtype = torch_dtype(conv.shape.dtype())  # oneDNN takes the bias in the input's type
+    dtype = torch_dtype(conv.shape.dtype())  # oneDNN takes the bias in the input's type, or
+    if _wide_bias(user, conv):  # float32 for a bf16 layer whose bias kept its float32 value
+        dtype = torch.float32
     plan.bias = torch.from_numpy(epi.bias).to(dtype) if epi.bias.any() else None
     plan.unary, plan.scalars, plan.add_after = epi.unary, epi.scalars, epi.add_after
     if epi.other is not None:
@@ -583,6 +599,7 @@ def _emit_dw_pair(
     dw_plan = conv_plan(ctx, dw)
     if epi is not None:
         dtype = torch_dtype(dw.shape.dtype())  # (as `fuse_group`: the bias in the input's type)
+        dtype = torch.float32 if _wide_bias(last, dw) else dtype
         dw_plan.bias = torch.from_numpy(epi.bias).to(dtype) if epi.bias.any() else None
         dw_plan.unary, dw_plan.scalars = epi.unary, epi.scalars
         plan.dw = dw_plan

@@ -261,6 +261,7 @@ def _torch_cl(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callab
     cl = torch.channels_last
     w = plan.weight.contiguous(memory_format=cl)
     b, p, s, d, g = plan.bias, plan.padding, plan.stride, plan.dilation, plan.groups
+    b = b if b is None else b.to(w.dtype)  # (a bf16 layer's float32 bias)
     unary, scalars = plan.unary, list(plan.scalars)
     x_in = _channels_last_input(plan, get_x)
 

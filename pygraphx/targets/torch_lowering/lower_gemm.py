@@ -79,6 +79,10 @@ from pygraphx.targets.torch_lowering.registry import defer, deferred_producer, l
 # --- matrix products ------------------------------------------------------------------------
 
 
+#: (bias, product) types a GEMM takes besides equal ones: a bf16 product's float32 bias
+WIDE_BIAS = (torch.float32, torch.bfloat16)
+
+
 def dot_producer(
     ctx: LoweringContext,
     ins: Instruction,
@@ -93,7 +97,7 @@ def dot_producer(
     dtype = torch_dtype(a_shape.dtype())
     if dtype not in GEMM_DTYPES or (dtype == torch.bfloat16 and not bf16_gemm(ctx)):
         return None
-    if bias is not None and bias.dtype != dtype:
+    if bias is not None and bias.dtype != dtype and (bias.dtype, dtype) != WIDE_BIAS:
         return None
     env = ctx.env
     a, b = ctx.args(ins)
@@ -536,7 +540,7 @@ def _fuse_parts(ctx: LoweringContext, user: Instruction) -> bool:
     if peeled is None or peeled[1].kind != "in" or peeled[1].index != k:
         return _fuse_dot(ctx, user)
     bias = bias_vector(ctx, user.inputs[peeled[2]], n)
-    if bias is None or bias.dtype != torch_dtype(dot.shape.dtype()):
+    if bias is None or bias.dtype not in (torch_dtype(dot.shape.dtype()), torch.float32):
         return _fuse_dot(ctx, user)
     _emit_column_parts(ctx, dot, user, bias, parts)
     return True
