@@ -104,6 +104,23 @@ class Literal(Argument):
         self.array = arr
 
 
+
+class RoundedLiteral(Literal):
+    """A literal whose value was rounded (to bf16 / half) from `wide`, a float32 array of the same
+    shape kept beside it: the program computes with the rounded value; a kernel that adds a
+    product's bias in float32 may read the unrounded one (`pygraphx.quantize.wide_constants`,
+    `pygraphx.ops.literal_views.wide_vector`). Saved and loaded with its program."""
+
+    __slots__ = ("wide",)
+
+    def __init__(self, low: Any, wide: np.ndarray) -> None:
+        super().__init__(low, copy=False)
+        if wide.shape != self.array.shape:
+            raise ValueError(f"wide value of shape {wide.shape} for a literal {self.array.shape}")
+        wide = np.array(wide, dtype=np.float32, order="C")
+        wide.flags.writeable = False
+        self.wide = wide
+
 def format_values(arr: np.ndarray, limit: int | None = None) -> str:
     """Values as MIGraphX prints them: comma separated, with `...` in the middle past `limit`."""
     flat = np.asarray(arr).reshape(-1)

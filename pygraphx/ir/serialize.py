@@ -36,7 +36,7 @@ import msgpack
 import numpy as np
 
 from pygraphx.ir import registry
-from pygraphx.ir.argument import Literal
+from pygraphx.ir.argument import Literal, RoundedLiteral
 from pygraphx.ir.atomic_write import write_atomic
 from pygraphx.ir.builtin_ops import LiteralOp
 from pygraphx.ir.file_read import read_regular_file
@@ -132,7 +132,10 @@ def program_to_dict(program: Program) -> dict[str, Any]:
         for ii, ins in enumerate(mod.instructions):
             position[id(ins)] = (mi, ii)
             if ins.is_literal():
-                attrs: dict[str, Any] = {"value": ins.get_literal().array}
+                lit = ins.get_literal()
+                attrs: dict[str, Any] = {"value": lit.array}
+                if isinstance(lit, RoundedLiteral):  # the float32 value it was rounded from
+                    attrs["wide"] = lit.wide
             else:
                 attrs = _op_attrs(ins.op)
             item: dict[str, Any] = {
@@ -292,6 +295,16 @@ def _thaw(value: Any) -> Any:
     return value
 
 
+def _literal(attrs: dict[str, Any]) -> Literal:
+    wide = attrs.get("wide")
+    if wide is None:
+        return Literal(attrs["value"], copy=False)
+    try:
+        return RoundedLiteral(attrs["value"], np.asarray(wide))
+    except ValueError as exc:
+        raise SerializationError(f"a rounded literal's float32 value: {exc}") from exc
+
+
 def _make_instruction(
     mod: Module, item: dict[str, Any], inputs: list[Instruction], subs: list[Module]
 ) -> Instruction:
@@ -299,9 +312,7 @@ def _make_instruction(
     if not isinstance(item["shape"], Shape):
         raise SerializationError(f"operator {name!r}: its shape is {type(item['shape']).__name__}")
     if name == "@literal":
-        ins = Instruction(
-            LiteralOp(Literal(item["attrs"]["value"], copy=False)), [], item["shape"], mod
-        )
+        ins = Instruction(LiteralOp(_literal(item["attrs"])), [], item["shape"], mod)
         mod.instructions.append(ins)
         return ins
     cls = OPS.get(name)

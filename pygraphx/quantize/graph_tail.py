@@ -29,19 +29,13 @@ from collections.abc import Collection
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
 from pygraphx.ops.base import ViewOp
+from pygraphx.ops.literal_views import view_source
 from pygraphx.ops.pointwise import Pointwise
 
 __all__ = ["MOVE_OPS", "graph_tail", "is_constant_view", "view_source"]
 
 #: operators that only move values (besides views): they follow their inputs' type
 MOVE_OPS = frozenset({"concat", "contiguous"})
-
-
-def view_source(ins: Instruction) -> Instruction:
-    """Where a chain of one-input views (no module calls) ending at `ins` starts."""
-    while isinstance(ins.op, ViewOp) and len(ins.inputs) == 1 and not ins.module_inputs:
-        ins = ins.inputs[0]
-    return ins
 
 
 def is_constant_view(ins: Instruction) -> bool:

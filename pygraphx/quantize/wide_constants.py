@@ -11,6 +11,10 @@ convolution gives a bias `beta - mean * gamma / sigma` of the size of the produc
 is a 7-8e-3 relative error against float32; the whole bf16 program 1.7e-2, OpenVINO's 1.5e-2).
 oneDNN's bf16 convolutions and matmuls take a float32 bias, at no cost.
 
+`RoundedLiteral` lives in `ir.argument` (saved and loaded with its program) and `wide_vector` in
+`ops.literal_views` (the targets' lowerings read it: they may not import this layer); both are
+named here too.
+
 The program's semantics do not change: the literal's value (what `ref` computes with, what the
 printed program shows) is still the rounded one. `RoundedLiteral` only carries the float32
 array it was rounded from (`wide`), for vectors (one axis of more than one value) of at most
@@ -33,9 +37,8 @@ import os
 
 import numpy as np
 
-from pygraphx.ir.argument import Literal
-from pygraphx.ir.instruction import Instruction
-from pygraphx.quantize.graph_tail import view_source
+from pygraphx.ir.argument import Literal, RoundedLiteral
+from pygraphx.ops.literal_views import is_vector, wide_vector
 
 __all__ = [
     "KEEP_WIDE",
@@ -62,42 +65,9 @@ def keep_wide() -> bool:
     return os.environ.get(KEEP_WIDE_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-class RoundedLiteral(Literal):
-    """A literal whose value was rounded from `wide` (a float32 array of the same shape)."""
-
-    __slots__ = ("wide",)
-
-    def __init__(self, low: np.ndarray, wide: np.ndarray) -> None:
-        super().__init__(low, copy=False)
-        if wide.shape != self.array.shape:
-            raise ValueError(f"wide value of shape {wide.shape} for a literal {self.array.shape}")
-        wide = np.array(wide, dtype=np.float32, order="C")
-        wide.flags.writeable = False
-        self.wide = wide
-
-
-def is_vector(arr: np.ndarray) -> bool:
-    """`arr` has at most one axis of more than one value (a bias, a scale; not a weight)."""
-    return sum(d > 1 for d in arr.shape) <= 1
-
-
 def rounded(low: np.ndarray, wide: np.ndarray) -> Literal:
     """The literal holding `low` (the rounded copy of `wide`), with `wide` kept when it is a
     float vector of at most `WIDE_ELEMENTS` values and `keep_wide()`."""
     if keep_wide() and wide.dtype.kind == "f" and wide.size <= WIDE_ELEMENTS and is_vector(wide):
         return RoundedLiteral(low, wide)
     return Literal(low, copy=False)
-
-
-def wide_vector(ins: Instruction, n: int) -> np.ndarray | None:
-    """The float32 value of the (n,) vector that `ins` (a view of a `RoundedLiteral` holding n
-    values, e.g. a broadcast bias) repeats, or None."""
-    src = view_source(ins)
-    if not src.is_literal():
-        return None
-    lit = src.get_literal()
-    wide = lit.wide if isinstance(lit, RoundedLiteral) else None
-    # a vector: every view of it (a broadcast, a reshape) repeats it in its order
-    if wide is None or wide.size != n or not is_vector(wide):
-        return None
-    return wide.reshape(n)

@@ -21,6 +21,7 @@ import pytest
 from onnx import helper
 
 import pygraphx
+from pygraphx.ir.argument import RoundedLiteral
 from pygraphx.quantize import quantize_bf16
 from pygraphx.targets.torch_lowering.gemm_kernels import cpu_has_bf16
 from tests.helpers import make_model
@@ -110,3 +111,28 @@ def test_resnet50_error_against_openvino_level(monkeypatch) -> None:
     new, old = (_error(model, feeds, monkeypatch, keep) for keep in (True, False))
     print(f"resnet50: kept {new:.3e}, rounded {old:.3e}")
     assert new < 1.6e-2 < old
+
+
+@pytest.mark.parametrize("build", [_conv_bn, _dense])
+def test_kept_bias_survives_save_and_load(build, tmp_path) -> None:
+    """A saved bf16 program keeps its biases' float32 values: loaded, it computes the same numbers
+    as before it was saved (not the rounded bias's)."""
+    model, feeds = build()
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    quantize_bf16(prog)
+    prog.compile(pygraphx.get_target("cpu"))
+    before = np.asarray(prog.run(feeds)[0])
+    path = tmp_path / "prog.mxr"
+    pygraphx.save(prog, str(path))
+    loaded = pygraphx.load(str(path))
+    kept = [
+        ins.get_literal()
+        for mod in loaded.modules.values()
+        for ins in mod.instructions
+        if ins.is_literal() and isinstance(ins.get_literal(), RoundedLiteral)
+    ]
+    assert kept, "the loaded program lost its rounded literals' float32 values"
+    for lit in kept:
+        assert lit.wide.dtype == np.float32 and lit.wide.shape == lit.array.shape
+    after = np.asarray(loaded.run(feeds)[0])
+    np.testing.assert_array_equal(after, before)

@@ -59,7 +59,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
-from pygraphx.quantize.wide_constants import wide_vector
+from pygraphx.ops.literal_views import wide_vector
 from pygraphx.targets.torch_lowering import winograd
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext, Step
 from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_kernel, default_kernel
@@ -367,14 +367,14 @@ def _channel_constant(ctx: LoweringContext, x: Instruction, channels: int) -> np
     if vec.shape[0] != channels:
         return None
     wide = wide_vector(x, channels) if t.dtype == torch.bfloat16 else None
-    if wide is not None:  # a bf16 program's bias, unrounded (`quantize.wide_constants`)
+    if wide is not None:  # a bf16 program's bias, unrounded (`quantize.wide_constants`, `ops.literal_views`)
         return wide.copy()
     return vec.float().numpy().copy()
 
 
 def _wide_bias(user: Instruction, conv: Instruction) -> bool:
     """A bf16 convolution's group adds a constant that kept its float32 value
-    (`quantize.wide_constants`): the fused bias is then float32, which oneDNN's bf16 kernels take,
+    (`quantize.wide_constants`, `ops.literal_views`): the fused bias is then float32, which oneDNN's bf16 kernels take,
     added to the float32 accumulator before the one rounding (as OpenVINO's bf16 does)."""
     channels = conv.shape.lens()[1]
     return conv.shape.type() == "bf16_type" and any(
