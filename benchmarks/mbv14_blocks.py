@@ -87,6 +87,7 @@ def block_model(  # noqa: ANN201
         [numpy_helper.from_array(v, name) for name, v in inits.items()],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # (the IR version opset 17 needs: older ONNX Runtimes refuse newer)
     return model, {"x": x}
 
 

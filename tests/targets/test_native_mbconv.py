@@ -188,13 +188,15 @@ def test_schedule_and_bounds() -> None:
 
 
 def test_rule() -> None:
-    """Every block at 1 and 2 threads (measured); above, only where the rows split evenly
-    enough: MobileNetV2 at 16 threads batch 1 keeps only its 112x112 stride-1 block."""
+    """Every block at 1 and 2 threads; above, the blocks whose output map is 14x14 or larger
+    (both measured)."""
     for threads in (1, 2):
         assert native_mbconv.rule(1, 7, 7, 960, 1, True, threads)
     assert native_mbconv.efficiency(8, 56, 56, 144, 1, 2) == 1.0
     assert native_mbconv.rule(1, 112, 112, 32, 1, False, 16)
-    assert not native_mbconv.rule(1, 112, 112, 96, 2, True, 16)
+    assert native_mbconv.rule(1, 112, 112, 96, 2, True, 16)
+    assert native_mbconv.rule(1, 14, 14, 576, 1, True, 16)
+    assert not native_mbconv.rule(1, 14, 14, 576, 2, True, 16)
     assert not native_mbconv.rule(1, 7, 7, 960, 1, True, 16)
     assert native_mbconv.rule(8, 28, 28, 192, 1, True, 16)
     assert not native_mbconv.rule(8, 7, 7, 960, 1, True, 16)

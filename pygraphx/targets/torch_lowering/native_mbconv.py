@@ -70,9 +70,9 @@ def enabled() -> bool:
     return mode() != "off"
 
 
-#: above 2 threads a block takes the kernel where the threads' share of its rows, halos
-#: included, is at least this fraction of an even split (`efficiency`)
-MIN_EFFICIENCY = 0.75
+#: above 2 threads a block takes the kernel where its output map has at least this many pixels
+#: (measured at 16 threads: `rule`)
+MIN_PIXELS_MANY_THREADS = 128
 
 
 def efficiency(n: int, h: int, w: int, m: int, stride: int, threads: int) -> float:
@@ -91,15 +91,18 @@ def rule(n: int, h: int, w: int, m: int, stride: int, expands: bool, threads: in
     1 and 2 threads (measured on the 2-core EPYC, `benchmarks/results/mbv14.md`): every
     block. MobileNetV2's 17 blocks in the network, 1 thread: 0.85-1.02x the oneDNN route's
     steps at batch 1 (sum 0.95x), 0.74-1.08x alone at batch 8; end to end 0.96x (batch 1)
-    and 0.87-0.90x (batch 8) at 1 thread, 0.96x and 0.83-0.91x at 2. Above 2 threads (not
-    measured here: the rows split between more threads, each range expanding its halo rows
-    again, while oneDNN splits channels too): only where `efficiency` is at least
-    `MIN_EFFICIENCY` (MobileNetV2 at 16 threads: batch 1 only the first block, 112x112 at
-    stride 1; batch 8 all but the blocks with a 7x7 output; 4 threads batch 1 the blocks
-    whose output is 28x28 or larger)."""
+    and 0.87-0.90x (batch 8) at 1 thread, 0.96x and 0.83-0.91x at 2. Above 2 threads: where
+    the output map has at least `MIN_PIXELS_MANY_THREADS` pixels (14x14 and larger), from the
+    16-core Xeon host of the GPU machine at 16 threads (`benchmarks/mbv14_blocks.py --threads
+    16`, `benchmarks/results/h100host16_s14_blocks16_b*.txt`), new/old per block shape:
+    batch 1 0.88-0.96 with 14x14 and larger outputs (two stride-2 blocks 1.006 and 1.025),
+    1.12 and 1.29 with 7x7 ones; batch 8 0.92-0.995 with 14x14 and larger, 1.24-1.48 with
+    7x7 outputs (oneDNN splits their 576-960 channels between the threads, the kernel only
+    the few rows)."""
     if threads <= 2:
         return True
-    return efficiency(n, h, w, m, stride, threads) >= MIN_EFFICIENCY
+    ho, wo = (h - 1) // stride + 1, (w - 1) // stride + 1
+    return ho * wo >= MIN_PIXELS_MANY_THREADS
 
 
 def use_native(n: int, c: int, h: int, w: int, m: int, k: int, stride: int,
@@ -379,6 +382,6 @@ class MbConv:
 
 
 __all__ = [
-    "ENV", "MbConv", "SHARED", "available", "bounds", "efficiency", "enabled", "library", "mode",
-    "rule", "schedule", "share_image", "use_native",
+    "ENV", "MIN_PIXELS_MANY_THREADS", "MbConv", "SHARED", "available", "bounds", "efficiency",
+    "enabled", "library", "mode", "rule", "schedule", "share_image", "use_native",
 ]  # fmt: skip
