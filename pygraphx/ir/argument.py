@@ -104,7 +104,6 @@ class Literal(Argument):
         self.array = arr
 
 
-
 class RoundedLiteral(Literal):
     """A literal whose value was rounded (to bf16 / half) from `wide`, a float32 array of the same
     shape kept beside it: the program computes with the rounded value; a kernel that adds a
@@ -120,6 +119,7 @@ class RoundedLiteral(Literal):
         wide = np.array(wide, dtype=np.float32, order="C")
         wide.flags.writeable = False
         self.wide = wide
+
 
 def format_values(arr: np.ndarray, limit: int | None = None) -> str:
     """Values as MIGraphX prints them: comma separated, with `...` in the middle past `limit`."""

@@ -209,9 +209,9 @@ def test_failed_library_is_not_rebuilt_per_layer(monkeypatch: pytest.MonkeyPatch
         calls.append(name)
         raise native.NativeUnavailable("no compiler here (test)")
 
-    monkeypatch.setattr(winograd_native, "_LIB", [])
-    monkeypatch.setattr(winograd_native, "_FAILED", [])
-    monkeypatch.setattr(winograd_native.native, "load", failing)
+    fresh = native.BoundLibrary(winograd_native.KERNEL, winograd_native._bind)
+    monkeypatch.setattr(winograd_native, "_BOUND", fresh)
+    monkeypatch.setattr(native.compiler, "load", failing)
     assert not winograd_native.available() and not winograd_native.available()
     assert not winograd_native.bf16_available()
     assert calls == [winograd_native.KERNEL]

@@ -158,7 +158,8 @@ def test_observer_sees_the_input_kept() -> None:
 def test_no_native_kernel_takes_torch(monkeypatch, caplog) -> None:
     """`PGX_NATIVE=off` (as without a compiler): said once, torch's kernel, same results."""
     monkeypatch.setenv(native.NATIVE_ENV, "off")
-    monkeypatch.setattr(native_layernorm, "_LIB", [])
+    fresh = native.BoundLibrary(native_layernorm.KERNEL, native_layernorm._bind)
+    monkeypatch.setattr(native_layernorm, "_BOUND", fresh)
     monkeypatch.setattr(native.compiler, "_ANNOUNCED", set())
     steps = _check(*block(3))
     assert len(steps) == 3 and not any(s.unfused for s in steps)

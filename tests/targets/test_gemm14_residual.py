@@ -66,6 +66,12 @@ def test_linear_residual_errors() -> None:
         onednn_linear.Linear(w, None, 4, residual="sum", parts=2)
     with pytest.raises(OneDnnError, match="residual: expected"):
         onednn_linear.Linear(w, None, 4, residual="add")(torch.randn(4, 8))
+    acc = onednn_linear.Linear(w, None, 4, residual="sum")
+    with pytest.raises(OneDnnError, match="call `into"):
+        acc(torch.randn(4, 8))  # (would add the product into uninitialised memory)
+    for bad in (torch.randn(4, 5), torch.randn(4, 6, dtype=torch.float64), torch.randn(6, 4).t()):
+        with pytest.raises(OneDnnError, match="sum into: expected a dense"):
+            acc.into(torch.randn(4, 8), bad)
 
 
 def block(batch: int, expose: str = "") -> tuple:

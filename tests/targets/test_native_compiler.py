@@ -170,3 +170,33 @@ def test_private_temporary_directories_are_removed_at_exit(cache):
     nc._remove_temp_dirs()
     assert not os.path.exists(where)
     assert _sum_squares(lib, np.ones(4, np.float32), 1) == 4.0  # mapped: still runs
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["winograd_native", "native_mbconv", "native_layernorm"],
+)
+def test_failed_build_is_kept_for_the_process(module: str, monkeypatch, caplog) -> None:
+    """A kernel whose build fails is tried once per process, not once per layer (a network's
+    blocks / norms ask one after the other), and the fallback is said once."""
+    import importlib
+
+    from pygraphx.targets import native
+
+    mod = importlib.import_module(f"pygraphx.targets.torch_lowering.{module}")
+    calls = []
+
+    def failing(name: str, extra_flags: object = ()) -> object:
+        calls.append(name)
+        raise native.NativeUnavailable(f"native kernel {name}: no compiler here (test)")
+
+    monkeypatch.setattr(mod, "_BOUND", native.BoundLibrary(mod.KERNEL, mod._bind))
+    monkeypatch.setattr(native.compiler, "load", failing)
+    monkeypatch.setattr(native.compiler, "_ANNOUNCED", set())
+    ask = (lambda: mod.available(False)) if module == "native_layernorm" else mod.available
+    with caplog.at_level("WARNING"):
+        assert not any(ask() for _ in range(5))
+    assert calls == [mod.KERNEL]
+    assert caplog.text.count("no compiler here (test)") == 1
+    with pytest.raises(native.NativeUnavailable, match="no compiler here"):
+        mod.library()

@@ -334,3 +334,24 @@ def test_not_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     pygraphx.quantize_bf16(prog, ["all"])
     prog.compile(CpuTarget(threads=1))
     assert prog._executable.lowered.ctx.cache.get("native_mbconv", 0) == 0
+
+
+def test_wrong_tensors_are_refused() -> None:
+    """A tensor of another type or size than the block was made for is refused, never read or
+    written past its end."""
+    if not native_mbconv.available():
+        pytest.skip("no native mbconv kernel here")
+    torch.manual_seed(3)
+    c, m, k = 8, 24, 8
+    block = native_mbconv.MbConv(
+        torch.randn(m, c, 1, 1), None, torch.randn(m, 1, 3, 3), None, torch.randn(k, m, 1, 1),
+        None, 1, [("relu", []), ("relu", []), ("none", [])], [1, c, 8, 8], True,
+    )  # fmt: skip
+    good = torch.randn(1, c, 8, 8).contiguous(memory_format=torch.channels_last)
+    for bad in (good.double(), torch.randn(1, c, 4, 4)):
+        with pytest.raises(ValueError, match="must be a float32"):
+            block(bad, other=good)
+        with pytest.raises(ValueError, match="residual must be a float32"):
+            block(good, other=bad)
+    with pytest.raises(ValueError, match="output must be a float32"):
+        block(good, torch.empty(1, k, 4, 4), other=good)

@@ -8,6 +8,7 @@ kept in cache, a Winograd tile pipeline), a small C kernel compiled with `-O3 -m
 takes its library route.
 """
 
+from pygraphx.targets.native.bound import BoundLibrary
 from pygraphx.targets.native.compiler import (
     NATIVE_ENV,
     NativeUnavailable,
@@ -21,6 +22,7 @@ from pygraphx.targets.native.compiler import (
 from pygraphx.targets.native.openmp import openmp_runtimes, openmp_shared
 
 __all__ = [
+    "BoundLibrary",
     "NATIVE_ENV",
     "NativeUnavailable",
     "announce_fallback",

@@ -47,7 +47,7 @@ def bias_vector(ctx: LoweringContext, x: Instruction, n: int) -> torch.Tensor | 
     if any(s != 0 for s, m in zip(t.stride()[:-1], t.shape[:-1], strict=True) if m != 1):
         return None
     wide = wide_vector(x, n) if t.dtype == torch.bfloat16 else None
-    if wide is not None:  # a bf16 program's bias, unrounded (`quantize.wide_constants`, `ops.literal_views`)
+    if wide is not None:  # a bf16 program's bias, unrounded (`ops.literal_views.wide_vector`)
         return torch.from_numpy(wide.copy())
     return t[(0,) * (t.dim() - 1)].contiguous()
 

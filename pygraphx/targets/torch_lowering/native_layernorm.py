@@ -39,9 +39,6 @@ INPLACE_ENV = "PGX_CPU_LAYERNORM_INPLACE"
 F32, BF16 = torch.float32, torch.bfloat16
 empty, get_num_threads = torch.empty, torch.get_num_threads
 
-_LIB: list[ctypes.CDLL] = []
-
-
 def enabled() -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in native.compiler.OFF_VALUES
 
@@ -50,11 +47,7 @@ def inplace_enabled() -> bool:
     return os.environ.get(INPLACE_ENV, "1").strip().lower() not in native.compiler.OFF_VALUES
 
 
-def library() -> ctypes.CDLL:
-    """The kernel's library, its functions bound; raises `native.NativeUnavailable`."""
-    if _LIB:
-        return _LIB[0]
-    lib = native.load(KERNEL)
+def _bind(lib: ctypes.CDLL) -> None:
     for name in ("ln_supported", "ln_bf16_supported"):
         getattr(lib, name).argtypes = []
         getattr(lib, name).restype = ctypes.c_int
@@ -65,8 +58,15 @@ def library() -> ctypes.CDLL:
     p, i = ctypes.c_void_p, ctypes.c_int64
     lib.ln_f32.argtypes = [p, p, p, p, p, i, i, i, i, i, ctypes.c_float, i]
     lib.ln_f32.restype = ctypes.c_int
-    _LIB.append(lib)
-    return lib
+
+
+#: the library, bound once; a failed build is kept for the process (`native.BoundLibrary`)
+_BOUND = native.BoundLibrary(KERNEL, _bind)
+
+
+def library() -> ctypes.CDLL:
+    """The kernel's library, its functions bound; raises `native.NativeUnavailable`."""
+    return _BOUND.get()
 
 
 def available(copy: bool) -> bool:

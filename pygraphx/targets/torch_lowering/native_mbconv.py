@@ -116,14 +116,7 @@ def use_native(n: int, c: int, h: int, w: int, m: int, k: int, stride: int,
     return kind == "all" or rule(n, h, w, m, stride, expands, torch.get_num_threads())
 
 
-_LIB: list[ctypes.CDLL] = []
-
-
-def library() -> ctypes.CDLL:
-    """The kernel's library, its functions bound; raises `native.NativeUnavailable`."""
-    if _LIB:
-        return _LIB[0]
-    lib = native.load(KERNEL)
+def _bind(lib: ctypes.CDLL) -> None:
     lib.mbconv_supported.argtypes = []
     lib.mbconv_supported.restype = ctypes.c_int
     if not lib.mbconv_supported():
@@ -135,20 +128,30 @@ def library() -> ctypes.CDLL:
     lib.mbconv_shared_floats.restype = ctypes.c_int64
     lib.mbconv_run.argtypes = [ctypes.POINTER(_Args)]
     lib.mbconv_run.restype = ctypes.c_int
-    _LIB.append(lib)
-    return lib
+
+
+#: the library, bound once; a failed build is kept for the process (`native.BoundLibrary`)
+_BOUND = native.BoundLibrary(KERNEL, _bind)
+
+
+def library() -> ctypes.CDLL:
+    """The kernel's library, its functions bound; raises `native.NativeUnavailable`."""
+    return _BOUND.get()
 
 
 def available() -> bool:
     """Whether the native route is on and can be had (announcing once why not)."""
-    if not enabled():
-        return False
-    try:
-        library()
-    except native.NativeUnavailable as exc:
-        native.announce_fallback(KERNEL, exc, "the oneDNN convolution route")
-        return False
-    return True
+    return enabled() and _BOUND.available("the oneDNN convolution route")
+
+
+def _check(t: Tensor, lens: list[int], what: str) -> None:
+    """The kernel reads and writes float32 of exactly the lens it was made for (a tensor pointed
+    to once per new tensor: `MbConv.closure`'s `seen`)."""
+    if t.dtype != torch.float32 or list(t.shape) != lens:
+        raise ValueError(
+            f"native mbconv: the {what} must be a float32 {lens} tensor, got "
+            f"{list(t.shape)} {t.dtype}"
+        )
 
 
 def bounds(unary: str, scalars: list[float]) -> tuple[float, float]:
@@ -262,6 +265,7 @@ class MbConv:
         ]  # fmt: skip
         self.ho, self.wo = (h - 1) // stride + 1, (w - 1) // stride + 1
         self.out_lens = [n, k, self.ho, self.wo]
+        self.x_lens = list(x_lens)
         self.args = a = _Args()
         a.we, a.be, a.wd, a.bd, a.wp, a.bp = (
             None if t is None else t.data_ptr() for t in self.tensors)
@@ -291,6 +295,7 @@ class MbConv:
     def point_x(self, x: Tensor) -> Tensor:
         """Point the kernel to `x` (NCHW lens; channels-last, else a channels-last copy, which
         is returned to be held until the call)."""
+        _check(x, self.x_lens, "input")
         if x.stride(1) != 1:
             x = x.contiguous(memory_format=torch.channels_last)
         a = self.args
@@ -300,6 +305,7 @@ class MbConv:
 
     def bind(self, y: Tensor) -> None:
         """Write `y` (NCHW lens, channels-last) from now on (an arena slot)."""
+        _check(y, self.out_lens, "output")
         if y.stride(1) != 1:
             raise ValueError("native mbconv: the output must be channels-last")
         a = self.args
@@ -308,6 +314,8 @@ class MbConv:
         self.bound = y
 
     def point_other(self, r: Tensor) -> Tensor:
+        """Point the kernel to the residual `r` (as `point_x`)."""
+        _check(r, self.out_lens, "residual")
         if r.stride(1) != 1:
             r = r.contiguous(memory_format=torch.channels_last)
         a = self.args

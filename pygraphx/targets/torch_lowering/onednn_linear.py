@@ -16,6 +16,7 @@ made, so one is made per thread count the product is called under (as `onednn_co
 
 from __future__ import annotations
 
+import math
 from ctypes import byref, c_void_p
 
 import torch
@@ -245,6 +246,7 @@ class Linear:
         self.impl = impl
         self.residual = residual
         self.out_lens = (rows, n) if parts == 1 else (parts, rows, width)
+        self.numel = math.prod(self.out_lens)  # (a sum destination's size, checked per call)
         self.made: dict[int, _Primitive] = {}
         if now:  # (else at the first call)
             self.primitive()
@@ -277,6 +279,8 @@ class Linear:
         return prim
 
     def __call__(self, x: Tensor, r: Tensor | None = None) -> Tensor:
+        if self.residual == "sum":  # the product accumulates into its destination: `into`
+            raise OneDnnError("matmul with a sum post-op: call `into(x, r)`, not the product")
         y = torch.empty(self.out_lens, dtype=self.dtype)
         if self.residual == "add":
             if r is None or r.dtype != self.dtype or r.numel() != y.numel():
@@ -292,6 +296,11 @@ class Linear:
 
     def into(self, x: Tensor, r: Tensor) -> Tensor:
         """`r += x @ weight (+ bias)` in place (`residual="sum"`), `r` dense; returns `r`."""
+        if r.dtype != self.dtype or r.numel() != self.numel or not r.is_contiguous():
+            raise OneDnnError(
+                f"matmul sum into: expected a dense {list(self.out_lens)} {self.dtype} tensor, "
+                f"got {tuple(r.shape)} {r.dtype}{'' if r.is_contiguous() else ' (strided)'}"
+            )
         self.primitive().execute(x.contiguous(), r)
         return r
 

@@ -103,30 +103,7 @@ def bf16_enabled() -> bool:
     return enabled() and os.environ.get(BF16_ENV, "1").strip().lower() not in off
 
 
-_LIB: list[ctypes.CDLL] = []
-#: the reason the library could not be had, kept for the process (a build is not retried for
-#: every layer of a machine without a compiler or AVX-512F)
-_FAILED: list[native.NativeUnavailable] = []
-
-
-def library() -> ctypes.CDLL:
-    """The kernel's library, its functions bound; raises `native.NativeUnavailable` (the
-    first failure's, again, for the rest of the process)."""
-    if _LIB:
-        return _LIB[0]
-    if _FAILED:
-        raise _FAILED[0]
-    try:
-        lib = _bind(native.load(KERNEL))
-    except native.NativeUnavailable as exc:
-        if native.compiler.enabled():  # (`PGX_NATIVE=off` may be lifted later: not kept)
-            _FAILED.append(exc)
-        raise
-    _LIB.append(lib)
-    return lib
-
-
-def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
+def _bind(lib: ctypes.CDLL) -> None:
     lib.wino_f43_supported.argtypes = []
     lib.wino_f43_supported.restype = ctypes.c_int
     if not lib.wino_f43_supported():
@@ -138,19 +115,22 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.wino_f43_run.restype = ctypes.c_int
     lib.wino_f43_bf16_supported.argtypes = []
     lib.wino_f43_bf16_supported.restype = ctypes.c_int
-    return lib
+
+
+#: the library, bound once; a failed build (no compiler, no AVX-512F) is kept for the process:
+#: not retried for every layer (`native.BoundLibrary`)
+_BOUND = native.BoundLibrary(KERNEL, _bind)
+
+
+def library() -> ctypes.CDLL:
+    """The kernel's library, its functions bound; raises `native.NativeUnavailable` (the
+    first failure's, again, for the rest of the process)."""
+    return _BOUND.get()
 
 
 def available() -> bool:
     """Whether the native route is on and can be had (announcing once why not)."""
-    if not enabled():
-        return False
-    try:
-        library()
-    except native.NativeUnavailable as exc:
-        native.announce_fallback(KERNEL, exc, "the torch-ops Winograd route")
-        return False
-    return True
+    return enabled() and _BOUND.available("the torch-ops Winograd route")
 
 
 def bf16_available() -> bool:
