@@ -4,30 +4,29 @@
    out = softmax(scale * (Q @ K^T) + mask) @ V per (batch, head, block of MB query rows), the
    block's scores kept in cache: S = Q K^T (bf16 products summed in float32 by
    `_mm512_dpbf16_ps` on K packed pair-interleaved once per (batch, head)), scale and mask in
-   float32, the row softmax in float32 (max subtracted, base 2), the exponentials rounded to
-   bf16 once, O = P V (V packed pair-interleaved along the keys) times 1 / the row's sum, written
+   float32, the row softmax in float32 (max subtracted, base 2), the exponentials rounded to bf16
+   once, O = P V (V packed pair-interleaved along the keys) times 1 / the row's sum, written
    through the caller's strides (token-major: the output projection reads a view). These are the
    oneDNN route's numbers (scores float32, probabilities bf16 once); float32 keeps float32.
 
-   Operands: Q (B, H, S, D), K (B, H, T, D) (the caller's K^T view), V (B, H, T, D), out
-   (B, H, S, D): strides for batch, head and row, the last axis dense; D even for bf16. The
-   additive mask (float32, bf16 or none) has four strides (0 where broadcast), the last 0 or 1.
-   Causal (P_CAUSAL, set by the lowering where the mask is a known lower triangle): query row
-   i sees keys j <= i + P_COFF only, so a block of rows i0.. reads the first i0 + MB + P_COFF
-   keys (Q K^T, softmax and P V over them; the rest weigh 0 and are not computed), the mask
-   (if any) read only there: GPT-2's s128 blocks compute 9/16 of the scores at 16 rows a
-   block (the caller's `CAUSAL_ROWS`). The weights equal the full kernel's where every row
-   keeps a finite score (masked scores there give exactly 0).
-   Threads: `omp parallel` over (batch, head, query block), contiguous per thread, so a thread
-   packs each (batch, head)'s K and V once (prefetching the next one's rows meanwhile).
-   Scratch: the caller's (address P_SCRATCH, P_SLOT bytes a thread, at least
-   `pgx_attention_scratch()`, 64-aligned), kept between calls: the kernel owns no memory, so a
-   thread that exits leaves nothing behind.
+   Operands: Q (B, H, S, D), K (B, H, T, D) (the caller's K^T view), V (B, H, T, D), out (B, H,
+   S, D): strides for batch, head and row, the last axis dense; D even for bf16. The additive
+   mask (float32, bf16 or none) has four strides (0 where broadcast), the last 0 or 1. Causal
+   (P_CAUSAL, set by the lowering where the mask is a known lower triangle): query row i sees
+   keys j <= i + P_COFF only, so a block of rows i0.. reads the first i0 + MB + P_COFF keys (Q
+   K^T, softmax and P V over them; the rest weigh 0, not computed), the mask (if any) read only
+   there: GPT-2's s128 blocks compute 9/16 of the scores at 16 rows a block (the caller's
+   `CAUSAL_ROWS`). The weights equal the full kernel's where every row keeps a finite score
+   (masked scores there give exactly 0). Threads: `omp parallel` over (batch, head, query
+   block), contiguous per thread, so a thread packs each (batch, head)'s K and V once
+   (prefetching the next one's rows meanwhile). Scratch: the caller's (address P_SCRATCH,
+   P_SLOT bytes a thread, at least `pgx_attention_scratch()`, 64-aligned), kept between calls:
+   the kernel owns no memory, so a thread that exits leaves nothing behind.
 
-   The float32 variant is built where the compiler targets AVX-512 F/BW/VL, the bf16 one where
-   it also targets AVX512_BF16: `pgx_attention_supported()` says which (PGX_ATTN_BIT_*). NaN in
-   the scores or mask propagates (as in torch / ONNX Runtime): x86's max returns its second
-   operand when one is NaN, so the clamps put the value second. */
+   The float32 variant is built where the compiler targets AVX-512 F/BW/VL, the bf16 one where it
+   also targets AVX512_BF16: `pgx_attention_supported()` says which (PGX_ATTN_BIT_*). NaN in the
+   scores or mask propagates (as in torch / ONNX Runtime): x86's max returns its second operand
+   when one is NaN, so the clamps put the value second. */
 
 #include <float.h>
 #include <stdint.h>
@@ -146,16 +145,10 @@ typedef void (*tile_fn)(const bf16 *, int64_t, int64_t, const bf16 *, int64_t, f
                                  int64_t bs, float *c, int64_t ldc) {                        \
         tile(MR, NV, a, lda, kp, b, bs, c, ldc);                                            \
     }
-TILE(1, 1) TILE(1, 2) TILE(1, 3) TILE(1, 4)
-TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4)
-TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
-TILE(4, 1) TILE(4, 2) TILE(4, 3) TILE(4, 4)
-static const tile_fn TILES[4][4] = {
-    {tile_1_1, tile_1_2, tile_1_3, tile_1_4},
-    {tile_2_1, tile_2_2, tile_2_3, tile_2_4},
-    {tile_3_1, tile_3_2, tile_3_3, tile_3_4},
-    {tile_4_1, tile_4_2, tile_4_3, tile_4_4},
-};
+#define TILE_ROW(MR) TILE(MR, 1) TILE(MR, 2) TILE(MR, 3) TILE(MR, 4)
+TILE_ROW(1) TILE_ROW(2) TILE_ROW(3) TILE_ROW(4)
+#define TILE_FNS(MR) {tile_##MR##_1, tile_##MR##_2, tile_##MR##_3, tile_##MR##_4}
+static const tile_fn TILES[4][4] = {TILE_FNS(1), TILE_FNS(2), TILE_FNS(3), TILE_FNS(4)};
 
 /* C (m x nvt*16 floats) = A (m rows) x B (nvt column blocks) */
 static void gemm(int64_t m, int64_t nvt, const bf16 *a, int64_t lda, int64_t kp, const bf16 *b,
@@ -367,7 +360,6 @@ static void pack_v(const bf16 *v, int64_t t, int64_t d, int64_t vt, bf16 *pv) {
 
 #endif /* PGX_ATTN_BF16 */
 
-
 /* ask for rows (n of them, `ld` bytes apart, `d` bytes each) to be brought into L2 */
 static void prefetch_rows(const void *x, int64_t n, int64_t ld, int64_t d) {
     const char *c = x;
@@ -429,9 +421,8 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
             const int64_t tbn = round_up(tb, 16);
             gemm(m, tbn / 16, qa, prm[P_QS], D / 2, (const bf16 *)pk, (D / 2) * 32, sc, tn);
             float inv[MAX_ROWS];
-            const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) *
-                                                 msize
-                                    : NULL;
+            const char *mrow =
+                kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) * msize : NULL;
             softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
                           kind, prm[P_MT], pr, ldp, inv, 0);
             gemm(m, dn / 16, pr, ldp, (tb + 1) / 2, pv, tp * 32, ob, dn);
@@ -448,14 +439,6 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
         }
     }
     return 0;
-}
-
-#else
-
-int pgx_attention_bf16(const int64_t *prm, double scale, const void *q, const void *k,
-                       const void *v, const void *m, void *o) {
-    (void)prm; (void)scale; (void)q; (void)k; (void)v; (void)m; (void)o;
-    return -3;
 }
 
 #endif /* PGX_ATTN_BF16 */
@@ -612,9 +595,8 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
             const int64_t tbn = round_up(tb, 16);
             gemm32(m, tbn / 16, qa, prm[P_QS], D, pk, D * 16, sc, tn, prm[P_TILES]);
             float inv[MAX_ROWS];
-            const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) *
-                                                 msize
-                                    : NULL;
+            const char *mrow =
+                kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) * msize : NULL;
             softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
                           kind, prm[P_MT], sc, tn, inv, 1);
             gemm32(m, dn / 16, sc, tn, tb, pv, T * 16, ob, dn, prm[P_TILES]);
@@ -634,16 +616,17 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
 }
 
 #else
+int pgx_attention_f32(const int64_t *prm, double scale, const void *q, const void *k,
+                      const void *v, const void *m, void *o) {
+    (void)prm; (void)scale; (void)q; (void)k; (void)v; (void)m; (void)o;
+    return -3;
+}
+#endif /* PGX_ATTN_F32 */
 
+#if !PGX_ATTN_BF16 /* (built without AVX512_BF16: -3, as the float32 variant without AVX-512) */
 int pgx_attention_bf16(const int64_t *prm, double scale, const void *q, const void *k,
                        const void *v, const void *m, void *o) {
     (void)prm; (void)scale; (void)q; (void)k; (void)v; (void)m; (void)o;
     return -3;
 }
-
-int pgx_attention_f32(const int64_t *prm, double scale, const void *q, const void *k,
-                      const void *v, const void *m, void *o) {
-    return pgx_attention_bf16(prm, scale, q, k, v, m, o);
-}
-
-#endif /* PGX_ATTN_F32 */
+#endif
