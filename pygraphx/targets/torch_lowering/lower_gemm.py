@@ -18,11 +18,13 @@ logits at batch 1 (25.7 MB) otherwise came back as 4,391 fresh pages every run (
 reused; at batch 8 some 50,000 faults a run, 2494 ms against 2376, bf16 1336 against 1262;
 `benchmarks/bertb1_faults.py`). A dot whose only user is an element-wise group takes that
 group's bias add into the GEMM, and the rest of the group (residual add, GELU) updates the product
-in place, which becomes the group's value (oneDNN's binary post-op, `_linear_pointwise.binary(...,
-"add")`, was no faster than that in-place add: BERT-base's 12 layers of GEMMs at batch 1, one
-thread, 213 ms against 212). bf16 products on a CPU with bf16 instructions (`bf16_gemm`) run in bf16
-through oneDNN the same way, with the weight packed once in bf16 (accumulated in float32 and rounded
-once, as the reference does; a fused bias and activation are applied before that one rounding). A
+in place, which becomes the group's value (a group that only adds a residual it may overwrite:
+the product accumulates into it, `gemm_residual.py`; oneDNN's binary post-op,
+`_linear_pointwise.binary(..., "add")`, was no faster than that in-place add: BERT-base's 12 layers
+of GEMMs at batch 1, one thread, 213 ms against 212). bf16 products on a CPU with bf16 instructions
+(`bf16_gemm`) run in bf16 through oneDNN the same way, with the weight packed once in bf16
+(accumulated in float32 and rounded once, as the reference does; a fused bias and activation are
+applied before that one rounding). A
 bf16 product whose element-wise user is float32 (`quantize_bf16`'s default keeps a residual sum in
 float32) takes the group's bias add into the GEMM and the rest of the group writes the float32
 result, as one step (`_emit_widening`); a large one that is only converted to float32 (a language
