@@ -2,8 +2,8 @@
 `benchmarks/wino_resnet_ab.py` plus
 
 * `rule:T` (or `rule:T:C`): the default mode's rule with at least T 4x4 tiles and at least
-  C channels each side (default `winograd.RULE_CHANNELS`), whatever the thread count
-  (`winograd.rule_limits` patched while compiling);
+  C channels each side (default `winograd_rule.RULE_CHANNELS`), whatever the thread count
+  (`winograd_rule.rule_limits` patched while compiling);
 * `rule@REF`: the default rule, but the Winograd layers built by git revision REF's kernel
   (`benchmarks/wino2_ab.load_revision`), e.g. `rule@main` against `rule`.
 
@@ -34,7 +34,7 @@ import pygraphx  # noqa: E402,F401,I001  (first: pygraphx sets OpenMP's spin cou
 
 from benchmarks import wino_resnet_ab  # noqa: E402
 from benchmarks.wino2_ab import load_revision  # noqa: E402
-from pygraphx.targets.torch_lowering import winograd, winograd_native  # noqa: E402
+from pygraphx.targets.torch_lowering import winograd, winograd_native, winograd_rule  # noqa: E402
 
 _plain_compile = wino_resnet_ab.compile_mode
 
@@ -52,8 +52,8 @@ def compile_mode(model: object, mode: str, threads: int, budget: str) -> tuple[C
         return _plain_compile(model, "impl", threads, budget)
     if mode.startswith("rule:"):
         tiles, _, channels = mode.partition(":")[2].partition(":")
-        wide = int(channels or winograd.RULE_CHANNELS)
-        with mock.patch.object(winograd, "rule_limits", lambda _threads: (wide, int(tiles))):
+        wide = int(channels or winograd_rule.RULE_CHANNELS)
+        with mock.patch.object(winograd_rule, "rule_limits", lambda _threads: (wide, int(tiles))):
             return _plain_compile(model, "rule", threads, budget)
     if mode.startswith("rule@"):
         old = load_revision(mode.partition("@")[2])

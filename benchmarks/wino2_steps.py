@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 from pygraphx.models import get_model  # noqa: E402
 from pygraphx.targets.cpu.profile import StepTime, time_steps  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
-from pygraphx.targets.torch_lowering import winograd  # noqa: E402
+from pygraphx.targets.torch_lowering import winograd_rule  # noqa: E402
 
 
 def conv_kind(step: StepTime, batch: int) -> tuple[str, tuple, int]:
@@ -51,7 +51,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.rule:
         channels, tiles = map(int, args.rule.split(":"))
-        winograd.rule_limits = lambda _threads: (channels, tiles)
+        winograd_rule.rule_limits = lambda _threads: (channels, tiles)
     model = get_model("resnet50", batch=args.batch)
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     prog.compile(CpuTarget(threads=args.threads))

@@ -8,7 +8,7 @@ Modes are `conv_kernel` settings of the cpu target (`conv_choice.py`): `impl` (t
 oneDNN's implementations timed, no Winograd), `winograd` / `winograd2` (forced on every 3x3
 stride-1 layer, the default kernel elsewhere), `measure` (every kernel timed per layer, the
 Winograd ones included, with a 30 s budget, `--budget`, so that every layer is timed), `rule`
-(the default mode with `PGX_CONV_WINOGRAD=rule`: the layers `winograd.by_rule` names on F(4,3)
+(the default mode with `PGX_CONV_WINOGRAD=rule`: the layers `winograd_rule.by_rule` names on F(4,3)
 untimed; the other modes run with it off), and `ort`. Run with `PGX_CONV_CHOICE_CACHE=off` so
 that no mode reuses choices another process measured. The timing alternates blocks of runs (one
 warm-up run, then `--repeat` timed runs) of every mode, the order rotated each round, so that

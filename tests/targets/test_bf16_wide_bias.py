@@ -1,6 +1,6 @@
 """A bf16 program's fused convolutions and matrix products add their bias in float32, unrounded
 (`quantize/wide_constants.py`: `quantize_bf16` keeps the float32 value of a rounded bias;
-`conv_fusion._channel_constant` / `gemm_kernels.bias_vector` read it and the kernels take a
+`conv_epilogue_match._channel_constant` / `gemm_kernels.bias_vector` read it and the kernels take a
 float32 bias), as OpenVINO's bf16 convolutions and fully connected layers do.
 
 The models isolate the bias: inputs and weights are exact in bf16 (so the products are the

@@ -23,7 +23,12 @@ import torch.nn.functional as F  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.targets import native  # noqa: E402
-from pygraphx.targets.torch_lowering import conv_choice, winograd, winograd_native  # noqa: E402
+from pygraphx.targets.torch_lowering import (  # noqa: E402
+    conv_choice,
+    winograd,
+    winograd_native,
+    winograd_rule,
+)
 from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan, kernels_for  # noqa: E402
 
 CL = torch.channels_last
@@ -188,17 +193,17 @@ def test_rule_and_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     small = _plan(1, 256, 14, 14, 256, 1, gen)  # ResNet-50's 14x14 at batch 1: 196 pixels
     rgb = _plan(1, 3, 256, 256, 32, 1, gen)  # UNet's input layer
     assert "winograd" in kernels_for(big32) and "winograd2" not in kernels_for(big32)
-    assert winograd.by_rule(big32, 1) and winograd.by_rule(big32, 2)
-    assert winograd.by_rule(big16, 1) and not winograd.by_rule(big16, 2)
-    assert not winograd.by_rule(small, 1) and not winograd.by_rule(small, 2)
-    assert not winograd.by_rule(rgb, 1)
-    assert not winograd.by_rule(big32, winograd.RULE_BF16_MAX_THREADS + 1)
+    assert winograd_rule.by_rule(big32, 1) and winograd_rule.by_rule(big32, 2)
+    assert winograd_rule.by_rule(big16, 1) and not winograd_rule.by_rule(big16, 2)
+    assert not winograd_rule.by_rule(small, 1) and not winograd_rule.by_rule(small, 2)
+    assert not winograd_rule.by_rule(rgb, 1)
+    assert not winograd_rule.by_rule(big32, winograd_rule.RULE_BF16_MAX_THREADS + 1)
     for env in (winograd_native.BF16_ENV, winograd_native.NATIVE_ENV):
         monkeypatch.setenv(env, "0")
         assert "winograd" not in kernels_for(big32)
-        assert not winograd.by_rule(big32, 1)
+        assert not winograd_rule.by_rule(big32, 1)
         monkeypatch.delenv(env)
-    assert winograd.by_rule(big32, 1)
+    assert winograd_rule.by_rule(big32, 1)
 
 
 def test_failed_library_is_not_rebuilt_per_layer(monkeypatch: pytest.MonkeyPatch) -> None:

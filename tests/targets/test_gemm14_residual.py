@@ -1,5 +1,5 @@
 """A weight product whose group adds a residual it may overwrite accumulates into it
-(`lower_gemm._residual_sum`: oneDNN's matmul with a sum post-op, `onednn_linear.Linear(
+(`gemm_residual.residual_sum`: oneDNN's matmul with a sum post-op, `onednn_linear.Linear(
 residual="sum")`), against float64 torch and ONNX Runtime; `PGX_CPU_GEMM_RESIDUAL=off` keeps
 the separate add. Shapes with N and K not multiples of 16, batch 1 and 3."""
 
@@ -14,7 +14,7 @@ ort = pytest.importorskip("onnxruntime")
 
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
-from pygraphx.targets.torch_lowering import gemm_kernels, lower_gemm, onednn_linear  # noqa: E402
+from pygraphx.targets.torch_lowering import gemm_kernels, gemm_residual, onednn_linear  # noqa: E402
 from pygraphx.targets.torch_lowering.onednn_capi import OneDnnError  # noqa: E402
 from tests.helpers import make_model  # noqa: E402
 
@@ -147,7 +147,7 @@ def test_block_accumulates_into_the_residual(monkeypatch, batch: int, threads: i
 
 
 def test_block_off(monkeypatch) -> None:
-    monkeypatch.setenv(lower_gemm.RESIDUAL_ENV, "off")
+    monkeypatch.setenv(gemm_residual.RESIDUAL_ENV, "off")
     model, x = block(3)
     _, _, calls = run_counting(monkeypatch, model, x)
     assert calls == 0
@@ -164,7 +164,7 @@ def test_residual_read_later_is_not_overwritten(monkeypatch, expose: str) -> Non
 
 
 def test_bad_setting(monkeypatch) -> None:
-    monkeypatch.setenv(lower_gemm.RESIDUAL_ENV, "maybe")
+    monkeypatch.setenv(gemm_residual.RESIDUAL_ENV, "maybe")
     model, x = block(1)
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     with pytest.raises(ValueError, match="PGX_CPU_GEMM_RESIDUAL"):

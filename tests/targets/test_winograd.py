@@ -28,6 +28,7 @@ from pygraphx.targets.torch_lowering import (  # noqa: E402
     onednn_conv,
     winograd,
     winograd_native,
+    winograd_rule,
 )
 from pygraphx.targets.torch_lowering.conv_kernels import (  # noqa: E402
     KERNELS,
@@ -343,7 +344,7 @@ def test_default_mode_rule(
     caplog,
 ) -> None:
     """`PGX_CONV_WINOGRAD=rule` (the default): the default mode runs the layers
-    `winograd.by_rule` names at the program's thread count on F(4,3) without timing them, and
+    `winograd_rule.by_rule` names at the program's thread count on F(4,3) without timing them, and
     matches ORT; `off` keeps them on oneDNN."""
     if route == "native":
         if not winograd_native.available():
@@ -379,18 +380,18 @@ def test_rule_limits_by_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(winograd_native.NATIVE_ENV, "0")
     weight = torch.randn(256, 256, 3, 3)
     plan = ConvPlan(weight, weight, [1, 256, 14, 14], [1, 1], [1, 1], [1, 1], 1, None)
-    assert [winograd.by_rule(plan, n) for n in (1, 2, 16)] == [True, False, False]
-    low, high = winograd.rule_limits(1), winograd.rule_limits(2)
+    assert [winograd_rule.by_rule(plan, n) for n in (1, 2, 16)] == [True, False, False]
+    low, high = winograd_rule.rule_limits(1), winograd_rule.rule_limits(2)
     assert low[0] < high[0] and low[1] < high[1]
-    assert winograd.rule_limits(4) == (high[0], 64) and winograd.rule_limits(8) == (high[0], 128)
-    assert winograd.rule_limits(winograd.RULE_MAX_THREADS + 1) is None
+    assert winograd_rule.rule_limits(4) == (high[0], 64) and winograd_rule.rule_limits(8) == (high[0], 128)
+    assert winograd_rule.rule_limits(winograd_rule.RULE_MAX_THREADS + 1) is None
     big = ConvPlan(weight, weight, [2, 256, 14, 14], [1, 1], [1, 1], [1, 1], 1, None)  # 32 tiles
-    assert [winograd.by_rule(big, n) for n in (1, 2, 4, 16)] == [True, True, False, False]
+    assert [winograd_rule.by_rule(big, n) for n in (1, 2, 4, 16)] == [True, True, False, False]
     b8 = ConvPlan(weight, weight, [8, 256, 28, 28], [1, 1], [1, 1], [1, 1], 1, None)  # 392
-    assert [winograd.by_rule(b8, n) for n in (2, 4, 8, 16)] == [True, True, True, False]
+    assert [winograd_rule.by_rule(b8, n) for n in (2, 4, 8, 16)] == [True, True, True, False]
     narrow = torch.randn(64, 64, 3, 3)
     plan64 = ConvPlan(narrow, narrow, [1, 64, 56, 56], [1, 1], [1, 1], [1, 1], 1, None)
-    assert [winograd.by_rule(plan64, n) for n in (1, 2)] == [True, False]
+    assert [winograd_rule.by_rule(plan64, n) for n in (1, 2)] == [True, False]
 
 
 def test_native_rule_limits_by_threads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -399,25 +400,25 @@ def test_native_rule_limits_by_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     if not winograd_native.available():
         pytest.skip("the native Winograd kernel is unavailable here")
     monkeypatch.setenv(winograd_native.NATIVE_ENV, "1")
-    assert winograd.rule_limits(1) == (16, 4) and winograd.rule_limits(2) == (16, 16)
-    assert winograd.rule_limits(4) == (64, 32) and winograd.rule_limits(16) == (64, 64)
+    assert winograd_rule.rule_limits(1) == (16, 4) and winograd_rule.rule_limits(2) == (16, 16)
+    assert winograd_rule.rule_limits(4) == (64, 32) and winograd_rule.rule_limits(16) == (64, 64)
     weight = torch.randn(512, 512, 3, 3)
     b1_7x7 = ConvPlan(weight, weight, [1, 512, 7, 7], [1, 1], [1, 1], [1, 1], 1, None)
-    assert [winograd.by_rule(b1_7x7, n) for n in (1, 2, 4)] == [True, False, False]
+    assert [winograd_rule.by_rule(b1_7x7, n) for n in (1, 2, 4)] == [True, False, False]
     w64 = torch.randn(64, 64, 3, 3)
     b1_56 = ConvPlan(w64, w64, [1, 64, 56, 56], [1, 1], [1, 1], [1, 1], 1, None)  # 196 tiles
-    assert [winograd.by_rule(b1_56, n) for n in (1, 2, 4, 16, 64)] == [True] * 4 + [False]
+    assert [winograd_rule.by_rule(b1_56, n) for n in (1, 2, 4, 16, 64)] == [True] * 4 + [False]
     w128 = torch.randn(128, 128, 3, 3)
     b1_28 = ConvPlan(w128, w128, [1, 128, 28, 28], [1, 1], [1, 1], [1, 1], 1, None)  # 49 tiles
-    assert [winograd.by_rule(b1_28, n) for n in (2, 8, 16)] == [True, True, False]
+    assert [winograd_rule.by_rule(b1_28, n) for n in (2, 8, 16)] == [True, True, False]
     w256 = torch.randn(256, 256, 3, 3)
     b1_14 = ConvPlan(w256, w256, [1, 256, 14, 14], [1, 1], [1, 1], [1, 1], 1, None)  # 16 tiles
-    assert [winograd.by_rule(b1_14, n) for n in (1, 2, 4)] == [True, True, False]
+    assert [winograd_rule.by_rule(b1_14, n) for n in (1, 2, 4)] == [True, True, False]
     w32 = torch.randn(32, 32, 3, 3)
     b8_32 = ConvPlan(w32, w32, [8, 32, 80, 80], [1, 1], [1, 1], [1, 1], 1, None)  # 32 channels
-    assert [winograd.by_rule(b8_32, n) for n in (2, 4)] == [True, False]
+    assert [winograd_rule.by_rule(b8_32, n) for n in (2, 4)] == [True, False]
     monkeypatch.setenv(winograd_native.NATIVE_ENV, "0")
-    assert [winograd.by_rule(b1_56, n) for n in (1, 2)] == [True, False]
+    assert [winograd_rule.by_rule(b1_56, n) for n in (1, 2)] == [True, False]
 
 
 def test_rule_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:

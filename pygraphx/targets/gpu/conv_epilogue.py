@@ -54,7 +54,7 @@ import triton.language as tl
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.settings import env_choice
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext
-from pygraphx.targets.torch_lowering.conv_fusion import add_leaves
+from pygraphx.targets.torch_lowering.conv_epilogue_match import add_leaves
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.registry import defer, deferred_producer, is_deferred
 

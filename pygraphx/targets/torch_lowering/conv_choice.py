@@ -72,8 +72,8 @@ from pygraphx.targets.torch_lowering import (
     choice_cache,
     onednn_capi,
     onednn_conv,
-    winograd,
     winograd_native,
+    winograd_rule,
 )
 from pygraphx.targets.torch_lowering.choice_cache import CACHE_ENV
 from pygraphx.targets.torch_lowering.conv_kernels import (
@@ -87,7 +87,7 @@ log = logging.getLogger("pygraphx.cpu")
 
 KERNEL_ENV = "PGX_CONV_KERNEL"
 BUDGET_ENV = "PGX_CONV_CHOICE_BUDGET"
-#: the default mode's Winograd rule (`winograd.by_rule`): "rule" runs the layers it names on
+#: the default mode's Winograd rule (`winograd_rule.by_rule`): "rule" runs the layers it names on
 #: F(4x4, 3x3) untimed, "off" leaves every layer to oneDNN's direct kernels
 WINOGRAD_ENV = "PGX_CONV_WINOGRAD"
 WINOGRAD_MODES = ("rule", "off")
@@ -273,7 +273,7 @@ def residual_1x1_impl(plan: ConvPlan, other: bool) -> str | None:
 
 def _winograd_rule(plan: ConvPlan, names: list[str]) -> bool:
     """Whether the default mode's rule runs `plan` on `winograd` (where it can take it)."""
-    return "winograd" in names and winograd.by_rule(plan)
+    return "winograd" in names and winograd_rule.by_rule(plan)
 
 
 def choose_impl(state: ChoiceState, plan: ConvPlan) -> None:

@@ -54,13 +54,12 @@ from pygraphx.targets.torch_lowering.conv_choice import (
     measured_choice,
     race,
 )
+from pygraphx.targets.torch_lowering.conv_epilogue_match import Epilogue, match_epilogue
 from pygraphx.targets.torch_lowering.conv_fusion import (
-    Epilogue,
     conv_plan,
     emit_fused,
     fused_user,
     lower_alone,
-    match_epilogue,
     mkldnn_usable,
     unfused_stores,
 )

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.conv_dw_fusion import block_ending, fused_user
-from pygraphx.targets.torch_lowering.conv_fusion import add_leaves
+from pygraphx.targets.torch_lowering.conv_epilogue_match import add_leaves
 
 #: the activations after the sum that oneDNN's chain (sum, then eltwise) runs
 ACTIVATIONS = ("relu",)

@@ -15,7 +15,7 @@ UNet-small's two 2x2 stride-2 ConvTranspose at 2 threads: 1.5-1.6 ms each in flo
 thread 1.6 and 1.4 ms of thread CPU a layer (`benchmarks/results/unet13.md`).
 
 When the deconvolution's only user is a pointwise group act(deconv + c1 + c2 ...) (constants
-broadcast along the channels: a bias; act none, relu, clip, silu: `conv_fusion.match_epilogue`
+broadcast along the channels: a bias; act none, relu, clip, silu: `conv_epilogue_match.match_epilogue`
 without a tensor operand) the group is folded in: the constants summed into oneDNN's bias (in
 bf16, as the bf16 convolutions take it) and the activation a oneDNN post-op, one step. Any
 other user keeps its own step. Profiling runs the two apart (the unfused twins, on torch's
@@ -169,7 +169,7 @@ def lower_alone(ctx: LoweringContext, ins: Instruction, capi: bool = True) -> No
 def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
     """Emit deconvolution + bias group as one oneDNN call (the fuser of a deconvolution
     deferred into its group `user`); the separate steps are kept for profiling."""
-    from pygraphx.targets.torch_lowering.conv_fusion import match_epilogue
+    from pygraphx.targets.torch_lowering.conv_epilogue_match import match_epilogue
     from pygraphx.targets.torch_lowering.fallback import lower_fallback
     from pygraphx.targets.torch_lowering.lower_math import lower_pointwise
 

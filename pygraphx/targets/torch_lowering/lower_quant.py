@@ -30,7 +30,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, STANDARD, LoweringContext
-from pygraphx.targets.torch_lowering.conv_fusion import match_epilogue
+from pygraphx.targets.torch_lowering.conv_epilogue_match import match_epilogue
 from pygraphx.targets.torch_lowering.registry import Fuser, defer, deferred_producer, lowering
 
 log = logging.getLogger(__name__)

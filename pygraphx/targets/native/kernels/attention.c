@@ -4,30 +4,29 @@
    out = softmax(scale * (Q @ K^T) + mask) @ V per (batch, head, block of MB query rows), the
    block's scores kept in cache: S = Q K^T (bf16 products summed in float32 by
    `_mm512_dpbf16_ps` on K packed pair-interleaved once per (batch, head)), scale and mask in
-   float32, the row softmax in float32 (max subtracted, base 2), the exponentials rounded to
-   bf16 once, O = P V (V packed pair-interleaved along the keys) times 1 / the row's sum, written
+   float32, the row softmax in float32 (max subtracted, base 2), the exponentials rounded to bf16
+   once, O = P V (V packed pair-interleaved along the keys) times 1 / the row's sum, written
    through the caller's strides (token-major: the output projection reads a view). These are the
    oneDNN route's numbers (scores float32, probabilities bf16 once); float32 keeps float32.
 
-   Operands: Q (B, H, S, D), K (B, H, T, D) (the caller's K^T view), V (B, H, T, D), out
-   (B, H, S, D): strides for batch, head and row, the last axis dense; D even for bf16. The
-   additive mask (float32, bf16 or none) has four strides (0 where broadcast), the last 0 or 1.
-   Causal (P_CAUSAL, set by the lowering where the mask is a known lower triangle): query row
-   i sees keys j <= i + P_COFF only, so a block of rows i0.. reads the first i0 + MB + P_COFF
-   keys (Q K^T, softmax and P V over them; the rest weigh 0 and are not computed), the mask
-   (if any) read only there: GPT-2's s128 blocks compute 9/16 of the scores at 16 rows a
-   block (the caller's `CAUSAL_ROWS`). The weights equal the full kernel's where every row
-   keeps a finite score (masked scores there give exactly 0).
-   Threads: `omp parallel` over (batch, head, query block), contiguous per thread, so a thread
-   packs each (batch, head)'s K and V once (prefetching the next one's rows meanwhile).
-   Scratch: the caller's (address P_SCRATCH, P_SLOT bytes a thread, at least
-   `pgx_attention_scratch()`, 64-aligned), kept between calls: the kernel owns no memory, so a
-   thread that exits leaves nothing behind.
+   Operands: Q (B, H, S, D), K (B, H, T, D) (the caller's K^T view), V (B, H, T, D), out (B, H,
+   S, D): strides for batch, head and row, the last axis dense; D even for bf16. The additive
+   mask (float32, bf16 or none) has four strides (0 where broadcast), the last 0 or 1. Causal
+   (P_CAUSAL, set by the lowering where the mask is a known lower triangle): query row i sees
+   keys j <= i + P_COFF only, so a block of rows i0.. reads the first i0 + MB + P_COFF keys (Q
+   K^T, softmax and P V over them; the rest weigh 0, not computed), the mask (if any) read only
+   there: GPT-2's s128 blocks compute 9/16 of the scores at 16 rows a block (the caller's
+   `CAUSAL_ROWS`). The weights equal the full kernel's where every row keeps a finite score
+   (masked scores there give exactly 0). Threads: `omp parallel` over (batch, head, query
+   block), contiguous per thread, so a thread packs each (batch, head)'s K and V once
+   (prefetching the next one's rows meanwhile). Scratch: the caller's (address P_SCRATCH,
+   P_SLOT bytes a thread, at least `pgx_attention_scratch()`, 64-aligned), kept between calls:
+   the kernel owns no memory, so a thread that exits leaves nothing behind.
 
-   The float32 variant is built where the compiler targets AVX-512 F/BW/VL, the bf16 one where
-   it also targets AVX512_BF16: `pgx_attention_supported()` says which (PGX_ATTN_BIT_*). NaN in
-   the scores or mask propagates (as in torch / ONNX Runtime): x86's max returns its second
-   operand when one is NaN, so the clamps put the value second. */
+   The float32 variant is built where the compiler targets AVX-512 F/BW/VL, the bf16 one where it
+   also targets AVX512_BF16: `pgx_attention_supported()` says which (PGX_ATTN_BIT_*). NaN in the
+   scores or mask propagates (as in torch / ONNX Runtime): x86's max returns its second operand
+   when one is NaN, so the clamps put the value second. */
 
 #include <float.h>
 #include <stdint.h>
@@ -146,16 +145,10 @@ typedef void (*tile_fn)(const bf16 *, int64_t, int64_t, const bf16 *, int64_t, f
                                  int64_t bs, float *c, int64_t ldc) {                        \
         tile(MR, NV, a, lda, kp, b, bs, c, ldc);                                            \
     }
-TILE(1, 1) TILE(1, 2) TILE(1, 3) TILE(1, 4)
-TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4)
-TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4)
-TILE(4, 1) TILE(4, 2) TILE(4, 3) TILE(4, 4)
-static const tile_fn TILES[4][4] = {
-    {tile_1_1, tile_1_2, tile_1_3, tile_1_4},
-    {tile_2_1, tile_2_2, tile_2_3, tile_2_4},
-    {tile_3_1, tile_3_2, tile_3_3, tile_3_4},
-    {tile_4_1, tile_4_2, tile_4_3, tile_4_4},
-};
+#define TILE_ROW(MR) TILE(MR, 1) TILE(MR, 2) TILE(MR, 3) TILE(MR, 4)
+TILE_ROW(1) TILE_ROW(2) TILE_ROW(3) TILE_ROW(4)
+#define TILE_FNS(MR) {tile_##MR##_1, tile_##MR##_2, tile_##MR##_3, tile_##MR##_4}
+static const tile_fn TILES[4][4] = {TILE_FNS(1), TILE_FNS(2), TILE_FNS(3), TILE_FNS(4)};
 
 /* C (m x nvt*16 floats) = A (m rows) x B (nvt column blocks) */
 static void gemm(int64_t m, int64_t nvt, const bf16 *a, int64_t lda, int64_t kp, const bf16 *b,
@@ -367,98 +360,12 @@ static void pack_v(const bf16 *v, int64_t t, int64_t d, int64_t vt, bf16 *pv) {
 
 #endif /* PGX_ATTN_BF16 */
 
-
 /* ask for rows (n of them, `ld` bytes apart, `d` bytes each) to be brought into L2 */
 static void prefetch_rows(const void *x, int64_t n, int64_t ld, int64_t d) {
     const char *c = x;
     for (int64_t r = 0; r < n; ++r)
         for (int64_t j = 0; j < d; j += 64) _mm_prefetch(c + r * ld + j, _MM_HINT_T1);
 }
-
-#if PGX_ATTN_BF16
-int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const void *kv,
-                       const void *vv, const void *mv, void *ov) {
-    const bf16 *q = qv, *k = kv, *v = vv;
-    bf16 *out = ov;
-    const char *mask = mv;
-    const int64_t B = prm[P_B], H = prm[P_H], S = prm[P_S], T = prm[P_T], D = prm[P_D];
-    const int64_t MB = prm[P_ROWS];
-    const int kind = (int)prm[P_MKIND];
-    const int64_t msize = kind == 1 ? 4 : 2;
-    const float scale = (float)scale_d;
-    const int causal = prm[P_CAUSAL] != 0;
-    const int64_t coff = prm[P_COFF];
-    if (D % 2 || MB <= 0 || MB > MAX_ROWS || (kind && !mask) || (causal && coff < 0)) return -2;
-    const int64_t nqb = (S + MB - 1) / MB, tasks = B * H * nqb;
-    const int64_t tn = round_up(T, 16), tp = (T + 1) / 2, dn = round_up(D, 16);
-    const int64_t ldp = tn;
-    /* per thread (`pgx_attention_scratch`): packed K, packed V, scores, probabilities, the
-       float32 output block */
-    const size_t szk = round_up(tn * D * 2, 64), szv = round_up(dn * tp * 4, 64);
-    const size_t szs = round_up(MB * tn * 4, 64), szp = round_up(MB * ldp * 2, 64);
-    if (!thread_scratch(prm, 0)) return -1;
-#pragma omp parallel num_threads((int)prm[P_THREADS])
-    {
-        char *buf = thread_scratch(prm, 0);
-        int32_t *pk = (int32_t *)buf;
-        bf16 *pv = (bf16 *)(buf + szk);
-        float *sc = (float *)(buf + szk + szv);
-        bf16 *pr = (bf16 *)(buf + szk + szv + szs);
-        float *ob = (float *)(buf + szk + szv + szs + szp);
-        int64_t packed = -1;
-#pragma omp for schedule(static)
-        for (int64_t task = 0; task < tasks; ++task) {
-            const int64_t bh = task / nqb, qb = task % nqb;
-            const int64_t b = bh / H, h = bh % H;
-            if (bh != packed) {
-                if (bh + 1 < B * H) { /* the next head's operands, while this one computes:
-                                         strided rows the hardware prefetcher does not see */
-                    const int64_t nb = (bh + 1) / H, nh = (bh + 1) % H;
-                    prefetch_rows(k + nb * prm[P_KB] + nh * prm[P_KH], T, 2 * prm[P_KT], 2 * D);
-                    prefetch_rows(v + nb * prm[P_VB] + nh * prm[P_VH], T, 2 * prm[P_VT], 2 * D);
-                    prefetch_rows(q + nb * prm[P_QB] + nh * prm[P_QH], S, 2 * prm[P_QS], 2 * D);
-                }
-                pack_k(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk, prm[P_TILES]);
-                pack_v(v + b * prm[P_VB] + h * prm[P_VH], T, D, prm[P_VT], pv);
-                packed = bh;
-            }
-            const int64_t i0 = qb * MB, m = S - i0 < MB ? S - i0 : MB;
-            const bf16 *qa = q + b * prm[P_QB] + h * prm[P_QH] + i0 * prm[P_QS];
-            /* the keys the block reads (tb), their 16-wide vectors (tbn): all, or causal */
-            const int64_t tb = causal && i0 + m + coff < T ? i0 + m + coff : T;
-            const int64_t tbn = round_up(tb, 16);
-            gemm(m, tbn / 16, qa, prm[P_QS], D / 2, (const bf16 *)pk, (D / 2) * 32, sc, tn);
-            float inv[MAX_ROWS];
-            const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) *
-                                                 msize
-                                    : NULL;
-            softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
-                          kind, prm[P_MT], pr, ldp, inv, 0);
-            gemm(m, dn / 16, pr, ldp, (tb + 1) / 2, pv, tp * 32, ob, dn);
-            bf16 *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
-            for (int64_t i = 0; i < m; ++i) {
-                const __m512 r = _mm512_set1_ps(inv[i]);
-                for (int64_t j = 0; j < D; j += 16) {
-                    __mmask16 km = D - j >= 16 ? (__mmask16)0xFFFF
-                                               : (__mmask16)((1u << (D - j)) - 1);
-                    __m256bh y = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_load_ps(ob + i * dn + j), r));
-                    _mm256_mask_storeu_epi16(orow + i * prm[P_OS] + j, km, (__m256i)y);
-                }
-            }
-        }
-    }
-    return 0;
-}
-
-#else
-
-int pgx_attention_bf16(const int64_t *prm, double scale, const void *q, const void *k,
-                       const void *v, const void *m, void *o) {
-    (void)prm; (void)scale; (void)q; (void)k; (void)v; (void)m; (void)o;
-    return -3;
-}
-
-#endif /* PGX_ATTN_BF16 */
 
 /* ---- float32: the same block with FMA (scores, probabilities and output in float32) ---- */
 
@@ -566,66 +473,96 @@ static void pack_v32(const float *v, int64_t t, int64_t d, int64_t vt, float *pv
     }
 }
 
-int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const void *kv,
-                      const void *vv, const void *mv, void *ov) {
-    const float *q = qv, *k = kv, *v = vv;
-    float *out = ov;
-    const char *mask = mv;
+/* one call of either variant (`f32` a constant once inlined: float32 operands, else bf16) */
+static inline __attribute__((always_inline)) int attention(
+    const int64_t *prm, double scale_d, const char *q, const char *k, const char *v,
+    const char *mask, char *out, const int f32) {
     const int64_t B = prm[P_B], H = prm[P_H], S = prm[P_S], T = prm[P_T], D = prm[P_D];
-    const int64_t MB = prm[P_ROWS];
-    const int kind = (int)prm[P_MKIND];
-    const int64_t msize = kind == 1 ? 4 : 2;
+    const int kind = (int)prm[P_MKIND], causal = prm[P_CAUSAL] != 0;
+    const int64_t MB = prm[P_ROWS], coff = prm[P_COFF], msize = kind == 1 ? 4 : 2;
     const float scale = (float)scale_d;
-    const int causal = prm[P_CAUSAL] != 0;
-    const int64_t coff = prm[P_COFF];
-    if (MB <= 0 || MB > MAX_ROWS || (kind && !mask) || (causal && coff < 0)) return -2;
+    if ((!f32 && D % 2) || MB <= 0 || MB > MAX_ROWS || (kind && !mask) || (causal && coff < 0))
+        return -2;
+    const int64_t e = f32 ? 4 : 2; /* bytes an operand element */
     const int64_t nqb = (S + MB - 1) / MB, tasks = B * H * nqb;
-    const int64_t tn = round_up(T, 16), dn = round_up(D, 16);
-    /* per thread: packed K, packed V, scores (the exponentials in place), the output block */
-    const size_t szk = round_up(tn * D * 4, 64), szv = round_up(dn * T * 4, 64);
-    const size_t szs = round_up(MB * tn * 4, 64);
-    if (!thread_scratch(prm, 1)) return -1;
+    const int64_t tn = round_up(T, 16), tp = (T + 1) / 2, dn = round_up(D, 16), ldp = tn;
+    /* per thread (`pgx_attention_scratch`): packed K, packed V, scores (float32: the
+       exponentials in place), bf16: the probabilities; the float32 output block */
+    const size_t szk = round_up(tn * D * e, 64), szv = round_up(dn * (f32 ? T : tp) * 4, 64);
+    const size_t szs = round_up(MB * tn * 4, 64), szp = f32 ? 0 : round_up(MB * ldp * 2, 64);
+    if (!thread_scratch(prm, f32)) return -1;
 #pragma omp parallel num_threads((int)prm[P_THREADS])
     {
-        char *buf = thread_scratch(prm, 1);
-        float *pk = (float *)buf, *pv = (float *)(buf + szk);
-        float *sc = (float *)(buf + szk + szv), *ob = (float *)(buf + szk + szv + szs);
+        char *buf = thread_scratch(prm, f32);
+        char *pk = buf, *pv = buf + szk;
+        float *sc = (float *)(buf + szk + szv);
+        void *pr = f32 ? (void *)sc : (void *)(buf + szk + szv + szs);
+        float *ob = (float *)(buf + szk + szv + szs + szp);
         int64_t packed = -1;
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < tasks; ++task) {
-            const int64_t bh = task / nqb, qb = task % nqb;
-            const int64_t b = bh / H, h = bh % H;
+            const int64_t bh = task / nqb, qb = task % nqb, b = bh / H, h = bh % H;
             if (bh != packed) {
-                if (bh + 1 < B * H) {
-                    const int64_t nb = (bh + 1) / H, nh = (bh + 1) % H;
-                    prefetch_rows(k + nb * prm[P_KB] + nh * prm[P_KH], T, 4 * prm[P_KT], 4 * D);
-                    prefetch_rows(v + nb * prm[P_VB] + nh * prm[P_VH], T, 4 * prm[P_VT], 4 * D);
-                    prefetch_rows(q + nb * prm[P_QB] + nh * prm[P_QH], S, 4 * prm[P_QS], 4 * D);
+                if (bh + 1 < B * H) { /* the next head's operands, while this one computes:
+                                         strided rows the hardware prefetcher does not see */
+                    const int64_t nb = (bh + 1) / H, nh = (bh + 1) % H, row = e * D;
+                    prefetch_rows(k + (nb * prm[P_KB] + nh * prm[P_KH]) * e, T, e * prm[P_KT], row);
+                    prefetch_rows(v + (nb * prm[P_VB] + nh * prm[P_VH]) * e, T, e * prm[P_VT], row);
+                    prefetch_rows(q + (nb * prm[P_QB] + nh * prm[P_QH]) * e, S, e * prm[P_QS], row);
                 }
-                pack_k32(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk, prm[P_TILES]);
-                pack_v32(v + b * prm[P_VB] + h * prm[P_VH], T, D, prm[P_VT], pv);
+                const char *kh = k + (b * prm[P_KB] + h * prm[P_KH]) * e;
+                const char *vh = v + (b * prm[P_VB] + h * prm[P_VH]) * e;
+                if (f32) {
+                    pack_k32((const float *)kh, T, D, prm[P_KT], (float *)pk, prm[P_TILES]);
+                    pack_v32((const float *)vh, T, D, prm[P_VT], (float *)pv);
+                }
+#if PGX_ATTN_BF16
+                else {
+                    pack_k((const bf16 *)kh, T, D, prm[P_KT], (int32_t *)pk, prm[P_TILES]);
+                    pack_v((const bf16 *)vh, T, D, prm[P_VT], (bf16 *)pv);
+                }
+#endif
                 packed = bh;
             }
             const int64_t i0 = qb * MB, m = S - i0 < MB ? S - i0 : MB;
-            const float *qa = q + b * prm[P_QB] + h * prm[P_QH] + i0 * prm[P_QS];
+            const char *qa = q + (b * prm[P_QB] + h * prm[P_QH] + i0 * prm[P_QS]) * e;
+            /* the keys the block reads (tb), their 16-wide vectors (tbn): all, or causal */
             const int64_t tb = causal && i0 + m + coff < T ? i0 + m + coff : T;
             const int64_t tbn = round_up(tb, 16);
-            gemm32(m, tbn / 16, qa, prm[P_QS], D, pk, D * 16, sc, tn, prm[P_TILES]);
+            if (f32)
+                gemm32(m, tbn / 16, (const float *)qa, prm[P_QS], D, (const float *)pk, D * 16, sc,
+                       tn, prm[P_TILES]);
+#if PGX_ATTN_BF16
+            else
+                gemm(m, tbn / 16, (const bf16 *)qa, prm[P_QS], D / 2, (const bf16 *)pk,
+                     (D / 2) * 32, sc, tn);
+#endif
             float inv[MAX_ROWS];
-            const char *mrow = kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) *
-                                                 msize
-                                    : NULL;
+            const char *mrow =
+                kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) * msize : NULL;
             softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
-                          kind, prm[P_MT], sc, tn, inv, 1);
-            gemm32(m, dn / 16, sc, tn, tb, pv, T * 16, ob, dn, prm[P_TILES]);
-            float *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
+                          kind, prm[P_MT], pr, ldp, inv, f32);
+            if (f32)
+                gemm32(m, dn / 16, sc, tn, tb, (const float *)pv, T * 16, ob, dn, prm[P_TILES]);
+#if PGX_ATTN_BF16
+            else
+                gemm(m, dn / 16, (const bf16 *)pr, ldp, (tb + 1) / 2, (const bf16 *)pv, tp * 32,
+                     ob, dn);
+#endif
+            char *orow = out + (b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS]) * e;
             for (int64_t i = 0; i < m; ++i) {
                 const __m512 r = _mm512_set1_ps(inv[i]);
                 for (int64_t j = 0; j < D; j += 16) {
                     __mmask16 km = D - j >= 16 ? (__mmask16)0xFFFF
                                                : (__mmask16)((1u << (D - j)) - 1);
-                    _mm512_mask_storeu_ps(orow + i * prm[P_OS] + j, km,
-                                          _mm512_mul_ps(_mm512_load_ps(ob + i * dn + j), r));
+                    __m512 y = _mm512_mul_ps(_mm512_load_ps(ob + i * dn + j), r);
+                    if (f32)
+                        _mm512_mask_storeu_ps((float *)orow + i * prm[P_OS] + j, km, y);
+#if PGX_ATTN_BF16
+                    else
+                        _mm256_mask_storeu_epi16((bf16 *)orow + i * prm[P_OS] + j, km,
+                                                 (__m256i)_mm512_cvtneps_pbh(y));
+#endif
                 }
             }
         }
@@ -633,17 +570,30 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
     return 0;
 }
 
-#else
+#if PGX_ATTN_BF16
+int pgx_attention_bf16(const int64_t *prm, double scale, const void *q, const void *k,
+                       const void *v, const void *m, void *o) {
+    return attention(prm, scale, q, k, v, m, o, 0);
+}
+#endif
 
+int pgx_attention_f32(const int64_t *prm, double scale, const void *q, const void *k,
+                      const void *v, const void *m, void *o) {
+    return attention(prm, scale, q, k, v, m, o, 1);
+}
+
+#else
+int pgx_attention_f32(const int64_t *prm, double scale, const void *q, const void *k,
+                      const void *v, const void *m, void *o) {
+    (void)prm; (void)scale; (void)q; (void)k; (void)v; (void)m; (void)o;
+    return -3;
+}
+#endif /* PGX_ATTN_F32 */
+
+#if !PGX_ATTN_BF16 /* (built without AVX512_BF16: -3, as the float32 variant without AVX-512) */
 int pgx_attention_bf16(const int64_t *prm, double scale, const void *q, const void *k,
                        const void *v, const void *m, void *o) {
     (void)prm; (void)scale; (void)q; (void)k; (void)v; (void)m; (void)o;
     return -3;
 }
-
-int pgx_attention_f32(const int64_t *prm, double scale, const void *q, const void *k,
-                      const void *v, const void *m, void *o) {
-    return pgx_attention_bf16(prm, scale, q, k, v, m, o);
-}
-
-#endif /* PGX_ATTN_F32 */
+#endif

@@ -1,0 +1,126 @@
+"""A product that accumulates into its residual: `r += x @ w (+ bias)` in `r`'s memory.
+
+`lower_gemm._fuse_dot` asks `residual_sum` whether a product's element-wise group is only
+`dot (+ bias) + r` with `r` a tensor nothing else sees after it (a post-norm transformer's
+out-projection and FFN-down products: BERT, MiniLM, ViT); `emit_residual_sum` then emits one
+step running oneDNN's matmul with a sum post-op into `r` (`onednn_linear.Linear(residual="sum")`).
+`PGX_CPU_GEMM_RESIDUAL=off` keeps the separate add. Split out of `lower_gemm.py` (issue 10).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets.torch_lowering import onednn_linear
+from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.gemm_kernels import (
+    GEMM_KERNELS,
+    batch_broadcast_matrix,
+    dnnl_gemm_setting,
+    dnnl_kernel,
+)
+from pygraphx.targets.torch_lowering.pointwise import peel_add
+
+
+#: `PGX_CPU_GEMM_RESIDUAL`: `sum` (the default) lets a product whose group adds a residual
+#: it may overwrite accumulate into it (`residual_sum`); `off` keeps the separate add
+RESIDUAL_ENV = "PGX_CPU_GEMM_RESIDUAL"
+
+
+def residual_setting() -> str:
+    """`PGX_CPU_GEMM_RESIDUAL`: `sum` (also when unset) or `off`; another value is an error."""
+    value = os.environ.get(RESIDUAL_ENV, "sum").strip().lower() or "sum"
+    if value not in ("sum", "off"):
+        raise ValueError(f"{RESIDUAL_ENV}={value!r}: expected sum or off")
+    return value
+
+
+def residual_sum(
+    ctx: LoweringContext, dot: Instruction, user: Instruction, trace: Any, result: Any, k: int
+) -> int | None:
+    """The input of `user` that its (bias-peeled) group only adds to the product (`user =
+    dot (+ bias) + r`), when the product may accumulate into `r` in place: oneDNN's matmul
+    through its C API with a sum post-op (`onednn_linear.Linear(residual="sum")`), `r`'s
+    memory then becoming the group's value. Else None.
+
+    In place only where nothing else can see it: `r` of the product's type and shape, a new
+    tensor its own step makes each run (`ctx.fresh`: a layer norm's result, say), not a
+    program output, every other reader of it (none of them a view) in a step emitted before
+    this one, and not the product's own input.
+
+    Why: a post-norm transformer's out-projection and FFN-down products (BERT, MiniLM, ViT)
+    end with the residual sum, which otherwise is a second pass over the product (and, at two
+    threads, a second parallel region); a binary add post-op reading `r` was slower than that
+    pass (oneDNN 3.2, the 2-core EPYC), a sum post-op is not (`benchmarks/results/gemm14.md`)."""
+    if residual_setting() == "off" or dot.shape.type() != user.shape.type():
+        return None
+    if ctx.cache.get(GEMM_KERNELS, {}).get(id(dot)) != "dnnl":
+        return None
+    if dnnl_gemm_setting() != "matmul" or not onednn_linear.available():
+        return None
+    lens = dot.shape.lens()
+    cands = {
+        j
+        for j, x in enumerate(user.inputs)
+        if x is not dot
+        and x.shape.lens() == lens
+        and x.shape.type() == dot.shape.type()
+        and x.shape.standard()
+    }
+    peeled = peel_add(trace, result, k, cands)
+    if peeled is None or peeled[1].kind != "in" or peeled[1].index != k:
+        return None
+    j = peeled[2]
+    return j if _overwritable(ctx, user.inputs[j], dot, user) else None
+
+
+def _overwritable(
+    ctx: LoweringContext, r: Instruction, dot: Instruction, user: Instruction
+) -> bool:
+    """Whether the step of `user` may write over `r`'s tensor (see `residual_sum`; the
+    convolutions' in-place sum asks the same, `conv_fusion._may_overwrite`)."""
+    ridx = ctx.index.get(id(r))
+    if ridx is None or ridx not in ctx.fresh or ctx.static[ridx] or ctx.const[ridx]:
+        return False
+    if r is dot.inputs[0] or r.op.output_alias(len(r.inputs)) >= 0:
+        return False
+    others = [u for u in r.outputs if u is not user]
+    if any(u.is_return() or u.op.output_alias(len(u.inputs)) >= 0 for u in others):
+        return False
+    # every other reader is in a step emitted already (one fused into a later step, e.g. a
+    # product deferred into its group, is not, wherever it stands in the program)
+    done = {id(i) for step in ctx.steps for i in step.instructions}
+    return all(id(u) in done for u in others)
+
+
+def emit_residual_sum(
+    ctx: LoweringContext,
+    dot: Instruction,
+    user: Instruction,
+    bias: torch.Tensor | None,
+    j: int,
+    produce: Callable[[], torch.Tensor],
+    unfused: list,
+) -> None:
+    """One step: `r += x @ w (+ bias)` in `r`'s memory (input `j` of `user`), stored as the
+    group's value (a residual that is not dense at run time takes the product and an add)."""
+    w = batch_broadcast_matrix(ctx, dot, 1)
+    k, n = w.shape
+    rows = dot.shape.elements() // n
+    into = dnnl_kernel(ctx, dot, w, rows, bias, None, residual="sum").into
+    env, a, ridx = ctx.env, ctx.arg(dot, 0), ctx.arg(user, j)
+    uidx, lens = ctx.index[id(user)], tuple(user.shape.lens())
+
+    def step() -> None:
+        r = env[ridx]
+        if r.is_contiguous():
+            env[uidx] = into(env[a].reshape(rows, k), r.view(rows, n)).view(lens)
+        else:
+            env[uidx] = produce().add_(r)
+
+    ctx.emit(step, [dot, user], uidx, unfused)
