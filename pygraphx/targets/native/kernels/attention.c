@@ -367,6 +367,82 @@ static void prefetch_rows(const void *x, int64_t n, int64_t ld, int64_t d) {
         for (int64_t j = 0; j < d; j += 64) _mm_prefetch(c + r * ld + j, _MM_HINT_T1);
 }
 
+#if PGX_ATTN_BF16
+int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const void *kv,
+                       const void *vv, const void *mv, void *ov) {
+    const bf16 *q = qv, *k = kv, *v = vv;
+    bf16 *out = ov;
+    const char *mask = mv;
+    const int64_t B = prm[P_B], H = prm[P_H], S = prm[P_S], T = prm[P_T], D = prm[P_D];
+    const int64_t MB = prm[P_ROWS];
+    const int kind = (int)prm[P_MKIND];
+    const int64_t msize = kind == 1 ? 4 : 2;
+    const float scale = (float)scale_d;
+    const int causal = prm[P_CAUSAL] != 0;
+    const int64_t coff = prm[P_COFF];
+    if (D % 2 || MB <= 0 || MB > MAX_ROWS || (kind && !mask) || (causal && coff < 0)) return -2;
+    const int64_t nqb = (S + MB - 1) / MB, tasks = B * H * nqb;
+    const int64_t tn = round_up(T, 16), tp = (T + 1) / 2, dn = round_up(D, 16);
+    const int64_t ldp = tn;
+    /* per thread (`pgx_attention_scratch`): packed K, packed V, scores, probabilities, the
+       float32 output block */
+    const size_t szk = round_up(tn * D * 2, 64), szv = round_up(dn * tp * 4, 64);
+    const size_t szs = round_up(MB * tn * 4, 64), szp = round_up(MB * ldp * 2, 64);
+    if (!thread_scratch(prm, 0)) return -1;
+#pragma omp parallel num_threads((int)prm[P_THREADS])
+    {
+        char *buf = thread_scratch(prm, 0);
+        int32_t *pk = (int32_t *)buf;
+        bf16 *pv = (bf16 *)(buf + szk);
+        float *sc = (float *)(buf + szk + szv);
+        bf16 *pr = (bf16 *)(buf + szk + szv + szs);
+        float *ob = (float *)(buf + szk + szv + szs + szp);
+        int64_t packed = -1;
+#pragma omp for schedule(static)
+        for (int64_t task = 0; task < tasks; ++task) {
+            const int64_t bh = task / nqb, qb = task % nqb;
+            const int64_t b = bh / H, h = bh % H;
+            if (bh != packed) {
+                if (bh + 1 < B * H) { /* the next head's operands, while this one computes:
+                                         strided rows the hardware prefetcher does not see */
+                    const int64_t nb = (bh + 1) / H, nh = (bh + 1) % H;
+                    prefetch_rows(k + nb * prm[P_KB] + nh * prm[P_KH], T, 2 * prm[P_KT], 2 * D);
+                    prefetch_rows(v + nb * prm[P_VB] + nh * prm[P_VH], T, 2 * prm[P_VT], 2 * D);
+                    prefetch_rows(q + nb * prm[P_QB] + nh * prm[P_QH], S, 2 * prm[P_QS], 2 * D);
+                }
+                pack_k(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk, prm[P_TILES]);
+                pack_v(v + b * prm[P_VB] + h * prm[P_VH], T, D, prm[P_VT], pv);
+                packed = bh;
+            }
+            const int64_t i0 = qb * MB, m = S - i0 < MB ? S - i0 : MB;
+            const bf16 *qa = q + b * prm[P_QB] + h * prm[P_QH] + i0 * prm[P_QS];
+            /* the keys the block reads (tb), their 16-wide vectors (tbn): all, or causal */
+            const int64_t tb = causal && i0 + m + coff < T ? i0 + m + coff : T;
+            const int64_t tbn = round_up(tb, 16);
+            gemm(m, tbn / 16, qa, prm[P_QS], D / 2, (const bf16 *)pk, (D / 2) * 32, sc, tn);
+            float inv[MAX_ROWS];
+            const char *mrow =
+                kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) * msize : NULL;
+            softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
+                          kind, prm[P_MT], pr, ldp, inv, 0);
+            gemm(m, dn / 16, pr, ldp, (tb + 1) / 2, pv, tp * 32, ob, dn);
+            bf16 *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
+            for (int64_t i = 0; i < m; ++i) {
+                const __m512 r = _mm512_set1_ps(inv[i]);
+                for (int64_t j = 0; j < D; j += 16) {
+                    __mmask16 km = D - j >= 16 ? (__mmask16)0xFFFF
+                                               : (__mmask16)((1u << (D - j)) - 1);
+                    __m256bh y = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_load_ps(ob + i * dn + j), r));
+                    _mm256_mask_storeu_epi16(orow + i * prm[P_OS] + j, km, (__m256i)y);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+#endif /* PGX_ATTN_BF16 */
+
 /* ---- float32: the same block with FMA (scores, probabilities and output in float32) ---- */
 
 /* C[MR][NV*16] = sum over k of A (MR rows, lda apart) times B (NV blocks bstride apart, each
@@ -473,113 +549,70 @@ static void pack_v32(const float *v, int64_t t, int64_t d, int64_t vt, float *pv
     }
 }
 
-/* one call of either variant (`f32` a constant once inlined: float32 operands, else bf16) */
-static inline __attribute__((always_inline)) int attention(
-    const int64_t *prm, double scale_d, const char *q, const char *k, const char *v,
-    const char *mask, char *out, const int f32) {
+int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const void *kv,
+                      const void *vv, const void *mv, void *ov) {
+    const float *q = qv, *k = kv, *v = vv;
+    float *out = ov;
+    const char *mask = mv;
     const int64_t B = prm[P_B], H = prm[P_H], S = prm[P_S], T = prm[P_T], D = prm[P_D];
-    const int kind = (int)prm[P_MKIND], causal = prm[P_CAUSAL] != 0;
-    const int64_t MB = prm[P_ROWS], coff = prm[P_COFF], msize = kind == 1 ? 4 : 2;
+    const int64_t MB = prm[P_ROWS];
+    const int kind = (int)prm[P_MKIND];
+    const int64_t msize = kind == 1 ? 4 : 2;
     const float scale = (float)scale_d;
-    if ((!f32 && D % 2) || MB <= 0 || MB > MAX_ROWS || (kind && !mask) || (causal && coff < 0))
-        return -2;
-    const int64_t e = f32 ? 4 : 2; /* bytes an operand element */
+    const int causal = prm[P_CAUSAL] != 0;
+    const int64_t coff = prm[P_COFF];
+    if (MB <= 0 || MB > MAX_ROWS || (kind && !mask) || (causal && coff < 0)) return -2;
     const int64_t nqb = (S + MB - 1) / MB, tasks = B * H * nqb;
-    const int64_t tn = round_up(T, 16), tp = (T + 1) / 2, dn = round_up(D, 16), ldp = tn;
-    /* per thread (`pgx_attention_scratch`): packed K, packed V, scores (float32: the
-       exponentials in place), bf16: the probabilities; the float32 output block */
-    const size_t szk = round_up(tn * D * e, 64), szv = round_up(dn * (f32 ? T : tp) * 4, 64);
-    const size_t szs = round_up(MB * tn * 4, 64), szp = f32 ? 0 : round_up(MB * ldp * 2, 64);
-    if (!thread_scratch(prm, f32)) return -1;
+    const int64_t tn = round_up(T, 16), dn = round_up(D, 16);
+    /* per thread: packed K, packed V, scores (the exponentials in place), the output block */
+    const size_t szk = round_up(tn * D * 4, 64), szv = round_up(dn * T * 4, 64);
+    const size_t szs = round_up(MB * tn * 4, 64);
+    if (!thread_scratch(prm, 1)) return -1;
 #pragma omp parallel num_threads((int)prm[P_THREADS])
     {
-        char *buf = thread_scratch(prm, f32);
-        char *pk = buf, *pv = buf + szk;
-        float *sc = (float *)(buf + szk + szv);
-        void *pr = f32 ? (void *)sc : (void *)(buf + szk + szv + szs);
-        float *ob = (float *)(buf + szk + szv + szs + szp);
+        char *buf = thread_scratch(prm, 1);
+        float *pk = (float *)buf, *pv = (float *)(buf + szk);
+        float *sc = (float *)(buf + szk + szv), *ob = (float *)(buf + szk + szv + szs);
         int64_t packed = -1;
 #pragma omp for schedule(static)
         for (int64_t task = 0; task < tasks; ++task) {
-            const int64_t bh = task / nqb, qb = task % nqb, b = bh / H, h = bh % H;
+            const int64_t bh = task / nqb, qb = task % nqb;
+            const int64_t b = bh / H, h = bh % H;
             if (bh != packed) {
-                if (bh + 1 < B * H) { /* the next head's operands, while this one computes:
-                                         strided rows the hardware prefetcher does not see */
-                    const int64_t nb = (bh + 1) / H, nh = (bh + 1) % H, row = e * D;
-                    prefetch_rows(k + (nb * prm[P_KB] + nh * prm[P_KH]) * e, T, e * prm[P_KT], row);
-                    prefetch_rows(v + (nb * prm[P_VB] + nh * prm[P_VH]) * e, T, e * prm[P_VT], row);
-                    prefetch_rows(q + (nb * prm[P_QB] + nh * prm[P_QH]) * e, S, e * prm[P_QS], row);
+                if (bh + 1 < B * H) {
+                    const int64_t nb = (bh + 1) / H, nh = (bh + 1) % H;
+                    prefetch_rows(k + nb * prm[P_KB] + nh * prm[P_KH], T, 4 * prm[P_KT], 4 * D);
+                    prefetch_rows(v + nb * prm[P_VB] + nh * prm[P_VH], T, 4 * prm[P_VT], 4 * D);
+                    prefetch_rows(q + nb * prm[P_QB] + nh * prm[P_QH], S, 4 * prm[P_QS], 4 * D);
                 }
-                const char *kh = k + (b * prm[P_KB] + h * prm[P_KH]) * e;
-                const char *vh = v + (b * prm[P_VB] + h * prm[P_VH]) * e;
-                if (f32) {
-                    pack_k32((const float *)kh, T, D, prm[P_KT], (float *)pk, prm[P_TILES]);
-                    pack_v32((const float *)vh, T, D, prm[P_VT], (float *)pv);
-                }
-#if PGX_ATTN_BF16
-                else {
-                    pack_k((const bf16 *)kh, T, D, prm[P_KT], (int32_t *)pk, prm[P_TILES]);
-                    pack_v((const bf16 *)vh, T, D, prm[P_VT], (bf16 *)pv);
-                }
-#endif
+                pack_k32(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk, prm[P_TILES]);
+                pack_v32(v + b * prm[P_VB] + h * prm[P_VH], T, D, prm[P_VT], pv);
                 packed = bh;
             }
             const int64_t i0 = qb * MB, m = S - i0 < MB ? S - i0 : MB;
-            const char *qa = q + (b * prm[P_QB] + h * prm[P_QH] + i0 * prm[P_QS]) * e;
-            /* the keys the block reads (tb), their 16-wide vectors (tbn): all, or causal */
+            const float *qa = q + b * prm[P_QB] + h * prm[P_QH] + i0 * prm[P_QS];
             const int64_t tb = causal && i0 + m + coff < T ? i0 + m + coff : T;
             const int64_t tbn = round_up(tb, 16);
-            if (f32)
-                gemm32(m, tbn / 16, (const float *)qa, prm[P_QS], D, (const float *)pk, D * 16, sc,
-                       tn, prm[P_TILES]);
-#if PGX_ATTN_BF16
-            else
-                gemm(m, tbn / 16, (const bf16 *)qa, prm[P_QS], D / 2, (const bf16 *)pk,
-                     (D / 2) * 32, sc, tn);
-#endif
+            gemm32(m, tbn / 16, qa, prm[P_QS], D, pk, D * 16, sc, tn, prm[P_TILES]);
             float inv[MAX_ROWS];
             const char *mrow =
                 kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) * msize : NULL;
             softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
-                          kind, prm[P_MT], pr, ldp, inv, f32);
-            if (f32)
-                gemm32(m, dn / 16, sc, tn, tb, (const float *)pv, T * 16, ob, dn, prm[P_TILES]);
-#if PGX_ATTN_BF16
-            else
-                gemm(m, dn / 16, (const bf16 *)pr, ldp, (tb + 1) / 2, (const bf16 *)pv, tp * 32,
-                     ob, dn);
-#endif
-            char *orow = out + (b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS]) * e;
+                          kind, prm[P_MT], sc, tn, inv, 1);
+            gemm32(m, dn / 16, sc, tn, tb, pv, T * 16, ob, dn, prm[P_TILES]);
+            float *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
             for (int64_t i = 0; i < m; ++i) {
                 const __m512 r = _mm512_set1_ps(inv[i]);
                 for (int64_t j = 0; j < D; j += 16) {
                     __mmask16 km = D - j >= 16 ? (__mmask16)0xFFFF
                                                : (__mmask16)((1u << (D - j)) - 1);
-                    __m512 y = _mm512_mul_ps(_mm512_load_ps(ob + i * dn + j), r);
-                    if (f32)
-                        _mm512_mask_storeu_ps((float *)orow + i * prm[P_OS] + j, km, y);
-#if PGX_ATTN_BF16
-                    else
-                        _mm256_mask_storeu_epi16((bf16 *)orow + i * prm[P_OS] + j, km,
-                                                 (__m256i)_mm512_cvtneps_pbh(y));
-#endif
+                    _mm512_mask_storeu_ps(orow + i * prm[P_OS] + j, km,
+                                          _mm512_mul_ps(_mm512_load_ps(ob + i * dn + j), r));
                 }
             }
         }
     }
     return 0;
-}
-
-#if PGX_ATTN_BF16
-int pgx_attention_bf16(const int64_t *prm, double scale, const void *q, const void *k,
-                       const void *v, const void *m, void *o) {
-    return attention(prm, scale, q, k, v, m, o, 0);
-}
-#endif
-
-int pgx_attention_f32(const int64_t *prm, double scale, const void *q, const void *k,
-                      const void *v, const void *m, void *o) {
-    return attention(prm, scale, q, k, v, m, o, 1);
 }
 
 #else
