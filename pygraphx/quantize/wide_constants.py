@@ -22,7 +22,7 @@ array it was rounded from (`wide`), for vectors (one axis of more than one value
 gives it to a lowering that asks: the float32 form of the (n,) vector that a view of such a
 literal (a broadcast bias) repeats, or None (no such literal, or a pass rebuilt it: then the
 rounded value is used, as before). The cpu target's fused bf16 convolutions and matrix products
-ask (`conv_fusion._channel_constant`, `gemm_kernels.bias_vector`) and then take a float32 bias.
+ask (`conv_epilogue_match._channel_constant`, `gemm_kernels.bias_vector`) and then take a float32 bias.
 
 Two rounded literals with the same bytes may be merged by common-subexpression elimination,
 keeping one `wide`: both round to the same low-precision values, so the float32 value used is
