@@ -1,4 +1,5 @@
-"""Whole-number settings read from environment variables, with errors that name the variable.
+"""Settings read from environment variables: whole numbers, with errors that name the variable,
+and on/off switches.
 
 `PGX_CONST_FOLD_LIMIT` (bytes, passes/propagate_constant.py) and `PGX_CPU_THREADS` /
 `PGX_CPU_MAX_THREADS` (threads, targets/cpu/threads.py) are read through `whole_number`, so a typo
@@ -6,6 +7,17 @@ is reported the same way wherever it is made.
 """
 
 from __future__ import annotations
+
+import os
+
+#: the values that turn a switch off (`switch_on`); anything else, or unset, leaves it on
+OFF_VALUES = ("0", "off", "false", "no")
+
+
+def switch_on(name: str) -> bool:
+    """Whether the on/off switch `name` (an environment variable, on unless it is 0 / off /
+    false / no, any case) is on."""
+    return os.environ.get(name, "1").strip().lower() not in OFF_VALUES
 
 
 def whole_number(name: str, text: str, minimum: int, unit: str) -> int:

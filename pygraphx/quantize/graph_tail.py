@@ -32,7 +32,7 @@ from pygraphx.ops.base import ViewOp
 from pygraphx.ops.literal_views import view_source
 from pygraphx.ops.pointwise import Pointwise
 
-__all__ = ["MOVE_OPS", "graph_tail", "is_constant_view", "view_source"]
+__all__ = ["MOVE_OPS", "graph_tail", "is_constant_view"]
 
 #: operators that only move values (besides views): they follow their inputs' type
 MOVE_OPS = frozenset({"concat", "contiguous"})

@@ -64,23 +64,24 @@ instruction counts as selected when its own name or the name of any instruction 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 import ml_dtypes
 import numpy as np
 
 from pygraphx.ir.argument import Literal
+from pygraphx.ir.env import switch_on
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module, compute_shape
 from pygraphx.ir.program import Program
 from pygraphx.ir.shape import to_dtype
 from pygraphx.ops.base import ViewOp
 from pygraphx.ops.builtin import Param, Return
+from pygraphx.ops.literal_views import view_source
 from pygraphx.ops.pointwise import Convert, Pointwise
 from pygraphx.passes.manager import run_passes
 from pygraphx.passes.pipeline import optimize_passes
-from pygraphx.quantize.graph_tail import MOVE_OPS, graph_tail, is_constant_view, view_source
+from pygraphx.quantize.graph_tail import MOVE_OPS, graph_tail, is_constant_view
 from pygraphx.quantize.wide_constants import rounded
 
 __all__ = ["PRODUCTS", "QuantizeError", "quantize_bf16", "quantize_fp16", "truncate_float"]
@@ -120,7 +121,7 @@ def wide_tail() -> bool:
     """Whether the graph's tail stays in its float type (`WIDE_TAIL`, else its variable)."""
     if WIDE_TAIL is not None:
         return WIDE_TAIL
-    return os.environ.get(WIDE_TAIL_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+    return switch_on(WIDE_TAIL_ENV)
 #: the types a program may be truncated to
 LOW_FLOATS = frozenset({"half_type", "bf16_type"})
 

@@ -33,11 +33,11 @@ Switch: `KEEP_WIDE` (None: the variable `PGX_BF16_WIDE_BIAS`, on unless 0 / off 
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
 from pygraphx.ir.argument import Literal, RoundedLiteral
+from pygraphx.ir.env import switch_on
 from pygraphx.ops.literal_views import is_vector, wide_vector
 
 __all__ = [
@@ -62,7 +62,7 @@ def keep_wide() -> bool:
     """Whether rounded constants keep their float32 value (`KEEP_WIDE`, else its variable)."""
     if KEEP_WIDE is not None:
         return KEEP_WIDE
-    return os.environ.get(KEEP_WIDE_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+    return switch_on(KEEP_WIDE_ENV)
 
 
 def rounded(low: np.ndarray, wide: np.ndarray) -> Literal:

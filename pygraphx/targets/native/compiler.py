@@ -47,6 +47,7 @@ from pathlib import Path
 
 import torch  # noqa: F401  (first: its libgomp.so.1 is the one the kernels bind to)
 
+from pygraphx.ir.env import switch_on
 from pygraphx.targets.native.openmp import openmp_runtimes, openmp_shared
 
 log = logging.getLogger("pygraphx.cpu")
@@ -55,7 +56,6 @@ NATIVE_ENV = "PGX_NATIVE"
 CC_ENV = "PGX_CC"
 CACHE_ENV = "PGX_NATIVE_CACHE"
 TIMEOUT_ENV = "PGX_NATIVE_BUILD_TIMEOUT"
-OFF_VALUES = ("off", "0", "no", "false")
 #: the directory of the kernels' C sources
 KERNELS = Path(__file__).parent / "kernels"
 #: every kernel's flags (a kernel may add its own)
@@ -91,7 +91,7 @@ class NativeUnavailable(RuntimeError):
 
 def enabled() -> bool:
     """Whether native kernels may be used (`PGX_NATIVE` is not off)."""
-    return os.environ.get(NATIVE_ENV, "on").strip().lower() not in OFF_VALUES
+    return switch_on(NATIVE_ENV)
 
 
 def compiler_command() -> list[str] | None:

@@ -243,6 +243,15 @@ class LoweringContext:
         """The step at `idx` stores a tensor it allocated itself (outputs need no copy)."""
         self.fresh.add(idx)
 
+    def run_owned(self, ins: Instruction) -> bool:
+        """Whether `ins`'s value is a tensor its step allocates each run (`fresh`), not an arena
+        slot, a parameter or a constant: the one kind a later step may write over once its
+        other readers are done (the in-place sums and norms ask it)."""
+        idx = self.index.get(id(ins))
+        if idx is None or idx not in self.fresh:
+            return False
+        return not self.static[idx] and not self.const[idx]
+
     def alias(self, ins: Instruction, idx: int) -> int:
         self.index[id(ins)] = idx
         return idx

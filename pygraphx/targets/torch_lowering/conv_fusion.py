@@ -374,8 +374,7 @@ def _may_overwrite(
     other users are convolutions that run earlier; the fused convolution must not read it)."""
     if ctx.options.get("conv_output", "torch") == "arena":
         return False
-    idx = ctx.index.get(id(other))
-    if idx is None or idx not in ctx.fresh or ctx.static[idx] or ctx.const[idx]:
+    if not ctx.run_owned(other):
         return False
     if other.shape.lens() != user.shape.lens() or other.shape.type() != user.shape.type():
         return False

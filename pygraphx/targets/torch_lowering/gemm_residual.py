@@ -84,8 +84,7 @@ def _overwritable(
 ) -> bool:
     """Whether the step of `user` may write over `r`'s tensor (see `residual_sum`; the
     convolutions' in-place sum asks the same, `conv_fusion._may_overwrite`)."""
-    ridx = ctx.index.get(id(r))
-    if ridx is None or ridx not in ctx.fresh or ctx.static[ridx] or ctx.const[ridx]:
+    if not ctx.run_owned(r):
         return False
     if r is dot.inputs[0] or r.op.output_alias(len(r.inputs)) >= 0:
         return False

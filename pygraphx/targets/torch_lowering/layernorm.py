@@ -331,8 +331,7 @@ def _over_input(ctx: LoweringContext, norm: Norm) -> bool:
     if not native_layernorm.inplace_enabled():
         return False
     x = norm.x
-    idx = ctx.index.get(id(x))
-    if idx is None or idx not in ctx.fresh or ctx.static[idx] or ctx.const[idx]:
+    if not ctx.run_owned(x):
         return False
     if x.op.output_alias(len(x.inputs)) >= 0 or x.shape.lens() != norm.y.shape.lens():
         return False

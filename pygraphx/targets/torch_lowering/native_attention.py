@@ -46,6 +46,7 @@ from ctypes import c_double, c_int, c_int64, c_void_p
 
 import torch
 
+from pygraphx.ir.env import switch_on
 from pygraphx.targets import native
 from pygraphx.targets.torch_lowering.onednn_attention import _signature, _token_major
 
@@ -112,12 +113,12 @@ _REFUSED: set[tuple] = set()
 
 def enabled() -> bool:
     """Whether blocks may take the native kernel (`ENV` is not off)."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+    return switch_on(ENV)
 
 
 def causal_enabled() -> bool:
     """Whether causal blocks may skip the key blocks they do not see (`CAUSAL_ENV` not off)."""
-    return os.environ.get(CAUSAL_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+    return switch_on(CAUSAL_ENV)
 
 
 def kernel(dtype: torch.dtype = torch.bfloat16, extra_flags: tuple[str, ...] = ()) -> Callable:

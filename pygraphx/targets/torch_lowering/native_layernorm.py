@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 
 import torch
 
+from pygraphx.ir.env import switch_on
 from pygraphx.targets import native
 
 log = logging.getLogger("pygraphx.cpu")
@@ -40,11 +40,11 @@ F32, BF16 = torch.float32, torch.bfloat16
 empty, get_num_threads = torch.empty, torch.get_num_threads
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() not in native.compiler.OFF_VALUES
+    return switch_on(ENV)
 
 
 def inplace_enabled() -> bool:
-    return os.environ.get(INPLACE_ENV, "1").strip().lower() not in native.compiler.OFF_VALUES
+    return switch_on(INPLACE_ENV)
 
 
 def _bind(lib: ctypes.CDLL) -> None:

@@ -25,6 +25,7 @@ import os
 
 import torch
 
+from pygraphx.ir.env import OFF_VALUES
 from pygraphx.targets import native
 from pygraphx.targets.torch_lowering.winograd_scratch import Scratch
 
@@ -60,7 +61,7 @@ def mode() -> str:
     """`PGX_CPU_NATIVE_MBCONV`: "off" (0, off, no, false), "all" (every block the kernel can
     run: measurements) or "rule" (anything else, the default: the blocks `rule` picks)."""
     raw = os.environ.get(ENV, "1").strip().lower()
-    if raw in native.compiler.OFF_VALUES:
+    if raw in OFF_VALUES:
         return "off"
     return "all" if raw == "all" else "rule"
 

@@ -22,11 +22,11 @@ Figures: `benchmarks/results/bf16wino14.md`.
 from __future__ import annotations
 
 import ctypes
-import os
 from collections.abc import Callable
 
 import torch
 
+from pygraphx.ir.env import switch_on
 from pygraphx.targets import native
 from pygraphx.targets.torch_lowering.onednn_conv import ConvPlan
 from pygraphx.targets.torch_lowering.winograd_scratch import Scratch
@@ -79,7 +79,7 @@ class _Args(ctypes.Structure):
 
 def enabled() -> bool:
     """Whether F(4,3) layers may take the native kernel (`PGX_WINOGRAD_NATIVE` not off)."""
-    return os.environ.get(NATIVE_ENV, "1").strip().lower() not in native.compiler.OFF_VALUES
+    return switch_on(NATIVE_ENV)
 
 
 #: `PGX_WINOGRAD_NATIVE_SILU=0`: a swish epilogue runs as torch's silu over the output after
@@ -89,7 +89,7 @@ SILU_ENV = "PGX_WINOGRAD_NATIVE_SILU"
 
 def native_silu() -> bool:
     """Whether the kernel applies a swish itself (`SILU_ENV` not off)."""
-    return os.environ.get(SILU_ENV, "1").strip().lower() not in native.compiler.OFF_VALUES
+    return switch_on(SILU_ENV)
 
 
 #: `PGX_WINOGRAD_NATIVE_BF16=0`: a bf16 program's 3x3 layers stay on oneDNN's bf16 kernels
@@ -99,8 +99,7 @@ BF16_ENV = "PGX_WINOGRAD_NATIVE_BF16"
 
 def bf16_enabled() -> bool:
     """Whether bf16 layers may take the native kernel (`BF16_ENV` and `NATIVE_ENV` not off)."""
-    off = native.compiler.OFF_VALUES
-    return enabled() and os.environ.get(BF16_ENV, "1").strip().lower() not in off
+    return enabled() and switch_on(BF16_ENV)
 
 
 def _bind(lib: ctypes.CDLL) -> None:
