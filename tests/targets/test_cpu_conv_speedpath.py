@@ -5,7 +5,7 @@
   pages. Checked in a child process (the setting is process-wide): a network whose largest
   activation (42 MB) is above glibc's largest dynamic mmap threshold (32 MiB) faults in
   thousands of pages every run with `PGX_CPU_KEEP_FREED=0` and none in most runs by default
-  (now and then a run still faults the block in once: the median of five runs is checked),
+  (now and then a run still faults the block in once: the median of twelve runs is checked),
   and both give ONNX Runtime's answer.
 * In-place residual adds (`conv_fusion._may_overwrite`): a fused `relu(conv + other)` writes
   its result over `other` (oneDNN's sum post-op) when nothing reads `other` afterwards; where
@@ -32,7 +32,7 @@ from pygraphx.targets.torch_lowering import malloc_keep  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 #: the child: a 1x1 conv to 40 channels of 512x512 (42 MB) + relu, then back to 8 channels;
-#: it prints the page faults of its runs 4 to 8 and the max |diff| against ONNX Runtime
+#: it prints the page faults of its runs 4 to 15 and the max |diff| against ONNX Runtime
 _CHILD = r"""
 import json, resource, sys
 import numpy as np
@@ -61,7 +61,7 @@ prog.compile(CpuTarget(threads=1, conv_kernel="onednn", conv_output="torch"))
 for _ in range(3):
     prog.run({"x": x})
 faults = []
-for _ in range(5):
+for _ in range(12):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     got = prog.run({"x": x})[0]
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
@@ -107,7 +107,11 @@ def test_freed_outputs_are_reused_without_page_faults() -> None:
     # the setting every run pays it; with it the heap settles (a run may still grow it once,
     # when a smaller block has split the freed one), so most runs fault in nothing
     assert min(left["faults"]) > (40 << 20) // page // 2
-    assert sorted(kept["faults"])[2] < 1000
+    # a median over twelve runs: CI once saw three of five runs fault in 2-10k pages each (the
+    # heap had split the freed block); over twelve runs that stays a minority, and the kept heap
+    # faults in at most a quarter of what the returned one does
+    assert sorted(kept["faults"])[len(kept["faults"]) // 2] < 1000
+    assert sum(kept["faults"]) * 4 < sum(left["faults"])
     for res in (kept, left):
         assert float(res["diff"]) <= 1e-4 * max(1.0, float(res["scale"]))
 
