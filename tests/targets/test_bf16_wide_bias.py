@@ -136,3 +136,130 @@ def test_kept_bias_survives_save_and_load(build, tmp_path) -> None:
         assert lit.wide.dtype == np.float32 and lit.wide.shape == lit.array.shape
     after = np.asarray(loaded.run(feeds)[0])
     np.testing.assert_array_equal(after, before)
+
+
+# hyg15: the routes that rounded the float32 bias back to bf16: torch's channels-last kernel
+# (`conv_kernels._torch_cl`, now left out for such a layer), the concat sum chain
+# (`conv_concat`) and the bf16 transposed convolution (`deconv_bf16`, both its kernels)
+
+
+def _errors(model, feeds, monkeypatch, **settings) -> tuple[float, float, dict]:
+    """(error with the biases kept, error with them rounded, the kept compile's lowering
+    cache), both against ONNX Runtime at float32."""
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)[0]
+    out = []
+    for keep in (True, False):
+        monkeypatch.setattr(WIDE, "KEEP_WIDE", keep)
+        prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+        quantize_bf16(prog)
+        prog.compile(pygraphx.get_target("cpu", **settings))
+        out.append((rel_rms(np.asarray(prog.run(feeds)[0]), want), prog))
+    (new, prog), (old, _) = out
+    return new, old, prog._executable.lowered.ctx.cache
+
+
+def test_torch_cl_leaves_a_wide_bias_to_onednn(monkeypatch) -> None:
+    """Forced onto `torch_cl` (`F.conv2d` takes no float32 bias with bf16 activations and
+    rounds its product), the layer with a float32 bias runs on a oneDNN kernel instead, and
+    the network gives the float32-bias answer (it gave the rounded one)."""
+    from pygraphx.targets.torch_lowering import conv_choice
+
+    conv_choice.clear_cache()
+    new, old, _ = _errors(*_conv_bn(), monkeypatch, conv_kernel="torch_cl")
+    print(f"torch_cl: kept {new:.3e}, rounded {old:.3e}")
+    assert new < 4e-3 < 6e-3 < old
+
+
+def test_torch_cl_refuses_a_wide_bias() -> None:
+    import torch
+
+    from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan, build_kernel, kernels_for
+
+    w = torch.randn(8, 8, 3, 3).to(torch.bfloat16)
+    plan = ConvPlan(w, w, [1, 8, 6, 6], [1, 1], [1, 1], [1, 1], 1, None, torch.randn(8))
+    assert "torch_cl" not in kernels_for(plan)
+    with pytest.raises(ValueError, match="float32 bias"):
+        build_kernel(plan, "torch_cl", lambda: torch.zeros(1, 8, 6, 6, dtype=torch.bfloat16), None)
+    plan.bias = plan.bias.to(torch.bfloat16)  # a rounded bias: torch_cl may run it
+    assert "torch_cl" in kernels_for(plan)
+
+
+def _concat_bn() -> tuple:
+    """Two channels-last parts, x itself (an identity 1x1 convolution: exact) and a small one
+    (a convolution with zero-sum weights), concatenated into a 1x1 convolution + batch norm
+    whose mean cancels the products (the first part's: the sum chain's first step adds the
+    bias, so its rounded result stays small) + Relu, then a 1x1 product (of more than
+    `HEAD_ELEMENTS` values, as `_conv_bn`'s)."""
+    rng = np.random.default_rng(151)
+    x = (4.0 + rng.integers(0, 128, (1, 16, 40, 40)) / 32).astype(np.float32)
+    half = _bf16_exact(rng.standard_normal((16, 8, 1, 1)) / 32)
+    w2 = _bf16_exact(rng.standard_normal((32, 32, 1, 1)) / 8)
+    inits = {
+        "eye": np.eye(16, dtype=np.float32).reshape(16, 16, 1, 1),
+        "wb": np.concatenate([half, -half], axis=1),  # rows summing to 0: small outputs
+        "w2": w2,
+        "s1": np.ones(32, np.float32),
+        "b1": (0.1 * rng.standard_normal(32)).astype(np.float32),
+        "m1": (6.0 * w2[:, :16].sum(axis=(1, 2, 3))).astype(np.float32),
+        "v1": np.ones(32, np.float32),
+        "w3": _bf16_exact(rng.standard_normal((48, 32, 1, 1)) / 5.6),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "eye"], ["a"]),
+        helper.make_node("Conv", ["x", "wb"], ["b"]),
+        helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+        helper.make_node("Conv", ["cat", "w2"], ["c1"]),
+        helper.make_node(
+            "BatchNormalization", ["c1", "s1", "b1", "m1", "v1"], ["n1"], epsilon=0.0
+        ),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w3"], ["y"]),
+    ]
+    return make_model(nodes, {"x": x}, ["y"], inits), {"x": x}
+
+
+def test_concat_sum_chain_adds_the_bias_in_float32(monkeypatch) -> None:
+    from pygraphx.targets.torch_lowering import conv_concat, onednn_conv
+
+    if not onednn_conv.available():
+        pytest.skip("the sum chain runs on oneDNN's own library (onednn-cpu-gomp)")
+    monkeypatch.setenv(conv_concat.MODE_ENV, "on")
+    new, old, cache = _errors(*_concat_bn(), monkeypatch)
+    print(f"concat: kept {new:.3e}, rounded {old:.3e}")
+    assert cache.get("conv_concat_sum") == 1, cache
+    assert new < 4e-3 < 6e-3 < old
+
+
+def _deconv_bn() -> tuple:
+    """ConvTranspose 2x2 stride 2 (each output pixel one input pixel's product: the weight
+    the same at the four offsets) with a bias cancelling the products' mean + Relu, then a
+    1x1 product."""
+    rng = np.random.default_rng(152)
+    x = (4.0 + rng.integers(0, 128, (1, 16, 20, 20)) / 32).astype(np.float32)
+    w = _bf16_exact(rng.standard_normal((16, 32, 1, 1)) / 12)
+    inits = {
+        "wd": np.repeat(np.repeat(w, 2, axis=2), 2, axis=3),
+        "bd": (-6.0 * w.sum(axis=(0, 2, 3)) + 0.1 * rng.standard_normal(32)).astype(np.float32),
+        "w2": _bf16_exact(rng.standard_normal((48, 32, 1, 1)) / 5.6),
+    }
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "wd", "bd"], ["d"], strides=[2, 2]),
+        helper.make_node("Relu", ["d"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["y"]),
+    ]
+    return make_model(nodes, {"x": x}, ["y"], inits), {"x": x}
+
+
+@pytest.mark.parametrize("kernel", ["bf16", "torch"])
+def test_deconvolution_adds_the_bias_in_float32(kernel, monkeypatch) -> None:
+    """Both bf16 deconvolution kernels (oneDNN's C API primitive, torch's op) add the kept
+    bias in float32."""
+    from pygraphx.targets.torch_lowering import deconv_bf16, onednn_capi
+
+    monkeypatch.setenv(deconv_bf16.DECONV_ENV, kernel)
+    new, old, cache = _errors(*_deconv_bn(), monkeypatch)
+    print(f"deconv {kernel}: kept {new:.3e}, rounded {old:.3e}")
+    capi = kernel == "bf16" and onednn_capi.runtime() is not None
+    assert cache.get("deconv_capi", 0) == (1 if capi else 0), cache
+    assert new < 4e-3 < 6e-3 < old

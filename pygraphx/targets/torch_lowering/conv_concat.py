@@ -54,7 +54,11 @@ from pygraphx.targets.torch_lowering.conv_choice import (
     measured_choice,
     race,
 )
-from pygraphx.targets.torch_lowering.conv_epilogue_match import Epilogue, match_epilogue
+from pygraphx.targets.torch_lowering.conv_epilogue_match import (
+    Epilogue,
+    match_epilogue,
+    wide_bias,
+)
 from pygraphx.targets.torch_lowering.conv_fusion import (
     conv_plan,
     emit_fused,
@@ -400,8 +404,11 @@ def _emit(
     from pygraphx.targets.torch_lowering.lower_math import lower_pointwise
 
     plan = conv_plan(ctx, conv)
-    if epi is not None and epi.bias.any():  # oneDNN takes the bias in the input's type
-        plan.bias = torch.from_numpy(epi.bias).to(torch_dtype(conv.shape.dtype()))
+    if epi is not None and epi.bias.any():  # oneDNN takes the bias in the input's type, or
+        dtype = torch_dtype(conv.shape.dtype())  # float32 for a bf16 layer whose bias kept its
+        if user is not None and wide_bias(user, conv):  # float32 value (`fuse_group`'s rule)
+            dtype = torch.float32
+        plan.bias = torch.from_numpy(epi.bias).to(dtype)
     up = ctx.producers.get(id(concat))  # a deferred upsample part
     up_index = _up_index(ctx, concat)
     saved, ctx.steps = ctx.steps, []

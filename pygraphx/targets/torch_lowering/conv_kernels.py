@@ -27,7 +27,11 @@ choice between them (`conv_choice.py`) never changes the layout the program's ot
   or none can take it, where that library loads (bf16: on a CPU with bf16 instructions); it
   is then the default.
 * `torch_cl`: `F.conv2d` on channels-last tensors (torch picks its own algorithm per call, the
-  weight is not pre-packed), the epilogue applied in place after it.
+  weight is not pre-packed), the epilogue applied in place after it. Not for a bf16 layer with
+  a float32 ("wide") bias (`wide_bias`): `F.conv2d` takes no float32 bias with bf16
+  activations and rounds its product, so the float32-bias answer (product + bias rounded
+  once, as the oneDNN kernels give it) would need the product in float32, 1.4-2.8x slower
+  than its bf16 form (`benchmarks/results/hyg15.md`); such a layer takes the default instead.
 * `winograd`, `winograd2`: a float32 3x3 stride-1 one-group convolution as Winograd F(4x4,
   3x3) or F(2x2, 3x3) (`winograd.py`): the weight transformed once, (m+2)^2 batched GEMMs per
   call between memory-pass transforms, the whole epilogue fused into the output transform.
@@ -125,12 +129,23 @@ def kernels_for(plan: ConvPlan) -> list[str]:
         names.append("matmul")
     if onednn_conv.supports(plan) and onednn_conv.available():
         names.append("dnnl")
-    names.append("torch_cl")
+    if not wide_bias(plan):
+        names.append("torch_cl")
     if winograd.supports(plan):
         names += list(winograd.KERNEL_TILES)
     elif winograd.supports_bf16(plan):  # F(4,3) on bf16 activations: the native kernel only
         names.append("winograd")
     return names
+
+
+def wide_bias(plan: ConvPlan) -> bool:
+    """A bf16 layer whose bias is float32 (kept unrounded, `conv_epilogue_match.wide_bias`):
+    the oneDNN kernels add it to the float32 product before the one rounding."""
+    return (
+        plan.weight.dtype == torch.bfloat16
+        and plan.bias is not None
+        and plan.bias.dtype == torch.float32
+    )
 
 
 def fuses_epilogue(plan: ConvPlan) -> bool:
@@ -258,10 +273,14 @@ def _matmul(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable
 
 
 def _torch_cl(plan: ConvPlan, get_x: Getter, get_other: Getter | None) -> Callable[[], Tensor]:
+    if wide_bias(plan):  # (`kernels_for` leaves it out: the bias would be rounded)
+        raise ValueError(
+            "torch_cl: a bf16 convolution with a float32 bias (F.conv2d would round it); "
+            f"run it on one of {kernels_for(plan)}"
+        )
     cl = torch.channels_last
     w = plan.weight.contiguous(memory_format=cl)
     b, p, s, d, g = plan.bias, plan.padding, plan.stride, plan.dilation, plan.groups
-    b = b if b is None else b.to(w.dtype)  # (a bf16 layer's float32 bias)
     unary, scalars = plan.unary, list(plan.scalars)
     x_in = _channels_last_input(plan, get_x)
 
@@ -289,4 +308,5 @@ __all__ = [
     "kernels_for",
     "lazy_kernel",
     "packed_weight",
+    "wide_bias",
 ]

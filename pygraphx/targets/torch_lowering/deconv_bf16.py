@@ -15,10 +15,12 @@ UNet-small's two 2x2 stride-2 ConvTranspose at 2 threads: 1.5-1.6 ms each in flo
 thread 1.6 and 1.4 ms of thread CPU a layer (`benchmarks/results/unet13.md`).
 
 When the deconvolution's only user is a pointwise group act(deconv + c1 + c2 ...) (constants
-broadcast along the channels: a bias; act none, relu, clip, silu: `conv_epilogue_match.match_epilogue`
-without a tensor operand) the group is folded in: the constants summed into oneDNN's bias (in
-bf16, as the bf16 convolutions take it) and the activation a oneDNN post-op, one step. Any
-other user keeps its own step. Profiling runs the two apart (the unfused twins, on torch's
+broadcast along the channels: a bias; act none, relu, clip, silu:
+`conv_epilogue_match.match_epilogue` without a tensor operand) the group is folded in: the
+constants summed into oneDNN's bias (in float32 where `quantize_bf16` kept the bias's float32
+value, added to the float32 product before the one rounding, as the bf16 convolutions take it;
+else in bf16) and the activation a oneDNN post-op, one step. Any other user keeps its own
+step. Profiling runs the two apart (the unfused twins, on torch's
 op). The fused step reads the deconvolution's input while it writes the group's slot: the
 cpu target's memory plan keeps the two apart (`fused_reader`, in `fused_reads.READERS`).
 
@@ -169,7 +171,7 @@ def lower_alone(ctx: LoweringContext, ins: Instruction, capi: bool = True) -> No
 def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
     """Emit deconvolution + bias group as one oneDNN call (the fuser of a deconvolution
     deferred into its group `user`); the separate steps are kept for profiling."""
-    from pygraphx.targets.torch_lowering.conv_epilogue_match import match_epilogue
+    from pygraphx.targets.torch_lowering.conv_epilogue_match import match_epilogue, wide_bias
     from pygraphx.targets.torch_lowering.fallback import lower_fallback
     from pygraphx.targets.torch_lowering.lower_math import lower_pointwise
 
@@ -179,7 +181,10 @@ def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
         lower_alone(ctx, deconv)
         return False
     plan = Plan(ctx, deconv)
-    plan.bias = torch.from_numpy(epi.bias).to(torch.bfloat16) if epi.bias.any() else None
+    # float32 where the bias kept its float32 value (`conv_epilogue_match.wide_bias`): oneDNN
+    # adds it to the float32 product before the one rounding; else bf16, as before
+    dtype = torch.float32 if wide_bias(user, deconv) else torch.bfloat16
+    plan.bias = torch.from_numpy(epi.bias).to(dtype) if epi.bias.any() else None
     plan.unary, plan.scalars = epi.unary, list(epi.scalars)
     saved, ctx.steps = ctx.steps, []
     lower_alone(ctx, deconv, capi=False)

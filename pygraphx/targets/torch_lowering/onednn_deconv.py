@@ -2,10 +2,11 @@
 step's arena slot: `deconv_bf16.py`'s kernel where oneDNN's library is installed.
 
 The same computation as torch's `mkldnn._convolution_transpose_pointwise` (oneDNN picks the
-same `brg_conv` bf16 implementation; float32 accumulation, bias in bf16, a ReLU / clip / SiLU
-post-op), made once at compile with the weight reordered once, run with only the data
-pointers changing: no new result tensor a run, no copy into the slot, and no pass through
-torch's dispatcher (whose code is cold after the C API convolutions, `onednn_pool.py`).
+same `brg_conv` bf16 implementation; float32 accumulation, the bias in its own type, float32
+or bf16, a ReLU / clip / SiLU post-op), made once at compile with the weight reordered once,
+run with only the data pointers changing: no new result tensor a run, no copy into the slot,
+and no pass through torch's dispatcher (whose code is cold after the C API convolutions,
+`onednn_pool.py`).
 Only an uncropped deconvolution (no IR padding) with a channels-last slot of its own that
 shares no memory with its input runs here; `deconv_bf16` keeps torch's op otherwise.
 A primitive is made for each thread count the step runs under (the first at compile); where
@@ -101,7 +102,7 @@ class Primitive(SourceToDest):
             mds.append(w_plain)
             bias_md = None
             if g.bias is not None:
-                bias_md = rt.desc([g.out_lens[1]], BF16, TAG_A)
+                bias_md = rt.desc([g.out_lens[1]], DTYPES[g.bias.dtype], TAG_A)  # f32 or bf16
                 mds.append(bias_md)
             with scratchpad_attr(lib) as attr:
                 check(lib.dnnl_post_ops_create(byref(post_ops)), "post_ops_create")
@@ -122,7 +123,7 @@ class Primitive(SourceToDest):
             self.refuse_reference(f"deconvolution {g.x_lens}")  # before the weight reorder
             w_md = lib.dnnl_primitive_desc_query_md(self.pd, QUERY_WEIGHTS_MD, 0)
             self.weight = rt.reorder(g.weight.contiguous(), w_plain, w_md)
-            self.bias = None if g.bias is None else g.bias.to(torch.bfloat16).contiguous()
+            self.bias = None if g.bias is None else g.bias.contiguous()
             constants = [(ARG_WEIGHTS, w_md, self.weight.data_ptr())]
             if self.bias is not None:
                 constants.append((ARG_BIAS, bias_md, self.bias.data_ptr()))
