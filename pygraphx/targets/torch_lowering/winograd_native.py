@@ -16,6 +16,8 @@ has AVX-512 BF16 (`wino_f43_bf16_supported`): its bf16 input and add operand rea
 inside the transforms (no conversion pass), the transformed weight in float32 as for a float32
 layer, the result rounded to bf16 (nearest even) once as it is stored: the rounding oneDNN's
 bf16 kernels do, so the error is theirs (`PGX_WINOGRAD_NATIVE_BF16=0`: oneDNN's bf16 kernels).
+Only with the whole epilogue in the kernel: with `PGX_WINOGRAD_NATIVE_SILU=0` a bf16 swish
+layer stays on oneDNN (`supports`), not rounded twice.
 Figures: `benchmarks/results/bf16wino14.md`.
 """
 
@@ -145,8 +147,20 @@ def bf16_available() -> bool:
 
 
 def supports(plan: ConvPlan) -> bool:
-    """Whether the kernel runs `plan` (a `winograd.supports`-ed plan): no negative pre-pad."""
-    return plan.pre_pad is None or all(p >= 0 for p in plan.pre_pad)
+    """Whether the kernel runs `plan` (a `winograd.supports`-ed plan): no negative pre-pad;
+    a bf16 layer only with its whole epilogue in the kernel (`split_epilogue` leaving no op
+    to torch). With the native silu off (`SILU_ENV`), a bf16 layer's swish would run on the
+    output already rounded to bf16 (two roundings): such a layer is not taken here (nor by
+    `winograd.supports_bf16`, `conv_kernels.kernels_for`), it stays on oneDNN's bf16 kernels,
+    which apply the swish in float32 before the one rounding."""
+    if plan.pre_pad is not None and any(p < 0 for p in plan.pre_pad):
+        return False
+    return not (plan.weight.dtype == torch.bfloat16 and _torch_tail(plan))
+
+
+def _torch_tail(plan: ConvPlan) -> bool:
+    """Whether `split_epilogue` leaves part of `plan`'s epilogue to torch ops on the output."""
+    return plan.unary == "swish" and not native_silu()
 
 
 def pack_weight(wt: Tensor) -> Tensor:
@@ -222,6 +236,11 @@ class NativeWinograd:
         self.weight = pack_weight(wt)
         self.bias = None if plan.bias is None else plan.bias.float().contiguous()
         act, where, (lo, hi), self.rest = split_epilogue(plan, add, ops)
+        if self.rest and self.dtype == torch.bfloat16:  # (`supports` refuses such a layer)
+            raise ValueError(
+                "winograd (native): a bf16 layer's swish left to torch would run on the "
+                f"rounded output ({SILU_ENV} off); oneDNN's bf16 kernels run it"
+            )
         self.uses_other = where != 0
         self.args = a = _Args()
         a.wt = self.weight.data_ptr()
