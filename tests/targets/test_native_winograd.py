@@ -128,13 +128,18 @@ def test_matches_float64_conv(n, c, h, w, k, pad, threads) -> None:
         ("swish", [], True, True),  # YOLO's bottleneck: silu(conv + bias) + other
     ],
 )
-@pytest.mark.parametrize("silu", ["native", "torch"])
-def test_epilogue(unary, scalars, add, add_after, threads, silu, monkeypatch) -> None:
-    monkeypatch.setenv(winograd_native.SILU_ENV, "1" if silu == "native" else "0")
-    if silu == "torch" and unary != "swish":
-        pytest.skip("the setting changes swish layers only")
+def test_epilogue(unary, scalars, add, add_after, threads) -> None:
     _run(3, 19, 10, 9, 33, threads=threads, add=add, unary=unary, scalars=scalars,
          add_after=add_after)  # fmt: skip
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("add, add_after", [(False, False), (True, False), (True, True)])
+def test_epilogue_swish_by_torch(add, add_after, threads, monkeypatch) -> None:
+    """`PGX_WINOGRAD_NATIVE_SILU=0`: the swish (and an add after it) by torch on the output
+    (the setting changes swish layers only)."""
+    monkeypatch.setenv(winograd_native.SILU_ENV, "0")
+    _run(3, 19, 10, 9, 33, threads=threads, add=add, unary="swish", add_after=add_after)
 
 
 def test_native_silu_elementwise_over_a_wide_range() -> None:
