@@ -31,10 +31,18 @@ LAYERS = [
 
 def plan_of(x_lens, w_lens, pad, stride, groups) -> ConvPlan:
     w = torch.randn(w_lens).to(BF)
-    return ConvPlan(weight=w, packed=w,  # (dnnl packs its own)
-                   
-                    x_lens=x_lens, padding=[pad, pad], stride=[stride, stride], dilation=[1, 1],
-                    groups=groups, pre_pad=None, bias=torch.randn(w_lens[0]) * 8, unary="relu")  # fmt: skip
+    return ConvPlan(
+        weight=w,
+        packed=w,  # (dnnl packs its own)
+        x_lens=x_lens,
+        padding=[pad, pad],
+        stride=[stride, stride],
+        dilation=[1, 1],
+        groups=groups,
+        pre_pad=None,
+        bias=torch.randn(w_lens[0]) * 8,
+        unary="relu",
+    )
 
 
 def variants(plan: ConvPlan, x: torch.Tensor) -> dict:
