@@ -36,19 +36,19 @@ def _bf16_exact(arr: np.ndarray) -> np.ndarray:
     return arr.astype(ml_dtypes.bfloat16).astype(np.float32)
 
 
-def _conv_bn() -> tuple:
+def _conv_bn(rng: np.random.Generator = RNG) -> tuple:
     """Conv + BatchNormalization (scale 1, variance 1, epsilon 0: the weights stay exact) +
     Relu on inputs near 4, the normalisation's mean the products' own, then a 1x1 product (of
     more than `HEAD_ELEMENTS` values: bf16, so the first group is the convolution's epilogue)."""
-    x = (4.0 + RNG.integers(0, 128, (1, 16, 40, 40)) / 32).astype(np.float32)  # exact in bf16
-    w1 = _bf16_exact(RNG.standard_normal((32, 16, 3, 3)) / 12)
+    x = (4.0 + rng.integers(0, 128, (1, 16, 40, 40)) / 32).astype(np.float32)  # exact in bf16
+    w1 = _bf16_exact(rng.standard_normal((32, 16, 3, 3)) / 12)
     inits = {
         "w1": w1,
         "s1": np.ones(32, np.float32),
-        "b1": (0.1 * RNG.standard_normal(32)).astype(np.float32),
+        "b1": (0.1 * rng.standard_normal(32)).astype(np.float32),
         "m1": (6.0 * w1.sum(axis=(1, 2, 3))).astype(np.float32),
         "v1": np.ones(32, np.float32),
-        "w2": _bf16_exact(RNG.standard_normal((48, 32, 1, 1)) / 5.6),
+        "w2": _bf16_exact(rng.standard_normal((48, 32, 1, 1)) / 5.6),
     }
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
@@ -143,9 +143,9 @@ def test_kept_bias_survives_save_and_load(build, tmp_path) -> None:
 # (`conv_concat`) and the bf16 transposed convolution (`deconv_bf16`, both its kernels)
 
 
-def _errors(model, feeds, monkeypatch, **settings) -> tuple[float, float, dict]:
-    """(error with the biases kept, error with them rounded, the kept compile's lowering
-    cache), both against ONNX Runtime at float32."""
+def _errors(model, feeds, monkeypatch, **settings) -> tuple:
+    """(error with the biases kept, error with them rounded, the kept compile's lowered
+    program: its steps, its lowering cache), both against ONNX Runtime at float32."""
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     want = sess.run(None, feeds)[0]
     out = []
@@ -156,7 +156,7 @@ def _errors(model, feeds, monkeypatch, **settings) -> tuple[float, float, dict]:
         prog.compile(pygraphx.get_target("cpu", **settings))
         out.append((rel_rms(np.asarray(prog.run(feeds)[0]), want), prog))
     (new, prog), (old, _) = out
-    return new, old, prog._executable.lowered.ctx.cache
+    return new, old, prog._executable.lowered
 
 
 def test_torch_cl_leaves_a_wide_bias_to_onednn(monkeypatch) -> None:
@@ -166,7 +166,8 @@ def test_torch_cl_leaves_a_wide_bias_to_onednn(monkeypatch) -> None:
     from pygraphx.targets.torch_lowering import conv_choice
 
     conv_choice.clear_cache()
-    new, old, _ = _errors(*_conv_bn(), monkeypatch, conv_kernel="torch_cl")
+    new, old, _ = _errors(*_conv_bn(np.random.default_rng(15)), monkeypatch,
+                          conv_kernel="torch_cl")  # fmt: skip
     print(f"torch_cl: kept {new:.3e}, rounded {old:.3e}")
     assert new < 4e-3 < 6e-3 < old
 
@@ -185,12 +186,14 @@ def test_torch_cl_refuses_a_wide_bias() -> None:
     assert "torch_cl" in kernels_for(plan)
 
 
-def _concat_bn() -> tuple:
+def _concat_bn(up: bool = False) -> tuple:
     """Two channels-last parts, x itself (an identity 1x1 convolution: exact) and a small one
     (a convolution with zero-sum weights), concatenated into a 1x1 convolution + batch norm
     whose mean cancels the products (the first part's: the sum chain's first step adds the
     bias, so its rounded result stays small) + Relu, then a 1x1 product (of more than
-    `HEAD_ELEMENTS` values, as `_conv_bn`'s)."""
+    `HEAD_ELEMENTS` values, as `_conv_bn`'s). `up`: the first part is every other pixel of x
+    (the identity at stride 2) upsampled x2 (nearest, YOLOv8's neck: the chain's upsample
+    part, its convolution at the small size with the bias)."""
     rng = np.random.default_rng(151)
     x = (4.0 + rng.integers(0, 128, (1, 16, 40, 40)) / 32).astype(np.float32)
     half = _bf16_exact(rng.standard_normal((16, 8, 1, 1)) / 32)
@@ -205,9 +208,17 @@ def _concat_bn() -> tuple:
         "v1": np.ones(32, np.float32),
         "w3": _bf16_exact(rng.standard_normal((48, 32, 1, 1)) / 5.6),
     }
-    nodes = [
-        helper.make_node("Conv", ["x", "eye"], ["a"]),
-        helper.make_node("Conv", ["x", "wb"], ["b"]),
+    nodes = [helper.make_node("Conv", ["x", "wb"], ["b"])]
+    if up:
+        inits["scales"] = np.array([1, 1, 2, 2], np.float32)
+        nodes += [
+            helper.make_node("Conv", ["x", "eye"], ["a_half"], strides=[2, 2]),
+            helper.make_node("Resize", ["a_half", "", "scales"], ["a"], mode="nearest",
+                             coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+        ]  # fmt: skip
+    else:
+        nodes.append(helper.make_node("Conv", ["x", "eye"], ["a"]))
+    nodes += [
         helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
         helper.make_node("Conv", ["cat", "w2"], ["c1"]),
         helper.make_node(
@@ -219,15 +230,19 @@ def _concat_bn() -> tuple:
     return make_model(nodes, {"x": x}, ["y"], inits), {"x": x}
 
 
-def test_concat_sum_chain_adds_the_bias_in_float32(monkeypatch) -> None:
+@pytest.mark.parametrize("up", [False, True], ids=["parts", "upsample_part"])
+def test_concat_sum_chain_adds_the_bias_in_float32(up, monkeypatch) -> None:
     from pygraphx.targets.torch_lowering import conv_concat, onednn_conv
 
     if not onednn_conv.available():
         pytest.skip("the sum chain runs on oneDNN's own library (onednn-cpu-gomp)")
     monkeypatch.setenv(conv_concat.MODE_ENV, "on")
-    new, old, cache = _errors(*_concat_bn(), monkeypatch)
-    print(f"concat: kept {new:.3e}, rounded {old:.3e}")
-    assert cache.get("conv_concat_sum") == 1, cache
+    new, old, lowered = _errors(*_concat_bn(up), monkeypatch)
+    print(f"concat (up {up}): kept {new:.3e}, rounded {old:.3e}")
+    assert lowered.ctx.cache.get("conv_concat_sum") == 1, lowered.ctx.cache
+    steps = [[i.op.name for i in s.instructions] for s in lowered.steps]
+    head = ["resize", "concat", "convolution"] if up else ["concat", "convolution"]
+    assert [*head, "pointwise"] in steps, steps  # the chain, its bias group fused
     assert new < 4e-3 < 6e-3 < old
 
 
@@ -258,7 +273,8 @@ def test_deconvolution_adds_the_bias_in_float32(kernel, monkeypatch) -> None:
     from pygraphx.targets.torch_lowering import deconv_bf16, onednn_capi
 
     monkeypatch.setenv(deconv_bf16.DECONV_ENV, kernel)
-    new, old, cache = _errors(*_deconv_bn(), monkeypatch)
+    new, old, lowered = _errors(*_deconv_bn(), monkeypatch)
+    cache = lowered.ctx.cache
     print(f"deconv {kernel}: kept {new:.3e}, rounded {old:.3e}")
     capi = kernel == "bf16" and onednn_capi.runtime() is not None
     assert cache.get("deconv_capi", 0) == (1 if capi else 0), cache
