@@ -21,8 +21,9 @@ goes to the fallback, said once per refused signature (INFO, the reason named).
 `PGX_CPU_NATIVE_ATTENTION=0` keeps every block on the fallback; where the kernel cannot be had
 (no C compiler, `PGX_NATIVE=off`, a failed build, no AVX-512F for float32 / no AVX512_BF16 for
 bf16) that is said once per operand type, naming the route that runs instead, and the fallback
-runs. Only the missing instruction set is remembered: a build that failed (or timed out under
-load, or was switched off) is tried again, and said again, at the next compile.
+runs. The library is bound once per process (`native.BoundLibrary`, as the other kernels): a
+build that failed (or timed out under load) is kept for the process, said once, and not started
+again for the next block or program; a new process tries again (`PGX_NATIVE=off` is not kept).
 
 Causal blocks (`attend_causal`, gpt14): where the lowering knows the mask keeps exactly the
 keys j <= i + offset of query row i (`attention.causal_offset`: GPT-2's literal lower
@@ -38,6 +39,7 @@ between calls, so no call maps fresh pages and no thread leaves memory behind.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import threading
@@ -103,10 +105,6 @@ _STATUS = {
     -2: "bad parameters",
     -3: "built without the instruction set",
 }
-_kernels: dict[torch.dtype, Callable] = {}
-_scratch_bytes: list[Callable] = []
-#: permanent reasons a variant cannot be had (the processor lacks its instruction set)
-_why: dict[torch.dtype, native.NativeUnavailable] = {}
 log = logging.getLogger("pygraphx.cpu")
 _REFUSED: set[tuple] = set()
 
@@ -121,40 +119,42 @@ def causal_enabled() -> bool:
     return switch_on(CAUSAL_ENV)
 
 
-def kernel(dtype: torch.dtype = torch.bfloat16, extra_flags: tuple[str, ...] = ()) -> Callable:
-    """The kernel's bound ctypes function for `dtype` operands; raises
-    `native.NativeUnavailable` saying why it cannot be had. Only a missing instruction set (or
-    a parameter layout mismatch) is remembered; a failed build is tried again at the next call.
-    `extra_flags` (tests): a build with these compiler flags, bound afresh, nothing kept."""
-    if dtype not in _FUNCTIONS:
-        raise native.NativeUnavailable(f"native kernel attention: no variant for {dtype}")
-    fn = _kernels.get(dtype)
-    if fn is not None and not extra_flags:
-        return fn
-    if dtype in _why and not extra_flags:
-        raise _why[dtype]
-    lib = native.load(KERNEL, extra_flags)  # NativeUnavailable: not remembered
-    bit, isa = _BITS[dtype]
+def _bind(lib: ctypes.CDLL) -> None:
+    """Check the parameter layout and set the kernel functions' argument types."""
+    for name in ("pgx_attention_params", "pgx_attention_supported"):
+        getattr(lib, name).argtypes, getattr(lib, name).restype = [], c_int
     if lib.pgx_attention_params() != len(FIELDS):
-        why = native.NativeUnavailable("native kernel attention: parameter layout mismatch")
-    elif not lib.pgx_attention_supported() & bit:
-        why = native.NativeUnavailable(
-            f"native kernel attention: built without {isa} (this processor lacks it), "
-            f"no {dtype} variant")
-    else:
-        fn = getattr(lib, _FUNCTIONS[dtype])
+        raise native.NativeUnavailable(f"native kernel {KERNEL}: parameter layout mismatch")
+    for name in _FUNCTIONS.values():
+        fn = getattr(lib, name)
         fn.restype = c_int
         fn.argtypes = [c_void_p, c_double] + [c_void_p] * 5
-        size = lib.pgx_attention_scratch
-        size.restype, size.argtypes = c_int64, [c_void_p, c_int]
-        if not extra_flags:
-            _kernels[dtype] = fn
-            _scratch_bytes[:] = [size]
-        fn.scratch_bytes = size
-        return fn
-    if not extra_flags:
-        _why[dtype] = why
-    raise why
+        fn.scratch_bytes = lib.pgx_attention_scratch
+    lib.pgx_attention_scratch.restype = c_int64
+    lib.pgx_attention_scratch.argtypes = [c_void_p, c_int]
+
+
+#: the library, bound once; a failed build is kept for the process (`native.BoundLibrary`)
+_BOUND = native.BoundLibrary(KERNEL, _bind)
+
+
+def kernel(dtype: torch.dtype = torch.bfloat16, extra_flags: tuple[str, ...] = ()) -> Callable:
+    """The kernel's bound ctypes function for `dtype` operands; raises
+    `native.NativeUnavailable` saying why it cannot be had (no build: the first failure again,
+    for the rest of the process; no such instruction set in this build). `extra_flags`
+    (tests): a build with these compiler flags, bound afresh, nothing kept."""
+    if dtype not in _FUNCTIONS:
+        raise native.NativeUnavailable(f"native kernel {KERNEL}: no variant for {dtype}")
+    bound = _BOUND
+    if extra_flags:
+        bound = native.BoundLibrary(KERNEL, _bind, extra_flags, _BOUND.parts)
+    lib = bound.get()
+    bit, isa = _BITS[dtype]
+    if not lib.pgx_attention_supported() & bit:
+        raise native.NativeUnavailable(
+            f"native kernel {KERNEL}: built without {isa} (this processor lacks it), "
+            f"no {dtype} variant")  # fmt: skip
+    return getattr(lib, _FUNCTIONS[dtype])
 
 
 class Scratch:
