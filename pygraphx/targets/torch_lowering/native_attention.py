@@ -1,4 +1,5 @@
-"""An attention block on the CPU as one native kernel (`native/kernels/attention.c`):
+"""An attention block on the CPU as one native kernel (`native/kernels/attention.c`, its float32
+variant in `attention_f32.c`, built as one source):
 `attention.py` runs it first for bf16 blocks (oneDNN's three primitives, `onednn_attention.py`,
 where it does not take the operands) and for float32 blocks of 32K scores or more (an FMA
 variant; their torch / oneDNN route as the fallback).
@@ -56,6 +57,9 @@ Tensor = torch.Tensor
 Attend = Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]
 Causal = Callable[[Tensor, Tensor, Tensor], Tensor | None]
 KERNEL = "attention"
+#: the kernel's further source files (`native/kernels/<part>.c`, appended to attention.c): the
+#: float32 variant
+PARTS = ("attention_f32",)
 #: `0` keeps every bf16 block on the oneDNN route (A/B measurements)
 ENV = "PGX_CPU_NATIVE_ATTENTION"
 #: query rows per block (the scores of one block: ROWS x t float32)
@@ -135,7 +139,7 @@ def _bind(lib: ctypes.CDLL) -> None:
 
 
 #: the library, bound once; a failed build is kept for the process (`native.BoundLibrary`)
-_BOUND = native.BoundLibrary(KERNEL, _bind)
+_BOUND = native.BoundLibrary(KERNEL, _bind, parts=PARTS)
 
 
 def kernel(dtype: torch.dtype = torch.bfloat16, extra_flags: tuple[str, ...] = ()) -> Callable:
