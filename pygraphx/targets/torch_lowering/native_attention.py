@@ -6,8 +6,11 @@ variant; their torch / oneDNN route as the fallback).
 
 The kernel works per (batch, head, block of `ROWS` query rows) with the block's scores kept in
 the cache: S = Q K^T (bf16 products summed in float32 by `vdpbf16ps`), scale and additive mask
-in float32, the row softmax in float32, the exponentials rounded to bf16 once, O = P V times
-1 / the row's sum, the output rounded to bf16 and written token-major ((b, s, h, d) memory for a
+in float32, the row softmax in float32, the exponentials rounded to bf16 once, O = P V (float32
+sums) times 1 / the sum of the rounded exponentials (so the weights applied sum to one; attn15:
+MiniLM's error 5.21e-3 -> 4.92e-3 on the zoo's sentences, `benchmarks/results/attn15.md`;
+`ROUNDED_SUM_ENV=0`: of the unrounded ones, the first version), the output rounded to bf16 once
+and written token-major ((b, s, h, d) memory for a
 (b, h, s, d) result, as the oneDNN route does, so the model's transpose / reshape to
 (b, s, h * d) only views it). These are the oneDNN route's numbers (float32 scores, bf16
 probabilities); what it saves is writing the scores and probabilities to memory between three
@@ -72,7 +75,7 @@ CAUSAL_ROWS = 16
 #: the kernel's parameter array layout (`enum` in attention.c)
 FIELDS = (
     "B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREADS ROWS TILES CAUSAL "
-    "COFF SCRATCH SLOT"
+    "COFF SCRATCH SLOT RSUM"
 ).split()
 _SCRATCH = FIELDS.index("SCRATCH")
 #: `0` keeps causal blocks (`attend_causal`) on the full kernel: every key block computed, the
@@ -84,6 +87,16 @@ CAUSAL_ENV = "PGX_CPU_NATIVE_ATTENTION_CAUSAL"
 #: float32 tiles 4 rows at any width; bf16 tiles are 4 rows either way); read when a block is
 #: lowered (`attend`)
 TILES_ENV = "PGX_CPU_NATIVE_ATTENTION_TILES"
+
+
+#: `0` divides a bf16 row's output by the sum of its unrounded exponentials (the first version)
+#: rather than of the rounded weights it applies (the default); read when a block is lowered
+ROUNDED_SUM_ENV = "PGX_CPU_NATIVE_ATTENTION_ROUNDED_SUM"
+
+
+def rounded_sum() -> bool:
+    """Whether bf16 rows are normalised by the sum of their rounded weights (`ROUNDED_SUM_ENV`)."""
+    return switch_on(ROUNDED_SUM_ENV)
 
 
 def wide_tiles() -> bool:
@@ -230,7 +243,7 @@ class Plan:
     def __init__(self, fn: Callable, scale: float, q: Tensor, kt: Tensor, v: Tensor,
                  mask: Tensor | None, threads: int, scratch: Scratch | None = None,
                  tiles: bool = True, causal: int | None = None,
-                 rows: int | None = None) -> None:  # fmt: skip
+                 rows: int | None = None, rsum: bool = True) -> None:  # fmt: skip
         s, d, t = q.shape[-2], q.shape[-1], kt.shape[-1]
         self.scratch = Scratch() if scratch is None else scratch
         self.dtype = q.dtype
@@ -256,7 +269,7 @@ class Plan:
             full = mask.expand((*q.shape[:-1], t)).stride()
             vals.update(zip(("MB", "MH"), lead(full), strict=True), MS=full[-2],
                         MT=full[-1] if t > 1 else 0, MKIND=_MASK_KINDS[mask.dtype])  # fmt: skip
-        vals.update(SCRATCH=0, SLOT=0)
+        vals.update(SCRATCH=0, SLOT=0, RSUM=int(rsum))
         self.params = (c_int64 * len(FIELDS))(*(int(vals[f]) for f in FIELDS))
         slot = fn.scratch_bytes(self.params, int(q.dtype == torch.float32))
         self.params[FIELDS.index("SLOT")] = slot
@@ -316,17 +329,18 @@ def attend(scale: float, table: dict, fallback: Attend, dtype: torch.dtype = tor
     plans = table.setdefault(PLANS, {})
     scratch = table.setdefault(SCRATCH, Scratch())
     get_num_threads = torch.get_num_threads
-    tiles = wide_tiles()
+    tiles, rsum = wide_tiles(), rounded_sum()
 
     def run(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        sig = (_signature(q, kt, v, mask), scale, tiles)
+        sig = (_signature(q, kt, v, mask), scale, tiles, rsum)
         plan = plans.get(sig, False)
         if plan is False:
             why = refusal(q, kt, v, mask)
             use = fn if q.dtype == dtype or why else _variant(q.dtype, route)
             why = why or (None if use else f"no {q.dtype} variant")
             threads = get_num_threads()
-            plan = None if why else Plan(use, scale, q, kt, v, mask, threads, scratch, tiles)
+            plan = None if why else Plan(use, scale, q, kt, v, mask, threads, scratch, tiles,
+                                         rsum=rsum)  # fmt: skip
             plans[sig] = plan
             if why and sig not in _REFUSED:
                 _REFUSED.add(sig)
@@ -356,10 +370,10 @@ def attend_causal(scale: float, table: dict, dtype: torch.dtype, offset: int,
     plans = table.setdefault(PLANS, {})
     scratch = table.setdefault(SCRATCH, Scratch())
     get_num_threads = torch.get_num_threads
-    tiles = wide_tiles()
+    tiles, rsum = wide_tiles(), rounded_sum()
 
     def run(q: Tensor, kt: Tensor, v: Tensor) -> Tensor | None:
-        sig = (_signature(q, kt, v, None), scale, tiles, "causal", offset)
+        sig = (_signature(q, kt, v, None), scale, tiles, rsum, "causal", offset)
         plan = plans.get(sig, False)
         if plan is False:
             why = refusal(q, kt, v, None)
@@ -367,7 +381,7 @@ def attend_causal(scale: float, table: dict, dtype: torch.dtype, offset: int,
             why = why or (None if use else f"no {q.dtype} variant")
             threads = get_num_threads()
             plan = None if why else Plan(use, scale, q, kt, v, None, threads, scratch, tiles,
-                                         causal=offset, rows=CAUSAL_ROWS)  # fmt: skip
+                                         causal=offset, rows=CAUSAL_ROWS, rsum=rsum)  # fmt: skip
             plans[sig] = plan
             if why and sig not in _REFUSED:
                 _REFUSED.add(sig)
@@ -378,5 +392,5 @@ def attend_causal(scale: float, table: dict, dtype: torch.dtype, offset: int,
     return run
 
 
-__all__ = ["CAUSAL_ENV", "ENV", "Scratch", "attend", "attend_causal", "causal_enabled",
-           "enabled", "kernel", "refusal", "supported"]  # fmt: skip
+__all__ = ["CAUSAL_ENV", "ENV", "ROUNDED_SUM_ENV", "Scratch", "attend", "attend_causal",
+           "causal_enabled", "enabled", "kernel", "refusal", "rounded_sum", "supported"]  # fmt: skip

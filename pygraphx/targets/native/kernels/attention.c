@@ -6,9 +6,12 @@
    block's scores kept in cache: S = Q K^T (bf16 products summed in float32 by
    `_mm512_dpbf16_ps` on K packed pair-interleaved once per (batch, head)), scale and mask in
    float32, the row softmax in float32 (max subtracted, base 2), the exponentials rounded to bf16
-   once, O = P V (V packed pair-interleaved along the keys) times 1 / the row's sum, written
-   through the caller's strides (token-major: the output projection reads a view). These are the
-   oneDNN route's numbers (scores float32, probabilities bf16 once); float32 keeps float32.
+   once, O = P V (V packed pair-interleaved along the keys, float32 sums) times 1 / the sum of
+   the rounded exponentials (P_RSUM 1; 0: of the unrounded ones, the first version), rounded to
+   bf16 once and written through the caller's strides (token-major: the output projection reads
+   a view). The weights a row applies sum to one (a constant V comes out exactly): scores
+   float32, probabilities bf16 once, as the oneDNN route (which rounds the normalised ones);
+   float32 keeps float32.
 
    Operands: Q (B, H, S, D), K (B, H, T, D) (the caller's K^T view), V (B, H, T, D), out (B, H,
    S, D): strides for batch, head and row, the last axis dense; D even for bf16. The additive
@@ -64,6 +67,7 @@ enum {
     P_CAUSAL, P_COFF, /* 1: query row i sees keys j <= i + COFF only (COFF >= 0), the others
                          weigh 0; a query block reads only the key blocks it sees */
     P_SCRATCH, P_SLOT, /* the caller's scratch: address, bytes per thread */
+    P_RSUM, /* bf16: 1 divide by the sum of the rounded exponentials, 0 of the unrounded ones */
     P_COUNT
 };
 
@@ -254,10 +258,56 @@ static inline __attribute__((always_inline)) float softmax_exp(
     return 1.0f / _mm512_reduce_add_ps(vsum);
 }
 
+#if PGX_ATTN_BF16
+/* a bf16 row's second pass with P_RSUM: as `softmax_exp`, but 32 keys at a time (one
+   `vcvtne2ps2bf16`, one 64-byte store) and 1 / the sum of the *rounded* exponentials returned,
+   summed by `vdpbf16ps` against ones (the products' own arithmetic: the second product's
+   weights then sum to one) */
+static inline __attribute__((always_inline)) float softmax_exp_rounded(
+    const float *s, int64_t t, int64_t tn, float mxs, bf16 *p) {
+    const int64_t tv = round_up(t, 16);
+    const __m512 mx = _mm512_set1_ps(mxs);
+    const __m512bh one = (__m512bh)_mm512_set1_epi16(0x3F80);
+    __m512 vsum = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 32 <= tv; j += 32) {
+        __mmask16 k0 = t - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j)) - 1);
+        __mmask16 k1 = t - j >= 32 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j - 16)) - 1);
+        __m512 e0 = _mm512_maskz_mov_ps(k0, exp2_512(_mm512_sub_ps(_mm512_load_ps(s + j), mx)));
+        __m512 e1 =
+            _mm512_maskz_mov_ps(k1, exp2_512(_mm512_sub_ps(_mm512_load_ps(s + j + 16), mx)));
+        __m512bh r = _mm512_cvtne2ps_pbh(e1, e0);
+        _mm512_storeu_si512(p + j, (__m512i)r);
+        vsum = _mm512_dpbf16_ps(vsum, r, one);
+    }
+    if (j < tv) { /* an odd 16 */
+        __mmask16 k = t - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j)) - 1);
+        __m512 e = _mm512_maskz_mov_ps(k, exp2_512(_mm512_sub_ps(_mm512_load_ps(s + j), mx)));
+        __m256bh r = _mm512_cvtneps_pbh(e);
+        _mm256_storeu_si256((__m256i *)(p + j), (__m256i)r);
+        vsum = _mm512_dpbf16_ps(vsum, (__m512bh)_mm512_zextsi256_si512((__m256i)r), one);
+        j += 16;
+    }
+    for (; j < tn; j += 16) /* keys a causal row does not see */
+        _mm256_storeu_si256((__m256i *)(p + j), _mm256_setzero_si256());
+    return 1.0f / _mm512_reduce_add_ps(vsum);
+}
+#endif
+
+/* a row's second pass: `softmax_exp_rounded` for bf16 with `rsum`, else `softmax_exp` */
+static inline __attribute__((always_inline)) float row_exp(
+    const float *s, int64_t t, int64_t tn, float mx, void *p, const int f32, const int rsum) {
+#if PGX_ATTN_BF16
+    if (!f32 && rsum) return softmax_exp_rounded(s, t, tn, mx, (bf16 *)p);
+#endif
+    return softmax_exp(s, t, tn, mx, p, f32);
+}
+
 /* the block's softmax (m rows of `sc`, tn apart; the probabilities p, ldp apart, in place
    for float32): each row's first pass, then each row's second (`PGX_ATTN_ROWWISE` 0, the
    default: the rows' independent chains overlap, no row waits for its own max), or both
-   passes row by row (1, the first version, a build flag for A/B); inv[i] <- 1 / row i's sum.
+   passes row by row (1, the first version, a build flag for A/B); inv[i] <- 1 / row i's sum
+   (bf16 with `rsum`: of its rounded weights).
    Row i's keys: t (all) or, causal, up to i0 + i + coff; tbn: the block's score columns. */
 #ifndef PGX_ATTN_ROWWISE
 #define PGX_ATTN_ROWWISE 0
@@ -265,15 +315,15 @@ static inline __attribute__((always_inline)) float softmax_exp(
 static inline __attribute__((always_inline)) void softmax_block(
     float *sc, int64_t tn, int64_t m, int64_t i0, int64_t t, int causal, int64_t coff,
     int64_t tbn, float scale, const char *mrow0, int64_t mrow_step, int kind, int64_t mt,
-    void *p, int64_t ldp, float *inv, const int f32) {
+    void *p, int64_t ldp, float *inv, const int f32, const int rsum) {
     const int64_t psize = f32 ? 4 : 2;
 #define PGX_ROW_T(i) (causal && i0 + (i) + coff + 1 < t ? i0 + (i) + coff + 1 : t)
 #define PGX_ROW_M(i) (kind ? mrow0 + (i) * mrow_step : NULL)
     if (PGX_ATTN_ROWWISE) {
         for (int64_t i = 0; i < m; ++i) {
             const float mx = softmax_max(sc + i * tn, PGX_ROW_T(i), scale, PGX_ROW_M(i), kind, mt);
-            inv[i] = softmax_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx,
-                                 (char *)p + i * ldp * psize, f32);
+            inv[i] = row_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx, (char *)p + i * ldp * psize,
+                             f32, rsum);
         }
         return;
     }
@@ -281,8 +331,8 @@ static inline __attribute__((always_inline)) void softmax_block(
     for (int64_t i = 0; i < m; ++i)
         mx[i] = softmax_max(sc + i * tn, PGX_ROW_T(i), scale, PGX_ROW_M(i), kind, mt);
     for (int64_t i = 0; i < m; ++i)
-        inv[i] = softmax_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx[i], (char *)p + i * ldp * psize,
-                             f32);
+        inv[i] = row_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx[i], (char *)p + i * ldp * psize, f32,
+                         rsum);
 #undef PGX_ROW_T
 #undef PGX_ROW_M
 }
@@ -425,7 +475,7 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
             const char *mrow =
                 kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) * msize : NULL;
             softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
-                          kind, prm[P_MT], pr, ldp, inv, 0);
+                          kind, prm[P_MT], pr, ldp, inv, 0, prm[P_RSUM] != 0);
             gemm(m, dn / 16, pr, ldp, (tb + 1) / 2, pv, tp * 32, ob, dn);
             bf16 *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
             for (int64_t i = 0; i < m; ++i) {
