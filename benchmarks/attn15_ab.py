@@ -11,7 +11,8 @@ git's `BASE` revision of attention.c: the sum of the unrounded exponentials), in
     PYTHONPATH=. python benchmarks/attn15_ab.py errors --models minilm bert_base gpt2 --seeds 6
         # relative RMS error against ORT float32 per output (`cpu_vs_peers.relative_error` is
         # the worst output's): main's kernel, this tree's with the switch off (its first
-        # version's numbers), this tree's, and `PGX_CPU_NATIVE_ATTENTION=0` (oneDNN's route)
+        # version's numbers), this tree's, `PGX_CPU_NATIVE_ATTENTION=0` (oneDNN's route) and,
+        # with `--openvino`, OpenVINO's default precision (bf16 on this machine)
 
 Main's kernel reads the same parameter array (this tree's adds RSUM at its end, which it does
 not read). Inputs as `bf16acc14_precisions.py`: MiniLM seed 0 the zoo's sentences, seed k > 0
@@ -158,21 +159,25 @@ def models(args: argparse.Namespace) -> None:
 
 def errors(args: argparse.Namespace) -> None:
     from benchmarks.bf16acc14_precisions import load
-    from benchmarks.cpu_engines import make_ort
+    from benchmarks.cpu_engines import make_openvino, make_ort
 
     old = old_kernel()
     keys = ("main", "first", "new", "onednn")
     for name in args.models:
         model, inputs = load(name, 1)
         ort, _ = make_ort(model, args.threads)
-        progs = {key: program(model, args.threads, key, old) for key in keys}
-        rows: dict[str, list[list[float]]] = {key: [] for key in keys}
+        progs: dict[str, Callable] = {
+            key: program(model, args.threads, key, old).run for key in keys
+        }
+        if args.openvino:
+            progs["ov_bf16"] = make_openvino(model, args.threads, None)[0]
+        rows: dict[str, list[list[float]]] = {key: [] for key in progs}
         for seed in range(args.seeds):
             feeds = inputs(seed)
             want = ort(feeds)
             line = []
             for key, prog in progs.items():
-                got = [np.asarray(a, dtype=np.float64) for a in prog.run(feeds)]
+                got = [np.asarray(a, dtype=np.float64) for a in prog(feeds)]
                 errs = [float(np.linalg.norm(g - w) / np.linalg.norm(w))
                         for g, w in zip(got, (np.asarray(w, np.float64) for w in want),
                                         strict=True)]  # fmt: skip
@@ -198,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", nargs="+", default=list(BLOCKS), choices=list(BLOCKS))
     ap.add_argument("--models", nargs="+", default=["minilm", "bert_base"])
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--openvino", action="store_true", help="errors: OpenVINO's default (bf16)")
     args = ap.parse_args(argv)
     {"blocks": blocks, "models": models, "errors": errors}[args.what](args)
     return 0
