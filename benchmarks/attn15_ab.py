@@ -6,7 +6,8 @@ git's `BASE` revision of attention.c: the sum of the unrounded exponentials), in
         # blocks (MiniLM b8, BERT-base b1 / b8, GPT-2 b1 causal): time per call, median over
         # rounds, old / new alternating (old new in even rounds, new old in odd ones); thread
         # CPU time at one thread, wall at more
-    PYTHONPATH=. python benchmarks/attn15_ab.py models --threads 1 --rounds 10 --models minilm bert_base
+    PYTHONPATH=. python benchmarks/attn15_ab.py models --threads 1 --rounds 16 --repeat 3 \
+        --models minilm bert_base
         # whole bf16 programs (quantize_bf16): main's kernel / this tree's, time per run
     PYTHONPATH=. python benchmarks/attn15_ab.py errors --models minilm bert_base gpt2 --seeds 6
         # relative RMS error against ORT float32 per output (`cpu_vs_peers.relative_error` is

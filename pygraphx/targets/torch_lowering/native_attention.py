@@ -10,11 +10,11 @@ in float32, the row softmax in float32, the exponentials rounded to bf16 once, O
 sums) times 1 / the sum of the rounded exponentials (so the weights applied sum to one; attn15:
 MiniLM's error 5.21e-3 -> 4.92e-3 on the zoo's sentences, `benchmarks/results/attn15.md`;
 `ROUNDED_SUM_ENV=0`: of the unrounded ones, the first version), the output rounded to bf16 once
-and written token-major ((b, s, h, d) memory for a
-(b, h, s, d) result, as the oneDNN route does, so the model's transpose / reshape to
-(b, s, h * d) only views it). These are the oneDNN route's numbers (float32 scores, bf16
-probabilities); what it saves is writing the scores and probabilities to memory between three
-primitives (BERT-base / MiniLM / ViT figures in `benchmarks/results/attn13.md`).
+and written token-major ((b, s, h, d) memory for a (b, h, s, d) result, as the oneDNN route
+does, so the model's transpose / reshape to (b, s, h * d) only views it). These are the oneDNN
+route's roundings (float32 scores, bf16 probabilities, one output rounding); what it saves is
+writing the scores and probabilities to memory between three primitives (BERT-base / MiniLM /
+ViT figures in `benchmarks/results/attn13.md`).
 
 It takes: bf16 or float32 Q (..., s, d), K^T (..., d, t) and V (..., t, d) of one type with
 three or four axes, the same leading axes, d even for bf16, the last axis of Q and V and the d
@@ -393,4 +393,5 @@ def attend_causal(scale: float, table: dict, dtype: torch.dtype, offset: int,
 
 
 __all__ = ["CAUSAL_ENV", "ENV", "ROUNDED_SUM_ENV", "Scratch", "attend", "attend_causal",
-           "causal_enabled", "enabled", "kernel", "refusal", "rounded_sum", "supported"]  # fmt: skip
+           "causal_enabled", "enabled", "kernel", "refusal", "rounded_sum",
+           "supported"]  # fmt: skip
