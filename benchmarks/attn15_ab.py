@@ -15,8 +15,8 @@ git's `BASE` revision of attention.c: the sum of the unrounded exponentials), in
         # version's numbers), this tree's, `PGX_CPU_NATIVE_ATTENTION=0` (oneDNN's route) and,
         # with `--openvino`, OpenVINO's default precision (bf16 on this machine)
 
-Main's kernel reads the same parameter array (this tree's adds RSUM at its end, which it does
-not read). Inputs as `bf16acc14_precisions.py`: MiniLM seed 0 the zoo's sentences, seed k > 0
+Main's kernel reads the same parameter array; this tree's first version is a build with
+`-DPGX_ATTN_RSUM=0` (the switch off), whose object code is main's. Inputs as `bf16acc14_precisions.py`: MiniLM seed 0 the zoo's sentences, seed k > 0
 random token ids; the built-in models' `model_inputs` with seeds 0, 1, ...
 """
 
@@ -57,7 +57,7 @@ def old_kernel() -> Callable:
     src = subprocess.run(["git", "show", f"{BASE}:{SOURCE}"], check=True, capture_output=True,
                          text=True).stdout  # fmt: skip
     lib = native.load_source("attention_before_attn15", src)
-    assert lib.pgx_attention_params() == len(na.FIELDS) - 1  # all but RSUM, at the end
+    assert lib.pgx_attention_params() == len(na.FIELDS)
     fn = lib.pgx_attention_bf16
     fn.restype, fn.argtypes = na.c_int, [na.c_void_p, na.c_double] + [na.c_void_p] * 5
     fn.scratch_bytes = lib.pgx_attention_scratch

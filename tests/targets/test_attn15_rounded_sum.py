@@ -1,4 +1,5 @@
-"""The native bf16 attention kernel's normalisation (attn15, `native_attention.ROUNDED_SUM_ENV`):
+"""The native bf16 attention kernel's normalisation (attn15, `native_attention.ROUNDED_SUM_ENV`, a
+build flag `-DPGX_ATTN_RSUM=0` for the first version):
 a row's output is divided by the sum of the bf16-rounded exponentials it applies (the weights
 sum to one), not of the unrounded ones (the first version). Exact checks of that property
 (a constant V comes out exactly, where the first version's weights sum to 1 - 0.4 %), and the
@@ -8,6 +9,7 @@ odd sequence lengths, 1 and 2 threads)."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -40,11 +42,24 @@ def designed(b: int, h: int, s: int, t: int, d: int) -> tuple:
     return q.bfloat16(), k.bfloat16().transpose(-1, -2), v.bfloat16()
 
 
-def _run(plan_args: dict, q, kt, v, mask, threads: int) -> torch.Tensor:
+def first_kernel(dtype: torch.dtype = torch.bfloat16):
+    """The first version's build (`ROUNDED_SUM_ENV=0`: the sum of the unrounded exponentials)."""
+    before = os.environ.get(native_attention.ROUNDED_SUM_ENV)
+    os.environ[native_attention.ROUNDED_SUM_ENV] = "0"
+    try:
+        return native_attention.kernel(dtype)
+    finally:
+        if before is None:
+            del os.environ[native_attention.ROUNDED_SUM_ENV]
+        else:
+            os.environ[native_attention.ROUNDED_SUM_ENV] = before
+
+
+def _run(plan_args: dict, q, kt, v, mask, threads: int, first: bool = False) -> torch.Tensor:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        fn = native_attention.kernel(torch.bfloat16)
+        fn = first_kernel() if first else native_attention.kernel(torch.bfloat16)
         plan = native_attention.Plan(fn, SCALE, q, kt, v, mask, threads, **plan_args)
         return plan.run(q, kt, v, mask)
     finally:
@@ -61,9 +76,9 @@ def test_a_constant_v_comes_out_exactly(t: int, causal: bool, threads: int):
     s = t if causal else 5
     q, kt, v = designed(2, 3, s, t, 32)
     extra = dict(causal=0, rows=native_attention.CAUSAL_ROWS) if causal else {}
-    new = _run(dict(extra), q, kt, v, None, threads)
+    new = _run(extra, q, kt, v, None, threads)
     assert torch.equal(new, torch.ones_like(new))
-    old = _run(dict(extra, rsum=False), q, kt, v, None, threads)
+    old = _run(extra, q, kt, v, None, threads, first=True)
     seen = torch.arange(1, s + 1) if causal else torch.full((s,), t)
     factor = (1 + 0.5 * (seen - 1)) / (1 + E * (seen - 1))  # the old weights' sum, per row
     low = factor < 1 - 2**-9  # below half a bf16 step under 1: rounds to 1 - 2^-8
@@ -101,8 +116,8 @@ def test_block_against_float64(shape: tuple, form: str, threads: int):
             before = torch.get_num_threads()
             torch.set_num_threads(threads)
             try:
-                plan = native_attention.Plan(native_attention.kernel(), d**-0.5, q, kt, v, mask,
-                                             threads, rsum=rsum)  # fmt: skip
+                fn = native_attention.kernel() if rsum else first_kernel()
+                plan = native_attention.Plan(fn, d**-0.5, q, kt, v, mask, threads)
                 got = plan.run(q, kt, v, mask)
             finally:
                 torch.set_num_threads(before)
@@ -122,13 +137,16 @@ def test_the_switch_takes_the_first_version(value, monkeypatch):
     old = native_attention.attend(SCALE, table, pytest.fail)(q, kt, v, None)
     assert torch.equal(old.float(), torch.full_like(old.float(), 1 - 2**-8))
     (plan,) = table[native_attention.PLANS].values()
-    assert plan.params[native_attention.FIELDS.index("RSUM")] == 0
+    assert plan.fn is first_kernel()
+    monkeypatch.delenv(native_attention.ROUNDED_SUM_ENV)
+    assert plan.fn is not native_attention.kernel()  # the default build
 
 
 def test_the_float32_variant_is_unaffected():
-    """float32 rows keep unrounded weights either way: the parameter changes nothing."""
+    """float32 rows keep unrounded weights either way: both builds give the same numbers."""
     q, kt, v = (x.float() for x in qkv_views(1, 2, 21, 32, 3))
-    fn = native_attention.kernel(torch.float32)
-    a = native_attention.Plan(fn, 0.2, q, kt, v, None, 1).run(q, kt, v, None)
-    b = native_attention.Plan(fn, 0.2, q, kt, v, None, 1, rsum=False).run(q, kt, v, None)
+    new, first = native_attention.kernel(torch.float32), first_kernel(torch.float32)
+    assert new is not first
+    a = native_attention.Plan(new, 0.2, q, kt, v, None, 1).run(q, kt, v, None)
+    b = native_attention.Plan(first, 0.2, q, kt, v, None, 1).run(q, kt, v, None)
     assert torch.equal(a, b)

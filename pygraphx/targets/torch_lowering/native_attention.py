@@ -75,7 +75,7 @@ CAUSAL_ROWS = 16
 #: the kernel's parameter array layout (`enum` in attention.c)
 FIELDS = (
     "B H S T D QB QH QS KB KH KT VB VH VT MB MH MS MT MKIND OB OH OS THREADS ROWS TILES CAUSAL "
-    "COFF SCRATCH SLOT RSUM"
+    "COFF SCRATCH SLOT"
 ).split()
 _SCRATCH = FIELDS.index("SCRATCH")
 #: `0` keeps causal blocks (`attend_causal`) on the full kernel: every key block computed, the
@@ -91,7 +91,10 @@ TILES_ENV = "PGX_CPU_NATIVE_ATTENTION_TILES"
 
 #: `0` divides a bf16 row's output by the sum of its unrounded exponentials (the first version)
 #: rather than of the rounded weights it applies (the default); read when a block is lowered
+#: (`kernel`: a build with `FIRST_FLAGS`, bound once per process beside the default one; a
+#: build flag, as the two paths in one build cost 1-2 % of a block)
 ROUNDED_SUM_ENV = "PGX_CPU_NATIVE_ATTENTION_ROUNDED_SUM"
+FIRST_FLAGS = ("-DPGX_ATTN_RSUM=0",)
 
 
 def rounded_sum() -> bool:
@@ -153,18 +156,23 @@ def _bind(lib: ctypes.CDLL) -> None:
 
 #: the library, bound once; a failed build is kept for the process (`native.BoundLibrary`)
 _BOUND = native.BoundLibrary(KERNEL, _bind, parts=PARTS)
+#: the first version's build (`ROUNDED_SUM_ENV=0`), bound once when asked for
+_BOUND_FIRST = native.BoundLibrary(KERNEL, _bind, FIRST_FLAGS, parts=PARTS)
 
 
 def kernel(dtype: torch.dtype = torch.bfloat16, extra_flags: tuple[str, ...] = ()) -> Callable:
     """The kernel's bound ctypes function for `dtype` operands; raises
     `native.NativeUnavailable` saying why it cannot be had (no build: the first failure again,
-    for the rest of the process; no such instruction set in this build). `extra_flags`
-    (tests): a build with these compiler flags, bound afresh, nothing kept."""
+    for the rest of the process; no such instruction set in this build). The first version's
+    build where `ROUNDED_SUM_ENV` is off. `extra_flags` (tests): a build with these compiler
+    flags, bound afresh, nothing kept."""
     if dtype not in _FUNCTIONS:
         raise native.NativeUnavailable(f"native kernel {KERNEL}: no variant for {dtype}")
-    bound = _BOUND
+    first = not rounded_sum()
+    bound = _BOUND_FIRST if first else _BOUND
     if extra_flags:
-        bound = native.BoundLibrary(KERNEL, _bind, extra_flags, _BOUND.parts)
+        flags = (*(FIRST_FLAGS if first else ()), *extra_flags)
+        bound = native.BoundLibrary(KERNEL, _bind, flags, PARTS)
     lib = bound.get()
     bit, isa = _BITS[dtype]
     if not lib.pgx_attention_supported() & bit:
@@ -243,7 +251,7 @@ class Plan:
     def __init__(self, fn: Callable, scale: float, q: Tensor, kt: Tensor, v: Tensor,
                  mask: Tensor | None, threads: int, scratch: Scratch | None = None,
                  tiles: bool = True, causal: int | None = None,
-                 rows: int | None = None, rsum: bool = True) -> None:  # fmt: skip
+                 rows: int | None = None) -> None:  # fmt: skip
         s, d, t = q.shape[-2], q.shape[-1], kt.shape[-1]
         self.scratch = Scratch() if scratch is None else scratch
         self.dtype = q.dtype
@@ -269,7 +277,7 @@ class Plan:
             full = mask.expand((*q.shape[:-1], t)).stride()
             vals.update(zip(("MB", "MH"), lead(full), strict=True), MS=full[-2],
                         MT=full[-1] if t > 1 else 0, MKIND=_MASK_KINDS[mask.dtype])  # fmt: skip
-        vals.update(SCRATCH=0, SLOT=0, RSUM=int(rsum))
+        vals.update(SCRATCH=0, SLOT=0)
         self.params = (c_int64 * len(FIELDS))(*(int(vals[f]) for f in FIELDS))
         slot = fn.scratch_bytes(self.params, int(q.dtype == torch.float32))
         self.params[FIELDS.index("SLOT")] = slot
@@ -339,8 +347,7 @@ def attend(scale: float, table: dict, fallback: Attend, dtype: torch.dtype = tor
             use = fn if q.dtype == dtype or why else _variant(q.dtype, route)
             why = why or (None if use else f"no {q.dtype} variant")
             threads = get_num_threads()
-            plan = None if why else Plan(use, scale, q, kt, v, mask, threads, scratch, tiles,
-                                         rsum=rsum)  # fmt: skip
+            plan = None if why else Plan(use, scale, q, kt, v, mask, threads, scratch, tiles)
             plans[sig] = plan
             if why and sig not in _REFUSED:
                 _REFUSED.add(sig)
@@ -381,7 +388,7 @@ def attend_causal(scale: float, table: dict, dtype: torch.dtype, offset: int,
             why = why or (None if use else f"no {q.dtype} variant")
             threads = get_num_threads()
             plan = None if why else Plan(use, scale, q, kt, v, None, threads, scratch, tiles,
-                                         causal=offset, rows=CAUSAL_ROWS, rsum=rsum)  # fmt: skip
+                                         causal=offset, rows=CAUSAL_ROWS)  # fmt: skip
             plans[sig] = plan
             if why and sig not in _REFUSED:
                 _REFUSED.add(sig)

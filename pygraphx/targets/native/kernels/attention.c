@@ -7,7 +7,8 @@
    `_mm512_dpbf16_ps` on K packed pair-interleaved once per (batch, head)), scale and mask in
    float32, the row softmax in float32 (max subtracted, base 2), the exponentials rounded to bf16
    once, O = P V (V packed pair-interleaved along the keys, float32 sums) times 1 / the sum of
-   the rounded exponentials (P_RSUM 1; 0: of the unrounded ones, the first version), rounded to
+   the rounded exponentials (built with -DPGX_ATTN_RSUM=0: of the unrounded ones, the first
+   version; a build flag, as the two paths in one build cost 1-2 % of a block), rounded to
    bf16 once and written through the caller's strides (token-major: the output projection reads
    a view). The weights a row applies sum to one (a constant V comes out exactly): scores
    float32, probabilities bf16 once, as the oneDNN route (which rounds the normalised ones);
@@ -67,7 +68,6 @@ enum {
     P_CAUSAL, P_COFF, /* 1: query row i sees keys j <= i + COFF only (COFF >= 0), the others
                          weigh 0; a query block reads only the key blocks it sees */
     P_SCRATCH, P_SLOT, /* the caller's scratch: address, bytes per thread */
-    P_RSUM, /* bf16: 1 divide by the sum of the rounded exponentials, 0 of the unrounded ones */
     P_COUNT
 };
 
@@ -258,8 +258,11 @@ static inline __attribute__((always_inline)) float softmax_exp(
     return 1.0f / _mm512_reduce_add_ps(vsum);
 }
 
+#ifndef PGX_ATTN_RSUM
+#define PGX_ATTN_RSUM 1
+#endif
 #if PGX_ATTN_BF16
-/* a bf16 row's second pass with P_RSUM: as `softmax_exp`, but 32 keys at a time (one
+/* a bf16 row's second pass (PGX_ATTN_RSUM): as `softmax_exp`, but 32 keys at a time (one
    `vcvtne2ps2bf16`, one 64-byte store) and 1 / the sum of the *rounded* exponentials returned,
    summed by `vdpbf16ps` against ones (the products' own arithmetic: the second product's
    weights then sum to one) */
@@ -294,11 +297,11 @@ static inline __attribute__((always_inline)) float softmax_exp_rounded(
 }
 #endif
 
-/* a row's second pass: `softmax_exp_rounded` for bf16 with `rsum`, else `softmax_exp` */
+/* a row's second pass: `softmax_exp_rounded` for bf16 (PGX_ATTN_RSUM), else `softmax_exp` */
 static inline __attribute__((always_inline)) float row_exp(
-    const float *s, int64_t t, int64_t tn, float mx, void *p, const int f32, const int rsum) {
+    const float *s, int64_t t, int64_t tn, float mx, void *p, const int f32) {
 #if PGX_ATTN_BF16
-    if (!f32 && rsum) return softmax_exp_rounded(s, t, tn, mx, (bf16 *)p);
+    if (!f32 && PGX_ATTN_RSUM) return softmax_exp_rounded(s, t, tn, mx, (bf16 *)p);
 #endif
     return softmax_exp(s, t, tn, mx, p, f32);
 }
@@ -307,7 +310,7 @@ static inline __attribute__((always_inline)) float row_exp(
    for float32): each row's first pass, then each row's second (`PGX_ATTN_ROWWISE` 0, the
    default: the rows' independent chains overlap, no row waits for its own max), or both
    passes row by row (1, the first version, a build flag for A/B); inv[i] <- 1 / row i's sum
-   (bf16 with `rsum`: of its rounded weights).
+   (bf16 with PGX_ATTN_RSUM: of its rounded weights).
    Row i's keys: t (all) or, causal, up to i0 + i + coff; tbn: the block's score columns. */
 #ifndef PGX_ATTN_ROWWISE
 #define PGX_ATTN_ROWWISE 0
@@ -315,7 +318,7 @@ static inline __attribute__((always_inline)) float row_exp(
 static inline __attribute__((always_inline)) void softmax_block(
     float *sc, int64_t tn, int64_t m, int64_t i0, int64_t t, int causal, int64_t coff,
     int64_t tbn, float scale, const char *mrow0, int64_t mrow_step, int kind, int64_t mt,
-    void *p, int64_t ldp, float *inv, const int f32, const int rsum) {
+    void *p, int64_t ldp, float *inv, const int f32) {
     const int64_t psize = f32 ? 4 : 2;
 #define PGX_ROW_T(i) (causal && i0 + (i) + coff + 1 < t ? i0 + (i) + coff + 1 : t)
 #define PGX_ROW_M(i) (kind ? mrow0 + (i) * mrow_step : NULL)
@@ -323,7 +326,7 @@ static inline __attribute__((always_inline)) void softmax_block(
         for (int64_t i = 0; i < m; ++i) {
             const float mx = softmax_max(sc + i * tn, PGX_ROW_T(i), scale, PGX_ROW_M(i), kind, mt);
             inv[i] = row_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx, (char *)p + i * ldp * psize,
-                             f32, rsum);
+                             f32);
         }
         return;
     }
@@ -331,8 +334,8 @@ static inline __attribute__((always_inline)) void softmax_block(
     for (int64_t i = 0; i < m; ++i)
         mx[i] = softmax_max(sc + i * tn, PGX_ROW_T(i), scale, PGX_ROW_M(i), kind, mt);
     for (int64_t i = 0; i < m; ++i)
-        inv[i] = row_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx[i], (char *)p + i * ldp * psize, f32,
-                         rsum);
+        inv[i] = row_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx[i], (char *)p + i * ldp * psize,
+                         f32);
 #undef PGX_ROW_T
 #undef PGX_ROW_M
 }
@@ -475,7 +478,7 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
             const char *mrow =
                 kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) * msize : NULL;
             softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
-                          kind, prm[P_MT], pr, ldp, inv, 0, prm[P_RSUM] != 0);
+                          kind, prm[P_MT], pr, ldp, inv, 0);
             gemm(m, dn / 16, pr, ldp, (tb + 1) / 2, pv, tp * 32, ob, dn);
             bf16 *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
             for (int64_t i = 0; i < m; ++i) {

@@ -160,7 +160,7 @@ int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const 
             const char *mrow =
                 kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) * msize : NULL;
             softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
-                          kind, prm[P_MT], sc, tn, inv, 1, 0);
+                          kind, prm[P_MT], sc, tn, inv, 1);
             gemm32(m, dn / 16, sc, tn, tb, pv, T * 16, ob, dn, prm[P_TILES]);
             float *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
             for (int64_t i = 0; i < m; ++i) {
