@@ -209,9 +209,7 @@ def test_operands_the_kernel_does_not_take_go_to_the_fallback():
 
 def test_unavailable_kernel_is_announced_and_the_route_runs(monkeypatch, caplog):
     """Said once per operand type, naming the route that runs; the other type unaffected."""
-    why = native.NativeUnavailable("native kernel x")
-    monkeypatch.setattr(native_attention, "_kernels", {})
-    monkeypatch.setattr(native_attention, "_why", {torch.bfloat16: why})
+    monkeypatch.setitem(native_attention._BITS, torch.bfloat16, (1 << 20, "ISA X"))
     monkeypatch.setattr(native.compiler, "_ANNOUNCED", set())
     fallback = attention._bf16_attention(0.5)
     with caplog.at_level("WARNING", logger="pygraphx.cpu"):
@@ -220,40 +218,61 @@ def test_unavailable_kernel_is_announced_and_the_route_runs(monkeypatch, caplog)
         run32 = native_attention.attend(0.5, {}, pytest.fail, torch.float32, "route B")
     assert run32 is not pytest.fail  # the float32 variant is had
     said = [r.getMessage() for r in caplog.records]
-    assert said == ["native kernel x; route A runs instead"]
+    assert len(said) == 1 and "built without ISA X" in said[0] and "route A runs" in said[0]
 
 
 def test_float32_variant_is_built_without_avx512_bf16():
     """A build without AVX512_BF16 (Skylake-SP-like) still has the float32 kernel; its bf16
-    variant is refused, naming the instruction set."""
+    variant is refused, naming the instruction set; the process's library is untouched."""
     flags = ("-mno-avx512bf16",)
     fn = native_attention.kernel(torch.float32, flags)
-    assert native_attention._kernels.get(torch.float32) is not fn  # nothing kept
+    assert native_attention.kernel(torch.float32) is not fn  # nothing kept
     q, kt, v = (x.float() for x in dense_operands(1, 2, 19, 23, 24))
     got = native_attention.Plan(fn, 0.3, q, kt, v, None, 1).run(q, kt, v, None)
     assert rel_rms(got, oracle(q, kt, v, None, 0.3)) < 1e-5
     with pytest.raises(native.NativeUnavailable, match="AVX-512 BF16"):
         native_attention.kernel(torch.bfloat16, flags)
-    assert torch.bfloat16 not in native_attention._why  # a test build decides nothing
+    assert native_attention.kernel(torch.bfloat16) is not None  # a test build decides nothing
 
 
-def test_a_failed_build_is_tried_again(monkeypatch):
-    """A build failure (e.g. a timeout under load) is not remembered: the next call builds."""
-    real = native.load
+def test_a_failed_build_is_kept_for_the_process(monkeypatch, caplog):
+    """As the other native kernels (`native.BoundLibrary`): a build failure (e.g. a timeout
+    under load) is announced once and not started again by the next block or program of the
+    process, whose blocks run on their route; a new process (a fresh library) builds again."""
+    real = native.compiler.load_source
     calls = []
 
-    def flaky(name, extra_flags=()):
+    def flaky(name, source, extra_flags=()):
         calls.append(name)
         if len(calls) == 1:
-            raise native.NativeUnavailable("native kernel attention: build timed out")
-        return real(name, extra_flags)
+            raise native.NativeUnavailable("native kernel attention: build timed out (test)")
+        return real(name, source, extra_flags)
 
-    monkeypatch.setattr(native_attention, "_kernels", {})
-    monkeypatch.setattr(native_attention, "_why", {})
-    monkeypatch.setattr(native, "load", flaky)
-    with pytest.raises(native.NativeUnavailable, match="timed out"):
-        native_attention.kernel(torch.bfloat16)
-    assert native_attention.kernel(torch.bfloat16) is not None and len(calls) == 2
+    def fresh() -> native.BoundLibrary:  # the library as a new process finds it
+        parts = native_attention._BOUND.parts
+        return native.BoundLibrary(native_attention.KERNEL, native_attention._bind, (), parts)
+
+    monkeypatch.setattr(native_attention, "_BOUND", fresh())
+    monkeypatch.setattr(native.compiler, "load", lambda name, flags=(): flaky(
+        name, native_attention._BOUND.source(), flags))  # fmt: skip
+    monkeypatch.setattr(native.compiler, "load_source", flaky)
+    monkeypatch.setattr(native.compiler, "_ANNOUNCED", set())
+    q, kt, v = dense_operands(1, 2, 8, 8, 16)
+    fallback = attention._bf16_attention(0.5)
+    with caplog.at_level("WARNING", logger="pygraphx.cpu"):
+        for _ in range(3):  # three programs' blocks: one build, said once, the route runs
+            run = native_attention.attend(0.5, {}, fallback, torch.bfloat16, "route C")
+            assert run is fallback
+            assert native_attention.attend_causal(0.5, {}, torch.bfloat16, 0) is None
+            with pytest.raises(native.NativeUnavailable, match="timed out"):
+                native_attention.kernel(torch.float32)
+    assert len(calls) == 1
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "timed out (test)" in said[0] and "route C runs" in said[0]
+    monkeypatch.setattr(native_attention, "_BOUND", fresh())  # a new process tries again
+    run = native_attention.attend(0.5, {}, pytest.fail, torch.bfloat16, "route C")
+    assert len(calls) == 2 and run is not fallback
+    assert rel_rms(run(q, kt, v, None), oracle(q, kt, v, None, 0.5)) < BF16_RMS
 
 
 def test_refused_operands_are_said_once_per_signature(caplog):

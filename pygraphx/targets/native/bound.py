@@ -7,6 +7,10 @@ the process: a network's layers (MobileNetV2's 17 blocks, BERT's 25 layer norms)
 the other, and each would otherwise start the same failing build again. `PGX_NATIVE=off` is not
 kept (it may be lifted later in the process). The first caller announces the fallback
 (`available`: once per kernel, `compiler.announce_fallback`).
+
+A kernel's source may be several files (`parts`: `kernels/<name>.c` then `kernels/<part>.c` for
+each part, joined into one translation unit and hashed as one, so a change to any part builds
+afresh; only `kernels/*.c` ships with the package).
 """
 
 from __future__ import annotations
@@ -23,14 +27,20 @@ __all__ = ["BoundLibrary"]
 class BoundLibrary:
     """Kernel `name`'s library, loaded with `extra_flags` and given to `bind` (which sets the
     functions' argument types and raises `compiler.NativeUnavailable` where the build has no
-    kernel for this processor) once; then the same library, or the first failure, each call."""
+    kernel for this processor) once; then the same library, or the first failure, each call.
+    `parts`: further source files of the kernel (`kernels/<part>.c`), appended in order."""
 
     def __init__(
-        self, name: str, bind: Callable[[ctypes.CDLL], None], extra_flags: Sequence[str] = ()
+        self,
+        name: str,
+        bind: Callable[[ctypes.CDLL], None],
+        extra_flags: Sequence[str] = (),
+        parts: Sequence[str] = (),
     ) -> None:
         self.name = name
         self._bind = bind
         self._flags = tuple(extra_flags)
+        self.parts = tuple(parts)
         self._lib: ctypes.CDLL | None = None
         self._failed: compiler.NativeUnavailable | None = None
         self._lock = threading.Lock()
@@ -44,7 +54,7 @@ class BoundLibrary:
             if self._failed is not None:
                 raise self._failed
             try:
-                lib = compiler.load(self.name, self._flags)
+                lib = self._load()
                 self._bind(lib)
             except compiler.NativeUnavailable as exc:
                 if compiler.enabled():  # (`PGX_NATIVE=off` may be lifted later: not kept)
@@ -52,6 +62,25 @@ class BoundLibrary:
                 raise
             self._lib = lib
             return lib
+
+    def source(self) -> str:
+        """The kernel's source: `kernels/<name>.c` and its parts, joined; raises
+        `compiler.NativeUnavailable` where a file cannot be read."""
+        texts = []
+        for part in (self.name, *self.parts):
+            path = compiler.KERNELS / f"{part}.c"
+            try:
+                texts.append(path.read_text())
+            except OSError as exc:
+                raise compiler.NativeUnavailable(
+                    f"native kernel {self.name}: cannot read {path}: {exc}"
+                ) from exc
+        return "".join(texts)
+
+    def _load(self) -> ctypes.CDLL:
+        if not self.parts:
+            return compiler.load(self.name, self._flags)
+        return compiler.load_source(self.name, self.source(), self._flags)
 
     def available(self, route: str) -> bool:
         """Whether the library can be had; where not, says once why and that `route` runs."""

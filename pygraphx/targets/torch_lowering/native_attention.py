@@ -1,16 +1,20 @@
-"""An attention block on the CPU as one native kernel (`native/kernels/attention.c`):
+"""An attention block on the CPU as one native kernel (`native/kernels/attention.c`, its float32
+variant in `attention_f32.c`, built as one source):
 `attention.py` runs it first for bf16 blocks (oneDNN's three primitives, `onednn_attention.py`,
 where it does not take the operands) and for float32 blocks of 32K scores or more (an FMA
 variant; their torch / oneDNN route as the fallback).
 
 The kernel works per (batch, head, block of `ROWS` query rows) with the block's scores kept in
 the cache: S = Q K^T (bf16 products summed in float32 by `vdpbf16ps`), scale and additive mask
-in float32, the row softmax in float32, the exponentials rounded to bf16 once, O = P V times
-1 / the row's sum, the output rounded to bf16 and written token-major ((b, s, h, d) memory for a
-(b, h, s, d) result, as the oneDNN route does, so the model's transpose / reshape to
-(b, s, h * d) only views it). These are the oneDNN route's numbers (float32 scores, bf16
-probabilities); what it saves is writing the scores and probabilities to memory between three
-primitives (BERT-base / MiniLM / ViT figures in `benchmarks/results/attn13.md`).
+in float32, the row softmax in float32, the exponentials rounded to bf16 once, O = P V (float32
+sums) times 1 / the sum of the rounded exponentials (so the weights applied sum to one; attn15:
+MiniLM's error 5.21e-3 -> 4.92e-3 on the zoo's sentences, `benchmarks/results/attn15.md`;
+`ROUNDED_SUM_ENV=0`: of the unrounded ones, the first version), the output rounded to bf16 once
+and written token-major ((b, s, h, d) memory for a (b, h, s, d) result, as the oneDNN route
+does, so the model's transpose / reshape to (b, s, h * d) only views it). These are the oneDNN
+route's roundings (float32 scores, bf16 probabilities, one output rounding); what it saves is
+writing the scores and probabilities to memory between three primitives (BERT-base / MiniLM /
+ViT figures in `benchmarks/results/attn13.md`).
 
 It takes: bf16 or float32 Q (..., s, d), K^T (..., d, t) and V (..., t, d) of one type with
 three or four axes, the same leading axes, d even for bf16, the last axis of Q and V and the d
@@ -21,8 +25,9 @@ goes to the fallback, said once per refused signature (INFO, the reason named).
 `PGX_CPU_NATIVE_ATTENTION=0` keeps every block on the fallback; where the kernel cannot be had
 (no C compiler, `PGX_NATIVE=off`, a failed build, no AVX-512F for float32 / no AVX512_BF16 for
 bf16) that is said once per operand type, naming the route that runs instead, and the fallback
-runs. Only the missing instruction set is remembered: a build that failed (or timed out under
-load, or was switched off) is tried again, and said again, at the next compile.
+runs. The library is bound once per process (`native.BoundLibrary`, as the other kernels): a
+build that failed (or timed out under load) is kept for the process, said once, and not started
+again for the next block or program; a new process tries again (`PGX_NATIVE=off` is not kept).
 
 Causal blocks (`attend_causal`, gpt14): where the lowering knows the mask keeps exactly the
 keys j <= i + offset of query row i (`attention.causal_offset`: GPT-2's literal lower
@@ -38,6 +43,7 @@ between calls, so no call maps fresh pages and no thread leaves memory behind.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import threading
@@ -54,6 +60,9 @@ Tensor = torch.Tensor
 Attend = Callable[[Tensor, Tensor, Tensor, Tensor | None], Tensor]
 Causal = Callable[[Tensor, Tensor, Tensor], Tensor | None]
 KERNEL = "attention"
+#: the kernel's further source files (`native/kernels/<part>.c`, appended to attention.c): the
+#: float32 variant
+PARTS = ("attention_f32",)
 #: `0` keeps every bf16 block on the oneDNN route (A/B measurements)
 ENV = "PGX_CPU_NATIVE_ATTENTION"
 #: query rows per block (the scores of one block: ROWS x t float32)
@@ -80,6 +89,19 @@ CAUSAL_ENV = "PGX_CPU_NATIVE_ATTENTION_CAUSAL"
 TILES_ENV = "PGX_CPU_NATIVE_ATTENTION_TILES"
 
 
+#: `0` divides a bf16 row's output by the sum of its unrounded exponentials (the first version)
+#: rather than of the rounded weights it applies (the default); read when a block is lowered
+#: (`kernel`: a build with `FIRST_FLAGS`, bound once per process beside the default one; a
+#: build flag, as the two paths in one build cost 1-2 % of a block)
+ROUNDED_SUM_ENV = "PGX_CPU_NATIVE_ATTENTION_ROUNDED_SUM"
+FIRST_FLAGS = ("-DPGX_ATTN_RSUM=0",)
+
+
+def rounded_sum() -> bool:
+    """Whether bf16 rows are normalised by the sum of their rounded weights (`ROUNDED_SUM_ENV`)."""
+    return switch_on(ROUNDED_SUM_ENV)
+
+
 def wide_tiles() -> bool:
     """Whether the kernel takes its second version's K packing and float32 tiles (`TILES_ENV`)."""
     value = os.environ.get(TILES_ENV, "wide").strip().lower() or "wide"
@@ -103,10 +125,6 @@ _STATUS = {
     -2: "bad parameters",
     -3: "built without the instruction set",
 }
-_kernels: dict[torch.dtype, Callable] = {}
-_scratch_bytes: list[Callable] = []
-#: permanent reasons a variant cannot be had (the processor lacks its instruction set)
-_why: dict[torch.dtype, native.NativeUnavailable] = {}
 log = logging.getLogger("pygraphx.cpu")
 _REFUSED: set[tuple] = set()
 
@@ -121,40 +139,47 @@ def causal_enabled() -> bool:
     return switch_on(CAUSAL_ENV)
 
 
-def kernel(dtype: torch.dtype = torch.bfloat16, extra_flags: tuple[str, ...] = ()) -> Callable:
-    """The kernel's bound ctypes function for `dtype` operands; raises
-    `native.NativeUnavailable` saying why it cannot be had. Only a missing instruction set (or
-    a parameter layout mismatch) is remembered; a failed build is tried again at the next call.
-    `extra_flags` (tests): a build with these compiler flags, bound afresh, nothing kept."""
-    if dtype not in _FUNCTIONS:
-        raise native.NativeUnavailable(f"native kernel attention: no variant for {dtype}")
-    fn = _kernels.get(dtype)
-    if fn is not None and not extra_flags:
-        return fn
-    if dtype in _why and not extra_flags:
-        raise _why[dtype]
-    lib = native.load(KERNEL, extra_flags)  # NativeUnavailable: not remembered
-    bit, isa = _BITS[dtype]
+def _bind(lib: ctypes.CDLL) -> None:
+    """Check the parameter layout and set the kernel functions' argument types."""
+    for name in ("pgx_attention_params", "pgx_attention_supported"):
+        getattr(lib, name).argtypes, getattr(lib, name).restype = [], c_int
     if lib.pgx_attention_params() != len(FIELDS):
-        why = native.NativeUnavailable("native kernel attention: parameter layout mismatch")
-    elif not lib.pgx_attention_supported() & bit:
-        why = native.NativeUnavailable(
-            f"native kernel attention: built without {isa} (this processor lacks it), "
-            f"no {dtype} variant")
-    else:
-        fn = getattr(lib, _FUNCTIONS[dtype])
+        raise native.NativeUnavailable(f"native kernel {KERNEL}: parameter layout mismatch")
+    for name in _FUNCTIONS.values():
+        fn = getattr(lib, name)
         fn.restype = c_int
         fn.argtypes = [c_void_p, c_double] + [c_void_p] * 5
-        size = lib.pgx_attention_scratch
-        size.restype, size.argtypes = c_int64, [c_void_p, c_int]
-        if not extra_flags:
-            _kernels[dtype] = fn
-            _scratch_bytes[:] = [size]
-        fn.scratch_bytes = size
-        return fn
-    if not extra_flags:
-        _why[dtype] = why
-    raise why
+        fn.scratch_bytes = lib.pgx_attention_scratch
+    lib.pgx_attention_scratch.restype = c_int64
+    lib.pgx_attention_scratch.argtypes = [c_void_p, c_int]
+
+
+#: the library, bound once; a failed build is kept for the process (`native.BoundLibrary`)
+_BOUND = native.BoundLibrary(KERNEL, _bind, parts=PARTS)
+#: the first version's build (`ROUNDED_SUM_ENV=0`), bound once when asked for
+_BOUND_FIRST = native.BoundLibrary(KERNEL, _bind, FIRST_FLAGS, parts=PARTS)
+
+
+def kernel(dtype: torch.dtype = torch.bfloat16, extra_flags: tuple[str, ...] = ()) -> Callable:
+    """The kernel's bound ctypes function for `dtype` operands; raises
+    `native.NativeUnavailable` saying why it cannot be had (no build: the first failure again,
+    for the rest of the process; no such instruction set in this build). The first version's
+    build where `ROUNDED_SUM_ENV` is off. `extra_flags` (tests): a build with these compiler
+    flags, bound afresh, nothing kept."""
+    if dtype not in _FUNCTIONS:
+        raise native.NativeUnavailable(f"native kernel {KERNEL}: no variant for {dtype}")
+    first = not rounded_sum()
+    bound = _BOUND_FIRST if first else _BOUND
+    if extra_flags:
+        flags = (*(FIRST_FLAGS if first else ()), *extra_flags)
+        bound = native.BoundLibrary(KERNEL, _bind, flags, PARTS)
+    lib = bound.get()
+    bit, isa = _BITS[dtype]
+    if not lib.pgx_attention_supported() & bit:
+        raise native.NativeUnavailable(
+            f"native kernel {KERNEL}: built without {isa} (this processor lacks it), "
+            f"no {dtype} variant")  # fmt: skip
+    return getattr(lib, _FUNCTIONS[dtype])
 
 
 class Scratch:
@@ -312,10 +337,10 @@ def attend(scale: float, table: dict, fallback: Attend, dtype: torch.dtype = tor
     plans = table.setdefault(PLANS, {})
     scratch = table.setdefault(SCRATCH, Scratch())
     get_num_threads = torch.get_num_threads
-    tiles = wide_tiles()
+    tiles, rsum = wide_tiles(), rounded_sum()
 
     def run(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        sig = (_signature(q, kt, v, mask), scale, tiles)
+        sig = (_signature(q, kt, v, mask), scale, tiles, rsum)
         plan = plans.get(sig, False)
         if plan is False:
             why = refusal(q, kt, v, mask)
@@ -352,10 +377,10 @@ def attend_causal(scale: float, table: dict, dtype: torch.dtype, offset: int,
     plans = table.setdefault(PLANS, {})
     scratch = table.setdefault(SCRATCH, Scratch())
     get_num_threads = torch.get_num_threads
-    tiles = wide_tiles()
+    tiles, rsum = wide_tiles(), rounded_sum()
 
     def run(q: Tensor, kt: Tensor, v: Tensor) -> Tensor | None:
-        sig = (_signature(q, kt, v, None), scale, tiles, "causal", offset)
+        sig = (_signature(q, kt, v, None), scale, tiles, rsum, "causal", offset)
         plan = plans.get(sig, False)
         if plan is False:
             why = refusal(q, kt, v, None)
@@ -374,5 +399,6 @@ def attend_causal(scale: float, table: dict, dtype: torch.dtype, offset: int,
     return run
 
 
-__all__ = ["CAUSAL_ENV", "ENV", "Scratch", "attend", "attend_causal", "causal_enabled",
-           "enabled", "kernel", "refusal", "supported"]  # fmt: skip
+__all__ = ["CAUSAL_ENV", "ENV", "ROUNDED_SUM_ENV", "Scratch", "attend", "attend_causal",
+           "causal_enabled", "enabled", "kernel", "refusal", "rounded_sum",
+           "supported"]  # fmt: skip

@@ -1,13 +1,18 @@
 /* A fused attention block for the CPU (cpu target, `native_attention.py`): bf16
-   (`pgx_attention_bf16`) and float32 (`pgx_attention_f32`, FMA) operands.
+   (`pgx_attention_bf16`) and float32 (`pgx_attention_f32`, FMA; attention_f32.c, appended to
+   this file as one source) operands.
 
    out = softmax(scale * (Q @ K^T) + mask) @ V per (batch, head, block of MB query rows), the
    block's scores kept in cache: S = Q K^T (bf16 products summed in float32 by
    `_mm512_dpbf16_ps` on K packed pair-interleaved once per (batch, head)), scale and mask in
    float32, the row softmax in float32 (max subtracted, base 2), the exponentials rounded to bf16
-   once, O = P V (V packed pair-interleaved along the keys) times 1 / the row's sum, written
-   through the caller's strides (token-major: the output projection reads a view). These are the
-   oneDNN route's numbers (scores float32, probabilities bf16 once); float32 keeps float32.
+   once, O = P V (V packed pair-interleaved along the keys, float32 sums) times 1 / the sum of
+   the rounded exponentials (built with -DPGX_ATTN_RSUM=0: of the unrounded ones, the first
+   version; a build flag, as the two paths in one build cost 1-2 % of a block), rounded to
+   bf16 once and written through the caller's strides (token-major: the output projection reads
+   a view). The weights a row applies sum to one (a constant V comes out exactly): scores
+   float32, probabilities bf16 once, as the oneDNN route (which rounds the normalised ones);
+   float32 keeps float32.
 
    Operands: Q (B, H, S, D), K (B, H, T, D) (the caller's K^T view), V (B, H, T, D), out (B, H,
    S, D): strides for batch, head and row, the last axis dense; D even for bf16. The additive
@@ -253,10 +258,59 @@ static inline __attribute__((always_inline)) float softmax_exp(
     return 1.0f / _mm512_reduce_add_ps(vsum);
 }
 
+#ifndef PGX_ATTN_RSUM
+#define PGX_ATTN_RSUM 1
+#endif
+#if PGX_ATTN_BF16
+/* a bf16 row's second pass (PGX_ATTN_RSUM): as `softmax_exp`, but 32 keys at a time (one
+   `vcvtne2ps2bf16`, one 64-byte store) and 1 / the sum of the *rounded* exponentials returned,
+   summed by `vdpbf16ps` against ones (the products' own arithmetic: the second product's
+   weights then sum to one) */
+static inline __attribute__((always_inline)) float softmax_exp_rounded(
+    const float *s, int64_t t, int64_t tn, float mxs, bf16 *p) {
+    const int64_t tv = round_up(t, 16);
+    const __m512 mx = _mm512_set1_ps(mxs);
+    const __m512bh one = (__m512bh)_mm512_set1_epi16(0x3F80);
+    __m512 vsum = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 32 <= tv; j += 32) {
+        __mmask16 k0 = t - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j)) - 1);
+        __mmask16 k1 = t - j >= 32 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j - 16)) - 1);
+        __m512 e0 = _mm512_maskz_mov_ps(k0, exp2_512(_mm512_sub_ps(_mm512_load_ps(s + j), mx)));
+        __m512 e1 =
+            _mm512_maskz_mov_ps(k1, exp2_512(_mm512_sub_ps(_mm512_load_ps(s + j + 16), mx)));
+        __m512bh r = _mm512_cvtne2ps_pbh(e1, e0);
+        _mm512_storeu_si512(p + j, (__m512i)r);
+        vsum = _mm512_dpbf16_ps(vsum, r, one);
+    }
+    if (j < tv) { /* an odd 16 */
+        __mmask16 k = t - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (t - j)) - 1);
+        __m512 e = _mm512_maskz_mov_ps(k, exp2_512(_mm512_sub_ps(_mm512_load_ps(s + j), mx)));
+        __m256bh r = _mm512_cvtneps_pbh(e);
+        _mm256_storeu_si256((__m256i *)(p + j), (__m256i)r);
+        vsum = _mm512_dpbf16_ps(vsum, (__m512bh)_mm512_zextsi256_si512((__m256i)r), one);
+        j += 16;
+    }
+    for (; j < tn; j += 16) /* keys a causal row does not see */
+        _mm256_storeu_si256((__m256i *)(p + j), _mm256_setzero_si256());
+    return 1.0f / _mm512_reduce_add_ps(vsum);
+}
+#endif
+
+/* a row's second pass: `softmax_exp_rounded` for bf16 (PGX_ATTN_RSUM), else `softmax_exp` */
+static inline __attribute__((always_inline)) float row_exp(
+    const float *s, int64_t t, int64_t tn, float mx, void *p, const int f32) {
+#if PGX_ATTN_BF16
+    if (!f32 && PGX_ATTN_RSUM) return softmax_exp_rounded(s, t, tn, mx, (bf16 *)p);
+#endif
+    return softmax_exp(s, t, tn, mx, p, f32);
+}
+
 /* the block's softmax (m rows of `sc`, tn apart; the probabilities p, ldp apart, in place
    for float32): each row's first pass, then each row's second (`PGX_ATTN_ROWWISE` 0, the
    default: the rows' independent chains overlap, no row waits for its own max), or both
-   passes row by row (1, the first version, a build flag for A/B); inv[i] <- 1 / row i's sum.
+   passes row by row (1, the first version, a build flag for A/B); inv[i] <- 1 / row i's sum
+   (bf16 with PGX_ATTN_RSUM: of its rounded weights).
    Row i's keys: t (all) or, causal, up to i0 + i + coff; tbn: the block's score columns. */
 #ifndef PGX_ATTN_ROWWISE
 #define PGX_ATTN_ROWWISE 0
@@ -271,8 +325,8 @@ static inline __attribute__((always_inline)) void softmax_block(
     if (PGX_ATTN_ROWWISE) {
         for (int64_t i = 0; i < m; ++i) {
             const float mx = softmax_max(sc + i * tn, PGX_ROW_T(i), scale, PGX_ROW_M(i), kind, mt);
-            inv[i] = softmax_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx,
-                                 (char *)p + i * ldp * psize, f32);
+            inv[i] = row_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx, (char *)p + i * ldp * psize,
+                             f32);
         }
         return;
     }
@@ -280,8 +334,8 @@ static inline __attribute__((always_inline)) void softmax_block(
     for (int64_t i = 0; i < m; ++i)
         mx[i] = softmax_max(sc + i * tn, PGX_ROW_T(i), scale, PGX_ROW_M(i), kind, mt);
     for (int64_t i = 0; i < m; ++i)
-        inv[i] = softmax_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx[i], (char *)p + i * ldp * psize,
-                             f32);
+        inv[i] = row_exp(sc + i * tn, PGX_ROW_T(i), tbn, mx[i], (char *)p + i * ldp * psize,
+                         f32);
 #undef PGX_ROW_T
 #undef PGX_ROW_M
 }
@@ -443,185 +497,7 @@ int pgx_attention_bf16(const int64_t *prm, double scale_d, const void *qv, const
 
 #endif /* PGX_ATTN_BF16 */
 
-/* ---- float32: the same block with FMA (scores, probabilities and output in float32) ---- */
-
-/* C[MR][NV*16] = sum over k of A (MR rows, lda apart) times B (NV blocks bstride apart, each
-   [k][16] floats); MR up to 12, NV up to 4, MR * NV accumulators (at most 24 of the 32 zmm) */
-static inline __attribute__((always_inline)) void tile32(const int mr, const int nv,
-                                                         const float *a, int64_t lda, int64_t kk,
-                                                         const float *b, int64_t bstride,
-                                                         float *c, int64_t ldc) {
-    __m512 acc[12][4];
-#pragma GCC unroll 12
-    for (int r = 0; r < 12; ++r)
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j)
-            if (r < mr && j < nv) acc[r][j] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < kk; ++p) {
-        __m512 bv[4];
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j)
-            if (j < nv) bv[j] = _mm512_load_ps(b + j * bstride + p * 16);
-#pragma GCC unroll 12
-        for (int r = 0; r < 12; ++r) {
-            if (r < mr) {
-                __m512 av = _mm512_set1_ps(a[r * lda + p]);
-#pragma GCC unroll 4
-                for (int j = 0; j < 4; ++j)
-                    if (j < nv) acc[r][j] = _mm512_fmadd_ps(av, bv[j], acc[r][j]);
-            }
-        }
-    }
-#pragma GCC unroll 12
-    for (int r = 0; r < 12; ++r)
-        if (r < mr)
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; ++j)
-                if (j < nv) _mm512_storeu_ps(c + r * ldc + j * 16, acc[r][j]);
-}
-
-typedef void (*tile32_fn)(const float *, int64_t, int64_t, const float *, int64_t, float *,
-                          int64_t);
-#define TILE32(MR, NV)                                                                      \
-    static void tile32_##MR##_##NV(const float *a, int64_t lda, int64_t kk, const float *b,  \
-                                   int64_t bs, float *c, int64_t ldc) {                      \
-        tile32(MR, NV, a, lda, kk, b, bs, c, ldc);                                          \
-    }
-#define TILE32_ROW(MR) TILE32(MR, 1) TILE32(MR, 2) TILE32(MR, 3) TILE32(MR, 4)
-TILE32_ROW(1) TILE32_ROW(2) TILE32_ROW(3) TILE32_ROW(4) TILE32_ROW(5) TILE32_ROW(6)
-TILE32_ROW(7) TILE32_ROW(8) TILE32_ROW(9) TILE32_ROW(10) TILE32_ROW(11) TILE32_ROW(12)
-#define TILE32_FNS(MR) {tile32_##MR##_1, tile32_##MR##_2, tile32_##MR##_3, tile32_##MR##_4}
-static const tile32_fn TILES32[12][4] = {
-    TILE32_FNS(1), TILE32_FNS(2), TILE32_FNS(3), TILE32_FNS(4), TILE32_FNS(5), TILE32_FNS(6),
-    TILE32_FNS(7), TILE32_FNS(8), TILE32_FNS(9), TILE32_FNS(10), TILE32_FNS(11), TILE32_FNS(12),
-};
-
-/* the rows of a register tile over nvt column vectors: `wide` 0 (the first version) 4 rows;
-   else 6 rows at 3-4 vectors (24 accumulators), 8 at 2, 12 at 1: fewer loads per FMA. With K
-   packed by 16 x 16 transposes (`pack_k32`), one thread, us a block, 4 rows / wide: MiniLM b8
-   3171 / 2553, BERT-base b1 715 / 561, b8 6219 / 5093, ViT-B/16 b1 1594 / 1365
-   (`benchmarks/minilm13_tiles.py`). bf16 keeps 4-row tiles (wider: 0.99-1.02). */
-static inline int tile_rows(int64_t nvt, int64_t wide) {
-    if (!wide) return 4;
-    return nvt >= 3 ? 6 : nvt == 2 ? 8 : 12;
-}
-
-static void gemm32(int64_t m, int64_t nvt, const float *a, int64_t lda, int64_t kk,
-                   const float *b, int64_t bstride, float *c, int64_t ldc, int64_t wide) {
-    const int rows = tile_rows(nvt, wide);
-    for (int64_t r = 0; r < m; r += rows) {
-        int mr = m - r < rows ? (int)(m - r) : rows;
-        for (int64_t j = 0; j < nvt; j += 4) {
-            int nv = nvt - j < 4 ? (int)(nvt - j) : 4;
-            TILES32[mr - 1][nv - 1](a + r * lda, lda, kk, b + j * bstride, bstride,
-                                    c + r * ldc + j * 16, ldc);
-        }
-    }
-}
-
-/* K (t rows kt apart, d dense) -> [ceil(t/16)][d][16] floats, zero past t; `vec`: whole
-   16 x 16 blocks by `transpose16` (the rest element by element, as all of it when 0) */
-static void pack_k32(const float *k, int64_t t, int64_t d, int64_t kt, float *pk, int64_t vec) {
-    const int64_t nb = (t + 15) / 16;
-    for (int64_t b = 0; b < nb; ++b) {
-        float *dst = pk + b * d * 16;
-        int64_t rows = t - b * 16 < 16 ? t - b * 16 : 16;
-        if (rows < 16) memset(dst, 0, (size_t)d * 16 * 4);
-        int64_t p0 = 0;
-        if (vec && rows == 16)
-            for (; p0 + 16 <= d; p0 += 16) transpose16(k + b * 16 * kt + p0, kt, dst + p0 * 16);
-        for (int64_t r = 0; r < rows; ++r) {
-            const float *src = k + (b * 16 + r) * kt;
-            for (int64_t p = p0; p < d; ++p) dst[p * 16 + r] = src[p];
-        }
-    }
-}
-
-/* V (t rows vt apart, d dense) -> [ceil(d/16)][t][16] floats, zero past d */
-static void pack_v32(const float *v, int64_t t, int64_t d, int64_t vt, float *pv) {
-    const int64_t nb = (d + 15) / 16;
-    for (int64_t b = 0; b < nb; ++b) {
-        int64_t cols = d - b * 16 < 16 ? d - b * 16 : 16;
-        __mmask16 k = cols == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1);
-        float *dst = pv + b * t * 16;
-        for (int64_t p = 0; p < t; ++p)
-            _mm512_store_ps(dst + p * 16, _mm512_maskz_loadu_ps(k, v + p * vt + b * 16));
-    }
-}
-
-int pgx_attention_f32(const int64_t *prm, double scale_d, const void *qv, const void *kv,
-                      const void *vv, const void *mv, void *ov) {
-    const float *q = qv, *k = kv, *v = vv;
-    float *out = ov;
-    const char *mask = mv;
-    const int64_t B = prm[P_B], H = prm[P_H], S = prm[P_S], T = prm[P_T], D = prm[P_D];
-    const int64_t MB = prm[P_ROWS];
-    const int kind = (int)prm[P_MKIND];
-    const int64_t msize = kind == 1 ? 4 : 2;
-    const float scale = (float)scale_d;
-    const int causal = prm[P_CAUSAL] != 0;
-    const int64_t coff = prm[P_COFF];
-    if (MB <= 0 || MB > MAX_ROWS || (kind && !mask) || (causal && coff < 0)) return -2;
-    const int64_t nqb = (S + MB - 1) / MB, tasks = B * H * nqb;
-    const int64_t tn = round_up(T, 16), dn = round_up(D, 16);
-    /* per thread: packed K, packed V, scores (the exponentials in place), the output block */
-    const size_t szk = round_up(tn * D * 4, 64), szv = round_up(dn * T * 4, 64);
-    const size_t szs = round_up(MB * tn * 4, 64);
-    if (!thread_scratch(prm, 1)) return -1;
-#pragma omp parallel num_threads((int)prm[P_THREADS])
-    {
-        char *buf = thread_scratch(prm, 1);
-        float *pk = (float *)buf, *pv = (float *)(buf + szk);
-        float *sc = (float *)(buf + szk + szv), *ob = (float *)(buf + szk + szv + szs);
-        int64_t packed = -1;
-#pragma omp for schedule(static)
-        for (int64_t task = 0; task < tasks; ++task) {
-            const int64_t bh = task / nqb, qb = task % nqb;
-            const int64_t b = bh / H, h = bh % H;
-            if (bh != packed) {
-                if (bh + 1 < B * H) {
-                    const int64_t nb = (bh + 1) / H, nh = (bh + 1) % H;
-                    prefetch_rows(k + nb * prm[P_KB] + nh * prm[P_KH], T, 4 * prm[P_KT], 4 * D);
-                    prefetch_rows(v + nb * prm[P_VB] + nh * prm[P_VH], T, 4 * prm[P_VT], 4 * D);
-                    prefetch_rows(q + nb * prm[P_QB] + nh * prm[P_QH], S, 4 * prm[P_QS], 4 * D);
-                }
-                pack_k32(k + b * prm[P_KB] + h * prm[P_KH], T, D, prm[P_KT], pk, prm[P_TILES]);
-                pack_v32(v + b * prm[P_VB] + h * prm[P_VH], T, D, prm[P_VT], pv);
-                packed = bh;
-            }
-            const int64_t i0 = qb * MB, m = S - i0 < MB ? S - i0 : MB;
-            const float *qa = q + b * prm[P_QB] + h * prm[P_QH] + i0 * prm[P_QS];
-            const int64_t tb = causal && i0 + m + coff < T ? i0 + m + coff : T;
-            const int64_t tbn = round_up(tb, 16);
-            gemm32(m, tbn / 16, qa, prm[P_QS], D, pk, D * 16, sc, tn, prm[P_TILES]);
-            float inv[MAX_ROWS];
-            const char *mrow =
-                kind ? mask + (b * prm[P_MB] + h * prm[P_MH] + i0 * prm[P_MS]) * msize : NULL;
-            softmax_block(sc, tn, m, i0, T, causal, coff, tbn, scale, mrow, prm[P_MS] * msize,
-                          kind, prm[P_MT], sc, tn, inv, 1);
-            gemm32(m, dn / 16, sc, tn, tb, pv, T * 16, ob, dn, prm[P_TILES]);
-            float *orow = out + b * prm[P_OB] + h * prm[P_OH] + i0 * prm[P_OS];
-            for (int64_t i = 0; i < m; ++i) {
-                const __m512 r = _mm512_set1_ps(inv[i]);
-                for (int64_t j = 0; j < D; j += 16) {
-                    __mmask16 km = D - j >= 16 ? (__mmask16)0xFFFF
-                                               : (__mmask16)((1u << (D - j)) - 1);
-                    _mm512_mask_storeu_ps(orow + i * prm[P_OS] + j, km,
-                                          _mm512_mul_ps(_mm512_load_ps(ob + i * dn + j), r));
-                }
-            }
-        }
-    }
-    return 0;
-}
-
-#else
-int pgx_attention_f32(const int64_t *prm, double scale, const void *q, const void *k,
-                      const void *v, const void *m, void *o) {
-    (void)prm; (void)scale; (void)q; (void)k; (void)v; (void)m; (void)o;
-    return -3;
-}
-#endif /* PGX_ATTN_F32 */
+#endif /* PGX_ATTN_F32 (the float32 variant: attention_f32.c) */
 
 #if !PGX_ATTN_BF16 /* (built without AVX512_BF16: -3, as the float32 variant without AVX-512) */
 int pgx_attention_bf16(const int64_t *prm, double scale, const void *q, const void *k,
