@@ -129,6 +129,11 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.mbconv_shared_floats.restype = ctypes.c_int64
     lib.mbconv_run.argtypes = [ctypes.POINTER(_Args)]
     lib.mbconv_run.restype = ctypes.c_int
+    # the network's head (`native_mbhead`, mnv15): its argument struct is that module's
+    lib.mbhead_work_floats.argtypes = [ctypes.c_int64] * 6
+    lib.mbhead_work_floats.restype = ctypes.c_int64
+    lib.mbhead_run.argtypes = [ctypes.c_void_p]
+    lib.mbhead_run.restype = ctypes.c_int
 
 
 #: the library, bound once; a failed build is kept for the process (`native.BoundLibrary`)
