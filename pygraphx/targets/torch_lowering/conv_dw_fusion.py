@@ -125,6 +125,8 @@ class Block:
     g2: Instruction
     proj: Instruction
     last: Instruction
+    #: mnv15: 0, or the stride of the 3x3 convolution that is the expansion (`_is_stem`)
+    stem: int = 0
 
     @property
     def head(self) -> Instruction:
@@ -148,7 +150,8 @@ def native_block(head: Instruction) -> Block | None:
     if not head.inputs[1].is_literal():
         return None
     expand = g1 = None
-    if _is_1x1(head):
+    stem = head.op.stride[0] if _is_stem(head) else 0
+    if _is_1x1(head) or stem:
         g1 = fused_user(head)
         if g1 is None or len(g1.outputs) != 1:
             return None
@@ -158,7 +161,8 @@ def native_block(head: Instruction) -> Block | None:
     elif _is_dw3x3(head):
         dw, src = head, head.inputs[0]
         if src.op.name == "pointwise" and any(
-            i.op.name == "convolution" and _is_1x1(i) and fused_user(i) is src for i in src.inputs
+            i.op.name == "convolution" and (_is_1x1(i) or _is_stem(i)) and fused_user(i) is src
+            for i in src.inputs
         ):
             return None  # (the block of that expansion, or the oneDNN route)
     else:
@@ -177,11 +181,13 @@ def native_block(head: Instruction) -> Block | None:
     if last is None:
         return None
     n, c, h, w = head.inputs[0].shape.lens()
+    if stem:  # (the block's map is the stem's output)
+        h, w = dw.inputs[0].shape.lens()[2:]
     m, k = dw.shape.lens()[1], proj.shape.lens()[1]
     stride = dw.op.stride[0]
     if not native_mbconv.use_native(n, c, h, w, m, k, stride, expand is not None):
         return None
-    return Block(expand, g1, dw, g2, proj, last)
+    return Block(expand, g1, dw, g2, proj, last, stem)
 
 
 @dataclass
@@ -295,6 +301,31 @@ def _is_1x1(conv: Instruction) -> bool:
         len(w) == 4 and list(w[2:]) == [1, 1] and op.group == 1
         and all(s == 1 for s in op.stride) and all(d == 1 for d in op.dilation)
         and not any(begin) and not any(end)
+    )  # fmt: skip
+
+
+#: a stem (`_is_stem`) has at most this many input channels (the kernel's product over 9 C
+#: inputs a pixel is meant for an image's few channels)
+STEM_MAX_CIN = 4
+
+
+def _is_stem(conv: Instruction) -> bool:
+    """mnv15: whether `conv` is a network's first convolution the native block kernel takes as
+    its expansion (`native_mbconv.MbConv`'s `stem`): float32, a literal 3x3 weight of at most
+    `STEM_MAX_CIN` input channels, one group, stride 1 or 2 on both axes, padding 1 on every
+    side; the switch `PGX_CPU_NATIVE_MBSTEM` on."""
+    if conv.op.name != "convolution" or len(conv.inputs) != 2 or not conv.inputs[1].is_literal():
+        return False
+    op, (x, w) = conv.op, (i.shape.lens() for i in conv.inputs)
+    if len(w) != 4 or list(w[2:]) != [3, 3] or op.group != 1 or x[1] > STEM_MAX_CIN:
+        return False
+    begin, end = op.pads(x, w)
+    return (
+        _dtype(conv) == "float_type"
+        and op.stride[0] == op.stride[1] and op.stride[0] in (1, 2)
+        and all(d == 1 for d in op.dilation)
+        and list(begin) == [1, 1] and list(end) == [1, 1]
+        and native_mbconv.stem_enabled()
     )  # fmt: skip
 
 

@@ -577,7 +577,8 @@ def _emit_block(ctx: LoweringContext, block: Block, head: dict, epi: Epilogue) -
     bp = torch.from_numpy(epi.bias) if epi.bias.any() else None
     x_lens = list(block.head.inputs[0].shape.lens())
     mb = MbConv(we, be, wd, dw_bias, wp, bp, block.dw.op.stride[0], acts, x_lens,
-                residual=epi.other is not None, scratch=program_scratch(ctx.cache))  # fmt: skip
+                residual=epi.other is not None, scratch=program_scratch(ctx.cache),
+                stem=block.stem)  # fmt: skip
     env, xi = ctx.env, ctx.arg(block.head, 0)
     ri = None if epi.other is None else ctx.index[id(epi.other)]
     reads = [block.head.inputs[0]] + ([] if epi.other is None else [epi.other])
