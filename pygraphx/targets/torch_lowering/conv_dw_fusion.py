@@ -185,7 +185,7 @@ def native_block(head: Instruction) -> Block | None:
         h, w = dw.inputs[0].shape.lens()[2:]
     m, k = dw.shape.lens()[1], proj.shape.lens()[1]
     stride = dw.op.stride[0]
-    if not native_mbconv.use_native(n, c, h, w, m, k, stride, expand is not None):
+    if not native_mbconv.use_native(n, c, h, w, m, k, stride):
         return None
     return Block(expand, g1, dw, g2, proj, last, stem)
 

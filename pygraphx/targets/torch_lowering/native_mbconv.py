@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import weakref
 
 import torch
 
@@ -97,7 +98,7 @@ def efficiency(n: int, h: int, w: int, m: int, stride: int, threads: int) -> flo
     return n * ho / (threads * busiest)
 
 
-def rule(n: int, h: int, w: int, m: int, stride: int, expands: bool, threads: int) -> bool:
+def rule(n: int, h: int, w: int, m: int, stride: int, threads: int) -> bool:
     """Whether a block of this shape takes the native kernel at `threads` threads.
 
     1 and 2 threads (measured on the 2-core EPYC, `benchmarks/results/mbv14.md`): every
@@ -117,15 +118,14 @@ def rule(n: int, h: int, w: int, m: int, stride: int, expands: bool, threads: in
     return ho * wo >= MIN_PIXELS_MANY_THREADS
 
 
-def use_native(n: int, c: int, h: int, w: int, m: int, k: int, stride: int,
-               expands: bool) -> bool:  # fmt: skip
+def use_native(n: int, c: int, h: int, w: int, m: int, k: int, stride: int) -> bool:
     """Whether the block of this shape takes the native kernel in a program prepared now (at
     `torch.get_num_threads()` threads): the kernel on and available, and `rule` (or the mode
     "all")."""
     kind = mode()
     if kind == "off" or not available():
         return False
-    return kind == "all" or rule(n, h, w, m, stride, expands, torch.get_num_threads())
+    return kind == "all" or rule(n, h, w, m, stride, torch.get_num_threads())
 
 
 def _bind(lib: ctypes.CDLL) -> None:
@@ -364,7 +364,8 @@ class MbConv:
         """A step's closure: the block on env[xi] (and the residual env[ri]) into `out` (an
         arena slot, channels-last: bound once; the closure says so as `writes`) or a new
         tensor, which it returns. An input that is the same tensor as the run before is not
-        pointed to again."""
+        pointed to again (mnv15: known by a weak reference, so the closure does not keep the
+        last run's input and residual alive after their last use)."""
         if out is not None:
             self.bind(out)
         lib, ref, lens, cl = self.lib, self.ref, self.out_lens, torch.channels_last
@@ -374,15 +375,17 @@ class MbConv:
 
         def run() -> Tensor:
             x = env[xi]
-            held = None
-            if x is not seen[0]:
+            held = held_r = None
+            last = seen[0]
+            if last is None or last() is not x:
                 held = self.point_x(x)
-                seen[0] = x if held is x else None
+                seen[0] = weakref.ref(x) if held is x else None
             if ri is not None:
                 r = env[ri]
-                if r is not seen[1]:
+                last = seen[1]
+                if last is None or last() is not r:
                     held_r = self.point_other(r)
-                    seen[1] = r if held_r is r else None
+                    seen[1] = weakref.ref(r) if held_r is r else None
             y = out
             if y is None:
                 y = torch.empty(lens).contiguous(memory_format=cl)
@@ -392,7 +395,7 @@ class MbConv:
             a.work = address(WORK_ROLE, self.floats)
             if lib.mbconv_run(ref) != 0:
                 raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
-            del held
+            del held, held_r
             return y
 
         run.writes = out  # type: ignore[attr-defined]
