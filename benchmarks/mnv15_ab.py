@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--new-first", action="store_true")
-    p.add_argument("--old", default="PGX_CPU_NATIVE_MBHEAD=0", help="K=V,K=V: the old variant")
+    p.add_argument("--old", default="PGX_CPU_NATIVE_MBHEAD=0", help="K=V,...: the old variant")
     p.add_argument("--new", default="", help="K=V,K=V: the new variant (default: nothing set)")
     p.add_argument("--quiet", type=float, default=0.0, help="wait for a quiet moment (s)")
     p.add_argument("--json", default=None)
@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             rows[name]["wall_ms"].append((time.perf_counter() - w0) / args.runs * 1e3)
     after = wait_quiet(0) if args.quiet else "not checked"
     print(f"mobilenetv2 batch {args.batch} threads {args.threads} rounds {args.rounds} x "
-          f"{args.runs}, order {names}, {variants}; machine before: {before}, after: {after}")  # fmt: skip
+          f"{args.runs}, order {names}, {variants}; "
+          f"machine before: {before}, after: {after}")  # fmt: skip
     summary = {}
     for name, cols in rows.items():
         med = {k: round(float(np.median(v)), 3) for k, v in cols.items()}

@@ -259,7 +259,8 @@ def _net(n: int, h: int, seed: int = 0, bias: bool = True):  # noqa: ANN202
              "hi": np.array(6.0, np.float32), "wd1": w(16, 1, 3, 3), "bd1": w(16) * 0.2,
              "wp1": w(8, 16, 1, 1), "bp1": w(8) * 0.2, "we2": w(48, 8, 1, 1), "be2": w(48) * 0.2,
              "wd2": w(48, 1, 3, 3), "bd2": w(48) * 0.2, "wp2": w(8, 48, 1, 1), "bp2": w(8) * 0.2,
-             "wh": w(40, 8, 1, 1), "bh": w(40) * 0.2, "wc": w(11, 40), "bc": w(11) * 0.5}  # fmt: skip
+             "wh": w(40, 8, 1, 1), "bh": w(40) * 0.2, "wc": w(11, 40),
+             "bc": w(11) * 0.5}  # fmt: skip
     N = helper.make_node
     nodes = [
         N("Conv", ["x", "w0", "b0"], ["s0"], pads=[1] * 4, strides=[2, 2]),

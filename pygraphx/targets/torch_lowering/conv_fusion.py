@@ -88,6 +88,7 @@ from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
 from pygraphx.targets.torch_lowering.onednn_conv import available as dnnl_available
 from pygraphx.targets.torch_lowering.onednn_conv import supports
 from pygraphx.targets.torch_lowering.registry import (
+    LOWERINGS,
     defer,
     deferred_producer,
     storing,
@@ -639,12 +640,11 @@ def _emit_head(
 ) -> None:  # fmt: skip
     """One step for the head on the native kernel (`native_mbhead.MbHead`); the unfused twins
     (the convolution and its group, the pooling, the flatten and the `dot`) kept for profiling."""
-    from pygraphx.targets.torch_lowering.lower_nn import lower_pooling
     from pygraphx.targets.torch_lowering.lower_views import lower_view
     from pygraphx.targets.torch_lowering.native_mbhead import MbHead
 
     saved, ctx.steps = ctx.steps, []
-    if not lower_pooling(ctx, head.pool):
+    if not LOWERINGS["pooling"](ctx, head.pool):  # (lower_nn's, registered)
         lower_fallback(ctx, head.pool)
     instructions = [head.conv, head.group, head.pool]
     wc = None
