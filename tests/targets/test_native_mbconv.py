@@ -191,15 +191,15 @@ def test_rule() -> None:
     """Every block at 1 and 2 threads; above, the blocks whose output map is 14x14 or larger
     (both measured)."""
     for threads in (1, 2):
-        assert native_mbconv.rule(1, 7, 7, 960, 1, True, threads)
+        assert native_mbconv.rule(1, 7, 7, 960, 1, threads)
     assert native_mbconv.efficiency(8, 56, 56, 144, 1, 2) == 1.0
-    assert native_mbconv.rule(1, 112, 112, 32, 1, False, 16)
-    assert native_mbconv.rule(1, 112, 112, 96, 2, True, 16)
-    assert native_mbconv.rule(1, 14, 14, 576, 1, True, 16)
-    assert not native_mbconv.rule(1, 14, 14, 576, 2, True, 16)
-    assert not native_mbconv.rule(1, 7, 7, 960, 1, True, 16)
-    assert native_mbconv.rule(8, 28, 28, 192, 1, True, 16)
-    assert not native_mbconv.rule(8, 7, 7, 960, 1, True, 16)
+    assert native_mbconv.rule(1, 112, 112, 32, 1, 16)
+    assert native_mbconv.rule(1, 112, 112, 96, 2, 16)
+    assert native_mbconv.rule(1, 14, 14, 576, 1, 16)
+    assert not native_mbconv.rule(1, 14, 14, 576, 2, 16)
+    assert not native_mbconv.rule(1, 7, 7, 960, 1, 16)
+    assert native_mbconv.rule(8, 28, 28, 192, 1, 16)
+    assert not native_mbconv.rule(8, 7, 7, 960, 1, 16)
     # 2 threads, batch 1: the 7x7 outputs share the image; larger maps, batch 8 split rows
     assert native_mbconv.share_image(1, 7, 7, 960, 1, 2)
     assert native_mbconv.share_image(1, 14, 14, 576, 2, 2)
@@ -214,7 +214,7 @@ def test_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     for off in ("0", "off", "No", "false"):
         monkeypatch.setenv(native_mbconv.ENV, off)
         assert native_mbconv.mode() == "off" and not native_mbconv.enabled()
-        assert not native_mbconv.use_native(1, 16, 56, 56, 96, 24, 1, True)
+        assert not native_mbconv.use_native(1, 16, 56, 56, 96, 24, 1)
     monkeypatch.setenv(native_mbconv.ENV, "all")
     assert native_mbconv.mode() == "all"
 
@@ -281,16 +281,20 @@ def _compile(model, mode: str, monkeypatch, threads: int = 1, **target):  # noqa
 
 
 @needs_kernel
+@pytest.mark.parametrize("stem", ["0", "1"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("output", ["arena", "torch"])
 @pytest.mark.parametrize("n,h", [(1, 17), (3, 12)])
 def test_network_against_ort(
-    n: int, h: int, output: str, threads: int, monkeypatch: pytest.MonkeyPatch
+    n: int, h: int, output: str, threads: int, stem: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Five blocks (the first without expansion, three with a residual, one of stride 2), each
     one step on the kernel; twice (the second run reads the slots the first left); the
-    profiled path runs the unfused steps; the switch off gives the oneDNN route."""
+    profiled path runs the unfused steps; the switch off gives the oneDNN route. `stem` on
+    (mnv15, `PGX_CPU_NATIVE_MBSTEM`): the 3x3 convolution before the first block is that
+    block's expansion (one step for the two)."""
     monkeypatch.setenv("PGX_DEBUG_MEMORY_COLORING", "1")
+    monkeypatch.setenv(native_mbconv.STEM_ENV, stem)
     model, feeds = _net(n, h, NET)
     want = run_ort(model, feeds)[0]
     prog = _compile(model, "all", monkeypatch, threads, conv_output=output)
@@ -299,8 +303,10 @@ def test_network_against_ort(
     lowered = prog._executable.lowered
     assert lowered.ctx.cache.get("native_mbconv", 0) == len(NET)
     steps = [[i.op.name for i in s.instructions] for s in lowered.steps]
-    assert steps.count(["convolution", "pointwise"] * 3) == len(NET) - 1, steps
-    assert steps.count(["convolution", "pointwise"] * 2) == 1, steps
+    fused = stem == "1"
+    assert steps.count(["convolution", "pointwise"] * 3) == len(NET) - 1 + fused, steps
+    assert steps.count(["convolution", "pointwise"] * 2) == 1 - fused, steps
+    assert steps[0] == ["convolution", "pointwise"] * (3 if fused else 1), steps
     seen: list[str] = []
     profiled = prog.run(feeds, observer=lambda ins, v, s: seen.append(ins.name()))
     np.testing.assert_allclose(profiled[0], want, rtol=1e-4, atol=1e-4)

@@ -47,7 +47,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.settings import env_choice
-from pygraphx.targets.torch_lowering import native_mbconv, onednn_conv
+from pygraphx.targets.torch_lowering import native_mbconv, native_mbhead, onednn_conv
 from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan
 
 ENV = "PGX_CONV_DW_FUSION"
@@ -106,6 +106,9 @@ def dw_reader(ins: Instruction) -> Instruction | None:
     block = native_block(ins)
     if block is not None:
         return block.last
+    head = native_head(ins)
+    if head is not None:
+        return head.last
     pair = dw_pair(ins)
     return None if pair is None else pair[2]
 
@@ -122,6 +125,8 @@ class Block:
     g2: Instruction
     proj: Instruction
     last: Instruction
+    #: mnv15: 0, or the stride of the 3x3 convolution that is the expansion (`_is_stem`)
+    stem: int = 0
 
     @property
     def head(self) -> Instruction:
@@ -145,7 +150,8 @@ def native_block(head: Instruction) -> Block | None:
     if not head.inputs[1].is_literal():
         return None
     expand = g1 = None
-    if _is_1x1(head):
+    stem = head.op.stride[0] if _is_stem(head) else 0
+    if _is_1x1(head) or stem:
         g1 = fused_user(head)
         if g1 is None or len(g1.outputs) != 1:
             return None
@@ -155,7 +161,8 @@ def native_block(head: Instruction) -> Block | None:
     elif _is_dw3x3(head):
         dw, src = head, head.inputs[0]
         if src.op.name == "pointwise" and any(
-            i.op.name == "convolution" and _is_1x1(i) and fused_user(i) is src for i in src.inputs
+            i.op.name == "convolution" and (_is_1x1(i) or _is_stem(i)) and fused_user(i) is src
+            for i in src.inputs
         ):
             return None  # (the block of that expansion, or the oneDNN route)
     else:
@@ -174,11 +181,77 @@ def native_block(head: Instruction) -> Block | None:
     if last is None:
         return None
     n, c, h, w = head.inputs[0].shape.lens()
+    if stem:  # (the block's map is the stem's output)
+        h, w = dw.inputs[0].shape.lens()[2:]
     m, k = dw.shape.lens()[1], proj.shape.lens()[1]
     stride = dw.op.stride[0]
-    if not native_mbconv.use_native(n, c, h, w, m, k, stride, expand is not None):
+    if not native_mbconv.use_native(n, c, h, w, m, k, stride):
         return None
-    return Block(expand, g1, dw, g2, proj, last)
+    return Block(expand, g1, dw, g2, proj, last, stem)
+
+
+@dataclass
+class Head:
+    """A network's head the native kernel runs (`native_mbhead`, mnv15): a 1x1 convolution,
+    its group, an average pooling over the whole map; then, or not (None), a flatten (or
+    reshape) to (N, C) and a `dot` with a literal weight (whose step computes all of them)."""
+
+    conv: Instruction
+    group: Instruction
+    pool: Instruction
+    flat: Instruction | None
+    dot: Instruction | None
+
+    @property
+    def last(self) -> Instruction:
+        return self.pool if self.dot is None else self.dot
+
+    def instructions(self) -> list[Instruction]:
+        rest = [] if self.dot is None else [self.flat, self.dot]
+        return [self.conv, self.group, self.pool, *rest]
+
+
+def native_head(conv: Instruction) -> Head | None:
+    """The head `conv` starts when the native kernel takes it, else None: a float32 1x1
+    convolution (stride 1, no padding, one group) of a literal weight whose group is its only
+    user, the group's only user an average pooling over the whole map without padding; then,
+    where the pooling's only user is a flatten / reshape to (N, C) whose only user is a float32
+    `dot` of it (first) and a literal (C, K) weight, those two too; the kernel on
+    (`native_mbhead.available`)."""
+    if conv.op.name != "convolution" or _dtype(conv) != "float_type" or not _is_1x1(conv):
+        return None
+    if not conv.inputs[1].is_literal() or len(conv.outputs) != 1:
+        return None
+    group = fused_user(conv)
+    if group is None or len(group.outputs) != 1:
+        return None
+    pool = group.outputs[0]
+    if pool.op.name != "pooling" or pool.op.mode != "average" or pool.inputs[0] is not group:
+        return None
+    lens = list(group.shape.lens())
+    whole = list(pool.op.lengths) == lens[2:] and not any(pool.op.padding)
+    if not (pool.op.global_ or whole) or list(pool.shape.lens()) != lens[:2] + [1, 1]:
+        return None
+    if not native_mbhead.available():
+        return None
+    flat = dot = None
+    if len(pool.outputs) == 1 and pool.outputs[0].op.name in ("flatten", "reshape"):
+        f = pool.outputs[0]
+        d = f.outputs[0] if len(f.outputs) == 1 else None
+        if (
+            list(f.shape.lens()) == lens[:2]
+            and d is not None
+            and d.op.name == "dot"
+            and len(d.inputs) == 2
+            and d.inputs[0] is f
+            and d.inputs[1].is_literal()
+            and d.inputs[1].shape.ndim() == 2
+            and d.inputs[1].shape.lens()[0] == lens[1]
+            and d.shape.type() == "float_type"
+            and d.inputs[1].shape.type() == "float_type"
+        ):
+            flat, dot = f, d
+    return Head(conv, group, pool, flat, dot)
 
 
 def block_ending(last: Instruction) -> Block | None:
@@ -231,6 +304,31 @@ def _is_1x1(conv: Instruction) -> bool:
     )  # fmt: skip
 
 
+#: a stem (`_is_stem`) has at most this many input channels (the kernel's product over 9 C
+#: inputs a pixel is meant for an image's few channels)
+STEM_MAX_CIN = 4
+
+
+def _is_stem(conv: Instruction) -> bool:
+    """mnv15: whether `conv` is a network's first convolution the native block kernel takes as
+    its expansion (`native_mbconv.MbConv`'s `stem`): float32, a literal 3x3 weight of at most
+    `STEM_MAX_CIN` input channels, one group, stride 1 or 2 on both axes, padding 1 on every
+    side; the switch `PGX_CPU_NATIVE_MBSTEM` on."""
+    if conv.op.name != "convolution" or len(conv.inputs) != 2 or not conv.inputs[1].is_literal():
+        return False
+    op, (x, w) = conv.op, (i.shape.lens() for i in conv.inputs)
+    if len(w) != 4 or list(w[2:]) != [3, 3] or op.group != 1 or x[1] > STEM_MAX_CIN:
+        return False
+    begin, end = op.pads(x, w)
+    return (
+        _dtype(conv) == "float_type"
+        and op.stride[0] == op.stride[1] and op.stride[0] in (1, 2)
+        and all(d == 1 for d in op.dilation)
+        and list(begin) == [1, 1] and list(end) == [1, 1]
+        and native_mbconv.stem_enabled()
+    )  # fmt: skip
+
+
 def _is_dw3x3(conv: Instruction) -> bool:
     op, (x, w) = conv.op, (i.shape.lens() for i in conv.inputs)
     begin, end = op.pads(x, w)
@@ -261,6 +359,6 @@ def native(plan: ConvPlan, dw: Instruction) -> bool:
 
 
 __all__ = [
-    "ENV", "Block", "dw_pair", "dw_reader", "enabled", "fused_user", "may_fuse", "native",
-    "block_ending", "native_block",
+    "ENV", "Block", "Head", "dw_pair", "dw_reader", "enabled", "fused_user", "may_fuse",
+    "native", "block_ending", "native_block", "native_head",
 ]  # fmt: skip

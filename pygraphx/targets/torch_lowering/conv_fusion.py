@@ -67,8 +67,10 @@ from pygraphx.targets.torch_lowering.conv_dw_fusion import (
     enabled,
     fused_user,  # noqa: F401  (imported from here by the cpu target, conv_concat, tests)
     may_fuse,
+    Head,
     native,
     native_block,
+    native_head,
 )
 from pygraphx.targets.torch_lowering.conv_epilogue_match import Epilogue, match_epilogue, wide_bias
 from pygraphx.targets.torch_lowering.conv_kernels import (
@@ -86,6 +88,7 @@ from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
 from pygraphx.targets.torch_lowering.onednn_conv import available as dnnl_available
 from pygraphx.targets.torch_lowering.onednn_conv import supports
 from pygraphx.targets.torch_lowering.registry import (
+    LOWERINGS,
     defer,
     deferred_producer,
     storing,
@@ -268,6 +271,8 @@ def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
         if plan.in_place and plan.kernel in ("onednn", "dnnl"):  # (others allocate their result)
             ctx.cache["conv_in_place"] = ctx.cache.get("conv_in_place", 0) + 1
 
+    if epi.other is None and _defer_head(ctx, conv, user, plan, unfused):
+        return True
     if epi.other is None and _defer_block(ctx, conv, user, plan, unfused, emit):
         return True
     if epi.other is None and _defer_dw_pair(ctx, conv, user, plan, unfused, emit):
@@ -573,7 +578,8 @@ def _emit_block(ctx: LoweringContext, block: Block, head: dict, epi: Epilogue) -
     bp = torch.from_numpy(epi.bias) if epi.bias.any() else None
     x_lens = list(block.head.inputs[0].shape.lens())
     mb = MbConv(we, be, wd, dw_bias, wp, bp, block.dw.op.stride[0], acts, x_lens,
-                residual=epi.other is not None, scratch=program_scratch(ctx.cache))  # fmt: skip
+                residual=epi.other is not None, scratch=program_scratch(ctx.cache),
+                stem=block.stem)  # fmt: skip
     env, xi = ctx.env, ctx.arg(block.head, 0)
     ri = None if epi.other is None else ctx.index[id(epi.other)]
     reads = [block.head.inputs[0]] + ([] if epi.other is None else [epi.other])
@@ -585,3 +591,105 @@ def _emit_block(ctx: LoweringContext, block: Block, head: dict, epi: Epilogue) -
 
     emit_fused(ctx, block.instructions(), twins, build, reads)
     ctx.cache["native_mbconv"] = ctx.cache.get("native_mbconv", 0) + 1  # (tests, benchmarks)
+
+
+# --- a network's head on the native kernel (`native_mbhead`, mnv15) --------------------------
+
+
+def _defer_head(
+    ctx: LoweringContext, conv: Instruction, group: Instruction, plan: ConvPlan,
+    unfused: list[Step],
+) -> bool:  # fmt: skip
+    """Called by `fuse_group` with a convolution `conv` deferred into its group `group` (the
+    epilogue in `plan`, no add operand): True when `conv` heads a network's head the native
+    kernel runs (`conv_dw_fusion.native_head`) and its step is deferred to the pooling (and on
+    to the classifier's `dot` where there is one): one step for all of them."""
+    from pygraphx.targets.torch_lowering.native_mbconv import bounds
+
+    head = native_head(conv)
+    if head is None or head.group is not group or plan.add_after:
+        return False
+    try:
+        lo, hi = bounds(plan.unary, plan.scalars)
+    except ValueError:
+        return False
+
+    def at_pool(ctx: LoweringContext, ins: Instruction) -> bool:
+        if head.dot is not None and defer(ctx, head.pool, head.dot, at_dot):
+            ctx.fusers[id(head.flat)] = _in_head_step
+            return True
+        _emit_head(ctx, head, plan, unfused, (lo, hi), with_dot=False)
+        return True
+
+    def at_dot(ctx: LoweringContext, ins: Instruction) -> bool:
+        _emit_head(ctx, head, plan, unfused, (lo, hi), with_dot=True)
+        return True
+
+    return defer(ctx, group, head.pool, at_pool)
+
+
+def _in_head_step(ctx: LoweringContext, ins: Instruction) -> bool:
+    """The flatten between a head's pooling and its `dot`: lowered (as the twin it is) by the
+    head's step at the `dot` (`_emit_head`), no step of its own here."""
+    return True
+
+
+def _emit_head(
+    ctx: LoweringContext, head: Head, plan: ConvPlan, unfused: list[Step],
+    bounds: tuple[float, float], with_dot: bool,
+) -> None:  # fmt: skip
+    """One step for the head on the native kernel (`native_mbhead.MbHead`); the unfused twins
+    (the convolution and its group, the pooling, the flatten and the `dot`) kept for profiling."""
+    from pygraphx.targets.torch_lowering.lower_views import lower_view
+    from pygraphx.targets.torch_lowering.native_mbhead import MbHead
+
+    saved, ctx.steps = ctx.steps, []
+    if not LOWERINGS["pooling"](ctx, head.pool):  # (lower_nn's, registered)
+        lower_fallback(ctx, head.pool)
+    instructions = [head.conv, head.group, head.pool]
+    wc = None
+    if with_dot:
+        assert head.flat is not None and head.dot is not None
+        lower_view(ctx, head.flat)
+        # a program output: a new tensor each run, which the run hands out as it is (an arena
+        # slot would be copied out: 60 us a MobileNetV2 b1 run, the run's Python cold then)
+        _dot_twin(ctx, head.dot, fresh=any(o.is_return() for o in head.dot.outputs))
+        wc = ctx.constant(ctx.arg(head.dot, 1))
+        instructions += [head.flat, head.dot]
+    twins, ctx.steps = list(unfused) + ctx.steps, saved
+    last = instructions[-1]
+    uidx = ctx.index[id(last)]
+    unfused_stores(ctx, twins, uidx)
+    x_lens = list(head.conv.inputs[0].shape.lens())
+    weight = plan.weight.float()
+    mb = MbHead(weight, plan.bias, bounds[0], bounds[1], wc, None, x_lens)
+    env, xi = ctx.env, ctx.arg(head.conv, 0)
+
+    def build(out: torch.Tensor | None) -> Callable[[], torch.Tensor]:
+        if out is not None and (out.dtype != torch.float32 or (with_dot and out.stride(1) != 1)):
+            out = None
+        return mb.closure(env, xi, out)
+
+    layout = ctx.layout[uidx]
+    emit_fused(ctx, instructions, twins, build, [head.conv.inputs[0]])
+    ctx.layout[uidx] = layout  # (a pooled (N, C, 1, 1) or (N, K) result: no channels-last map)
+    ctx.cache["native_mbhead"] = ctx.cache.get("native_mbhead", 0) + 1  # (tests, benchmarks)
+
+
+def _dot_twin(ctx: LoweringContext, dot: Instruction, fresh: bool) -> None:
+    """The classifier's `dot` as a step of its own (a head's unfused twin, for profiling), into
+    its arena slot, or (`fresh`, or no slot) a new tensor."""
+    env = ctx.env
+    a, b = ctx.arg(dot, 0), ctx.arg(dot, 1)
+    idx, out = (ctx.bind_dynamic(dot), None) if fresh else ctx.output(dot)
+    if out is not None:
+
+        def step() -> None:
+            torch.mm(env[a], env[b], out=out)
+
+    else:
+
+        def step() -> None:
+            env[idx] = torch.mm(env[a], env[b])
+
+    ctx.emit(step, dot, idx)

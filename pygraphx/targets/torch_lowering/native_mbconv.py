@@ -22,10 +22,11 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import weakref
 
 import torch
 
-from pygraphx.ir.env import OFF_VALUES
+from pygraphx.ir.env import OFF_VALUES, switch_on
 from pygraphx.targets import native
 from pygraphx.targets.torch_lowering.winograd_scratch import Scratch
 
@@ -54,6 +55,7 @@ class _Args(ctypes.Structure):
            "sxn", "sxh", "sxw", "syn", "syh", "syw", "son", "soh", "sow")],
         *[(name, ctypes.c_double) for name in ("elo", "ehi", "dlo", "dhi", "plo", "phi")],
         *[(name, ctypes.c_int64) for name in ("rows", "chunks", "threads", "shared")],
+        *[(name, ctypes.c_int64) for name in ("stem", "ih", "iw", "sxc")],  # (mnv15)
     ]  # fmt: skip
 
 
@@ -64,6 +66,16 @@ def mode() -> str:
     if raw in OFF_VALUES:
         return "off"
     return "all" if raw == "all" else "rule"
+
+
+#: mnv15: `PGX_CPU_NATIVE_MBSTEM=0` (off, no, false): a network's first 3x3 convolution (a few
+#: input channels) is not the expansion of the block after it (`conv_dw_fusion._is_stem`)
+STEM_ENV = "PGX_CPU_NATIVE_MBSTEM"
+
+
+def stem_enabled() -> bool:
+    """Whether a stem may be a block's expansion (`PGX_CPU_NATIVE_MBSTEM` not off)."""
+    return switch_on(STEM_ENV)
 
 
 def enabled() -> bool:
@@ -86,7 +98,7 @@ def efficiency(n: int, h: int, w: int, m: int, stride: int, threads: int) -> flo
     return n * ho / (threads * busiest)
 
 
-def rule(n: int, h: int, w: int, m: int, stride: int, expands: bool, threads: int) -> bool:
+def rule(n: int, h: int, w: int, m: int, stride: int, threads: int) -> bool:
     """Whether a block of this shape takes the native kernel at `threads` threads.
 
     1 and 2 threads (measured on the 2-core EPYC, `benchmarks/results/mbv14.md`): every
@@ -106,15 +118,14 @@ def rule(n: int, h: int, w: int, m: int, stride: int, expands: bool, threads: in
     return ho * wo >= MIN_PIXELS_MANY_THREADS
 
 
-def use_native(n: int, c: int, h: int, w: int, m: int, k: int, stride: int,
-               expands: bool) -> bool:  # fmt: skip
+def use_native(n: int, c: int, h: int, w: int, m: int, k: int, stride: int) -> bool:
     """Whether the block of this shape takes the native kernel in a program prepared now (at
     `torch.get_num_threads()` threads): the kernel on and available, and `rule` (or the mode
     "all")."""
     kind = mode()
     if kind == "off" or not available():
         return False
-    return kind == "all" or rule(n, h, w, m, stride, expands, torch.get_num_threads())
+    return kind == "all" or rule(n, h, w, m, stride, torch.get_num_threads())
 
 
 def _bind(lib: ctypes.CDLL) -> None:
@@ -127,8 +138,15 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.mbconv_work_floats.restype = ctypes.c_int64
     lib.mbconv_shared_floats.argtypes = [ctypes.c_int64] * 5
     lib.mbconv_shared_floats.restype = ctypes.c_int64
+    lib.mbconv_stem_floats.argtypes = [ctypes.c_int64] * 3
+    lib.mbconv_stem_floats.restype = ctypes.c_int64
     lib.mbconv_run.argtypes = [ctypes.POINTER(_Args)]
     lib.mbconv_run.restype = ctypes.c_int
+    # the network's head (`native_mbhead`, mnv15): its argument struct is that module's
+    lib.mbhead_work_floats.argtypes = [ctypes.c_int64] * 6
+    lib.mbhead_work_floats.restype = ctypes.c_int64
+    lib.mbhead_run.argtypes = [ctypes.c_void_p]
+    lib.mbhead_run.restype = ctypes.c_int
 
 
 #: the library, bound once; a failed build is kept for the process (`native.BoundLibrary`)
@@ -249,19 +267,25 @@ class MbConv:
     `wd` (M, 1, 3, 3), `wp` (K, M, 1, 1); biases may be None; `acts`: the three epilogues'
     (unary, scalars); `x_lens` the input's NCHW lens; `residual`: the projection adds a tensor
     of the output's lens (before its activation); `scratch`: where the threads' buffers live
-    (the program's, `program_scratch`), else its own."""
+    (the program's, `program_scratch`), else its own. `stem` (mnv15): 0, or the stride (1, 2)
+    of a 3x3 convolution (padding 1) that is the expansion: `we` (M, C, 3, 3), `x_lens` the
+    image's (N, C, IH, IW) in any layout (MobileNetV2's first convolution and first block)."""
 
     def __init__(self, we: Tensor | None, be: Tensor | None, wd: Tensor, bd: Tensor | None,
                  wp: Tensor, bp: Tensor | None, stride: int, acts: list[tuple[str, list[float]]],
                  x_lens: list[int], residual: bool,
-                 scratch: Scratch | None = None) -> None:  # fmt: skip
+                 scratch: Scratch | None = None, stem: int = 0) -> None:  # fmt: skip
         self.lib = library()
-        n, c, h, w = x_lens
+        n, c, ih, iw = x_lens
+        h, w = (ih, iw) if not stem else ((ih - 1) // stem + 1, (iw - 1) // stem + 1)
+        if stem and (we is None or list(we.shape[1:]) != [c, 3, 3] or stem not in (1, 2)):
+            raise ValueError("native mbconv: a stem is a 3x3 convolution of stride 1 or 2")
         m, k = wd.shape[0], wp.shape[0]
         if we is None and m != c:
             raise ValueError("native mbconv: without an expansion the depthwise channels are C")
         self.tensors = [
-            None if we is None else pack_1x1(we), pad_vector(be, m), pack_dw(wd),
+            None if we is None else pack_1x1(we.reshape(m, -1, 1, 1)), pad_vector(be, m),
+            pack_dw(wd),
             pad_vector(bd, m), pack_1x1(wp, pad_k=True), pad_vector(bp, k),
         ]  # fmt: skip
         self.ho, self.wo = (h - 1) // stride + 1, (w - 1) // stride + 1
@@ -273,6 +297,8 @@ class MbConv:
         a.n, a.cin, a.h, a.w, a.m, a.ho, a.wo, a.cout, a.stride = (
             n, c, h, w, m, self.ho, self.wo, k, stride)
         (a.elo, a.ehi), (a.dlo, a.dhi), (a.plo, a.phi) = (bounds(*e) for e in acts)
+        a.stem, a.ih, a.iw = stem, ih, iw
+        self.stem_floats = self.lib.mbconv_stem_floats(w, c, iw) if stem else 0
         self.residual = residual
         self.ref = ctypes.byref(a)
         self.scratch = Scratch() if scratch is None else scratch
@@ -286,10 +312,11 @@ class MbConv:
         a.rows, a.chunks = schedule(a.n, a.ho, a.w, a.wo, a.m, a.stride, threads)
         a.shared = int(share_image(a.n, a.h, a.w, a.m, a.stride, threads))
         if a.shared:
-            self.floats = self.lib.mbconv_shared_floats(a.h, a.w, a.m, a.ho, a.wo) + 16
+            floats = self.lib.mbconv_shared_floats(a.h, a.w, a.m, a.ho, a.wo)
+            self.floats = floats + threads * self.stem_floats + 16
         else:
             floats = self.lib.mbconv_work_floats(a.w, a.m, a.wo, a.stride, a.rows)
-            self.floats = floats * threads + 16
+            self.floats = (floats + self.stem_floats) * threads + 16
         self.scratch.get(WORK_ROLE, (self.floats,))  # (grown now, not at the first run)
         a.threads = self.threads = threads
 
@@ -297,11 +324,11 @@ class MbConv:
         """Point the kernel to `x` (NCHW lens; channels-last, else a channels-last copy, which
         is returned to be held until the call)."""
         _check(x, self.x_lens, "input")
-        if x.stride(1) != 1:
-            x = x.contiguous(memory_format=torch.channels_last)
         a = self.args
+        if x.stride(1) != 1 and not a.stem:  # (a stem reads any layout)
+            x = x.contiguous(memory_format=torch.channels_last)
         a.x = x.data_ptr()
-        a.sxn, _, a.sxh, a.sxw = x.stride()
+        a.sxn, a.sxc, a.sxh, a.sxw = x.stride()
         return x
 
     def bind(self, y: Tensor) -> None:
@@ -337,7 +364,8 @@ class MbConv:
         """A step's closure: the block on env[xi] (and the residual env[ri]) into `out` (an
         arena slot, channels-last: bound once; the closure says so as `writes`) or a new
         tensor, which it returns. An input that is the same tensor as the run before is not
-        pointed to again."""
+        pointed to again (mnv15: known by a weak reference, so the closure does not keep the
+        last run's input and residual alive after their last use)."""
         if out is not None:
             self.bind(out)
         lib, ref, lens, cl = self.lib, self.ref, self.out_lens, torch.channels_last
@@ -347,15 +375,17 @@ class MbConv:
 
         def run() -> Tensor:
             x = env[xi]
-            held = None
-            if x is not seen[0]:
+            held = held_r = None
+            last = seen[0]
+            if last is None or last() is not x:
                 held = self.point_x(x)
-                seen[0] = x if held is x else None
+                seen[0] = weakref.ref(x) if held is x else None
             if ri is not None:
                 r = env[ri]
-                if r is not seen[1]:
+                last = seen[1]
+                if last is None or last() is not r:
                     held_r = self.point_other(r)
-                    seen[1] = r if held_r is r else None
+                    seen[1] = weakref.ref(r) if held_r is r else None
             y = out
             if y is None:
                 y = torch.empty(lens).contiguous(memory_format=cl)
@@ -365,7 +395,7 @@ class MbConv:
             a.work = address(WORK_ROLE, self.floats)
             if lib.mbconv_run(ref) != 0:
                 raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
-            del held
+            del held, held_r
             return y
 
         run.writes = out  # type: ignore[attr-defined]

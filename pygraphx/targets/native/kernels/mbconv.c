@@ -47,6 +47,11 @@ typedef struct {
     int64_t shared;      /* 1: image by image, E and D whole and shared by the threads, which
                             split the expansion's pixels, the depthwise rows, the projection's
                             pixels (no row expanded twice; two barriers) */
+    int64_t stem;        /* mnv15: 0, or the stride (1, 2) of a 3x3 convolution (padding 1) of
+                            the image x (N, cin, ih, iw) by strides sxn, sxc, sxh, sxw (any
+                            layout) that is the expansion: E = clip(conv3x3(x) We + be), h x w
+                            its output; We packed as a 1x1 weight of 9 cin inputs, (c, ky, kx) */
+    int64_t ih, iw, sxc;
 } mb_args;
 
 /* 1 where this build has the kernel (AVX-512F), 0 where it does not */
@@ -60,6 +65,11 @@ int mbconv_supported(void) {
 
 static int64_t up16(int64_t v) { return (v + 15) / 16 * 16; }
 
+/* floats of a stem's padded input rows (3 of iw + 2 a channel; 0 without a stem) */
+static int64_t stem_floats(const mb_args *a) {
+    return a->stem ? up16(3 * a->cin * (a->iw + 2)) : 0;
+}
+
 /* floats of one thread's workspace (E, D and a zero row), 64-byte multiples */
 int64_t mbconv_work_floats(int64_t w, int64_t m, int64_t wo, int64_t stride, int64_t rows) {
     int64_t m16 = up16(m);
@@ -67,10 +77,48 @@ int64_t mbconv_work_floats(int64_t w, int64_t m, int64_t wo, int64_t stride, int
     return up16(e) + up16(d) + up16(z) + 16;
 }
 
+/* floats a thread's workspace needs for a stem, beyond mbconv_work_floats (mb_args.stem) */
+int64_t mbconv_stem_floats(int64_t w, int64_t cin, int64_t iw) {
+    (void)w;
+    return up16(3 * cin * (iw + 2));
+}
+
 /* floats of the shared mode's workspace (E and D of one image, a zero row) */
 int64_t mbconv_shared_floats(int64_t h, int64_t w, int64_t m, int64_t ho, int64_t wo) {
     int64_t m16 = up16(m);
     return up16(h * w * m16) + up16(ho * wo * m16) + up16(w * m16) + 16;
+}
+
+
+/* The network's head (helper mnv15): a 1x1 convolution + bias + clip averaged over the image
+ * (global average pooling), optionally followed by a classifier (a matrix product + bias):
+ *
+ *   p[c] = mean over pixels of clip(x (1x1) W + b)[c]      (the map is never written whole)
+ *   z    = p Wc + bc                                        (wc != NULL)
+ *
+ * Jobs: an image x a 64-channel block of the convolution x a range of its pixels (pchunks
+ * ranges); each job's products go to a small tile (pixels x 64, in L1/L2) whose columns are
+ * summed; then the ranges' sums are added and scaled (barrier), then the classifier's 64-column
+ * blocks are split between the threads (each reads its part of Wc). One parallel region. */
+typedef struct {
+    const float *x;      /* input (N, H, W, cin) by strides sxn, sxh, sxw; channel stride 1 */
+    const float *wt;     /* packed 1x1 weight (cout16 of cin) */
+    const float *b;      /* (cout16) */
+    const float *wc;     /* packed classifier weight (ncls16 of cout16, K padded), or NULL */
+    const float *bc;     /* (ncls16) */
+    float *y;            /* (N, ncls) rows syn apart, or the pooled (N, cout) by syn, syc */
+    float *work;         /* mbhead_work_floats(...) floats */
+    int64_t n, cin, h, w, cout, ncls;
+    int64_t sxn, sxh, sxw, syn, syc;
+    double lo, hi;
+    int64_t pchunks, threads;
+} hd_args;
+
+/* floats of the head's workspace: the pooled rows, the ranges' partial sums, a tile a thread */
+int64_t mbhead_work_floats(int64_t n, int64_t h, int64_t w, int64_t cout, int64_t pchunks,
+                           int64_t threads) {
+    int64_t cout16 = up16(cout), p = h * w, per = (p + pchunks - 1) / pchunks;
+    return up16(n * cout16) + up16(pchunks * n * cout16) + threads * up16(per * 64) + 16;
 }
 
 #ifdef __AVX512F__
@@ -141,6 +189,47 @@ MKH(0) MKH(1)
 #define TABLE(H) {ROW(1, H), ROW(2, H), ROW(3, H), ROW(4, H), ROW(5, H), ROW(6, H)}
 static const micro_fn MICRO[2][6][4] = {TABLE(0), TABLE(1)};
 
+/* a stem's products (mnv15): c[p][0 : 16 NV] = clip(sum over (q, kx) of pad[q pw + p s + kx]
+ * B[3 q + kx] + bias) for pixels p < R, read straight from the padded input rows (q: channel
+ * and kernel row) without an im2col copy; B packed as `micro`'s (K = 3 Q, width bw) */
+static inline __attribute__((always_inline)) void stem_micro(
+    const float *pad, int64_t pw, int64_t lda, int64_t Q, const float *b, int64_t bw,
+    const float *bias, float *c, int64_t ldc, __m512 lo, __m512 hi, const int R, const int NV) {
+    const int H = 0;
+    const float *r = NULL;
+    const int64_t ldr = 0, k = 0;
+    const __mmask16 last = (__mmask16)0xFFFF;
+    __m512 bias0 = _mm512_loadu_ps(bias), bias1 = bias0, bias2 = bias0, bias3 = bias0;
+    if (NV > 1) bias1 = _mm512_loadu_ps(bias + 16);
+    if (NV > 2) bias2 = _mm512_loadu_ps(bias + 32);
+    if (NV > 3) bias3 = _mm512_loadu_ps(bias + 48);
+    ACC(0) ACC(1) ACC(2) ACC(3) ACC(4) ACC(5)
+    for (int64_t q = 0; q < Q; q++)
+        for (int kx = 0; kx < 3; kx++) {
+            const float *a = pad + q * pw + kx;
+            const float *bk = b + (3 * q + kx) * bw;
+            __m512 b0 = _mm512_loadu_ps(bk), b1 = b0, b2 = b0, b3 = b0;
+            if (NV > 1) b1 = _mm512_loadu_ps(bk + 16);
+            if (NV > 2) b2 = _mm512_loadu_ps(bk + 32);
+            if (NV > 3) b3 = _mm512_loadu_ps(bk + 48);
+            FMA_ROW(0) FMA_ROW(1) FMA_ROW(2) FMA_ROW(3) FMA_ROW(4) FMA_ROW(5)
+        }
+    ST(0) ST(1) ST(2) ST(3) ST(4) ST(5)
+}
+
+typedef void (*stem_fn)(const float *, int64_t, int64_t, int64_t, const float *, int64_t,
+                        const float *, float *, int64_t, __m512, __m512);
+#define MKS(R, NV)                                                                           \
+    static void stem_##R##_##NV(const float *pad, int64_t pw, int64_t lda, int64_t Q,        \
+                                const float *b, int64_t bw, const float *bias, float *c,     \
+                                int64_t ldc, __m512 lo, __m512 hi) {                         \
+        stem_micro(pad, pw, lda, Q, b, bw, bias, c, ldc, lo, hi, R, NV);                     \
+    }
+#define MKSR(R) MKS(R, 1) MKS(R, 2) MKS(R, 3) MKS(R, 4)
+MKSR(1) MKSR(2) MKSR(3) MKSR(4) MKSR(5) MKSR(6)
+#define SROW(R) {stem_##R##_1, stem_##R##_2, stem_##R##_3, stem_##R##_4}
+static const stem_fn STEM[6][4] = {SROW(1), SROW(2), SROW(3), SROW(4), SROW(5), SROW(6)};
+
 /* c (P x nvalid, rows ldc apart) = act(a (P x K, rows lda apart) B + bias [+ r]); B packed
  * (see the top), n16 its padded width; per 64-channel block, every 6 pixels */
 static void gemm(const float *a, int64_t lda, int64_t P, int64_t K, const float *bp,
@@ -162,10 +251,51 @@ static void gemm(const float *a, int64_t lda, int64_t P, int64_t K, const float 
     }
 }
 
-/* E rows [r0, r1) of image `img` into e (row r at e + (r - r0) * w * m16) */
+/* the stem's E rows [r0, r1) (see mb_args.stem): per row, the three input rows of each channel
+ * copied with a zero column each side (rows outside the image zero), then the products read
+ * from them (`stem_micro`) */
+static void stem_rows(const mb_args *a, const float *xi, int64_t r0, int64_t r1, float *e,
+                      int64_t m16, __m512 lo, __m512 hi, float *col) {
+    const int64_t w = a->w, cin = a->cin, iw = a->iw, s = a->stem, K = 9 * cin, pw = iw + 2;
+    float *pad = col;
+    for (int64_t r = r0; r < r1; r++) {
+        for (int64_t c = 0; c < cin; c++)
+            for (int64_t ky = 0; ky < 3; ky++) {
+                float *dst = pad + (c * 3 + ky) * pw;
+                int64_t iy = r * s - 1 + ky;
+                if (iy < 0 || iy >= a->ih) {
+                    memset(dst, 0, (size_t)pw * sizeof(float));
+                    continue;
+                }
+                const float *src = xi + c * a->sxc + iy * a->sxh;
+                dst[0] = 0.0f;
+                dst[pw - 1] = 0.0f;
+                if (a->sxw == 1)
+                    memcpy(dst + 1, src, (size_t)iw * sizeof(float));
+                else
+                    for (int64_t jx = 0; jx < iw; jx++) dst[1 + jx] = src[jx * a->sxw];
+            }
+        float *er = e + (r - r0) * w * m16;
+        for (int64_t n0 = 0; n0 < m16; n0 += 64) {
+            int64_t bw = m16 - n0 < 64 ? m16 - n0 : 64;
+            for (int64_t p0 = 0; p0 < w; p0 += 6) {
+                int rr = (int)(w - p0 < 6 ? w - p0 : 6);
+                STEM[rr - 1][bw / 16 - 1](pad + p0 * s, pw, s, 3 * cin, a->we + n0 * K, bw,
+                                          a->be + n0, er + p0 * m16 + n0, m16, lo, hi);
+            }
+        }
+    }
+}
+
+/* E rows [r0, r1) of image `img` into e (row r at e + (r - r0) * w * m16); `col`: a stem's
+ * padded rows (stem_floats) */
 static void expand_rows(const mb_args *a, const float *xi, int64_t r0, int64_t r1, float *e,
-                        int64_t m16, __m512 lo, __m512 hi) {
+                        int64_t m16, __m512 lo, __m512 hi, float *col) {
     int64_t w = a->w;
+    if (a->stem) {
+        stem_rows(a, xi, r0, r1, e, m16, lo, hi, col);
+        return;
+    }
     if (a->we == NULL) { /* no expansion: a copy, channels padded with zeros */
         __mmask16 last = (a->cin % 16) ? (__mmask16)((1u << (a->cin % 16)) - 1) : 0xFFFF;
         for (int64_t r = r0; r < r1; r++)
@@ -298,6 +428,7 @@ static void job(const mb_args *a, int64_t img, int64_t oa, int64_t ob, float *wo
     float *e = work;
     float *d = e + up16((rows * s + 2) * w * m16);
     float *zero = d + up16(rows * a->wo * m16);
+    float *col = zero + up16(w * m16);
     memset(zero, 0, (size_t)(w * m16) * sizeof(float));
     const __m512 elo = _mm512_set1_ps((float)a->elo), ehi = _mm512_set1_ps((float)a->ehi);
     const __m512 dlo = _mm512_set1_ps((float)a->dlo), dhi = _mm512_set1_ps((float)a->dhi);
@@ -321,7 +452,8 @@ static void job(const mb_args *a, int64_t img, int64_t oa, int64_t ob, float *wo
             memmove(e, e + (n0 - b0) * w * m16, (size_t)((b1 - n0) * w * m16) * sizeof(float));
             from = b1;
         }
-        if (from < n1) expand_rows(a, xi, from, n1, e + (from - n0) * w * m16, m16, elo, ehi);
+        if (from < n1)
+            expand_rows(a, xi, from, n1, e + (from - n0) * w * m16, m16, elo, ehi, col);
         b0 = n0, b1 = n1;
         depthwise(a, e, b0, w * m16, m16, zero, oy0, oy1, d, m16, dlo, dhi);
     project:;
@@ -372,7 +504,11 @@ static void shared_image(const mb_args *a, int64_t img, int t, int nt, float *wo
     const float *xi = a->x + img * a->sxn;
     const int direct = a->we == NULL && a->cin % 16 == 0;
     if (t == 0) memset(zero, 0, (size_t)(w * m16) * sizeof(float));
-    if (!direct) { /* the expansion (or the padded copy) of pixels [p0, p1), row run by run */
+    if (a->stem) { /* the stem's rows split between the threads, each its own padded rows */
+        float *col = zero + up16(w * m16) + (int64_t)t * stem_floats(a);
+        int64_t r0 = h * t / nt, r1 = h * (t + 1) / nt;
+        if (r0 < r1) stem_rows(a, xi, r0, r1, e + r0 * w * m16, m16, elo, ehi, col);
+    } else if (!direct) { /* the expansion (or the padded copy) of pixels [p0, p1), row run by run */
         int64_t p0 = h * w * t / nt, p1 = h * w * (t + 1) / nt;
         for (int64_t p = p0; p < p1;) {
             int64_t r = p / w, q = (r + 1) * w < p1 ? (r + 1) * w : p1;
@@ -408,7 +544,8 @@ static void shared_image(const mb_args *a, int64_t img, int t, int nt, float *wo
 
 /* run the block; 0, or 1 where this build has no kernel */
 int mbconv_run(const mb_args *a) {
-    const int64_t per = mbconv_work_floats(a->w, a->m, a->wo, a->stride, a->rows);
+    const int64_t per = mbconv_work_floats(a->w, a->m, a->wo, a->stride, a->rows) +
+                        stem_floats(a);
     const int64_t chunks = a->chunks, jobs = a->n * chunks;
 #pragma omp parallel num_threads((int)a->threads)
     {
@@ -430,9 +567,94 @@ int mbconv_run(const mb_args *a) {
     return 0;
 }
 
+/* run the head; 0, or 1 where this build has no kernel */
+int mbhead_run(const hd_args *a) {
+    const int64_t cout16 = up16(a->cout), nblk = (cout16 + 63) / 64, P = a->h * a->w;
+    const int64_t pc = a->pchunks, jobs = a->n * nblk * pc;
+    const int64_t per = (P + pc - 1) / pc;
+    float *pooled = (float *)(((uintptr_t)a->work + 63) & ~(uintptr_t)63);
+    float *part = pooled + up16(a->n * cout16);
+    float *tiles = part + up16(pc * a->n * cout16);
+    const __m512 lo = _mm512_set1_ps((float)a->lo), hi = _mm512_set1_ps((float)a->hi);
+    const float scale = (float)(1.0 / (double)P);
+#pragma omp parallel num_threads((int)a->threads)
+    {
+        float *tile = tiles + (int64_t)omp_get_thread_num() * up16(per * 64);
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < jobs; j++) {
+            int64_t img = j / (nblk * pc), r = j % (nblk * pc), blk = r / pc, ch = r % pc;
+            int64_t n0 = blk * 64, bw = cout16 - n0 < 64 ? cout16 - n0 : 64;
+            int64_t p0 = P * ch / pc, p1 = P * (ch + 1) / pc;
+            const float *xi = a->x + img * a->sxn;
+            const float *wb = a->wt + n0 * a->cin;
+            if (a->sxh == a->w * a->sxw) {
+                gemm(xi + p0 * a->sxw, a->sxw, p1 - p0, a->cin, wb, a->b + n0, bw, bw, tile, 64,
+                     NULL, 0, lo, hi);
+            } else {
+                for (int64_t p = p0; p < p1;) {
+                    int64_t oy = p / a->w, ox = p % a->w;
+                    int64_t q = (oy + 1) * a->w < p1 ? (oy + 1) * a->w : p1;
+                    gemm(xi + oy * a->sxh + ox * a->sxw, a->sxw, q - p, a->cin, wb, a->b + n0,
+                         bw, bw, tile + (p - p0) * 64, 64, NULL, 0, lo, hi);
+                    p = q;
+                }
+            }
+            float *dst = part + (ch * a->n + img) * cout16 + n0;
+            for (int64_t v = 0; v < bw; v += 16) {
+                __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+                int64_t p = 0;
+                for (; p + 2 <= p1 - p0; p += 2) {
+                    s0 = _mm512_add_ps(s0, _mm512_loadu_ps(tile + p * 64 + v));
+                    s1 = _mm512_add_ps(s1, _mm512_loadu_ps(tile + (p + 1) * 64 + v));
+                }
+                if (p < p1 - p0) s0 = _mm512_add_ps(s0, _mm512_loadu_ps(tile + p * 64 + v));
+                _mm512_storeu_ps(dst + v, _mm512_add_ps(s0, s1));
+            }
+        }
+        /* (implicit barrier) the ranges' sums added and scaled; padded channels zero */
+        const int64_t vecs = a->n * (cout16 / 16);
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < vecs; i++) {
+            int64_t img = i / (cout16 / 16), c0 = (i % (cout16 / 16)) * 16;
+            __m512 s = _mm512_setzero_ps();
+            for (int64_t ch = 0; ch < pc; ch++)
+                s = _mm512_add_ps(s, _mm512_loadu_ps(part + (ch * a->n + img) * cout16 + c0));
+            s = _mm512_mul_ps(s, _mm512_set1_ps(scale));
+            int64_t valid = a->cout - c0 < 16 ? a->cout - c0 : 16;
+            __mmask16 mk = (__mmask16)((1u << valid) - 1);
+            if (a->wc) {
+                _mm512_storeu_ps(pooled + img * cout16 + c0, _mm512_maskz_mov_ps(mk, s));
+            } else if (a->syc == 1) {
+                _mm512_mask_storeu_ps(a->y + img * a->syn + c0, mk, s);
+            } else {
+                float buf[16];
+                _mm512_storeu_ps(buf, s);
+                for (int64_t c = 0; c < valid; c++) a->y[img * a->syn + (c0 + c) * a->syc] = buf[c];
+            }
+        }
+        if (a->wc) { /* (implicit barrier) the classifier, its 64-column blocks split */
+            const int64_t ncls16 = up16(a->ncls), cblk = (ncls16 + 63) / 64;
+            const __m512 nlo = _mm512_set1_ps(-__builtin_inff()), nhi = _mm512_set1_ps(__builtin_inff());
+#pragma omp for schedule(static)
+            for (int64_t cb = 0; cb < cblk; cb++) {
+                int64_t c0 = cb * 64, bwc = ncls16 - c0 < 64 ? ncls16 - c0 : 64;
+                int64_t valid = a->ncls - c0 < bwc ? a->ncls - c0 : bwc;
+                gemm(pooled, cout16, a->n, cout16, a->wc + c0 * cout16, a->bc + c0, bwc, valid,
+                     a->y + c0, a->syn, NULL, 0, nlo, nhi);
+            }
+        }
+    }
+    return 0;
+}
+
 #else
 
 int mbconv_run(const mb_args *a) {
+    (void)a;
+    return 1;
+}
+
+int mbhead_run(const hd_args *a) {
     (void)a;
     return 1;
 }
