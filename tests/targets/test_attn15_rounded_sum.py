@@ -90,12 +90,17 @@ def test_a_constant_v_comes_out_exactly(t: int, causal: bool, threads: int):
 @pytest.mark.parametrize("kind", [torch.float32, torch.bfloat16])
 def test_masked_keys_weigh_nothing_in_the_sum(kind):
     """Padding (a -1e4 additive mask, float32 or bf16) leaves the weights of the kept keys
-    summing to one."""
+    summing to one, and the masked keys weigh nothing: their values (64, where the kept keys'
+    are 1) would show in the output if the mask were ignored."""
     q, kt, v = designed(1, 2, 7, 45, 32)
     mask = torch.zeros(1, 1, 1, 45)
     mask[..., 30:] = -1e4
+    v = v.clone()
+    v[..., 30:, :] = 64
     got = _run({}, q, kt, v, mask.to(kind), 1)
     assert torch.equal(got, torch.ones_like(got))
+    unmasked = _run({}, q, kt, v, torch.zeros(1, 1, 1, 45).to(kind), 1)
+    assert float(unmasked.float().max()) > 2
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -160,15 +160,16 @@ _BOUND = native.BoundLibrary(KERNEL, _bind, parts=PARTS)
 _BOUND_FIRST = native.BoundLibrary(KERNEL, _bind, FIRST_FLAGS, parts=PARTS)
 
 
-def kernel(dtype: torch.dtype = torch.bfloat16, extra_flags: tuple[str, ...] = ()) -> Callable:
+def kernel(dtype: torch.dtype = torch.bfloat16, extra_flags: tuple[str, ...] = (),
+           rsum: bool | None = None) -> Callable:
     """The kernel's bound ctypes function for `dtype` operands; raises
     `native.NativeUnavailable` saying why it cannot be had (no build: the first failure again,
     for the rest of the process; no such instruction set in this build). The first version's
-    build where `ROUNDED_SUM_ENV` is off. `extra_flags` (tests): a build with these compiler
-    flags, bound afresh, nothing kept."""
+    build where `rsum` is False (default: where `ROUNDED_SUM_ENV` is off). `extra_flags`
+    (tests): a build with these compiler flags, bound afresh, nothing kept."""
     if dtype not in _FUNCTIONS:
         raise native.NativeUnavailable(f"native kernel {KERNEL}: no variant for {dtype}")
-    first = not rounded_sum()
+    first = not (rounded_sum() if rsum is None else rsum)
     bound = _BOUND_FIRST if first else _BOUND
     if extra_flags:
         flags = (*(FIRST_FLAGS if first else ()), *extra_flags)
@@ -315,10 +316,11 @@ class Plan:
         return out
 
 
-def _variant(dtype: torch.dtype, route: str) -> Callable | None:
-    """The kernel for `dtype` operands, or None (said once per type)."""
+def _variant(dtype: torch.dtype, route: str, rsum: bool) -> Callable | None:
+    """The kernel for `dtype` operands (the `rsum` build, read at lowering), or None (said once
+    per type)."""
     try:
-        return kernel(dtype)
+        return kernel(dtype, rsum=rsum)
     except native.NativeUnavailable as exc:
         native.announce_fallback(f"{KERNEL} ({dtype})", exc, route)
         return None
@@ -331,20 +333,20 @@ def attend(scale: float, table: dict, fallback: Attend, dtype: torch.dtype = tor
     (named `route`) for the rest; `fallback` itself where the kernel's `dtype` variant cannot
     be had (said once per operand type). Operands of the other type take their variant where it
     is had."""
-    fn = _variant(dtype, route)
+    tiles, rsum = wide_tiles(), rounded_sum()
+    fn = _variant(dtype, route, rsum)
     if fn is None:
         return fallback
     plans = table.setdefault(PLANS, {})
     scratch = table.setdefault(SCRATCH, Scratch())
     get_num_threads = torch.get_num_threads
-    tiles, rsum = wide_tiles(), rounded_sum()
 
     def run(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         sig = (_signature(q, kt, v, mask), scale, tiles, rsum)
         plan = plans.get(sig, False)
         if plan is False:
             why = refusal(q, kt, v, mask)
-            use = fn if q.dtype == dtype or why else _variant(q.dtype, route)
+            use = fn if q.dtype == dtype or why else _variant(q.dtype, route, rsum)
             why = why or (None if use else f"no {q.dtype} variant")
             threads = get_num_threads()
             plan = None if why else Plan(use, scale, q, kt, v, mask, threads, scratch, tiles)
@@ -371,20 +373,20 @@ def attend_causal(scale: float, table: dict, dtype: torch.dtype, offset: int,
     `attend`'s (`table`)."""
     if offset < 0 or not causal_enabled():
         return None
-    fn = _variant(dtype, route)
+    tiles, rsum = wide_tiles(), rounded_sum()
+    fn = _variant(dtype, route, rsum)
     if fn is None:
         return None
     plans = table.setdefault(PLANS, {})
     scratch = table.setdefault(SCRATCH, Scratch())
     get_num_threads = torch.get_num_threads
-    tiles, rsum = wide_tiles(), rounded_sum()
 
     def run(q: Tensor, kt: Tensor, v: Tensor) -> Tensor | None:
         sig = (_signature(q, kt, v, None), scale, tiles, rsum, "causal", offset)
         plan = plans.get(sig, False)
         if plan is False:
             why = refusal(q, kt, v, None)
-            use = fn if q.dtype == dtype or why else _variant(q.dtype, route)
+            use = fn if q.dtype == dtype or why else _variant(q.dtype, route, rsum)
             why = why or (None if use else f"no {q.dtype} variant")
             threads = get_num_threads()
             plan = None if why else Plan(use, scale, q, kt, v, None, threads, scratch, tiles,
