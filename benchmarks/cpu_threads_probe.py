@@ -99,8 +99,8 @@ def probe_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for n in args.threads:
         engines: dict[str, Callable] = {}
-        engines["policy_on"] = make_pygraphx(model, "torch", n, True)[0]
-        engines["policy_off"] = make_pygraphx(model, "torch", n, False)[0]
+        engines["policy_on"] = make_pygraphx(model, args.conv_output, n, True)[0]
+        engines["policy_off"] = make_pygraphx(model, args.conv_output, n, False)[0]
         if not args.no_ort:
             engines["ort"] = make_ort(model, n)[0]
         for engine, fn in engines.items():
@@ -135,7 +135,7 @@ def make_engines(model: Any, feeds: dict[str, np.ndarray], specs: list[tuple[str
     ledger = ThreadLedger()
     for label, kind, n in specs:  # pygraphx first: GNU OpenMP's workers start in its prepare
         if kind != "ort":
-            progs[label] = make_pygraphx(model, "torch", n, kind == "on")[2]
+            progs[label] = make_pygraphx(model, args.conv_output, n, kind == "on")[2]
             engines[label] = progs[label].run
             engines[label](feeds)
     for label, kind, n in specs:
@@ -292,7 +292,7 @@ def _programs(args: argparse.Namespace):
         model = get_model(name, batch=args.batch[0], seq_len=args.seq_len)
         feeds = model_inputs(name, model)
         for n in args.threads:
-            yield name, n, model, feeds, make_pygraphx(model, "torch", n, True)[2]
+            yield name, n, model, feeds, make_pygraphx(model, args.conv_output, n, True)[2]
 
 
 def steps_probe(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -434,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", nargs="+", default=None, help="--ab engines: on@16 ort@16 ...")
     ap.add_argument("--batch", nargs="+", type=int, default=[1], help="batches (several: --ab)")
     ap.add_argument("--unpin-caller", action="store_true", help="undo OMP_PROC_BIND's caller pin")
+    ap.add_argument("--conv-output", choices=("arena", "torch"), default="arena",
+                    help="the cpu target's conv_output (default: the target's own default, arena; "
+                    "the 16-core tables before session 15 used torch)")
     ap.add_argument("--json", type=Path, default=None)
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
