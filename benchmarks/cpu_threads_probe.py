@@ -127,7 +127,8 @@ def parse_engines(args: argparse.Namespace, n: int) -> list[tuple[str, str, int]
     return out
 
 
-def make_engines(model: Any, feeds: dict[str, np.ndarray], specs: list[tuple[str, str, int]]):
+def make_engines(model: Any, feeds: dict[str, np.ndarray], specs: list[tuple[str, str, int]],
+                 conv_output: str = "arena"):
     """({label: run}, {label: cpu program}, which threads are whose: ONNX Runtime's sessions
     share the pool "ort", pygraphx runs on the caller's side)."""
     engines: dict[str, Callable] = {}
@@ -135,7 +136,7 @@ def make_engines(model: Any, feeds: dict[str, np.ndarray], specs: list[tuple[str
     ledger = ThreadLedger()
     for label, kind, n in specs:  # pygraphx first: GNU OpenMP's workers start in its prepare
         if kind != "ort":
-            progs[label] = make_pygraphx(model, args.conv_output, n, kind == "on")[2]
+            progs[label] = make_pygraphx(model, conv_output, n, kind == "on")[2]
             engines[label] = progs[label].run
             engines[label](feeds)
     for label, kind, n in specs:
@@ -164,7 +165,7 @@ def ab_blocks(
     model: Any, feeds: dict[str, np.ndarray], specs: list[tuple[str, str, int]], args: Any
 ) -> dict[str, list[tuple[float, float, float]]]:
     """{engine label: (ms, process CPU ms, own CPU ms) of each of its blocks}."""
-    engines, progs, ledger = make_engines(model, feeds, specs)
+    engines, progs, ledger = make_engines(model, feeds, specs, args.conv_output)
     blocks: dict[str, list[tuple[float, float, float]]] = {k: [] for k in engines}
     names = list(engines)
     for r in range(args.rounds):
