@@ -27,7 +27,8 @@ of GEMMs at batch 1, one thread, 213 ms against 212). bf16 products on a CPU wit
 applied before that one rounding). A
 bf16 product whose element-wise user is float32 (`quantize_bf16`'s default keeps a residual sum in
 float32) takes the group's bias add into the GEMM and the rest of the group writes the float32
-result, as one step (`_emit_widening`); a large one that is only converted to float32 (a language
+result, as one step (`_emit_widening`), or, where the group is only that residual sum, accumulates
+in float32 into the residual (`gemm_residual.widened_residual_sum`); a large one that is only converted to float32 (a language
 model's logits) runs in column blocks, each converted while in cache (`_emit_widened_blocks`). Other
 half and bf16 products are computed in float32 and rounded once. A float32 or bf16 product
 (with its bias add) that slices only cut into column parts, a fused Q / K / V projection, runs
@@ -64,7 +65,11 @@ from pygraphx.targets.torch_lowering.gemm_kernels import (
     fast_kernel,
     use_dnnl,
 )
-from pygraphx.targets.torch_lowering.gemm_residual import emit_residual_sum, residual_sum
+from pygraphx.targets.torch_lowering.gemm_residual import (
+    emit_residual_sum,
+    residual_sum,
+    widened_residual_sum,
+)
 from pygraphx.targets.torch_lowering.lower_math import (
     compile_into,
     lower_pointwise,
@@ -229,7 +234,11 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
         produce = dot_producer(ctx, dot, bias, act)
         result = trace.inputs[k]  # the GEMM applies the whole group
     uidx = ctx.index[id(user)]
-    if user.shape.type() != dot.shape.type():
+    widened = user.shape.type() != dot.shape.type()
+    residual = None
+    if widened and act is None:
+        residual = widened_residual_sum(ctx, dot, user, trace, result, k)
+    if widened and residual is None:
         _emit_widening(ctx, dot, user, produce, (trace, result), unfused)
         return True
     if ctx.static[uidx]:
@@ -238,9 +247,10 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
     ctx.static[uidx] = False
     ctx.mark_fresh(uidx)
     env = ctx.env
-    residual = None if act is not None else residual_sum(ctx, dot, user, trace, result, k)
+    if not widened and act is None:
+        residual = residual_sum(ctx, dot, user, trace, result, k)
     if residual is not None:
-        emit_residual_sum(ctx, dot, user, bias, residual, produce, unfused)
+        emit_residual_sum(ctx, dot, user, bias, residual, produce, unfused, widened)
         return True
     if result.kind == "in" and result.index == k:  # the group was the bias add alone
 
