@@ -15,7 +15,12 @@ ort = pytest.importorskip("onnxruntime")
 
 import pygraphx  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
-from pygraphx.targets.torch_lowering import gemm_kernels, gemm_residual, onednn_linear  # noqa: E402
+from pygraphx.targets.torch_lowering import (  # noqa: E402
+    gemm_kernels,
+    gemm_residual,
+    lower_gemm,
+    onednn_linear,
+)
 from pygraphx.targets.torch_lowering.onednn_capi import OneDnnError  # noqa: E402
 from tests.targets.test_gemm14_residual import block  # noqa: E402
 
@@ -63,10 +68,19 @@ def test_widened_sum_errors() -> None:
         acc.into(torch.randn(4, 8).to(torch.bfloat16), torch.randn(4, 6).to(torch.bfloat16))
 
 
-def run(monkeypatch, model, x, threads: int) -> tuple[list, list, int]:
-    """The bf16 program's outputs, ORT float32's, and how many widened sums a run makes."""
+def run(monkeypatch, model, x, threads: int, places: list | None = None) -> tuple[list, list, int]:
+    """The bf16 program's outputs, ORT float32's, and how many widened sums a run makes
+    (`places`: each widened sum's in-place flag, in lowering order)."""
     calls = []
     into = onednn_linear.Linear.into
+    emit = gemm_residual.emit_residual_sum
+
+    def emitting(*args, **kwargs):
+        if places is not None and args[7]:
+            places.append(args[8])
+        return emit(*args, **kwargs)
+
+    monkeypatch.setattr(lower_gemm, "emit_residual_sum", emitting)
 
     def counting(self, a, r):
         if self.dtype == torch.bfloat16 and r.dtype == torch.float32:
@@ -100,8 +114,9 @@ def test_block_widened_sums_against_ort(monkeypatch, batch: int, threads: int) -
     """Both residual sums of the post-norm block accumulate in float32; the error against ORT
     float32 is bf16's and no larger than the old route's."""
     model, x = block(batch)
-    got, want, calls = run(monkeypatch, model, x, threads)
-    assert calls == 2
+    places: list = []
+    got, want, calls = run(monkeypatch, model, x, threads, places)
+    assert calls == 2 and places == [True, True]
     err = rel_err(got, want)
     assert err < 2e-2
     monkeypatch.setenv(gemm_residual.WIDENED_ENV, "0")
@@ -122,11 +137,16 @@ def test_switches_off(monkeypatch, setting: tuple[str, str]) -> None:
 
 @pytest.mark.parametrize("expose", ["y", "late", "self"])
 def test_residual_read_later_is_not_overwritten(monkeypatch, expose: str) -> None:
-    """y returned or read after the product: that product keeps the separate add, the other
-    one still accumulates, and every output (y too) matches ORT. `self` (the product reads y):
-    in a bf16 program it reads y's bf16 copy, another tensor, so both accumulate (y's float32
-    tensor is read by nothing after the sum), and the output still matches ORT."""
+    """y returned or read after the product: that product accumulates into a copy of y (not in
+    place), the other one into its residual, and every output (y too) matches ORT. `self` (the
+    product reads y): in a bf16 program it reads y's bf16 copy, another tensor, so both go in
+    place (y's float32 tensor is read by nothing after the sum)."""
     model, x = block(3, expose)
-    got, want, calls = run(monkeypatch, model, x, 2)
-    assert calls == (2 if expose == "self" else 1)
+    places: list = []
+    got, want, calls = run(monkeypatch, model, x, 2, places)
+    assert calls == 2
+    assert places == ([True, True] if expose == "self" else [False, True])
     assert rel_err(got, want) < 2e-2
+    monkeypatch.setenv(gemm_residual.WIDENED_ENV, "0")
+    old, _, _ = run(monkeypatch, model, x, 2)
+    assert rel_err(got, want) <= rel_err(old, want) * 1.1 + 1e-4

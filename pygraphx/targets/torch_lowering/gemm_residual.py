@@ -12,7 +12,10 @@ product accumulates in float32 straight into `r` (oneDNN's matmul with a float32
 the sum post-op), the bias added in float32, never rounded to bf16 in between (one rounding less
 than the reference's `float(bf16(dot + bias))`: never a larger error). Before, the product was
 rounded to a bf16 tensor, then a second step converted it and added `r` into another buffer.
-`PGX_CPU_GEMM_RESIDUAL_BF16=0` (or `PGX_CPU_GEMM_RESIDUAL=off`) keeps that.
+Where `r` may not be overwritten (a pre-norm transformer's first residual, GPT-2's embedding sum,
+is an arena slot) the step copies `r` into a new tensor and accumulates into that: the result
+is then a tensor the step makes each run, so the next residual sum (GPT-2: the next 22) goes in
+place. `PGX_CPU_GEMM_RESIDUAL_BF16=0` (or `PGX_CPU_GEMM_RESIDUAL=off`) keeps the old steps.
 """
 
 from __future__ import annotations
@@ -94,11 +97,11 @@ def residual_sum(
 
 def widened_residual_sum(
     ctx: LoweringContext, dot: Instruction, user: Instruction, trace: Any, result: Any, k: int
-) -> int | None:
-    """The input `j` of the float32 group `user` of the bf16 product `dot` when its
-    (bias-peeled) group is exactly `float(dot) + r` with `r` = input `j` a float32 tensor of
-    the product's shape that the step may overwrite (as `residual_sum` asks); else None. The
-    product then accumulates in float32 into `r` (see the module docstring)."""
+) -> tuple[int, bool] | None:
+    """(j, in place) where the (bias-peeled) float32 group `user` of the bf16 product `dot` is
+    exactly `float(dot) + r`, `r` = input `j` a float32 tensor of the product's shape; in place
+    where the step may overwrite `r` (as `residual_sum` asks), else the step accumulates into a
+    copy of `r`. None otherwise (see the module docstring)."""
     if residual_setting() == "off" or not switch_on(WIDENED_ENV):
         return None
     if (dot.shape.type(), user.shape.type()) != ("bf16_type", "float_type"):
@@ -129,7 +132,7 @@ def widened_residual_sum(
         return None
     if r.shape.lens() != dot.shape.lens():
         return None
-    return j if _overwritable(ctx, r, dot, user) else None
+    return j, _overwritable(ctx, r, dot, user)
 
 
 def _overwritable(
@@ -159,10 +162,12 @@ def emit_residual_sum(
     produce: Callable[[], torch.Tensor],
     unfused: list,
     widened: bool = False,
+    in_place: bool = True,
 ) -> None:
     """One step: `r += x @ w (+ bias)` in `r`'s memory (input `j` of `user`), stored as the
     group's value (a residual that is not dense at run time takes the product and an add).
-    `widened`: a bf16 product into its float32 `r` (`widened_residual_sum`)."""
+    `widened`: a bf16 product into its float32 `r` (`widened_residual_sum`); not `in_place`:
+    into a new copy of `r`."""
     w = batch_broadcast_matrix(ctx, dot, 1)
     k, n = w.shape
     rows = dot.shape.elements() // n
@@ -170,6 +175,17 @@ def emit_residual_sum(
     into = dnnl_kernel(ctx, dot, w, rows, bias, None, residual="sum", out_dtype=out_dtype).into
     env, a, ridx = ctx.env, ctx.arg(dot, 0), ctx.arg(user, j)
     uidx, lens = ctx.index[id(user)], tuple(user.shape.lens())
+
+    if not in_place:
+        empty, f32 = torch.empty, torch.float32
+
+        def step() -> None:
+            out = empty((rows, n), dtype=f32)
+            out.copy_(env[ridx].reshape(rows, n))
+            env[uidx] = into(env[a].reshape(rows, k), out).view(lens)
+
+        ctx.emit(step, [dot, user], uidx, unfused)
+        return
 
     def step() -> None:
         r = env[ridx]

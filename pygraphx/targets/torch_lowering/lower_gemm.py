@@ -235,9 +235,11 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
         result = trace.inputs[k]  # the GEMM applies the whole group
     uidx = ctx.index[id(user)]
     widened = user.shape.type() != dot.shape.type()
-    residual = None
+    residual, in_place = None, True
     if widened and act is None:
-        residual = widened_residual_sum(ctx, dot, user, trace, result, k)
+        found = widened_residual_sum(ctx, dot, user, trace, result, k)
+        if found is not None:
+            residual, in_place = found
     if widened and residual is None:
         _emit_widening(ctx, dot, user, produce, (trace, result), unfused)
         return True
@@ -250,7 +252,7 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
     if not widened and act is None:
         residual = residual_sum(ctx, dot, user, trace, result, k)
     if residual is not None:
-        emit_residual_sum(ctx, dot, user, bias, residual, produce, unfused, widened)
+        emit_residual_sum(ctx, dot, user, bias, residual, produce, unfused, widened, in_place)
         return True
     if result.kind == "in" and result.index == k:  # the group was the bias add alone
 
