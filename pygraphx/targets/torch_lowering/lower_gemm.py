@@ -50,12 +50,13 @@ import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.torch_lowering import gemm_select
+from pygraphx.targets.torch_lowering import gemm_select, native_gelu
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext, Step
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.gemm_kernels import (
     DNNL_EPILOGUES,
     GEMM_DTYPES,
+    GEMM_KERNELS,
     ClassifierKernel,
     batch_broadcast_matrix,
     bf16_gemm,
@@ -230,7 +231,11 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
     produce = dot_producer(ctx, dot, bias)
     assert produce is not None
     act = _activation(trace, result, k) if not _one_row(dot) else None
-    if act is not None and dot_producer(ctx, dot, bias, act) is not None:
+    if act is not None and _native_gelu(ctx, dot, user, act):
+        gelu, base = native_gelu.GeluTanh(), produce
+        produce = lambda: gelu(base())  # noqa: E731  (the product, then the pass in place)
+        result = trace.inputs[k]
+    elif act is not None and dot_producer(ctx, dot, bias, act) is not None:
         produce = dot_producer(ctx, dot, bias, act)
         result = trace.inputs[k]  # the GEMM applies the whole group
     uidx = ctx.index[id(user)]
@@ -565,6 +570,16 @@ def _activation(trace: Any, result: Any, k: int) -> str | None:
     (x, *rest) = node.args or [None]
     ok = not rest and getattr(x, "kind", None) == "in" and x.index == k
     return node.fn if ok and node.fn in DNNL_EPILOGUES else None
+
+
+def _native_gelu(ctx: LoweringContext, dot: Instruction, user: Instruction, act: str) -> bool:
+    """Whether the float32 product's gelu_tanh group runs as the product, then the native
+    kernel's pass over it in place (`native_gelu.py`), not oneDNN's post-op."""
+    if act != "gelu_tanh" or dot.shape.type() != "float_type" or user.shape.type() != "float_type":
+        return False
+    if ctx.cache.get(GEMM_KERNELS, {}).get(id(dot)) != "dnnl":
+        return False
+    return native_gelu.available()
 
 
 def _one_row(dot: Instruction) -> bool:
