@@ -26,7 +26,10 @@ def ov_model(m: int, k: int, n: int, w: np.ndarray, b: np.ndarray, bf16: bool, t
     from onnx import TensorProto, helper, numpy_helper
 
     g = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y0"]), helper.make_node("Add", ["y0", "b"], ["y"])],
+        [
+            helper.make_node("MatMul", ["x", "w"], ["y0"]),
+            helper.make_node("Add", ["y0", "b"], ["y"]),
+        ],
         "fc",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, m, k])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, n])],
@@ -77,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                     fn()
                 best[name] = min(best[name], (time.thread_time() - t) / args.reps)
         flops = 2 * m * k * n
-        print(f"{m}x{k}x{n}: pgx {best['pgx'] * 1e6:8.1f} ({flops / best['pgx'] / 1e9:5.1f} GFLOP/s)"
+        print(f"{m}x{k}x{n}: pgx {best['pgx'] * 1e6:8.1f} "
+              f"({flops / best['pgx'] / 1e9:5.1f} GFLOP/s)"
               f"  OV {best['OV'] * 1e6:8.1f} ({flops / best['OV'] / 1e9:5.1f})  "
               f"pgx/OV {best['pgx'] / best['OV']:.3f}  [{lin.primitive().impl}]")  # fmt: skip
     return 0

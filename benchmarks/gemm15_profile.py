@@ -86,7 +86,9 @@ def ov_shapes(compiled: Any) -> dict[str, tuple[list[list[int]], list[int]]]:
     return found
 
 
-def openvino(data: bytes, threads: int, runs: int, feeds: dict, precision: str = "f32") -> tuple[Any, dict, dict]:
+def openvino(
+    data: bytes, threads: int, runs: int, feeds: dict, precision: str = "f32"
+) -> tuple[Any, dict, dict]:
     """OpenVINO f32: its plain run function, ms a run per kind, and per (kind, type/kernel,
     shape) (each node's fastest of `runs`: cpu_time at one thread, real_time else)."""
     import openvino as ov

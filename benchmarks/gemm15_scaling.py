@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {args.model}, loadavg {Path('/proc/loadavg').read_text().split()[:3]}; run median: "
           f"t1 {np.median(walls[1]) * 1e3:.2f} ms (thread CPU), t2 {np.median(walls[2]) * 1e3:.2f}"
           " ms (wall)")  # fmt: skip
-    print("| kind | t1 (thread CPU ms) | t2 (wall ms) | t1 / t2 | t1 fastest | t2 fastest | ratio |")
+    print("| kind | t1 (thread CPU ms) | t2 (wall ms) | t1 / t2 | t1 fastest | t2 fastest "
+          "| ratio |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
     for k in (*KINDS, "sum"):
         a, b, c, d = (

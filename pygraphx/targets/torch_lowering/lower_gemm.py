@@ -28,12 +28,14 @@ applied before that one rounding). A
 bf16 product whose element-wise user is float32 (`quantize_bf16`'s default keeps a residual sum in
 float32) takes the group's bias add into the GEMM and the rest of the group writes the float32
 result, as one step (`_emit_widening`), or, where the group is only that residual sum, accumulates
-in float32 into the residual (`gemm_residual.widened_residual_sum`); a large one that is only converted to float32 (a language
-model's logits) runs in column blocks, each converted while in cache (`_emit_widened_blocks`). Other
-half and bf16 products are computed in float32 and rounded once. A float32 or bf16 product
-(with its bias add) that slices only cut into column parts, a fused Q / K / V projection, runs
-as one product per part (parts of equal width: one batched product), each written dense for
-the attention that reads it (`_column_parts`, `_batched_parts`).
+in float32 into the residual (`gemm_residual.widened_residual_sum`); a large one that is only
+converted to float32 (a language model's logits) runs in column blocks, each converted while in
+cache (`_emit_widened_blocks`). A float32 product whose group is `gelu_tanh` takes GELU as a native
+pass over its result (`native_gelu.py`) instead of oneDNN's post-op. Other half and bf16 products
+are computed in float32 and rounded once. A float32 or bf16 product (with its bias add) that
+slices only cut into column parts, a fused Q / K / V projection, runs as one product per part
+(parts of equal width: one batched product), each written dense for the attention that reads it
+(`_column_parts`, `_batched_parts`).
 
 Declined (numpy fallback): integer and fp8 products and `quant_dot` (numpy's exact wrapping
 arithmetic).
