@@ -110,6 +110,7 @@ def dnnl_kernel(
     epilogue: str | None,
     columns: tuple[int, int] | None = None,
     residual: str | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> Kernel:
     """The `dnnl` kernel of a (rows, K) input with the fixed (K, N) `w` (+ `bias`, then
     `epilogue`), or of its column part `columns` (`w` is then the whole weight): oneDNN's
@@ -130,15 +131,18 @@ def dnnl_kernel(
         # activation): the first one packs the weight, the others share it (`twin`)
         base = ("onednn_linear", id(ins.inputs[1]), rows, columns)
         key = (*base, epilogue, None if bias is None else bias.data_ptr())
-        if residual is not None:
-            key = (*key, residual)
+        if residual is not None or out_dtype is not None:
+            key = (*key, residual, out_dtype)
         if key not in ctx.packed_weights:
             twin = next((v for k, v in ctx.packed_weights.items() if k[:4] == base), None)
             ctx.packed_weights[key] = onednn_linear.Linear(
-                w, bias, rows, epilogue=epilogue, twin=twin, residual=residual
-            )
+                w, bias, rows, epilogue=epilogue, twin=twin, residual=residual,
+                out_dtype=out_dtype,
+            )  # fmt: skip
         return ctx.packed_weights[key]
-    assert residual is None, "a residual post-op needs oneDNN's C API (onednn_linear)"
+    assert residual is None and out_dtype is None, (
+        "a residual post-op or another result type needs oneDNN's C API (onednn_linear)"
+    )
     weight = _dnnl_weight(ctx, ins, w, rows, columns)
     attr, algorithm = DNNL_EPILOGUES[epilogue] if epilogue else ("none", "")
     linear_pointwise = torch.ops.mkldnn._linear_pointwise

@@ -5,6 +5,17 @@
 out-projection and FFN-down products: BERT, MiniLM, ViT); `emit_residual_sum` then emits one
 step running oneDNN's matmul with a sum post-op into `r` (`onednn_linear.Linear(residual="sum")`).
 `PGX_CPU_GEMM_RESIDUAL=off` keeps the separate add. Split out of `lower_gemm.py` (issue 10).
+
+A bf16 program's residual sum (`quantize_bf16` keeps it in float32: `float(dot (+ bias)) + r`,
+`r` float32) runs the same way where `widened_residual_sum` finds it (helper gemm15): the bf16
+product accumulates in float32 straight into `r` (oneDNN's matmul with a float32 destination and
+the sum post-op), the bias added in float32, never rounded to bf16 in between (one rounding less
+than the reference's `float(bf16(dot + bias))`: never a larger error). Before, the product was
+rounded to a bf16 tensor, then a second step converted it and added `r` into another buffer.
+Where `r` may not be overwritten (a pre-norm transformer's first residual, GPT-2's embedding sum,
+is an arena slot) the step copies `r` into a new tensor and accumulates into that: the result
+is then a tensor the step makes each run, so the next residual sum (GPT-2: the next 22) goes in
+place. `PGX_CPU_GEMM_RESIDUAL_BF16=0` (or `PGX_CPU_GEMM_RESIDUAL=off`) keeps the old steps.
 """
 
 from __future__ import annotations
@@ -13,8 +24,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
+from pygraphx.codegen.trace import Value
+from pygraphx.ir.env import switch_on
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering import onednn_linear
 from pygraphx.targets.torch_lowering.context import LoweringContext
@@ -30,6 +44,8 @@ from pygraphx.targets.torch_lowering.pointwise import peel_add
 #: `PGX_CPU_GEMM_RESIDUAL`: `sum` (the default) lets a product whose group adds a residual
 #: it may overwrite accumulate into it (`residual_sum`); `off` keeps the separate add
 RESIDUAL_ENV = "PGX_CPU_GEMM_RESIDUAL"
+#: `0` / `off`: a bf16 product's float32 residual sum stays a product and a separate widening add
+WIDENED_ENV = "PGX_CPU_GEMM_RESIDUAL_BF16"
 
 
 def residual_setting() -> str:
@@ -79,6 +95,46 @@ def residual_sum(
     return j if _overwritable(ctx, user.inputs[j], dot, user) else None
 
 
+def widened_residual_sum(
+    ctx: LoweringContext, dot: Instruction, user: Instruction, trace: Any, result: Any, k: int
+) -> tuple[int, bool] | None:
+    """(j, in place) where the (bias-peeled) float32 group `user` of the bf16 product `dot` is
+    exactly `float(dot) + r`, `r` = input `j` a float32 tensor of the product's shape; in place
+    where the step may overwrite `r` (as `residual_sum` asks), else the step accumulates into a
+    copy of `r`. None otherwise (see the module docstring)."""
+    if residual_setting() == "off" or not switch_on(WIDENED_ENV):
+        return None
+    if (dot.shape.type(), user.shape.type()) != ("bf16_type", "float_type"):
+        return None
+    if ctx.cache.get(GEMM_KERNELS, {}).get(id(dot)) != "dnnl":
+        return None
+    if dnnl_gemm_setting() != "matmul" or not onednn_linear.available():
+        return None
+    nodes = trace.nodes
+    if len(nodes) != 2 or not (isinstance(result, Value) and result.kind == "node"):
+        return None
+    cast, add = nodes
+    if result.index != 1 or add.fn != "add" or len(add.args) != 2 or cast.fn != "cast":
+        return None
+    src = cast.args[0] if cast.args else None
+    if not (isinstance(src, Value) and src.kind == "in" and src.index == k):
+        return None
+    if cast.dtype != np.float32 or add.dtype != cast.dtype:
+        return None
+    others = [
+        a for a in add.args if not (isinstance(a, Value) and a.kind == "node" and a.index == 0)
+    ]
+    if len(others) != 1 or not isinstance(others[0], Value) or others[0].kind != "in":
+        return None
+    j = others[0].index
+    r = user.inputs[j]
+    if j == k or r is dot or r.shape.type() != "float_type" or not r.shape.standard():
+        return None
+    if r.shape.lens() != dot.shape.lens():
+        return None
+    return j, _overwritable(ctx, r, dot, user)
+
+
 def _overwritable(
     ctx: LoweringContext, r: Instruction, dot: Instruction, user: Instruction
 ) -> bool:
@@ -105,21 +161,37 @@ def emit_residual_sum(
     j: int,
     produce: Callable[[], torch.Tensor],
     unfused: list,
+    widened: bool = False,
+    in_place: bool = True,
 ) -> None:
     """One step: `r += x @ w (+ bias)` in `r`'s memory (input `j` of `user`), stored as the
-    group's value (a residual that is not dense at run time takes the product and an add)."""
+    group's value (a residual that is not dense at run time takes the product and an add).
+    `widened`: a bf16 product into its float32 `r` (`widened_residual_sum`); not `in_place`:
+    into a new copy of `r`."""
     w = batch_broadcast_matrix(ctx, dot, 1)
     k, n = w.shape
     rows = dot.shape.elements() // n
-    into = dnnl_kernel(ctx, dot, w, rows, bias, None, residual="sum").into
+    out_dtype = torch.float32 if widened else None
+    into = dnnl_kernel(ctx, dot, w, rows, bias, None, residual="sum", out_dtype=out_dtype).into
     env, a, ridx = ctx.env, ctx.arg(dot, 0), ctx.arg(user, j)
     uidx, lens = ctx.index[id(user)], tuple(user.shape.lens())
+
+    if not in_place:
+        empty, f32 = torch.empty, torch.float32
+
+        def step() -> None:
+            out = empty((rows, n), dtype=f32)
+            out.copy_(env[ridx].reshape(rows, n))
+            env[uidx] = into(env[a].reshape(rows, k), out).view(lens)
+
+        ctx.emit(step, [dot, user], uidx, unfused)
+        return
 
     def step() -> None:
         r = env[ridx]
         if r.is_contiguous():
             env[uidx] = into(env[a].reshape(rows, k), r.view(rows, n)).view(lens)
         else:
-            env[uidx] = produce().add_(r)
+            env[uidx] = produce().float().add_(r) if widened else produce().add_(r)
 
     ctx.emit(step, [dot, user], uidx, unfused)

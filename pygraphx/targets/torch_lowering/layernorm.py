@@ -25,7 +25,8 @@ A float32 norm rounded to bf16 runs as oneDNN's primitive writing bf16 in one pa
 (`onednn_layernorm.py`; `PGX_CPU_LAYERNORM=torch` keeps torch's kernel), see `_kernel`. A float32
 norm with a float32 result (and its bf16 copy, if it has one) runs as a native kernel writing
 both in one pass (`native_layernorm.py`; `PGX_CPU_LAYERNORM_NATIVE=0` keeps the above), see
-`_native`.
+`_native`; so does a float32 norm rounded to bf16, writing the bf16 result alone (helper gemm15;
+`PGX_CPU_LAYERNORM_NATIVE_BF16=0` keeps oneDNN's primitive for it).
 """
 
 from __future__ import annotations
@@ -280,7 +281,7 @@ def lower_layernorm(ctx: LoweringContext, mean: Instruction) -> bool:
     both = _native(norm, copy is not None)
     normalise = both if both is not None else _kernel(ctx, norm)
     unfused = None
-    if both is not None and _over_input(ctx, norm):
+    if both is not None and norm.cast is None and _over_input(ctx, norm):
         # the observer path (profiling, per-instruction checks) keeps the input: a twin
         # writing a new tensor
         twin, both = both, _native(norm, copy is not None, inplace=True)
@@ -341,10 +342,20 @@ def _over_input(ctx: LoweringContext, norm: Norm) -> bool:
 
 def _native(norm: Norm, copy: bool, inplace: bool = False) -> native_layernorm.LayerNorm | None:
     """The native kernel (`native_layernorm.py`) for a float32 norm with a float32 result and
-    float32 (or no) affine parts, with its bf16 copy when `copy`; else None (then `_kernel`)."""
+    float32 (or no) affine parts, with its bf16 copy when `copy`; or for one whose float32
+    result is only rounded to bf16 (`norm.cast`, GPT-2's in a bf16 program: the bf16 result
+    alone, `PGX_CPU_LAYERNORM_NATIVE_BF16=0` keeps oneDNN's primitive); else None (`_kernel`)."""
     w, b = norm.weight, norm.bias
-    if norm.x.shape.type() != "float_type" or norm.cast is not None:
+    only_copy = norm.cast == torch.bfloat16 and native_layernorm.bf16_only_enabled()
+    if norm.x.shape.type() != "float_type" or (norm.cast is not None and not only_copy):
         return None
+    if only_copy:  # float32 in, the bf16 rounding of the float32 result out (GPT-2's)
+        if any(t is not None and t.dtype != torch.float32 for t in (w, b)):
+            return None
+        if not native_layernorm.available(True):
+            return None
+        dims = tuple(norm.x.shape.lens())
+        return native_layernorm.LayerNorm(dims, w, b, norm.eps, True, False, only_copy=True)
     if norm.y.shape.type() != "float_type" or any(
         t is not None and t.dtype != torch.float32 for t in (w, b)
     ):

@@ -27,12 +27,15 @@ of GEMMs at batch 1, one thread, 213 ms against 212). bf16 products on a CPU wit
 applied before that one rounding). A
 bf16 product whose element-wise user is float32 (`quantize_bf16`'s default keeps a residual sum in
 float32) takes the group's bias add into the GEMM and the rest of the group writes the float32
-result, as one step (`_emit_widening`); a large one that is only converted to float32 (a language
-model's logits) runs in column blocks, each converted while in cache (`_emit_widened_blocks`). Other
-half and bf16 products are computed in float32 and rounded once. A float32 or bf16 product
-(with its bias add) that slices only cut into column parts, a fused Q / K / V projection, runs
-as one product per part (parts of equal width: one batched product), each written dense for
-the attention that reads it (`_column_parts`, `_batched_parts`).
+result, as one step (`_emit_widening`), or, where the group is only that residual sum, accumulates
+in float32 into the residual (`gemm_residual.widened_residual_sum`); a large one that is only
+converted to float32 (a language model's logits) runs in column blocks, each converted while in
+cache (`_emit_widened_blocks`). A float32 product whose group is `gelu_tanh` takes GELU as a native
+pass over its result (`native_gelu.py`) instead of oneDNN's post-op. Other half and bf16 products
+are computed in float32 and rounded once. A float32 or bf16 product (with its bias add) that
+slices only cut into column parts, a fused Q / K / V projection, runs as one product per part
+(parts of equal width: one batched product), each written dense for the attention that reads it
+(`_column_parts`, `_batched_parts`).
 
 Declined (numpy fallback): integer and fp8 products and `quant_dot` (numpy's exact wrapping
 arithmetic).
@@ -49,12 +52,13 @@ import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.torch_lowering import gemm_select
+from pygraphx.targets.torch_lowering import gemm_select, native_gelu
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext, Step
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.gemm_kernels import (
     DNNL_EPILOGUES,
     GEMM_DTYPES,
+    GEMM_KERNELS,
     ClassifierKernel,
     batch_broadcast_matrix,
     bf16_gemm,
@@ -64,7 +68,11 @@ from pygraphx.targets.torch_lowering.gemm_kernels import (
     fast_kernel,
     use_dnnl,
 )
-from pygraphx.targets.torch_lowering.gemm_residual import emit_residual_sum, residual_sum
+from pygraphx.targets.torch_lowering.gemm_residual import (
+    emit_residual_sum,
+    residual_sum,
+    widened_residual_sum,
+)
 from pygraphx.targets.torch_lowering.lower_math import (
     compile_into,
     lower_pointwise,
@@ -225,11 +233,21 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
     produce = dot_producer(ctx, dot, bias)
     assert produce is not None
     act = _activation(trace, result, k) if not _one_row(dot) else None
-    if act is not None and dot_producer(ctx, dot, bias, act) is not None:
+    if act is not None and _native_gelu(ctx, dot, user, act):
+        gelu, base = native_gelu.GeluTanh(), produce
+        produce = lambda: gelu(base())  # noqa: E731  (the product, then the pass in place)
+        result = trace.inputs[k]
+    elif act is not None and dot_producer(ctx, dot, bias, act) is not None:
         produce = dot_producer(ctx, dot, bias, act)
         result = trace.inputs[k]  # the GEMM applies the whole group
     uidx = ctx.index[id(user)]
-    if user.shape.type() != dot.shape.type():
+    widened = user.shape.type() != dot.shape.type()
+    residual, in_place = None, True
+    if widened and act is None:
+        found = widened_residual_sum(ctx, dot, user, trace, result, k)
+        if found is not None:
+            residual, in_place = found
+    if widened and residual is None:
         _emit_widening(ctx, dot, user, produce, (trace, result), unfused)
         return True
     if ctx.static[uidx]:
@@ -238,9 +256,10 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
     ctx.static[uidx] = False
     ctx.mark_fresh(uidx)
     env = ctx.env
-    residual = None if act is not None else residual_sum(ctx, dot, user, trace, result, k)
+    if not widened and act is None:
+        residual = residual_sum(ctx, dot, user, trace, result, k)
     if residual is not None:
-        emit_residual_sum(ctx, dot, user, bias, residual, produce, unfused)
+        emit_residual_sum(ctx, dot, user, bias, residual, produce, unfused, widened, in_place)
         return True
     if result.kind == "in" and result.index == k:  # the group was the bias add alone
 
@@ -553,6 +572,16 @@ def _activation(trace: Any, result: Any, k: int) -> str | None:
     (x, *rest) = node.args or [None]
     ok = not rest and getattr(x, "kind", None) == "in" and x.index == k
     return node.fn if ok and node.fn in DNNL_EPILOGUES else None
+
+
+def _native_gelu(ctx: LoweringContext, dot: Instruction, user: Instruction, act: str) -> bool:
+    """Whether the float32 product's gelu_tanh group runs as the product, then the native
+    kernel's pass over it in place (`native_gelu.py`), not oneDNN's post-op."""
+    if act != "gelu_tanh" or dot.shape.type() != "float_type" or user.shape.type() != "float_type":
+        return False
+    if ctx.cache.get(GEMM_KERNELS, {}).get(id(dot)) != "dnnl":
+        return False
+    return native_gelu.available()
 
 
 def _one_row(dot: Instruction) -> bool:

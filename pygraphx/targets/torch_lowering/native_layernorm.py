@@ -36,6 +36,9 @@ KERNEL = "layernorm"
 ENV = "PGX_CPU_LAYERNORM_NATIVE"
 #: `0` / `off`: the native kernel never writes over its input (`layernorm._over_input`)
 INPLACE_ENV = "PGX_CPU_LAYERNORM_INPLACE"
+#: `0` / `off`: a float32 norm whose result is only rounded to bf16 (GPT-2's in a bf16 program)
+#: stays on oneDNN's primitive (`layernorm._kernel`) instead of this kernel's bf16-only pass
+BF16_ENV = "PGX_CPU_LAYERNORM_NATIVE_BF16"
 F32, BF16 = torch.float32, torch.bfloat16
 empty, get_num_threads = torch.empty, torch.get_num_threads
 
@@ -45,6 +48,10 @@ def enabled() -> bool:
 
 def inplace_enabled() -> bool:
     return switch_on(INPLACE_ENV)
+
+
+def bf16_only_enabled() -> bool:
+    return switch_on(BF16_ENV)
 
 
 def _bind(lib: ctypes.CDLL) -> None:
@@ -89,10 +96,14 @@ def available(copy: bool) -> bool:
 class LayerNorm:
     """`torch.layer_norm(x, (n,), weight, bias, eps)` of a float32 `x` of shape `dims` into a
     new float32 tensor (`inplace`: into `x` itself, each row read before it is written); with
-    `copy` a call returns (y, y rounded to bf16), both written in the one pass."""
+    `copy` a call returns (y, y rounded to bf16), both written in the one pass; with `only_copy`
+    (and `copy`) it returns y rounded to bf16 alone, the float32 y never stored."""
 
     def __init__(self, dims: tuple[int, ...], weight: Tensor | None, bias: Tensor | None,
-                 eps: float, copy: bool = False, inplace: bool = False) -> None:  # fmt: skip
+                 eps: float, copy: bool = False, inplace: bool = False,
+                 only_copy: bool = False) -> None:  # fmt: skip
+        if only_copy and (not copy or inplace):
+            raise ValueError("native layer norm: only_copy needs copy and not inplace")
         self.lib = library()
         self.dims, self.n = dims, dims[-1]
         self.rows = 1
@@ -100,7 +111,7 @@ class LayerNorm:
             self.rows *= d
         self.weight = None if weight is None else weight.to(F32).contiguous()
         self.bias = None if bias is None else bias.to(F32).contiguous()
-        self.eps, self.copy, self.inplace = float(eps), copy, inplace
+        self.eps, self.copy, self.inplace, self.only_copy = float(eps), copy, inplace, only_copy
         w = None if self.weight is None else self.weight.data_ptr()
         b = None if self.bias is None else self.bias.data_ptr()
         self.fixed = (w, b, self.rows, self.n, self.n, self.n, self.n, ctypes.c_float(self.eps))
@@ -110,12 +121,15 @@ class LayerNorm:
         """Few calls on the way: in a model this runs right after a weight product, its code
         out of the caches (`layernorm._kernel`)."""
         if x.dtype == F32 and x.shape == self.dims and x.is_contiguous():
-            y = x if self.inplace else empty(self.dims, dtype=F32)
+            y = None if self.only_copy else x if self.inplace else empty(self.dims, dtype=F32)
             yb = empty(self.dims, dtype=BF16) if self.copy else None
-            rc = self.lib.ln_f32(x.data_ptr(), y.data_ptr(), None if yb is None else
-                                 yb.data_ptr(), *self.fixed, get_num_threads())  # fmt: skip
+            rc = self.lib.ln_f32(x.data_ptr(), None if y is None else y.data_ptr(),
+                                 None if yb is None else yb.data_ptr(), *self.fixed,
+                                 get_num_threads())  # fmt: skip
             if rc:
                 raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+            if y is None:
+                return yb
             return y if yb is None else (y, yb)
         if not self.warned:
             self.warned = True
@@ -125,7 +139,18 @@ class LayerNorm:
                 list(self.dims), list(x.shape), x.dtype, tuple(x.stride()),
             )  # fmt: skip
         y = torch.layer_norm(x, (self.n,), self.weight, self.bias, self.eps)
+        if self.only_copy:
+            return y.to(BF16)
         return (y, y.to(BF16)) if self.copy else y
 
 
-__all__ = ["ENV", "INPLACE_ENV", "LayerNorm", "available", "enabled", "inplace_enabled"]
+__all__ = [
+    "BF16_ENV",
+    "ENV",
+    "INPLACE_ENV",
+    "LayerNorm",
+    "available",
+    "bf16_only_enabled",
+    "enabled",
+    "inplace_enabled",
+]

@@ -104,9 +104,9 @@ class _Primitive:
         self.rt, lib = rt, rt.lib
         declare_matmul(lib)
         fn = lib.dnnl_matmul_primitive_desc_create
-        dt = DTYPES[owner.dtype]
+        dt, dst_dt = DTYPES[owner.dtype], DTYPES[owner.out_dtype]
         src, wei, dst, bias, tag = owner.dims()
-        self.mds = [rt.desc(d, dt, t) for d, t in ((src, tag), (wei, TAG_ANY), (dst, tag))]
+        self.mds = [rt.desc(src, dt, tag), rt.desc(wei, dt, TAG_ANY), rt.desc(dst, dst_dt, tag)]
         if owner.bias is not None:
             self.mds.append(rt.desc(bias, DTYPES[owner.bias.dtype], tag))
         src_md, w_any, dst_md = self.mds[:3]
@@ -115,7 +115,7 @@ class _Primitive:
         bias_op = bias_md if owner.parts > 1 else None
         res_md = None
         if owner.residual == "add":  # (its post-op follows the bias's, if that is one)
-            res_md = rt.desc(dst, dt, tag)
+            res_md = rt.desc(dst, dst_dt, tag)
             self.mds.append(res_md)
         attr = _attributes(lib, owner.epilogue, bias_op, res_md, owner.residual == "sum")
         self.pd, self.prim, self.mems = c_void_p(), None, []
@@ -192,7 +192,10 @@ class Linear:
     first of oneDNN's implementations whose name starts with it (e.g. `gemm:jit`; an error
     naming those offered where none does), else oneDNN's first. With `residual` the product
     adds a (rows, N) tensor of its type given at each call (`linear(x, r)`: a residual sum,
-    oneDNN's binary add post-op, after the bias and before an epilogue)."""
+    oneDNN's binary add post-op, after the bias and before an epilogue). `out_dtype`: the
+    result's type where it is not the weight's (float32 of a bf16 product: accumulated in
+    float32 and never rounded to bf16; a bf16 program's residual sum into its float32 residual,
+    `gemm_residual.py`)."""
 
     def __init__(
         self,
@@ -205,6 +208,7 @@ class Linear:
         parts: int = 1,
         impl: str | None = None,
         residual: str | None = None,
+        out_dtype: torch.dtype | None = None,
     ) -> None:
         rt = runtime()
         if rt is None:
@@ -216,6 +220,9 @@ class Linear:
             raise OneDnnError(f"matmul epilogue {epilogue!r}: expected one of {sorted(EPILOGUES)}")
         if residual not in (None, "add", "sum"):
             raise OneDnnError(f"matmul residual {residual!r}: expected None, 'add' or 'sum'")
+        out_dtype = weight.dtype if out_dtype is None else out_dtype
+        if out_dtype not in DTYPES:
+            raise OneDnnError(f"matmul result type {out_dtype}: expected float32 or bf16")
         if residual and parts != 1:
             raise OneDnnError("matmul residual: a product in parts takes none")
         if twin is not None and (twin.shape, twin.dtype, twin.rows, twin.parts) != (
@@ -239,7 +246,7 @@ class Linear:
             self.weight = weight.contiguous()
         else:  # (parts, K, width): part p is columns p * width ... (p + 1) * width
             self.weight = weight.reshape(k, parts, width).permute(1, 0, 2).contiguous()
-        self.shape, self.dtype = (k, n), weight.dtype
+        self.shape, self.dtype, self.out_dtype = (k, n), weight.dtype, out_dtype
         self.bias = None if bias is None else bias.contiguous()
         self.rows = rows
         self.epilogue = epilogue
@@ -281,12 +288,12 @@ class Linear:
     def __call__(self, x: Tensor, r: Tensor | None = None) -> Tensor:
         if self.residual == "sum":  # the product accumulates into its destination: `into`
             raise OneDnnError("matmul with a sum post-op: call `into(x, r)`, not the product")
-        y = torch.empty(self.out_lens, dtype=self.dtype)
+        y = torch.empty(self.out_lens, dtype=self.out_dtype)
         if self.residual == "add":
-            if r is None or r.dtype != self.dtype or r.numel() != y.numel():
+            if r is None or r.dtype != self.out_dtype or r.numel() != y.numel():
                 got = None if r is None else (tuple(r.shape), r.dtype)
                 raise OneDnnError(
-                    f"matmul residual: expected a {list(self.out_lens)} {self.dtype} tensor, "
+                    f"matmul residual: expected a {list(self.out_lens)} {self.out_dtype} tensor, "
                     f"got {got}"
                 )
             self.primitive().execute(x.contiguous(), y, r.contiguous())
@@ -296,9 +303,10 @@ class Linear:
 
     def into(self, x: Tensor, r: Tensor) -> Tensor:
         """`r += x @ weight (+ bias)` in place (`residual="sum"`), `r` dense; returns `r`."""
-        if r.dtype != self.dtype or r.numel() != self.numel or not r.is_contiguous():
+        if r.dtype != self.out_dtype or r.numel() != self.numel or not r.is_contiguous():
             raise OneDnnError(
-                f"matmul sum into: expected a dense {list(self.out_lens)} {self.dtype} tensor, "
+                f"matmul sum into: expected a dense {list(self.out_lens)} {self.out_dtype} "
+                "tensor, "
                 f"got {tuple(r.shape)} {r.dtype}{'' if r.is_contiguous() else ' (strided)'}"
             )
         self.primitive().execute(x.contiguous(), r)

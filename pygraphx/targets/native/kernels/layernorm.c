@@ -99,7 +99,7 @@ static inline void row_norm(const float *x, float *y, uint16_t *yb, const float 
         __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), m), r);
         if (w) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, w + j));
         if (b) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b + j));
-        _mm512_mask_storeu_ps(y + j, k, v);
+        if (y) _mm512_mask_storeu_ps(y + j, k, v);
 #ifdef __AVX512BF16__
         if (yb) {
             __m256bh h = _mm512_cvtneps_pbh(v);
@@ -112,8 +112,10 @@ static inline void row_norm(const float *x, float *y, uint16_t *yb, const float 
 #endif /* __AVX512F__ */
 
 /* Normalise `rows` rows of `n` floats: x (row stride sx) into y (row stride sy) and, where yb
- * is not NULL, its bf16 rounding into yb (row stride syb); w and b: (n) or NULL. Returns 0,
- * or -1 where this build has no kernel (or no bf16 one and yb is given). */
+ * is not NULL, its bf16 rounding into yb (row stride syb); y may be NULL where yb is not (the
+ * bf16 result alone: a pre-norm transformer's norm in a bf16 program, GPT-2's; helper
+ * gemm15); w and b: (n) or NULL. Returns 0, or -1 where this build has no kernel (or no bf16
+ * one and yb is given, or neither output is given). */
 int ln_f32(const float *x, float *y, uint16_t *yb, const float *w, const float *b,
            int64_t rows, int64_t n, int64_t sx, int64_t sy, int64_t syb, float eps,
            int64_t threads) {
@@ -121,14 +123,15 @@ int ln_f32(const float *x, float *y, uint16_t *yb, const float *w, const float *
 #ifndef __AVX512BF16__
     if (yb) return -1;
 #endif
+    if (!y && !yb) return -1;
     if (threads <= 1 || rows < 2) {
         for (int64_t i = 0; i < rows; i++)
-            row_norm(x + i * sx, y + i * sy, yb ? yb + i * syb : NULL, w, b, n, eps);
+            row_norm(x + i * sx, y ? y + i * sy : NULL, yb ? yb + i * syb : NULL, w, b, n, eps);
         return 0;
     }
 #pragma omp parallel for num_threads((int)threads) schedule(static)
     for (int64_t i = 0; i < rows; i++)
-        row_norm(x + i * sx, y + i * sy, yb ? yb + i * syb : NULL, w, b, n, eps);
+        row_norm(x + i * sx, y ? y + i * sy : NULL, yb ? yb + i * syb : NULL, w, b, n, eps);
     return 0;
 #else
     (void)x; (void)y; (void)yb; (void)w; (void)b; (void)rows; (void)n; (void)sx; (void)sy;
