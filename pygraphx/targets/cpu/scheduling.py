@@ -47,7 +47,10 @@ from pygraphx.targets.cpu.threads import (
     BUDGET,
     GEMM_OPS,
     LOAD_ADAPT_ENV,
+    STALL_ADAPT_ENV,
+    StallAdapt,
     load_threads,
+    stall_adapt_enabled,
     step_threads,
     usable_cpus,
 )
@@ -155,15 +158,24 @@ def _switching(fn: Callable[[], None], count: int, limit: list[int]) -> Callable
 
 
 class RunScope:
-    """The context of one run (see the module docstring); `limit[0]` is the run's threads."""
+    """The context of one run (see the module docstring); `limit[0]` is the run's threads.
 
-    def __init__(self, n: int) -> None:
+    `stall`: a `StallAdapt` for this scope's runs (default: one when `PGX_CPU_STALL_ADAPT` is
+    on), fed each run's wall time from entry to exit while `timed` is true (the executable
+    clears it for profiled runs); False: none (prepare's scope)."""
+
+    def __init__(self, n: int, stall: bool | None = None) -> None:
         self.n = n
         self.limit = [n]
+        on = stall_adapt_enabled() if stall is None else stall
+        self.stall: StallAdapt | None = StallAdapt(n) if on and n > 1 else None
+        self.timed = True
+        self._perf = time.perf_counter
+        self._told_stall = False
         # read once: os.cpu_count() costs some 12 us per call (sysfs), a run should not
         self._cpus = os.cpu_count() or 1
         self._usable = usable_cpus()
-        self._saved: list[tuple[int, Any]] = []
+        self._saved: list[tuple[int, Any, int, float]] = []
         self._told = False
         # inference mode through torch's own guard (what `torch.inference_mode` makes and
         # enters): `torch.inference_mode`'s Python cost 8-14 us a run on each side, cold after
@@ -189,6 +201,9 @@ class RunScope:
     def __enter__(self) -> RunScope:
         before = torch.get_num_threads()
         want = self._load_threads()
+        stall = self.stall
+        if stall is not None and not self._saved:
+            want = min(want, stall.want())
         if want < self.n and not self._told:
             self._told = True
             log.info(
@@ -203,20 +218,40 @@ class RunScope:
         set_threads(got)  # the profiled path runs every step on the run's threads
         mode = self._inference(True)
         mode.__enter__()
-        self._saved.append((before, mode))
+        self._saved.append((before, mode, got, self._perf()))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        before, mode = self._saved.pop()
+        before, mode, got, start = self._saved.pop()
+        end = self._perf()
         try:
             mode.__exit__(*exc)
             torch.set_num_threads(before)
         finally:
             BUDGET.release()
+        stall = self.stall
+        if stall is not None and self.timed and exc[0] is None and not self._saved:
+            if stall.record(got, end - start, end) is not None:
+                self._tell(stall)
+
+    def _tell(self, stall: StallAdapt) -> None:
+        """Log a move of the stall count: the first lowering at INFO, the rest at DEBUG."""
+        if stall.count < stall.n and not self._told_stall:
+            self._told_stall = True
+            log.info(
+                "cpu: runs stalled (%.2f ms a run against a best of %.2f ms on %d threads: "
+                "other work holds some cores): runs take %d of %d threads, trying %d again "
+                "every few seconds (%s=0 keeps them all)",
+                stall.last_stall * 1e3, stall.best.get(stall.n, 0.0) * 1e3, stall.n,
+                stall.count, stall.n, stall.n, STALL_ADAPT_ENV,
+            )  # fmt: skip
+        else:
+            log.debug("cpu: stall adaptation: runs take %d of %d threads", stall.count, stall.n)
 
 
 __all__ = [
     "LOAD_ADAPT_ENV",
+    "STALL_ADAPT_ENV",
     "RunScope",
     "load_threads",
     "plan_step_threads",

@@ -55,17 +55,21 @@ from __future__ import annotations
 import functools
 import math
 import os
+import statistics
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pygraphx.ir.env import whole_number
+from pygraphx.ir.env import switch_on, whole_number
 
 THREADS_ENV = "PGX_CPU_THREADS"
 CAP_ENV = "PGX_CPU_MAX_THREADS"
 STEP_POLICY_ENV = "PGX_CPU_STEP_THREADS"
 LOAD_ADAPT_ENV = "PGX_CPU_LOAD_ADAPT"
+STALL_ADAPT_ENV = "PGX_CPU_STALL_ADAPT"
 
 #: default upper bound on the thread count (see the module docstring)
 DEFAULT_CAP = 16
@@ -277,6 +281,141 @@ def load_threads(
     return max(1, min(n, usable - others))
 
 
+# --- stalled runs (see `scheduling.py`'s docstring) --------------------------------------
+
+#: a run is slow when it takes more than `STALL_RATIO` times the best run at its thread count
+#: (and at least `STALL_MIN_EXCESS_S` more); `STALL_RUNS` slow runs in a row are a stall
+STALL_RATIO = 1.6
+STALL_RUNS = 3
+STALL_MIN_EXCESS_S = 2e-4
+#: runs at a thread count before its best is trusted (the first runs warm caches and pools)
+STALL_BEST_AFTER = 3
+#: seconds a lowered count is kept before one run probes the full count again; doubled after
+#: each probe that finds the stall still there, up to `STALL_HOLD_MAX_S`
+STALL_HOLD_S = 0.5
+STALL_HOLD_MAX_S = 4.0
+
+
+def stall_adapt_enabled() -> bool:
+    """`PGX_CPU_STALL_ADAPT` (default on): whether programs compiled now adapt to stalls."""
+    return switch_on(STALL_ADAPT_ENV)
+
+
+class StallAdapt:
+    """Run-time feedback on one program's thread count: fewer threads while runs stall.
+
+    `want(now)` is the count the next run should take, `record(used, seconds, now)` reports a
+    finished run (the threads it held, its wall time). Per thread count it keeps the best run
+    seen (after `STALL_BEST_AFTER` runs at that count); `STALL_RUNS` runs in a row slower than
+    `STALL_RATIO` times that best (and by `STALL_MIN_EXCESS_S`) at the current count halve
+    the count (at least 1). A lowered count is kept for a hold time (`STALL_HOLD_S`), then
+    one run probes the full count: when it is no longer slow against the full count's best,
+    or faster than the lowered runs, the full count comes back (and the hold time resets);
+    otherwise the lowered count stays for twice the hold (at most `STALL_HOLD_MAX_S`). When
+    the lowered runs are no faster than the stalled ones were, the full count comes back at
+    once and stalls are not looked for during one hold time (fewer threads did not help).
+    Runs at a count other than the one asked for (the process budget gave fewer) only update
+    that count's best. All methods are thread-safe (one lock, held for a few arithmetic
+    operations); `changes` counts the count's moves, `lowered` / `restored` the two kinds."""
+
+    def __init__(self, n: int, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.n = max(1, n)
+        self.count = self.n
+        self.clock = clock
+        self.best: dict[int, float] = {}
+        self.runs: dict[int, int] = {}
+        self.lowered = 0
+        self.restored = 0
+        self.probes = 0
+        self.last_stall = 0.0  # seconds: the median of the runs that made the last lowering
+        self._slow: list[float] = []
+        self._recent: deque[float] = deque(maxlen=STALL_RUNS)  # runs at the lowered count
+        self._probe_at = math.inf
+        self._quiet_until = -math.inf  # no stall detection before (fewer threads did not help)
+        self._hold = STALL_HOLD_S
+        self._lock = threading.Lock()
+
+    @property
+    def changes(self) -> int:
+        return self.lowered + self.restored
+
+    def want(self, now: float | None = None) -> int:
+        """Threads for the next run: the current count, or the full count when a probe is due."""
+        with self._lock:
+            if self.count < self.n:
+                now = self.clock() if now is None else now
+                if now >= self._probe_at:
+                    # one probe at a time; its `record` sets the next (a probe whose run
+                    # failed, or got fewer threads, is followed by another after a hold)
+                    self._probe_at = now + self._hold
+                    self.probes += 1
+                    return self.n
+            return self.count
+
+    def record(self, used: int, seconds: float, now: float | None = None) -> str | None:
+        """A finished run on `used` threads took `seconds`; returns "lowered" or "restored"
+        when this run moved the count, else None."""
+        now = self.clock() if now is None else now
+        with self._lock:
+            runs = self.runs.get(used, 0) + 1
+            self.runs[used] = runs
+            best = self.best.get(used, math.inf)
+            if seconds < best:
+                self.best[used] = seconds
+            if used != self.count:
+                if used == self.n:  # a probe of the full count
+                    return self._probed(seconds, best, now)
+                return None
+            if runs > STALL_BEST_AFTER and now >= self._quiet_until and self._is_slow(
+                seconds, best
+            ):
+                self._slow.append(seconds)
+                if len(self._slow) >= STALL_RUNS and self.count > 1:
+                    return self._lower(now)
+            else:
+                self._slow.clear()
+            if self.count < self.n:
+                self._recent.append(seconds)
+                if len(self._recent) == STALL_RUNS and (
+                    statistics.median(self._recent) >= self.last_stall
+                ):  # fewer threads are no faster: give them back, look again after a hold
+                    self._quiet_until = now + self._hold
+                    return self._restore()
+            return None
+
+    @staticmethod
+    def _is_slow(seconds: float, best: float) -> bool:
+        return seconds > STALL_RATIO * best and seconds - best > STALL_MIN_EXCESS_S
+
+    def _lower(self, now: float) -> str:
+        self.last_stall = statistics.median(self._slow)
+        self._slow.clear()
+        self._recent.clear()
+        self.count = max(1, self.count // 2)
+        self._probe_at = now + self._hold
+        self.lowered += 1
+        return "lowered"
+
+    def _restore(self) -> str:
+        self.count = self.n
+        self._slow.clear()
+        self._recent.clear()
+        self._probe_at = math.inf
+        self.restored += 1
+        return "restored"
+
+    def _probed(self, seconds: float, best: float, now: float) -> str | None:
+        if self.count == self.n:
+            return None  # restored meanwhile (a concurrent run's probe)
+        lowered = statistics.median(self._recent) if self._recent else math.inf
+        if not self._is_slow(seconds, best) or seconds < lowered:
+            self._hold = STALL_HOLD_S
+            return self._restore()
+        self._probe_at = now + self._hold
+        self._hold = min(2 * self._hold, STALL_HOLD_MAX_S)
+        return None
+
+
 # --- the process-wide budget --------------------------------------------------------------
 
 
@@ -340,7 +479,9 @@ __all__ = [
     "CAP_ENV",
     "DEFAULT_CAP",
     "LOAD_ADAPT_ENV",
+    "STALL_ADAPT_ENV",
     "STEP_POLICY_ENV",
+    "StallAdapt",
     "THREADS_ENV",
     "ThreadBudget",
     "ThreadCount",
@@ -349,6 +490,7 @@ __all__ = [
     "load_threads",
     "physical_cores",
     "resolve_threads",
+    "stall_adapt_enabled",
     "step_policy_enabled",
     "step_threads",
     "usable_cpus",

@@ -1,0 +1,305 @@
+"""The cpu target's stall adaptation (`threads.StallAdapt`, applied by `scheduling.RunScope`):
+runs much slower than the program's best at their thread count, several in a row, lower the
+count; a probe of the full count gives it back once the stall is gone; noise moves nothing;
+concurrent use is safe; and end to end, a program beside real spinning processes comes down to
+fewer threads and back."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from pygraphx.targets.cpu import threads
+from pygraphx.targets.cpu.threads import (
+    STALL_ADAPT_ENV,
+    STALL_BEST_AFTER,
+    STALL_HOLD_S,
+    STALL_RUNS,
+    StallAdapt,
+)
+
+MS = 1e-3
+
+
+class Feed:
+    """Runs fed to a controller on a synthetic clock (each run ends `seconds` after the last)."""
+
+    def __init__(self, n: int) -> None:
+        self.now = 0.0
+        self.c = StallAdapt(n, clock=lambda: self.now)
+        self.used: list[int] = []
+
+    def run(self, seconds_at: dict[int, float] | float, times: int = 1) -> list[str | None]:
+        events = []
+        for _ in range(times):
+            used = self.c.want(self.now)
+            self.used.append(used)
+            t = seconds_at if isinstance(seconds_at, float) else seconds_at[used]
+            self.now += t
+            events.append(self.c.record(used, t, self.now))
+        return events
+
+
+def quiet(n: int = 2, ms: float = 10.0, runs: int = 10) -> Feed:
+    f = Feed(n)
+    f.run(ms * MS, runs)
+    return f
+
+
+@pytest.mark.parametrize(("n", "lowered"), [(2, 1), (16, 8), (3, 1)])
+def test_a_stall_lowers_the_count(n: int, lowered: int) -> None:
+    f = quiet(n)
+    events = f.run(30 * MS, STALL_RUNS)
+    assert events[-1] == "lowered" and events[:-1] == [None] * (STALL_RUNS - 1)
+    assert f.c.count == lowered and f.c.want(f.now) == lowered
+    assert f.c.last_stall == pytest.approx(30 * MS)
+
+
+def test_a_stall_that_goes_on_lowers_it_again() -> None:
+    f = quiet(16)
+    f.run(30 * MS, STALL_RUNS)
+    assert f.c.count == 8
+    f.run({8: 12 * MS, 16: 30 * MS}, STALL_BEST_AFTER + 1)  # the lowered count's best
+    f.run({8: 25 * MS, 16: 30 * MS}, STALL_RUNS)  # slow, yet faster than 16 stalled
+    assert f.c.count == 4
+
+
+def test_noise_does_not_move_it() -> None:
+    f = quiet()
+    # slow runs, but never STALL_RUNS in a row
+    for _ in range(20):
+        f.run(35 * MS, STALL_RUNS - 1)
+        f.run(10 * MS)
+    # a steady 1.5x (a slower machine, not a stall)
+    f.run(15 * MS, 50)
+    assert f.c.count == 2 and f.c.changes == 0 and set(f.used) == {2}
+
+
+def test_the_first_runs_set_the_best_before_stalls_count() -> None:
+    """A program's first runs (cold caches, pools starting) are slow: no stall."""
+    f = Feed(2)
+    f.run(50 * MS, STALL_BEST_AFTER)
+    f.run(10 * MS, 10)
+    assert f.c.count == 2 and f.c.best[2] == pytest.approx(10 * MS)
+
+
+def test_short_runs_need_an_absolute_excess() -> None:
+    f = quiet(ms=0.02)  # 20 us runs: 3x is 40 us more, within a scheduler's jitter
+    f.run(0.06 * MS, 10)
+    assert f.c.count == 2
+
+
+def test_recovery_restores_the_full_count() -> None:
+    f = quiet()
+    f.run(30 * MS, STALL_RUNS)
+    # while the neighbour stays: 1 thread 15 ms, 2 threads 30 ms; probes fail, holds double
+    f.run({1: 15 * MS, 2: 30 * MS}, int(STALL_HOLD_S * 4 / (15 * MS)))
+    probes = [k for k, u in enumerate(f.used) if u == 2][10 + STALL_RUNS :]
+    assert len(probes) >= 2 and f.c.count == 1 and f.c.restored == 0
+    gaps = np.diff(probes)
+    assert all(b > a for a, b in zip(gaps, gaps[1:], strict=False))  # backing off
+    # the neighbour goes: the next probe finds the full count fast again
+    events = f.run({1: 15 * MS, 2: 10 * MS}, int(threads.STALL_HOLD_MAX_S / (15 * MS)) + 2)
+    assert "restored" in events and f.c.count == 2
+    assert f.c.want(f.now) == 2 and f.used[-1] == 2
+    # and stays (no probe schedule left, hold time back to the start)
+    f.run(10 * MS, 100)
+    assert set(f.used[-100:]) == {2}
+
+
+def test_a_probe_faster_than_the_lowered_runs_restores_it() -> None:
+    """The stall eased but did not end: the full count is faster than the lowered one again."""
+    f = quiet()
+    f.run(30 * MS, STALL_RUNS)
+    f.run({1: 25 * MS, 2: 18 * MS}, 60)
+    assert f.c.count == 2 and f.c.restored >= 1
+
+
+def test_fewer_threads_that_do_not_help_are_given_back() -> None:
+    f = quiet()
+    f.run(30 * MS, STALL_RUNS)
+    assert f.c.count == 1
+    events = f.run({1: 40 * MS, 2: 30 * MS}, STALL_RUNS)
+    assert events[-1] == "restored" and f.c.count == 2
+    f.run({1: 40 * MS, 2: 30 * MS}, STALL_RUNS)  # no new lowering during the hold
+    assert f.c.count == 2 and f.c.lowered == 1
+
+
+def test_runs_the_budget_cut_short_only_update_their_own_best() -> None:
+    f = quiet()
+    for _ in range(10):  # another run held a thread: this one got 1 (and is slow)
+        f.c.record(1, 30 * MS, f.now)
+    assert f.c.count == 2 and f.c.changes == 0 and f.c.best[1] == pytest.approx(30 * MS)
+
+
+def test_one_thread_programs_have_nothing_to_lower() -> None:
+    f = quiet(1)
+    f.run(50 * MS, 10)
+    assert f.c.count == 1 and f.c.changes == 0
+
+
+def test_concurrent_runs_are_safe() -> None:
+    """Many threads asking and reporting at once: counts stay valid, every run is counted."""
+    c = StallAdapt(16)
+    errors: list[BaseException] = []
+    per_thread = 2000
+
+    def work(k: int) -> None:
+        try:
+            rng = np.random.default_rng(k)
+            for i in range(per_thread):
+                used = c.want()
+                assert used in (16, 8, 4, 2, 1)
+                slow = (i // 50) % 2 == 1  # stalls come and go
+                c.record(used, float(rng.uniform(10, 12) * (3 if slow else 1)) * MS)
+        except BaseException as exc:  # noqa: BLE001 (collected, re-raised by the test)
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors
+    assert sum(c.runs.values()) == 8 * per_thread
+    assert c.count in (16, 8, 4, 2, 1) and c.lowered >= 1
+
+
+# --- the run scope ------------------------------------------------------------------------
+
+
+torch = pytest.importorskip("torch")
+
+from pygraphx.targets.cpu import scheduling  # noqa: E402
+from pygraphx.targets.cpu.scheduling import LOAD_ADAPT_ENV, RunScope  # noqa: E402
+
+
+def test_the_switch_and_prepare_scope_have_no_controller(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(STALL_ADAPT_ENV, "off")
+    assert RunScope(2).stall is None
+    monkeypatch.delenv(STALL_ADAPT_ENV)
+    assert RunScope(2).stall is not None
+    assert RunScope(2, stall=False).stall is None
+    assert RunScope(1).stall is None
+
+
+def test_run_scope_takes_fewer_threads_after_a_stall_and_says_so_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(LOAD_ADAPT_ENV, "0")
+    monkeypatch.delenv(STALL_ADAPT_ENV, raising=False)
+    scope = RunScope(2)
+    now = [0.0]
+    scope._perf = lambda: now[0]
+    assert scope.stall is not None
+    scope.stall.clock = lambda: now[0]
+    caller = torch.get_num_threads()
+
+    def run(ms: float) -> int:
+        with scope():
+            took = torch.get_num_threads()
+            now[0] += ms * MS
+        assert torch.get_num_threads() == caller
+        return took
+
+    with caplog.at_level(logging.INFO, logger="pygraphx.cpu"):
+        assert [run(10) for _ in range(10)] == [2] * 10
+        [run(30) for _ in range(STALL_RUNS)]
+        assert run(15) == 1
+        scope.timed = False  # a profiled run: not fed to the controller
+        now[0] += 10.0  # a probe is due: this run takes it
+        assert run(500) == 2
+        scope.timed = True
+        assert scope.stall.count == 1 and scope.stall.restored == 0
+        # its result never came: a hold later (here at once, 500 ms passed) another probe
+        assert run(10) == 2
+        assert scope.stall.count == 2 and scope.stall.restored == 1
+        assert run(10) == 2
+        [run(30) for _ in range(STALL_RUNS)]
+        assert scope.stall.count == 1 and scope.stall.lowered == 2
+    told = [r for r in caplog.records if "runs stalled" in r.getMessage()]
+    assert len(told) == 1 and "1 of 2 threads" in told[0].getMessage()
+    assert STALL_ADAPT_ENV in told[0].getMessage()
+
+
+# --- end to end: real spinning neighbours -------------------------------------------------
+
+
+def _gemm_chain(k: int = 6, d: int = 384, rows: int = 96) -> tuple[object, dict, np.ndarray]:
+    import pygraphx
+    from tests.helpers import make_model
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, d)).astype(np.float32)
+    ws = [(rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32) for _ in range(k)]
+    nodes, cur = [], "x"
+    for i in range(k):
+        nodes.append(helper.make_node("MatMul", [cur, f"w{i}"], [f"y{i}"]))
+        nodes.append(helper.make_node("Tanh", [f"y{i}"], [f"t{i}"]))
+        cur = f"t{i}"
+    model = make_model(nodes, {"x": x}, [cur], {f"w{i}": w for i, w in enumerate(ws)})
+    want = x
+    for w in ws:
+        want = np.tanh(want @ w)
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    return prog, {"x": x}, want
+
+
+def test_spinning_neighbours_lower_the_count_and_it_comes_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Beside 2 spinning processes per CPU a 2-thread program's runs stall: the count comes
+    down; with them gone it comes back (the hold times shortened so that the test's probes
+    are many). Only the controller's moves are checked, never a timing ratio."""
+    import pygraphx
+
+    monkeypatch.setenv(LOAD_ADAPT_ENV, "0")
+    monkeypatch.delenv(STALL_ADAPT_ENV, raising=False)
+    monkeypatch.setattr(threads, "STALL_HOLD_S", 0.05)
+    monkeypatch.setattr(threads, "STALL_HOLD_MAX_S", 0.2)
+    prog, feeds, want = _gemm_chain()
+    prog.compile(pygraphx.get_target("cpu", threads=2))
+    stall = prog._executable.scope.stall
+    assert stall is not None
+    for _ in range(20):
+        out = prog.run(feeds)
+    np.testing.assert_allclose(out[0], want, rtol=1e-4, atol=1e-4)  # numpy's products
+    cpus = len(threads.affinity_cpus())
+    spinners = []
+    try:
+        for _ in range(2 * cpus):
+            spinners.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        end = time.monotonic() + 20.0
+        while stall.lowered == 0 and time.monotonic() < end:
+            prog.run(feeds)
+    finally:
+        for p in spinners:
+            p.kill()
+        for p in spinners:
+            p.wait()
+    assert stall.lowered >= 1
+    end = time.monotonic() + 30.0
+    while stall.count < 2 and time.monotonic() < end:
+        out = prog.run(feeds)
+    assert stall.count == 2 and stall.restored >= 1
+    np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_profiled_runs_are_not_fed_to_the_controller(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pygraphx
+
+    monkeypatch.delenv(STALL_ADAPT_ENV, raising=False)
+    prog, feeds, _ = _gemm_chain(k=2, d=64, rows=8)
+    prog.compile(pygraphx.get_target("cpu", threads=2))
+    stall = prog._executable.scope.stall
+    prog.run(feeds)
+    prog.run(feeds, observer=lambda *a: None)
+    assert sum(stall.runs.values()) == 1
+    assert scheduling.RunScope is type(prog._executable.scope)
