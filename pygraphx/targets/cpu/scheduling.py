@@ -24,6 +24,25 @@ the first run that takes fewer says so (log level INFO). `PGX_CPU_LOAD_ADAPT=0` 
 A neighbour that keeps less than a whole CPU busy is not seen, and one that this program runs
 rarely beside may be counted as this program's own (the load average cannot tell them apart).
 
+Stalled runs: the load average needs about a minute to see a new neighbour (a freshly started
+16-core host collapsed pygraphx 5-18x with a normal-looking load average while ORT kept its
+times), and it does not see every neighbour (another engine's spinning pool in this process;
+`benchmarks/results/peerscpu.md`). So each program's run scope also keeps a
+`threads.StallAdapt` (`PGX_CPU_STALL_ADAPT`, on by default, read when the program is
+compiled): it is fed every run's wall time (two `perf_counter` calls a run; profiled runs
+excluded) with the threads the run held, keeps the best run per thread count, and after
+`STALL_RUNS` (3) runs in a row slower than `STALL_RATIO` (1.6) times that best halves the
+count the next runs take (at least 1; again if the lowered runs stall too). After a hold
+(`STALL_HOLD_S`, 0.5 s) one run probes the full count: no longer slow against the full
+count's best, or faster than the lowered runs, and the full count is back; else the hold
+doubles (at most `STALL_HOLD_MAX_S`, 4 s), so a neighbour that leaves gives the threads back
+within seconds and one that stays costs one slow run every 4 s. Lowered runs that are no
+faster than the stalled ones give the full count back at once (fewer threads did not help).
+The first lowering says so (INFO). Why halving and not the count the neighbours leave free:
+the busy cores are not known at run time without a sampling of /proc/stat that a run should
+not pay for, and a team smaller than the free cores does not stall (measured figures in
+`benchmarks/results/adapt15.md`, `benchmarks/adapt15_probe.py`).
+
 OpenMP's thread count (used by torch's own kernels and oneDNN) belongs to the OS thread, so
 concurrent runs keep their own counts. MKL's (packed GEMMs) is process-wide: two runs at once
 may each see the other's MKL count, so their MKL GEMMs can together use up to twice the larger

@@ -341,6 +341,8 @@ class StallAdapt:
 
     def want(self, now: float | None = None) -> int:
         """Threads for the next run: the current count, or the full count when a probe is due."""
+        if self.count == self.n:  # the quiet case, without the lock (a stale read costs one
+            return self.n  # run at the count before)
         with self._lock:
             if self.count < self.n:
                 now = self.clock() if now is None else now
