@@ -71,6 +71,17 @@ def test_a_stall_that_goes_on_lowers_it_again() -> None:
     assert f.c.count == 4
 
 
+def test_a_lowered_count_stalled_from_its_first_run_is_lowered_again() -> None:
+    """The lowered count has no quiet best: the full count's best, scaled, stands for it."""
+    f = quiet(16, ms=10.0)
+    f.run(100 * MS, STALL_RUNS)
+    assert f.c.count == 8
+    f.run({8: 60 * MS, 16: 100 * MS}, STALL_RUNS)  # > 1.6 x 10 ms x 16 / 8, < 100 ms
+    assert f.c.count == 4
+    f.run({4: 30 * MS, 16: 100 * MS}, 20)  # 4 threads at 30 ms: 1.5 x 10 x 16 / 4 is fine
+    assert f.c.count == 4
+
+
 def test_noise_does_not_move_it() -> None:
     f = quiet()
     # slow runs, but never STALL_RUNS in a row

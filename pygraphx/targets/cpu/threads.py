@@ -306,9 +306,10 @@ class StallAdapt:
 
     `want(now)` is the count the next run should take, `record(used, seconds, now)` reports a
     finished run (the threads it held, its wall time). Per thread count it keeps the best run
-    seen (after `STALL_BEST_AFTER` runs at that count); `STALL_RUNS` runs in a row slower than
-    `STALL_RATIO` times that best (and by `STALL_MIN_EXCESS_S`) at the current count halve
-    the count (at least 1). A lowered count is kept for a hold time (`STALL_HOLD_S`), then
+    seen (after `STALL_BEST_AFTER` runs at that count; below the full count, no more than the
+    full count's best times full / count); `STALL_RUNS` runs in a row slower than
+    `STALL_RATIO` times that (and by `STALL_MIN_EXCESS_S`) at the current count halve the
+    count (at least 1). A lowered count is kept for a hold time (`STALL_HOLD_S`), then
     one run probes the full count: when it is no longer slow against the full count's best,
     or faster than the lowered runs, the full count comes back (and the hold time resets);
     otherwise the lowered count stays for twice the hold (at most `STALL_HOLD_MAX_S`). When
@@ -368,9 +369,14 @@ class StallAdapt:
                 if used == self.n:  # a probe of the full count
                     return self._probed(seconds, best, now)
                 return None
-            if runs > STALL_BEST_AFTER and now >= self._quiet_until and self._is_slow(
-                seconds, best
-            ):
+            # what a run at this count should take: its best, and below the full count no
+            # more than the full count's best scaled by the threads (a lowered count stalled
+            # from its first run has no quiet best of its own)
+            ref = best if runs > STALL_BEST_AFTER else math.inf
+            full = self.runs.get(self.n, 0)
+            if used < self.n and full > STALL_BEST_AFTER:
+                ref = min(ref, self.best[self.n] * self.n / used)
+            if now >= self._quiet_until and self._is_slow(seconds, ref):
                 self._slow.append(seconds)
                 if len(self._slow) >= STALL_RUNS and self.count > 1:
                     return self._lower(now)
