@@ -314,7 +314,9 @@ class StallAdapt:
     or faster than the lowered runs, the full count comes back (and the hold time resets);
     otherwise the lowered count stays for twice the hold (at most `STALL_HOLD_MAX_S`). When
     the lowered runs are no faster than the stalled ones were, the full count comes back at
-    once and stalls are not looked for during one hold time (fewer threads did not help).
+    once and stalls are not looked for during one hold time, which doubles (fewer threads did
+    not help: on a machine oversubscribed by many processes more threads are a larger share of
+    the cores).
     Runs at a count other than the one asked for (the process budget gave fewer) only update
     that count's best. All methods are thread-safe (one lock, held for a few arithmetic
     operations); `changes` counts the count's moves, `lowered` / `restored` the two kinds."""
@@ -387,7 +389,8 @@ class StallAdapt:
                 if len(self._recent) == STALL_RUNS and (
                     statistics.median(self._recent) >= self.last_stall
                 ):  # fewer threads are no faster: give them back, look again after a hold
-                    self._quiet_until = now + self._hold
+                    self._quiet_until = now + self._hold  # (longer each time, as a probe's)
+                    self._hold = min(2 * self._hold, STALL_HOLD_MAX_S)
                     return self._restore()
             return None
 
