@@ -187,6 +187,7 @@ def run_model(args: argparse.Namespace, name: str, neighbours: Neighbours) -> li
         row["on_over_ort"] = row["on"] / row["ort"]
         row["off_over_ort"] = row["off"] / row["ort"]
         row["times"] = {e: times[e] for e in engines}
+        row["threads_used"] = {e: times[e + "_threads"] for e in progs}
         rows.append(row)
         print(fmt_row(row, list(engines)), flush=True)
     if args.recovery:
