@@ -239,6 +239,7 @@ def test_run_scope_takes_fewer_threads_after_a_stall_and_says_so_once(
     told = [r for r in caplog.records if "runs stalled" in r.getMessage()]
     assert len(told) == 1 and "1 of 2 threads" in told[0].getMessage()
     assert STALL_ADAPT_ENV in told[0].getMessage()
+    assert not [r for r in caplog.records if "machine is busy" in r.getMessage()]  # (the load's)
 
 
 # --- end to end: real spinning neighbours -------------------------------------------------

@@ -37,11 +37,16 @@ count the next runs take (at least 1; again if the lowered runs stall too). Afte
 count's best, or faster than the lowered runs, and the full count is back; else the hold
 doubles (at most `STALL_HOLD_MAX_S`, 4 s), so a neighbour that leaves gives the threads back
 within seconds and one that stays costs one slow run every 4 s. Lowered runs that are no
-faster than the stalled ones give the full count back at once (fewer threads did not help).
-The first lowering says so (INFO). Why halving and not the count the neighbours leave free:
-the busy cores are not known at run time without a sampling of /proc/stat that a run should
-not pay for, and a team smaller than the free cores does not stall (measured figures in
-`benchmarks/results/adapt15.md`, `benchmarks/adapt15_probe.py`).
+faster than the stalled ones give the full count back at once and stalls are not looked for
+during a hold, which doubles (fewer threads did not help: on a machine oversubscribed by many
+processes more threads are a larger share of the cores). The first lowering says so (INFO).
+Why halving and not the count the neighbours leave free: run times do not say how many cores
+are busy, and /proc/stat, read on the slow runs, would miss neighbours in this process
+(their CPU time is this process's) and cannot resolve runs of a few milliseconds (10 ms
+ticks); a half that still stalls is halved again. Measured (2 cores, 2 threads, one spinning
+process started right before the timing, `benchmarks/results/adapt15.md`): MobileNetV2 b1
+15.3 ms against 36.6 without the rule (ORT 23.8), ResNet-50 87 against 105 (ORT 115); quiet,
+the rule costs 0.8 us a run (`benchmarks/adapt15_scope_cost.py`).
 
 OpenMP's thread count (used by torch's own kernels and oneDNN) belongs to the OS thread, so
 concurrent runs keep their own counts. MKL's (packed GEMMs) is process-wide: two runs at once
@@ -220,9 +225,6 @@ class RunScope:
     def __enter__(self) -> RunScope:
         before = torch.get_num_threads()
         want = self._load_threads()
-        stall = self.stall
-        if stall is not None and not self._saved:
-            want = min(want, stall.want())
         if want < self.n and not self._told:
             self._told = True
             log.info(
@@ -230,6 +232,9 @@ class RunScope:
                 "threads while it stays so (%s=0 keeps them all)",
                 os.getloadavg()[0], self._cpus, want, self.n, LOAD_ADAPT_ENV,
             )  # fmt: skip
+        stall = self.stall
+        if stall is not None and not self._saved:  # (a run inside a run: the outer one's)
+            want = min(want, stall.want())
         got = BUDGET.acquire(want)
         if got < want:
             log.info("cpu: %d of %d threads free (other runs hold the rest)", got, want)
