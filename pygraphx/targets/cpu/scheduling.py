@@ -33,17 +33,19 @@ compiled): it is fed every run's wall time (two `perf_counter` calls a run; prof
 excluded) with the threads the run held, keeps the best run per thread count, and after
 `STALL_RUNS` (3) runs in a row slower than `STALL_RATIO` (1.6) times that best halves the
 count the next runs take (at least 1; again if the lowered runs stall too). After a hold
-(`STALL_HOLD_S`, 0.5 s) one run probes the full count: no longer slow against the full
-count's best, or faster than the lowered runs, and the full count is back; else the hold
-doubles (at most `STALL_HOLD_MAX_S`, 4 s), so a neighbour that leaves gives the threads back
-within seconds and one that stays costs one slow run every 4 s. Lowered runs that are no
+(`STALL_HOLD_S`, 0.5 s) one run probes the count halfway back up to the full count (on 2
+cores the full count): faster than the lowered runs, and it is the new count (16 threads
+halved to 8 climb 12, 14, 15 while the neighbours leave that many cores free); the full
+count is also back once its run is no longer slow against its best; else the hold doubles
+(at most `STALL_HOLD_MAX_S`, 4 s), so a neighbour that leaves gives the threads back within
+seconds and one that stays costs one slow run every 4 s. Lowered runs that are no
 faster than the stalled ones give the full count back at once and stalls are not looked for
 during a hold, which doubles (fewer threads did not help: on a machine oversubscribed by many
 processes more threads are a larger share of the cores). The first lowering says so (INFO).
 Why halving and not the count the neighbours leave free: run times do not say how many cores
 are busy, and /proc/stat, read on the slow runs, would miss neighbours in this process
 (their CPU time is this process's) and cannot resolve runs of a few milliseconds (10 ms
-ticks); a half that still stalls is halved again. Measured (2 cores, 2 threads, one spinning
+ticks); a half that still stalls is halved again, and the probes climb back from it. Measured (2 cores, 2 threads, one spinning
 process started right before the timing, `benchmarks/results/adapt15.md`): MobileNetV2 b1
 15.3 ms against 36.6 without the rule (ORT 23.8), ResNet-50 87 against 105 (ORT 115); quiet,
 the rule costs 0.8 us a run (`benchmarks/adapt15_scope_cost.py`).

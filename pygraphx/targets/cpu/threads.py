@@ -310,16 +310,20 @@ class StallAdapt:
     full count's best times full / count); `STALL_RUNS` runs in a row slower than
     `STALL_RATIO` times that (and by `STALL_MIN_EXCESS_S`) at the current count halve the
     count (at least 1). A lowered count is kept for a hold time (`STALL_HOLD_S`), then
-    one run probes the full count: when it is no longer slow against the full count's best,
-    or faster than the lowered runs, the full count comes back (and the hold time resets);
-    otherwise the lowered count stays for twice the hold (at most `STALL_HOLD_MAX_S`). When
+    one run probes the count halfway up to the full count (rounded up: from 1 of 2, or 8 of
+    9, the full count; from 8 of 16, 12): faster than the lowered runs, and it becomes the
+    count (the hold time resets, so the next probe comes soon: 8 -> 12 -> 14 -> 15 -> 16 on 16
+    cores while the neighbours leave 14 free, stopping where the next step stalls); the full
+    count also comes back when its run is no longer slow against its best. Otherwise the
+    lowered count stays for twice the hold (at most `STALL_HOLD_MAX_S`). When
     the lowered runs are no faster than the stalled ones were, the full count comes back at
     once and stalls are not looked for during one hold time, which doubles (fewer threads did
     not help: on a machine oversubscribed by many processes more threads are a larger share of
     the cores).
     Runs at a count other than the one asked for (the process budget gave fewer) only update
     that count's best. All methods are thread-safe (one lock, held for a few arithmetic
-    operations); `changes` counts the count's moves, `lowered` / `restored` the two kinds."""
+    operations); `changes` counts the count's moves, `lowered` / `raised` / `restored` the
+    three kinds, `probes` the probes."""
 
     def __init__(self, n: int, clock: Callable[[], float] = time.perf_counter) -> None:
         self.n = max(1, n)
@@ -328,22 +332,25 @@ class StallAdapt:
         self.best: dict[int, float] = {}
         self.runs: dict[int, int] = {}
         self.lowered = 0
+        self.raised = 0
         self.restored = 0
         self.probes = 0
         self.last_stall = 0.0  # seconds: the median of the runs that made the last lowering
         self._slow: list[float] = []
         self._recent: deque[float] = deque(maxlen=STALL_RUNS)  # runs at the lowered count
         self._probe_at = math.inf
+        self._probe_count = 0  # the count of the probe in flight (0: none)
         self._quiet_until = -math.inf  # no stall detection before (fewer threads did not help)
         self._hold = STALL_HOLD_S
         self._lock = threading.Lock()
 
     @property
     def changes(self) -> int:
-        return self.lowered + self.restored
+        return self.lowered + self.raised + self.restored
 
     def want(self, now: float | None = None) -> int:
-        """Threads for the next run: the current count, or the full count when a probe is due."""
+        """Threads for the next run: the current count, or a probe's count when one is due
+        (halfway from the current count up to the full count, rounded up)."""
         if self.count == self.n:  # the quiet case, without the lock (a stale read costs one
             return self.n  # run at the count before)
         with self._lock:
@@ -354,12 +361,14 @@ class StallAdapt:
                     # failed, or got fewer threads, is followed by another after a hold)
                     self._probe_at = now + self._hold
                     self.probes += 1
-                    return self.n
+                    self._probe_count = -(-(self.count + self.n) // 2)
+                    return self._probe_count
             return self.count
 
     def record(self, used: int, seconds: float, now: float | None = None) -> str | None:
-        """A finished run on `used` threads took `seconds`; returns "lowered" or "restored"
-        when this run moved the count, else None."""
+        """A finished run on `used` threads took `seconds`; returns "lowered", "raised" (a
+        probe below the full count was faster) or "restored" when this run moved the count,
+        else None."""
         now = self.clock() if now is None else now
         with self._lock:
             runs = self.runs.get(used, 0) + 1
@@ -368,17 +377,10 @@ class StallAdapt:
             if seconds < best:
                 self.best[used] = seconds
             if used != self.count:
-                if used == self.n:  # a probe of the full count
-                    return self._probed(seconds, best, now)
+                if used == self._probe_count:
+                    return self._probed(used, seconds, self._ref(used, best, runs), now)
                 return None
-            # what a run at this count should take: its best, and below the full count no
-            # more than the full count's best scaled by the threads (a lowered count stalled
-            # from its first run has no quiet best of its own)
-            ref = best if runs > STALL_BEST_AFTER else math.inf
-            full = self.runs.get(self.n, 0)
-            if used < self.n and full > STALL_BEST_AFTER:
-                ref = min(ref, self.best[self.n] * self.n / used)
-            if now >= self._quiet_until and self._is_slow(seconds, ref):
+            if now >= self._quiet_until and self._is_slow(seconds, self._ref(used, best, runs)):
                 self._slow.append(seconds)
                 if len(self._slow) >= STALL_RUNS and self.count > 1:
                     return self._lower(now)
@@ -393,6 +395,16 @@ class StallAdapt:
                     self._hold = min(2 * self._hold, STALL_HOLD_MAX_S)
                     return self._restore()
             return None
+
+    def _ref(self, used: int, best: float, runs: int) -> float:
+        """What a run on `used` threads should take: its best (trusted after
+        `STALL_BEST_AFTER` runs), and below the full count no more than the full count's best
+        scaled by the threads (a lowered count stalled from its first run has no quiet best
+        of its own)."""
+        ref = best if runs > STALL_BEST_AFTER else math.inf
+        if used < self.n and self.runs.get(self.n, 0) > STALL_BEST_AFTER:
+            ref = min(ref, self.best[self.n] * self.n / used)
+        return ref
 
     @staticmethod
     def _is_slow(seconds: float, best: float) -> bool:
@@ -415,13 +427,25 @@ class StallAdapt:
         self.restored += 1
         return "restored"
 
-    def _probed(self, seconds: float, best: float, now: float) -> str | None:
-        if self.count == self.n:
-            return None  # restored meanwhile (a concurrent run's probe)
-        lowered = statistics.median(self._recent) if self._recent else math.inf
-        if not self._is_slow(seconds, best) or seconds < lowered:
+    def _probed(self, used: int, seconds: float, ref: float, now: float) -> str | None:
+        self._probe_count = 0
+        if self.count >= used:
+            return None  # moved meanwhile (a concurrent run's probe)
+        if self._recent:
+            faster = seconds < statistics.median(self._recent)
+        else:  # no run at the lowered count to compare with
+            faster = used == self.n
+        if used == self.n and (faster or not self._is_slow(seconds, ref)):
             self._hold = STALL_HOLD_S
             return self._restore()
+        if used < self.n and (faster if self._recent else not self._is_slow(seconds, ref)):
+            self.count = used  # the neighbours leave more cores than the lowered count
+            self._slow.clear()
+            self._recent.clear()
+            self._hold = STALL_HOLD_S
+            self._probe_at = now + self._hold
+            self.raised += 1
+            return "raised"
         self._probe_at = now + self._hold
         self._hold = min(2 * self._hold, STALL_HOLD_MAX_S)
         return None
