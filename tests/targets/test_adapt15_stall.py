@@ -152,6 +152,16 @@ def test_probes_climb_to_the_cores_the_neighbours_leave() -> None:
     assert f.c.count == 16 and f.c.restored == 1 and f.c.want(f.now) == 16
 
 
+def test_a_raised_count_that_stalls_goes_back_to_where_it_began() -> None:
+    """A probe of 12 was fast by luck: when 12 then stalls, 8 comes back (not 12 / 2)."""
+    f = quiet(16, ms=10.0)
+    f.run(60 * MS, STALL_RUNS)
+    assert f.c.count == 8
+    lucky = iter([10 * MS])  # the first probe's run
+    f.run(lambda c: 20 * MS if c <= 8 else next(lucky, 60 * MS), 60)
+    assert f.c.raised == 1 and f.c.lowered == 2 and f.c.count == 8
+
+
 def test_a_probe_faster_than_the_lowered_runs_restores_it() -> None:
     """The stall eased but did not end: the full count is faster than the lowered one again."""
     f = quiet()

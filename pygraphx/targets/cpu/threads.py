@@ -313,7 +313,8 @@ class StallAdapt:
     one run probes the count halfway up to the full count (rounded up: from 1 of 2, or 8 of
     9, the full count; from 8 of 16, 12): faster than the lowered runs, and it becomes the
     count (the hold time resets, so the next probe comes soon: 8 -> 12 -> 14 -> 15 -> 16 on 16
-    cores while the neighbours leave 14 free, stopping where the next step stalls); the full
+    cores while the neighbours leave 14 free, stopping where the next step stalls; a raised
+    count that then stalls goes back to the count it was raised from); the full
     count also comes back when its run is no longer slow against its best. Otherwise the
     lowered count stays for twice the hold (at most `STALL_HOLD_MAX_S`). When
     the lowered runs are no faster than the stalled ones were, the full count comes back at
@@ -340,6 +341,7 @@ class StallAdapt:
         self._recent: deque[float] = deque(maxlen=STALL_RUNS)  # runs at the lowered count
         self._probe_at = math.inf
         self._probe_count = 0  # the count of the probe in flight (0: none)
+        self._raised_from = 0  # the count before the last raise (0: none since a lowering)
         self._quiet_until = -math.inf  # no stall detection before (fewer threads did not help)
         self._hold = STALL_HOLD_S
         self._lock = threading.Lock()
@@ -414,13 +416,19 @@ class StallAdapt:
         self.last_stall = statistics.median(self._slow)
         self._slow.clear()
         self._recent.clear()
-        self.count = max(1, self.count // 2)
+        if 0 < self._raised_from < self.count:  # a raise that stalls: back to where it began
+            self.count = self._raised_from
+            self._hold = min(2 * self._hold, STALL_HOLD_MAX_S)
+        else:
+            self.count = max(1, self.count // 2)
+        self._raised_from = 0
         self._probe_at = now + self._hold
         self.lowered += 1
         return "lowered"
 
     def _restore(self) -> str:
         self.count = self.n
+        self._raised_from = 0
         self._slow.clear()
         self._recent.clear()
         self._probe_at = math.inf
@@ -439,6 +447,7 @@ class StallAdapt:
             self._hold = STALL_HOLD_S
             return self._restore()
         if used < self.n and (faster if self._recent else not self._is_slow(seconds, ref)):
+            self._raised_from = self.count
             self.count = used  # the neighbours leave more cores than the lowered count
             self._slow.clear()
             self._recent.clear()
