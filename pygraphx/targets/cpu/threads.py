@@ -48,6 +48,11 @@ physical cores this process may use (no cap): a run takes up to its N threads fr
 alone always gets its N; with others running it gets at most a fair share and waits while none
 is free) and gives them back at the end, so concurrent runs share the cores instead of
 oversubscribing them.
+
+**A busy machine.** `load_threads` takes fewer threads where the load average shows other
+work; `StallAdapt` (one per compiled program, `PGX_CPU_STALL_ADAPT`) takes fewer while the
+program's own runs stall against its best, and probes its way back (`scheduling.py`'s
+docstring says why and what was measured).
 """
 
 from __future__ import annotations
@@ -290,8 +295,8 @@ STALL_RUNS = 3
 STALL_MIN_EXCESS_S = 2e-4
 #: runs at a thread count before its best is trusted (the first runs warm caches and pools)
 STALL_BEST_AFTER = 3
-#: seconds a lowered count is kept before one run probes the full count again; doubled after
-#: each probe that finds the stall still there, up to `STALL_HOLD_MAX_S`
+#: seconds a lowered count is kept before one run probes a higher count; doubled after each
+#: probe that finds the stall still there, up to `STALL_HOLD_MAX_S`
 STALL_HOLD_S = 0.5
 STALL_HOLD_MAX_S = 4.0
 
