@@ -94,6 +94,17 @@ def test_a_lowered_count_stalled_from_its_first_run_is_lowered_again() -> None:
     assert f.c.count == 4
 
 
+def test_a_program_stalled_from_its_first_run_finds_fewer_threads_faster() -> None:
+    """Busy from the start: its best is a stalled run, so only trying half the threads shows
+    the stall; the tries back off while half is no faster."""
+    f = quiet(16, ms=60.0)  # stalled from the first run
+    f.run(lambda c: 20 * MS if c <= 8 else 60 * MS, 40)  # 2.4 s
+    assert f.c.down_probes == 1 and f.c.lowered == 1 and f.c.count >= 8
+    g = quiet(16, ms=10.0)  # quiet: half the threads are slower
+    g.run(lambda c: 10 * MS * 16 / c if c < 16 else 10 * MS, 6000)  # 60 s
+    assert g.c.changes == 0 and 1 <= g.c.down_probes <= 7  # (1, 2, 4, ... 32 s apart)
+
+
 def test_noise_does_not_move_it() -> None:
     f = quiet()
     # slow runs, but never STALL_RUNS in a row
@@ -102,7 +113,8 @@ def test_noise_does_not_move_it() -> None:
         f.run(10 * MS)
     # a steady 1.5x (a slower machine, not a stall)
     f.run(15 * MS, 50)
-    assert f.c.count == 2 and f.c.changes == 0 and set(f.used) == {2}
+    assert f.c.count == 2 and f.c.changes == 0
+    assert f.used.count(1) == f.c.down_probes  # (half the threads, once in a while)
 
 
 def test_the_first_runs_set_the_best_before_stalls_count() -> None:
@@ -134,7 +146,7 @@ def test_recovery_restores_the_full_count() -> None:
     assert f.c.want(f.now) == 2 and f.used[-1] == 2
     # and stays (no probe schedule left, hold time back to the start)
     f.run(10 * MS, 100)
-    assert set(f.used[-100:]) == {2}
+    assert f.c.count == 2 and f.c.lowered == 1 and f.used[-100:].count(1) <= 1
 
 
 def test_probes_climb_to_the_cores_the_neighbours_leave() -> None:

@@ -299,6 +299,13 @@ STALL_BEST_AFTER = 3
 #: probe that finds the stall still there, up to `STALL_HOLD_MAX_S`
 STALL_HOLD_S = 0.5
 STALL_HOLD_MAX_S = 4.0
+#: a program busy from its first run has a stalled best: one run on half the threads, first
+#: `STALL_DOWN_FIRST_S` after its first runs, then each time twice as long after (at most
+#: `STALL_DOWN_MAX_S`), lowers the count when it is faster than `STALL_DOWN_GAIN` times the
+#: full count's recent runs and than its best run
+STALL_DOWN_FIRST_S = 1.0
+STALL_DOWN_MAX_S = 64.0
+STALL_DOWN_GAIN = 0.8
 
 
 def stall_adapt_enabled() -> bool:
@@ -349,6 +356,10 @@ class StallAdapt:
         self._raised_from = 0  # the count before the last raise (0: none since a lowering)
         self._quiet_until = -math.inf  # no stall detection before (fewer threads did not help)
         self._hold = STALL_HOLD_S
+        self._full: deque[float] = deque(maxlen=STALL_RUNS)  # recent runs at the full count
+        self._down_at = math.inf  # when the next run tries half the threads
+        self._down_every = STALL_DOWN_FIRST_S
+        self.down_probes = 0
         self._lock = threading.Lock()
 
     @property
@@ -358,9 +369,15 @@ class StallAdapt:
     def want(self, now: float | None = None) -> int:
         """Threads for the next run: the current count, or a probe's count when one is due
         (halfway from the current count up to the full count, rounded up)."""
-        if self.count == self.n:  # the quiet case, without the lock (a stale read costs one
-            return self.n  # run at the count before)
+        now = self.clock() if now is None else now
+        if self.count == self.n and now < self._down_at:  # the quiet case, without the lock
+            return self.n  # (a stale read costs one run at the count before)
         with self._lock:
+            if self.count == self.n and now >= self._down_at and self.n > 1:
+                self._down_at = now + self._down_every  # (a lost result: the next after that)
+                self.down_probes += 1
+                self._probe_count = self.n // 2
+                return self._probe_count
             if self.count < self.n:
                 now = self.clock() if now is None else now
                 if now >= self._probe_at:
@@ -384,9 +401,17 @@ class StallAdapt:
             if seconds < best:
                 self.best[used] = seconds
             if used != self.count:
+                if used == self._probe_count and used < self.count:
+                    return self._down_probed(used, seconds, now)
                 if used == self._probe_count:
                     return self._probed(used, seconds, self._ref(used, best, runs), now)
                 return None
+            if used == self.n:
+                self._full.append(seconds)
+                if self._down_at == math.inf and runs > STALL_BEST_AFTER and (
+                    len(self._full) == STALL_RUNS
+                ):  # (after the first runs, and after each restore)
+                    self._down_at = now + self._down_every
             if now >= self._quiet_until and self._is_slow(seconds, self._ref(used, best, runs)):
                 self._slow.append(seconds)
                 if len(self._slow) >= STALL_RUNS and self.count > 1:
@@ -434,11 +459,30 @@ class StallAdapt:
     def _restore(self) -> str:
         self.count = self.n
         self._raised_from = 0
+        self._full.clear()
+        self._down_at = math.inf
         self._slow.clear()
         self._recent.clear()
         self._probe_at = math.inf
         self.restored += 1
         return "restored"
+
+    def _down_probed(self, used: int, seconds: float, now: float) -> str | None:
+        """A run on half the threads while on the full count: faster by `STALL_DOWN_GAIN`
+        than the full count's recent runs and faster than its best run ever, and half is the
+        count (a stall the program's own best cannot show: it was stalled from its first
+        run; a neighbour that came later is the stall rule's)."""
+        self._probe_count = 0
+        if self.count != self.n or len(self._full) < STALL_RUNS:
+            return None
+        full = statistics.median(self._full)
+        if seconds < min(STALL_DOWN_GAIN * full, self.best[self.n]):
+            self._slow = list(self._full)
+            return self._lower(now)  # (its `last_stall`: the full count's recent runs)
+        self._down_every = min(2 * self._down_every, STALL_DOWN_MAX_S)
+        self._down_at = now + self._down_every
+        self._slow.clear()  # (a streak of slow runs is counted from the runs on each side)
+        return None
 
     def _probed(self, used: int, seconds: float, ref: float, now: float) -> str | None:
         self._probe_count = 0
@@ -448,7 +492,7 @@ class StallAdapt:
             faster = seconds < statistics.median(self._recent)
         else:  # no run at the lowered count to compare with
             faster = used == self.n
-        if used == self.n and (faster or not self._is_slow(seconds, ref)):
+        if used == self.n and (faster if self._recent else not self._is_slow(seconds, ref)):
             self._hold = STALL_HOLD_S
             return self._restore()
         if used < self.n and (faster if self._recent else not self._is_slow(seconds, ref)):
