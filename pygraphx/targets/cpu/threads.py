@@ -326,8 +326,9 @@ class StallAdapt:
     9, the full count; from 8 of 16, 12): faster than the lowered runs, and it becomes the
     count (the hold time resets, so the next probe comes soon: 8 -> 12 -> 14 -> 15 -> 16 on 16
     cores while the neighbours leave 14 free, stopping where the next step stalls; a raised
-    count that then stalls goes back to the count it was raised from); the full
-    count also comes back when its run is no longer slow against its best. Otherwise the
+    count that then stalls goes back to the count it was raised from; a faster probe of
+    the full count restores it; with no lowered run to compare, a full-count probe restores
+    it unless slow against its best). Otherwise the
     lowered count stays for twice the hold (at most `STALL_HOLD_MAX_S`). When
     the lowered runs are no faster than the stalled ones were, the full count comes back at
     once and stalls are not looked for during one hold time, which doubles (fewer threads did
