@@ -24,7 +24,9 @@ mean thread count and how often it lowered / restored, and on/ORT, off/ORT.
 threads (at most 10 s) and reports how long that took.
 
 `--quiet-ab`: no neighbour: `on` and `off` in alternating blocks, both orders, the quiet
-cost of the adaptation (the median per engine and the per-round ratios).
+cost of the adaptation (the median per engine and the per-round ratios); with
+`--same-program` one compiled program runs both, its controller attached or not per block
+(two compiles can differ by a few % through their measured kernel choices).
 """
 
 from __future__ import annotations
@@ -210,15 +212,22 @@ def quiet_ab(
     times: dict[str, list] = {e: [] for e in ("on", "off")}
     times.update({e + "_threads": [] for e in ("on", "off")})
     ratios = []
+    scope = progs["on"]._executable.scope
+    controller = scope.stall
     for r in range(args.rounds):
         order = ["on", "off"] if r % 2 == 0 else ["off", "on"]
         got = {}
         for e in order:
             before = len(times[e])
-            block(e, engines[e], progs[e], lambda: None, args.block_s, args.min_runs, times)
+            if args.same_program:  # one program, its controller attached or not
+                scope.stall = controller if e == "on" else None
+                run, prog = engines["on"], progs["on"]
+            else:
+                run, prog = engines[e], progs[e]
+            block(e, run, prog, lambda: None, args.block_s, args.min_runs, times)
             got[e] = summary(times[e][before:])
         ratios.append(got["on"] / got["off"])
-    on = stall_of(progs["on"])
+    on = controller
     row = {
         "model": name, "batch": args.batch, "threads": args.threads, "k": 0,
         "on": summary(times["on"]), "off": summary(times["off"]),
@@ -261,6 +270,11 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--recovery", action="store_true")
     ap.add_argument("--quiet-ab", action="store_true")
+    ap.add_argument(
+        "--same-program", action="store_true",
+        help="--quiet-ab on one compiled program, its controller attached or not per block "
+        "(two compiles can differ by their measured kernel choices)",
+    )  # fmt: skip
     ap.add_argument("--load-adapt", action="store_true", help="keep PGX_CPU_LOAD_ADAPT")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
