@@ -43,7 +43,7 @@ faster than the stalled ones give the full count back at once and stalls are not
 during a hold, which doubles (fewer threads did not help: on a machine oversubscribed by many
 processes more threads are a larger share of the cores). The first lowering says so (INFO).
 A program busy from its first run (a freshly started host's) has a stalled best, so no run
-is slow against it: one run on half the threads, 1 s after its first runs and then 2, 4, ...
+is slow against it: one run on half the threads, 2 s after its first runs and then 4, 8, ...
 64 s apart, lowers the count when it beats both 0.8x the full count's recent runs and the
 full count's best (measured on 2 cores, the other helpers' load from the start: ResNet-50
 66.5 ms against 94.9 without the rule, 1 thread 64.4; `benchmarks/results/adapt15.md`). On

@@ -303,7 +303,7 @@ STALL_HOLD_MAX_S = 4.0
 #: `STALL_DOWN_FIRST_S` after its first runs, then each time twice as long after (at most
 #: `STALL_DOWN_MAX_S`), lowers the count when it is faster than `STALL_DOWN_GAIN` times the
 #: full count's recent runs and than its best run
-STALL_DOWN_FIRST_S = 1.0
+STALL_DOWN_FIRST_S = 2.0
 STALL_DOWN_MAX_S = 64.0
 STALL_DOWN_GAIN = 0.8
 
