@@ -24,6 +24,38 @@ the first run that takes fewer says so (log level INFO). `PGX_CPU_LOAD_ADAPT=0` 
 A neighbour that keeps less than a whole CPU busy is not seen, and one that this program runs
 rarely beside may be counted as this program's own (the load average cannot tell them apart).
 
+Stalled runs: the load average needs about a minute to see a new neighbour (a freshly started
+16-core host collapsed pygraphx 5-18x with a normal-looking load average while ORT kept its
+times), and it does not see every neighbour (another engine's spinning pool in this process;
+`benchmarks/results/peerscpu.md`). So each program's run scope also keeps a
+`threads.StallAdapt` (`PGX_CPU_STALL_ADAPT`, on by default, read when the program is
+compiled): it is fed every run's wall time (two `perf_counter` calls a run; profiled runs
+excluded) with the threads the run held, keeps the best run per thread count, and after
+`STALL_RUNS` (3) runs in a row slower than `STALL_RATIO` (1.6) times that best halves the
+count the next runs take (at least 1; again if the lowered runs stall too). After a hold
+(`STALL_HOLD_S`, 0.5 s) one run probes the count halfway back up to the full count (on 2
+cores the full count): faster than the lowered runs, and it is the new count (16 threads
+halved to 8 climb 12, 14, 15 while the neighbours leave that many cores free; a probe of
+the full count that is faster gives the full count back); else the hold doubles
+(at most `STALL_HOLD_MAX_S`, 4 s), so a neighbour that leaves gives the threads back within
+seconds and one that stays costs one slow run every 4 s. Lowered runs that are no
+faster than the stalled ones give the full count back at once and stalls are not looked for
+during a hold, which doubles (fewer threads did not help: on a machine oversubscribed by many
+processes more threads are a larger share of the cores). The first lowering says so (INFO).
+A program busy from its first run (a freshly started host's) has a stalled best, so no run
+is slow against it: one run on half the threads, 2 s after its first runs and then 4, 8, ...
+64 s apart, lowers the count when it beats both 0.8x the full count's recent runs and the
+full count's best (measured on 2 cores, the other helpers' load from the start: ResNet-50
+66.5 ms against 94.9 without the rule, 1 thread 64.4; `benchmarks/results/adapt15.md`). On
+a quiet machine such a run costs what half the threads lose, once a minute after the first.
+Why halving and not the count the neighbours leave free: run times do not say how many cores
+are busy, and /proc/stat, read on the slow runs, would miss neighbours in this process
+(their CPU time is this process's) and cannot resolve runs of a few milliseconds (10 ms
+ticks); a half that still stalls is halved again, and the probes climb back from it. Measured (2 cores, 2 threads, one spinning
+process started right before the timing, `benchmarks/results/adapt15.md`): MobileNetV2 b1
+15.3 ms against 36.6 without the rule (ORT 23.8), ResNet-50 87 against 105 (ORT 115); quiet,
+the rule costs 0.8 us a run (`benchmarks/adapt15_scope_cost.py`).
+
 OpenMP's thread count (used by torch's own kernels and oneDNN) belongs to the OS thread, so
 concurrent runs keep their own counts. MKL's (packed GEMMs) is process-wide: two runs at once
 may each see the other's MKL count, so their MKL GEMMs can together use up to twice the larger
@@ -47,7 +79,10 @@ from pygraphx.targets.cpu.threads import (
     BUDGET,
     GEMM_OPS,
     LOAD_ADAPT_ENV,
+    STALL_ADAPT_ENV,
+    StallAdapt,
     load_threads,
+    stall_adapt_enabled,
     step_threads,
     usable_cpus,
 )
@@ -155,15 +190,24 @@ def _switching(fn: Callable[[], None], count: int, limit: list[int]) -> Callable
 
 
 class RunScope:
-    """The context of one run (see the module docstring); `limit[0]` is the run's threads."""
+    """The context of one run (see the module docstring); `limit[0]` is the run's threads.
 
-    def __init__(self, n: int) -> None:
+    `stall`: a `StallAdapt` for this scope's runs (default: one when `PGX_CPU_STALL_ADAPT` is
+    on), fed each run's wall time from entry to exit while `timed` is true (the executable
+    clears it for profiled runs); False: none (prepare's scope)."""
+
+    def __init__(self, n: int, stall: bool | None = None) -> None:
         self.n = n
         self.limit = [n]
+        on = stall_adapt_enabled() if stall is None else stall
+        self.stall: StallAdapt | None = StallAdapt(n) if on and n > 1 else None
+        self.timed = True
+        self._perf = time.perf_counter
+        self._told_stall = False
         # read once: os.cpu_count() costs some 12 us per call (sysfs), a run should not
         self._cpus = os.cpu_count() or 1
         self._usable = usable_cpus()
-        self._saved: list[tuple[int, Any]] = []
+        self._saved: list[tuple[int, Any, int, float]] = []
         self._told = False
         # inference mode through torch's own guard (what `torch.inference_mode` makes and
         # enters): `torch.inference_mode`'s Python cost 8-14 us a run on each side, cold after
@@ -196,6 +240,9 @@ class RunScope:
                 "threads while it stays so (%s=0 keeps them all)",
                 os.getloadavg()[0], self._cpus, want, self.n, LOAD_ADAPT_ENV,
             )  # fmt: skip
+        stall = self.stall
+        if stall is not None and not self._saved:  # (a run inside a run: the outer one's)
+            want = min(want, stall.want())
         got = BUDGET.acquire(want)
         if got < want:
             log.info("cpu: %d of %d threads free (other runs hold the rest)", got, want)
@@ -203,20 +250,40 @@ class RunScope:
         set_threads(got)  # the profiled path runs every step on the run's threads
         mode = self._inference(True)
         mode.__enter__()
-        self._saved.append((before, mode))
+        self._saved.append((before, mode, got, self._perf()))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        before, mode = self._saved.pop()
+        before, mode, got, start = self._saved.pop()
+        end = self._perf()
         try:
             mode.__exit__(*exc)
             torch.set_num_threads(before)
         finally:
             BUDGET.release()
+        stall = self.stall
+        if stall is not None and self.timed and exc[0] is None and not self._saved:
+            if stall.record(got, end - start, end) is not None:
+                self._tell(stall)
+
+    def _tell(self, stall: StallAdapt) -> None:
+        """Log a move of the stall count: the first lowering at INFO, the rest at DEBUG."""
+        if stall.count < stall.n and not self._told_stall:
+            self._told_stall = True
+            log.info(
+                "cpu: runs stalled (%.2f ms a run against a best of %.2f ms on %d threads: "
+                "other work holds some cores): runs take %d of %d threads, trying %d again "
+                "every few seconds (%s=0 keeps them all)",
+                stall.last_stall * 1e3, stall.best.get(stall.n, 0.0) * 1e3, stall.n,
+                stall.count, stall.n, stall.n, STALL_ADAPT_ENV,
+            )  # fmt: skip
+        else:
+            log.debug("cpu: stall adaptation: runs take %d of %d threads", stall.count, stall.n)
 
 
 __all__ = [
     "LOAD_ADAPT_ENV",
+    "STALL_ADAPT_ENV",
     "RunScope",
     "load_threads",
     "plan_step_threads",

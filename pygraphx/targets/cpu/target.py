@@ -171,8 +171,12 @@ class CpuExecutable:
                 # the profiled path runs a fused step's unfused twins, which leave a value in
                 # its arena slot where the fused step stores a new tensor (a GEMM's or a
                 # convolution's group, `registry.storing`): copied, a later run cannot
-                # overwrite the outputs
-                return [np.array(o, copy=True) for o in self.executor.run(params, observer)]
+                # overwrite the outputs; its time is no run's (the stall adaptation skips it)
+                self.scope.timed = False
+                try:
+                    return [np.array(o, copy=True) for o in self.executor.run(params, observer)]
+                finally:
+                    self.scope.timed = True
             if self._first is None:
                 return self.executor.run(params)
             (first, timer), self._first = self._first, None
@@ -257,4 +261,4 @@ class CpuTarget(Target):
 
     def threads_scope(self) -> RunScope:
         """This target's threads for work outside a run (prepare packs weights with them)."""
-        return RunScope(self.threads.n)
+        return RunScope(self.threads.n, stall=False)

@@ -48,6 +48,11 @@ physical cores this process may use (no cap): a run takes up to its N threads fr
 alone always gets its N; with others running it gets at most a fair share and waits while none
 is free) and gives them back at the end, so concurrent runs share the cores instead of
 oversubscribing them.
+
+**A busy machine.** `load_threads` takes fewer threads where the load average shows other
+work; `StallAdapt` (one per compiled program, `PGX_CPU_STALL_ADAPT`) takes fewer while the
+program's own runs stall against its best, and probes its way back (`scheduling.py`'s
+docstring says why and what was measured).
 """
 
 from __future__ import annotations
@@ -55,17 +60,21 @@ from __future__ import annotations
 import functools
 import math
 import os
+import statistics
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pygraphx.ir.env import whole_number
+from pygraphx.ir.env import switch_on, whole_number
 
 THREADS_ENV = "PGX_CPU_THREADS"
 CAP_ENV = "PGX_CPU_MAX_THREADS"
 STEP_POLICY_ENV = "PGX_CPU_STEP_THREADS"
 LOAD_ADAPT_ENV = "PGX_CPU_LOAD_ADAPT"
+STALL_ADAPT_ENV = "PGX_CPU_STALL_ADAPT"
 
 #: default upper bound on the thread count (see the module docstring)
 DEFAULT_CAP = 16
@@ -277,6 +286,230 @@ def load_threads(
     return max(1, min(n, usable - others))
 
 
+# --- stalled runs (see `scheduling.py`'s docstring) --------------------------------------
+
+#: a run is slow when it takes more than `STALL_RATIO` times the best run at its thread count
+#: (and at least `STALL_MIN_EXCESS_S` more); `STALL_RUNS` slow runs in a row are a stall
+STALL_RATIO = 1.6
+STALL_RUNS = 3
+STALL_MIN_EXCESS_S = 2e-4
+#: runs at a thread count before its best is trusted (the first runs warm caches and pools)
+STALL_BEST_AFTER = 3
+#: seconds a lowered count is kept before one run probes a higher count; doubled after each
+#: probe that finds the stall still there, up to `STALL_HOLD_MAX_S`
+STALL_HOLD_S = 0.5
+STALL_HOLD_MAX_S = 4.0
+#: a program busy from its first run has a stalled best: one run on half the threads, first
+#: `STALL_DOWN_FIRST_S` after its first runs, then each time twice as long after (at most
+#: `STALL_DOWN_MAX_S`), lowers the count when it is faster than `STALL_DOWN_GAIN` times the
+#: full count's recent runs and than its best run
+STALL_DOWN_FIRST_S = 2.0
+STALL_DOWN_MAX_S = 64.0
+STALL_DOWN_GAIN = 0.8
+
+
+def stall_adapt_enabled() -> bool:
+    """`PGX_CPU_STALL_ADAPT` (default on): whether programs compiled now adapt to stalls."""
+    return switch_on(STALL_ADAPT_ENV)
+
+
+class StallAdapt:
+    """Run-time feedback on one program's thread count: fewer threads while runs stall.
+
+    `want(now)` is the count the next run should take, `record(used, seconds, now)` reports a
+    finished run (the threads it held, its wall time). Per thread count it keeps the best run
+    seen (after `STALL_BEST_AFTER` runs at that count; below the full count, no more than the
+    full count's best times full / count); `STALL_RUNS` runs in a row slower than
+    `STALL_RATIO` times that (and by `STALL_MIN_EXCESS_S`) at the current count halve the
+    count (at least 1). A lowered count is kept for a hold time (`STALL_HOLD_S`), then
+    one run probes the count halfway up to the full count (rounded up: from 1 of 2, or 8 of
+    9, the full count; from 8 of 16, 12): faster than the lowered runs, and it becomes the
+    count (the hold time resets, so the next probe comes soon: 8 -> 12 -> 14 -> 15 -> 16 on 16
+    cores while the neighbours leave 14 free, stopping where the next step stalls; a raised
+    count that then stalls goes back to the count it was raised from; a faster probe of
+    the full count restores it; with no lowered run to compare, a full-count probe restores
+    it unless slow against its best). Otherwise the
+    lowered count stays for twice the hold (at most `STALL_HOLD_MAX_S`). When
+    the lowered runs are no faster than the stalled ones were, the full count comes back at
+    once and stalls are not looked for during one hold time, which doubles (fewer threads did
+    not help: on a machine oversubscribed by many processes more threads are a larger share of
+    the cores).
+    Runs at a count other than the one asked for (the process budget gave fewer) only update
+    that count's best. All methods are thread-safe (one lock, held for a few arithmetic
+    operations); `changes` counts the count's moves, `lowered` / `raised` / `restored` the
+    three kinds, `probes` the probes."""
+
+    def __init__(self, n: int, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.n = max(1, n)
+        self.count = self.n
+        self.clock = clock
+        self.best: dict[int, float] = {}
+        self.runs: dict[int, int] = {}
+        self.lowered = 0
+        self.raised = 0
+        self.restored = 0
+        self.probes = 0
+        self.last_stall = 0.0  # seconds: the median of the runs that made the last lowering
+        self._slow: list[float] = []
+        self._recent: deque[float] = deque(maxlen=STALL_RUNS)  # runs at the lowered count
+        self._probe_at = math.inf
+        self._probe_count = 0  # the count of the probe in flight (0: none)
+        self._raised_from = 0  # the count before the last raise (0: none since a lowering)
+        self._quiet_until = -math.inf  # no stall detection before (fewer threads did not help)
+        self._hold = STALL_HOLD_S
+        self._full: deque[float] = deque(maxlen=STALL_RUNS)  # recent runs at the full count
+        self._down_at = math.inf  # when the next run tries half the threads
+        self._down_every = STALL_DOWN_FIRST_S
+        self.down_probes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def changes(self) -> int:
+        return self.lowered + self.raised + self.restored
+
+    def want(self, now: float | None = None) -> int:
+        """Threads for the next run: the current count, or a probe's count when one is due
+        (halfway from the current count up to the full count, rounded up)."""
+        now = self.clock() if now is None else now
+        if self.count == self.n and now < self._down_at:  # the quiet case, without the lock
+            return self.n  # (a stale read costs one run at the count before)
+        with self._lock:
+            if self.count == self.n and now >= self._down_at and self.n > 1:
+                self._down_at = now + self._down_every  # (a lost result: the next after that)
+                self.down_probes += 1
+                self._probe_count = self.n // 2
+                return self._probe_count
+            if self.count < self.n:
+                now = self.clock() if now is None else now
+                if now >= self._probe_at:
+                    # one probe at a time; its `record` sets the next (a probe whose run
+                    # failed, or got fewer threads, is followed by another after a hold)
+                    self._probe_at = now + self._hold
+                    self.probes += 1
+                    self._probe_count = -(-(self.count + self.n) // 2)
+                    return self._probe_count
+            return self.count
+
+    def record(self, used: int, seconds: float, now: float | None = None) -> str | None:
+        """A finished run on `used` threads took `seconds`; returns "lowered", "raised" (a
+        probe below the full count was faster) or "restored" when this run moved the count,
+        else None."""
+        now = self.clock() if now is None else now
+        with self._lock:
+            runs = self.runs.get(used, 0) + 1
+            self.runs[used] = runs
+            best = self.best.get(used, math.inf)
+            if seconds < best:
+                self.best[used] = seconds
+            if used != self.count:
+                if used == self._probe_count and used < self.count:
+                    return self._down_probed(used, seconds, now)
+                if used == self._probe_count:
+                    return self._probed(used, seconds, self._ref(used, best, runs), now)
+                return None
+            if used == self.n:
+                self._full.append(seconds)
+                if self._down_at == math.inf and runs > STALL_BEST_AFTER and (
+                    len(self._full) == STALL_RUNS
+                ):  # (after the first runs, and after each restore)
+                    self._down_at = now + self._down_every
+            if now >= self._quiet_until and self._is_slow(seconds, self._ref(used, best, runs)):
+                self._slow.append(seconds)
+                if len(self._slow) >= STALL_RUNS and self.count > 1:
+                    return self._lower(now)
+            else:
+                self._slow.clear()
+            if self.count < self.n:
+                self._recent.append(seconds)
+                if len(self._recent) == STALL_RUNS and (
+                    statistics.median(self._recent) >= self.last_stall
+                ):  # fewer threads are no faster: give them back, look again after a hold
+                    self._quiet_until = now + self._hold  # (longer each time, as a probe's)
+                    self._hold = min(2 * self._hold, STALL_HOLD_MAX_S)
+                    return self._restore()
+            return None
+
+    def _ref(self, used: int, best: float, runs: int) -> float:
+        """What a run on `used` threads should take: its best (trusted after
+        `STALL_BEST_AFTER` runs), and below the full count no more than the full count's best
+        scaled by the threads (a lowered count stalled from its first run has no quiet best
+        of its own)."""
+        ref = best if runs > STALL_BEST_AFTER else math.inf
+        if used < self.n and self.runs.get(self.n, 0) > STALL_BEST_AFTER:
+            ref = min(ref, self.best[self.n] * self.n / used)
+        return ref
+
+    @staticmethod
+    def _is_slow(seconds: float, best: float) -> bool:
+        return seconds > STALL_RATIO * best and seconds - best > STALL_MIN_EXCESS_S
+
+    def _lower(self, now: float) -> str:
+        self.last_stall = statistics.median(self._slow)
+        self._slow.clear()
+        self._recent.clear()
+        if 0 < self._raised_from < self.count:  # a raise that stalls: back to where it began
+            self.count = self._raised_from
+            self._hold = min(2 * self._hold, STALL_HOLD_MAX_S)
+        else:
+            self.count = max(1, self.count // 2)
+        self._raised_from = 0
+        self._probe_at = now + self._hold
+        self.lowered += 1
+        return "lowered"
+
+    def _restore(self) -> str:
+        self.count = self.n
+        self._raised_from = 0
+        self._full.clear()
+        self._down_at = math.inf
+        self._slow.clear()
+        self._recent.clear()
+        self._probe_at = math.inf
+        self.restored += 1
+        return "restored"
+
+    def _down_probed(self, used: int, seconds: float, now: float) -> str | None:
+        """A run on half the threads while on the full count: faster by `STALL_DOWN_GAIN`
+        than the full count's recent runs and faster than its best run ever, and half is the
+        count (a stall the program's own best cannot show: it was stalled from its first
+        run; a neighbour that came later is the stall rule's)."""
+        self._probe_count = 0
+        if self.count != self.n or len(self._full) < STALL_RUNS:
+            return None
+        full = statistics.median(self._full)
+        if seconds < min(STALL_DOWN_GAIN * full, self.best[self.n]):
+            self._slow = list(self._full)
+            return self._lower(now)  # (its `last_stall`: the full count's recent runs)
+        self._down_every = min(2 * self._down_every, STALL_DOWN_MAX_S)
+        self._down_at = now + self._down_every
+        self._slow.clear()  # (a streak of slow runs is counted from the runs on each side)
+        return None
+
+    def _probed(self, used: int, seconds: float, ref: float, now: float) -> str | None:
+        self._probe_count = 0
+        if self.count >= used:
+            return None  # moved meanwhile (a concurrent run's probe)
+        if self._recent:
+            faster = seconds < statistics.median(self._recent)
+        else:  # no run at the lowered count to compare with
+            faster = used == self.n
+        if used == self.n and (faster if self._recent else not self._is_slow(seconds, ref)):
+            self._hold = STALL_HOLD_S
+            return self._restore()
+        if used < self.n and (faster if self._recent else not self._is_slow(seconds, ref)):
+            self._raised_from = self.count
+            self.count = used  # the neighbours leave more cores than the lowered count
+            self._slow.clear()
+            self._recent.clear()
+            self._hold = STALL_HOLD_S
+            self._probe_at = now + self._hold
+            self.raised += 1
+            return "raised"
+        self._probe_at = now + self._hold
+        self._hold = min(2 * self._hold, STALL_HOLD_MAX_S)
+        return None
+
+
 # --- the process-wide budget --------------------------------------------------------------
 
 
@@ -340,7 +573,9 @@ __all__ = [
     "CAP_ENV",
     "DEFAULT_CAP",
     "LOAD_ADAPT_ENV",
+    "STALL_ADAPT_ENV",
     "STEP_POLICY_ENV",
+    "StallAdapt",
     "THREADS_ENV",
     "ThreadBudget",
     "ThreadCount",
@@ -349,6 +584,7 @@ __all__ = [
     "load_threads",
     "physical_cores",
     "resolve_threads",
+    "stall_adapt_enabled",
     "step_policy_enabled",
     "step_threads",
     "usable_cpus",
