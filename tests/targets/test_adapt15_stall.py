@@ -98,11 +98,25 @@ def test_a_program_stalled_from_its_first_run_finds_fewer_threads_faster() -> No
     """Busy from the start: its best is a stalled run, so only trying half the threads shows
     the stall; the tries back off while half is no faster."""
     f = quiet(16, ms=60.0)  # stalled from the first run
-    f.run(lambda c: 20 * MS if c <= 8 else 60 * MS, 40)  # 2.4 s
+    f.run(lambda c: 20 * MS if c <= 8 else 60 * MS, 40)  # 2.4 s: 200 runs are 12 s
+    assert f.c.down_probes == 0
+    f.run(lambda c: 20 * MS if c <= 8 else 60 * MS, 180)  # 13.2 s in all
     assert f.c.down_probes == 1 and f.c.lowered == 1 and f.c.count >= 8
     g = quiet(16, ms=10.0)  # quiet: half the threads are slower
     g.run(lambda c: 10 * MS * 16 / c if c < 16 else 10 * MS, 6000)  # 60 s
-    assert g.c.changes == 0 and 1 <= g.c.down_probes <= 7  # (1, 2, 4, ... 32 s apart)
+    assert g.c.changes == 0 and 1 <= g.c.down_probes <= 7  # (2, 4, 8, ... 32 s apart)
+
+
+def test_half_thread_tries_cost_at_most_one_run_in_two_hundred() -> None:
+    """A long run (a 1.2 s batch) is tried on half the threads no sooner than 200 runs after
+    its first runs and after each try: the quiet cost stays ~0.5 % of its time."""
+    h = quiet(16, ms=1200.0)
+    slow_half = lambda c: 1200 * MS * 16 / c if c < 16 else 1200 * MS  # noqa: E731
+    h.run(slow_half, 150)
+    assert h.c.down_probes == 0
+    h.run(slow_half, 100)
+    assert h.c.down_probes == 1 and h.c.changes == 0
+    assert h.used.count(8) == 1
 
 
 def test_noise_does_not_move_it() -> None:

@@ -306,6 +306,11 @@ STALL_HOLD_MAX_S = 4.0
 STALL_DOWN_FIRST_S = 2.0
 STALL_DOWN_MAX_S = 64.0
 STALL_DOWN_GAIN = 0.8
+#: ... and never sooner than this many of the full count's best runs after the last try (or
+#: the first runs): a try costs at most about one run more (half the threads), so in a quiet
+#: process the tries cost at most ~1/`STALL_DOWN_SPACING_RUNS` of the run time (a 1.2 s GPT-2
+#: batch-8 run tries first after 4 minutes, a 4 ms MobileNetV2 run after 2 s)
+STALL_DOWN_SPACING_RUNS = 200
 
 
 def stall_adapt_enabled() -> bool:
@@ -375,7 +380,7 @@ class StallAdapt:
             return self.n  # (a stale read costs one run at the count before)
         with self._lock:
             if self.count == self.n and now >= self._down_at and self.n > 1:
-                self._down_at = now + self._down_every  # (a lost result: the next after that)
+                self._down_at = now + self._down_wait()  # (a lost result: the next after that)
                 self.down_probes += 1
                 self._probe_count = self.n // 2
                 return self._probe_count
@@ -412,7 +417,7 @@ class StallAdapt:
                 if self._down_at == math.inf and runs > STALL_BEST_AFTER and (
                     len(self._full) == STALL_RUNS
                 ):  # (after the first runs, and after each restore)
-                    self._down_at = now + self._down_every
+                    self._down_at = now + self._down_wait()
             if now >= self._quiet_until and self._is_slow(seconds, self._ref(used, best, runs)):
                 self._slow.append(seconds)
                 if len(self._slow) >= STALL_RUNS and self.count > 1:
@@ -468,6 +473,11 @@ class StallAdapt:
         self.restored += 1
         return "restored"
 
+    def _down_wait(self) -> float:
+        """Seconds until the next half-thread try: `_down_every`, and at least
+        `STALL_DOWN_SPACING_RUNS` of the full count's best runs (the tries' cost bound)."""
+        return max(self._down_every, STALL_DOWN_SPACING_RUNS * self.best.get(self.n, 0.0))
+
     def _down_probed(self, used: int, seconds: float, now: float) -> str | None:
         """A run on half the threads while on the full count: faster by `STALL_DOWN_GAIN`
         than the full count's recent runs and faster than its best run ever, and half is the
@@ -481,7 +491,7 @@ class StallAdapt:
             self._slow = list(self._full)
             return self._lower(now)  # (its `last_stall`: the full count's recent runs)
         self._down_every = min(2 * self._down_every, STALL_DOWN_MAX_S)
-        self._down_at = now + self._down_every
+        self._down_at = now + self._down_wait()
         self._slow.clear()  # (a streak of slow runs is counted from the runs on each side)
         return None
 
