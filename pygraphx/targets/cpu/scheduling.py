@@ -31,23 +31,26 @@ times), and it does not see every neighbour (another engine's spinning pool in t
 `threads.StallAdapt` (`PGX_CPU_STALL_ADAPT`, on by default, read when the program is
 compiled): it is fed every run's wall time (two `perf_counter` calls a run; profiled runs
 excluded) with the threads the run held, keeps the best run per thread count, and after
-`STALL_RUNS` (3) runs in a row slower than `STALL_RATIO` (1.6) times that best halves the
+`STALL_RUNS` (3) runs in a row slower than `STALL_RATIO` (1.6) times that best (trusted after
+`STALL_BEST_AFTER`, 10, runs at that count: a first run's warm-up is not a stall) halves the
 count the next runs take (at least 1; again if the lowered runs stall too). After a hold
-(`STALL_HOLD_S`, 0.5 s) one run probes the count halfway back up to the full count (on 2
+(`STALL_HOLD_S`, 0.5 s) a probe (`STALL_PROBE_RUNS`, 3 runs: their median, as one run on a
+16-core host is often 2-4x its neighbours) tries the count halfway back up to the full count (on 2
 cores the full count): faster than the lowered runs, and it is the new count (16 threads
 halved to 8 climb 12, 14, 15 while the neighbours leave that many cores free; a probe of
 the full count that is faster gives the full count back); else the hold doubles
 (at most `STALL_HOLD_MAX_S`, 4 s), so a neighbour that leaves gives the threads back within
-seconds and one that stays costs one slow run every 4 s. Lowered runs that are no
+seconds and one that stays costs three slow runs every 4 s. Lowered runs that are no
 faster than the stalled ones give the full count back at once and stalls are not looked for
 during a hold, which doubles (fewer threads did not help: on a machine oversubscribed by many
 processes more threads are a larger share of the cores). The first lowering says so (INFO).
 A program busy from its first run (a freshly started host's) has a stalled best, so no run
-is slow against it: one run on half the threads, 2 s after its first runs and then 4, 8, ...
-64 s apart, lowers the count when it beats both 0.8x the full count's recent runs and the
+is slow against it: a probe on half the threads, 2 s after its first runs and then 4, 8, ...
+64 s apart (and no sooner than `STALL_DOWN_SPACING_RUNS`, 600, of its runs after the last),
+lowers the count when it beats both 0.8x the full count's recent runs and the
 full count's best (measured on 2 cores, the other helpers' load from the start: ResNet-50
 66.5 ms against 94.9 without the rule, 1 thread 64.4; `benchmarks/results/adapt15.md`). On
-a quiet machine such a run costs what half the threads lose, once a minute after the first.
+a quiet machine such a probe costs what half the threads lose, at most ~0.5 % of the time.
 Why halving and not the count the neighbours leave free: run times do not say how many cores
 are busy, and /proc/stat, read on the slow runs, would miss neighbours in this process
 (their CPU time is this process's) and cannot resolve runs of a few milliseconds (10 ms

@@ -293,13 +293,18 @@ def load_threads(
 STALL_RATIO = 1.6
 STALL_RUNS = 3
 STALL_MIN_EXCESS_S = 2e-4
-#: runs at a thread count before its best is trusted (the first runs warm caches and pools)
-STALL_BEST_AFTER = 3
-#: seconds a lowered count is kept before one run probes a higher count; doubled after each
+#: runs at a thread count before its best is trusted (the first runs warm caches and pools:
+#: on the 16-core host ResNet-50's first runs at 16 threads took 45-48 ms, then 8; with 3 the
+#: controller halved a quiet program twice during its warm-up)
+STALL_BEST_AFTER = 10
+#: runs a probe takes at its count; their median decides (one run on a 16-core host is often
+#: 2-4x its neighbours: a single-run probe kept a quiet ResNet-50 on 4 threads for a second)
+STALL_PROBE_RUNS = 3
+#: seconds a lowered count is kept before a probe tries a higher count; doubled after each
 #: probe that finds the stall still there, up to `STALL_HOLD_MAX_S`
 STALL_HOLD_S = 0.5
 STALL_HOLD_MAX_S = 4.0
-#: a program busy from its first run has a stalled best: one run on half the threads, first
+#: a program busy from its first run has a stalled best: a probe on half the threads, first
 #: `STALL_DOWN_FIRST_S` after its first runs, then each time twice as long after (at most
 #: `STALL_DOWN_MAX_S`), lowers the count when it is faster than `STALL_DOWN_GAIN` times the
 #: full count's recent runs and than its best run
@@ -307,10 +312,10 @@ STALL_DOWN_FIRST_S = 2.0
 STALL_DOWN_MAX_S = 64.0
 STALL_DOWN_GAIN = 0.8
 #: ... and never sooner than this many of the full count's best runs after the last try (or
-#: the first runs): a try costs at most about one run more (half the threads), so in a quiet
-#: process the tries cost at most ~1/`STALL_DOWN_SPACING_RUNS` of the run time (a 1.2 s GPT-2
-#: batch-8 run tries first after 4 minutes, a 4 ms MobileNetV2 run after 2 s)
-STALL_DOWN_SPACING_RUNS = 200
+#: the first runs): a try (`STALL_PROBE_RUNS` runs on half the threads) costs about that many
+#: runs more, so in a quiet process the tries cost at most ~0.5 % of the run time (a 1.2 s
+#: GPT-2 batch-8 run tries first after 12 minutes, a 4 ms MobileNetV2 run after 2.4 s)
+STALL_DOWN_SPACING_RUNS = 600
 
 
 def stall_adapt_enabled() -> bool:
@@ -326,8 +331,8 @@ class StallAdapt:
     seen (after `STALL_BEST_AFTER` runs at that count; below the full count, no more than the
     full count's best times full / count); `STALL_RUNS` runs in a row slower than
     `STALL_RATIO` times that (and by `STALL_MIN_EXCESS_S`) at the current count halve the
-    count (at least 1). A lowered count is kept for a hold time (`STALL_HOLD_S`), then
-    one run probes the count halfway up to the full count (rounded up: from 1 of 2, or 8 of
+    count (at least 1). A lowered count is kept for a hold time (`STALL_HOLD_S`), then a
+    probe (`STALL_PROBE_RUNS` runs, their median) tries the count halfway up to the full count (rounded up: from 1 of 2, or 8 of
     9, the full count; from 8 of 16, 12): faster than the lowered runs, and it becomes the
     count (the hold time resets, so the next probe comes soon: 8 -> 12 -> 14 -> 15 -> 16 on 16
     cores while the neighbours leave 14 free, stopping where the next step stalls; a raised
@@ -359,6 +364,8 @@ class StallAdapt:
         self._recent: deque[float] = deque(maxlen=STALL_RUNS)  # runs at the lowered count
         self._probe_at = math.inf
         self._probe_count = 0  # the count of the probe in flight (0: none)
+        self._probe_left = 0  # runs of it still to hand out
+        self._probe_runs: list[float] = []  # its runs so far
         self._raised_from = 0  # the count before the last raise (0: none since a lowering)
         self._quiet_until = -math.inf  # no stall detection before (fewer threads did not help)
         self._hold = STALL_HOLD_S
@@ -376,14 +383,16 @@ class StallAdapt:
         """Threads for the next run: the current count, or a probe's count when one is due
         (halfway from the current count up to the full count, rounded up)."""
         now = self.clock() if now is None else now
-        if self.count == self.n and now < self._down_at:  # the quiet case, without the lock
-            return self.n  # (a stale read costs one run at the count before)
+        if self.count == self.n and now < self._down_at and not self._probe_left:
+            return self.n  # the quiet case, without the lock (a stale read: one run more)
         with self._lock:
+            if self._probe_left:  # a probe's further runs
+                self._probe_left -= 1
+                return self._probe_count
             if self.count == self.n and now >= self._down_at and self.n > 1:
                 self._down_at = now + self._down_wait()  # (a lost result: the next after that)
                 self.down_probes += 1
-                self._probe_count = self.n // 2
-                return self._probe_count
+                return self._start_probe(self.n // 2)
             if self.count < self.n:
                 now = self.clock() if now is None else now
                 if now >= self._probe_at:
@@ -391,8 +400,7 @@ class StallAdapt:
                     # failed, or got fewer threads, is followed by another after a hold)
                     self._probe_at = now + self._hold
                     self.probes += 1
-                    self._probe_count = -(-(self.count + self.n) // 2)
-                    return self._probe_count
+                    return self._start_probe(-(-(self.count + self.n) // 2))
             return self.count
 
     def record(self, used: int, seconds: float, now: float | None = None) -> str | None:
@@ -407,11 +415,16 @@ class StallAdapt:
             if seconds < best:
                 self.best[used] = seconds
             if used != self.count:
-                if used == self._probe_count and used < self.count:
+                if used != self._probe_count:
+                    return None
+                self._probe_runs.append(seconds)
+                if len(self._probe_runs) < STALL_PROBE_RUNS:
+                    return None
+                seconds = statistics.median(self._probe_runs)
+                self._probe_runs = []
+                if used < self.count:
                     return self._down_probed(used, seconds, now)
-                if used == self._probe_count:
-                    return self._probed(used, seconds, self._ref(used, best, runs), now)
-                return None
+                return self._probed(used, seconds, self._ref(used, best, runs), now)
             if used == self.n:
                 self._full.append(seconds)
                 if self._down_at == math.inf and runs > STALL_BEST_AFTER and (
@@ -472,6 +485,13 @@ class StallAdapt:
         self._probe_at = math.inf
         self.restored += 1
         return "restored"
+
+    def _start_probe(self, count: int) -> int:
+        """Hand out the first of `STALL_PROBE_RUNS` runs at `count` (under the lock)."""
+        self._probe_count = count
+        self._probe_left = STALL_PROBE_RUNS - 1
+        self._probe_runs = []
+        return count
 
     def _down_wait(self) -> float:
         """Seconds until the next half-thread try: `_down_every`, and at least
