@@ -186,9 +186,31 @@ def test_a_raised_count_that_stalls_goes_back_to_where_it_began() -> None:
     f = quiet(16, ms=10.0)
     f.run(60 * MS, STALL_RUNS)
     assert f.c.count == 8
-    lucky = iter([10 * MS] * STALL_PROBE_RUNS)  # the first probe's runs
-    f.run(lambda c: 20 * MS if c <= 8 else next(lucky, 60 * MS), 60)
+    lucky = iter([10 * MS] * STALL_PROBE_RUNS)  # the runs of the first probe of 12
+    # (the first probe after a lowering tries 16: still stalled; the next tries 12)
+    f.run(lambda c: 20 * MS if c <= 8 else 60 * MS if c == 16 else next(lucky, 60 * MS), 120)
     assert f.c.raised == 1 and f.c.lowered == 2 and f.c.count == 8
+
+
+def test_a_passing_hiccup_gives_every_thread_back_at_the_first_probe() -> None:
+    """A lowering's first probe tries the full count: a hiccup that has passed costs one hold
+    on the lowered count, not a climb of several."""
+    f = quiet(16, ms=10.0, runs=20)
+    f.run(40 * MS, STALL_RUNS)
+    assert f.c.count == 8
+    f.run(lambda c: 10 * MS * 16 / c, 60)
+    assert f.c.restored == 1 and f.c.raised == 0 and f.c.count == 16
+    assert set(f.used[-60:]) == {8, 16}
+
+
+def test_a_short_hiccup_is_not_a_stall() -> None:
+    """Three slow runs of a 1.4 ms program (together 12 ms, under `STALL_MIN_SPAN_S`) do not
+    halve it; a stall that goes on does."""
+    f = quiet(16, ms=1.4, runs=20)
+    f.run(4 * MS, STALL_RUNS)
+    assert f.c.count == 16 and f.c.lowered == 0
+    f.run(lambda c: 4 * MS if c == 16 else 2.8 * MS, 10)
+    assert f.c.count == 8 and f.c.lowered == 1
 
 
 def test_a_probe_faster_than_the_lowered_runs_restores_it() -> None:

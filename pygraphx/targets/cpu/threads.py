@@ -293,6 +293,9 @@ def load_threads(
 STALL_RATIO = 1.6
 STALL_RUNS = 3
 STALL_MIN_EXCESS_S = 2e-4
+#: ... and the slow runs of a stall together take at least this long (a 16-core host's
+#: hiccups slow a 1.4 ms MobileNetV2 for three runs or so; a neighbour stays for seconds)
+STALL_MIN_SPAN_S = 0.02
 #: runs at a thread count before its best is trusted (the first runs warm caches and pools:
 #: on the 16-core host ResNet-50's first runs at 16 threads took 45-48 ms, then 8; with 3 the
 #: controller halved a quiet program twice during its warm-up)
@@ -331,8 +334,10 @@ class StallAdapt:
     seen (after `STALL_BEST_AFTER` runs at that count; below the full count, no more than the
     full count's best times full / count); `STALL_RUNS` runs in a row slower than
     `STALL_RATIO` times that (and by `STALL_MIN_EXCESS_S`) at the current count halve the
-    count (at least 1). A lowered count is kept for a hold time (`STALL_HOLD_S`), then a
-    probe (`STALL_PROBE_RUNS` runs, their median) tries the count halfway up to the full count (rounded up: from 1 of 2, or 8 of
+    count (at least 1; the slow runs spanning `STALL_MIN_SPAN_S` at least). A lowered count is
+    kept for a hold time (`STALL_HOLD_S`), then a probe (`STALL_PROBE_RUNS` runs, their
+    median) tries the full count (the first after a lowering: a passing hiccup gives all the
+    threads back at once), then the count halfway up to the full count (rounded up: from 1 of 2, or 8 of
     9, the full count; from 8 of 16, 12): faster than the lowered runs, and it becomes the
     count (the hold time resets, so the next probe comes soon: 8 -> 12 -> 14 -> 15 -> 16 on 16
     cores while the neighbours leave 14 free, stopping where the next step stalls; a raised
@@ -366,6 +371,7 @@ class StallAdapt:
         self._probe_count = 0  # the count of the probe in flight (0: none)
         self._probe_left = 0  # runs of it still to hand out
         self._probe_runs: list[float] = []  # its runs so far
+        self._probe_full = False  # the next probe tries the full count (the first after a lowering)
         self._raised_from = 0  # the count before the last raise (0: none since a lowering)
         self._quiet_until = -math.inf  # no stall detection before (fewer threads did not help)
         self._hold = STALL_HOLD_S
@@ -400,6 +406,9 @@ class StallAdapt:
                     # failed, or got fewer threads, is followed by another after a hold)
                     self._probe_at = now + self._hold
                     self.probes += 1
+                    if self._probe_full:  # the first after a lowering: was it a hiccup?
+                        self._probe_full = False
+                        return self._start_probe(self.n)
                     return self._start_probe(-(-(self.count + self.n) // 2))
             return self.count
 
@@ -431,9 +440,11 @@ class StallAdapt:
                     len(self._full) == STALL_RUNS
                 ):  # (after the first runs, and after each restore)
                     self._down_at = now + self._down_wait()
-            if now >= self._quiet_until and self._is_slow(seconds, self._ref(used, best, runs)):
+            if self.count > 1 and now >= self._quiet_until and (
+                self._is_slow(seconds, self._ref(used, best, runs))
+            ):
                 self._slow.append(seconds)
-                if len(self._slow) >= STALL_RUNS and self.count > 1:
+                if len(self._slow) >= STALL_RUNS and sum(self._slow) >= STALL_MIN_SPAN_S:
                     return self._lower(now)
             else:
                 self._slow.clear()
@@ -472,6 +483,7 @@ class StallAdapt:
             self.count = max(1, self.count // 2)
         self._raised_from = 0
         self._probe_at = now + self._hold
+        self._probe_full = True
         self.lowered += 1
         return "lowered"
 
