@@ -161,10 +161,13 @@ def native_block(head: Instruction) -> Block | None:
     elif _is_dw3x3(head):
         dw, src = head, head.inputs[0]
         if src.op.name == "pointwise" and any(
-            i.op.name == "convolution" and (_is_1x1(i) or _is_stem(i)) and fused_user(i) is src
+            i.op.name == "convolution" and _is_1x1(i) and fused_user(i) is src
             for i in src.inputs
         ):
             return None  # (the block of that expansion, or the oneDNN route)
+        # (after a stem: where the stem's block is taken it defers this convolution, which is
+        # then never asked about; where it is not (the stem's output is also the residual, or
+        # its activation is no clip form: MobileNetV3's first block) this block is the kernel's)
     else:
         return None
     if _dtype(dw) != "float_type":
