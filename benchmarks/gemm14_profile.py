@@ -1,4 +1,4 @@
-"""pygraphx `cpu` against OpenVINO float32, per op kind (helper gemm14).
+"""pygraphx `cpu` against OpenVINO float32 or bf16, per op kind (helper gemm14; `--bf16`: gemm15).
 
     PYTHONPATH=. python benchmarks/gemm14_profile.py --model bert_base --threads 1 --runs 10
     PYTHONPATH=. python benchmarks/gemm14_profile.py --model minilm --threads 2
@@ -86,7 +86,9 @@ def ov_shapes(compiled: Any) -> dict[str, tuple[list[list[int]], list[int]]]:
     return found
 
 
-def openvino(data: bytes, threads: int, runs: int, feeds: dict) -> tuple[Any, dict, dict]:
+def openvino(
+    data: bytes, threads: int, runs: int, feeds: dict, precision: str = "f32"
+) -> tuple[Any, dict, dict]:
     """OpenVINO f32: its plain run function, ms a run per kind, and per (kind, type/kernel,
     shape) (each node's fastest of `runs`: cpu_time at one thread, real_time else)."""
     import openvino as ov
@@ -94,7 +96,7 @@ def openvino(data: bytes, threads: int, runs: int, feeds: dict) -> tuple[Any, di
     path = Path(tempfile.mkdtemp()) / "model.onnx"
     path.write_bytes(data)
     core = ov.Core()
-    config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads,
+    config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads,
               "NUM_STREAMS": 1}  # fmt: skip
     plain = core.compile_model(core.read_model(str(path)), "CPU", config).create_infer_request()
     config["PERF_COUNT"] = True
@@ -150,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="bert_base")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--bf16", action="store_true", help="ours quantize_bf16, OpenVINO bf16")
     ap.add_argument("--labels", action="store_true", help="also list each node / step label")
     args = ap.parse_args(argv)
     import torch
@@ -161,8 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     clock = time.thread_time if args.threads == 1 else time.perf_counter
     data, feeds = load(args.model)
     prog = pygraphx.parse_onnx_buffer(data)
+    if args.bf16:
+        pygraphx.quantize_bf16(prog)
     prog.compile(CpuTarget(threads=args.threads))
-    run_ov, ov_kinds, ov_labels = openvino(data, args.threads, args.runs, feeds)
+    run_ov, ov_kinds, ov_labels = openvino(
+        data, args.threads, args.runs, feeds, "bf16" if args.bf16 else "f32"
+    )
     walls: dict[str, list[float]] = {"pygraphx": [], "OpenVINO": []}
     fns = {"pygraphx": lambda: prog.run(feeds), "OpenVINO": run_ov}
     for fn in fns.values():
@@ -174,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             walls[name].append(clock() - start)
     pg_kinds, pg_labels = pgx(prog, feeds, args.runs, clock)
     what = "thread CPU" if args.threads == 1 else "wall"
-    print(f"# {args.model}, {args.threads} thread(s), loadavg "
+    print(f"# {args.model} {'bf16' if args.bf16 else 'f32'}, {args.threads} thread(s), loadavg "
           f"{Path('/proc/loadavg').read_text().split()[:3]}; median {what} ms a run: "
           + ", ".join(f"{k} {np.median(v) * 1e3:.1f}" for k, v in walls.items()))  # fmt: skip
     print(f"| kind | pygraphx | OpenVINO | pgx - OV |  (ms a run, sums of each step's / node's "
