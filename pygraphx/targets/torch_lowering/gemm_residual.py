@@ -76,9 +76,7 @@ def residual_sum(
     pass (oneDNN 3.2, the 2-core EPYC), a sum post-op is not (`benchmarks/results/gemm14.md`)."""
     if residual_setting() == "off" or dot.shape.type() != user.shape.type():
         return None
-    if ctx.cache.get(GEMM_KERNELS, {}).get(id(dot)) != "dnnl":
-        return None
-    if dnnl_gemm_setting() != "matmul" or not onednn_linear.available():
+    if not _on_onednn_matmul(ctx, dot):
         return None
     lens = dot.shape.lens()
     cands = {
@@ -107,9 +105,7 @@ def widened_residual_sum(
         return None
     if (dot.shape.type(), user.shape.type()) != ("bf16_type", "float_type"):
         return None
-    if ctx.cache.get(GEMM_KERNELS, {}).get(id(dot)) != "dnnl":
-        return None
-    if dnnl_gemm_setting() != "matmul" or not onednn_linear.available():
+    if not _on_onednn_matmul(ctx, dot):
         return None
     nodes = trace.nodes
     if len(nodes) != 2 or not (isinstance(result, Value) and result.kind == "node"):
@@ -134,6 +130,13 @@ def widened_residual_sum(
     if r.shape.lens() != dot.shape.lens():
         return None
     return j, _overwritable(ctx, r, dot, user)
+
+
+def _on_onednn_matmul(ctx: LoweringContext, dot: Instruction) -> bool:
+    """Whether `dot` runs on oneDNN's matmul primitive (the sum post-op's home)."""
+    if ctx.cache.get(GEMM_KERNELS, {}).get(id(dot)) != "dnnl":
+        return False
+    return dnnl_gemm_setting() == "matmul" and onednn_linear.available()
 
 
 def _overwritable(
