@@ -17,7 +17,9 @@ the OS threads a run starts (GNU OpenMP ends and restarts workers when the team 
 `--ab` instead compares the policy on and off (and ORT) at each count in one process, their
 blocks alternating for `--rounds` rounds, the order turned by one each round (so a
 neighbour's load, or the spinning pool of the engine before, falls on all alike): per
-engine the median of its blocks' median latencies and of their CPU time per run, and in how many
+engine the median of its blocks' median latencies (each block runs untimed for `--settle`
+seconds first, 0.2 by default: ONNX Runtime's pool spins on for 80-175 ms after its block on
+the 16-core host, slowing the next engine's first runs up to 50x, `adapt16_after_ort.py`) and of their CPU time per run, and in how many
 rounds the policy-on block was faster than the policy-off one. `--engines on@16 on@8 ort@16`
 picks the engines instead (policy on / off or ORT, at a count; `--threads` is then not read),
 `--batch 1 8` the batches. Besides the process CPU time (which also counts another engine's pool
@@ -172,7 +174,10 @@ def ab_blocks(
         # the order turns each round: a block right after ORT's carries the CPU time of
         # ORT's still-spinning pool (16-core host: 1.4-1.8x ORT's against 1.2x)
         for engine in names[r % len(names) :] + names[: r % len(names)]:
+            settle = time.perf_counter() + args.settle
             for _ in range(args.warmup):
+                engines[engine](feeds)
+            while time.perf_counter() < settle:  # (the last engine's pool spinning on)
                 engines[engine](feeds)
             before = ledger.start()
             ms, cpu_ms, runs = time_block(engines[engine], feeds, 0, args.seconds, args.max_runs)
@@ -304,7 +309,7 @@ def steps_probe(args: argparse.Namespace) -> list[dict[str, Any]]:
         us, whole = step_times(prog, feeds, args.runs)
         labels = [step_label(c) for c in exe.executor.computes]
         steps = [{"step": lab, "threads": t, "us": u}
-                 for lab, t, u in zip(labels, exe.step_threads, us, strict=True)]  # fmt: skip
+                 for lab, t, u in zip(labels, exe.chained.counts, us, strict=True)]  # fmt: skip
         ort_rows = {} if args.no_ort else ort_profile(model, feeds, n, args.runs)
         rows.append({"model": name, "threads": n, "run_ms": whole, "steps_us": sum(us),
                      "steps": steps, "ort": ort_rows})  # fmt: skip
@@ -425,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=1.0, help="time per block (default 1)")
     ap.add_argument("--max-runs", type=int, default=30)
+    ap.add_argument("--settle", type=float, default=0.2,
+                    help="--ab: seconds each block runs untimed first (default 0.2: the engine "
+                    "before keeps its pool spinning for 80-175 ms on the 16-core host)")
     ap.add_argument("--no-ort", action="store_true")
     ap.add_argument("--spincounts", nargs="+", type=int, default=None, help="GOMP_SPINCOUNTs")
     ap.add_argument("--churn", action="store_true", help="count OS threads started per run")

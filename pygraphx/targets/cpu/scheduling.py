@@ -33,7 +33,8 @@ compiled): it is fed every run's wall time (two `perf_counter` calls a run; prof
 excluded) with the threads the run held, keeps the best run per thread count, and after
 `STALL_RUNS` (3) runs in a row slower than `STALL_RATIO` (1.6) times that best (trusted after
 `STALL_BEST_AFTER`, 10, runs at that count: a first run's warm-up is not a stall; and
-together at least `STALL_MIN_SPAN_S`, 20 ms: a host's hiccup is not either) halves the
+together at least `STALL_MIN_SPAN_S`, 0.25 s: a hiccup, or another pool spinning on after its
+last run, is not either) halves the
 count the next runs take (at least 1; again if the lowered runs stall too). After a hold
 (`STALL_HOLD_S`, 0.5 s) a probe (`STALL_PROBE_RUNS`, 3 runs: their median, as one run on a
 16-core host is often 2-4x its neighbours) tries the full count first (a passing hiccup

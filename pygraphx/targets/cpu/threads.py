@@ -294,9 +294,13 @@ def load_threads(
 STALL_RATIO = 1.6
 STALL_RUNS = 3
 STALL_MIN_EXCESS_S = 2e-4
-#: ... and the slow runs of a stall together take at least this long (a 16-core host's
-#: hiccups slow a 1.4 ms MobileNetV2 for three runs or so; a neighbour stays for seconds)
-STALL_MIN_SPAN_S = 0.02
+#: ... and the slow runs of a stall together take at least this long: a neighbour that stays
+#: for seconds is worth fewer threads, a passing one is not. On the 16-core host a 1.4 ms
+#: MobileNetV2 is slow for 3 runs or so in a hiccup, and for 80-175 ms (2-7 runs of up to 100
+#: ms) after an ONNX Runtime session in the same process ran: its pool spins that long after its
+#: last run. With 20 ms that halved the count, and the hold (0.5 s) outlived the stall
+#: (ResNet-50 b1 8.4 -> 12-15 ms, MobileNetV2 b8 5.7 -> 8-10 ms; benchmarks/results/adapt16.md)
+STALL_MIN_SPAN_S = 0.25
 #: runs at a thread count before its best is trusted (the first runs warm caches and pools:
 #: on the 16-core host ResNet-50's first runs at 16 threads took 45-48 ms, then 8; with 3 the
 #: controller halved a quiet program twice during its warm-up)
