@@ -53,6 +53,15 @@ selected gets its inputs converted back to their original types. `"products"` (`
   detector's relative error against float32 goes from 4.1e-3 to 2.5e-3 (OpenVINO bf16 2.6e-3);
   the other bf16 programs of `cpu_vs_peers.py` are unchanged.
 
+* with `WIDE_LAST_OUT` (off by default; `PGX_BF16_WIDE_LAST_OUT=1` turns it on), the last
+  attention's output projection (the product reading the last `softmax(...) @ v`) stays float32
+  too, its weights unrounded. On MiniLM (sentence embeddings: the output is the mean over the
+  tokens of the last layer) that projection's weight rounding is the largest single part of the
+  bf16 error (its error does not average out over the tokens, as the last attention's context
+  has a large mean); kept float32 the relative error against float32 goes from 4.91e-3 to
+  4.72e-3 on the zoo's sentences (OpenVINO bf16 4.89e-3), for 0.6-1.2 % more time on MiniLM
+  and BERT-base (`benchmarks/results/acc16.md`).
+
 A transformer then keeps its residual sums, layer norms and softmax in float32 and rounds only
 the products' inputs and weights (BERT-base's relative error against float32 4.7e-3 rather
 than 1.7e-2 with `"all"`), while a CNN, whose every activation comes from a convolution, runs
@@ -64,6 +73,7 @@ instruction counts as selected when its own name or the name of any instruction 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 import ml_dtypes
@@ -122,6 +132,55 @@ def wide_tail() -> bool:
     if WIDE_TAIL is not None:
         return WIDE_TAIL
     return switch_on(WIDE_TAIL_ENV)
+
+
+#: `PRODUCTS` keeps the last attention's output projection (the product with a constant weight
+#: that reads the last `softmax(...) @ v` product, through views) in its float type (see the
+#: module docstring); None: `PGX_BF16_WIDE_LAST_OUT` decides when a program is quantized (off
+#: unless set to something other than 0 / off / false / no); True / False force it
+WIDE_LAST_OUT: bool | None = None
+WIDE_LAST_OUT_ENV = "PGX_BF16_WIDE_LAST_OUT"
+
+
+def wide_last_out() -> bool:
+    """Whether the last attention's output projection stays in its float type (`WIDE_LAST_OUT`,
+    else its variable, off when unset)."""
+    if WIDE_LAST_OUT is not None:
+        return WIDE_LAST_OUT
+    return WIDE_LAST_OUT_ENV in os.environ and switch_on(WIDE_LAST_OUT_ENV)
+
+
+def last_attention_out(module: Module) -> Instruction | None:
+    """The product with a constant weight that reads (through views and copies) the last
+    attention's `softmax(...) @ v` product of `module`, or None."""
+    pv = None
+    for ins in module.instructions:
+        if ins.op.name != "dot" or any(is_constant_view(x) for x in ins.inputs):
+            continue
+        if _through_moves(ins.inputs[0]).op.name == "softmax":
+            pv = ins
+    if pv is None:
+        return None
+    todo = list(pv.outputs)
+    while todo:
+        user = todo.pop()
+        if user.op.name == "dot":
+            a, b = user.inputs
+            return user if is_constant_view(b) and not is_constant_view(a) else None
+        if isinstance(user.op, ViewOp) or user.op.name in MOVE_OPS:
+            todo.extend(user.outputs)
+    return None
+
+
+def _through_moves(ins: Instruction) -> Instruction:
+    """Where a chain of one-input views / copies / converts ending at `ins` starts."""
+    while (
+        isinstance(ins.op, ViewOp) or ins.op.name in ("contiguous", "convert")
+    ) and len(ins.inputs) == 1:
+        ins = ins.inputs[0]
+    return ins
+
+
 #: the types a program may be truncated to
 LOW_FLOATS = frozenset({"half_type", "bf16_type"})
 
@@ -247,6 +306,9 @@ class _Truncate:
         # `WIDE_TAIL`: the main module's tail arithmetic, kept in its float type
         self.wide_tail = wide_tail() and PRODUCTS in names
         self.tail = graph_tail(self.main, PRODUCT_OPS) if self.wide_tail else set()
+        # `WIDE_LAST_OUT`: the last attention's output projection, kept in its float type
+        last_out = last_attention_out(self.main) if PRODUCTS in names and wide_last_out() else None
+        self.wide_products = {last_out} if last_out is not None else set()
 
     # --- driver ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -268,7 +330,7 @@ class _Truncate:
         low-precision value (and it is no softmax, reduction or call of a sub-module)."""
         name = ins.op.name
         if name in PRODUCT_OPS:
-            return not self.small_head(ins)
+            return not self.small_head(ins) and ins not in self.wide_products
         if name in WIDE_OPS or ins.module_inputs or ins in self.tail:
             return False
         if ins.module is self.main and ins.outputs and all(u.is_return() for u in ins.outputs):
