@@ -16,7 +16,9 @@ after them; weights: the literal's values rounded), everything else float32:
   up_out: the FFN-up product's result before GELU (bias included); gelu: GELU's result (the
       FFN-down product's input); out / down: the out-projection's / FFN-down's result (with bias).
 
-`point@i` rounds the i-th occurrence only (layer i of a transformer).
+`point@i` rounds the i-th occurrence only (layer i of a transformer), `point@i:j` layers i to
+j - 1; `a+b` rounds both (`in_qkv+w_qkv+q+k+v+probs+ctx+w_out+in_up+w_up+gelu+w_down`: what our
+bf16 program rounds, emulated in float32).
 
 The sum of the squares of single-point errors is about the square of the whole (the roundings
 are independent); the biggest terms are where a float32 value would buy the most.
@@ -126,13 +128,16 @@ def program(model: Any, threads: int, point: str | None) -> tuple[Any, int]:
         return prog, 0
     run_passes(prog, optimize_passes(fuse=False, plan_memory=False))
     main = prog.get_main_module()
-    layer = None
-    if point and "@" in point:  # `point@i`: the i-th occurrence only (layer i)
-        point, at = point.split("@")
-        layer = int(at)
-    found = points_of(main, point) if point else []
-    if layer is not None:
-        found = found[layer : layer + 1]
+    found = []
+    for part in point.split("+") if point else []:
+        name, _, at = part.partition("@")  # `point@i`: layer i only; `point@i:j`: i to j - 1
+        these = points_of(main, name)
+        if ":" in at:
+            lo, hi = at.split(":")
+            these = these[int(lo) : int(hi)]
+        elif at:
+            these = these[int(at) :][:1]
+        found += these
     for ins in found:
         if isinstance(ins, tuple):
             dot, i = ins
