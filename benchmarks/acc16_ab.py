@@ -1,13 +1,14 @@
 """Latency A/B of bf16 program variants in one process (helper acc16, issue 10).
 
-    python benchmarks/acc16_ab.py --models minilm bert_base --variants none lastout \
+    python benchmarks/acc16_ab.py --models minilm bert_base --variants nocenter none \
         --threads 1 --cpu --rounds 10 --repeat 5
         # process CPU ms a run (1 thread) or wall ms (`--threads 2`, no `--cpu`), blocks of
         # `--repeat` runs alternating between the variants, the order reversed every round;
         # median of each variant's blocks and its best block, each against the first variant
 
 Variants are `acc16_roles.bf16_program`'s `keep` names: `none` (`quantize_bf16` as it is),
-`lastout` (`truncate_float.WIDE_LAST_OUT` on), or roles kept float32 joined by `+`
+`nocenter` (`PGX_BF16_CENTER_LAST_OUT=0`: the program before acc16), `center`, `lastout`
+(`attn_out@-1`), or roles kept float32 joined by `+`
 (`qk+scale+pv`: the attention in float32). Inputs: seed 0 of `bf16acc14_precisions.load`
 (MiniLM: the zoo's sentences), batch `--batch`.
 """
@@ -40,7 +41,7 @@ def _block(fn, repeat: int, cpu: bool) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["minilm"])
-    parser.add_argument("--variants", nargs="+", default=["none", "lastout"])
+    parser.add_argument("--variants", nargs="+", default=["nocenter", "none"])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=10)

@@ -14,9 +14,12 @@ Roles (classified on the simplified float32 program, before truncation):
   pv: the other products of two run-time values (probabilities x values);
   scale: the element-wise multiply of the scores by a constant;  gelu: the activations;
   conv: the convolutions (`conv@0` the first, `conv@-1` the last).
-`role@i` keeps the i-th occurrence only (layer i), `a+b` both. `none` is `quantize_bf16` as
-it is (`PGX_BF16_WIDE_LAST_OUT` off), `lastout` with `truncate_float.WIDE_LAST_OUT` on (the
-last attention's output projection float32).
+`role@i` keeps the i-th occurrence only (layer i; -1 the last), `a+b` both; roles are kept
+on the program before acc16 (`truncate_float.CENTER_LAST_OUT` off). `none` is `quantize_bf16`
+as it is (the last attention's output projection centred, `centered_out.py`), `nocenter` that
+off (the program before acc16), `center` on, `lastout` = `attn_out@-1` (the last attention's
+output projection float32; an earlier form of the change, `PGX_BF16_WIDE_LAST_OUT` in commit
+e1804ba).
 """
 
 from __future__ import annotations
@@ -90,12 +93,13 @@ def role_of(ins: Any) -> str | None:
 
 def bf16_program(model: Any, threads: int, keep: str | None) -> Any:
     """`quantize_bf16`'s program with the instructions of role `keep` (roles joined by `+`)
-    left float32; `lastout`: `truncate_float.WIDE_LAST_OUT` on, `none` off."""
+    left float32 (module docstring: `none`, `center`, `nocenter`, `lastout`)."""
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     run_passes(prog, optimize_passes(fuse=False, plan_memory=False))
     main = prog.get_main_module()
     kept: set[int] = set()
-    for part in keep.split("+") if keep and keep != "lastout" else []:
+    keep = "attn_out@-1" if keep == "lastout" else keep
+    for part in keep.split("+") if keep and keep not in ("center", "nocenter") else []:
         role, _, at = part.partition("@")  # `role@i`: its i-th occurrence only (layer i)
         found = [i for i in main.instructions if role_of(i) == role]
         if at:
@@ -103,7 +107,9 @@ def bf16_program(model: Any, threads: int, keep: str | None) -> Any:
         kept |= {id(i) for i in found}
     counts = collections.Counter(role_of(i) for i in main.instructions if id(i) in kept)
     original = tf._Truncate.follows_products
-    tf.WIDE_LAST_OUT = keep == "lastout"
+    # `none`: the default (centred); `center` / `nocenter`: on / off; roles: off (the program
+    # before acc16 with those roles kept float32)
+    tf.CENTER_LAST_OUT = None if keep is None else keep == "center"
 
     def follows(self: Any, ins: Any) -> bool:
         return id(ins) not in kept and original(self, ins)
@@ -113,7 +119,7 @@ def bf16_program(model: Any, threads: int, keep: str | None) -> Any:
         tf.truncate_float(prog, "bf16_type", (tf.PRODUCTS,))
     finally:
         tf._Truncate.follows_products = original
-        tf.WIDE_LAST_OUT = None
+        tf.CENTER_LAST_OUT = None
     prog.compile(CpuTarget(threads=threads))
     return prog, dict(counts)
 
@@ -138,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         for role in args.roles:
             prog, counts = bf16_program(model, args.threads, None if role == "none" else role)
             print(f"{name}: role {role}: kept float32 {counts}", flush=True)
-            engines["bf16" if role == "none" else f"f32_{role}"] = _runner(prog)
+            engines[{"none": "bf16", "nocenter": "bf16_nocenter", "center": "bf16_center"}.get(
+                role, f"f32_{role}")] = _runner(prog)
         engines["ov_bf16"] = ov
         rows = collections.defaultdict(list)
         for seed in range(args.seeds):

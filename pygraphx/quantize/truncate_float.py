@@ -53,14 +53,17 @@ selected gets its inputs converted back to their original types. `"products"` (`
   detector's relative error against float32 goes from 4.1e-3 to 2.5e-3 (OpenVINO bf16 2.6e-3);
   the other bf16 programs of `cpu_vs_peers.py` are unchanged.
 
-* with `WIDE_LAST_OUT` (off by default; `PGX_BF16_WIDE_LAST_OUT=1` turns it on), the last
-  attention's output projection (the product reading the last `softmax(...) @ v`) stays float32
-  too, its weights unrounded. On MiniLM (sentence embeddings: the output is the mean over the
-  tokens of the last layer) that projection's weight rounding is the largest single part of the
-  bf16 error (its error does not average out over the tokens, as the last attention's context
-  has a large mean); kept float32 the relative error against float32 goes from 4.91e-3 to
-  4.72e-3 on the zoo's sentences (OpenVINO bf16 4.89e-3), for 0.6-1.2 % more time on MiniLM
-  and BERT-base (`benchmarks/results/acc16.md`).
+* with `CENTER_LAST_OUT` (the default; `PGX_BF16_CENTER_LAST_OUT=0` turns it off), the last
+  attention's output projection (the product with a constant weight reading the last
+  `softmax(...) @ v`, whose result is added to a residual) computes `(ctx - m) @ W` with `m`
+  the mean of its input over the tokens, and `m @ W` (one row a sequence) is added to the
+  residual in float32 (`centered_out.py`): the same value in exact arithmetic, but the error
+  of the rounded weights on `m`, the same for every token, which a mean over the tokens keeps,
+  is not made. On MiniLM (a sentence embedding: the mean over the tokens of the last layer) that
+  projection's weight rounding is the largest single part of the bf16 error, as the last
+  attention's context has a large mean; centred, the relative error against float32 on the
+  zoo's sentences goes from 4.91e-3 to 4.73e-3 (OpenVINO bf16 4.89e-3), for 0.3-0.6 % more
+  time on MiniLM and BERT-base (`benchmarks/results/acc16.md`).
 
 A transformer then keeps its residual sums, layer norms and softmax in float32 and rounds only
 the products' inputs and weights (BERT-base's relative error against float32 4.7e-3 rather
@@ -73,7 +76,6 @@ instruction counts as selected when its own name or the name of any instruction 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 import ml_dtypes
@@ -91,6 +93,7 @@ from pygraphx.ops.literal_views import view_source
 from pygraphx.ops.pointwise import Convert, Pointwise
 from pygraphx.passes.manager import run_passes
 from pygraphx.passes.pipeline import optimize_passes
+from pygraphx.quantize.centered_out import center_product
 from pygraphx.quantize.graph_tail import MOVE_OPS, graph_tail, is_constant_view
 from pygraphx.quantize.wide_constants import rounded
 
@@ -134,20 +137,20 @@ def wide_tail() -> bool:
     return switch_on(WIDE_TAIL_ENV)
 
 
-#: `PRODUCTS` keeps the last attention's output projection (the product with a constant weight
-#: that reads the last `softmax(...) @ v` product, through views) in its float type (see the
-#: module docstring); None: `PGX_BF16_WIDE_LAST_OUT` decides when a program is quantized (off
-#: unless set to something other than 0 / off / false / no); True / False force it
-WIDE_LAST_OUT: bool | None = None
-WIDE_LAST_OUT_ENV = "PGX_BF16_WIDE_LAST_OUT"
+#: `PRODUCTS` computes the last attention's output projection on its input's deviation from the
+#: mean over the tokens, the mean's product in float32 (`centered_out.py`, see the module
+#: docstring); None: `PGX_BF16_CENTER_LAST_OUT` decides when a program is quantized (on unless
+#: 0 / off / false / no, which restores the earlier program); True / False force it
+CENTER_LAST_OUT: bool | None = None
+CENTER_LAST_OUT_ENV = "PGX_BF16_CENTER_LAST_OUT"
 
 
-def wide_last_out() -> bool:
-    """Whether the last attention's output projection stays in its float type (`WIDE_LAST_OUT`,
-    else its variable, off when unset)."""
-    if WIDE_LAST_OUT is not None:
-        return WIDE_LAST_OUT
-    return WIDE_LAST_OUT_ENV in os.environ and switch_on(WIDE_LAST_OUT_ENV)
+def center_last_out() -> bool:
+    """Whether the last attention's output projection is centred (`CENTER_LAST_OUT`, else its
+    variable)."""
+    if CENTER_LAST_OUT is not None:
+        return CENTER_LAST_OUT
+    return switch_on(CENTER_LAST_OUT_ENV)
 
 
 def last_attention_out(module: Module) -> Instruction | None:
@@ -306,9 +309,14 @@ class _Truncate:
         # `WIDE_TAIL`: the main module's tail arithmetic, kept in its float type
         self.wide_tail = wide_tail() and PRODUCTS in names
         self.tail = graph_tail(self.main, PRODUCT_OPS) if self.wide_tail else set()
-        # `WIDE_LAST_OUT`: the last attention's output projection, kept in its float type
-        last_out = last_attention_out(self.main) if PRODUCTS in names and wide_last_out() else None
-        self.wide_products = {last_out} if last_out is not None else set()
+        # `CENTER_LAST_OUT`: the last attention's output projection on its centred input, the
+        # mean's product kept in its float type
+        self.wide_products: set[Instruction] = set()
+        last_out = last_attention_out(self.main) if PRODUCTS in names else None
+        if last_out is not None and center_last_out():
+            mean_product = center_product(self.main, last_out)
+            if mean_product is not None:
+                self.wide_products.add(mean_product)
 
     # --- driver ---------------------------------------------------------------------------
     def run(self) -> None:

@@ -1,13 +1,14 @@
-"""`quantize_bf16`'s `WIDE_LAST_OUT` (`PGX_BF16_WIDE_LAST_OUT`): the last attention's output
-projection stays float32 (helper acc16, issue 10).
+"""`quantize_bf16`'s `CENTER_LAST_OUT` (`PGX_BF16_CENTER_LAST_OUT`, `quantize/centered_out.py`):
+the last attention's output projection runs on its input's deviation from the mean over the
+tokens, the mean's product in float32 (helper acc16, issue 10).
 
 The model is a MiniLM-like sentence encoder in miniature: two post-norm attention blocks
 (layer norm, Q / K / V products, softmax attention, output projection, residual sum, layer
 norm) and a mean over the tokens. Its value products have a large bias, so the attention's
 context has a large mean, as MiniLM's last attention's has: the output projection's weight
 rounding then makes an error that the mean over the tokens keeps. Checked by the rewritten
-program's types and by its results against ONNX Runtime at float32 over several inputs, on
-`ref` and `cpu`, with the switch on and off.
+program's types, by the rewrite's exactness in float32, and by the bf16 results against ONNX
+Runtime at float32 over several inputs, on `ref` and `cpu`, with the switch on and off.
 """
 
 from __future__ import annotations
@@ -90,67 +91,83 @@ def _inputs(seed: int) -> dict[str, np.ndarray]:
     return {"x": rng.standard_normal((B, S, D)).astype(np.float32)}
 
 
-def _program(model, wide: bool):
+def _program(model, center: bool):
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-    TRUNCATE.WIDE_LAST_OUT = wide
+    TRUNCATE.CENTER_LAST_OUT = center
     try:
         quantize_bf16(prog)
     finally:
-        TRUNCATE.WIDE_LAST_OUT = None
+        TRUNCATE.CENTER_LAST_OUT = None
     return prog
 
 
-def _dots(prog) -> list[tuple[str, bool]]:
-    """(type, has a constant weight) of each dot of the main module, in program order."""
-    from pygraphx.quantize.graph_tail import is_constant_view
-
+def _dots(prog) -> list[tuple[str, tuple[int, ...]]]:
+    """(type, output lens) of each dot of the main module, in program order."""
     main = prog.get_main_module()
-    return [
-        (i.shape.type(), is_constant_view(i.inputs[1]))
-        for i in main.instructions
-        if i.op.name == "dot"
-    ]
+    return [(i.shape.type(), tuple(i.shape.lens())) for i in main.instructions if i.op.name == "dot"]
 
 
-def test_only_the_last_attention_output_projection_stays_float32() -> None:
+def test_the_last_output_projection_is_centred() -> None:
     model = _encoder()
-    narrow, wide = _dots(_program(model, False)), _dots(_program(model, True))
-    assert all(t == "bf16_type" for t, _ in narrow)
-    assert len(wide) == len(narrow) and len(wide) >= 8
-    kept = [k for k, (t, _) in enumerate(wide) if t == "float_type"]
-    assert len(kept) == 1
-    (k,) = kept
-    assert wide[k][1]  # a product with a constant weight ...
-    # ... after every other product (the second block's out-projection is the last one)
-    assert k == len(wide) - 1
+    off, on = _dots(_program(model, False)), _dots(_program(model, True))
+    assert all(t == "bf16_type" for t, _ in off) and len(off) >= 8
+    # one more product: the mean's (one row a sequence), float32; the others bf16 as before
+    assert len(on) == len(off) + 1
+    wide = [(t, lens) for t, lens in on if t == "float_type"]
+    assert wide == [("float_type", (B, 1, D))]
+
+    def token_means(prog) -> int:
+        main = prog.get_main_module()
+        return sum(i.op.name == "reduce_mean" and i.op.axes == (1,) for i in main.instructions)
+
+    # one mean more (the pooling is one already): over the last attention's context only
+    assert token_means(_program(model, True)) == token_means(_program(model, False)) + 1
 
 
-def test_switch_off_by_default(monkeypatch) -> None:
-    monkeypatch.delenv(TRUNCATE.WIDE_LAST_OUT_ENV, raising=False)
-    assert not TRUNCATE.wide_last_out()
-    monkeypatch.setenv(TRUNCATE.WIDE_LAST_OUT_ENV, "1")
-    assert TRUNCATE.wide_last_out()
-    monkeypatch.setenv(TRUNCATE.WIDE_LAST_OUT_ENV, "0")
-    assert not TRUNCATE.wide_last_out()
+def test_switch_on_by_default(monkeypatch) -> None:
+    monkeypatch.delenv(TRUNCATE.CENTER_LAST_OUT_ENV, raising=False)
+    assert TRUNCATE.center_last_out()
+    monkeypatch.setenv(TRUNCATE.CENTER_LAST_OUT_ENV, "0")
+    assert not TRUNCATE.center_last_out()
+
+
+def test_the_rewrite_is_exact_in_float32() -> None:
+    """`center_product` alone (no rounding) computes what ONNX Runtime does, to float32's
+    precision."""
+    from pygraphx.quantize.centered_out import center_product
+
+    model = _encoder()
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    main = prog.get_main_module()
+    dots = sum(i.op.name == "dot" for i in main.instructions)
+    last = TRUNCATE.last_attention_out(main)
+    assert last is not None and center_product(main, last) is not None
+    assert sum(i.op.name == "dot" for i in main.instructions) == dots + 1
+    prog.compile(pygraphx.get_target("ref"))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seed in SEEDS:
+        feeds = _inputs(seed)
+        (want,) = session.run(None, feeds)
+        (got,) = prog.run(feeds)
+        assert rel_rms(np.asarray(got), want) < 2e-6
 
 
 @pytest.mark.parametrize("target", ["ref", "cpu"])
 def test_error_against_float32_with_and_without(target: str) -> None:
-    """Over several inputs, the bf16 error against ORT float32 is lower with the last
-    output projection kept float32, and both are bf16-sized (not float32-sized: the rest is
-    rounded)."""
+    """Over several inputs, the bf16 error against ORT float32 is lower with the last output
+    projection centred, and both are bf16-sized (the rest is rounded as before)."""
     model = _encoder()
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     errors: dict[bool, list[float]] = {}
-    for wide in (False, True):
-        prog = _program(model, wide)
+    for center in (False, True):
+        prog = _program(model, center)
         prog.compile(pygraphx.get_target(target))
-        errors[wide] = []
+        errors[center] = []
         for seed in SEEDS:
             feeds = _inputs(seed)
             (want,) = session.run(None, feeds)
             (got,) = prog.run(feeds)
-            errors[wide].append(rel_rms(np.asarray(got), want))
-    narrow, wide = np.mean(errors[False]), np.mean(errors[True])
-    assert 1e-3 < narrow < 2e-2, errors
-    assert 1e-4 < wide < 0.85 * narrow, errors
+            errors[center].append(rel_rms(np.asarray(got), want))
+    off, on = np.mean(errors[False]), np.mean(errors[True])
+    assert 1e-3 < off < 2e-2, errors
+    assert 1e-4 < on < 0.85 * off, errors
