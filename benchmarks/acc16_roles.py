@@ -19,7 +19,7 @@ on the program before acc16 (`truncate_float.CENTER_LAST_OUT` off). `none` is `q
 as it is (the last attention's output projection centred, `centered_out.py`), `nocenter` that
 off (the program before acc16), `center` on, `lastout` = `attn_out@-1` (the last attention's
 output projection float32; an earlier form of the change, `PGX_BF16_WIDE_LAST_OUT` in commit
-e1804ba).
+e1804ba), `center_ROLE` (e.g. `center_ffn_down`) centres the last product of ROLE as well.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from pygraphx.ops.base import ViewOp  # noqa: E402
 from pygraphx.ops.pointwise import Pointwise  # noqa: E402
 from pygraphx.passes.manager import run_passes  # noqa: E402
 from pygraphx.passes.pipeline import optimize_passes  # noqa: E402
+from pygraphx.quantize.centered_out import center_product  # noqa: E402
 from pygraphx.quantize.graph_tail import is_constant_view  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 
@@ -99,12 +100,21 @@ def bf16_program(model: Any, threads: int, keep: str | None) -> Any:
     main = prog.get_main_module()
     kept: set[int] = set()
     keep = "attn_out@-1" if keep == "lastout" else keep
+    if keep is not None and keep.startswith("center_"):  # `center_ROLE`: centre ROLE's last too
+        role = keep[len("center_"):]
+        found = [i for i in main.instructions if role_of(i) == role]
+        mean_product = center_product(main, found[-1]) if found else None
+        keep = "center"
+    else:
+        mean_product = None
     for part in keep.split("+") if keep and keep not in ("center", "nocenter") else []:
         role, _, at = part.partition("@")  # `role@i`: its i-th occurrence only (layer i)
         found = [i for i in main.instructions if role_of(i) == role]
         if at:
             found = found[int(at) :][:1]  # (a negative i counts from the end)
         kept |= {id(i) for i in found}
+    if mean_product is not None:
+        kept.add(id(mean_product))
     counts = collections.Counter(role_of(i) for i in main.instructions if id(i) in kept)
     original = tf._Truncate.follows_products
     # `none`: the default (centred); `center` / `nocenter`: on / off; roles: off (the program
