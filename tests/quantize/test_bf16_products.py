@@ -89,13 +89,15 @@ def test_products_is_the_bf16_default() -> None:
 
 def test_transformer_keeps_residual_sums_norms_and_softmax_in_float32() -> None:
     """Every product in bf16 (weights bf16 literals) but the pooler's, a small head feeding
-    only an output; softmax, the layer norms' reductions and the residual sums (an add of a
+    only an output, and the last attention's mean product (`CENTER_LAST_OUT`); softmax, the layer norms' reductions and the residual sums (an add of a
     product and a float32 value) in float32; the GELU of a product's result in bf16."""
     prog = _quantized(_bert()[0])
     main = prog.get_main_module()
     dots = [i for i in main.instructions if i.op.name == "dot"]
     wide = [i for i in dots if i.shape.type() == "float_type"]
-    assert [i.shape.lens() for i in wide] == [[2, BERT_3.hidden]]  # the pooler
+    # the last attention's centred input's mean times its out-projection (`centered_out.py`:
+    # one row a sequence), and the pooler
+    assert [i.shape.lens() for i in wide] == [[2, 1, BERT_3.hidden], [2, BERT_3.hidden]]
     assert len(dots) > 10 and all(i.shape.type() == "bf16_type" for i in dots if i not in wide)
     assert _types(prog, "softmax") == {"float_type"}
     assert _types(prog, "reduce_mean") == {"float_type"}
