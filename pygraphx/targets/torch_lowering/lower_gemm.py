@@ -30,9 +30,9 @@ float32) takes the group's bias add into the GEMM and the rest of the group writ
 result, as one step (`_emit_widening`), or, where the group is only that residual sum, accumulates
 in float32 into the residual (`gemm_residual.widened_residual_sum`); a large one that is only
 converted to float32 (a language model's logits) runs in column blocks, each converted while in
-cache (`_emit_widened_blocks`). A float32 product whose group is `gelu_tanh` takes GELU as a native
-pass over its result (`native_gelu.py`) instead of oneDNN's post-op. Other half and bf16 products
-are computed in float32 and rounded once. A float32 or bf16 product (with its bias add) that
+cache (`_emit_widened_blocks`). A float32 product whose group is `gelu_tanh` or `gelu` (erf)
+takes GELU as a native pass over its result (`native_gelu.py`) instead of oneDNN's post-op.
+Other half and bf16 products are computed in float32 and rounded once. A float32 or bf16 product (with its bias add) that
 slices only cut into column parts, a fused Q / K / V projection, runs as one product per part
 (parts of equal width: one batched product), each written dense for the attention that reads it
 (`_column_parts`, `_batched_parts`).
@@ -234,7 +234,7 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
     assert produce is not None
     act = _activation(trace, result, k) if not _one_row(dot) else None
     if act is not None and _native_gelu(ctx, dot, user, act):
-        gelu, base = native_gelu.GeluTanh(), produce
+        gelu, base = native_gelu.PASSES[act](), produce
         produce = lambda: gelu(base())  # noqa: E731  (the product, then the pass in place)
         result = trace.inputs[k]
     elif act is not None and dot_producer(ctx, dot, bias, act) is not None:
@@ -575,13 +575,15 @@ def _activation(trace: Any, result: Any, k: int) -> str | None:
 
 
 def _native_gelu(ctx: LoweringContext, dot: Instruction, user: Instruction, act: str) -> bool:
-    """Whether the float32 product's gelu_tanh group runs as the product, then the native
-    kernel's pass over it in place (`native_gelu.py`), not oneDNN's post-op."""
-    if act != "gelu_tanh" or dot.shape.type() != "float_type" or user.shape.type() != "float_type":
+    """Whether the float32 product's gelu_tanh or gelu (erf) group runs as the product, then
+    the native kernel's pass over it in place (`native_gelu.py`), not oneDNN's post-op."""
+    if act not in native_gelu.PASSES:
+        return False
+    if dot.shape.type() != "float_type" or user.shape.type() != "float_type":
         return False
     if ctx.cache.get(GEMM_KERNELS, {}).get(id(dot)) != "dnnl":
         return False
-    return native_gelu.available()
+    return native_gelu.available(act)
 
 
 def _one_row(dot: Instruction) -> bool:
