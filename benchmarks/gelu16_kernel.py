@@ -38,12 +38,16 @@ def main() -> None:
     plain = onednn_linear.Linear(w, b, args.rows)
     fused = onednn_linear.Linear(w, b, args.rows, epilogue="gelu")
     erf, tanh = native_gelu.GeluErf(), native_gelu.GeluTanh()
+    wide = onednn_linear.Linear(w, b, args.rows, out_dtype=torch.float32, twin=plain)
+    to_bf16 = native_gelu.GeluErfToBf16()
     y32 = plain(x).float().contiguous()
     work = y32.clone()
     cases = {
         "matmul": lambda: plain(x),
         "matmul+gelu_erf post-op": lambda: fused(x),
-        "matmul, then native erf pass": lambda: erf(plain(x)),
+        "matmul, then native erf pass": (
+            (lambda: to_bf16(wide(x))) if args.bf16 else (lambda: erf(plain(x)))
+        ),
         "native erf pass": lambda: erf(work.copy_(y32)),
         "copy (the pass's reset)": lambda: work.copy_(y32),
         "native tanh pass": lambda: tanh(work.copy_(y32)),

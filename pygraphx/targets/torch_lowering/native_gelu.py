@@ -22,17 +22,21 @@ mostly small (BERT / ViT with random weights), ~160 us where many are below -1.5
 against 150-210 us for oneDNN's gelu_erf post-op (`benchmarks/results/gelu16.md`).
 
 `PGX_CPU_GELU_NATIVE=0` keeps oneDNN's post-op for both forms, `PGX_CPU_GELU_ERF_NATIVE=0` for
-the erf form only. Without a C compiler or AVX-512F the product keeps it too, said once
+the erf form only. A bf16 program's FFN-up keeps oneDNN's bf16 post-op unless
+`PGX_CPU_GELU_BF16_NATIVE=1`: then the product is written in float32 and `GeluErfToBf16` rounds
+GELU once to bf16 (as the post-op; BERT-base b1 0.995x, MiniLM 1.013x, one thread, the error
+the same within its spread over four inputs). Without a C compiler or AVX-512F the product keeps it too, said once
 (`native.announce_fallback`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 
 import torch
 
-from pygraphx.ir.env import switch_on
+from pygraphx.ir.env import OFF_VALUES, switch_on
 from pygraphx.targets import native
 
 KERNEL = "gelu"
@@ -40,6 +44,16 @@ KERNEL = "gelu"
 ENV = "PGX_CPU_GELU_NATIVE"
 #: `0` / `off`: a float32 product keeps oneDNN's gelu (erf) post-op (the tanh pass stays)
 ERF_ENV = "PGX_CPU_GELU_ERF_NATIVE"
+#: `1` / `on`: a bf16 product's gelu (erf) group as the product written in float32 and
+#: `GeluErfToBf16` (off by default: MiniLM 1.3 % slower at one thread, the error the same over
+#: four inputs; `benchmarks/results/gelu16.md`)
+BF16_ENV = "PGX_CPU_GELU_BF16_NATIVE"
+
+
+def _opted_in(name: str) -> bool:
+    """Whether the off-by-default switch `name` is set to something other than 0 / off /
+    false / no (`pygraphx.ir.env`'s words)."""
+    return os.environ.get(name, "0").strip().lower() not in OFF_VALUES
 Tensor = torch.Tensor
 
 
@@ -53,17 +67,31 @@ def _bind(lib: ctypes.CDLL) -> None:
     for fn in (lib.gelu_tanh_f32, lib.gelu_erf_f32):
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         fn.restype = ctypes.c_int
+    lib.gelu_bf16_supported.argtypes = []
+    lib.gelu_bf16_supported.restype = ctypes.c_int
+    lib.gelu_erf_f32_bf16.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                      ctypes.c_int64]  # fmt: skip
+    lib.gelu_erf_f32_bf16.restype = ctypes.c_int
 
 
 _BOUND = native.BoundLibrary(KERNEL, _bind)
 
 
-def available(act: str = "gelu_tanh") -> bool:
-    """Whether the pass for `act` (`gelu_tanh` or `gelu`, the erf form) is switched on and the
-    kernel can be had (announcing once why not)."""
+def available(act: str = "gelu_tanh", bf16: bool = False) -> bool:
+    """Whether the pass for `act` (`gelu_tanh` or `gelu`, the erf form) over a float32 product,
+    or with `bf16` the erf form's pass from a bf16 product's float32 result to bf16
+    (`GeluErfToBf16`), is switched on and the kernel can be had (announcing once why not)."""
     if act not in PASSES or not switch_on(ENV) or (act == "gelu" and not switch_on(ERF_ENV)):
         return False
-    return _BOUND.available(f"oneDNN's {act} post-op")
+    if bf16 and (act != "gelu" or not _opted_in(BF16_ENV)):
+        return False
+    route = f"oneDNN's {act} post-op"
+    if not _BOUND.available(route):
+        return False
+    if bf16 and not _BOUND.get().gelu_bf16_supported():
+        native.announce_fallback(f"{KERNEL}_bf16", "native kernel gelu: no AVX512_BF16", route)
+        return False
+    return True
 
 
 class GeluTanh:
@@ -91,8 +119,41 @@ class GeluErf(GeluTanh):
     name = "gelu_erf"
 
 
+class GeluErfToBf16:
+    """`gelu(t)` (erf form) of a dense float32 tensor `t` (a bf16 product's float32 result),
+    rounded once to a new bf16 tensor of its shape."""
+
+    def __init__(self) -> None:
+        lib = _BOUND.get()
+        if not lib.gelu_bf16_supported():
+            raise native.NativeUnavailable(
+                f"native kernel {KERNEL}: this processor has no AVX512_BF16 (no bf16 pass)"
+            )
+        self.fn = lib.gelu_erf_f32_bf16
+        self.threads = torch.get_num_threads
+        self.empty, self.bf16 = torch.empty, torch.bfloat16
+
+    def __call__(self, t: Tensor) -> Tensor:
+        if t.dtype != torch.float32 or not t.is_contiguous():
+            raise ValueError(f"native gelu_erf to bf16: a dense float32 tensor, got {t.dtype} "
+                             f"{tuple(t.stride())}")  # fmt: skip
+        out = self.empty(t.shape, dtype=self.bf16)
+        if self.fn(t.data_ptr(), out.data_ptr(), t.numel(), self.threads()):
+            raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+        return out
+
+
 #: the pass of each activation `lower_gemm` may take off oneDNN
 PASSES: dict[str, type[GeluTanh]] = {"gelu_tanh": GeluTanh, "gelu": GeluErf}
 
 
-__all__ = ["ENV", "ERF_ENV", "PASSES", "GeluErf", "GeluTanh", "available"]
+__all__ = [
+    "BF16_ENV",
+    "ENV",
+    "ERF_ENV",
+    "PASSES",
+    "GeluErf",
+    "GeluErfToBf16",
+    "GeluTanh",
+    "available",
+]

@@ -76,6 +76,52 @@ int gelu_tanh_f32(float *x, int64_t n, int64_t threads) {
 #endif
 }
 
+/* 1 where this build has gelu_erf_f32_bf16 (AVX-512F and AVX512_BF16), else 0 */
+int gelu_bf16_supported(void) {
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+static void gelu_erf_bf16_range(const float *x, uint16_t *y, int64_t begin, int64_t end) {
+    int64_t i = begin;
+    for (; i + 16 <= end; i += 16) {
+        const __m256bh r = _mm512_cvtneps_pbh(vm_gelu_erf_ps(_mm512_loadu_ps(x + i)));
+        _mm256_storeu_si256((__m256i *)(y + i), (__m256i)r);
+    }
+    if (i < end) {
+        const __mmask16 k = (__mmask16)((1u << (end - i)) - 1u);
+        const __m256bh r = _mm512_cvtneps_pbh(vm_gelu_erf_ps(_mm512_maskz_loadu_ps(k, x + i)));
+        _mm256_mask_storeu_epi16(y + i, k, (__m256i)r);
+    }
+}
+#endif
+
+/* y[0 .. n) = bf16(gelu(x)) (erf form; one rounding, to nearest even) from the float32 x (a
+ * product's float32 result) into the bf16 y, over `threads` threads (blocks of 4096). Returns
+ * 0, or -1 where this build has no kernel. */
+int gelu_erf_f32_bf16(const float *x, uint16_t *y, int64_t n, int64_t threads) {
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+    const int64_t block = 4096, blocks = (n + block - 1) / block;
+    if (threads <= 1 || blocks < 2) {
+        gelu_erf_bf16_range(x, y, 0, n);
+        return 0;
+    }
+#pragma omp parallel for num_threads((int)threads) schedule(static)
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t end = (b + 1) * block < n ? (b + 1) * block : n;
+        gelu_erf_bf16_range(x, y, b * block, end);
+    }
+    return 0;
+#else
+    (void)x; (void)y; (void)n; (void)threads;
+    return -1;
+#endif
+}
+
 /* x[0 .. n) = gelu(x) (erf form) in place, over `threads` threads (blocks of 4096 floats).
  * Returns 0, or -1 where this build has no kernel. */
 int gelu_erf_f32(float *x, int64_t n, int64_t threads) {
