@@ -25,8 +25,8 @@ against 150-210 us for oneDNN's gelu_erf post-op (`benchmarks/results/gelu16.md`
 the erf form only. A bf16 program's FFN-up keeps oneDNN's bf16 post-op unless
 `PGX_CPU_GELU_BF16_NATIVE=1`: then the product is written in float32 and `GeluErfToBf16` rounds
 GELU once to bf16 (as the post-op; BERT-base b1 0.995x, MiniLM 1.013x, one thread, the error
-the same within its spread over four inputs). Without a C compiler or AVX-512F the product keeps it too, said once
-(`native.announce_fallback`).
+the same within its spread over four inputs). Without a C compiler or AVX-512F (AVX512_BF16
+for the bf16 pass) the product keeps the post-op too, said once (`native.announce_fallback`).
 """
 
 from __future__ import annotations
