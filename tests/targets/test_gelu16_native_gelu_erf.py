@@ -196,3 +196,28 @@ def test_model_against_ort(monkeypatch, batch: int, on, decomposed: bool, bf16: 
         old.compile(CpuTarget(threads=2))
         y = old.run({"x": x})[0]
         assert err <= np.sqrt(np.mean((y - want) ** 2) / np.mean(want**2)) * 1.05 + 1e-6
+
+
+def have_bf16_pass() -> bool:
+    return have_kernel() and bool(native_gelu._BOUND.get().gelu_bf16_supported())
+
+
+@pytest.mark.skipif(not have_bf16_pass(), reason="needs AVX512_BF16 (the bf16 pass)")
+@pytest.mark.parametrize("n", [1, 17, 4097, 3 * 4096 + 5, 128 * 3072])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bf16_pass_rounds_once(monkeypatch, n: int, threads: int) -> None:
+    """`GeluErfToBf16`: the float32 pass's value rounded to nearest even (torch's `.bfloat16()`)
+    exactly, into a new tensor, except that a denormal value becomes a zero of its sign (the
+    instruction, vcvtneps2bf16, flushes them; x < -13.2); the float32 source left as it was."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    torch.manual_seed(n)
+    x = torch.randn(n) * 3
+    src = x.clone()
+    got = native_gelu.GeluErfToBf16()(src)
+    assert got.dtype == torch.bfloat16 and got.shape == x.shape
+    assert torch.equal(src, x)
+    wide = native_gelu.GeluErf()(x.clone())
+    want = torch.where(wide.abs() < torch.finfo(torch.float32).tiny, wide * 0, wide).bfloat16()
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    with pytest.raises(ValueError, match="dense float32"):
+        native_gelu.GeluErfToBf16()(torch.randn(4, 6).t())

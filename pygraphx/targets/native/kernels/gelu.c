@@ -18,6 +18,14 @@
 #include <omp.h>
 #include "vmath.h"
 
+/* the bf16 pass: AVX-512F, BW and VL (masked 16-bit stores) and AVX512_BF16 (the rounding) */
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__) && \
+    defined(__AVX512VL__)
+#define GELU_BF16 1
+#else
+#define GELU_BF16 0
+#endif
+
 /* 1 where this build has the kernel (AVX-512F), else 0 */
 int gelu_supported(void) {
 #ifdef __AVX512F__
@@ -76,16 +84,16 @@ int gelu_tanh_f32(float *x, int64_t n, int64_t threads) {
 #endif
 }
 
-/* 1 where this build has gelu_erf_f32_bf16 (AVX-512F and AVX512_BF16), else 0 */
+/* 1 where this build has gelu_erf_f32_bf16 (AVX-512F, BW, VL and AVX512_BF16), else 0 */
 int gelu_bf16_supported(void) {
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#if GELU_BF16
     return 1;
 #else
     return 0;
 #endif
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#if GELU_BF16
 static void gelu_erf_bf16_range(const float *x, uint16_t *y, int64_t begin, int64_t end) {
     int64_t i = begin;
     for (; i + 16 <= end; i += 16) {
@@ -101,10 +109,11 @@ static void gelu_erf_bf16_range(const float *x, uint16_t *y, int64_t begin, int6
 #endif
 
 /* y[0 .. n) = bf16(gelu(x)) (erf form; one rounding, to nearest even) from the float32 x (a
- * product's float32 result) into the bf16 y, over `threads` threads (blocks of 4096). Returns
+ * product's float32 result) into the bf16 y, over `threads` threads (blocks of 4096); a denormal
+ * value (x < -13.2) becomes a zero of its sign (vcvtneps2bf16 flushes them). Returns
  * 0, or -1 where this build has no kernel. */
 int gelu_erf_f32_bf16(const float *x, uint16_t *y, int64_t n, int64_t threads) {
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#if GELU_BF16
     const int64_t block = 4096, blocks = (n + block - 1) / block;
     if (threads <= 1 || blocks < 2) {
         gelu_erf_bf16_range(x, y, 0, n);
