@@ -141,7 +141,7 @@ def test_shipped_kernel_sources_are_packaged():
     # every shipped source sits where `load` looks and pyproject's package-data takes it
     assert nc.KERNELS.is_dir()
     text = (nc.KERNELS.parent.parent.parent.parent / "pyproject.toml").read_text()
-    assert '"pygraphx.targets.native" = ["kernels/*.c"]' in text
+    assert '"pygraphx.targets.native" = ["kernels/*.c", "kernels/*.h"]' in text
     with pytest.raises(nc.NativeUnavailable, match="cannot read"):
         nc.load("no_such_kernel")
 

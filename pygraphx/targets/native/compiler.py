@@ -5,7 +5,10 @@ the first call on a machine, keeps the library in the per-user cache and loads i
 later processes load the cached file (a few milliseconds). The cache file's name carries a hash
 of everything the machine code depends on: the source, the compiler's identity, the flags and
 the processor (model and instruction-set flags: `-march=native` code is this CPU's only), so a
-changed source or another machine builds afresh and nothing stale is ever loaded.
+changed source or another machine builds afresh and nothing stale is ever loaded. A kernel may
+`#include "name.h"` a header of `kernels/` (shared vector maths, `vmath.h`): the line is replaced
+by the header's text before hashing and building (`inline_headers`; each header once), so a
+changed header builds afresh too.
 
 Settings (environment):
 - `PGX_NATIVE=off` (or `0`): no native kernel; every caller takes its library route and says so.
@@ -237,10 +240,40 @@ def load(name: str, extra_flags: Sequence[str] = ()) -> ctypes.CDLL:
     return load_source(name, source, extra_flags)
 
 
+#: a quoted include of a header in `KERNELS` (one line)
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([A-Za-z0-9_.-]+\.h)"[ \t]*$', re.M)
+
+
+def inline_headers(name: str, source: str) -> str:
+    """`source` with each `#include "x.h"` line replaced by `kernels/x.h`'s text (headers'
+    own includes too; a header included again becomes a comment); raises `NativeUnavailable`
+    where a header cannot be read."""
+    seen: set[str] = set()
+
+    def expand(text: str) -> str:
+        def one(match: re.Match[str]) -> str:
+            header = match.group(1)
+            if header in seen:
+                return f"/* {header}: included above */"
+            seen.add(header)
+            try:
+                body = (KERNELS / header).read_text()
+            except OSError as exc:
+                raise NativeUnavailable(
+                    f"native kernel {name}: cannot read {KERNELS / header}: {exc}") from exc
+            return f"/* ---- {header} ---- */\n{expand(body)}\n/* ---- end of {header} ---- */"
+
+        return _INCLUDE.sub(one, text)
+
+    return expand(source)
+
+
 def load_source(name: str, source: str, extra_flags: Sequence[str] = ()) -> ctypes.CDLL:
-    """`load` for a source given as text (tests, generated kernels)."""
+    """`load` for a source given as text (tests, generated kernels); its `#include "x.h"`
+    lines are `kernels/x.h` (`inline_headers`)."""
     if not enabled():
         raise NativeUnavailable(f"native kernel {name}: disabled ({NATIVE_ENV}=off)")
+    source = inline_headers(name, source)
     cmd = compiler_command()
     if cmd is None:
         asked = os.environ.get(CC_ENV, "").strip()

@@ -9,11 +9,21 @@
  * Why: GPT-2's FFN-up product applied oneDNN 3.2's gelu_tanh post-op at ~4 cycles an element
  * (128 x 3072 float32, one thread, the 2-core EPYC: 6024 us with it against 5669 without);
  * this pass over the product's result takes ~110 us.
+ *
+ * GELU, erf form (helper gelu16): y = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), vmath.h's
+ * vm_gelu_erf_ps (Phi(-|x|) as t H(t) 2^(-x^2 log2(e) / 2): relative accuracy in the negative
+ * tail as well), in place over float32 (gelu_erf_f32) for BERT / ViT / MiniLM's FFN-up.
  */
 #include <stdint.h>
 #include <omp.h>
-#ifdef __AVX512F__
-#include <immintrin.h>
+#include "vmath.h"
+
+/* the bf16 pass: AVX-512F, BW and VL (masked 16-bit stores) and AVX512_BF16 (the rounding) */
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__) && \
+    defined(__AVX512VL__)
+#define GELU_BF16 1
+#else
+#define GELU_BF16 0
 #endif
 
 /* 1 where this build has the kernel (AVX-512F), else 0 */
@@ -26,37 +36,38 @@ int gelu_supported(void) {
 }
 
 #ifdef __AVX512F__
-static inline __m512 exp_ps(__m512 x) {
-    /* above 88.7 the result is inf (scalef overflows), as float32 exp: then gelu(-inf) is
-     * -inf / inf = NaN and a large negative x gives -0, as torch's float32 gelu */
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(100.0f)), _mm512_set1_ps(-88.0f));
-    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
-    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(t, n);
-    __m512 p = _mm512_set1_ps(1.5353362e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3398874e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
 static inline __m512 gelu_tanh_ps(__m512 v) {
     const __m512 c2 = _mm512_set1_ps(-2.0f * 0.7978845608028654f);
     const __m512 a = _mm512_set1_ps(0.044715f);
     const __m512 v2 = _mm512_mul_ps(v, v);
     const __m512 u = _mm512_mul_ps(_mm512_fmadd_ps(_mm512_mul_ps(a, v2), v, v), c2);
-    return _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(u)));
+    return _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), vm_exp_ps(u)));
 }
 
-static void gelu_range(float *x, int64_t begin, int64_t end) {
-    int64_t i = begin;
-    for (; i + 16 <= end; i += 16) _mm512_storeu_ps(x + i, gelu_tanh_ps(_mm512_loadu_ps(x + i)));
-    if (i < end) {
-        const __mmask16 k = (__mmask16)((1u << (end - i)) - 1u);
-        _mm512_mask_storeu_ps(x + i, k, gelu_tanh_ps(_mm512_maskz_loadu_ps(k, x + i)));
+#define GELU_RANGE(name, fn)                                                                \
+    static void name(float *x, int64_t begin, int64_t end) {                                \
+        int64_t i = begin;                                                                  \
+        for (; i + 16 <= end; i += 16) _mm512_storeu_ps(x + i, fn(_mm512_loadu_ps(x + i))); \
+        if (i < end) {                                                                      \
+            const __mmask16 k = (__mmask16)((1u << (end - i)) - 1u);                        \
+            _mm512_mask_storeu_ps(x + i, k, fn(_mm512_maskz_loadu_ps(k, x + i)));           \
+        }                                                                                   \
+    }
+GELU_RANGE(gelu_range, gelu_tanh_ps)
+GELU_RANGE(gelu_erf_range, vm_gelu_erf_ps)
+
+/* over `threads` threads in blocks of 4096 floats */
+static void gelu_blocks(void (*range)(float *, int64_t, int64_t), float *x, int64_t n,
+                        int64_t threads) {
+    const int64_t block = 4096, blocks = (n + block - 1) / block;
+    if (threads <= 1 || blocks < 2) {
+        range(x, 0, n);
+        return;
+    }
+#pragma omp parallel for num_threads((int)threads) schedule(static)
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t end = (b + 1) * block < n ? (b + 1) * block : n;
+        range(x, b * block, end);
     }
 }
 #endif
@@ -65,16 +76,66 @@ static void gelu_range(float *x, int64_t begin, int64_t end) {
  * or -1 where this build has no kernel. */
 int gelu_tanh_f32(float *x, int64_t n, int64_t threads) {
 #ifdef __AVX512F__
+    gelu_blocks(gelu_range, x, n, threads);
+    return 0;
+#else
+    (void)x; (void)n; (void)threads;
+    return -1;
+#endif
+}
+
+/* 1 where this build has gelu_erf_f32_bf16 (AVX-512F, BW, VL and AVX512_BF16), else 0 */
+int gelu_bf16_supported(void) {
+#if GELU_BF16
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+#if GELU_BF16
+static void gelu_erf_bf16_range(const float *x, uint16_t *y, int64_t begin, int64_t end) {
+    int64_t i = begin;
+    for (; i + 16 <= end; i += 16) {
+        const __m256bh r = _mm512_cvtneps_pbh(vm_gelu_erf_ps(_mm512_loadu_ps(x + i)));
+        _mm256_storeu_si256((__m256i *)(y + i), (__m256i)r);
+    }
+    if (i < end) {
+        const __mmask16 k = (__mmask16)((1u << (end - i)) - 1u);
+        const __m256bh r = _mm512_cvtneps_pbh(vm_gelu_erf_ps(_mm512_maskz_loadu_ps(k, x + i)));
+        _mm256_mask_storeu_epi16(y + i, k, (__m256i)r);
+    }
+}
+#endif
+
+/* y[0 .. n) = bf16(gelu(x)) (erf form; one rounding, to nearest even) from the float32 x (a
+ * product's float32 result) into the bf16 y, over `threads` threads (blocks of 4096); a denormal
+ * value (x < -13.2) becomes a zero of its sign (vcvtneps2bf16 flushes them). Returns
+ * 0, or -1 where this build has no kernel. */
+int gelu_erf_f32_bf16(const float *x, uint16_t *y, int64_t n, int64_t threads) {
+#if GELU_BF16
     const int64_t block = 4096, blocks = (n + block - 1) / block;
     if (threads <= 1 || blocks < 2) {
-        gelu_range(x, 0, n);
+        gelu_erf_bf16_range(x, y, 0, n);
         return 0;
     }
 #pragma omp parallel for num_threads((int)threads) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {
         const int64_t end = (b + 1) * block < n ? (b + 1) * block : n;
-        gelu_range(x, b * block, end);
+        gelu_erf_bf16_range(x, y, b * block, end);
     }
+    return 0;
+#else
+    (void)x; (void)y; (void)n; (void)threads;
+    return -1;
+#endif
+}
+
+/* x[0 .. n) = gelu(x) (erf form) in place, over `threads` threads (blocks of 4096 floats).
+ * Returns 0, or -1 where this build has no kernel. */
+int gelu_erf_f32(float *x, int64_t n, int64_t threads) {
+#ifdef __AVX512F__
+    gelu_blocks(gelu_erf_range, x, n, threads);
     return 0;
 #else
     (void)x; (void)n; (void)threads;
