@@ -13,7 +13,7 @@ run is one ctypes call) and says how the work is split (`pixel_chunks`).
 `conv_dw_fusion.native_head` matches the pattern (a float32 1x1 convolution of a literal weight
 whose only user is its clip / relu / bias group, whose only user is an average pooling over the
 whole map; then, optionally, a flatten (or reshape) to (N, C) and a `dot` with a literal (C, K)
-weight, each the only user of the one before) and `conv_fusion._defer_head` / `_emit_head`
+weight, each the only user of the one before) and `conv_native.defer_head` / `_emit_head`
 lower it as one step (the unfused twins kept for profiling).
 `PGX_CPU_NATIVE_MBHEAD=0` (off, no, false) keeps the library route; float32 only; AVX-512F
 builds only (`native_mbconv.available`), else the library route, announced once.
