@@ -168,9 +168,9 @@ def defer_head(
     unfused: list[Step],
 ) -> bool:  # fmt: skip
     """Called by `conv_fusion.fuse_group` with a convolution `conv` deferred into its group
-    `group` (the epilogue in `plan`, no add operand): True when `conv` heads a network's head the native
-    kernel runs (`conv_dw_fusion.native_head`) and its step is deferred to the pooling (and on
-    to the classifier's `dot` where there is one): one step for all of them."""
+    `group` (the epilogue in `plan`, no add operand): True when `conv` heads a network's head
+    the native kernel runs (`conv_dw_fusion.native_head`) and its step is deferred to the
+    pooling (and on to the classifier's `dot` where there is one): one step for all of them."""
     head = native_head(conv)
     if head is None or head.group is not group or plan.add_after:
         return False

@@ -107,7 +107,10 @@ def lower_group(ctx: LoweringContext, group: Instruction) -> None:
 
 
 def twin_steps(
-    ctx: LoweringContext, conv: Instruction, user: Instruction, lower_conv: ConvLowering = lower_twin
+    ctx: LoweringContext,
+    conv: Instruction,
+    user: Instruction,
+    lower_conv: ConvLowering = lower_twin,
 ) -> list[Step]:
     """The steps running `conv` (lowered by `lower_conv`: by default as an unfused twin) and
     its group `user` apart (a fused step's unfused twins, for profiling), not emitted: the
