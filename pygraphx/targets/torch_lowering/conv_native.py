@@ -187,7 +187,18 @@ def defer_head(
         return True
 
     def at_dot(ctx: LoweringContext, ins: Instruction) -> bool:
+        if head.bias is not None and defer(ctx, head.dot, head.bias, at_bias):
+            return True
         _emit_head(ctx, head, plan, unfused, (lo, hi), with_dot=True)
+        return True
+
+    def at_bias(ctx: LoweringContext, ins: Instruction) -> bool:
+        # (the bias literal is lowered by now, not yet at the `dot`)
+        bc = _bias_vector(ctx, head)
+        _emit_head(ctx, head, plan, unfused, (lo, hi), with_dot=True, bc=bc)
+        if bc is None:  # not a constant per column: the group its own step after the head's
+            assert head.bias is not None
+            lower_group(ctx, head.bias)
         return True
 
     return defer(ctx, group, head.pool, at_pool)
@@ -199,12 +210,27 @@ def _in_head_step(ctx: LoweringContext, ins: Instruction) -> bool:
     return True
 
 
+def _bias_vector(ctx: LoweringContext, head: Head) -> torch.Tensor | None:
+    """The classifier's bias the group `head.bias` adds to the `dot`, as a (K,) float32
+    tensor, when it is a float32 constant equal in every row; else None (its own step)."""
+    assert head.dot is not None and head.bias is not None
+    group, dot = head.bias, head.dot
+    t = ctx.constant(ctx.arg(group, 1 if group.inputs[0] is dot else 0))
+    if t is None or t.dtype != torch.float32 or list(t.shape) != list(dot.shape.lens()):
+        return None
+    vec = t[0]
+    if t.shape[0] > 1 and t.stride(0) != 0 and not torch.equal(t, vec.expand_as(t)):
+        return None
+    return vec.contiguous()
+
+
 def _emit_head(
     ctx: LoweringContext, head: Head, plan: ConvPlan, unfused: list[Step],
-    bounds: tuple[float, float], with_dot: bool,
+    bounds: tuple[float, float], with_dot: bool, bc: torch.Tensor | None = None,
 ) -> None:  # fmt: skip
     """One step for the head on the native kernel (`native_mbhead.MbHead`); the unfused twins
-    (the convolution and its group, the pooling, the flatten and the `dot`) kept for profiling."""
+    (the convolution and its group, the pooling, the flatten and the `dot`, and the bias
+    group where `bc`, the classifier's bias, is given) kept for profiling."""
     saved, ctx.steps = ctx.steps, []
     if not LOWERINGS["pooling"](ctx, head.pool):  # (lower_nn's, registered)
         lower_fallback(ctx, head.pool)
@@ -215,16 +241,20 @@ def _emit_head(
         lower_view(ctx, head.flat)
         # a program output: a new tensor each run, which the run hands out as it is (an arena
         # slot would be copied out: 60 us a MobileNetV2 b1 run, the run's Python cold then)
-        _dot_twin(ctx, head.dot, fresh=any(o.is_return() for o in head.dot.outputs))
+        _dot_twin(ctx, head.dot, fresh=bc is None and _returned(head.dot))
         wc = ctx.constant(ctx.arg(head.dot, 1))
         instructions += [head.flat, head.dot]
+        if bc is not None:
+            assert head.bias is not None
+            _bias_twin(ctx, head.bias, head.dot, bc, fresh=_returned(head.bias))
+            instructions.append(head.bias)
     twins, ctx.steps = list(unfused) + ctx.steps, saved
     last = instructions[-1]
     uidx = ctx.index[id(last)]
     unfused_stores(ctx, twins, uidx)
     x_lens = list(head.conv.inputs[0].shape.lens())
     weight = plan.weight.float()
-    mb = MbHead(weight, plan.bias, bounds[0], bounds[1], wc, None, x_lens)
+    mb = MbHead(weight, plan.bias, bounds[0], bounds[1], wc, bc, x_lens)
     env, xi = ctx.env, ctx.arg(head.conv, 0)
 
     def build(out: torch.Tensor | None) -> Callable[[], torch.Tensor]:
@@ -255,3 +285,28 @@ def _dot_twin(ctx: LoweringContext, dot: Instruction, fresh: bool) -> None:
             env[idx] = torch.mm(env[a], env[b])
 
     ctx.emit(step, dot, idx)
+
+
+def _returned(ins: Instruction) -> bool:
+    return any(o.is_return() for o in ins.outputs)
+
+
+def _bias_twin(
+    ctx: LoweringContext, group: Instruction, dot: Instruction, bc: torch.Tensor, fresh: bool
+) -> None:
+    """The classifier's bias group as a step of its own (a head's unfused twin): the `dot`'s
+    result plus `bc`, into the group's arena slot, or (`fresh`, or no slot) a new tensor."""
+    env = ctx.env
+    d = ctx.index[id(dot)]
+    idx, out = (ctx.bind_dynamic(group), None) if fresh else ctx.output(group)
+    if out is not None:
+
+        def step() -> None:
+            torch.add(env[d], bc, out=out)
+
+    else:
+
+        def step() -> None:
+            env[idx] = env[d] + bc
+
+    ctx.emit(step, group, idx)

@@ -37,6 +37,10 @@ ENV = "PGX_CPU_NATIVE_MBHEAD"
 JOBS_PER_THREAD = 4
 #: pixels per range at least (the micro-kernel computes 6 at a time)
 MIN_PIXELS = 6
+#: mnv16: the classifier's bias (a group adding a constant per column to the `dot`: an ONNX
+#: Gemm's C) is added by the kernel, in the head's step (was a step of its own after it);
+#: False: its own step (the old path)
+BIAS = True
 
 
 class _Args(ctypes.Structure):
