@@ -155,6 +155,21 @@ def test_switches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(native_mbhead.ENV)
     monkeypatch.delenv(native_mbconv.STEM_ENV)
     assert native_mbhead.enabled() and native_mbconv.stem_enabled()
+    monkeypatch.setenv(native_mbconv.ENV, "0")  # mnv16: the whole library's switch
+    assert native_mbhead.enabled() and not native_mbhead.available()
+    monkeypatch.delenv(native_mbconv.ENV)
+
+
+@needs_kernel
+def test_mbconv_switch_turns_off_the_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mnv16: `PGX_CPU_NATIVE_MBCONV=0` keeps blocks, stem and head on the library route."""
+    monkeypatch.setenv(native_mbconv.ENV, "0")
+    model, feeds = _net(1, 16)
+    want = run_ort(model, feeds)[0]
+    prog = _compile(model, 2)
+    np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
+    cache = prog._executable.lowered.ctx.cache
+    assert cache.get("native_mbhead", 0) == 0 and cache.get("native_mbconv", 0) == 0
 
 
 # --- the stem as a block's expansion ---------------------------------------------------------

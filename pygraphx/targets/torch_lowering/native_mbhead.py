@@ -59,8 +59,10 @@ def enabled() -> bool:
 
 
 def available() -> bool:
-    """Whether the native head is on and its library can be had (announced once where not)."""
-    return enabled() and native_mbconv._BOUND.available("the oneDNN convolution route")
+    """Whether the native head is on and its library can be had (announced once where not).
+    mnv16: `PGX_CPU_NATIVE_MBCONV=0` turns it off too (the switch of the whole `mbconv`
+    library: blocks, stem and head; `PGX_CPU_NATIVE_MBHEAD=0` the head alone)."""
+    return enabled() and native_mbconv.available()
 
 
 def pixel_chunks(n: int, cout: int, pixels: int, threads: int) -> int:
