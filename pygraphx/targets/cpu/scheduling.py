@@ -5,7 +5,7 @@ wraps the steps where the count changes from the step before, so a run calls
 `torch.set_num_threads` only at those boundaries. `RunScope` is the executor's context for one
 run: it takes the run's threads from the process-wide budget, sets them on the running OS thread,
 runs under `torch.inference_mode()`, and on exit gives the threads back and restores the
-caller's torch thread count.
+caller's torch thread count (each only where the count differs: `SKIP_SAME_COUNT`).
 
 Busy machine: OpenMP and oneDNN split a step's work statically over the team and then wait
 at a barrier, so when other processes keep the cores busy every step waits for the slowest
