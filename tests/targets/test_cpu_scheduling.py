@@ -66,3 +66,65 @@ def test_busy_machine_runs_on_fewer_threads_and_says_so_once(
     with scope():
         assert torch.get_num_threads() == 2
     assert torch.get_num_threads() == caller
+
+
+def _counting_sets(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = torch.set_num_threads
+
+    def counting(n: int) -> None:
+        calls.append(n)
+        real(n)
+
+    monkeypatch.setattr(torch, "set_num_threads", counting)
+    return calls
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_run_sets_the_thread_count_only_where_it_changes(
+    monkeypatch: pytest.MonkeyPatch, skip: bool
+) -> None:
+    """mnv16 (`SKIP_SAME_COUNT`): a run whose steps all take the caller's count sets nothing;
+    a step of another count is switched to and the caller's count comes back at the exit; the
+    caller's count unlike the run's is set at the enter and restored. Off: every time."""
+    monkeypatch.delenv(LOAD_ADAPT_ENV, raising=False)
+    monkeypatch.setattr(scheduling.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(scheduling, "SKIP_SAME_COUNT", skip)
+    caller = torch.get_num_threads()
+    seen: list[int] = []
+
+    def record() -> None:
+        seen.append(torch.get_num_threads())
+
+    try:
+        torch.set_num_threads(2)
+        scope = RunScope(2, stall=False)
+        same = scheduling.with_thread_switches([record] * 3, [2, 2, 2], scope.limit, 2)
+        mixed = scheduling.with_thread_switches([record] * 3, [2, 1, 2], scope.limit, 2)
+        ends_low = scheduling.with_thread_switches([record] * 2, [2, 1], scope.limit, 2)
+        assert (same[0] is record) == skip
+        calls = _counting_sets(monkeypatch)
+        with scope():
+            for fn in same:
+                fn()
+        assert seen == [2, 2, 2] and torch.get_num_threads() == 2
+        assert calls == ([] if skip else [2, 2, 2])
+        for fns, want in ((mixed, [2, 1, 2]), (ends_low, [2, 1])):
+            seen.clear()
+            calls.clear()
+            with scope():
+                for fn in fns:
+                    fn()
+            assert seen == want and torch.get_num_threads() == 2
+            assert calls[-1] == 2 and 1 in calls
+        torch.set_num_threads(3)  # the caller's count is not the run's: set, then restored
+        seen.clear()
+        calls.clear()
+        with scope():
+            for fn in same:
+                fn()
+        assert seen == [2, 2, 2] and torch.get_num_threads() == 3
+        assert calls[0] == 2 and calls[-1] == 3
+    finally:
+        monkeypatch.undo()
+        torch.set_num_threads(caller)

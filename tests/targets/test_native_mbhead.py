@@ -155,6 +155,21 @@ def test_switches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(native_mbhead.ENV)
     monkeypatch.delenv(native_mbconv.STEM_ENV)
     assert native_mbhead.enabled() and native_mbconv.stem_enabled()
+    monkeypatch.setenv(native_mbconv.ENV, "0")  # mnv16: the whole library's switch
+    assert native_mbhead.enabled() and not native_mbhead.available()
+    monkeypatch.delenv(native_mbconv.ENV)
+
+
+@needs_kernel
+def test_mbconv_switch_turns_off_the_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mnv16: `PGX_CPU_NATIVE_MBCONV=0` keeps blocks, stem and head on the library route."""
+    monkeypatch.setenv(native_mbconv.ENV, "0")
+    model, feeds = _net(1, 16)
+    want = run_ort(model, feeds)[0]
+    prog = _compile(model, 2)
+    np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
+    cache = prog._executable.lowered.ctx.cache
+    assert cache.get("native_mbhead", 0) == 0 and cache.get("native_mbconv", 0) == 0
 
 
 # --- the stem as a block's expansion ---------------------------------------------------------
@@ -319,13 +334,21 @@ def test_network_against_ort(
     steps = [[i.op.name for i in s.instructions] for s in lowered.steps]
     assert steps[0] == ["convolution", "pointwise"] * 3, steps
     head = ["convolution", "pointwise", "pooling", "flatten", "dot"]
-    assert head in steps, steps
+    head += ["pointwise"] if bias else []  # mnv16: the classifier's bias in the head's step
+    assert head == steps[-1], steps
     seen: list[str] = []
     profiled = prog.run(feeds, observer=lambda ins, v, s: seen.append(ins.name()))
     np.testing.assert_allclose(profiled[0], want, rtol=1e-4, atol=1e-4)
     assert seen.count("convolution") == 7 and seen.count("pooling") == 1
     assert seen.count("dot") == 1
     np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
+    if bias:  # the old path: the bias its own step after the head's
+        monkeypatch.setattr(native_mbhead, "BIAS", False)
+        own = _compile(model, nthreads, conv_output=output)
+        steps = [[i.op.name for i in s.instructions] for s in own._executable.lowered.steps]
+        assert steps[-2:] == [head[:-1], ["pointwise"]], steps
+        np.testing.assert_allclose(own.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
+        monkeypatch.setattr(native_mbhead, "BIAS", True)
     monkeypatch.setenv(native_mbhead.ENV, "0")
     monkeypatch.setenv(native_mbconv.STEM_ENV, "0")
     off = _compile(model, nthreads, conv_output=output)
@@ -361,3 +384,43 @@ def test_bf16_head_not_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     pygraphx.quantize_bf16(prog, ["all"])
     prog.compile(CpuTarget(threads=1))
     assert prog._executable.lowered.ctx.cache.get("native_mbhead", 0) == 0
+
+
+@needs_kernel
+@pytest.mark.parametrize("nthreads", [1, 2])
+@pytest.mark.parametrize("output", ["arena", "torch"])
+@pytest.mark.parametrize("case", ["rows", "view"])
+def test_classifier_bias_forms(
+    case: str, output: str, nthreads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mnv16: a Gemm's C that differs between rows (3, 11) at batch 3 is no bias per column:
+    the head's step ends at the `dot`, the add its own step; a bias per column whose sum is
+    the program's output itself (an Unsqueeze after it) is in the head's step, into its arena
+    slot.
+    Against ONNX Runtime, the profiled path too."""
+    monkeypatch.setenv("PGX_DEBUG_MEMORY_COLORING", "1")
+    model, feeds = _net(3, 16)
+    graph = model.graph
+    head = ["convolution", "pointwise", "pooling", "flatten", "dot"]
+    if case == "rows":
+        rows = np.random.default_rng(5).standard_normal((3, 11)).astype(np.float32)
+        for k, init in enumerate(graph.initializer):
+            if init.name == "bc":
+                graph.initializer[k].CopyFrom(numpy_helper.from_array(rows, "bc"))
+        want_steps = [head, ["pointwise"]]
+    else:
+        graph.node[-1].output[0] = "zl"
+        axes = numpy_helper.from_array(np.array([2], np.int64), "axes")
+        graph.initializer.append(axes)
+        graph.node.append(helper.make_node("Unsqueeze", ["zl", "axes"], ["z"]))
+        want_steps = [head + ["pointwise"]]
+    want = run_ort(model, feeds)[0]
+    prog = _compile(model, nthreads, conv_output=output)
+    for _ in range(2):
+        np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-5)
+    steps = [[i.op.name for i in s.instructions] for s in prog._executable.lowered.steps]
+    at = steps.index(head if case == "rows" else head + ["pointwise"])
+    assert steps[at : at + len(want_steps)] == want_steps, steps
+    profiled = prog.run(feeds, observer=lambda ins, v, s: None)
+    np.testing.assert_allclose(profiled[0], want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-5)

@@ -5,7 +5,7 @@ wraps the steps where the count changes from the step before, so a run calls
 `torch.set_num_threads` only at those boundaries. `RunScope` is the executor's context for one
 run: it takes the run's threads from the process-wide budget, sets them on the running OS thread,
 runs under `torch.inference_mode()`, and on exit gives the threads back and restores the
-caller's torch thread count.
+caller's torch thread count (each only where the count differs: `SKIP_SAME_COUNT`).
 
 Busy machine: OpenMP and oneDNN split a step's work statically over the team and then wait
 at a barrier, so when other processes keep the cores busy every step waits for the slowest
@@ -100,6 +100,16 @@ log = logging.getLogger("pygraphx.cpu")
 #: `PGX_CPU_LOAD_ADAPT`) before reading them again
 LOAD_CHECK_S = 1.0
 
+#: a run sets torch's thread count only where it changes: the run scope's enter when the
+#: caller's count is not the run's, its exit when the last step's is not the caller's, and
+#: the first step's switch not when it is the run's (`with_thread_switches`' `start`).
+#: `torch.set_num_threads` costs 3-9 us cold (OpenMP's, MKL's and the pthreadpool's counts),
+#: three times a run before (mnv16). OpenMP's count is the OS thread's own (read back by
+#: `torch.get_num_threads`); MKL's is process-wide, and is no longer set again each run (see
+#: the module docstring: concurrent runs may see each other's MKL count either way). Read
+#: when a scope is made (a program's compile); False: set it each time (the old path, A/B).
+SKIP_SAME_COUNT = True
+
 
 def set_threads(n: int) -> None:
     """Threads for torch's next kernels on this OS thread (OpenMP's count is per thread; MKL's,
@@ -175,12 +185,17 @@ def _global_pool(instructions: Sequence[Instruction]) -> bool:
 
 
 def with_thread_switches(
-    fns: Sequence[Callable[[], None]], counts: Sequence[int], limit: list[int]
+    fns: Sequence[Callable[[], None]],
+    counts: Sequence[int],
+    limit: list[int],
+    start: int | None = None,
 ) -> list[Callable[[], None]]:
     """`fns`, each first one of a run of equal counts wrapped to set its count (never more
-    than `limit[0]`, the threads this run holds)."""
+    than `limit[0]`, the threads this run holds). `start`: the count the run scope sets
+    before the first step (its n: `RunScope` sets `limit[0]`, which is min(n, limit[0])), so
+    a first step of that count is not wrapped (`SKIP_SAME_COUNT`); None: it is."""
     out: list[Callable[[], None]] = []
-    before = None
+    before = start if SKIP_SAME_COUNT else None
     for fn, count in zip(fns, counts, strict=True):
         out.append(fn if count == before else _switching(fn, count, limit))
         before = count
@@ -224,6 +239,8 @@ class RunScope:
         self._want = n
         self._check_at = -1.0
         self._clock = time.monotonic
+        self._skip = SKIP_SAME_COUNT
+        self._get = torch.get_num_threads
 
     def __call__(self) -> RunScope:
         return self
@@ -237,7 +254,7 @@ class RunScope:
         return self._want
 
     def __enter__(self) -> RunScope:
-        before = torch.get_num_threads()
+        before = self._get()
         want = self._load_threads()
         if want < self.n and not self._told:
             self._told = True
@@ -253,7 +270,8 @@ class RunScope:
         if got < want:
             log.info("cpu: %d of %d threads free (other runs hold the rest)", got, want)
         self.limit[0] = got
-        set_threads(got)  # the profiled path runs every step on the run's threads
+        if got != before or not self._skip:
+            set_threads(got)  # the profiled path runs every step on the run's threads
         mode = self._inference(True)
         mode.__enter__()
         self._saved.append((before, mode, got, self._perf()))
@@ -264,7 +282,8 @@ class RunScope:
         end = self._perf()
         try:
             mode.__exit__(*exc)
-            torch.set_num_threads(before)
+            if not self._skip or self._get() != before:  # (a step's switch, or `got`)
+                torch.set_num_threads(before)
         finally:
             BUDGET.release()
         stall = self.stall
@@ -289,6 +308,7 @@ class RunScope:
 
 __all__ = [
     "LOAD_ADAPT_ENV",
+    "SKIP_SAME_COUNT",
     "STALL_ADAPT_ENV",
     "RunScope",
     "load_threads",

@@ -152,7 +152,8 @@ class CpuExecutable:
 
         # consecutive oneDNN convolution steps run as one step (`conv_chain`)
         self.chained = chain_steps(lowered.steps, self.step_threads, env, ctx.static)
-        fns = with_thread_switches(self.chained.fns, self.chained.counts, self.scope.limit)
+        chained = self.chained
+        fns = with_thread_switches(chained.fns, chained.counts, self.scope.limit, threads)
         computes = self.chained.computes
         self.executor = Executor(fns, bind, collect, lowered.profile, show, self.scope, computes)
         # the first run times the fallback steps once and says what they cost (fallback_cost)

@@ -204,13 +204,19 @@ class Head:
     pool: Instruction
     flat: Instruction | None
     dot: Instruction | None
+    #: mnv16: the `dot`'s only user where it is a group adding it and one other value (the
+    #: classifier's bias, when that is a constant per column: `conv_native` reads it)
+    bias: Instruction | None = None
 
     @property
     def last(self) -> Instruction:
-        return self.pool if self.dot is None else self.dot
+        if self.dot is None:
+            return self.pool
+        return self.dot if self.bias is None else self.bias
 
     def instructions(self) -> list[Instruction]:
         rest = [] if self.dot is None else [self.flat, self.dot]
+        rest += [] if self.bias is None else [self.bias]
         return [self.conv, self.group, self.pool, *rest]
 
 
@@ -254,7 +260,31 @@ def native_head(conv: Instruction) -> Head | None:
             and d.inputs[1].shape.type() == "float_type"
         ):
             flat, dot = f, d
-    return Head(conv, group, pool, flat, dot)
+    bias = None if dot is None or not native_mbhead.BIAS else _bias_group(dot)
+    return Head(conv, group, pool, flat, dot, bias)
+
+
+def _bias_group(dot: Instruction) -> Instruction | None:
+    """`dot`'s only user where it is a pointwise group of `dot`'s shape and type whose body is
+    one `add` of its two inputs, `dot` and a literal (or a broadcast view of one), else None."""
+    if len(dot.outputs) != 1:
+        return None
+    group = dot.outputs[0]
+    if group.op.name != "pointwise" or len(group.inputs) != 2 or dot not in group.inputs:
+        return None
+    if group.shape.type() != dot.shape.type() or group.shape.lens() != dot.shape.lens():
+        return None
+    other = group.inputs[1] if group.inputs[0] is dot else group.inputs[0]
+    while not other.is_literal() and other.op.name in ("multibroadcast", "broadcast"):
+        other = other.inputs[0]
+    if other is dot or not other.is_literal():
+        return None
+    body = group.module_inputs[0]
+    ops = [i for i in body.instructions if i.op.name not in ("@param", "@return")]
+    params = body.get_parameters()
+    if len(params) != 2 or len(ops) != 1 or ops[0].op.name != "add":
+        return None
+    return group if {id(i) for i in ops[0].inputs} == {id(i) for i in params} else None
 
 
 def block_ending(last: Instruction) -> Block | None:

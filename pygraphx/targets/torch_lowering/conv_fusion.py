@@ -28,7 +28,9 @@ The form act(conv + c1 + ...) + other (YOLO's C2f shortcut: Conv-BN-SiLU, then t
 input added) is fused too, the activation post-op before the add (`ConvPlan.add_after`).
 A 1x1 convolution with its group followed by a depthwise 3x3 one with its group (MobileNetV2's
 expand + depthwise) may become one step on `dnnl` (oneDNN's depthwise post-op:
-`conv_dw_fusion.py`).
+`conv_dw_fusion.py`); a whole inverted-residual block, or a network's head (1x1 + pooling +
+classifier), one step on a native kernel (`conv_native.py`, asked first). The pieces of a step
+these share (the plan, the unfused twins, the emission into a slot) are in `conv_steps.py`.
 torch's mkldnn kernel (`onednn`) fuses an add followed by relu or nothing, `matmul` an add or
 an activation, `dnnl` (oneDNN's own post-op chain) every form; a group with an add that no
 oneDNN kernel fuses whole (`conv_kernels.fuses_epilogue`: without oneDNN's library, an add
@@ -54,23 +56,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering import winograd
 from pygraphx.targets.torch_lowering.context import CHANNELS_LAST, LoweringContext, Step
-from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_kernel, default_kernel
+from pygraphx.targets.torch_lowering.conv_choice import choice_state, choose_kernel
 from pygraphx.targets.torch_lowering.conv_dw_fusion import (
-    Block,
     dw_pair,
     enabled,
     fused_user,  # noqa: F401  (imported from here by the cpu target, conv_concat, tests)
     may_fuse,
-    Head,
     native,
-    native_block,
-    native_head,
 )
 from pygraphx.targets.torch_lowering.conv_epilogue_match import Epilogue, match_epilogue, wide_bias
 from pygraphx.targets.torch_lowering.conv_kernels import (
@@ -78,22 +75,25 @@ from pygraphx.targets.torch_lowering.conv_kernels import (
     ConvPlan,
     build_kernel,
     fuses_epilogue,
-    kernels_for,
-    lazy_kernel,
+)
+from pygraphx.targets.torch_lowering.conv_native import defer_block, defer_head
+from pygraphx.targets.torch_lowering.conv_steps import (
+    arena_output as _arena,
+    conv_plan,
+    emit_fused,
+    env_getter,
+    into as _into,
+    lower_twin,
+    twin_steps,
+    unfused_stores,  # noqa: F401  (conv_concat imports it from here)
 )
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
-from pygraphx.targets.torch_lowering.fallback import lower_fallback
 from pygraphx.targets.torch_lowering.gemm_kernels import bf16_gemm
 from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
 from pygraphx.targets.torch_lowering.onednn_conv import available as dnnl_available
 from pygraphx.targets.torch_lowering.onednn_conv import supports
-from pygraphx.targets.torch_lowering.registry import (
-    LOWERINGS,
-    defer,
-    deferred_producer,
-    storing,
-)
-from pygraphx.targets.torch_lowering.store import store_result, torch_pad
+from pygraphx.targets.torch_lowering.registry import defer, deferred_producer
+from pygraphx.targets.torch_lowering.store import store_result
 from pygraphx.targets.torch_lowering.winograd import activate_
 
 CL = torch.channels_last
@@ -113,31 +113,6 @@ def mkldnn_usable(ctx: LoweringContext, ins: Instruction) -> bool:
     )
 
 
-def conv_plan(ctx: LoweringContext, ins: Instruction) -> ConvPlan:
-    """`ins`'s geometry, plain weight and oneDNN-packed weight (packed once per context, at
-    the first kernel that uses it)."""
-    op = ins.op
-    x_shape, w_shape = (i.shape for i in ins.inputs)
-    begin, end = op.pads(x_shape.lens(), w_shape.lens())
-    pre_pad = None if begin == end else torch_pad(begin, end)
-    padding = list(begin) if pre_pad is None else [0, 0]
-    lens = list(x_shape.lens())
-    if pre_pad is not None:
-        lens = lens[:2] + [n + b + e for n, b, e in zip(lens[2:], begin, end, strict=True)]
-    w = ctx.constant(ctx.arg(ins, 1))
-    key = ("mkldnn_weight", id(ins.inputs[1]), tuple(padding), tuple(op.stride),
-           tuple(op.dilation), op.group, tuple(lens))  # fmt: skip
-
-    def packed() -> torch.Tensor:  # made when a kernel needs it (`dnnl` packs its own)
-        if key not in ctx.packed_weights:
-            ctx.packed_weights[key] = torch.ops.mkldnn._reorder_convolution_weight(
-                w.contiguous(), padding, list(op.stride), list(op.dilation), op.group, lens
-            )
-        return ctx.packed_weights[key]
-
-    return ConvPlan(w, packed, lens, padding, list(op.stride), list(op.dilation), op.group, pre_pad)
-
-
 def conv_producer(
     ctx: LoweringContext,
     x: int,
@@ -152,20 +127,17 @@ def conv_producer(
     `out`: the result's arena slot, which the `dnnl` and Winograd kernels (`WRITES_OUT`) write
     themselves when it is channels-last (the closure then returns `out`; other kernels return a
     new tensor)."""
+    if not measure:  # the twin runs only when profiling: its kernel is made at its first call
+        return twin_producer(ctx, x, plan)
     env = ctx.env
-    if measure:
-        state = choice_state(ctx.options, ctx.cache)
-        plan.kernel = choose_kernel(state, plan, other_lens)
-    else:  # the unfused twin
-        plan.kernel = default_kernel(kernels_for(plan))
+    state = choice_state(ctx.options, ctx.cache)
+    plan.kernel = choose_kernel(state, plan, other_lens)
     o = plan.other
     get_other = None if o is None else env_getter(env, o)
     # scratch12: a Winograd layer's temporaries are the program's (freed with it), shared by
     # its Winograd layers (its runs are serialised)
     wino = plan.kernel in winograd.KERNEL_TILES
     scratch = winograd.program_scratch(ctx.cache) if wino else None
-    if not measure:  # the twin runs only when profiling: its kernel is made at its first call
-        return lazy_kernel(plan, plan.kernel, env_getter(env, x), get_other, scratch)
     if out is not None and (
         plan.kernel not in WRITES_OUT or plan.in_place or not out.is_contiguous(memory_format=CL)
     ):
@@ -173,14 +145,6 @@ def conv_producer(
     if out is not None:  # (tests, benchmarks: how many results need no copy)
         ctx.cache["conv_into_slot"] = ctx.cache.get("conv_into_slot", 0) + 1
     return build_kernel(plan, plan.kernel, env_getter(env, x), get_other, out, scratch)
-
-
-def env_getter(env: list, index: int) -> Callable[[], torch.Tensor]:
-    """`lambda: env[index]`, saying where it reads (`slot`: `onednn_conv`'s lean closure then
-    reads the slot itself, one Python call less a step)."""
-    get = lambda: env[index]  # noqa: E731
-    get.slot = (env, index)  # type: ignore[attr-defined]
-    return get
 
 
 def lower_mkldnn_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
@@ -197,38 +161,24 @@ def lower_mkldnn_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
 
 
 def lower_alone(ctx: LoweringContext, ins: Instruction, measure: bool = True) -> None:
+    """Lower the convolution `ins` as a step of its own (`measure=False`: as an unfused twin,
+    `conv_steps.lower_twin`)."""
+    if not measure:
+        lower_twin(ctx, ins)
+        return
     plan = conv_plan(ctx, ins)
-    if not (measure and _arena(ctx) and ctx.has_slot(ins)):
-        produce = conv_producer(ctx, ctx.arg(ins, 0), plan, measure=measure)
-        store_result(ctx, ins, produce, CHANNELS_LAST)
+    if not (_arena(ctx) and ctx.has_slot(ins)):
+        store_result(ctx, ins, conv_producer(ctx, ctx.arg(ins, 0), plan), CHANNELS_LAST)
         return
     idx, out = ctx.output(ins, CHANNELS_LAST)
     ctx.emit(_into(out, conv_producer(ctx, ctx.arg(ins, 0), plan, out=out)), ins, idx)
 
 
-def _arena(ctx: LoweringContext) -> bool:
-    return ctx.options.get("conv_output", "torch") == "arena"
-
-
-def _into(out: torch.Tensor, produce: Callable[[], torch.Tensor]) -> Callable[[], None]:
-    """A step storing `produce()` in the arena slot `out` (nothing to copy when the kernel
-    wrote it there itself; `produce` itself when it always does: `onednn_conv`'s closures
-    that say so as `writes`, one Python call less a step)."""
-    if getattr(produce, "writes", None) is out:
-        return produce  # type: ignore[return-value]  # (its result, `out`, is not used)
-
-    def step() -> None:
-        y = produce()
-        if y is not out:
-            out.copy_(y)
-
-    return step
-
-
 def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
     """Emit conv + epilogue as one oneDNN call (the fuser of a convolution deferred into its
     group `user`); the separate steps are kept for profiling. A 1x1 convolution followed by a
-    depthwise one may be deferred further and fused with it (`conv_dw_fusion`)."""
+    depthwise one may be deferred further and fused with it (`conv_dw_fusion`), a block or a
+    head deferred to its end and run natively (`conv_native`)."""
     conv = deferred_producer(ctx, user)
     epi = match_epilogue(ctx, conv, user, add_after=True)
     if epi is None:  # not a form oneDNN fuses: the convolution runs first, on its own
@@ -248,7 +198,7 @@ def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
     # rn11: the plan gave the group its residual's slot (`conv_residual.residual_slot`)
     over = epi.other is not None and not apart and not epi.add_after
     over = over and ctx.claim_shared(user, epi.other)
-    unfused = _twins(ctx, conv, user, measure=apart)
+    unfused = twin_steps(ctx, conv, user, lower_alone if apart else lower_twin)
     if apart:
         ctx.steps = ctx.steps + unfused
         return True
@@ -271,67 +221,14 @@ def fuse_group(ctx: LoweringContext, user: Instruction) -> bool:
         if plan.in_place and plan.kernel in ("onednn", "dnnl"):  # (others allocate their result)
             ctx.cache["conv_in_place"] = ctx.cache.get("conv_in_place", 0) + 1
 
-    if epi.other is None and _defer_head(ctx, conv, user, plan, unfused):
+    if epi.other is None and defer_head(ctx, conv, user, plan, unfused):
         return True
-    if epi.other is None and _defer_block(ctx, conv, user, plan, unfused, emit):
+    if epi.other is None and defer_block(ctx, conv, user, plan, unfused, emit, fuse_group):
         return True
     if epi.other is None and _defer_dw_pair(ctx, conv, user, plan, unfused, emit):
         return True
     emit()
     return True
-
-
-def _twins(ctx: LoweringContext, conv: Instruction, user: Instruction, measure: bool) -> list[Step]:
-    """The steps running `conv` and its group `user` apart (a fused step's unfused twins, for
-    profiling; `measure`: the convolution's kernel chosen by timing, as a step that runs), not
-    emitted: the caller keeps them."""
-    from pygraphx.targets.torch_lowering.lower_math import lower_pointwise
-
-    saved, ctx.steps = ctx.steps, []
-    lower_alone(ctx, conv, measure=measure)
-    if not lower_pointwise(ctx, user):
-        lower_fallback(ctx, user)
-    twins, ctx.steps = ctx.steps, saved
-    unfused_stores(ctx, twins, ctx.index[id(user)])
-    return twins
-
-
-def unfused_stores(ctx: LoweringContext, unfused: list[Step], uidx: int) -> None:
-    """Make the last of a fused step's unfused twins store its result at `uidx` as the fused
-    step does (a new tensor there unless the result has an arena slot)."""
-    if not _arena(ctx) and ctx.static[uidx]:
-        unfused[-1].fn = storing(unfused[-1].fn, ctx.env, uidx, ctx.env[uidx])
-
-
-def emit_fused(
-    ctx: LoweringContext,
-    instructions: list[Instruction],
-    unfused: list[Step],
-    build: Callable[[torch.Tensor | None], Callable[[], torch.Tensor]],
-    reads: list[Instruction],
-) -> None:
-    """Emit one step computing `instructions` (their unfused twins `unfused`, for
-    profiling) with the closure `build(out)` makes: it writes the last instruction's arena
-    slot `out` itself when the slot shares no memory with the values it `reads` (else `out`
-    is None and its result is copied there), or stores a new tensor where there is no slot."""
-    last = instructions[-1]
-    uidx = ctx.index[id(last)]
-    env = ctx.env
-    slot = env[uidx] if _arena(ctx) and ctx.static[uidx] else None
-    # the kernel writes the slot itself unless it is an input's memory (then a copy)
-    direct = slot if slot is not None and all(ctx.apart(x, last) for x in reads) else None
-    produce = build(direct)
-    if slot is not None:
-        step = _into(slot, produce)
-    else:
-        ctx.static[uidx] = False
-        ctx.mark_fresh(uidx)
-
-        def step() -> None:
-            env[uidx] = produce()
-
-    ctx.emit(step, instructions, uidx, unfused)
-    ctx.layout[uidx] = CHANNELS_LAST
 
 
 def _over_residual(
@@ -451,7 +348,7 @@ def _emit_dw_pair(
         plan.dw = None
         emit_head()
         return fuse_group(ctx, last)  # the depthwise pair's own step
-    twins = _twins(ctx, dw, last, measure=False)
+    twins = twin_steps(ctx, dw, last)
     plan.kernel, plan.impl = "dnnl", None  # the fused kernel is oneDNN's first (`native`)
     env, x = ctx.env, ctx.arg(conv, 0)
 
@@ -461,235 +358,3 @@ def _emit_dw_pair(
     emit_fused(ctx, [conv, conv.outputs[0], dw, last], unfused + twins, build, [conv.inputs[0]])
     ctx.cache["conv_dw_fused"] = ctx.cache.get("conv_dw_fused", 0) + 1  # (tests, benchmarks)
     return True
-
-
-# --- an inverted-residual block on the native kernel (`native_mbconv`, mbv14) ----------------
-
-
-def _defer_block(
-    ctx: LoweringContext,
-    conv: Instruction,
-    group: Instruction,
-    plan: ConvPlan,
-    unfused: list[Step],
-    emit_head: Callable[[], None],
-) -> bool:
-    """Called by `fuse_group` with a convolution `conv` deferred into its group `group` (the
-    epilogue in `plan`, no add operand): True when `conv` heads a block the native kernel runs
-    (`conv_dw_fusion.native_block`) and its step is deferred to the block's last group (one
-    step for the block's six or four instructions); False when the caller emits its own step
-    now. Where a later stage cannot be deferred or matched, the steps so far are emitted as
-    usual and the rest of the block is lowered as usual."""
-    from pygraphx.targets.torch_lowering.native_mbconv import bounds
-
-    block = native_block(conv)
-    if block is None or (block.g1 if block.expand is not None else block.g2) is not group:
-        return False
-    try:
-        bounds(plan.unary, plan.scalars)
-    except ValueError:
-        return False
-    head = {"plan": plan, "twins": list(unfused), "emit": [emit_head]}
-
-    def undo() -> None:
-        for fn in head["emit"]:
-            fn()
-
-    def at_dw(ctx: LoweringContext, ins: Instruction) -> bool:
-        if defer(ctx, block.dw, block.g2, at_g2):
-            return True
-        undo()
-        return False
-
-    def at_g2(ctx: LoweringContext, ins: Instruction) -> bool:
-        epi = match_epilogue(ctx, block.dw, block.g2)
-        if epi is None or epi.other is not None or not _clip_form(epi):
-            undo()
-            return fuse_group(ctx, block.g2)
-        head["dw_epi"] = epi
-
-        def emit_g2() -> None:
-            ctx.deferred.discard(id(block.g2))
-            if not fuse_group(ctx, block.g2):
-                _lower_group(ctx, block.g2)
-
-        head["emit"].append(emit_g2)
-        if defer(ctx, block.g2, block.proj, at_proj):
-            return True
-        head["emit"].pop()
-        undo()
-        return fuse_group(ctx, block.g2)
-
-    def at_proj(ctx: LoweringContext, ins: Instruction) -> bool:
-        if defer(ctx, block.proj, block.last, at_last):
-            return True
-        undo()
-        return False
-
-    def at_last(ctx: LoweringContext, ins: Instruction) -> bool:
-        epi = match_epilogue(ctx, block.proj, block.last)
-        if epi is None or not _clip_form(epi):
-            undo()
-            return fuse_group(ctx, block.last)
-        _emit_block(ctx, block, head, epi)
-        return True
-
-    if block.expand is None:  # the head is the depthwise convolution, `group` its group
-        head["dw_epi"] = Epilogue(np.zeros(0), None, plan.unary, plan.scalars)
-        head["dw_bias"] = plan.bias
-        return defer(ctx, block.g2, block.proj, at_proj)
-    return defer(ctx, block.g1, block.dw, at_dw)
-
-
-def _clip_form(epi: Epilogue) -> bool:
-    """Whether the kernel runs the epilogue's activation (none, relu, clip) in its order."""
-    return not epi.add_after and epi.unary in ("none", "relu", "hardtanh")
-
-
-def _lower_group(ctx: LoweringContext, group: Instruction) -> None:
-    """Lower a pointwise group on its own (its convolution ran apart)."""
-    from pygraphx.targets.torch_lowering.lower_math import lower_pointwise
-
-    if not lower_pointwise(ctx, group):
-        lower_fallback(ctx, group)
-
-
-def _emit_block(ctx: LoweringContext, block: Block, head: dict, epi: Epilogue) -> None:
-    """One step for the whole block on the native kernel (`native_mbconv.MbConv`); the
-    unfused twins of its two or three convolution pairs kept for profiling."""
-    from pygraphx.targets.torch_lowering.native_mbconv import MbConv, program_scratch
-
-    plan: ConvPlan = head["plan"]
-    dw_epi: Epilogue = head["dw_epi"]
-    twins = list(head["twins"])
-    if block.expand is not None:
-        twins += _twins(ctx, block.dw, block.g2, measure=False)
-        we, be = plan.weight, plan.bias
-        dw_bias = torch.from_numpy(dw_epi.bias) if dw_epi.bias.any() else None
-        acts = [(plan.unary, plan.scalars), (dw_epi.unary, dw_epi.scalars)]
-    else:
-        we = be = None
-        dw_bias = head["dw_bias"]
-        acts = [("none", []), (plan.unary, plan.scalars)]
-    twins += _twins(ctx, block.proj, block.last, measure=False)
-    acts.append((epi.unary, epi.scalars))
-    wd = ctx.constant(ctx.arg(block.dw, 1))
-    wp = ctx.constant(ctx.arg(block.proj, 1))
-    bp = torch.from_numpy(epi.bias) if epi.bias.any() else None
-    x_lens = list(block.head.inputs[0].shape.lens())
-    mb = MbConv(we, be, wd, dw_bias, wp, bp, block.dw.op.stride[0], acts, x_lens,
-                residual=epi.other is not None, scratch=program_scratch(ctx.cache),
-                stem=block.stem)  # fmt: skip
-    env, xi = ctx.env, ctx.arg(block.head, 0)
-    ri = None if epi.other is None else ctx.index[id(epi.other)]
-    reads = [block.head.inputs[0]] + ([] if epi.other is None else [epi.other])
-
-    def build(out: torch.Tensor | None) -> Callable[[], torch.Tensor]:
-        if out is not None and not out.is_contiguous(memory_format=CL):
-            out = None
-        return mb.closure(env, xi, ri, out)
-
-    emit_fused(ctx, block.instructions(), twins, build, reads)
-    ctx.cache["native_mbconv"] = ctx.cache.get("native_mbconv", 0) + 1  # (tests, benchmarks)
-
-
-# --- a network's head on the native kernel (`native_mbhead`, mnv15) --------------------------
-
-
-def _defer_head(
-    ctx: LoweringContext, conv: Instruction, group: Instruction, plan: ConvPlan,
-    unfused: list[Step],
-) -> bool:  # fmt: skip
-    """Called by `fuse_group` with a convolution `conv` deferred into its group `group` (the
-    epilogue in `plan`, no add operand): True when `conv` heads a network's head the native
-    kernel runs (`conv_dw_fusion.native_head`) and its step is deferred to the pooling (and on
-    to the classifier's `dot` where there is one): one step for all of them."""
-    from pygraphx.targets.torch_lowering.native_mbconv import bounds
-
-    head = native_head(conv)
-    if head is None or head.group is not group or plan.add_after:
-        return False
-    try:
-        lo, hi = bounds(plan.unary, plan.scalars)
-    except ValueError:
-        return False
-
-    def at_pool(ctx: LoweringContext, ins: Instruction) -> bool:
-        if head.dot is not None and defer(ctx, head.pool, head.dot, at_dot):
-            ctx.fusers[id(head.flat)] = _in_head_step
-            return True
-        _emit_head(ctx, head, plan, unfused, (lo, hi), with_dot=False)
-        return True
-
-    def at_dot(ctx: LoweringContext, ins: Instruction) -> bool:
-        _emit_head(ctx, head, plan, unfused, (lo, hi), with_dot=True)
-        return True
-
-    return defer(ctx, group, head.pool, at_pool)
-
-
-def _in_head_step(ctx: LoweringContext, ins: Instruction) -> bool:
-    """The flatten between a head's pooling and its `dot`: lowered (as the twin it is) by the
-    head's step at the `dot` (`_emit_head`), no step of its own here."""
-    return True
-
-
-def _emit_head(
-    ctx: LoweringContext, head: Head, plan: ConvPlan, unfused: list[Step],
-    bounds: tuple[float, float], with_dot: bool,
-) -> None:  # fmt: skip
-    """One step for the head on the native kernel (`native_mbhead.MbHead`); the unfused twins
-    (the convolution and its group, the pooling, the flatten and the `dot`) kept for profiling."""
-    from pygraphx.targets.torch_lowering.lower_views import lower_view
-    from pygraphx.targets.torch_lowering.native_mbhead import MbHead
-
-    saved, ctx.steps = ctx.steps, []
-    if not LOWERINGS["pooling"](ctx, head.pool):  # (lower_nn's, registered)
-        lower_fallback(ctx, head.pool)
-    instructions = [head.conv, head.group, head.pool]
-    wc = None
-    if with_dot:
-        assert head.flat is not None and head.dot is not None
-        lower_view(ctx, head.flat)
-        # a program output: a new tensor each run, which the run hands out as it is (an arena
-        # slot would be copied out: 60 us a MobileNetV2 b1 run, the run's Python cold then)
-        _dot_twin(ctx, head.dot, fresh=any(o.is_return() for o in head.dot.outputs))
-        wc = ctx.constant(ctx.arg(head.dot, 1))
-        instructions += [head.flat, head.dot]
-    twins, ctx.steps = list(unfused) + ctx.steps, saved
-    last = instructions[-1]
-    uidx = ctx.index[id(last)]
-    unfused_stores(ctx, twins, uidx)
-    x_lens = list(head.conv.inputs[0].shape.lens())
-    weight = plan.weight.float()
-    mb = MbHead(weight, plan.bias, bounds[0], bounds[1], wc, None, x_lens)
-    env, xi = ctx.env, ctx.arg(head.conv, 0)
-
-    def build(out: torch.Tensor | None) -> Callable[[], torch.Tensor]:
-        if out is not None and (out.dtype != torch.float32 or (with_dot and out.stride(1) != 1)):
-            out = None
-        return mb.closure(env, xi, out)
-
-    layout = ctx.layout[uidx]
-    emit_fused(ctx, instructions, twins, build, [head.conv.inputs[0]])
-    ctx.layout[uidx] = layout  # (a pooled (N, C, 1, 1) or (N, K) result: no channels-last map)
-    ctx.cache["native_mbhead"] = ctx.cache.get("native_mbhead", 0) + 1  # (tests, benchmarks)
-
-
-def _dot_twin(ctx: LoweringContext, dot: Instruction, fresh: bool) -> None:
-    """The classifier's `dot` as a step of its own (a head's unfused twin, for profiling), into
-    its arena slot, or (`fresh`, or no slot) a new tensor."""
-    env = ctx.env
-    a, b = ctx.arg(dot, 0), ctx.arg(dot, 1)
-    idx, out = (ctx.bind_dynamic(dot), None) if fresh else ctx.output(dot)
-    if out is not None:
-
-        def step() -> None:
-            torch.mm(env[a], env[b], out=out)
-
-    else:
-
-        def step() -> None:
-            env[idx] = torch.mm(env[a], env[b])
-
-    ctx.emit(step, dot, idx)

@@ -10,7 +10,7 @@ projection written straight into the channels-last output; one fork/join for the
 
 This module binds the kernel and packs the weights (`MbConv`) and says which blocks take it
 (`use_native`: the rule measured on the 2-core EPYC, `rule`; `benchmarks/results/mbv14.md`);
-`conv_dw_fusion.native_block` matches a block in the program and `conv_fusion._defer_block` /
+`conv_dw_fusion.native_block` matches a block in the program and `conv_native.defer_block` /
 `_emit_block` lower it as one step for its six (four without an expansion) instructions.
 `PGX_CPU_NATIVE_MBCONV=0` (off, no, false) keeps the oneDNN route everywhere, `=all` puts every
 block the kernel can run on it; float32 only (bf16 programs keep their route); AVX-512F builds

@@ -13,7 +13,7 @@ run is one ctypes call) and says how the work is split (`pixel_chunks`).
 `conv_dw_fusion.native_head` matches the pattern (a float32 1x1 convolution of a literal weight
 whose only user is its clip / relu / bias group, whose only user is an average pooling over the
 whole map; then, optionally, a flatten (or reshape) to (N, C) and a `dot` with a literal (C, K)
-weight, each the only user of the one before) and `conv_fusion._defer_head` / `_emit_head`
+weight, each the only user of the one before) and `conv_native.defer_head` / `_emit_head`
 lower it as one step (the unfused twins kept for profiling).
 `PGX_CPU_NATIVE_MBHEAD=0` (off, no, false) keeps the library route; float32 only; AVX-512F
 builds only (`native_mbconv.available`), else the library route, announced once.
@@ -37,6 +37,10 @@ ENV = "PGX_CPU_NATIVE_MBHEAD"
 JOBS_PER_THREAD = 4
 #: pixels per range at least (the micro-kernel computes 6 at a time)
 MIN_PIXELS = 6
+#: mnv16: the classifier's bias (a group adding a constant per column to the `dot`: an ONNX
+#: Gemm's C) is added by the kernel, in the head's step (was a step of its own after it);
+#: False: its own step (the old path)
+BIAS = True
 
 
 class _Args(ctypes.Structure):
@@ -55,8 +59,10 @@ def enabled() -> bool:
 
 
 def available() -> bool:
-    """Whether the native head is on and its library can be had (announced once where not)."""
-    return enabled() and native_mbconv._BOUND.available("the oneDNN convolution route")
+    """Whether the native head is on and its library can be had (announced once where not).
+    mnv16: `PGX_CPU_NATIVE_MBCONV=0` turns it off too (the switch of the whole `mbconv`
+    library: blocks, stem and head; `PGX_CPU_NATIVE_MBHEAD=0` the head alone)."""
+    return enabled() and native_mbconv.available()
 
 
 def pixel_chunks(n: int, cout: int, pixels: int, threads: int) -> int:
