@@ -283,6 +283,7 @@ def lower_layernorm(ctx: LoweringContext, mean: Instruction) -> bool:
     else:
         ctx.mark_fresh(idx)
     both = _native(norm, copy is not None, out=slot)
+    assert slot is None or both is not None, "a slot is taken only for the native kernel"
     normalise = both if both is not None else _kernel(ctx, norm)
     unfused = None
     if both is not None and slot is None and norm.cast is None and _over_input(ctx, norm):
