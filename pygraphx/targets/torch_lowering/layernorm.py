@@ -276,12 +276,17 @@ def lower_layernorm(ctx: LoweringContext, mean: Instruction) -> bool:
         if member is not mean:
             ctx.fusers[id(member)] = _bound
     idx = ctx.index[id(norm.y)]
-    ctx.mark_fresh(idx)
     copy = _rounded_copy(norm) if norm.cast is None else None
-    both = _native(norm, copy is not None)
+    slot = _slot(ctx, norm, copy)
+    if slot is not None:  # the native kernel writes the arena slot: a fixed tensor
+        idx = ctx.bind_static(norm.y, slot)
+    else:
+        ctx.mark_fresh(idx)
+    both = _native(norm, copy is not None, out=slot)
+    assert slot is None or both is not None, "a slot is taken only for the native kernel"
     normalise = both if both is not None else _kernel(ctx, norm)
     unfused = None
-    if both is not None and norm.cast is None and _over_input(ctx, norm):
+    if both is not None and slot is None and norm.cast is None and _over_input(ctx, norm):
         # the observer path (profiling, per-instruction checks) keeps the input: a twin
         # writing a new tensor
         twin, both = both, _native(norm, copy is not None, inplace=True)
@@ -340,7 +345,43 @@ def _over_input(ctx: LoweringContext, norm: Norm) -> bool:
     return all(id(u) in members and not u.is_return() for u in x.outputs)
 
 
-def _native(norm: Norm, copy: bool, inplace: bool = False) -> native_layernorm.LayerNorm | None:
+def _slot(ctx: LoweringContext, norm: Norm, copy: Instruction | None) -> torch.Tensor | None:
+    """The arena slot a float32 norm's native kernel writes its result into, or None (a new
+    tensor each run, as before): where the norm has a float32 result only (no bf16 copy, no
+    convert), the native kernel is on, the memory plan gave `norm.y` a slot sharing no byte
+    with the input's buffer, only products read the result (not a program output: a new
+    tensor needs no copy at the end; not a residual: a residual sum accumulates in place into
+    a new tensor only, `gemm_residual._overwritable`, as into a post-norm block's first norm,
+    BERT's) and the norm would not write over its input (`_over_input`);
+    `PGX_CPU_LAYERNORM_SLOT=0`: never (helper gpt16).
+
+    Why: a pre-norm transformer's norm (GPT-2's: its input, the residual, is read again by the
+    next residual sum) wrote a block malloc handed out, one the caches no longer held; the slot
+    is memory the plan reuses from step to step. The 2-core EPYC, one thread, thread CPU, a
+    (128, 768) norm right after a 3072 x 768 product with its residual sum: 41-67 us into a new
+    tensor against 31-42 into a fixed one (22-24 both warm); GPT-2 in
+    `benchmarks/results/gpt16.md`."""
+    if not native_layernorm.slot_enabled() or copy is not None or norm.cast is not None:
+        return None
+    if norm.x.shape.type() != "float_type" or norm.y.shape.type() != "float_type":
+        return None
+    if not all(u.op.name == "dot" for u in norm.y.outputs):
+        return None
+    if not ctx.has_slot(norm.y) or not ctx.apart(norm.x, norm.y):
+        return None
+    if any(t is not None and t.dtype != torch.float32 for t in (norm.weight, norm.bias)):
+        return None
+    if not native_layernorm.available(False) or _over_input(ctx, norm):
+        return None
+    out = ctx.slot_tensor(norm.y)
+    if not out.is_contiguous() or out.dtype != torch.float32:
+        return None
+    return out
+
+
+def _native(
+    norm: Norm, copy: bool, inplace: bool = False, out: torch.Tensor | None = None
+) -> native_layernorm.LayerNorm | None:
     """The native kernel (`native_layernorm.py`) for a float32 norm with a float32 result and
     float32 (or no) affine parts, with its bf16 copy when `copy`; or for one whose float32
     result is only rounded to bf16 (`norm.cast`, GPT-2's in a bf16 program: the bf16 result
@@ -363,7 +404,7 @@ def _native(norm: Norm, copy: bool, inplace: bool = False) -> native_layernorm.L
     if not native_layernorm.available(copy):
         return None
     dims = tuple(norm.x.shape.lens())
-    return native_layernorm.LayerNorm(dims, w, b, norm.eps, copy, inplace)
+    return native_layernorm.LayerNorm(dims, w, b, norm.eps, copy, inplace, out=out)
 
 
 def _kernel(ctx: LoweringContext, norm: Norm) -> Callable[[torch.Tensor], torch.Tensor]:

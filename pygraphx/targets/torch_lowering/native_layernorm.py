@@ -36,6 +36,9 @@ KERNEL = "layernorm"
 ENV = "PGX_CPU_LAYERNORM_NATIVE"
 #: `0` / `off`: the native kernel never writes over its input (`layernorm._over_input`)
 INPLACE_ENV = "PGX_CPU_LAYERNORM_INPLACE"
+#: `0` / `off`: a float32 norm writes a new tensor each run, never its arena slot
+#: (`layernorm._slot`, helper gpt16)
+SLOT_ENV = "PGX_CPU_LAYERNORM_SLOT"
 #: `0` / `off`: a float32 norm whose result is only rounded to bf16 (GPT-2's in a bf16 program)
 #: stays on oneDNN's primitive (`layernorm._kernel`) instead of this kernel's bf16-only pass
 BF16_ENV = "PGX_CPU_LAYERNORM_NATIVE_BF16"
@@ -52,6 +55,10 @@ def inplace_enabled() -> bool:
 
 def bf16_only_enabled() -> bool:
     return switch_on(BF16_ENV)
+
+
+def slot_enabled() -> bool:
+    return switch_on(SLOT_ENV)
 
 
 def _bind(lib: ctypes.CDLL) -> None:
@@ -101,9 +108,14 @@ class LayerNorm:
 
     def __init__(self, dims: tuple[int, ...], weight: Tensor | None, bias: Tensor | None,
                  eps: float, copy: bool = False, inplace: bool = False,
-                 only_copy: bool = False) -> None:  # fmt: skip
+                 only_copy: bool = False, out: Tensor | None = None) -> None:  # fmt: skip
         if only_copy and (not copy or inplace):
             raise ValueError("native layer norm: only_copy needs copy and not inplace")
+        if out is not None and (copy or inplace or out.dtype != F32 or not out.is_contiguous()
+                                or tuple(out.shape) != tuple(dims)):  # fmt: skip
+            raise ValueError("native layer norm: out must be a dense float32 tensor of the "
+                             "norm's shape, without copy or inplace")
+        self.out = out
         self.lib = library()
         self.dims, self.n = dims, dims[-1]
         self.rows = 1
@@ -121,7 +133,8 @@ class LayerNorm:
         """Few calls on the way: in a model this runs right after a weight product, its code
         out of the caches (`layernorm._kernel`)."""
         if x.dtype == F32 and x.shape == self.dims and x.is_contiguous():
-            y = None if self.only_copy else x if self.inplace else empty(self.dims, dtype=F32)
+            y = (None if self.only_copy else x if self.inplace else
+                 self.out if self.out is not None else empty(self.dims, dtype=F32))  # fmt: skip
             yb = empty(self.dims, dtype=BF16) if self.copy else None
             rc = self.lib.ln_f32(x.data_ptr(), None if y is None else y.data_ptr(),
                                  None if yb is None else yb.data_ptr(), *self.fixed,
@@ -139,6 +152,8 @@ class LayerNorm:
                 list(self.dims), list(x.shape), x.dtype, tuple(x.stride()),
             )  # fmt: skip
         y = torch.layer_norm(x, (self.n,), self.weight, self.bias, self.eps)
+        if self.out is not None:
+            return self.out.copy_(y)
         if self.only_copy:
             return y.to(BF16)
         return (y, y.to(BF16)) if self.copy else y
@@ -148,9 +163,11 @@ __all__ = [
     "BF16_ENV",
     "ENV",
     "INPLACE_ENV",
+    "SLOT_ENV",
     "LayerNorm",
     "available",
     "bf16_only_enabled",
     "enabled",
     "inplace_enabled",
+    "slot_enabled",
 ]
