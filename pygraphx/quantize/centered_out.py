@@ -16,13 +16,23 @@ a subtraction, a 1-row product, an add over the residual: `benchmarks/results/ac
 
 Where: `dot(ctx, W)` with `W` a view of a constant and `ctx` of 3 or more axes, whose one user
 adds (a bias) and whose user in turn adds a run-time value `r` of the product's shape (the
-residual); else nothing changes. `truncate_float.CENTER_LAST_OUT` / `PGX_BF16_CENTER_LAST_OUT`.
+residual); else nothing changes (not a bias-less projection followed by a norm, as Llama's;
+not a 2-D product; not a sequence of one token; not where the product stays wide anyway). The
+token axis is taken as the next-to-last. A mean that is not finite (a NaN row: softmax over a
+query that sees no key) is taken as 0, so that row's NaN stays its own. For fp16 products
+(`quantize_fp16(prog, ["products"])`) it applies alike. In a causal decoder a token's rounding
+now depends on the later tokens of the same chunk (exact in real arithmetic; a prefill and an
+incremental decode round differently). `truncate_float.CENTER_LAST_OUT` /
+`PGX_BF16_CENTER_LAST_OUT` (read once when the program is quantized).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ir.module import Module
+from pygraphx.ir.shape import to_dtype
 from pygraphx.ops.base import make_op
 from pygraphx.ops.literal_views import view_source
 
@@ -37,16 +47,19 @@ def center_product(module: Module, dot: Instruction) -> Instruction | None:
     if len(lens) < 3 or not view_source(w).is_literal() or len(dot.outputs) != 1:
         return None
     bias_add = dot.outputs[0]
-    if bias_add.op.name != "add" or len(bias_add.outputs) != 1:
+    # (a user is listed once however many of its inputs it reads: `add(dot, dot)` is not a bias)
+    if bias_add.op.name != "add" or len(bias_add.outputs) != 1 or bias_add.inputs.count(dot) != 1:
         return None
     res_add = bias_add.outputs[0]
-    if res_add.op.name != "add" or len(res_add.inputs) != 2:
+    if res_add.op.name != "add" or res_add.inputs.count(bias_add) != 1:
         return None
     r = res_add.inputs[1] if res_add.inputs[0] is bias_add else res_add.inputs[0]
     if r.shape.lens() != dot.shape.lens() or view_source(r).is_literal():
         return None
     axis = len(lens) - 2
-    m = module.insert_instruction(dot, make_op("reduce_mean", axes=(axis,)), [ctx])
+    if lens[axis] == 1:  # one token (a decode step): ctx - m is 0, nothing to gain
+        return None
+    m = _finite_mean(module, dot, ctx, axis)
     mb = module.insert_instruction(dot, make_op("multibroadcast", out_lens=tuple(lens)), [m])
     centered = module.insert_instruction(dot, make_op("sub"), [ctx, mb])
     mw = module.insert_instruction(dot, make_op("dot"), [m, w])
@@ -56,3 +69,16 @@ def center_product(module: Module, dot: Instruction) -> Instruction | None:
     module.replace_op(dot, dot.op, [centered, w])
     module.replace_op(res_add, res_add.op, [r2 if x is r else x for x in res_add.inputs])
     return mw
+
+
+def _finite_mean(module: Module, before: Instruction, ctx: Instruction, axis: int) -> Instruction:
+    """The mean of `ctx` over `axis`, 0 where it is not finite: a sequence with a NaN / inf row
+    (softmax over a query row that sees no key, as left-padded prefill gives) is then computed
+    uncentred, its non-finite rows staying in themselves instead of spreading to every token."""
+    m0 = module.insert_instruction(before, make_op("reduce_mean", axes=(axis,)), [ctx])
+    lens = tuple(m0.shape.lens())
+    diff = module.insert_instruction(before, make_op("sub"), [m0, m0])  # NaN where m0 is not finite
+    bad = module.insert_instruction(before, make_op("isnan"), [diff])
+    zero = module.insert_literal(before, np.zeros((), dtype=to_dtype(m0.shape.type())))
+    zeros = module.insert_instruction(before, make_op("multibroadcast", out_lens=lens), [zero])
+    return module.insert_instruction(before, make_op("where"), [bad, zeros, m0])

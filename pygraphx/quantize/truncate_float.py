@@ -239,12 +239,14 @@ def truncate_float(
     target_type: str = "half_type",
     ins_names: Iterable[str] = ("all",),
     simplify: bool = False,
+    center: bool | None = None,
 ) -> None:
     """Rewrite the uncompiled `prog` in place so its float32/float64 work runs in `target_type`.
 
     Parameters and outputs keep their types; see the module docstring for the rules. With
     `simplify`, the target-independent simplifications (constant folding, algebra, no fusion)
-    run first, at the program's own precision."""
+    run first, at the program's own precision. `center`: whether the last attention's output
+    projection is centred (None: `center_last_out()`, read once here)."""
     if not isinstance(prog, Program):
         raise QuantizeError(f"expected a pygraphx Program, got {type(prog).__name__}")
     if target_type not in LOW_FLOATS:
@@ -265,9 +267,11 @@ def truncate_float(
         raise QuantizeError(f"ins_names must be operator names (or 'all'), got {ins_names!r}")
     if simplify:
         run_passes(prog, optimize_passes(fuse=False, plan_memory=False))
-    _Truncate(prog, target_type, names).run()
+    # the switches as they are now, also for the shapes the program specializes to later
+    center = center_last_out() if center is None else center
+    _Truncate(prog, target_type, names, center).run()
     # re-applied to the shapes a program with dynamic dimensions specializes to
-    prog.transforms.append(lambda p: truncate_float(p, target_type, names, simplify))
+    prog.transforms.append(lambda p: truncate_float(p, target_type, names, simplify, center))
 
 
 def low_precision_array(arr: np.ndarray, target_type: str) -> np.ndarray:
@@ -290,7 +294,9 @@ def _is_wide(ins: Instruction) -> bool:
 class _Truncate:
     """One rewrite of one program: value maps shared by every module it touches."""
 
-    def __init__(self, program: Program, low: str, names: frozenset[str]) -> None:
+    def __init__(
+        self, program: Program, low: str, names: frozenset[str], center: bool = False
+    ) -> None:
         self.program = program
         self.low = low
         self.names = names
@@ -312,8 +318,9 @@ class _Truncate:
         # `CENTER_LAST_OUT`: the last attention's output projection on its centred input, the
         # mean's product kept in its float type
         self.wide_products: set[Instruction] = set()
-        last_out = last_attention_out(self.main) if PRODUCTS in names else None
-        if last_out is not None and center_last_out():
+        last_out = last_attention_out(self.main) if center and PRODUCTS in names else None
+        # (a projection the products rule keeps wide anyway, a small head, gains nothing)
+        if last_out is not None and not self.small_head(last_out):
             mean_product = center_product(self.main, last_out)
             if mean_product is not None:
                 self.wide_products.add(mean_product)

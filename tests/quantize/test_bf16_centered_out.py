@@ -104,7 +104,8 @@ def _program(model, center: bool):
 def _dots(prog) -> list[tuple[str, tuple[int, ...]]]:
     """(type, output lens) of each dot of the main module, in program order."""
     main = prog.get_main_module()
-    return [(i.shape.type(), tuple(i.shape.lens())) for i in main.instructions if i.op.name == "dot"]
+    dots = [i for i in main.instructions if i.op.name == "dot"]
+    return [(i.shape.type(), tuple(i.shape.lens())) for i in dots]
 
 
 def test_the_last_output_projection_is_centred() -> None:
@@ -171,3 +172,88 @@ def test_error_against_float32_with_and_without(target: str) -> None:
     off, on = np.mean(errors[False]), np.mean(errors[True])
     assert 1e-3 < off < 2e-2, errors
     assert 1e-4 < on < 0.85 * off, errors
+
+
+def _one_block(pair: bool = False) -> object:
+    """One attention block `(2, 16, 32)`: Q / K / V products, scores plus a run-time mask,
+    softmax, PV, the output projection + bias (or, with `pair`, the projection added to
+    itself) + residual, then one more product (so that the projection is no small head)."""
+    rng = np.random.default_rng(3)
+    b, s, d = 2, 16, 32
+    inits: dict[str, np.ndarray] = {}
+
+    def w(name: str, *shape: int, sd: float = 1.0) -> str:
+        inits[name] = (sd * rng.standard_normal(shape)).astype(np.float32)
+        return name
+
+    nodes = []
+    for p in "qkv":
+        nodes += [helper.make_node("MatMul", ["x", w("w" + p, d, d, sd=d**-0.5)], [p + "m"]),
+                  helper.make_node("Add", [p + "m", w("b" + p, d, sd=0.1)], [p])]  # fmt: skip
+    nodes += [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Add", ["s", "mask"], ["sm"]),
+        helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["c"]),
+        helper.make_node("MatMul", ["c", w("wo", d, d, sd=d**-0.5)], ["om"]),
+        helper.make_node("Add", ["om", "om" if pair else w("bo", d, sd=0.1)], ["o"]),
+        helper.make_node("Add", ["o", "x"], ["y0"]),
+        helper.make_node("MatMul", ["y0", w("wf", d, d, sd=d**-0.5)], ["y"]),
+    ]
+    x = rng.standard_normal((b, s, d)).astype(np.float32)
+    # causal, and sequence 0 left-padded by 3 tokens: its query rows 0-2 see no key (softmax of
+    # a row of -inf: NaN in ONNX Runtime too)
+    mask = np.triu(np.full((s, s), -np.inf, np.float32), 1)[None].repeat(b, 0)
+    mask[0, :, :3] = -np.inf
+    feeds = {"x": x, "mask": mask}
+    return make_model(nodes, feeds, ["y"], inits, opset=18), feeds
+
+
+@pytest.mark.parametrize("target", ["ref", "cpu"])
+def test_a_nan_row_stays_in_its_row(target: str) -> None:
+    """A query row that sees no key is NaN (as in ONNX Runtime); centring must not spread it to
+    the sequence's other tokens through the mean (review16a)."""
+    model, feeds = _one_block()
+    (want,) = ort.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, feeds)
+    assert np.isnan(want[0]).any(1).nonzero()[0].tolist() == [0, 1, 2]
+    prog = _program(model, True)
+    assert ("float_type", (2, 1, 32)) in _dots(prog)  # (the rewrite was made)
+    prog.compile(pygraphx.get_target(target))
+    got = np.asarray(prog.run(feeds)[0])
+    assert np.isnan(got).any(2).nonzero()[0].tolist() == [0, 0, 0]
+    assert np.isnan(got[0]).any(1).nonzero()[0].tolist() == [0, 1, 2]
+    assert rel_rms(got[0, 3:], want[0, 3:]) < 2e-2 and rel_rms(got[1], want[1]) < 2e-2
+
+
+def test_a_projection_added_to_itself_is_left_alone() -> None:
+    """`add(om, om)` lists its one user once: not a bias add (the rewrite would drop one
+    `m @ W`); the program is rounded as without centring, and right."""
+    model, feeds = _one_block(pair=True)
+    on, off = _program(model, True), _program(model, False)
+    assert _dots(on) == _dots(off)
+    causal = np.triu(np.full((16, 16), -1e9, np.float32), 1)[None].repeat(2, 0)
+    feeds = {"x": feeds["x"], "mask": causal}
+    (want,) = ort.InferenceSession(
+        model.SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, feeds)
+    on.compile(pygraphx.get_target("ref"))
+    assert rel_rms(np.asarray(on.run(feeds)[0]), want) < 2e-2
+
+
+def test_the_switch_is_read_once_when_quantizing() -> None:
+    """Specializations of a program with a dynamic batch keep the choice made when it was
+    quantized (the switch is reset before they are made)."""
+    model = _encoder()
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    TRUNCATE.CENTER_LAST_OUT = False
+    try:
+        quantize_bf16(prog)
+    finally:
+        TRUNCATE.CENTER_LAST_OUT = None
+    again = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    for transform in prog.transforms:  # what a specialization applies to its re-parsed program
+        transform(again)
+    assert _dots(again) == _dots(prog) and all(t == "bf16_type" for t, _ in _dots(again))
