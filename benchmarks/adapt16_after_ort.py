@@ -1,6 +1,7 @@
 """What an ONNX Runtime block does to the `cpu` target's next runs in one process (issue 10).
 
-    PYTHONPATH=. python benchmarks/adapt16_after_ort.py --threads 16 --models resnet50:1 mobilenetv2:8
+    PYTHONPATH=. python benchmarks/adapt16_after_ort.py --threads 16 \
+        --models resnet50:1 mobilenetv2:8
 
 `cpu_threads_probe.py --ab` alternates blocks of ORT and pygraphx runs in one process: ORT's
 pool keeps spinning for a while after its block, and the stall adaptation (`cpu/threads.py`
@@ -78,15 +79,18 @@ def main() -> int:
         for r in range(args.rounds):
             for stall in (True, False):
                 o = block(lambda: ort_run(feeds), args.seconds)
-                p = block(lambda s=stall: runs[s](feeds), args.seconds, lambda s=stall: limits[s][0])
+                p = block(lambda s=stall: runs[s](feeds), args.seconds,
+                          lambda s=stall: limits[s][0])
                 first = " ".join(f"{ms:.2f}@{t}" for ms, t in p[:8])
                 counts = sorted({t for _, t in p})
                 med = statistics.median(ms for ms, _ in p)
                 print(f"{name} b{batch} round {r} adapt {'on ' if stall else 'off'}: ORT "
                       f"{statistics.median(ms for ms, _ in o):.2f} ms; pgx median {med:.2f} ms "
-                      f"over {len(p)} runs on {counts} threads, first: {first}", flush=True)  # fmt: skip
+                      f"over {len(p)} runs on {counts} threads, first: {first}",
+                      flush=True)  # fmt: skip
                 out.append({"model": name, "batch": int(batch), "round": r, "adapt": stall,
-                            "ort_ms": [ms for ms, _ in o], "pgx_ms": [ms for ms, _ in p], "pgx_threads": [t for _, t in p]})
+                            "ort_ms": [ms for ms, _ in o], "pgx_ms": [ms for ms, _ in p],
+                            "pgx_threads": [t for _, t in p]})  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0

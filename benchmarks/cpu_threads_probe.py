@@ -19,9 +19,9 @@ blocks alternating for `--rounds` rounds, the order turned by one each round (so
 neighbour's load, or the spinning pool of the engine before, falls on all alike): per
 engine the median of its blocks' median latencies (each block runs untimed for `--settle`
 seconds first, 0.2 by default: ONNX Runtime's pool spins on for 80-175 ms after its block on
-the 16-core host, slowing the next engine's first runs up to 50x, `adapt16_after_ort.py`) and of their CPU time per run, and in how many
-rounds the policy-on block was faster than the policy-off one. `--engines on@16 on@8 ort@16`
-picks the engines instead (policy on / off or ORT, at a count; `--threads` is then not read),
+the 16-core host, slowing the next engine's first runs up to 50x, `adapt16_after_ort.py`)
+and of their CPU time per run, and in how many rounds the policy-on block was faster than
+the policy-off one. `--engines on@16 on@8 ort@16` picks the engines instead (policy on / off or ORT, at a count; `--threads` is then not read),
 `--batch 1 8` the batches. Besides the process CPU time (which also counts another engine's pool
 still spinning from its block), each block reports its engine's own CPU time per run: the
 threads ONNX Runtime started (its pool) are ORT's, every other thread (the caller, GNU OpenMP's

@@ -31,7 +31,7 @@ times), and it does not see every neighbour (another engine's spinning pool in t
 `threads.StallAdapt` (`PGX_CPU_STALL_ADAPT`, on by default, read when the program is
 compiled): it is fed every run's wall time (two `perf_counter` calls a run; profiled runs
 excluded) with the threads the run held, keeps the best run per thread count, and after
-`STALL_RUNS` (3) runs in a row slower than `STALL_RATIO` (1.6) times that best (trusted after
+`STALL_RUNS` (3) runs (each run that is not slow taking the oldest slow one out) slower than `STALL_RATIO` (1.6) times that best (trusted after
 `STALL_BEST_AFTER`, 10, runs at that count: a first run's warm-up is not a stall; and
 together at least `STALL_MIN_SPAN_S`, 0.25 s: a hiccup, or another pool spinning on after its
 last run, is not either) halves the

@@ -290,7 +290,8 @@ def load_threads(
 # --- stalled runs (see `scheduling.py`'s docstring) --------------------------------------
 
 #: a run is slow when it takes more than `STALL_RATIO` times the best run at its thread count
-#: (and at least `STALL_MIN_EXCESS_S` more); `STALL_RUNS` slow runs in a row are a stall
+#: (and at least `STALL_MIN_EXCESS_S` more); `STALL_RUNS` slow runs are a stall (a run
+#: that is not slow takes the oldest slow one out: `SlowStreak`)
 STALL_RATIO = 1.6
 STALL_RUNS = 3
 STALL_MIN_EXCESS_S = 2e-4
@@ -331,15 +332,45 @@ def stall_adapt_enabled() -> bool:
     return switch_on(STALL_ADAPT_ENV)
 
 
+class SlowStreak:
+    """The slow runs of a stall in the making and their total time: a slow run joins, a run
+    that is not slow takes the oldest out (so that a neighbour letting one run in five or
+    ten through, at full speed, still adds up to a stall, while a passing one leaks away)."""
+
+    __slots__ = ("runs", "total")
+
+    def __init__(self, runs: Iterable[float] = ()) -> None:
+        self.runs: deque[float] = deque(runs)
+        self.total = sum(self.runs)
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def append(self, seconds: float) -> None:
+        self.runs.append(seconds)
+        self.total += seconds
+
+    def leak(self) -> None:
+        if self.runs:
+            self.total -= self.runs.popleft()
+            if not self.runs:
+                self.total = 0.0  # (no drift from the float sums)
+
+    def clear(self) -> None:
+        self.runs.clear()
+        self.total = 0.0
+
+
 class StallAdapt:
     """Run-time feedback on one program's thread count: fewer threads while runs stall.
 
     `want(now)` is the count the next run should take, `record(used, seconds, now)` reports a
     finished run (the threads it held, its wall time). Per thread count it keeps the best run
     seen (after `STALL_BEST_AFTER` runs at that count; below the full count, no more than the
-    full count's best times full / count); `STALL_RUNS` runs in a row slower than
+    full count's best times full / count); `STALL_RUNS` runs slower than
     `STALL_RATIO` times that (and by `STALL_MIN_EXCESS_S`) at the current count halve the
-    count (at least 1; the slow runs spanning `STALL_MIN_SPAN_S` at least). A lowered count is
+    count (at least 1; the slow runs spanning `STALL_MIN_SPAN_S` at least; each run that is not
+    slow takes the oldest slow one out of the count, `SlowStreak`). A lowered count is
     kept for a hold time (`STALL_HOLD_S`), then a probe (`STALL_PROBE_RUNS` runs, their
     median) tries the full count (the first after a lowering: a passing hiccup gives all the
     threads back at once), then the count halfway up to the full count (rounded up: from 1 of 2, or 8 of
@@ -370,7 +401,7 @@ class StallAdapt:
         self.restored = 0
         self.probes = 0
         self.last_stall = 0.0  # seconds: the median of the runs that made the last lowering
-        self._slow: list[float] = []
+        self._slow = SlowStreak()
         self._recent: deque[float] = deque(maxlen=STALL_RUNS)  # runs at the lowered count
         self._probe_at = math.inf
         self._probe_count = 0  # the count of the probe in flight (0: none)
@@ -449,10 +480,10 @@ class StallAdapt:
                 self._is_slow(seconds, self._ref(used, best, runs))
             ):
                 self._slow.append(seconds)
-                if len(self._slow) >= STALL_RUNS and sum(self._slow) >= STALL_MIN_SPAN_S:
+                if len(self._slow) >= STALL_RUNS and self._slow.total >= STALL_MIN_SPAN_S:
                     return self._lower(now)
-            else:
-                self._slow.clear()
+            else:  # (a neighbour that lets some runs through still fills the streak)
+                self._slow.leak()
             if self.count < self.n:
                 self._recent.append(seconds)
                 if len(self._recent) == STALL_RUNS and (
@@ -478,7 +509,7 @@ class StallAdapt:
         return seconds > STALL_RATIO * best and seconds - best > STALL_MIN_EXCESS_S
 
     def _lower(self, now: float) -> str:
-        self.last_stall = statistics.median(self._slow)
+        self.last_stall = statistics.median(self._slow.runs)
         self._slow.clear()
         self._recent.clear()
         if 0 < self._raised_from < self.count:  # a raise that stalls: back to where it began
@@ -525,7 +556,7 @@ class StallAdapt:
             return None
         full = statistics.median(self._full)
         if seconds < min(STALL_DOWN_GAIN * full, self.best[self.n]):
-            self._slow = list(self._full)
+            self._slow = SlowStreak(self._full)
             return self._lower(now)  # (its `last_stall`: the full count's recent runs)
         self._down_every = min(2 * self._down_every, STALL_DOWN_MAX_S)
         self._down_at = now + self._down_wait()
