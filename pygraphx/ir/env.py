@@ -14,10 +14,11 @@ import os
 OFF_VALUES = ("0", "off", "false", "no")
 
 
-def switch_on(name: str) -> bool:
+def switch_on(name: str, default: bool = True) -> bool:
     """Whether the on/off switch `name` (an environment variable, on unless it is 0 / off /
-    false / no, any case) is on."""
-    return os.environ.get(name, "1").strip().lower() not in OFF_VALUES
+    false / no, any case) is on; unset or empty, `default` (an opt-in switch: False)."""
+    text = os.environ.get(name, "").strip().lower()
+    return default if not text else text not in OFF_VALUES
 
 
 def whole_number(name: str, text: str, minimum: int, unit: str) -> int:

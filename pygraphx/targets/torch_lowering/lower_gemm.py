@@ -33,7 +33,7 @@ converted to float32 (a language model's logits) runs in column blocks, each con
 cache (`_emit_widened_blocks`). A float32 product whose group is `gelu_tanh` or `gelu` (erf)
 takes GELU as a native pass over its result (`native_gelu.py`) instead of oneDNN's post-op; a
 bf16 one whose group is `gelu` may be written in float32, the pass rounding GELU to bf16 once
-(`_native_gelu_bf16`). Other half and bf16 products are computed in float32 and rounded once. A
+(`gemm_gelu.native_gelu_bf16`). Other half and bf16 products are computed in float32 and rounded once. A
 float32 or bf16 product (with its bias add) that
 slices only cut into column parts, a fused Q / K / V projection, runs as one product per part
 (parts of equal width: one batched product), each written dense for the attention that reads it
@@ -54,18 +54,16 @@ import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.torch_lowering import gemm_select, native_gelu, onednn_linear
+from pygraphx.targets.torch_lowering import gemm_gelu, gemm_select, native_gelu
 from pygraphx.targets.torch_lowering.context import STANDARD, LoweringContext, Step
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.gemm_kernels import (
     DNNL_EPILOGUES,
     GEMM_DTYPES,
-    GEMM_KERNELS,
     ClassifierKernel,
     batch_broadcast_matrix,
     bf16_gemm,
     bias_vector,
-    dnnl_gemm_setting,
     dnnl_kernel,
     dnnl_parts_kernel,
     fast_kernel,
@@ -236,11 +234,11 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
     produce = dot_producer(ctx, dot, bias)
     assert produce is not None
     act = _activation(trace, result, k) if not _one_row(dot) else None
-    if act is not None and _native_gelu(ctx, dot, user, act):
+    if act is not None and gemm_gelu.native_gelu_f32(ctx, dot, user, act):
         gelu, base = native_gelu.PASSES[act](), produce
         produce = lambda: gelu(base())  # noqa: E731  (the product, then the pass in place)
         result = trace.inputs[k]
-    elif act is not None and (wide := _native_gelu_bf16(ctx, dot, user, act, bias)) is not None:
+    elif act is not None and (wide := gemm_gelu.native_gelu_bf16(ctx, dot, user, act, bias)) is not None:
         produce, result = wide, trace.inputs[k]  # (the product in float32, the pass rounds)
     elif act is not None and dot_producer(ctx, dot, bias, act) is not None:
         produce = dot_producer(ctx, dot, bias, act)
@@ -577,48 +575,6 @@ def _activation(trace: Any, result: Any, k: int) -> str | None:
     (x, *rest) = node.args or [None]
     ok = not rest and getattr(x, "kind", None) == "in" and x.index == k
     return node.fn if ok and node.fn in DNNL_EPILOGUES else None
-
-
-def _native_gelu(ctx: LoweringContext, dot: Instruction, user: Instruction, act: str) -> bool:
-    """Whether the float32 product's gelu_tanh or gelu (erf) group runs as the product, then
-    the native kernel's pass over it in place (`native_gelu.py`), not oneDNN's post-op."""
-    if act not in native_gelu.PASSES:
-        return False
-    if dot.shape.type() != "float_type" or user.shape.type() != "float_type":
-        return False
-    if ctx.cache.get(GEMM_KERNELS, {}).get(id(dot)) != "dnnl":
-        return False
-    return native_gelu.available(act)
-
-
-def _native_gelu_bf16(
-    ctx: LoweringContext,
-    dot: Instruction,
-    user: Instruction,
-    act: str,
-    bias: torch.Tensor | None,
-) -> Callable[[], torch.Tensor] | None:
-    """The bf16 product's gelu (erf) group as the product (with its bias) written in float32
-    by oneDNN's matmul, then the native pass computing GELU and rounding once to a new bf16
-    tensor (`native_gelu.GeluErfToBf16`), in place of oneDNN's post-op (also one rounding);
-    None where not taken (`native_gelu.available(act, bf16=True)`)."""
-    if act != "gelu" or dot.shape.type() != "bf16_type" or user.shape.type() != "bf16_type":
-        return None
-    if ctx.cache.get(GEMM_KERNELS, {}).get(id(dot)) != "dnnl":
-        return None
-    if dnnl_gemm_setting() != "matmul" or not onednn_linear.available():
-        return None  # (a float32 result needs oneDNN's C API)
-    if not native_gelu.available(act, bf16=True):
-        return None
-    w = batch_broadcast_matrix(ctx, dot, 1)
-    if w is None:
-        return None
-    k, n = w.shape
-    rows = dot.shape.elements() // n
-    lin = dnnl_kernel(ctx, dot, w, rows, bias, None, out_dtype=torch.float32)
-    gelu, env, a = native_gelu.GeluErfToBf16(), ctx.env, ctx.arg(dot, 0)
-    lens = tuple(user.shape.lens())
-    return lambda: gelu(lin(env[a].reshape(rows, k))).view(lens)
 
 
 def _one_row(dot: Instruction) -> bool:

@@ -32,11 +32,10 @@ for the bf16 pass) the product keeps the post-op too, said once (`native.announc
 from __future__ import annotations
 
 import ctypes
-import os
 
 import torch
 
-from pygraphx.ir.env import OFF_VALUES, switch_on
+from pygraphx.ir.env import switch_on
 from pygraphx.targets import native
 
 KERNEL = "gelu"
@@ -50,10 +49,6 @@ ERF_ENV = "PGX_CPU_GELU_ERF_NATIVE"
 BF16_ENV = "PGX_CPU_GELU_BF16_NATIVE"
 
 
-def _opted_in(name: str) -> bool:
-    """Whether the off-by-default switch `name` is set to something other than 0 / off /
-    false / no (`pygraphx.ir.env`'s words)."""
-    return os.environ.get(name, "0").strip().lower() not in OFF_VALUES
 Tensor = torch.Tensor
 
 
@@ -83,7 +78,7 @@ def available(act: str = "gelu_tanh", bf16: bool = False) -> bool:
     (`GeluErfToBf16`), is switched on and the kernel can be had (announcing once why not)."""
     if act not in PASSES or not switch_on(ENV) or (act == "gelu" and not switch_on(ERF_ENV)):
         return False
-    if bf16 and (act != "gelu" or not _opted_in(BF16_ENV)):
+    if bf16 and (act != "gelu" or not switch_on(BF16_ENV, default=False)):
         return False
     route = f"oneDNN's {act} post-op"
     if not _BOUND.available(route):

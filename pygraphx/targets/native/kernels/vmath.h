@@ -5,13 +5,10 @@
  *
  * - vm_exp_ps(x): e^x, t = x log2(e), 2^n p(t - n) with p a degree-6 polynomial; the argument
  *   clamped to [-88, 100] (above 88.7 the result is inf, as float32 exp). (gemm15's gelu.c.)
- * - vm_exp2_ps(w): 2^w for w >= -200 (a smaller or NaN w gives 0 or a denormal: w clamped),
- *   n = round(w), 2^n p(w - n), p the degree-6 minimax polynomial of 2^f on [-0.5, 0.5]
- *   (relative error 1.9e-9 in float64).
- * - vm_phi_neg_abs_ps(x): q = Phi(-|x|) = erfc(|x| / sqrt 2) / 2 (the normal distribution's
+ * - vm_phi_tail_ps(x, &a, &n): q = Phi(-|x|) = erfc(|x| / sqrt 2) / 2 (the normal distribution's
  *   lower tail) with relative accuracy everywhere: q = t H(t) 2^(-x^2 log2(e) / 2),
- *   t = 1 / (1 + 0.35 |x|) (rcp14 and one Newton step), H a degree-6 polynomial fitted in
- *   float64 to erfcx(|x| / sqrt 2) / (2 t) for |x| in [0, 14] (relative error 1.8e-7 weighted
+ *   t = 1 / (1 + 0.35 |x|) (rcp14 and one Newton step), returned as m with q = m 2^n; H a
+ *   degree-6 polynomial fitted in float64 to erfcx(|x| / sqrt 2) / (2 t) for |x| in [0, 14] (relative error 1.8e-7 weighted
  *   by 1 + x^2 / 4, the condition number's growth: gelu's own relative condition number is
  *   ~x^2, so rounding x^2 costs ~x^2 * 6e-8 in the tail anyway), 2^f of degree 5 (7.5e-8).
  *   |x| is clamped to 16: beyond it q underflows to 0 (+-inf give 0, NaN gives NaN).
@@ -43,17 +40,6 @@ static inline __m512 vm_exp_ps(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* 2^f for f in [-0.5, 0.5] (minimax, degree 6) */
-static inline __m512 vm_exp2_poly_ps(__m512 f) {
-    __m512 p = _mm512_set1_ps(1.5345811e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3399931e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6184891e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5503286e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022646e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
-    return _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-}
-
 /* 2^f for f in [-0.5, 0.5] (minimax, degree 5: relative error 7.5e-8) */
 static inline __m512 vm_exp2_poly5_ps(__m512 f) {
     __m512 p = _mm512_set1_ps(1.3276470e-3f);
@@ -64,13 +50,7 @@ static inline __m512 vm_exp2_poly5_ps(__m512 f) {
     return _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001f));
 }
 
-static inline __m512 vm_exp2_ps(__m512 w) {
-    w = _mm512_max_ps(w, _mm512_set1_ps(-200.0f));
-    const __m512 n = _mm512_roundscale_ps(w, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return _mm512_scalef_ps(vm_exp2_poly_ps(_mm512_sub_ps(w, n)), n);
-}
-
-/* (|x| clamped to 16, t = 1 / (1 + 0.3 |x|), H(t)): the parts of Phi(-|x|) both of its
+/* (|x| clamped to 16, t = 1 / (1 + 0.35 |x|), H(t)): the parts of Phi(-|x|) both of its
  * users need */
 static inline __m512 vm_phi_tail_ps(__m512 x, __m512 *a_out, __m512 *n_out) {
     /* |x|, clamped to 16 (min returns its second operand, a, where a is NaN) */
@@ -92,12 +72,6 @@ static inline __m512 vm_phi_tail_ps(__m512 x, __m512 *a_out, __m512 *n_out) {
     *a_out = a;
     *n_out = n;
     return _mm512_mul_ps(e, _mm512_mul_ps(t, h));
-}
-
-static inline __m512 vm_phi_neg_abs_ps(__m512 x) {
-    __m512 a, n;
-    const __m512 m = vm_phi_tail_ps(x, &a, &n);
-    return _mm512_scalef_ps(m, n);
 }
 
 /* gelu(x) = relu(x) - |x| Phi(-|x|) (x >= 0: x (1 - q); x < 0: x q), every x */
