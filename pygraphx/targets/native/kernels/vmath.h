@@ -8,8 +8,9 @@
  * - vm_phi_tail_ps(x, &a, &n): q = Phi(-|x|) = erfc(|x| / sqrt 2) / 2 (the normal distribution's
  *   lower tail) with relative accuracy everywhere: q = t H(t) 2^(-x^2 log2(e) / 2),
  *   t = 1 / (1 + 0.35 |x|) (rcp14 and one Newton step), returned as m with q = m 2^n; H a
- *   degree-6 polynomial fitted in float64 to erfcx(|x| / sqrt 2) / (2 t) for |x| in [0, 14] (relative error 1.8e-7 weighted
- *   by 1 + x^2 / 4, the condition number's growth: gelu's own relative condition number is
+ *   degree-6 polynomial fitted in float64 to erfcx(|x| / sqrt 2) / (2 t) for |x| in [0, 14]
+ *   (relative error 1.8e-7 weighted by 1 + x^2 / 4, the condition number's growth: gelu's own
+ *   relative condition number is
  *   ~x^2, so rounding x^2 costs ~x^2 * 6e-8 in the tail anyway), 2^f of degree 5 (7.5e-8).
  *   |x| is clamped to 16: beyond it q underflows to 0 (+-inf give 0, NaN gives NaN).
  * - vm_gelu_erf_ps(x): x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)): a vector whose 16 values are all
