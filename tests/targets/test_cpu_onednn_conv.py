@@ -47,7 +47,7 @@ def _plan(
     bias: bool = True,
     unary: str = "none",
 ) -> ConvPlan:
-    """A plan as `conv_fusion.conv_plan` makes it: symmetric pads in `padding`, asymmetric
+    """A plan as `conv_steps.conv_plan` makes it: symmetric pads in `padding`, asymmetric
     ones as a pre-pad (the input lens then include it)."""
     g = torch.Generator().manual_seed(sum(x_lens) + sum(w_lens))
     w = torch.randn(w_lens, generator=g) * 0.3

@@ -56,7 +56,7 @@ def test_lean_closure_is_taken_and_writes_the_slot():
     out = torch.empty([1, 16, 9, 9]).contiguous(memory_format=CL)
     x = new_x(p)
     run = onednn_conv.build(p, lambda: x, None, out)
-    assert run.writes is out  # the lean closure (`conv_fusion._into` takes it as the step)
+    assert run.writes is out  # the lean closure (`conv_steps.into` takes it as the step)
     assert run() is out
     np.testing.assert_allclose(out.numpy(), want(p, x), rtol=1e-5, atol=1e-5)
 
@@ -84,7 +84,7 @@ def test_a_new_tensor_each_call_and_an_nchw_source():
 
 
 def test_a_slot_getter_is_read_directly():
-    """A getter of `conv_fusion.env_getter` (the lowering's) is read as its list slot: a new
+    """A getter of `conv_steps.env_getter` (the lowering's) is read as its list slot: a new
     tensor stored there, or the same one written in place, is what the next call reads."""
     from pygraphx.targets.torch_lowering.conv_fusion import env_getter
 

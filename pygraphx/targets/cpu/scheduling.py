@@ -62,11 +62,11 @@ process started right before the timing, `benchmarks/results/adapt15.md`): Mobil
 15.3 ms against 36.6 without the rule (ORT 23.8), ResNet-50 87 against 105 (ORT 115); quiet,
 the rule costs 0.8 us a run (`benchmarks/adapt15_scope_cost.py`).
 
-OpenMP's thread count (used by torch's own kernels and oneDNN) belongs to the OS thread, so
-concurrent runs keep their own counts. MKL's (packed GEMMs) is process-wide: two runs at once
-may each see the other's MKL count, so their MKL GEMMs can together use up to twice the larger
-run's threads. (MKL's thread-local setter is exported by torch's library but crashes when
-called through ctypes in torch 2.13, so it is not used.)
+OpenMP's thread count (used by torch's own kernels and oneDNN) belongs to the OS thread, and
+so does MKL's (packed GEMMs): torch's `set_num_threads` sets it with MKL's thread-local setter
+(torch 2.13: another Python thread setting 1 leaves this thread's MKL count at 2, review16b),
+so concurrent runs keep their own counts. (A thread's first `torch.get_num_threads()` reads the
+last count any thread set; the run scope reads its `before` through it, so it restores that.)
 """
 
 from __future__ import annotations
@@ -104,16 +104,15 @@ LOAD_CHECK_S = 1.0
 #: caller's count is not the run's, its exit when the last step's is not the caller's, and
 #: the first step's switch not when it is the run's (`with_thread_switches`' `start`).
 #: `torch.set_num_threads` costs 3-9 us cold (OpenMP's, MKL's and the pthreadpool's counts),
-#: three times a run before (mnv16). OpenMP's count is the OS thread's own (read back by
-#: `torch.get_num_threads`); MKL's is process-wide, and is no longer set again each run (see
-#: the module docstring: concurrent runs may see each other's MKL count either way). Read
-#: when a scope is made (a program's compile); False: set it each time (the old path, A/B).
+#: three times a run before (mnv16). OpenMP's and MKL's counts are the OS thread's own (read
+#: back by `torch.get_num_threads`; see the module docstring). Read when a scope is made (a
+#: program's compile); False: set it each time (the old path, A/B).
 SKIP_SAME_COUNT = True
 
 
 def set_threads(n: int) -> None:
-    """Threads for torch's next kernels on this OS thread (OpenMP's count is per thread; MKL's,
-    which torch sets too, is process-wide)."""
+    """Threads for torch's next kernels on this OS thread (OpenMP's and MKL's counts, both per
+    thread)."""
     torch.set_num_threads(n)
 
 

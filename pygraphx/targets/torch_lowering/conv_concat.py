@@ -63,11 +63,11 @@ from pygraphx.targets.torch_lowering.conv_fusion import (
     conv_plan,
     emit_fused,
     fused_user,
-    lower_alone,
     mkldnn_usable,
     unfused_stores,
 )
 from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan, Getter, kernels_for
+from pygraphx.targets.torch_lowering.conv_steps import lower_twin
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.fallback import lower_fallback
 from pygraphx.targets.torch_lowering.lower_layout import (
@@ -415,7 +415,7 @@ def _emit(
     if up is not None:
         lower_resize_alone(ctx, up)
     lower_concat(ctx, concat)
-    lower_alone(ctx, conv, measure=False)
+    lower_twin(ctx, conv)
     if user is not None and not lower_pointwise(ctx, user):
         lower_fallback(ctx, user)
     unfused, ctx.steps = ctx.steps, saved

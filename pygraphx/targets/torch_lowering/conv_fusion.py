@@ -118,17 +118,14 @@ def conv_producer(
     x: int,
     plan: ConvPlan,
     other_lens: list[int] | None = None,
-    measure: bool = True,
     out: torch.Tensor | None = None,
 ) -> Callable[[], torch.Tensor]:
     """The closure running `plan` on env[x] (and the add operand, of lens `other_lens`) and
-    returning the (new) output tensor, on the kernel `conv_choice` picks for it
-    (`measure=False`: the default kernel, nothing timed: the unfused twin of a fused step).
-    `out`: the result's arena slot, which the `dnnl` and Winograd kernels (`WRITES_OUT`) write
+    returning the (new) output tensor, on the kernel `conv_choice` picks for it (the unfused
+    twin of a fused step, nothing timed: `conv_steps.twin_producer`). `out`: the result's
+    arena slot, which the `dnnl` and Winograd kernels (`WRITES_OUT`) write
     themselves when it is channels-last (the closure then returns `out`; other kernels return a
     new tensor)."""
-    if not measure:  # the twin runs only when profiling: its kernel is made at its first call
-        return twin_producer(ctx, x, plan)
     env = ctx.env
     state = choice_state(ctx.options, ctx.cache)
     plan.kernel = choose_kernel(state, plan, other_lens)
@@ -160,12 +157,9 @@ def lower_mkldnn_convolution(ctx: LoweringContext, ins: Instruction) -> bool:
     return True
 
 
-def lower_alone(ctx: LoweringContext, ins: Instruction, measure: bool = True) -> None:
-    """Lower the convolution `ins` as a step of its own (`measure=False`: as an unfused twin,
-    `conv_steps.lower_twin`)."""
-    if not measure:
-        lower_twin(ctx, ins)
-        return
+def lower_alone(ctx: LoweringContext, ins: Instruction) -> None:
+    """Lower the convolution `ins` as a step of its own, on the kernel `conv_choice` picks (an
+    unfused twin, nothing timed: `conv_steps.lower_twin`)."""
     plan = conv_plan(ctx, ins)
     if not (_arena(ctx) and ctx.has_slot(ins)):
         store_result(ctx, ins, conv_producer(ctx, ctx.arg(ins, 0), plan), CHANNELS_LAST)

@@ -67,7 +67,7 @@ class ConvPlan:
     """A 2-D convolution ready for the CPU kernels: weight, geometry, bias, and post-ops.
 
     `weight` is the plain (K, C/groups, kh, kw) float32 weight; `packed` the onednn kernel's
-    reordered copy, or a function making it (`conv_fusion.conv_plan`'s, shared through the
+    reordered copy, or a function making it (`conv_steps.conv_plan`'s, shared through the
     lowering context, so that a layer on another kernel never packs it): see `packed_weight`.
     """
 

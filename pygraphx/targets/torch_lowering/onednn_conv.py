@@ -192,7 +192,7 @@ def _run_into(
     measuring); `benchmarks/results/mnv2b1.md`."""
     threads, ref = torch.get_num_threads, weakref.ref
     get_x, get_other = getters
-    # a getter that says which list slot it reads (`conv_fusion.env_getter`) is read in C
+    # a getter that says which list slot it reads (`conv_steps.env_getter`) is read in C
     env, index = getattr(get_x, "slot", (None, None))
     fetch = (lambda _: get_x()) if env is None else itemgetter(index)
 
@@ -217,7 +217,7 @@ def _run_into(
         return out
 
     run.primitives = made  # type: ignore[attr-defined]  # thread count -> primitive (tests)
-    run.writes = out  # type: ignore[attr-defined]  # (`conv_fusion._into`: nothing to copy)
+    run.writes = out  # type: ignore[attr-defined]  # (`conv_steps.into`: nothing to copy)
     run.link = Link(primitive, get_x, get_other, source)  # type: ignore[attr-defined]
     return run
 
