@@ -31,10 +31,10 @@ times), and it does not see every neighbour (another engine's spinning pool in t
 `threads.StallAdapt` (`PGX_CPU_STALL_ADAPT`, on by default, read when the program is
 compiled): it is fed every run's wall time (two `perf_counter` calls a run; profiled runs
 excluded) with the threads the run held, keeps the best run per thread count, and after
-`STALL_RUNS` (3) runs (each run that is not slow taking the oldest slow one out) slower than `STALL_RATIO` (1.6) times that best (trusted after
-`STALL_BEST_AFTER`, 10, runs at that count: a first run's warm-up is not a stall; and
-together at least `STALL_MIN_SPAN_S`, 0.25 s: a hiccup, or another pool spinning on after its
-last run, is not either) halves the
+`STALL_RUNS` (3) runs slower than `STALL_RATIO` (1.6) times that best (each run that is not
+slow taking the oldest slow one out; the best trusted after `STALL_BEST_AFTER`, 10, runs at
+that count: a first run's warm-up is not a stall; and together at least `STALL_MIN_SPAN_S`,
+0.25 s: a hiccup, or another pool spinning on after its last run, is not either) halves the
 count the next runs take (at least 1; again if the lowered runs stall too). After a hold
 (`STALL_HOLD_S`, 0.5 s) a probe (`STALL_PROBE_RUNS`, 3 runs: their median, as one run on a
 16-core host is often 2-4x its neighbours) tries the full count first (a passing hiccup
@@ -57,8 +57,8 @@ a quiet machine such a probe costs what half the threads lose, at most ~0.5 % of
 Why halving and not the count the neighbours leave free: run times do not say how many cores
 are busy, and /proc/stat, read on the slow runs, would miss neighbours in this process
 (their CPU time is this process's) and cannot resolve runs of a few milliseconds (10 ms
-ticks); a half that still stalls is halved again, and the probes climb back from it. Measured (2 cores, 2 threads, one spinning
-process started right before the timing, `benchmarks/results/adapt15.md`): MobileNetV2 b1
+ticks); a half that still stalls is halved again, and the probes climb back from it.
+Measured (2 cores, 2 threads, one spinning process started right before the timing, `benchmarks/results/adapt15.md`): MobileNetV2 b1
 15.3 ms against 36.6 without the rule (ORT 23.8), ResNet-50 87 against 105 (ORT 115); quiet,
 the rule costs 0.8 us a run (`benchmarks/adapt15_scope_cost.py`).
 
