@@ -59,7 +59,8 @@ are busy, and /proc/stat, read on the slow runs, would miss neighbours in this p
 (their CPU time is this process's) and cannot resolve runs of a few milliseconds (10 ms
 ticks); a half that still stalls is halved again, and the probes climb back from it.
 Measured (2 cores, 2 threads, one spinning process started right before the timing,
-`benchmarks/results/adapt15.md`): MobileNetV2 b1 15.3 ms against 36.6 without the rule (ORT 23.8), ResNet-50 87 against 105 (ORT 115); quiet,
+`benchmarks/results/adapt15.md`): MobileNetV2 b1 15.3 ms against 36.6 without the rule (ORT
+23.8), ResNet-50 87 against 105 (ORT 115); quiet,
 the rule costs 0.8 us a run (`benchmarks/adapt15_scope_cost.py`).
 
 OpenMP's thread count (used by torch's own kernels and oneDNN) belongs to the OS thread, and
