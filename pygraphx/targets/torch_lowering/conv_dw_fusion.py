@@ -189,7 +189,8 @@ def native_block(head: Instruction) -> Block | None:
         h, w = dw.inputs[0].shape.lens()[2:]
     m, k = dw.shape.lens()[1], proj.shape.lens()[1]
     stride = dw.op.stride[0]
-    if not native_mbconv.use_native(n, c, h, w, m, k, stride):
+    bf16, has_expand = kind == "bf16_type", expand is not None
+    if not native_mbconv.use_native(n, c, h, w, m, k, stride, bf16, has_expand):
         return None
     return Block(expand, g1, dw, g2, proj, last, stem)
 

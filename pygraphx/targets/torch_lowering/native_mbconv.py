@@ -127,14 +127,37 @@ def rule(n: int, h: int, w: int, m: int, stride: int, threads: int) -> bool:
     return ho * wo >= MIN_PIXELS_MANY_THREADS
 
 
-def use_native(n: int, c: int, h: int, w: int, m: int, k: int, stride: int) -> bool:
+#: bfmb16: above 1 thread a bf16 block takes the kernel where its output map has more pixels
+#: than this (`bf16_rule`)
+BF16_MIN_PIXELS_THREADS = 49
+#: bfmb16: whether a bf16 block without an expansion takes the kernel (`bf16_rule`)
+BF16_NO_EXPANSION = False
+
+
+def bf16_rule(h: int, w: int, stride: int, expand: bool, threads: int) -> bool:
+    """Whether a bf16 block takes the kernel (beyond `rule`), from MobileNetV2's blocks on the
+    2-core EPYC (`benchmarks/results/bfmb16.md`): not the blocks with a 7x7 output above 1 thread
+    (oneDNN's bf16 kernels split their 576-960 channels better: 1.07-1.31x slower on the kernel),
+    nor one without an expansion (the first block: its 112x112 input widened to float32, 1.24x
+    at 1 thread)."""
+    ho, wo = (h - 1) // stride + 1, (w - 1) // stride + 1
+    if not expand and not BF16_NO_EXPANSION:
+        return False
+    return threads <= 1 or ho * wo > BF16_MIN_PIXELS_THREADS
+
+
+def use_native(n: int, c: int, h: int, w: int, m: int, k: int, stride: int,
+               bf16: bool = False, expand: bool = True) -> bool:  # fmt: skip
     """Whether the block of this shape takes the native kernel in a program prepared now (at
     `torch.get_num_threads()` threads): the kernel on and available, and `rule` (or the mode
-    "all")."""
+    "all"); a bf16 block (`bf16`; `expand`: it has an expansion) `bf16_rule` too."""
     kind = mode()
     if kind == "off" or not available():
         return False
-    return kind == "all" or rule(n, h, w, m, stride, torch.get_num_threads())
+    threads = torch.get_num_threads()
+    if bf16 and kind != "all" and not bf16_rule(h, w, stride, expand, threads):
+        return False
+    return kind == "all" or rule(n, h, w, m, stride, threads)
 
 
 def _bind(lib: ctypes.CDLL) -> None:
@@ -153,6 +176,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.mbconv_run.restype = ctypes.c_int
     lib.mbconv_bf16_supported.argtypes = []
     lib.mbconv_bf16_supported.restype = ctypes.c_int
+    lib.mbconv_bf16_shared_floats.argtypes = [ctypes.c_int64] * 5
+    lib.mbconv_bf16_shared_floats.restype = ctypes.c_int64
     lib.mbconv_bf16_run.argtypes = [ctypes.POINTER(_Args)]
     lib.mbconv_bf16_run.restype = ctypes.c_int
     # the network's head (`native_mbhead`, mnv15): its argument struct is that module's
@@ -195,7 +220,8 @@ def _check(t: Tensor, lens: list[int], what: str, dtype: torch.dtype = torch.flo
     to once per new tensor: `MbConv.closure`'s `seen`)."""
     if t.dtype != dtype or list(t.shape) != lens:
         raise ValueError(
-            f"native mbconv: the {what} must be a {dtype} {lens} tensor, got "
+            f"native mbconv: the {what} must be a {str(dtype).removeprefix('torch.')} {lens} "
+            "tensor, got "
             f"{list(t.shape)} {t.dtype}"
         )
 
@@ -371,7 +397,10 @@ class MbConv:
         a.rows, a.chunks = schedule(a.n, a.ho, a.w, a.wo, a.m, a.stride, threads)
         a.shared = int(share_image(a.n, a.h, a.w, a.m, a.stride, threads))
         if a.shared:
-            floats = self.lib.mbconv_shared_floats(a.h, a.w, a.m, a.ho, a.wo)
+            shared = self.lib.mbconv_shared_floats
+            if self.dtype == torch.bfloat16:
+                shared = self.lib.mbconv_bf16_shared_floats
+            floats = shared(a.h, a.w, a.m, a.ho, a.wo)
             self.floats = floats + threads * self.stem_floats + 16
         else:
             floats = self.lib.mbconv_work_floats(a.w, a.m, a.wo, a.stride, a.rows)

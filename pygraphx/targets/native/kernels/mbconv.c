@@ -321,12 +321,12 @@ static void expand_rows(const mb_args *a, const float *xi, int64_t r0, int64_t r
 
 #define TAP(r, o, t) acc = _mm512_fmadd_ps(_mm512_loadu_ps((r) + (o)), k[t], acc)
 
-/* the depthwise convolution of output rows [oy0, oy1) into d (Wo x m16 a row) from the rows
- * of E (row r at e + (r - b0) * er, pixels ep floats apart; rows outside the image read
+/* the depthwise convolution of output rows [oy0, oy1), channels [ca, cb) (multiples of 16),
+ * into d (Wo x m16 a row) from the rows of E (row r at e + (r - b0) * er, pixels ep floats apart; rows outside the image read
  * `zero`); the interior four pixels at a time (four independent accumulators) */
-static void depthwise(const mb_args *a, const float *e, int64_t b0, int64_t er, int64_t ep,
-                      const float *zero, int64_t oy0, int64_t oy1, float *d, int64_t m16,
-                      __m512 lo, __m512 hi) {
+static void depthwise_ch(const mb_args *a, const float *e, int64_t b0, int64_t er, int64_t ep,
+                         const float *zero, int64_t oy0, int64_t oy1, float *d, int64_t m16,
+                         __m512 lo, __m512 hi, int64_t ca, int64_t cb) {
     const int64_t w = a->w, s = a->stride, wo = a->wo;
     /* interior outputs: [1, last) read columns ox * s - 1 .. ox * s + 1 inside the image */
     int64_t last = (w - 2) / s + 1;
@@ -341,7 +341,7 @@ static void depthwise(const mb_args *a, const float *e, int64_t b0, int64_t er, 
             rp[ky] = out ? m16 : ep;
         }
         float *drow = d + (oy - oy0) * wo * m16;
-        for (int64_t c0 = 0; c0 < m16; c0 += 16) {
+        for (int64_t c0 = ca; c0 < cb; c0 += 16) {
             __m512 k[9];
             for (int t = 0; t < 9; t++) k[t] = _mm512_loadu_ps(a->wd + t * m16 + c0);
             const __m512 bias = _mm512_loadu_ps(a->bd + c0);
@@ -419,6 +419,13 @@ static void depthwise(const mb_args *a, const float *e, int64_t b0, int64_t er, 
             }
         }
     }
+}
+
+/* the depthwise convolution of all channels (`depthwise_ch` of [0, m16)) */
+static void depthwise(const mb_args *a, const float *e, int64_t b0, int64_t er, int64_t ep,
+                      const float *zero, int64_t oy0, int64_t oy1, float *d, int64_t m16,
+                      __m512 lo, __m512 hi) {
+    depthwise_ch(a, e, b0, er, ep, zero, oy0, oy1, d, m16, lo, hi, 0, m16);
 }
 
 /* output rows [oa, ob) of image `img`, strip by strip */

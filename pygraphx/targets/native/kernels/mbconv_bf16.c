@@ -237,30 +237,62 @@ static void job_bf(const mb_args *a, int64_t img, int64_t oa, int64_t ob, float 
     }
 }
 
-/* shared mode (mb_args.shared), bf16: Dh written over E after the depthwise barrier */
+/* shared mode (mb_args.shared), bf16: the threads split the expanded channels (64 at a
+ * time, the packed weight's blocks), each expanding and convolving its channels of every pixel
+ * (no barrier between: the depthwise convolution is per channel) and rounding them into Dh
+ * (after D; mbconv_bf16_shared_floats); then, after one barrier, the projection's pixels */
 static void shared_image_bf(const mb_args *a, int64_t img, int t, int nt, float *work) {
     const int64_t m16 = up16(a->m), w = a->w, h = a->h;
     float *e = work;
     float *d = e + up16(h * w * m16);
     float *zero = d + up16(a->ho * a->wo * m16);
+    bf16_t *dh = (bf16_t *)(zero + up16(w * m16));
     const __m512 elo = _mm512_set1_ps((float)a->elo), ehi = _mm512_set1_ps((float)a->ehi);
     const __m512 dlo = _mm512_set1_ps((float)a->dlo), dhi = _mm512_set1_ps((float)a->dhi);
     const __m512 plo = _mm512_set1_ps((float)a->plo), phi = _mm512_set1_ps((float)a->phi);
     const bf16_t *xi = (const bf16_t *)a->x + img * a->sxn;
-    if (t == 0) memset(zero, 0, (size_t)(w * m16) * sizeof(float));
-    {
-        int64_t r0 = h * t / nt, r1 = h * (t + 1) / nt;
-        if (r0 < r1) expand_rows_bf(a, xi, r0, r1, e + r0 * w * m16, m16, elo, ehi);
+    const int64_t blocks = (m16 + 63) / 64, pix = a->ho * a->wo;
+    int64_t ca = blocks * t / nt * 64, cb = blocks * (t + 1) / nt * 64;
+    if (cb > m16) cb = m16;
+    if (ca < cb) {
+        for (int64_t ix = 0; ix < w; ix++) /* (the zero row's channels this thread reads) */
+            memset(zero + ix * m16 + ca, 0, (size_t)(cb - ca) * sizeof(float));
+        const bf16_t *we = (const bf16_t *)a->we;
+        if (we == NULL) { /* x widened: the channels [ca, cb) of each pixel */
+            __mmask16 lastm = (a->cin % 16) ? (__mmask16)((1u << (a->cin % 16)) - 1) : 0xFFFF;
+            for (int64_t r = 0; r < h; r++)
+                for (int64_t ix = 0; ix < w; ix++) {
+                    const bf16_t *src = xi + r * a->sxh + ix * a->sxw;
+                    float *dst = e + (r * w + ix) * m16;
+                    for (int64_t c0 = ca; c0 < cb; c0 += 16)
+                        _mm512_storeu_ps(dst + c0, bf_load(src + c0, c0 + 16 >= m16 ? lastm
+                                                                                     : (__mmask16)0xFFFF));
+                }
+        } else {
+            const int64_t k2 = (a->cin + 1) / 2;
+            for (int64_t r = 0; r < h;) {
+                int64_t q = a->sxh == w * a->sxw ? h : r + 1; /* rows one run of pixels: all */
+                gemm_bf(xi + r * a->sxh, a->sxw, (q - r) * w, a->cin, we + ca * k2 * 2,
+                        a->be + ca, cb - ca, cb - ca, e + r * w * m16 + ca, m16, 0, NULL, 0, elo,
+                        ehi);
+                r = q;
+            }
+        }
+        depthwise_ch(a, e, 0, w * m16, m16, zero, 0, a->ho, d, m16, dlo, dhi, ca, cb);
+        for (int64_t p = 0; p < pix; p++)
+            for (int64_t c0 = ca; c0 < cb; c0 += 16)
+                _mm256_storeu_si256((__m256i *)(dh + p * m16 + c0),
+                                    (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(d + p * m16 + c0)));
     }
 #pragma omp barrier
-    int64_t oy0 = a->ho * t / nt, oy1 = a->ho * (t + 1) / nt;
-    depthwise(a, e, 0, w * m16, m16, zero, oy0, oy1, d + oy0 * a->wo * m16, m16, dlo, dhi);
-#pragma omp barrier
-    const int64_t pix = a->ho * a->wo, p0 = pix * t / nt, p1 = pix * (t + 1) / nt;
-    bf16_t *dh = (bf16_t *)e; /* (E read by no one now; ho wo m16 bf16 fit in h w m16 floats) */
-    round_d(d, dh, p0, p1, m16);
+    const int64_t p0 = pix * t / nt, p1 = pix * (t + 1) / nt;
     project_bf(a, dh + p0 * m16, img, p0, p1, plo, phi);
 #pragma omp barrier
+}
+
+/* floats of the bf16 shared mode's workspace: the float32 one's and Dh (ho wo m16 bf16) */
+int64_t mbconv_bf16_shared_floats(int64_t h, int64_t w, int64_t m, int64_t ho, int64_t wo) {
+    return mbconv_shared_floats(h, w, m, ho, wo) + up16((ho * wo * up16(m) + 1) / 2) + 16;
 }
 
 /* run the bf16 block; 0, or 1 where this build has no bf16 kernel */
