@@ -141,11 +141,15 @@ def test_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not native_mbconv.bf16_enabled() and not native_mbconv.bf16_available()
     monkeypatch.setenv(native_mbconv.BF16_ENV, "1")
     assert native_mbconv.bf16_enabled()
-    # the bf16 rule: no 7x7 output above 1 thread, no block without an expansion
-    assert native_mbconv.bf16_rule(14, 14, 2, True, 1)
+    # the bf16 rule: 2 threads only, no 7x7 output above 1 thread, no block without expansion
+    assert native_mbconv.BF16_THREADS == (2,)
+    assert not native_mbconv.bf16_rule(14, 14, 1, True, 1)
+    assert not native_mbconv.bf16_rule(14, 14, 1, True, 4)
     assert not native_mbconv.bf16_rule(14, 14, 2, True, 2)
     assert native_mbconv.bf16_rule(14, 14, 1, True, 2)
-    assert not native_mbconv.bf16_rule(56, 56, 1, False, 1)
+    assert not native_mbconv.bf16_rule(56, 56, 1, False, 2)
+    monkeypatch.setattr(native_mbconv, "BF16_THREADS", (1, 2))
+    assert native_mbconv.bf16_rule(14, 14, 2, True, 1)
 
 
 NET = [(16, 16, 8, 1), (8, 48, 8, 1), (8, 48, 8, 1), (8, 48, 12, 2), (12, 72, 12, 1)]
@@ -164,16 +168,21 @@ def _compile(model, threads: int, on: str, output: str):  # noqa: ANN001, ANN202
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("output", ["arena", "torch"])
 @pytest.mark.parametrize("n,h", [(1, 17), (3, 12)])
-def test_network_against_ort(n: int, h: int, output: str, threads: int) -> None:
+def test_network_against_ort(
+    n: int, h: int, output: str, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Five blocks `quantize_bf16`'d: the first without expansion (the oneDNN route by the
     rule), the last's sum converted to float32 for the float32 convolution after it (the
     policy keeps the last layer float32: a group the kernel does not write, the oneDNN route),
-    the other three one step each on the kernel; against ORT float32 no worse than the
+    the other three one step each on the kernel (at 1 thread too: `BF16_THREADS` patched); against ORT float32 no worse than the
     oneDNN route (the switch off) and within bf16's error; twice; the profiled path."""
+    monkeypatch.setattr(native_mbconv, "BF16_THREADS", (1, 2))  # (the rule's default: 2)
     model, feeds = _net(n, h, NET, seed=3)
     want = run_ort(model, feeds)[0]
     on, off = _compile(model, threads, "1", output), _compile(model, threads, "0", output)
-    assert on._executable.lowered.ctx.cache.get("native_mbconv", 0) == len(NET) - 2
+    # (12 x 12, 2 threads: the stride-2 block's 6 x 6 output keeps the oneDNN route, the rule)
+    taken = len(NET) - 2 - (threads == 2 and h == 12)
+    assert on._executable.lowered.ctx.cache.get("native_mbconv", 0) == taken
     assert off._executable.lowered.ctx.cache.get("native_mbconv", 0) == 0
     scale = float(np.abs(want).max())
     err_off = float(np.abs(off.run(feeds)[0] - want).max()) / scale
@@ -183,3 +192,15 @@ def test_network_against_ort(n: int, h: int, output: str, threads: int) -> None:
         assert err < 3e-2 and err <= 1.25 * err_off + 1e-3, (err, err_off)
     profiled = on.run(feeds, observer=lambda ins, v, s: None)[0]
     assert float(np.abs(profiled - want).max()) / scale < 3e-2
+
+
+@needs_bf16
+def test_rule_keeps_one_thread_on_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default rule: at 1 thread the bf16 blocks keep the oneDNN route, at 2 they do not."""
+    model, _ = _net(1, 17, NET, seed=3)
+    monkeypatch.delenv(native_mbconv.BF16_ENV, raising=False)
+    for threads, want in ((1, 0), (2, len(NET) - 2 if native_mbconv.BF16_DEFAULT else 0)):
+        prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+        pygraphx.quantize_bf16(prog)
+        prog.compile(CpuTarget(threads=threads))
+        assert prog._executable.lowered.ctx.cache.get("native_mbconv", 0) == want

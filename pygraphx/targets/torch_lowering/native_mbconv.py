@@ -127,6 +127,10 @@ def rule(n: int, h: int, w: int, m: int, stride: int, threads: int) -> bool:
     return ho * wo >= MIN_PIXELS_MANY_THREADS
 
 
+#: bfmb16: the thread counts at which bf16 blocks take the kernel (`bf16_rule`): measured
+#: faster at 2 (batch 8 0.86-0.88x, batch 1 0.98-1.00x), not at 1 (1.00-1.05x); above 2 not
+#: measured
+BF16_THREADS = (2,)
 #: bfmb16: above 1 thread a bf16 block takes the kernel where its output map has more pixels
 #: than this (`bf16_rule`)
 BF16_MIN_PIXELS_THREADS = 49
@@ -139,9 +143,10 @@ def bf16_rule(h: int, w: int, stride: int, expand: bool, threads: int) -> bool:
     2-core EPYC (`benchmarks/results/bfmb16.md`): not the blocks with a 7x7 output above 1 thread
     (oneDNN's bf16 kernels split their 576-960 channels better: 1.07-1.31x slower on the kernel),
     nor one without an expansion (the first block: its 112x112 input widened to float32, 1.24x
-    at 1 thread)."""
+    at 1 thread); only at `BF16_THREADS` threads (MobileNetV2 end to end at 1 thread 1.00-1.05x
+    the oneDNN route: one fork/join a block saves nothing there)."""
     ho, wo = (h - 1) // stride + 1, (w - 1) // stride + 1
-    if not expand and not BF16_NO_EXPANSION:
+    if threads not in BF16_THREADS or (not expand and not BF16_NO_EXPANSION):
         return False
     return threads <= 1 or ho * wo > BF16_MIN_PIXELS_THREADS
 
