@@ -158,6 +158,7 @@ NET = [(16, 16, 8, 1), (8, 48, 8, 1), (8, 48, 8, 1), (8, 48, 12, 2), (12, 72, 12
 def _compile(model, threads: int, on: str, output: str):  # noqa: ANN001, ANN202
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(native_mbconv.BF16_ENV, on)
+        mp.setenv("PGX_CPU_LOAD_ADAPT", "0")  # (a loaded machine would lower at 1 thread)
         prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
         pygraphx.quantize_bf16(prog)
         prog.compile(CpuTarget(threads=threads, conv_output=output))
@@ -199,6 +200,7 @@ def test_rule_keeps_one_thread_on_onednn(monkeypatch: pytest.MonkeyPatch) -> Non
     """The default rule: at 1 thread the bf16 blocks keep the oneDNN route, at 2 they do not."""
     model, _ = _net(1, 17, NET, seed=3)
     monkeypatch.delenv(native_mbconv.BF16_ENV, raising=False)
+    monkeypatch.setenv("PGX_CPU_LOAD_ADAPT", "0")  # (a loaded machine would lower at 1 thread)
     for threads, want in ((1, 0), (2, len(NET) - 2 if native_mbconv.BF16_DEFAULT else 0)):
         prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
         pygraphx.quantize_bf16(prog)
