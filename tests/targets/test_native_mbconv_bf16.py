@@ -206,3 +206,24 @@ def test_rule_keeps_one_thread_on_onednn(monkeypatch: pytest.MonkeyPatch) -> Non
         pygraphx.quantize_bf16(prog)
         prog.compile(CpuTarget(threads=threads))
         assert prog._executable.lowered.ctx.cache.get("native_mbconv", 0) == want
+
+
+@needs_bf16
+def test_mobilenetv2_against_ort(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MobileNetV2 `quantize_bf16`'d at 2 threads: its blocks with an expansion and an output
+    larger than 7x7 on the kernel (12), the relative error against ORT float32 within bf16's
+    and no worse than the oneDNN route's by more than a tenth."""
+    from pygraphx.models import get_model, model_inputs
+
+    monkeypatch.setenv("PGX_CPU_LOAD_ADAPT", "0")
+    model = get_model("mobilenetv2", batch=1)
+    feeds = {k: np.ascontiguousarray(v) for k, v in model_inputs("mobilenetv2", model).items()}
+    want = run_ort(model, feeds)[0]
+    scale = float(np.abs(want).max())
+    errs = {}
+    for on in ("1", "0"):
+        prog = _compile(model, 2, on, "arena")
+        taken = prog._executable.lowered.ctx.cache.get("native_mbconv", 0)
+        assert taken == (12 if on == "1" else 0)
+        errs[on] = float(np.abs(prog.run(feeds)[0] - want).max()) / scale
+    assert errs["1"] < 6e-2 and errs["1"] <= 1.1 * errs["0"], errs
