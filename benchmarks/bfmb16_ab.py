@@ -1,7 +1,7 @@
 """A/B of bf16 MobileNetV2 with its inverted-residual blocks on the native bf16 kernel (new:
-the default, `kernels/mbconv_bf16.c`) and on the oneDNN route (old:
+`PGX_CPU_NATIVE_MBCONV_BF16=1`, `kernels/mbconv_bf16.c`) and on the oneDNN route (old:
 `PGX_CPU_NATIVE_MBCONV_BF16=0`), in one process, alternating blocks (helper bfmb16, issue 10):
-`mnv16_ab.py` with `--bf16` and that `--old` by default; its other arguments as there:
+`mnv16_ab.py` with `--bf16` and those `--old` / `--new` by default; its other arguments as there:
 
     python benchmarks/bfmb16_ab.py --threads 2 --batch 1 --rounds 10 --runs 20 [--new-first]
         [--quiet SECONDS] [--json FILE]
@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--old" not in args:
         args += ["--old", "PGX_CPU_NATIVE_MBCONV_BF16=0"]
+    if "--new" not in args:
+        args += ["--new", "PGX_CPU_NATIVE_MBCONV_BF16=1"]
     if "--bf16" not in args:
         args.append("--bf16")
     return ab_main(args)

@@ -45,7 +45,9 @@ def _bf(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else t.to(BF)
 
 
-def _oracle(x, w: dict, stride: int, residual: torch.Tensor | None, round_: bool):  # noqa: ANN001, ANN202
+def _oracle(  # noqa: ANN202
+    x: torch.Tensor, w: dict, stride: int, residual: torch.Tensor | None, round_: bool
+):
     """float64; `round_`: each convolution's output rounded to bf16 (the oneDNN route's)."""
     d = torch.float64
 
@@ -175,7 +177,8 @@ def test_network_against_ort(
     """Five blocks `quantize_bf16`'d: the first without expansion (the oneDNN route by the
     rule), the last's sum converted to float32 for the float32 convolution after it (the
     policy keeps the last layer float32: a group the kernel does not write, the oneDNN route),
-    the other three one step each on the kernel (at 1 thread too: `BF16_THREADS` patched); against ORT float32 no worse than the
+    the other three one step each on the kernel (at 1 thread too: `BF16_THREADS` patched);
+    against ORT float32 no worse than the
     oneDNN route (the switch off) and within bf16's error; twice; the profiled path."""
     monkeypatch.setattr(native_mbconv, "BF16_THREADS", (1, 2))  # (the rule's default: 2)
     model, feeds = _net(n, h, NET, seed=3)
@@ -197,11 +200,16 @@ def test_network_against_ort(
 
 @needs_bf16
 def test_rule_keeps_one_thread_on_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The default rule: at 1 thread the bf16 blocks keep the oneDNN route, at 2 they do not."""
+    """The switch on: at 1 thread the bf16 blocks keep the oneDNN route (the rule), at 2 they
+    take the kernel; the switch unset: `BF16_DEFAULT` (off)."""
     model, _ = _net(1, 17, NET, seed=3)
-    monkeypatch.delenv(native_mbconv.BF16_ENV, raising=False)
     monkeypatch.setenv("PGX_CPU_LOAD_ADAPT", "0")  # (a loaded machine would lower at 1 thread)
-    for threads, want in ((1, 0), (2, len(NET) - 2 if native_mbconv.BF16_DEFAULT else 0)):
+    assert native_mbconv.BF16_DEFAULT is False
+    for env, threads, want in (("1", 1, 0), ("1", 2, len(NET) - 2), (None, 2, 0)):
+        if env is None:
+            monkeypatch.delenv(native_mbconv.BF16_ENV, raising=False)
+        else:
+            monkeypatch.setenv(native_mbconv.BF16_ENV, env)
         prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
         pygraphx.quantize_bf16(prog)
         prog.compile(CpuTarget(threads=threads))

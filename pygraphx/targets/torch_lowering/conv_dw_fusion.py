@@ -139,11 +139,11 @@ class Block:
 
 def native_block(head: Instruction) -> Block | None:
     """The block `head` starts when the native kernel takes it, else None: a float32 (or bf16:
-    `native_mbconv.bf16_available`, its groups bf16 too) 1x1 convolution (stride 1, no padding, one group) with its group, a depthwise 3x3 one
-    (stride 1 or 2, padding 1) with its group, a 1x1 projection with its group, each
-    convolution the only user of its input and of a literal weight; or the same without the
-    expansion (a depthwise convolution whose input is no 1x1 convolution's group); the kernel
-    on (`native_mbconv.available`) and its rule saying yes at the thread count the program is
+    `native_mbconv.bf16_available`, its groups bf16 too) 1x1 convolution (stride 1, no
+    padding, one group) with its group, a depthwise 3x3 one (stride 1 or 2, padding 1) with
+    its group, a 1x1 projection with its group, each convolution the only user of its input
+    and of a literal weight; or the same without the expansion (a depthwise convolution whose
+    input is no 1x1 convolution's group); the kernel on (`native_mbconv.available`) and its rule saying yes at the thread count the program is
     prepared for (`native_mbconv.use_native`)."""
     kind = _dtype(head) if head.op.name == "convolution" else None
     if kind != "float_type" and (kind != "bf16_type" or not native_mbconv.bf16_available()):

@@ -140,7 +140,8 @@ static void gemm_bf(const bf16_t *a, int64_t lda, int64_t P, int64_t K, const bf
         const bf16_t *b = bp + n0 * k2 * 2;
         for (int64_t p0 = 0; p0 < P; p0 += 6) {
             int rr = (int)(P - p0 < 6 ? P - p0 : 6);
-            void *cp = ob ? (void *)((bf16_t *)c + p0 * ldc + n0) : (void *)((float *)c + p0 * ldc + n0);
+            void *cp = ob ? (void *)((bf16_t *)c + p0 * ldc + n0)
+                          : (void *)((float *)c + p0 * ldc + n0);
             MICRO_BF[ob][rr - 1][nv - 1](a + p0 * lda, lda, K, b, bw, bias + n0, cp, ldc,
                                          r ? r + p0 * ldr + n0 : NULL, ldr, lo, hi, last);
         }
@@ -264,9 +265,10 @@ static void shared_image_bf(const mb_args *a, int64_t img, int t, int nt, float 
                 for (int64_t ix = 0; ix < w; ix++) {
                     const bf16_t *src = xi + r * a->sxh + ix * a->sxw;
                     float *dst = e + (r * w + ix) * m16;
-                    for (int64_t c0 = ca; c0 < cb; c0 += 16)
-                        _mm512_storeu_ps(dst + c0, bf_load(src + c0, c0 + 16 >= m16 ? lastm
-                                                                                     : (__mmask16)0xFFFF));
+                    for (int64_t c0 = ca; c0 < cb; c0 += 16) {
+                        __mmask16 mk = c0 + 16 >= m16 ? lastm : (__mmask16)0xFFFF;
+                        _mm512_storeu_ps(dst + c0, bf_load(src + c0, mk));
+                    }
                 }
         } else {
             const int64_t k2 = (a->cin + 1) / 2;
