@@ -201,11 +201,12 @@ def test_network_against_ort(
 @needs_bf16
 def test_rule_keeps_one_thread_on_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
     """The switch on: at 1 thread the bf16 blocks keep the oneDNN route (the rule), at 2 they
-    take the kernel; the switch unset: `BF16_DEFAULT` (off)."""
+    take the kernel; the switch unset: `BF16_DEFAULT` (on); off: none."""
     model, _ = _net(1, 17, NET, seed=3)
     monkeypatch.setenv("PGX_CPU_LOAD_ADAPT", "0")  # (a loaded machine would lower at 1 thread)
-    assert native_mbconv.BF16_DEFAULT is False
-    for env, threads, want in (("1", 1, 0), ("1", 2, len(NET) - 2), (None, 2, 0)):
+    assert native_mbconv.BF16_DEFAULT is True
+    cases = (("1", 1, 0), ("1", 2, len(NET) - 2), (None, 2, len(NET) - 2), ("0", 2, 0))
+    for env, threads, want in cases:
         if env is None:
             monkeypatch.delenv(native_mbconv.BF16_ENV, raising=False)
         else:

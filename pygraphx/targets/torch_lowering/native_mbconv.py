@@ -16,9 +16,9 @@ This module binds the kernel and packs the weights (`MbConv`) and says which blo
 block the kernel can run on it; AVX-512F builds only (`mbconv_supported`), else the oneDNN
 route, announced once. bf16 blocks (helper bfmb16, `kernels/mbconv_bf16.c`: the 1x1 products
 on AVX512_BF16's dot product, the depthwise in float32, one rounding to bf16 per convolution as
-oneDNN's bf16 kernels) where `PGX_CPU_NATIVE_MBCONV_BF16=1` (off by default: `BF16_DEFAULT`;
-`bf16_available`) and the build has the instructions (`mbconv_bf16_supported`); else bf16
-programs keep the oneDNN route.
+oneDNN's bf16 kernels) unless `PGX_CPU_NATIVE_MBCONV_BF16=0` (on by default: `BF16_DEFAULT`;
+`bf16_available`), by `bf16_rule` (2 threads), where the build has the instructions
+(`mbconv_bf16_supported`); else bf16 programs keep the oneDNN route.
 """
 
 from __future__ import annotations
@@ -46,13 +46,13 @@ ENV = "PGX_CPU_NATIVE_MBCONV"
 KERNEL = "mbconv"
 #: the kernel's further source files (`native.BoundLibrary` parts): the bf16 block
 PARTS = ("mbconv_bf16",)
-#: bfmb16: `PGX_CPU_NATIVE_MBCONV_BF16=1` puts bf16 blocks on the kernel (by `bf16_rule`),
-#: `=0` (off, no, false) keeps them on the oneDNN route; unset: `BF16_DEFAULT`, off: not
-#: faster end to end on the 2-core EPYC in its usual state (MobileNetV2 bf16 at 2 threads b1
-#: 0.98-1.01x, b8 0.99-1.03x; 0.75-0.88x only when the oneDNN route ran in a slow state,
-#: benchmarks/results/bfmb16.md)
+#: bfmb16: `PGX_CPU_NATIVE_MBCONV_BF16=0` (off, no, false) keeps bf16 blocks on the oneDNN
+#: route, `=1` puts them on the kernel (by `bf16_rule`); unset: `BF16_DEFAULT`, on: never
+#: slower in the A/Bs on the 2-core EPYC (MobileNetV2 bf16 at 2 threads, the depthwise
+#: writing bf16: b8 0.96-0.98x, b1 0.98-0.99x in the machine's usual state, 0.76-0.84x in its
+#: slow one; benchmarks/results/bfmb16.md)
 BF16_ENV = "PGX_CPU_NATIVE_MBCONV_BF16"
-BF16_DEFAULT = False
+BF16_DEFAULT = True
 #: bytes of a thread's strip buffers (the expanded rows and the depthwise rows) at most
 STRIP_BYTES = 384 * 1024
 

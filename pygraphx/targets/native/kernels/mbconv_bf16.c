@@ -9,9 +9,8 @@
  *
  *   E = bf16(clip(x We + be))          the 1x1 product on `_mm512_dpbf16_ps` (float32 sums),
  *                                      E kept as float32 holding bf16 values (or x widened)
- *   D = bf16(clip(dw3x3(E) + bd))      the depthwise convolution in float32 (mbconv.c's),
- *                                      then rounded to bf16 in place (D's pixel p as m16 bf16
- *                                      at the start of its float32 slot's first half)
+ *   D = bf16(clip(dw3x3(E) + bd))      the depthwise convolution in float32 (mbconv.c's
+ *                                      `depthwise_ch`), its results stored rounded to bf16
  *   y = bf16(clip(D Wp + bp [+ r]))    dpbf16 again, the residual added to the float32 sum
  *
  * The 1x1 weights are packed as mbconv.c's, in bf16 pairs: per block of 64 output channels
@@ -175,16 +174,6 @@ static void expand_rows_bf(const mb_args *a, const bf16_t *xi, int64_t r0, int64
                 m16, 0, NULL, 0, lo, hi);
 }
 
-/* D's pixels [p0, p1) (float32, m16 apart) rounded to bf16 at dh (m16 apart); dh may be d
- * itself (each pixel's bf16 written at or before where its floats were read) */
-static void round_d(const float *d, bf16_t *dh, int64_t p0, int64_t p1, int64_t m16) {
-    for (int64_t p = p0; p < p1; p++)
-        for (int64_t c0 = 0; c0 < m16; c0 += 16) {
-            __m512 v = _mm512_loadu_ps(d + p * m16 + c0);
-            _mm256_storeu_si256((__m256i *)(dh + p * m16 + c0), (__m256i)_mm512_cvtneps_pbh(v));
-        }
-}
-
 /* the projection of Dh's pixels [p0, p1) (bf16, m16 apart, pixel p0 at dh) of image img */
 static void project_bf(const mb_args *a, const bf16_t *dh, int64_t img, int64_t p0, int64_t p1,
                        __m512 lo, __m512 hi) {
@@ -230,9 +219,7 @@ static void job_bf(const mb_args *a, int64_t img, int64_t oa, int64_t ob, float 
         }
         if (from < n1) expand_rows_bf(a, xi, from, n1, e + (from - n0) * w * m16, m16, elo, ehi);
         b0 = n0, b1 = n1;
-        depthwise(a, e, b0, w * m16, m16, zero, oy0, oy1, d, m16, dlo, dhi);
-        const int64_t pix = (oy1 - oy0) * a->wo;
-        round_d(d, (bf16_t *)d, 0, pix, m16);
+        depthwise_ch(a, e, b0, w * m16, m16, zero, oy0, oy1, d, m16, dlo, dhi, 0, m16, 1);
         project_bf(a, (const bf16_t *)d, img, oy0 * a->wo, oy1 * a->wo,
                    plo, phi);
     }
@@ -240,8 +227,9 @@ static void job_bf(const mb_args *a, int64_t img, int64_t oa, int64_t ob, float 
 
 /* shared mode (mb_args.shared), bf16: the threads split the expanded channels (64 at a
  * time, the packed weight's blocks), each expanding and convolving its channels of every pixel
- * (no barrier between: the depthwise convolution is per channel) and rounding them into Dh
- * (after D; mbconv_bf16_shared_floats); then, after one barrier, the projection's pixels */
+ * (no barrier between: the depthwise convolution is per channel) into Dh (bf16, after the
+ * float32 D, unused here; mbconv_bf16_shared_floats); then, after one barrier, the
+ * projection's pixels */
 static void shared_image_bf(const mb_args *a, int64_t img, int t, int nt, float *work) {
     const int64_t m16 = up16(a->m), w = a->w, h = a->h;
     float *e = work;
@@ -280,11 +268,7 @@ static void shared_image_bf(const mb_args *a, int64_t img, int t, int nt, float 
                 r = q;
             }
         }
-        depthwise_ch(a, e, 0, w * m16, m16, zero, 0, a->ho, d, m16, dlo, dhi, ca, cb);
-        for (int64_t p = 0; p < pix; p++)
-            for (int64_t c0 = ca; c0 < cb; c0 += 16)
-                _mm256_storeu_si256((__m256i *)(dh + p * m16 + c0),
-                                    (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(d + p * m16 + c0)));
+        depthwise_ch(a, e, 0, w * m16, m16, zero, 0, a->ho, dh, m16, dlo, dhi, ca, cb, 1);
     }
 #pragma omp barrier
     const int64_t p0 = pix * t / nt, p1 = pix * (t + 1) / nt;
