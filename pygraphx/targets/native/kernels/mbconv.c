@@ -321,9 +321,6 @@ static void expand_rows(const mb_args *a, const float *xi, int64_t r0, int64_t r
 
 #define TAP(r, o, t) acc = _mm512_fmadd_ps(_mm512_loadu_ps((r) + (o)), k[t], acc)
 
-/* the depthwise convolution of output rows [oy0, oy1), channels [ca, cb) (multiples of 16),
- * into d (Wo x m16 a row) from the rows of E (row r at e + (r - b0) * er, pixels ep floats apart; rows outside the image read
- * `zero`); the interior four pixels at a time (four independent accumulators) */
 /* 16 results at element `off` of d: float32, or (ob, bfmb16) rounded to bf16 */
 static inline void dstore(void *d, int ob, int64_t off, __m512 v) {
 #ifdef __AVX512BF16__
@@ -336,6 +333,10 @@ static inline void dstore(void *d, int ob, int64_t off, __m512 v) {
     _mm512_storeu_ps((float *)d + off, v);
 }
 
+/* the depthwise convolution of output rows [oy0, oy1), channels [ca, cb) (multiples of 16),
+ * into d (Wo x m16 a row; float32, or bf16 where ob) from the rows of E (row r at
+ * e + (r - b0) * er, pixels ep floats apart; rows outside the image read `zero`); the
+ * interior four pixels at a time (four independent accumulators) */
 static void depthwise_ch(const mb_args *a, const float *e, int64_t b0, int64_t er, int64_t ep,
                          const float *zero, int64_t oy0, int64_t oy1, void *d, int64_t m16,
                          __m512 lo, __m512 hi, int64_t ca, int64_t cb, int ob) {
