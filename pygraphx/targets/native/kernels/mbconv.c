@@ -336,10 +336,12 @@ static inline void dstore(void *d, int ob, int64_t off, __m512 v) {
 /* the depthwise convolution of output rows [oy0, oy1), channels [ca, cb) (multiples of 16),
  * into d (Wo x m16 a row; float32, or bf16 where ob) from the rows of E (row r at
  * e + (r - b0) * er, pixels ep floats apart; rows outside the image read `zero`); the
- * interior four pixels at a time (four independent accumulators) */
-static void depthwise_ch(const mb_args *a, const float *e, int64_t b0, int64_t er, int64_t ep,
-                         const float *zero, int64_t oy0, int64_t oy1, void *d, int64_t m16,
-                         __m512 lo, __m512 hi, int64_t ca, int64_t cb, int ob) {
+ * interior four pixels at a time (four independent accumulators); inlined where it is called,
+ * so that `ob` is a constant there (the float32 kernel's code without the bf16 branch) */
+static inline __attribute__((always_inline)) void depthwise_ch(
+    const mb_args *a, const float *e, int64_t b0, int64_t er, int64_t ep, const float *zero,
+    int64_t oy0, int64_t oy1, void *d, int64_t m16, __m512 lo, __m512 hi, int64_t ca, int64_t cb,
+    const int ob) {
     const int64_t w = a->w, s = a->stride, wo = a->wo;
     /* interior outputs: [1, last) read columns ox * s - 1 .. ox * s + 1 inside the image */
     int64_t last = (w - 2) / s + 1;
