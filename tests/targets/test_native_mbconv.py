@@ -318,7 +318,8 @@ def test_network_against_ort(
 
 @needs_kernel
 def test_not_taken(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A swish after the projection (the kernel has none) and a bf16 program keep their route."""
+    """A swish after the projection (the kernel has none) and a bf16 program with the bf16
+    blocks switched off (`PGX_CPU_NATIVE_MBCONV_BF16=0`) keep their route."""
     model, feeds = _net(1, 10, [(8, 24, 8, 1)])
     graph = model.graph
     for node in graph.node:  # the projection's add followed by a sigmoid-linear unit
@@ -336,6 +337,7 @@ def test_not_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     assert prog._executable.lowered.ctx.cache.get("native_mbconv", 0) == 0
     model, feeds = _net(1, 10, [(8, 24, 8, 1)])
     monkeypatch.setenv(native_mbconv.ENV, "all")
+    monkeypatch.setenv(native_mbconv.BF16_ENV, "0")  # (bfmb16: bf16 blocks' own switch)
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     pygraphx.quantize_bf16(prog, ["all"])
     prog.compile(CpuTarget(threads=1))

@@ -138,15 +138,16 @@ class Block:
 
 
 def native_block(head: Instruction) -> Block | None:
-    """The block `head` starts when the native kernel takes it, else None: a float32
-    1x1 convolution (stride 1, no padding, one group) with its group, a depthwise 3x3 one
-    (stride 1 or 2, padding 1) with its group, a 1x1 projection with its group, each
-    convolution the only user of its input and of a literal weight; or the same without the
-    expansion (a depthwise convolution whose input is no 1x1 convolution's group); the kernel
-    on (`native_mbconv.available`) and its rule saying yes at the thread count the program is
+    """The block `head` starts when the native kernel takes it, else None: a float32 (or bf16:
+    `native_mbconv.bf16_available`, its groups bf16 too) 1x1 convolution (stride 1, no
+    padding, one group) with its group, a depthwise 3x3 one (stride 1 or 2, padding 1) with
+    its group, a 1x1 projection with its group, each convolution the only user of its input
+    and of a literal weight; or the same without the expansion (a depthwise convolution whose
+    input is no 1x1 convolution's group); the kernel on (`native_mbconv.available`) and its rule saying yes at the thread count the program is
     prepared for (`native_mbconv.use_native`)."""
-    if head.op.name != "convolution" or _dtype(head) != "float_type":
-        return None
+    kind = _dtype(head) if head.op.name == "convolution" else None
+    if kind != "float_type" and (kind != "bf16_type" or not native_mbconv.bf16_available()):
+        return None  # (bfmb16: bf16 blocks where the bf16 kernel is on and built)
     if not head.inputs[1].is_literal():
         return None
     expand = g1 = None
@@ -170,25 +171,26 @@ def native_block(head: Instruction) -> Block | None:
         # its activation is no clip form: MobileNetV3's first block) this block is the kernel's)
     else:
         return None
-    if _dtype(dw) != "float_type":
+    if _dtype(dw) != kind or (g1 is not None and g1.shape.type() != kind):
         return None
     g2 = fused_user(dw)
     if g2 is None or len(g2.outputs) != 1:
         return None
     proj = g2.outputs[0]
-    if proj.op.name != "convolution" or proj.inputs[0] is not g2 or _dtype(proj) != "float_type":
+    if proj.op.name != "convolution" or proj.inputs[0] is not g2 or _dtype(proj) != kind:
         return None
     if not _is_1x1(proj) or not proj.inputs[1].is_literal():
         return None
     last = fused_user(proj)
-    if last is None:
+    if last is None or g2.shape.type() != kind or last.shape.type() != kind:
         return None
     n, c, h, w = head.inputs[0].shape.lens()
     if stem:  # (the block's map is the stem's output)
         h, w = dw.inputs[0].shape.lens()[2:]
     m, k = dw.shape.lens()[1], proj.shape.lens()[1]
     stride = dw.op.stride[0]
-    if not native_mbconv.use_native(n, c, h, w, m, k, stride):
+    bf16, has_expand = kind == "bf16_type", expand is not None
+    if not native_mbconv.use_native(n, c, h, w, m, k, stride, bf16, has_expand):
         return None
     return Block(expand, g1, dw, g2, proj, last, stem)
 

@@ -24,7 +24,11 @@ import torch
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.context import LoweringContext, Step
 from pygraphx.targets.torch_lowering.conv_dw_fusion import Block, Head, native_block, native_head
-from pygraphx.targets.torch_lowering.conv_epilogue_match import Epilogue, match_epilogue
+from pygraphx.targets.torch_lowering.conv_epilogue_match import (
+    Epilogue,
+    match_epilogue,
+    wide_bias,
+)
 from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan
 from pygraphx.targets.torch_lowering.conv_steps import (
     emit_fused,
@@ -143,21 +147,36 @@ def _emit_block(ctx: LoweringContext, block: Block, head: dict, epi: Epilogue) -
     wd = ctx.constant(ctx.arg(block.dw, 1))
     wp = ctx.constant(ctx.arg(block.proj, 1))
     bp = torch.from_numpy(epi.bias) if epi.bias.any() else None
+    bf16 = wp.dtype == torch.bfloat16
+    if bf16:  # (bfmb16) a bf16 layer's bias rounded to bf16 as the oneDNN route's, or float32
+        if block.expand is not None:  # where the program kept it (`wide_bias`)
+            dw_bias = _layer_bias(dw_bias, block.g2, block.dw)
+        bp = _layer_bias(bp, block.last, block.proj)
     x_lens = list(block.head.inputs[0].shape.lens())
     mb = MbConv(we, be, wd, dw_bias, wp, bp, block.dw.op.stride[0], acts, x_lens,
                 residual=epi.other is not None, scratch=program_scratch(ctx.cache),
-                stem=block.stem)  # fmt: skip
+                stem=block.stem, bf16=bf16)  # fmt: skip
     env, xi = ctx.env, ctx.arg(block.head, 0)
     ri = None if epi.other is None else ctx.index[id(epi.other)]
     reads = [block.head.inputs[0]] + ([] if epi.other is None else [epi.other])
 
     def build(out: torch.Tensor | None) -> Callable[[], torch.Tensor]:
-        if out is not None and not out.is_contiguous(memory_format=CL):
+        if out is not None and (not out.is_contiguous(memory_format=CL) or out.dtype != mb.dtype):
             out = None
         return mb.closure(env, xi, ri, out)
 
     emit_fused(ctx, block.instructions(), twins, build, reads)
     ctx.cache["native_mbconv"] = ctx.cache.get("native_mbconv", 0) + 1  # (tests, benchmarks)
+
+
+def _layer_bias(
+    bias: torch.Tensor | None, group: Instruction, conv: Instruction
+) -> torch.Tensor | None:
+    """A bf16 convolution's bias as its oneDNN step takes it (`conv_fusion.fuse_group`):
+    rounded to bf16, unless the program kept it float32 (`wide_bias`); as float32."""
+    if bias is None or wide_bias(group, conv):
+        return bias
+    return bias.to(torch.bfloat16).float()
 
 
 # --- a network's head on the native kernel (`native_mbhead`, mnv15) --------------------------

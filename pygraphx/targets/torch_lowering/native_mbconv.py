@@ -13,8 +13,12 @@ This module binds the kernel and packs the weights (`MbConv`) and says which blo
 `conv_dw_fusion.native_block` matches a block in the program and `conv_native.defer_block` /
 `_emit_block` lower it as one step for its six (four without an expansion) instructions.
 `PGX_CPU_NATIVE_MBCONV=0` (off, no, false) keeps the oneDNN route everywhere, `=all` puts every
-block the kernel can run on it; float32 only (bf16 programs keep their route); AVX-512F builds
-only (`mbconv_supported`), else the oneDNN route, announced once.
+block the kernel can run on it; AVX-512F builds only (`mbconv_supported`), else the oneDNN
+route, announced once. bf16 blocks (helper bfmb16, `kernels/mbconv_bf16.c`: the 1x1 products
+on AVX512_BF16's dot product, the depthwise in float32, one rounding to bf16 per convolution as
+oneDNN's bf16 kernels) unless `PGX_CPU_NATIVE_MBCONV_BF16=0` (on by default: `BF16_DEFAULT`;
+`bf16_available`), by `bf16_rule` (2 threads), where the build has the instructions
+(`mbconv_bf16_supported`); else bf16 programs keep the oneDNN route.
 """
 
 from __future__ import annotations
@@ -40,6 +44,15 @@ SCRATCH_KEY = "mbconv_scratch"
 #: `PGX_CPU_NATIVE_MBCONV=0` (off, no, false): blocks run on the oneDNN route
 ENV = "PGX_CPU_NATIVE_MBCONV"
 KERNEL = "mbconv"
+#: the kernel's further source files (`native.BoundLibrary` parts): the bf16 block
+PARTS = ("mbconv_bf16",)
+#: bfmb16: `PGX_CPU_NATIVE_MBCONV_BF16=0` (off, no, false) keeps bf16 blocks on the oneDNN
+#: route, `=1` puts them on the kernel (by `bf16_rule`); unset: `BF16_DEFAULT`, on: never
+#: slower in the A/Bs on the 2-core EPYC (MobileNetV2 bf16 at 2 threads, the depthwise
+#: writing bf16: b8 0.96-0.98x, b1 0.98-0.99x in the machine's usual state, 0.76-0.84x in its
+#: slow one; benchmarks/results/bfmb16.md)
+BF16_ENV = "PGX_CPU_NATIVE_MBCONV_BF16"
+BF16_DEFAULT = True
 #: bytes of a thread's strip buffers (the expanded rows and the depthwise rows) at most
 STRIP_BYTES = 384 * 1024
 
@@ -118,14 +131,42 @@ def rule(n: int, h: int, w: int, m: int, stride: int, threads: int) -> bool:
     return ho * wo >= MIN_PIXELS_MANY_THREADS
 
 
-def use_native(n: int, c: int, h: int, w: int, m: int, k: int, stride: int) -> bool:
+#: bfmb16: the thread counts at which bf16 blocks take the kernel (`bf16_rule`): measured
+#: faster at 2 (batch 8 0.86-0.88x, batch 1 0.98-1.00x), not at 1 (1.00-1.05x); above 2 not
+#: measured
+BF16_THREADS = (2,)
+#: bfmb16: above 1 thread a bf16 block takes the kernel where its output map has more pixels
+#: than this (`bf16_rule`)
+BF16_MIN_PIXELS_THREADS = 49
+#: bfmb16: whether a bf16 block without an expansion takes the kernel (`bf16_rule`)
+BF16_NO_EXPANSION = False
+
+
+def bf16_rule(h: int, w: int, stride: int, expand: bool, threads: int) -> bool:
+    """Whether a bf16 block takes the kernel (beyond `rule`), from MobileNetV2's blocks on the
+    2-core EPYC (`benchmarks/results/bfmb16.md`): not the blocks with a 7x7 output above 1 thread
+    (oneDNN's bf16 kernels split their 576-960 channels better: 1.07-1.31x slower on the kernel),
+    nor one without an expansion (the first block: its 112x112 input widened to float32, 1.24x
+    at 1 thread); only at `BF16_THREADS` threads (MobileNetV2 end to end at 1 thread 1.00-1.05x
+    the oneDNN route: one fork/join a block saves nothing there)."""
+    ho, wo = (h - 1) // stride + 1, (w - 1) // stride + 1
+    if threads not in BF16_THREADS or (not expand and not BF16_NO_EXPANSION):
+        return False
+    return threads <= 1 or ho * wo > BF16_MIN_PIXELS_THREADS
+
+
+def use_native(n: int, c: int, h: int, w: int, m: int, k: int, stride: int,
+               bf16: bool = False, expand: bool = True) -> bool:  # fmt: skip
     """Whether the block of this shape takes the native kernel in a program prepared now (at
     `torch.get_num_threads()` threads): the kernel on and available, and `rule` (or the mode
-    "all")."""
+    "all"); a bf16 block (`bf16`; `expand`: it has an expansion) `bf16_rule` too."""
     kind = mode()
     if kind == "off" or not available():
         return False
-    return kind == "all" or rule(n, h, w, m, stride, torch.get_num_threads())
+    threads = torch.get_num_threads()
+    if bf16 and kind != "all" and not bf16_rule(h, w, stride, expand, threads):
+        return False
+    return kind == "all" or rule(n, h, w, m, stride, threads)
 
 
 def _bind(lib: ctypes.CDLL) -> None:
@@ -142,6 +183,12 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.mbconv_stem_floats.restype = ctypes.c_int64
     lib.mbconv_run.argtypes = [ctypes.POINTER(_Args)]
     lib.mbconv_run.restype = ctypes.c_int
+    lib.mbconv_bf16_supported.argtypes = []
+    lib.mbconv_bf16_supported.restype = ctypes.c_int
+    lib.mbconv_bf16_shared_floats.argtypes = [ctypes.c_int64] * 5
+    lib.mbconv_bf16_shared_floats.restype = ctypes.c_int64
+    lib.mbconv_bf16_run.argtypes = [ctypes.POINTER(_Args)]
+    lib.mbconv_bf16_run.restype = ctypes.c_int
     # the network's head (`native_mbhead`, mnv15): its argument struct is that module's
     lib.mbhead_work_floats.argtypes = [ctypes.c_int64] * 6
     lib.mbhead_work_floats.restype = ctypes.c_int64
@@ -150,7 +197,7 @@ def _bind(lib: ctypes.CDLL) -> None:
 
 
 #: the library, bound once; a failed build is kept for the process (`native.BoundLibrary`)
-_BOUND = native.BoundLibrary(KERNEL, _bind)
+_BOUND = native.BoundLibrary(KERNEL, _bind, parts=PARTS)
 
 
 def library() -> ctypes.CDLL:
@@ -163,12 +210,27 @@ def available() -> bool:
     return enabled() and _BOUND.available("the oneDNN convolution route")
 
 
-def _check(t: Tensor, lens: list[int], what: str) -> None:
-    """The kernel reads and writes float32 of exactly the lens it was made for (a tensor pointed
+def bf16_enabled() -> bool:
+    """Whether bf16 blocks may take the kernel (`PGX_CPU_NATIVE_MBCONV_BF16`, default
+    `BF16_DEFAULT`)."""
+    if BF16_ENV not in os.environ:
+        return BF16_DEFAULT
+    return switch_on(BF16_ENV)
+
+
+def bf16_available() -> bool:
+    """Whether bf16 blocks take the native kernel: the kernel on and available, the bf16
+    switch on and the build with AVX512_BF16 (`mbconv_bf16_supported`)."""
+    return bf16_enabled() and available() and bool(library().mbconv_bf16_supported())
+
+
+def _check(t: Tensor, lens: list[int], what: str, dtype: torch.dtype = torch.float32) -> None:
+    """The kernel reads and writes `dtype` of exactly the lens it was made for (a tensor pointed
     to once per new tensor: `MbConv.closure`'s `seen`)."""
-    if t.dtype != torch.float32 or list(t.shape) != lens:
+    if t.dtype != dtype or list(t.shape) != lens:
         raise ValueError(
-            f"native mbconv: the {what} must be a float32 {lens} tensor, got "
+            f"native mbconv: the {what} must be a {str(dtype).removeprefix('torch.')} {lens} "
+            "tensor, got "
             f"{list(t.shape)} {t.dtype}"
         )
 
@@ -197,11 +259,34 @@ def pack_1x1(weight: Tensor, pad_k: bool = False) -> Tensor:
     return torch.cat([w[n0 : n0 + 64].t().contiguous().view(-1) for n0 in range(0, n16, 64)])
 
 
+def pack_1x1_bf16(weight: Tensor) -> Tensor:
+    """A 1x1 weight (N, K, 1, 1) in the bf16 kernel's layout (`mbconv_bf16.c`): N padded with
+    zeros to a multiple of 16, K to an even count, per block of 64 output channels from n0 (its
+    width bw) the (K2, bw, 2) bf16 array at n0 * K2 * 2 (input channel pairs together)."""
+    n, k = weight.shape[:2]
+    k2 = -(-k // 2)
+    w = torch.zeros(_pad16(n), 2 * k2, dtype=torch.bfloat16)
+    w[:n, :k] = weight.reshape(n, k).to(torch.bfloat16)
+    n16 = w.shape[0]
+    blocks = [w[n0 : n0 + 64].view(-1, k2, 2).transpose(0, 1).contiguous().view(-1)
+              for n0 in range(0, n16, 64)]  # fmt: skip
+    return torch.cat(blocks)
+
+
 def pad_vector(v: Tensor | None, n: int) -> Tensor:
     """A bias (or zeros for None) padded with zeros to a multiple of 16."""
     out = torch.zeros(_pad16(n))
     if v is not None:
         out[:n] = v.float().reshape(-1)
+    return out
+
+
+def _pad_k(wp: Tensor) -> Tensor:
+    """A projection weight (K, M, 1, 1) with M padded with zeros to a multiple of 16 (it reads
+    the padded depthwise channels)."""
+    k, m = wp.shape[:2]
+    out = torch.zeros(k, _pad16(m), 1, 1, dtype=wp.dtype)
+    out[:, :m] = wp.reshape(k, m, 1, 1)
     return out
 
 
@@ -269,13 +354,21 @@ class MbConv:
     of the output's lens (before its activation); `scratch`: where the threads' buffers live
     (the program's, `program_scratch`), else its own. `stem` (mnv15): 0, or the stride (1, 2)
     of a 3x3 convolution (padding 1) that is the expansion: `we` (M, C, 3, 3), `x_lens` the
-    image's (N, C, IH, IW) in any layout (MobileNetV2's first convolution and first block)."""
+    image's (N, C, IH, IW) in any layout (MobileNetV2's first convolution and first block).
+    `bf16` (bfmb16): the input, the residual and the output bf16, the 1x1 weights rounded to
+    bf16, the biases float32 as given (the caller rounds a bf16 layer's), no stem."""
 
     def __init__(self, we: Tensor | None, be: Tensor | None, wd: Tensor, bd: Tensor | None,
                  wp: Tensor, bp: Tensor | None, stride: int, acts: list[tuple[str, list[float]]],
                  x_lens: list[int], residual: bool,
-                 scratch: Scratch | None = None, stem: int = 0) -> None:  # fmt: skip
+                 scratch: Scratch | None = None, stem: int = 0,
+                 bf16: bool = False) -> None:  # fmt: skip
         self.lib = library()
+        if bf16 and (stem or not self.lib.mbconv_bf16_supported()):
+            raise ValueError("native mbconv: bf16 blocks need AVX512_BF16 and no stem")
+        self.dtype = torch.bfloat16 if bf16 else torch.float32
+        self._run = self.lib.mbconv_bf16_run if bf16 else self.lib.mbconv_run
+        one = pack_1x1_bf16 if bf16 else pack_1x1
         n, c, ih, iw = x_lens
         h, w = (ih, iw) if not stem else ((ih - 1) // stem + 1, (iw - 1) // stem + 1)
         if stem and (we is None or list(we.shape[1:]) != [c, 3, 3] or stem not in (1, 2)):
@@ -284,9 +377,10 @@ class MbConv:
         if we is None and m != c:
             raise ValueError("native mbconv: without an expansion the depthwise channels are C")
         self.tensors = [
-            None if we is None else pack_1x1(we.reshape(m, -1, 1, 1)), pad_vector(be, m),
+            None if we is None else one(we.reshape(m, -1, 1, 1)), pad_vector(be, m),
             pack_dw(wd),
-            pad_vector(bd, m), pack_1x1(wp, pad_k=True), pad_vector(bp, k),
+            pad_vector(bd, m),
+            pack_1x1_bf16(_pad_k(wp)) if bf16 else pack_1x1(wp, pad_k=True), pad_vector(bp, k),
         ]  # fmt: skip
         self.ho, self.wo = (h - 1) // stride + 1, (w - 1) // stride + 1
         self.out_lens = [n, k, self.ho, self.wo]
@@ -312,7 +406,10 @@ class MbConv:
         a.rows, a.chunks = schedule(a.n, a.ho, a.w, a.wo, a.m, a.stride, threads)
         a.shared = int(share_image(a.n, a.h, a.w, a.m, a.stride, threads))
         if a.shared:
-            floats = self.lib.mbconv_shared_floats(a.h, a.w, a.m, a.ho, a.wo)
+            shared = self.lib.mbconv_shared_floats
+            if self.dtype == torch.bfloat16:
+                shared = self.lib.mbconv_bf16_shared_floats
+            floats = shared(a.h, a.w, a.m, a.ho, a.wo)
             self.floats = floats + threads * self.stem_floats + 16
         else:
             floats = self.lib.mbconv_work_floats(a.w, a.m, a.wo, a.stride, a.rows)
@@ -323,7 +420,7 @@ class MbConv:
     def point_x(self, x: Tensor) -> Tensor:
         """Point the kernel to `x` (NCHW lens; channels-last, else a channels-last copy, which
         is returned to be held until the call)."""
-        _check(x, self.x_lens, "input")
+        _check(x, self.x_lens, "input", self.dtype)
         a = self.args
         if x.stride(1) != 1 and not a.stem:  # (a stem reads any layout)
             x = x.contiguous(memory_format=torch.channels_last)
@@ -333,7 +430,7 @@ class MbConv:
 
     def bind(self, y: Tensor) -> None:
         """Write `y` (NCHW lens, channels-last) from now on (an arena slot)."""
-        _check(y, self.out_lens, "output")
+        _check(y, self.out_lens, "output", self.dtype)
         if y.stride(1) != 1:
             raise ValueError("native mbconv: the output must be channels-last")
         a = self.args
@@ -343,7 +440,7 @@ class MbConv:
 
     def point_other(self, r: Tensor) -> Tensor:
         """Point the kernel to the residual `r` (as `point_x`)."""
-        _check(r, self.out_lens, "residual")
+        _check(r, self.out_lens, "residual", self.dtype)
         if r.stride(1) != 1:
             r = r.contiguous(memory_format=torch.channels_last)
         a = self.args
@@ -357,7 +454,7 @@ class MbConv:
         if threads != self.threads:
             self._set_threads(threads)
         self.args.work = self.scratch.address(WORK_ROLE, self.floats)
-        if self.lib.mbconv_run(self.ref) != 0:
+        if self._run(self.ref) != 0:
             raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
 
     def closure(self, env: list, xi: int, ri: int | None, out: Tensor | None):
@@ -368,7 +465,8 @@ class MbConv:
         last run's input and residual alive after their last use)."""
         if out is not None:
             self.bind(out)
-        lib, ref, lens, cl = self.lib, self.ref, self.out_lens, torch.channels_last
+        run_kernel, ref, lens, cl = self._run, self.ref, self.out_lens, torch.channels_last
+        dtype = self.dtype
         threads = torch.get_num_threads
         a, address = self.args, self.scratch.address
         seen: list = [None, None]
@@ -388,12 +486,12 @@ class MbConv:
                     seen[1] = weakref.ref(r) if held_r is r else None
             y = out
             if y is None:
-                y = torch.empty(lens).contiguous(memory_format=cl)
+                y = torch.empty(lens, dtype=dtype).contiguous(memory_format=cl)
                 self.bind(y)
             if threads() != self.threads:
                 self._set_threads(threads())
             a.work = address(WORK_ROLE, self.floats)
-            if lib.mbconv_run(ref) != 0:
+            if run_kernel(ref) != 0:
                 raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
             del held, held_r
             return y
@@ -406,7 +504,8 @@ class MbConv:
     def __call__(self, x: Tensor, y: Tensor | None = None, other: Tensor | None = None) -> Tensor:
         """The block on `x` (NCHW lens) into `y` (a new channels-last tensor for None)."""
         if y is None:
-            y = torch.empty(self.out_lens).contiguous(memory_format=torch.channels_last)
+            y = torch.empty(self.out_lens, dtype=self.dtype).contiguous(
+                memory_format=torch.channels_last)
         self.bind(y)
         held = [self.point_x(x)]
         if self.residual:
@@ -421,6 +520,7 @@ class MbConv:
 
 
 __all__ = [
-    "ENV", "MIN_PIXELS_MANY_THREADS", "MbConv", "SHARED", "available", "bounds", "efficiency",
+    "BF16_ENV", "ENV", "MIN_PIXELS_MANY_THREADS", "MbConv", "SHARED", "available",
+    "bf16_available", "bf16_enabled", "bounds", "efficiency",
     "enabled", "library", "mode", "rule", "schedule", "share_image", "use_native",
 ]  # fmt: skip

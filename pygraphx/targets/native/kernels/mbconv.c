@@ -321,12 +321,27 @@ static void expand_rows(const mb_args *a, const float *xi, int64_t r0, int64_t r
 
 #define TAP(r, o, t) acc = _mm512_fmadd_ps(_mm512_loadu_ps((r) + (o)), k[t], acc)
 
-/* the depthwise convolution of output rows [oy0, oy1) into d (Wo x m16 a row) from the rows
- * of E (row r at e + (r - b0) * er, pixels ep floats apart; rows outside the image read
- * `zero`); the interior four pixels at a time (four independent accumulators) */
-static void depthwise(const mb_args *a, const float *e, int64_t b0, int64_t er, int64_t ep,
-                      const float *zero, int64_t oy0, int64_t oy1, float *d, int64_t m16,
-                      __m512 lo, __m512 hi) {
+/* 16 results at element `off` of d: float32, or (ob, bfmb16) rounded to bf16 */
+static inline void dstore(void *d, int ob, int64_t off, __m512 v) {
+#ifdef __AVX512BF16__
+    if (ob) {
+        _mm256_storeu_si256((__m256i *)((uint16_t *)d + off), (__m256i)_mm512_cvtneps_pbh(v));
+        return;
+    }
+#endif
+    (void)ob;
+    _mm512_storeu_ps((float *)d + off, v);
+}
+
+/* the depthwise convolution of output rows [oy0, oy1), channels [ca, cb) (multiples of 16),
+ * into d (Wo x m16 a row; float32, or bf16 where ob) from the rows of E (row r at
+ * e + (r - b0) * er, pixels ep floats apart; rows outside the image read `zero`); the
+ * interior four pixels at a time (four independent accumulators); inlined where it is called,
+ * so that `ob` is a constant there (the float32 kernel's code without the bf16 branch) */
+static inline __attribute__((always_inline)) void depthwise_ch(
+    const mb_args *a, const float *e, int64_t b0, int64_t er, int64_t ep, const float *zero,
+    int64_t oy0, int64_t oy1, void *d, int64_t m16, __m512 lo, __m512 hi, int64_t ca, int64_t cb,
+    const int ob) {
     const int64_t w = a->w, s = a->stride, wo = a->wo;
     /* interior outputs: [1, last) read columns ox * s - 1 .. ox * s + 1 inside the image */
     int64_t last = (w - 2) / s + 1;
@@ -340,8 +355,8 @@ static void depthwise(const mb_args *a, const float *e, int64_t b0, int64_t er, 
             rw[ky] = out ? zero : e + (iy - b0) * er;
             rp[ky] = out ? m16 : ep;
         }
-        float *drow = d + (oy - oy0) * wo * m16;
-        for (int64_t c0 = 0; c0 < m16; c0 += 16) {
+        const int64_t drow = (oy - oy0) * wo * m16; /* (an offset into d) */
+        for (int64_t c0 = ca; c0 < cb; c0 += 16) {
             __m512 k[9];
             for (int t = 0; t < 9; t++) k[t] = _mm512_loadu_ps(a->wd + t * m16 + c0);
             const __m512 bias = _mm512_loadu_ps(a->bd + c0);
@@ -358,7 +373,7 @@ static void depthwise(const mb_args *a, const float *e, int64_t b0, int64_t er, 
                     TAP(r1, jx * p1, 3 + kx);
                     TAP(r2, jx * p2, 6 + kx);
                 }
-                _mm512_storeu_ps(drow + ox * m16 + c0, _mm512_min_ps(_mm512_max_ps(acc, lo), hi));
+                dstore(d, ob, drow + ox * m16 + c0, _mm512_min_ps(_mm512_max_ps(acc, lo), hi));
             }
             if (s == 1) /* four outputs read six columns a row: each input loaded once */
                 for (; ox + 4 <= last; ox += 4) {
@@ -386,11 +401,11 @@ static void depthwise(const mb_args *a, const float *e, int64_t b0, int64_t er, 
                         q2 = _mm512_fmadd_ps(v4, kc, q2);
                         q3 = _mm512_fmadd_ps(v5, kc, q3);
                     }
-                    float *o = drow + ox * m16 + c0;
-                    _mm512_storeu_ps(o, _mm512_min_ps(_mm512_max_ps(q0, lo), hi));
-                    _mm512_storeu_ps(o + m16, _mm512_min_ps(_mm512_max_ps(q1, lo), hi));
-                    _mm512_storeu_ps(o + 2 * m16, _mm512_min_ps(_mm512_max_ps(q2, lo), hi));
-                    _mm512_storeu_ps(o + 3 * m16, _mm512_min_ps(_mm512_max_ps(q3, lo), hi));
+                    const int64_t o = drow + ox * m16 + c0;
+                    dstore(d, ob, o, _mm512_min_ps(_mm512_max_ps(q0, lo), hi));
+                    dstore(d, ob, o + m16, _mm512_min_ps(_mm512_max_ps(q1, lo), hi));
+                    dstore(d, ob, o + 2 * m16, _mm512_min_ps(_mm512_max_ps(q2, lo), hi));
+                    dstore(d, ob, o + 3 * m16, _mm512_min_ps(_mm512_max_ps(q3, lo), hi));
                 }
             for (; ox + 4 <= last; ox += 4) {
                 __m512 q[4];
@@ -403,7 +418,7 @@ static void depthwise(const mb_args *a, const float *e, int64_t b0, int64_t er, 
                     q[u] = acc;
                 }
                 for (int u = 0; u < 4; u++)
-                    _mm512_storeu_ps(drow + (ox + u) * m16 + c0,
+                    dstore(d, ob, drow + (ox + u) * m16 + c0,
                                      _mm512_min_ps(_mm512_max_ps(q[u], lo), hi));
             }
             for (; ox < wo; ox++) {
@@ -415,10 +430,17 @@ static void depthwise(const mb_args *a, const float *e, int64_t b0, int64_t er, 
                     TAP(r1, jx * p1, 3 + kx);
                     TAP(r2, jx * p2, 6 + kx);
                 }
-                _mm512_storeu_ps(drow + ox * m16 + c0, _mm512_min_ps(_mm512_max_ps(acc, lo), hi));
+                dstore(d, ob, drow + ox * m16 + c0, _mm512_min_ps(_mm512_max_ps(acc, lo), hi));
             }
         }
     }
+}
+
+/* the depthwise convolution of all channels (`depthwise_ch` of [0, m16)) */
+static void depthwise(const mb_args *a, const float *e, int64_t b0, int64_t er, int64_t ep,
+                      const float *zero, int64_t oy0, int64_t oy1, float *d, int64_t m16,
+                      __m512 lo, __m512 hi) {
+    depthwise_ch(a, e, b0, er, ep, zero, oy0, oy1, d, m16, lo, hi, 0, m16, 0);
 }
 
 /* output rows [oa, ob) of image `img`, strip by strip */
