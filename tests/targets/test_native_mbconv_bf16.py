@@ -236,3 +236,34 @@ def test_mobilenetv2_against_ort(monkeypatch: pytest.MonkeyPatch) -> None:
         assert taken == (12 if on == "1" else 0)
         errs[on] = float(np.abs(prog.run(feeds)[0] - want).max()) / scale
     assert errs["1"] < 6e-2 and errs["1"] <= 1.1 * errs["0"], errs
+
+
+def test_a_build_without_avx512_bf16_keeps_the_float32_blocks(monkeypatch, caplog) -> None:
+    """A processor with AVX-512F but no AVX512_BF16 (Skylake-SP to Ice Lake) builds the library
+    without the bf16 part's kernel: it binds, float32 blocks take the kernel, bf16 blocks the
+    oneDNN route, said once (review16c: the bind asked for a bf16-only symbol and every compile
+    reaching a block failed)."""
+    import logging
+
+    from pygraphx.targets.native import compiler as native_compiler
+
+    if not native_mbconv.available():
+        pytest.skip("no native mbconv kernel here (no compiler or no AVX-512F)")
+    bound = native.BoundLibrary(
+        native_mbconv.KERNEL, native_mbconv._bind, extra_flags=("-mno-avx512bf16",),
+        parts=native_mbconv.PARTS,
+    )  # fmt: skip
+    monkeypatch.setattr(native_mbconv, "_BOUND", bound)
+    assert native_mbconv.available() and not bound.get().mbconv_bf16_supported()
+    monkeypatch.setattr(native_compiler, "_ANNOUNCED", set())  # (said once per process)
+    with caplog.at_level(logging.WARNING, logger="pygraphx.cpu"):
+        assert not native_mbconv.bf16_available()
+    assert "no AVX512_BF16" in caplog.text
+    monkeypatch.setenv("PGX_CPU_LOAD_ADAPT", "0")
+    model, feeds = _net(1, 10, [(8, 24, 8, 1)])
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(CpuTarget(threads=1))
+    assert prog._executable.lowered.ctx.cache.get("native_mbconv", 0) == 1
+    got = np.asarray(prog.run(feeds)[0])
+    want = run_ort(model, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -143,11 +143,12 @@ def native_block(head: Instruction) -> Block | None:
     padding, one group) with its group, a depthwise 3x3 one (stride 1 or 2, padding 1) with
     its group, a 1x1 projection with its group, each convolution the only user of its input
     and of a literal weight; or the same without the expansion (a depthwise convolution whose
-    input is no 1x1 convolution's group); the kernel on (`native_mbconv.available`) and its rule saying yes at the thread count the program is
-    prepared for (`native_mbconv.use_native`)."""
+    input is no 1x1 convolution's group); the kernel on (`native_mbconv.available`) and its
+    rule saying yes at the thread count the program is prepared for
+    (`native_mbconv.use_native`)."""
     kind = _dtype(head) if head.op.name == "convolution" else None
-    if kind != "float_type" and (kind != "bf16_type" or not native_mbconv.bf16_available()):
-        return None  # (bfmb16: bf16 blocks where the bf16 kernel is on and built)
+    if kind not in ("float_type", "bf16_type"):
+        return None  # (bfmb16: bf16 blocks where the bf16 kernel is on and built: below)
     if not head.inputs[1].is_literal():
         return None
     expand = g1 = None
@@ -190,6 +191,8 @@ def native_block(head: Instruction) -> Block | None:
     m, k = dw.shape.lens()[1], proj.shape.lens()[1]
     stride = dw.op.stride[0]
     bf16, has_expand = kind == "bf16_type", expand is not None
+    if bf16 and not native_mbconv.bf16_available():  # (asked once the block's shape matched)
+        return None
     if not native_mbconv.use_native(n, c, h, w, m, k, stride, bf16, has_expand):
         return None
     return Block(expand, g1, dw, g2, proj, last, stem)

@@ -185,10 +185,11 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.mbconv_run.restype = ctypes.c_int
     lib.mbconv_bf16_supported.argtypes = []
     lib.mbconv_bf16_supported.restype = ctypes.c_int
-    lib.mbconv_bf16_shared_floats.argtypes = [ctypes.c_int64] * 5
-    lib.mbconv_bf16_shared_floats.restype = ctypes.c_int64
     lib.mbconv_bf16_run.argtypes = [ctypes.POINTER(_Args)]
     lib.mbconv_bf16_run.restype = ctypes.c_int
+    if lib.mbconv_bf16_supported():  # (a build without AVX512_BF16 defines no bf16 sizes)
+        lib.mbconv_bf16_shared_floats.argtypes = [ctypes.c_int64] * 5
+        lib.mbconv_bf16_shared_floats.restype = ctypes.c_int64
     # the network's head (`native_mbhead`, mnv15): its argument struct is that module's
     lib.mbhead_work_floats.argtypes = [ctypes.c_int64] * 6
     lib.mbhead_work_floats.restype = ctypes.c_int64
@@ -221,7 +222,15 @@ def bf16_enabled() -> bool:
 def bf16_available() -> bool:
     """Whether bf16 blocks take the native kernel: the kernel on and available, the bf16
     switch on and the build with AVX512_BF16 (`mbconv_bf16_supported`)."""
-    return bf16_enabled() and available() and bool(library().mbconv_bf16_supported())
+    if not (bf16_enabled() and available()):
+        return False
+    if not library().mbconv_bf16_supported():
+        native.announce_fallback(
+            f"{KERNEL}_bf16", "native kernel mbconv: this build has no AVX512_BF16",
+            "oneDNN's bf16 convolutions",
+        )  # fmt: skip
+        return False
+    return True
 
 
 def _check(t: Tensor, lens: list[int], what: str, dtype: torch.dtype = torch.float32) -> None:
