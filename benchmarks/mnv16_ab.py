@@ -1,7 +1,8 @@
 """A/B of MobileNetV2 with mnv16's changes on (new: the default) and off (old: `--old`, by
 default `@cpu.scheduling.SKIP_SAME_COUNT=False`, torch's thread count set three times a run),
-in one process, alternating blocks (the order reversed every round); `mnv15_ab.py` with a
-`--bf16` flag (both variants `quantize_bf16`'d first):
+in one process, alternating blocks (the order reversed every round), with `--bf16` both
+variants `quantize_bf16`'d first. Also mnv15's A/B (`--old PGX_CPU_NATIVE_MBHEAD=0`: the
+session-15 script `mnv15_ab.py` was this without `--bf16`, and is gone):
 
     python benchmarks/mnv16_ab.py --threads 2 --batch 1 --rounds 10 --runs 20 [--new-first]
         [--old K=V,K=V] [--new K=V,...] [--bf16] [--quiet SECONDS] [--json FILE]
