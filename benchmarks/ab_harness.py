@@ -1,0 +1,470 @@
+"""The one A/B harness of whole models on the cpu target (helper tidy17; `benchmarks/ab.py` is
+its command line, the `*_ab.py` scripts of benchmarks/ thin wrappers with their own defaults).
+
+    PYTHONPATH=. python benchmarks/ab.py --old PGX_CPU_GELU_ERF_NATIVE=0 --new \
+        --models minilm bert_base:1 --threads 1 --rounds 10
+
+What it does, per model (`--models`: `name[:batch]` of `pygraphx.models`, a zoo name of
+`benchmarks/zoo.py`, or a path to an `.onnx` file, fed seeded random inputs):
+
+- compiles every variant for the cpu target with its settings in force only while it parses
+  and compiles (`--old K=V ...` / `--new K=V ...`: the variants `old` and `new`; or
+  `--variant NAME:K=V,K=V` as often as wanted, which replaces them). A key `@module.NAME` sets
+  an attribute of `pygraphx.targets.torch_lowering.<module>` (`@cpu.module.NAME`:
+  `pygraphx.targets.cpu.<module>`) to a Python literal instead of an environment variable.
+  `--bf16`: every variant `quantize_bf16`'d; `--openvino`: OpenVINO (f32, or bf16 with
+  `--bf16`; one stream, the same threads) as one more variant `OV`;
+- compares the outputs: each variant against ONNX Runtime float32 (the oracle: rel. RMS error
+  and max abs difference) and against the first variant (rel. RMS difference); a variant
+  further than `--tol` (default 1e-3 float32, 1e-1 bf16) from either is a MISMATCH: the
+  figures still print, the exit status is 1;
+- warms each variant (`--warmup` runs), waits with `--wait-quiet S` up to S seconds for a
+  quiet moment (/proc/stat busy < 15 % over 2 s) and says whether one came (and what the
+  machine was like after the timing);
+- times `--rounds` rounds; in each, every variant runs one block of `--runs` runs (after
+  `--settle` untimed runs), the order reversed every round (both orders). The clock: thread
+  CPU time at 1 thread, wall at 2+ (`--clock` overrides: `process` is the process's CPU time);
+  the process CPU time of each block is kept beside it;
+- `--steps`: as many profiled rounds again, each step timed alone, printed as ms a run per kind
+  of step (`gemm14_profile.pgx_kind`), each step's median;
+- prints one table a model, in this form (stable: the notes quote it):
+
+      <spec> t<threads> <f32|bf16>, <R> rounds x <N> runs, <clock> ms a run (median over
+      blocks, best block, ratio of medians to <first>; process CPU ms; rel RMS err vs ORT f32;
+      rel RMS diff vs <first>):
+        <name>   <median> (best <best>)  <ratio>  cpu <ms>  err <e>  diff <d>  <settings>
+
+  and with `--json FILE` all of it (every block's time too) as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import json
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pygraphx  # noqa: E402,F401  (before torch: it sets OpenMP's spin count and the allocator)
+
+TOL = {"f32": 1e-3, "bf16": 1e-1}
+
+
+@dataclass
+class Case:
+    """One model to A/B: its label, its ONNX bytes, the feeds."""
+
+    spec: str
+    data: bytes
+    feeds: dict[str, np.ndarray]
+
+
+@dataclass
+class Variant:
+    """A way to build the program: settings in force while it compiles, or a builder of its
+    own (`build(case, threads)` -> anything with `run(feeds)`)."""
+
+    name: str
+    env: dict[str, str] = field(default_factory=dict)
+    bf16: bool = False
+    build: Callable[[Case, int], Any] | None = None
+    label: str = ""
+
+    def describe(self) -> str:
+        if self.label:
+            return self.label
+        return ",".join(f"{k}={v}" for k, v in self.env.items()) or "(defaults)"
+
+
+def parse_env(items: str | list[str] | None) -> dict[str, str]:
+    """`K=V,K=V` (or a list of such) as a dict."""
+    if items is None:
+        return {}
+    if isinstance(items, str):
+        items = [items]
+    env = {}
+    for text in items:
+        for kv in text.split(","):
+            if kv:
+                key, sep, value = kv.partition("=")
+                if not sep:
+                    raise SystemExit(f"not K=V: {kv!r}")
+                env[key] = value
+    return env
+
+
+def parse_variant(text: str, bf16: bool = False) -> Variant:
+    """`NAME:K=V,K=V` as a Variant."""
+    name, _, rest = text.partition(":")
+    return Variant(name, parse_env(rest), bf16)
+
+
+@contextmanager
+def settings(env: dict[str, str]) -> Iterator[None]:
+    """`env` in force inside: environment variables, and `@module.NAME` module attributes."""
+    with ExitStack() as stack:
+        for key, value in env.items():
+            if key.startswith("@"):
+                module_name, _, name = key[1:].rpartition(".")
+                package = "cpu" if module_name.startswith("cpu.") else "torch_lowering"
+                module_name = module_name.removeprefix("cpu.")
+                module = importlib.import_module(f"pygraphx.targets.{package}.{module_name}")
+                stack.enter_context(mock.patch.object(module, name, ast.literal_eval(value)))
+            else:
+                stack.enter_context(mock.patch.dict(os.environ, {key: value}))
+        yield
+
+
+def load(spec: str, seed: int = 0) -> Case:
+    """`name[:batch]` (pygraphx.models), a zoo name (benchmarks/zoo.py) or an .onnx path."""
+    if spec.endswith(".onnx"):
+        import onnx
+
+        data = Path(spec).read_bytes()
+        model = onnx.load_from_string(data)
+        init = {i.name for i in model.graph.initializer}
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        for inp in model.graph.input:
+            if inp.name in init:
+                continue
+            t = inp.type.tensor_type
+            shape = [d.dim_value or 1 for d in t.shape.dim]
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+            if np.issubdtype(dtype, np.integer):
+                feeds[inp.name] = rng.integers(0, 2, shape).astype(dtype)
+            else:
+                feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
+        return Case(spec, data, feeds)
+    name, _, batch = spec.partition(":")
+    from benchmarks.zoo import ZOO_NAMES, zoo_model
+
+    if name in ZOO_NAMES:
+        path, feeds = zoo_model(name, "full")
+        return Case(spec, Path(path).read_bytes(), feeds)
+    from pygraphx.models import get_model, model_inputs
+
+    model = get_model(name, batch=int(batch or 1))
+    feeds = {k: np.ascontiguousarray(v) for k, v in model_inputs(name, model).items()}
+    return Case(spec, model.SerializeToString(), feeds)
+
+
+def compile_variant(case: Case, threads: int, variant: Variant) -> Any:
+    if variant.build is not None:
+        return variant.build(case, threads)
+    from pygraphx.targets.cpu.target import CpuTarget
+
+    with settings(variant.env):
+        prog = pygraphx.parse_onnx_buffer(case.data)
+        if variant.bf16:
+            pygraphx.quantize_bf16(prog)
+        prog.compile(CpuTarget(threads=threads))
+    return prog
+
+
+class OpenVino:
+    """OpenVINO's compiled model with a `run(feeds)` like a program's."""
+
+    def __init__(self, data: bytes, threads: int, bf16: bool) -> None:
+        import tempfile
+
+        import openvino as ov
+
+        path = Path(tempfile.mkdtemp()) / "model.onnx"
+        path.write_bytes(data)
+        config = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
+                  "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1}  # fmt: skip
+        core = ov.Core()
+        self.request = core.compile_model(core.read_model(str(path)), "CPU", config)
+        self.request = self.request.create_infer_request()
+
+    def run(self, feeds: dict) -> list:
+        result = self.request.infer(feeds)
+        return [np.asarray(v) for v in result.values()]
+
+
+def ort_outputs(case: Case, threads: int) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = ort.InferenceSession(case.data, opts, providers=["CPUExecutionProvider"])
+    return [np.asarray(o) for o in sess.run(None, case.feeds)]
+
+
+def rel_err(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    """Relative RMS difference of `got` from `want`, over all outputs."""
+    if len(got) != len(want):
+        raise ValueError(f"{len(got)} outputs against {len(want)}")
+    pairs = zip(got, want, strict=True)
+    num = sum(float(((np.asarray(g, np.float64) - w) ** 2).sum()) for g, w in pairs)
+    den = sum(float((np.asarray(w, np.float64) ** 2).sum()) for w in want)
+    if den == 0:
+        return 0.0 if num == 0 else float("inf")
+    return (num / den) ** 0.5
+
+
+def max_abs(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    return max(float(np.abs(np.asarray(g, np.float64) - w).max(initial=0.0))
+               for g, w in zip(got, want, strict=True))  # fmt: skip
+
+
+def busy(seconds: float = 2.0) -> float:
+    """The fraction of the machine's CPU time spent busy over `seconds` (/proc/stat)."""
+
+    def read() -> list[int]:
+        return [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+
+    a = read()
+    time.sleep(seconds)
+    d = [y - x for x, y in zip(a, read(), strict=True)]
+    return 1.0 - (d[3] + d[4]) / max(1, sum(d[:8]))
+
+
+def wait_quiet(limit: float) -> str:
+    """Wait at most `limit` seconds for busy < 15 % over 2 s; says what was seen."""
+    end = time.monotonic() + limit
+    while True:
+        b = busy()
+        if b < 0.15:
+            return f"quiet (busy {b:.0%} over 2 s)"
+        if time.monotonic() > end:
+            return f"NOT quiet (busy {b:.0%} over 2 s after waiting {limit:.0f} s)"
+
+
+def loadavg() -> list[str]:
+    return Path("/proc/loadavg").read_text().split()[:3]
+
+
+CLOCKS = {"thread": time.thread_time, "wall": time.perf_counter, "process": time.process_time}
+CLOCK_NAMES = {"thread": "thread CPU", "wall": "wall", "process": "process CPU"}
+
+
+def profiled(prog: Any, feeds: dict, clock: Callable[[], float]) -> list[float]:
+    """Each step of one run of `prog`, timed alone."""
+    exe = prog._executable
+    out = []
+    exe.executor.bind(feeds)
+    with exe.scope():
+        for fn in exe.executor.steps:
+            start = clock()
+            fn()
+            out.append(clock() - start)
+    exe.executor.collect()
+    return out
+
+
+@dataclass
+class Config:
+    threads: int = 2
+    rounds: int = 20
+    runs: int = 1
+    warmup: int = 1
+    settle: int = 0
+    clock: str = "auto"
+    steps: bool = False
+    openvino: bool = False
+    bf16: bool = False
+    wait_quiet: float | None = None
+    tol: float | None = None
+
+    def clock_name(self) -> str:
+        if self.clock != "auto":
+            return self.clock
+        return "thread" if self.threads == 1 else "wall"
+
+
+def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None) -> dict:
+    """Compile, check and time `variants` on `case`; print the table; the figures as a dict
+    (`ok`: no variant further than the tolerance from ORT or from the first variant)."""
+    out = out or sys.stdout
+    want = ort_outputs(case, cfg.threads)
+    progs = {v.name: compile_variant(case, cfg.threads, v) for v in variants}
+    described = {v.name: v.describe() for v in variants}
+    if cfg.openvino:
+        progs["OV"] = OpenVino(case.data, cfg.threads, cfg.bf16)
+        described["OV"] = f"OpenVINO {'bf16' if cfg.bf16 else 'f32'}"
+    outs = {n: [np.asarray(o) for o in p.run(case.feeds)] for n, p in progs.items()}
+    names = list(progs)
+    first = names[0]
+    err = {n: rel_err(o, want) for n, o in outs.items()}
+    abs_ort = {n: max_abs(o, want) for n, o in outs.items()}
+    diff = {n: rel_err(o, outs[first]) for n, o in outs.items()}
+    bf16 = cfg.bf16 or any(v.bf16 for v in variants)
+    tol = cfg.tol if cfg.tol is not None else TOL["bf16" if bf16 else "f32"]
+    bad = [n for n in names if not (err[n] <= tol and diff[n] <= tol)]
+    for p in progs.values():
+        for _ in range(cfg.warmup):
+            p.run(case.feeds)
+    before = wait_quiet(cfg.wait_quiet) if cfg.wait_quiet is not None else None
+    if before:
+        print(f"# {case.spec}: {before}", file=out, flush=True)
+    cname = cfg.clock_name()
+    clock = CLOCKS[cname]
+    times: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(cfg.rounds):
+        for n in names if r % 2 == 0 else names[::-1]:
+            prog = progs[n]
+            for _ in range(cfg.settle):
+                prog.run(case.feeds)
+            c0, t0 = time.process_time(), clock()
+            for _ in range(cfg.runs):
+                prog.run(case.feeds)
+            times[n].append((clock() - t0) / cfg.runs * 1e3)
+            cpu[n].append((time.process_time() - c0) / cfg.runs * 1e3)
+    step_ms: dict[str, dict[str, float]] = {}
+    if cfg.steps:
+        step_ms = _steps(progs, [n for n in names if n != "OV"], case.feeds, cfg.rounds, clock)
+    after = busy() if cfg.wait_quiet is not None else None
+    med = {n: statistics.median(t) for n, t in times.items()}
+    dtype = "bf16" if bf16 else "f32"
+    print(f"{case.spec} t{cfg.threads} {dtype}, {cfg.rounds} rounds x {cfg.runs} runs, "
+          f"{CLOCK_NAMES[cname]} ms a run (median over blocks, best block, ratio of medians to "
+          f"{first}; process CPU ms; rel RMS err vs ORT f32; rel RMS diff vs {first}):",
+          file=out)  # fmt: skip
+    for n in names:
+        print(f"  {n:10s} {med[n]:9.2f} (best {min(times[n]):9.2f})  {med[n] / med[first]:.3f}  "
+              f"cpu {statistics.median(cpu[n]):9.2f}  err {err[n]:.1e}  diff {diff[n]:.1e}  "
+              f"{described[n]}", file=out)  # fmt: skip
+    if step_ms:
+        _print_steps(step_ms, out)
+    if after is not None:
+        print(f"# {case.spec}: machine after the timing: busy {after:.0%} over 2 s", file=out)
+    for n in bad:
+        print(f"MISMATCH {case.spec} {n}: rel RMS err vs ORT {err[n]:.1e}, diff vs {first} "
+              f"{diff[n]:.1e}, tolerance {tol:.0e}", file=out)  # fmt: skip
+    out.flush()
+    return {
+        "spec": case.spec, "threads": cfg.threads, "dtype": dtype, "clock": cname,
+        "rounds": cfg.rounds, "runs": cfg.runs, "first": first, "quiet_before": before,
+        "busy_after": after, "tol": tol, "ok": not bad, "mismatch": bad,
+        "variants": {n: {"settings": described[n], "median_ms": med[n],
+                         "best_ms": min(times[n]), "ratio": med[n] / med[first],
+                         "cpu_ms": statistics.median(cpu[n]), "rel_err_ort": err[n],
+                         "max_abs_diff_ort": abs_ort[n], "rel_diff_first": diff[n],
+                         "blocks_ms": times[n], "cpu_blocks_ms": cpu[n]} for n in names},
+        "steps_ms": step_ms,
+    }  # fmt: skip
+
+
+def _steps(progs: dict, names: list[str], feeds: dict, rounds: int, clock) -> dict:
+    from benchmarks.gemm14_profile import pgx_kind
+
+    runs: dict[str, list[list[float]]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names if r % 2 == 0 else names[::-1]:
+            runs[n].append(profiled(progs[n], feeds, clock))
+    per = {}
+    for n in names:
+        med = np.median(np.array(runs[n]), axis=0)
+        acc: dict[str, float] = defaultdict(float)
+        for st, t in zip(progs[n]._executable.lowered.steps, med, strict=True):
+            acc[pgx_kind(st)] += float(t) * 1e3
+        per[n] = dict(acc)
+    return per
+
+
+def _print_steps(per: dict[str, dict[str, float]], out) -> None:
+    from benchmarks.gemm14_profile import KINDS
+
+    names = list(per)
+    print("  kind        " + " ".join(f"{n:>10s}" for n in names) + "  (ms a run, each step's "
+          "median)", file=out)  # fmt: skip
+    for k in (*KINDS, "sum"):
+        vals = [sum(per[n].values()) if k == "sum" else per[n].get(k, 0.0) for n in names]
+        if any(vals):
+            print(f"  {k:10s} " + " ".join(f"{v:10.2f}" for v in vals), file=out)
+
+
+def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config,
+        json_path: str | None = None, extra: dict | None = None) -> int:  # fmt: skip
+    """`ab_case` over each case (a spec is loaded first); 0, or 1 on any MISMATCH."""
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+    print("# loadavg at the start:", loadavg(), flush=True)
+    results = []
+    for case in cases:
+        results.append(ab_case(load(case) if isinstance(case, str) else case, variants, cfg))
+    print("# loadavg at the end:", loadavg(), flush=True)
+    if json_path:
+        doc = {"config": vars(cfg), "variants": [v.describe() for v in variants],
+               "models": results, **(extra or {})}  # fmt: skip
+        Path(json_path).write_text(json.dumps(doc, indent=1))
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+def parser(description: str | None = None, *, models: list[str] | None = None,
+           threads: int = 2, rounds: int = 20, runs: int = 1, warmup: int = 1,
+           settle: int = 0) -> argparse.ArgumentParser:  # fmt: skip
+    """The harness's arguments, with a wrapper's defaults."""
+    p = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=models or ["minilm"],
+                   help="name[:batch], zoo name or .onnx path")  # fmt: skip
+    p.add_argument("--old", nargs="*", default=None, help="K=V[,K=V] ...: the variant `old`")
+    p.add_argument("--new", nargs="*", default=None, help="K=V[,K=V] ...: the variant `new`")
+    p.add_argument("--variant", action="append", default=None,
+                   help="NAME:K=V,K=V (repeatable; replaces --old / --new)")  # fmt: skip
+    p.add_argument("--new-first", action="store_true", help="the variant `new` first")
+    p.add_argument("--threads", type=int, default=threads)
+    p.add_argument("--rounds", type=int, default=rounds)
+    p.add_argument("--runs", type=int, default=runs, help="runs in a timed block")
+    p.add_argument("--warmup", type=int, default=warmup, help="untimed runs a variant first")
+    p.add_argument("--settle", type=int, default=settle, help="untimed runs before each block")
+    p.add_argument("--clock", choices=["auto", *CLOCKS], default="auto",
+                   help="auto: thread CPU at 1 thread, wall at 2+")  # fmt: skip
+    p.add_argument("--bf16", action="store_true", help="quantize_bf16 every variant")
+    p.add_argument("--openvino", action="store_true", help="OpenVINO as one more variant")
+    p.add_argument("--steps", action="store_true", help="also per-kind step times")
+    p.add_argument("--wait-quiet", "--quiet", dest="wait_quiet", type=float, default=None,
+                   metavar="S", help="wait up to S s for a quiet moment before timing")  # fmt: skip
+    p.add_argument("--tol", type=float, default=None,
+                   help="largest rel RMS difference vs ORT / the first variant (default 1e-3 "
+                        "f32, 1e-1 bf16)")  # fmt: skip
+    p.add_argument("--json", default=None, metavar="FILE")
+    return p
+
+
+def variants_of(args: argparse.Namespace, old: dict | None = None,
+                new: dict | None = None) -> list[Variant]:  # fmt: skip
+    """The variants the arguments name: `--variant`s, else `old` / `new` (`--old` / `--new`,
+    or the wrapper's defaults)."""
+    if args.variant:
+        return [parse_variant(v, args.bf16) for v in args.variant]
+    pair = [
+        Variant("old", parse_env(args.old) if args.old is not None else dict(old or {}), args.bf16),
+        Variant("new", parse_env(args.new) if args.new is not None else dict(new or {}), args.bf16),
+    ]
+    if pair[0].env == pair[1].env and args.old is None and args.new is None:
+        raise SystemExit("no variants: give --old K=V / --new K=V or --variant NAME:K=V")
+    return pair[::-1] if args.new_first else pair
+
+
+def config_of(args: argparse.Namespace) -> Config:
+    return Config(threads=args.threads, rounds=args.rounds, runs=args.runs, warmup=args.warmup,
+                  settle=args.settle, clock=args.clock, steps=args.steps, openvino=args.openvino,
+                  bf16=args.bf16, wait_quiet=args.wait_quiet, tol=args.tol)  # fmt: skip
+
+
+def main(argv: list[str] | None = None, *, description: str | None = None,
+         old: dict | None = None, new: dict | None = None, **defaults: Any) -> int:  # fmt: skip
+    """The command line; a wrapper passes its description, default `old` / `new` settings and
+    argument defaults (`models`, `threads`, `rounds`, `runs`, `warmup`, `settle`)."""
+    args = parser(description, **defaults).parse_args(argv)
+    variants = variants_of(args, old, new)
+    return run(args.models, variants, config_of(args), args.json, {"argv": sys.argv[1:]})
