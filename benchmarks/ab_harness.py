@@ -288,9 +288,11 @@ class Config:
         return "thread" if self.threads == 1 else "wall"
 
 
-def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None) -> dict:
+def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=None) -> dict:
     """Compile, check and time `variants` on `case`; print the table; the figures as a dict
-    (`ok`: no variant further than the tolerance from ORT or from the first variant)."""
+    (`ok`: no variant further than the tolerance from ORT or from the first variant).
+    `extra(progs, case, cfg, out)`: a wrapper's own measurement after the timing (it prints
+    what it found; what it returns is the dict's `extra`)."""
     out = out or sys.stdout
     want = ort_outputs(case, cfg.threads)
     progs = {v.name: compile_variant(case, cfg.threads, v) for v in variants}
@@ -343,6 +345,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None) -> dict:
               f"{described[n]}", file=out)  # fmt: skip
     if step_ms:
         _print_steps(step_ms, out)
+    more = extra(progs, case, cfg, out) if extra is not None else None
     if after is not None:
         print(f"# {case.spec}: machine after the timing: busy {after:.0%} over 2 s", file=out)
     for n in bad:
@@ -358,7 +361,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None) -> dict:
                          "cpu_ms": statistics.median(cpu[n]), "rel_err_ort": err[n],
                          "max_abs_diff_ort": abs_ort[n], "rel_diff_first": diff[n],
                          "blocks_ms": times[n], "cpu_blocks_ms": cpu[n]} for n in names},
-        "steps_ms": step_ms,
+        "steps_ms": step_ms, "extra": more,
     }  # fmt: skip
 
 
@@ -392,19 +395,21 @@ def _print_steps(per: dict[str, dict[str, float]], out) -> None:
 
 
 def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config,
-        json_path: str | None = None, extra: dict | None = None) -> int:  # fmt: skip
-    """`ab_case` over each case (a spec is loaded first); 0, or 1 on any MISMATCH."""
+        json_path: str | None = None, doc: dict | None = None, extra=None) -> int:  # fmt: skip
+    """`ab_case` over each case (a spec is loaded first; `extra` as there); 0, or 1 on any
+    MISMATCH. `doc`: more to write into the JSON."""
     import torch
 
     torch.set_num_threads(cfg.threads)
     print("# loadavg at the start:", loadavg(), flush=True)
     results = []
     for case in cases:
-        results.append(ab_case(load(case) if isinstance(case, str) else case, variants, cfg))
+        case = load(case) if isinstance(case, str) else case
+        results.append(ab_case(case, variants, cfg, extra=extra))
     print("# loadavg at the end:", loadavg(), flush=True)
     if json_path:
         doc = {"config": vars(cfg), "variants": [v.describe() for v in variants],
-               "models": results, **(extra or {})}  # fmt: skip
+               "models": results, **(doc or {})}  # fmt: skip
         Path(json_path).write_text(json.dumps(doc, indent=1))
     return 0 if all(r["ok"] for r in results) else 1
 
@@ -414,7 +419,7 @@ def parser(description: str | None = None, *, models: list[str] | None = None,
            settle: int = 0) -> argparse.ArgumentParser:  # fmt: skip
     """The harness's arguments, with a wrapper's defaults."""
     p = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", default=models or ["minilm"],
+    p.add_argument("--models", nargs="+", default=["minilm"] if models is None else models,
                    help="name[:batch], zoo name or .onnx path")  # fmt: skip
     p.add_argument("--old", nargs="*", default=None, help="K=V[,K=V] ...: the variant `old`")
     p.add_argument("--new", nargs="*", default=None, help="K=V[,K=V] ...: the variant `new`")
