@@ -50,7 +50,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -130,7 +130,8 @@ def settings(env: dict[str, str]) -> Iterator[None]:
 
 
 def load(spec: str, seed: int = 0) -> Case:
-    """`name[:batch]` (pygraphx.models), a zoo name (benchmarks/zoo.py) or an .onnx path."""
+    """`name[:batch]` (pygraphx.models), a zoo name (benchmarks/zoo.py; `name:test` its test
+    size, else full) or an .onnx path."""
     if spec.endswith(".onnx"):
         import onnx
 
@@ -154,7 +155,7 @@ def load(spec: str, seed: int = 0) -> Case:
     from benchmarks.zoo import ZOO_NAMES, zoo_model
 
     if name in ZOO_NAMES:
-        path, feeds = zoo_model(name, "full")
+        path, feeds = zoo_model(name, batch if batch and not batch.isdigit() else "full")
         return Case(spec, Path(path).read_bytes(), feeds)
     from pygraphx.models import get_model, model_inputs
 
@@ -288,25 +289,34 @@ class Config:
         return "thread" if self.threads == 1 else "wall"
 
 
-def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=None) -> dict:
+def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=None,
+            note=None) -> dict:  # fmt: skip
     """Compile, check and time `variants` on `case`; print the table; the figures as a dict
     (`ok`: no variant further than the tolerance from ORT or from the first variant).
     `extra(progs, case, cfg, out)`: a wrapper's own measurement after the timing (it prints
-    what it found; what it returns is the dict's `extra`)."""
+    what it found; what it returns is the dict's `extra`). `note(prog)`: a wrapper's words on
+    each compiled program (routes taken, kernels chosen), printed on its compile line."""
     out = out or sys.stdout
     want = ort_outputs(case, cfg.threads)
-    progs = {v.name: compile_variant(case, cfg.threads, v) for v in variants}
+    progs = {}
+    for v in variants:
+        start = time.perf_counter()
+        progs[v.name] = compile_variant(case, cfg.threads, v)
+        seconds = time.perf_counter() - start
+        said = f"; {note(progs[v.name])}" if note is not None else ""
+        print(f"  {case.spec} t{cfg.threads} {v.name}: compiled in {seconds:.2f} s{said}",
+              file=out, flush=True)  # fmt: skip
     described = {v.name: v.describe() for v in variants}
+    bf16 = cfg.bf16 or any(v.bf16 for v in variants)
     if cfg.openvino:
-        progs["OV"] = OpenVino(case.data, cfg.threads, cfg.bf16)
-        described["OV"] = f"OpenVINO {'bf16' if cfg.bf16 else 'f32'}"
+        progs["OV"] = OpenVino(case.data, cfg.threads, bf16)
+        described["OV"] = f"OpenVINO {'bf16' if bf16 else 'f32'}"
     outs = {n: [np.asarray(o) for o in p.run(case.feeds)] for n, p in progs.items()}
     names = list(progs)
     first = names[0]
     err = {n: rel_err(o, want) for n, o in outs.items()}
     abs_ort = {n: max_abs(o, want) for n, o in outs.items()}
     diff = {n: rel_err(o, outs[first]) for n, o in outs.items()}
-    bf16 = cfg.bf16 or any(v.bf16 for v in variants)
     tol = cfg.tol if cfg.tol is not None else TOL["bf16" if bf16 else "f32"]
     bad = [n for n in names if not (err[n] <= tol and diff[n] <= tol)]
     for p in progs.values():
@@ -394,41 +404,53 @@ def _print_steps(per: dict[str, dict[str, float]], out) -> None:
             print(f"  {k:10s} " + " ".join(f"{v:10.2f}" for v in vals), file=out)
 
 
-def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config,
-        json_path: str | None = None, doc: dict | None = None, extra=None) -> int:  # fmt: skip
-    """`ab_case` over each case (a spec is loaded first; `extra` as there); 0, or 1 on any
-    MISMATCH. `doc`: more to write into the JSON."""
+def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config | list[Config],
+        json_path: str | None = None, doc: dict | None = None, extra=None,
+        note=None) -> int:  # fmt: skip
+    """`ab_case` over each thread count's config, each case (a spec is loaded first; `extra`,
+    `note` as there); 0, or 1 on any MISMATCH. `doc`: more to write into the JSON."""
     import torch
 
-    torch.set_num_threads(cfg.threads)
+    cfgs = cfg if isinstance(cfg, list) else [cfg]
     print("# loadavg at the start:", loadavg(), flush=True)
     results = []
-    for case in cases:
-        case = load(case) if isinstance(case, str) else case
-        results.append(ab_case(case, variants, cfg, extra=extra))
+    for c in cfgs:
+        torch.set_num_threads(c.threads)
+        for case in cases:
+            case = load(case) if isinstance(case, str) else case
+            results.append(ab_case(case, variants, c, extra=extra, note=note))
     print("# loadavg at the end:", loadavg(), flush=True)
     if json_path:
-        doc = {"config": vars(cfg), "variants": [v.describe() for v in variants],
+        doc = {"configs": [vars(c) for c in cfgs], "variants": [v.describe() for v in variants],
                "models": results, **(doc or {})}  # fmt: skip
         Path(json_path).write_text(json.dumps(doc, indent=1))
     return 0 if all(r["ok"] for r in results) else 1
 
 
 def parser(description: str | None = None, *, models: list[str] | None = None,
-           threads: int = 2, rounds: int = 20, runs: int = 1, warmup: int = 1,
-           settle: int = 0) -> argparse.ArgumentParser:  # fmt: skip
-    """The harness's arguments, with a wrapper's defaults."""
-    p = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
+           threads: int | list[int] = 2, rounds: int = 20, runs: int = 1, warmup: int = 1,
+           settle: int = 0, named: dict[str, Variant] | None = None,
+           default_names: list[str] | None = None) -> argparse.ArgumentParser:  # fmt: skip
+    """The harness's arguments, with a wrapper's defaults; `named`: the wrapper's variants by
+    name, chosen with `--variants NAME ...` (default `default_names`; `openvino` too)."""
+    p = argparse.ArgumentParser(description=description or __doc__.splitlines()[0],
+                                conflict_handler="resolve")  # a wrapper may take an option
     p.add_argument("--models", nargs="+", default=["minilm"] if models is None else models,
                    help="name[:batch], zoo name or .onnx path")  # fmt: skip
     p.add_argument("--old", nargs="*", default=None, help="K=V[,K=V] ...: the variant `old`")
     p.add_argument("--new", nargs="*", default=None, help="K=V[,K=V] ...: the variant `new`")
     p.add_argument("--variant", action="append", default=None,
                    help="NAME:K=V,K=V (repeatable; replaces --old / --new)")  # fmt: skip
+    if named:
+        p.add_argument("--variants", nargs="+", default=default_names or list(named),
+                       choices=[*named, "openvino"], help="this script's variants, by name")
     p.add_argument("--new-first", action="store_true", help="the variant `new` first")
-    p.add_argument("--threads", type=int, default=threads)
+    p.add_argument("--threads", type=int, nargs="+",
+                   default=threads if isinstance(threads, list) else [threads],
+                   help="one A/B per thread count")  # fmt: skip
     p.add_argument("--rounds", type=int, default=rounds)
-    p.add_argument("--runs", type=int, default=runs, help="runs in a timed block")
+    p.add_argument("--runs", "--repeat", dest="runs", type=int, default=runs,
+                   help="runs in a timed block")  # fmt: skip
     p.add_argument("--warmup", type=int, default=warmup, help="untimed runs a variant first")
     p.add_argument("--settle", type=int, default=settle, help="untimed runs before each block")
     p.add_argument("--clock", choices=["auto", *CLOCKS], default="auto",
@@ -445,31 +467,57 @@ def parser(description: str | None = None, *, models: list[str] | None = None,
     return p
 
 
-def variants_of(args: argparse.Namespace, old: dict | None = None,
-                new: dict | None = None) -> list[Variant]:  # fmt: skip
-    """The variants the arguments name: `--variant`s, else `old` / `new` (`--old` / `--new`,
-    or the wrapper's defaults)."""
+def variants_of(args: argparse.Namespace, old: dict | None = None, new: dict | None = None,
+                named: dict[str, Variant] | None = None) -> list[Variant]:  # fmt: skip
+    """The variants the arguments name: `--variant`s; else `--old` / `--new` where given; else
+    the wrapper's `named` ones that `--variants` picks (`openvino` sets `args.openvino`); else
+    `old` / `new` with the wrapper's default settings. `--bf16` makes each one bf16."""
     if args.variant:
-        return [parse_variant(v, args.bf16) for v in args.variant]
-    pair = [
-        Variant("old", parse_env(args.old) if args.old is not None else dict(old or {}), args.bf16),
-        Variant("new", parse_env(args.new) if args.new is not None else dict(new or {}), args.bf16),
-    ]
-    if pair[0].env == pair[1].env and args.old is None and args.new is None:
-        raise SystemExit("no variants: give --old K=V / --new K=V or --variant NAME:K=V")
-    return pair[::-1] if args.new_first else pair
+        chosen = [parse_variant(v) for v in args.variant]
+    elif named and args.old is None and args.new is None:
+        if "openvino" in args.variants:
+            args.openvino = True
+        chosen = [named[n] for n in args.variants if n != "openvino"]
+    else:
+        chosen = [
+            Variant("old", parse_env(args.old) if args.old is not None else dict(old or {})),
+            Variant("new", parse_env(args.new) if args.new is not None else dict(new or {})),
+        ]
+        if chosen[0].env == chosen[1].env and args.old is None and args.new is None:
+            raise SystemExit("no variants: give --old K=V / --new K=V or --variant NAME:K=V")
+        if args.new_first:
+            chosen = chosen[::-1]
+    if args.bf16:
+        chosen = [replace(v, bf16=True) for v in chosen]
+    return chosen
 
 
-def config_of(args: argparse.Namespace) -> Config:
-    return Config(threads=args.threads, rounds=args.rounds, runs=args.runs, warmup=args.warmup,
-                  settle=args.settle, clock=args.clock, steps=args.steps, openvino=args.openvino,
-                  bf16=args.bf16, wait_quiet=args.wait_quiet, tol=args.tol)  # fmt: skip
+def configs_of(args: argparse.Namespace) -> list[Config]:
+    """One Config a thread count of `--threads` (an option a wrapper took over: its default)."""
+    keys = ("rounds", "runs", "warmup", "settle", "clock", "steps", "openvino", "bf16",
+            "wait_quiet", "tol")  # fmt: skip
+    given = {k: getattr(args, k) for k in keys if hasattr(args, k)}
+    return [Config(threads=t, **given) for t in args.threads]
+
+
+def run_args(args: argparse.Namespace, *, old: dict | None = None, new: dict | None = None,
+             named: dict[str, Variant] | None = None, models: list[str] | None = None,
+             more: list[Variant] = (), extra=None, note=None) -> int:  # fmt: skip
+    """`run` as the parsed arguments say (`models` replaces `--models`; `more` variants after
+    the chosen ones)."""
+    variants = variants_of(args, old, new, named) + list(more)
+    return run(models or args.models, variants, configs_of(args), args.json,
+               {"argv": sys.argv[1:]}, extra, note)  # fmt: skip
 
 
 def main(argv: list[str] | None = None, *, description: str | None = None,
-         old: dict | None = None, new: dict | None = None, **defaults: Any) -> int:  # fmt: skip
-    """The command line; a wrapper passes its description, default `old` / `new` settings and
-    argument defaults (`models`, `threads`, `rounds`, `runs`, `warmup`, `settle`)."""
-    args = parser(description, **defaults).parse_args(argv)
-    variants = variants_of(args, old, new)
-    return run(args.models, variants, config_of(args), args.json, {"argv": sys.argv[1:]})
+         old: dict | None = None, new: dict | None = None,
+         named: dict[str, Variant] | None = None, default_names: list[str] | None = None,
+         extra=None, note=None, **defaults: Any) -> int:  # fmt: skip
+    """The command line; a wrapper passes its description, default `old` / `new` settings or
+    its `named` variants, and argument defaults (`models`, `threads`, `rounds`, `runs`,
+    `warmup`, `settle`)."""
+    args = parser(description, named=named, default_names=default_names, **defaults).parse_args(
+        argv
+    )
+    return run_args(args, old=old, new=new, named=named, extra=extra, note=note)

@@ -27,11 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--all", action="store_true", help="also PGX_CPU_NATIVE_MBCONV=all")
     args = p.parse_args(argv)
+    more = [ab.Variant("all", {"PGX_CPU_NATIVE_MBCONV": "all"}, args.bf16)] if args.all else []
     models = args.models or [f"mobilenetv2:{args.batch}"]
-    variants = ab.variants_of(args, OLD, {})
-    if args.all:
-        variants.append(ab.Variant("all", {"PGX_CPU_NATIVE_MBCONV": "all"}, args.bf16))
-    return ab.run(models, variants, ab.config_of(args), args.json, {"argv": sys.argv[1:]})
+    return ab.run_args(args, old=OLD, models=models, more=more)
 
 
 if __name__ == "__main__":

@@ -33,8 +33,7 @@ def main(argv: list[str] | None = None, old: dict | None = None, doc: str = __do
     p.add_argument("--batch", type=int, default=1)
     args = p.parse_args(argv)
     models = args.models or [f"mobilenetv2:{args.batch}"]
-    variants = ab.variants_of(args, OLD if old is None else old, {})
-    return ab.run(models, variants, ab.config_of(args), args.json, {"argv": sys.argv[1:]})
+    return ab.run_args(args, old=OLD if old is None else old, models=models)
 
 
 if __name__ == "__main__":

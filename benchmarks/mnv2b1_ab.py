@@ -82,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     steps, args.steps = args.steps, False  # this script's own step figures, not the kinds
     models = args.models or [f"{args.model}:{args.batch}"]
-    cfg = ab.config_of(args)
-    return ab.run(models, ab.variants_of(args), cfg, args.json, {"argv": sys.argv[1:]},
-                  extra=step_minima if steps else None)  # fmt: skip
+    return ab.run_args(args, models=models, extra=step_minima if steps else None)
 
 
 if __name__ == "__main__":

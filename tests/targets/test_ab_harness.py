@@ -53,7 +53,7 @@ def test_same_numbers_pass() -> None:
         assert fig["rel_err_ort"] < 1e-6 and fig["rel_diff_first"] < 1e-6
         assert len(fig["blocks_ms"]) == 1 and fig["median_ms"] > 0
     assert "MISMATCH" not in out.getvalue()
-    assert out.getvalue().startswith("tiny t1 f32, 1 rounds x 1 runs, thread CPU ms a run")
+    assert "\ntiny t1 f32, 1 rounds x 1 runs, thread CPU ms a run" in out.getvalue()
 
 
 def test_different_numbers_fail() -> None:
