@@ -11,7 +11,8 @@ What it does, per model (`--models`: `name[:batch]` of `pygraphx.models`, a zoo 
   and compiles (`--old K=V ...` / `--new K=V ...`: the variants `old` and `new`; or
   `--variant NAME:K=V,K=V` as often as wanted, which replaces them). A key `@module.NAME` sets
   an attribute of `pygraphx.targets.torch_lowering.<module>` (`@cpu.module.NAME`:
-  `pygraphx.targets.cpu.<module>`) to a Python literal instead of an environment variable.
+  `pygraphx.targets.cpu.<module>`; `@pygraphx.any.module.NAME`: that module) to a Python
+  literal instead of an environment variable.
   `--bf16`: every variant `quantize_bf16`'d; `--openvino`: OpenVINO (f32, or bf16 with
   `--bf16`; one stream, the same threads) as one more variant `OV`;
 - compares the outputs: each variant against ONNX Runtime float32 (the oracle: rel. RMS error
@@ -120,9 +121,10 @@ def settings(env: dict[str, str]) -> Iterator[None]:
         for key, value in env.items():
             if key.startswith("@"):
                 module_name, _, name = key[1:].rpartition(".")
-                package = "cpu" if module_name.startswith("cpu.") else "torch_lowering"
-                module_name = module_name.removeprefix("cpu.")
-                module = importlib.import_module(f"pygraphx.targets.{package}.{module_name}")
+                if not module_name.startswith("pygraphx."):
+                    package = "cpu" if module_name.startswith("cpu.") else "torch_lowering"
+                    module_name = f"pygraphx.targets.{package}.{module_name.removeprefix('cpu.')}"
+                module = importlib.import_module(module_name)
                 stack.enter_context(mock.patch.object(module, name, ast.literal_eval(value)))
             else:
                 stack.enter_context(mock.patch.dict(os.environ, {key: value}))
@@ -343,15 +345,17 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     if cfg.steps:
         step_ms = _steps(progs, [n for n in names if n != "OV"], case.feeds, cfg.rounds, clock)
     after = busy() if cfg.wait_quiet is not None else None
-    med = {n: statistics.median(t) for n, t in times.items()}
+    med = {n: statistics.median(t) if t else float("nan") for n, t in times.items()}
+    best = {n: min(t, default=float("nan")) for n, t in times.items()}
+    cpu_med = {n: statistics.median(t) if t else float("nan") for n, t in cpu.items()}
     dtype = "bf16" if bf16 else "f32"
     print(f"{case.spec} t{cfg.threads} {dtype}, {cfg.rounds} rounds x {cfg.runs} runs, "
           f"{CLOCK_NAMES[cname]} ms a run (median over blocks, best block, ratio of medians to "
           f"{first}; process CPU ms; rel RMS err vs ORT f32; rel RMS diff vs {first}):",
           file=out)  # fmt: skip
     for n in names:
-        print(f"  {n:10s} {med[n]:9.2f} (best {min(times[n]):9.2f})  {med[n] / med[first]:.3f}  "
-              f"cpu {statistics.median(cpu[n]):9.2f}  err {err[n]:.1e}  diff {diff[n]:.1e}  "
+        print(f"  {n:10s} {med[n]:9.2f} (best {best[n]:9.2f})  {med[n] / med[first]:.3f}  "
+              f"cpu {cpu_med[n]:9.2f}  err {err[n]:.1e}  diff {diff[n]:.1e}  "
               f"{described[n]}", file=out)  # fmt: skip
     if step_ms:
         _print_steps(step_ms, out)
@@ -367,8 +371,8 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
         "rounds": cfg.rounds, "runs": cfg.runs, "first": first, "quiet_before": before,
         "busy_after": after, "tol": tol, "ok": not bad, "mismatch": bad,
         "variants": {n: {"settings": described[n], "median_ms": med[n],
-                         "best_ms": min(times[n]), "ratio": med[n] / med[first],
-                         "cpu_ms": statistics.median(cpu[n]), "rel_err_ort": err[n],
+                         "best_ms": best[n], "ratio": med[n] / med[first],
+                         "cpu_ms": cpu_med[n], "rel_err_ort": err[n],
                          "max_abs_diff_ort": abs_ort[n], "rel_diff_first": diff[n],
                          "blocks_ms": times[n], "cpu_blocks_ms": cpu[n]} for n in names},
         "steps_ms": step_ms, "extra": more,
