@@ -31,9 +31,12 @@ What it does, per model (`--models`: `name[:batch]` of `pygraphx.models`, a zoo 
 - prints one table a model, in this form (stable: the notes quote it):
 
       <spec> t<threads> <f32|bf16>, <R> rounds x <N> runs, <clock> ms a run (median over
-      blocks, best block, ratio of medians to <first>; process CPU ms; rel RMS err vs ORT f32;
-      rel RMS diff vs <first>):
-        <name>   <median> (best <best>)  <ratio>  cpu <ms>  err <e>  diff <d>  <settings>
+      blocks, best block, ratio of medians to <first>, median of the rounds' difference from
+      it; process CPU ms; rel RMS err vs ORT f32; rel RMS diff vs <first>):
+        <name>   <median> (best <best>)  <ratio>  <+paired>  cpu <ms>  err <e>  diff <d>  <settings>
+
+  each variant's compile first (`  <spec> t<threads> <name>: compiled in <s> s[; note]`).
+  `--no-ort` skips the ORT reference (err `nan`; the check against the first variant stays).
 
   and with `--json FILE` all of it (every block's time too) as JSON.
 """
@@ -284,6 +287,7 @@ class Config:
     bf16: bool = False
     wait_quiet: float | None = None
     tol: float | None = None
+    ort: bool = True
 
     def clock_name(self) -> str:
         if self.clock != "auto":
@@ -299,7 +303,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     what it found; what it returns is the dict's `extra`). `note(prog)`: a wrapper's words on
     each compiled program (routes taken, kernels chosen), printed on its compile line."""
     out = out or sys.stdout
-    want = ort_outputs(case, cfg.threads)
+    want = ort_outputs(case, cfg.threads) if cfg.ort else None
     progs = {}
     for v in variants:
         start = time.perf_counter()
@@ -316,11 +320,12 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     outs = {n: [np.asarray(o) for o in p.run(case.feeds)] for n, p in progs.items()}
     names = list(progs)
     first = names[0]
-    err = {n: rel_err(o, want) for n, o in outs.items()}
-    abs_ort = {n: max_abs(o, want) for n, o in outs.items()}
+    nan = float("nan")
+    err = {n: rel_err(o, want) if want else nan for n, o in outs.items()}
+    abs_ort = {n: max_abs(o, want) if want else nan for n, o in outs.items()}
     diff = {n: rel_err(o, outs[first]) for n, o in outs.items()}
     tol = cfg.tol if cfg.tol is not None else TOL["bf16" if bf16 else "f32"]
-    bad = [n for n in names if not (err[n] <= tol and diff[n] <= tol)]
+    bad = [n for n in names if not ((want is None or err[n] <= tol) and diff[n] <= tol)]
     for p in progs.values():
         for _ in range(cfg.warmup):
             p.run(case.feeds)
@@ -348,14 +353,18 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     med = {n: statistics.median(t) if t else float("nan") for n, t in times.items()}
     best = {n: min(t, default=float("nan")) for n, t in times.items()}
     cpu_med = {n: statistics.median(t) if t else float("nan") for n, t in cpu.items()}
+    # each round's difference from the first variant (adjacent blocks): robust to drifting load
+    paired = {n: statistics.median(np.subtract(t, times[first])) if t else float("nan")
+              for n, t in times.items()}  # fmt: skip
     dtype = "bf16" if bf16 else "f32"
     print(f"{case.spec} t{cfg.threads} {dtype}, {cfg.rounds} rounds x {cfg.runs} runs, "
           f"{CLOCK_NAMES[cname]} ms a run (median over blocks, best block, ratio of medians to "
-          f"{first}; process CPU ms; rel RMS err vs ORT f32; rel RMS diff vs {first}):",
+          f"{first}, median of the rounds' difference from it; process CPU ms; rel RMS err vs "
+          f"ORT f32; rel RMS diff vs {first}):",
           file=out)  # fmt: skip
     for n in names:
         print(f"  {n:10s} {med[n]:9.2f} (best {best[n]:9.2f})  {med[n] / med[first]:.3f}  "
-              f"cpu {cpu_med[n]:9.2f}  err {err[n]:.1e}  diff {diff[n]:.1e}  "
+              f"{paired[n]:+8.2f}  cpu {cpu_med[n]:9.2f}  err {err[n]:.1e}  diff {diff[n]:.1e}  "
               f"{described[n]}", file=out)  # fmt: skip
     if step_ms:
         _print_steps(step_ms, out)
@@ -372,6 +381,8 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
         "busy_after": after, "tol": tol, "ok": not bad, "mismatch": bad,
         "variants": {n: {"settings": described[n], "median_ms": med[n],
                          "best_ms": best[n], "ratio": med[n] / med[first],
+                         "paired_diff_ms": paired[n],
+                         "max_abs_diff_first": max_abs(outs[n], outs[first]),
                          "cpu_ms": cpu_med[n], "rel_err_ort": err[n],
                          "max_abs_diff_ort": abs_ort[n], "rel_diff_first": diff[n],
                          "blocks_ms": times[n], "cpu_blocks_ms": cpu[n]} for n in names},
@@ -467,6 +478,8 @@ def parser(description: str | None = None, *, models: list[str] | None = None,
     p.add_argument("--tol", type=float, default=None,
                    help="largest rel RMS difference vs ORT / the first variant (default 1e-3 "
                         "f32, 1e-1 bf16)")  # fmt: skip
+    p.add_argument("--no-ort", dest="ort", action="store_false",
+                   help="no ONNX Runtime reference (outputs checked against the first variant)")
     p.add_argument("--json", default=None, metavar="FILE")
     return p
 
@@ -499,7 +512,7 @@ def variants_of(args: argparse.Namespace, old: dict | None = None, new: dict | N
 def configs_of(args: argparse.Namespace) -> list[Config]:
     """One Config a thread count of `--threads` (an option a wrapper took over: its default)."""
     keys = ("rounds", "runs", "warmup", "settle", "clock", "steps", "openvino", "bf16",
-            "wait_quiet", "tol")  # fmt: skip
+            "wait_quiet", "tol", "ort")  # fmt: skip
     given = {k: getattr(args, k) for k in keys if hasattr(args, k)}
     return [Config(threads=t, **given) for t in args.threads]
 
