@@ -334,6 +334,12 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
         print(f"# {case.spec}: {before}", file=out, flush=True)
     cname = cfg.clock_name()
     clock = CLOCKS[cname]
+    runs = cfg.runs
+    if runs <= 0:  # enough for about 0.2 s a block, by the first variant's runs
+        t0 = time.perf_counter()
+        for _ in range(3):
+            progs[first].run(case.feeds)
+        runs = max(2, int(0.2 / max((time.perf_counter() - t0) / 3, 1e-6)))
     times: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
     for r in range(cfg.rounds):
@@ -342,10 +348,10 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
             for _ in range(cfg.settle):
                 prog.run(case.feeds)
             c0, t0 = time.process_time(), clock()
-            for _ in range(cfg.runs):
+            for _ in range(runs):
                 prog.run(case.feeds)
-            times[n].append((clock() - t0) / cfg.runs * 1e3)
-            cpu[n].append((time.process_time() - c0) / cfg.runs * 1e3)
+            times[n].append((clock() - t0) / runs * 1e3)
+            cpu[n].append((time.process_time() - c0) / runs * 1e3)
     step_ms: dict[str, dict[str, float]] = {}
     if cfg.steps:
         step_ms = _steps(progs, [n for n in names if n != "OV"], case.feeds, cfg.rounds, clock)
@@ -357,7 +363,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     paired = {n: statistics.median(np.subtract(t, times[first])) if t else float("nan")
               for n, t in times.items()}  # fmt: skip
     dtype = "bf16" if bf16 else "f32"
-    print(f"{case.spec} t{cfg.threads} {dtype}, {cfg.rounds} rounds x {cfg.runs} runs, "
+    print(f"{case.spec} t{cfg.threads} {dtype}, {cfg.rounds} rounds x {runs} runs, "
           f"{CLOCK_NAMES[cname]} ms a run (median over blocks, best block, ratio of medians to "
           f"{first}, median of the rounds' difference from it; process CPU ms; rel RMS err vs "
           f"ORT f32; rel RMS diff vs {first}):",
@@ -377,7 +383,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     out.flush()
     return {
         "spec": case.spec, "threads": cfg.threads, "dtype": dtype, "clock": cname,
-        "rounds": cfg.rounds, "runs": cfg.runs, "first": first, "quiet_before": before,
+        "rounds": cfg.rounds, "runs": runs, "first": first, "quiet_before": before,
         "busy_after": after, "tol": tol, "ok": not bad, "mismatch": bad,
         "variants": {n: {"settings": described[n], "median_ms": med[n],
                          "best_ms": best[n], "ratio": med[n] / med[first],
@@ -465,7 +471,7 @@ def parser(description: str | None = None, *, models: list[str] | None = None,
                    help="one A/B per thread count")  # fmt: skip
     p.add_argument("--rounds", type=int, default=rounds)
     p.add_argument("--runs", "--repeat", dest="runs", type=int, default=runs,
-                   help="runs in a timed block")  # fmt: skip
+                   help="runs in a timed block (0: about 0.2 s)")  # fmt: skip
     p.add_argument("--warmup", type=int, default=warmup, help="untimed runs a variant first")
     p.add_argument("--settle", type=int, default=settle, help="untimed runs before each block")
     p.add_argument("--clock", choices=["auto", *CLOCKS], default="auto",
