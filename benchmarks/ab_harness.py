@@ -451,21 +451,24 @@ def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config | li
 def parser(description: str | None = None, *, models: list[str] | None = None,
            threads: int | list[int] = 2, rounds: int = 20, runs: int = 1, warmup: int = 1,
            settle: int = 0, named: dict[str, Variant] | None = None,
-           default_names: list[str] | None = None) -> argparse.ArgumentParser:  # fmt: skip
+           default_names: list[str] | None = None,
+           env_options: bool = True) -> argparse.ArgumentParser:  # fmt: skip
     """The harness's arguments, with a wrapper's defaults; `named`: the wrapper's variants by
-    name, chosen with `--variants NAME ...` (default `default_names`; `openvino` too)."""
+    name, chosen with `--variants NAME ...` (default `default_names`; `openvino` too);
+    `env_options=False`: no `--old` / `--new` / `--variant` (a wrapper that builds its own)."""
     p = argparse.ArgumentParser(description=description or __doc__.splitlines()[0],
                                 conflict_handler="resolve")  # a wrapper may take an option
     p.add_argument("--models", nargs="+", default=["minilm"] if models is None else models,
                    help="name[:batch], zoo name or .onnx path")  # fmt: skip
-    p.add_argument("--old", nargs="*", default=None, help="K=V[,K=V] ...: the variant `old`")
-    p.add_argument("--new", nargs="*", default=None, help="K=V[,K=V] ...: the variant `new`")
-    p.add_argument("--variant", action="append", default=None,
-                   help="NAME:K=V,K=V (repeatable; replaces --old / --new)")  # fmt: skip
+    if env_options:
+        p.add_argument("--old", nargs="*", default=None, help="K=V[,K=V] ...: variant `old`")
+        p.add_argument("--new", nargs="*", default=None, help="K=V[,K=V] ...: variant `new`")
+        p.add_argument("--variant", action="append", default=None,
+                       help="NAME:K=V,K=V (repeatable; replaces --old / --new)")  # fmt: skip
+        p.add_argument("--new-first", action="store_true", help="the variant `new` first")
     if named:
         p.add_argument("--variants", nargs="+", default=default_names or list(named),
                        choices=[*named, "openvino"], help="this script's variants, by name")
-    p.add_argument("--new-first", action="store_true", help="the variant `new` first")
     p.add_argument("--threads", type=int, nargs="+",
                    default=threads if isinstance(threads, list) else [threads],
                    help="one A/B per thread count")  # fmt: skip
@@ -495,20 +498,21 @@ def variants_of(args: argparse.Namespace, old: dict | None = None, new: dict | N
     """The variants the arguments name: `--variant`s; else `--old` / `--new` where given; else
     the wrapper's `named` ones that `--variants` picks (`openvino` sets `args.openvino`); else
     `old` / `new` with the wrapper's default settings. `--bf16` makes each one bf16."""
-    if args.variant:
-        chosen = [parse_variant(v) for v in args.variant]
-    elif named and args.old is None and args.new is None:
+    given, old_arg, new_arg = (getattr(args, k, None) for k in ("variant", "old", "new"))
+    if given:
+        chosen = [parse_variant(v) for v in given]
+    elif named and old_arg is None and new_arg is None:
         if "openvino" in args.variants:
             args.openvino = True
         chosen = [named[n] for n in args.variants if n != "openvino"]
     else:
         chosen = [
-            Variant("old", parse_env(args.old) if args.old is not None else dict(old or {})),
-            Variant("new", parse_env(args.new) if args.new is not None else dict(new or {})),
+            Variant("old", parse_env(old_arg) if old_arg is not None else dict(old or {})),
+            Variant("new", parse_env(new_arg) if new_arg is not None else dict(new or {})),
         ]
-        if chosen[0].env == chosen[1].env and args.old is None and args.new is None:
+        if chosen[0].env == chosen[1].env and old_arg is None and new_arg is None:
             raise SystemExit("no variants: give --old K=V / --new K=V or --variant NAME:K=V")
-        if args.new_first:
+        if getattr(args, "new_first", False):
             chosen = chosen[::-1]
     if args.bf16:
         chosen = [replace(v, bf16=True) for v in chosen]

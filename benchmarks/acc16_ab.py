@@ -38,7 +38,7 @@ def variant(keep: str) -> ab.Variant:
 
 def main(argv: list[str] | None = None) -> int:
     p = ab.parser(__doc__.splitlines()[0], models=["minilm"], threads=1, rounds=10, runs=5,
-                  warmup=3)  # fmt: skip
+                  warmup=3, env_options=False)  # fmt: skip
     p.add_argument("--variants", nargs="+", default=["nocenter", "none"])
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--cpu", action="store_true", help="process CPU time, not wall")

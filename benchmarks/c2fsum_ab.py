@@ -64,7 +64,7 @@ YOLO_UP_LAYERS = [
 def ab(args) -> int:
     """The modes' whole-network A/B: `benchmarks/ab_harness.py` on yolov8_style at `--size`."""
     named = {m: ab_harness.Variant(m, {conv_concat.MODE_ENV: m}) for m in conv_concat.MODES}
-    args.variant, args.old, args.new, args.variants = None, None, None, args.modes
+    args.variants = args.modes
     return ab_harness.run_args(args, named=named, models=[f"yolov8_style:{args.size}"],
                                note=chains)  # fmt: skip
 
@@ -132,7 +132,7 @@ def steps(size: str, threads: int, repeat: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = ab_harness.parser(__doc__.split("\n")[0], models=[], threads=[1, 2], rounds=6, runs=8,
-                          settle=1)  # fmt: skip
+                          settle=1, env_options=False)  # fmt: skip
     p.add_argument("--size", default="full", choices=["full", "test"])
     p.add_argument("--modes", nargs="+", default=["off", "on"], choices=conv_concat.MODES)
     p.add_argument("--layers", action="store_true", help="the per-layer table instead")
