@@ -12,7 +12,8 @@ What it does, per model (`--models`: `name[:batch]` of `pygraphx.models`, a zoo 
   `--variant NAME:K=V,K=V` as often as wanted, which replaces them). A key `@module.NAME` sets
   an attribute of `pygraphx.targets.torch_lowering.<module>` (`@cpu.module.NAME`:
   `pygraphx.targets.cpu.<module>`; `@pygraphx.any.module.NAME`: that module) to a Python
-  literal instead of an environment variable.
+  literal instead of an environment variable; `target.NAME=value`: the cpu target's option
+  NAME (`CpuTarget(NAME=value)`, e.g. `target.conv_output=torch`).
   `--bf16`: every variant `quantize_bf16`'d; `--openvino`: OpenVINO (f32, or bf16 with
   `--bf16`; one stream, the same threads) as one more variant `OV`;
 - compares the outputs: each variant against ONNX Runtime float32 (the oracle: rel. RMS error
@@ -174,12 +175,25 @@ def compile_variant(case: Case, threads: int, variant: Variant) -> Any:
         return variant.build(case, threads)
     from pygraphx.targets.cpu.target import CpuTarget
 
-    with settings(variant.env):
+    env = {k: v for k, v in variant.env.items() if not k.startswith(TARGET)}
+    options = {k[len(TARGET):]: _literal(v) for k, v in variant.env.items() if k.startswith(TARGET)}
+    with settings(env):
         prog = pygraphx.parse_onnx_buffer(case.data)
         if variant.bf16:
             pygraphx.quantize_bf16(prog)
-        prog.compile(CpuTarget(threads=threads))
+        prog.compile(CpuTarget(threads=threads, **options))
     return prog
+
+
+TARGET = "target."  # a setting `target.NAME=value`: the option NAME of CpuTarget
+
+
+def _literal(text: str) -> Any:
+    """A Python literal's value, else the text itself (`conv_output=torch`)."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
 
 
 class OpenVino:
