@@ -28,7 +28,7 @@ What it does, per model (`--models`: `name[:batch]` of `pygraphx.models`, a zoo 
   CPU time at 1 thread, wall at 2+ (`--clock` overrides: `process` is the process's CPU time);
   the process CPU time of each block is kept beside it;
 - `--steps`: as many profiled rounds again, each step timed alone, printed as ms a run per kind
-  of step (`gemm14_profile.pgx_kind`), each step's median;
+  of step (`gemm14_profile.pgx_kind`, or a wrapper's `Config.kind_of`), each step's median;
 - prints one table a model, in this form (stable: the notes quote it):
 
       <spec> t<threads> <f32|bf16>, <R> rounds x <N> runs, <clock> ms a run (median over
@@ -302,6 +302,7 @@ class Config:
     wait_quiet: float | None = None
     tol: float | None = None
     ort: bool = True
+    kind_of: Callable[[Any], str] | None = None  # `--steps`' kind of a step (gemm14_profile's)
 
     def clock_name(self) -> str:
         if self.clock != "auto":
@@ -368,7 +369,8 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
             cpu[n].append((time.process_time() - c0) / runs * 1e3)
     step_ms: dict[str, dict[str, float]] = {}
     if cfg.steps:
-        step_ms = _steps(progs, [n for n in names if n != "OV"], case.feeds, cfg.rounds, clock)
+        step_ms = _steps(progs, [n for n in names if n != "OV" and hasattr(progs[n], "_executable")],
+                         case.feeds, cfg.rounds, clock, cfg.kind_of)  # fmt: skip
     after = busy() if cfg.wait_quiet is not None else None
     med = {n: statistics.median(t) if t else float("nan") for n, t in times.items()}
     best = {n: min(t, default=float("nan")) for n, t in times.items()}
@@ -387,7 +389,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
               f"{paired[n]:+8.2f}  cpu {cpu_med[n]:9.2f}  err {err[n]:.1e}  diff {diff[n]:.1e}  "
               f"{described[n]}", file=out)  # fmt: skip
     if step_ms:
-        _print_steps(step_ms, out)
+        _print_steps(step_ms, out, cfg.kind_of is None)
     more = extra(progs, case, cfg, out) if extra is not None else None
     if after is not None:
         print(f"# {case.spec}: machine after the timing: busy {after:.0%} over 2 s", file=out)
@@ -410,8 +412,9 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     }  # fmt: skip
 
 
-def _steps(progs: dict, names: list[str], feeds: dict, rounds: int, clock) -> dict:
-    from benchmarks.gemm14_profile import pgx_kind
+def _steps(progs: dict, names: list[str], feeds: dict, rounds: int, clock, kind_of) -> dict:
+    if kind_of is None:
+        from benchmarks.gemm14_profile import pgx_kind as kind_of
 
     runs: dict[str, list[list[float]]] = {n: [] for n in names}
     for r in range(rounds):
@@ -422,15 +425,17 @@ def _steps(progs: dict, names: list[str], feeds: dict, rounds: int, clock) -> di
         med = np.median(np.array(runs[n]), axis=0)
         acc: dict[str, float] = defaultdict(float)
         for st, t in zip(progs[n]._executable.lowered.steps, med, strict=True):
-            acc[pgx_kind(st)] += float(t) * 1e3
+            acc[kind_of(st)] += float(t) * 1e3
         per[n] = dict(acc)
     return per
 
 
-def _print_steps(per: dict[str, dict[str, float]], out) -> None:
-    from benchmarks.gemm14_profile import KINDS
-
+def _print_steps(per: dict[str, dict[str, float]], out, gemm14_kinds: bool = True) -> None:
     names = list(per)
+    if gemm14_kinds:
+        from benchmarks.gemm14_profile import KINDS
+    else:
+        KINDS = sorted({k for n in names for k in per[n]})  # noqa: N806
     print("  kind        " + " ".join(f"{n:>10s}" for n in names) + "  (ms a run, each step's "
           "median)", file=out)  # fmt: skip
     for k in (*KINDS, "sum"):
@@ -458,7 +463,7 @@ def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config | li
     if json_path:
         doc = {"configs": [vars(c) for c in cfgs], "variants": [v.describe() for v in variants],
                "models": results, **(doc or {})}  # fmt: skip
-        Path(json_path).write_text(json.dumps(doc, indent=1))
+        Path(json_path).write_text(json.dumps(doc, indent=1, default=str))
     return 0 if all(r["ok"] for r in results) else 1
 
 
