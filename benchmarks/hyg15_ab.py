@@ -10,7 +10,7 @@ the rounded bias; every other layer is the same in both programs (`conv_fusion` 
 binding). A wrapper of `benchmarks/ab_harness.py` (blocks of runs alternating, the order
 reversed every round; median block, best block, process CPU ms a run, the relative RMS error
 against ONNX Runtime float32), each compile's route counts (`conv_concat_sum`,
-`deconv_capi`) printed.
+`deconv_capi`) printed. `compile_variant` stays importable here (hyg15_errors.py).
 """
 
 from __future__ import annotations
@@ -32,6 +32,17 @@ def rounded_bias(case: ab.Case, threads: int):
         mock.patch.object(conv_epilogue_match, "wide_bias", never),
     ):
         return ab.compile_variant(case, threads, ab.Variant("old", bf16=True))
+
+
+def compile_variant(model, threads: int, variant: str):  # noqa: ANN201
+    """`cpu_engines.make_pygraphx`'s (run, seconds, program) of `variant` (hyg15_errors.py)."""
+    import time
+
+    start = time.perf_counter()
+    case = ab.Case("", model.SerializeToString(), {})
+    prog = NAMED[variant].build(case, threads) if variant == "old" else ab.compile_variant(
+        case, threads, NAMED[variant])  # fmt: skip
+    return (lambda feeds: prog.run(feeds)), time.perf_counter() - start, prog
 
 
 NAMED = {
