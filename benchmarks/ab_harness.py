@@ -369,8 +369,8 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
             cpu[n].append((time.process_time() - c0) / runs * 1e3)
     step_ms: dict[str, dict[str, float]] = {}
     if cfg.steps:
-        step_ms = _steps(progs, [n for n in names if n != "OV" and hasattr(progs[n], "_executable")],
-                         case.feeds, cfg.rounds, clock, cfg.kind_of)  # fmt: skip
+        profiled_names = [n for n in names if hasattr(progs[n], "_executable")]
+        step_ms = _steps(progs, profiled_names, case.feeds, cfg.rounds, clock, cfg.kind_of)
     after = busy() if cfg.wait_quiet is not None else None
     med = {n: statistics.median(t) if t else float("nan") for n, t in times.items()}
     best = {n: min(t, default=float("nan")) for n, t in times.items()}

@@ -22,8 +22,9 @@ A vs B max difference (0 expected: masked scores weigh exactly 0 either way).
 `models`: `benchmarks/ab_harness.py` (the one harness) on the models compiled twice at bf16
 (`quantize_bf16`, its default policy), A with `PGX_CPU_NATIVE_ATTENTION=0` and B with it 1, run
 in turn (A B, then B A); printed: the median run (thread CPU time at one thread, wall at more),
-the A/B output difference and each one's relative RMS error against ONNX Runtime float32. `--f32`: float32 programs, A with
-`PGX_CPU_NATIVE_ATTENTION_F32=0` (the kernel's FMA variant off), B without.
+the A/B output difference and each one's relative RMS error against ONNX Runtime float32.
+`--f32`: float32 programs, A with `PGX_CPU_NATIVE_ATTENTION_F32=0` (the kernel's FMA variant
+off), B with it 1.
 """
 
 from __future__ import annotations

@@ -82,8 +82,8 @@ def faults(progs: dict, case: ab.Case, cfg: ab.Config, out) -> dict:
             progs[n].run(case.feeds)
             got[n].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     med = {n: float(np.median(v)) for n, v in got.items()}
-    print("  minor page faults a run (median): " + ", ".join(f"{n} {v:.0f}" for n, v in med.items()),
-          file=out)  # fmt: skip
+    cells = ", ".join(f"{n} {v:.0f}" for n, v in med.items())
+    print(f"  minor page faults a run (median): {cells}", file=out)
     return med
 
 
