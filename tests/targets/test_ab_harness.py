@@ -91,3 +91,19 @@ def test_parse() -> None:
     assert v.name == "old" and v.env == {"PGX_A": "0", "@cpu.scheduling.X": "False"}
     assert ab.parse_env(["A=1,B=2", "C=3"]) == {"A": "1", "B": "2", "C": "3"}
     assert ab.rel_err([np.ones(3)], [np.ones(3)]) == 0.0
+
+
+def test_settings_in_force_only_inside(monkeypatch) -> None:
+    """A variant's settings (an environment variable, a module constant) hold while it compiles
+    and are restored after."""
+    import os
+
+    from pygraphx.targets.cpu import scheduling
+
+    monkeypatch.delenv("PGX_AB_TEST_X", raising=False)
+    before = scheduling.SKIP_SAME_COUNT
+    with ab.settings({"PGX_AB_TEST_X": "1", "@cpu.scheduling.SKIP_SAME_COUNT": repr(not before)}):
+        assert os.environ["PGX_AB_TEST_X"] == "1"
+        assert scheduling.SKIP_SAME_COUNT is (not before)
+    assert "PGX_AB_TEST_X" not in os.environ
+    assert scheduling.SKIP_SAME_COUNT is before
