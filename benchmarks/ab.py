@@ -1,4 +1,4 @@
-"""A/B of a change on whole models, one process: `benchmarks/ab_harness.py`'s command line.
+"""A/B of a change on whole models in one process (`benchmarks/ab_harness.py` on the command line).
 
     PYTHONPATH=. python benchmarks/ab.py --old PGX_CPU_GELU_ERF_NATIVE=0 --new \
         --models minilm bert_base:1 --threads 1 --rounds 10 [--steps] [--json FILE]
