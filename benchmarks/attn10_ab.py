@@ -4,18 +4,20 @@
         --threads 1 --rounds 20
 
 A is compiled with the call the layer-norm steps made before (`F.layer_norm`, its Python
-wrapper, where B calls `torch.layer_norm`); B as the tree compiles it. The two programs run in
-turn (A B, then B A), each step timed inside its run (thread CPU time at one thread, wall
-otherwise). Printed: per block the median over rounds of each program's sum, the run, and the
-largest difference between the programs' outputs and from ONNX Runtime's.
+wrapper, where B calls `torch.layer_norm`); B as the tree compiles it. A wrapper of
+`benchmarks/ab_harness.py` (the one harness) with `--steps` always on and the steps grouped by
+transformer block (`cpu_transformer_blocks.pgx_block`): the two programs run in turn (A B, then
+B A), plain runs and then runs with each step timed (thread CPU time at one thread, wall
+otherwise). Printed: the median run, per block the median over rounds of each program's sum,
+and the difference between the programs' outputs and from ONNX Runtime's. `compile_a`,
+`compile_b`, `timed_run`, `model_and_feeds` stay importable here.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: i
 import cpu_transformer_blocks as ctb  # noqa: E402
 
 import pygraphx  # noqa: E402
+from benchmarks import ab_harness as ab  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 
@@ -75,40 +78,14 @@ def model_and_feeds(name: str, threads: int, batch: int = 1) -> tuple[bytes, dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="bert_base", choices=["bert_base", "gpt2"])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=20)
-    args = ap.parse_args(argv)
-    import onnxruntime as ort
-
-    clock = time.thread_time_ns if args.threads == 1 else time.perf_counter_ns
-    data, feeds = model_and_feeds(args.model, args.threads)
-    progs = {"A": compile_a(data, args.threads), "B": compile_b(data, args.threads)}
-    blocks = {n: [ctb.pgx_block(s) for s in p._executable.lowered.steps] for n, p in progs.items()}
-    sums: dict[str, dict[str, list[float]]] = {n: {} for n in progs}
-    outs: dict[str, list] = {}
-    for _ in range(2):
-        for prog in progs.values():
-            prog.run(feeds)
-    for r in range(args.rounds):
-        for name in ("A", "B") if r % 2 == 0 else ("B", "A"):
-            times, whole, outs[name] = timed_run(progs[name], feeds, clock)
-            cells = sums[name]
-            cells.setdefault("run", []).append(whole / 1e6)
-            for b in set(blocks[name]):
-                mine = [t for t, x in zip(times, blocks[name], strict=True) if x == b]
-                cells.setdefault(b, []).append(sum(mine) / 1e6)
-    want = ort.InferenceSession(data).run(None, feeds)
-    diff = max(float(np.abs(a - b).max()) for a, b in zip(outs["A"], outs["B"], strict=True))
-    err = max(float(np.abs(a - w).max()) for a, w in zip(outs["B"], want, strict=True))
-    clock_name = "thread CPU" if args.threads == 1 else "wall"
-    print(f"{args.model} b1 t{args.threads}, {args.rounds} rounds, {clock_name} ms, median: A / B; "
-          f"outputs A vs B {diff:.1e}, B vs ORT {err:.1e}")  # fmt: skip
-    for b in sorted(sums["A"]):
-        a, bb = np.median(sums["A"][b]), np.median(sums["B"][b])
-        print(f"  {b:10s} {a:8.2f} / {bb:8.2f}  ({bb - a:+.2f})")
-    return 0
+    p = ab.parser(__doc__.splitlines()[0], models=[], threads=1, rounds=20, warmup=2,
+                  env_options=False)  # fmt: skip
+    p.add_argument("--model", default="bert_base", choices=["bert_base", "gpt2"])
+    args = p.parse_args(argv)
+    variants = [ab.Variant("A", build=lambda c, t: compile_a(c.data, t), label="F.layer_norm"),
+                ab.Variant("B", build=lambda c, t: compile_b(c.data, t), label="this tree")]
+    cfgs = [replace(c, steps=True, kind_of=ctb.pgx_block) for c in ab.configs_of(args)]
+    return ab.run(args.models or [f"{args.model}:1"], variants, cfgs, args.json)
 
 
 if __name__ == "__main__":

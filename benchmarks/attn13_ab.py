@@ -19,17 +19,17 @@ one fused product, s 128, and s 77 / 256 for a tail and a longer one), bf16 (or 
 blocks a query block does not see skipped, no mask read); same timing and error as above, and
 A vs B max difference (0 expected: masked scores weigh exactly 0 either way).
 
-`models`: the model compiled twice at bf16 (`quantize_bf16`, its default policy), A with
-`PGX_CPU_NATIVE_ATTENTION=0` and B without, run in turn (A B, then B A); printed: the median
-run (thread CPU time at one thread, wall at more), the A/B output difference and each one's
-relative RMS error against ONNX Runtime float32. `--f32`: float32 programs, A with
-`PGX_CPU_NATIVE_ATTENTION_F32=0` (the kernel's FMA variant off), B without.
+`models`: `benchmarks/ab_harness.py` (the one harness) on the models compiled twice at bf16
+(`quantize_bf16`, its default policy), A with `PGX_CPU_NATIVE_ATTENTION=0` and B with it 1, run
+in turn (A B, then B A); printed: the median run (thread CPU time at one thread, wall at more),
+the A/B output difference and each one's relative RMS error against ONNX Runtime float32.
+`--f32`: float32 programs, A with `PGX_CPU_NATIVE_ATTENTION_F32=0` (the kernel's FMA variant
+off), B with it 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -135,70 +135,23 @@ def causal_blocks(args: argparse.Namespace) -> None:
 
 
 def load(spec: str) -> tuple[bytes, dict[str, np.ndarray]]:
-    name, _, batch = spec.partition(":")
-    from benchmarks.zoo import ZOO_NAMES, zoo_model
+    """The model's bytes and feeds (`benchmarks/ab_harness.load`)."""
+    from benchmarks.ab_harness import load as ab_load
 
-    if name in ZOO_NAMES:
-        path, feeds = zoo_model(name, "full")
-        return Path(path).read_bytes(), feeds
-    from pygraphx.models import get_model, model_inputs
-
-    model = get_model(name, batch=int(batch or 1))
-    return model.SerializeToString(), model_inputs(name, model)
+    case = ab_load(spec)
+    return case.data, case.feeds
 
 
-def compile_prog(data: bytes, threads: int, native: bool, f32: bool):
-    import pygraphx
-    from pygraphx.targets.cpu.target import CpuTarget
+def models(args: argparse.Namespace) -> int:
+    """`benchmarks/ab_harness.py` on the models: A the kernel's switch off, B on."""
+    from benchmarks import ab_harness as ab
     from pygraphx.targets.torch_lowering.attention import NATIVE_F32_ENV
 
-    env = NATIVE_F32_ENV if f32 else native_attention.ENV
-    old = os.environ.get(env)
-    os.environ[env] = "1" if native else "0"
-    try:
-        prog = pygraphx.parse_onnx_buffer(data)
-        if not f32:
-            pygraphx.quantize_bf16(prog)
-        prog.compile(CpuTarget(threads=threads))
-    finally:
-        if old is None:
-            del os.environ[env]
-        else:
-            os.environ[env] = old
-    return prog
-
-
-def models(args: argparse.Namespace) -> None:
-    import onnxruntime as ort
-
-    clock = time.thread_time if args.threads == 1 else time.perf_counter
-    for spec in args.models:
-        data, feeds = load(spec)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = args.threads
-        want = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"]).run(None, feeds)
-        progs = {"A": compile_prog(data, args.threads, False, args.f32),
-                 "B": compile_prog(data, args.threads, True, args.f32)}  # fmt: skip
-        outs = {n: [np.array(o) for o in p.run(feeds)] for n, p in progs.items()}
-        for p in progs.values():
-            p.run(feeds)
-        times: dict[str, list[float]] = {"A": [], "B": []}
-        for r in range(args.rounds):
-            for n in ("A", "B") if r % 2 == 0 else ("B", "A"):
-                start = clock()
-                progs[n].run(feeds)
-                times[n].append(clock() - start)
-        diff = max(float(np.abs(a - b).max()) for a, b in zip(outs["A"], outs["B"], strict=True))
-
-        def err(got: list[np.ndarray]) -> float:
-            num = sum(float(((g.astype(np.float64) - w) ** 2).sum()) for g, w in zip(got, want))
-            return (num / sum(float((w.astype(np.float64) ** 2).sum()) for w in want)) ** 0.5
-
-        a, b = np.median(times["A"]) * 1e3, np.median(times["B"]) * 1e3
-        print(f"{spec:12s} t{args.threads} {'f32' if args.f32 else 'bf16'}, {args.rounds} rounds, "
-              f"{'thread CPU' if args.threads == 1 else 'wall'} ms median: A (oneDNN) {a:.2f} / "
-              f"B (native) {b:.2f} (B/A {b / a:.3f}); A vs B max diff {diff:.1e}; rel RMS err vs "
-              f"ORT f32 A {err(outs['A']):.1e}, B {err(outs['B']):.1e}")  # fmt: skip
+    env = NATIVE_F32_ENV if args.f32 else native_attention.ENV
+    variants = [ab.Variant("A", {env: "0"}, not args.f32, label="oneDNN"),
+                ab.Variant("B", {env: "1"}, not args.f32, label="native")]  # fmt: skip
+    cfg = ab.Config(threads=args.threads, rounds=args.rounds)
+    return ab.run(args.models, variants, cfg)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,10 +169,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="blocks: GPT-2's causal block, full kernel (A) / causal skipping (B)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.what == "blocks" and args.causal:
-        causal_blocks(args)
-    else:
-        (blocks if args.what == "blocks" else models)(args)
+    if args.what == "models":
+        return models(args)
+    (causal_blocks if args.causal else blocks)(args)
     return 0
 
 

@@ -9,6 +9,7 @@ git's `BASE` revision of attention.c: the sum of the unrounded exponentials), in
     PYTHONPATH=. python benchmarks/attn15_ab.py models --threads 1 --rounds 16 --repeat 3 \
         --models minilm bert_base
         # whole bf16 programs (quantize_bf16): main's kernel / this tree's, time per run
+        # (`benchmarks/ab_harness.py`, the one harness: its table, then new/main)
     PYTHONPATH=. python benchmarks/attn15_ab.py errors --models minilm bert_base gpt2 --seeds 6
         # relative RMS error against ORT float32 per output (`cpu_vs_peers.relative_error` is
         # the worst output's): main's kernel, this tree's with the switch off (its first
@@ -111,8 +112,8 @@ def engine(key: str, old: Callable) -> Iterator[None]:
     kernel = na.kernel
     try:
         if key == "main":
-            na.kernel = lambda dtype=torch.bfloat16, extra_flags=(): (  # type: ignore
-                old if dtype == torch.bfloat16 else kernel(dtype, extra_flags))
+            na.kernel = lambda dtype=torch.bfloat16, extra_flags=(), rsum=None: (  # type: ignore
+                old if dtype == torch.bfloat16 else kernel(dtype, extra_flags, rsum))
         elif key == "first":
             os.environ[na.ROUNDED_SUM_ENV] = "0"
         elif key == "onednn":
@@ -132,33 +133,38 @@ def program(model, threads: int, key: str, old: Callable):
     return prog
 
 
-def models(args: argparse.Namespace) -> None:
+def models(args: argparse.Namespace) -> int:
+    """Whole bf16 programs: `benchmarks/ab_harness.py` over the engines (an engine named twice,
+    `--engines main new main new`, gets a program each: the spread between two programs of one
+    engine is the noise floor of the comparison); then new/main, the mean over programs."""
+    import onnx
+
+    from benchmarks import ab_harness as ab
     from benchmarks.bf16acc14_precisions import load
 
     old = old_kernel()
-    clock = time.thread_time if args.threads == 1 else time.perf_counter
-    print(f"threads {args.threads}, load {loadavg()}")
+
+    def variant(i: int, key: str) -> ab.Variant:
+        def build(case: ab.Case, threads: int):
+            return program(onnx.load_from_string(case.data), threads, key, old)
+
+        return ab.Variant(f"{key}{i}", bf16=True, build=build, label=f"{key}'s kernel")
+
+    variants = [variant(i, key) for i, key in enumerate(args.engines)]
+    cfg = ab.Config(threads=args.threads, rounds=args.rounds, runs=args.repeat, settle=1)
+    torch.set_num_threads(args.threads)
+    rc = 0
     for name in args.models:
         model, inputs = load(name, 1)
-        feeds = inputs(0)
-        # engines named twice (`--engines main new main new`) get a program each: the spread
-        # between two programs of one engine is the noise floor of the comparison
-        progs = {f"{key}{i}": program(model, args.threads, key, old)
-                 for i, key in enumerate(args.engines)}  # fmt: skip
-        times: dict[str, list[float]] = {key: [] for key in progs}
-        for r in range(args.rounds):
-            for key in list(progs) if r % 2 == 0 else list(progs)[::-1]:
-                progs[key].run(feeds)
-                t0 = clock()
-                for _ in range(args.repeat):
-                    progs[key].run(feeds)
-                times[key].append((clock() - t0) / args.repeat * 1e3)
-        each = ", ".join(f"{k} {statistics.median(v):.2f} ms (best {min(v):.2f})"
-                         for k, v in times.items())  # fmt: skip
-        mean = {e: statistics.mean(statistics.median(v) for k, v in times.items()
-                                   if k.rstrip("0123456789") == e) for e in set(args.engines)}
-        print(f"{name}: {each}; new/main {mean['new'] / mean['main']:.3f} (medians, mean over "
-              f"programs); load {loadavg()}", flush=True)  # fmt: skip
+        res = ab.ab_case(ab.Case(name, model.SerializeToString(), inputs(0)), variants, cfg)
+        rc |= not res["ok"]
+        med = {k: v["median_ms"] for k, v in res["variants"].items()}
+        mean = {e: statistics.mean(v for k, v in med.items() if k.rstrip("0123456789") == e)
+                for e in set(args.engines)}  # fmt: skip
+        if {"new", "main"} <= set(mean):
+            print(f"{name}: new/main {mean['new'] / mean['main']:.3f} (medians, mean over "
+                  f"programs); load {loadavg()}", flush=True)  # fmt: skip
+    return int(rc)
 
 
 def errors(args: argparse.Namespace) -> None:
@@ -211,8 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--openvino", action="store_true", help="errors: OpenVINO's default (bf16)")
     args = ap.parse_args(argv)
-    {"blocks": blocks, "models": models, "errors": errors}[args.what](args)
-    return 0
+    return {"blocks": blocks, "models": models, "errors": errors}[args.what](args) or 0
 
 
 if __name__ == "__main__":

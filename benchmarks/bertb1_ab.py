@@ -5,9 +5,11 @@
 
 `--ab attention`: A is the default (oneDNN's attention primitives), B `onednn_attention=False`
 (float32: torch's fused kernel); `--ab layernorm`: B with `PGX_CPU_LAYERNORM=torch` (torch's layer-
-norm kernel, no norm written over its input). Each round runs A then B (and B then A in odd rounds);
-the figures are each program's median wall ms and process CPU ms a run, and its blocks (sums of each
-step's fastest wall time over as many profiled rounds, again alternating). Load adaptation is off
+norm kernel, no norm written over its input). A wrapper of `benchmarks/ab_harness.py` (the one
+harness, `--steps` always on, steps grouped by `cpu_transformer_blocks.pgx_block`): each round
+runs A then B (and B then A in odd rounds); the figures are each program's median ms a run (wall
+at 2 threads, thread CPU at 1) and process CPU ms, and its blocks (sums of each step's median
+over as many profiled rounds, again alternating). Load adaptation is off
 (`PGX_CPU_LOAD_ADAPT=0`): both programs use the asked threads on a busy machine.
 """
 
@@ -16,18 +18,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import bertb1_profile  # noqa: E402
 import cpu_transformer_blocks as ctb  # noqa: E402
 
+from benchmarks import ab_harness as ab  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
 from pygraphx.targets.cpu.threads import LOAD_ADAPT_ENV  # noqa: E402
 
@@ -64,68 +63,22 @@ def load(name: str, batch: int) -> tuple[bytes, dict]:
     return model.SerializeToString(), model_inputs(name, model)
 
 
-def ctb_error(got: list, want: list) -> float:
-    """The largest relative RMS error of `got` against `want` over the outputs."""
-    return max(
-        float(
-            np.sqrt(
-                np.mean((np.asarray(g, np.float64) - w) ** 2)
-                / np.mean(np.square(w, dtype=np.float64))
-            )
-        )
-        for g, w in zip(got, want, strict=True)
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="bert_base",
-                    choices=["bert_base", "gpt2", "vit_b16", "minilm"])  # fmt: skip
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--bf16", action="store_true")
-    ap.add_argument("--ab", choices=sorted(VARIANTS), default="attention")
-    args = ap.parse_args(argv)
+    p = ab.parser(__doc__.splitlines()[0], models=[], threads=2, rounds=20, env_options=False)
+    p.add_argument("--model", default="bert_base",
+                   choices=["bert_base", "gpt2", "vit_b16", "minilm"])  # fmt: skip
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--ab", choices=sorted(VARIANTS), default="attention")
+    args = p.parse_args(argv)
     os.environ[LOAD_ADAPT_ENV] = "0"
-    import torch
-
-    torch.set_num_threads(args.threads)
+    target, env = VARIANTS[args.ab]
+    b_env = {**env, **{f"{ab.TARGET}{k}": repr(v) for k, v in target.items()}}
+    variants = [ab.Variant("A", bf16=args.bf16, label="default"),
+                ab.Variant("B", b_env, args.bf16)]  # fmt: skip
     data, feeds = load(args.model, args.batch)
-    progs = {
-        "A": ctb.compile_pgx(data, args),
-        "B": compile_b(data, args),
-    }
-    import onnxruntime as ort
-
-    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
-    errors = {k: ctb_error(p.run(feeds), want) for k, p in progs.items()}
-    wall, cpu = defaultdict(list), defaultdict(list)
-    for r in range(args.rounds):
-        for k in ("A", "B") if r % 2 == 0 else ("B", "A"):
-            c0, w0 = ctb.cpu_seconds(), time.perf_counter()
-            progs[k].run(feeds)
-            wall[k].append(time.perf_counter() - w0)
-            cpu[k].append(ctb.cpu_seconds() - c0)
-    fastest = {k: [float("inf")] * len(p._executable.lowered.steps) for k, p in progs.items()}
-    for r in range(args.rounds):
-        for k in ("A", "B") if r % 2 == 0 else ("B", "A"):
-            bertb1_profile.profiled_run(progs[k], feeds, fastest[k])
-    blocks = {}
-    for k, p in progs.items():
-        found = defaultdict(float)
-        for name, s in bertb1_profile.step_kinds(p, fastest[k]).items():
-            found[name.split(":")[0]] += s
-        blocks[k] = found
-    precision = "bf16" if args.bf16 else "float32"
-    print(f"{args.model} b{args.batch} {precision} {args.threads} thread(s), --ab {args.ab} "
-          f"(B: {VARIANTS[args.ab]}), {args.rounds} rounds")  # fmt: skip
-    for k in progs:
-        cells = ", ".join(f"{b} {blocks[k].get(b, 0) * 1e3:.2f}" for b in ctb.BLOCKS)
-        print(f"  {k}: rel. RMS error against ORT {errors[k]:.2e}; wall "
-              f"{np.median(wall[k]) * 1e3:.1f} ms (min {min(wall[k]) * 1e3:.1f}), CPU "
-              f"{np.median(cpu[k]) * 1e3:.1f} ms; blocks (fastest) {cells}")  # fmt: skip
-    return 0
+    case = ab.Case(f"{args.model} b{args.batch} --ab {args.ab}", data, feeds)
+    cfgs = [replace(c, steps=True, kind_of=ctb.pgx_block) for c in ab.configs_of(args)]
+    return ab.run([case], variants, cfgs, args.json)
 
 
 if __name__ == "__main__":

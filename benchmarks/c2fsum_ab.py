@@ -6,12 +6,12 @@ convolutions (`PGX_CONV_CONCAT_SUM`, `torch_lowering/conv_concat.py`): A/B in on
     python benchmarks/c2fsum_ab.py --layers --threads 1                      # per-layer table
     python benchmarks/c2fsum_ab.py --steps --threads 1                       # in the network
 
-Every mode's program is compiled from the same ONNX model (the mode is read at compile);
-timing alternates blocks of runs (a warm-up run, then `--repeat` timed runs) of the modes, the
-order reversed every round, so load from other processes falls on all alike. Reported per
-mode: median wall ms over all timed runs, the best block median, and mean process CPU ms per
-run (all threads of this process: what other processes' load inflates least), the number of
-sum chains, and the relative RMS error of the output against ONNX Runtime.
+Every mode's program is compiled from the same ONNX model (the mode is read at compile); the
+A/B is `benchmarks/ab_harness.py`'s (the one harness): blocks of runs (a settle run, then
+`--repeat` timed runs) of the modes alternate, the order reversed every round, so load from
+other processes falls on all alike. Reported per mode: the median block (wall at 2 threads,
+thread CPU at 1), the best block, process CPU ms a run (all threads of this process), the
+number of sum chains, and the relative RMS error of the output against ONNX Runtime.
 
 `--layers`: the YOLOv8n (640x640) concat + 1x1 convolution shapes, each timed as the compile
 times it (`conv_concat.time_chain`: best of 5 interleaved calls, caches flushed between),
@@ -25,7 +25,6 @@ each concat feeding a convolution and that convolution's step against the chain'
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -37,7 +36,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.cpu_vs_peers import load_zoo, make_ort, make_pygraphx, relative_error  # noqa: E402
+from benchmarks import ab_harness  # noqa: E402
+from benchmarks.cpu_vs_peers import load_zoo, make_pygraphx  # noqa: E402
 from pygraphx.targets.torch_lowering import conv_concat  # noqa: E402
 from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan  # noqa: E402
 
@@ -61,35 +61,16 @@ YOLO_UP_LAYERS = [
 ]
 
 
-def ab(size: str, threads: int, modes: list[str], rounds: int, repeat: int) -> None:
-    model, feeds, _ = load_zoo("yolov8_style", size)
-    want = make_ort(model, threads)[0](feeds)
-    runs = {}
-    for mode in modes:
-        os.environ[conv_concat.MODE_ENV] = mode
-        run, seconds, prog = make_pygraphx(model, "arena", threads)
-        chains = prog._executable.lowered.ctx.cache.get("conv_concat_sum", 0)
-        err = relative_error([np.asarray(a, np.float64) for a in prog.run(feeds)], want)
-        print(f"  t{threads} {mode}: compile {seconds:.2f} s, {chains} sum chain(s), "
-              f"rel error vs ORT {err:.2e}", flush=True)  # fmt: skip
-        runs[mode] = run
-    times: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
-    blocks: dict[str, list[float]] = {m: [] for m in modes}
-    for r in range(rounds):
-        for mode in modes if r % 2 == 0 else modes[::-1]:
-            runs[mode](feeds)
-            block = []
-            for _ in range(repeat):
-                t0, c0 = time.perf_counter(), time.process_time()
-                runs[mode](feeds)
-                block.append((time.perf_counter() - t0, time.process_time() - c0))
-            times[mode] += block
-            blocks[mode].append(statistics.median(w for w, _ in block))
-    for mode in modes:
-        wall = statistics.median(w for w, _ in times[mode]) * 1e3
-        cpu = statistics.fmean(c for _, c in times[mode]) * 1e3
-        print(f"yolov8_style {size} t{threads} {mode:>7}: wall {wall:7.2f} ms (best block "
-              f"{min(blocks[mode]) * 1e3:7.2f}), cpu {cpu:7.2f} ms/run", flush=True)  # fmt: skip
+def ab(args) -> int:
+    """The modes' whole-network A/B: `benchmarks/ab_harness.py` on yolov8_style at `--size`."""
+    named = {m: ab_harness.Variant(m, {conv_concat.MODE_ENV: m}) for m in conv_concat.MODES}
+    args.variants = args.modes
+    return ab_harness.run_args(args, named=named, models=[f"yolov8_style:{args.size}"],
+                               note=chains)  # fmt: skip
+
+
+def chains(prog) -> str:
+    return f"{prog._executable.lowered.ctx.cache.get('conv_concat_sum', 0)} sum chain(s)"
 
 
 def layers(threads: int, times: int) -> None:
@@ -150,23 +131,22 @@ def steps(size: str, threads: int, repeat: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = ab_harness.parser(__doc__.split("\n")[0], models=[], threads=[1, 2], rounds=6, runs=8,
+                          settle=1, env_options=False)  # fmt: skip
     p.add_argument("--size", default="full", choices=["full", "test"])
     p.add_argument("--modes", nargs="+", default=["off", "on"], choices=conv_concat.MODES)
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--repeat", type=int, default=8)
     p.add_argument("--layers", action="store_true", help="the per-layer table instead")
     p.add_argument("--times", type=int, default=5, help="--layers: timings per layer")
-    p.add_argument("--steps", action="store_true", help="the in-network step table instead")
+    p.add_argument("--in-network", "--steps", dest="in_network", action="store_true",
+                   help="the in-network step table instead")  # fmt: skip
     args = p.parse_args(argv)
+    if not (args.layers or args.in_network):
+        return ab(args)
     for threads in args.threads:
         if args.layers:
             layers(threads, args.times)
-        elif args.steps:
-            steps(args.size, threads, args.repeat)
         else:
-            ab(args.size, threads, args.modes, args.rounds, args.repeat)
+            steps(args.size, threads, args.runs)
     return 0
 
 

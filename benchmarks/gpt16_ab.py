@@ -5,12 +5,12 @@
     PGX_CPU_LOAD_ADAPT=0 PYTHONPATH=. python benchmarks/gpt16_ab.py --threads 2 --rounds 30 \
         --models gpt2:1 --wait-quiet 120
 
-`benchmarks/gemm15_ab.py`'s harness (variants compiled with their variables set, runs
+A wrapper of `benchmarks/ab_harness.py` (variants compiled with their variables set, runs
 alternating, the order reversed every round: both orders; median wall ms at 2+ threads, thread
 CPU ms at 1 thread; rel. RMS error against ONNX Runtime float32; `--wait-quiet S` before each
-model). Without `--variant`, the variants are `old` (`PGX_CPU_LAYERNORM_SLOT=0`: the norms
-write a new tensor each run) and `new` (the default: a float32 norm's native kernel writes its
-arena slot, `layernorm._slot`).
+model's timing). Without `--variant` / `--old` / `--new`, the variants are `old`
+(`PGX_CPU_LAYERNORM_SLOT=0`: the norms write a new tensor each run) and `new` (the default: a
+float32 norm's native kernel writes its arena slot, `layernorm._slot`).
 """
 
 from __future__ import annotations
@@ -18,19 +18,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import benchmarks.gemm15_ab as harness  # noqa: E402
-
-DEFAULT_VARIANTS = ["--variant", "old:PGX_CPU_LAYERNORM_SLOT=0", "--variant", "new:"]
+from benchmarks import ab_harness as ab  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--variant" not in argv:
-        argv += DEFAULT_VARIANTS
-    return harness.main(argv)
+    return ab.main(argv, description=__doc__.splitlines()[0], models=["minilm"],
+                   old={"PGX_CPU_LAYERNORM_SLOT": "0"})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -10,19 +10,17 @@ stride-1 layer, the default kernel elsewhere), `measure` (every kernel timed per
 Winograd ones included, with a 30 s budget, `--budget`, so that every layer is timed), `rule`
 (the default mode with `PGX_CONV_WINOGRAD=rule`: the layers `winograd_rule.by_rule` names on F(4,3)
 untimed; the other modes run with it off), and `ort`. Run with `PGX_CONV_CHOICE_CACHE=off` so
-that no mode reuses choices another process measured. The timing alternates blocks of runs (one
-warm-up run, then `--repeat` timed runs) of every mode, the order rotated each round, so that
-load from other processes falls on all alike. Reported per mode: median wall ms over all timed
-runs, the best block median, mean process CPU ms per run, the ratio to ORT's median, the
-relative RMS error against ORT, and the kernels chosen.
+that no mode reuses choices another process measured. A wrapper of `benchmarks/ab_harness.py`
+(the one harness): the timing alternates blocks of runs (one settle run, then `--repeat` timed
+runs) of every mode, the order reversed each round, so that load from other processes falls on
+all alike. Reported per mode: the median block (wall at 2 threads, thread CPU at 1), the best
+block, process CPU ms per run, the ratio to ORT's median (`ort` runs first), the relative RMS
+error against ORT, and the kernels chosen.
 """
 
 from __future__ import annotations
 
-import argparse
-import itertools
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -31,10 +29,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pygraphx  # noqa: E402,I001  (first: pygraphx sets OpenMP's spin count before torch)
-import numpy as np  # noqa: E402
+import onnx  # noqa: E402
 
+from benchmarks import ab_harness as ab  # noqa: E402
 from benchmarks.arena_conv_ab import load  # noqa: E402
-from benchmarks.cpu_vs_peers import make_ort, relative_error  # noqa: E402
+from benchmarks.cpu_vs_peers import make_ort  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import conv_choice  # noqa: E402
 
@@ -66,36 +65,25 @@ def timed_block(run: Callable, feeds: dict, repeat: int) -> list[tuple[float, fl
     return out
 
 
-def ab(
-    spec: str, modes: list[str], threads: int, rounds: int, repeat: int, budget: str = "30"
-) -> None:
-    label, model, feeds = load(spec)
-    want = make_ort(model, threads)[0](feeds)
-    runs: dict[str, Callable] = {}
-    for mode in modes:
+class _Runner:
+    """A run function with a program's `run(feeds)`."""
+
+    def __init__(self, run: Callable) -> None:
+        self.run = run
+
+
+def variant(mode: str, compile_fn: Callable, budget: str) -> ab.Variant:
+    """The harness's variant of `mode` (`ort`: ONNX Runtime), compiled by `compile_fn`."""
+
+    def build(case: ab.Case, threads: int) -> _Runner:
+        model = onnx.load_from_string(case.data)
         if mode == "ort":
-            runs[mode] = make_ort(model, threads)[0]
-            note = ""
-        else:
-            runs[mode], note = compile_mode(model, mode, threads, budget)
-        got = [np.asarray(a, np.float64) for a in runs[mode](feeds)]
-        print(f"  {label} t{threads} {mode}: rel error vs ORT {relative_error(got, want):.2e}; "
-              f"{note}", flush=True)  # fmt: skip
-    times: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
-    blocks: dict[str, list[float]] = {m: [] for m in modes}
-    for r in range(rounds):  # the order rotated each round
-        for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:
-            block = timed_block(runs[mode], feeds, repeat)
-            times[mode] += block
-            blocks[mode].append(statistics.median(w for w, _ in block))
-    ort_ms = statistics.median(w for w, _ in times["ort"]) if "ort" in times else None
-    for mode in modes:
-        wall = statistics.median(w for w, _ in times[mode])
-        cpu = statistics.fmean(c for _, c in times[mode]) * 1e3
-        ratio = f", {wall / ort_ms:.3f}x ORT" if ort_ms else ""
-        best = min(blocks[mode]) * 1e3
-        print(f"{label:>14} t{threads} {mode:>9}: wall {wall * 1e3:8.2f} ms (best block "
-              f"{best:8.2f}), cpu {cpu:8.2f} ms/run{ratio}", flush=True)  # fmt: skip
+            return _Runner(make_ort(model, threads)[0])
+        run, note = compile_fn(model, mode, threads, budget)
+        print(f"  {case.spec} t{threads} {mode}: {note}", flush=True)
+        return _Runner(run)
+
+    return ab.Variant(mode, build=build, label=f"mode {mode}")
 
 
 def cli(
@@ -108,22 +96,22 @@ def cli(
     budget: str = "30",
 ) -> int:
     """The command line of this A/B, and of the scripts that add modes to it (`rn11_ab.py`,
-    `wino2_e2e.py`, `rn12_ab.py`: their own `compile_fn` takes the place of `compile_mode`)."""
-    global compile_mode
-    p = argparse.ArgumentParser(description=doc.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=models or ["resnet50:1"],
-                   help="name[:batch] or zoo")  # fmt: skip
+    `wino2_e2e.py`, `rn12_ab.py`: their own `compile_fn` takes the place of `compile_mode`):
+    `benchmarks/ab_harness.py` over the modes, `ort` (when named) first, so that the ratio
+    column is each mode's to ONNX Runtime."""
+    p = ab.parser(doc.split("\n")[0], models=models or ["resnet50:1"], threads=threads or [2],
+                  rounds=6, runs=5, settle=1, env_options=False)  # fmt: skip
     p.add_argument("--modes", nargs="+", default=modes)
-    p.add_argument("--threads", type=int, nargs="+", default=threads or [2])
-    p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--budget", default=budget, help="PGX_CONV_CHOICE_BUDGET seconds")
     args = p.parse_args(argv)
-    if compile_fn is not None:
-        compile_mode = compile_fn
-    for spec, n in itertools.product(args.models, args.threads):
-        ab(spec, args.modes, n, args.rounds, args.repeat, args.budget)
-    return 0
+    fn = compile_fn or compile_mode
+    order = (["ort"] if "ort" in args.modes else []) + [m for m in args.modes if m != "ort"]
+    variants = [variant(m, fn, args.budget) for m in order]
+    cases = []
+    for spec in args.models:
+        label, model, feeds = load(spec)
+        cases.append(ab.Case(label, model.SerializeToString(), feeds))
+    return ab.run(cases, variants, ab.configs_of(args), args.json, {"argv": sys.argv[1:]})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,11 +7,12 @@ primitive through its C API (B, the default; `PGX_CPU_DNNL_GEMM`).
 A is compiled with `PGX_CPU_DNNL_GEMM=torch` (with `--parts`: the C API, Q / K / V one product
 per part instead of one batched product; with `--fresh`: `PGX_CPU_FRESH_OUTPUT=0`, a returned
 bf16 product's float32 group in its arena slot, copied out by each run, gpt12), B as the tree
-compiles it. The programs run in
-turn (A B, then B A); each round times one plain run of each (`prog.run`, wall; process CPU
-too) and one run with its steps timed (`attn10_ab.timed_run`: thread CPU time at one thread,
-wall otherwise). Printed: medians over the rounds of the plain runs and of the blocks, and the
-largest differences between the outputs and from ONNX Runtime's (float32).
+compiles it. A wrapper of `benchmarks/ab_harness.py` (the one harness, `--steps` always on,
+steps grouped by `cpu_transformer_blocks.pgx_block`): the programs run in turn (A B, then B A),
+plain runs (thread CPU time at one thread, wall otherwise; process CPU too), then runs with
+their steps timed. Printed: medians over the rounds of the plain runs and of the blocks, the
+differences between the outputs and from ONNX Runtime's (float32); kept here: the minor page
+faults a run.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import argparse
 import os
 import resource
 import sys
-import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: its tree wins
 
 import cpu_transformer_blocks as ctb  # noqa: E402
-from attn10_ab import model_and_feeds, timed_run  # noqa: E402
+
+from benchmarks import ab_harness as ab  # noqa: E402
 
 from pygraphx.targets.torch_lowering.gemm_kernels import DNNL_GEMM_ENV  # noqa: E402
 from pygraphx.targets.torch_lowering.lower_gemm import FRESH_ENV  # noqa: E402
@@ -71,67 +73,48 @@ def compile_per_part(data: bytes, args: argparse.Namespace) -> Any:
         lower_gemm._batched_parts = batched
 
 
-def rounds(progs: dict, feeds: dict, args: argparse.Namespace) -> tuple[dict, dict]:
-    """Per program: lists of the plain runs' wall / CPU ms and the blocks' ms, and outputs."""
-    clock = time.thread_time_ns if args.threads == 1 else time.perf_counter_ns
-    blocks = {n: [ctb.pgx_block(s) for s in p._executable.lowered.steps] for n, p in progs.items()}
-    sums: dict[str, dict[str, list[float]]] = {n: {} for n in progs}
-    outs: dict[str, list] = {}
-    for _ in range(2):
-        for prog in progs.values():
-            prog.run(feeds)
-    for r in range(args.rounds):
-        for name in ("A", "B") if r % 2 == 0 else ("B", "A"):
-            cells = sums[name]
-            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            cpu, start = ctb.cpu_seconds(), time.perf_counter()
-            progs[name].run(feeds)
-            cells.setdefault("run wall", []).append((time.perf_counter() - start) * 1e3)
-            cells.setdefault("run CPU", []).append((ctb.cpu_seconds() - cpu) * 1e3)
-            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-            cells.setdefault("run faults", []).append(float(faults))
-            times, _, outs[name] = timed_run(progs[name], feeds, clock)
-            for b in set(blocks[name]):
-                mine = [t for t, x in zip(times, blocks[name], strict=True) if x == b]
-                cells.setdefault(b, []).append(sum(mine) / 1e6)
-    return sums, outs
+def faults(progs: dict, case: ab.Case, cfg: ab.Config, out) -> dict:
+    """Minor page faults a run, median over `cfg.rounds` runs of each (alternating)."""
+    got: dict[str, list[int]] = {n: [] for n in progs}
+    for r in range(cfg.rounds):
+        for n in list(progs) if r % 2 == 0 else list(progs)[::-1]:
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            progs[n].run(case.feeds)
+            got[n].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    med = {n: float(np.median(v)) for n, v in got.items()}
+    cells = ", ".join(f"{n} {v:.0f}" for n, v in med.items())
+    print(f"  minor page faults a run (median): {cells}", file=out)
+    return med
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="bert_base", choices=MODELS)
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--bf16", action="store_true")
-    ap.add_argument("--parts", action="store_true",
-                    help="A: Q / K / V one product per part (B: one batched product)")  # fmt: skip
-    ap.add_argument("--fresh", action="store_true",
-                    help="A: a returned bf16 group in its arena slot (B: new tensors)")  # fmt: skip
-    args = ap.parse_args(argv)
-    import onnxruntime as ort
-
-    data, feeds = model_and_feeds(args.model, args.threads, args.batch)
-    if args.fresh:
-        first = compile_with(data, args, "0", FRESH_ENV)
-    else:
-        first = compile_per_part(data, args) if args.parts else compile_with(data, args, "torch")
-    progs = {"A": first, "B": compile_with(data, args, "matmul")}
-    sums, outs = rounds(progs, feeds, args)
-    want = ort.InferenceSession(data).run(None, feeds)
-    diff = max(float(np.abs(a - b).max()) for a, b in zip(outs["A"], outs["B"], strict=True))
-    errs = {n: max(float(np.abs(o - w).max()) for o, w in zip(outs[n], want, strict=True))
-            for n in outs}  # fmt: skip
-    precision = "bf16" if args.bf16 else "float32"
+    p = ab.parser(__doc__.splitlines()[0], models=[], threads=1, rounds=20, warmup=2,
+                  env_options=False)  # fmt: skip
+    p.add_argument("--model", default="bert_base", choices=MODELS)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--parts", action="store_true",
+                   help="A: Q / K / V one product per part (B: one batched product)")  # fmt: skip
+    p.add_argument("--fresh", action="store_true",
+                   help="A: a returned bf16 group in its arena slot (B: new tensors)")  # fmt: skip
+    args = p.parse_args(argv)
     a_is, b_is = LABELS[args.parts, args.fresh]
-    print(f"{args.model} b{args.batch} {precision} t{args.threads}, {args.rounds} rounds, ms, "
-          f"median: A ({a_is}) / B ({b_is}); outputs A vs B {diff:.1e}, vs ORT "
-          f"A {errs['A']:.1e} B {errs['B']:.1e}")  # fmt: skip
-    for b in sorted(sums["A"]):
-        a, bb = np.median(sums["A"][b]), np.median(sums["B"][b])
-        rel = f"{(bb - a) / a * 100:+.1f}%" if a else "-"
-        print(f"  {b:10s} {a:8.2f} / {bb:8.2f}  ({bb - a:+.2f}, {rel})")
-    return 0
+
+    def first(case: ab.Case, threads: int) -> Any:
+        opts = argparse.Namespace(bf16=args.bf16, threads=threads)
+        if args.fresh:
+            return compile_with(case.data, opts, "0", FRESH_ENV)
+        if args.parts:
+            return compile_per_part(case.data, opts)
+        return compile_with(case.data, opts, "torch")
+
+    def second(case: ab.Case, threads: int) -> Any:
+        return compile_with(case.data, argparse.Namespace(bf16=args.bf16, threads=threads),
+                            "matmul")  # fmt: skip
+
+    variants = [ab.Variant("A", bf16=args.bf16, build=first, label=a_is),
+                ab.Variant("B", bf16=args.bf16, build=second, label=b_is)]  # fmt: skip
+    cfgs = [replace(c, steps=True, kind_of=ctb.pgx_block) for c in ab.configs_of(args)]
+    return ab.run([f"{args.model}:{args.batch}"], variants, cfgs, args.json, extra=faults)
 
 
 if __name__ == "__main__":

@@ -5,117 +5,55 @@ error against ONNX Runtime float32 (and OpenVINO bf16's, `--openvino`).
     PYTHONPATH=. python benchmarks/yolo13_ab.py --threads 2 --rounds 8 --repeat 5 --openvino
     PYTHONPATH=. python benchmarks/yolo13_ab.py --models resnet50 mobilenetv2 --rounds 0
 
-Both programs are quantized (`quantize_bf16`, the default "products" policy) from the same
-parsed model, the rule switched by the module constant between the two calls, and compiled for
-`cpu` with `cpu_vs_peers.py`'s settings (arena conv outputs, step threads). Printed per model:
-whether the two quantized programs differ at all (printed form; identical ones compile to the
-same steps), each one's error, then (`--rounds` > 0) timing in alternating blocks - a warm-up
-run and `--repeat` timed runs of one program, then of the other, the order reversed every
-round - with the median wall ms over all timed runs, the best block's median, and the mean
-process CPU ms per run.
+A wrapper of `benchmarks/ab_harness.py` (the one harness): both programs are quantized
+(`quantize_bf16`, the default "products" policy), the rule switched by the module constant
+while each compiles (`@pygraphx.quantize.truncate_float.WIDE_TAIL`), compiled for `cpu` with
+the target's defaults (arena conv outputs, step threads, as `cpu_vs_peers.py`). Kept here: per
+model, whether the two quantized programs differ at all (printed form; identical ones compile
+to the same steps). Then each one's error, and (`--rounds` > 0) timing in alternating blocks -
+a settle run and `--repeat` timed runs of one program, then of the other, the order reversed
+every round - the median block (wall at 2 threads, thread CPU at 1), the best block, the
+process CPU ms a run.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import statistics
 import sys
-import time
 from pathlib import Path
-
-import numpy as np
-import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pygraphx  # noqa: E402
-from benchmarks.cpu_engines import make_openvino, make_ort  # noqa: E402
-from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
+from benchmarks import ab_harness as ab  # noqa: E402
 
 #: the module (the package's `truncate_float` attribute is the function of that name)
 truncate_float = importlib.import_module("pygraphx.quantize.truncate_float")
-BUILTIN = ("resnet50", "mobilenetv2", "bert_base", "gpt2")
+KEY = "@pygraphx.quantize.truncate_float.WIDE_TAIL"
+NAMED = {"old": ab.Variant("old", {KEY: "False"}, bf16=True),
+         "new": ab.Variant("new", {KEY: "True"}, bf16=True)}  # fmt: skip
 
 
-def load(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    if name in BUILTIN:
-        from pygraphx.models import get_model, model_inputs
-
-        model = get_model(name)
-        return model, model_inputs(name, model)
-    from benchmarks.zoo import zoo_model
-
-    path, feeds = zoo_model(name, "full")
-    return onnx.load(path), feeds
-
-
-def rel_rms(got: list[np.ndarray], want: list[np.ndarray]) -> float:
-    """The worst output's ||got - want|| / ||want|| (as `cpu_vs_peers.relative_error`)."""
-    return max(
-        float(np.linalg.norm(np.asarray(g, np.float64) - w) / np.linalg.norm(w))
-        for g, w in zip(got, want, strict=True)
-    )
-
-
-def quantized(model: onnx.ModelProto, wide_tail: bool) -> pygraphx.Program:
-    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
-    saved = truncate_float.WIDE_TAIL
-    truncate_float.WIDE_TAIL = wide_tail
-    try:
-        pygraphx.quantize_bf16(prog)
-    finally:
-        truncate_float.WIDE_TAIL = saved
-    return prog
-
-
-def ab(name: str, args: argparse.Namespace) -> None:
-    model, feeds = load(name)
-    want = [np.asarray(w, np.float64) for w in make_ort(model, args.threads)[0](feeds)]
-    progs = {"old": quantized(model, False), "new": quantized(model, True)}
-    same = str(progs["old"]) == str(progs["new"])
-    line = f"{name} t{args.threads}: quantized programs {'identical' if same else 'differ'}"
-    for mode, prog in progs.items():
-        prog.compile(CpuTarget(conv_output="arena", threads=args.threads, step_threads=True))
-        line += f"; {mode} rel err {rel_rms([np.asarray(a) for a in prog.run(feeds)], want):.2e}"
-    if args.openvino:
-        run_ov = make_openvino(model, args.threads, None)[0]
-        line += f"; OpenVINO default rel err {rel_rms(run_ov(feeds), want):.2e}"
-    print(line, flush=True)
-    if args.rounds <= 0:
-        return
-    times: dict[str, list[tuple[float, float]]] = {m: [] for m in progs}
-    blocks: dict[str, list[float]] = {m: [] for m in progs}
-    for r in range(args.rounds):
-        for mode in list(progs)[:: 1 if r % 2 == 0 else -1]:
-            progs[mode].run(feeds)
-            block = []
-            for _ in range(args.repeat):
-                t0, c0 = time.perf_counter(), time.process_time()
-                progs[mode].run(feeds)
-                block.append((time.perf_counter() - t0, time.process_time() - c0))
-            times[mode] += block
-            blocks[mode].append(statistics.median(w for w, _ in block))
-    for mode in progs:
-        wall = statistics.median(w for w, _ in times[mode]) * 1e3
-        cpu = statistics.fmean(c for _, c in times[mode]) * 1e3
-        print(f"  {name} t{args.threads} {mode}: wall {wall:7.2f} ms (best block "
-              f"{min(blocks[mode]) * 1e3:7.2f}), cpu {cpu:7.2f} ms/run", flush=True)  # fmt: skip
+def identical(spec: str) -> bool:
+    """Whether the two rules quantize the model to the same program (printed form)."""
+    data = ab.load(spec).data
+    text = []
+    for wide in (False, True):
+        prog = pygraphx.parse_onnx_buffer(data)
+        with ab.settings({KEY: str(wide)}):
+            pygraphx.quantize_bf16(prog)
+        text.append(str(prog))
+    return text[0] == text[1]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", nargs="+", default=["yolov8_style"])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--openvino", action="store_true")
-    args = ap.parse_args(argv)
-    print(f"loadavg at start: {Path('/proc/loadavg').read_text().split()[0]}", flush=True)
-    for name in args.models:
-        ab(name, args)
-    print(f"loadavg at end: {Path('/proc/loadavg').read_text().split()[0]}", flush=True)
-    return 0
+    p = ab.parser(__doc__.splitlines()[0], models=["yolov8_style"], threads=2, rounds=8, runs=5,
+                  settle=1, named=NAMED, default_names=["old", "new"])  # fmt: skip
+    args = p.parse_args(argv)
+    for spec in args.models:
+        same = identical(spec)
+        print(f"{spec}: quantized programs {'identical' if same else 'differ'}", flush=True)
+    return ab.run_args(args, named=NAMED)
 
 
 if __name__ == "__main__":

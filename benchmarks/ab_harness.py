@@ -1,0 +1,569 @@
+"""The one A/B harness of whole models on the cpu target (helper tidy17; `benchmarks/ab.py` is
+its command line, the `*_ab.py` scripts of benchmarks/ thin wrappers with their own defaults).
+
+    PYTHONPATH=. python benchmarks/ab.py --old PGX_CPU_GELU_ERF_NATIVE=0 --new \
+        --models minilm bert_base:1 --threads 1 --rounds 10
+
+What it does, per model (`--models`: `name[:batch]` of `pygraphx.models`, a zoo name of
+`benchmarks/zoo.py`, or a path to an `.onnx` file, fed seeded random inputs):
+
+- compiles every variant for the cpu target with its settings in force only while it parses
+  and compiles (`--old K=V ...` / `--new K=V ...`: the variants `old` and `new`; or
+  `--variant NAME:K=V,K=V` as often as wanted, which replaces them). A key `@module.NAME` sets
+  an attribute of `pygraphx.targets.torch_lowering.<module>` (`@cpu.module.NAME`:
+  `pygraphx.targets.cpu.<module>`; `@pygraphx.any.module.NAME`: that module) to a Python
+  literal instead of an environment variable; `target.NAME=value`: the cpu target's option
+  NAME (`CpuTarget(NAME=value)`, e.g. `target.conv_output=torch`).
+  `--bf16`: every variant `quantize_bf16`'d; `--openvino`: OpenVINO (f32, or bf16 with
+  `--bf16`; one stream, the same threads) as one more variant `OV`;
+- compares the outputs: each variant against ONNX Runtime float32 (the oracle: rel. RMS error
+  and max abs difference) and against the first variant (rel. RMS difference); a variant
+  further than `--tol` (default 1e-3 float32, 1e-1 bf16) from either is a MISMATCH: the
+  figures still print, the exit status is 1;
+- warms each variant (`--warmup` runs), waits with `--wait-quiet S` up to S seconds for a
+  quiet moment (/proc/stat busy < 15 % over 2 s) and says whether one came (and what the
+  machine was like after the timing);
+- times `--rounds` rounds; in each, every variant runs one block of `--runs` runs (after
+  `--settle` untimed runs), the order reversed every round (both orders). The clock: thread
+  CPU time at 1 thread, wall at 2+ (`--clock` overrides: `process` is the process's CPU time);
+  the process CPU time of each block is kept beside it;
+- `--steps`: as many profiled rounds again, each step timed alone, printed as ms a run per kind
+  of step (`gemm14_profile.pgx_kind`, or a wrapper's `Config.kind_of`), each step's median;
+- prints one table a model, in this form (stable: the notes quote it):
+
+      <spec> t<threads> <f32|bf16>, <R> rounds x <N> runs, <clock> ms a run (median over
+      blocks, best block, ratio of medians to <first>, median of the rounds' difference from
+      it; process CPU ms; rel RMS err vs ORT f32; rel RMS diff vs <first>):
+        <name>   <median> (best <best>)  <ratio>  <+paired>  cpu <ms>  err <e>  diff <d>  <settings>
+
+  each variant's compile first (`  <spec> t<threads> <name>: compiled in <s> s[; note]`).
+  `--no-ort` skips the ORT reference (err `nan`; the check against the first variant stays).
+
+  and with `--json FILE` all of it (every block's time too) as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import json
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pygraphx  # noqa: E402,F401  (before torch: it sets OpenMP's spin count and the allocator)
+
+TOL = {"f32": 1e-3, "bf16": 1e-1}
+
+
+@dataclass
+class Case:
+    """One model to A/B: its label, its ONNX bytes, the feeds."""
+
+    spec: str
+    data: bytes
+    feeds: dict[str, np.ndarray]
+
+
+@dataclass
+class Variant:
+    """A way to build the program: settings in force while it compiles, or a builder of its
+    own (`build(case, threads)` -> anything with `run(feeds)`)."""
+
+    name: str
+    env: dict[str, str] = field(default_factory=dict)
+    bf16: bool = False
+    build: Callable[[Case, int], Any] | None = None
+    label: str = ""
+
+    def describe(self) -> str:
+        if self.label:
+            return self.label
+        return ",".join(f"{k}={v}" for k, v in self.env.items()) or "(defaults)"
+
+
+def parse_env(items: str | list[str] | None) -> dict[str, str]:
+    """`K=V,K=V` (or a list of such) as a dict."""
+    if items is None:
+        return {}
+    if isinstance(items, str):
+        items = [items]
+    env = {}
+    for text in items:
+        for kv in text.split(","):
+            if kv:
+                key, sep, value = kv.partition("=")
+                if not sep:
+                    raise SystemExit(f"not K=V: {kv!r}")
+                env[key] = value
+    return env
+
+
+def parse_variant(text: str, bf16: bool = False) -> Variant:
+    """`NAME:K=V,K=V` as a Variant."""
+    name, _, rest = text.partition(":")
+    return Variant(name, parse_env(rest), bf16)
+
+
+@contextmanager
+def settings(env: dict[str, str]) -> Iterator[None]:
+    """`env` in force inside: environment variables, and `@module.NAME` module attributes."""
+    with ExitStack() as stack:
+        for key, value in env.items():
+            if key.startswith("@"):
+                module_name, _, name = key[1:].rpartition(".")
+                if not module_name.startswith("pygraphx."):
+                    package = "cpu" if module_name.startswith("cpu.") else "torch_lowering"
+                    module_name = f"pygraphx.targets.{package}.{module_name.removeprefix('cpu.')}"
+                module = importlib.import_module(module_name)
+                stack.enter_context(mock.patch.object(module, name, ast.literal_eval(value)))
+            else:
+                stack.enter_context(mock.patch.dict(os.environ, {key: value}))
+        yield
+
+
+def load(spec: str, seed: int = 0) -> Case:
+    """`name[:batch]` (pygraphx.models), a zoo name (benchmarks/zoo.py; `name:test` its test
+    size, else full) or an .onnx path."""
+    if spec.endswith(".onnx"):
+        import onnx
+
+        data = Path(spec).read_bytes()
+        model = onnx.load_from_string(data)
+        init = {i.name for i in model.graph.initializer}
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        for inp in model.graph.input:
+            if inp.name in init:
+                continue
+            t = inp.type.tensor_type
+            shape = [d.dim_value or 1 for d in t.shape.dim]
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+            if np.issubdtype(dtype, np.integer):
+                feeds[inp.name] = rng.integers(0, 2, shape).astype(dtype)
+            else:
+                feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
+        return Case(spec, data, feeds)
+    name, _, batch = spec.partition(":")
+    from benchmarks.zoo import ZOO_NAMES, zoo_model
+
+    if name in ZOO_NAMES:
+        path, feeds = zoo_model(name, batch if batch and not batch.isdigit() else "full")
+        return Case(spec, Path(path).read_bytes(), feeds)
+    from pygraphx.models import get_model, model_inputs
+
+    model = get_model(name, batch=int(batch or 1))
+    feeds = {k: np.ascontiguousarray(v) for k, v in model_inputs(name, model).items()}
+    return Case(spec, model.SerializeToString(), feeds)
+
+
+def compile_variant(case: Case, threads: int, variant: Variant) -> Any:
+    if variant.build is not None:
+        return variant.build(case, threads)
+    from pygraphx.targets.cpu.target import CpuTarget
+
+    env = {k: v for k, v in variant.env.items() if not k.startswith(TARGET)}
+    options = {k[len(TARGET):]: _literal(v) for k, v in variant.env.items() if k.startswith(TARGET)}
+    with settings(env):
+        prog = pygraphx.parse_onnx_buffer(case.data)
+        if variant.bf16:
+            pygraphx.quantize_bf16(prog)
+        prog.compile(CpuTarget(threads=threads, **options))
+    return prog
+
+
+TARGET = "target."  # a setting `target.NAME=value`: the option NAME of CpuTarget
+
+
+def _literal(text: str) -> Any:
+    """A Python literal's value, else the text itself (`conv_output=torch`)."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+class OpenVino:
+    """OpenVINO's compiled model with a `run(feeds)` like a program's."""
+
+    def __init__(self, data: bytes, threads: int, bf16: bool) -> None:
+        import tempfile
+
+        import openvino as ov
+
+        path = Path(tempfile.mkdtemp()) / "model.onnx"
+        path.write_bytes(data)
+        config = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
+                  "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1}  # fmt: skip
+        core = ov.Core()
+        self.request = core.compile_model(core.read_model(str(path)), "CPU", config)
+        self.request = self.request.create_infer_request()
+
+    def run(self, feeds: dict) -> list:
+        result = self.request.infer(feeds)
+        return [np.asarray(v) for v in result.values()]
+
+
+def ort_outputs(case: Case, threads: int) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = ort.InferenceSession(case.data, opts, providers=["CPUExecutionProvider"])
+    return [np.asarray(o) for o in sess.run(None, case.feeds)]
+
+
+def rel_err(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    """Relative RMS difference of `got` from `want`, over all outputs."""
+    if len(got) != len(want):
+        raise ValueError(f"{len(got)} outputs against {len(want)}")
+    pairs = zip(got, want, strict=True)
+    num = sum(float(((np.asarray(g, np.float64) - w) ** 2).sum()) for g, w in pairs)
+    den = sum(float((np.asarray(w, np.float64) ** 2).sum()) for w in want)
+    if den == 0:
+        return 0.0 if num == 0 else float("inf")
+    return (num / den) ** 0.5
+
+
+def max_abs(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    return max(float(np.abs(np.asarray(g, np.float64) - w).max(initial=0.0))
+               for g, w in zip(got, want, strict=True))  # fmt: skip
+
+
+def busy(seconds: float = 2.0) -> float:
+    """The fraction of the machine's CPU time spent busy over `seconds` (/proc/stat)."""
+
+    def read() -> list[int]:
+        return [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+
+    a = read()
+    time.sleep(seconds)
+    d = [y - x for x, y in zip(a, read(), strict=True)]
+    return 1.0 - (d[3] + d[4]) / max(1, sum(d[:8]))
+
+
+def wait_quiet(limit: float) -> str:
+    """Wait at most `limit` seconds for busy < 15 % over 2 s; says what was seen."""
+    end = time.monotonic() + limit
+    while True:
+        b = busy()
+        if b < 0.15:
+            return f"quiet (busy {b:.0%} over 2 s)"
+        if time.monotonic() > end:
+            return f"NOT quiet (busy {b:.0%} over 2 s after waiting {limit:.0f} s)"
+
+
+def loadavg() -> list[str]:
+    return Path("/proc/loadavg").read_text().split()[:3]
+
+
+CLOCKS = {"thread": time.thread_time, "wall": time.perf_counter, "process": time.process_time}
+CLOCK_NAMES = {"thread": "thread CPU", "wall": "wall", "process": "process CPU"}
+
+
+def profiled(prog: Any, feeds: dict, clock: Callable[[], float]) -> list[float]:
+    """Each step of one run of `prog`, timed alone."""
+    exe = prog._executable
+    out = []
+    exe.executor.bind(feeds)
+    with exe.scope():
+        for fn in exe.executor.steps:
+            start = clock()
+            fn()
+            out.append(clock() - start)
+    exe.executor.collect()
+    return out
+
+
+@dataclass
+class Config:
+    threads: int = 2
+    rounds: int = 20
+    runs: int = 1
+    warmup: int = 1
+    settle: int = 0
+    clock: str = "auto"
+    steps: bool = False
+    openvino: bool = False
+    bf16: bool = False
+    wait_quiet: float | None = None
+    tol: float | None = None
+    ort: bool = True
+    kind_of: Callable[[Any], str] | None = None  # `--steps`' kind of a step (gemm14_profile's)
+
+    def clock_name(self) -> str:
+        if self.clock != "auto":
+            return self.clock
+        return "thread" if self.threads == 1 else "wall"
+
+
+def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=None,
+            note=None) -> dict:  # fmt: skip
+    """Compile, check and time `variants` on `case`; print the table; the figures as a dict
+    (`ok`: no variant further than the tolerance from ORT or from the first variant).
+    `extra(progs, case, cfg, out)`: a wrapper's own measurement after the timing (it prints
+    what it found; what it returns is the dict's `extra`). `note(prog)`: a wrapper's words on
+    each compiled program (routes taken, kernels chosen), printed on its compile line."""
+    out = out or sys.stdout
+    want = ort_outputs(case, cfg.threads) if cfg.ort else None
+    progs = {}
+    for v in variants:
+        start = time.perf_counter()
+        progs[v.name] = compile_variant(case, cfg.threads, v)
+        seconds = time.perf_counter() - start
+        said = f"; {note(progs[v.name])}" if note is not None else ""
+        print(f"  {case.spec} t{cfg.threads} {v.name}: compiled in {seconds:.2f} s{said}",
+              file=out, flush=True)  # fmt: skip
+    described = {v.name: v.describe() for v in variants}
+    bf16 = cfg.bf16 or any(v.bf16 for v in variants)
+    if cfg.openvino:
+        progs["OV"] = OpenVino(case.data, cfg.threads, bf16)
+        described["OV"] = f"OpenVINO {'bf16' if bf16 else 'f32'}"
+    outs = {n: [np.asarray(o) for o in p.run(case.feeds)] for n, p in progs.items()}
+    names = list(progs)
+    first = names[0]
+    nan = float("nan")
+    err = {n: rel_err(o, want) if want else nan for n, o in outs.items()}
+    abs_ort = {n: max_abs(o, want) if want else nan for n, o in outs.items()}
+    diff = {n: rel_err(o, outs[first]) for n, o in outs.items()}
+    tol = cfg.tol if cfg.tol is not None else TOL["bf16" if bf16 else "f32"]
+    bad = [n for n in names if not ((want is None or err[n] <= tol) and diff[n] <= tol)]
+    for p in progs.values():
+        for _ in range(cfg.warmup):
+            p.run(case.feeds)
+    before = wait_quiet(cfg.wait_quiet) if cfg.wait_quiet is not None else None
+    if before:
+        print(f"# {case.spec}: {before}", file=out, flush=True)
+    cname = cfg.clock_name()
+    clock = CLOCKS[cname]
+    runs = cfg.runs
+    if runs <= 0:  # enough for about 0.2 s a block, by the first variant's runs
+        t0 = time.perf_counter()
+        for _ in range(3):
+            progs[first].run(case.feeds)
+        runs = max(2, int(0.2 / max((time.perf_counter() - t0) / 3, 1e-6)))
+    times: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(cfg.rounds):
+        for n in names if r % 2 == 0 else names[::-1]:
+            prog = progs[n]
+            for _ in range(cfg.settle):
+                prog.run(case.feeds)
+            c0, t0 = time.process_time(), clock()
+            for _ in range(runs):
+                prog.run(case.feeds)
+            times[n].append((clock() - t0) / runs * 1e3)
+            cpu[n].append((time.process_time() - c0) / runs * 1e3)
+    step_ms: dict[str, dict[str, float]] = {}
+    if cfg.steps:
+        profiled_names = [n for n in names if hasattr(progs[n], "_executable")]
+        step_ms = _steps(progs, profiled_names, case.feeds, cfg.rounds, clock, cfg.kind_of)
+    after = busy() if cfg.wait_quiet is not None else None
+    med = {n: statistics.median(t) if t else float("nan") for n, t in times.items()}
+    best = {n: min(t, default=float("nan")) for n, t in times.items()}
+    cpu_med = {n: statistics.median(t) if t else float("nan") for n, t in cpu.items()}
+    # each round's difference from the first variant (adjacent blocks): robust to drifting load
+    paired = {n: statistics.median(np.subtract(t, times[first])) if t else float("nan")
+              for n, t in times.items()}  # fmt: skip
+    dtype = "bf16" if bf16 else "f32"
+    print(f"{case.spec} t{cfg.threads} {dtype}, {cfg.rounds} rounds x {runs} runs, "
+          f"{CLOCK_NAMES[cname]} ms a run (median over blocks, best block, ratio of medians to "
+          f"{first}, median of the rounds' difference from it; process CPU ms; rel RMS err vs "
+          f"ORT f32; rel RMS diff vs {first}):",
+          file=out)  # fmt: skip
+    for n in names:
+        print(f"  {n:10s} {med[n]:9.2f} (best {best[n]:9.2f})  {med[n] / med[first]:.3f}  "
+              f"{paired[n]:+8.2f}  cpu {cpu_med[n]:9.2f}  err {err[n]:.1e}  diff {diff[n]:.1e}  "
+              f"{described[n]}", file=out)  # fmt: skip
+    if step_ms:
+        _print_steps(step_ms, out, cfg.kind_of is None)
+    more = extra(progs, case, cfg, out) if extra is not None else None
+    if after is not None:
+        print(f"# {case.spec}: machine after the timing: busy {after:.0%} over 2 s", file=out)
+    for n in bad:
+        print(f"MISMATCH {case.spec} {n}: rel RMS err vs ORT {err[n]:.1e}, diff vs {first} "
+              f"{diff[n]:.1e}, tolerance {tol:.0e}", file=out)  # fmt: skip
+    out.flush()
+    return {
+        "spec": case.spec, "threads": cfg.threads, "dtype": dtype, "clock": cname,
+        "rounds": cfg.rounds, "runs": runs, "first": first, "quiet_before": before,
+        "busy_after": after, "tol": tol, "ok": not bad, "mismatch": bad,
+        "variants": {n: {"settings": described[n], "median_ms": med[n],
+                         "best_ms": best[n], "ratio": med[n] / med[first],
+                         "paired_diff_ms": paired[n],
+                         "max_abs_diff_first": max_abs(outs[n], outs[first]),
+                         "cpu_ms": cpu_med[n], "rel_err_ort": err[n],
+                         "max_abs_diff_ort": abs_ort[n], "rel_diff_first": diff[n],
+                         "blocks_ms": times[n], "cpu_blocks_ms": cpu[n]} for n in names},
+        "steps_ms": step_ms, "extra": more,
+    }  # fmt: skip
+
+
+def _steps(progs: dict, names: list[str], feeds: dict, rounds: int, clock, kind_of) -> dict:
+    if kind_of is None:
+        from benchmarks.gemm14_profile import pgx_kind as kind_of
+
+    runs: dict[str, list[list[float]]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names if r % 2 == 0 else names[::-1]:
+            runs[n].append(profiled(progs[n], feeds, clock))
+    per = {}
+    for n in names:
+        med = np.median(np.array(runs[n]), axis=0)
+        acc: dict[str, float] = defaultdict(float)
+        for st, t in zip(progs[n]._executable.lowered.steps, med, strict=True):
+            acc[kind_of(st)] += float(t) * 1e3
+        per[n] = dict(acc)
+    return per
+
+
+def _print_steps(per: dict[str, dict[str, float]], out, gemm14_kinds: bool = True) -> None:
+    names = list(per)
+    if gemm14_kinds:
+        from benchmarks.gemm14_profile import KINDS
+    else:
+        KINDS = sorted({k for n in names for k in per[n]})  # noqa: N806
+    print("  kind        " + " ".join(f"{n:>10s}" for n in names) + "  (ms a run, each step's "
+          "median)", file=out)  # fmt: skip
+    for k in (*KINDS, "sum"):
+        vals = [sum(per[n].values()) if k == "sum" else per[n].get(k, 0.0) for n in names]
+        if any(vals):
+            print(f"  {k:10s} " + " ".join(f"{v:10.2f}" for v in vals), file=out)
+
+
+def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config | list[Config],
+        json_path: str | None = None, doc: dict | None = None, extra=None,
+        note=None) -> int:  # fmt: skip
+    """`ab_case` over each thread count's config, each case (a spec is loaded first; `extra`,
+    `note` as there); 0, or 1 on any MISMATCH. `doc`: more to write into the JSON."""
+    import torch
+
+    cfgs = cfg if isinstance(cfg, list) else [cfg]
+    print("# loadavg at the start:", loadavg(), flush=True)
+    results = []
+    for c in cfgs:
+        torch.set_num_threads(c.threads)
+        for case in cases:
+            case = load(case) if isinstance(case, str) else case
+            results.append(ab_case(case, variants, c, extra=extra, note=note))
+    print("# loadavg at the end:", loadavg(), flush=True)
+    if json_path:
+        doc = {"configs": [vars(c) for c in cfgs], "variants": [v.describe() for v in variants],
+               "models": results, **(doc or {})}  # fmt: skip
+        Path(json_path).write_text(json.dumps(doc, indent=1, default=str))
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+def parser(description: str | None = None, *, models: list[str] | None = None,
+           threads: int | list[int] = 2, rounds: int = 20, runs: int = 1, warmup: int = 1,
+           settle: int = 0, named: dict[str, Variant] | None = None,
+           default_names: list[str] | None = None,
+           env_options: bool = True) -> argparse.ArgumentParser:  # fmt: skip
+    """The harness's arguments, with a wrapper's defaults; `named`: the wrapper's variants by
+    name, chosen with `--variants NAME ...` (default `default_names`; `openvino` too);
+    `env_options=False`: no `--old` / `--new` / `--variant` (a wrapper that builds its own)."""
+    p = argparse.ArgumentParser(description=description or __doc__.splitlines()[0],
+                                conflict_handler="resolve")  # a wrapper may take an option
+    p.add_argument("--models", nargs="+", default=["minilm"] if models is None else models,
+                   help="name[:batch], zoo name or .onnx path")  # fmt: skip
+    if env_options:
+        p.add_argument("--old", nargs="*", default=None, help="K=V[,K=V] ...: variant `old`")
+        p.add_argument("--new", nargs="*", default=None, help="K=V[,K=V] ...: variant `new`")
+        p.add_argument("--variant", action="append", default=None,
+                       help="NAME:K=V,K=V (repeatable; replaces --old / --new)")  # fmt: skip
+        p.add_argument("--new-first", action="store_true", help="the variant `new` first")
+    if named:
+        p.add_argument("--variants", nargs="+", default=default_names or list(named),
+                       choices=[*named, "openvino"], help="this script's variants, by name")
+    p.add_argument("--threads", type=int, nargs="+",
+                   default=threads if isinstance(threads, list) else [threads],
+                   help="one A/B per thread count")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=rounds)
+    p.add_argument("--runs", "--repeat", dest="runs", type=int, default=runs,
+                   help="runs in a timed block (0: about 0.2 s)")  # fmt: skip
+    p.add_argument("--warmup", type=int, default=warmup, help="untimed runs a variant first")
+    p.add_argument("--settle", type=int, default=settle, help="untimed runs before each block")
+    p.add_argument("--clock", choices=["auto", *CLOCKS], default="auto",
+                   help="auto: thread CPU at 1 thread, wall at 2+")  # fmt: skip
+    p.add_argument("--bf16", action="store_true", help="quantize_bf16 every variant")
+    p.add_argument("--openvino", action="store_true", help="OpenVINO as one more variant")
+    p.add_argument("--steps", action="store_true", help="also per-kind step times")
+    p.add_argument("--wait-quiet", "--quiet", dest="wait_quiet", type=float, default=None,
+                   metavar="S", help="wait up to S s for a quiet moment before timing")  # fmt: skip
+    p.add_argument("--tol", type=float, default=None,
+                   help="largest rel RMS difference vs ORT / the first variant (default 1e-3 "
+                        "f32, 1e-1 bf16)")  # fmt: skip
+    p.add_argument("--no-ort", dest="ort", action="store_false",
+                   help="no ONNX Runtime reference (outputs checked against the first variant)")
+    p.add_argument("--json", default=None, metavar="FILE")
+    return p
+
+
+def variants_of(args: argparse.Namespace, old: dict | None = None, new: dict | None = None,
+                named: dict[str, Variant] | None = None) -> list[Variant]:  # fmt: skip
+    """The variants the arguments name: `--variant`s; else `--old` / `--new` where given; else
+    the wrapper's `named` ones that `--variants` picks (`openvino` sets `args.openvino`); else
+    `old` / `new` with the wrapper's default settings. `--bf16` makes each one bf16."""
+    given, old_arg, new_arg = (getattr(args, k, None) for k in ("variant", "old", "new"))
+    if given:
+        chosen = [parse_variant(v) for v in given]
+    elif named and old_arg is None and new_arg is None:
+        if "openvino" in args.variants:
+            args.openvino = True
+        chosen = [named[n] for n in args.variants if n != "openvino"]
+    else:
+        chosen = [
+            Variant("old", parse_env(old_arg) if old_arg is not None else dict(old or {})),
+            Variant("new", parse_env(new_arg) if new_arg is not None else dict(new or {})),
+        ]
+        if chosen[0].env == chosen[1].env and old_arg is None and new_arg is None:
+            raise SystemExit("no variants: give --old K=V / --new K=V or --variant NAME:K=V")
+        if getattr(args, "new_first", False):
+            chosen = chosen[::-1]
+    if args.bf16:
+        chosen = [replace(v, bf16=True) for v in chosen]
+    return chosen
+
+
+def configs_of(args: argparse.Namespace) -> list[Config]:
+    """One Config a thread count of `--threads` (an option a wrapper took over: its default)."""
+    keys = ("rounds", "runs", "warmup", "settle", "clock", "steps", "openvino", "bf16",
+            "wait_quiet", "tol", "ort")  # fmt: skip
+    given = {k: getattr(args, k) for k in keys if hasattr(args, k)}
+    return [Config(threads=t, **given) for t in args.threads]
+
+
+def run_args(args: argparse.Namespace, *, old: dict | None = None, new: dict | None = None,
+             named: dict[str, Variant] | None = None, models: list[str] | None = None,
+             more: list[Variant] = (), extra=None, note=None) -> int:  # fmt: skip
+    """`run` as the parsed arguments say (`models` replaces `--models`; `more` variants after
+    the chosen ones)."""
+    variants = variants_of(args, old, new, named) + list(more)
+    return run(models or args.models, variants, configs_of(args), args.json,
+               {"argv": sys.argv[1:]}, extra, note)  # fmt: skip
+
+
+def main(argv: list[str] | None = None, *, description: str | None = None,
+         old: dict | None = None, new: dict | None = None,
+         named: dict[str, Variant] | None = None, default_names: list[str] | None = None,
+         extra=None, note=None, **defaults: Any) -> int:  # fmt: skip
+    """The command line; a wrapper passes its description, default `old` / `new` settings or
+    its `named` variants, and argument defaults (`models`, `threads`, `rounds`, `runs`,
+    `warmup`, `settle`)."""
+    args = parser(description, named=named, default_names=default_names, **defaults).parse_args(
+        argv
+    )
+    return run_args(args, old=old, new=new, named=named, extra=extra, note=note)

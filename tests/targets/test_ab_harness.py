@@ -1,0 +1,109 @@
+"""`benchmarks/ab_harness.py` (the A/B harness every `benchmarks/*_ab.py` wraps) on a tiny model:
+two variants, one round; the output comparison (against ONNX Runtime and against the first
+variant) passes when the variants compute the same numbers and fails when they do not."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from benchmarks import ab_harness as ab
+
+
+def _model(scale: float = 1.0) -> bytes:
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((16, 8)) * scale).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["xw"]),
+        helper.make_node("Add", ["xw", "b"], ["xb"]),
+        helper.make_node("Relu", ["xb"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [w, b],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _case() -> ab.Case:
+    x = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
+    return ab.Case("tiny", _model(), {"x": x})
+
+
+CFG = ab.Config(threads=1, rounds=1, warmup=1)
+
+
+def test_same_numbers_pass() -> None:
+    out = io.StringIO()
+    res = ab.ab_case(_case(), [ab.Variant("old", {"PGX_AB_TEST_UNUSED": "0"}),
+                               ab.Variant("new")], CFG, out)  # fmt: skip
+    assert res["ok"], out.getvalue()
+    assert set(res["variants"]) == {"old", "new"}
+    for fig in res["variants"].values():
+        assert fig["rel_err_ort"] < 1e-6 and fig["rel_diff_first"] < 1e-6
+        assert len(fig["blocks_ms"]) == 1 and fig["median_ms"] > 0
+    assert "MISMATCH" not in out.getvalue()
+    assert "\ntiny t1 f32, 1 rounds x 1 runs, thread CPU ms a run" in out.getvalue()
+
+
+def test_different_numbers_fail() -> None:
+    """`new` builds a program whose weights are scaled: it differs from `old` and from ORT."""
+
+    def wrong(case: ab.Case, threads: int):
+        return ab.compile_variant(ab.Case(case.spec, _model(1.5), case.feeds), threads,
+                                  ab.Variant("x"))  # fmt: skip
+
+    out = io.StringIO()
+    res = ab.ab_case(_case(), [ab.Variant("old"), ab.Variant("new", build=wrong)], CFG, out)
+    assert not res["ok"]
+    assert res["mismatch"] == ["new"]
+    assert res["variants"]["new"]["rel_diff_first"] > 1e-2
+    assert "MISMATCH tiny new" in out.getvalue()
+
+
+def test_command_line(tmp_path, capsys) -> None:
+    """`benchmarks/ab.py`'s arguments on an .onnx path (seeded random feeds): exit 0 and the JSON
+    written (the failing comparison: `test_different_numbers_fail`)."""
+    path = tmp_path / "tiny.onnx"
+    onnx.save(onnx.load_from_string(_model()), str(path))
+    out = tmp_path / "ab.json"
+    rc = ab.main(["--models", str(path), "--old", "PGX_AB_TEST_UNUSED=0", "--new",
+                  "--threads", "1", "--rounds", "2", "--json", str(out)])  # fmt: skip
+    assert rc == 0, capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    (model,) = doc["models"]
+    assert list(model["variants"]) == ["old", "new"]
+    assert len(model["variants"]["new"]["blocks_ms"]) == 2
+
+
+def test_parse() -> None:
+    v = ab.parse_variant("old:PGX_A=0,@cpu.scheduling.X=False")
+    assert v.name == "old" and v.env == {"PGX_A": "0", "@cpu.scheduling.X": "False"}
+    assert ab.parse_env(["A=1,B=2", "C=3"]) == {"A": "1", "B": "2", "C": "3"}
+    assert ab.rel_err([np.ones(3)], [np.ones(3)]) == 0.0
+
+
+def test_settings_in_force_only_inside(monkeypatch) -> None:
+    """A variant's settings (an environment variable, a module constant) hold while it compiles
+    and are restored after."""
+    import os
+
+    from pygraphx.targets.cpu import scheduling
+
+    monkeypatch.delenv("PGX_AB_TEST_X", raising=False)
+    before = scheduling.SKIP_SAME_COUNT
+    with ab.settings({"PGX_AB_TEST_X": "1", "@cpu.scheduling.SKIP_SAME_COUNT": repr(not before)}):
+        assert os.environ["PGX_AB_TEST_X"] == "1"
+        assert scheduling.SKIP_SAME_COUNT is (not before)
+    assert "PGX_AB_TEST_X" not in os.environ
+    assert scheduling.SKIP_SAME_COUNT is before
