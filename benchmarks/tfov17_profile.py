@@ -13,11 +13,12 @@ product; ours with the residual sum), `ffn_up` (with GELU), `ffn_down` (ours wit
 sum), `norms`, `residuals` (OpenVINO's Subgraph after proj / ffn_down: the residual add and the
 norm's affine part; ORT's Adds / SkipLayerNormalization is counted as `norms`), `other`
 (embeddings, patch convolution, pooling, views). OpenVINO's and ORT's products are put in a
-group by their ONNX node name (`query` / `key` / `value`, `attention/output`, `intermediate`,
-`output/dense`) where it has one, else by shape as gemm14_profile does. Each step / node keeps
-its fastest of `--runs` runs (thread CPU time at one thread, wall time at two); the
-"median run" line is each engine's median whole run (engines alternating, the order reversed
-every round; OpenVINO without PERF_COUNT). Ours also prints the median of its steps' sum in a run.
+group by their ONNX node name (`query` / `key` / `value` or `q_proj` / ..., `attention/output`
+or `o_proj`, `intermediate` or `fc1`, `output/dense` or `fc2`) where it has one, else by shape
+as gemm14_profile does. Each step / node keeps its fastest of `--runs` runs (ours and
+OpenVINO's: thread CPU time at one thread, wall time at two; ORT's profile is wall time
+always: under load its rows swell); the "median run" line is each engine's median whole run
+(engines alternating, the order reversed every round; OpenVINO without PERF_COUNT).
 """
 
 from __future__ import annotations
@@ -45,13 +46,14 @@ GROUPS = ("qkv", "attention", "proj", "ffn_up", "ffn_down", "norms", "residuals"
 def by_name(name: str) -> str | None:
     """A product's group from its ONNX node name, or None."""
     n = name.lower()
-    if any(f"/{w}/" in n or n.endswith(f"/{w}") for w in ("query", "key", "value")):
+    words = ("query", "key", "value", "q_proj", "k_proj", "v_proj")
+    if any(f"/{w}/" in n or n.endswith(f"/{w}") for w in words):
         return "qkv"
-    if "attention/output" in n:
+    if "attention/output" in n or "/o_proj" in n:
         return "proj"
-    if "intermediate" in n:
+    if "intermediate" in n or "/fc1" in n:
         return "ffn_up"
-    if "output/dense" in n:
+    if "output/dense" in n or "/fc2" in n:
         return "ffn_down"
     return None
 
