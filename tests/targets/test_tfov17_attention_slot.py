@@ -97,6 +97,15 @@ def test_switch_keeps_new_tensors(monkeypatch) -> None:
     assert took == [False, False], took
 
 
+def test_no_slot_without_the_float32_kernel(monkeypatch) -> None:
+    """Where the float32 variant cannot be had, no block takes a slot (each run would copy the
+    route's result into it); the program still matches ORT."""
+    _f32_or_skip()
+    monkeypatch.setattr(native_attention, "f32_available", lambda: False)
+    took = _run(monkeypatch, "bert", 1, 197, 1)
+    assert took == [False, False], took
+
+
 def _operands(b: int, h: int, s: int, d: int) -> tuple:
     q = torch.randn(b, s, h, d, generator=GEN).transpose(1, 2)
     kt = torch.randn(b, s, h, d, generator=GEN).permute(0, 2, 3, 1)

@@ -326,6 +326,8 @@ def _slot(ctx: LoweringContext, dot2: Instruction, read: list[Instruction]) -> t
     views = _merged_views(dot2)
     if not views or dot2.shape.type() != "float_type" or not ctx.has_slot(dot2):
         return None
+    if not native_attention.f32_available():  # (every run would copy the route's result)
+        return None
     if dot2.is_return() or any(ins.is_return() for ins in views):
         return None
     if not all(ctx.apart(x, dot2) for x in read):

@@ -143,6 +143,16 @@ def slot_enabled() -> bool:
     return switch_on(SLOT_ENV)
 
 
+def f32_available() -> bool:
+    """Whether the float32 variant can be had (built, bound, the instruction set there); says
+    nothing (`attend` announces a failure once when it asks)."""
+    try:
+        kernel(torch.float32)
+    except native.NativeUnavailable:
+        return False
+    return True
+
+
 def out_layout(shape: tuple[int, ...]) -> tuple[int, ...]:
     """The strides of the kernel's output of `shape` (q's shape with d values a row): token
     major, (b, s, h, d) in memory, so that the heads merge back without a copy."""
@@ -435,5 +445,5 @@ def attend_causal(scale: float, table: dict, dtype: torch.dtype, offset: int,
 
 
 __all__ = ["CAUSAL_ENV", "ENV", "ROUNDED_SUM_ENV", "SLOT_ENV", "Scratch", "attend",
-           "attend_causal", "causal_enabled", "enabled", "kernel", "out_layout", "refusal",
-           "rounded_sum", "slot_enabled", "supported"]  # fmt: skip
+           "attend_causal", "causal_enabled", "enabled", "f32_available", "kernel",
+           "out_layout", "refusal", "rounded_sum", "slot_enabled", "supported"]  # fmt: skip
