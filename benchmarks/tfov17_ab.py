@@ -4,7 +4,8 @@ process: `old` (the float32 attention block's output a new tensor each run,
 `slot` (the block writes its arena slot; GELU as old) and `new` (both: GELU's middle form
 too); `benchmarks/gemm15_ab.py`'s harness (each variant compiled with its variables set; runs
 alternate one per variant, the order reversed every round: both orders; median wall ms at 2+
-threads, thread CPU ms at 1 thread; rel. RMS error against ONNX Runtime float32; `--wait-quiet S`, `--steps` as there).
+threads, thread CPU ms at 1 thread; rel. RMS error against ONNX Runtime float32;
+`--wait-quiet S`, `--steps`, `--openvino` as there).
 
     PYTHONPATH=. python benchmarks/tfov17_ab.py --threads 1 --rounds 12 \
         --models minilm vit_b16 bert_base:1 gpt2:1

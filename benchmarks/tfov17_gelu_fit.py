@@ -31,10 +31,6 @@ def fit(limit: float, degree: int, root: int = 8, center: float = 0.0) -> np.nda
     return pa.coef  # lowest power first
 
 
-def f32(x):
-    return np.float32(x)
-
-
 def horner32(coef32: np.ndarray, a: np.ndarray) -> np.ndarray:
     a64 = a.astype(np.float64)
     p = np.full_like(a64, float(coef32[-1]))
