@@ -176,9 +176,9 @@ def profile(model: str, threads: int, runs: int, labels: bool, quiet: float) -> 
     data, feeds = load(model)
     prog = pygraphx.parse_onnx_buffer(data)
     prog.compile(CpuTarget(threads=threads))
+    seen = wait_quiet(quiet) if quiet else "no wait"  # (before every engine's profile)
     run_ov, ov_groups, ov_labels = openvino(data, threads, runs, feeds)
     run_ort, ort_groups, ort_labels = ort_engine(data, feeds, threads, runs)
-    seen = wait_quiet(quiet) if quiet else "no wait"
     fns = {"pygraphx": lambda: prog.run(feeds), "OpenVINO": run_ov, "ORT": run_ort}
     walls: dict[str, list[float]] = {k: [] for k in fns}
     for fn in fns.values():
