@@ -50,7 +50,7 @@ from pygraphx.targets.torch_lowering import native_attention, onednn_attention
 from pygraphx.targets.torch_lowering.context import LoweringContext, Step
 from pygraphx.targets.torch_lowering.dtypes import torch_dtype
 from pygraphx.targets.torch_lowering.lower_math import scalar_inputs
-from pygraphx.targets.torch_lowering.lower_views import view_chain, view_step
+from pygraphx.targets.torch_lowering.lower_views import CHAIN_VIEWS, view_chain, view_step
 from pygraphx.targets.torch_lowering.pointwise import Node, NotTraceable, Value, trace_body
 
 Lowering = Callable[[LoweringContext, Instruction], bool]
@@ -244,17 +244,25 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
     route = "oneDNN's attention primitives" if attend is not None else "torch's SDPA"
     attend = attend or _sdpa(p.scale, dtype)
     native_f32 = _native_f32(ctx, dtype, dot1.shape.elements())
+    read = [*dot1.inputs, dot2.inputs[1]]
+    read += [x for x in group.inputs if x is not dot1]
+    slot = _slot(ctx, dot2, read) if native_f32 else None
     if native_f32:
         table = ctx.cache.setdefault(NATIVE_TABLE, {})
-        attend = native_attention.attend(p.scale, table, attend, dtype, route)
+        attend = native_attention.attend(p.scale, table, attend, dtype, route, out=slot)
     causal = None
     if native_f32 or dtype == torch.bfloat16 and on_onednn and _native_bf16(ctx):
         offset = causal_offset(ctx, p, keep, dot1)
         if offset is not None:
             table = ctx.cache.setdefault(NATIVE_TABLE, {})
-            causal = native_attention.attend_causal(p.scale, table, dtype, offset)
-    idx = ctx.bind_dynamic(dot2)
-    ctx.mark_fresh(idx)
+            causal = native_attention.attend_causal(p.scale, table, dtype, offset, out=slot)
+    if slot is not None:  # every route writes the slot: a fixed tensor
+        idx = ctx.bind_static(dot2, slot)
+    else:
+        idx = ctx.bind_dynamic(dot2)
+        ctx.mark_fresh(idx)
+    # the heads merged back (transpose, reshape) in this step, not a step each (CPU)
+    views = view_chain(ctx, dot2) if ctx.device.type == "cpu" else []
     first, last = share.enrol(idx)
     mask, unpadded = share.mask, share.unpadded
 
@@ -267,8 +275,6 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
             share.end()
 
     members = [dot1, group, dot2] if probs is group else [dot1, group, probs, dot2]
-    # the heads merged back (transpose, reshape) in this step, not a step each (CPU)
-    views = view_chain(ctx, dot2) if ctx.device.type == "cpu" else []
     if not views:
         ctx.emit(block, members, idx)
     else:
@@ -287,6 +293,50 @@ def _emit_sdpa(ctx: LoweringContext, dot2: Instruction, p: Pattern) -> None:
 
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+
+
+def _merged_views(dot2: Instruction) -> list[Instruction]:
+    """The views `view_chain` will bind after `dot2` (the heads merged back), not bound yet."""
+    chain, cur = [], dot2
+    while len(cur.outputs) == 1 and cur.outputs[0].op.name in CHAIN_VIEWS:
+        nxt = cur.outputs[0]
+        if len(nxt.inputs) != 1:
+            break
+        chain.append(nxt)
+        cur = nxt
+    return chain
+
+
+def _slot(ctx: LoweringContext, dot2: Instruction, read: list[Instruction]) -> torch.Tensor | None:
+    """The arena slot a float32 block on the native kernel writes its output into (a view of
+    the kernel's token-major layout, `native_attention.out_layout`), or None (a new tensor each
+    run, as before): where the memory plan gave the output (`dot2`) a slot sharing no byte with
+    any buffer the block reads (`read`: Q, K^T, V, the mask's parts), the heads are merged back
+    in the step (`_merged_views`: the readers see only the merged view, not the slot's 4-D
+    tensor) and neither the output nor a view of it is a program output (a new tensor needs
+    no copy at the end). A fixed tensor is not `fresh`: no later step writes over it in place.
+    `PGX_CPU_ATTENTION_SLOT=0`: never (helper tfov17).
+
+    Why: the block's output, read once by the attention's output product, then landed in a block
+    malloc handed out each run, memory the caches no longer held; the slot is memory the plan
+    reuses from step to step (gpt16 did the same for GPT-2's norms, `layernorm._slot`).
+    `benchmarks/results/tfov17.md`."""
+    if not native_attention.slot_enabled() or ctx.device.type != "cpu":
+        return None
+    views = _merged_views(dot2)
+    if not views or dot2.shape.type() != "float_type" or not ctx.has_slot(dot2):
+        return None
+    if not native_attention.f32_available():  # (every run would copy the route's result)
+        return None
+    if dot2.is_return() or any(ins.is_return() for ins in views):
+        return None
+    if not all(ctx.apart(x, dot2) for x in read):
+        return None
+    shape = tuple(dot2.shape.lens())
+    flat = ctx.slot_tensor(dot2)
+    if not flat.is_contiguous() or flat.dtype != torch.float32:
+        return None
+    return flat.as_strided(shape, native_attention.out_layout(shape))
 
 
 #: float32 blocks run on oneDNN for this many score values (b * h * s * t) or more, and at most

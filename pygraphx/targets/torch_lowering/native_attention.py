@@ -134,6 +134,31 @@ def enabled() -> bool:
     return switch_on(ENV)
 
 
+#: `0` gives a float32 block's output a new tensor each run instead of its arena slot (helper
+#: tfov17; see `attention.py`'s `_slot`)
+SLOT_ENV = "PGX_CPU_ATTENTION_SLOT"
+
+
+def slot_enabled() -> bool:
+    return switch_on(SLOT_ENV)
+
+
+def f32_available() -> bool:
+    """Whether the float32 variant can be had (built, bound, the instruction set there); says
+    nothing (`attend` announces a failure once when it asks)."""
+    try:
+        kernel(torch.float32)
+    except native.NativeUnavailable:
+        return False
+    return True
+
+
+def out_layout(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of the kernel's output of `shape` (q's shape with d values a row): token
+    major, (b, s, h, d) in memory, so that the heads merge back without a copy."""
+    return _token_major(shape)
+
+
 def causal_enabled() -> bool:
     """Whether causal blocks may skip the key blocks they do not see (`CAUSAL_ENV` not off)."""
     return switch_on(CAUSAL_ENV)
@@ -288,9 +313,17 @@ class Plan:
         if causal is not None:
             self.sizes += f", causal (offset {causal})"
 
-    def run(self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        """The block's output (a new tensor)."""
-        out = torch.empty_strided(self.out_shape, self.out_strides, dtype=self.dtype)
+    def run(self, q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None,
+            out: Tensor | None = None) -> Tensor:  # fmt: skip
+        """The block's output: written into `out` (the plan's shape, strides and type: an arena
+        slot, `attention.py`'s `_slot`) where given, else a new tensor."""
+        if out is None:
+            out = torch.empty_strided(self.out_shape, self.out_strides, dtype=self.dtype)
+        elif (tuple(out.shape) != self.out_shape or out.stride() != self.out_strides
+              or out.dtype != self.dtype):  # fmt: skip
+            raise ValueError(
+                f"native attention: output {tuple(out.shape)} {out.stride()} {out.dtype}, the "
+                f"plan writes {self.out_shape} {self.out_strides} {self.dtype}")
         if mask is not None and self.copy_mask:
             mask = mask.contiguous()  # kept alive until the call returns
         m = None if mask is None else mask.data_ptr()
@@ -327,16 +360,24 @@ def _variant(dtype: torch.dtype, route: str, rsum: bool) -> Callable | None:
 
 
 def attend(scale: float, table: dict, fallback: Attend, dtype: torch.dtype = torch.bfloat16,
-           route: str = "the oneDNN attention route") -> Attend:
+           route: str = "the oneDNN attention route", out: Tensor | None = None) -> Attend:
     """A block function `(q, kt, v, mask) -> out` running the native kernel for the operands
     it takes (plans and scratch kept in `table`, shared by a program's blocks) and `fallback`
     (named `route`) for the rest; `fallback` itself where the kernel's `dtype` variant cannot
     be had (said once per operand type). Operands of the other type take their variant where it
-    is had."""
+    is had. With `out` (a fixed tensor of the kernel's layout, `out_layout`: an arena slot),
+    every result lands in `out` and `out` is returned: the kernel writes it, another route's
+    result is copied into it."""
     tiles, rsum = wide_tiles(), rounded_sum()
     fn = _variant(dtype, route, rsum)
     if fn is None:
-        return fallback
+        if out is None:
+            return fallback
+
+        def copied(q: Tensor, kt: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+            return out.copy_(fallback(q, kt, v, mask))
+
+        return copied
     plans = table.setdefault(PLANS, {})
     scratch = table.setdefault(SCRATCH, Scratch())
     get_num_threads = torch.get_num_threads
@@ -357,20 +398,22 @@ def attend(scale: float, table: dict, fallback: Attend, dtype: torch.dtype = tor
                          why, tuple(q.shape), tuple(kt.shape), tuple(v.shape),
                          None if mask is None else tuple(mask.shape), route)  # fmt: skip
         if plan is None:
-            return fallback(q, kt, v, mask)
-        return plan.run(q, kt, v, mask)
+            y = fallback(q, kt, v, mask)
+            return y if out is None else out.copy_(y)
+        return plan.run(q, kt, v, mask, out)
 
     return run
 
 
 def attend_causal(scale: float, table: dict, dtype: torch.dtype, offset: int,
-                  route: str = "the full kernel") -> Causal | None:  # fmt: skip
+                  route: str = "the full kernel",
+                  out: Tensor | None = None) -> Causal | None:  # fmt: skip
     """A causal block function `(q, kt, v) -> out`: query row i attends to keys j <= i +
     `offset` only (`offset` >= 0; the kernel skips the key blocks a query block does not see and
     reads no mask), or None where the operands are refused (said once, as `attend` does; the
     caller then runs its full route with the causal mask). None in place of the function where
     the kernel's `dtype` variant cannot be had or `CAUSAL_ENV` is off. Plans and scratch are
-    `attend`'s (`table`)."""
+    `attend`'s (`table`); `out` as `attend`'s (the kernel writes it)."""
     if offset < 0 or not causal_enabled():
         return None
     tiles, rsum = wide_tiles(), rounded_sum()
@@ -396,11 +439,11 @@ def attend_causal(scale: float, table: dict, dtype: torch.dtype, offset: int,
                 _REFUSED.add(sig)
                 log.info("native attention kernel (causal): %s (q %s, k^t %s, v %s); %s runs",
                          why, tuple(q.shape), tuple(kt.shape), tuple(v.shape), route)
-        return None if plan is None else plan.run(q, kt, v, None)
+        return None if plan is None else plan.run(q, kt, v, None, out)
 
     return run
 
 
-__all__ = ["CAUSAL_ENV", "ENV", "ROUNDED_SUM_ENV", "Scratch", "attend", "attend_causal",
-           "causal_enabled", "enabled", "kernel", "refusal", "rounded_sum",
-           "supported"]  # fmt: skip
+__all__ = ["CAUSAL_ENV", "ENV", "ROUNDED_SUM_ENV", "SLOT_ENV", "Scratch", "attend",
+           "attend_causal", "causal_enabled", "enabled", "f32_available", "kernel",
+           "out_layout", "refusal", "rounded_sum", "slot_enabled", "supported"]  # fmt: skip

@@ -19,7 +19,11 @@ x^2 / 4) of float64 and 20 float32 units where |y| > 1e-3; torch's float32 gelu 
 post-op compute 1 + erf in float32: 0 or noise below x = -5.5, thousands of units near -3).
 Its cost, 128 x 3072 float32, one thread, the 2-core EPYC: ~85 us a call where the values are
 mostly small (BERT / ViT with random weights), ~160 us where many are below -1.5 (MiniLM),
-against 150-210 us for oneDNN's gelu_erf post-op (`benchmarks/results/gelu16.md`).
+against 150-210 us for oneDNN's gelu_erf post-op (`benchmarks/results/gelu16.md`). A third
+form between the two (helper tfov17, `vm_gelu_erf3_ps`): a vector whose values all have |x| < 4
+as `relu(x) - |x| s(|x|)^8`, s = Phi(-|x|)^(1/8) a polynomial of degree 9 (15 operations against
+the tail's ~26; the same relative bound): most of MiniLM's vectors (trained weights) fall there;
+`PGX_CPU_GELU_ERF_MIDDLE=0` keeps the two forms (`benchmarks/results/tfov17.md`).
 
 `PGX_CPU_GELU_NATIVE=0` keeps oneDNN's post-op for both forms, `PGX_CPU_GELU_ERF_NATIVE=0` for
 the erf form only. A bf16 program's FFN-up keeps oneDNN's bf16 post-op unless
@@ -43,6 +47,9 @@ KERNEL = "gelu"
 ENV = "PGX_CPU_GELU_NATIVE"
 #: `0` / `off`: a float32 product keeps oneDNN's gelu (erf) post-op (the tanh pass stays)
 ERF_ENV = "PGX_CPU_GELU_ERF_NATIVE"
+#: `0` / `off`: the erf pass in two forms (central, tail), not three (the middle form, |x| < 4,
+#: between them: MiniLM's trained FFN-up values take it; helper tfov17, read when the pass is made)
+MIDDLE_ENV = "PGX_CPU_GELU_ERF_MIDDLE"
 #: `1` / `on`: a bf16 product's gelu (erf) group as the product written in float32 and
 #: `GeluErfToBf16` (off by default: MiniLM 1.3 % slower at one thread, the error the same over
 #: four inputs; `benchmarks/results/gelu16.md`)
@@ -59,7 +66,7 @@ def _bind(lib: ctypes.CDLL) -> None:
         raise native.NativeUnavailable(
             f"native kernel {KERNEL}: this processor has no AVX-512F (the build has no kernel)"
         )
-    for fn in (lib.gelu_tanh_f32, lib.gelu_erf_f32):
+    for fn in (lib.gelu_tanh_f32, lib.gelu_erf_f32, lib.gelu_erf_middle_f32):
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         fn.restype = ctypes.c_int
     lib.gelu_bf16_supported.argtypes = []
@@ -113,6 +120,11 @@ class GeluErf(GeluTanh):
 
     name = "gelu_erf"
 
+    def __init__(self) -> None:
+        super().__init__()
+        if switch_on(MIDDLE_ENV):  # the three forms (vmath.h's vm_gelu_erf3_ps)
+            self.fn = _BOUND.get().gelu_erf_middle_f32
+
 
 class GeluErfToBf16:
     """`gelu(t)` (erf form) of a dense float32 tensor `t` (a bf16 product's float32 result),
@@ -150,5 +162,6 @@ __all__ = [
     "GeluErf",
     "GeluErfToBf16",
     "GeluTanh",
+    "MIDDLE_ENV",
     "available",
 ]

@@ -55,6 +55,7 @@ static inline __m512 gelu_tanh_ps(__m512 v) {
     }
 GELU_RANGE(gelu_range, gelu_tanh_ps)
 GELU_RANGE(gelu_erf_range, vm_gelu_erf_ps)
+GELU_RANGE(gelu_erf3_range, vm_gelu_erf3_ps)
 
 /* over `threads` threads in blocks of 4096 floats */
 static void gelu_blocks(void (*range)(float *, int64_t, int64_t), float *x, int64_t n,
@@ -97,12 +98,12 @@ int gelu_bf16_supported(void) {
 static void gelu_erf_bf16_range(const float *x, uint16_t *y, int64_t begin, int64_t end) {
     int64_t i = begin;
     for (; i + 16 <= end; i += 16) {
-        const __m256bh r = _mm512_cvtneps_pbh(vm_gelu_erf_ps(_mm512_loadu_ps(x + i)));
+        const __m256bh r = _mm512_cvtneps_pbh(vm_gelu_erf3_ps(_mm512_loadu_ps(x + i)));
         _mm256_storeu_si256((__m256i *)(y + i), (__m256i)r);
     }
     if (i < end) {
         const __mmask16 k = (__mmask16)((1u << (end - i)) - 1u);
-        const __m256bh r = _mm512_cvtneps_pbh(vm_gelu_erf_ps(_mm512_maskz_loadu_ps(k, x + i)));
+        const __m256bh r = _mm512_cvtneps_pbh(vm_gelu_erf3_ps(_mm512_maskz_loadu_ps(k, x + i)));
         _mm256_mask_storeu_epi16(y + i, k, (__m256i)r);
     }
 }
@@ -111,7 +112,8 @@ static void gelu_erf_bf16_range(const float *x, uint16_t *y, int64_t begin, int6
 /* y[0 .. n) = bf16(gelu(x)) (erf form; one rounding, to nearest even) from the float32 x (a
  * product's float32 result) into the bf16 y, over `threads` threads (blocks of 4096); a denormal
  * value (x < -13.2) becomes a zero of its sign (vcvtneps2bf16 flushes them). Returns
- * 0, or -1 where this build has no kernel. */
+ * 0, or -1 where this build has no kernel. GELU in the three forms (vm_gelu_erf3_ps, helper
+ * tfov17): gelu_erf_middle_f32's value rounded once. */
 int gelu_erf_f32_bf16(const float *x, uint16_t *y, int64_t n, int64_t threads) {
 #if GELU_BF16
     const int64_t block = 4096, blocks = (n + block - 1) / block;
@@ -136,6 +138,19 @@ int gelu_erf_f32_bf16(const float *x, uint16_t *y, int64_t n, int64_t threads) {
 int gelu_erf_f32(float *x, int64_t n, int64_t threads) {
 #ifdef __AVX512F__
     gelu_blocks(gelu_erf_range, x, n, threads);
+    return 0;
+#else
+    (void)x; (void)n; (void)threads;
+    return -1;
+#endif
+}
+
+/* gelu_erf_f32 with vmath.h's three forms (vm_gelu_erf3_ps: the middle form, |x| < 4, between
+ * the central and the tail form; helper tfov17). Returns 0, or -1 where this build has no
+ * kernel. */
+int gelu_erf_middle_f32(float *x, int64_t n, int64_t threads) {
+#ifdef __AVX512F__
+    gelu_blocks(gelu_erf3_range, x, n, threads);
     return 0;
 #else
     (void)x; (void)n; (void)threads;

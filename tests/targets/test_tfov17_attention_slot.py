@@ -1,0 +1,134 @@
+"""A float32 attention block on the native kernel writing its arena slot (`attention._slot`,
+helper tfov17): `Plan.run` into a given tensor against float64; BERT- and GPT-2-style programs
+(32-wide heads, 197 tokens as ViT's: not a multiple of 16 / 32; padding and causal masks) against
+ONNX Runtime, batch 1 and 3, 1 and 2 threads, three runs with another input between (a stale or
+shared slot shows); which blocks took a slot; `PGX_CPU_ATTENTION_SLOT=0` keeps new tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+
+import pygraphx  # noqa: E402
+from pygraphx.targets import native  # noqa: E402
+from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
+from pygraphx.targets.torch_lowering import attention, native_attention  # noqa: E402
+
+GEN = torch.Generator().manual_seed(1717)
+
+
+def _f32_or_skip():
+    try:
+        return native_attention.kernel(torch.float32)
+    except native.NativeUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def model(name: str, batch: int, seq: int) -> tuple:
+    """A 2-layer BERT or GPT-2 (hidden 64, 2 heads of 32), the last sequence padded, and a
+    function giving its inputs for a seed."""
+    from pygraphx.models.bert import BertConfig, build_bert
+    from pygraphx.models.gpt2 import GPT2Config, build_gpt2
+
+    def feeds(seed: int) -> dict:
+        ids = np.random.default_rng(seed).integers(0, 100, (batch, seq)).astype(np.int64)
+        keep = np.ones_like(ids)
+        keep[-1, seq - seq // 3 :] = 0
+        out = {"input_ids": ids, "attention_mask": keep}
+        if name == "bert":
+            out["token_type_ids"] = ids * 0
+        return out
+
+    sizes = {"hidden": 64, "layers": 2, "heads": 2, "vocab_size": 100}
+    if name == "gpt2":
+        config = GPT2Config(**sizes, n_positions=256)
+        m = build_gpt2(batch=batch, seq_len=seq, seed=7, config=config)
+    else:
+        cfg = BertConfig(**sizes, intermediate=128)
+        m = build_bert(batch=batch, seq_len=seq, seed=7, config=cfg)
+    return m, feeds
+
+
+def _run(monkeypatch, name: str, batch: int, seq: int, threads: int) -> list[bool]:
+    """The program against ORT over three runs (another input between); which blocks took a
+    slot."""
+    monkeypatch.setattr(attention, "ONEDNN_F32_MIN", 1)  # the small blocks on the kernel too
+    took: list[bool] = []
+    real = attention._slot
+
+    def spy(*args):
+        out = real(*args)
+        took.append(out is not None)
+        return out
+
+    monkeypatch.setattr(attention, "_slot", spy)
+    m, feeds = model(name, batch, seq)
+    data = m.SerializeToString()
+    sess = ort.InferenceSession(data)
+    prog = pygraphx.parse_onnx_buffer(data)
+    prog.compile(CpuTarget(threads=threads))
+    table = prog._executable.lowered.ctx.cache.get(attention.NATIVE_TABLE, {})
+    for seed in (1, 2, 1):
+        f = feeds(seed)
+        want = sess.run(None, f)
+        got = prog.run(f)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=2e-4, atol=2e-4)
+    assert any(p is not None for p in table.get(native_attention.PLANS, {}).values())
+    return took
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("name,seq", [("bert", 197), ("bert", 128), ("gpt2", 197)])
+def test_blocks_write_their_slots_against_ort(monkeypatch, name, seq, batch, threads) -> None:
+    _f32_or_skip()
+    took = _run(monkeypatch, name, batch, seq, threads)
+    assert took == [True, True], took
+
+
+def test_switch_keeps_new_tensors(monkeypatch) -> None:
+    _f32_or_skip()
+    monkeypatch.setenv(native_attention.SLOT_ENV, "0")
+    took = _run(monkeypatch, "bert", 3, 197, 2)
+    assert took == [False, False], took
+
+
+def test_no_slot_without_the_float32_kernel(monkeypatch) -> None:
+    """Where the float32 variant cannot be had, no block takes a slot (each run would copy the
+    route's result into it); the program still matches ORT."""
+    _f32_or_skip()
+    monkeypatch.setattr(native_attention, "f32_available", lambda: False)
+    took = _run(monkeypatch, "bert", 1, 197, 1)
+    assert took == [False, False], took
+
+
+def _operands(b: int, h: int, s: int, d: int) -> tuple:
+    q = torch.randn(b, s, h, d, generator=GEN).transpose(1, 2)
+    kt = torch.randn(b, s, h, d, generator=GEN).permute(0, 2, 3, 1)
+    v = torch.randn(b, s, h, d, generator=GEN).transpose(1, 2)
+    return q, kt, v
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 12, 197, 64), (3, 2, 197, 32), (2, 12, 128, 32)])
+def test_plan_writes_the_given_tensor_against_float64(threads, shape) -> None:
+    fn = _f32_or_skip()
+    b, h, s, d = shape
+    q, kt, v = _operands(b, h, s, d)
+    mask = torch.zeros(b, 1, 1, s)
+    mask[-1, ..., s - s // 3 :] = -1e4
+    scale = d**-0.5
+    want = torch.softmax((q.double() @ kt.double()) * scale + mask.double(), -1) @ v.double()
+    plan = native_attention.Plan(fn, scale, q, kt, v, mask, threads)
+    out = torch.full((b * s * h * d,), float("nan")).as_strided(
+        plan.out_shape, native_attention.out_layout(plan.out_shape))
+    for _ in range(2):
+        got = plan.run(q, kt, v, mask, out)
+        assert got is out
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="the plan writes"):
+        plan.run(q, kt, v, mask, torch.empty(plan.out_shape))
