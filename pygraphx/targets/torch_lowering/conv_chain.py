@@ -38,7 +38,9 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.runtime.executor import step_error
+from pygraphx.targets.torch_lowering import native_mbchain
 from pygraphx.targets.torch_lowering.context import Step
+from pygraphx.targets.torch_lowering.native_mbchain import MbChain
 from pygraphx.targets.torch_lowering.onednn_capi import OneDnnError, check
 from pygraphx.targets.torch_lowering.onednn_conv import Link, Primitive, _channels_last
 
@@ -244,9 +246,9 @@ class Chained:
         self.counts: list[int] = []
         self.computes: list[list[Instruction]] = []
         self.fallbacks: list[bool] = []
-        self.chains: list[Chain | None] = []
+        self.chains: list[Chain | MbChain | None] = []
 
-    def add(self, steps: Sequence[Step], count: int, chain: Chain | None) -> None:
+    def add(self, steps: Sequence[Step], count: int, chain: Chain | MbChain | None) -> None:
         self.fns.append(chain.run if chain is not None else steps[0].fn)
         self.counts.append(count)
         self.computes.append([i for s in steps for i in s.instructions])
@@ -267,11 +269,27 @@ def chain_steps(
 ) -> Chained:
     """`steps` (with their thread counts `counts`) with each run of two or more consecutive
     lean oneDNN convolution steps of one thread count made one `Chain` step (none when
-    `CHAIN` is off)."""
+    `CHAIN` is off), and each run of two or more native block steps one `MbChain` step
+    (mnv17; none when `native_mbchain.enabled()` is off)."""
     out = Chained()
+    native = native_mbchain.enabled()
     k = 0
     while k < len(steps):
         end = k + 1
+        first = native_mbchain.member_of(steps[k].fn) if native else None
+        if first is not None:
+            while end < len(steps) and counts[end] == counts[k] and (
+                native_mbchain.joins(steps[end].fn, env, static, first[0].dtype)
+            ):
+                end += 1
+            if end - k >= 2:
+                fns = [s.fn for s in steps[k:end]]
+                releases = [i for s in steps[k:end] for i in _releases(s.fn)]
+                computes = [s.instructions for s in steps[k:end]]
+                out.add(steps[k:end], counts[k], MbChain(fns, env, releases, computes))
+                k = end
+                continue
+            end = k + 1
         if CHAIN and link_of(steps[k].fn) is not None:
             while end < len(steps) and counts[end] == counts[k] and _joins(steps[end], env, static):
                 end += 1

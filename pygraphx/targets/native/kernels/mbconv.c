@@ -564,27 +564,45 @@ static void shared_image(const mb_args *a, int64_t img, int t, int nt, float *wo
 #pragma omp barrier
 }
 
-/* run the block; 0, or 1 where this build has no kernel */
-int mbconv_run(const mb_args *a) {
+/* one thread's part of a block (inside a parallel region of the block's threads; ends with a
+ * barrier: the `omp for`'s implicit one, or `shared_image`'s last) */
+static void block_body(const mb_args *a, int t, int nt) {
     const int64_t per = mbconv_work_floats(a->w, a->m, a->wo, a->stride, a->rows) +
                         stem_floats(a);
     const int64_t chunks = a->chunks, jobs = a->n * chunks;
+    if (a->shared) {
+        float *work = (float *)(((uintptr_t)a->work + 63) & ~(uintptr_t)63);
+        for (int64_t img = 0; img < a->n; img++) shared_image(a, img, t, nt, work);
+    } else {
+        float *work = a->work + (int64_t)t * per;
+        work = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < jobs; j++) {
+            int64_t img = j / chunks, ch = j % chunks;
+            int64_t oa = ch * a->ho / chunks, ob = (ch + 1) * a->ho / chunks;
+            if (oa < ob) job(a, img, oa, ob, work);
+        }
+    }
+}
+
+/* run the block; 0, or 1 where this build has no kernel */
+int mbconv_run(const mb_args *a) {
 #pragma omp parallel num_threads((int)a->threads)
+    block_body(a, omp_get_thread_num(), omp_get_num_threads());
+    return 0;
+}
+
+/* mnv17: run `count` blocks one after the other in one parallel region (one fork/join and one
+ * call for all of them; each block ends with a barrier, so the next one reads a finished
+ * output). The blocks share one thread count (blocks[0]->threads; the caller checks) and may
+ * share the work buffer (a block is done with it at its last barrier). 0, or 1 where this
+ * build has no kernel. */
+int mbconv_chain_run(const mb_args *const *blocks, int64_t count) {
+    if (count <= 0) return 0;
+#pragma omp parallel num_threads((int)blocks[0]->threads)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        if (a->shared) {
-            float *work = (float *)(((uintptr_t)a->work + 63) & ~(uintptr_t)63);
-            for (int64_t img = 0; img < a->n; img++) shared_image(a, img, t, nt, work);
-        } else {
-            float *work = a->work + (int64_t)t * per;
-            work = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
-#pragma omp for schedule(static)
-            for (int64_t j = 0; j < jobs; j++) {
-                int64_t img = j / chunks, ch = j % chunks;
-                int64_t oa = ch * a->ho / chunks, ob = (ch + 1) * a->ho / chunks;
-                if (oa < ob) job(a, img, oa, ob, work);
-            }
-        }
+        for (int64_t i = 0; i < count; i++) block_body(blocks[i], t, nt);
     }
     return 0;
 }
@@ -673,6 +691,12 @@ int mbhead_run(const hd_args *a) {
 
 int mbconv_run(const mb_args *a) {
     (void)a;
+    return 1;
+}
+
+int mbconv_chain_run(const mb_args *const *blocks, int64_t count) {
+    (void)blocks;
+    (void)count;
     return 1;
 }
 
