@@ -133,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary['new']['wall_ms'] / summary['old']['wall_ms']:.3f}, "
           f"{summary['new']['wall_min_block_ms'] / summary['old']['wall_min_block_ms']:.3f}")
     if args.per_run:
+        ratios = [summary["new"][k] / summary["old"][k] for k in
+                  ("run_wall_median_ms", "run_thread_cpu_median_ms", "run_wall_p10_ms")]
         print("new/old single runs (wall median, thread cpu median, wall p10): "
-              f"{summary['new']['run_wall_median_ms'] / summary['old']['run_wall_median_ms']:.4f}, "
-              f"{summary['new']['run_thread_cpu_median_ms'] / summary['old']['run_thread_cpu_median_ms']:.4f}, "
-              f"{summary['new']['run_wall_p10_ms'] / summary['old']['run_wall_p10_ms']:.4f}")
+              + ", ".join(f"{r:.4f}" for r in ratios))
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "summary": summary,
                                                "before": before, "after": after}, indent=1))

@@ -207,7 +207,9 @@ def test_chain_refuses_other_steps() -> None:
 @needs_kernel
 @pytest.mark.parametrize("nthreads", [1, 2])
 @pytest.mark.parametrize("n,h", [(1, 23), (3, 16)])
-def test_network_against_ort(n: int, h: int, nthreads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_network_against_ort(
+    n: int, h: int, nthreads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The stem + first block and the second block one chain step (the head after it), against
     ONNX Runtime; a run's output is not overwritten by the next run on another image; the
     timed path (`profile.time_steps`) reports the members as the steps they are; the switch
