@@ -12,10 +12,11 @@ Members: the steps' closures (`MbConv.closure`, `run.mb`) that write their arena
 (`writes`), of one thread count (`conv_chain.chain_steps` cuts at a change) and one dtype
 (float32 blocks on `mbconv_chain_run`, bf16 ones on `mbconv_bf16.c`'s
 `mbconv_bf16_chain_run`). The first member may read any input (the network's image: a new
-tensor each run, pointed to each run as its closure does); a later member joins only where its input and residual are env slots holding the same channels-last
-tensor every run (`LoweringContext.static`), pointed to once; one guard a run checks, in C,
-that those slots still hold the tensors pointed to (else they are pointed to again, and a
-chain whose input then needs a copy runs its members' own closures from then on).
+tensor each run, pointed to each run as its closure does); a later member joins only where
+its input and residual are env slots holding the same channels-last tensor every run
+(`LoweringContext.static`), pointed to once; one guard a run checks, in C, that those slots
+still hold the tensors pointed to (else they are pointed to again, and a chain whose input
+then needs a copy runs its members' own closures from then on).
 
 The members share the program's block scratch (`program_scratch`, `WORK_ROLE`): its address is
 asked once a run and set in every member's arguments when it moved. A new thread count (the
