@@ -16,9 +16,10 @@ torch = pytest.importorskip("torch")
 
 from pygraphx.targets import native  # noqa: E402
 from pygraphx.targets.cpu.profile import time_steps  # noqa: E402
-from pygraphx.targets.torch_lowering import native_mbchain, native_mbconv  # noqa: E402
+from pygraphx.targets.torch_lowering import conv_chain, native_mbchain, native_mbconv  # noqa: E402
 from pygraphx.targets.torch_lowering.native_mbchain import MbChain  # noqa: E402
 from pygraphx.targets.torch_lowering.native_mbconv import MbConv  # noqa: E402
+from pygraphx.targets.torch_lowering.native_mbhead import MbHead  # noqa: E402
 from pygraphx.targets.torch_lowering.winograd_scratch import Scratch  # noqa: E402
 from tests.helpers import run_ort  # noqa: E402
 from tests.targets.test_native_mbhead import _compile, _net  # noqa: E402
@@ -172,6 +173,50 @@ def test_chain_refuses_mixed_dtypes() -> None:
 
 
 @needs_kernel
+@pytest.mark.parametrize("stores", [False, True])
+def test_chain_with_the_head(stores: bool, threads) -> None:
+    """Blocks and a head (1x1 + clip + pool + classifier) in one call: bit for bit the members'
+    own calls, near torch's float64 ops; the head writing a slot of its own, or storing a new
+    tensor each run (`conv_steps.emit_fused`'s step: a run's output is not the next run's);
+    thread counts 2 -> 1 -> 2."""
+    g = torch.Generator().manual_seed(30 + stores)
+    mbs, weights, env, fns = _blocks(1, g, False)
+    wh, bh, wc, bc = _r(g, 64, 24, 1, 1), _r(g, 64), _r(g, 64, 10), _r(g, 10)
+    head = MbHead(wh, bh, 0.0, 6.0, wc, bc, mbs[-1].out_lens)
+    env.append(None)
+    if stores:
+        produce = head.closure(env, len(mbs), None)
+
+        def step() -> None:
+            env[-1] = produce()
+
+        step.stores = (len(env) - 1, produce)  # type: ignore[attr-defined]
+    else:
+        env[-1] = torch.empty(head.out_lens)
+        step = head.closure(env, len(mbs), env[-1])
+    chain = MbChain(fns, env, head=step)
+    assert len(chain) == 5  # (four blocks and the head)
+    outs = []
+    for nthreads in (2, 1, 2):
+        threads(nthreads)
+        x = torch.randn(*mbs[0].x_lens, generator=g).contiguous(memory_format=CL)
+        env[0] = x
+        chain.run()
+        y = env[-1]
+        outs.append(y)
+        got = y.clone()
+        for fn in [*fns, step]:
+            fn()
+        assert torch.equal(got, env[-1])
+        z = _reference(weights, x)[-1]
+        F = torch.nn.functional
+        h = F.conv2d(z, wh.to(D), bh.to(D)).clamp(0, 6).mean(dim=(2, 3))
+        torch.testing.assert_close(got.to(D), h @ wc.to(D) + bc.to(D), rtol=1e-4, atol=1e-4)
+        assert head.threads == nthreads
+    assert (outs[0] is not outs[1]) == stores
+
+
+@needs_kernel
 def test_chain_with_a_member_input_that_needs_a_copy(threads) -> None:
     """A later member's slot that comes to hold a tensor the kernel cannot read as it is (not
     channels-last): the guard sees the new tensor, the chain runs the members' closures from
@@ -201,6 +246,8 @@ def test_chain_refuses_other_steps() -> None:
         MbChain(fns[:1], env)
     with pytest.raises(ValueError, match="two or more"):
         MbChain([fns[0], lambda: None], env)
+    with pytest.raises(ValueError, match="native head"):
+        MbChain(fns[:1], env, head=fns[1])  # (a block is no head)
     assert native_mbchain.member_of(lambda: None) is None
 
 
@@ -210,18 +257,19 @@ def test_chain_refuses_other_steps() -> None:
 def test_network_against_ort(
     n: int, h: int, nthreads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The stem + first block and the second block one chain step (the head after it), against
-    ONNX Runtime; a run's output is not overwritten by the next run on another image; the
-    timed path (`profile.time_steps`) reports the members as the steps they are; the switch
-    off: no chain, the same outputs."""
+    """The stem + first block, the second block and the head one chain step, against ONNX
+    Runtime; a run's output is not overwritten by the next run on another image; the timed
+    path (`profile.time_steps`) reports the members as the steps they are; the head left out
+    (`HEAD_IN_CHAIN`); the switch off: no chain; the same outputs."""
     monkeypatch.delenv(native_mbchain.ENV, raising=False)
     model, feeds = _net(n, h)
     want = run_ort(model, feeds)[0]
     prog = _compile(model, nthreads)
     exe = prog._executable
     chains = [c for c in exe.chained.chains if isinstance(c, MbChain)]
-    assert [len(c) for c in chains] == [2], exe.chained.chains
-    assert len(exe.executor.steps) == len(exe.lowered.steps) - 1
+    assert [len(c) for c in chains] == [3], exe.chained.chains  # two blocks and the head
+    assert chains[0].head is not None and chains[0].store is not None
+    assert len(exe.executor.steps) == len(exe.lowered.steps) - 2
     first = np.asarray(prog.run(feeds)[0])
     np.testing.assert_allclose(first, want, rtol=1e-4, atol=1e-4)
     kept = first.copy()
@@ -235,6 +283,11 @@ def test_network_against_ort(
     assert all(t.seconds > 0 for t in timed)
     assert chains[0].clock is None
     np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(conv_chain, "HEAD_IN_CHAIN", False)
+    apart = _compile(model, nthreads)
+    chains = [c for c in apart._executable.chained.chains if isinstance(c, MbChain)]
+    assert [len(c) for c in chains] == [2] and chains[0].head is None
+    np.testing.assert_allclose(np.asarray(apart.run(feeds)[0]), want, rtol=1e-4, atol=1e-4)
     monkeypatch.setenv(native_mbchain.ENV, "0")
     off = _compile(model, nthreads)
     assert not any(isinstance(c, MbChain) for c in off._executable.chained.chains)

@@ -46,6 +46,9 @@ from pygraphx.targets.torch_lowering.onednn_conv import Link, Primitive, _channe
 
 #: chain consecutive lean oneDNN convolution steps (read by `chain_steps`; False: A/B)
 CHAIN = True
+#: mnv17: a native head step right after a native block chain ends the chain (one C call for
+#: MobileNetV2's whole network at batch 1; read by `chain_steps`; False: its own step, A/B)
+HEAD_IN_CHAIN = True
 
 Tensor = torch.Tensor
 CL = torch.channels_last
@@ -282,11 +285,18 @@ def chain_steps(
                 native_mbchain.joins(steps[end].fn, env, static, first[0].dtype)
             ):
                 end += 1
+            blocks = end
+            if end < len(steps) and counts[end] == counts[k] and HEAD_IN_CHAIN and (
+                native_mbchain.head_joins(steps[end].fn, env, static, first[0].dtype)
+            ):  # the network's head after the blocks: the chain's last member
+                end += 1
             if end - k >= 2:
-                fns = [s.fn for s in steps[k:end]]
+                fns = [s.fn for s in steps[k:blocks]]
+                head = steps[blocks].fn if end > blocks else None
                 releases = [i for s in steps[k:end] for i in _releases(s.fn)]
                 computes = [s.instructions for s in steps[k:end]]
-                out.add(steps[k:end], counts[k], MbChain(fns, env, releases, computes))
+                chain = MbChain(fns, env, releases, computes, head=head)
+                out.add(steps[k:end], counts[k], chain)
                 k = end
                 continue
             end = k + 1

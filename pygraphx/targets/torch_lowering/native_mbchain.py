@@ -43,6 +43,7 @@ from pygraphx.ir.env import switch_on
 from pygraphx.ir.instruction import Instruction
 from pygraphx.runtime.executor import step_error
 from pygraphx.targets.torch_lowering.native_mbconv import KERNEL, WORK_ROLE, MbConv
+from pygraphx.targets.torch_lowering.native_mbhead import MbHead
 
 #: `PGX_CPU_NATIVE_MBCHAIN=0`: every native block its own step (the path before mnv17)
 ENV = "PGX_CPU_NATIVE_MBCHAIN"
@@ -67,7 +68,7 @@ def member_of(fn: Callable[[], None]) -> tuple[MbConv, list, int, int | None] | 
     return mb if isinstance(mb[0], MbConv) else None
 
 
-def _static_input(mb: MbConv, env: list, index: int | None, static: Sequence[bool],
+def _static_input(mb: MbConv | MbHead, env: list, index: int | None, static: Sequence[bool],
                   lens: list[int]) -> bool:  # fmt: skip
     """Whether env slot `index` holds, every run, a channels-last tensor of `mb`'s dtype and
     `lens` that the kernel reads as it is (pointed to once)."""
@@ -75,7 +76,8 @@ def _static_input(mb: MbConv, env: list, index: int | None, static: Sequence[boo
         return False
     t = env[index]
     return (
-        isinstance(t, Tensor) and t.dtype == mb.dtype and list(t.shape) == lens
+        isinstance(t, Tensor) and t.dtype == getattr(mb, "dtype", torch.float32)
+        and list(t.shape) == lens
         and t.is_contiguous(memory_format=CL) and t.stride(1) == 1
     )  # fmt: skip
 
@@ -94,10 +96,40 @@ def joins(fn: Callable[[], None], env: list, static: Sequence[bool], dtype: torc
     return ri is None or _static_input(mb, env, ri, static, mb.out_lens)
 
 
+def head_of(fn: Callable[[], None]) -> tuple[MbHead, list, int, int | None] | None:
+    """(head, env, input index, the env index it stores a new output tensor at, or None where
+    it writes its arena slot) of a step function that runs a network's head on the native
+    kernel (`MbHead.closure`, alone or storing its new tensor: `conv_steps.emit_fused`;
+    either followed by releases), else None."""
+    inner = getattr(fn, "released", (fn, ()))[0]
+    stores = getattr(inner, "stores", None)
+    store = None
+    if stores is not None:
+        store, inner = stores
+    head = getattr(inner, "head", None)
+    if head is None or not isinstance(head[0], MbHead):
+        return None
+    if store is None and getattr(inner, "writes", None) is None:
+        return None
+    return head[0], head[1], head[2], store
+
+
+def head_joins(fn: Callable[[], None], env: list, static: Sequence[bool],
+               dtype: torch.dtype) -> bool:  # fmt: skip
+    """Whether a step is a native head that may end a chain of `dtype` blocks: float32, its
+    input an env slot holding the same channels-last tensor every run."""
+    got = head_of(fn)
+    if got is None or got[1] is not env or dtype != torch.float32:
+        return False
+    return _static_input(got[0], env, got[2], static, got[0].x_lens)
+
+
 class MbChain:
-    """The step running the native blocks of `fns` (step functions, `member_of` each) in one
-    call, then dropping the env values `releases`; `computes[k]`: the instructions member `k`
-    computes. `len`, `clock` and `seconds` as `conv_chain.Chain`'s (`profile.time_steps`)."""
+    """The step running the native blocks of `fns` (step functions, `member_of` each) and the
+    network's head of `head` (a step function, `head_of`; None: none) in one call, then
+    dropping the env values `releases`; `computes[k]`: the instructions member `k` computes
+    (the head the last member). `len`, `clock` and `seconds` as `conv_chain.Chain`'s
+    (`profile.time_steps`)."""
 
     def __init__(
         self,
@@ -105,9 +137,12 @@ class MbChain:
         env: list,
         releases: Sequence[int] = (),
         computes: Sequence[Sequence[Instruction]] = (),
+        head: Callable[[], None] | None = None,
     ) -> None:
         members = [member_of(fn) for fn in fns]
-        if any(m is None for m in members) or len(members) < 2:
+        if any(m is None for m in members) or len(members) + (head is not None) < 2 or (
+            not members
+        ):
             raise ValueError("native mbchain: two or more native block steps expected")
         if len({m[0].dtype for m in members}) != 1:  # type: ignore[index]
             raise ValueError("native mbchain: the blocks must have one dtype")
@@ -118,13 +153,26 @@ class MbChain:
         self.computes = list(computes)
         first = members[0]
         self.xi, self.ri = first[2], first[3]  # type: ignore[index]
-        #: the later members' inputs: (member, 0 input / 1 residual, env index)
+        #: the later members' inputs: (member, 0 input / 1 residual / 2 the head's, env index)
         self.fixed = [
             (k, slot, index)
             for k, m in enumerate(members[1:], start=1)
             for slot, index in ((0, m[2]), (1, m[3]))  # type: ignore[index]
             if index is not None
         ]
+        self.head: MbHead | None = None
+        self.head_fn = None
+        self.store: int | None = None
+        head_ref = None
+        if head is not None:
+            got = head_of(head)
+            if got is None or self.blocks[0].dtype != torch.float32:
+                raise ValueError("native mbchain: a float32 native head step expected")
+            self.head, _, hi, self.store = got
+            self.head_fn = getattr(head, "released", (head, ()))[0]
+            self.fixed.append((len(self.blocks), 2, hi))
+            head_ref = ctypes.addressof(self.head.args)
+        self.head_ref = head_ref
         indices = [index for _, _, index in self.fixed]
         self.fetch = _tuple_getter(indices)
         self.expected: tuple = ()
@@ -147,18 +195,20 @@ class MbChain:
         self.work = None
         #: set: each run times its members with it into `seconds` (one entry a member)
         self.clock: Callable[[], float] | None = None
-        self.seconds = [0.0] * self.count
+        self.seconds = [0.0] * len(self)
         self._threads = torch.get_num_threads
         self._point_fixed()
 
     def __len__(self) -> int:
-        return self.count
+        return self.count + (self.head is not None)
 
     def _plan(self, threads: int) -> None:
-        """Every member planned for `threads` (`MbConv._set_threads`)."""
+        """Every member planned for `threads` (`MbConv._set_threads`, `MbHead._set_threads`)."""
         for b in self.blocks:
             if b.threads != threads:
                 b._set_threads(threads)
+        if self.head is not None and self.head.threads != threads:
+            self.head._set_threads(threads)
         self.floats = max(b.floats for b in self.blocks)
         self.threads = threads
         self.work = None
@@ -168,8 +218,12 @@ class MbChain:
         run its members' closures (`each`)."""
         env = self.env
         for k, slot, index in self.fixed:
-            b, x = self.blocks[k], env[index]
-            held = b.point_x(x) if slot == 0 else b.point_other(x)
+            x = env[index]
+            if slot == 2:
+                held = self.head.point_x(x)  # type: ignore[union-attr]
+            else:
+                b = self.blocks[k]
+                held = b.point_x(x) if slot == 0 else b.point_other(x)
             if held is not x:
                 self.each = True
         self.expected = tuple(self.fetch(env))
@@ -193,8 +247,17 @@ class MbChain:
                 hold.append(held)
         return hold
 
+    def _head_output(self) -> Tensor | None:
+        """A new output tensor for a head that stores one (bound), else None."""
+        if self.store is None:
+            return None
+        head = self.head
+        y = torch.empty(head.out_lens)  # type: ignore[union-attr]
+        head.bind(y)  # type: ignore[union-attr]
+        return y
+
     def run(self) -> None:
-        """Run the members' blocks, in order."""
+        """Run the members' blocks (and head), in order."""
         threads = self._threads()
         if threads != self.threads:
             self._plan(threads)
@@ -210,17 +273,21 @@ class MbChain:
             for b in self.blocks:
                 b.args.work = work
             self.work = work
-        if self._chain(self.address_of, self.count) != 0:
+        y = self._head_output() if self.store is not None else None
+        if self._chain(self.address_of, self.count, self.head_ref) != 0:
             raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+        if y is not None:
+            env[self.store] = y
         for index in self.releases:
             env[index] = None
 
     def _run_each(self) -> None:
-        """`run` member by member: the members' own closures (`each`), or, with `clock`
+        """`run` member by member: the members' own step functions (`each`), or, with `clock`
         set, their kernels timed one by one."""
         env = self.env
         if self.each:
-            for k, fn in enumerate(self.fns):
+            fns = self.fns + ([self.head_fn] if self.head_fn is not None else [])
+            for k, fn in enumerate(fns):
                 try:
                     fn()
                 except Exception as exc:  # re-raised naming the member's instructions
@@ -241,6 +308,13 @@ class MbChain:
                 end = clock()
                 seconds[k] = end - start
                 start = end
+            if self.head is not None:
+                y = self._head_output()
+                if self.lib.mbhead_run(self.head.ref) != 0:
+                    raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+                if y is not None:
+                    env[self.store] = y  # type: ignore[index]
+                seconds[-1] = clock() - start
         for index in self.releases:
             env[index] = None
 
@@ -255,4 +329,4 @@ def _tuple_getter(indices: list[int]) -> Callable[[list], tuple]:
     return itemgetter(*indices)
 
 
-__all__ = ["ENV", "MbChain", "enabled", "joins", "member_of"]
+__all__ = ["ENV", "MbChain", "enabled", "head_joins", "head_of", "joins", "member_of"]

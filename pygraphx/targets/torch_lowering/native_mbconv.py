@@ -183,7 +183,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.mbconv_stem_floats.restype = ctypes.c_int64
     lib.mbconv_run.argtypes = [ctypes.POINTER(_Args)]
     lib.mbconv_run.restype = ctypes.c_int
-    lib.mbconv_chain_run.argtypes = [ctypes.c_void_p, ctypes.c_int64]  # (mnv17, native_mbchain)
+    # (mnv17, native_mbchain: the blocks' argument pointers, their count, a head's or None)
+    lib.mbconv_chain_run.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
     lib.mbconv_chain_run.restype = ctypes.c_int
     lib.mbconv_bf16_supported.argtypes = []
     lib.mbconv_bf16_supported.restype = ctypes.c_int
