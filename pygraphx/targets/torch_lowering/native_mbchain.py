@@ -187,6 +187,8 @@ class MbChain:
             *(ctypes.addressof(b.args) for b in self.blocks))
         self.address_of = ctypes.addressof(self.array)
         self.count = len(self.blocks)
+        #: the chain function's arguments (the bf16 one takes no head: the head is float32)
+        self._call = (self.address_of, self.count) + (() if bf16 else (self.head_ref,))
         self.scratch = self.blocks[0].scratch
         if any(b.scratch is not self.scratch for b in self.blocks):
             raise ValueError("native mbchain: the blocks must share one scratch")
@@ -274,7 +276,7 @@ class MbChain:
                 b.args.work = work
             self.work = work
         y = self._head_output() if self.store is not None else None
-        if self._chain(self.address_of, self.count, self.head_ref) != 0:
+        if self._chain(*self._call) != 0:
             raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
         if y is not None:
             env[self.store] = y
