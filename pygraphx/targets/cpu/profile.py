@@ -17,6 +17,7 @@ import numpy as np
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.cpu.target import CpuExecutable
 from pygraphx.targets.torch_lowering.conv_chain import Chain
+from pygraphx.targets.torch_lowering.native_mbchain import MbChain
 
 
 @dataclass
@@ -61,7 +62,7 @@ def time_steps(
 
 def _time_run(
     fns: Sequence[Callable[[], None]],
-    chains: Sequence[Chain | None],
+    chains: Sequence[Chain | MbChain | None],
     totals: list[float],
     clock: Callable[[], float],
 ) -> None:

@@ -38,12 +38,17 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.runtime.executor import step_error
+from pygraphx.targets.torch_lowering import native_mbchain
 from pygraphx.targets.torch_lowering.context import Step
+from pygraphx.targets.torch_lowering.native_mbchain import MbChain
 from pygraphx.targets.torch_lowering.onednn_capi import OneDnnError, check
 from pygraphx.targets.torch_lowering.onednn_conv import Link, Primitive, _channels_last
 
 #: chain consecutive lean oneDNN convolution steps (read by `chain_steps`; False: A/B)
 CHAIN = True
+#: mnv17: a native head step right after a native block chain ends the chain (one C call for
+#: MobileNetV2's whole network at batch 1; read by `chain_steps`; False: its own step, A/B)
+HEAD_IN_CHAIN = True
 
 Tensor = torch.Tensor
 CL = torch.channels_last
@@ -244,9 +249,9 @@ class Chained:
         self.counts: list[int] = []
         self.computes: list[list[Instruction]] = []
         self.fallbacks: list[bool] = []
-        self.chains: list[Chain | None] = []
+        self.chains: list[Chain | MbChain | None] = []
 
-    def add(self, steps: Sequence[Step], count: int, chain: Chain | None) -> None:
+    def add(self, steps: Sequence[Step], count: int, chain: Chain | MbChain | None) -> None:
         self.fns.append(chain.run if chain is not None else steps[0].fn)
         self.counts.append(count)
         self.computes.append([i for s in steps for i in s.instructions])
@@ -267,11 +272,34 @@ def chain_steps(
 ) -> Chained:
     """`steps` (with their thread counts `counts`) with each run of two or more consecutive
     lean oneDNN convolution steps of one thread count made one `Chain` step (none when
-    `CHAIN` is off)."""
+    `CHAIN` is off), and each run of two or more native block steps one `MbChain` step
+    (mnv17; none when `native_mbchain.enabled()` is off)."""
     out = Chained()
+    native = native_mbchain.enabled()
     k = 0
     while k < len(steps):
         end = k + 1
+        first = native_mbchain.member_of(steps[k].fn) if native else None
+        if first is not None:
+            while end < len(steps) and counts[end] == counts[k] and (
+                native_mbchain.joins(steps[end].fn, env, static, first[0].dtype)
+            ):
+                end += 1
+            blocks = end
+            if end < len(steps) and counts[end] == counts[k] and HEAD_IN_CHAIN and (
+                native_mbchain.head_joins(steps[end].fn, env, static, first[0].dtype)
+            ):  # the network's head after the blocks: the chain's last member
+                end += 1
+            if end - k >= 2:
+                fns = [s.fn for s in steps[k:blocks]]
+                head = steps[blocks].fn if end > blocks else None
+                releases = [i for s in steps[k:end] for i in _releases(s.fn)]
+                computes = [s.instructions for s in steps[k:end]]
+                chain = MbChain(fns, env, releases, computes, head=head)
+                out.add(steps[k:end], counts[k], chain)
+                k = end
+                continue
+            end = k + 1
         if CHAIN and link_of(steps[k].fn) is not None:
             while end < len(steps) and counts[end] == counts[k] and _joins(steps[end], env, static):
                 end += 1

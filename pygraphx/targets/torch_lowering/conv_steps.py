@@ -157,5 +157,6 @@ def emit_fused(
         def step() -> None:
             env[uidx] = produce()
 
+        step.stores = (uidx, produce)  # type: ignore[attr-defined]  (`native_mbchain`)
     ctx.emit(step, instructions, uidx, unfused)
     ctx.layout[uidx] = CHANNELS_LAST

@@ -178,6 +178,7 @@ class MbHead:
             return y
 
         run.writes = out  # type: ignore[attr-defined]
+        run.head = (self, env, xi)  # type: ignore[attr-defined]  (`native_mbchain`)
         return run
 
     def __call__(self, x: Tensor, y: Tensor | None = None) -> Tensor:

@@ -564,33 +564,37 @@ static void shared_image(const mb_args *a, int64_t img, int t, int nt, float *wo
 #pragma omp barrier
 }
 
-/* run the block; 0, or 1 where this build has no kernel */
-int mbconv_run(const mb_args *a) {
+/* one thread's part of a block (inside a parallel region of the block's threads; ends with a
+ * barrier: the `omp for`'s implicit one, or `shared_image`'s last) */
+static void block_body(const mb_args *a, int t, int nt) {
     const int64_t per = mbconv_work_floats(a->w, a->m, a->wo, a->stride, a->rows) +
                         stem_floats(a);
     const int64_t chunks = a->chunks, jobs = a->n * chunks;
-#pragma omp parallel num_threads((int)a->threads)
-    {
-        int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        if (a->shared) {
-            float *work = (float *)(((uintptr_t)a->work + 63) & ~(uintptr_t)63);
-            for (int64_t img = 0; img < a->n; img++) shared_image(a, img, t, nt, work);
-        } else {
-            float *work = a->work + (int64_t)t * per;
-            work = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    if (a->shared) {
+        float *work = (float *)(((uintptr_t)a->work + 63) & ~(uintptr_t)63);
+        for (int64_t img = 0; img < a->n; img++) shared_image(a, img, t, nt, work);
+    } else {
+        float *work = a->work + (int64_t)t * per;
+        work = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
 #pragma omp for schedule(static)
-            for (int64_t j = 0; j < jobs; j++) {
-                int64_t img = j / chunks, ch = j % chunks;
-                int64_t oa = ch * a->ho / chunks, ob = (ch + 1) * a->ho / chunks;
-                if (oa < ob) job(a, img, oa, ob, work);
-            }
+        for (int64_t j = 0; j < jobs; j++) {
+            int64_t img = j / chunks, ch = j % chunks;
+            int64_t oa = ch * a->ho / chunks, ob = (ch + 1) * a->ho / chunks;
+            if (oa < ob) job(a, img, oa, ob, work);
         }
     }
+}
+
+/* run the block; 0, or 1 where this build has no kernel */
+int mbconv_run(const mb_args *a) {
+#pragma omp parallel num_threads((int)a->threads)
+    block_body(a, omp_get_thread_num(), omp_get_num_threads());
     return 0;
 }
 
-/* run the head; 0, or 1 where this build has no kernel */
-int mbhead_run(const hd_args *a) {
+/* one thread's part of the head (inside a parallel region of the head's threads; ends with
+ * the last `omp for`'s implicit barrier) */
+static void head_body(const hd_args *a) {
     const int64_t cout16 = up16(a->cout), nblk = (cout16 + 63) / 64, P = a->h * a->w;
     const int64_t pc = a->pchunks, jobs = a->n * nblk * pc;
     const int64_t per = (P + pc - 1) / pc;
@@ -599,7 +603,6 @@ int mbhead_run(const hd_args *a) {
     float *tiles = part + up16(pc * a->n * cout16);
     const __m512 lo = _mm512_set1_ps((float)a->lo), hi = _mm512_set1_ps((float)a->hi);
     const float scale = (float)(1.0 / (double)P);
-#pragma omp parallel num_threads((int)a->threads)
     {
         float *tile = tiles + (int64_t)omp_get_thread_num() * up16(per * 64);
 #pragma omp for schedule(static)
@@ -666,6 +669,30 @@ int mbhead_run(const hd_args *a) {
             }
         }
     }
+}
+
+/* run the head; 0, or 1 where this build has no kernel */
+int mbhead_run(const hd_args *a) {
+#pragma omp parallel num_threads((int)a->threads)
+    head_body(a);
+    return 0;
+}
+
+/* mnv17: run `count` blocks one after the other in one parallel region, then the network's
+ * head where `head` is not NULL (one fork/join and one call for all of them; each block, and
+ * the head, ends with a barrier, so the next one reads a finished output). The blocks and the
+ * head share one thread count (blocks[0]->threads; the caller checks) and the blocks may
+ * share the work buffer (a block is done with it at its last barrier). 0, or 1 where this
+ * build has no kernel. */
+int mbconv_chain_run(const mb_args *const *blocks, int64_t count, const hd_args *head) {
+    if (count <= 0 && head == NULL) return 0;
+    const int threads = count > 0 ? (int)blocks[0]->threads : (int)head->threads;
+#pragma omp parallel num_threads(threads)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        for (int64_t i = 0; i < count; i++) block_body(blocks[i], t, nt);
+        if (head != NULL) head_body(head);
+    }
     return 0;
 }
 
@@ -673,6 +700,13 @@ int mbhead_run(const hd_args *a) {
 
 int mbconv_run(const mb_args *a) {
     (void)a;
+    return 1;
+}
+
+int mbconv_chain_run(const mb_args *const *blocks, int64_t count, const hd_args *head) {
+    (void)blocks;
+    (void)count;
+    (void)head;
     return 1;
 }
 

@@ -281,27 +281,43 @@ int64_t mbconv_bf16_shared_floats(int64_t h, int64_t w, int64_t m, int64_t ho, i
     return mbconv_shared_floats(h, w, m, ho, wo) + up16((ho * wo * up16(m) + 1) / 2) + 16;
 }
 
+/* one thread's part of a bf16 block (inside a parallel region of the block's threads; ends
+ * with a barrier: the `omp for`'s implicit one, or `shared_image_bf`'s last) */
+static void block_body_bf(const mb_args *a, int t, int nt) {
+    const int64_t per = mbconv_work_floats(a->w, a->m, a->wo, a->stride, a->rows);
+    const int64_t chunks = a->chunks, jobs = a->n * chunks;
+    if (a->shared) {
+        float *work = (float *)(((uintptr_t)a->work + 63) & ~(uintptr_t)63);
+        for (int64_t img = 0; img < a->n; img++) shared_image_bf(a, img, t, nt, work);
+    } else {
+        float *work = a->work + (int64_t)t * per;
+        work = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < jobs; j++) {
+            int64_t img = j / chunks, ch = j % chunks;
+            int64_t oa = ch * a->ho / chunks, ob = (ch + 1) * a->ho / chunks;
+            if (oa < ob) job_bf(a, img, oa, ob, work);
+        }
+    }
+}
+
 /* run the bf16 block; 0, or 1 where this build has no bf16 kernel */
 int mbconv_bf16_run(const mb_args *a) {
     if (a->stem) return 1;
-    const int64_t per = mbconv_work_floats(a->w, a->m, a->wo, a->stride, a->rows);
-    const int64_t chunks = a->chunks, jobs = a->n * chunks;
 #pragma omp parallel num_threads((int)a->threads)
+    block_body_bf(a, omp_get_thread_num(), omp_get_num_threads());
+    return 0;
+}
+
+/* mnv17: `count` bf16 blocks in one parallel region (as mbconv.c's mbconv_chain_run) */
+int mbconv_bf16_chain_run(const mb_args *const *blocks, int64_t count) {
+    if (count <= 0) return 0;
+    for (int64_t i = 0; i < count; i++)
+        if (blocks[i]->stem) return 1;
+#pragma omp parallel num_threads((int)blocks[0]->threads)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        if (a->shared) {
-            float *work = (float *)(((uintptr_t)a->work + 63) & ~(uintptr_t)63);
-            for (int64_t img = 0; img < a->n; img++) shared_image_bf(a, img, t, nt, work);
-        } else {
-            float *work = a->work + (int64_t)t * per;
-            work = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
-#pragma omp for schedule(static)
-            for (int64_t j = 0; j < jobs; j++) {
-                int64_t img = j / chunks, ch = j % chunks;
-                int64_t oa = ch * a->ho / chunks, ob = (ch + 1) * a->ho / chunks;
-                if (oa < ob) job_bf(a, img, oa, ob, work);
-            }
-        }
+        for (int64_t i = 0; i < count; i++) block_body_bf(blocks[i], t, nt);
     }
     return 0;
 }
@@ -310,6 +326,12 @@ int mbconv_bf16_run(const mb_args *a) {
 
 int mbconv_bf16_run(const mb_args *a) {
     (void)a;
+    return 1;
+}
+
+int mbconv_bf16_chain_run(const mb_args *const *blocks, int64_t count) {
+    (void)blocks;
+    (void)count;
     return 1;
 }
 

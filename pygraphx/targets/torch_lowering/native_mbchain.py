@@ -1,0 +1,334 @@
+"""Consecutive native inverted-residual block steps run as one C call: a block chain (mnv17).
+
+A MobileNetV2 program at batch 1 runs 17 of its 18 steps on `native_mbconv`'s kernel, one
+ctypes call and one OpenMP parallel region each, with some 5-10 us of Python a step around the
+call (the closure's input checks, the thread count, the scratch's address, the executor's
+loop: cold after the block before) and, at 2 threads, a fork/join of the team each. A chain
+runs a run of such steps as `mbconv.c`'s `mbconv_chain_run`: one call, one parallel region,
+the blocks one after the other, each ending with a barrier (as each block's region ended with
+its join), so the kernels compute exactly what the members' own calls would.
+
+Members: the steps' closures (`MbConv.closure`, `run.mb`) that write their arena slot
+(`writes`), of one thread count (`conv_chain.chain_steps` cuts at a change) and one dtype
+(float32 blocks on `mbconv_chain_run`, bf16 ones on `mbconv_bf16.c`'s
+`mbconv_bf16_chain_run`). The first member may read any input (the network's image: a new
+tensor each run, pointed to each run as its closure does); a later member joins only where
+its input and residual are env slots holding the same channels-last tensor every run
+(`LoweringContext.static`), pointed to once; one guard a run checks, in C, that those slots
+still hold the tensors pointed to (else they are pointed to again, and a chain whose input
+then needs a copy runs its members' own closures from then on).
+
+The members share the program's block scratch (`program_scratch`, `WORK_ROLE`): its address is
+asked once a run and set in every member's arguments when it moved. A new thread count (the
+load adaptation's lower count) re-plans every member (`MbConv._set_threads`) before the call.
+
+Timing (`perf --cpu`, `profile.time_steps`): with `clock` set a run calls the members one by
+one (`mbconv_run`) and times each into `seconds`, as `conv_chain.Chain` does. The profiled
+(observer) path runs the instructions' own unfused steps, never a chain.
+`CHAIN = False` (`PGX_CPU_NATIVE_MBCHAIN=0`, read when a program is prepared) runs every block
+step alone (the path before mnv17; A/B: `benchmarks/mnv17_ab.py`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from collections.abc import Callable, Sequence
+from operator import is_, itemgetter
+from typing import Any
+
+import torch
+
+from pygraphx.ir.env import switch_on
+from pygraphx.ir.instruction import Instruction
+from pygraphx.runtime.executor import step_error
+from pygraphx.targets.torch_lowering.native_mbconv import KERNEL, WORK_ROLE, MbConv
+from pygraphx.targets.torch_lowering.native_mbhead import MbHead
+
+#: `PGX_CPU_NATIVE_MBCHAIN=0`: every native block its own step (the path before mnv17)
+ENV = "PGX_CPU_NATIVE_MBCHAIN"
+
+Tensor = torch.Tensor
+CL = torch.channels_last
+
+
+def enabled() -> bool:
+    """Whether consecutive native block steps are chained (`PGX_CPU_NATIVE_MBCHAIN`, on)."""
+    return switch_on(ENV, default=True)
+
+
+def member_of(fn: Callable[[], None]) -> tuple[MbConv, list, int, int | None] | None:
+    """(block, env, input index, residual index or None) of a step function that is a native
+    block closure writing its arena slot (alone, or followed by the releases of values read
+    for the last time: `lower._with_release`), else None."""
+    inner = getattr(fn, "released", (fn, ()))[0]
+    mb = getattr(inner, "mb", None)
+    if mb is None or getattr(inner, "writes", None) is None:
+        return None
+    return mb if isinstance(mb[0], MbConv) else None
+
+
+def _static_input(mb: MbConv | MbHead, env: list, index: int | None, static: Sequence[bool],
+                  lens: list[int]) -> bool:  # fmt: skip
+    """Whether env slot `index` holds, every run, a channels-last tensor of `mb`'s dtype and
+    `lens` that the kernel reads as it is (pointed to once)."""
+    if index is None or not static[index]:
+        return False
+    t = env[index]
+    return (
+        isinstance(t, Tensor) and t.dtype == getattr(mb, "dtype", torch.float32)
+        and list(t.shape) == lens
+        and t.is_contiguous(memory_format=CL) and t.stride(1) == 1
+    )  # fmt: skip
+
+
+def joins(fn: Callable[[], None], env: list, static: Sequence[bool], dtype: torch.dtype) -> bool:
+    """Whether a step may run inside a block chain of `dtype` blocks after other members (see
+    the module docstring)."""
+    got = member_of(fn)
+    if got is None or got[1] is not env:
+        return False
+    mb, _, xi, ri = got
+    if mb.args.stem or mb.dtype != dtype:
+        return False
+    if not _static_input(mb, env, xi, static, mb.x_lens):
+        return False
+    return ri is None or _static_input(mb, env, ri, static, mb.out_lens)
+
+
+def head_of(fn: Callable[[], None]) -> tuple[MbHead, list, int, int | None] | None:
+    """(head, env, input index, the env index it stores a new output tensor at, or None where
+    it writes its arena slot) of a step function that runs a network's head on the native
+    kernel (`MbHead.closure`, alone or storing its new tensor: `conv_steps.emit_fused`;
+    either followed by releases), else None."""
+    inner = getattr(fn, "released", (fn, ()))[0]
+    stores = getattr(inner, "stores", None)
+    store = None
+    if stores is not None:
+        store, inner = stores
+    head = getattr(inner, "head", None)
+    if head is None or not isinstance(head[0], MbHead):
+        return None
+    if store is None and getattr(inner, "writes", None) is None:
+        return None
+    return head[0], head[1], head[2], store
+
+
+def head_joins(fn: Callable[[], None], env: list, static: Sequence[bool],
+               dtype: torch.dtype) -> bool:  # fmt: skip
+    """Whether a step is a native head that may end a chain of `dtype` blocks: float32, its
+    input an env slot holding the same channels-last tensor every run."""
+    got = head_of(fn)
+    if got is None or got[1] is not env or dtype != torch.float32:
+        return False
+    return _static_input(got[0], env, got[2], static, got[0].x_lens)
+
+
+class MbChain:
+    """The step running the native blocks of `fns` (step functions, `member_of` each) and the
+    network's head of `head` (a step function, `head_of`; None: none) in one call, then
+    dropping the env values `releases`; `computes[k]`: the instructions member `k` computes
+    (the head the last member). `len`, `clock` and `seconds` as `conv_chain.Chain`'s
+    (`profile.time_steps`)."""
+
+    def __init__(
+        self,
+        fns: Sequence[Callable[[], None]],
+        env: list,
+        releases: Sequence[int] = (),
+        computes: Sequence[Sequence[Instruction]] = (),
+        head: Callable[[], None] | None = None,
+    ) -> None:
+        members = [member_of(fn) for fn in fns]
+        if any(m is None for m in members) or len(members) + (head is not None) < 2 or (
+            not members
+        ):
+            raise ValueError("native mbchain: two or more native block steps expected")
+        if len({m[0].dtype for m in members}) != 1:  # type: ignore[index]
+            raise ValueError("native mbchain: the blocks must have one dtype")
+        self.fns = [getattr(fn, "released", (fn, ()))[0] for fn in fns]
+        self.blocks: list[MbConv] = [m[0] for m in members]  # type: ignore[index]
+        self.env = env
+        self.releases = list(releases)
+        self.computes = list(computes)
+        first = members[0]
+        self.xi, self.ri = first[2], first[3]  # type: ignore[index]
+        #: the later members' inputs: (member, 0 input / 1 residual / 2 the head's, env index)
+        self.fixed = [
+            (k, slot, index)
+            for k, m in enumerate(members[1:], start=1)
+            for slot, index in ((0, m[2]), (1, m[3]))  # type: ignore[index]
+            if index is not None
+        ]
+        self.head: MbHead | None = None
+        self.head_fn = None
+        self.store: int | None = None
+        head_ref = None
+        if head is not None:
+            got = head_of(head)
+            if got is None or self.blocks[0].dtype != torch.float32:
+                raise ValueError("native mbchain: a float32 native head step expected")
+            self.head, _, hi, self.store = got
+            self.head_fn = getattr(head, "released", (head, ()))[0]
+            self.fixed.append((len(self.blocks), 2, hi))
+            head_ref = ctypes.addressof(self.head.args)
+        self.head_ref = head_ref
+        indices = [index for _, _, index in self.fixed]
+        self.fetch = _tuple_getter(indices)
+        self.expected: tuple = ()
+        self.each = False  # a later member's input needs a copy: the closures run
+        self.seen: list[Any] = [None, None]
+        self.lib = self.blocks[0].lib
+        bf16 = self.blocks[0].dtype == torch.bfloat16
+        self._chain = self.lib.mbconv_bf16_chain_run if bf16 else self.lib.mbconv_chain_run
+        self._one = self.blocks[0]._run  # (mbconv_run or mbconv_bf16_run)
+        self.refs = [b.ref for b in self.blocks]
+        self.array = (ctypes.c_void_p * len(self.blocks))(
+            *(ctypes.addressof(b.args) for b in self.blocks))
+        self.address_of = ctypes.addressof(self.array)
+        self.count = len(self.blocks)
+        #: the chain function's arguments (the bf16 one takes no head: the head is float32)
+        self._call = (self.address_of, self.count) + (() if bf16 else (self.head_ref,))
+        self.scratch = self.blocks[0].scratch
+        if any(b.scratch is not self.scratch for b in self.blocks):
+            raise ValueError("native mbchain: the blocks must share one scratch")
+        self.threads = 0
+        self.floats = 0
+        self.work = None
+        #: set: each run times its members with it into `seconds` (one entry a member)
+        self.clock: Callable[[], float] | None = None
+        self.seconds = [0.0] * len(self)
+        self._threads = torch.get_num_threads
+        self._point_fixed()
+
+    def __len__(self) -> int:
+        return self.count + (self.head is not None)
+
+    def _plan(self, threads: int) -> None:
+        """Every member planned for `threads` (`MbConv._set_threads`, `MbHead._set_threads`)."""
+        for b in self.blocks:
+            if b.threads != threads:
+                b._set_threads(threads)
+        if self.head is not None and self.head.threads != threads:
+            self.head._set_threads(threads)
+        self.floats = max(b.floats for b in self.blocks)
+        self.threads = threads
+        self.work = None
+
+    def _point_fixed(self) -> None:
+        """Point the later members to their inputs; one that would need a copy makes the chain
+        run its members' closures (`each`)."""
+        env = self.env
+        for k, slot, index in self.fixed:
+            x = env[index]
+            if slot == 2:
+                held = self.head.point_x(x)  # type: ignore[union-attr]
+            else:
+                b = self.blocks[k]
+                held = b.point_x(x) if slot == 0 else b.point_other(x)
+            if held is not x:
+                self.each = True
+        self.expected = tuple(self.fetch(env))
+
+    def _point_first(self) -> list[Tensor]:
+        """Point the first member to its input (and residual) where it is not the tensor of
+        the run before (known by a weak reference, as its closure does); what to hold."""
+        env, b, seen, hold = self.env, self.blocks[0], self.seen, []
+        x = env[self.xi]
+        last = seen[0]
+        if last is None or last() is not x:
+            held = b.point_x(x)
+            seen[0] = weakref.ref(x) if held is x else None
+            hold.append(held)
+        if self.ri is not None:
+            r = env[self.ri]
+            last = seen[1]
+            if last is None or last() is not r:
+                held = b.point_other(r)
+                seen[1] = weakref.ref(r) if held is r else None
+                hold.append(held)
+        return hold
+
+    def _head_output(self) -> Tensor | None:
+        """A new output tensor for a head that stores one (bound), else None."""
+        if self.store is None:
+            return None
+        head = self.head
+        y = torch.empty(head.out_lens)  # type: ignore[union-attr]
+        head.bind(y)  # type: ignore[union-attr]
+        return y
+
+    def run(self) -> None:
+        """Run the members' blocks (and head), in order."""
+        threads = self._threads()
+        if threads != self.threads:
+            self._plan(threads)
+        env = self.env
+        if not all(map(is_, self.fetch(env), self.expected)):
+            self._point_fixed()
+        if self.each or self.clock is not None:
+            self._run_each()
+            return
+        hold = self._point_first()  # noqa: F841 (held until the call)
+        work = self.scratch.address(WORK_ROLE, self.floats)
+        if work != self.work:
+            for b in self.blocks:
+                b.args.work = work
+            self.work = work
+        y = self._head_output() if self.store is not None else None
+        if self._chain(*self._call) != 0:
+            raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+        if y is not None:
+            env[self.store] = y
+        for index in self.releases:
+            env[index] = None
+
+    def _run_each(self) -> None:
+        """`run` member by member: the members' own step functions (`each`), or, with `clock`
+        set, their kernels timed one by one."""
+        env = self.env
+        if self.each:
+            fns = self.fns + ([self.head_fn] if self.head_fn is not None else [])
+            for k, fn in enumerate(fns):
+                try:
+                    fn()
+                except Exception as exc:  # re-raised naming the member's instructions
+                    if k >= len(self.computes):
+                        raise
+                    raise step_error(self.computes[k], exc) from exc
+        else:
+            clock, seconds = self.clock or (lambda: 0.0), self.seconds
+            start = clock()
+            hold = self._point_first()  # noqa: F841 (held until the calls)
+            work = self.scratch.address(WORK_ROLE, self.floats)
+            for b in self.blocks:
+                b.args.work = work
+            self.work = work
+            for k, ref in enumerate(self.refs):
+                if self._one(ref) != 0:
+                    raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+                end = clock()
+                seconds[k] = end - start
+                start = end
+            if self.head is not None:
+                y = self._head_output()
+                if self.lib.mbhead_run(self.head.ref) != 0:
+                    raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+                if y is not None:
+                    env[self.store] = y  # type: ignore[index]
+                seconds[-1] = clock() - start
+        for index in self.releases:
+            env[index] = None
+
+
+def _tuple_getter(indices: list[int]) -> Callable[[list], tuple]:
+    """`lambda env: tuple(env[i] for i in indices)`, in C."""
+    if not indices:
+        return lambda env: ()
+    if len(indices) == 1:
+        get = itemgetter(indices[0])
+        return lambda env: (get(env),)
+    return itemgetter(*indices)
+
+
+__all__ = ["ENV", "MbChain", "enabled", "head_joins", "head_of", "joins", "member_of"]

@@ -1,0 +1,295 @@
+"""mnv17: consecutive native block steps run as one C call (`native_mbchain.MbChain`,
+`mbconv.c`'s `mbconv_chain_run`).
+
+Blocks against the same blocks' own closures and against torch's float64 ops (1 and 2 threads,
+the thread count changed between runs, a residual, a stem first member reading a new image each
+run, a later member whose input needs a copy); a network against ONNX Runtime with the chain on
+and off, its runs' outputs not overwritten by later runs, the timed (profile) path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pygraphx.targets import native  # noqa: E402
+from pygraphx.targets.cpu.profile import time_steps  # noqa: E402
+from pygraphx.targets.torch_lowering import conv_chain, native_mbchain, native_mbconv  # noqa: E402
+from pygraphx.targets.torch_lowering.native_mbchain import MbChain  # noqa: E402
+from pygraphx.targets.torch_lowering.native_mbconv import MbConv  # noqa: E402
+from pygraphx.targets.torch_lowering.native_mbhead import MbHead  # noqa: E402
+from pygraphx.targets.torch_lowering.winograd_scratch import Scratch  # noqa: E402
+from tests.helpers import run_ort  # noqa: E402
+from tests.targets.test_native_mbhead import _compile, _net  # noqa: E402
+
+
+def _kernel_ok() -> str | None:
+    try:
+        native_mbconv.library()
+    except native.NativeUnavailable as exc:
+        return str(exc)
+    return None
+
+
+_WHY = _kernel_ok()
+needs_kernel = pytest.mark.skipif(_WHY is not None, reason=f"native mbconv unavailable: {_WHY}")
+CL = torch.channels_last
+D = torch.float64
+ACTS = [("hardtanh", [0.0, 6.0]), ("hardtanh", [0.0, 6.0]), ("none", [])]
+
+
+@pytest.fixture
+def threads():  # noqa: ANN201
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+def _r(g: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=g) / np.sqrt(np.prod(shape[1:]) or 1)
+
+
+def _block_ref(x, we, be, wd, bd, wp, bp, stride, r=None, stem=0):  # noqa: ANN001, ANN202
+    """The block in float64: [stem 3x3 | 1x1] + clip, dw3x3 + clip, 1x1 [+ r]."""
+    F = torch.nn.functional
+    x = x.to(D)
+    if stem:
+        e = F.conv2d(x, we.to(D), be.to(D), stride=stem, padding=1)
+    else:
+        e = F.conv2d(x, we.to(D), be.to(D))
+    e = e.clamp(0, 6)
+    d = F.conv2d(e, wd.to(D), bd.to(D), stride=stride, padding=1, groups=wd.shape[0]).clamp(0, 6)
+    y = F.conv2d(d, wp.to(D), bp.to(D))
+    return y if r is None else y + r.to(D)
+
+
+def _blocks(n: int, g: torch.Generator, stem: bool, bf16: bool = False):  # noqa: ANN202
+    """Three blocks sharing a scratch: [stem 3 -> 24 s2 +] 24 -> 40 (s2), 40 -> 72 -> 40
+    (residual), 40 -> 96 -> 24 (s2); their closures over one env: [image or x, y1, y2, y3]."""
+    scratch = Scratch()
+    h = 19
+    specs = []
+    if stem:  # a stem block reading the image (3, 2h-1, 2h-1) in NCHW
+        specs.append(dict(c=3, m=24, k=24, s=1, stem=2, x=[n, 3, 2 * h - 1, 2 * h - 1]))
+    else:
+        specs.append(dict(c=24, m=24 * 3, k=24, s=1, stem=0, x=[n, 24, h, h]))
+    specs += [dict(c=24, m=96, k=40, s=2, stem=0), dict(c=40, m=72, k=40, s=1, stem=0, res=1),
+              dict(c=40, m=96, k=24, s=2, stem=0)]  # fmt: skip
+    mbs, weights, env = [], [], [None]
+    hw = h
+    for k, sp in enumerate(specs):
+        we = _r(g, sp["m"], sp["c"], 3, 3) if sp["stem"] else _r(g, sp["m"], sp["c"], 1, 1)
+        w = [we, _r(g, sp["m"]), _r(g, sp["m"], 1, 3, 3), _r(g, sp["m"]),
+             _r(g, sp["k"], sp["m"], 1, 1), _r(g, sp["k"])]  # fmt: skip
+        x_lens = sp.get("x") or [n, sp["c"], hw, hw]
+        mb = MbConv(*w, sp["s"], ACTS, x_lens, bool(sp.get("res")), scratch=scratch,
+                    stem=sp["stem"], bf16=bf16)  # fmt: skip
+        mbs.append(mb)
+        weights.append((w, sp))
+        hw = mb.ho
+        env.append(torch.empty(mb.out_lens, dtype=mb.dtype).contiguous(memory_format=CL))
+    fns = []
+    for k, mb in enumerate(mbs):
+        ri = k if weights[k][1].get("res") else None  # (the residual: the block's own input)
+        fns.append(mb.closure(env, k, ri, env[k + 1]))
+    return mbs, weights, env, fns
+
+
+def _reference(weights, x):  # noqa: ANN001, ANN202
+    outs = []
+    for w, sp in weights:
+        y = _block_ref(x, *w, sp["s"], r=x if sp.get("res") else None, stem=sp["stem"])
+        outs.append(y)
+        x = y.float()
+    return outs
+
+
+@needs_kernel
+@pytest.mark.parametrize("stem", [False, True])
+@pytest.mark.parametrize("n", [1, 3])
+def test_chain_matches_the_blocks(n: int, stem: bool, threads) -> None:
+    """The chain computes what the members' closures compute (bit for bit) and what torch's
+    float64 ops do; a new input tensor each run is pointed to; thread counts 2 -> 1 -> 2
+    between runs re-plan the members."""
+    g = torch.Generator().manual_seed(n + 10 * stem)
+    mbs, weights, env, fns = _blocks(n, g, stem)
+    chain = MbChain(fns, env)
+    assert len(chain) == 4 and not chain.each
+    for nthreads in (2, 1, 2):
+        threads(nthreads)
+        lens = mbs[0].x_lens
+        x = torch.randn(*lens, generator=g)
+        env[0] = x if stem else x.contiguous(memory_format=CL)
+        chain.run()
+        got = [t.clone() for t in env[1:]]
+        for fn in fns:  # the members' own calls, in order
+            fn()
+        for a, b in zip(got, env[1:], strict=True):
+            assert torch.equal(a, b)
+        for a, b in zip(got, _reference(weights, x), strict=True):
+            torch.testing.assert_close(a.to(D), b, rtol=1e-4, atol=1e-4)
+        assert chain.threads == nthreads and all(m.threads == nthreads for m in mbs)
+
+
+def _bf16_ok() -> bool:
+    return _WHY is None and bool(native_mbconv.library().mbconv_bf16_supported())
+
+
+@pytest.mark.skipif(not _bf16_ok(), reason="no native mbconv or no AVX512_BF16 build")
+@pytest.mark.parametrize("n", [1, 2])
+def test_bf16_chain_matches_the_blocks(n: int, threads) -> None:
+    """bf16 blocks (`mbconv_bf16_chain_run`): bit for bit the members' own calls, near torch's
+    float64 ops on the bf16 values; thread counts 2 -> 1 -> 2."""
+    g = torch.Generator().manual_seed(20 + n)
+    mbs, weights, env, fns = _blocks(n, g, False, bf16=True)
+    chain = MbChain(fns, env)
+    assert chain._chain is native_mbconv.library().mbconv_bf16_chain_run
+    for nthreads in (2, 1, 2):
+        threads(nthreads)
+        x = torch.randn(*mbs[0].x_lens, generator=g).to(torch.bfloat16)
+        env[0] = x.contiguous(memory_format=CL)
+        chain.run()
+        got = [t.clone() for t in env[1:]]
+        for fn in fns:
+            fn()
+        for a, b in zip(got, env[1:], strict=True):
+            assert torch.equal(a, b)
+        want = _reference(weights[:1], x.float())[0]
+        torch.testing.assert_close(got[0].to(D), want, rtol=5e-2, atol=5e-2)
+
+
+def test_chain_refuses_mixed_dtypes() -> None:
+    """A float32 block and a bf16 one are no chain (`joins` says so too)."""
+    if not _bf16_ok():
+        pytest.skip("no native mbconv or no AVX512_BF16 build")
+    g = torch.Generator().manual_seed(7)
+    _, _, env, fns = _blocks(1, g, False)
+    _, _, env_b, fns_b = _blocks(1, g, False, bf16=True)
+    fns_b[1].mb = (fns_b[1].mb[0], env, 1, None)  # (the bf16 block over the float32 env)
+    with pytest.raises(ValueError, match="one dtype"):
+        MbChain([fns[0], fns_b[1]], env)
+
+
+@needs_kernel
+@pytest.mark.parametrize("stores", [False, True])
+def test_chain_with_the_head(stores: bool, threads) -> None:
+    """Blocks and a head (1x1 + clip + pool + classifier) in one call: bit for bit the members'
+    own calls, near torch's float64 ops; the head writing a slot of its own, or storing a new
+    tensor each run (`conv_steps.emit_fused`'s step: a run's output is not the next run's);
+    thread counts 2 -> 1 -> 2."""
+    g = torch.Generator().manual_seed(30 + stores)
+    mbs, weights, env, fns = _blocks(1, g, False)
+    wh, bh, wc, bc = _r(g, 64, 24, 1, 1), _r(g, 64), _r(g, 64, 10), _r(g, 10)
+    head = MbHead(wh, bh, 0.0, 6.0, wc, bc, mbs[-1].out_lens)
+    env.append(None)
+    if stores:
+        produce = head.closure(env, len(mbs), None)
+
+        def step() -> None:
+            env[-1] = produce()
+
+        step.stores = (len(env) - 1, produce)  # type: ignore[attr-defined]
+    else:
+        env[-1] = torch.empty(head.out_lens)
+        step = head.closure(env, len(mbs), env[-1])
+    chain = MbChain(fns, env, head=step)
+    assert len(chain) == 5  # (four blocks and the head)
+    outs = []
+    for nthreads in (2, 1, 2):
+        threads(nthreads)
+        x = torch.randn(*mbs[0].x_lens, generator=g).contiguous(memory_format=CL)
+        env[0] = x
+        chain.run()
+        y = env[-1]
+        outs.append(y)
+        got = y.clone()
+        for fn in [*fns, step]:
+            fn()
+        assert torch.equal(got, env[-1])
+        z = _reference(weights, x)[-1]
+        F = torch.nn.functional
+        h = F.conv2d(z, wh.to(D), bh.to(D)).clamp(0, 6).mean(dim=(2, 3))
+        torch.testing.assert_close(got.to(D), h @ wc.to(D) + bc.to(D), rtol=1e-4, atol=1e-4)
+        assert head.threads == nthreads
+    assert (outs[0] is not outs[1]) == stores
+
+
+@needs_kernel
+def test_chain_with_a_member_input_that_needs_a_copy(threads) -> None:
+    """A later member's slot that comes to hold a tensor the kernel cannot read as it is (not
+    channels-last): the guard sees the new tensor, the chain runs the members' closures from
+    then on (they copy it), still right."""
+    threads(2)
+    g = torch.Generator().manual_seed(3)
+    mbs, weights, env, fns = _blocks(1, g, False)
+    fns = fns[2:]  # blocks 3 and 4: block 4 reads env[3]
+    chain = MbChain(fns, env)
+    x = torch.randn(1, 40, 10, 10, generator=g).contiguous(memory_format=CL)
+    env[2] = x
+    chain.run()
+    want = _reference(weights[2:], x)
+    torch.testing.assert_close(env[4].to(D), want[1], rtol=1e-4, atol=1e-4)
+    env[3] = env[3].contiguous()  # (NCHW now: a later member's input needs a copy)
+    chain.run()
+    assert chain.each
+    torch.testing.assert_close(env[4].to(D), want[1], rtol=1e-4, atol=1e-4)
+
+
+@needs_kernel
+def test_chain_refuses_other_steps() -> None:
+    """Fewer than two members, or a step that is no native block writing its slot."""
+    g = torch.Generator().manual_seed(5)
+    _, _, env, fns = _blocks(1, g, False)
+    with pytest.raises(ValueError, match="two or more"):
+        MbChain(fns[:1], env)
+    with pytest.raises(ValueError, match="two or more"):
+        MbChain([fns[0], lambda: None], env)
+    with pytest.raises(ValueError, match="native head"):
+        MbChain(fns[:1], env, head=fns[1])  # (a block is no head)
+    assert native_mbchain.member_of(lambda: None) is None
+
+
+@needs_kernel
+@pytest.mark.parametrize("nthreads", [1, 2])
+@pytest.mark.parametrize("n,h", [(1, 23), (3, 16)])
+def test_network_against_ort(
+    n: int, h: int, nthreads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stem + first block, the second block and the head one chain step, against ONNX
+    Runtime; a run's output is not overwritten by the next run on another image; the timed
+    path (`profile.time_steps`) reports the members as the steps they are; the head left out
+    (`HEAD_IN_CHAIN`); the switch off: no chain; the same outputs."""
+    monkeypatch.delenv(native_mbchain.ENV, raising=False)
+    model, feeds = _net(n, h)
+    want = run_ort(model, feeds)[0]
+    prog = _compile(model, nthreads)
+    exe = prog._executable
+    chains = [c for c in exe.chained.chains if isinstance(c, MbChain)]
+    assert [len(c) for c in chains] == [3], exe.chained.chains  # two blocks and the head
+    assert chains[0].head is not None and chains[0].store is not None
+    assert len(exe.executor.steps) == len(exe.lowered.steps) - 2
+    first = np.asarray(prog.run(feeds)[0])
+    np.testing.assert_allclose(first, want, rtol=1e-4, atol=1e-4)
+    kept = first.copy()
+    other = {"x": (feeds["x"][:, :, ::-1] * 0.5).copy()}
+    want_other = run_ort(model, other)[0]
+    np.testing.assert_allclose(np.asarray(prog.run(other)[0]), want_other, rtol=1e-4, atol=1e-4)
+    assert np.array_equal(first, kept), "a later run overwrote an earlier run's output"
+    np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
+    timed = time_steps(exe, feeds, 2)
+    assert len(timed) == len(exe.lowered.steps)
+    assert all(t.seconds > 0 for t in timed)
+    assert chains[0].clock is None
+    np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(conv_chain, "HEAD_IN_CHAIN", False)
+    apart = _compile(model, nthreads)
+    chains = [c for c in apart._executable.chained.chains if isinstance(c, MbChain)]
+    assert [len(c) for c in chains] == [2] and chains[0].head is None
+    np.testing.assert_allclose(np.asarray(apart.run(feeds)[0]), want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setenv(native_mbchain.ENV, "0")
+    off = _compile(model, nthreads)
+    assert not any(isinstance(c, MbChain) for c in off._executable.chained.chains)
+    assert len(off._executable.executor.steps) == len(off._executable.lowered.steps)
+    np.testing.assert_allclose(off.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
