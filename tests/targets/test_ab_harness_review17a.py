@@ -1,7 +1,6 @@
 """Bugs in `benchmarks/ab_harness.py` found by review17a, each reproduced on a tiny model.
 
-Both are `xfail(strict=True)`: they pass (and so fail the suite, strict) once the harness is
-fixed; then drop the marks.
+Both were `xfail(strict=True)` until the harness was mended (tidyfix17): the marks are gone.
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ def _two_outputs(small_scale: float) -> bytes:
     return model.SerializeToString()
 
 
-@pytest.mark.xfail(strict=True, reason="review17a: rel_err pools all outputs (ab_harness.py:229)")
 def test_wrong_small_output_fails_bf16() -> None:
     """A bf16 variant whose second (small) output is 50 % off must be a MISMATCH; the pooled
     rel. RMS over all outputs (~0.05) is under the bf16 tolerance (0.1), so it passes."""
@@ -59,6 +57,10 @@ def test_wrong_small_output_fails_bf16() -> None:
     res = ab.ab_case(case, variants, ab.Config(threads=1, rounds=1, warmup=0), out)
     assert not res["ok"], out.getvalue()
     assert "MISMATCH two new" in out.getvalue()
+    fig = res["variants"]["new"]
+    assert fig["rel_err_ort_output"] == "small" and fig["rel_err_ort"] > 0.3
+    assert fig["rel_err_ort_pooled"] < 0.1  # the pooled figure that hid it, still in the JSON
+    assert "(output 'small')" in out.getvalue()
 
 
 def _conv3() -> bytes:
