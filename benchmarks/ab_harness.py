@@ -403,10 +403,6 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
                 prog.run(case.feeds)
             times[n].append((clock() - t0) / runs * 1e3)
             cpu[n].append((time.process_time() - c0) / runs * 1e3)
-    step_ms: dict[str, dict[str, float]] = {}
-    if cfg.steps:
-        profiled_names = [n for n in names if hasattr(progs[n], "_executable")]
-        step_ms = _steps(progs, profiled_names, case.feeds, cfg.rounds, clock, cfg.kind_of)
     after = busy() if cfg.wait_quiet is not None else None
     med = {n: statistics.median(t) if t else float("nan") for n, t in times.items()}
     best = {n: min(t, default=float("nan")) for n, t in times.items()}
@@ -424,6 +420,19 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
         print(f"  {n:10s} {med[n]:9.2f} (best {best[n]:9.2f})  {med[n] / med[first]:.3f}  "
               f"{paired[n]:+8.2f}  cpu {cpu_med[n]:9.2f}  err {err[n]:.1e}  diff {diff[n]:.1e}  "
               f"{described[n]}", file=out)  # fmt: skip
+    out.flush()
+    # the steps after the table is out: a failure here loses only the steps (said, and in the
+    # JSON's `steps_error`)
+    step_ms: dict[str, dict[str, float]] = {}
+    step_error = None
+    if cfg.steps:
+        profiled_names = [n for n in names if hasattr(progs[n], "_executable")]
+        try:
+            step_ms = _steps(progs, profiled_names, case.feeds, cfg.rounds, clock, cfg.kind_of)
+        except Exception as exc:  # noqa: BLE001  (reported, and the table is already out)
+            step_error = f"{type(exc).__name__}: {exc}"
+            print(f"# {case.spec}: --steps FAILED ({step_error}); the table above stands",
+                  file=out)  # fmt: skip
     if step_ms:
         _print_steps(step_ms, out, cfg.kind_of is None)
     more = extra(progs, case, cfg, out) if extra is not None else None
@@ -449,18 +458,23 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
                          "rel_diff_first_output": diff_at[n],
                          "rel_diff_first_pooled": diff_pooled[n],
                          "blocks_ms": times[n], "cpu_blocks_ms": cpu[n]} for n in names},
-        "steps_ms": step_ms, "extra": more,
+        "steps_ms": step_ms, "steps_error": step_error, "extra": more,
     }  # fmt: skip
 
 
 def _steps(progs: dict, names: list[str], feeds: dict, rounds: int, clock, kind_of) -> dict:
+    """Each lowered step's median time over `rounds` profiled runs (`profile.time_steps`: a
+    chain of convolutions times its members itself), summed per kind, ms a run."""
+    from pygraphx.targets.cpu.profile import time_steps
+
     if kind_of is None:
         from benchmarks.gemm14_profile import pgx_kind as kind_of
 
     runs: dict[str, list[list[float]]] = {n: [] for n in names}
     for r in range(rounds):
         for n in names if r % 2 == 0 else names[::-1]:
-            runs[n].append(profiled(progs[n], feeds, clock))
+            timed = time_steps(progs[n]._executable, feeds, 1, clock)
+            runs[n].append([st.seconds for st in timed])
     per = {}
     for n in names:
         med = np.median(np.array(runs[n]), axis=0)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 
 import numpy as np
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from benchmarks import ab_harness as ab
@@ -89,8 +88,6 @@ def _conv3() -> bytes:
     return model.SerializeToString()
 
 
-@pytest.mark.xfail(strict=True, reason="review17a: --steps zips chained executor steps with "
-                   "lowered.steps (ab_harness.py:427): ValueError, the table is lost")
 def test_steps_on_chained_convolutions() -> None:
     x = np.random.default_rng(1).standard_normal((1, 16, 32, 32)).astype(np.float32)
     case = ab.Case("conv3", _conv3(), {"x": x})
@@ -99,3 +96,25 @@ def test_steps_on_chained_convolutions() -> None:
     res = ab.ab_case(case, [ab.Variant("old"), ab.Variant("new", {"PGX_AB_TEST_UNUSED": "1"})],
                      cfg, out)  # fmt: skip
     assert res["ok"] and res["steps_ms"], out.getvalue()
+    assert res["steps_error"] is None
+    for per in res["steps_ms"].values():
+        assert sum(per.values()) > 0
+    text = out.getvalue()
+    assert text.index(" rounds x ") < text.index("  kind "), text  # the table first
+
+
+def test_steps_failure_keeps_the_table(monkeypatch) -> None:
+    """A failure of `--steps` is said, and the timing table is already out."""
+    x = np.random.default_rng(1).standard_normal((1, 16, 32, 32)).astype(np.float32)
+    case = ab.Case("conv3", _conv3(), {"x": x})
+
+    def broken(*args, **kwargs):
+        raise ValueError("boom")
+
+    monkeypatch.setattr(ab, "_steps", broken)
+    out = io.StringIO()
+    cfg = ab.Config(threads=1, rounds=1, warmup=0, steps=True, ort=False)
+    res = ab.ab_case(case, [ab.Variant("old"), ab.Variant("new")], cfg, out)
+    text = out.getvalue()
+    assert "conv3 t1 f32, 1 rounds x 1 runs" in text and "--steps FAILED (ValueError: boom)" in text
+    assert res["steps_error"] == "ValueError: boom" and res["ok"]
