@@ -24,6 +24,10 @@ What it does, per model (`--models`: `name[:batch]` of `pygraphx.models`, a zoo 
 - warms each variant (`--warmup` runs), waits with `--wait-quiet S` up to S seconds for a
   quiet moment (/proc/stat busy < 15 % over 2 s) and says whether one came (and what the
   machine was like after the timing);
+- sets the cpu target's run-time thread controls `PGX_CPU_LOAD_ADAPT` and
+  `PGX_CPU_STALL_ADAPT` to 0 where they are unset (`--keep-adapt`: leaves them), so that a
+  "t2" A/B runs on 2 threads and A and B on the same count; says their values in the header
+  and the JSON (`adaptation`);
 - times `--rounds` rounds; in each, every variant runs one block of `--runs` runs (after
   `--settle` untimed runs), the order reversed every round (both orders). The clock: thread
   CPU time at 1 thread, wall at 2+ (`--clock` overrides: `process` is the process's CPU time);
@@ -329,6 +333,7 @@ class Config:
     tol: float | None = None
     ort: bool = True
     kind_of: Callable[[Any], str] | None = None  # `--steps`' kind of a step (gemm14_profile's)
+    keep_adapt: bool = False  # `run`: leave PGX_CPU_LOAD_ADAPT / PGX_CPU_STALL_ADAPT as they are
 
     def clock_name(self) -> str:
         if self.clock != "auto":
@@ -411,6 +416,8 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     paired = {n: statistics.median(np.subtract(t, times[first])) if t else float("nan")
               for n, t in times.items()}  # fmt: skip
     dtype = "bf16" if bf16 else "f32"
+    adapt = {key: os.environ.get(key) for key in ADAPT_KEYS}
+    print(f"# {case.spec} t{cfg.threads}: {describe_adaptation(adapt)}", file=out)
     print(f"{case.spec} t{cfg.threads} {dtype}, {cfg.rounds} rounds x {runs} runs, "
           f"{CLOCK_NAMES[cname]} ms a run (median over blocks, best block, ratio of medians to "
           f"{first}, median of the rounds' difference from it; process CPU ms; rel RMS err vs "
@@ -446,7 +453,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     return {
         "spec": case.spec, "threads": cfg.threads, "dtype": dtype, "clock": cname,
         "rounds": cfg.rounds, "runs": runs, "first": first, "quiet_before": before,
-        "busy_after": after, "tol": tol, "ok": not bad, "mismatch": bad,
+        "busy_after": after, "adaptation": adapt, "tol": tol, "ok": not bad, "mismatch": bad,
         "variants": {n: {"settings": described[n], "median_ms": med[n],
                          "best_ms": best[n], "ratio": med[n] / med[first],
                          "paired_diff_ms": paired[n],
@@ -499,6 +506,25 @@ def _print_steps(per: dict[str, dict[str, float]], out, gemm14_kinds: bool = Tru
             print(f"  {k:10s} " + " ".join(f"{v:10.2f}" for v in vals), file=out)
 
 
+#: the run-time thread controls of the cpu target (`scheduling.py`): `PGX_CPU_LOAD_ADAPT` is
+#: read at every run (under load it runs a "t2" A/B on 1 thread), `PGX_CPU_STALL_ADAPT` when a
+#: program compiles (A and B could run at different counts): `run` sets both to 0 unless they
+#: are set already or `--keep-adapt` is given
+ADAPT_KEYS = ("PGX_CPU_LOAD_ADAPT", "PGX_CPU_STALL_ADAPT")
+
+
+def fix_adaptation(keep: bool = False) -> dict[str, str | None]:
+    """Default the adaptation switches to 0 (`keep`: leave them as they are); their values."""
+    if not keep:
+        for key in ADAPT_KEYS:
+            os.environ.setdefault(key, "0")
+    return {key: os.environ.get(key) for key in ADAPT_KEYS}
+
+
+def describe_adaptation(values: dict[str, str | None]) -> str:
+    return ", ".join(f"{k}={'(unset: on)' if v is None else v}" for k, v in values.items())
+
+
 def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config | list[Config],
         json_path: str | None = None, doc: dict | None = None, extra=None,
         note=None) -> int:  # fmt: skip
@@ -507,7 +533,9 @@ def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config | li
     import torch
 
     cfgs = cfg if isinstance(cfg, list) else [cfg]
+    adapt = fix_adaptation(keep=any(c.keep_adapt for c in cfgs))
     print("# loadavg at the start:", loadavg(), flush=True)
+    print("# run-time thread adaptation:", describe_adaptation(adapt), flush=True)
     results = []
     for c in cfgs:
         torch.set_num_threads(c.threads)
@@ -517,7 +545,7 @@ def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config | li
     print("# loadavg at the end:", loadavg(), flush=True)
     if json_path:
         doc = {"configs": [vars(c) for c in cfgs], "variants": [v.describe() for v in variants],
-               "models": results, **(doc or {})}  # fmt: skip
+               "adaptation": adapt, "models": results, **(doc or {})}  # fmt: skip
         Path(json_path).write_text(json.dumps(doc, indent=1, default=str))
     return 0 if all(r["ok"] for r in results) else 1
 
@@ -563,6 +591,9 @@ def parser(description: str | None = None, *, models: list[str] | None = None,
                         "f32, 1e-1 bf16)")  # fmt: skip
     p.add_argument("--no-ort", dest="ort", action="store_false",
                    help="no ONNX Runtime reference (outputs checked against the first variant)")
+    p.add_argument("--keep-adapt", action="store_true",
+                   help="leave PGX_CPU_LOAD_ADAPT / PGX_CPU_STALL_ADAPT as they are (default: "
+                        "0 where unset, so that the thread count is the one asked for)")
     p.add_argument("--json", default=None, metavar="FILE")
     return p
 
@@ -596,7 +627,7 @@ def variants_of(args: argparse.Namespace, old: dict | None = None, new: dict | N
 def configs_of(args: argparse.Namespace) -> list[Config]:
     """One Config a thread count of `--threads` (an option a wrapper took over: its default)."""
     keys = ("rounds", "runs", "warmup", "settle", "clock", "steps", "openvino", "bf16",
-            "wait_quiet", "tol", "ort")  # fmt: skip
+            "wait_quiet", "tol", "ort", "keep_adapt")  # fmt: skip
     given = {k: getattr(args, k) for k in keys if hasattr(args, k)}
     return [Config(threads=t, **given) for t in args.threads]
 

@@ -107,3 +107,28 @@ def test_settings_in_force_only_inside(monkeypatch) -> None:
         assert scheduling.SKIP_SAME_COUNT is (not before)
     assert "PGX_AB_TEST_X" not in os.environ
     assert scheduling.SKIP_SAME_COUNT is before
+
+
+def test_adaptation_fixed_and_reported(tmp_path, monkeypatch, capsys) -> None:
+    """`run` sets the run-time thread controls to 0 where unset and says so (header, JSON);
+    `--keep-adapt` leaves them."""
+    import os
+
+    path = tmp_path / "tiny.onnx"
+    onnx.save(onnx.load_from_string(_model()), str(path))
+    for key in ab.ADAPT_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    out = tmp_path / "ab.json"
+    argv = ["--models", str(path), "--old", "PGX_AB_TEST_UNUSED=0", "--new", "--threads", "2",
+            "--rounds", "1", "--json", str(out)]  # fmt: skip
+    assert ab.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "PGX_CPU_LOAD_ADAPT=0, PGX_CPU_STALL_ADAPT=0" in text
+    doc = json.loads(out.read_text())
+    assert doc["adaptation"] == {"PGX_CPU_LOAD_ADAPT": "0", "PGX_CPU_STALL_ADAPT": "0"}
+    assert doc["models"][0]["adaptation"] == doc["adaptation"]
+    for key in ab.ADAPT_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    assert ab.main([*argv, "--keep-adapt"]) == 0
+    assert "PGX_CPU_LOAD_ADAPT=(unset: on)" in capsys.readouterr().out
+    assert "PGX_CPU_LOAD_ADAPT" not in os.environ
