@@ -31,7 +31,9 @@ What it does, per model (`--models`: `name[:batch]` of `pygraphx.models`, a zoo 
 - times `--rounds` rounds; in each, every variant runs one block of `--runs` runs (after
   `--settle` untimed runs), the order reversed every round (both orders). The clock: thread
   CPU time at 1 thread, wall at 2+ (`--clock` overrides: `process` is the process's CPU time);
-  the process CPU time of each block is kept beside it;
+  the process CPU time of each block is kept beside it. The first variant declared (`old`) is
+  the reference of the ratios and differences whatever the run order (`--new-first`: the
+  first round runs them last to first);
 - `--steps`: as many profiled rounds again, each step timed alone, printed as ms a run per kind
   of step (`gemm14_profile.pgx_kind`, or a wrapper's `Config.kind_of`), each step's median;
 - prints one table a model, in this form (stable: the notes quote it):
@@ -333,6 +335,7 @@ class Config:
     tol: float | None = None
     ort: bool = True
     kind_of: Callable[[Any], str] | None = None  # `--steps`' kind of a step (gemm14_profile's)
+    new_first: bool = False  # the run order: the first round runs the variants last to first
     keep_adapt: bool = False  # `run`: leave PGX_CPU_LOAD_ADAPT / PGX_CPU_STALL_ADAPT as they are
 
     def clock_name(self) -> str:
@@ -364,8 +367,9 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
         progs["OV"] = OpenVino(case.data, cfg.threads, bf16)
         described["OV"] = f"OpenVINO {'bf16' if bf16 else 'f32'}"
     outs = {n: [np.asarray(o) for o in p.run(case.feeds)] for n, p in progs.items()}
-    names = list(progs)
+    names = list(progs)  # as declared: the first (`old`, `off`) is the reference of the ratios
     first = names[0]
+    order = names[::-1] if cfg.new_first else names  # the run order (reversed every round)
     nan = float("nan")
     onames = output_names(case.data)
     # each output judged alone (a small output badly wrong must not hide under a big one's
@@ -399,7 +403,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     times: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
     for r in range(cfg.rounds):
-        for n in names if r % 2 == 0 else names[::-1]:
+        for n in order if r % 2 == 0 else order[::-1]:
             prog = progs[n]
             for _ in range(cfg.settle):
                 prog.run(case.feeds)
@@ -417,7 +421,8 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
               for n, t in times.items()}  # fmt: skip
     dtype = "bf16" if bf16 else "f32"
     adapt = {key: os.environ.get(key) for key in ADAPT_KEYS}
-    print(f"# {case.spec} t{cfg.threads}: {describe_adaptation(adapt)}", file=out)
+    print(f"# {case.spec} t{cfg.threads}: {describe_adaptation(adapt)}; run order "
+          f"{', '.join(order)} (reversed every round); ratios to {first}", file=out)  # fmt: skip
     print(f"{case.spec} t{cfg.threads} {dtype}, {cfg.rounds} rounds x {runs} runs, "
           f"{CLOCK_NAMES[cname]} ms a run (median over blocks, best block, ratio of medians to "
           f"{first}, median of the rounds' difference from it; process CPU ms; rel RMS err vs "
@@ -433,7 +438,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     step_ms: dict[str, dict[str, float]] = {}
     step_error = None
     if cfg.steps:
-        profiled_names = [n for n in names if hasattr(progs[n], "_executable")]
+        profiled_names = [n for n in order if hasattr(progs[n], "_executable")]
         try:
             step_ms = _steps(progs, profiled_names, case.feeds, cfg.rounds, clock, cfg.kind_of)
         except Exception as exc:  # noqa: BLE001  (reported, and the table is already out)
@@ -452,7 +457,8 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     out.flush()
     return {
         "spec": case.spec, "threads": cfg.threads, "dtype": dtype, "clock": cname,
-        "rounds": cfg.rounds, "runs": runs, "first": first, "quiet_before": before,
+        "rounds": cfg.rounds, "runs": runs, "first": first, "reference": first,
+        "run_order": order, "quiet_before": before,
         "busy_after": after, "adaptation": adapt, "tol": tol, "ok": not bad, "mismatch": bad,
         "variants": {n: {"settings": described[n], "median_ms": med[n],
                          "best_ms": best[n], "ratio": med[n] / med[first],
@@ -567,7 +573,9 @@ def parser(description: str | None = None, *, models: list[str] | None = None,
         p.add_argument("--new", nargs="*", default=None, help="K=V[,K=V] ...: variant `new`")
         p.add_argument("--variant", action="append", default=None,
                        help="NAME:K=V,K=V (repeatable; replaces --old / --new)")  # fmt: skip
-        p.add_argument("--new-first", action="store_true", help="the variant `new` first")
+        p.add_argument("--new-first", action="store_true",
+                       help="run order: the first round runs `new` (the last variant) first; "
+                            "the ratios stay to `old` (the first declared)")  # fmt: skip
     if named:
         p.add_argument("--variants", nargs="+", default=default_names or list(named),
                        choices=[*named, "openvino"], help="this script's variants, by name")
@@ -617,8 +625,6 @@ def variants_of(args: argparse.Namespace, old: dict | None = None, new: dict | N
         ]
         if chosen[0].env == chosen[1].env and old_arg is None and new_arg is None:
             raise SystemExit("no variants: give --old K=V / --new K=V or --variant NAME:K=V")
-        if getattr(args, "new_first", False):
-            chosen = chosen[::-1]
     if args.bf16:
         chosen = [replace(v, bf16=True) for v in chosen]
     return chosen
@@ -627,7 +633,7 @@ def variants_of(args: argparse.Namespace, old: dict | None = None, new: dict | N
 def configs_of(args: argparse.Namespace) -> list[Config]:
     """One Config a thread count of `--threads` (an option a wrapper took over: its default)."""
     keys = ("rounds", "runs", "warmup", "settle", "clock", "steps", "openvino", "bf16",
-            "wait_quiet", "tol", "ort", "keep_adapt")  # fmt: skip
+            "wait_quiet", "tol", "ort", "keep_adapt", "new_first")  # fmt: skip
     given = {k: getattr(args, k) for k in keys if hasattr(args, k)}
     return [Config(threads=t, **given) for t in args.threads]
 

@@ -132,3 +132,20 @@ def test_adaptation_fixed_and_reported(tmp_path, monkeypatch, capsys) -> None:
     assert ab.main([*argv, "--keep-adapt"]) == 0
     assert "PGX_CPU_LOAD_ADAPT=(unset: on)" in capsys.readouterr().out
     assert "PGX_CPU_LOAD_ADAPT" not in os.environ
+
+
+def test_new_first_keeps_the_reference(tmp_path, capsys) -> None:
+    """`--new-first` changes the run order only: the ratios stay to `old` (the first declared)."""
+    path = tmp_path / "tiny.onnx"
+    onnx.save(onnx.load_from_string(_model()), str(path))
+    out = tmp_path / "ab.json"
+    rc = ab.main(["--models", str(path), "--old", "PGX_AB_TEST_UNUSED=0", "--new",
+                  "--threads", "1", "--rounds", "1", "--new-first", "--json", str(out)])  # fmt: skip
+    assert rc == 0
+    (model,) = json.loads(out.read_text())["models"]
+    assert model["reference"] == "old" and model["run_order"] == ["new", "old"]
+    assert list(model["variants"]) == ["old", "new"]
+    assert model["variants"]["old"]["ratio"] == 1.0
+    new = model["variants"]["new"]
+    assert new["ratio"] == new["median_ms"] / model["variants"]["old"]["median_ms"]
+    assert "ratio of medians to old" in capsys.readouterr().out
