@@ -13,7 +13,12 @@ What it does, per model (`--models`: `name[:batch]` of `pygraphx.models`, a zoo 
   an attribute of `pygraphx.targets.torch_lowering.<module>` (`@cpu.module.NAME`:
   `pygraphx.targets.cpu.<module>`; `@pygraphx.any.module.NAME`: that module) to a Python
   literal instead of an environment variable; `target.NAME=value`: the cpu target's option
-  NAME (`CpuTarget(NAME=value)`, e.g. `target.conv_output=torch`).
+  NAME (`CpuTarget(NAME=value)`, e.g. `target.conv_output=torch`). Refused (they need
+  separate processes: `PROCESS_KEYS`): keys read once a process or at run time (PGX_NATIVE*,
+  PGX_CC, PGX_ONEDNN_LIB, PGX_CPU_KEEP_FREED, PGX_CPU_HUGE_PAGES, GOMP_* / OMP_* / KMP_*,
+  ONEDNN_* / DNNL_* / MKL_*, PGX_TRACE_EVAL, PGX_CPU_LOAD_ADAPT, PGX_CPU_STALL_ADAPT,
+  @native_attention.CAUSAL_ROWS, @lower_gemm.WIDEN_BLOCK, @cpu.scheduling.LOAD_CHECK_S); a
+  `PGX_*` key no file under pygraphx/ mentions is warned of (a typo: an A/A run).
   `--bf16`: every variant `quantize_bf16`'d; `--openvino`: OpenVINO (f32, or bf16 with
   `--bf16`; one stream, the same threads) as one more variant `OV`;
 - compares the outputs: each variant against ONNX Runtime float32 (the oracle: rel. RMS error
@@ -54,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib
 import json
 import os
@@ -75,6 +81,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pygraphx  # noqa: E402,F401  (before torch: it sets OpenMP's spin count and the allocator)
 
 TOL = {"f32": 1e-3, "bf16": 1e-1}
+TARGET = "target."  # a setting `target.NAME=value`: the option NAME of CpuTarget
 
 
 @dataclass
@@ -126,16 +133,66 @@ def parse_variant(text: str, bf16: bool = False) -> Variant:
     return Variant(name, parse_env(rest), bf16)
 
 
+#: settings a variant cannot carry ("in force only while it compiles" does not reach them):
+#: read once a process (the native kernels' compiler and cache, the oneDNN library, the
+#: allocator, OpenMP and the math libraries' own variables) or at run time (the thread
+#: controls, evaluation tracing, plans made at the first run, the load check's interval)
+PROCESS_KEYS = ("PGX_NATIVE", "PGX_CC", "PGX_NATIVE_CACHE", "PGX_NATIVE_BUILD_TIMEOUT",
+                "PGX_ONEDNN_LIB", "PGX_CPU_KEEP_FREED", "PGX_CPU_HUGE_PAGES",
+                "THP_MEM_ALLOC_ENABLE", "PGX_TRACE_EVAL", "PGX_CPU_LOAD_ADAPT",
+                "PGX_CPU_STALL_ADAPT")  # fmt: skip
+PROCESS_PREFIXES = ("GOMP_", "OMP_", "KMP_", "ONEDNN_", "DNNL_", "MKL_")
+PROCESS_ATTRS = ("pygraphx.targets.torch_lowering.native_attention.CAUSAL_ROWS",
+                 "pygraphx.targets.torch_lowering.lower_gemm.WIDEN_BLOCK",
+                 "pygraphx.targets.cpu.scheduling.LOAD_CHECK_S")  # fmt: skip
+
+
+def attribute_path(key: str) -> str:
+    """`@module.NAME` as `pygraphx.<package>.<module>.NAME` (see `settings`)."""
+    module_name, _, name = key[1:].rpartition(".")
+    if not module_name.startswith("pygraphx."):
+        package = "cpu" if module_name.startswith("cpu.") else "torch_lowering"
+        module_name = f"pygraphx.targets.{package}.{module_name.removeprefix('cpu.')}"
+    return f"{module_name}.{name}"
+
+
+@functools.cache
+def _pygraphx_text() -> str:
+    root = Path(__file__).resolve().parents[1] / "pygraphx"
+    return "\n".join(p.read_text(errors="replace") for p in sorted(root.rglob("*"))
+                     if p.suffix in (".py", ".c", ".h") and p.is_file())  # fmt: skip
+
+
+def check_settings(variants: list[Variant], out=None) -> None:
+    """Refuse a variant setting that needs separate processes (`PROCESS_KEYS`,
+    `PROCESS_PREFIXES`, `PROCESS_ATTRS`: SystemExit); warn on a `PGX_*` key that no file
+    under pygraphx/ mentions (a typo would make the A/B an A/A)."""
+    out = out or sys.stdout
+    for v in variants:
+        for key in v.env:
+            if key.startswith(TARGET):
+                continue
+            if key.startswith("@"):
+                if attribute_path(key) in PROCESS_ATTRS:
+                    raise SystemExit(f"variant {v.name}: {key} is read at run time, not while "
+                                     "the variant compiles: it needs separate processes")
+                continue
+            if key in PROCESS_KEYS or key.startswith(PROCESS_PREFIXES):
+                raise SystemExit(f"variant {v.name}: {key} is read once a process or at run "
+                                 "time, not while the variant compiles: it needs separate "
+                                 "processes (run the harness once per value)")  # fmt: skip
+            if key.startswith("PGX_") and key not in _pygraphx_text():
+                print(f"# WARNING variant {v.name}: {key} is mentioned by no file under "
+                      "pygraphx/ (a typo? the variants may be the same program)", file=out)
+
+
 @contextmanager
 def settings(env: dict[str, str]) -> Iterator[None]:
     """`env` in force inside: environment variables, and `@module.NAME` module attributes."""
     with ExitStack() as stack:
         for key, value in env.items():
             if key.startswith("@"):
-                module_name, _, name = key[1:].rpartition(".")
-                if not module_name.startswith("pygraphx."):
-                    package = "cpu" if module_name.startswith("cpu.") else "torch_lowering"
-                    module_name = f"pygraphx.targets.{package}.{module_name.removeprefix('cpu.')}"
+                module_name, _, name = attribute_path(key).rpartition(".")
                 module = importlib.import_module(module_name)
                 stack.enter_context(mock.patch.object(module, name, ast.literal_eval(value)))
             else:
@@ -191,9 +248,6 @@ def compile_variant(case: Case, threads: int, variant: Variant) -> Any:
             pygraphx.quantize_bf16(prog)
         prog.compile(CpuTarget(threads=threads, **options))
     return prog
-
-
-TARGET = "target."  # a setting `target.NAME=value`: the option NAME of CpuTarget
 
 
 def _literal(text: str) -> Any:
@@ -352,6 +406,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     what it found; what it returns is the dict's `extra`). `note(prog)`: a wrapper's words on
     each compiled program (routes taken, kernels chosen), printed on its compile line."""
     out = out or sys.stdout
+    check_settings(variants, out)
     want = ort_outputs(case, cfg.threads) if cfg.ort else None
     progs = {}
     for v in variants:

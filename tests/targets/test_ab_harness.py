@@ -139,8 +139,8 @@ def test_new_first_keeps_the_reference(tmp_path, capsys) -> None:
     path = tmp_path / "tiny.onnx"
     onnx.save(onnx.load_from_string(_model()), str(path))
     out = tmp_path / "ab.json"
-    rc = ab.main(["--models", str(path), "--old", "PGX_AB_TEST_UNUSED=0", "--new",
-                  "--threads", "1", "--rounds", "1", "--new-first", "--json", str(out)])  # fmt: skip
+    rc = ab.main(["--models", str(path), "--old", "PGX_AB_TEST_UNUSED=0", "--new", "--threads",
+                  "1", "--rounds", "1", "--new-first", "--json", str(out)])  # fmt: skip
     assert rc == 0
     (model,) = json.loads(out.read_text())["models"]
     assert model["reference"] == "old" and model["run_order"] == ["new", "old"]
@@ -149,3 +149,22 @@ def test_new_first_keeps_the_reference(tmp_path, capsys) -> None:
     new = model["variants"]["new"]
     assert new["ratio"] == new["median_ms"] / model["variants"]["old"]["median_ms"]
     assert "ratio of medians to old" in capsys.readouterr().out
+
+
+def test_process_settings_refused() -> None:
+    """Settings read once a process or at run time cannot be a variant's: a clear error."""
+    import pytest
+
+    for env in ({"PGX_NATIVE": "off"}, {"OMP_WAIT_POLICY": "passive"}, {"DNNL_VERBOSE": "1"},
+                {"PGX_CPU_LOAD_ADAPT": "1"}, {"@lower_gemm.WIDEN_BLOCK": "1024"},
+                {"@cpu.scheduling.LOAD_CHECK_S": "0.1"}):  # fmt: skip
+        with pytest.raises(SystemExit, match="separate processes"):
+            ab.ab_case(_case(), [ab.Variant("old"), ab.Variant("new", env)], CFG, io.StringIO())
+
+
+def test_unknown_key_warned() -> None:
+    out = io.StringIO()
+    ab.check_settings([ab.Variant("new", {"PGX_CPU_DNNL_GEMM_JIT": "1", "PGX_CPU_GEMM": "mkl"})],
+                      out)  # fmt: skip
+    assert "WARNING variant new: PGX_CPU_DNNL_GEMM_JIT" in out.getvalue()
+    assert "PGX_CPU_GEMM:" not in out.getvalue()
