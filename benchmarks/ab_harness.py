@@ -23,7 +23,8 @@ What it does, per model (`--models`: `name[:batch]` of `pygraphx.models`, a zoo 
   `--bf16`; one stream, the same threads) as one more variant `OV`;
 - compares the outputs: each variant against ONNX Runtime float32 (the oracle: rel. RMS error
   and max abs difference) and against the first variant (rel. RMS difference); a variant
-  further than `--tol` (default 1e-3 float32, 1e-1 bf16) from either is a MISMATCH: the
+  further than `--tol` (default 1e-3 float32, 1e-1 bf16, each variant its own; against the
+  first variant the looser of the two) from either is a MISMATCH: the
   figures still print, the exit status is 1. Each output is judged alone: `err` / `diff` are
   the worst output's (a MISMATCH names it; the JSON keeps the pooled figures too);
 - warms each variant (`--warmup` runs), waits with `--wait-quiet S` up to S seconds for a
@@ -439,8 +440,16 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     err_pooled = {n: rel_err(o, want) if want else nan for n, o in outs.items()}
     diff_pooled = {n: rel_err(o, outs[first]) for n, o in outs.items()}
     abs_ort = {n: max_abs(o, want) if want else nan for n, o in outs.items()}
-    tol = cfg.tol if cfg.tol is not None else TOL["bf16" if bf16 else "f32"]
-    bad = [n for n in names if not ((want is None or err[n] <= tol) and diff[n] <= tol)]
+    # each variant's own tolerance (a bf16 one does not loosen the others'); against the
+    # reference, the looser of the two
+    is_bf16 = {v.name: cfg.bf16 or v.bf16 for v in variants}
+    if cfg.openvino:
+        is_bf16["OV"] = bf16
+    tols = {n: cfg.tol if cfg.tol is not None else TOL["bf16" if is_bf16[n] else "f32"]
+            for n in names}  # fmt: skip
+    tol_ref = {n: max(tols[n], tols[first]) for n in names}
+    bad = [n for n in names
+           if not ((want is None or err[n] <= tols[n]) and diff[n] <= tol_ref[n])]  # fmt: skip
     for p in progs.values():
         for _ in range(cfg.warmup):
             p.run(case.feeds)
@@ -508,13 +517,14 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     for n in bad:
         print(f"MISMATCH {case.spec} {n}: rel RMS err vs ORT {err[n]:.1e} (output "
               f"{err_at[n]!r}), diff vs {first} {diff[n]:.1e} (output {diff_at[n]!r}), "
-              f"tolerance {tol:.0e}", file=out)  # fmt: skip
+              f"tolerance {tols[n]:.0e} (vs {first} {tol_ref[n]:.0e})", file=out)  # fmt: skip
     out.flush()
     return {
         "spec": case.spec, "threads": cfg.threads, "dtype": dtype, "clock": cname,
         "rounds": cfg.rounds, "runs": runs, "first": first, "reference": first,
         "run_order": order, "quiet_before": before,
-        "busy_after": after, "adaptation": adapt, "tol": tol, "ok": not bad, "mismatch": bad,
+        "busy_after": after, "adaptation": adapt, "tol": max(tols.values()), "ok": not bad,
+        "mismatch": bad,
         "variants": {n: {"settings": described[n], "median_ms": med[n],
                          "best_ms": best[n], "ratio": med[n] / med[first],
                          "paired_diff_ms": paired[n],
@@ -524,7 +534,8 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
                          "rel_err_ort_outputs": dict(zip(onames, errs[n], strict=False)),
                          "max_abs_diff_ort": abs_ort[n], "rel_diff_first": diff[n],
                          "rel_diff_first_output": diff_at[n],
-                         "rel_diff_first_pooled": diff_pooled[n],
+                         "rel_diff_first_pooled": diff_pooled[n], "tol": tols[n],
+                         "tol_first": tol_ref[n], "bf16": is_bf16[n],
                          "blocks_ms": times[n], "cpu_blocks_ms": cpu[n]} for n in names},
         "steps_ms": step_ms, "steps_error": step_error, "extra": more,
     }  # fmt: skip

@@ -168,3 +168,20 @@ def test_unknown_key_warned() -> None:
                       out)  # fmt: skip
     assert "WARNING variant new: PGX_CPU_DNNL_GEMM_JIT" in out.getvalue()
     assert "PGX_CPU_GEMM:" not in out.getvalue()
+
+
+def test_bf16_tolerance_per_variant() -> None:
+    """A bf16 variant beside float32 ones loosens only its own tolerance: a float32 variant 1 %
+    off is still a MISMATCH (the bf16 one, within 1e-1, is not)."""
+
+    def off(case: ab.Case, threads: int):
+        return ab.compile_variant(ab.Case(case.spec, _model(1.01), case.feeds), threads,
+                                  ab.Variant("x"))  # fmt: skip
+
+    out = io.StringIO()
+    variants = [ab.Variant("old"), ab.Variant("bf", bf16=True), ab.Variant("off", build=off)]
+    res = ab.ab_case(_case(), variants, CFG, out)
+    assert res["mismatch"] == ["off"], out.getvalue()
+    figs = res["variants"]
+    assert figs["old"]["tol"] == 1e-3 and figs["bf"]["tol"] == 1e-1 and figs["off"]["tol"] == 1e-3
+    assert figs["bf"]["tol_first"] == 1e-1
