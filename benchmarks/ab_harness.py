@@ -448,8 +448,15 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     tols = {n: cfg.tol if cfg.tol is not None else TOL["bf16" if is_bf16[n] else "f32"]
             for n in names}  # fmt: skip
     tol_ref = {n: max(tols[n], tols[first]) for n in names}
-    bad = [n for n in names
-           if not ((want is None or err[n] <= tols[n]) and diff[n] <= tol_ref[n])]  # fmt: skip
+    # who is blamed: with ORT, a variant off the oracle, or off a reference that is itself
+    # within tolerance of it; without ORT only the pair is known (`new vs old`: either may be
+    # the wrong one)
+    off_ort = [n for n in names if want is not None and not err[n] <= tols[n]]
+    apart = [n for n in names if not diff[n] <= tol_ref[n]]
+    if want is not None:
+        bad = [n for n in names if n in off_ort or (n in apart and first not in off_ort)]
+    else:
+        bad = [f"{n} vs {first}" for n in apart]
     for p in progs.values():
         for _ in range(cfg.warmup):
             p.run(case.feeds)
@@ -514,7 +521,11 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     more = extra(progs, case, cfg, out) if extra is not None else None
     if after is not None:
         print(f"# {case.spec}: machine after the timing: busy {after:.0%} over 2 s", file=out)
-    for n in bad:
+    for n in apart if want is None else ():
+        print(f"MISMATCH {case.spec} {n} vs {first}: rel RMS diff {diff[n]:.1e} (output "
+              f"{diff_at[n]!r}), tolerance {tol_ref[n]:.0e}; no ORT reference (--no-ort): "
+              "either may be the wrong one", file=out)  # fmt: skip
+    for n in bad if want is not None else ():
         print(f"MISMATCH {case.spec} {n}: rel RMS err vs ORT {err[n]:.1e} (output "
               f"{err_at[n]!r}), diff vs {first} {diff[n]:.1e} (output {diff_at[n]!r}), "
               f"tolerance {tols[n]:.0e} (vs {first} {tol_ref[n]:.0e})", file=out)  # fmt: skip

@@ -185,3 +185,43 @@ def test_bf16_tolerance_per_variant() -> None:
     figs = res["variants"]
     assert figs["old"]["tol"] == 1e-3 and figs["bf"]["tol"] == 1e-1 and figs["off"]["tol"] == 1e-3
     assert figs["bf"]["tol_first"] == 1e-1
+
+
+def _wrong(case: ab.Case, threads: int):
+    return ab.compile_variant(ab.Case(case.spec, _model(1.5), case.feeds), threads,
+                              ab.Variant("x"))  # fmt: skip
+
+
+def test_wrong_first_variant() -> None:
+    """A wrong first (reference) variant: with ORT only it is blamed; with `--no-ort` the pair is
+    reported, the correct one not blamed alone."""
+    variants = [ab.Variant("old", build=_wrong), ab.Variant("new")]
+    out = io.StringIO()
+    res = ab.ab_case(_case(), variants, CFG, out)
+    assert res["mismatch"] == ["old"], out.getvalue()
+    assert "MISMATCH tiny new" not in out.getvalue()
+    out = io.StringIO()
+    res = ab.ab_case(_case(), variants, ab.Config(threads=1, rounds=1, warmup=0, ort=False), out)
+    assert not res["ok"] and res["mismatch"] == ["new vs old"]
+    text = out.getvalue()
+    assert "MISMATCH tiny new vs old:" in text and "either may be the wrong one" in text
+    assert "MISMATCH tiny new:" not in text
+
+
+def test_main_exit_status_on_mismatch(tmp_path, monkeypatch) -> None:
+    """`main` returns 1 when a variant's outputs are off (here `b` builds a scaled model)."""
+    path = tmp_path / "tiny.onnx"
+    onnx.save(onnx.load_from_string(_model()), str(path))
+    compile_variant = ab.compile_variant
+
+    def compiled(case: ab.Case, threads: int, variant: ab.Variant):
+        if variant.name == "b":
+            return _wrong(case, threads)
+        return compile_variant(case, threads, variant)
+
+    monkeypatch.setattr(ab, "compile_variant", compiled)
+    argv = ["--models", str(path), "--variant", "a:", "--variant", "b:", "--threads", "1",
+            "--rounds", "1"]  # fmt: skip
+    assert ab.main(argv) == 1
+    monkeypatch.setattr(ab, "compile_variant", compile_variant)
+    assert ab.main(argv) == 0
