@@ -187,6 +187,17 @@ def check_settings(variants: list[Variant], out=None) -> None:
                       "pygraphx/ (a typo? the variants may be the same program)", file=out)
 
 
+def check_bf16(variants: list[Variant], bf16: bool) -> None:
+    """`--bf16` with a variant that builds its own program and does not say it is bf16
+    (`Variant.bf16`): refused (it would be timed as float32 under a bf16 heading)."""
+    if not bf16:
+        return
+    for v in variants:
+        if v.build is not None and not v.bf16:
+            raise SystemExit(f"--bf16: variant {v.name} builds its own program and does not "
+                             "apply quantize_bf16; this script does not take --bf16")
+
+
 @contextmanager
 def settings(env: dict[str, str]) -> Iterator[None]:
     """`env` in force inside: environment variables, and `@module.NAME` module attributes."""
@@ -408,6 +419,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     each compiled program (routes taken, kernels chosen), printed on its compile line."""
     out = out or sys.stdout
     check_settings(variants, out)
+    check_bf16(variants, cfg.bf16)
     want = ort_outputs(case, cfg.threads) if cfg.ort else None
     progs = {}
     for v in variants:
@@ -616,6 +628,9 @@ def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config | li
     import torch
 
     cfgs = cfg if isinstance(cfg, list) else [cfg]
+    for c in cfgs:
+        check_bf16(variants, c.bf16)
+    check_settings(variants)
     adapt = fix_adaptation(keep=any(c.keep_adapt for c in cfgs))
     print("# loadavg at the start:", loadavg(), flush=True)
     print("# run-time thread adaptation:", describe_adaptation(adapt), flush=True)
@@ -702,8 +717,8 @@ def variants_of(args: argparse.Namespace, old: dict | None = None, new: dict | N
         ]
         if chosen[0].env == chosen[1].env and old_arg is None and new_arg is None:
             raise SystemExit("no variants: give --old K=V / --new K=V or --variant NAME:K=V")
-    if args.bf16:
-        chosen = [replace(v, bf16=True) for v in chosen]
+    if args.bf16:  # (a variant with a builder of its own: its own `bf16`, see `check_bf16`)
+        chosen = [v if v.build is not None else replace(v, bf16=True) for v in chosen]
     return chosen
 
 

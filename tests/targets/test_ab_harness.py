@@ -225,3 +225,12 @@ def test_main_exit_status_on_mismatch(tmp_path, monkeypatch) -> None:
     assert ab.main(argv) == 1
     monkeypatch.setattr(ab, "compile_variant", compile_variant)
     assert ab.main(argv) == 0
+
+
+def test_bf16_refused_where_a_builder_ignores_it() -> None:
+    import pytest
+
+    variants = [ab.Variant("old"), ab.Variant("new", build=_wrong)]
+    cfg = ab.Config(threads=1, rounds=1, bf16=True)
+    with pytest.raises(SystemExit, match="does not take --bf16"):
+        ab.run([_case()], variants, cfg)
