@@ -187,6 +187,16 @@ def check_settings(variants: list[Variant], out=None) -> None:
                       "pygraphx/ (a typo? the variants may be the same program)", file=out)
 
 
+def check_names(variants: list[Variant], openvino: bool) -> None:
+    """Variant names must differ (the figures are kept by name), and not be `OV` with
+    `--openvino`: SystemExit."""
+    names = [v.name for v in variants] + (["OV"] if openvino else [])
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SystemExit(f"variant names given twice: {', '.join(twice)}"
+                         + (" (`OV` is --openvino's)" if "OV" in twice and openvino else ""))
+
+
 def check_bf16(variants: list[Variant], bf16: bool) -> None:
     """`--bf16` with a variant that builds its own program and does not say it is bf16
     (`Variant.bf16`): refused (it would be timed as float32 under a bf16 heading)."""
@@ -238,6 +248,9 @@ def load(spec: str, seed: int = 0) -> Case:
     from benchmarks.zoo import ZOO_NAMES, zoo_model
 
     if name in ZOO_NAMES:
+        if batch.isdigit():
+            raise SystemExit(f"{spec}: a zoo model takes `{name}` (full size) or `{name}:test`, "
+                             "not a batch")  # fmt: skip
         path, feeds = zoo_model(name, batch if batch and not batch.isdigit() else "full")
         return Case(spec, Path(path).read_bytes(), feeds)
     from pygraphx.models import get_model, model_inputs
@@ -418,6 +431,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     what it found; what it returns is the dict's `extra`). `note(prog)`: a wrapper's words on
     each compiled program (routes taken, kernels chosen), printed on its compile line."""
     out = out or sys.stdout
+    check_names(variants, cfg.openvino)
     check_settings(variants, out)
     check_bf16(variants, cfg.bf16)
     want = ort_outputs(case, cfg.threads) if cfg.ort else None
@@ -629,6 +643,7 @@ def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config | li
 
     cfgs = cfg if isinstance(cfg, list) else [cfg]
     for c in cfgs:
+        check_names(variants, c.openvino)
         check_bf16(variants, c.bf16)
     check_settings(variants)
     adapt = fix_adaptation(keep=any(c.keep_adapt for c in cfgs))
@@ -654,13 +669,14 @@ def parser(description: str | None = None, *, models: list[str] | None = None,
            default_names: list[str] | None = None,
            env_options: bool = True) -> argparse.ArgumentParser:  # fmt: skip
     """The harness's arguments, with a wrapper's defaults; `named`: the wrapper's variants by
-    name, chosen with `--variants NAME ...` (default `default_names`; `openvino` too);
+    name, chosen with `--variants NAME ...` (default `default_names`; `openvino` too; no
+    `--old` / `--new` / `--variant` / `--new-first` then: they would drop the wrapper's switch);
     `env_options=False`: no `--old` / `--new` / `--variant` (a wrapper that builds its own)."""
     p = argparse.ArgumentParser(description=description or __doc__.splitlines()[0],
                                 conflict_handler="resolve")  # a wrapper may take an option
     p.add_argument("--models", nargs="+", default=["minilm"] if models is None else models,
                    help="name[:batch], zoo name or .onnx path")  # fmt: skip
-    if env_options:
+    if env_options and not named:  # a wrapper's named variants: `--variants` only
         p.add_argument("--old", nargs="*", default=None, help="K=V[,K=V] ...: variant `old`")
         p.add_argument("--new", nargs="*", default=None, help="K=V[,K=V] ...: variant `new`")
         p.add_argument("--variant", action="append", default=None,

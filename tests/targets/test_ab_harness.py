@@ -234,3 +234,22 @@ def test_bf16_refused_where_a_builder_ignores_it() -> None:
     cfg = ab.Config(threads=1, rounds=1, bf16=True)
     with pytest.raises(SystemExit, match="does not take --bf16"):
         ab.run([_case()], variants, cfg)
+
+
+def test_refused_arguments() -> None:
+    """A zoo name with a numeric batch, variant names given twice (or `OV` beside
+    --openvino), and --old / --new / --variant / --new-first on a wrapper's named variants."""
+    import pytest
+
+    with pytest.raises(SystemExit, match="not a batch"):
+        ab.load("minilm:8")
+    with pytest.raises(SystemExit, match="given twice: a"):
+        ab.run([_case()], [ab.Variant("a"), ab.Variant("a")], CFG)
+    with pytest.raises(SystemExit, match="given twice: OV"):
+        ab.run([_case()], [ab.Variant("a"), ab.Variant("OV")], ab.Config(threads=1, openvino=True))
+    named = {"x": ab.Variant("x"), "y": ab.Variant("y", {"PGX_AB_TEST_UNUSED": "1"})}
+    p = ab.parser(named=named)
+    for extra in (["--old", "A=1"], ["--new"], ["--variant", "z:"], ["--new-first"]):
+        with pytest.raises(SystemExit):
+            p.parse_args(extra)
+    assert [v.name for v in ab.variants_of(p.parse_args([]), named=named)] == ["x", "y"]
