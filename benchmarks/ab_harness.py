@@ -42,6 +42,9 @@ What it does, per model (`--models`: `name[:batch]` of `pygraphx.models`, a zoo 
   first round runs them last to first);
 - `--steps`: as many profiled rounds again, each step timed alone, printed as ms a run per kind
   of step (`gemm14_profile.pgx_kind`, or a wrapper's `Config.kind_of`), each step's median;
+- `--spread` (what a loaded machine needs besides the median): each variant's 25th percentile
+  block and the median of the rounds' ratios to the first variant, and with `--steps` the sum
+  of each step's fastest time beside the medians (the JSON has them always);
 - prints one table a model, in this form (stable: the notes quote it):
 
       <spec> t<threads> <f32|bf16>, <R> rounds x <N> runs, <clock> ms a run (median over
@@ -415,6 +418,7 @@ class Config:
     ort: bool = True
     kind_of: Callable[[Any], str] | None = None  # `--steps`' kind of a step (gemm14_profile's)
     new_first: bool = False  # the run order: the first round runs the variants last to first
+    spread: bool = False  # also each variant's p25 block and median per-round ratio (printed)
     keep_adapt: bool = False  # `run`: leave PGX_CPU_LOAD_ADAPT / PGX_CPU_STALL_ADAPT as they are
 
     def clock_name(self) -> str:
@@ -516,6 +520,11 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     # each round's difference from the first variant (adjacent blocks): robust to drifting load
     paired = {n: statistics.median(np.subtract(t, times[first])) if t else float("nan")
               for n, t in times.items()}  # fmt: skip
+    # what a loaded machine needs besides the median (gpt17's figures): the 25th percentile
+    # block, and the median of the rounds' ratios to the reference (adjacent blocks)
+    p25 = {n: float(np.percentile(t, 25)) if t else float("nan") for n, t in times.items()}
+    paired_ratio = {n: statistics.median(np.divide(t, times[first])) if t else float("nan")
+                    for n, t in times.items()}  # fmt: skip
     dtype = "bf16" if bf16 else "f32"
     adapt = {key: os.environ.get(key) for key in ADAPT_KEYS}
     print(f"# {case.spec} t{cfg.threads}: {describe_adaptation(adapt)}; run order "
@@ -529,21 +538,28 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
         print(f"  {n:10s} {med[n]:9.2f} (best {best[n]:9.2f})  {med[n] / med[first]:.3f}  "
               f"{paired[n]:+8.2f}  cpu {cpu_med[n]:9.2f}  err {err[n]:.1e}  diff {diff[n]:.1e}  "
               f"{described[n]}", file=out)  # fmt: skip
+    if cfg.spread:
+        print(f"  (the 25th percentile block, ms a run; the median of the rounds' ratios to "
+              f"{first})", file=out)  # fmt: skip
+        for n in names:
+            print(f"  {n:10s} p25 {p25[n]:9.2f}  paired {paired_ratio[n]:.3f}", file=out)
     out.flush()
     # the steps after the table is out: a failure here loses only the steps (said, and in the
     # JSON's `steps_error`)
     step_ms: dict[str, dict[str, float]] = {}
+    step_fast: dict[str, dict[str, float]] = {}
     step_error = None
     if cfg.steps:
         profiled_names = [n for n in order if hasattr(progs[n], "_executable")]
         try:
-            step_ms = _steps(progs, profiled_names, case.feeds, cfg.rounds, clock, cfg.kind_of)
+            step_ms, step_fast = _steps(progs, profiled_names, case.feeds, cfg.rounds, clock,
+                                        cfg.kind_of)  # fmt: skip
         except Exception as exc:  # noqa: BLE001  (reported, and the table is already out)
             step_error = f"{type(exc).__name__}: {exc}"
             print(f"# {case.spec}: --steps FAILED ({step_error}); the table above stands",
                   file=out)  # fmt: skip
     if step_ms:
-        _print_steps(step_ms, out, cfg.kind_of is None)
+        _print_steps(step_ms, out, cfg.kind_of is None, step_fast if cfg.spread else None)
     more = extra(progs, case, cfg, out) if extra is not None else None
     if after is not None:
         print(f"# {case.spec}: machine after the timing: busy {after:.0%} over 2 s", file=out)
@@ -564,7 +580,8 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
         "mismatch": bad,
         "variants": {n: {"settings": described[n], "median_ms": med[n],
                          "best_ms": best[n], "ratio": med[n] / med[first],
-                         "paired_diff_ms": paired[n],
+                         "paired_diff_ms": paired[n], "p25_ms": p25[n],
+                         "paired_ratio": paired_ratio[n],
                          "max_abs_diff_first": max_abs(outs[n], outs[first]),
                          "cpu_ms": cpu_med[n], "rel_err_ort": err[n],
                          "rel_err_ort_output": err_at[n], "rel_err_ort_pooled": err_pooled[n],
@@ -574,13 +591,15 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
                          "rel_diff_first_pooled": diff_pooled[n], "tol": tols[n],
                          "tol_first": tol_ref[n], "bf16": is_bf16[n],
                          "blocks_ms": times[n], "cpu_blocks_ms": cpu[n]} for n in names},
-        "steps_ms": step_ms, "steps_error": step_error, "extra": more,
+        "steps_ms": step_ms, "steps_fastest_ms": step_fast, "steps_error": step_error, "extra": more,
     }  # fmt: skip
 
 
-def _steps(progs: dict, names: list[str], feeds: dict, rounds: int, clock, kind_of) -> dict:
+def _steps(progs: dict, names: list[str], feeds: dict, rounds: int, clock,
+           kind_of) -> tuple[dict, dict]:  # fmt: skip
     """Each lowered step's median time over `rounds` profiled runs (`profile.time_steps`: a
-    chain of convolutions times its members itself), summed per kind, ms a run."""
+    chain of convolutions times its members itself), summed per kind, ms a run; and the same
+    of each step's fastest time."""
     from pygraphx.targets.cpu.profile import time_steps
 
     if kind_of is None:
@@ -591,28 +610,34 @@ def _steps(progs: dict, names: list[str], feeds: dict, rounds: int, clock, kind_
         for n in names if r % 2 == 0 else names[::-1]:
             timed = time_steps(progs[n]._executable, feeds, 1, clock)
             runs[n].append([st.seconds for st in timed])
-    per = {}
+    per, fast = {}, {}
     for n in names:
-        med = np.median(np.array(runs[n]), axis=0)
-        acc: dict[str, float] = defaultdict(float)
-        for st, t in zip(progs[n]._executable.lowered.steps, med, strict=True):
-            acc[kind_of(st)] += float(t) * 1e3
-        per[n] = dict(acc)
-    return per
+        arr = np.array(runs[n])
+        for table, col in ((per, np.median(arr, axis=0)), (fast, arr.min(axis=0))):
+            acc: dict[str, float] = defaultdict(float)
+            for st, t in zip(progs[n]._executable.lowered.steps, col, strict=True):
+                acc[kind_of(st)] += float(t) * 1e3
+            table[n] = dict(acc)
+    return per, fast
 
 
-def _print_steps(per: dict[str, dict[str, float]], out, gemm14_kinds: bool = True) -> None:
+def _print_steps(per: dict[str, dict[str, float]], out, gemm14_kinds: bool = True,
+                 fast: dict[str, dict[str, float]] | None = None) -> None:  # fmt: skip
+    """The per-kind table; `fast`: each step's fastest too, after a `|`."""
     names = list(per)
     if gemm14_kinds:
         from benchmarks.gemm14_profile import KINDS
     else:
         KINDS = sorted({k for n in names for k in per[n]})  # noqa: N806
     print("  kind        " + " ".join(f"{n:>10s}" for n in names) + "  (ms a run, each step's "
-          "median)", file=out)  # fmt: skip
+          "median)" + (" | (each step's fastest)" if fast else ""), file=out)  # fmt: skip
     for k in (*KINDS, "sum"):
-        vals = [sum(per[n].values()) if k == "sum" else per[n].get(k, 0.0) for n in names]
-        if any(vals):
-            print(f"  {k:10s} " + " ".join(f"{v:10.2f}" for v in vals), file=out)
+        tables = [per, fast] if fast else [per]
+        row = [[sum(t[n].values()) if k == "sum" else t[n].get(k, 0.0) for n in names]
+               for t in tables]  # fmt: skip
+        if any(v for part in row for v in part):
+            print(f"  {k:10s} " + " | ".join(" ".join(f"{v:10.2f}" for v in part)
+                                            for part in row), file=out)  # fmt: skip
 
 
 #: the run-time thread controls of the cpu target (`scheduling.py`): `PGX_CPU_LOAD_ADAPT` is
@@ -700,6 +725,9 @@ def parser(description: str | None = None, *, models: list[str] | None = None,
     p.add_argument("--bf16", action="store_true", help="quantize_bf16 every variant")
     p.add_argument("--openvino", action="store_true", help="OpenVINO as one more variant")
     p.add_argument("--steps", action="store_true", help="also per-kind step times")
+    p.add_argument("--spread", action="store_true",
+                   help="also each variant's 25th percentile block and the median of the rounds' "
+                        "ratios (and with --steps each step's fastest)")  # fmt: skip
     p.add_argument("--wait-quiet", "--quiet", dest="wait_quiet", type=float, default=None,
                    metavar="S", help="wait up to S s for a quiet moment before timing")  # fmt: skip
     p.add_argument("--tol", type=float, default=None,
@@ -741,7 +769,7 @@ def variants_of(args: argparse.Namespace, old: dict | None = None, new: dict | N
 def configs_of(args: argparse.Namespace) -> list[Config]:
     """One Config a thread count of `--threads` (an option a wrapper took over: its default)."""
     keys = ("rounds", "runs", "warmup", "settle", "clock", "steps", "openvino", "bf16",
-            "wait_quiet", "tol", "ort", "keep_adapt", "new_first")  # fmt: skip
+            "wait_quiet", "tol", "ort", "keep_adapt", "new_first", "spread")  # fmt: skip
     given = {k: getattr(args, k) for k in keys if hasattr(args, k)}
     return [Config(threads=t, **given) for t in args.threads]
 

@@ -253,3 +253,15 @@ def test_refused_arguments() -> None:
         with pytest.raises(SystemExit):
             p.parse_args(extra)
     assert [v.name for v in ab.variants_of(p.parse_args([]), named=named)] == ["x", "y"]
+
+
+def test_spread_figures() -> None:
+    """`--spread` (gpt17's figures): the 25th percentile block and the median of the rounds'
+    ratios, printed and in the JSON."""
+    out = io.StringIO()
+    cfg = ab.Config(threads=1, rounds=3, warmup=0, spread=True)
+    res = ab.ab_case(_case(), [ab.Variant("old"), ab.Variant("new")], cfg, out)
+    for fig in res["variants"].values():
+        assert 0 < fig["p25_ms"] <= fig["median_ms"] and fig["paired_ratio"] > 0
+    assert res["variants"]["old"]["paired_ratio"] == 1.0
+    assert "  new        p25 " in out.getvalue()
