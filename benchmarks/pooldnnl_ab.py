@@ -6,7 +6,7 @@ whole CNN, in one process.
     python benchmarks/pooldnnl_ab.py --model resnet50 --batch 8 --bf16 --n 3
 
 Two programs of the same model, compiled with `PGX_CPU_POOL=onednn` and `torch` (`torch` first
-with `--torch-first`). A wrapper of `benchmarks/ab_harness.py` (the one harness): blocks of
+in the first round with `--torch-first`; the ratios are to `onednn` either way). A wrapper of `benchmarks/ab_harness.py` (the one harness): blocks of
 `--n` plain runs alternate (both orders; thread CPU at 1 thread, wall at 2, process CPU beside
 it), outputs checked against ONNX Runtime's. Kept here, after that: in alternating rounds, each
 program's steps timed over `--n` runs by `profile.time_steps` with the thread CPU clock (the
@@ -107,10 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="mobilenetv2")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--n", dest="runs", type=int, default=20, help="runs per program per round")
-    p.add_argument("--torch-first", action="store_true", help="the torch program first")
+    p.add_argument("--torch-first", action="store_true", help="the torch program first (run order)")
     args = p.parse_args(argv)
-    if args.torch_first:
-        args.variants = args.variants[::-1]
+    args.new_first = args.torch_first  # the run order only: the ratios stay to `onednn`
     data, feeds = load(args.model, args.batch)
     case = ab.Case(f"{args.model} b{args.batch}", data, feeds)
     variants = ab.variants_of(args, named=NAMED)
