@@ -439,6 +439,8 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     check_settings(variants, out)
     check_bf16(variants, cfg.bf16)
     want = ort_outputs(case, cfg.threads) if cfg.ort else None
+    from pygraphx.targets.cpu.target import CpuTarget  # noqa: F401  (not in the first compile time)
+
     progs = {}
     for v in variants:
         start = time.perf_counter()
@@ -591,7 +593,8 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
                          "rel_diff_first_pooled": diff_pooled[n], "tol": tols[n],
                          "tol_first": tol_ref[n], "bf16": is_bf16[n],
                          "blocks_ms": times[n], "cpu_blocks_ms": cpu[n]} for n in names},
-        "steps_ms": step_ms, "steps_fastest_ms": step_fast, "steps_error": step_error, "extra": more,
+        "steps_ms": step_ms, "steps_fastest_ms": step_fast, "steps_error": step_error,
+        "extra": more,
     }  # fmt: skip
 
 
@@ -675,10 +678,15 @@ def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config | li
     print("# loadavg at the start:", loadavg(), flush=True)
     print("# run-time thread adaptation:", describe_adaptation(adapt), flush=True)
     results = []
+    loaded: dict[str, Case] = {}  # (kept only where several thread counts use them)
     for c in cfgs:
         torch.set_num_threads(c.threads)
         for case in cases:
-            case = load(case) if isinstance(case, str) else case
+            if isinstance(case, str):
+                spec = case
+                case = loaded.get(spec) or load(spec)
+                if len(cfgs) > 1:
+                    loaded[spec] = case
             results.append(ab_case(case, variants, c, extra=extra, note=note))
     print("# loadavg at the end:", loadavg(), flush=True)
     if json_path:
