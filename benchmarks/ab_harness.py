@@ -167,7 +167,7 @@ def _pygraphx_text() -> str:
                      if p.suffix in (".py", ".c", ".h") and p.is_file())  # fmt: skip
 
 
-def check_settings(variants: list[Variant], out=None) -> None:
+def check_settings(variants: list[Variant], out=None, warn: bool = True) -> None:
     """Refuse a variant setting that needs separate processes (`PROCESS_KEYS`,
     `PROCESS_PREFIXES`, `PROCESS_ATTRS`: SystemExit); warn on a `PGX_*` key that no file
     under pygraphx/ mentions (a typo would make the A/B an A/A)."""
@@ -185,7 +185,7 @@ def check_settings(variants: list[Variant], out=None) -> None:
                 raise SystemExit(f"variant {v.name}: {key} is read once a process or at run "
                                  "time, not while the variant compiles: it needs separate "
                                  "processes (run the harness once per value)")  # fmt: skip
-            if key.startswith("PGX_") and key not in _pygraphx_text():
+            if warn and key.startswith("PGX_") and key not in _pygraphx_text():
                 print(f"# WARNING variant {v.name}: {key} is mentioned by no file under "
                       "pygraphx/ (a typo? the variants may be the same program)", file=out)
 
@@ -673,7 +673,7 @@ def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config | li
     for c in cfgs:
         check_names(variants, c.openvino)
         check_bf16(variants, c.bf16)
-    check_settings(variants)
+    check_settings(variants, warn=False)  # (refused before any model loads; `ab_case` warns)
     adapt = fix_adaptation(keep=any(c.keep_adapt for c in cfgs))
     print("# loadavg at the start:", loadavg(), flush=True)
     print("# run-time thread adaptation:", describe_adaptation(adapt), flush=True)
