@@ -35,7 +35,8 @@ What it does, per model (`--models`: `name[:batch]` of `pygraphx.models`, a zoo 
   "t2" A/B runs on 2 threads and A and B on the same count; says their values in the header
   and the JSON (`adaptation`);
 - times `--rounds` rounds; in each, every variant runs one block of `--runs` runs (after
-  `--settle` untimed runs), the order reversed every round (both orders). The clock: thread
+  `--settle` untimed runs), the order reversed every round (both orders; 3 or more variants
+  also rotate every two rounds, so that each takes every position). The clock: thread
   CPU time at 1 thread, wall at 2+ (`--clock` overrides: `process` is the process's CPU time);
   the process CPU time of each block is kept beside it. The first variant declared (`old`) is
   the reference of the ratios and differences whatever the run order (`--new-first`: the
@@ -506,7 +507,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     times: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
     for r in range(cfg.rounds):
-        for n in order if r % 2 == 0 else order[::-1]:
+        for n in round_order(order, r):
             prog = progs[n]
             for _ in range(cfg.settle):
                 prog.run(case.feeds)
@@ -530,7 +531,8 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     dtype = "bf16" if bf16 else "f32"
     adapt = {key: os.environ.get(key) for key in ADAPT_KEYS}
     print(f"# {case.spec} t{cfg.threads}: {describe_adaptation(adapt)}; run order "
-          f"{', '.join(order)} (reversed every round); ratios to {first}", file=out)  # fmt: skip
+          f"{', '.join(order)} (reversed every round{'; rotated' if len(order) > 2 else ''}); "
+          f"ratios to {first}", file=out)  # fmt: skip
     print(f"{case.spec} t{cfg.threads} {dtype}, {cfg.rounds} rounds x {runs} runs, "
           f"{CLOCK_NAMES[cname]} ms a run (median over blocks, best block, ratio of medians to "
           f"{first}, median of the rounds' difference from it; process CPU ms; rel RMS err vs "
@@ -598,6 +600,15 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     }  # fmt: skip
 
 
+def round_order(names: list[str], r: int) -> list[str]:
+    """Round `r`'s order of `names`: reversed every other round; with 3 or more, also rotated
+    by one every two rounds, so that each takes every position (reversal alone keeps the
+    middle one in the middle)."""
+    k = (r // 2) % len(names) if len(names) > 2 else 0
+    rotated = names[k:] + names[:k]
+    return rotated if r % 2 == 0 else rotated[::-1]
+
+
 def _steps(progs: dict, names: list[str], feeds: dict, rounds: int, clock,
            kind_of) -> tuple[dict, dict]:  # fmt: skip
     """Each lowered step's median time over `rounds` profiled runs (`profile.time_steps`: a
@@ -610,7 +621,7 @@ def _steps(progs: dict, names: list[str], feeds: dict, rounds: int, clock,
 
     runs: dict[str, list[list[float]]] = {n: [] for n in names}
     for r in range(rounds):
-        for n in names if r % 2 == 0 else names[::-1]:
+        for n in round_order(names, r):
             timed = time_steps(progs[n]._executable, feeds, 1, clock)
             runs[n].append([st.seconds for st in timed])
     per, fast = {}, {}

@@ -265,3 +265,12 @@ def test_spread_figures() -> None:
         assert 0 < fig["p25_ms"] <= fig["median_ms"] and fig["paired_ratio"] > 0
     assert res["variants"]["old"]["paired_ratio"] == 1.0
     assert "  new        p25 " in out.getvalue()
+
+
+def test_round_order_balances_positions() -> None:
+    """Two variants: reversed every round (as before); three: each in every position."""
+    assert [ab.round_order(["a", "b"], r) for r in range(4)] == [["a", "b"], ["b", "a"]] * 2
+    names = ["a", "b", "c"]
+    orders = [ab.round_order(names, r) for r in range(6)]
+    for n in names:
+        assert sorted(o.index(n) for o in orders) == [0, 0, 1, 1, 2, 2]
