@@ -29,7 +29,9 @@ What it does, per model (`--models`: `name[:batch]` of `pygraphx.models`, a zoo 
   the worst output's (a MISMATCH names it; the JSON keeps the pooled figures too);
 - warms each variant (`--warmup` runs), waits with `--wait-quiet S` up to S seconds for a
   quiet moment (/proc/stat busy < 15 % over 2 s) and says whether one came (and what the
-  machine was like after the timing);
+  machine was like after the timing); the machine's busy share during the timing, and the
+  others' share of it (this process's CPU time taken out), is said with `--wait-quiet` or
+  where the others took more than 15 %, and is in the JSON always;
 - sets the cpu target's run-time thread controls `PGX_CPU_LOAD_ADAPT` and
   `PGX_CPU_STALL_ADAPT` to 0 where they are unset (`--keep-adapt`: leaves them), so that a
   "t2" A/B runs on 2 threads and A and B on the same count; says their values in the header
@@ -358,16 +360,25 @@ def max_abs(got: list[np.ndarray], want: list[np.ndarray]) -> float:
                for g, w in zip(got, want, strict=True))  # fmt: skip
 
 
+def cpu_stat() -> list[int]:
+    """The machine's CPU time counters (/proc/stat's first line)."""
+    return [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+
+
+def busy_between(a: list[int], b: list[int]) -> float:
+    """The fraction of the machine's CPU time spent busy between two `cpu_stat()`s (this
+    process's own work included); NaN where no tick passed (the counters are in 10 ms ticks)."""
+    d = [y - x for x, y in zip(a, b, strict=True)]
+    total = sum(d[:8])
+    return 1.0 - (d[3] + d[4]) / total if total > 0 else float("nan")
+
+
 def busy(seconds: float = 2.0) -> float:
     """The fraction of the machine's CPU time spent busy over `seconds` (/proc/stat)."""
-
-    def read() -> list[int]:
-        return [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-
-    a = read()
+    a = cpu_stat()
     time.sleep(seconds)
-    d = [y - x for x, y in zip(a, read(), strict=True)]
-    return 1.0 - (d[3] + d[4]) / max(1, sum(d[:8]))
+    seen = busy_between(a, cpu_stat())
+    return 0.0 if seen != seen else seen  # (NaN: no tick in `seconds`)
 
 
 def wait_quiet(limit: float) -> str:
@@ -506,6 +517,7 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
         runs = max(2, int(0.2 / max((time.perf_counter() - t0) / 3, 1e-6)))
     times: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
+    stat0, proc0, wall0 = cpu_stat(), time.process_time(), time.perf_counter()
     for r in range(cfg.rounds):
         for n in round_order(order, r):
             prog = progs[n]
@@ -516,6 +528,12 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
                 prog.run(case.feeds)
             times[n].append((clock() - t0) / runs * 1e3)
             cpu[n].append((time.process_time() - c0) / runs * 1e3)
+    # the machine during the timing: all its busy CPU time, and the others' (ours taken out)
+    stat1, proc1, wall1 = cpu_stat(), time.process_time(), time.perf_counter()
+    during = busy_between(stat0, stat1)
+    cpus = os.cpu_count() or 1
+    ours = (proc1 - proc0) / max(1e-9, (wall1 - wall0) * cpus)
+    others = during if during != during else max(0.0, during - ours)  # (NaN: too short)
     after = busy() if cfg.wait_quiet is not None else None
     med = {n: statistics.median(t) if t else float("nan") for n, t in times.items()}
     best = {n: min(t, default=float("nan")) for n, t in times.items()}
@@ -567,6 +585,9 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
     more = extra(progs, case, cfg, out) if extra is not None else None
     if after is not None:
         print(f"# {case.spec}: machine after the timing: busy {after:.0%} over 2 s", file=out)
+    if cfg.wait_quiet is not None or others > 0.15:
+        print(f"# {case.spec}: machine during the timing: busy {during:.0%}, of which others "
+              f"{others:.0%}" + (" (NOT quiet)" if others > 0.15 else ""), file=out)  # fmt: skip
     for n in apart if want is None else ():
         print(f"MISMATCH {case.spec} {n} vs {first}: rel RMS diff {diff[n]:.1e} (output "
               f"{diff_at[n]!r}), tolerance {tol_ref[n]:.0e}; no ORT reference (--no-ort): "
@@ -580,7 +601,8 @@ def ab_case(case: Case, variants: list[Variant], cfg: Config, out=None, extra=No
         "spec": case.spec, "threads": cfg.threads, "dtype": dtype, "clock": cname,
         "rounds": cfg.rounds, "runs": runs, "first": first, "reference": first,
         "run_order": order, "quiet_before": before,
-        "busy_after": after, "adaptation": adapt, "tol": max(tols.values()), "ok": not bad,
+        "busy_after": after, "busy_during": during,
+        "busy_others_during": others, "adaptation": adapt, "tol": max(tols.values()), "ok": not bad,
         "mismatch": bad,
         "variants": {n: {"settings": described[n], "median_ms": med[n],
                          "best_ms": best[n], "ratio": med[n] / med[first],

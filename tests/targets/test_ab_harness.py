@@ -274,3 +274,12 @@ def test_round_order_balances_positions() -> None:
     orders = [ab.round_order(names, r) for r in range(6)]
     for n in names:
         assert sorted(o.index(n) for o in orders) == [0, 0, 1, 1, 2, 2]
+
+
+def test_busy_during_the_timing() -> None:
+    """The machine's busy share over the timing (and the others' part of it) is in the JSON."""
+    res = ab.ab_case(_case(), [ab.Variant("old"), ab.Variant("new")], CFG, io.StringIO())
+    during, others = res["busy_during"], res["busy_others_during"]
+    assert (np.isnan(during) and np.isnan(others)) or 0.0 <= others <= during <= 1.0
+    assert np.isnan(ab.busy_between([0] * 8, [0] * 8))
+    assert ab.busy_between([0] * 8, [1, 0, 1, 1, 0, 0, 1, 0]) == 1 - 1 / 4
