@@ -153,6 +153,8 @@ def models(args: argparse.Namespace) -> int:
     variants = [variant(i, key) for i, key in enumerate(args.engines)]
     cfg = ab.Config(threads=args.threads, rounds=args.rounds, runs=args.repeat, settle=1)
     torch.set_num_threads(args.threads)
+    # (as `ab.run` does: the run-time thread controls at 0 where unset, said)
+    print("# run-time thread adaptation:", ab.describe_adaptation(ab.fix_adaptation()))
     rc = 0
     for name in args.models:
         model, inputs = load(name, 1)

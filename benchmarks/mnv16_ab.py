@@ -12,8 +12,8 @@ each variant compiled (the settings in force only while it compiles), checked ag
 Runtime, warmed (3 runs); with `--quiet S` (= `--wait-quiet S`) the timing waits at most S
 seconds for a quiet moment (`/proc/stat` busy < 15 % over 2 s) and says whether the machine was
 quiet before and how busy after. Printed per variant: the median block a run (wall at 2+
-threads, thread CPU at 1), the best block, the process CPU time. `--new-first` lists the new
-variant first.
+threads, thread CPU at 1), the best block, the process CPU time. `--new-first` runs the new
+variant first in the first round (the ratios stay new / old).
 """
 
 from __future__ import annotations

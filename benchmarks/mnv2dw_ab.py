@@ -3,8 +3,9 @@
     python benchmarks/mnv2dw_ab.py --threads 1 --batch 1 --rounds 10
     python benchmarks/mnv2dw_ab.py --threads 2 --batch 8 --rounds 6 --model mobilenetv2
 
-Two programs of the same model, compiled with `PGX_CONV_DW_FUSION=on` and `off` (`off` first
-with `--off-first`), run in alternating blocks of `--runs` runs (0: about 0.2 s a block): a
+Two programs of the same model, compiled with `PGX_CONV_DW_FUSION=off` (the reference of
+the ratios) and `on`, `on` first in the first round (`off` with `--off-first`), run in
+alternating blocks of `--runs` runs (0: about 0.2 s a block): a
 wrapper of `benchmarks/ab_harness.py` (the one harness; per variant the median block, thread
 CPU at 1 thread and wall at 2+, and process CPU time; the outputs compared with each other and
 with ONNX Runtime's); each compile's fused pair count printed. `PGX_CPU_LOAD_ADAPT=0` is set,
@@ -32,13 +33,12 @@ def fused(prog) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = ab.parser(__doc__.splitlines()[0], models=[], threads=1, rounds=10, runs=0, warmup=5,
-                  named=NAMED, default_names=["on", "off"])  # fmt: skip
+                  named=NAMED, default_names=["off", "on"])  # fmt: skip
     p.add_argument("--model", default="mobilenetv2")
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--off-first", action="store_true", help="the unfused program first")
+    p.add_argument("--off-first", action="store_true", help="the unfused program first (run order)")
     args = p.parse_args(argv)
-    if args.off_first:
-        args.variants = args.variants[::-1]
+    args.new_first = not args.off_first  # the run order; the ratios are on / off either way
     models = args.models or [f"{args.model}:{args.batch}"]
     return ab.run_args(args, named=NAMED, models=models, note=fused)
 

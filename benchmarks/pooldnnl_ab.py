@@ -6,15 +6,16 @@ whole CNN, in one process.
     python benchmarks/pooldnnl_ab.py --model resnet50 --batch 8 --bf16 --n 3
 
 Two programs of the same model, compiled with `PGX_CPU_POOL=onednn` and `torch` (`torch` first
-with `--torch-first`). A wrapper of `benchmarks/ab_harness.py` (the one harness): blocks of
-`--n` plain runs alternate (both orders; thread CPU at 1 thread, wall at 2, process CPU beside
-it), outputs checked against ONNX Runtime's. Kept here, after that: in alternating rounds, each
-program's steps timed over `--n` runs by `profile.time_steps` with the thread CPU clock (the
-steps run in the middle of real runs: the caches as a run leaves them), and a block of the same
-number of plain runs timed with the process CPU clock (worker threads included). Per program
-the medians over rounds of: the pooling steps' thread CPU per run (each and in all), the step
-after each pooling (a cost moved there would show), every step's sum, and the process CPU of
-a run. `PGX_CPU_LOAD_ADAPT=0` is set.
+in the first round with `--torch-first`; the ratios are to `onednn` either way). A wrapper of
+`benchmarks/ab_harness.py` (the one harness): blocks of `--n` plain runs alternate (both orders;
+thread CPU at 1 thread, wall at 2, process CPU beside it), outputs checked against ONNX
+Runtime's. Kept here, after that: in alternating rounds, each program's steps timed over `--n`
+runs by `profile.time_steps` with the thread CPU clock (the steps run in the middle of real
+runs: the caches as a run leaves them), and a block of the same number of plain runs timed with
+the process CPU clock (worker threads included). Per program the medians over rounds of: the
+pooling steps' thread CPU per run (each and in all), the step after each pooling (a cost moved
+there would show), every step's sum, and the process CPU of a run. `PGX_CPU_LOAD_ADAPT=0` is
+set.
 """
 
 from __future__ import annotations
@@ -107,10 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="mobilenetv2")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--n", dest="runs", type=int, default=20, help="runs per program per round")
-    p.add_argument("--torch-first", action="store_true", help="the torch program first")
+    p.add_argument("--torch-first", action="store_true", help="the torch program first (run order)")
     args = p.parse_args(argv)
-    if args.torch_first:
-        args.variants = args.variants[::-1]
+    args.new_first = args.torch_first  # the run order only: the ratios stay to `onednn`
     data, feeds = load(args.model, args.batch)
     case = ab.Case(f"{args.model} b{args.batch}", data, feeds)
     variants = ab.variants_of(args, named=NAMED)
