@@ -11,9 +11,10 @@ short loop: on MobileNetV2 at batch 1 the walk over the module had cost more tha
 of a run outside its steps.
 
 Threads: `run` on one compiled program is safe from any number of threads. Executables that
-keep per-run state (the cpu target's pre-bound slots) run one call at a time under the
-program's lock; those that declare `reentrant = True` (ref: all state is per call) run
-concurrently. `compile` holds the same lock, so a second concurrent compile waits and then
+keep per-run state run one call at a time under the program's lock; those that declare
+`reentrant = True` are called without it: their state is per call (ref), or they serialise
+their runs themselves (the cpu target's pre-bound slots, under its executable's own lock: one
+lock a run, not two). `compile` holds the same lock, so a second concurrent compile waits and then
 fails clearly ("already compiled"). Outputs never alias the caller's inputs or the program's
 own buffers: an output that may share memory with an input, is read-only (a literal) or is
 returned twice is copied.
