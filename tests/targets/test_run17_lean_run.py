@@ -156,3 +156,36 @@ def test_runs_from_threads_with_one_lock(monkeypatch: pytest.MonkeyPatch, lean: 
         got = [y for chunk in pool.map(worker, range(6)) for y in chunk]
     for x, y in zip(feeds, got, strict=True):
         np.testing.assert_allclose(y, np.maximum(x @ w1, 0) @ w2, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("lean", [True, False])
+@pytest.mark.parametrize("where", ["cpu", "ref"])  # (ref hands back the input itself)
+def test_program_outputs_stay_owned(
+    monkeypatch: pytest.MonkeyPatch, lean: bool, where: str
+) -> None:
+    """`ir.program.LEAN_RUN` (read at compile): the outputs' arguments in one loop still copy
+    an output that is the input itself, one returned twice and a literal; values by numpy."""
+    from pygraphx.ir import program
+
+    monkeypatch.setattr(program, "LEAN_RUN", lean)
+    c = np.arange(4, dtype=np.float32).reshape(1, 4)
+    nodes = [
+        helper.make_node("Identity", ["x"], ["a"]),
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Identity", ["r"], ["b"]),
+        helper.make_node("Identity", ["c"], ["k"]),
+    ]
+    x0 = np.zeros((2, 4), np.float32)
+    model = make_model(nodes, {"x": x0}, ["a", "r", "b", "k"], {"c": c})
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(target.CpuTarget(threads=1) if where == "cpu" else pygraphx.get_target("ref"))
+    monkeypatch.undo()
+    assert prog._lean_run == lean
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    outs = [np.array(o, copy=False) for o in prog.run({"x": x})]
+    want = [x, np.maximum(x, 0), np.maximum(x, 0), c]
+    for got, w in zip(outs, want, strict=True):
+        np.testing.assert_array_equal(got, w)
+        assert got.flags.writeable and not np.shares_memory(got, x)
+    assert not np.shares_memory(outs[1], outs[2])
+    assert not np.shares_memory(outs[3], prog.run({"x": x})[3].array)
