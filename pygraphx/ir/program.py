@@ -465,7 +465,8 @@ def _owned_arguments(
         if copy:
             arr = arr.copy()
         others.append(arr)
-        if min(arr.strides, default=0) < 0:
+        strides = arr.strides  # (`min`'s `default=` costs more than the test)
+        if strides and min(strides) < 0:
             result.append(Argument(arr))
             continue
         arg = new(Argument)
