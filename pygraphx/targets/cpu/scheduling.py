@@ -113,7 +113,8 @@ SKIP_SAME_COUNT = True
 #: run17: the run scope's exit reads torch's thread count back only where something may have
 #: changed it (the scope's enter set the run's count, or some step switches its own:
 #: `RunScope.switches`, set by the executable), and the stall controller's `record` takes its
-#: short way for the common run (full count, not slow, not a new best: one lock, no calls).
+#: short way for the common run (full count, after the first runs, not slow: one lock, no
+#: calls).
 #: Read when a scope is made (a program's compile); False: the old path (A/B,
 #: `benchmarks/run17_overhead.py`).
 LEAN_SCOPE = True
