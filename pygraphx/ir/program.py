@@ -11,9 +11,10 @@ short loop: on MobileNetV2 at batch 1 the walk over the module had cost more tha
 of a run outside its steps.
 
 Threads: `run` on one compiled program is safe from any number of threads. Executables that
-keep per-run state (the cpu target's pre-bound slots) run one call at a time under the
-program's lock; those that declare `reentrant = True` (ref: all state is per call) run
-concurrently. `compile` holds the same lock, so a second concurrent compile waits and then
+keep per-run state run one call at a time under the program's lock; those that declare
+`reentrant = True` are called without it: their state is per call (ref), or they serialise
+their runs themselves (the cpu target's pre-bound slots, under its executable's own lock: one
+lock a run, not two). `compile` holds the same lock, so a second concurrent compile waits and then
 fails clearly ("already compiled"). Outputs never alias the caller's inputs or the program's
 own buffers: an output that may share memory with an input, is read-only (a literal) or is
 returned twice is copied.
@@ -37,6 +38,11 @@ from pygraphx.ir.trace import with_eval_trace
 
 if TYPE_CHECKING:
     from pygraphx.ir.registry import CompileTarget, Executable
+
+#: run17: `run` takes the inputs' mapping as given when no value input is taken out of it, and
+#: makes the owned outputs' arguments in one loop (`_owned_arguments`). Read at compile;
+#: False: the old path (A/B, `benchmarks/run17_overhead.py`)
+LEAN_RUN = True
 
 
 #: most specialized programs (per input lens / values) a dynamic program keeps, least recently
@@ -72,6 +78,7 @@ class Program:
         self._specialized: OrderedDict[tuple, Program] = OrderedDict()
         self._evicted = False  # the one-time warning that values keep changing was given
         self._dynamic = False  # set at compile: some parameter has dynamic dimensions
+        self._lean_run = LEAN_RUN  # set at compile (`LEAN_RUN`)
         # what `run` checks inputs against, taken from `main` for the executable it names
         self._signature: _Signature | None = None
         # compile, specialisation and non-reentrant runs take it (see the module docstring)
@@ -194,6 +201,7 @@ class Program:
             "exhaustive_tune": exhaustive_tune,
         }
         self._dynamic = self.is_dynamic()
+        self._lean_run = LEAN_RUN
         self._executable = t.compile(self, options)
         self.target = t
         self.compile_options = options
@@ -227,7 +235,10 @@ class Program:
         if device_io is not None and device_io(params):
             return self._run_device(params, observer)
         given = self._structured_inputs(params) if self.value_inputs else {}
-        arrays = self._check_params({n: v for n, v in params.items() if n not in given})
+        if given or not self._lean_run:
+            arrays = self._check_params({n: v for n, v in params.items() if n not in given})
+        else:  # nothing to take out: no copy of the mapping (a comprehension's frame a run)
+            arrays = self._check_params(params)
         # _check_params has fixed the lens of static parameters; only ranges can differ
         if self.value_inputs or (self._dynamic and self._off_max_lens(arrays)):
             with self._lock:
@@ -241,8 +252,12 @@ class Program:
         else:
             with self._lock:
                 outputs = self._run_executable(executable, arrays, observer)
-        results = [_argument(a) for a in _unaliased(outputs, arrays)]
-        return _grouped(results, self.output_structure)
+        if self._lean_run:
+            results = _owned_arguments(outputs, arrays)
+        else:
+            results = [_argument(a) for a in _unaliased(outputs, arrays)]
+        structure = self.output_structure
+        return results if structure is None else _grouped(results, structure)
 
     def _structured_inputs(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The value inputs that are no parameter (sequences, optionals): they pass as given.
@@ -428,6 +443,35 @@ def _unaliased(outputs: list[np.ndarray], inputs: Mapping[str, np.ndarray]) -> l
             arr = arr.copy()
         result.append(arr)
         others.append(arr)
+    return result
+
+
+def _owned_arguments(
+    outputs: list[np.ndarray], inputs: Mapping[str, np.ndarray]
+) -> list[Argument]:
+    """`[_argument(a) for a in _unaliased(outputs, inputs)]` in one loop (`LEAN_RUN`)."""
+    result: list[Argument] = []
+    others = list(inputs.values())  # the inputs, then the outputs kept so far
+    share = np.may_share_memory
+    new = Argument.__new__
+    for out in outputs:
+        arr = out if type(out) is np.ndarray else np.asarray(out)
+        copy = not arr.flags.writeable
+        if not copy:
+            for other in others:
+                if share(arr, other):
+                    copy = True
+                    break
+        if copy:
+            arr = arr.copy()
+        others.append(arr)
+        strides = arr.strides  # (`min`'s `default=` costs more than the test)
+        if strides and min(strides) < 0:
+            result.append(Argument(arr))
+            continue
+        arg = new(Argument)
+        arg.array = arr
+        result.append(arg)
     return result
 
 

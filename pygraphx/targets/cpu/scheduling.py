@@ -110,6 +110,15 @@ LOAD_CHECK_S = 1.0
 #: program's compile); False: set it each time (the old path, A/B).
 SKIP_SAME_COUNT = True
 
+#: run17: the run scope's exit reads torch's thread count back only where something may have
+#: changed it (the scope's enter set the run's count, or some step switches its own:
+#: `RunScope.switches`, set by the executable), and the stall controller's `record` takes its
+#: short way for the common run (full count, after the first runs, not slow: one lock, no
+#: calls).
+#: Read when a scope is made (a program's compile); False: the old path (A/B,
+#: `benchmarks/run17_overhead.py`).
+LEAN_SCOPE = True
+
 
 def set_threads(n: int) -> None:
     """Threads for torch's next kernels on this OS thread (OpenMP's and MKL's counts, both per
@@ -241,6 +250,12 @@ class RunScope:
         self._clock = time.monotonic
         self._skip = SKIP_SAME_COUNT
         self._get = torch.get_num_threads
+        self._lean = LEAN_SCOPE
+        if self.stall is not None:
+            self.stall._lean = LEAN_SCOPE
+        #: whether some step may set torch's thread count (`with_thread_switches` wrapped
+        #: one): the executable clears it when none does (`LEAN_SCOPE`)
+        self.switches = True
 
     def __call__(self) -> RunScope:
         return self
@@ -282,8 +297,10 @@ class RunScope:
         end = self._perf()
         try:
             mode.__exit__(*exc)
-            if not self._skip or self._get() != before:  # (a step's switch, or `got`)
+            if not self._skip:
                 torch.set_num_threads(before)
+            elif (got != before or self.switches or not self._lean) and self._get() != before:
+                torch.set_num_threads(before)  # (a step's switch, or `got`)
         finally:
             BUDGET.release()
         stall = self.stall

@@ -60,6 +60,14 @@ log = logging.getLogger("pygraphx.cpu")
 #: (`benchmarks/arena_conv_ab.py`, benchmarks/results/arena_conv.md)
 CONV_OUTPUT = "arena"
 
+#: run17: a program's runs are serialised by the executable's own lock alone (`reentrant`:
+#: `Program.run` takes no lock of its own around it, the program's RLock was a second lock a
+#: run), and the run scope is told whether any step switches torch's thread count (its exit
+#: then reads the count back only where it may have changed), and the executor enters the scope
+#: object itself (no `__call__` a run). Read when a program is
+#: prepared; False: the old path (A/B, `benchmarks/run17_overhead.py`).
+LEAN_RUN = True
+
 
 def announce_fallbacks(fallbacks: Mapping[str, int]) -> None:
     """One warning per compile when instructions run through numpy instead of torch: which ops,
@@ -154,14 +162,21 @@ class CpuExecutable:
         self.chained = chain_steps(lowered.steps, self.step_threads, env, ctx.static)
         chained = self.chained
         fns = with_thread_switches(chained.fns, chained.counts, self.scope.limit, threads)
+        if LEAN_RUN:
+            self.scope.switches = any(f is not g for f, g in zip(fns, chained.fns, strict=True))
+        #: `Program.run` calls `run` without the program's lock: `run` takes `_lock` itself
+        self.reentrant = LEAN_RUN
         computes = self.chained.computes
-        self.executor = Executor(fns, bind, collect, lowered.profile, show, self.scope, computes)
+        scope = self.scope if LEAN_RUN else None  # (entered as it is: `Executor.run`)
+        self.executor = Executor(
+            fns, bind, collect, lowered.profile, show, self.scope, computes, scope
+        )
         # the first run times the fallback steps once and says what they cost (fallback_cost)
         flags = self.chained.fallbacks
         self._first: tuple[Executor, FallbackTimer] | None = None
         if any(flags):
             timed, timer = timed_steps(fns, flags)
-            first = Executor(timed, bind, collect, (), show, self.scope, computes)
+            first = Executor(timed, bind, collect, (), show, self.scope, computes, scope)
             self._first = (first, timer)
 
     def run(

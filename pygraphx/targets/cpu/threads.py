@@ -337,6 +337,8 @@ class StallAdapt:
         self._down_every = STALL_DOWN_FIRST_S
         self.down_probes = 0
         self._lock = threading.Lock()
+        #: `record`'s short way for the common run (`scheduling.LEAN_SCOPE`, set by the scope)
+        self._lean = False
 
     @property
     def changes(self) -> int:
@@ -373,8 +375,18 @@ class StallAdapt:
         """A finished run on `used` threads took `seconds`; returns "lowered", "raised" (a
         probe below the full count was faster) or "restored" when this run moved the count,
         else None."""
-        now = self.clock() if now is None else now
         with self._lock:
+            if self._lean and used == self.count == self.n and self._down_at != math.inf and (
+                not self._slow.runs
+            ):  # the common run (`scheduling.LEAN_SCOPE`): what the long way does for it
+                best = self.best[used]  # (set: `_down_at` is finite after the first runs)
+                if seconds <= STALL_RATIO * best or seconds - best <= STALL_MIN_EXCESS_S:
+                    self.runs[used] += 1
+                    if seconds < best:
+                        self.best[used] = seconds
+                    self._full.append(seconds)
+                    return None
+            now = self.clock() if now is None else now
             runs = self.runs.get(used, 0) + 1
             self.runs[used] = runs
             best = self.best.get(used, math.inf)
