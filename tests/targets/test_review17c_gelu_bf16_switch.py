@@ -1,10 +1,11 @@
-"""Review17c: `PGX_CPU_GELU_ERF_MIDDLE=0` does not reach the opt-in bf16 pass.
+"""Review17c: `PGX_CPU_GELU_ERF_MIDDLE=0` reaches the opt-in bf16 pass.
 
-`gelu_erf_f32_bf16` (gelu.c) calls `vm_gelu_erf3_ps` unconditionally since tfov17, while
-`native_gelu.GeluErf` honours the switch; so with the switch off the bf16 pass is no longer
+Until gelufix17 `gelu_erf_f32_bf16` (gelu.c) called `vm_gelu_erf3_ps` unconditionally while
+`native_gelu.GeluErf` honoured the switch; so with the switch off the bf16 pass was no longer
 "the float32 pass's value rounded once" (gelu16's contract, `test_bf16_pass_rounds_once`, which
-fails when the suite runs with PGX_CPU_GELU_ERF_MIDDLE=0). xfail(strict=True) until the bf16
-pass picks its form by the same switch."""
+failed when the suite ran with PGX_CPU_GELU_ERF_MIDDLE=0). Now `GeluErfToBf16` picks
+`gelu_erf_two_f32_bf16` where the switch is off: its value is the two-form float32 pass's
+rounded once, and (on the same values) differs from the three-form bf16 pass's."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from tests.targets.test_gelu16_native_gelu_erf import have_bf16_pass  # noqa: E4
 
 
 @pytest.mark.skipif(not have_bf16_pass(), reason="needs AVX512_BF16 (the bf16 pass)")
-@pytest.mark.xfail(strict=True, reason="review17c: the bf16 pass ignores PGX_CPU_GELU_ERF_MIDDLE")
 def test_switch_off_bf16_pass_is_the_two_form_value_rounded_once(monkeypatch) -> None:
     monkeypatch.setenv(native_gelu.MIDDLE_ENV, "0")
     torch.manual_seed(17)
@@ -26,3 +26,15 @@ def test_switch_off_bf16_pass_is_the_two_form_value_rounded_once(monkeypatch) ->
     wide = native_gelu.GeluErf()(x.clone())  # the two-form float32 pass (switch off)
     want = torch.where(wide.abs() < torch.finfo(torch.float32).tiny, wide * 0, wide).bfloat16()
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    monkeypatch.setenv(native_gelu.MIDDLE_ENV, "1")
+    three = native_gelu.GeluErfToBf16()(x.clone())
+    assert not torch.equal(got.view(torch.int16), three.view(torch.int16))  # the switch acts
+
+
+@pytest.mark.skipif(not have_bf16_pass(), reason="needs AVX512_BF16 (the bf16 pass)")
+def test_switch_picks_the_bf16_entry_point(monkeypatch) -> None:
+    lib = native_gelu._BOUND.get()
+    monkeypatch.delenv(native_gelu.MIDDLE_ENV, raising=False)
+    assert native_gelu.GeluErfToBf16().fn is lib.gelu_erf_f32_bf16  # the default: three forms
+    monkeypatch.setenv(native_gelu.MIDDLE_ENV, "0")
+    assert native_gelu.GeluErfToBf16().fn is lib.gelu_erf_two_f32_bf16
