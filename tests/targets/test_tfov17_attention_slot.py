@@ -132,3 +132,55 @@ def test_plan_writes_the_given_tensor_against_float64(threads, shape) -> None:
         torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="the plan writes"):
         plan.run(q, kt, v, mask, torch.empty(plan.out_shape))
+
+
+def attention_model(b: int, s: int, h: int, d: int):
+    """Q, K, V (b, s, h d) inputs, heads split, softmax(q k^T / sqrt d) v, heads merged back:
+    the merged view is the program's output."""
+    from onnx import TensorProto, helper
+
+    init = [helper.make_tensor("shp4", TensorProto.INT64, [4], [b, s, h, d]),
+            helper.make_tensor("shp3", TensorProto.INT64, [3], [b, s, h * d]),
+            helper.make_tensor("scale", TensorProto.FLOAT, [], [d**-0.5])]  # fmt: skip
+    node = helper.make_node
+    nodes = [node("Reshape", [n, "shp4"], [n + "4"]) for n in "qkv"]
+    nodes += [node("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3]),
+              node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
+              node("Transpose", ["v4"], ["vh"], perm=[0, 2, 1, 3]),
+              node("MatMul", ["qh", "kt"], ["sc"]), node("Mul", ["sc", "scale"], ["ss"]),
+              node("Softmax", ["ss"], ["p"], axis=-1), node("MatMul", ["p", "vh"], ["o"]),
+              node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+              node("Reshape", ["ot", "shp3"], ["y"])]  # fmt: skip
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [b, s, h * d]) for n in "qkvy"]
+    graph = helper.make_graph(nodes, "attention", io[:3], io[3:], init)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_returned_merged_view_takes_the_slot_and_outlives_the_next_run(monkeypatch, threads):
+    """The block's merged view as the program output: the block takes its slot (review17c: the
+    program-output check `_slot` had never fired), and a run's output is the program's own (the
+    end of the run copies a non-fresh view): still right after the next run with other inputs."""
+    _f32_or_skip()
+    monkeypatch.setattr(attention, "ONEDNN_F32_MIN", 1)
+    took: list[bool] = []
+    real = attention._slot
+
+    def spy(*args):
+        out = real(*args)
+        took.append(out is not None)
+        return out
+
+    monkeypatch.setattr(attention, "_slot", spy)
+    data = attention_model(2, 37, 2, 32).SerializeToString()
+    sess = ort.InferenceSession(data)
+    prog = pygraphx.parse_onnx_buffer(data)
+    prog.compile(CpuTarget(threads=threads))
+    assert took == [True]
+    rng = np.random.default_rng(threads)
+    feeds = [{n: rng.standard_normal((2, 37, 64)).astype(np.float32) for n in "qkv"}
+             for _ in range(2)]  # fmt: skip
+    first = prog.run(feeds[0])[0]
+    second = prog.run(feeds[1])[0]
+    for got, f in ((first, feeds[0]), (second, feeds[1])):
+        np.testing.assert_allclose(np.asarray(got), sess.run(None, f)[0], rtol=1e-5, atol=1e-5)
