@@ -4,7 +4,8 @@ helper tfov17): `Plan.run` into a given tensor against float64; BERT- and GPT-2-
 ONNX Runtime, batch 1 and 3, 1 and 2 threads, three runs with another input between (a stale or
 shared slot shows); which blocks took a slot, and that they wrote it (after each run the slot is
 still the block's env value, and every kernel call was given it and returned it; review17c); a
-returned merged view; `PGX_CPU_ATTENTION_SLOT=0` keeps new tensors."""
+returned merged view; refused operands' fallback copied into the slot; `PGX_CPU_ATTENTION_SLOT=0`
+keeps new tensors."""
 
 from __future__ import annotations
 
@@ -210,3 +211,30 @@ def test_returned_merged_view_takes_the_slot_and_outlives_the_next_run(monkeypat
     _check_slots_written(prog, slots, calls)
     for got, f in ((first, feeds[0]), (second, feeds[1])):
         np.testing.assert_allclose(np.asarray(got), sess.run(None, f)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_refused_operands_copy_the_fallback_into_the_slot() -> None:
+    """Operands the kernel refuses at run time (Q's d axis not dense) with a slot given: the
+    fallback runs and its result is copied into the slot, every run (review17c: the slot is
+    given at lowering time, before the operands are seen; `attend`'s docstring says so)."""
+    _f32_or_skip()
+    b, h, s, d = 1, 2, 37, 32
+    q = torch.randn(b, h, d, s, generator=GEN).transpose(-1, -2)  # d axis strided
+    _, kt, v = _operands(b, h, s, d)
+    assert native_attention.refusal(q, kt, v, None) is not None
+    scale = d**-0.5
+    want = torch.softmax((q.double() @ kt.double()) * scale, -1) @ v.double()
+    calls: list[int] = []
+
+    def fallback(q, kt, v, mask):
+        calls.append(1)
+        return torch.softmax((q @ kt) * scale, -1) @ v
+
+    shape = (b, h, s, d)
+    out = torch.full((b * s * h * d,), float("nan")).as_strided(
+        shape, native_attention.out_layout(shape))
+    run = native_attention.attend(scale, {}, fallback, torch.float32, "a test route", out=out)
+    for n in (1, 2):
+        got = run(q, kt, v, None)
+        assert got is out and len(calls) == n
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
