@@ -1,10 +1,10 @@
 """The erf-GELU pass's middle form (`vmath.h`'s `vm_gelu_erf_middle_ps` / `vm_gelu_erf3_ps`,
 `native_gelu.GeluErf` unless `PGX_CPU_GELU_ERF_MIDDLE=0`; helper tfov17): against float64
 `x * erfc(-x / sqrt 2) / 2` (the gelu16 bound: relative 1e-6 max(1, x^2 / 4), 20 float32 units
-where |y| > 1e-3) on a dense grid of |x| < 4 in whole vectors of it, every 3rd float32 of [-4,
--1.5], vectors mixing the three forms, odd sizes at 1 and 2 threads, a trained-like FFN-up
-distribution; the switch picks the two-form kernel; the models against ORT with the middle form
-taken."""
+where |y| > 1e-3) on a dense grid of |x| < 4 in whole vectors of it, a dense grid of (-4, 4)
+with every vector forced into it (lane 0 = -3), every 3rd float32 of [-4, -1.5], vectors
+mixing the three forms, odd sizes at 1 and 2 threads, a trained-like FFN-up distribution; the
+switch picks the two-form kernel; the models against ORT with the middle form taken."""
 
 from __future__ import annotations
 
@@ -32,6 +32,18 @@ def test_middle_form_dense_grid() -> None:
     x = torch.linspace(-4, 4, 3_200_001, dtype=torch.float64).float()[1:-1]
     x = x[: x.numel() // 16 * 16].contiguous()
     assert middle_vectors(x) > 0.5
+    check(x, native_gelu.GeluErf()(x.clone()))
+
+
+def test_middle_form_forced_grid() -> None:
+    """A dense grid of (-4, 4) with every vector forced into the middle form (lane 0 = -3, the
+    other 15 lanes grid points; review17c: in the plain grid a vector of consecutive values near
+    0 takes the central form, so (-1.5, 2) barely reached the middle form)."""
+    grid = torch.linspace(-4, 4, 15 * 200_000 + 2, dtype=torch.float64).float()[1:-1]
+    v = torch.full((grid.numel() // 15, 16), -3.0)
+    v[:, 1:] = grid.view(-1, 15)
+    x = v.view(-1).contiguous()
+    assert middle_vectors(x) == 1.0
     check(x, native_gelu.GeluErf()(x.clone()))
 
 

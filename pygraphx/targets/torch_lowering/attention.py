@@ -313,8 +313,8 @@ def _slot(ctx: LoweringContext, dot2: Instruction, read: list[Instruction]) -> t
     run, as before): where the memory plan gave the output (`dot2`) a slot sharing no byte with
     any buffer the block reads (`read`: Q, K^T, V, the mask's parts), the heads are merged back
     in the step (`_merged_views`: the readers see only the merged view, not the slot's 4-D
-    tensor) and neither the output nor a view of it is a program output (a new tensor needs
-    no copy at the end). A fixed tensor is not `fresh`: no later step writes over it in place.
+    tensor). A fixed tensor is not `fresh`: no later step writes over it in place, and where
+    the merged view is a program output the end of the run copies it (as any non-fresh view).
     `PGX_CPU_ATTENTION_SLOT=0`: never (helper tfov17).
 
     Why: the block's output, read once by the attention's output product, then landed in a block
@@ -327,8 +327,6 @@ def _slot(ctx: LoweringContext, dot2: Instruction, read: list[Instruction]) -> t
     if not views or dot2.shape.type() != "float_type" or not ctx.has_slot(dot2):
         return None
     if not native_attention.f32_available():  # (every run would copy the route's result)
-        return None
-    if dot2.is_return() or any(ins.is_return() for ins in views):
         return None
     if not all(ctx.apart(x, dot2) for x in read):
         return None

@@ -367,7 +367,11 @@ def attend(scale: float, table: dict, fallback: Attend, dtype: torch.dtype = tor
     be had (said once per operand type). Operands of the other type take their variant where it
     is had. With `out` (a fixed tensor of the kernel's layout, `out_layout`: an arena slot),
     every result lands in `out` and `out` is returned: the kernel writes it, another route's
-    result is copied into it."""
+    result is copied into it. `attention._slot` gives the slot at lowering time, before the
+    operands are seen: a block whose operands the kernel refuses at run time (`refusal`: a
+    d axis that is not dense, a mask type it does not take) keeps the slot, and every run
+    then pays a copy of the fallback's result into it (said once per operand signature, as any
+    refusal; review17c)."""
     tiles, rsum = wide_tiles(), rounded_sum()
     fn = _variant(dtype, route, rsum)
     if fn is None:

@@ -23,7 +23,8 @@ against 150-210 us for oneDNN's gelu_erf post-op (`benchmarks/results/gelu16.md`
 form between the two (helper tfov17, `vm_gelu_erf3_ps`): a vector whose values all have |x| < 4
 as `relu(x) - |x| s(|x|)^8`, s = Phi(-|x|)^(1/8) a polynomial of degree 9 (15 operations against
 the tail's ~26; the same relative bound): most of MiniLM's vectors (trained weights) fall there;
-`PGX_CPU_GELU_ERF_MIDDLE=0` keeps the two forms (`benchmarks/results/tfov17.md`).
+`PGX_CPU_GELU_ERF_MIDDLE=0` keeps the two forms, in the float32 pass and in the bf16 one
+(`benchmarks/results/tfov17.md`).
 
 `PGX_CPU_GELU_NATIVE=0` keeps oneDNN's post-op for both forms, `PGX_CPU_GELU_ERF_NATIVE=0` for
 the erf form only. A bf16 program's FFN-up keeps oneDNN's bf16 post-op unless
@@ -47,8 +48,9 @@ KERNEL = "gelu"
 ENV = "PGX_CPU_GELU_NATIVE"
 #: `0` / `off`: a float32 product keeps oneDNN's gelu (erf) post-op (the tanh pass stays)
 ERF_ENV = "PGX_CPU_GELU_ERF_NATIVE"
-#: `0` / `off`: the erf pass in two forms (central, tail), not three (the middle form, |x| < 4,
-#: between them: MiniLM's trained FFN-up values take it; helper tfov17, read when the pass is made)
+#: `0` / `off`: the erf passes in two forms (central, tail), not three (the middle form, |x| < 4,
+#: between them: MiniLM's trained FFN-up values take it; helper tfov17): both of them, the
+#: float32 one (`GeluErf`) and the bf16 one (`GeluErfToBf16`), read when the pass is made
 MIDDLE_ENV = "PGX_CPU_GELU_ERF_MIDDLE"
 #: `1` / `on`: a bf16 product's gelu (erf) group as the product written in float32 and
 #: `GeluErfToBf16` (off by default: MiniLM 1.3 % slower at one thread, the error the same over
@@ -71,9 +73,9 @@ def _bind(lib: ctypes.CDLL) -> None:
         fn.restype = ctypes.c_int
     lib.gelu_bf16_supported.argtypes = []
     lib.gelu_bf16_supported.restype = ctypes.c_int
-    lib.gelu_erf_f32_bf16.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                      ctypes.c_int64]  # fmt: skip
-    lib.gelu_erf_f32_bf16.restype = ctypes.c_int
+    for fn in (lib.gelu_erf_f32_bf16, lib.gelu_erf_two_f32_bf16):
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+        fn.restype = ctypes.c_int
 
 
 _BOUND = native.BoundLibrary(KERNEL, _bind)
@@ -128,7 +130,8 @@ class GeluErf(GeluTanh):
 
 class GeluErfToBf16:
     """`gelu(t)` (erf form) of a dense float32 tensor `t` (a bf16 product's float32 result),
-    rounded once to a new bf16 tensor of its shape."""
+    rounded once to a new bf16 tensor of its shape: `GeluErf`'s value rounded once, in its
+    forms (three, or two where `MIDDLE_ENV` is off)."""
 
     def __init__(self) -> None:
         lib = _BOUND.get()
@@ -136,7 +139,8 @@ class GeluErfToBf16:
             raise native.NativeUnavailable(
                 f"native kernel {KERNEL}: this processor has no AVX512_BF16 (no bf16 pass)"
             )
-        self.fn = lib.gelu_erf_f32_bf16
+        # the three forms (vmath.h's vm_gelu_erf3_ps), else the two (review17c)
+        self.fn = lib.gelu_erf_f32_bf16 if switch_on(MIDDLE_ENV) else lib.gelu_erf_two_f32_bf16
         self.threads = torch.get_num_threads
         self.empty, self.bf16 = torch.empty, torch.bfloat16
 

@@ -85,7 +85,8 @@ int gelu_tanh_f32(float *x, int64_t n, int64_t threads) {
 #endif
 }
 
-/* 1 where this build has gelu_erf_f32_bf16 (AVX-512F, BW, VL and AVX512_BF16), else 0 */
+/* 1 where this build has gelu_erf_f32_bf16 and gelu_erf_two_f32_bf16 (AVX-512F, BW, VL and
+ * AVX512_BF16), else 0 */
 int gelu_bf16_supported(void) {
 #if GELU_BF16
     return 1;
@@ -95,19 +96,40 @@ int gelu_bf16_supported(void) {
 }
 
 #if GELU_BF16
-static void gelu_erf_bf16_range(const float *x, uint16_t *y, int64_t begin, int64_t end) {
-    int64_t i = begin;
-    for (; i + 16 <= end; i += 16) {
-        const __m256bh r = _mm512_cvtneps_pbh(vm_gelu_erf3_ps(_mm512_loadu_ps(x + i)));
-        _mm256_storeu_si256((__m256i *)(y + i), (__m256i)r);
+/* y[begin .. end) = bf16(fn(x)) */
+#define GELU_BF16_RANGE(name, fn)                                                           \
+    static void name(const float *x, uint16_t *y, int64_t begin, int64_t end) {             \
+        int64_t i = begin;                                                                  \
+        for (; i + 16 <= end; i += 16) {                                                    \
+            const __m256bh r = _mm512_cvtneps_pbh(fn(_mm512_loadu_ps(x + i)));              \
+            _mm256_storeu_si256((__m256i *)(y + i), (__m256i)r);                            \
+        }                                                                                   \
+        if (i < end) {                                                                      \
+            const __mmask16 k = (__mmask16)((1u << (end - i)) - 1u);                        \
+            const __m256bh r = _mm512_cvtneps_pbh(fn(_mm512_maskz_loadu_ps(k, x + i)));     \
+            _mm256_mask_storeu_epi16(y + i, k, (__m256i)r);                                 \
+        }                                                                                   \
     }
-    if (i < end) {
-        const __mmask16 k = (__mmask16)((1u << (end - i)) - 1u);
-        const __m256bh r = _mm512_cvtneps_pbh(vm_gelu_erf3_ps(_mm512_maskz_loadu_ps(k, x + i)));
-        _mm256_mask_storeu_epi16(y + i, k, (__m256i)r);
-    }
-}
+GELU_BF16_RANGE(gelu_erf_bf16_range, vm_gelu_erf3_ps)
+GELU_BF16_RANGE(gelu_erf_two_bf16_range, vm_gelu_erf_ps)
 #endif
+
+/* the body of a bf16 entry point: `range` over `threads` threads in blocks of 4096 floats
+ * (a macro, not a function pointer: each entry point's loop calls its range directly) */
+#define GELU_BF16_BLOCKS(range)                                                             \
+    do {                                                                                    \
+        const int64_t block = 4096, blocks = (n + block - 1) / block;                       \
+        if (threads <= 1 || blocks < 2) {                                                   \
+            range(x, y, 0, n);                                                              \
+            return 0;                                                                       \
+        }                                                                                   \
+        _Pragma("omp parallel for num_threads((int)threads) schedule(static)")              \
+        for (int64_t b = 0; b < blocks; b++) {                                              \
+            const int64_t end = (b + 1) * block < n ? (b + 1) * block : n;                  \
+            range(x, y, b * block, end);                                                    \
+        }                                                                                   \
+        return 0;                                                                           \
+    } while (0)
 
 /* y[0 .. n) = bf16(gelu(x)) (erf form; one rounding, to nearest even) from the float32 x (a
  * product's float32 result) into the bf16 y, over `threads` threads (blocks of 4096); a denormal
@@ -116,17 +138,18 @@ static void gelu_erf_bf16_range(const float *x, uint16_t *y, int64_t begin, int6
  * tfov17): gelu_erf_middle_f32's value rounded once. */
 int gelu_erf_f32_bf16(const float *x, uint16_t *y, int64_t n, int64_t threads) {
 #if GELU_BF16
-    const int64_t block = 4096, blocks = (n + block - 1) / block;
-    if (threads <= 1 || blocks < 2) {
-        gelu_erf_bf16_range(x, y, 0, n);
-        return 0;
-    }
-#pragma omp parallel for num_threads((int)threads) schedule(static)
-    for (int64_t b = 0; b < blocks; b++) {
-        const int64_t end = (b + 1) * block < n ? (b + 1) * block : n;
-        gelu_erf_bf16_range(x, y, b * block, end);
-    }
-    return 0;
+    GELU_BF16_BLOCKS(gelu_erf_bf16_range);
+#else
+    (void)x; (void)y; (void)n; (void)threads;
+    return -1;
+#endif
+}
+
+/* gelu_erf_f32_bf16 in the two forms (vm_gelu_erf_ps: PGX_CPU_GELU_ERF_MIDDLE=0; review17c):
+ * gelu_erf_f32's value rounded once. Returns 0, or -1 where this build has no kernel. */
+int gelu_erf_two_f32_bf16(const float *x, uint16_t *y, int64_t n, int64_t threads) {
+#if GELU_BF16
+    GELU_BF16_BLOCKS(gelu_erf_two_bf16_range);
 #else
     (void)x; (void)y; (void)n; (void)threads;
     return -1;
