@@ -9,6 +9,9 @@ and off, its runs' outputs not overwritten by later runs, the timed (profile) pa
 
 from __future__ import annotations
 
+import ctypes
+import time
+
 import numpy as np
 import pytest
 
@@ -145,7 +148,7 @@ def test_bf16_chain_matches_the_blocks(n: int, threads) -> None:
     g = torch.Generator().manual_seed(20 + n)
     mbs, weights, env, fns = _blocks(n, g, False, bf16=True)
     chain = MbChain(fns, env)
-    assert chain._chain is native_mbconv.library().mbconv_bf16_chain_run
+    assert chain._chain.__name__ == "mbconv_bf16_chain_stamped"
     for nthreads in (2, 1, 2):
         threads(nthreads)
         x = torch.randn(*mbs[0].x_lens, generator=g).to(torch.bfloat16)
@@ -216,6 +219,64 @@ def test_chain_with_the_head(stores: bool, threads) -> None:
     assert (outs[0] is not outs[1]) == stores
 
 
+def _counted(chain: MbChain) -> list:
+    """The stamps argument of each call of `chain`'s C function, from now on."""
+    calls, real = [], chain._chain
+
+    def counted(*args):  # noqa: ANN002, ANN202
+        calls.append(args[-1])
+        return real(*args)
+
+    chain._chain = counted
+    return calls
+
+
+@needs_kernel
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_timed_run_is_the_chain(nthreads: int, bf16: bool, threads) -> None:
+    """review17b M1: a timed run (`clock` set: `perf --cpu`) is the chain's own C call, given
+    the stamps (a plain run passes NULL); every member's seconds > 0, adding up to the run's
+    `clock` time (a clock ticking 1 a read: exactly 1), the later members' the stamps' spans;
+    the outputs are the plain run's."""
+    if bf16 and not _bf16_ok():
+        pytest.skip("no native mbconv or no AVX512_BF16 build")
+    threads(nthreads)
+    g = torch.Generator().manual_seed(40 + nthreads)
+    mbs, weights, env, fns = _blocks(1, g, False, bf16=bf16)
+    head = step = None
+    if not bf16:  # (a head ends a float32 chain only)
+        wh, bh, wc, bc = _r(g, 64, 24, 1, 1), _r(g, 64), _r(g, 64, 10), _r(g, 10)
+        head = MbHead(wh, bh, 0.0, 6.0, wc, bc, mbs[-1].out_lens)
+        env.append(torch.empty(head.out_lens))
+        step = head.closure(env, len(mbs), env[-1])
+    chain = MbChain(fns, env, head=step)
+    calls = _counted(chain)
+    x = torch.randn(*mbs[0].x_lens, generator=g).to(mbs[0].dtype)
+    env[0] = x.contiguous(memory_format=CL)
+    chain.run()
+    plain = [t.clone() for t in env[1:]]
+    assert calls == [None]
+    chain.clock = iter(range(1000)).__next__
+    chain.run()
+    assert calls[1] == ctypes.addressof(chain.stamps)
+    assert all(s > 0 for s in chain.seconds), chain.seconds
+    assert sum(chain.seconds) == pytest.approx(1.0)  # (two reads of the ticking clock)
+    chain.clock = time.perf_counter
+    start = time.perf_counter()
+    chain.run()
+    total = time.perf_counter() - start
+    assert len(calls) == 3 and all(s > 0 for s in chain.seconds), chain.seconds
+    assert sum(chain.seconds) <= total
+    stamps = list(chain.stamps)
+    assert stamps == sorted(stamps) and len(stamps) == len(chain) + 1
+    spans = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert chain.seconds[1:] == spans[1:]
+    assert chain.seconds[0] >= spans[0]
+    for a, b in zip(plain, env[1:], strict=True):
+        assert torch.equal(a, b)
+
+
 @needs_kernel
 def test_chain_with_a_member_input_that_needs_a_copy(threads) -> None:
     """A later member's slot that comes to hold a tensor the kernel cannot read as it is (not
@@ -278,7 +339,9 @@ def test_network_against_ort(
     np.testing.assert_allclose(np.asarray(prog.run(other)[0]), want_other, rtol=1e-4, atol=1e-4)
     assert np.array_equal(first, kept), "a later run overwrote an earlier run's output"
     np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
+    calls = _counted(chains[0])
     timed = time_steps(exe, feeds, 2)
+    assert len(calls) == 2 and None not in calls  # (the chain itself, stamped: review17b M1)
     assert len(timed) == len(exe.lowered.steps)
     assert all(t.seconds > 0 for t in timed)
     assert chains[0].clock is None
