@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 
 from pygraphx.targets import native  # noqa: E402
 from pygraphx.targets.cpu.profile import time_steps  # noqa: E402
+from pygraphx.targets.cpu.threads import LOAD_ADAPT_ENV, STALL_ADAPT_ENV  # noqa: E402
 from pygraphx.targets.torch_lowering import conv_chain, native_mbchain, native_mbconv  # noqa: E402
 from pygraphx.targets.torch_lowering.native_mbchain import MbChain  # noqa: E402
 from pygraphx.targets.torch_lowering.native_mbconv import MbConv  # noqa: E402
@@ -321,11 +322,14 @@ def test_network_against_ort(
     """The stem + first block, the second block and the head one chain step, against ONNX
     Runtime; a run's output is not overwritten by the next run on another image; the timed
     path (`profile.time_steps`) reports the members as the steps they are; the head left out
-    (`HEAD_IN_CHAIN`); the switch off: no chain; the same outputs."""
+    (`HEAD_IN_CHAIN`); the switch off: no chain; the same outputs. Every step, and the chain,
+    at `nthreads` (review17b M2: no per-step thread counts, no load or stall adaptation)."""
     monkeypatch.delenv(native_mbchain.ENV, raising=False)
+    monkeypatch.setenv(LOAD_ADAPT_ENV, "0")
+    monkeypatch.setenv(STALL_ADAPT_ENV, "0")
     model, feeds = _net(n, h)
     want = run_ort(model, feeds)[0]
-    prog = _compile(model, nthreads)
+    prog = _compile(model, nthreads, step_threads=False)
     exe = prog._executable
     chains = [c for c in exe.chained.chains if isinstance(c, MbChain)]
     assert [len(c) for c in chains] == [3], exe.chained.chains  # two blocks and the head
@@ -333,6 +337,8 @@ def test_network_against_ort(
     assert len(exe.executor.steps) == len(exe.lowered.steps) - 2
     first = np.asarray(prog.run(feeds)[0])
     np.testing.assert_allclose(first, want, rtol=1e-4, atol=1e-4)
+    assert chains[0].threads == nthreads  # (the chain ran at the count asked)
+    assert all(b.threads == nthreads for b in chains[0].blocks)
     kept = first.copy()
     other = {"x": (feeds["x"][:, :, ::-1] * 0.5).copy()}
     want_other = run_ort(model, other)[0]
@@ -347,12 +353,12 @@ def test_network_against_ort(
     assert chains[0].clock is None
     np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
     monkeypatch.setattr(conv_chain, "HEAD_IN_CHAIN", False)
-    apart = _compile(model, nthreads)
+    apart = _compile(model, nthreads, step_threads=False)
     chains = [c for c in apart._executable.chained.chains if isinstance(c, MbChain)]
     assert [len(c) for c in chains] == [2] and chains[0].head is None
     np.testing.assert_allclose(np.asarray(apart.run(feeds)[0]), want, rtol=1e-4, atol=1e-4)
     monkeypatch.setenv(native_mbchain.ENV, "0")
-    off = _compile(model, nthreads)
+    off = _compile(model, nthreads, step_threads=False)
     assert not any(isinstance(c, MbChain) for c in off._executable.chained.chains)
     assert len(off._executable.executor.steps) == len(off._executable.lowered.steps)
     np.testing.assert_allclose(off.run(feeds)[0], want, rtol=1e-4, atol=1e-4)
