@@ -1,4 +1,5 @@
-"""review17b: reproductions for `native_mbchain.MbChain` (xfail(strict=True) until fixed)."""
+"""review17b: reproductions for `native_mbchain.MbChain` (xfail(strict=True) until fixed; L1:
+fixed by chainfix17, a timed run in `each` mode times its members' closures)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,6 @@ from tests.targets.test_native_mbchain import _blocks, needs_kernel, threads  # 
 
 
 @needs_kernel
-@pytest.mark.xfail(strict=True, reason="review17b: MbChain._run_each with `each` set runs the "
-                   "closures but never writes `seconds`: profile.time_steps / perf --cpu add "
-                   "0.0 (or an earlier run's stale figures) for every member")
 def test_timed_run_in_each_mode_times_the_members(threads) -> None:  # noqa: ANN001, F811
     threads(1)
     g = torch.Generator().manual_seed(3)

@@ -29,7 +29,8 @@ nothing), and each member's time goes into `seconds`: a later member's is its sp
 stamps (wall time, in `clock`'s units by the run's `clock` / wall ratio: 1 for the default
 `time.perf_counter`), the first member's the rest of the step's `clock` time (the guard, its
 inputs, the fork, its block, the join, the releases). The profiled (observer) path runs the
-instructions' own unfused steps, never a chain.
+instructions' own unfused steps, never a chain. A chain running its members' closures (`each`)
+times each closure with `clock` (the guard counted in the first).
 `CHAIN = False` (`PGX_CPU_NATIVE_MBCHAIN=0`, read when a program is prepared) runs every block
 step alone (the path before mnv17; A/B: `benchmarks/mnv17_ab.py`).
 """
@@ -270,6 +271,7 @@ class MbChain:
     def run(self) -> None:
         """Run the members' blocks (and head), in order."""
         clock = self.clock
+        start = wall = 0.0
         if clock is not None:
             start, wall = clock(), _wall()
         threads = self._threads()
@@ -279,7 +281,7 @@ class MbChain:
         if not all(map(is_, self.fetch(env), self.expected)):
             self._point_fixed()
         if self.each:
-            self._run_each()
+            self._run_each(clock, start)
             return
         hold = self._point_first()  # noqa: F841 (held until the call)
         work = self.scratch.address(WORK_ROLE, self.floats)
@@ -308,10 +310,11 @@ class MbChain:
             rest -= seconds[k]
         seconds[0] = rest
 
-    def _run_each(self) -> None:
+    def _run_each(self, clock: Callable[[], float] | None, start: float) -> None:
         """`run` member by member: the members' own step functions (a later member's input
-        needs a copy: `each`)."""
-        env = self.env
+        needs a copy: `each`), each timed into `seconds` with `clock` where set (the run's
+        guard, from `start`, counted in the first)."""
+        env, seconds = self.env, self.seconds
         fns = self.fns + ([self.head_fn] if self.head_fn is not None else [])
         for k, fn in enumerate(fns):
             try:
@@ -320,6 +323,10 @@ class MbChain:
                 if k >= len(self.computes):
                     raise
                 raise step_error(self.computes[k], exc) from exc
+            if clock is not None:
+                end = clock()
+                seconds[k] = end - start
+                start = end
         for index in self.releases:
             env[index] = None
 
