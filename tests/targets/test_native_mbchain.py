@@ -300,6 +300,36 @@ def test_chain_with_a_member_input_that_needs_a_copy(threads) -> None:
 
 
 @needs_kernel
+def test_chain_runs_again_when_no_copy_is_needed(
+    threads, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """review17b L2: a later member's input needing a copy makes the chain run its members'
+    closures, said once (`native.announce_fallback`), only while it does: the slot holding a
+    channels-last tensor again, the chain's one call runs again; right throughout."""
+    threads(2)
+    monkeypatch.setattr(native.compiler, "_ANNOUNCED", set())
+    g = torch.Generator().manual_seed(4)
+    _, weights, env, fns = _blocks(1, g, False)
+    chain = MbChain(fns[2:], env)  # blocks 3 and 4: block 4 reads env[3]
+    calls = _counted(chain)
+    slot, out = env[3], env[4]
+    env[2] = x = torch.randn(1, 40, 10, 10, generator=g).contiguous(memory_format=CL)
+    want = _reference(weights[2:], x)
+    for layout in [CL, torch.contiguous_format, torch.contiguous_format, CL]:
+        # (NCHW: block 4 needs a copy; block 3 writes its slot, so the copy holds what block 3
+        # wrote the run before: the same input each run)
+        env[3] = slot if layout is CL else slot.contiguous()
+        out.zero_()
+        with caplog.at_level("WARNING", logger="pygraphx.cpu"):
+            chain.run()
+        assert chain.each == (layout is not CL)
+        torch.testing.assert_close(out.to(D), want[1], rtol=1e-4, atol=1e-4)
+    assert len(calls) == 2  # (runs 1 and 4)
+    said = [r for r in caplog.records if "needs a copy" in r.getMessage()]
+    assert len(said) == 1, caplog.records
+
+
+@needs_kernel
 def test_chain_refuses_other_steps() -> None:
     """Fewer than two members, or a step that is no native block writing its slot."""
     g = torch.Generator().manual_seed(5)

@@ -16,7 +16,8 @@ tensor each run, pointed to each run as its closure does); a later member joins 
 its input and residual are env slots holding the same channels-last tensor every run
 (`LoweringContext.static`), pointed to once; one guard a run checks, in C, that those slots
 still hold the tensors pointed to (else they are pointed to again, and a chain whose input
-then needs a copy runs its members' own closures from then on).
+then needs a copy runs its members' own closures, `each`, until the guard sees inputs that need
+none again; the first time in a process it says so: `native.announce_fallback`).
 
 The members share the program's block scratch (`program_scratch`, `WORK_ROLE`): its address is
 asked once a run and set in every member's arguments when it moved. A new thread count (the
@@ -49,6 +50,7 @@ import torch
 from pygraphx.ir.env import switch_on
 from pygraphx.ir.instruction import Instruction
 from pygraphx.runtime.executor import step_error
+from pygraphx.targets import native
 from pygraphx.targets.torch_lowering.native_mbconv import KERNEL, WORK_ROLE, MbConv
 from pygraphx.targets.torch_lowering.native_mbhead import MbHead
 
@@ -183,7 +185,7 @@ class MbChain:
         indices = [index for _, _, index in self.fixed]
         self.fetch = _tuple_getter(indices)
         self.expected: tuple = ()
-        self.each = False  # a later member's input needs a copy: the closures run
+        self.each = False  # a later member's input needs a copy: the closures run (`_point_fixed`)
         self.seen: list[Any] = [None, None]
         self.lib = self.blocks[0].lib
         bf16 = self.blocks[0].dtype == torch.bfloat16
@@ -226,9 +228,9 @@ class MbChain:
         self.work = None
 
     def _point_fixed(self) -> None:
-        """Point the later members to their inputs; one that would need a copy makes the chain
-        run its members' closures (`each`)."""
-        env = self.env
+        """Point the later members to their inputs; while one needs a copy the chain runs its
+        members' closures (`each`, said once a process: `native.announce_fallback`)."""
+        env, copied = self.env, None
         for k, slot, index in self.fixed:
             x = env[index]
             if slot == 2:
@@ -236,8 +238,16 @@ class MbChain:
             else:
                 b = self.blocks[k]
                 held = b.point_x(x) if slot == 0 else b.point_other(x)
-            if held is not x:
-                self.each = True
+            if held is not x and copied is None:
+                copied = index
+        self.each = copied is not None
+        if copied is not None:
+            native.announce_fallback(
+                "mbconv chain",
+                f"native mbchain: env slot {copied}, a later member's input, holds a tensor "
+                "the kernel cannot read as it is (not channels-last): it needs a copy each run",
+                "the members' own steps (while it does)",
+            )
         self.expected = tuple(self.fetch(env))
 
     def _point_first(self) -> list[Tensor]:
