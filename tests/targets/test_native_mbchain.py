@@ -279,6 +279,41 @@ def test_timed_run_is_the_chain(nthreads: int, bf16: bool, threads) -> None:
 
 
 @needs_kernel
+@pytest.mark.parametrize("member", ["block", "head", "bf16"])
+def test_member_planned_for_another_count(member: str, threads) -> None:
+    """review17b L3: a member planned for another thread count than the chain's (its own step
+    ran at it since): the C function runs nothing and says 2 (its work buffer and schedule are
+    for that count: the chain's team would overrun them); the chain plans it again and runs,
+    right."""
+    if member == "bf16" and not _bf16_ok():
+        pytest.skip("no native mbconv or no AVX512_BF16 build")
+    threads(2)
+    g = torch.Generator().manual_seed(50)
+    mbs, weights, env, fns = _blocks(1, g, False, bf16=member == "bf16")
+    step = head = None
+    if member == "head":
+        wh, bh, wc, bc = _r(g, 64, 24, 1, 1), _r(g, 64), _r(g, 64, 10), _r(g, 10)
+        head = MbHead(wh, bh, 0.0, 6.0, wc, bc, mbs[-1].out_lens)
+        env.append(torch.empty(head.out_lens))
+        step = head.closure(env, len(mbs), env[-1])
+    chain = MbChain(fns, env, head=step)
+    x = torch.randn(*mbs[0].x_lens, generator=g).to(mbs[0].dtype)
+    env[0] = x.contiguous(memory_format=CL)
+    chain.run()
+    want = [t.clone() for t in env[1:]]
+    other = head if head is not None else mbs[2]
+    other._set_threads(1)  # (as its own step at 1 thread would)
+    for t in env[1:]:
+        t.zero_()
+    assert chain._chain(*chain._plain) == 2
+    assert all(not t.any() for t in env[1:])  # (nothing ran)
+    chain.run()
+    assert chain.threads == 2 and other.threads == 2
+    for a, b in zip(want, env[1:], strict=True):
+        assert torch.equal(a, b)
+
+
+@needs_kernel
 def test_chain_with_a_member_input_that_needs_a_copy(threads) -> None:
     """A later member's slot that comes to hold a tensor the kernel cannot read as it is (not
     channels-last): the guard sees the new tensor, the chain runs the members' closures from

@@ -21,7 +21,9 @@ none again; the first time in a process it says so: `native.announce_fallback`).
 
 The members share the program's block scratch (`program_scratch`, `WORK_ROLE`): its address is
 asked once a run and set in every member's arguments when it moved. A new thread count (the
-load adaptation's lower count) re-plans every member (`MbConv._set_threads`) before the call.
+load adaptation's lower count) re-plans every member (`MbConv._set_threads`) before the call;
+the C function runs nothing where a member is planned for another count than the chain (its own
+step ran at another since: the chain then plans every member again and calls again).
 
 Timing (`perf --cpu`, `profile.time_steps`): with `clock` set a run is the same one C call,
 given an array for time stamps (`mbconv_chain_stamped`: thread 0 stamps `omp_get_wtime()`
@@ -300,14 +302,33 @@ class MbChain:
                 b.args.work = work
             self.work = work
         y = self._head_output() if self.store is not None else None
-        if self._chain(*(self._plain if clock is None else self._timed)) != 0:
-            raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+        args = self._plain if clock is None else self._timed
+        status = self._chain(*args)
+        if status != 0:
+            self._failed(status, args)
         if y is not None:
             env[self.store] = y
         for index in self.releases:
             env[index] = None
         if clock is not None:
             self._take_times(clock() - start, _wall() - wall)
+
+    def _failed(self, status: int, args: tuple) -> None:
+        """After the chain function returned `status` (nothing run): 2, a member planned for
+        another thread count than the chain's (its own step ran at another count since): every
+        member planned again and the call made again; else, or failing again, raise."""
+        if status == 2:
+            self._plan(self.threads)
+            work = self.work = self.scratch.address(WORK_ROLE, self.floats)
+            for b in self.blocks:
+                b.args.work = work
+            status = self._chain(*args)
+            if status == 0:
+                return
+        if status == 2:
+            raise RuntimeError("native mbchain: a member is planned for another thread count "
+                               f"than the chain's {self.threads}")  # fmt: skip
+        raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
 
     def _take_times(self, total: float, wall: float) -> None:
         """`seconds` from a timed run's stamps, `total` its `clock` time, `wall` its wall time

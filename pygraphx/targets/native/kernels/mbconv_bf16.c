@@ -310,13 +310,15 @@ int mbconv_bf16_run(const mb_args *a) {
 }
 
 /* mnv17: `count` bf16 blocks in one parallel region (as mbconv.c's mbconv_chain_stamped: the
- * same `stamps`, NULL: none); 0, or 1 where this build has no bf16 kernel or a block has a
- * stem */
+ * same `stamps`, NULL: none); 0; 1 where this build has no bf16 kernel or a block has a stem;
+ * 2, nothing run, where a block is planned for another thread count than blocks[0] */
 int mbconv_bf16_chain_stamped(const mb_args *const *blocks, int64_t count, double *stamps) {
     if (count <= 0) return 0;
     for (int64_t i = 0; i < count; i++)
         if (blocks[i]->stem) return 1;
     const int64_t threads = blocks[0]->threads;
+    for (int64_t i = 0; i < count; i++)
+        if (blocks[i]->threads != threads) return 2;
     if (stamps != NULL) stamps[0] = omp_get_wtime();
 #pragma omp parallel num_threads((int)threads)
     {
