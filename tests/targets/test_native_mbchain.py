@@ -21,6 +21,7 @@ from pygraphx.targets import native  # noqa: E402
 from pygraphx.targets.cpu.profile import time_steps  # noqa: E402
 from pygraphx.targets.cpu.threads import LOAD_ADAPT_ENV, STALL_ADAPT_ENV  # noqa: E402
 from pygraphx.targets.torch_lowering import conv_chain, native_mbchain, native_mbconv  # noqa: E402
+from pygraphx.targets.torch_lowering.context import Step  # noqa: E402
 from pygraphx.targets.torch_lowering.native_mbchain import MbChain  # noqa: E402
 from pygraphx.targets.torch_lowering.native_mbconv import MbConv  # noqa: E402
 from pygraphx.targets.torch_lowering.native_mbhead import MbHead  # noqa: E402
@@ -376,6 +377,31 @@ def test_chain_refuses_other_steps() -> None:
     with pytest.raises(ValueError, match="native head"):
         MbChain(fns[:1], env, head=fns[1])  # (a block is no head)
     assert native_mbchain.member_of(lambda: None) is None
+
+
+@needs_kernel
+def test_chain_steps_leaves_what_no_chain_can_run() -> None:
+    """review17b L4: `chain_steps` chains no block of another scratch than the first member's
+    and starts no chain at a block over another env (`MbChain` would refuse the first; the
+    second reads the wrong env): those steps are left alone, the rest chained."""
+    g = torch.Generator().manual_seed(60)
+    mbs, weights, env, fns = _blocks(1, g, False)
+    w, sp = weights[1]
+    apart = MbConv(*w, sp["s"], ACTS, mbs[1].x_lens, False, scratch=Scratch())  # (its own)
+    fns[1] = apart.closure(env, 1, None, env[2])
+    _, _, env_b, fns_b = _blocks(1, g, False)
+    static = [False] + [True] * (len(env) - 1)
+
+    def steps(fns):  # noqa: ANN001, ANN202
+        return [Step(fn, [], k + 1) for k, fn in enumerate(fns)]
+
+    got = conv_chain.chain_steps(steps(fns), [1] * 4, env, static)
+    assert [len(c) if c else None for c in got.chains] == [None, None, 2]
+    got = conv_chain.chain_steps(steps([fns_b[0], *fns[1:]]), [1] * 4, env, static)
+    assert [len(c) if c else None for c in got.chains] == [None, None, 2]
+    assert got.chains[2].blocks == mbs[2:]
+    assert native_mbchain.starts(fns_b[0], env) is None
+    assert native_mbchain.starts(fns_b[0], env_b) is not None
 
 
 @needs_kernel

@@ -279,15 +279,15 @@ def chain_steps(
     k = 0
     while k < len(steps):
         end = k + 1
-        first = native_mbchain.member_of(steps[k].fn) if native else None
+        first = native_mbchain.starts(steps[k].fn, env) if native else None
         if first is not None:
             while end < len(steps) and counts[end] == counts[k] and (
-                native_mbchain.joins(steps[end].fn, env, static, first[0].dtype)
+                native_mbchain.joins(steps[end].fn, env, static, first)
             ):
                 end += 1
             blocks = end
             if end < len(steps) and counts[end] == counts[k] and HEAD_IN_CHAIN and (
-                native_mbchain.head_joins(steps[end].fn, env, static, first[0].dtype)
+                native_mbchain.head_joins(steps[end].fn, env, static, first.dtype)
             ):  # the network's head after the blocks: the chain's last member
                 end += 1
             if end - k >= 2:

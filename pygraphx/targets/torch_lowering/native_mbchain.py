@@ -93,14 +93,21 @@ def _static_input(mb: MbConv | MbHead, env: list, index: int | None, static: Seq
     )  # fmt: skip
 
 
-def joins(fn: Callable[[], None], env: list, static: Sequence[bool], dtype: torch.dtype) -> bool:
-    """Whether a step may run inside a block chain of `dtype` blocks after other members (see
-    the module docstring)."""
+def starts(fn: Callable[[], None], env: list) -> MbConv | None:
+    """The block of a step function that may start a block chain over `env` (`member_of`, its
+    closure over `env`), else None."""
+    got = member_of(fn)
+    return got[0] if got is not None and got[1] is env else None
+
+
+def joins(fn: Callable[[], None], env: list, static: Sequence[bool], first: MbConv) -> bool:
+    """Whether a step may run inside a block chain that `first` starts, after other members:
+    a block of `first`'s dtype using its scratch (see the module docstring)."""
     got = member_of(fn)
     if got is None or got[1] is not env:
         return False
     mb, _, xi, ri = got
-    if mb.args.stem or mb.dtype != dtype:
+    if mb.args.stem or mb.dtype != first.dtype or mb.scratch is not first.scratch:
         return False
     if not _static_input(mb, env, xi, static, mb.x_lens):
         return False
@@ -390,4 +397,4 @@ def _tuple_getter(indices: list[int]) -> Callable[[list], tuple]:
     return itemgetter(*indices)
 
 
-__all__ = ["ENV", "MbChain", "enabled", "head_joins", "head_of", "joins", "member_of"]
+__all__ = ["ENV", "MbChain", "enabled", "head_joins", "head_of", "joins", "member_of", "starts"]
