@@ -25,7 +25,9 @@ primitives per thread count it runs under, made at its first run under it.
 Timing (`perf --cpu`, `profile.time_steps`): `Chain.clock` set, a run times each member
 (the per-run guard and inputs counted in the first) into `Chain.seconds`. The profiled
 (observer) path runs the instructions' own unfused steps, never a chain. `CHAIN = False`
-(read when a program is prepared) runs every step alone (A/B: `benchmarks/chain11_ab.sh`).
+(read when a program is prepared) runs every convolution step alone (A/B:
+`benchmarks/chain11_ab.sh`); native block chains (`native_mbchain.MbChain`, also made by
+`chain_steps`) have their own switch, `PGX_CPU_NATIVE_MBCHAIN=0`.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ from pygraphx.targets.torch_lowering.native_mbchain import MbChain
 from pygraphx.targets.torch_lowering.onednn_capi import OneDnnError, check
 from pygraphx.targets.torch_lowering.onednn_conv import Link, Primitive, _channels_last
 
-#: chain consecutive lean oneDNN convolution steps (read by `chain_steps`; False: A/B)
+#: chain consecutive lean oneDNN convolution steps (read by `chain_steps`; False: A/B; native
+#: block chains: `native_mbchain.enabled()`)
 CHAIN = True
 #: mnv17: a native head step right after a native block chain ends the chain (one C call for
 #: MobileNetV2's whole network at batch 1; read by `chain_steps`; False: its own step, A/B)

@@ -34,8 +34,10 @@ stamps (wall time, in `clock`'s units by the run's `clock` / wall ratio: 1 for t
 inputs, the fork, its block, the join, the releases). The profiled (observer) path runs the
 instructions' own unfused steps, never a chain. A chain running its members' closures (`each`)
 times each closure with `clock` (the guard counted in the first).
-`CHAIN = False` (`PGX_CPU_NATIVE_MBCHAIN=0`, read when a program is prepared) runs every block
-step alone (the path before mnv17; A/B: `benchmarks/mnv17_ab.py`).
+`PGX_CPU_NATIVE_MBCHAIN=0` (`enabled()`, read by `conv_chain.chain_steps` when a program is
+prepared) runs every block step alone (the path before mnv17; A/B: `benchmarks/mnv17_ab.py`);
+`conv_chain.HEAD_IN_CHAIN = False` leaves the head its own step. (`conv_chain.CHAIN` is the
+oneDNN convolution chain's switch: it leaves block chains on.)
 """
 
 from __future__ import annotations
