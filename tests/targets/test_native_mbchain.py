@@ -315,6 +315,44 @@ def test_member_planned_for_another_count(member: str, threads) -> None:
 
 
 @needs_kernel
+def test_head_output_under_a_float64_default(threads) -> None:
+    """review17b L6: the head's new output each run is float32 whatever torch's default dtype
+    (a program made, then run under `torch.set_default_dtype(torch.float64)`): the chain's and
+    the head's own closure's, the same values as under the float32 default."""
+    threads(1)
+    g = torch.Generator().manual_seed(70)
+    mbs, weights, env, fns = _blocks(1, g, False)
+    wh, bh, wc, bc = _r(g, 64, 24, 1, 1), _r(g, 64), _r(g, 64, 10), _r(g, 10)
+    head = MbHead(wh, bh, 0.0, 6.0, wc, bc, mbs[-1].out_lens)
+    env.append(None)
+    produce = head.closure(env, len(mbs), None)
+
+    def step() -> None:
+        env[-1] = produce()
+
+    step.stores = (len(env) - 1, produce)  # type: ignore[attr-defined]
+    chain = MbChain(fns, env, head=step)
+    env[0] = torch.randn(*mbs[0].x_lens, generator=g).contiguous(memory_format=CL)
+    chain.run()
+    want = env[-1]
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        chain.run()
+        got = env[-1]
+        own = produce()
+        threads(2)  # (the head planned again: its work buffer made anew)
+        again = produce()
+        fresh = head.new_output()
+    finally:
+        torch.set_default_dtype(before)
+    assert got.dtype == own.dtype == again.dtype == torch.float32
+    assert torch.equal(got, want) and torch.equal(own, want)
+    torch.testing.assert_close(again, want, rtol=1e-5, atol=1e-5)
+    assert fresh.dtype == torch.float32
+
+
+@needs_kernel
 def test_chain_with_a_member_input_that_needs_a_copy(threads) -> None:
     """A later member's slot that comes to hold a tensor the kernel cannot read as it is (not
     channels-last): the guard sees the new tensor, the chain runs the members' closures from

@@ -285,7 +285,7 @@ class MbChain:
         if self.store is None:
             return None
         head = self.head
-        y = torch.empty(head.out_lens)  # type: ignore[union-attr]
+        y = torch.empty(head.out_lens, dtype=torch.float32)  # type: ignore[union-attr]
         head.bind(y)  # type: ignore[union-attr]
         return y
 
