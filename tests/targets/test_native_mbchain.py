@@ -1,10 +1,13 @@
 """mnv17: consecutive native block steps run as one C call (`native_mbchain.MbChain`,
-`mbconv.c`'s `mbconv_chain_run`).
+`mbconv.c`'s `mbconv_chain_stamped`).
 
 Blocks against the same blocks' own closures and against torch's float64 ops (1 and 2 threads,
 the thread count changed between runs, a residual, a stem first member reading a new image each
 run, a later member whose input needs a copy); a network against ONNX Runtime with the chain on
-and off, its runs' outputs not overwritten by later runs, the timed (profile) path.
+and off, its runs' outputs not overwritten by later runs, the timed (profile) path: the chain's
+own call, stamped. chainfix17 (review17b's findings): the timed path, each mode's timing and
+its end, a member planned for another thread count, what `chain_steps` leaves unchained, the
+head's output under a float64 default dtype, every bf16 block against float64.
 """
 
 from __future__ import annotations
@@ -142,11 +145,16 @@ def _bf16_ok() -> bool:
     return _WHY is None and bool(native_mbconv.library().mbconv_bf16_supported())
 
 
+def _bf(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.bfloat16).float()
+
+
 @pytest.mark.skipif(not _bf16_ok(), reason="no native mbconv or no AVX512_BF16 build")
 @pytest.mark.parametrize("n", [1, 2])
 def test_bf16_chain_matches_the_blocks(n: int, threads) -> None:
-    """bf16 blocks (`mbconv_bf16_chain_run`): bit for bit the members' own calls, near torch's
-    float64 ops on the bf16 values; thread counts 2 -> 1 -> 2."""
+    """bf16 blocks (`mbconv_bf16_chain_stamped`): bit for bit the members' own calls; each
+    block near torch's float64 ops on its bf16 input in the chain (review17b L7: every block,
+    not the first only); thread counts 2 -> 1 -> 2."""
     g = torch.Generator().manual_seed(20 + n)
     mbs, weights, env, fns = _blocks(n, g, False, bf16=True)
     chain = MbChain(fns, env)
@@ -161,8 +169,13 @@ def test_bf16_chain_matches_the_blocks(n: int, threads) -> None:
             fn()
         for a, b in zip(got, env[1:], strict=True):
             assert torch.equal(a, b)
-        want = _reference(weights[:1], x.float())[0]
-        torch.testing.assert_close(got[0].to(D), want, rtol=5e-2, atol=5e-2)
+        inputs = [env[0], *got[:-1]]  # (each block against float64 from its own bf16 input)
+        for (w, sp), xin, y in zip(weights, inputs, got, strict=True):
+            we, be, wd, bd, wp, bp = w
+            xin = xin.float()  # (the 1x1 weights rounded to bf16, as the kernel packs them)
+            want = _block_ref(xin, _bf(we), be, wd, bd, _bf(wp), bp, sp["s"],
+                              r=xin if sp.get("res") else None)  # fmt: skip
+            torch.testing.assert_close(y.to(D), want, rtol=1e-2, atol=4e-2)
 
 
 def test_chain_refuses_mixed_dtypes() -> None:
