@@ -36,9 +36,11 @@ def time_steps(
 ) -> list[StepTime]:
     """Run the fast path `n` times timing each step (as `run` does: same threads, same
     inference mode); the steps in run order with their mean seconds of `clock` (wall time;
-    `time.thread_time` gives the running thread's CPU time). A chain of convolutions
-    (`conv_chain`) runs as in `run` and times each of its members, reported as the steps they
-    are (its per-run guard and inputs counted in its first member's time)."""
+    `time.thread_time` gives the running thread's CPU time). A chain runs as in `run` and
+    times each of its members, reported as the steps they are (its per-run guard and inputs
+    counted in its first member's time): `conv_chain.Chain` calls its oneDNN primitives one by
+    one as `run` does, `native_mbchain.MbChain` makes `run`'s one C call, stamped after each
+    member."""
     fns = exe.executor.steps
     chains = exe.chained.chains
     totals = [0.0] * len(exe.lowered.steps)

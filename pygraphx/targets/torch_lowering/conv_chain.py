@@ -25,7 +25,9 @@ primitives per thread count it runs under, made at its first run under it.
 Timing (`perf --cpu`, `profile.time_steps`): `Chain.clock` set, a run times each member
 (the per-run guard and inputs counted in the first) into `Chain.seconds`. The profiled
 (observer) path runs the instructions' own unfused steps, never a chain. `CHAIN = False`
-(read when a program is prepared) runs every step alone (A/B: `benchmarks/chain11_ab.sh`).
+(read when a program is prepared) runs every convolution step alone (A/B:
+`benchmarks/chain11_ab.sh`); native block chains (`native_mbchain.MbChain`, also made by
+`chain_steps`) have their own switch, `PGX_CPU_NATIVE_MBCHAIN=0`.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ from pygraphx.targets.torch_lowering.native_mbchain import MbChain
 from pygraphx.targets.torch_lowering.onednn_capi import OneDnnError, check
 from pygraphx.targets.torch_lowering.onednn_conv import Link, Primitive, _channels_last
 
-#: chain consecutive lean oneDNN convolution steps (read by `chain_steps`; False: A/B)
+#: chain consecutive lean oneDNN convolution steps (read by `chain_steps`; False: A/B; native
+#: block chains: `native_mbchain.enabled()`)
 CHAIN = True
 #: mnv17: a native head step right after a native block chain ends the chain (one C call for
 #: MobileNetV2's whole network at batch 1; read by `chain_steps`; False: its own step, A/B)
@@ -279,15 +282,15 @@ def chain_steps(
     k = 0
     while k < len(steps):
         end = k + 1
-        first = native_mbchain.member_of(steps[k].fn) if native else None
+        first = native_mbchain.starts(steps[k].fn, env) if native else None
         if first is not None:
             while end < len(steps) and counts[end] == counts[k] and (
-                native_mbchain.joins(steps[end].fn, env, static, first[0].dtype)
+                native_mbchain.joins(steps[end].fn, env, static, first)
             ):
                 end += 1
             blocks = end
             if end < len(steps) and counts[end] == counts[k] and HEAD_IN_CHAIN and (
-                native_mbchain.head_joins(steps[end].fn, env, static, first[0].dtype)
+                native_mbchain.head_joins(steps[end].fn, env, static, first.dtype)
             ):  # the network's head after the blocks: the chain's last member
                 end += 1
             if end - k >= 2:

@@ -4,34 +4,46 @@ A MobileNetV2 program at batch 1 runs 17 of its 18 steps on `native_mbconv`'s ke
 ctypes call and one OpenMP parallel region each, with some 5-10 us of Python a step around the
 call (the closure's input checks, the thread count, the scratch's address, the executor's
 loop: cold after the block before) and, at 2 threads, a fork/join of the team each. A chain
-runs a run of such steps as `mbconv.c`'s `mbconv_chain_run`: one call, one parallel region,
+runs a run of such steps as `mbconv.c`'s `mbconv_chain_stamped`: one call, one parallel region,
 the blocks one after the other, each ending with a barrier (as each block's region ended with
 its join), so the kernels compute exactly what the members' own calls would.
 
 Members: the steps' closures (`MbConv.closure`, `run.mb`) that write their arena slot
 (`writes`), of one thread count (`conv_chain.chain_steps` cuts at a change) and one dtype
-(float32 blocks on `mbconv_chain_run`, bf16 ones on `mbconv_bf16.c`'s
-`mbconv_bf16_chain_run`). The first member may read any input (the network's image: a new
+(float32 blocks on `mbconv_chain_stamped`, bf16 ones on `mbconv_bf16.c`'s
+`mbconv_bf16_chain_stamped`). The first member may read any input (the network's image: a new
 tensor each run, pointed to each run as its closure does); a later member joins only where
 its input and residual are env slots holding the same channels-last tensor every run
 (`LoweringContext.static`), pointed to once; one guard a run checks, in C, that those slots
 still hold the tensors pointed to (else they are pointed to again, and a chain whose input
-then needs a copy runs its members' own closures from then on).
+then needs a copy runs its members' own closures, `each`, until the guard sees inputs that need
+none again; the first time in a process it says so: `native.announce_fallback`).
 
 The members share the program's block scratch (`program_scratch`, `WORK_ROLE`): its address is
 asked once a run and set in every member's arguments when it moved. A new thread count (the
-load adaptation's lower count) re-plans every member (`MbConv._set_threads`) before the call.
+load adaptation's lower count) re-plans every member (`MbConv._set_threads`) before the call;
+the C function runs nothing where a member is planned for another count than the chain (its own
+step ran at another since: the chain then plans every member again and calls again).
 
-Timing (`perf --cpu`, `profile.time_steps`): with `clock` set a run calls the members one by
-one (`mbconv_run`) and times each into `seconds`, as `conv_chain.Chain` does. The profiled
-(observer) path runs the instructions' own unfused steps, never a chain.
-`CHAIN = False` (`PGX_CPU_NATIVE_MBCHAIN=0`, read when a program is prepared) runs every block
-step alone (the path before mnv17; A/B: `benchmarks/mnv17_ab.py`).
+Timing (`perf --cpu`, `profile.time_steps`): with `clock` set a run is the same one C call,
+given an array for time stamps (`mbconv_chain_stamped`: thread 0 stamps `omp_get_wtime()`
+before the fork and after each member's closing barrier; NULL, as a plain run passes, stamps
+nothing), and each member's time goes into `seconds`: a later member's is its span between two
+stamps (wall time, in `clock`'s units by the run's `clock` / wall ratio: 1 for the default
+`time.perf_counter`), the first member's the rest of the step's `clock` time (the guard, its
+inputs, the fork, its block, the join, the releases). The profiled (observer) path runs the
+instructions' own unfused steps, never a chain. A chain running its members' closures (`each`)
+times each closure with `clock` (the guard counted in the first).
+`PGX_CPU_NATIVE_MBCHAIN=0` (`enabled()`, read by `conv_chain.chain_steps` when a program is
+prepared) runs every block step alone (the path before mnv17; A/B: `benchmarks/mnv17_ab.py`);
+`conv_chain.HEAD_IN_CHAIN = False` leaves the head its own step. (`conv_chain.CHAIN` is the
+oneDNN convolution chain's switch: it leaves block chains on.)
 """
 
 from __future__ import annotations
 
 import ctypes
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from operator import is_, itemgetter
@@ -42,6 +54,7 @@ import torch
 from pygraphx.ir.env import switch_on
 from pygraphx.ir.instruction import Instruction
 from pygraphx.runtime.executor import step_error
+from pygraphx.targets import native
 from pygraphx.targets.torch_lowering.native_mbconv import KERNEL, WORK_ROLE, MbConv
 from pygraphx.targets.torch_lowering.native_mbhead import MbHead
 
@@ -82,14 +95,21 @@ def _static_input(mb: MbConv | MbHead, env: list, index: int | None, static: Seq
     )  # fmt: skip
 
 
-def joins(fn: Callable[[], None], env: list, static: Sequence[bool], dtype: torch.dtype) -> bool:
-    """Whether a step may run inside a block chain of `dtype` blocks after other members (see
-    the module docstring)."""
+def starts(fn: Callable[[], None], env: list) -> MbConv | None:
+    """The block of a step function that may start a block chain over `env` (`member_of`, its
+    closure over `env`), else None."""
+    got = member_of(fn)
+    return got[0] if got is not None and got[1] is env else None
+
+
+def joins(fn: Callable[[], None], env: list, static: Sequence[bool], first: MbConv) -> bool:
+    """Whether a step may run inside a block chain that `first` starts, after other members:
+    a block of `first`'s dtype using its scratch (see the module docstring)."""
     got = member_of(fn)
     if got is None or got[1] is not env:
         return False
     mb, _, xi, ri = got
-    if mb.args.stem or mb.dtype != dtype:
+    if mb.args.stem or mb.dtype != first.dtype or mb.scratch is not first.scratch:
         return False
     if not _static_input(mb, env, xi, static, mb.x_lens):
         return False
@@ -176,19 +196,22 @@ class MbChain:
         indices = [index for _, _, index in self.fixed]
         self.fetch = _tuple_getter(indices)
         self.expected: tuple = ()
-        self.each = False  # a later member's input needs a copy: the closures run
+        self.each = False  # a later member's input needs a copy: the closures run (`_point_fixed`)
         self.seen: list[Any] = [None, None]
         self.lib = self.blocks[0].lib
         bf16 = self.blocks[0].dtype == torch.bfloat16
-        self._chain = self.lib.mbconv_bf16_chain_run if bf16 else self.lib.mbconv_chain_run
-        self._one = self.blocks[0]._run  # (mbconv_run or mbconv_bf16_run)
-        self.refs = [b.ref for b in self.blocks]
+        self._chain = _stamped(self.lib, bf16)
         self.array = (ctypes.c_void_p * len(self.blocks))(
             *(ctypes.addressof(b.args) for b in self.blocks))
         self.address_of = ctypes.addressof(self.array)
         self.count = len(self.blocks)
-        #: the chain function's arguments (the bf16 one takes no head: the head is float32)
+        #: the chain function's arguments but the stamps (the bf16 one takes no head: the head
+        #: is float32)
         self._call = (self.address_of, self.count) + (() if bf16 else (self.head_ref,))
+        #: a timed run's time stamps (`mbconv_chain_stamped`): before the fork, after each member
+        self.stamps = (ctypes.c_double * (len(self) + 1))()
+        self._plain = self._call + (None,)
+        self._timed = self._call + (ctypes.addressof(self.stamps),)
         self.scratch = self.blocks[0].scratch
         if any(b.scratch is not self.scratch for b in self.blocks):
             raise ValueError("native mbchain: the blocks must share one scratch")
@@ -216,9 +239,9 @@ class MbChain:
         self.work = None
 
     def _point_fixed(self) -> None:
-        """Point the later members to their inputs; one that would need a copy makes the chain
-        run its members' closures (`each`)."""
-        env = self.env
+        """Point the later members to their inputs; while one needs a copy the chain runs its
+        members' closures (`each`, said once a process: `native.announce_fallback`)."""
+        env, copied = self.env, None
         for k, slot, index in self.fixed:
             x = env[index]
             if slot == 2:
@@ -226,8 +249,16 @@ class MbChain:
             else:
                 b = self.blocks[k]
                 held = b.point_x(x) if slot == 0 else b.point_other(x)
-            if held is not x:
-                self.each = True
+            if held is not x and copied is None:
+                copied = index
+        self.each = copied is not None
+        if copied is not None:
+            native.announce_fallback(
+                "mbconv chain",
+                f"native mbchain: env slot {copied}, a later member's input, holds a tensor "
+                "the kernel cannot read as it is (not channels-last): it needs a copy each run",
+                "the members' own steps (while it does)",
+            )
         self.expected = tuple(self.fetch(env))
 
     def _point_first(self) -> list[Tensor]:
@@ -254,20 +285,24 @@ class MbChain:
         if self.store is None:
             return None
         head = self.head
-        y = torch.empty(head.out_lens)  # type: ignore[union-attr]
+        y = torch.empty(head.out_lens, dtype=torch.float32)  # type: ignore[union-attr]
         head.bind(y)  # type: ignore[union-attr]
         return y
 
     def run(self) -> None:
         """Run the members' blocks (and head), in order."""
+        clock = self.clock
+        start = wall = 0.0
+        if clock is not None:
+            start, wall = clock(), _wall()
         threads = self._threads()
         if threads != self.threads:
             self._plan(threads)
         env = self.env
         if not all(map(is_, self.fetch(env), self.expected)):
             self._point_fixed()
-        if self.each or self.clock is not None:
-            self._run_each()
+        if self.each:
+            self._run_each(clock, start)
             return
         hold = self._point_first()  # noqa: F841 (held until the call)
         work = self.scratch.address(WORK_ROLE, self.floats)
@@ -276,49 +311,82 @@ class MbChain:
                 b.args.work = work
             self.work = work
         y = self._head_output() if self.store is not None else None
-        if self._chain(*self._call) != 0:
-            raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+        args = self._plain if clock is None else self._timed
+        status = self._chain(*args)
+        if status != 0:
+            self._failed(status, args)
         if y is not None:
             env[self.store] = y
         for index in self.releases:
             env[index] = None
+        if clock is not None:
+            self._take_times(clock() - start, _wall() - wall)
 
-    def _run_each(self) -> None:
-        """`run` member by member: the members' own step functions (`each`), or, with `clock`
-        set, their kernels timed one by one."""
-        env = self.env
-        if self.each:
-            fns = self.fns + ([self.head_fn] if self.head_fn is not None else [])
-            for k, fn in enumerate(fns):
-                try:
-                    fn()
-                except Exception as exc:  # re-raised naming the member's instructions
-                    if k >= len(self.computes):
-                        raise
-                    raise step_error(self.computes[k], exc) from exc
-        else:
-            clock, seconds = self.clock or (lambda: 0.0), self.seconds
-            start = clock()
-            hold = self._point_first()  # noqa: F841 (held until the calls)
-            work = self.scratch.address(WORK_ROLE, self.floats)
+    def _failed(self, status: int, args: tuple) -> None:
+        """After the chain function returned `status` (nothing run): 2, a member planned for
+        another thread count than the chain's (its own step ran at another count since): every
+        member planned again and the call made again; else, or failing again, raise."""
+        if status == 2:
+            self._plan(self.threads)
+            work = self.work = self.scratch.address(WORK_ROLE, self.floats)
             for b in self.blocks:
                 b.args.work = work
-            self.work = work
-            for k, ref in enumerate(self.refs):
-                if self._one(ref) != 0:
-                    raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+            status = self._chain(*args)
+            if status == 0:
+                return
+        if status == 2:
+            raise RuntimeError("native mbchain: a member is planned for another thread count "
+                               f"than the chain's {self.threads}")  # fmt: skip
+        raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+
+    def _take_times(self, total: float, wall: float) -> None:
+        """`seconds` from a timed run's stamps, `total` its `clock` time, `wall` its wall time
+        (see the module docstring)."""
+        s, seconds = self.stamps, self.seconds
+        ratio = 1.0 if self.clock is _wall or wall <= 0 else total / wall
+        rest = total
+        for k in range(1, len(seconds)):
+            seconds[k] = (s[k + 1] - s[k]) * ratio
+            rest -= seconds[k]
+        seconds[0] = rest
+
+    def _run_each(self, clock: Callable[[], float] | None, start: float) -> None:
+        """`run` member by member: the members' own step functions (a later member's input
+        needs a copy: `each`), each timed into `seconds` with `clock` where set (the run's
+        guard, from `start`, counted in the first)."""
+        env, seconds = self.env, self.seconds
+        fns = self.fns + ([self.head_fn] if self.head_fn is not None else [])
+        for k, fn in enumerate(fns):
+            try:
+                fn()
+            except Exception as exc:  # re-raised naming the member's instructions
+                if k >= len(self.computes):
+                    raise
+                raise step_error(self.computes[k], exc) from exc
+            if clock is not None:
                 end = clock()
                 seconds[k] = end - start
                 start = end
-            if self.head is not None:
-                y = self._head_output()
-                if self.lib.mbhead_run(self.head.ref) != 0:
-                    raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
-                if y is not None:
-                    env[self.store] = y  # type: ignore[index]
-                seconds[-1] = clock() - start
         for index in self.releases:
             env[index] = None
+
+
+#: the wall clock a timed run converts the kernel's stamps with (`omp_get_wtime`'s rate)
+_wall = time.perf_counter
+
+
+def _stamped(lib: ctypes.CDLL, bf16: bool) -> Any:
+    """The library's chain function that takes time stamps (`mbconv_chain_stamped`, or
+    `mbconv_bf16_chain_stamped`), bound here as a function object of its own (`lib[name]`;
+    `native_mbconv._bind` binds the `lib.<name>` ones, without stamps)."""
+    if bf16:
+        fn = lib["mbconv_bf16_chain_stamped"]
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    else:
+        fn = lib["mbconv_chain_stamped"]
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def _tuple_getter(indices: list[int]) -> Callable[[list], tuple]:
@@ -331,4 +399,4 @@ def _tuple_getter(indices: list[int]) -> Callable[[list], tuple]:
     return itemgetter(*indices)
 
 
-__all__ = ["ENV", "MbChain", "enabled", "head_joins", "head_of", "joins", "member_of"]
+__all__ = ["ENV", "MbChain", "enabled", "head_joins", "head_of", "joins", "member_of", "starts"]

@@ -117,7 +117,7 @@ class MbHead:
         a = self.args
         a.pchunks = pixel_chunks(a.n, a.cout, a.h * a.w, threads)
         floats = self.lib.mbhead_work_floats(a.n, a.h, a.w, a.cout, a.pchunks, threads)
-        self.work = torch.empty(floats + 16)
+        self.work = torch.empty(floats + 16, dtype=torch.float32)
         a.work = self.work.data_ptr()
         a.threads = self.threads = threads
 
@@ -146,7 +146,7 @@ class MbHead:
         a.syn, a.syc = y.stride(0), y.stride(1)
 
     def new_output(self) -> Tensor:
-        return torch.empty(self.out_lens)
+        return torch.empty(self.out_lens, dtype=torch.float32)
 
     def closure(self, env: list, xi: int, out: Tensor | None):
         """A step's closure: the head on env[xi] into `out` (bound once; the closure says so as
@@ -168,7 +168,7 @@ class MbHead:
                 seen[0] = weakref.ref(x) if held is x else None
             y = out
             if y is None:
-                y = torch.empty(self.out_lens)
+                y = torch.empty(self.out_lens, dtype=torch.float32)
                 self.bind(y)
             if threads() != self.threads:
                 self._set_threads(threads())

@@ -681,19 +681,40 @@ int mbhead_run(const hd_args *a) {
 /* mnv17: run `count` blocks one after the other in one parallel region, then the network's
  * head where `head` is not NULL (one fork/join and one call for all of them; each block, and
  * the head, ends with a barrier, so the next one reads a finished output). The blocks and the
- * head share one thread count (blocks[0]->threads; the caller checks) and the blocks may
- * share the work buffer (a block is done with it at its last barrier). 0, or 1 where this
- * build has no kernel. */
-int mbconv_chain_run(const mb_args *const *blocks, int64_t count, const hd_args *head) {
+ * head run at one thread count, blocks[0]'s (the head's where there are no blocks), each
+ * planned for it (its `threads`: its schedule and work buffer are per planned thread; checked
+ * here), and the blocks may share the work buffer (a block is done with it at its last
+ * barrier). `stamps` (chainfix17; NULL: none): `count` + (head != NULL) + 1 doubles:
+ * stamps[0] omp_get_wtime() before the fork, stamps[i + 1] thread 0's omp_get_wtime() after
+ * member i's closing barrier (`perf --cpu`: each member's time in the chain as it runs). 0; 1
+ * where this build has no kernel; 2, nothing run, where a member is planned for another
+ * thread count. */
+int mbconv_chain_stamped(const mb_args *const *blocks, int64_t count, const hd_args *head,
+                         double *stamps) {
     if (count <= 0 && head == NULL) return 0;
-    const int threads = count > 0 ? (int)blocks[0]->threads : (int)head->threads;
-#pragma omp parallel num_threads(threads)
+    const int64_t threads = count > 0 ? blocks[0]->threads : head->threads;
+    for (int64_t i = 0; i < count; i++)
+        if (blocks[i]->threads != threads) return 2;
+    if (head != NULL && head->threads != threads) return 2;
+    if (stamps != NULL) stamps[0] = omp_get_wtime();
+#pragma omp parallel num_threads((int)threads)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        for (int64_t i = 0; i < count; i++) block_body(blocks[i], t, nt);
-        if (head != NULL) head_body(head);
+        for (int64_t i = 0; i < count; i++) {
+            block_body(blocks[i], t, nt);
+            if (stamps != NULL && t == 0) stamps[i + 1] = omp_get_wtime();
+        }
+        if (head != NULL) {
+            head_body(head);
+            if (stamps != NULL && t == 0) stamps[count + 1] = omp_get_wtime();
+        }
     }
     return 0;
+}
+
+/* `mbconv_chain_stamped` without stamps (the binding `native_mbconv._bind` makes) */
+int mbconv_chain_run(const mb_args *const *blocks, int64_t count, const hd_args *head) {
+    return mbconv_chain_stamped(blocks, count, head, NULL);
 }
 
 #else
@@ -707,6 +728,15 @@ int mbconv_chain_run(const mb_args *const *blocks, int64_t count, const hd_args 
     (void)blocks;
     (void)count;
     (void)head;
+    return 1;
+}
+
+int mbconv_chain_stamped(const mb_args *const *blocks, int64_t count, const hd_args *head,
+                         double *stamps) {
+    (void)blocks;
+    (void)count;
+    (void)head;
+    (void)stamps;
     return 1;
 }
 

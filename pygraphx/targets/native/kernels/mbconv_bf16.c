@@ -309,17 +309,31 @@ int mbconv_bf16_run(const mb_args *a) {
     return 0;
 }
 
-/* mnv17: `count` bf16 blocks in one parallel region (as mbconv.c's mbconv_chain_run) */
-int mbconv_bf16_chain_run(const mb_args *const *blocks, int64_t count) {
+/* mnv17: `count` bf16 blocks in one parallel region (as mbconv.c's mbconv_chain_stamped: the
+ * same `stamps`, NULL: none); 0; 1 where this build has no bf16 kernel or a block has a stem;
+ * 2, nothing run, where a block is planned for another thread count than blocks[0] */
+int mbconv_bf16_chain_stamped(const mb_args *const *blocks, int64_t count, double *stamps) {
     if (count <= 0) return 0;
     for (int64_t i = 0; i < count; i++)
         if (blocks[i]->stem) return 1;
-#pragma omp parallel num_threads((int)blocks[0]->threads)
+    const int64_t threads = blocks[0]->threads;
+    for (int64_t i = 0; i < count; i++)
+        if (blocks[i]->threads != threads) return 2;
+    if (stamps != NULL) stamps[0] = omp_get_wtime();
+#pragma omp parallel num_threads((int)threads)
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        for (int64_t i = 0; i < count; i++) block_body_bf(blocks[i], t, nt);
+        for (int64_t i = 0; i < count; i++) {
+            block_body_bf(blocks[i], t, nt);
+            if (stamps != NULL && t == 0) stamps[i + 1] = omp_get_wtime();
+        }
     }
     return 0;
+}
+
+/* `mbconv_bf16_chain_stamped` without stamps (the binding `native_mbconv._bind` makes) */
+int mbconv_bf16_chain_run(const mb_args *const *blocks, int64_t count) {
+    return mbconv_bf16_chain_stamped(blocks, count, NULL);
 }
 
 #else
@@ -332,6 +346,13 @@ int mbconv_bf16_run(const mb_args *a) {
 int mbconv_bf16_chain_run(const mb_args *const *blocks, int64_t count) {
     (void)blocks;
     (void)count;
+    return 1;
+}
+
+int mbconv_bf16_chain_stamped(const mb_args *const *blocks, int64_t count, double *stamps) {
+    (void)blocks;
+    (void)count;
+    (void)stamps;
     return 1;
 }
 
