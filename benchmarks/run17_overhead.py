@@ -8,7 +8,7 @@ compiles, `ab_harness` syntax incl. `@cpu.module.NAME=literal`), alternating run
 medians in us, thread CPU time and wall.
 
     python benchmarks/run17_overhead.py --model mobilenetv2 --threads 1 --runs 400 \
-        --old @cpu.scheduling.LEAN_RUN=False --new ""
+        --old "@cpu.target.LEAN_RUN=False @cpu.scheduling.LEAN_SCOPE=False @pygraphx.ir.program.LEAN_RUN=False" --new ""
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""review17d: reproductions for the run17 leaner run path (xfail(strict=True) until mended)."""
+"""review17d: the run17 leaner run path restores the caller's thread count after an observer
+changed it (the lean scope exit skipped its read-back when no step switches)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,6 @@ from pygraphx.targets.cpu import target  # noqa: E402
 from tests.targets.test_run17_lean_run import _mlp  # noqa: E402
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17d: LEAN_SCOPE skips the exit's read-back when no step switches and the "
-    "enter set nothing, so a profiled run's observer that changes torch's count is not undone",
-)
 def test_observer_thread_switch_is_undone() -> None:
     prog = pygraphx.parse_onnx_buffer(_mlp()[0])
     prog.compile(target.CpuTarget(threads=2, step_threads=False))  # no step switches

@@ -6,6 +6,7 @@ one lock (the executable's), still safe from several Python threads (numpy oracl
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -131,19 +132,26 @@ def _mlp() -> tuple[bytes, tuple[np.ndarray, ...]]:
     return model.SerializeToString(), (w1, w2)
 
 
+@pytest.mark.parametrize("step_threads", [True, False])  # False: no step switches
 @pytest.mark.parametrize("lean", [True, False])
-def test_runs_from_threads_with_one_lock(monkeypatch: pytest.MonkeyPatch, lean: bool) -> None:
+def test_runs_from_threads_with_one_lock(
+    monkeypatch: pytest.MonkeyPatch, lean: bool, step_threads: bool
+) -> None:
     """`LEAN_RUN` (read at prepare): the executable is `reentrant` (the program takes no lock
-    of its own) and its scope knows that no step switches; runs from 6 Python threads give
-    numpy's results; off: the old path (the program's lock, `switches` True)."""
+    of its own) and its scope knows whether a step switches; runs from 6 Python threads give
+    numpy's results; off: the old path (the program's lock, `switches` True). With
+    `step_threads=False` every step runs on the program's count, so the lean exit's skip path
+    runs concurrently (review17d)."""
     monkeypatch.setattr(target, "LEAN_RUN", lean)
     data, (w1, w2) = _mlp()
     prog = pygraphx.parse_onnx_buffer(data)
-    prog.compile(target.CpuTarget(threads=2))
+    prog.compile(target.CpuTarget(threads=2, step_threads=step_threads))
     exe = prog._executable
     monkeypatch.undo()
     assert getattr(exe, "reentrant", False) == lean
-    assert exe.scope.switches == (not lean or any(c != 2 for c in exe.chained.counts[1:]))
+    assert exe.scope.switches == (not lean or any(c != 2 for c in exe.chained.counts))
+    if lean and not step_threads:
+        assert not exe.scope.switches
     feeds = [np.random.default_rng(k).standard_normal((4, 32)).astype(np.float32)
              for k in range(6 * 40)]  # fmt: skip
     start = threading.Barrier(6)
@@ -189,3 +197,39 @@ def test_program_outputs_stay_owned(
         assert got.flags.writeable and not np.shares_memory(got, x)
     assert not np.shares_memory(outs[1], outs[2])
     assert not np.shares_memory(outs[3], prog.run({"x": x})[3].array)
+
+
+def test_executable_without_reentrant_keeps_the_program_lock() -> None:
+    """An executable that does not declare `reentrant` (the gpu target's, a custom target's) is
+    still serialised by the program's lock: runs from 4 threads never overlap (review17d)."""
+    data, _ = _mlp()
+    prog = pygraphx.parse_onnx_buffer(data)
+    prog.compile(target.CpuTarget(threads=1))
+    inner = prog._executable
+    state = {"now": 0, "peak": 0}
+    guard = threading.Lock()
+
+    class Serial:
+        """Wraps the cpu executable, hiding its `reentrant`, and counts overlapping runs."""
+
+        def __getattr__(self, name: str) -> object:
+            if name == "reentrant":
+                raise AttributeError(name)
+            return getattr(inner, name)
+
+        def run(self, *args: object, **kwargs: object) -> object:
+            with guard:
+                state["now"] += 1
+                state["peak"] = max(state["peak"], state["now"])
+            try:
+                time.sleep(0.002)
+                return inner.run(*args, **kwargs)
+            finally:
+                with guard:
+                    state["now"] -= 1
+
+    prog._executable = Serial()
+    x = np.zeros((4, 32), np.float32)
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: [prog.run({"x": x}) for _ in range(10)], range(4)))
+    assert state["peak"] == 1

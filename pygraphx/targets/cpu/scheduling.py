@@ -299,8 +299,12 @@ class RunScope:
             mode.__exit__(*exc)
             if not self._skip:
                 torch.set_num_threads(before)
-            elif (got != before or self.switches or not self._lean) and self._get() != before:
-                torch.set_num_threads(before)  # (a step's switch, or `got`)
+            elif (
+                got != before or self.switches or not self.timed or not self._lean
+            ) and self._get() != before:
+                # a step's switch, `got`, or an observer / profiled run (`timed` off): any of
+                # them may have changed the count (review17d)
+                torch.set_num_threads(before)
         finally:
             BUDGET.release()
         stall = self.stall

@@ -484,7 +484,7 @@ class StallAdapt:
         than the full count's recent runs and faster than its best run ever, and half is the
         count (a stall the program's own best cannot show: it was stalled from its first
         run; a neighbour that came later is the stall rule's)."""
-        self._probe_count = 0
+        self._probe_count = self._probe_left = 0  # (no further probe runs: review17d)
         if self.count != self.n or len(self._full) < STALL_RUNS:
             return None
         full = statistics.median(self._full)
@@ -497,7 +497,7 @@ class StallAdapt:
         return None
 
     def _probed(self, used: int, seconds: float, ref: float, now: float) -> str | None:
-        self._probe_count = 0
+        self._probe_count = self._probe_left = 0  # (else `want` could return 0)
         if self.count >= used:
             return None  # moved meanwhile (a concurrent run's probe)
         if self._recent:
