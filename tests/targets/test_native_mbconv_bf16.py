@@ -147,14 +147,26 @@ def test_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not native_mbconv.bf16_enabled() and not native_mbconv.bf16_available()
     monkeypatch.setenv(native_mbconv.BF16_ENV, "1")
     assert native_mbconv.bf16_enabled()
-    # the bf16 rule: 2 threads only, no 7x7 output above 1 thread, no block without expansion
-    assert native_mbconv.BF16_THREADS == (2,)
-    assert not native_mbconv.bf16_rule(14, 14, 1, True, 1)
+    # the bf16 rule (bfmnv17): 1 and 2 threads, there every block (7x7 outputs, no expansion)
+    monkeypatch.delenv(native_mbconv.BF16_ALL_ENV, raising=False)
+    assert native_mbconv.BF16_THREADS == (1, 2)
+    assert native_mbconv.bf16_rule(14, 14, 1, True, 1)
+    assert native_mbconv.bf16_rule(56, 56, 1, False, 1)
     assert not native_mbconv.bf16_rule(14, 14, 1, True, 4)
+    assert native_mbconv.bf16_rule(14, 14, 2, True, 2)
+    assert native_mbconv.bf16_rule(14, 14, 1, True, 2)
+    assert native_mbconv.bf16_rule(56, 56, 1, False, 2)
+    assert native_mbconv.bf16_rule(2, 2, 2, False, 2)
+    # bfmb16's rule (`PGX_CPU_NATIVE_MBCONV_BF16_ALL=0`): no 7x7 output above 1 thread, no
+    # block without expansion
+    monkeypatch.setenv(native_mbconv.BF16_ALL_ENV, "0")
+    assert native_mbconv.BF16_RULE16[0] == (2,)
+    assert not native_mbconv.bf16_rule(14, 14, 1, True, 1)
     assert not native_mbconv.bf16_rule(14, 14, 2, True, 2)
     assert native_mbconv.bf16_rule(14, 14, 1, True, 2)
+    assert native_mbconv.bf16_rule(16, 16, 2, True, 2)
     assert not native_mbconv.bf16_rule(56, 56, 1, False, 2)
-    monkeypatch.setattr(native_mbconv, "BF16_THREADS", (1, 2))
+    monkeypatch.setattr(native_mbconv, "BF16_RULE16", ((1, 2), False, 49))
     assert native_mbconv.bf16_rule(14, 14, 2, True, 1)
 
 
@@ -175,21 +187,25 @@ def _compile(model, threads: int, on: str, output: str):  # noqa: ANN001, ANN202
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("output", ["arena", "torch"])
 @pytest.mark.parametrize("n,h", [(1, 17), (3, 12)])
+@pytest.mark.parametrize("every", ["1", "0"])
 def test_network_against_ort(
-    n: int, h: int, output: str, threads: int, monkeypatch: pytest.MonkeyPatch
+    n: int, h: int, output: str, threads: int, every: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Five blocks `quantize_bf16`'d: the first without expansion (the oneDNN route by the
-    rule), the last's sum converted to float32 for the float32 convolution after it (the
-    policy keeps the last layer float32: a group the kernel does not write, the oneDNN route),
-    the other three one step each on the kernel (at 1 thread too: `BF16_THREADS` patched);
+    """Five blocks `quantize_bf16`'d: the last's sum converted to float32 for the float32
+    convolution after it (the policy keeps the last layer float32: a group the kernel does not
+    write, the oneDNN route), the other four on the kernel (at 1 and 2 threads); with bfmb16's
+    rule (its 2 threads patched to 1 and 2) (`every` "0": `PGX_CPU_NATIVE_MBCONV_BF16_ALL=0`) the first,
+    without expansion, and at 2 threads a 6x6 output on the oneDNN route;
     against ORT float32 no worse than the
     oneDNN route (the switch off) and within bf16's error; twice; the profiled path."""
-    monkeypatch.setattr(native_mbconv, "BF16_THREADS", (1, 2))  # (the rule's default: 2)
+    monkeypatch.setattr(native_mbconv, "BF16_RULE16", ((1, 2), False, 49))  # (its default: 2)
+    monkeypatch.setenv(native_mbconv.BF16_ALL_ENV, every)
     model, feeds = _net(n, h, NET, seed=3)
     want = run_ort(model, feeds)[0]
     on, off = _compile(model, threads, "1", output), _compile(model, threads, "0", output)
-    # (12 x 12, 2 threads: the stride-2 block's 6 x 6 output keeps the oneDNN route, the rule)
-    taken = len(NET) - 2 - (threads == 2 and h == 12)
+    # (bfmb16's rule, 12 x 12, 2 threads: the stride-2 block's 6 x 6 output keeps the oneDNN
+    # route)
+    taken = len(NET) - 1 if every == "1" else len(NET) - 2 - (threads == 2 and h == 12)
     assert on._executable.lowered.ctx.cache.get("native_mbconv", 0) == taken
     assert off._executable.lowered.ctx.cache.get("native_mbconv", 0) == 0
     scale = float(np.abs(want).max())
@@ -203,29 +219,36 @@ def test_network_against_ort(
 
 
 @needs_bf16
-def test_rule_keeps_one_thread_on_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The switch on: at 1 thread the bf16 blocks keep the oneDNN route (the rule), at 2 they
-    take the kernel; the switch unset: `BF16_DEFAULT` (on); off: none."""
+def test_rule_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The switch on: at 1 and 2 threads the bf16 blocks take the kernel (bfmnv17), with
+    `PGX_CPU_NATIVE_MBCONV_BF16_ALL=0` (bfmb16's rule) at 1 thread none (the oneDNN route), at
+    2 those with an expansion; the switch unset: `BF16_DEFAULT` (on); off: none."""
     model, _ = _net(1, 17, NET, seed=3)
     monkeypatch.setenv("PGX_CPU_LOAD_ADAPT", "0")  # (a loaded machine would lower at 1 thread)
     assert native_mbconv.BF16_DEFAULT is True
-    cases = (("1", 1, 0), ("1", 2, len(NET) - 2), (None, 2, len(NET) - 2), ("0", 2, 0))
-    for env, threads, want in cases:
-        if env is None:
-            monkeypatch.delenv(native_mbconv.BF16_ENV, raising=False)
-        else:
-            monkeypatch.setenv(native_mbconv.BF16_ENV, env)
+    cases = (("1", "1", 1, len(NET) - 1), ("1", "1", 2, len(NET) - 1),
+             (None, None, 2, len(NET) - 1), ("0", "1", 2, 0), ("0", "1", 1, 0),
+             ("1", "0", 1, 0), ("1", "0", 2, len(NET) - 2))  # fmt: skip
+    for env, every, threads, want in cases:
+        for name, value in ((native_mbconv.BF16_ENV, env), (native_mbconv.BF16_ALL_ENV, every)):
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
         prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
         pygraphx.quantize_bf16(prog)
         prog.compile(CpuTarget(threads=threads))
-        assert prog._executable.lowered.ctx.cache.get("native_mbconv", 0) == want
+        got = prog._executable.lowered.ctx.cache.get("native_mbconv", 0)
+        assert got == want, (env, every, threads)
 
 
 @needs_bf16
-def test_mobilenetv2_against_ort(monkeypatch: pytest.MonkeyPatch) -> None:
-    """MobileNetV2 `quantize_bf16`'d at 2 threads: its blocks with an expansion and an output
-    larger than 7x7 on the kernel (12), the relative error against ORT float32 within bf16's
-    and no worse than the oneDNN route's by more than a tenth."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mobilenetv2_against_ort(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MobileNetV2 `quantize_bf16`'d at 1 and 2 threads: its 17 blocks on the kernel (bfmb16's
+    rule, `PGX_CPU_NATIVE_MBCONV_BF16_ALL=0`: at 2 threads the 12 with an expansion and an
+    output larger than 7x7, at 1 none), the relative error against ORT float32 within bf16's and no worse than the oneDNN
+    route's by more than a tenth."""
     from pygraphx.models import get_model, model_inputs
 
     monkeypatch.setenv("PGX_CPU_LOAD_ADAPT", "0")
@@ -234,12 +257,15 @@ def test_mobilenetv2_against_ort(monkeypatch: pytest.MonkeyPatch) -> None:
     want = run_ort(model, feeds)[0]
     scale = float(np.abs(want).max())
     errs = {}
-    for on in ("1", "0"):
-        prog = _compile(model, 2, on, "arena")
+    for on, every, blocks in (("1", "1", 17), ("1", "0", 12 if threads == 2 else 0),
+                              ("0", "1", 0)):  # fmt: skip
+        monkeypatch.setenv(native_mbconv.BF16_ALL_ENV, every)
+        prog = _compile(model, threads, on, "arena")
         taken = prog._executable.lowered.ctx.cache.get("native_mbconv", 0)
-        assert taken == (12 if on == "1" else 0)
-        errs[on] = float(np.abs(prog.run(feeds)[0] - want).max()) / scale
-    assert errs["1"] < 6e-2 and errs["1"] <= 1.1 * errs["0"], errs
+        assert taken == blocks
+        errs[on + every] = float(np.abs(prog.run(feeds)[0] - want).max()) / scale
+    for key in ("11", "10"):  # (the maximum |error| over the largest |output|)
+        assert errs[key] < 6e-2 and errs[key] <= 1.1 * errs["01"], errs
 
 
 def test_a_build_without_avx512_bf16_keeps_the_float32_blocks(monkeypatch, caplog) -> None:

@@ -17,7 +17,7 @@ block the kernel can run on it; AVX-512F builds only (`mbconv_supported`), else 
 route, announced once. bf16 blocks (helper bfmb16, `kernels/mbconv_bf16.c`: the 1x1 products
 on AVX512_BF16's dot product, the depthwise in float32, one rounding to bf16 per convolution as
 oneDNN's bf16 kernels) unless `PGX_CPU_NATIVE_MBCONV_BF16=0` (on by default: `BF16_DEFAULT`;
-`bf16_available`), by `bf16_rule` (2 threads), where the build has the instructions
+`bf16_available`), by `bf16_rule` (1 and 2 threads), where the build has the instructions
 (`mbconv_bf16_supported`); else bf16 programs keep the oneDNN route.
 """
 
@@ -131,28 +131,45 @@ def rule(n: int, h: int, w: int, m: int, stride: int, threads: int) -> bool:
     return ho * wo >= MIN_PIXELS_MANY_THREADS
 
 
-#: bfmb16: the thread counts at which bf16 blocks take the kernel (`bf16_rule`): measured
-#: faster at 2 (batch 8 0.86-0.88x, batch 1 0.98-1.00x), not at 1 (1.00-1.05x); above 2 not
-#: measured
-BF16_THREADS = (2,)
-#: bfmb16: above 1 thread a bf16 block takes the kernel where its output map has more pixels
-#: than this (`bf16_rule`)
-BF16_MIN_PIXELS_THREADS = 49
-#: bfmb16: whether a bf16 block without an expansion takes the kernel (`bf16_rule`)
-BF16_NO_EXPANSION = False
+#: the thread counts at which bf16 blocks take the kernel (`bf16_rule`; above 2 not measured):
+#: bfmb16 2 only (1 thread 1.00-1.05x the oneDNN route, before the chain); bfmnv17 1 and 2
+#: (every block on the kernel at 1 thread, thread CPU: b1 0.95-0.98x, b8 0.97-0.98x)
+BF16_THREADS = (1, 2)
+#: above 1 thread a bf16 block takes the kernel where its output map has more pixels than this
+#: (`bf16_rule`; bfmb16: 49, the 7x7 outputs on oneDNN; bfmnv17: 0, every block, now that the
+#: blocks chain)
+BF16_MIN_PIXELS_THREADS = 0
+#: whether a bf16 block without an expansion takes the kernel (`bf16_rule`; bfmb16: False,
+#: bfmnv17: True)
+BF16_NO_EXPANSION = True
+#: bfmnv17: `PGX_CPU_NATIVE_MBCONV_BF16_ALL=0` (off, no, false): bfmb16's rule,
+#: `BF16_RULE16` (2 threads only, there no block without an expansion and none with a 7x7
+#: output), in place of `BF16_THREADS` / `BF16_NO_EXPANSION` / `BF16_MIN_PIXELS_THREADS`
+BF16_ALL_ENV = "PGX_CPU_NATIVE_MBCONV_BF16_ALL"
+#: bfmb16's rule: (thread counts, no expansion taken, more pixels than this above 1 thread)
+BF16_RULE16 = ((2,), False, 49)
 
 
 def bf16_rule(h: int, w: int, stride: int, expand: bool, threads: int) -> bool:
-    """Whether a bf16 block takes the kernel (beyond `rule`), from MobileNetV2's blocks on the
-    2-core EPYC (`benchmarks/results/bfmb16.md`): not the blocks with a 7x7 output above 1 thread
-    (oneDNN's bf16 kernels split their 576-960 channels better: 1.07-1.31x slower on the kernel),
-    nor one without an expansion (the first block: its 112x112 input widened to float32, 1.24x
-    at 1 thread); only at `BF16_THREADS` threads (MobileNetV2 end to end at 1 thread 1.00-1.05x
-    the oneDNN route: one fork/join a block saves nothing there)."""
+    """Whether a bf16 block takes the kernel (beyond `rule`): at `BF16_THREADS` threads every
+    block (`BF16_NO_EXPANSION`, `BF16_MIN_PIXELS_THREADS`), since the consecutive native
+    blocks run as one call (mnv17's block chain). MobileNetV2 bf16 on the 2-core EPYC
+    (`benchmarks/results/bfmnv17.md`), every block against bfmb16's rule (2 threads only,
+    there the first block, without an expansion, and the four 7x7-output blocks on oneDNN:
+    each 1.07-1.31x slower on the kernel alone, before the chain), one process, both orders:
+    2 threads, machine quiet before and after, batch 1 0.90 / 0.96 (median; best block
+    0.98 / 0.99; process CPU 0.90 / 0.92), batch 8 0.99-1.01 (best 0.99-1.00, process CPU
+    0.98-1.01: even; an A/A's spread 1 %); 1 thread (thread CPU, loaded) batch 1 0.95-0.98,
+    batch 8 0.97-0.98. `PGX_CPU_NATIVE_MBCONV_BF16_ALL=0`: bfmb16's rule (`BF16_RULE16`)."""
+    if switch_on(BF16_ALL_ENV):
+        threads_ok, no_expansion, min_pixels = (
+            BF16_THREADS, BF16_NO_EXPANSION, BF16_MIN_PIXELS_THREADS)
+    else:
+        threads_ok, no_expansion, min_pixels = BF16_RULE16
     ho, wo = (h - 1) // stride + 1, (w - 1) // stride + 1
-    if threads not in BF16_THREADS or (not expand and not BF16_NO_EXPANSION):
+    if threads not in threads_ok or (not expand and not no_expansion):
         return False
-    return threads <= 1 or ho * wo > BF16_MIN_PIXELS_THREADS
+    return threads <= 1 or ho * wo > min_pixels
 
 
 def use_native(n: int, c: int, h: int, w: int, m: int, k: int, stride: int,
@@ -535,7 +552,7 @@ class MbConv:
 
 
 __all__ = [
-    "BF16_ENV", "ENV", "MIN_PIXELS_MANY_THREADS", "MbConv", "SHARED", "available",
+    "BF16_ALL_ENV", "BF16_ENV", "ENV", "MIN_PIXELS_MANY_THREADS", "MbConv", "SHARED", "available",
     "bf16_available", "bf16_enabled", "bounds", "efficiency",
     "enabled", "library", "mode", "rule", "schedule", "share_image", "use_native",
 ]  # fmt: skip
