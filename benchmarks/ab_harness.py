@@ -700,13 +700,26 @@ def run(cases: list[Case] | list[str], variants: list[Variant], cfg: Config | li
         note=None) -> int:  # fmt: skip
     """`ab_case` over each thread count's config, each case (a spec is loaded first; `extra`,
     `note` as there); 0, or 1 on any MISMATCH. `doc`: more to write into the JSON."""
-    import torch
-
     cfgs = cfg if isinstance(cfg, list) else [cfg]
     for c in cfgs:
         check_names(variants, c.openvino)
         check_bf16(variants, c.bf16)
     check_settings(variants, warn=False)  # (refused before any model loads; `ab_case` warns)
+    before = {key: os.environ.get(key) for key in ADAPT_KEYS}
+    try:
+        return _run(cases, variants, cfgs, json_path, doc, extra, note)
+    finally:  # (the switches are the harness's for its run only: a caller's process keeps its own)
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _run(cases, variants, cfgs, json_path, doc, extra, note) -> int:  # fmt: skip
+    """`run`'s body, with the adaptation switches defaulted for its duration."""
+    import torch
+
     adapt = fix_adaptation(keep=any(c.keep_adapt for c in cfgs))
     print("# loadavg at the start:", loadavg(), flush=True)
     print("# run-time thread adaptation:", describe_adaptation(adapt), flush=True)

@@ -283,3 +283,21 @@ def test_busy_during_the_timing() -> None:
     assert (np.isnan(during) and np.isnan(others)) or 0.0 <= others <= during <= 1.0
     assert np.isnan(ab.busy_between([0] * 8, [0] * 8))
     assert ab.busy_between([0] * 8, [1, 0, 1, 1, 0, 0, 1, 0]) == 1 - 1 / 4
+
+
+
+def test_run_leaves_the_adaptation_switches_as_it_found_them(tmp_path, monkeypatch) -> None:
+    """`run` defaults PGX_CPU_LOAD_ADAPT / PGX_CPU_STALL_ADAPT to 0 for its own timing only: a
+    caller's process (a test session, a notebook) gets its environment back (CI caught a later
+    test in the same worker seeing the harness's 0)."""
+    import os
+
+    monkeypatch.delenv("PGX_CPU_LOAD_ADAPT", raising=False)
+    monkeypatch.setenv("PGX_CPU_STALL_ADAPT", "1")
+    path = tmp_path / "tiny.onnx"
+    onnx.save(onnx.load_from_string(_model()), str(path))
+    rc = ab.main(["--models", str(path), "--old", "PGX_AB_TEST_UNUSED=0", "--new",
+                  "--threads", "1", "--rounds", "1"])  # fmt: skip
+    assert rc == 0
+    assert "PGX_CPU_LOAD_ADAPT" not in os.environ
+    assert os.environ["PGX_CPU_STALL_ADAPT"] == "1"
