@@ -200,15 +200,12 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.mbconv_stem_floats.restype = ctypes.c_int64
     lib.mbconv_run.argtypes = [ctypes.POINTER(_Args)]
     lib.mbconv_run.restype = ctypes.c_int
-    # (mnv17, native_mbchain: the blocks' argument pointers, their count, a head's or None)
-    lib.mbconv_chain_run.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
-    lib.mbconv_chain_run.restype = ctypes.c_int
+    # (the block chains' `mbconv_chain_stamped` / `mbconv_bf16_chain_stamped` are bound by
+    # `native_mbchain`, as function objects of their own)
     lib.mbconv_bf16_supported.argtypes = []
     lib.mbconv_bf16_supported.restype = ctypes.c_int
     lib.mbconv_bf16_run.argtypes = [ctypes.POINTER(_Args)]
     lib.mbconv_bf16_run.restype = ctypes.c_int
-    lib.mbconv_bf16_chain_run.argtypes = [ctypes.c_void_p, ctypes.c_int64]
-    lib.mbconv_bf16_chain_run.restype = ctypes.c_int
     if lib.mbconv_bf16_supported():  # (a build without AVX512_BF16 defines no bf16 sizes)
         lib.mbconv_bf16_shared_floats.argtypes = [ctypes.c_int64] * 5
         lib.mbconv_bf16_shared_floats.restype = ctypes.c_int64
