@@ -2,9 +2,10 @@
 
 `torch.set_default_dtype(torch.float64)` in the caller's process used to make the packed weights
 and biases of `native_mbconv` (`pack_1x1`, `pad_vector`, `pack_dw`; the head's too, through
-them) float64 tensors, which the float32 kernels then read as float32: garbage results. Here
-a MobileNet-style network (stem, blocks, head) is compiled and run under a float64 default and
-compared with ONNX Runtime; the default is restored after each test (a fixture).
+them) and `winograd_native.pack_weight` float64 tensors, which the float32 kernels then read as
+float32: garbage results. Here a MobileNet-style network (stem, blocks, head) and a Winograd
+layer are compiled and run under a float64 default and compared with ONNX Runtime / torch's
+float64 convolution; the default is restored after each test (a fixture).
 """
 
 from __future__ import annotations
@@ -14,13 +15,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import torch.nn.functional as F  # noqa: E402
+
 import pygraphx  # noqa: E402
 from pygraphx.targets import native  # noqa: E402
 from pygraphx.targets.cpu.target import CpuTarget  # noqa: E402
 from pygraphx.targets.torch_lowering import (  # noqa: E402
     native_mbconv,
     native_mbhead,
+    winograd,
+    winograd_native,
 )
+from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan  # noqa: E402
 from tests.helpers import run_ort  # noqa: E402
 from tests.targets import test_native_mbconv as mbconv_tests  # noqa: E402
 from tests.targets import test_native_mbhead as mbhead_tests  # noqa: E402
@@ -35,7 +41,9 @@ def _why(library) -> str | None:  # noqa: ANN001
 
 
 _MB = _why(native_mbconv.library)
+_WINO = _why(winograd_native.library)
 needs_mbconv = pytest.mark.skipif(_MB is not None, reason=f"native mbconv unavailable: {_MB}")
+needs_wino = pytest.mark.skipif(_WINO is not None, reason=f"native winograd unavailable: {_WINO}")
 
 
 @pytest.fixture
@@ -67,6 +75,10 @@ def test_packers_make_float32(float64_default) -> None:  # noqa: ANN001
     wd = torch.randn(5, 1, 3, 3, dtype=torch.float32)
     dw = native_mbconv.pack_dw(wd)
     assert dw.dtype == torch.float32 and torch.equal(dw[:, :5], wd.view(5, 9).t())
+    wt = torch.randn(36, 4, 5, dtype=torch.float32)
+    assert winograd_native.pack_weight(wt).dtype == torch.float32
+    # a float64 transformed weight (winograd.weight_transform under this default) too
+    assert winograd_native.pack_weight(wt.double()).dtype == torch.float32
 
 
 @needs_mbconv
@@ -103,3 +115,41 @@ def test_stem_blocks_and_head_against_ort(
     lowered = prog._executable.lowered
     assert lowered.ctx.cache.get("native_mbhead", 0) == 1
     assert lowered.ctx.cache.get("native_mbconv", 0) == 2
+
+
+@needs_wino
+@pytest.mark.parametrize("threads", [1, 2])
+def test_winograd_layer_against_float64_conv(
+    threads: int, float64_default, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+) -> None:
+    """A float32 F(4,3) layer on the native kernel built under a float64 default: torch's
+    float64 convolution (bias, relu), within F(4,3)'s rounding."""
+    monkeypatch.delenv(winograd_native.NATIVE_ENV, raising=False)
+    monkeypatch.delenv(native.NATIVE_ENV, raising=False)
+    made = []
+    real = winograd_native.NativeWinograd
+
+    def spy(*args: object, **kwargs: object) -> object:
+        made.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(winograd_native, "NativeWinograd", spy)
+    gen = torch.Generator().manual_seed(3)
+    n, c, h, k = 2, 24, 13, 40
+    weight = torch.randn(k, c, 3, 3, generator=gen, dtype=torch.float32) / (3 * c**0.5)
+    bias = torch.randn(k, generator=gen, dtype=torch.float32)
+    plan = ConvPlan(weight, weight, [n, c, h, h], [1, 1], [1, 1], [1, 1], 1, None, bias=bias,
+                    unary="relu")  # fmt: skip
+    x = torch.randn(n, c, h, h, generator=gen, dtype=torch.float32)
+    x = x.contiguous(memory_format=torch.channels_last)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        y = winograd.build(plan, lambda: x, None, 4, None)()
+    finally:
+        torch.set_num_threads(old)
+    assert len(made) == 1
+    assert y.dtype == torch.float32
+    ref = F.conv2d(x.double(), weight.double(), bias.double(), padding=1).relu()
+    err = ((y.double() - ref).abs().max() / ref.abs().max()).item()
+    assert err < 3e-5, f"relative error {err:.2e}"
