@@ -153,3 +153,42 @@ def test_winograd_layer_against_float64_conv(
     ref = F.conv2d(x.double(), weight.double(), bias.double(), padding=1).relu()
     err = ((y.double() - ref).abs().max() / ref.abs().max()).item()
     assert err < 3e-5, f"relative error {err:.2e}"
+
+
+def test_encoder_layernorm_and_gelu_against_ort(
+    float64_default, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+) -> None:
+    """A transformer encoder layer's heavy parts (`test_bf16_cpu.encoder_model`: MatMul + bias
+    + GELU, MatMul + residual, LayerNormalization, scores) compiled and run under a float64
+    default: ONNX Runtime's results, the norm and the GELU on their native kernels where the
+    build has them (`native_layernorm.LayerNorm`, `native_gelu.PASSES`). Their modules name
+    every tensor's dtype already (tidy17b found nothing to change there, nor in
+    `native_attention`, which this model's float32 attention does not reach)."""
+    from pygraphx.targets.torch_lowering import native_gelu, native_layernorm
+    from tests.quantize.test_bf16_cpu import encoder_model
+
+    made = {"norm": 0, "gelu": 0}
+
+    def spy(cls: type, key: str) -> type:
+        class Spy(cls):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                made[key] += 1
+                super().__init__(*args, **kwargs)
+
+        return Spy
+
+    monkeypatch.setattr(native_layernorm, "LayerNorm", spy(native_layernorm.LayerNorm, "norm"))
+    for act, cls in list(native_gelu.PASSES.items()):
+        monkeypatch.setitem(native_gelu.PASSES, act, spy(cls, "gelu"))
+    model, feeds = encoder_model()
+    want = run_ort(model, feeds)
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(CpuTarget(threads=1))
+    for _ in range(2):
+        got = prog.run(feeds)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-4)
+    if native_layernorm.available(False):
+        assert made["norm"] >= 1
+    if native_gelu.available("gelu"):
+        assert made["gelu"] >= 1
