@@ -192,3 +192,23 @@ def test_encoder_layernorm_and_gelu_against_ort(
         assert made["norm"] >= 1
     if native_gelu.available("gelu"):
         assert made["gelu"] >= 1
+
+
+@needs_mbconv
+@pytest.mark.slow  # builds MobileNetV2 and runs it on ONNX Runtime and the cpu target (~3 s)
+def test_mobilenetv2_b1_against_ort(float64_default) -> None:  # noqa: ANN001
+    """MobileNetV2 at batch 1 (random weights) compiled and run under a float64 default: ONNX
+    Runtime's result, its 17 blocks and its head on the native kernels."""
+    from pygraphx.models import get_model, model_inputs
+
+    torch.set_default_dtype(torch.float32)  # (the model is built as usual ...)
+    model = get_model("mobilenetv2", batch=1)
+    feeds = model_inputs("mobilenetv2", model)
+    want = run_ort(model, feeds)[0]
+    torch.set_default_dtype(torch.float64)  # (... and compiled and run under float64)
+    prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
+    prog.compile(CpuTarget(threads=1))
+    np.testing.assert_allclose(np.asarray(prog.run(feeds)[0]), want, rtol=1e-4, atol=1e-4)
+    lowered = prog._executable.lowered
+    assert lowered.ctx.cache.get("native_mbconv", 0) == 17
+    assert lowered.ctx.cache.get("native_mbhead", 0) == 1
