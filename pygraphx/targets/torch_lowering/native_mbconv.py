@@ -200,15 +200,12 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.mbconv_stem_floats.restype = ctypes.c_int64
     lib.mbconv_run.argtypes = [ctypes.POINTER(_Args)]
     lib.mbconv_run.restype = ctypes.c_int
-    # (mnv17, native_mbchain: the blocks' argument pointers, their count, a head's or None)
-    lib.mbconv_chain_run.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
-    lib.mbconv_chain_run.restype = ctypes.c_int
+    # (the block chains' `mbconv_chain_stamped` / `mbconv_bf16_chain_stamped` are bound by
+    # `native_mbchain`, as function objects of their own)
     lib.mbconv_bf16_supported.argtypes = []
     lib.mbconv_bf16_supported.restype = ctypes.c_int
     lib.mbconv_bf16_run.argtypes = [ctypes.POINTER(_Args)]
     lib.mbconv_bf16_run.restype = ctypes.c_int
-    lib.mbconv_bf16_chain_run.argtypes = [ctypes.c_void_p, ctypes.c_int64]
-    lib.mbconv_bf16_chain_run.restype = ctypes.c_int
     if lib.mbconv_bf16_supported():  # (a build without AVX512_BF16 defines no bf16 sizes)
         lib.mbconv_bf16_shared_floats.argtypes = [ctypes.c_int64] * 5
         lib.mbconv_bf16_shared_floats.restype = ctypes.c_int64
@@ -275,6 +272,10 @@ def bounds(unary: str, scalars: list[float]) -> tuple[float, float]:
     raise ValueError(f"native mbconv: unsupported activation {unary!r}")
 
 
+# (the packers below make float32 whatever torch's default dtype: the kernels read float32;
+# tidy17b: under `torch.set_default_dtype(torch.float64)` they made float64 weights)
+
+
 def _pad16(n: int) -> int:
     return -(-n // 16) * 16
 
@@ -284,7 +285,7 @@ def pack_1x1(weight: Tensor, pad_k: bool = False) -> Tensor:
     16 (K too with `pad_k`: the projection reads the padded depthwise channels), per block of
     64 output channels from n0 (its width bw) the (K, bw) matrix at n0 * K."""
     n, k = weight.shape[:2]
-    w = torch.zeros(_pad16(n), _pad16(k) if pad_k else k)
+    w = torch.zeros(_pad16(n), _pad16(k) if pad_k else k, dtype=torch.float32)
     w[:n, :k] = weight.reshape(n, k).float()
     n16 = w.shape[0]
     return torch.cat([w[n0 : n0 + 64].t().contiguous().view(-1) for n0 in range(0, n16, 64)])
@@ -306,7 +307,7 @@ def pack_1x1_bf16(weight: Tensor) -> Tensor:
 
 def pad_vector(v: Tensor | None, n: int) -> Tensor:
     """A bias (or zeros for None) padded with zeros to a multiple of 16."""
-    out = torch.zeros(_pad16(n))
+    out = torch.zeros(_pad16(n), dtype=torch.float32)
     if v is not None:
         out[:n] = v.float().reshape(-1)
     return out
@@ -324,7 +325,7 @@ def _pad_k(wp: Tensor) -> Tensor:
 def pack_dw(weight: Tensor) -> Tensor:
     """A depthwise 3x3 weight (M, 1, 3, 3) as (9, m16)."""
     m = weight.shape[0]
-    out = torch.zeros(9, _pad16(m))
+    out = torch.zeros(9, _pad16(m), dtype=torch.float32)
     out[:, :m] = weight.reshape(m, 9).t().float()
     return out.contiguous()
 

@@ -166,10 +166,10 @@ def _torch_tail(plan: ConvPlan) -> bool:
 def pack_weight(wt: Tensor) -> Tensor:
     """The transformed weight (36, C, K) (`winograd.weight_transform`) in the kernel's layout:
     per block of 64 output channels (K padded with zeros to a multiple of 16), its 36 (C, kw)
-    matrices."""
+    matrices, float32 (the kernel's; a float64 `wt` rounded once)."""
     p, c, k = wt.shape
     k16 = -(-k // 16) * 16
-    padded = torch.zeros(p, c, k16)
+    padded = torch.zeros(p, c, k16, dtype=torch.float32)  # (whatever the default dtype)
     padded[:, :, :k] = wt
     return torch.cat(
         [padded[:, :, k0 : k0 + KB].contiguous().view(-1) for k0 in range(0, k16, KB)]

@@ -712,22 +712,10 @@ int mbconv_chain_stamped(const mb_args *const *blocks, int64_t count, const hd_a
     return 0;
 }
 
-/* `mbconv_chain_stamped` without stamps (the binding `native_mbconv._bind` makes) */
-int mbconv_chain_run(const mb_args *const *blocks, int64_t count, const hd_args *head) {
-    return mbconv_chain_stamped(blocks, count, head, NULL);
-}
-
 #else
 
 int mbconv_run(const mb_args *a) {
     (void)a;
-    return 1;
-}
-
-int mbconv_chain_run(const mb_args *const *blocks, int64_t count, const hd_args *head) {
-    (void)blocks;
-    (void)count;
-    (void)head;
     return 1;
 }
 

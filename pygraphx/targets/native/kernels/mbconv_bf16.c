@@ -331,21 +331,10 @@ int mbconv_bf16_chain_stamped(const mb_args *const *blocks, int64_t count, doubl
     return 0;
 }
 
-/* `mbconv_bf16_chain_stamped` without stamps (the binding `native_mbconv._bind` makes) */
-int mbconv_bf16_chain_run(const mb_args *const *blocks, int64_t count) {
-    return mbconv_bf16_chain_stamped(blocks, count, NULL);
-}
-
 #else
 
 int mbconv_bf16_run(const mb_args *a) {
     (void)a;
-    return 1;
-}
-
-int mbconv_bf16_chain_run(const mb_args *const *blocks, int64_t count) {
-    (void)blocks;
-    (void)count;
     return 1;
 }
 
