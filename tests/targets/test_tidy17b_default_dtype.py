@@ -212,3 +212,26 @@ def test_mobilenetv2_b1_against_ort(float64_default) -> None:  # noqa: ANN001
     lowered = prog._executable.lowered
     assert lowered.ctx.cache.get("native_mbconv", 0) == 17
     assert lowered.ctx.cache.get("native_mbhead", 0) == 1
+
+
+@needs_wino
+def test_torch_winograd_route_under_float64_default(
+    float64_default, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+) -> None:
+    """The same layer on the torch route (`PGX_WINOGRAD_NATIVE=0`: its scratch, transformed
+    weight and warm-up tensors are float32 under a float64 default; it raised "expected scalar
+    type Double but found Float" before): torch's float64 convolution, within F(4,3)'s rounding."""
+    monkeypatch.setenv(winograd_native.NATIVE_ENV, "0")
+    gen = torch.Generator().manual_seed(4)
+    n, c, h, k = 2, 24, 13, 40
+    weight = torch.randn(k, c, 3, 3, generator=gen, dtype=torch.float32) / (3 * c**0.5)
+    bias = torch.randn(k, generator=gen, dtype=torch.float32)
+    plan = ConvPlan(weight, weight, [n, c, h, h], [1, 1], [1, 1], [1, 1], 1, None, bias=bias,
+                    unary="relu")  # fmt: skip
+    x = torch.randn(n, c, h, h, generator=gen, dtype=torch.float32)
+    x = x.contiguous(memory_format=torch.channels_last)
+    y = winograd.build(plan, lambda: x, None, 4, None)()
+    assert y.dtype == torch.float32
+    ref = F.conv2d(x.double(), weight.double(), bias.double(), padding=1).relu()
+    err = ((y.double() - ref).abs().max() / ref.abs().max()).item()
+    assert err < 3e-5, f"relative error {err:.2e}"

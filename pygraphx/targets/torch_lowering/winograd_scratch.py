@@ -51,7 +51,7 @@ class Scratch:
         key = (role, torch.is_inference_mode_enabled())
         buf = bufs.get(key)
         if buf is None or buf.numel() < need:
-            buf = bufs[key] = torch.empty(need)
+            buf = bufs[key] = torch.empty(need, dtype=torch.float32)
         return buf[:need].view(shape)
 
     def address(self, role: str, floats: int) -> int:
@@ -72,7 +72,7 @@ class Scratch:
         key += (torch.is_inference_mode_enabled(),)
         buf = bufs.get(key)
         if buf is None:
-            buf = bufs[key] = torch.zeros(geo.n * geo.hp, geo.wp, geo.c)
+            buf = bufs[key] = torch.zeros(geo.n * geo.hp, geo.wp, geo.c, dtype=torch.float32)
         return buf
 
     def nbytes(self) -> int:
