@@ -44,7 +44,7 @@ ProfileEntry = tuple[Instruction, Callable[[], None] | None, int]
 class Executor:
     """Runs `steps` in order; see the module docstring."""
 
-    __slots__ = ("steps", "bind", "collect", "profile", "show", "context", "computes", "scope")
+    __slots__ = ("steps", "bind", "collect", "profile", "show", "context", "computes")
 
     def __init__(
         self,
@@ -55,11 +55,8 @@ class Executor:
         show: Callable[[int], np.ndarray] | None = None,
         context: Callable[[], AbstractContextManager[Any]] | None = None,
         computes: Sequence[Sequence[Instruction]] = (),
-        scope: AbstractContextManager[Any] | None = None,
     ) -> None:
-        """`computes[k]`: the instructions step `k` computes (named when the step fails).
-        `scope`: the context manager `context()` returns every time (the cpu target's run
-        scope), entered as it is: no call a run to make it (run17)."""
+        """`computes[k]`: the instructions step `k` computes (named when the step fails)."""
         self.steps = tuple(steps)
         self.bind = bind
         self.collect = collect
@@ -67,15 +64,13 @@ class Executor:
         self.show = show
         self.context = context or contextlib.nullcontext
         self.computes = tuple(computes)
-        self.scope = scope
 
     def run(
         self, params: Mapping[str, np.ndarray], observer: Observer | None = None
     ) -> list[np.ndarray]:
         """Run once; returns the outputs (arrays no later run overwrites)."""
         self.bind(params)
-        scope = self.scope
-        with scope if scope is not None else self.context():
+        with self.context():
             if observer is None:
                 step = None
                 try:

@@ -63,9 +63,8 @@ CONV_OUTPUT = "arena"
 #: run17: a program's runs are serialised by the executable's own lock alone (`reentrant`:
 #: `Program.run` takes no lock of its own around it, the program's RLock was a second lock a
 #: run), and the run scope is told whether any step switches torch's thread count (its exit
-#: then reads the count back only where it may have changed), and the executor enters the scope
-#: object itself (no `__call__` a run). Read when a program is
-#: prepared; False: the old path (A/B, `benchmarks/run17_overhead.py`).
+#: then reads the count back only where it may have changed). Read when a program is prepared;
+#: False: the old path (A/B, `benchmarks/run17_overhead.py`).
 LEAN_RUN = True
 
 
@@ -167,16 +166,13 @@ class CpuExecutable:
         #: `Program.run` calls `run` without the program's lock: `run` takes `_lock` itself
         self.reentrant = LEAN_RUN
         computes = self.chained.computes
-        scope = self.scope if LEAN_RUN else None  # (entered as it is: `Executor.run`)
-        self.executor = Executor(
-            fns, bind, collect, lowered.profile, show, self.scope, computes, scope
-        )
+        self.executor = Executor(fns, bind, collect, lowered.profile, show, self.scope, computes)
         # the first run times the fallback steps once and says what they cost (fallback_cost)
         flags = self.chained.fallbacks
         self._first: tuple[Executor, FallbackTimer] | None = None
         if any(flags):
             timed, timer = timed_steps(fns, flags)
-            first = Executor(timed, bind, collect, (), show, self.scope, computes, scope)
+            first = Executor(timed, bind, collect, (), show, self.scope, computes)
             self._first = (first, timer)
 
     def run(
