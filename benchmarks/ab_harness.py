@@ -84,6 +84,7 @@ from unittest import mock
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.scratch import scratch_dir  # noqa: E402
 
 import pygraphx  # noqa: E402,F401  (before torch: it sets OpenMP's spin count and the allocator)
 
@@ -293,11 +294,10 @@ class OpenVino:
     """OpenVINO's compiled model with a `run(feeds)` like a program's."""
 
     def __init__(self, data: bytes, threads: int, bf16: bool) -> None:
-        import tempfile
-
+        
         import openvino as ov
 
-        path = Path(tempfile.mkdtemp()) / "model.onnx"
+        path = Path(scratch_dir()) / "model.onnx"
         path.write_bytes(data)
         config = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
                   "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1}  # fmt: skip

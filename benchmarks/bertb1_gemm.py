@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,9 @@ import numpy as np
 import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.scratch import scratch_dir  # noqa: E402
 
 SHAPES = {  # (K, N): name
     (768, 2304): "qkv",
@@ -48,7 +50,7 @@ def ov_product(w: np.ndarray, b: np.ndarray, rows: int, precision: str, threads:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    path = Path(tempfile.mkdtemp()) / "fc.onnx"
+    path = scratch_dir() / "fc.onnx"
     onnx.save(model, str(path))
     core = ov.Core()
     config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.scratch import scratch_dir  # noqa: E402
 
 import cpu_transformer_blocks as ctb  # noqa: E402
 import numpy as np  # noqa: E402
@@ -43,7 +43,7 @@ def openvino(model: Any, precision: str, threads: int, runs: int, feeds: dict) -
     (node type, kernel) (each node's fastest of `runs` profiled runs)."""
     import openvino as ov
 
-    path = Path(tempfile.mkdtemp()) / "model.onnx"
+    path = Path(scratch_dir()) / "model.onnx"
     path.write_bytes(model.SerializeToString())
     core = ov.Core()
     config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads,

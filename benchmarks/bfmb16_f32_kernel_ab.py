@@ -6,15 +6,17 @@ every round; median us a call (1 thread: thread CPU time, else wall); outputs mu
     python benchmarks/bfmb16_f32_kernel_ab.py THREADS [OLD_REV]   (OLD_REV default 7accf36)
 """
 import subprocess
-import tempfile
 from pathlib import Path
 
 import ctypes, time, sys, torch, numpy as np  # noqa: E401
 from pygraphx.targets.torch_lowering import native_mbconv as nm
 
 _ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(_ROOT))
+from benchmarks.scratch import scratch_dir  # noqa: E402
+
 _KERNELS = _ROOT / "pygraphx/targets/native/kernels"
-_TMP = Path(tempfile.mkdtemp(prefix="bfmb16_"))
+_TMP = scratch_dir("pgx-bench-bfmb16-")
 _REV = sys.argv[2] if len(sys.argv) > 2 else "7accf36"
 (_TMP / "old.c").write_text(subprocess.run(
     ["git", "show", f"{_REV}:pygraphx/targets/native/kernels/mbconv.c"], cwd=_ROOT,

@@ -43,7 +43,6 @@ import json
 import os
 import resource
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -52,6 +51,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.scratch import scratch_dir  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.models import get_model, model_inputs  # noqa: E402
@@ -137,7 +137,7 @@ def ort_profile(model_bytes: bytes, feeds: dict, runs: int, threads: int = 1) ->
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
     opts.enable_profiling = True
-    opts.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "ort")
+    opts.profile_file_prefix = str(Path(scratch_dir()) / "ort")
     sess = ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
     for _ in range(runs + 1):
         sess.run(None, feeds)
@@ -173,7 +173,7 @@ def openvino_engine(model: Any, threads: int, runs: int, feeds: dict) -> tuple[A
     (unscaled: each node's fastest of `runs` profiled runs)."""
     import openvino as ov
 
-    path = Path(tempfile.mkdtemp()) / "model.onnx"
+    path = Path(scratch_dir()) / "model.onnx"
     path.write_bytes(model.SerializeToString())
     core = ov.Core()
     config = {"INFERENCE_PRECISION_HINT": "bf16", "INFERENCE_NUM_THREADS": threads,

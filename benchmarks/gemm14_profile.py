@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.scratch import scratch_dir  # noqa: E402
 
 import cpu_transformer_blocks as ctb  # noqa: E402
 import numpy as np  # noqa: E402
@@ -93,7 +93,7 @@ def openvino(
     shape) (each node's fastest of `runs`: cpu_time at one thread, real_time else)."""
     import openvino as ov
 
-    path = Path(tempfile.mkdtemp()) / "model.onnx"
+    path = Path(scratch_dir()) / "model.onnx"
     path.write_bytes(data)
     core = ov.Core()
     config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads,

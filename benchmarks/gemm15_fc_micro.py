@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.scratch import scratch_dir  # noqa: E402
 
 SHAPES = [(128, 768, 768), (128, 768, 2304), (128, 768, 3072), (128, 3072, 768)]
 
@@ -36,7 +36,7 @@ def ov_model(m: int, k: int, n: int, w: np.ndarray, b: np.ndarray, bf16: bool, t
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    path = Path(tempfile.mkdtemp()) / "fc.onnx"
+    path = Path(scratch_dir()) / "fc.onnx"
     onnx.save(model, str(path))
     core = ov.Core()
     cfg = {"INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32", "INFERENCE_NUM_THREADS": threads,

@@ -32,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.scratch import scratch_dir  # noqa: E402
 
 import gemm14_profile as g14  # noqa: E402
 import numpy as np  # noqa: E402
@@ -101,7 +102,7 @@ def ort_engine(data: bytes, feeds: dict, threads: int, runs: int) -> tuple[Any, 
         opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
         if profile:
             opts.enable_profiling = True
-            opts.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "ort")
+            opts.profile_file_prefix = str(Path(scratch_dir()) / "ort")
         return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
     plain = session(False)

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.scratch import scratch_dir  # noqa: E402
 
 from mnv2b1_ab import compiled  # noqa: E402
 
@@ -77,7 +77,7 @@ def ort_profile(model, feeds, threads: int, runs: int) -> dict:
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.enable_profiling = True
-    so.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    so.profile_file_prefix = os.path.join(scratch_dir(), "ort")
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     for _ in range(5):
         sess.run(None, feeds)

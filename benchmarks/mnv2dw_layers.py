@@ -25,12 +25,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.scratch import scratch_dir  # noqa: E402
 
 import pygraphx  # noqa: E402
 from benchmarks.cpu_engines import profiled_openvino  # noqa: E402
@@ -126,7 +126,7 @@ def theirs(model: object, threads: int, feeds: dict, runs: int) -> list[dict]:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.enable_profiling = True
-    opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    opts.profile_file_prefix = os.path.join(scratch_dir(), "ort")
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     for _ in range(runs + 10):
         sess.run(None, feeds)

@@ -16,11 +16,11 @@ import importlib.util
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.scratch import scratch_dir  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import triton  # noqa: E402
@@ -50,7 +50,7 @@ def sass_count(fn, signature: dict, constexprs: dict, attrs: dict | None = None)
 
 
 def main() -> int:
-    tmp = Path(tempfile.mkdtemp())
+    tmp = Path(scratch_dir())
     sys.path.insert(0, str(tmp))
     mod = _module(tmp / "quantise_forms.py", VARIANTS, "quantise_forms")
     sig = {"x_ptr": "*fp16", "s_ptr": "*fp32", "out_ptr": "*i8", "n": "i32"}

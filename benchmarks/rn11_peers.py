@@ -13,11 +13,11 @@ import importlib.util
 import json
 import os
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.scratch import scratch_dir  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -84,7 +84,7 @@ def ort_times(model, feeds: dict, threads: int, runs: int) -> dict[str, float]:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
     opts.enable_profiling = True
-    opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    opts.profile_file_prefix = os.path.join(scratch_dir(), "ort")
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     for _ in range(3):
         sess.run(None, feeds)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.scratch import scratch_dir  # noqa: E402
 
 import gemm14_profile as g14  # noqa: E402
 import numpy as np  # noqa: E402
@@ -66,7 +66,7 @@ def pgx_group(kind: str) -> str:
 def openvino(data: bytes, threads: int, runs: int, feeds: dict) -> tuple[Any, dict, dict]:
     import openvino as ov
 
-    path = Path(tempfile.mkdtemp()) / "model.onnx"
+    path = Path(scratch_dir()) / "model.onnx"
     path.write_bytes(data)
     core = ov.Core()
     config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads,
@@ -115,7 +115,7 @@ def ort_engine(data: bytes, feeds: dict, threads: int, runs: int) -> tuple[Any, 
         opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
         if profile:
             opts.enable_profiling = True
-            opts.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "ort")
+            opts.profile_file_prefix = str(Path(scratch_dir()) / "ort")
         return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
     plain, prof = session(False), session(True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from functools import partial
@@ -25,6 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.scratch import scratch_dir  # noqa: E402
 
 import cpu_transformer_blocks as ctb  # noqa: E402
 import numpy as np  # noqa: E402
@@ -65,7 +65,7 @@ def openvino(model: Any, threads: int, feeds: dict) -> tuple[Any, Any]:
     each node kind's (real, cpu) seconds to a `Samples`)."""
     import openvino as ov
 
-    path = Path(tempfile.mkdtemp()) / "model.onnx"
+    path = Path(scratch_dir()) / "model.onnx"
     path.write_bytes(model.SerializeToString())
     core = ov.Core()
     config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads,
