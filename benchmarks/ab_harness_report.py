@@ -82,8 +82,8 @@ class Comparison:
     bad: list[str]
 
 
-def compare(outs: dict[str, list[np.ndarray]], want: list[np.ndarray] | None,
-            onames: list[str], is_bf16: dict[str, bool], tol: float | None) -> Comparison:  # fmt: skip
+def compare(outs: dict[str, list[np.ndarray]], want: list[np.ndarray] | None, onames: list[str],
+            is_bf16: dict[str, bool], tol: float | None) -> Comparison:  # fmt: skip
     """`outs` (by variant, the first declared first) checked against `want` and against the
     first variant's; `is_bf16`: which take the bf16 tolerance (`tol`: one for all instead)."""
     names = list(outs)
@@ -186,7 +186,8 @@ def print_after(out, spec: str, after: float | None, timing: Timing, said: bool,
     for n in cmp.bad if cmp.want is not None else ():
         print(f"MISMATCH {spec} {n}: rel RMS err vs ORT {cmp.err[n]:.1e} (output "
               f"{cmp.err_at[n]!r}), diff vs {first} {cmp.diff[n]:.1e} (output {cmp.diff_at[n]!r}), "
-              f"tolerance {cmp.tols[n]:.0e} (vs {first} {cmp.tol_ref[n]:.0e})", file=out)  # fmt: skip
+              f"tolerance {cmp.tols[n]:.0e} (vs {first} {cmp.tol_ref[n]:.0e})",
+              file=out)  # fmt: skip
     out.flush()
 
 
