@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+
 def cpu_stat() -> list[int]:
     """The machine's CPU time counters (/proc/stat's first line)."""
     return [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
@@ -104,6 +105,7 @@ def steps_by_kind(progs: dict, names: list[str], feeds: dict, rounds: int, clock
                 acc[kind_of(st)] += float(t) * 1e3
             table[n] = dict(acc)
     return per, fast
+
 
 def auto_runs(prog: Any, feeds: dict) -> int:
     """Runs for about 0.2 s a block, by three runs of `prog` (`--runs 0`)."""

@@ -110,6 +110,7 @@ LOAD_CHECK_S = 1.0
 #: program's compile); False: set it each time (the old path, A/B).
 SKIP_SAME_COUNT = True
 
+
 def set_threads(n: int) -> None:
     """Threads for torch's next kernels on this OS thread (OpenMP's and MKL's counts, both per
     thread)."""

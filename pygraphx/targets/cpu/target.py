@@ -60,6 +60,7 @@ log = logging.getLogger("pygraphx.cpu")
 #: (`benchmarks/arena_conv_ab.py`, benchmarks/results/arena_conv.md)
 CONV_OUTPUT = "arena"
 
+
 def announce_fallbacks(fallbacks: Mapping[str, int]) -> None:
     """One warning per compile when instructions run through numpy instead of torch: which ops,
     how many, and where their cost shows (the first run says their share of its time, see
