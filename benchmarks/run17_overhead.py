@@ -1,14 +1,18 @@
 """Where a run's time outside its steps goes (run17), the whole of `Program.run`: the lead-in
 (checks, `_check_params`, trace switch, locks), bind, the run scope's enter, the steps, the
-scope's exit, collect, the lead-out (`_unaliased`, `Argument`s); and `Program.run` itself
-less its steps in the same run (the last column: the figure to compare; the pieces are
-stamped on a copy of the old path's code, so they show where, not the new path's gain). Two
-variants in one process (`--old` / `--new`: settings in force while each
-compiles, `ab_harness` syntax incl. `@cpu.module.NAME=literal`), alternating run by run;
-medians in us, thread CPU time and wall.
+scope's exit, collect, the lead-out (`_owned_arguments`: the owned outputs' `Argument`s); and
+`Program.run` itself less its steps in the same run (the last column: the figure to compare;
+the pieces are stamped on a copy of the code, so they show where). Two variants in one process
+(`--old` / `--new`: settings in force while each compiles, `ab_harness` syntax incl.
+`@cpu.module.NAME=literal`), alternating run by run; medians in us, thread CPU time and wall.
 
     python benchmarks/run17_overhead.py --model mobilenetv2 --threads 1 --runs 400 \
-        --old "@cpu.target.LEAN_RUN=False @cpu.scheduling.LEAN_SCOPE=False @pygraphx.ir.program.LEAN_RUN=False" --new ""
+        --old "PGX_SOME_SWITCH=0" --new ""
+
+(run17's A/B, benchmarks/results/run17.md, set `--old "@cpu.target.LEAN_RUN=False
+@cpu.scheduling.LEAN_SCOPE=False @pygraphx.ir.program.LEAN_RUN=False"`: tidy18 removed those
+switches and the old path behind them; check out main before tidy18 to run that A/B again. The
+stamped lead-out was the old `_unaliased` + `_argument`, now the one path's `_owned_arguments`.)
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def one_run(prog, feeds: dict, clock) -> list[int]:  # noqa: ANN001
     arrays = prog._check_params(feeds)
     observer = with_eval_trace(prog.get_main_module(), None)
     assert observer is None
-    with prog._lock, ex._lock:
+    with ex._lock:  # (the cpu executable is reentrant: the program takes no lock of its own)
         e = ex.executor
         t1 = clock()
         e.bind(arrays)
@@ -55,7 +59,7 @@ def one_run(prog, feeds: dict, clock) -> list[int]:  # noqa: ANN001
         t5 = clock()
         outs = e.collect()
         t6 = clock()
-    results = [P._argument(a) for a in P._unaliased(outs, arrays)]
+    results = P._owned_arguments(outs, arrays)
     P._grouped(results, prog.output_structure)
     t7 = clock()
     t = [t0, t1, t2, t3, t4, t5, t6, t7]

@@ -39,12 +39,6 @@ from pygraphx.ir.trace import with_eval_trace
 if TYPE_CHECKING:
     from pygraphx.ir.registry import CompileTarget, Executable
 
-#: run17: `run` takes the inputs' mapping as given when no value input is taken out of it, and
-#: makes the owned outputs' arguments in one loop (`_owned_arguments`). Read at compile;
-#: False: the old path (A/B, `benchmarks/run17_overhead.py`)
-LEAN_RUN = True
-
-
 #: most specialized programs (per input lens / values) a dynamic program keeps, least recently
 #: used dropped first
 SPECIALIZED_CACHE_SIZE = 16
@@ -78,7 +72,6 @@ class Program:
         self._specialized: OrderedDict[tuple, Program] = OrderedDict()
         self._evicted = False  # the one-time warning that values keep changing was given
         self._dynamic = False  # set at compile: some parameter has dynamic dimensions
-        self._lean_run = LEAN_RUN  # set at compile (`LEAN_RUN`)
         # what `run` checks inputs against, taken from `main` for the executable it names
         self._signature: _Signature | None = None
         # compile, specialisation and non-reentrant runs take it (see the module docstring)
@@ -201,7 +194,6 @@ class Program:
             "exhaustive_tune": exhaustive_tune,
         }
         self._dynamic = self.is_dynamic()
-        self._lean_run = LEAN_RUN
         self._executable = t.compile(self, options)
         self.target = t
         self.compile_options = options
@@ -235,7 +227,7 @@ class Program:
         if device_io is not None and device_io(params):
             return self._run_device(params, observer)
         given = self._structured_inputs(params) if self.value_inputs else {}
-        if given or not self._lean_run:
+        if given:
             arrays = self._check_params({n: v for n, v in params.items() if n not in given})
         else:  # nothing to take out: no copy of the mapping (a comprehension's frame a run)
             arrays = self._check_params(params)
@@ -252,10 +244,7 @@ class Program:
         else:
             with self._lock:
                 outputs = self._run_executable(executable, arrays, observer)
-        if self._lean_run:
-            results = _owned_arguments(outputs, arrays)
-        else:
-            results = [_argument(a) for a in _unaliased(outputs, arrays)]
+        results = _owned_arguments(outputs, arrays)
         structure = self.output_structure
         return results if structure is None else _grouped(results, structure)
 
@@ -432,24 +421,11 @@ def _grouped(results: list[Any], structure: list[int | None] | None) -> list[Any
     return out
 
 
-def _unaliased(outputs: list[np.ndarray], inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """`outputs` with a copy of every array that may share memory with an input, is read-only
-    (a literal of the program) or appears twice, so the caller owns what `run` returns."""
-    result: list[np.ndarray] = []
-    others = list(inputs.values())  # the inputs, then the outputs kept so far
-    for out in outputs:
-        arr = out if type(out) is np.ndarray else np.asarray(out)
-        if not arr.flags.writeable or _overlaps(arr, others):
-            arr = arr.copy()
-        result.append(arr)
-        others.append(arr)
-    return result
-
-
 def _owned_arguments(
     outputs: list[np.ndarray], inputs: Mapping[str, np.ndarray]
 ) -> list[Argument]:
-    """`[_argument(a) for a in _unaliased(outputs, inputs)]` in one loop (`LEAN_RUN`)."""
+    """`outputs` as arguments the caller owns: a copy of every array that may share memory
+    with an input, is read-only (a literal of the program) or appears twice (one loop, run17)."""
     result: list[Argument] = []
     others = list(inputs.values())  # the inputs, then the outputs kept so far
     share = np.may_share_memory
@@ -473,26 +449,6 @@ def _owned_arguments(
         arg.array = arr
         result.append(arg)
     return result
-
-
-def _argument(arr: np.ndarray) -> Argument:
-    """`Argument(arr)` for an array `_unaliased` gave: made directly when its strides are all
-    positive (what `Argument` would keep as it is), else through `Argument`'s own checks."""
-    if min(arr.strides, default=0) < 0:
-        return Argument(arr)
-    arg = Argument.__new__(Argument)
-    arg.array = arr
-    return arg
-
-
-def _overlaps(arr: np.ndarray, others: list[np.ndarray]) -> bool:
-    """Whether `arr` may share memory with one of `others` (a plain loop: `run` calls it on
-    every output, and a generator per call costs more than the test on one input)."""
-    share = np.may_share_memory
-    for other in others:
-        if share(arr, other):
-            return True
-    return False
 
 
 def _type_name(dtype: np.dtype) -> str:

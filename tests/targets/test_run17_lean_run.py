@@ -1,7 +1,9 @@
-"""run17: the per-run cost around the steps. `scheduling.LEAN_SCOPE`: the stall controller's
-short way for the common run leaves it in exactly the state the long way does; the run scope's
-exit still gives the caller's thread count back; `target.LEAN_RUN`: a cpu program's runs take
-one lock (the executable's), still safe from several Python threads (numpy oracle)."""
+"""run17: the per-run cost around the steps. The stall controller's short way for the common
+run (`StallAdapt._lean`, set by the run scope) leaves it in exactly the state the long way does;
+the run scope's exit still gives the caller's thread count back; a cpu program's runs take one
+lock (the executable's), still safe from several Python threads (numpy oracle); outputs stay
+owned. (tidy18 removed run17's switches back to the old path, `LEAN_RUN` / `LEAN_SCOPE`: these
+test the one path.)"""
 
 from __future__ import annotations
 
@@ -63,6 +65,13 @@ def test_stall_short_way_matches_the_long_way(seed: int) -> None:
     assert long.changes > 0 and long.runs[2] > 100  # the sequence went both ways
 
 
+def test_run_scope_takes_the_short_way() -> None:
+    """A run scope's stall controller takes the short way (the one path since tidy18); a
+    controller made alone keeps the long way (what the test above compares it with)."""
+    assert RunScope(2, stall=True).stall._lean is True
+    assert StallAdapt(2)._lean is False
+
+
 def _counting(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
     sets: list[int] = []
     gets: list[int] = []
@@ -81,16 +90,12 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
     return sets, gets
 
 
-@pytest.mark.parametrize("lean", [True, False])
-def test_scope_exit_gives_the_callers_count_back(
-    monkeypatch: pytest.MonkeyPatch, lean: bool
-) -> None:
+def test_scope_exit_gives_the_callers_count_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """A scope whose steps switch nothing (`switches` False) reads torch's count back at the
-    exit only where its enter set another (the caller's count is then restored); off
-    (`LEAN_SCOPE = False`), every exit reads it."""
+    exit only where its enter set another (the caller's count is then restored); a scope whose
+    steps switch reads it back and restores it."""
     monkeypatch.delenv(LOAD_ADAPT_ENV, raising=False)
     monkeypatch.setattr(scheduling.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    monkeypatch.setattr(scheduling, "LEAN_SCOPE", lean)
     caller = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
@@ -102,7 +107,7 @@ def test_scope_exit_gives_the_callers_count_back(
         gets.clear()
         with scope():
             pass
-        assert sets == [] and len(gets) == (1 if lean else 2)  # (enter reads `before`)
+        assert sets == [] and len(gets) == 1  # (enter reads `before`; the exit does not)
         torch.set_num_threads(3)  # the caller's count is not the run's: set, then restored
         sets.clear()
         with scope():
@@ -133,24 +138,18 @@ def _mlp() -> tuple[bytes, tuple[np.ndarray, ...]]:
 
 
 @pytest.mark.parametrize("step_threads", [True, False])  # False: no step switches
-@pytest.mark.parametrize("lean", [True, False])
-def test_runs_from_threads_with_one_lock(
-    monkeypatch: pytest.MonkeyPatch, lean: bool, step_threads: bool
-) -> None:
-    """`LEAN_RUN` (read at prepare): the executable is `reentrant` (the program takes no lock
-    of its own) and its scope knows whether a step switches; runs from 6 Python threads give
-    numpy's results; off: the old path (the program's lock, `switches` True). With
-    `step_threads=False` every step runs on the program's count, so the lean exit's skip path
-    runs concurrently (review17d)."""
-    monkeypatch.setattr(target, "LEAN_RUN", lean)
+def test_runs_from_threads_with_one_lock(step_threads: bool) -> None:
+    """The cpu executable is `reentrant` (the program takes no lock of its own) and its scope
+    knows whether a step switches; runs from 6 Python threads give numpy's results. With
+    `step_threads=False` every step runs on the program's count, so the exit's skip path runs
+    concurrently (review17d)."""
     data, (w1, w2) = _mlp()
     prog = pygraphx.parse_onnx_buffer(data)
     prog.compile(target.CpuTarget(threads=2, step_threads=step_threads))
     exe = prog._executable
-    monkeypatch.undo()
-    assert getattr(exe, "reentrant", False) == lean
-    assert exe.scope.switches == (not lean or any(c != 2 for c in exe.chained.counts))
-    if lean and not step_threads:
+    assert exe.reentrant is True
+    assert exe.scope.switches == any(c != 2 for c in exe.chained.counts)
+    if not step_threads:
         assert not exe.scope.switches
     feeds = [np.random.default_rng(k).standard_normal((4, 32)).astype(np.float32)
              for k in range(6 * 40)]  # fmt: skip
@@ -166,16 +165,10 @@ def test_runs_from_threads_with_one_lock(
         np.testing.assert_allclose(y, np.maximum(x @ w1, 0) @ w2, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("lean", [True, False])
 @pytest.mark.parametrize("where", ["cpu", "ref"])  # (ref hands back the input itself)
-def test_program_outputs_stay_owned(
-    monkeypatch: pytest.MonkeyPatch, lean: bool, where: str
-) -> None:
-    """`ir.program.LEAN_RUN` (read at compile): the outputs' arguments in one loop still copy
-    an output that is the input itself, one returned twice and a literal; values by numpy."""
-    from pygraphx.ir import program
-
-    monkeypatch.setattr(program, "LEAN_RUN", lean)
+def test_program_outputs_stay_owned(where: str) -> None:
+    """The outputs' arguments, made in one loop (`program._owned_arguments`), still copy an
+    output that is the input itself, one returned twice and a literal; values by numpy."""
     c = np.arange(4, dtype=np.float32).reshape(1, 4)
     nodes = [
         helper.make_node("Identity", ["x"], ["a"]),
@@ -187,8 +180,6 @@ def test_program_outputs_stay_owned(
     model = make_model(nodes, {"x": x0}, ["a", "r", "b", "k"], {"c": c})
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     prog.compile(target.CpuTarget(threads=1) if where == "cpu" else pygraphx.get_target("ref"))
-    monkeypatch.undo()
-    assert prog._lean_run == lean
     x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
     outs = [np.array(o, copy=False) for o in prog.run({"x": x})]
     want = [x, np.maximum(x, 0), np.maximum(x, 0), c]

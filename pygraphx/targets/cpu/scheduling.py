@@ -110,15 +110,6 @@ LOAD_CHECK_S = 1.0
 #: program's compile); False: set it each time (the old path, A/B).
 SKIP_SAME_COUNT = True
 
-#: run17: the run scope's exit reads torch's thread count back only where something may have
-#: changed it (the scope's enter set the run's count, or some step switches its own:
-#: `RunScope.switches`, set by the executable), and the stall controller's `record` takes its
-#: short way for the common run (full count, after the first runs, not slow: one lock, no
-#: calls).
-#: Read when a scope is made (a program's compile); False: the old path (A/B,
-#: `benchmarks/run17_overhead.py`).
-LEAN_SCOPE = True
-
 
 def set_threads(n: int) -> None:
     """Threads for torch's next kernels on this OS thread (OpenMP's and MKL's counts, both per
@@ -250,11 +241,13 @@ class RunScope:
         self._clock = time.monotonic
         self._skip = SKIP_SAME_COUNT
         self._get = torch.get_num_threads
-        self._lean = LEAN_SCOPE
+        # (run17) the stall controller's `record` takes its short way for the common run
+        # (full count, after the first runs, not slow: one lock, no calls)
         if self.stall is not None:
-            self.stall._lean = LEAN_SCOPE
+            self.stall._lean = True
         #: whether some step may set torch's thread count (`with_thread_switches` wrapped
-        #: one): the executable clears it when none does (`LEAN_SCOPE`)
+        #: one): the executable clears it when none does, and the exit then reads the count
+        #: back only where the enter set another (run17)
         self.switches = True
 
     def __call__(self) -> RunScope:
@@ -300,7 +293,7 @@ class RunScope:
             if not self._skip:
                 torch.set_num_threads(before)
             elif (
-                got != before or self.switches or not self.timed or not self._lean
+                got != before or self.switches or not self.timed
             ) and self._get() != before:
                 # a step's switch, `got`, or an observer / profiled run (`timed` off): any of
                 # them may have changed the count (review17d)

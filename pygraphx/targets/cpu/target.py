@@ -60,13 +60,6 @@ log = logging.getLogger("pygraphx.cpu")
 #: (`benchmarks/arena_conv_ab.py`, benchmarks/results/arena_conv.md)
 CONV_OUTPUT = "arena"
 
-#: run17: a program's runs are serialised by the executable's own lock alone (`reentrant`:
-#: `Program.run` takes no lock of its own around it, the program's RLock was a second lock a
-#: run), and the run scope is told whether any step switches torch's thread count (its exit
-#: then reads the count back only where it may have changed). Read when a program is prepared;
-#: False: the old path (A/B, `benchmarks/run17_overhead.py`).
-LEAN_RUN = True
-
 
 def announce_fallbacks(fallbacks: Mapping[str, int]) -> None:
     """One warning per compile when instructions run through numpy instead of torch: which ops,
@@ -161,10 +154,12 @@ class CpuExecutable:
         self.chained = chain_steps(lowered.steps, self.step_threads, env, ctx.static)
         chained = self.chained
         fns = with_thread_switches(chained.fns, chained.counts, self.scope.limit, threads)
-        if LEAN_RUN:
-            self.scope.switches = any(f is not g for f, g in zip(fns, chained.fns, strict=True))
-        #: `Program.run` calls `run` without the program's lock: `run` takes `_lock` itself
-        self.reentrant = LEAN_RUN
+        # (run17) the run scope's exit reads torch's thread count back only where some step
+        # may have switched it
+        self.scope.switches = any(f is not g for f, g in zip(fns, chained.fns, strict=True))
+        #: (run17) `Program.run` calls `run` without the program's lock: `run` takes `_lock`
+        #: itself (one lock a run, not two)
+        self.reentrant = True
         computes = self.chained.computes
         self.executor = Executor(fns, bind, collect, lowered.profile, show, self.scope, computes)
         # the first run times the fallback steps once and says what they cost (fallback_cost)

@@ -337,7 +337,8 @@ class StallAdapt:
         self._down_every = STALL_DOWN_FIRST_S
         self.down_probes = 0
         self._lock = threading.Lock()
-        #: `record`'s short way for the common run (`scheduling.LEAN_SCOPE`, set by the scope)
+        #: `record`'s short way for the common run (run17; the run scope sets it: `RunScope`;
+        #: off, the long way alone, which the short way must match: test_run17_lean_run.py)
         self._lean = False
 
     @property
@@ -378,7 +379,7 @@ class StallAdapt:
         with self._lock:
             if self._lean and used == self.count == self.n and self._down_at != math.inf and (
                 not self._slow.runs
-            ):  # the common run (`scheduling.LEAN_SCOPE`): what the long way does for it
+            ):  # the common run (`_lean`, run17): what the long way does for it
                 best = self.best[used]  # (set: `_down_at` is finite after the first runs)
                 if seconds <= STALL_RATIO * best or seconds - best <= STALL_MIN_EXCESS_S:
                     self.runs[used] += 1
