@@ -4,7 +4,7 @@ A MobileNetV2 program at batch 1 runs 17 of its 18 steps on `native_mbconv`'s ke
 ctypes call and one OpenMP parallel region each, with some 5-10 us of Python a step around the
 call (the closure's input checks, the thread count, the scratch's address, the executor's
 loop: cold after the block before) and, at 2 threads, a fork/join of the team each. A chain
-runs a run of such steps as `mbconv.c`'s `mbconv_chain_stamped`: one call, one parallel region,
+runs a run of such steps as `mbconv_head.c`'s `mbconv_chain_stamped`: one call, one parallel region,
 the blocks one after the other, each ending with a barrier (as each block's region ended with
 its join), so the kernels compute exactly what the members' own calls would.
 

@@ -44,8 +44,9 @@ SCRATCH_KEY = "mbconv_scratch"
 #: `PGX_CPU_NATIVE_MBCONV=0` (off, no, false): blocks run on the oneDNN route
 ENV = "PGX_CPU_NATIVE_MBCONV"
 KERNEL = "mbconv"
-#: the kernel's further source files (`native.BoundLibrary` parts): the bf16 block
-PARTS = ("mbconv_bf16",)
+#: the kernel's further source files (`native.BoundLibrary` parts): the network's head and the
+#: block chain (`mbconv_head.c`, split out of mbconv.c by mnv18), the bf16 block
+PARTS = ("mbconv_head", "mbconv_bf16")
 #: bfmb16: `PGX_CPU_NATIVE_MBCONV_BF16=0` (off, no, false) keeps bf16 blocks on the oneDNN
 #: route, `=1` puts them on the kernel (by `bf16_rule`); unset: `BF16_DEFAULT`, on: never
 #: slower in the A/Bs on the 2-core EPYC (MobileNetV2 bf16 at 2 threads, the depthwise

@@ -1,4 +1,4 @@
-"""A network's head as one native call (`native/kernels/mbconv.c`'s `mbhead_run`, helper mnv15).
+"""A network's head as one native call (`native/kernels/mbconv_head.c`'s `mbhead_run`, mnv15).
 
 MobileNetV2 ends with a 1x1 convolution (320 -> 1280) + bias + clip, a global average pooling
 and the classifier (1280 -> 1000). On the oneDNN route these are three steps: the convolution
