@@ -25,6 +25,7 @@ typedef struct {
     int64_t sxn, sxh, sxw, syn, syc;
     double lo, hi;
     int64_t pchunks, threads;
+    int64_t yb;          /* mnv18, the bf16 head (mbconv_bf16_head.c): 1, y bf16; 0, float32 */
 } hd_args;
 
 /* floats of the head's workspace: the pooled rows, the ranges' partial sums, a tile a thread */
