@@ -331,3 +331,24 @@ def test_mobilenetv2_against_ort(batch: int, nthreads: int, monkeypatch: pytest.
     (new_max, new_rms), (old_max, old_rms) = rel(new), rel(old)
     assert new_max < 6e-2 and new_max <= 1.1 * old_max, (new_max, old_max)
     assert new_rms <= 1.1 * old_rms, (new_rms, old_rms)
+
+
+@needs_bf16
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_classifier_bias_its_own_step(nthreads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A classifier with a bias (an ONNX Gemm's C): the bf16 head ends at the `dot` (its bf16
+    result), the bias group (and the convert to float32) a step after it; against ORT."""
+    monkeypatch.setenv("PGX_CPU_LOAD_ADAPT", "0")
+    model, feeds = _net(3, 17, bias=True)
+    want = run_ort(model, feeds)[0]
+    prog = _compile_bf16(model, nthreads)
+    steps = [[i.op.name for i in s.instructions] for s in prog._executable.lowered.steps]
+    assert steps[-2][-3:] == ["pooling", "flatten", "dot"] and steps[-1] == ["pointwise"]
+    assert prog._executable.lowered.ctx.cache.get("native_mbhead", 0) == 1
+    with pytest.MonkeyPatch.context() as mp:
+        _old_route(mp)
+        old = _compile_bf16(model, nthreads)
+    scale = float(np.abs(want).max())
+    err = float(np.abs(np.asarray(prog.run(feeds)[0]) - want).max()) / scale
+    err_old = float(np.abs(np.asarray(old.run(feeds)[0]) - want).max()) / scale
+    assert err < 3e-2 and err <= 1.25 * err_old + 2e-3, (err, err_old)
