@@ -55,7 +55,8 @@ def main() -> int:
     for k, v in got.items():
         same = np.array_equal(ref[k], v)
         bad += not same
-        print(f"{k}: {'identical' if same else 'DIFFERENT, max |diff| %g' % np.abs(ref[k] - v).max()}")
+        what = "identical" if same else f"DIFFERENT, max |diff| {np.abs(ref[k] - v).max():g}"
+        print(f"{k}: {what}")
     return 1 if bad else 0
 
 

@@ -296,7 +296,8 @@ def test_head_alone_and_switches(monkeypatch: pytest.MonkeyPatch) -> None:
 @needs_bf16
 @pytest.mark.parametrize("nthreads", [1, 2])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_mobilenetv2_against_ort(batch: int, nthreads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mobilenetv2_against_ort(batch: int, nthreads: int,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """MobileNetV2 `quantize_bf16`'d: the stem, 17 blocks and the head native (at batch 1 one
     run step), against ORT float32 within bf16's error and no worse than the path before (the
     switches off) by more than a tenth."""

@@ -402,4 +402,7 @@ def _tuple_getter(indices: list[int]) -> Callable[[list], tuple]:
     return itemgetter(*indices)
 
 
-__all__ = ["BF16_HEAD", "ENV", "MbChain", "enabled", "head_joins", "head_of", "joins", "member_of", "starts"]
+__all__ = [
+    "BF16_HEAD", "ENV", "MbChain", "enabled", "head_joins", "head_of", "joins", "member_of",
+    "starts",
+]

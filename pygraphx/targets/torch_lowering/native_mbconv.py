@@ -593,7 +593,8 @@ class MbConv:
 
 
 __all__ = [
-    "BF16_ALL_ENV", "BF16_ENV", "ENV", "STEM_BF16_ENV", "stem_bf16_enabled", "MIN_PIXELS_MANY_THREADS", "MbConv", "SHARED", "available",
+    "BF16_ALL_ENV", "BF16_ENV", "ENV", "STEM_BF16_ENV", "stem_bf16_enabled",
+    "MIN_PIXELS_MANY_THREADS", "MbConv", "SHARED", "available",
     "bf16_available", "bf16_enabled", "bounds", "efficiency",
     "enabled", "library", "mode", "rule", "schedule", "share_image", "use_native",
 ]  # fmt: skip
