@@ -21,7 +21,7 @@
  *
  * Parts (`native_mbconv.PARTS`, appended in order into one translation unit): mbconv_head.c
  * (the network's head and the block chain, split out of this file by mnv18), mbconv_bf16.c
- * (the bf16 block).
+ * (the bf16 block and stem), mbconv_bf16_head.c (the bf16 head and the bf16 block chain).
  */
 #include <stdint.h>
 #include <stddef.h>
