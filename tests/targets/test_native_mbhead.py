@@ -379,6 +379,8 @@ def test_head_without_classifier(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_kernel
 def test_bf16_head_not_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bf16 head's switch off (mnv18: on, `tests/targets/test_mnv18_bf16_stem_head.py`)."""
+    monkeypatch.setenv(native_mbhead.BF16_ENV, "0")
     model, feeds = _net(1, 16)
     prog = pygraphx.parse_onnx_buffer(model.SerializeToString())
     pygraphx.quantize_bf16(prog, ["all"])

@@ -47,7 +47,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.settings import env_choice
-from pygraphx.targets.torch_lowering import native_mbconv, native_mbhead, onednn_conv
+from pygraphx.targets.torch_lowering import input_convert, native_mbconv, native_mbhead, onednn_conv
 from pygraphx.targets.torch_lowering.conv_kernels import ConvPlan
 
 ENV = "PGX_CONV_DW_FUSION"
@@ -127,13 +127,22 @@ class Block:
     last: Instruction
     #: mnv15: 0, or the stride of the 3x3 convolution that is the expansion (`_is_stem`)
     stem: int = 0
+    #: mnv18: a bf16 stem's input, the convert of the float32 image (the step reads the image)
+    convert: Instruction | None = None
 
     @property
     def head(self) -> Instruction:
         return self.dw if self.expand is None else self.expand
 
+    @property
+    def source(self) -> Instruction:
+        """The value the block's step reads: the head's input (a bf16 stem's: the image)."""
+        return self.head.inputs[0] if self.convert is None else self.convert.inputs[0]
+
     def instructions(self) -> list[Instruction]:
         first = [] if self.expand is None else [self.expand, self.g1]
+        if self.convert is not None:
+            first.insert(0, self.convert)
         return [*first, self.dw, self.g2, self.proj, self.last]
 
 
@@ -195,7 +204,8 @@ def native_block(head: Instruction) -> Block | None:
         return None
     if not native_mbconv.use_native(n, c, h, w, m, k, stride, bf16, has_expand):
         return None
-    return Block(expand, g1, dw, g2, proj, last, stem)
+    convert = head.inputs[0] if stem and bf16 else None
+    return Block(expand, g1, dw, g2, proj, last, stem, convert)
 
 
 @dataclass
@@ -212,16 +222,25 @@ class Head:
     #: mnv16: the `dot`'s only user where it is a group adding it and one other value (the
     #: classifier's bias, when that is a constant per column: `conv_native` reads it)
     bias: Instruction | None = None
+    #: mnv18: a bf16 head's `dot`'s only user where it is a lone convert to float32
+    widen: Instruction | None = None
+
+    @property
+    def bf16(self) -> bool:
+        return self.conv.shape.type() == "bf16_type"
 
     @property
     def last(self) -> Instruction:
         if self.dot is None:
             return self.pool
+        if self.widen is not None:
+            return self.widen
         return self.dot if self.bias is None else self.bias
 
     def instructions(self) -> list[Instruction]:
         rest = [] if self.dot is None else [self.flat, self.dot]
         rest += [] if self.bias is None else [self.bias]
+        rest += [] if self.widen is None else [self.widen]
         return [self.conv, self.group, self.pool, *rest]
 
 
@@ -231,8 +250,10 @@ def native_head(conv: Instruction) -> Head | None:
     user, the group's only user an average pooling over the whole map without padding; then,
     where the pooling's only user is a flatten / reshape to (N, C) whose only user is a float32
     `dot` of it (first) and a literal (C, K) weight, those two too; the kernel on
-    (`native_mbhead.available`)."""
-    if conv.op.name != "convolution" or _dtype(conv) != "float_type" or not _is_1x1(conv):
+    (`native_mbhead.available`). mnv18: or all of them bf16 (`native_mbhead.bf16_available`),
+    the `dot`'s only user, where it is a lone convert to float32, too (no classifier bias)."""
+    kind = _dtype(conv) if conv.op.name == "convolution" else None
+    if kind not in ("float_type", "bf16_type") or not _is_1x1(conv):
         return None
     if not conv.inputs[1].is_literal() or len(conv.outputs) != 1:
         return None
@@ -246,7 +267,9 @@ def native_head(conv: Instruction) -> Head | None:
     whole = list(pool.op.lengths) == lens[2:] and not any(pool.op.padding)
     if not (pool.op.global_ or whole) or list(pool.shape.lens()) != lens[:2] + [1, 1]:
         return None
-    if not native_mbhead.available():
+    if group.shape.type() != kind or pool.shape.type() != kind:
+        return None
+    if not (native_mbhead.available() if kind == "float_type" else native_mbhead.bf16_available()):
         return None
     flat = dot = None
     if len(pool.outputs) == 1 and pool.outputs[0].op.name in ("flatten", "reshape"):
@@ -261,12 +284,31 @@ def native_head(conv: Instruction) -> Head | None:
             and d.inputs[1].is_literal()
             and d.inputs[1].shape.ndim() == 2
             and d.inputs[1].shape.lens()[0] == lens[1]
-            and d.shape.type() == "float_type"
-            and d.inputs[1].shape.type() == "float_type"
+            and d.shape.type() == kind
+            and d.inputs[1].shape.type() == kind
         ):
             flat, dot = f, d
+    if kind == "bf16_type":
+        return Head(conv, group, pool, flat, dot, None, None if dot is None else _widen(dot))
     bias = None if dot is None or not native_mbhead.BIAS else _bias_group(dot)
     return Head(conv, group, pool, flat, dot, bias)
+
+
+def _widen(dot: Instruction) -> Instruction | None:
+    """mnv18: a bf16 `dot`'s only user where it is a pointwise group converting it (alone) to
+    float32, else None."""
+    if len(dot.outputs) != 1:
+        return None
+    user = dot.outputs[0]
+    if user.op.name != "pointwise" or len(user.inputs) != 1 or user.inputs[0] is not dot:
+        return None
+    if user.shape.type() != "float_type" or list(user.shape.lens()) != list(dot.shape.lens()):
+        return None
+    body = [i for i in user.module_inputs[0].instructions
+            if not (i.is_param() or i.is_literal() or i.op.name.startswith("@"))]  # fmt: skip
+    if len(body) != 1 or body[0].op.name != "convert":
+        return None
+    return user if getattr(body[0].op, "target_type", None) == "float_type" else None
 
 
 def _bias_group(dot: Instruction) -> Instruction | None:
@@ -349,7 +391,8 @@ STEM_MAX_CIN = 4
 
 def _is_stem(conv: Instruction) -> bool:
     """mnv15: whether `conv` is a network's first convolution the native block kernel takes as
-    its expansion (`native_mbconv.MbConv`'s `stem`): float32, a literal 3x3 weight of at most
+    its expansion (`native_mbconv.MbConv`'s `stem`): float32 (or, mnv18, bf16 of the float32
+    image's convert: `_image_convert`), a literal 3x3 weight of at most
     `STEM_MAX_CIN` input channels, one group, stride 1 or 2 on both axes, padding 1 on every
     side; the switch `PGX_CPU_NATIVE_MBSTEM` on."""
     if conv.op.name != "convolution" or len(conv.inputs) != 2 or not conv.inputs[1].is_literal():
@@ -358,12 +401,30 @@ def _is_stem(conv: Instruction) -> bool:
     if len(w) != 4 or list(w[2:]) != [3, 3] or op.group != 1 or x[1] > STEM_MAX_CIN:
         return False
     begin, end = op.pads(x, w)
+    kind = _dtype(conv)
     return (
-        _dtype(conv) == "float_type"
+        (kind == "float_type" or (kind == "bf16_type" and _image_convert(conv)))
         and op.stride[0] == op.stride[1] and op.stride[0] in (1, 2)
         and all(d == 1 for d in op.dilation)
         and list(begin) == [1, 1] and list(end) == [1, 1]
         and native_mbconv.stem_enabled()
+    )  # fmt: skip
+
+
+def _image_convert(conv: Instruction) -> bool:
+    """mnv18: whether a bf16 convolution's input is a lone convert (float32 -> bf16) of a
+    float32 program parameter (the image: never an arena slot the plan could reuse while the
+    block's step reads it), the convolution its only user; the switch
+    `PGX_CPU_NATIVE_MBSTEM_BF16` on (the stem then reads the image, `native_mbconv.MbConv`)."""
+    conv_in = conv.inputs[0]
+    if conv_in.op.name not in ("pointwise", "convert") or len(conv_in.inputs) != 1:
+        return False
+    image = conv_in.inputs[0]
+    return (
+        image.is_param() and image.shape.type() == "float_type"
+        and len(conv_in.outputs) == 1 and conv_in.outputs[0] is conv
+        and input_convert.lone_convert(conv_in)
+        and native_mbconv.stem_bf16_enabled()
     )  # fmt: skip
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.torch_lowering.context import LoweringContext, Step
+from pygraphx.targets.torch_lowering.context import LoweringContext, LoweringError, Step
 from pygraphx.targets.torch_lowering.conv_dw_fusion import Block, Head, native_block, native_head
 from pygraphx.targets.torch_lowering.conv_epilogue_match import (
     Epilogue,
@@ -157,8 +157,11 @@ def _emit_block(ctx: LoweringContext, block: Block, head: dict, epi: Epilogue) -
                 residual=epi.other is not None, scratch=program_scratch(ctx.cache),
                 stem=block.stem, bf16=bf16)  # fmt: skip
     env, xi = ctx.env, ctx.arg(block.head, 0)
+    if block.convert is not None:  # mnv18: a bf16 stem reads the float32 image
+        twins = _take_step(ctx, block.convert) + twins
+        xi = ctx.arg(block.convert, 0)
     ri = None if epi.other is None else ctx.index[id(epi.other)]
-    reads = [block.head.inputs[0]] + ([] if epi.other is None else [epi.other])
+    reads = [block.source] + ([] if epi.other is None else [epi.other])
 
     def build(out: torch.Tensor | None) -> Callable[[], torch.Tensor]:
         if out is not None and (not out.is_contiguous(memory_format=CL) or out.dtype != mb.dtype):
@@ -167,6 +170,16 @@ def _emit_block(ctx: LoweringContext, block: Block, head: dict, epi: Epilogue) -
 
     emit_fused(ctx, block.instructions(), twins, build, reads)
     ctx.cache["native_mbconv"] = ctx.cache.get("native_mbconv", 0) + 1  # (tests, benchmarks)
+
+
+def _take_step(ctx: LoweringContext, ins: Instruction) -> list[Step]:
+    """mnv18: the step computing `ins` alone (a bf16 stem's image convert, lowered before the
+    block was matched) taken out of the program's steps: it becomes the block step's first
+    unfused twin (the block's kernel converts as it reads the image)."""
+    for k in range(len(ctx.steps) - 1, -1, -1):
+        if len(ctx.steps[k].instructions) == 1 and ctx.steps[k].instructions[0] is ins:
+            return [ctx.steps.pop(k)]
+    raise LoweringError(f"native mbconv: no step of its own computes the stem's {ins.op}")
 
 
 def _layer_bias(
@@ -208,7 +221,13 @@ def defer_head(
     def at_dot(ctx: LoweringContext, ins: Instruction) -> bool:
         if head.bias is not None and defer(ctx, head.dot, head.bias, at_bias):
             return True
+        if head.widen is not None and defer(ctx, head.dot, head.widen, at_widen):
+            return True
         _emit_head(ctx, head, plan, unfused, (lo, hi), with_dot=True)
+        return True
+
+    def at_widen(ctx: LoweringContext, ins: Instruction) -> bool:  # (mnv18, bf16)
+        _emit_head(ctx, head, plan, unfused, (lo, hi), with_dot=True, widen=True)
         return True
 
     def at_bias(ctx: LoweringContext, ins: Instruction) -> bool:
@@ -246,10 +265,12 @@ def _bias_vector(ctx: LoweringContext, head: Head) -> torch.Tensor | None:
 def _emit_head(
     ctx: LoweringContext, head: Head, plan: ConvPlan, unfused: list[Step],
     bounds: tuple[float, float], with_dot: bool, bc: torch.Tensor | None = None,
+    widen: bool = False,
 ) -> None:  # fmt: skip
     """One step for the head on the native kernel (`native_mbhead.MbHead`); the unfused twins
     (the convolution and its group, the pooling, the flatten and the `dot`, and the bias
-    group where `bc`, the classifier's bias, is given) kept for profiling."""
+    group where `bc`, the classifier's bias, is given, or a bf16 head's convert to float32
+    after the `dot` where `widen`) kept for profiling."""
     saved, ctx.steps = ctx.steps, []
     if not LOWERINGS["pooling"](ctx, head.pool):  # (lower_nn's, registered)
         lower_fallback(ctx, head.pool)
@@ -267,17 +288,25 @@ def _emit_head(
             assert head.bias is not None
             _bias_twin(ctx, head.bias, head.dot, bc, fresh=_returned(head.bias))
             instructions.append(head.bias)
+        if widen:
+            assert head.widen is not None
+            _widen_twin(ctx, head.widen, head.dot, fresh=_returned(head.widen))
+            instructions.append(head.widen)
     twins, ctx.steps = list(unfused) + ctx.steps, saved
     last = instructions[-1]
     uidx = ctx.index[id(last)]
     unfused_stores(ctx, twins, uidx)
     x_lens = list(head.conv.inputs[0].shape.lens())
-    weight = plan.weight.float()
-    mb = MbHead(weight, plan.bias, bounds[0], bounds[1], wc, bc, x_lens)
+    if head.bf16:  # mnv18: the weights bf16 as the program's, the bias as oneDNN took it
+        out_dtype = torch.float32 if widen else torch.bfloat16
+        mb = MbHead(plan.weight, plan.bias, bounds[0], bounds[1], wc, bc, x_lens, bf16=True,
+                    out_dtype=out_dtype)  # fmt: skip
+    else:
+        mb = MbHead(plan.weight.float(), plan.bias, bounds[0], bounds[1], wc, bc, x_lens)
     env, xi = ctx.env, ctx.arg(head.conv, 0)
 
     def build(out: torch.Tensor | None) -> Callable[[], torch.Tensor]:
-        if out is not None and (out.dtype != torch.float32 or (with_dot and out.stride(1) != 1)):
+        if out is not None and (out.dtype != mb.out_dtype or (with_dot and out.stride(1) != 1)):
             out = None
         return mb.closure(env, xi, out)
 
@@ -304,6 +333,25 @@ def _dot_twin(ctx: LoweringContext, dot: Instruction, fresh: bool) -> None:
             env[idx] = torch.mm(env[a], env[b])
 
     ctx.emit(step, dot, idx)
+
+
+def _widen_twin(ctx: LoweringContext, widen: Instruction, dot: Instruction, fresh: bool) -> None:
+    """A bf16 head's convert to float32 after the `dot` as a step of its own (the head's unfused
+    twin, mnv18), into its arena slot, or (`fresh`, or no slot) a new tensor."""
+    env = ctx.env
+    d = ctx.index[id(dot)]
+    idx, out = (ctx.bind_dynamic(widen), None) if fresh else ctx.output(widen)
+    if out is not None:
+
+        def step() -> None:
+            out.copy_(env[d])
+
+    else:
+
+        def step() -> None:
+            env[idx] = env[d].float()
+
+    ctx.emit(step, widen, idx)
 
 
 def _returned(ins: Instruction) -> bool:

@@ -48,7 +48,7 @@ def wanted() -> bool:
     return INPUT_CONVERT and os.environ.get(ENV, "onednn").strip().lower() != "torch"
 
 
-def _lone_convert(ins: Instruction) -> bool:
+def lone_convert(ins: Instruction) -> bool:
     """Whether `ins` is a `convert` to bf16, alone or as the only op of a pointwise group."""
     if ins.op.name == "convert":
         op = ins.op
@@ -77,7 +77,7 @@ def matches(ctx: LoweringContext, ins: Instruction) -> bool:
         return False
     if not ctx.has_slot(ins) or runtime() is None:
         return False
-    return _lone_convert(ins)
+    return lone_convert(ins)
 
 
 def lower_input_convert(ctx: LoweringContext, ins: Instruction) -> bool:
@@ -142,6 +142,7 @@ __all__ = [
     "INPUT_CONVERT",
     "TAG_NCHW",
     "TAG_NHWC",
+    "lone_convert",
     "lower_input_convert",
     "matches",
     "wanted",

@@ -4,13 +4,13 @@ A MobileNetV2 program at batch 1 runs 17 of its 18 steps on `native_mbconv`'s ke
 ctypes call and one OpenMP parallel region each, with some 5-10 us of Python a step around the
 call (the closure's input checks, the thread count, the scratch's address, the executor's
 loop: cold after the block before) and, at 2 threads, a fork/join of the team each. A chain
-runs a run of such steps as `mbconv.c`'s `mbconv_chain_stamped`: one call, one parallel region,
+runs a run of such steps as `mbconv_head.c`'s `mbconv_chain_stamped`: one call, one parallel region,
 the blocks one after the other, each ending with a barrier (as each block's region ended with
 its join), so the kernels compute exactly what the members' own calls would.
 
 Members: the steps' closures (`MbConv.closure`, `run.mb`) that write their arena slot
 (`writes`), of one thread count (`conv_chain.chain_steps` cuts at a change) and one dtype
-(float32 blocks on `mbconv_chain_stamped`, bf16 ones on `mbconv_bf16.c`'s
+(float32 blocks on `mbconv_chain_stamped`, bf16 ones on `mbconv_bf16_head.c`'s
 `mbconv_bf16_chain_stamped`). The first member may read any input (the network's image: a new
 tensor each run, pointed to each run as its closure does); a later member joins only where
 its input and residual are env slots holding the same channels-last tensor every run
@@ -36,7 +36,8 @@ instructions' own unfused steps, never a chain. A chain running its members' clo
 times each closure with `clock` (the guard counted in the first).
 `PGX_CPU_NATIVE_MBCHAIN=0` (`enabled()`, read by `conv_chain.chain_steps` when a program is
 prepared) runs every block step alone (the path before mnv17; A/B: `benchmarks/mnv17_ab.py`);
-`conv_chain.HEAD_IN_CHAIN = False` leaves the head its own step. (`conv_chain.CHAIN` is the
+`conv_chain.HEAD_IN_CHAIN = False` leaves the head its own step (`BF16_HEAD = False` a bf16
+head alone: mnv18, whose bf16 chain function takes a bf16 head). (`conv_chain.CHAIN` is the
 oneDNN convolution chain's switch: it leaves block chains on.)
 """
 
@@ -60,6 +61,9 @@ from pygraphx.targets.torch_lowering.native_mbhead import MbHead
 
 #: `PGX_CPU_NATIVE_MBCHAIN=0`: every native block its own step (the path before mnv17)
 ENV = "PGX_CPU_NATIVE_MBCHAIN"
+#: mnv18: a bf16 native head after a bf16 block chain is its last member (as the float32
+#: head, `conv_chain.HEAD_IN_CHAIN`); False: its own step (A/B)
+BF16_HEAD = True
 
 Tensor = torch.Tensor
 CL = torch.channels_last
@@ -136,10 +140,13 @@ def head_of(fn: Callable[[], None]) -> tuple[MbHead, list, int, int | None] | No
 
 def head_joins(fn: Callable[[], None], env: list, static: Sequence[bool],
                dtype: torch.dtype) -> bool:  # fmt: skip
-    """Whether a step is a native head that may end a chain of `dtype` blocks: float32, its
-    input an env slot holding the same channels-last tensor every run."""
+    """Whether a step is a native head that may end a chain of `dtype` blocks: of their dtype
+    (float32, or, mnv18, bf16: `BF16_HEAD`), its input an env slot holding the same
+    channels-last tensor every run."""
     got = head_of(fn)
-    if got is None or got[1] is not env or dtype != torch.float32:
+    if got is None or got[1] is not env or got[0].dtype != dtype:
+        return False
+    if dtype == torch.bfloat16 and not BF16_HEAD:
         return False
     return _static_input(got[0], env, got[2], static, got[0].x_lens)
 
@@ -186,8 +193,9 @@ class MbChain:
         head_ref = None
         if head is not None:
             got = head_of(head)
-            if got is None or self.blocks[0].dtype != torch.float32:
-                raise ValueError("native mbchain: a float32 native head step expected")
+            if got is None or self.blocks[0].dtype != got[0].dtype:
+                raise ValueError("native mbchain: a native head step of the blocks' dtype "
+                                 "expected")  # fmt: skip
             self.head, _, hi, self.store = got
             self.head_fn = getattr(head, "released", (head, ()))[0]
             self.fixed.append((len(self.blocks), 2, hi))
@@ -205,9 +213,8 @@ class MbChain:
             *(ctypes.addressof(b.args) for b in self.blocks))
         self.address_of = ctypes.addressof(self.array)
         self.count = len(self.blocks)
-        #: the chain function's arguments but the stamps (the bf16 one takes no head: the head
-        #: is float32)
-        self._call = (self.address_of, self.count) + (() if bf16 else (self.head_ref,))
+        #: the chain function's arguments but the stamps
+        self._call = (self.address_of, self.count, self.head_ref)
         #: a timed run's time stamps (`mbconv_chain_stamped`): before the fork, after each member
         self.stamps = (ctypes.c_double * (len(self) + 1))()
         self._plain = self._call + (None,)
@@ -285,7 +292,7 @@ class MbChain:
         if self.store is None:
             return None
         head = self.head
-        y = torch.empty(head.out_lens, dtype=torch.float32)  # type: ignore[union-attr]
+        y = head.new_output()  # type: ignore[union-attr]
         head.bind(y)  # type: ignore[union-attr]
         return y
 
@@ -379,12 +386,8 @@ def _stamped(lib: ctypes.CDLL, bf16: bool) -> Any:
     """The library's chain function that takes time stamps (`mbconv_chain_stamped`, or
     `mbconv_bf16_chain_stamped`), bound here as a function object of its own (`lib[name]`;
     `native_mbconv._bind` binds the `lib.<name>` ones, without stamps)."""
-    if bf16:
-        fn = lib["mbconv_bf16_chain_stamped"]
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
-    else:
-        fn = lib["mbconv_chain_stamped"]
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+    fn = lib["mbconv_bf16_chain_stamped" if bf16 else "mbconv_chain_stamped"]
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
     fn.restype = ctypes.c_int
     return fn
 
@@ -399,4 +402,7 @@ def _tuple_getter(indices: list[int]) -> Callable[[list], tuple]:
     return itemgetter(*indices)
 
 
-__all__ = ["ENV", "MbChain", "enabled", "head_joins", "head_of", "joins", "member_of", "starts"]
+__all__ = [
+    "BF16_HEAD", "ENV", "MbChain", "enabled", "head_joins", "head_of", "joins", "member_of",
+    "starts",
+]

@@ -44,8 +44,10 @@ SCRATCH_KEY = "mbconv_scratch"
 #: `PGX_CPU_NATIVE_MBCONV=0` (off, no, false): blocks run on the oneDNN route
 ENV = "PGX_CPU_NATIVE_MBCONV"
 KERNEL = "mbconv"
-#: the kernel's further source files (`native.BoundLibrary` parts): the bf16 block
-PARTS = ("mbconv_bf16",)
+#: the kernel's further source files (`native.BoundLibrary` parts): the network's head and the
+#: block chain (`mbconv_head.c`, split out of mbconv.c by mnv18), the bf16 block, the bf16 head
+#: and the bf16 block chain (`mbconv_bf16_head.c`, mnv18)
+PARTS = ("mbconv_head", "mbconv_bf16", "mbconv_bf16_head")
 #: bfmb16: `PGX_CPU_NATIVE_MBCONV_BF16=0` (off, no, false) keeps bf16 blocks on the oneDNN
 #: route, `=1` puts them on the kernel (by `bf16_rule`); unset: `BF16_DEFAULT`, on: never
 #: slower in the A/Bs on the 2-core EPYC (MobileNetV2 bf16 at 2 threads, the depthwise
@@ -89,6 +91,19 @@ STEM_ENV = "PGX_CPU_NATIVE_MBSTEM"
 def stem_enabled() -> bool:
     """Whether a stem may be a block's expansion (`PGX_CPU_NATIVE_MBSTEM` not off)."""
     return switch_on(STEM_ENV)
+
+
+#: mnv18: `PGX_CPU_NATIVE_MBSTEM_BF16=0` (off, no, false): a bf16 program's first 3x3
+#: convolution (after the float32 image's convert to bf16) stays on oneDNN, the convert its own
+#: step (the path before mnv18); on: the first bf16 block's expansion, the kernel reading the
+#: float32 image (`conv_dw_fusion._is_stem`)
+STEM_BF16_ENV = "PGX_CPU_NATIVE_MBSTEM_BF16"
+
+
+def stem_bf16_enabled() -> bool:
+    """Whether a bf16 stem may be a block's expansion (`PGX_CPU_NATIVE_MBSTEM_BF16` and
+    `PGX_CPU_NATIVE_MBSTEM` not off)."""
+    return stem_enabled() and switch_on(STEM_BF16_ENV)
 
 
 def enabled() -> bool:
@@ -214,6 +229,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.mbhead_work_floats.restype = ctypes.c_int64
     lib.mbhead_run.argtypes = [ctypes.c_void_p]
     lib.mbhead_run.restype = ctypes.c_int
+    lib.mbhead_bf16_run.argtypes = [ctypes.c_void_p]  # (mnv18; 1 in a build without bf16)
+    lib.mbhead_bf16_run.restype = ctypes.c_int
 
 
 #: the library, bound once; a failed build is kept for the process (`native.BoundLibrary`)
@@ -313,6 +330,20 @@ def pad_vector(v: Tensor | None, n: int) -> Tensor:
     return out
 
 
+def pack_stem_bf16(weight: Tensor) -> Tensor:
+    """A bf16 stem's 3x3 weight (M, C, 3, 3) in `mbconv_bf16.c`'s `stem_micro_bf` layout (mnv18):
+    the taps (q = 3 c + ky, kx) paired as (2j, kx), (2j + 1, kx) (J = ceil(3 C / 2) pairs of
+    kernel rows, the last one's second row zero where 3 C is odd), pair 3 j + kx, packed as a
+    bf16 1x1 weight of 6 J inputs (`pack_1x1_bf16`)."""
+    m, c = weight.shape[:2]
+    q = 3 * c
+    j = -(-q // 2)
+    rows = torch.zeros(m, 2 * j, 3, dtype=torch.float32)  # (m, kernel row q, kx)
+    rows[:, :q] = weight.reshape(m, q, 3).float()
+    taps = rows.view(m, j, 2, 3).permute(0, 1, 3, 2).reshape(m, 6 * j, 1, 1)  # (j, kx, t)
+    return pack_1x1_bf16(taps)
+
+
 def _pad_k(wp: Tensor) -> Tensor:
     """A projection weight (K, M, 1, 1) with M padded with zeros to a multiple of 16 (it reads
     the padded depthwise channels)."""
@@ -388,7 +419,9 @@ class MbConv:
     of a 3x3 convolution (padding 1) that is the expansion: `we` (M, C, 3, 3), `x_lens` the
     image's (N, C, IH, IW) in any layout (MobileNetV2's first convolution and first block).
     `bf16` (bfmb16): the input, the residual and the output bf16, the 1x1 weights rounded to
-    bf16, the biases float32 as given (the caller rounds a bf16 layer's), no stem."""
+    bf16, the biases float32 as given (the caller rounds a bf16 layer's); a bf16 stem (mnv18)
+    reads the float32 image (`x_dtype`), rounding it to bf16 as it reads (the program's
+    convert), its weight bf16 (rounded), never in the shared mode."""
 
     def __init__(self, we: Tensor | None, be: Tensor | None, wd: Tensor, bd: Tensor | None,
                  wp: Tensor, bp: Tensor | None, stride: int, acts: list[tuple[str, list[float]]],
@@ -396,9 +429,11 @@ class MbConv:
                  scratch: Scratch | None = None, stem: int = 0,
                  bf16: bool = False) -> None:  # fmt: skip
         self.lib = library()
-        if bf16 and (stem or not self.lib.mbconv_bf16_supported()):
-            raise ValueError("native mbconv: bf16 blocks need AVX512_BF16 and no stem")
+        if bf16 and not self.lib.mbconv_bf16_supported():
+            raise ValueError("native mbconv: bf16 blocks need AVX512_BF16")
         self.dtype = torch.bfloat16 if bf16 else torch.float32
+        #: the input's dtype: the block's, or a stem's float32 image (mnv18: bf16 too)
+        self.x_dtype = torch.float32 if stem else self.dtype
         self._run = self.lib.mbconv_bf16_run if bf16 else self.lib.mbconv_run
         one = pack_1x1_bf16 if bf16 else pack_1x1
         n, c, ih, iw = x_lens
@@ -409,7 +444,10 @@ class MbConv:
         if we is None and m != c:
             raise ValueError("native mbconv: without an expansion the depthwise channels are C")
         self.tensors = [
-            None if we is None else one(we.reshape(m, -1, 1, 1)), pad_vector(be, m),
+            None if we is None else (
+                pack_stem_bf16(we) if stem and bf16  # (mnv18)
+                else one(we.reshape(m, -1, 1, 1))),
+            pad_vector(be, m),
             pack_dw(wd),
             pad_vector(bd, m),
             pack_1x1_bf16(_pad_k(wp)) if bf16 else pack_1x1(wp, pad_k=True), pad_vector(bp, k),
@@ -437,6 +475,8 @@ class MbConv:
         a = self.args
         a.rows, a.chunks = schedule(a.n, a.ho, a.w, a.wo, a.m, a.stride, threads)
         a.shared = int(share_image(a.n, a.h, a.w, a.m, a.stride, threads))
+        if a.stem and self.dtype == torch.bfloat16:  # (mnv18: a bf16 stem splits image rows)
+            a.shared = 0
         if a.shared:
             shared = self.lib.mbconv_shared_floats
             if self.dtype == torch.bfloat16:
@@ -452,7 +492,7 @@ class MbConv:
     def point_x(self, x: Tensor) -> Tensor:
         """Point the kernel to `x` (NCHW lens; channels-last, else a channels-last copy, which
         is returned to be held until the call)."""
-        _check(x, self.x_lens, "input", self.dtype)
+        _check(x, self.x_lens, "input", self.x_dtype)
         a = self.args
         if x.stride(1) != 1 and not a.stem:  # (a stem reads any layout)
             x = x.contiguous(memory_format=torch.channels_last)
@@ -553,7 +593,8 @@ class MbConv:
 
 
 __all__ = [
-    "BF16_ALL_ENV", "BF16_ENV", "ENV", "MIN_PIXELS_MANY_THREADS", "MbConv", "SHARED", "available",
+    "BF16_ALL_ENV", "BF16_ENV", "ENV", "STEM_BF16_ENV", "stem_bf16_enabled",
+    "MIN_PIXELS_MANY_THREADS", "MbConv", "SHARED", "available",
     "bf16_available", "bf16_enabled", "bounds", "efficiency",
     "enabled", "library", "mode", "rule", "schedule", "share_image", "use_native",
 ]  # fmt: skip

@@ -1,4 +1,4 @@
-"""A network's head as one native call (`native/kernels/mbconv.c`'s `mbhead_run`, helper mnv15).
+"""A network's head as one native call (`native/kernels/mbconv_head.c`'s `mbhead_run`, mnv15).
 
 MobileNetV2 ends with a 1x1 convolution (320 -> 1280) + bias + clip, a global average pooling
 and the classifier (1280 -> 1000). On the oneDNN route these are three steps: the convolution
@@ -15,8 +15,14 @@ whose only user is its clip / relu / bias group, whose only user is an average p
 whole map; then, optionally, a flatten (or reshape) to (N, C) and a `dot` with a literal (C, K)
 weight, each the only user of the one before) and `conv_native.defer_head` / `_emit_head`
 lower it as one step (the unfused twins kept for profiling).
-`PGX_CPU_NATIVE_MBHEAD=0` (off, no, false) keeps the library route; float32 only; AVX-512F
-builds only (`native_mbconv.available`), else the library route, announced once.
+`PGX_CPU_NATIVE_MBHEAD=0` (off, no, false) keeps the library route; AVX-512F builds only
+(`native_mbconv.available`), else the library route, announced once.
+
+bf16 (mnv18, `mbconv_bf16_head.c`'s `mbhead_bf16_run`): a bf16 program's head (the 1x1
+convolution on AVX512_BF16's dot product, the map, the pooled values and the classifier's
+result each rounded to bf16 as the program's steps round them; the classifier without a bias,
+its result bf16 or, where the program converts it to float32 next, float32), where
+`bf16_available` (`PGX_CPU_NATIVE_MBHEAD_BF16=0`: the oneDNN / library steps, the path before).
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ ENV = "PGX_CPU_NATIVE_MBHEAD"
 JOBS_PER_THREAD = 4
 #: pixels per range at least (the micro-kernel computes 6 at a time)
 MIN_PIXELS = 6
+#: mnv18: `PGX_CPU_NATIVE_MBHEAD_BF16=0` (off, no, false): a bf16 program's head runs as
+#: before (the oneDNN convolution, the pooling, the classifier: three steps)
+BF16_ENV = "PGX_CPU_NATIVE_MBHEAD_BF16"
 #: mnv16: the classifier's bias (a group adding a constant per column to the `dot`: an ONNX
 #: Gemm's C) is added by the kernel, in the head's step (was a step of its own after it);
 #: False: its own step (the old path)
@@ -50,6 +59,7 @@ class _Args(ctypes.Structure):
           ("n", "cin", "h", "w", "cout", "ncls", "sxn", "sxh", "sxw", "syn", "syc")],
         *[(name, ctypes.c_double) for name in ("lo", "hi")],
         *[(name, ctypes.c_int64) for name in ("pchunks", "threads")],
+        ("yb", ctypes.c_int64),  # (mnv18: the bf16 head's output bf16)
     ]  # fmt: skip
 
 
@@ -63,6 +73,17 @@ def available() -> bool:
     mnv16: `PGX_CPU_NATIVE_MBCONV=0` turns it off too (the switch of the whole `mbconv`
     library: blocks, stem and head; `PGX_CPU_NATIVE_MBHEAD=0` the head alone)."""
     return enabled() and native_mbconv.available()
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def bf16_available() -> bool:
+    """Whether a bf16 head may take the native kernel: the head on (`available`), its bf16
+    switch (`PGX_CPU_NATIVE_MBHEAD_BF16`) on and the bf16 kernel built
+    (`native_mbconv.bf16_available`)."""
+    return available() and switch_on(BF16_ENV) and native_mbconv.bf16_available()
 
 
 def pixel_chunks(n: int, cout: int, pixels: int, threads: int) -> int:
@@ -80,11 +101,23 @@ class MbHead:
 
     `w` (C, Cin, 1, 1), `b` (C) or None, the clip bounds `lo`, `hi`; `wc` the classifier's
     (C, K) weight (None: the kernel's result is the pooled (N, C[, 1, 1]) values), `bc` its
-    bias (K) or None; `x_lens` the input's NCHW lens."""
+    bias (K) or None; `x_lens` the input's NCHW lens. `bf16` (mnv18): the input and the
+    weights bf16 (rounded), the biases float32 as given, no classifier bias; the output of
+    `out_dtype` (bf16, or float32 holding the bf16 values)."""
 
     def __init__(self, w: Tensor, b: Tensor | None, lo: float, hi: float, wc: Tensor | None,
-                 bc: Tensor | None, x_lens: list[int]) -> None:  # fmt: skip
+                 bc: Tensor | None, x_lens: list[int], bf16: bool = False,
+                 out_dtype: torch.dtype | None = None) -> None:  # fmt: skip
         self.lib = native_mbconv.library()
+        if bf16 and (bc is not None or not self.lib.mbconv_bf16_supported()):
+            raise ValueError("native mbhead: a bf16 head needs AVX512_BF16 and no classifier "
+                             "bias")  # fmt: skip
+        self.dtype = torch.bfloat16 if bf16 else torch.float32
+        self.out_dtype = out_dtype or self.dtype
+        if not bf16 and self.out_dtype != torch.float32:
+            raise ValueError("native mbhead: a float32 head writes float32")
+        self._run = self.lib.mbhead_bf16_run if bf16 else self.lib.mbhead_run
+        one = native_mbconv.pack_1x1_bf16 if bf16 else native_mbconv.pack_1x1
         n, cin, h, wd = x_lens
         cout = w.shape[0]
         if w.shape[1] != cin or list(w.shape[2:]) != [1, 1]:
@@ -99,15 +132,17 @@ class MbHead:
                                  f"got {list(wc.shape)}")  # fmt: skip
             ncls = wc.shape[1]
             # pack_1x1 takes (N, K): the classifier's (C, K) is K outputs of C inputs
-            packed_c = native_mbconv.pack_1x1(wc.t().reshape(ncls, cout, 1, 1), pad_k=True)
+            wct = wc.t().reshape(ncls, cout, 1, 1)
+            packed_c = one(wct) if bf16 else native_mbconv.pack_1x1(wct, pad_k=True)
             bias_c = native_mbconv.pad_vector(bc, ncls)
         self.out_lens = [n, ncls] if wc is not None else [n, cout, 1, 1]
-        self.tensors = [native_mbconv.pack_1x1(w), native_mbconv.pad_vector(b, cout),
+        self.tensors = [one(w), native_mbconv.pad_vector(b, cout),
                         packed_c, bias_c]  # fmt: skip
         self.args = a = _Args()
         a.wt, a.b, a.wc, a.bc = (None if t is None else t.data_ptr() for t in self.tensors)
         a.n, a.cin, a.h, a.w, a.cout, a.ncls = n, cin, h, wd, cout, ncls
         a.lo, a.hi = lo, hi
+        a.yb = int(self.out_dtype == torch.bfloat16)
         self.ref = ctypes.byref(a)
         self.work: Tensor | None = None
         self.threads = 0
@@ -124,9 +159,9 @@ class MbHead:
     def point_x(self, x: Tensor) -> Tensor:
         """Point the kernel to `x` (NCHW lens; channels-last, else a channels-last copy, which
         is returned to be held until the call)."""
-        if x.dtype != torch.float32 or list(x.shape) != self.x_lens:
-            raise ValueError(f"native mbhead: the input must be a float32 {self.x_lens} "
-                             f"tensor, got {list(x.shape)} {x.dtype}")  # fmt: skip
+        if x.dtype != self.dtype or list(x.shape) != self.x_lens:
+            raise ValueError(f"native mbhead: the input must be a {_name(self.dtype)} "
+                             f"{self.x_lens} tensor, got {list(x.shape)} {x.dtype}")  # fmt: skip
         if x.stride(1) != 1:
             x = x.contiguous(memory_format=torch.channels_last)
         a = self.args
@@ -135,10 +170,11 @@ class MbHead:
         return x
 
     def bind(self, y: Tensor) -> None:
-        """Write `y` (the output's lens, float32; the classifier's rows of stride 1) from now on."""
-        if y.dtype != torch.float32 or list(y.shape) != self.out_lens:
-            raise ValueError(f"native mbhead: the output must be a float32 {self.out_lens} "
-                             f"tensor, got {list(y.shape)} {y.dtype}")  # fmt: skip
+        """Write `y` (the output's lens and `out_dtype`; the classifier's rows of stride 1)
+        from now on."""
+        if y.dtype != self.out_dtype or list(y.shape) != self.out_lens:
+            raise ValueError(f"native mbhead: the output must be a {_name(self.out_dtype)} "
+                             f"{self.out_lens} tensor, got {list(y.shape)} {y.dtype}")  # fmt: skip
         a = self.args
         if self.tensors[2] is not None and y.stride(1) != 1:
             raise ValueError("native mbhead: the classifier's output rows must be dense")
@@ -146,7 +182,7 @@ class MbHead:
         a.syn, a.syc = y.stride(0), y.stride(1)
 
     def new_output(self) -> Tensor:
-        return torch.empty(self.out_lens, dtype=torch.float32)
+        return torch.empty(self.out_lens, dtype=self.out_dtype)
 
     def closure(self, env: list, xi: int, out: Tensor | None):
         """A step's closure: the head on env[xi] into `out` (bound once; the closure says so as
@@ -155,7 +191,7 @@ class MbHead:
         last run's input alive)."""
         if out is not None:
             self.bind(out)
-        lib, ref, a = self.lib, self.ref, self.args
+        run_kernel, ref = self._run, self.ref
         threads = torch.get_num_threads
         seen: list = [None]
 
@@ -168,11 +204,11 @@ class MbHead:
                 seen[0] = weakref.ref(x) if held is x else None
             y = out
             if y is None:
-                y = torch.empty(self.out_lens, dtype=torch.float32)
+                y = self.new_output()
                 self.bind(y)
             if threads() != self.threads:
                 self._set_threads(threads())
-            if lib.mbhead_run(ref) != 0:
+            if run_kernel(ref) != 0:
                 raise RuntimeError("native kernel mbconv: not built for this processor")
             del held
             return y
@@ -190,10 +226,10 @@ class MbHead:
         threads = torch.get_num_threads()
         if threads != self.threads:
             self._set_threads(threads)
-        if self.lib.mbhead_run(self.ref) != 0:
+        if self._run(self.ref) != 0:
             raise RuntimeError("native kernel mbconv: not built for this processor")
         del held
         return y
 
 
-__all__ = ["ENV", "MbHead", "available", "enabled", "pixel_chunks"]
+__all__ = ["BF16_ENV", "ENV", "MbHead", "available", "bf16_available", "enabled", "pixel_chunks"]

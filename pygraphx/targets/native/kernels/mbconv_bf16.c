@@ -17,7 +17,14 @@
  * from n0 (width bw) the (K2, bw, 2) array at n0 * K2 * 2 (K2 = ceil(K / 2), the odd K's last
  * pair's second element zero); a row's last input channel of an odd K is read alone (never
  * past the row). Same mb_args: x, other and y point to bf16 (element strides), we and wp to
- * the packed bf16, the rest float32. No stem. */
+ * the packed bf16, the rest float32.
+ *
+ * Stem (mnv18, mb_args.stem as mbconv.c's): the network's first 3x3 convolution as the first
+ * block's expansion, x the float32 image (any layout: strides sxn, sxc, sxh, sxw), each value
+ * rounded to bf16 as its rows are copied (the program's float32 -> bf16 convert: round to
+ * nearest even, as the oneDNN reorder that step ran), the products on the bf16 dot product
+ * (`stem_rows_bf`; We packed by `native_mbconv.pack_stem_bf16`), E = bf16(clip(conv + be)) as
+ * float32 holding bf16 values. Not in the shared mode. */
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__) && \
     defined(__AVX512VL__)
@@ -147,10 +154,115 @@ static void gemm_bf(const bf16_t *a, int64_t lda, int64_t P, int64_t K, const bf
     }
 }
 
-/* E rows [r0, r1) of the bf16 image xi: the expansion (float32 holding bf16), or x widened */
+/* a bf16 stem's products (mnv18): c[p][0 : 16 NV] = bf16(clip(sum over (j, kx) of the pair at
+ * rows[j][p s + kx] . B[3 j + kx] + bias)) for pixels p < R (float32 holding bf16 values),
+ * `rows` the J interleaved pairs of padded input rows (`stem_rows_bf`: the 32-bit element x of
+ * pair row j holds rows 2j and 2j + 1 at column x, pw2 bf16 a pair row), B packed as a bf16 1x1
+ * weight of K2 = 3 J pairs (pair 3 j + kx: the taps (2j, kx), (2j + 1, kx)) */
+static inline __attribute__((always_inline)) void stem_micro_bf(
+    const bf16_t *rows, int64_t pw2, int64_t s, int64_t J, const bf16_t *b, int64_t bw,
+    const float *bias, float *c, int64_t ldc, __m512 lo, __m512 hi, const int R, const int NV) {
+    const int OB = 0;
+    const bf16_t *r = NULL;
+    const int64_t ldr = 0;
+    const __mmask16 last = (__mmask16)0xFFFF;
+    __m512 bias0 = _mm512_loadu_ps(bias), bias1 = bias0, bias2 = bias0, bias3 = bias0;
+    if (NV > 1) bias1 = _mm512_loadu_ps(bias + 16);
+    if (NV > 2) bias2 = _mm512_loadu_ps(bias + 32);
+    if (NV > 3) bias3 = _mm512_loadu_ps(bias + 48);
+    BACC(0) BACC(1) BACC(2) BACC(3) BACC(4) BACC(5)
+    for (int64_t j = 0; j < J; j++)
+        for (int kx = 0; kx < 3; kx++) {
+            const bf16_t *a = rows + j * pw2 + 2 * kx;
+            BLOADB((j * 3 + kx) * bw * 2)
+#define SROWB(P) BDOT(P, pair_at(a + 2 * P * s))
+            SROWB(0) SROWB(1) SROWB(2) SROWB(3) SROWB(4) SROWB(5)
+        }
+    BST(0) BST(1) BST(2) BST(3) BST(4) BST(5)
+}
+
+typedef void (*stem_bf_fn)(const bf16_t *, int64_t, int64_t, int64_t, const bf16_t *, int64_t,
+                           const float *, float *, int64_t, __m512, __m512);
+#define MKSB(R, NV)                                                                          \
+    static void stem_bf_##R##_##NV(const bf16_t *rows, int64_t pw2, int64_t s, int64_t J,    \
+                                   const bf16_t *b, int64_t bw, const float *bias, float *c, \
+                                   int64_t ldc, __m512 lo, __m512 hi) {                      \
+        stem_micro_bf(rows, pw2, s, J, b, bw, bias, c, ldc, lo, hi, R, NV);                  \
+    }
+#define MKSBR(R) MKSB(R, 1) MKSB(R, 2) MKSB(R, 3) MKSB(R, 4)
+MKSBR(1) MKSBR(2) MKSBR(3) MKSBR(4) MKSBR(5) MKSBR(6)
+#define SBROW(R) {stem_bf_##R##_1, stem_bf_##R##_2, stem_bf_##R##_3, stem_bf_##R##_4}
+static const stem_bf_fn STEM_BF[6][4] = {SBROW(1), SBROW(2), SBROW(3), SBROW(4), SBROW(5),
+                                         SBROW(6)};
+
+/* 16 float32 (those of mk, the rest zero) of an image row from `src` (elements sx apart)
+ * rounded to bf16, each in the low half of a 32-bit lane */
+static inline __m512i stem_load(const float *src, int64_t sx, __mmask16 mk) {
+    __m512 v;
+    if (sx == 1) {
+        v = _mm512_maskz_loadu_ps(mk, src);
+    } else {
+        float buf[16];
+        for (int i = 0; i < 16; i++) buf[i] = (mk >> i) & 1 ? src[i * sx] : 0.0f;
+        v = _mm512_loadu_ps(buf);
+    }
+    return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v));
+}
+
+/* a bf16 stem's E rows [r0, r1) of the float32 image xi (mbconv.c's `stem_rows`, bf16): per
+ * row, the 3 cin input rows (q = 3 c + ky; rows outside the image zero) rounded to bf16 and
+ * interleaved in pairs (`stem_micro_bf`'s J = ceil(3 cin / 2) pair rows of iw + 2 columns, a
+ * zero column each side, the last pair's second row zero where 3 cin is odd) in `col`; then the
+ * products on AVX512_BF16's dot product, two taps an instruction */
+static void stem_rows_bf(const mb_args *a, const float *xi, int64_t r0, int64_t r1, float *e,
+                         int64_t m16, __m512 lo, __m512 hi, float *col) {
+    const int64_t w = a->w, cin = a->cin, iw = a->iw, s = a->stem, pw = iw + 2;
+    const int64_t Q = 3 * cin, J = (Q + 1) / 2, k2 = 3 * J;
+    const __mmask16 tail = (iw % 16) ? (__mmask16)((1u << (iw % 16)) - 1) : (__mmask16)0xFFFF;
+    uint32_t *pairs = (uint32_t *)col; /* J x pw 32-bit elements */
+    const bf16_t *we = (const bf16_t *)a->we;
+    for (int64_t r = r0; r < r1; r++) {
+        for (int64_t j = 0; j < J; j++) {
+            const float *src[2] = {NULL, NULL};
+            for (int t = 0; t < 2; t++) {
+                int64_t q = 2 * j + t, iy = r * s - 1 + q % 3;
+                if (q < Q && iy >= 0 && iy < a->ih) src[t] = xi + (q / 3) * a->sxc + iy * a->sxh;
+            }
+            uint32_t *dst = pairs + j * pw;
+            dst[0] = 0;
+            dst[pw - 1] = 0;
+            for (int64_t x = 0; x < iw; x += 16) {
+                __mmask16 mk = x + 16 <= iw ? (__mmask16)0xFFFF : tail;
+                __m512i lo16 = src[0] ? stem_load(src[0] + x * a->sxw, a->sxw, mk)
+                                      : _mm512_setzero_si512();
+                __m512i hi16 = src[1] ? stem_load(src[1] + x * a->sxw, a->sxw, mk)
+                                      : _mm512_setzero_si512();
+                _mm512_mask_storeu_epi32(dst + 1 + x, mk,
+                                         _mm512_or_si512(lo16, _mm512_slli_epi32(hi16, 16)));
+            }
+        }
+        float *er = e + (r - r0) * w * m16;
+        for (int64_t n0 = 0; n0 < m16; n0 += 64) {
+            int64_t bw = m16 - n0 < 64 ? m16 - n0 : 64;
+            for (int64_t p0 = 0; p0 < w; p0 += 6) {
+                int rr = (int)(w - p0 < 6 ? w - p0 : 6);
+                STEM_BF[rr - 1][bw / 16 - 1]((const bf16_t *)pairs + 2 * p0 * s, 2 * pw, s, J,
+                                             we + n0 * k2 * 2, bw, a->be + n0,
+                                             er + p0 * m16 + n0, m16, lo, hi);
+            }
+        }
+    }
+}
+
+/* E rows [r0, r1) of the bf16 image xi: the expansion (float32 holding bf16), or x widened;
+ * a stem's (mnv18) from the float32 image `xf` into its padded rows `col` */
 static void expand_rows_bf(const mb_args *a, const bf16_t *xi, int64_t r0, int64_t r1, float *e,
-                           int64_t m16, __m512 lo, __m512 hi) {
+                           int64_t m16, __m512 lo, __m512 hi, const float *xf, float *col) {
     const int64_t w = a->w;
+    if (a->stem) {
+        stem_rows_bf(a, xf, r0, r1, e, m16, lo, hi, col);
+        return;
+    }
     const bf16_t *we = (const bf16_t *)a->we;
     if (we == NULL) {
         __mmask16 lastm = (a->cin % 16) ? (__mmask16)((1u << (a->cin % 16)) - 1) : 0xFFFF;
@@ -201,11 +313,13 @@ static void job_bf(const mb_args *a, int64_t img, int64_t oa, int64_t ob, float 
     float *e = work;
     float *d = e + up16((rows * s + 2) * w * m16);
     float *zero = d + up16(rows * a->wo * m16);
+    float *col = zero + up16(w * m16); /* a stem's padded input rows (stem_floats) */
     memset(zero, 0, (size_t)(w * m16) * sizeof(float));
     const __m512 elo = _mm512_set1_ps((float)a->elo), ehi = _mm512_set1_ps((float)a->ehi);
     const __m512 dlo = _mm512_set1_ps((float)a->dlo), dhi = _mm512_set1_ps((float)a->dhi);
     const __m512 plo = _mm512_set1_ps((float)a->plo), phi = _mm512_set1_ps((float)a->phi);
     const bf16_t *xi = (const bf16_t *)a->x + img * a->sxn;
+    const float *xf = (const float *)a->x + img * a->sxn; /* (a stem's float32 image) */
     int64_t b0 = 0, b1 = 0;
     for (int64_t oy0 = oa; oy0 < ob; oy0 += rows) {
         int64_t oy1 = oy0 + rows < ob ? oy0 + rows : ob;
@@ -217,7 +331,8 @@ static void job_bf(const mb_args *a, int64_t img, int64_t oa, int64_t ob, float 
             memmove(e, e + (n0 - b0) * w * m16, (size_t)((b1 - n0) * w * m16) * sizeof(float));
             from = b1;
         }
-        if (from < n1) expand_rows_bf(a, xi, from, n1, e + (from - n0) * w * m16, m16, elo, ehi);
+        if (from < n1)
+            expand_rows_bf(a, xi, from, n1, e + (from - n0) * w * m16, m16, elo, ehi, xf, col);
         b0 = n0, b1 = n1;
         depthwise_ch(a, e, b0, w * m16, m16, zero, oy0, oy1, d, m16, dlo, dhi, 0, m16, 1);
         project_bf(a, (const bf16_t *)d, img, oy0 * a->wo, oy1 * a->wo,
@@ -284,7 +399,8 @@ int64_t mbconv_bf16_shared_floats(int64_t h, int64_t w, int64_t m, int64_t ho, i
 /* one thread's part of a bf16 block (inside a parallel region of the block's threads; ends
  * with a barrier: the `omp for`'s implicit one, or `shared_image_bf`'s last) */
 static void block_body_bf(const mb_args *a, int t, int nt) {
-    const int64_t per = mbconv_work_floats(a->w, a->m, a->wo, a->stride, a->rows);
+    const int64_t per = mbconv_work_floats(a->w, a->m, a->wo, a->stride, a->rows) +
+                        stem_floats(a);
     const int64_t chunks = a->chunks, jobs = a->n * chunks;
     if (a->shared) {
         float *work = (float *)(((uintptr_t)a->work + 63) & ~(uintptr_t)63);
@@ -301,33 +417,12 @@ static void block_body_bf(const mb_args *a, int t, int nt) {
     }
 }
 
-/* run the bf16 block; 0, or 1 where this build has no bf16 kernel */
+/* run the bf16 block; 0, or 1 where this build has no bf16 kernel (or a stem in the shared
+ * mode) */
 int mbconv_bf16_run(const mb_args *a) {
-    if (a->stem) return 1;
+    if (a->stem && a->shared) return 1; /* (a stem only image rows by thread) */
 #pragma omp parallel num_threads((int)a->threads)
     block_body_bf(a, omp_get_thread_num(), omp_get_num_threads());
-    return 0;
-}
-
-/* mnv17: `count` bf16 blocks in one parallel region (as mbconv.c's mbconv_chain_stamped: the
- * same `stamps`, NULL: none); 0; 1 where this build has no bf16 kernel or a block has a stem;
- * 2, nothing run, where a block is planned for another thread count than blocks[0] */
-int mbconv_bf16_chain_stamped(const mb_args *const *blocks, int64_t count, double *stamps) {
-    if (count <= 0) return 0;
-    for (int64_t i = 0; i < count; i++)
-        if (blocks[i]->stem) return 1;
-    const int64_t threads = blocks[0]->threads;
-    for (int64_t i = 0; i < count; i++)
-        if (blocks[i]->threads != threads) return 2;
-    if (stamps != NULL) stamps[0] = omp_get_wtime();
-#pragma omp parallel num_threads((int)threads)
-    {
-        int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        for (int64_t i = 0; i < count; i++) {
-            block_body_bf(blocks[i], t, nt);
-            if (stamps != NULL && t == 0) stamps[i + 1] = omp_get_wtime();
-        }
-    }
     return 0;
 }
 
@@ -337,12 +432,4 @@ int mbconv_bf16_run(const mb_args *a) {
     (void)a;
     return 1;
 }
-
-int mbconv_bf16_chain_stamped(const mb_args *const *blocks, int64_t count, double *stamps) {
-    (void)blocks;
-    (void)count;
-    (void)stamps;
-    return 1;
-}
-
 #endif
