@@ -37,10 +37,8 @@ def _compile_bf16(model, nthreads: int = 1):  # noqa: ANN001, ANN202
 
 
 @needs_bf16
-@pytest.mark.xfail(strict=True, reason="review18a: input_convert counts a reorder step that "
-                   "conv_native._take_step removed (the stem converts as it reads)")  # fmt: skip
 def test_input_convert_counter_drops_the_taken_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Repro (xfail strict): with the bf16 stem on, the image's oneDNN reorder step is lowered,
+    """(Fixed: `_take_step` takes the count back.) With the bf16 stem on, the image's oneDNN reorder step is lowered,
     counted in `ctx.cache["input_convert"]`, then popped by `conv_native._take_step`; the
     counter still says 1 though no reorder runs. test_mnv12_input_convert's MobileNetV2 test
     asserts `used == 1` to claim the reorder ran on the network: it now passes without it."""

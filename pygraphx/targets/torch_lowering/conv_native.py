@@ -178,7 +178,10 @@ def _take_step(ctx: LoweringContext, ins: Instruction) -> list[Step]:
     unfused twin (the block's kernel converts as it reads the image)."""
     for k in range(len(ctx.steps) - 1, -1, -1):
         if len(ctx.steps[k].instructions) == 1 and ctx.steps[k].instructions[0] is ins:
-            return [ctx.steps.pop(k)]
+            step = ctx.steps.pop(k)
+            if hasattr(step.fn, "reorders"):  # an `input_convert` reorder step: it no longer runs
+                ctx.cache["input_convert"] = ctx.cache.get("input_convert", 1) - 1
+            return [step]
     raise LoweringError(f"native mbconv: no step of its own computes the stem's {ins.op}")
 
 
