@@ -1,0 +1,103 @@
+"""A float32 product with a fixed, very wide weight (a language model's head) as a native kernel
+(`native/kernels/gemm_wide.c`, helper gemm18).
+
+`gemm_kernels.fast_kernel` takes it instead of oneDNN's matmul for a float32 product with no
+activation whose weight has at least `MIN_COLUMNS` columns (GPT-2's LM head, 768 x 50257), where
+the kernel can be had and `PGX_CPU_GEMM` is `auto`. Why, on the 2-core AMD EPYC (Zen 4): the
+head streams its 154 MB weight from memory once a run, and oneDNN 3.2's brgemm ran it at
+107-108 GFLOP/s a core (93 % of the register FMA peak, 116) where the same kernel runs a weight
+that stays in cache at 115; OpenBLAS and BLIS were slower still (`benchmarks/gemm18_libs.py`).
+The kernel (an 8 x 48 register block over the whole K, the weight packed once into 48-column
+panels, the next panel prefetched into L2 while one is computed) runs the head at 110-111
+(`benchmarks/results/gemm18.md`). Narrower weights stay on oneDNN (a 2304-column one gained
+1-2 %, within the noise).
+
+`PGX_CPU_GEMM_WIDE=0` keeps oneDNN's matmul for these products. Without a C compiler or
+AVX-512F the product keeps it too, said once (`native.announce_fallback`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from pygraphx.ir.env import switch_on
+from pygraphx.targets import native
+
+KERNEL = "gemm_wide"
+#: `0` / `off`: a wide float32 product keeps oneDNN's matmul
+ENV = "PGX_CPU_GEMM_WIDE"
+#: the fewest weight columns a product takes the kernel with
+MIN_COLUMNS = 16384
+
+Tensor = torch.Tensor
+
+
+def _bind(lib: ctypes.CDLL) -> None:
+    lib.gemm_wide_supported.argtypes = []
+    lib.gemm_wide_supported.restype = ctypes.c_int
+    if not lib.gemm_wide_supported():
+        raise native.NativeUnavailable(
+            f"native kernel {KERNEL}: this processor has no AVX-512F (the build has no kernel)"
+        )
+    i64, vp = ctypes.c_int64, ctypes.c_void_p
+    lib.gemm_wide_packed_size.argtypes = [i64, i64]
+    lib.gemm_wide_packed_size.restype = i64
+    lib.gemm_wide_scratch.argtypes = [i64, i64]
+    lib.gemm_wide_scratch.restype = i64
+    lib.gemm_wide_pack.argtypes = [vp, i64, i64, i64, vp]
+    lib.gemm_wide_pack.restype = None
+    lib.gemm_wide_f32.argtypes = [vp, i64, i64, i64, vp, vp, i64, vp, i64, vp, i64]
+    lib.gemm_wide_f32.restype = ctypes.c_int
+
+
+_BOUND = native.BoundLibrary(KERNEL, _bind)
+
+
+def available(w: Tensor, epilogue: str | None = None) -> bool:
+    """Whether the float32 product with the fixed (K, N) weight `w` (and no `epilogue`) runs
+    on the kernel: switched on, wide enough, and the kernel can be had (announcing once why
+    not)."""
+    if w.dtype != torch.float32 or w.dim() != 2 or epilogue is not None:
+        return False
+    if w.shape[1] < MIN_COLUMNS or w.shape[0] < 1 or not switch_on(ENV):
+        return False
+    return _BOUND.available("oneDNN's matmul")
+
+
+class WideLinear:
+    """`x @ weight + bias` for a (rows, K) float32 source and the fixed (K, N) `weight`, packed
+    once here; a call returns a new (rows, N) tensor, on torch's thread count of the call."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, rows: int) -> None:
+        lib = _BOUND.get()
+        if weight.dtype != torch.float32 or weight.dim() != 2:
+            raise ValueError(f"native {KERNEL}: a 2-D float32 weight, got {weight.dtype} "
+                             f"{tuple(weight.shape)}")  # fmt: skip
+        k, n = weight.shape
+        if bias is not None and (bias.dtype != torch.float32 or bias.numel() != n):
+            raise ValueError(f"native {KERNEL}: bias of {n} float32 values, got {bias.dtype} "
+                             f"{tuple(bias.shape)}")  # fmt: skip
+        w = weight if weight.stride(1) == 1 else weight.contiguous()
+        self.packed = torch.empty(lib.gemm_wide_packed_size(k, n), dtype=torch.float32)
+        lib.gemm_wide_pack(w.data_ptr(), k, n, w.stride(0), self.packed.data_ptr())
+        self.bias = None if bias is None else bias.reshape(n).contiguous()
+        self.scratch = torch.empty(max(lib.gemm_wide_scratch(rows, k), 1), dtype=torch.float32)
+        self.rows, self.shape = rows, (k, n)
+        self.fn, self.threads = lib.gemm_wide_f32, torch.get_num_threads
+
+    def __call__(self, x: Tensor) -> Tensor:
+        (k, n), rows = self.shape, self.rows
+        if x.dtype != torch.float32 or tuple(x.shape) != (rows, k):
+            raise ValueError(f"native {KERNEL}: a ({rows}, {k}) float32 source, got {x.dtype} "
+                             f"{tuple(x.shape)}")  # fmt: skip
+        if x.stride(1) != 1 or x.stride(0) < k:
+            x = x.contiguous()
+        y = torch.empty(rows, n, dtype=torch.float32)
+        bias = None if self.bias is None else self.bias.data_ptr()
+        status = self.fn(x.data_ptr(), rows, k, x.stride(0), self.packed.data_ptr(), bias, n,
+                         y.data_ptr(), n, self.scratch.data_ptr(), self.threads())  # fmt: skip
+        if status:
+            raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
+        return y
