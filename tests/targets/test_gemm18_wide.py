@@ -93,15 +93,21 @@ def test_kernel_refuses_wrong_inputs():
 
 
 def test_available_rule(monkeypatch):
-    """Only float32, no activation, at least `MIN_COLUMNS` columns, switch on."""
-    wide = torch.empty(4, native_gemm.MIN_COLUMNS)
-    assert not native_gemm.available(torch.empty(4, native_gemm.MIN_COLUMNS - 1))
-    assert not native_gemm.available(wide.bfloat16())
-    assert not native_gemm.available(wide, "gelu")
+    """Only float32, no activation, at least `MIN_COLUMNS` columns and `MIN_ROWS` rows, at most
+    `MAX_DEPTH` weight rows, switch on."""
+    wide, rows = torch.empty(4, native_gemm.MIN_COLUMNS), native_gemm.MIN_ROWS
+    assert not native_gemm.available(torch.empty(4, native_gemm.MIN_COLUMNS - 1), rows)
+    assert not native_gemm.available(wide, rows - 1)
+    assert not native_gemm.available(torch.empty(native_gemm.MAX_DEPTH + 1, 16384), rows)
+    assert not native_gemm.available(wide.bfloat16(), rows)
+    assert not native_gemm.available(wide, rows, "gelu")
     monkeypatch.setenv(native_gemm.ENV, "0")
-    assert not native_gemm.available(wide)
+    assert not native_gemm.available(wide, rows)
     monkeypatch.setenv(native_gemm.ENV, "1")
-    assert native_gemm.available(wide) == (REASON is None)
+    assert native_gemm.available(wide, rows) == (REASON is None)
+    assert native_gemm.available(torch.empty(native_gemm.MAX_DEPTH, 16384), rows) == (
+        REASON is None
+    )
 
 
 def head(rows: int, k: int, n: int, bias: bool) -> tuple:
@@ -157,8 +163,9 @@ def test_head_against_ort(monkeypatch, n_threads: int, bias: bool):
 
 
 @pytest.mark.skipif(not onednn_linear.available(), reason="needs oneDNN's C API library")
-def test_narrow_product_stays_on_onednn():
-    model, x, want = head(5, 32, 300, False)
+@pytest.mark.parametrize(("rows", "n"), [(5, 300), (4, native_gemm.MIN_COLUMNS)])
+def test_narrow_or_short_product_stays_on_onednn(rows: int, n: int):
+    model, x, want = head(rows, 32, n, False)
     prog, kernels = compiled(model, 1)
     assert kernels == ["dnnl"]
     np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-4, atol=1e-4)

@@ -266,7 +266,7 @@ def fast_kernel(
     if classifier and name == "dnnl":
         chosen[id(ins)] = MATMUL_KERNEL
         return _linear(ctx, ins, w, rows, bias)
-    if name == "dnnl" and gemm_select.setting() == "auto" and native_gemm.available(w, epilogue):
+    if name == "dnnl" and gemm_select.setting() == "auto" and native_gemm.available(w, rows, epilogue):
         chosen[id(ins)] = WIDE_KERNEL
         return _wide(ctx, ins, w, rows, bias)
     chosen[id(ins)] = name

@@ -2,8 +2,9 @@
 (`native/kernels/gemm_wide.c`, helper gemm18).
 
 `gemm_kernels.fast_kernel` takes it instead of oneDNN's matmul for a float32 product with no
-activation whose weight has at least `MIN_COLUMNS` columns (GPT-2's LM head, 768 x 50257), where
-the kernel can be had and `PGX_CPU_GEMM` is `auto`. Why, on the 2-core AMD EPYC (Zen 4): the
+activation whose weight has at least `MIN_COLUMNS` columns (GPT-2's LM head, 768 x 50257), at
+most `MAX_DEPTH` rows, and a source of at least `MIN_ROWS` rows, where the kernel can be had
+and `PGX_CPU_GEMM` is `auto`. Why, on the 2-core AMD EPYC (Zen 4): the
 head streams its 154 MB weight from memory once a run, and oneDNN 3.2's brgemm ran it at
 107-108 GFLOP/s a core (93 % of the register FMA peak, 116) where the same kernel runs a weight
 that stays in cache at 115; OpenBLAS and BLIS were slower still (`benchmarks/gemm18_libs.py`).
@@ -30,6 +31,11 @@ KERNEL = "gemm_wide"
 ENV = "PGX_CPU_GEMM_WIDE"
 #: the fewest weight columns a product takes the kernel with
 MIN_COLUMNS = 16384
+#: the fewest source rows and the most weight rows (K) it takes it with: the 2-core EPYC, one
+#: thread, against oneDNN's speed: N = 50257, K = 768: 1 row 1.22x, 4 rows 0.92x, 8 rows 1.52x,
+#: 16-64 rows 1.03-1.06x, 128 1.04-1.06x, 1024 1.03x; 128 x 2048 x 16384 1.035x, 128 x 4096 x
+#: 16384 0.97x (the 48-column panel then fills L2: no K blocking here)
+MIN_ROWS, MAX_DEPTH = 8, 2048
 
 Tensor = torch.Tensor
 
@@ -55,13 +61,14 @@ def _bind(lib: ctypes.CDLL) -> None:
 _BOUND = native.BoundLibrary(KERNEL, _bind)
 
 
-def available(w: Tensor, epilogue: str | None = None) -> bool:
-    """Whether the float32 product with the fixed (K, N) weight `w` (and no `epilogue`) runs
-    on the kernel: switched on, wide enough, and the kernel can be had (announcing once why
-    not)."""
+def available(w: Tensor, rows: int, epilogue: str | None = None) -> bool:
+    """Whether the float32 product of `rows` source rows with the fixed (K, N) weight `w` (and
+    no `epilogue`) runs on the kernel: switched on, of a size it is faster at (`MIN_COLUMNS`,
+    `MIN_ROWS`, `MAX_DEPTH`), and the kernel can be had (announcing once why not)."""
     if w.dtype != torch.float32 or w.dim() != 2 or epilogue is not None:
         return False
-    if w.shape[1] < MIN_COLUMNS or w.shape[0] < 1 or not switch_on(ENV):
+    k, n = w.shape
+    if n < MIN_COLUMNS or rows < MIN_ROWS or not 1 <= k <= MAX_DEPTH or not switch_on(ENV):
         return False
     return _BOUND.available("oneDNN's matmul")
 
