@@ -18,6 +18,9 @@ round):
   bias (beta = 0). BLIS has no threads in this build: at 2 threads the columns are split in two
   halves run from two Python threads (ctypes releases the GIL). Needs `--blis DIR` (a
   `pip install --target DIR blis` folder; never the shared venv).
+* `native_wide`: our native kernel `native_gemm.WideLinear` (`native/kernels/gemm_wide.c`, the
+  weight packed once, the bias in the kernel) into the fixed destination, on the shapes its
+  rule takes (`native_gemm.available`: the LM head), on every shape with `--wide-all`.
 * `onednn_padN` (LM head only, `--pad 16 32 64`): oneDNN with the weight's N padded with zero
   columns to a multiple of the pad, the (rows, N_pad) result dense: whether the odd N = 50257
   tail costs anything (times compared in ms, not GFLOP/s).
@@ -47,6 +50,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks.ab_harness import loadavg, wait_quiet  # noqa: E402
+from pygraphx.targets.torch_lowering import native_gemm  # noqa: E402
 from pygraphx.targets.torch_lowering.onednn_linear import Linear  # noqa: E402
 
 #: (name, rows, K, N, bias): GPT-2 b1 (= BERT-base b1's shapes but the LM head: BERT's sequence
@@ -152,6 +156,13 @@ def candidates(a, m: int, k: int, n: int, bias: bool, x, w, b, y, blas, blis):
                     t.join()
 
                 out[f"blis_{config}"] = two, label + ", 2 Python threads"
+    if not a.no_wide and native_gemm.available(w, m) or a.wide_all:
+        wl = native_gemm.WideLinear(w, b if bias else None, m)
+        fn, bp = wl.fn, (wl.bias.data_ptr() if wl.bias is not None else None)
+        args = (x.data_ptr(), m, k, k, wl.packed.data_ptr(), bp, n, y.data_ptr(), n,
+                wl.scratch.data_ptr(), a.threads)  # fmt: skip
+        rule = "taken" if native_gemm.available(w, m) else "not taken"
+        out["native_wide"] = (lambda wl=wl: fn(*args)), f"gemm_wide.c 8x48 (the rule: {rule})"
     if n == 50257:
         for pad in a.pad:
             npad = (n + pad - 1) // pad * pad
@@ -174,6 +185,9 @@ def main() -> None:
     ap.add_argument("--blis-configs", nargs="*", default=["skx", "haswell"])
     ap.add_argument("--no-openblas", action="store_true")
     ap.add_argument("--pad", type=int, nargs="*", default=[16, 32, 64])
+    ap.add_argument("--no-wide", action="store_true", help="no `native_wide` candidate")
+    ap.add_argument("--wide-all", action="store_true",
+                    help="`native_wide` on every shape (else where its rule takes it)")
     ap.add_argument("--wait-quiet", type=float, default=0.0)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
