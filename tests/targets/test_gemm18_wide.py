@@ -169,3 +169,44 @@ def test_narrow_or_short_product_stays_on_onednn(rows: int, n: int):
     prog, kernels = compiled(model, 1)
     assert kernels == ["dnnl"]
     np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-4, atol=1e-4)
+
+
+def ffn_up(rows: int, k: int, n: int, tanh: bool) -> tuple:
+    """MatMul + Add (bias) -> Gelu (tanh approximation or erf): a transformer's FFN-up."""
+    x = RNG.standard_normal((1, rows, k)).astype(np.float32)
+    inits = {
+        "w": (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32),
+        "b": (RNG.standard_normal(n) / 4).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["h"]),
+        helper.make_node("Gelu", ["h"], ["y"], approximate="tanh" if tanh else "none"),
+    ]
+    model = make_model(nodes, {"x": x}, ["y"], inits, opset=20)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return model, x, sess.run(None, {"x": x})[0]
+
+
+@needs_kernel
+@pytest.mark.skipif(not onednn_linear.available(), reason="needs oneDNN's C API library")
+@pytest.mark.parametrize("tanh", [True, False])
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_ffn_up_against_ort(monkeypatch, n_threads: int, tanh: bool):
+    """A product whose GELU runs as the native pass takes the kernel from `GELU_MIN_COLUMNS`
+    columns (odd rows, N not a multiple of 48); `PGX_CPU_GEMM_WIDE_GELU=0` gives oneDNN back,
+    and a narrower one stays there."""
+    model, x, want = ffn_up(19, 40, native_gemm.GELU_MIN_COLUMNS + 7, tanh)
+    prog, kernels = compiled(model, n_threads)
+    assert kernels == [WIDE_KERNEL]
+    for _ in range(2):
+        np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setenv(native_gemm.GELU_ENV, "0")
+    prog, kernels = compiled(model, n_threads)
+    assert kernels == ["dnnl"]
+    np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-4, atol=1e-4)
+    monkeypatch.delenv(native_gemm.GELU_ENV)
+    model, x, want = ffn_up(19, 40, native_gemm.GELU_MIN_COLUMNS - 1, tanh)
+    prog, kernels = compiled(model, n_threads)
+    assert kernels == ["dnnl"]
+    np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-4, atol=1e-4)

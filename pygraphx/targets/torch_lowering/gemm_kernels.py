@@ -268,7 +268,7 @@ def fast_kernel(
         return _linear(ctx, ins, w, rows, bias)
     if name == "dnnl" and gemm_select.setting() == "auto" and native_gemm.available(w, rows, epilogue):
         chosen[id(ins)] = WIDE_KERNEL
-        return _wide(ctx, ins, w, rows, bias)
+        return wide_linear(ctx, ins, w, rows, bias)
     chosen[id(ins)] = name
     return _kernel(ctx, ins, name, w, rows, bias, epilogue)
 
@@ -278,7 +278,7 @@ def fast_kernel(
 WIDE_KERNEL = "native_wide"
 
 
-def _wide(
+def wide_linear(
     ctx: LoweringContext, ins: Instruction, w: torch.Tensor, rows: int, bias: torch.Tensor | None
 ) -> native_gemm.WideLinear:
     """`native_gemm.WideLinear` of `ins`'s fixed weight `w` (+ `bias`) for `rows` rows, packed

@@ -13,8 +13,13 @@ panels, the next panel prefetched into L2 while one is computed) runs the head a
 (`benchmarks/results/gemm18.md`). Narrower weights stay on oneDNN (a 2304-column one gained
 1-2 %, within the noise).
 
-`PGX_CPU_GEMM_WIDE=0` keeps oneDNN's matmul for these products. Without a C compiler or
-AVX-512F the product keeps it too, said once (`native.announce_fallback`).
+A float32 product whose GELU runs as the native pass after it (`gemm_gelu.native_gelu_f32`:
+GPT-2's, BERT's, ViT's FFN-up, 768 x 3072) takes the kernel too from `GELU_MIN_COLUMNS` columns
+(`available_gelu`; 1.03-1.05x oneDNN's speed on that shape, cold weights).
+
+`PGX_CPU_GEMM_WIDE=0` keeps oneDNN's matmul for all these products, `PGX_CPU_GEMM_WIDE_GELU=0`
+for the GELU ones only. Without a C compiler or AVX-512F the product keeps it too, said once
+(`native.announce_fallback`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,15 @@ MIN_COLUMNS = 16384
 #: 16-64 rows 1.03-1.06x, 128 1.04-1.06x, 1024 1.03x; 128 x 2048 x 16384 1.035x, 128 x 4096 x
 #: 16384 0.97x (the 48-column panel then fills L2: no K blocking here)
 MIN_ROWS, MAX_DEPTH = 8, 2048
+
+#: `0` / `off`: a float32 product whose GELU runs as the native pass keeps oneDNN's matmul
+GELU_ENV = "PGX_CPU_GEMM_WIDE_GELU"
+#: the fewest weight columns and the most weight rows of such a product on the kernel: GPT-2's /
+#: BERT's FFN-up, 768 x 3072, 128 rows, 12 weights in turn (cold, as in a run) on the 2-core
+#: EPYC: 1.03-1.04x oneDNN's speed at one thread (thread CPU), 1.05x at two (wall, quiet);
+#: FFN-down (K = 3072) 0.91x and the 768-column products 0.97-0.99x stay on oneDNN
+#: (`benchmarks/results/gemm18.md`)
+GELU_MIN_COLUMNS, GELU_MAX_DEPTH = 3072, 1024
 
 Tensor = torch.Tensor
 
@@ -71,6 +85,19 @@ def available(w: Tensor, rows: int, epilogue: str | None = None) -> bool:
     if n < MIN_COLUMNS or rows < MIN_ROWS or not 1 <= k <= MAX_DEPTH or not switch_on(ENV):
         return False
     return _BOUND.available("oneDNN's matmul")
+
+
+def available_gelu(w: Tensor, rows: int) -> bool:
+    """Whether the float32 product of `rows` rows with the fixed (K, N) weight `w`, whose GELU
+    group runs as the native pass after it (`gemm_gelu.native_gelu_f32`), runs on the kernel:
+    `GELU_MIN_COLUMNS` columns or more, K at most `GELU_MAX_DEPTH`, `MIN_ROWS` rows or more,
+    both switches on, the kernel had."""
+    if w.dtype != torch.float32 or w.dim() != 2 or not switch_on(GELU_ENV):
+        return False
+    k, n = w.shape
+    if n < GELU_MIN_COLUMNS or rows < MIN_ROWS or not 1 <= k <= GELU_MAX_DEPTH:
+        return False
+    return switch_on(ENV) and _BOUND.available("oneDNN's matmul")
 
 
 class WideLinear:
