@@ -194,9 +194,9 @@ def ffn_up(rows: int, k: int, n: int, tanh: bool) -> tuple:
 @pytest.mark.parametrize("n_threads", [1, 2])
 def test_ffn_up_against_ort(monkeypatch, n_threads: int, tanh: bool):
     """A product whose GELU runs as the native pass takes the kernel from `GELU_MIN_COLUMNS`
-    columns (odd rows, N not a multiple of 48); `PGX_CPU_GEMM_WIDE_GELU=0` gives oneDNN back,
-    and a narrower one stays there."""
-    model, x, want = ffn_up(19, 40, native_gemm.GELU_MIN_COLUMNS + 7, tanh)
+    columns and rows a multiple of 8 (N not a multiple of 48); `PGX_CPU_GEMM_WIDE_GELU=0` gives
+    oneDNN back, and a narrower one, or one of 19 rows, stays there."""
+    model, x, want = ffn_up(24, 40, native_gemm.GELU_MIN_COLUMNS + 7, tanh)
     prog, kernels = compiled(model, n_threads)
     assert kernels == [WIDE_KERNEL]
     for _ in range(2):
@@ -206,7 +206,9 @@ def test_ffn_up_against_ort(monkeypatch, n_threads: int, tanh: bool):
     assert kernels == ["dnnl"]
     np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-4, atol=1e-4)
     monkeypatch.delenv(native_gemm.GELU_ENV)
-    model, x, want = ffn_up(19, 40, native_gemm.GELU_MIN_COLUMNS - 1, tanh)
-    prog, kernels = compiled(model, n_threads)
-    assert kernels == ["dnnl"]
-    np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-4, atol=1e-4)
+    for rows, n in ((24, native_gemm.GELU_MIN_COLUMNS - 1), (19, native_gemm.GELU_MIN_COLUMNS)):
+        model, x, want = ffn_up(rows, 40, n, tanh)
+        prog, kernels = compiled(model, n_threads)
+        assert kernels == ["dnnl"]
+        got = np.array(prog.run({"x": x})[0])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
