@@ -9,16 +9,18 @@ from collections.abc import Callable
 import torch
 
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets.torch_lowering import native_gelu, onednn_linear
+from pygraphx.targets.torch_lowering import gemm_select, native_gelu, native_gemm, onednn_linear
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.gemm_kernels import (
     GEMM_KERNELS,
+    WIDE_KERNEL,
     batch_broadcast_matrix,
     dnnl_gemm_setting,
     dnnl_kernel,
+    wide_linear,
 )
 
-__all__ = ["native_gelu_bf16", "native_gelu_f32"]
+__all__ = ["native_gelu_bf16", "native_gelu_f32", "wide_gelu_product"]
 
 
 def native_gelu_f32(ctx: LoweringContext, dot: Instruction, user: Instruction, act: str) -> bool:
@@ -31,6 +33,26 @@ def native_gelu_f32(ctx: LoweringContext, dot: Instruction, user: Instruction, a
     if ctx.cache.get(GEMM_KERNELS, {}).get(id(dot)) != "dnnl":
         return False
     return native_gelu.available(act)
+
+
+def wide_gelu_product(
+    ctx: LoweringContext, dot: Instruction, bias: torch.Tensor | None
+) -> Callable[[], torch.Tensor] | None:
+    """The float32 product (with its `bias`) of a group whose GELU runs as the native pass
+    (`native_gelu_f32` holds) on the native kernel (`native_gemm.available_gelu`: FFN-up's
+    768 x 3072), as a new tensor of the product's shape; None where not taken (the oneDNN
+    product stays). Records `WIDE_KERNEL` for `dot`."""
+    w = batch_broadcast_matrix(ctx, dot, 1)
+    if w is None or gemm_select.setting() != "auto":
+        return None
+    k, n = w.shape
+    rows = dot.shape.elements() // n if n else 0
+    if not native_gemm.available_gelu(w, rows):
+        return None
+    lin, env, a = wide_linear(ctx, dot, w, rows, bias), ctx.env, ctx.arg(dot, 0)
+    ctx.cache.setdefault(GEMM_KERNELS, {})[id(dot)] = WIDE_KERNEL
+    lens = tuple(dot.shape.lens())
+    return lambda: lin(env[a].reshape(rows, k)).view(lens)
 
 
 def native_gelu_bf16(

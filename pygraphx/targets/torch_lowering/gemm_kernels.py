@@ -15,7 +15,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.ops.literal_views import wide_vector
-from pygraphx.targets.torch_lowering import gemm_select, onednn_linear
+from pygraphx.targets.torch_lowering import gemm_select, native_gemm, onednn_linear
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.malloc_keep import keep_freed_memory
 
@@ -266,8 +266,27 @@ def fast_kernel(
     if classifier and name == "dnnl":
         chosen[id(ins)] = MATMUL_KERNEL
         return _linear(ctx, ins, w, rows, bias)
+    if name == "dnnl" and gemm_select.setting() == "auto" and native_gemm.available(w, rows, epilogue):
+        chosen[id(ins)] = WIDE_KERNEL
+        return wide_linear(ctx, ins, w, rows, bias)
     chosen[id(ins)] = name
     return _kernel(ctx, ins, name, w, rows, bias, epilogue)
+
+
+#: the kernel name recorded for a float32 product with a very wide weight (a language model's
+#: head) on the native kernel (`native_gemm.WideLinear`; `PGX_CPU_GEMM_WIDE=0`: oneDNN's matmul)
+WIDE_KERNEL = "native_wide"
+
+
+def wide_linear(
+    ctx: LoweringContext, ins: Instruction, w: torch.Tensor, rows: int, bias: torch.Tensor | None
+) -> native_gemm.WideLinear:
+    """`native_gemm.WideLinear` of `ins`'s fixed weight `w` (+ `bias`) for `rows` rows, packed
+    once per compile (kept in `ctx.packed_weights`)."""
+    key = ("native_wide", id(ins.inputs[1]), rows, None if bias is None else bias.data_ptr())
+    if key not in ctx.packed_weights:
+        ctx.packed_weights[key] = native_gemm.WideLinear(w, bias, rows)
+    return ctx.packed_weights[key]
 
 
 #: the kernel names recorded for a CNN classifier's product: one row (`_classifier_kernel`),
