@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
-from onnx import helper  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
 
 import pygraphx  # noqa: E402
 from pygraphx.targets import native  # noqa: E402
@@ -212,3 +212,28 @@ def test_ffn_up_against_ort(monkeypatch, n_threads: int, tanh: bool):
         assert kernels == ["dnnl"]
         got = np.array(prog.run({"x": x})[0])
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@needs_kernel
+@pytest.mark.skipif(not onednn_linear.available(), reason="needs oneDNN's C API library")
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_ffn_up_weight_held_once(n_threads: int):
+    """On the kernel, an FFN-up weight is held once: no oneDNN packed copy of it stays in the
+    compile's packed weights (they were +9.4 MB a GPT-2 layer), and the profiling steps (an
+    observer's run: the product alone, then bias + GELU) run on the kernel's packed weight
+    without its bias: every value they show matches ORT's, the product alone included."""
+    model, x, want = ffn_up(16, 40, native_gemm.GELU_MIN_COLUMNS + 5, tanh=False)
+    prog, kernels = compiled(model, n_threads)
+    assert kernels == [WIDE_KERNEL]
+    packed = prog._executable.lowered.ctx.packed_weights
+    assert not [key for key in packed if key[0] == "onednn_linear"], list(packed)
+    assert [key for key in packed if key[0] == "native_wide"]
+    seen: dict[str, np.ndarray] = {}
+    got = prog.run({"x": x}, observer=lambda ins, v, s: seen.__setitem__(ins.name(), np.array(v)))
+    np.testing.assert_allclose(np.array(got[0]), want, rtol=1e-4, atol=1e-4)
+    dots = [v for name, v in seen.items() if name == "dot"]
+    assert len(dots) == 1
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    product = x.astype(np.float64).reshape(-1, 40) @ inits["w"].astype(np.float64)
+    np.testing.assert_allclose(dots[0].reshape(product.shape), product, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.array(prog.run({"x": x})[0]), want, rtol=1e-4, atol=1e-4)

@@ -10,7 +10,7 @@ import torch
 
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering import gemm_select, native_gelu, native_gemm, onednn_linear
-from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.context import LoweringContext, Step
 from pygraphx.targets.torch_lowering.gemm_kernels import (
     GEMM_KERNELS,
     WIDE_KERNEL,
@@ -36,12 +36,17 @@ def native_gelu_f32(ctx: LoweringContext, dot: Instruction, user: Instruction, a
 
 
 def wide_gelu_product(
-    ctx: LoweringContext, dot: Instruction, bias: torch.Tensor | None
+    ctx: LoweringContext, dot: Instruction, bias: torch.Tensor | None, unfused: list[Step]
 ) -> Callable[[], torch.Tensor] | None:
     """The float32 product (with its `bias`) of a group whose GELU runs as the native pass
     (`native_gelu_f32` holds) on the native kernel (`native_gemm.available_gelu`: FFN-up's
     768 x 3072), as a new tensor of the product's shape; None where not taken (the oneDNN
-    product stays). Records `WIDE_KERNEL` for `dot`."""
+    product stays). Records `WIDE_KERNEL` for `dot`.
+
+    Where taken, the weight is held once: the profiling steps' product (`unfused[0]`, the dot
+    alone) runs on the same packed weight without the bias, and oneDNN's packed copies of the
+    weight, made by the lowering before this choice, leave `ctx.packed_weights` (they were
+    +9.4 MB a layer of GPT-2 / BERT-base, gemm18.md section 4)."""
     w = batch_broadcast_matrix(ctx, dot, 1)
     if w is None or gemm_select.setting() != "auto":
         return None
@@ -52,6 +57,16 @@ def wide_gelu_product(
     lin, env, a = wide_linear(ctx, dot, w, rows, bias), ctx.env, ctx.arg(dot, 0)
     ctx.cache.setdefault(GEMM_KERNELS, {})[id(dot)] = WIDE_KERNEL
     lens = tuple(dot.shape.lens())
+    alone, idx = lin.without_bias(), unfused[0].out
+    assert unfused[0].instructions[-1] is dot, "the profiling steps start with the dot alone"
+
+    def product_alone() -> None:
+        env[idx] = alone(env[a].reshape(rows, k)).view(lens)
+
+    unfused[0].fn = product_alone
+    weight = id(dot.inputs[1])
+    for key in [key for key in ctx.packed_weights if key[:2] == ("onednn_linear", weight)]:
+        del ctx.packed_weights[key]
     return lambda: lin(env[a].reshape(rows, k)).view(lens)
 
 

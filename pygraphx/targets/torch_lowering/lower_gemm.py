@@ -236,7 +236,7 @@ def _fuse_dot(ctx: LoweringContext, user: Instruction) -> bool:
     act = _activation(trace, result, k) if not _one_row(dot) else None
     if act is not None and gemm_gelu.native_gelu_f32(ctx, dot, user, act):
         gelu, base = native_gelu.PASSES[act](), produce
-        base = gemm_gelu.wide_gelu_product(ctx, dot, bias) or base  # (FFN-up: native kernel)
+        base = gemm_gelu.wide_gelu_product(ctx, dot, bias, unfused) or base  # (FFN-up: native)
         produce = lambda: gelu(base())  # noqa: E731  (the product, then the pass in place)
         result = trace.inputs[k]
     elif act is not None and (wide := gemm_gelu.native_gelu_bf16(ctx, dot, user, act, bias)) is not None:

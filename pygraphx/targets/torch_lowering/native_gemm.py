@@ -24,6 +24,7 @@ for the GELU ones only. Without a C compiler or AVX-512F the product keeps it to
 
 from __future__ import annotations
 
+import copy
 import ctypes
 
 import torch
@@ -122,6 +123,13 @@ class WideLinear:
         self.scratch = torch.empty(max(lib.gemm_wide_scratch(rows, k), 1), dtype=torch.float32)
         self.rows, self.shape = rows, (k, n)
         self.fn, self.threads = lib.gemm_wide_f32, torch.get_num_threads
+
+    def without_bias(self) -> WideLinear:
+        """The same product without the bias, on the same packed weight and scratch (the
+        profiling steps' dot alone; a program's steps never run at once)."""
+        twin = copy.copy(self)
+        twin.bias = None
+        return twin
 
     def __call__(self, x: Tensor) -> Tensor:
         (k, n), rows = self.shape, self.rows
