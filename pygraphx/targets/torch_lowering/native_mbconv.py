@@ -258,7 +258,13 @@ def bf16_enabled() -> bool:
 def bf16_available() -> bool:
     """Whether bf16 blocks take the native kernel: the kernel on and available, the bf16
     switch on and the build with AVX512_BF16 (`mbconv_bf16_supported`)."""
-    if not (bf16_enabled() and available()):
+    return bf16_enabled() and bf16_built()
+
+
+def bf16_built() -> bool:
+    """Whether the library is on and available and built with AVX512_BF16 (announced once
+    where not), whatever the bf16 blocks' switch says (the bf16 head has its own)."""
+    if not available():
         return False
     if not library().mbconv_bf16_supported():
         native.announce_fallback(

@@ -82,8 +82,9 @@ def _name(dtype: torch.dtype) -> str:
 def bf16_available() -> bool:
     """Whether a bf16 head may take the native kernel: the head on (`available`), its bf16
     switch (`PGX_CPU_NATIVE_MBHEAD_BF16`) on and the bf16 kernel built
-    (`native_mbconv.bf16_available`)."""
-    return available() and switch_on(BF16_ENV) and native_mbconv.bf16_available()
+    (`native_mbconv.bf16_built`; the bf16 blocks' switch `PGX_CPU_NATIVE_MBCONV_BF16` is theirs
+    alone, review18a)."""
+    return available() and switch_on(BF16_ENV) and native_mbconv.bf16_built()
 
 
 def pixel_chunks(n: int, cout: int, pixels: int, threads: int) -> int:
