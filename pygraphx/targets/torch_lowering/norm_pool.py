@@ -1,0 +1,286 @@
+"""An encoder's last layer normalisation and the masked sum over the tokens after it (the sum
+in sentence-transformers' mean pooling, MiniLM's) as one native step (helper norms18, issue 10).
+
+The pooling `(hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)` after the last norm reaches
+the cpu target with the norm's affine group fused into the masked sum's `fused_reduce`, so
+`layernorm.match_layernorm` does not see a norm there and the norm ran as four steps (mean,
+deviation, variance, square root), the masked sum a fifth reading the deviation again (on
+MiniLM 8 x 128 at one thread ~0.55 ms a run against ~0.1 for one pass; its reads of x and of
+the deviation each 1.5 MB). The instructions, over a float32 `x` of shape (B, T, N):
+
+    m = reduce_mean(x) (last axis)        d = pointwise{sub}(x, broadcast(m))
+    v = fused_reduce{mul(d, d), reduce_mean (last axis)}(d)
+    s = pointwise{add(v, eps), sqrt}(v)
+    p = fused_reduce{div(d, broadcast(s)) [* w] [+ b], * broadcast(M), reduce_sum (axis 1)}(...)
+
+with `w`, `b` fixed (N,) vectors, `M` a float32 (B, T, 1) tensor (the mask, computed by earlier
+steps), `p` of shape (B, 1, N). The whole is one step at `p`'s place (where `M` is ready):
+`layernorm.c`'s `ln_pool_f32` normalises each row of `x` (the mean and variance as the native
+norm's v2 computes them) and adds it, times its mask value, to its batch's float32 sums: one
+read of `x`, nothing else written. `x` must be a tensor its step makes each run (`run_owned`)
+and read only by the pattern (so nothing writes over it before `p`), every intermediate used
+only inside the pattern. The division by the mask's count and the L2 normalisation after it
+stay as they were (a few (B, N) steps).
+
+`PGX_CPU_NORM_POOL=0` keeps the old steps; without a compiler or AVX-512F the pattern is not
+taken (said once, `native.announce_fallback`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import torch
+
+from pygraphx.ir.env import switch_on
+from pygraphx.ir.instruction import Instruction
+from pygraphx.targets import native
+from pygraphx.targets.torch_lowering import native_layernorm
+from pygraphx.targets.torch_lowering.context import LoweringContext
+from pygraphx.targets.torch_lowering.layernorm import (
+    _bound,
+    _centre,
+    _const,
+    _is_in,
+    _is_node,
+    _last_axis,
+    _only_user,
+    _stddev,
+    _vector,
+)
+from pygraphx.targets.torch_lowering.pointwise import NotTraceable, trace_body
+
+#: `0` / `off`: the norm and the masked sum after it stay separate steps
+ENV = "PGX_CPU_NORM_POOL"
+#: `ctx.cache` key of the number of fused norm + pooling steps a lowering made
+BLOCKS = "norm_pool_blocks"
+F32 = torch.float32
+
+
+def enabled() -> bool:
+    return switch_on(ENV)
+
+
+@dataclass
+class NormPool:
+    """A matched norm + masked token sum: its input, members (program order), the sum `p`,
+    the mask `M` (an input of `p`'s broadcast) and the affine parts."""
+
+    x: Instruction
+    members: list[Instruction]
+    p: Instruction
+    mask: Instruction
+    eps: float
+    weight: torch.Tensor | None
+    bias: torch.Tensor | None
+
+
+def _variance_of(v: Instruction, d: Instruction) -> bool:
+    """`v = mean(d * d)` over the last axis, a `fused_reduce` reading only `d`."""
+    if v.op.name != "fused_reduce" or v.inputs != [d]:
+        return False
+    body = v.module_inputs[0]
+    red = body.get_returns()[0]
+    if red.op.name != "reduce_mean" or not _last_axis(red, d.shape.ndim()):
+        return False
+    try:
+        trace, result = trace_body(body, stop=red)
+    except NotTraceable:
+        return False
+    if len(trace.nodes) != 1 or not _is_node(result, 0):
+        return False
+    node = trace.nodes[0]
+    if node.fn == "mul":
+        return all(_is_in(a, 0) for a in node.args)
+    return node.fn == "pow" and _is_in(node.args[0], 0) and _const(node.args[1]) == 2.0
+
+
+def _pool_body(p: Instruction, d: Instruction, sb: Instruction) -> tuple | None:
+    """`p = sum over axis 1 of (d / sb [* w] [+ b]) * mb`: (w, b, the mask M) or None."""
+    body = p.module_inputs[0]
+    red = body.get_returns()[0]
+    rank = d.shape.ndim()
+    if red.op.name != "reduce_sum" or tuple(int(a) % rank for a in red.op.axes) != (1,):
+        return None
+    try:
+        trace, result = trace_body(body, stop=red)
+    except NotTraceable:
+        return None
+    nodes = trace.nodes
+    if len(nodes) < 2 or not _is_node(result, len(nodes) - 1):
+        return None
+    if p.inputs.count(d) != 1 or p.inputs.count(sb) != 1:
+        return None
+    kd, ks = p.inputs.index(d), p.inputs.index(sb)
+    first = nodes[0]
+    if first.fn != "div" or not (_is_in(first.args[0], kd) and _is_in(first.args[1], ks)):
+        return None
+    n = d.shape.lens()[-1]
+    found: dict[str, object] = {}
+    used = {kd, ks}
+    for k, node in enumerate(nodes[1:], start=1):
+        if node.fn not in ("mul", "add") or len(node.args) != 2:
+            return None
+        a, b = node.args
+        other = b if _is_node(a, k - 1) else a if _is_node(b, k - 1) else None
+        if other is None or getattr(other, "kind", None) != "in" or other.index in used:
+            return None
+        used.add(other.index)
+        x = p.inputs[other.index]
+        last = k == len(nodes) - 1
+        if last:  # the mask, broadcast from (B, T, 1) along the last axis
+            if node.fn != "mul" or x.op.name != "multibroadcast":
+                return None
+            m = x.inputs[0]
+            lens = d.shape.lens()
+            if list(m.shape.lens()) != [lens[0], lens[1], 1] or m.shape.type() != "float_type":
+                return None
+            found["mask"] = m
+            continue
+        if node.fn in found or "add" in found:  # [mul w] then [add b], each once
+            return None
+        vec = _vector(x, n)
+        if vec is None or vec.dtype != F32:
+            return None
+        found[node.fn] = vec
+    if "mask" not in found or used != set(range(len(p.inputs))):
+        return None
+    return found.get("mul"), found.get("add"), found["mask"]
+
+
+def match_norm_pool(ctx: LoweringContext, mean: Instruction) -> NormPool | None:
+    """The norm + masked token sum `mean` starts (see the module docstring), or None."""
+    if mean.op.name != "reduce_mean" or len(mean.inputs) != 1:
+        return None
+    x = mean.inputs[0]
+    lens = x.shape.lens()
+    if len(lens) != 3 or x.shape.type() != "float_type" or not x.shape.standard():
+        return None
+    d = _centre(mean)
+    if d is None or len(d.outputs) != 2:
+        return None
+    v = next((u for u in d.outputs if _variance_of(u, d)), None)
+    if v is None:
+        return None
+    p = next(u for u in d.outputs if u is not v)
+    if p.op.name != "fused_reduce" or list(p.shape.lens()) != [lens[0], 1, lens[2]]:
+        return None
+    if p.shape.type() != "float_type":
+        return None
+    found = _stddev(v)
+    if found is None:
+        return None
+    s, eps = found
+    sb = _only_user(s, "multibroadcast")
+    if sb is None or sb.outputs != [p] or list(sb.shape.lens()) != list(lens):
+        return None
+    body = _pool_body(p, d, sb)
+    if body is None:
+        return None
+    w, b, mask = body
+    # x: read at p's place, so only the pattern may read it, and it must be a tensor its
+    # step makes each run (an arena slot could be handed to a step between)
+    if set(map(id, x.outputs)) != {id(mean), id(d)} or not ctx.run_owned(x):
+        return None
+    members = [mean, mean.outputs[0], d, v, s, sb, p]
+    return NormPool(x, members, p, mask, eps, w, b)
+
+
+_BIND_DONE: list[bool] = []  # `ln_pool_f32`'s argument types set (once a process)
+
+
+def _bind_pool(lib: ctypes.CDLL) -> None:
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    lib.ln_pool_f32.argtypes = [p, p, p, p, p, p, i, i, i, i, i, i, i, ctypes.c_float, i]
+    lib.ln_pool_f32.restype = ctypes.c_int
+
+
+class Pool:
+    """`ln_pool_f32` for one matched pattern: `(x, M) -> p` into `out` (B, 1, N)."""
+
+    def __init__(self, dims: tuple[int, int, int], weight: torch.Tensor | None,
+                 bias: torch.Tensor | None, eps: float, out: torch.Tensor | None) -> None:  # fmt: skip
+        lib = native_layernorm.library()
+        if not _BIND_DONE:
+            _bind_pool(lib)
+            _BIND_DONE.append(True)
+        self.fn = lib.ln_pool_f32
+        self.dims = dims
+        B, T, N = dims
+        self.out = out
+        self.weight = None if weight is None else weight.to(F32).contiguous()
+        self.bias = None if bias is None else bias.to(F32).contiguous()
+        self.scratch: torch.Tensor | None = None
+        self.B, self.T, self.N, self.eps = B, T, N, ctypes.c_float(float(eps))
+        self.w = None if self.weight is None else self.weight.data_ptr()
+        self.b = None if self.bias is None else self.bias.data_ptr()
+
+    def __call__(self, x: torch.Tensor, mask: torch.Tensor, threads: int) -> torch.Tensor:
+        B, T, N = self.dims
+        if (x.dtype != F32 or tuple(x.shape) != self.dims or x.stride(2) != 1
+                or x.stride(1) != N or mask.dtype != F32 or tuple(mask.shape) != (B, T, 1)
+                or mask.stride(1) != 1):  # fmt: skip
+            raise RuntimeError(
+                f"native norm + pool: input {tuple(x.shape)} {x.dtype} {tuple(x.stride())} or "
+                f"mask {tuple(mask.shape)} {mask.dtype} {tuple(mask.stride())} not as lowered")
+        out = self.out if self.out is not None else torch.empty((B, 1, N), dtype=F32)
+        scratch = None
+        if threads > 1:
+            if self.scratch is None or self.scratch.numel() < threads * B * N:
+                self.scratch = torch.empty(threads * B * N, dtype=F32)
+            scratch = self.scratch.data_ptr()
+        rc = self.fn(x.data_ptr(), mask.data_ptr(), self.w, self.b, out.data_ptr(), scratch,
+                     B, T, N, x.stride(1), x.stride(0), mask.stride(0), out.stride(0),
+                     self.eps, threads)  # fmt: skip
+        if rc:
+            raise RuntimeError("native kernel layernorm: ln_pool_f32 not built for this processor")
+        return out
+
+
+def lower_norm_pool(ctx: LoweringContext, mean: Instruction) -> bool:
+    """`mean` starting a norm + masked token sum: its members bound with no step, the one step
+    emitted when the lowering reaches `p` (see the module docstring); False (nothing bound)
+    where it does not start one."""
+    if not enabled():
+        return False
+    found = match_norm_pool(ctx, mean)
+    if found is None or not native_layernorm.available(False):
+        return False
+    env = ctx.env
+    x = ctx.arg(mean, 0)
+    for member in found.members[:-1]:
+        ctx.bind_dynamic(member)
+        if member is not mean:
+            ctx.fusers[id(member)] = _bound
+    dims = tuple(int(v) for v in found.x.shape.lens())
+    pool_ins = found.p
+    mask_ins = found.mask
+    members = found.members
+
+    def at_pool(ctx2: LoweringContext, ins: Instruction) -> bool:
+        assert ins is pool_ins
+        idx, out = ctx2.output(ins)
+        if out is not None and (not out.is_contiguous() or not ctx2.apart(mask_ins, ins)):
+            out = None
+        if out is None and ctx2.static[idx]:
+            # (a slot the kernel may not write: a new tensor each run instead)
+            idx = ctx2.bind_dynamic(ins)
+        if out is None:
+            ctx2.mark_fresh(idx)
+        pool = Pool(dims, found.weight, found.bias, found.eps, out)
+        m = ctx2.index[id(mask_ins)]
+        threads = native_layernorm.get_num_threads
+
+        def step() -> None:
+            env[idx] = pool(env[x], env[m], threads())
+
+        ctx2.emit(step, members, idx)
+        ctx2.cache[BLOCKS] = ctx2.cache.get(BLOCKS, 0) + 1
+        return True
+
+    ctx.fusers[id(pool_ins)] = at_pool
+    return True
+
+
+__all__ = ["BLOCKS", "ENV", "NormPool", "Pool", "enabled", "lower_norm_pool", "match_norm_pool"]
