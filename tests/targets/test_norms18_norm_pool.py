@@ -80,9 +80,35 @@ def test_kernel_against_float64(dims, threads, affine) -> None:
                                rtol=2e-5, atol=2e-5 * T)  # fmt: skip
 
 
+@pytest.mark.parametrize("dims", [(1, 7, 45), (3, 33, 83), (8, 128, 384), (3, 4, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kernel_mean_from_int64_mask(dims, threads) -> None:
+    """The tail taken in: the int64 mask read as it is, the sum divided by max(count, clamp)
+    (a sentence masked out entirely: 0 / clamp)."""
+    _native_or_skip()
+    B, T, N = dims
+    x = (RNG.standard_normal(dims) * 3 + 1).astype(np.float32)
+    mask = _mask(B, T)
+    w = (1 + RNG.standard_normal(N) / 4).astype(np.float32)
+    b = RNG.standard_normal(N).astype(np.float32)
+    out = torch.full((B, N), float("nan"))
+    pool = norm_pool.Pool(dims, torch.from_numpy(w), torch.from_numpy(b), 1e-5, out,
+                          clamp=1e-9, mask_i64=True)  # fmt: skip
+    for _ in range(2):
+        got = pool(torch.from_numpy(x), torch.from_numpy(mask), threads)
+        assert got.data_ptr() == out.data_ptr()
+        count = np.maximum(mask.sum(1, keepdims=True).astype(np.float64), 1e-9)
+        want = _reference(x, mask.astype(np.float64), w, b, 1e-5) / count
+        np.testing.assert_allclose(got.numpy(), want, rtol=2e-5, atol=2e-5)
+    with pytest.raises(RuntimeError, match="not as lowered"):  # a float mask: not as lowered
+        pool(torch.from_numpy(x), torch.from_numpy(mask).float(), threads)
+
+
 def test_kernel_checks_its_inputs() -> None:
     _native_or_skip()
     pool = norm_pool.Pool((2, 5, 16), None, None, 1e-5, None)
+    with pytest.raises(ValueError, match="out must be"):
+        norm_pool.Pool((2, 5, 16), None, None, 1e-5, torch.empty(2, 16), clamp=None)
     with pytest.raises(RuntimeError, match="not as lowered"):
         pool(torch.zeros(2, 5, 17), torch.zeros(2, 5, 1), 1)
     with pytest.raises(RuntimeError, match="not as lowered"):
@@ -92,12 +118,16 @@ def test_kernel_checks_its_inputs() -> None:
 D, F = 45, 83  # not multiples of 16
 
 
-def encoder_pool(batch: int, tokens: int, normalize: bool, expose: str = "") -> tuple:
+def encoder_pool(batch: int, tokens: int, normalize: bool, expose: str = "",
+                 mask_first: bool = False) -> tuple:  # fmt: skip
     """A post-norm FFN block (h -> relu(h w0 + b0) w1 + b1 + h, the residual sum a product
     step makes each run, as MiniLM's last FFN-down), its LayerNormalization, then
     sentence-transformers' pooling: (y * mask).sum(1) / clamp(mask.sum(1), 1e-9), and where
     `normalize` the L2 normalisation. `expose="y"`: the norm's output returned too (no fused
-    step: the norm's affine part is not the pooling's alone)."""
+    step: the norm's affine part is not the pooling's alone); `"count"`: the mask's count
+    returned too (the step, without the mean's tail). `mask_first`: the float mask also
+    multiplies the block's input (made before the block and read elsewhere: the step reads
+    the float mask, no tail)."""
     h = RNG.standard_normal((batch, tokens, D)).astype(np.float32)
     mask = _mask(batch, tokens)
     inits = {
@@ -138,13 +168,16 @@ def encoder_pool(batch: int, tokens: int, normalize: bool, expose: str = "") -> 
             helper.make_node("Div", ["pooled", "nn"], ["emb"]),
         ]
         out = "emb"
-    outputs = [out] + (["y"] if expose == "y" else [])
+    if mask_first:
+        nodes = nodes[7:9] + [helper.make_node("Mul", ["h", "mf"], ["hm"])] + nodes[:7] + nodes[9:]
+        nodes[3].input[0] = "hm"  # MatMul(hm, w0)
+    outputs = [out] + ([expose] if expose in ("y", "c") else [])
     return make_model(nodes, {"h": h, "mask": mask}, outputs, inits, opset=18), h, mask
 
 
-def _run(model, h, mask, threads: int) -> int:
+def _run(model, h, mask, threads: int) -> tuple[int, int]:
     """The program against ORT over three runs (other inputs between); the number of fused
-    norm + pooling steps its lowering made."""
+    norm + pooling steps its lowering made, and of those with the mean's tail."""
     data = model.SerializeToString()
     sess = ort.InferenceSession(data)
     prog = pygraphx.parse_onnx_buffer(data)
@@ -158,7 +191,8 @@ def _run(model, h, mask, threads: int) -> int:
         got = prog.run(feeds)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(np.asarray(g), w, rtol=2e-5, atol=2e-5)
-    return prog._executable.lowered.ctx.cache.get(norm_pool.BLOCKS, 0)
+    cache = prog._executable.lowered.ctx.cache
+    return cache.get(norm_pool.BLOCKS, 0), cache.get(norm_pool.TAILS, 0)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -166,15 +200,26 @@ def _run(model, h, mask, threads: int) -> int:
 @pytest.mark.parametrize("normalize", [False, True])
 def test_pooling_against_ort(batch, threads, normalize) -> None:
     _native_or_skip()
-    assert _run(*encoder_pool(batch, 19, normalize), threads) == 1
+    assert _run(*encoder_pool(batch, 19, normalize), threads) == (1, 1)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mask_made_before_the_block(threads) -> None:
+    _native_or_skip()
+    assert _run(*encoder_pool(3, 19, True, mask_first=True), threads) == (1, 0)
+
+
+def test_count_returned_keeps_its_steps() -> None:
+    _native_or_skip()
+    assert _run(*encoder_pool(3, 19, True, expose="c"), 2) == (1, 0)
 
 
 def test_switch_keeps_old_steps(monkeypatch) -> None:
     _native_or_skip()
     monkeypatch.setenv(norm_pool.ENV, "0")
-    assert _run(*encoder_pool(3, 19, True), 2) == 0
+    assert _run(*encoder_pool(3, 19, True), 2) == (0, 0)
 
 
 def test_norm_output_returned_is_not_fused() -> None:
     _native_or_skip()
-    assert _run(*encoder_pool(3, 19, True, expose="y"), 2) == 0
+    assert _run(*encoder_pool(3, 19, True, expose="y"), 2) == (0, 0)

@@ -18,9 +18,15 @@ steps), `p` of shape (B, 1, N). The whole is one step at `p`'s place (where `M` 
 `layernorm.c`'s `ln_pool_f32` normalises each row of `x` (the mean and variance as the native
 norm's v2 computes them) and adds it, times its mask value, to its batch's float32 sums: one
 read of `x`, nothing else written. `x` must be a tensor its step makes each run (`run_owned`)
-and read only by the pattern (so nothing writes over it before `p`), every intermediate used
-only inside the pattern. The division by the mask's count and the L2 normalisation after it
-stay as they were (a few (B, N) steps).
+and read only by the pattern (so nothing writes over it before the step), every intermediate
+used only inside the pattern.
+
+Where the program has the rest of the mean after it (`_tail`: `M = convert(unsqueeze(P))` of
+an int64 program input `P`, the count `reduce_sum(M)`, `max(count, clamp)` and the division,
+each used only there and none before the norm, as MiniLM's export has them), the step takes
+those in too: it reads `P` itself and writes the mean `(B, N)` at the division's place
+(MiniLM 8 x 128: the tail after the last FFN-down product 9 steps -> 1 step + the L2
+normalisation's 3). Otherwise they stay as they were.
 
 `PGX_CPU_NORM_POOL=0` keeps the old steps; without a compiler or AVX-512F the pattern is not
 taken (said once, `native.announce_fallback`).
@@ -40,6 +46,7 @@ from pygraphx.targets.torch_lowering import native_layernorm
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.layernorm import (
     _bound,
+    _scalars,
     _centre,
     _const,
     _is_in,
@@ -49,12 +56,15 @@ from pygraphx.targets.torch_lowering.layernorm import (
     _stddev,
     _vector,
 )
+from pygraphx.targets.torch_lowering.lower_math import trace_group
 from pygraphx.targets.torch_lowering.pointwise import NotTraceable, trace_body
 
 #: `0` / `off`: the norm and the masked sum after it stay separate steps
 ENV = "PGX_CPU_NORM_POOL"
 #: `ctx.cache` key of the number of fused norm + pooling steps a lowering made
 BLOCKS = "norm_pool_blocks"
+#: `ctx.cache` key of how many of them took in the mean's count and division (`_tail`)
+TAILS = "norm_pool_tails"
 F32 = torch.float32
 
 
@@ -74,6 +84,12 @@ class NormPool:
     eps: float
     weight: torch.Tensor | None
     bias: torch.Tensor | None
+    # the mean's tail (`_tail`), where it is taken in too: the division's result, the clamp,
+    # the int64 mask read in place of `mask`, and the tail's instructions
+    mean_out: Instruction | None = None
+    clamp: float | None = None
+    mask_src: Instruction | None = None
+    tail: tuple[Instruction, ...] = ()
 
 
 def _variance_of(v: Instruction, d: Instruction) -> bool:
@@ -184,23 +200,104 @@ def match_norm_pool(ctx: LoweringContext, mean: Instruction) -> NormPool | None:
     if set(map(id, x.outputs)) != {id(mean), id(d)} or not ctx.run_owned(x):
         return None
     members = [mean, mean.outputs[0], d, v, s, sb, p]
-    return NormPool(x, members, p, mask, eps, w, b)
+    return _tail(ctx, NormPool(x, members, p, mask, eps, w, b))
+
+
+_VIEWS = ("squeeze", "reshape", "unsqueeze")
+
+
+def _one_node(ins: Instruction) -> tuple | None:
+    """An element-wise group of one node: (the node, its scalars folded), or None."""
+    traced = trace_group(ins.module_inputs[0], _scalars(ins))
+    if traced is None:
+        return None
+    trace, result = traced
+    if len(trace.nodes) != 1 or not _is_node(result, 0):
+        return None
+    return trace.nodes[0]
+
+
+def _tail(ctx: LoweringContext, found: NormPool) -> NormPool:
+    """`found` with the rest of the mean taken in where the program has it, else as it is:
+
+        M = convert(unsqueeze(P)) (P an int64 (B, T) program input, M's users the sum and
+        R = reduce_sum(M) (axis 1) only)     c = max(view(R), clamp)   (a fixed number)
+        out = view(p) / broadcast(c)         (out: (B, N))
+
+    every instruction used only inside, none lowered yet (all after the norm's mean in the
+    program): the step then reads P itself and writes `out` at `out`'s place (x and P are
+    intact there: x is read only by the pattern, P is a program input)."""
+    p, m = found.p, found.mask
+    lens = found.x.shape.lens()
+    B, N = lens[0], lens[2]
+    sq = p.outputs[0] if len(p.outputs) == 1 else None
+    if sq is None or sq.op.name not in _VIEWS or list(sq.shape.lens()) != [B, N]:
+        return found
+    dv = sq.outputs[0] if len(sq.outputs) == 1 else None
+    if dv is None or dv.op.name != "pointwise" or len(dv.inputs) != 2 or dv.inputs[0] is not sq:
+        return found
+    if dv.shape.type() != "float_type" or list(dv.shape.lens()) != [B, N]:
+        return found
+    node = _one_node(dv)
+    if node is None or node.fn != "div" or not (_is_in(node.args[0], 0) and _is_in(node.args[1], 1)):
+        return found
+    cb = dv.inputs[1]
+    if cb.op.name != "multibroadcast" or cb.outputs != [dv]:
+        return found
+    c = cb.inputs[0]
+    if c.op.name != "pointwise" or c.outputs != [cb] or list(c.shape.lens()) != [B, 1]:
+        return found
+    node = _one_node(c)
+    if node is None or node.fn not in ("max", "maximum"):
+        return found
+    a0, a1 = node.args
+    clamp = _const(a1) if _is_in(a0, 0) else _const(a0) if _is_in(a1, 0) else None
+    rs = c.inputs[0]
+    if clamp is None or rs.op.name not in _VIEWS or rs.outputs != [c]:
+        return found
+    r = rs.inputs[0]
+    if r.op.name != "reduce_sum" or r.inputs != [m] or r.outputs != [rs]:
+        return found
+    if tuple(int(a) % 3 for a in r.op.axes) != (1,):
+        return found
+    mb = next(i for i in p.inputs if i.op.name == "multibroadcast" and i.inputs == [m])
+    if set(map(id, m.outputs)) != {id(mb), id(r)} or len(m.outputs) != 2 or mb.outputs != [p]:
+        return found
+    if m.op.name != "pointwise" or len(m.inputs) != 1:
+        return found
+    body = [i for i in m.module_inputs[0].instructions if not (i.is_param() or i.is_return())]
+    u = m.inputs[0]
+    if len(body) != 1 or body[0].op.name != "convert" or u.op.name not in _VIEWS:
+        return found
+    src = u.inputs[0]
+    if u.outputs != [m] or not src.is_param() or src.shape.type() != "int64_type":
+        return found
+    if list(src.shape.lens()) != [B, lens[1]] or not src.shape.standard():
+        return found
+    tail = (mb, u, m, r, rs, c, cb, sq, dv)
+    if any(id(i) in ctx.index for i in tail):  # lowered already (before the mean)
+        return found
+    found.mean_out, found.clamp, found.mask_src, found.tail = dv, clamp, src, tail
+    return found
 
 
 _BIND_DONE: list[bool] = []  # `ln_pool_f32`'s argument types set (once a process)
 
 
 def _bind_pool(lib: ctypes.CDLL) -> None:
-    p, i = ctypes.c_void_p, ctypes.c_int64
-    lib.ln_pool_f32.argtypes = [p, p, p, p, p, p, i, i, i, i, i, i, i, ctypes.c_float, i]
+    p, i, f = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+    lib.ln_pool_f32.argtypes = [p, p, i, p, p, p, p, i, i, i, i, i, i, i, f, i, f, i]
     lib.ln_pool_f32.restype = ctypes.c_int
 
 
 class Pool:
-    """`ln_pool_f32` for one matched pattern: `(x, M) -> p` into `out` (B, 1, N)."""
+    """`ln_pool_f32` for one matched pattern: `(x, mask) -> p` into `out` (B, 1, N) or, with
+    `clamp` (the mean), (B, N): p / max(mask count, clamp). The mask: float32 (B, T, 1) or,
+    with `mask_i64`, the int64 (B, T) it was converted from."""
 
     def __init__(self, dims: tuple[int, int, int], weight: torch.Tensor | None,
-                 bias: torch.Tensor | None, eps: float, out: torch.Tensor | None) -> None:  # fmt: skip
+                 bias: torch.Tensor | None, eps: float, out: torch.Tensor | None,
+                 clamp: float | None = None, mask_i64: bool = False) -> None:  # fmt: skip
         lib = native_layernorm.library()
         if not _BIND_DONE:
             _bind_pool(lib)
@@ -215,24 +312,33 @@ class Pool:
         self.B, self.T, self.N, self.eps = B, T, N, ctypes.c_float(float(eps))
         self.w = None if self.weight is None else self.weight.data_ptr()
         self.b = None if self.bias is None else self.bias.data_ptr()
+        self.clamp = clamp
+        self.mask_i64 = mask_i64
+        self.out_shape = (B, 1, N) if clamp is None else (B, N)
+        self.mask_shape = (B, T) if mask_i64 else (B, T, 1)
+        self.mask_dtype = torch.int64 if mask_i64 else F32
+        if out is not None and (tuple(out.shape) != self.out_shape or out.dtype != F32
+                                or not out.is_contiguous()):  # fmt: skip
+            raise ValueError(f"native norm + pool: out must be dense float32 {self.out_shape}")
+        self.tail = (self.eps, int(clamp is not None), ctypes.c_float(clamp or 0.0))
 
     def __call__(self, x: torch.Tensor, mask: torch.Tensor, threads: int) -> torch.Tensor:
         B, T, N = self.dims
         if (x.dtype != F32 or tuple(x.shape) != self.dims or x.stride(2) != 1
-                or x.stride(1) != N or mask.dtype != F32 or tuple(mask.shape) != (B, T, 1)
-                or mask.stride(1) != 1):  # fmt: skip
+                or x.stride(1) != N or mask.dtype != self.mask_dtype
+                or tuple(mask.shape) != self.mask_shape or mask.stride(1) != 1):  # fmt: skip
             raise RuntimeError(
                 f"native norm + pool: input {tuple(x.shape)} {x.dtype} {tuple(x.stride())} or "
                 f"mask {tuple(mask.shape)} {mask.dtype} {tuple(mask.stride())} not as lowered")
-        out = self.out if self.out is not None else torch.empty((B, 1, N), dtype=F32)
+        out = self.out if self.out is not None else torch.empty(self.out_shape, dtype=F32)
         scratch = None
         if threads > 1:
             if self.scratch is None or self.scratch.numel() < threads * B * N:
                 self.scratch = torch.empty(threads * B * N, dtype=F32)
             scratch = self.scratch.data_ptr()
-        rc = self.fn(x.data_ptr(), mask.data_ptr(), self.w, self.b, out.data_ptr(), scratch,
-                     B, T, N, x.stride(1), x.stride(0), mask.stride(0), out.stride(0),
-                     self.eps, threads)  # fmt: skip
+        rc = self.fn(x.data_ptr(), mask.data_ptr(), int(self.mask_i64), self.w, self.b,
+                     out.data_ptr(), scratch, B, T, N, x.stride(1), x.stride(0), mask.stride(0),
+                     N, *self.tail, threads)  # fmt: skip
         if rc:
             raise RuntimeError("native kernel layernorm: ln_pool_f32 not built for this processor")
         return out
@@ -240,8 +346,8 @@ class Pool:
 
 def lower_norm_pool(ctx: LoweringContext, mean: Instruction) -> bool:
     """`mean` starting a norm + masked token sum: its members bound with no step, the one step
-    emitted when the lowering reaches `p` (see the module docstring); False (nothing bound)
-    where it does not start one."""
+    emitted when the lowering reaches the last of them (`p`, or the mean's division where
+    `_tail` took it in); False (nothing bound) where it does not start one."""
     if not enabled():
         return False
     found = match_norm_pool(ctx, mean)
@@ -249,26 +355,30 @@ def lower_norm_pool(ctx: LoweringContext, mean: Instruction) -> bool:
         return False
     env = ctx.env
     x = ctx.arg(mean, 0)
-    for member in found.members[:-1]:
+    last = found.mean_out if found.mean_out is not None else found.p
+    members = found.members + [i for i in found.tail if i is not last]
+    if found.mean_out is not None:
+        members.append(last)
+    for member in members[:-1]:
         ctx.bind_dynamic(member)
         if member is not mean:
             ctx.fusers[id(member)] = _bound
     dims = tuple(int(v) for v in found.x.shape.lens())
-    pool_ins = found.p
-    mask_ins = found.mask
-    members = found.members
+    mask_ins = found.mask_src if found.mask_src is not None else found.mask
 
-    def at_pool(ctx2: LoweringContext, ins: Instruction) -> bool:
-        assert ins is pool_ins
+    def at_last(ctx2: LoweringContext, ins: Instruction) -> bool:
+        assert ins is last
         idx, out = ctx2.output(ins)
-        if out is not None and (not out.is_contiguous() or not ctx2.apart(mask_ins, ins)):
+        if out is not None and (not out.is_contiguous() or not ctx2.apart(mask_ins, ins)
+                                or not ctx2.apart(found.x, ins)):  # fmt: skip
             out = None
         if out is None and ctx2.static[idx]:
             # (a slot the kernel may not write: a new tensor each run instead)
             idx = ctx2.bind_dynamic(ins)
         if out is None:
             ctx2.mark_fresh(idx)
-        pool = Pool(dims, found.weight, found.bias, found.eps, out)
+        pool = Pool(dims, found.weight, found.bias, found.eps, out, found.clamp,
+                    mask_i64=found.mask_src is not None)  # fmt: skip
         m = ctx2.index[id(mask_ins)]
         threads = native_layernorm.get_num_threads
 
@@ -277,10 +387,12 @@ def lower_norm_pool(ctx: LoweringContext, mean: Instruction) -> bool:
 
         ctx2.emit(step, members, idx)
         ctx2.cache[BLOCKS] = ctx2.cache.get(BLOCKS, 0) + 1
+        if found.mean_out is not None:
+            ctx2.cache[TAILS] = ctx2.cache.get(TAILS, 0) + 1
         return True
 
-    ctx.fusers[id(pool_ins)] = at_pool
+    ctx.fusers[id(last)] = at_last
     return True
 
 
-__all__ = ["BLOCKS", "ENV", "NormPool", "Pool", "enabled", "lower_norm_pool", "match_norm_pool"]
+__all__ = ["BLOCKS", "ENV", "TAILS", "NormPool", "Pool", "enabled", "lower_norm_pool", "match_norm_pool"]

@@ -255,24 +255,30 @@ int ln_f32_v2(const float *x, float *y, uint16_t *yb, const float *w, const floa
 
 /* ---- a layer norm followed by a masked sum over the tokens (helper norms18) ----
  * sentence-transformers' mean pooling after an encoder's last norm (MiniLM's):
- *     out[b, n] = sum_t mask[b, t] * ((x[b, t, n] - mean_bt) * rstd_bt * w[n] + b[n])
- * x: (B, T, N) float32, rows contiguous (row stride sx, batch stride sbx), mask: (B, T)
- * float32 (batch stride sm, token stride 1), out: (B, N) (row stride so). Each row's mean and
- * rstd are v2's (`row_stats_v2`); the row's normalised values, times w, plus b, times the
- * row's mask value, are added to the batch's float32 sums in token order (every token, a zero
- * mask value included: 0 * a finite value is 0, and a non-finite one stays as the unfused
- * program has it). Threads split the B * T rows in static blocks, each into its own (B, N)
+ *     sum[b, n] = sum_t mask[b, t] * ((x[b, t, n] - mean_bt) * rstd_bt * w[n] + b[n])
+ * and, where `divide`, out[b, n] = sum[b, n] / max(sum_t mask[b, t], clamp), else out = sum.
+ * x: (B, T, N) float32, rows contiguous (row stride sx, batch stride sbx); mask: (B, T), float32
+ * or (`mask_i64`) int64, converted to float32 (batch stride sm, token stride 1); out: (B, N)
+ * (row stride so). Each row's mean and rstd are v2's (`row_stats_v2`); the row's normalised
+ * values, times w, plus b, times the row's mask value, are added to the batch's float32 sums
+ * in token order (every token, a zero mask value included: 0 * a finite value is 0, and a
+ * non-finite one stays as the unfused program has it); the mask's count is a float32 sum in
+ * token order. Threads split the B * T rows in static blocks, each into its own (B, N)
  * partial sums (`scratch`: threads * B * N floats), added in thread order at the end; one
  * thread adds into out directly. Returns 0, or -1 where this build has no kernel. */
 #ifdef __AVX512F__
-static void pool_rows(const float *x, const float *mask, const float *w, const float *bias,
-                      float *acc, int64_t lo, int64_t hi, int64_t T, int64_t N, int64_t sx,
-                      int64_t sbx, int64_t sm, int64_t so, float eps) {
+static inline float mask_at(const void *mask, int mask_i64, int64_t k) {
+    return mask_i64 ? (float)((const int64_t *)mask)[k] : ((const float *)mask)[k];
+}
+
+static void pool_rows(const float *x, const void *mask, int mask_i64, const float *w,
+                      const float *bias, float *acc, int64_t lo, int64_t hi, int64_t T,
+                      int64_t N, int64_t sx, int64_t sbx, int64_t sm, int64_t so, float eps) {
     for (int64_t i = lo; i < hi; i++) {
         const int64_t bb = i / T, t = i % T;
         const float *row = x + bb * sbx + t * sx;
         float *a = acc + bb * so;
-        const float mv = mask[bb * sm + t];
+        const float mv = mask_at(mask, mask_i64, bb * sm + t);
         float mean, rstd;
         row_stats_v2(row, N, eps, &mean, &rstd);
         const __m512 m = _mm512_set1_ps(mean), r = _mm512_set1_ps(rstd), k = _mm512_set1_ps(mv);
@@ -286,17 +292,36 @@ static void pool_rows(const float *x, const float *mask, const float *w, const f
         }
     }
 }
+
+/* out[b, :] /= max(count of b's mask, clamp) for rows b0 .. b1 */
+static void pool_divide(const void *mask, int mask_i64, float *out, int64_t b0, int64_t b1,
+                        int64_t T, int64_t N, int64_t sm, int64_t so, float clamp) {
+    for (int64_t bb = b0; bb < b1; bb++) {
+        float c = 0.0f;
+        for (int64_t t = 0; t < T; t++) c += mask_at(mask, mask_i64, bb * sm + t);
+        const float d = c > clamp ? c : clamp;  /* max(count, clamp) */
+        const __m512 dv = _mm512_set1_ps(d);
+        float *o = out + bb * so;
+        for (int64_t j = 0; j < N; j += 16) {
+            __mmask16 q = tail_mask(N - j);
+            _mm512_mask_storeu_ps(o + j, q, _mm512_div_ps(_mm512_maskz_loadu_ps(q, o + j), dv));
+        }
+    }
+}
 #endif
 
-int ln_pool_f32(const float *x, const float *mask, const float *w, const float *b, float *out,
-                float *scratch, int64_t B, int64_t T, int64_t N, int64_t sx, int64_t sbx,
-                int64_t sm, int64_t so, float eps, int64_t threads) {
+int ln_pool_f32(const float *x, const void *mask, int64_t mask_i64, const float *w,
+                const float *b, float *out, float *scratch, int64_t B, int64_t T, int64_t N,
+                int64_t sx, int64_t sbx, int64_t sm, int64_t so, float eps, int64_t divide,
+                float clamp, int64_t threads) {
 #ifdef __AVX512F__
+    const int mi = mask_i64 != 0;
     for (int64_t bb = 0; bb < B; bb++)
         for (int64_t j = 0; j < N; j++) out[bb * so + j] = 0.0f;
     const int64_t rows = B * T;
     if (threads <= 1 || rows < 2 || !scratch) {
-        pool_rows(x, mask, w, b, out, 0, rows, T, N, sx, sbx, sm, so, eps);
+        pool_rows(x, mask, mi, w, b, out, 0, rows, T, N, sx, sbx, sm, so, eps);
+        if (divide) pool_divide(mask, mi, out, 0, B, T, N, sm, so, clamp);
         return 0;
     }
     const int64_t nt = threads;
@@ -306,20 +331,25 @@ int ln_pool_f32(const float *x, const float *mask, const float *w, const float *
         float *acc = scratch + tid * B * N;
         for (int64_t j = 0; j < B * N; j++) acc[j] = 0.0f;
         const int64_t lo = rows * tid / team, hi = rows * (tid + 1) / team;
-        pool_rows(x, mask, w, b, acc, lo, hi, T, N, sx, sbx, sm, N, eps);
+        pool_rows(x, mask, mi, w, b, acc, lo, hi, T, N, sx, sbx, sm, N, eps);
 #pragma omp barrier
-        /* the sums, split by batch rows' columns: thread tid adds its share of (B, N) */
+        /* the sums: thread tid adds its share of the (B, N) values */
         const int64_t total = B * N, c0 = total * tid / team, c1 = total * (tid + 1) / team;
         for (int64_t c = c0; c < c1; c++) {
             float s = 0.0f;
             for (int64_t u = 0; u < team; u++) s += scratch[u * total + c];
             out[(c / N) * so + c % N] = s;
         }
+        if (divide) {
+#pragma omp barrier
+            pool_divide(mask, mi, out, B * tid / team, B * (tid + 1) / team, T, N, sm, so, clamp);
+        }
     }
     return 0;
 #else
-    (void)x; (void)mask; (void)w; (void)b; (void)out; (void)scratch; (void)B; (void)T; (void)N;
-    (void)sx; (void)sbx; (void)sm; (void)so; (void)eps; (void)threads;
+    (void)x; (void)mask; (void)mask_i64; (void)w; (void)b; (void)out; (void)scratch; (void)B;
+    (void)T; (void)N; (void)sx; (void)sbx; (void)sm; (void)so; (void)eps; (void)divide;
+    (void)clamp; (void)threads;
     return -1;
 #endif
 }
