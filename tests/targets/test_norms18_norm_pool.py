@@ -82,9 +82,10 @@ def test_kernel_against_float64(dims, threads, affine) -> None:
 
 @pytest.mark.parametrize("dims", [(1, 7, 45), (3, 33, 83), (8, 128, 384), (3, 4, 1)])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_kernel_mean_from_int64_mask(dims, threads) -> None:
+@pytest.mark.parametrize("l2", [False, True])
+def test_kernel_mean_from_int64_mask(dims, threads, l2) -> None:
     """The tail taken in: the int64 mask read as it is, the sum divided by max(count, clamp)
-    (a sentence masked out entirely: 0 / clamp)."""
+    (a sentence masked out entirely: 0 / clamp), and with `l2` the L2 normalisation."""
     _native_or_skip()
     B, T, N = dims
     x = (RNG.standard_normal(dims) * 3 + 1).astype(np.float32)
@@ -93,12 +94,14 @@ def test_kernel_mean_from_int64_mask(dims, threads) -> None:
     b = RNG.standard_normal(N).astype(np.float32)
     out = torch.full((B, N), float("nan"))
     pool = norm_pool.Pool(dims, torch.from_numpy(w), torch.from_numpy(b), 1e-5, out,
-                          clamp=1e-9, mask_i64=True)  # fmt: skip
+                          clamp=1e-9, mask_i64=True, l2eps=1e-12 if l2 else None)  # fmt: skip
     for _ in range(2):
         got = pool(torch.from_numpy(x), torch.from_numpy(mask), threads)
         assert got.data_ptr() == out.data_ptr()
         count = np.maximum(mask.sum(1, keepdims=True).astype(np.float64), 1e-9)
         want = _reference(x, mask.astype(np.float64), w, b, 1e-5) / count
+        if l2:
+            want = want / np.maximum(np.sqrt((want * want).sum(1, keepdims=True)), 1e-12)
         np.testing.assert_allclose(got.numpy(), want, rtol=2e-5, atol=2e-5)
     with pytest.raises(RuntimeError, match="not as lowered"):  # a float mask: not as lowered
         pool(torch.from_numpy(x), torch.from_numpy(mask).float(), threads)
@@ -171,13 +174,14 @@ def encoder_pool(batch: int, tokens: int, normalize: bool, expose: str = "",
     if mask_first:
         nodes = nodes[7:9] + [helper.make_node("Mul", ["h", "mf"], ["hm"])] + nodes[:7] + nodes[9:]
         nodes[3].input[0] = "hm"  # MatMul(hm, w0)
-    outputs = [out] + ([expose] if expose in ("y", "c") else [])
+    outputs = [out] + ([expose] if expose in ("y", "c", "pooled") else [])
     return make_model(nodes, {"h": h, "mask": mask}, outputs, inits, opset=18), h, mask
 
 
-def _run(model, h, mask, threads: int) -> tuple[int, int]:
+def _run(model, h, mask, threads: int) -> tuple[int, int, int]:
     """The program against ORT over three runs (other inputs between); the number of fused
-    norm + pooling steps its lowering made, and of those with the mean's tail."""
+    norm + pooling steps its lowering made, of those with the mean's tail, and with the L2
+    normalisation."""
     data = model.SerializeToString()
     sess = ort.InferenceSession(data)
     prog = pygraphx.parse_onnx_buffer(data)
@@ -192,7 +196,8 @@ def _run(model, h, mask, threads: int) -> tuple[int, int]:
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(np.asarray(g), w, rtol=2e-5, atol=2e-5)
     cache = prog._executable.lowered.ctx.cache
-    return cache.get(norm_pool.BLOCKS, 0), cache.get(norm_pool.TAILS, 0)
+    return (cache.get(norm_pool.BLOCKS, 0), cache.get(norm_pool.TAILS, 0),
+            cache.get(norm_pool.L2S, 0))  # fmt: skip
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -200,26 +205,33 @@ def _run(model, h, mask, threads: int) -> tuple[int, int]:
 @pytest.mark.parametrize("normalize", [False, True])
 def test_pooling_against_ort(batch, threads, normalize) -> None:
     _native_or_skip()
-    assert _run(*encoder_pool(batch, 19, normalize), threads) == (1, 1)
+    assert _run(*encoder_pool(batch, 19, normalize), threads) == (1, 1, int(normalize))
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_mask_made_before_the_block(threads) -> None:
     _native_or_skip()
-    assert _run(*encoder_pool(3, 19, True, mask_first=True), threads) == (1, 0)
+    assert _run(*encoder_pool(3, 19, True, mask_first=True), threads) == (1, 0, 0)
 
 
 def test_count_returned_keeps_its_steps() -> None:
     _native_or_skip()
-    assert _run(*encoder_pool(3, 19, True, expose="c"), 2) == (1, 0)
+    assert _run(*encoder_pool(3, 19, True, expose="c"), 2) == (1, 0, 0)
 
 
 def test_switch_keeps_old_steps(monkeypatch) -> None:
     _native_or_skip()
     monkeypatch.setenv(norm_pool.ENV, "0")
-    assert _run(*encoder_pool(3, 19, True), 2) == (0, 0)
+    assert _run(*encoder_pool(3, 19, True), 2) == (0, 0, 0)
 
 
 def test_norm_output_returned_is_not_fused() -> None:
     _native_or_skip()
-    assert _run(*encoder_pool(3, 19, True, expose="y"), 2) == (0, 0)
+    assert _run(*encoder_pool(3, 19, True, expose="y"), 2) == (0, 0, 0)
+
+
+def test_mean_returned_keeps_the_l2_steps() -> None:
+    """The mean before the L2 normalisation returned too: the step writes the mean, the L2
+    normalisation stays."""
+    _native_or_skip()
+    assert _run(*encoder_pool(3, 19, True, expose="pooled"), 2) == (1, 1, 0)

@@ -25,8 +25,9 @@ Where the program has the rest of the mean after it (`_tail`: `M = convert(unsqu
 an int64 program input `P`, the count `reduce_sum(M)`, `max(count, clamp)` and the division,
 each used only there and none before the norm, as MiniLM's export has them), the step takes
 those in too: it reads `P` itself and writes the mean `(B, N)` at the division's place
-(MiniLM 8 x 128: the tail after the last FFN-down product 9 steps -> 1 step + the L2
-normalisation's 3). Otherwise they stay as they were.
+and, where the L2 normalisation `e / max(sqrt(sum(e * e)), l2eps)` of the mean follows in the
+same way (`_l2`), that too (MiniLM 8 x 128: the 12 steps after the last FFN-down product ->
+1). Otherwise they stay as they were.
 
 `PGX_CPU_NORM_POOL=0` keeps the old steps; without a compiler or AVX-512F the pattern is not
 taken (said once, `native.announce_fallback`).
@@ -65,6 +66,8 @@ ENV = "PGX_CPU_NORM_POOL"
 BLOCKS = "norm_pool_blocks"
 #: `ctx.cache` key of how many of them took in the mean's count and division (`_tail`)
 TAILS = "norm_pool_tails"
+#: `ctx.cache` key of how many of them took in the L2 normalisation too (`_l2`)
+L2S = "norm_pool_l2"
 F32 = torch.float32
 
 
@@ -90,6 +93,7 @@ class NormPool:
     clamp: float | None = None
     mask_src: Instruction | None = None
     tail: tuple[Instruction, ...] = ()
+    l2eps: float | None = None  # where `_l2` took in the L2 normalisation after the mean
 
 
 def _variance_of(v: Instruction, d: Instruction) -> bool:
@@ -278,6 +282,65 @@ def _tail(ctx: LoweringContext, found: NormPool) -> NormPool:
     if any(id(i) in ctx.index for i in tail):  # lowered already (before the mean)
         return found
     found.mean_out, found.clamp, found.mask_src, found.tail = dv, clamp, src, tail
+    return _l2(ctx, found)
+
+
+def _l2(ctx: LoweringContext, found: NormPool) -> NormPool:
+    """`found` (its mean taken in) with the L2 normalisation after the mean taken in too
+    where the program has it, else as it is:
+
+        q = fused_reduce{mul(e, e), reduce_sum (last axis)}(e)    (e: the mean, (B, N))
+        z = max(sqrt(q), l2eps)                                   out = e / broadcast(z)
+
+    each used only there, none lowered yet: the step then writes `out` at its place."""
+    e = found.mean_out
+    assert e is not None
+    B, N = e.shape.lens()
+    if len(e.outputs) != 2:
+        return found
+    q = next((u for u in e.outputs if u.op.name == "fused_reduce"), None)
+    out = next((u for u in e.outputs if u.op.name == "pointwise"), None)
+    if q is None or out is None or q.inputs != [e] or len(q.outputs) != 1:
+        return found
+    body = q.module_inputs[0]
+    red = body.get_returns()[0]
+    if red.op.name != "reduce_sum" or tuple(int(a) % 2 for a in red.op.axes) != (1,):
+        return found
+    try:
+        trace, result = trace_body(body, stop=red)
+    except NotTraceable:
+        return found
+    if len(trace.nodes) != 1 or not _is_node(result, 0):
+        return found
+    sq = trace.nodes[0]
+    if not (sq.fn == "mul" and all(_is_in(a, 0) for a in sq.args)):
+        return found
+    z = q.outputs[0]
+    if z.op.name != "pointwise" or z.inputs[0] is not q or len(z.outputs) != 1:
+        return found
+    traced = trace_group(z.module_inputs[0], _scalars(z))
+    if traced is None or len(traced[0].nodes) != 2 or not _is_node(traced[1], 1):
+        return found
+    root, big = traced[0].nodes
+    if root.fn != "sqrt" or not _is_in(root.args[0], 0) or big.fn not in ("max", "maximum"):
+        return found
+    a0, a1 = big.args
+    l2eps = _const(a1) if _is_node(a0, 0) else _const(a0) if _is_node(a1, 0) else None
+    zb = z.outputs[0]
+    if l2eps is None or zb.op.name != "multibroadcast" or zb.outputs != [out]:
+        return found
+    if out.inputs != [e, zb] or list(out.shape.lens()) != [B, N]:
+        return found
+    if out.shape.type() != "float_type":
+        return found
+    node = _one_node(out)
+    if node is None or node.fn != "div" or not (_is_in(node.args[0], 0) and _is_in(node.args[1], 1)):
+        return found
+    more = (q, z, zb, out)
+    if any(id(i) in ctx.index for i in more):
+        return found
+    found.tail = (*found.tail, *more)
+    found.mean_out, found.l2eps = out, l2eps
     return found
 
 
@@ -286,18 +349,20 @@ _BIND_DONE: list[bool] = []  # `ln_pool_f32`'s argument types set (once a proces
 
 def _bind_pool(lib: ctypes.CDLL) -> None:
     p, i, f = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
-    lib.ln_pool_f32.argtypes = [p, p, i, p, p, p, p, i, i, i, i, i, i, i, f, i, f, i]
+    lib.ln_pool_f32.argtypes = [p, p, i, p, p, p, p, i, i, i, i, i, i, i, f, i, f, i, f, i]
     lib.ln_pool_f32.restype = ctypes.c_int
 
 
 class Pool:
     """`ln_pool_f32` for one matched pattern: `(x, mask) -> p` into `out` (B, 1, N) or, with
     `clamp` (the mean), (B, N): p / max(mask count, clamp). The mask: float32 (B, T, 1) or,
-    with `mask_i64`, the int64 (B, T) it was converted from."""
+    with `mask_i64`, the int64 (B, T) it was converted from. With `l2eps` (and `clamp`) the
+    mean's rows are divided by max(their L2 norm, l2eps) too."""
 
     def __init__(self, dims: tuple[int, int, int], weight: torch.Tensor | None,
                  bias: torch.Tensor | None, eps: float, out: torch.Tensor | None,
-                 clamp: float | None = None, mask_i64: bool = False) -> None:  # fmt: skip
+                 clamp: float | None = None, mask_i64: bool = False,
+                 l2eps: float | None = None) -> None:  # fmt: skip
         lib = native_layernorm.library()
         if not _BIND_DONE:
             _bind_pool(lib)
@@ -320,7 +385,10 @@ class Pool:
         if out is not None and (tuple(out.shape) != self.out_shape or out.dtype != F32
                                 or not out.is_contiguous()):  # fmt: skip
             raise ValueError(f"native norm + pool: out must be dense float32 {self.out_shape}")
-        self.tail = (self.eps, int(clamp is not None), ctypes.c_float(clamp or 0.0))
+        if l2eps is not None and clamp is None:
+            raise ValueError("native norm + pool: the L2 normalisation needs the mean (clamp)")
+        self.tail = (self.eps, int(clamp is not None), ctypes.c_float(clamp or 0.0),
+                     int(l2eps is not None), ctypes.c_float(l2eps or 0.0))
 
     def __call__(self, x: torch.Tensor, mask: torch.Tensor, threads: int) -> torch.Tensor:
         B, T, N = self.dims
@@ -378,7 +446,7 @@ def lower_norm_pool(ctx: LoweringContext, mean: Instruction) -> bool:
         if out is None:
             ctx2.mark_fresh(idx)
         pool = Pool(dims, found.weight, found.bias, found.eps, out, found.clamp,
-                    mask_i64=found.mask_src is not None)  # fmt: skip
+                    mask_i64=found.mask_src is not None, l2eps=found.l2eps)  # fmt: skip
         m = ctx2.index[id(mask_ins)]
         threads = native_layernorm.get_num_threads
 
@@ -389,10 +457,12 @@ def lower_norm_pool(ctx: LoweringContext, mean: Instruction) -> bool:
         ctx2.cache[BLOCKS] = ctx2.cache.get(BLOCKS, 0) + 1
         if found.mean_out is not None:
             ctx2.cache[TAILS] = ctx2.cache.get(TAILS, 0) + 1
+        if found.l2eps is not None:
+            ctx2.cache[L2S] = ctx2.cache.get(L2S, 0) + 1
         return True
 
     ctx.fusers[id(last)] = at_last
     return True
 
 
-__all__ = ["BLOCKS", "ENV", "TAILS", "NormPool", "Pool", "enabled", "lower_norm_pool", "match_norm_pool"]
+__all__ = ["BLOCKS", "ENV", "L2S", "TAILS", "NormPool", "Pool", "enabled", "lower_norm_pool", "match_norm_pool"]

@@ -256,7 +256,9 @@ int ln_f32_v2(const float *x, float *y, uint16_t *yb, const float *w, const floa
 /* ---- a layer norm followed by a masked sum over the tokens (helper norms18) ----
  * sentence-transformers' mean pooling after an encoder's last norm (MiniLM's):
  *     sum[b, n] = sum_t mask[b, t] * ((x[b, t, n] - mean_bt) * rstd_bt * w[n] + b[n])
- * and, where `divide`, out[b, n] = sum[b, n] / max(sum_t mask[b, t], clamp), else out = sum.
+ * and, where `divide`, out[b, n] = sum[b, n] / max(sum_t mask[b, t], clamp), else out = sum;
+ * where `l2` too, then out[b, :] /= max(sqrt(sum_n out[b, n]^2), l2eps) (the L2 normalisation
+ * of a sentence embedding; the sum of squares in double, rounded to float32 for the sqrt).
  * x: (B, T, N) float32, rows contiguous (row stride sx, batch stride sbx); mask: (B, T), float32
  * or (`mask_i64`) int64, converted to float32 (batch stride sm, token stride 1); out: (B, N)
  * (row stride so). Each row's mean and rstd are v2's (`row_stats_v2`); the row's normalised
@@ -293,9 +295,11 @@ static void pool_rows(const float *x, const void *mask, int mask_i64, const floa
     }
 }
 
-/* out[b, :] /= max(count of b's mask, clamp) for rows b0 .. b1 */
+/* out[b, :] /= max(count of b's mask, clamp) for rows b0 .. b1, then (`l2`) by the row's
+ * max(L2 norm, l2eps) */
 static void pool_divide(const void *mask, int mask_i64, float *out, int64_t b0, int64_t b1,
-                        int64_t T, int64_t N, int64_t sm, int64_t so, float clamp) {
+                        int64_t T, int64_t N, int64_t sm, int64_t so, float clamp, int l2,
+                        float l2eps) {
     for (int64_t bb = b0; bb < b1; bb++) {
         float c = 0.0f;
         for (int64_t t = 0; t < T; t++) c += mask_at(mask, mask_i64, bb * sm + t);
@@ -306,6 +310,15 @@ static void pool_divide(const void *mask, int mask_i64, float *out, int64_t b0, 
             __mmask16 q = tail_mask(N - j);
             _mm512_mask_storeu_ps(o + j, q, _mm512_div_ps(_mm512_maskz_loadu_ps(q, o + j), dv));
         }
+        if (!l2) continue;
+        double ss = 0.0;
+        for (int64_t j = 0; j < N; j++) ss += (double)o[j] * (double)o[j];
+        const float nrm = sqrtf((float)ss);
+        const __m512 nv = _mm512_set1_ps(nrm > l2eps ? nrm : l2eps);  /* max(norm, eps) */
+        for (int64_t j = 0; j < N; j += 16) {
+            __mmask16 q = tail_mask(N - j);
+            _mm512_mask_storeu_ps(o + j, q, _mm512_div_ps(_mm512_maskz_loadu_ps(q, o + j), nv));
+        }
     }
 }
 #endif
@@ -313,7 +326,7 @@ static void pool_divide(const void *mask, int mask_i64, float *out, int64_t b0, 
 int ln_pool_f32(const float *x, const void *mask, int64_t mask_i64, const float *w,
                 const float *b, float *out, float *scratch, int64_t B, int64_t T, int64_t N,
                 int64_t sx, int64_t sbx, int64_t sm, int64_t so, float eps, int64_t divide,
-                float clamp, int64_t threads) {
+                float clamp, int64_t l2, float l2eps, int64_t threads) {
 #ifdef __AVX512F__
     const int mi = mask_i64 != 0;
     for (int64_t bb = 0; bb < B; bb++)
@@ -321,7 +334,7 @@ int ln_pool_f32(const float *x, const void *mask, int64_t mask_i64, const float 
     const int64_t rows = B * T;
     if (threads <= 1 || rows < 2 || !scratch) {
         pool_rows(x, mask, mi, w, b, out, 0, rows, T, N, sx, sbx, sm, so, eps);
-        if (divide) pool_divide(mask, mi, out, 0, B, T, N, sm, so, clamp);
+        if (divide) pool_divide(mask, mi, out, 0, B, T, N, sm, so, clamp, l2 != 0, l2eps);
         return 0;
     }
     const int64_t nt = threads;
@@ -342,14 +355,15 @@ int ln_pool_f32(const float *x, const void *mask, int64_t mask_i64, const float 
         }
         if (divide) {
 #pragma omp barrier
-            pool_divide(mask, mi, out, B * tid / team, B * (tid + 1) / team, T, N, sm, so, clamp);
+            pool_divide(mask, mi, out, B * tid / team, B * (tid + 1) / team, T, N, sm, so, clamp,
+                        l2 != 0, l2eps);
         }
     }
     return 0;
 #else
     (void)x; (void)mask; (void)mask_i64; (void)w; (void)b; (void)out; (void)scratch; (void)B;
     (void)T; (void)N; (void)sx; (void)sbx; (void)sm; (void)so; (void)eps; (void)divide;
-    (void)clamp; (void)threads;
+    (void)clamp; (void)l2; (void)l2eps; (void)threads;
     return -1;
 #endif
 }
