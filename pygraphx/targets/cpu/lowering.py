@@ -12,7 +12,9 @@
   LayerNormalization becomes) runs as one `F.layer_norm` call, see
   `torch_lowering/layernorm.py`; a norm whose affine part went into a masked sum over the
   tokens (mean pooling after an encoder's last norm, MiniLM's) runs with that sum as one
-  native step, see `torch_lowering/norm_pool.py`.
+  native step, see `torch_lowering/norm_pool.py`; `gather`: an encoder's embeddings summed
+  and normalised (BERT's, MiniLM's first norm) run as one native step, see
+  `torch_lowering/embed_norm.py`.
 
 The settings `attention=False` and `layernorm=False` turn the recognition off (to compare).
 """
@@ -26,6 +28,7 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.attention import with_attention
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.conv_concat import lower_concat_or_sum, lower_resize_or_sum
+from pygraphx.targets.torch_lowering.embed_norm import lower_embed_norm
 from pygraphx.targets.torch_lowering.layernorm import lower_layernorm
 from pygraphx.targets.torch_lowering.lower import LOWERINGS, _load_lowerings
 from pygraphx.targets.torch_lowering.norm_pool import lower_norm_pool
@@ -46,4 +49,10 @@ def cpu_overrides(options: dict[str, Any]) -> dict[str, Lowering]:
             return lower_layernorm(ctx, ins) or lower_norm_pool(ctx, ins) or reduce_mean(ctx, ins)
 
         overrides["reduce_mean"] = lower_mean
+        gather = LOWERINGS["gather"]
+
+        def lower_gather(ctx: LoweringContext, ins: Instruction) -> bool:
+            return lower_embed_norm(ctx, ins) or gather(ctx, ins)
+
+        overrides["gather"] = lower_gather
     return overrides

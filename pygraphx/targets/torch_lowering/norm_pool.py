@@ -43,7 +43,7 @@ import torch
 from pygraphx.ir.env import switch_on
 from pygraphx.ir.instruction import Instruction
 from pygraphx.targets import native
-from pygraphx.targets.torch_lowering import native_layernorm
+from pygraphx.targets.torch_lowering import layernorm, native_layernorm
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.layernorm import (
     _bound,
@@ -221,6 +221,12 @@ def _one_node(ins: Instruction) -> tuple | None:
     return trace.nodes[0]
 
 
+def _divides(node: object) -> bool:
+    """`node` is `div(input 0, input 1)`."""
+    args = getattr(node, "args", None)
+    return getattr(node, "fn", None) == "div" and _is_in(args[0], 0) and _is_in(args[1], 1)
+
+
 def _tail(ctx: LoweringContext, found: NormPool) -> NormPool:
     """`found` with the rest of the mean taken in where the program has it, else as it is:
 
@@ -243,7 +249,7 @@ def _tail(ctx: LoweringContext, found: NormPool) -> NormPool:
     if dv.shape.type() != "float_type" or list(dv.shape.lens()) != [B, N]:
         return found
     node = _one_node(dv)
-    if node is None or node.fn != "div" or not (_is_in(node.args[0], 0) and _is_in(node.args[1], 1)):
+    if node is None or not _divides(node):
         return found
     cb = dv.inputs[1]
     if cb.op.name != "multibroadcast" or cb.outputs != [dv]:
@@ -334,7 +340,7 @@ def _l2(ctx: LoweringContext, found: NormPool) -> NormPool:
     if out.shape.type() != "float_type":
         return found
     node = _one_node(out)
-    if node is None or node.fn != "div" or not (_is_in(node.args[0], 0) and _is_in(node.args[1], 1)):
+    if node is None or not _divides(node):
         return found
     more = (q, z, zb, out)
     if any(id(i) in ctx.index for i in more):
@@ -455,6 +461,8 @@ def lower_norm_pool(ctx: LoweringContext, mean: Instruction) -> bool:
 
         ctx2.emit(step, members, idx)
         ctx2.cache[BLOCKS] = ctx2.cache.get(BLOCKS, 0) + 1
+        # (a fused normalisation as `layernorm.lower_layernorm`'s: `layernorm_blocks` counts it)
+        ctx2.cache[layernorm.BLOCKS] = ctx2.cache.get(layernorm.BLOCKS, 0) + 1
         if found.mean_out is not None:
             ctx2.cache[TAILS] = ctx2.cache.get(TAILS, 0) + 1
         if found.l2eps is not None:
@@ -465,4 +473,5 @@ def lower_norm_pool(ctx: LoweringContext, mean: Instruction) -> bool:
     return True
 
 
-__all__ = ["BLOCKS", "ENV", "L2S", "TAILS", "NormPool", "Pool", "enabled", "lower_norm_pool", "match_norm_pool"]
+__all__ = ["BLOCKS", "ENV", "L2S", "TAILS", "NormPool", "Pool", "enabled", "lower_norm_pool",
+           "match_norm_pool"]  # fmt: skip

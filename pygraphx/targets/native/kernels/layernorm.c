@@ -367,3 +367,78 @@ int ln_pool_f32(const float *x, const void *mask, int64_t mask_i64, const float 
     return -1;
 #endif
 }
+
+/* ---- embeddings summed, then a layer norm (helper norms18) ----
+ * An encoder's first norm over its embeddings (BERT's, MiniLM's): for each of the `rows` =
+ * B * T rows (row i: batch i / T, token t = i % T)
+ *     e = part_0 + part_1 + ... (float32, added in that order)
+ *     y[i, :] = (e - mean) * rstd * w + b        (v2's row statistics)
+ * part k: with idx[k] (int64, B * T), row idx[k][i] of the table tab[k] (vocab[k] rows of N;
+ * a negative index counts from the end), else row t of tab[k] (a (T, N) table, the position
+ * embeddings). Each row summed into the thread's N floats of `scratch` (threads * N), then
+ * normalised into y (row stride sy). Returns 0, -1 where this build has no kernel, -2 where an
+ * index is out of range (y then partly written). */
+#ifndef EMBED_AHEAD
+#define EMBED_AHEAD 4
+#endif
+#ifdef __AVX512F__
+static int embed_rows(float *y, const float *w, const float *b, int64_t lo, int64_t hi,
+                      int64_t T, int64_t N, int64_t sy, float eps, int64_t nparts,
+                      const float *const *tab, const int64_t *const *idx, const int64_t *vocab,
+                      float *e) {
+    for (int64_t i = lo; i < hi; i++) {
+        const int64_t t = i % T;
+        if (i + EMBED_AHEAD < hi) {  /* the gathered rows a few rows ahead: random rows */
+            for (int64_t k = 0; k < nparts; k++) {
+                if (!idx[k]) continue;
+                int64_t ix = idx[k][i + EMBED_AHEAD];
+                if (ix < 0) ix += vocab[k];
+                if (ix < 0 || ix >= vocab[k]) continue;  /* (said when that row is reached) */
+                const char *p = (const char *)(tab[k] + ix * N);
+                for (int64_t j = 0; j < N * 4; j += 64) _mm_prefetch(p + j, _MM_HINT_T0);
+            }
+        }
+        for (int64_t k = 0; k < nparts; k++) {
+            const float *src;
+            if (idx[k]) {
+                int64_t ix = idx[k][i];
+                if (ix < 0) ix += vocab[k];
+                if (ix < 0 || ix >= vocab[k]) return -2;
+                src = tab[k] + ix * N;
+            } else {
+                src = tab[k] + t * N;
+            }
+            for (int64_t j = 0; j < N; j += 16) {
+                __mmask16 q = tail_mask(N - j);
+                __m512 v = _mm512_maskz_loadu_ps(q, src + j);
+                if (k) v = _mm512_add_ps(_mm512_maskz_loadu_ps(q, e + j), v);
+                _mm512_mask_storeu_ps(e + j, q, v);
+            }
+        }
+        row_norm_v2(e, y + i * sy, NULL, w, b, N, eps);
+    }
+    return 0;
+}
+#endif
+
+int ln_embed_f32(float *y, const float *w, const float *b, int64_t rows, int64_t T, int64_t N,
+                 int64_t sy, float eps, int64_t nparts, const float *const *tab,
+                 const int64_t *const *idx, const int64_t *vocab, float *scratch,
+                 int64_t threads) {
+#ifdef __AVX512F__
+    if (threads <= 1 || rows < 2)
+        return embed_rows(y, w, b, 0, rows, T, N, sy, eps, nparts, tab, idx, vocab, scratch);
+    int rc = 0;
+#pragma omp parallel num_threads((int)threads) reduction(min : rc)
+    {
+        const int64_t tid = omp_get_thread_num(), team = omp_get_num_threads();
+        rc = embed_rows(y, w, b, rows * tid / team, rows * (tid + 1) / team, T, N, sy, eps,
+                        nparts, tab, idx, vocab, scratch + tid * N);
+    }
+    return rc;
+#else
+    (void)y; (void)w; (void)b; (void)rows; (void)T; (void)N; (void)sy; (void)eps; (void)nparts;
+    (void)tab; (void)idx; (void)vocab; (void)scratch; (void)threads;
+    return -1;
+#endif
+}
