@@ -115,7 +115,7 @@ static inline void row_norm(const float *x, float *y, uint16_t *yb, const float 
  * scalar adds, twice a row: ~130 cycles of latency a row, more than the row's three passes
  * over L1). v2 widens the 16 float lanes to two 8-lane double vectors and reduces those (a
  * tree of 4 adds): the same double-precision sum of the same 16 float partial sums, in
- * another order. The passes are v1's. */
+ * another order. The passes are v1's, the output loop too. */
 static inline double hsum_wide(__m512 s) {
     __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(s));
     __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
@@ -171,15 +171,9 @@ static inline void row_norm_v2(const float *x, float *y, uint16_t *yb, const flo
     float mean, rstd;
     row_stats_v2(x, n, eps, &mean, &rstd);
     const __m512 m = _mm512_set1_ps(mean), r = _mm512_set1_ps(rstd);
-    int64_t j = 0;
-    if (w && b && y && !yb) {  /* the common case, unmasked body */
-        for (; j + 16 <= n; j += 16) {
-            __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), m), r);
-            v = _mm512_mul_ps(v, _mm512_loadu_ps(w + j));
-            _mm512_storeu_ps(y + j, _mm512_add_ps(v, _mm512_loadu_ps(b + j)));
-        }
-    }
-    for (; j < n; j += 16) {
+    /* (v1's output loop, masked: an unmasked body for the whole vectors, tried, made GPT-2's
+     * norms 12-21 % slower in its runs, though not warm alone; benchmarks/results/norms18.md) */
+    for (int64_t j = 0; j < n; j += 16) {
         __mmask16 k = tail_mask(n - j);
         __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), m), r);
         if (w) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, w + j));
