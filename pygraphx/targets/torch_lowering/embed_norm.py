@@ -177,15 +177,6 @@ def match_embed_norm(ctx: LoweringContext, first: Instruction) -> EmbedNorm | No
     return EmbedNorm(parts, gathers, add, norm)
 
 
-_BIND_DONE: list[bool] = []  # `ln_embed_f32`'s argument types set (once a process)
-
-
-def _bind(lib: ctypes.CDLL) -> None:
-    p, i = ctypes.c_void_p, ctypes.c_int64
-    lib.ln_embed_f32.argtypes = [p, p, p, i, i, i, i, ctypes.c_float, i, p, p, p, p, i]
-    lib.ln_embed_f32.restype = ctypes.c_int
-
-
 class Embed:
     """`ln_embed_f32` for one matched pattern: the ids tensors (in the parts' order, those of
     the gathered parts) -> y (B, T, N), into `out` where given."""
@@ -194,9 +185,6 @@ class Embed:
                  weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
                  out: torch.Tensor | None) -> None:  # fmt: skip
         lib = native_layernorm.library()
-        if not _BIND_DONE:
-            _bind(lib)
-            _BIND_DONE.append(True)
         self.fn = lib.ln_embed_f32
         self.dims = dims
         B, T, N = dims

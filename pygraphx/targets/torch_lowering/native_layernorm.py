@@ -82,6 +82,11 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.ln_f32.restype = ctypes.c_int
     lib.ln_f32_v2.argtypes = lib.ln_f32.argtypes
     lib.ln_f32_v2.restype = ctypes.c_int
+    f = ctypes.c_float  # helper norms18's fused steps (`norm_pool.py`, `embed_norm.py`)
+    lib.ln_pool_f32.argtypes = [p, p, i, p, p, p, p, i, i, i, i, i, i, i, f, i, f, i, f, i]
+    lib.ln_pool_f32.restype = ctypes.c_int
+    lib.ln_embed_f32.argtypes = [p, p, p, i, i, i, i, f, i, p, p, p, p, i]
+    lib.ln_embed_f32.restype = ctypes.c_int
 
 
 #: the library, bound once; a failed build is kept for the process (`native.BoundLibrary`)
@@ -148,8 +153,8 @@ class LayerNorm:
                  self.out if self.out is not None else empty(self.dims, dtype=F32))  # fmt: skip
             yb = empty(self.dims, dtype=BF16) if self.copy else None
             rc = self.fn(x.data_ptr(), None if y is None else y.data_ptr(),
-                                 None if yb is None else yb.data_ptr(), *self.fixed,
-                                 get_num_threads())  # fmt: skip
+                         None if yb is None else yb.data_ptr(), *self.fixed,
+                         get_num_threads())  # fmt: skip
             if rc:
                 raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
             if y is None:

@@ -42,7 +42,6 @@ import torch
 
 from pygraphx.ir.env import switch_on
 from pygraphx.ir.instruction import Instruction
-from pygraphx.targets import native
 from pygraphx.targets.torch_lowering import layernorm, native_layernorm
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.layernorm import (
@@ -350,15 +349,6 @@ def _l2(ctx: LoweringContext, found: NormPool) -> NormPool:
     return found
 
 
-_BIND_DONE: list[bool] = []  # `ln_pool_f32`'s argument types set (once a process)
-
-
-def _bind_pool(lib: ctypes.CDLL) -> None:
-    p, i, f = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
-    lib.ln_pool_f32.argtypes = [p, p, i, p, p, p, p, i, i, i, i, i, i, i, f, i, f, i, f, i]
-    lib.ln_pool_f32.restype = ctypes.c_int
-
-
 class Pool:
     """`ln_pool_f32` for one matched pattern: `(x, mask) -> p` into `out` (B, 1, N) or, with
     `clamp` (the mean), (B, N): p / max(mask count, clamp). The mask: float32 (B, T, 1) or,
@@ -370,9 +360,6 @@ class Pool:
                  clamp: float | None = None, mask_i64: bool = False,
                  l2eps: float | None = None) -> None:  # fmt: skip
         lib = native_layernorm.library()
-        if not _BIND_DONE:
-            _bind_pool(lib)
-            _BIND_DONE.append(True)
         self.fn = lib.ln_pool_f32
         self.dims = dims
         B, T, N = dims
