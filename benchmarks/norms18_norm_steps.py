@@ -30,6 +30,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--fastest", action="store_true", help="each norm's fastest, not median")
+    ap.add_argument("--bf16", action="store_true", help="quantize_bf16 both programs")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     case = load(args.model)
@@ -37,6 +38,8 @@ def main() -> None:
     for name, text in (("old", args.old), ("new", args.new)):
         with settings(parse_env(text)):
             prog = pygraphx.parse_onnx_buffer(case.data)
+            if args.bf16:
+                pygraphx.quantize_bf16(prog)
             prog.compile(CpuTarget(threads=args.threads))
         progs[name] = prog
     clock = time.thread_time_ns if args.threads == 1 else time.perf_counter_ns
@@ -63,7 +66,7 @@ def main() -> None:
                         times[name][want[k]].append(e - s)
             exe.executor.collect()
     steps = progs["old"]._executable.lowered.steps
-    print(f"# {args.model} t{args.threads}, {args.rounds} rounds, loadavg {os.getloadavg()}")
+    print(f"# {args.model} t{args.threads}{' bf16' if args.bf16 else ''}, {args.rounds} rounds, loadavg {os.getloadavg()}")
     print("norm  step  before                     old us   new us   new/old")
     tot = {"old": 0.0, "new": 0.0}
     for j, k in enumerate(norms["old"]):
