@@ -243,6 +243,8 @@ def lower_embed_norm(ctx: LoweringContext, first: Instruction) -> bool:
     members.sort(key=lambda i: ctx.position[id(i)])
     if members[0] is not first or members[-1] is not norm.y:
         return False
+    if any(id(m) in ctx.fusers for m in members):  # (another lowering's plan for one of them)
+        return False
     for member in members[:-1]:
         ctx.bind_dynamic(member)
         if member is not first:

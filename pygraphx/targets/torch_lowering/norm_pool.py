@@ -420,6 +420,8 @@ def lower_norm_pool(ctx: LoweringContext, mean: Instruction) -> bool:
     members = found.members + [i for i in found.tail if i is not last]
     if found.mean_out is not None:
         members.append(last)
+    if any(id(m) in ctx.fusers for m in members):  # (another lowering's plan for one of them)
+        return False
     for member in members[:-1]:
         ctx.bind_dynamic(member)
         if member is not mean:
