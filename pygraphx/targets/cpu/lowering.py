@@ -10,7 +10,11 @@
   runs inside that step, its convolution at the upsample's input size.
 * `reduce_mean`: a layer normalisation it starts (the seven instructions ONNX's
   LayerNormalization becomes) runs as one `F.layer_norm` call, see
-  `torch_lowering/layernorm.py`.
+  `torch_lowering/layernorm.py`; a norm whose affine part went into a masked sum over the
+  tokens (mean pooling after an encoder's last norm, MiniLM's) runs with that sum as one
+  native step, see `torch_lowering/norm_pool.py`; `gather`: an encoder's embeddings summed
+  and normalised (BERT's, MiniLM's first norm) run as one native step, see
+  `torch_lowering/embed_norm.py`.
 
 The settings `attention=False` and `layernorm=False` turn the recognition off (to compare).
 """
@@ -24,8 +28,10 @@ from pygraphx.ir.instruction import Instruction
 from pygraphx.targets.torch_lowering.attention import with_attention
 from pygraphx.targets.torch_lowering.context import LoweringContext
 from pygraphx.targets.torch_lowering.conv_concat import lower_concat_or_sum, lower_resize_or_sum
+from pygraphx.targets.torch_lowering.embed_norm import lower_embed_norm
 from pygraphx.targets.torch_lowering.layernorm import lower_layernorm
 from pygraphx.targets.torch_lowering.lower import LOWERINGS, _load_lowerings
+from pygraphx.targets.torch_lowering.norm_pool import lower_norm_pool
 
 Lowering = Callable[[LoweringContext, Instruction], bool]
 
@@ -40,7 +46,13 @@ def cpu_overrides(options: dict[str, Any]) -> dict[str, Lowering]:
         reduce_mean = LOWERINGS["reduce_mean"]
 
         def lower_mean(ctx: LoweringContext, ins: Instruction) -> bool:
-            return lower_layernorm(ctx, ins) or reduce_mean(ctx, ins)
+            return lower_layernorm(ctx, ins) or lower_norm_pool(ctx, ins) or reduce_mean(ctx, ins)
 
         overrides["reduce_mean"] = lower_mean
+        gather = LOWERINGS["gather"]
+
+        def lower_gather(ctx: LoweringContext, ins: Instruction) -> bool:
+            return lower_embed_norm(ctx, ins) or gather(ctx, ins)
+
+        overrides["gather"] = lower_gather
     return overrides

@@ -42,6 +42,10 @@ SLOT_ENV = "PGX_CPU_LAYERNORM_SLOT"
 #: `0` / `off`: a float32 norm whose result is only rounded to bf16 (GPT-2's in a bf16 program)
 #: stays on oneDNN's primitive (`layernorm._kernel`) instead of this kernel's bf16-only pass
 BF16_ENV = "PGX_CPU_LAYERNORM_NATIVE_BF16"
+#: `0` / `off`: the kernel's first rows (`ln_f32`: each row's lane sums added one by one in
+#: double) instead of v2's (`ln_f32_v2`: the same double sums reduced in vector registers;
+#: helper norms18, `benchmarks/results/norms18.md`)
+V2_ENV = "PGX_CPU_LAYERNORM_V2"
 F32, BF16 = torch.float32, torch.bfloat16
 empty, get_num_threads = torch.empty, torch.get_num_threads
 
@@ -55,6 +59,10 @@ def inplace_enabled() -> bool:
 
 def bf16_only_enabled() -> bool:
     return switch_on(BF16_ENV)
+
+
+def v2_enabled() -> bool:
+    return switch_on(V2_ENV)
 
 
 def slot_enabled() -> bool:
@@ -72,6 +80,13 @@ def _bind(lib: ctypes.CDLL) -> None:
     p, i = ctypes.c_void_p, ctypes.c_int64
     lib.ln_f32.argtypes = [p, p, p, p, p, i, i, i, i, i, ctypes.c_float, i]
     lib.ln_f32.restype = ctypes.c_int
+    lib.ln_f32_v2.argtypes = lib.ln_f32.argtypes
+    lib.ln_f32_v2.restype = ctypes.c_int
+    f = ctypes.c_float  # helper norms18's fused steps (`norm_pool.py`, `embed_norm.py`)
+    lib.ln_pool_f32.argtypes = [p, p, i, p, p, p, p, i, i, i, i, i, i, i, f, i, f, i, f, i]
+    lib.ln_pool_f32.restype = ctypes.c_int
+    lib.ln_embed_f32.argtypes = [p, p, p, i, i, i, i, f, i, p, p, p, p, i]
+    lib.ln_embed_f32.restype = ctypes.c_int
 
 
 #: the library, bound once; a failed build is kept for the process (`native.BoundLibrary`)
@@ -117,6 +132,7 @@ class LayerNorm:
                              "norm's shape, without copy or inplace")
         self.out = out
         self.lib = library()
+        self.fn = self.lib.ln_f32_v2 if v2_enabled() else self.lib.ln_f32
         self.dims, self.n = dims, dims[-1]
         self.rows = 1
         for d in dims[:-1]:
@@ -136,9 +152,9 @@ class LayerNorm:
             y = (None if self.only_copy else x if self.inplace else
                  self.out if self.out is not None else empty(self.dims, dtype=F32))  # fmt: skip
             yb = empty(self.dims, dtype=BF16) if self.copy else None
-            rc = self.lib.ln_f32(x.data_ptr(), None if y is None else y.data_ptr(),
-                                 None if yb is None else yb.data_ptr(), *self.fixed,
-                                 get_num_threads())  # fmt: skip
+            rc = self.fn(x.data_ptr(), None if y is None else y.data_ptr(),
+                         None if yb is None else yb.data_ptr(), *self.fixed,
+                         get_num_threads())  # fmt: skip
             if rc:
                 raise RuntimeError(f"native kernel {KERNEL}: not built for this processor")
             if y is None:
@@ -164,10 +180,12 @@ __all__ = [
     "ENV",
     "INPLACE_ENV",
     "SLOT_ENV",
+    "V2_ENV",
     "LayerNorm",
     "available",
     "bf16_only_enabled",
     "enabled",
     "inplace_enabled",
     "slot_enabled",
+    "v2_enabled",
 ]
