@@ -11,9 +11,9 @@ steps (`PGX_CPU_EMBED_NORM=0` / `PGX_CPU_NORM_POOL=0`) and ONNX Runtime take it:
   (int64, the mean's tail read as it is; or float32, the unsqueezed input read as the mask)
   raises "not as lowered".
 
-The tests are marked xfail(strict=True): they fail today and pass once the steps copy such an
-input to a dense one (or pass its strides to the kernel). Each also runs the switch-off path to
-show the old steps take the same input.
+Fixed (the lead, session 18): both steps copy such an input to a dense one (a B x T array, small
+next to the step). The tests were xfail(strict=True) repros before; each also runs the switch-off
+path to show the old steps take the same input.
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ def _column_sliced(a: np.ndarray) -> np.ndarray:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="review18b: Embed raises on non-contiguous ids")
 @pytest.mark.parametrize("layout", ["sliced", "fortran"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_embed_norm_strided_ids_against_ort(monkeypatch, threads: int, layout: str) -> None:
@@ -89,7 +88,6 @@ def _pool_model(mask_type: str) -> tuple:
     return model, h, mask
 
 
-@pytest.mark.xfail(strict=True, reason="review18b: Pool raises on a Fortran-order mask")
 @pytest.mark.parametrize("mask_type", ["int64", "float"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_norm_pool_fortran_mask_against_ort(monkeypatch, threads: int, mask_type: str) -> None:

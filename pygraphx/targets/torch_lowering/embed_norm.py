@@ -207,12 +207,15 @@ class Embed:
 
     def __call__(self, ids: list[torch.Tensor], threads: int) -> torch.Tensor:
         B, T, N = self.dims
-        k = 0
+        k, dense = 0, []  # (dense copies of strided ids, alive through the call: review18b)
         for j, gathered in enumerate(self.gathered):
             if not gathered:
                 continue
             t = ids[k]
             k += 1
+            if not t.is_contiguous():  # a program input as given: a slice, Fortran order
+                t = t.contiguous()
+                dense.append(t)
             if t.dtype != torch.int64 or tuple(t.shape) != (B, T) or not t.is_contiguous():
                 raise RuntimeError(f"native embedding norm: ids {tuple(t.shape)} {t.dtype} "
                                    "not as lowered")  # fmt: skip

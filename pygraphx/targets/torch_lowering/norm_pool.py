@@ -385,6 +385,10 @@ class Pool:
 
     def __call__(self, x: torch.Tensor, mask: torch.Tensor, threads: int) -> torch.Tensor:
         B, T, N = self.dims
+        if not mask.is_contiguous():  # a program input as given (review18b)
+            mask = mask.contiguous()
+        if x.dim() == 3 and (x.stride(2) != 1 or x.stride(1) != N):
+            x = x.contiguous()
         if (x.dtype != F32 or tuple(x.shape) != self.dims or x.stride(2) != 1
                 or x.stride(1) != N or mask.dtype != self.mask_dtype
                 or tuple(mask.shape) != self.mask_shape or mask.stride(1) != 1):  # fmt: skip
