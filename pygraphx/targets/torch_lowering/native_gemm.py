@@ -17,8 +17,15 @@ A float32 product whose GELU runs as the native pass after it (`gemm_gelu.native
 GPT-2's, BERT's, ViT's FFN-up, 768 x 3072) takes the kernel too from `GELU_MIN_COLUMNS` columns
 (`available_gelu`; 1.03-1.05x oneDNN's speed on that shape, cold weights).
 
+A float32 product cut into equal column parts (Q / K / V, `lower_gemm._batched_parts`) of 8 to
+`PARTS_MAX_ROWS` rows takes the kernel's parts form (`available_parts`, `WideLinear(parts=)`:
+each part a dense block of the result; GPT-2's / BERT-base's b1 QKV 1.03x oneDNN's batched
+matmul at one thread, 1.01-1.02x at two; helper gemm18b). The kernel also has a K-blocked form
+with a residual sum (`gemm_wide_f32_kb`), not taken by any product: on FFN-down (K = 3072) it
+runs at 0.98-1.00x oneDNN's speed (`benchmarks/results/gemm18b.md`).
+
 `PGX_CPU_GEMM_WIDE=0` keeps oneDNN's matmul for all these products, `PGX_CPU_GEMM_WIDE_GELU=0`
-for the GELU ones only. Without a C compiler or AVX-512F the product keeps it too, said once
+for the GELU ones only, `PGX_CPU_GEMM_WIDE_QKV=0` for the column-parts ones only. Without a C compiler or AVX-512F the product keeps it too, said once
 (`native.announce_fallback`).
 """
 

@@ -13,6 +13,9 @@
  * writing before its K loop: 110-111 GFLOP/s
  * (benchmarks/results/gemm18.md). Rows are taken in chunks (chunk_rows) that keep a chunk of
  * packed A in L2 next to a panel (a 1024-row batch re-streams the weight once per chunk).
+ * Helper gemm18b: A packed by 8 x 8 transposes; a K-blocked form with a residual sum
+ * (gemm_wide_f32_kb, 0.98-1.00x oneDNN on FFN-down's K = 3072: not routed) and a column-parts
+ * form (gemm_wide_f32_parts: Q / K / V as three dense blocks).
  */
 #include <stdint.h>
 #include <string.h>
