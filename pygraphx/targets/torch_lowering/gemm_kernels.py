@@ -289,6 +289,27 @@ def wide_linear(
     return ctx.packed_weights[key]
 
 
+def wide_parts_kernel(
+    ctx: LoweringContext, ins: Instruction, w: torch.Tensor, rows: int, bias: Any, parts: int
+) -> native_gemm.WideLinear | None:
+    """The product of a (rows, K) input with the fixed (K, N) float32 `w` (+ `bias`) in `parts`
+    column parts of equal width (Q / K / V) on the native kernel, returning a new (parts, rows,
+    N / parts) tensor as `dnnl_parts_kernel` does, where `native_gemm.available_parts` holds
+    and `PGX_CPU_GEMM` is `auto` (helper gemm18b: GPT-2's / BERT's 128 x 768 x 2304 1.03x
+    oneDNN's speed at one thread); records `WIDE_KERNEL` for `ins`. Else None. Chosen before
+    oneDNN's batched weight is made: the weight is packed once."""
+    if gemm_select.setting() != "auto" or not native_gemm.available_parts(w, rows, parts):
+        return None
+    if bias is not None and (bias.dtype != torch.float32 or bias.numel() != w.shape[1]):
+        return None
+    key = ("native_wide", id(ins.inputs[1]), rows, None if bias is None else bias.data_ptr(),
+           ("parts", parts))  # fmt: skip
+    if key not in ctx.packed_weights:
+        ctx.packed_weights[key] = native_gemm.WideLinear(w, bias, rows, parts=parts)
+    ctx.cache.setdefault(GEMM_KERNELS, {})[id(ins)] = WIDE_KERNEL
+    return ctx.packed_weights[key]
+
+
 #: the kernel names recorded for a CNN classifier's product: one row (`_classifier_kernel`),
 #: more rows (oneDNN's matmul primitive through its C API, `onednn_linear.Linear`: faster than
 #: torch's oneDNN linear, an inner product primitive, on these shapes: 1 thread, in the network,

@@ -68,6 +68,7 @@ from pygraphx.targets.torch_lowering.gemm_kernels import (
     dnnl_parts_kernel,
     fast_kernel,
     use_dnnl,
+    wide_parts_kernel,
 )
 from pygraphx.targets.torch_lowering.gemm_residual import (
     emit_residual_sum,
@@ -542,6 +543,10 @@ def _batched_parts(
     widths = {end - start for start, end, _ in parts}
     if len(widths) != 1:
         return None
+    if dot.shape.type() == "float_type":  # (Q / K / V: the native kernel where it is faster)
+        wide = wide_parts_kernel(ctx, dot, w, rows, bias, len(parts))
+        if wide is not None:
+            return wide
     return dnnl_parts_kernel(ctx, dot, w, rows, bias, len(parts))
 
 
