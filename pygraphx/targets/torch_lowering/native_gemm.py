@@ -25,8 +25,8 @@ with a residual sum (`gemm_wide_f32_kb`), not taken by any product: on FFN-down 
 runs at 0.98-1.00x oneDNN's speed (`benchmarks/results/gemm18b.md`).
 
 `PGX_CPU_GEMM_WIDE=0` keeps oneDNN's matmul for all these products, `PGX_CPU_GEMM_WIDE_GELU=0`
-for the GELU ones only, `PGX_CPU_GEMM_WIDE_QKV=0` for the column-parts ones only. Without a C compiler or AVX-512F the product keeps it too, said once
-(`native.announce_fallback`).
+for the GELU ones only, `PGX_CPU_GEMM_WIDE_QKV=0` for the column-parts ones only. Without a C
+compiler or AVX-512F the product keeps it too, said once (`native.announce_fallback`).
 """
 
 from __future__ import annotations
